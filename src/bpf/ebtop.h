@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Records shared by the BPF programs and user space (src/event.rs decodes them field by
+ * field; a recording stores them as delivered). Layout is little-endian, 8-byte aligned,
+ * and fields are only ever appended: bump EBTOP_EVENT_VERSION when the layout changes.
+ */
+#ifndef EBTOP_H
+#define EBTOP_H
+
+#define EBTOP_EVENT_VERSION 1
+#define EBTOP_TASK_COMM_LEN 16
+
+/* Largest --snaplen the kernel side accepts: a power of two (the verifier bounds copies by mask). */
+#define EBTOP_MAX_SNAPLEN 16384
+/* How many iovec entries of one readv/writev/sendmsg/recvmsg are copied from. */
+#define EBTOP_MAX_IOV 16
+/* How many messages of one sendmmsg/recvmmsg become events. */
+#define EBTOP_MAX_MMSG 8
+
+enum ebtop_event_kind {
+	EBTOP_EV_DATA = 1,    /* bytes moved on a socket; payload follows the header */
+	EBTOP_EV_CONNECT = 2, /* connect() returned (total_len holds its return value) */
+	EBTOP_EV_ACCEPT = 3,  /* accept()/accept4() returned a new socket */
+	EBTOP_EV_CLOSE = 4,   /* close() of a socket fd */
+};
+
+enum ebtop_direction {
+	EBTOP_DIR_EGRESS = 0,  /* this process sent the bytes */
+	EBTOP_DIR_INGRESS = 1, /* this process received the bytes */
+};
+
+enum ebtop_syscall {
+	EBTOP_SC_READ = 1,
+	EBTOP_SC_WRITE,
+	EBTOP_SC_READV,
+	EBTOP_SC_WRITEV,
+	EBTOP_SC_SENDTO,
+	EBTOP_SC_RECVFROM,
+	EBTOP_SC_SENDMSG,
+	EBTOP_SC_RECVMSG,
+	EBTOP_SC_SENDMMSG,
+	EBTOP_SC_RECVMMSG,
+	EBTOP_SC_SENDFILE,
+	EBTOP_SC_CONNECT,
+	EBTOP_SC_ACCEPT,
+	EBTOP_SC_ACCEPT4,
+	EBTOP_SC_CLOSE,
+};
+
+/* Protocol guessed in the kernel from a connection's first bytes. */
+enum ebtop_l7_proto {
+	EBTOP_PROTO_UNKNOWN = 0,
+	EBTOP_PROTO_HTTP1 = 1,
+};
+
+enum ebtop_event_flags {
+	EBTOP_F_TRUNCATED = 1 << 0, /* cap_len < total_len: snaplen or iovec limit cut the copy */
+	EBTOP_F_PEER_FROM_ARG = 1 << 1, /* raddr/rport came from the syscall's sockaddr (unconnected UDP) */
+};
+
+/* Indexes of the per-CPU counter array `counters`. */
+enum ebtop_counter {
+	EBTOP_CNT_EVENTS = 0,        /* records written to the ring buffer */
+	EBTOP_CNT_LOST,              /* records the ring buffer had no room for */
+	EBTOP_CNT_LOST_BYTES,        /* payload bytes in those lost data records */
+	EBTOP_CNT_SKIPPED_UNKNOWN,   /* data syscalls on connections of no known protocol */
+	EBTOP_CNT_SKIPPED_BYTES,     /* bytes moved by those syscalls */
+	EBTOP_CNT_INFLIGHT_FULL,     /* syscalls missed because the in-flight table was full */
+	EBTOP_CNT_SOCK_SYSCALLS,     /* traced syscalls on inet sockets (after filters) */
+	EBTOP_CNT_TRUNCATED,         /* data records whose payload was cut at snaplen */
+	EBTOP_CNT__MAX,
+};
+
+struct ebtop_event {
+	__u64 start_ns;  /* CLOCK_MONOTONIC at syscall entry */
+	__u64 end_ns;    /* CLOCK_MONOTONIC at syscall exit */
+	__u64 sock_id;   /* inode number of the socket: stable across fd reuse */
+	__u64 seq;       /* bytes already moved in this direction on this socket since first seen */
+	__u64 total_len; /* bytes the syscall moved (data), or its return value (connect/accept) */
+	__u32 pid;       /* thread group id */
+	__u32 tid;
+	__s32 fd;
+	__u32 cap_len;   /* payload bytes that follow this header */
+	__u8 kind;       /* enum ebtop_event_kind */
+	__u8 dir;        /* enum ebtop_direction */
+	__u8 syscall;    /* enum ebtop_syscall */
+	__u8 family;     /* AF_INET or AF_INET6 */
+	__u8 sock_type;  /* SOCK_STREAM or SOCK_DGRAM */
+	__u8 proto;      /* enum ebtop_l7_proto */
+	__u16 flags;     /* enum ebtop_event_flags */
+	__u16 lport;     /* host byte order */
+	__u16 rport;     /* host byte order */
+	__u32 _pad;
+	__u8 laddr[16];  /* IPv4 in the first 4 bytes, network order */
+	__u8 raddr[16];
+	char comm[EBTOP_TASK_COMM_LEN];
+};
+
+_Static_assert(sizeof(struct ebtop_event) == 120, "src/event.rs HEADER_LEN must match");
+
+#endif

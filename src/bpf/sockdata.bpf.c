@@ -1,0 +1,546 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Socket data capture from syscall tracepoints (no kprobes, no fentry: neither is available on
+ * every kernel ebtop must run on). Entry programs remember the call's arguments per thread once
+ * the fd is known to be an AF_INET/AF_INET6 socket; exit programs copy up to `snaplen` bytes of
+ * what really moved into the ring buffer together with the byte count and both timestamps.
+ */
+#include "vmlinux_min.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+#include "ebtop.h"
+
+#define AF_INET 2
+#define AF_INET6 10
+#define S_IFMT 00170000
+#define S_IFSOCK 0140000
+#define SOCK_STREAM 1
+#define SOCK_DGRAM 2
+#define EINPROGRESS 115
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* Set by user space before load. Filters run here so filtered-out traffic is never copied. */
+const volatile __u32 self_tgid = 0;
+const volatile __u32 filter_tgid = 0;
+const volatile __u16 filter_port = 0;
+const volatile bool filter_comm_on = false;
+const volatile char filter_comm[EBTOP_TASK_COMM_LEN] = {};
+const volatile __u32 snaplen = 4096;
+/* When set, payload of every connection is delivered, not only of recognised protocols. */
+const volatile bool capture_all = false;
+
+enum payload_source {
+	SRC_NONE = 0, /* sendfile: length only */
+	SRC_BUF,      /* arg = buffer */
+	SRC_IOV,      /* arg = struct iovec *, arg2 = count */
+	SRC_MSG,      /* arg = struct user_msghdr * */
+	SRC_MMSG,     /* arg = struct mmsghdr *, arg2 = vlen */
+};
+
+struct inflight {
+	__u64 start_ns;
+	__u64 sk;
+	__u64 sock_id;
+	__u64 arg;
+	__u64 arg2;
+	__u64 peer_arg; /* sockaddr * given to sendto/recvfrom, if any */
+	__s32 fd;
+	__u8 syscall;
+	__u8 source;
+	__u8 dir;
+	__u8 family;
+	__u8 sock_type;
+};
+
+struct sock_state {
+	__u64 seq[2];
+	__u8 proto;
+};
+
+struct scratch {
+	struct ebtop_event ev;
+	/* Twice the largest copy, so `offset < MAX && len <= MAX` is provably in bounds. */
+	__u8 data[2 * EBTOP_MAX_SNAPLEN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 32768);
+	__type(key, __u64);
+	__type(value, struct inflight);
+} inflight SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 131072);
+	__type(key, __u64);
+	__type(value, struct sock_state);
+} sock_states SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 * 1024 * 1024);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, EBTOP_CNT__MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+/*
+ * One scratch record per CPU, indexed by CPU id (user space sizes it to the possible CPUs).
+ * A plain array because per-CPU map values are limited to 32 KiB.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct scratch);
+} scratch_buf SEC(".maps");
+
+static __always_inline void count(__u32 idx, __u64 n)
+{
+	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
+	if (v)
+		*v += n; /* per-CPU slot: no other writer */
+}
+
+static __always_inline bool task_selected(__u32 tgid)
+{
+	if (tgid == self_tgid)
+		return false;
+	if (filter_tgid && tgid != filter_tgid)
+		return false;
+	if (filter_comm_on) {
+		char comm[EBTOP_TASK_COMM_LEN];
+		bpf_get_current_comm(comm, sizeof(comm));
+		for (int i = 0; i < EBTOP_TASK_COMM_LEN; i++) {
+			if (comm[i] != filter_comm[i])
+				return false;
+			if (comm[i] == 0)
+				break;
+		}
+	}
+	return true;
+}
+
+/* fd -> struct socket via task->files->fdt (CO-RE); NULL unless the fd is a socket. */
+static __always_inline struct socket *fd_to_socket(int fd, __u64 *ino)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	struct file **fds;
+	struct file *f = NULL;
+
+	if (!fdt || fd < 0 || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds))
+		return NULL;
+	fds = BPF_CORE_READ(fdt, fd);
+	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
+		return NULL;
+	struct inode *inode = BPF_CORE_READ(f, f_inode);
+	if ((BPF_CORE_READ(inode, i_mode) & S_IFMT) != S_IFSOCK)
+		return NULL;
+	*ino = BPF_CORE_READ(inode, i_ino);
+	return BPF_CORE_READ(f, private_data);
+}
+
+/* Resolves fd to an inet stream/datagram socket and applies the port filter. */
+static __always_inline bool inet_socket(int fd, struct inflight *inf)
+{
+	__u64 ino = 0;
+	struct socket *sock = fd_to_socket(fd, &ino);
+	if (!sock)
+		return false;
+	short type = BPF_CORE_READ(sock, type);
+	if (type != SOCK_STREAM && type != SOCK_DGRAM)
+		return false;
+	struct sock *sk = BPF_CORE_READ(sock, sk);
+	if (!sk)
+		return false;
+	unsigned short family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	if (family != AF_INET && family != AF_INET6)
+		return false;
+	if (filter_port) {
+		__u16 lport = BPF_CORE_READ(sk, __sk_common.skc_num);
+		__u16 rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+		if (lport != filter_port && rport != filter_port)
+			return false;
+	}
+	inf->sk = (__u64)sk;
+	inf->sock_id = ino;
+	inf->family = family;
+	inf->sock_type = type;
+	inf->fd = fd;
+	return true;
+}
+
+static __always_inline int on_enter(__u8 syscall, __u8 source, __u8 dir, int fd, __u64 arg,
+				    __u64 arg2, __u64 peer_arg)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!task_selected(id >> 32))
+		return 0;
+	struct inflight inf = {};
+	if (syscall == EBTOP_SC_ACCEPT || syscall == EBTOP_SC_ACCEPT4) {
+		inf.fd = fd; /* listening socket; the new one is resolved at exit */
+	} else if (!inet_socket(fd, &inf)) {
+		return 0;
+	}
+	inf.start_ns = bpf_ktime_get_ns();
+	inf.syscall = syscall;
+	inf.source = source;
+	inf.dir = dir;
+	inf.arg = arg;
+	inf.arg2 = arg2;
+	inf.peer_arg = peer_arg;
+	if (bpf_map_update_elem(&inflight, &id, &inf, BPF_ANY))
+		count(EBTOP_CNT_INFLIGHT_FULL, 1);
+	else
+		count(EBTOP_CNT_SOCK_SYSCALLS, 1);
+	return 0;
+}
+
+static __always_inline void fill_common(struct ebtop_event *ev, const struct inflight *inf,
+					__u64 end_ns)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct sock *sk = (struct sock *)inf->sk;
+
+	ev->start_ns = inf->start_ns;
+	ev->end_ns = end_ns;
+	ev->sock_id = inf->sock_id;
+	ev->pid = id >> 32;
+	ev->tid = (__u32)id;
+	ev->fd = inf->fd;
+	ev->syscall = inf->syscall;
+	ev->dir = inf->dir;
+	ev->family = inf->family;
+	ev->sock_type = inf->sock_type;
+	ev->flags = 0;
+	ev->_pad = 0;
+	ev->lport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	ev->rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	__builtin_memset(ev->laddr, 0, sizeof(ev->laddr));
+	__builtin_memset(ev->raddr, 0, sizeof(ev->raddr));
+	if (inf->family == AF_INET) {
+		__u32 a = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
+		__u32 b = BPF_CORE_READ(sk, __sk_common.skc_daddr);
+		__builtin_memcpy(ev->laddr, &a, 4);
+		__builtin_memcpy(ev->raddr, &b, 4);
+	} else {
+		BPF_CORE_READ_INTO(&ev->laddr, sk, __sk_common.skc_v6_rcv_saddr);
+		BPF_CORE_READ_INTO(&ev->raddr, sk, __sk_common.skc_v6_daddr);
+	}
+	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
+}
+
+/* For unconnected datagram sockets the peer is the sockaddr passed to the call. */
+static __always_inline void peer_from_sockaddr(struct ebtop_event *ev, __u64 sa)
+{
+	__u16 fam = 0;
+	if (!sa || ev->rport || bpf_probe_read_user(&fam, sizeof(fam), (void *)sa))
+		return;
+	__u16 port = 0;
+	bpf_probe_read_user(&port, sizeof(port), (void *)(sa + 2));
+	if (fam == AF_INET) {
+		bpf_probe_read_user(ev->raddr, 4, (void *)(sa + 4));
+	} else if (fam == AF_INET6) {
+		bpf_probe_read_user(ev->raddr, 16, (void *)(sa + 8));
+	} else {
+		return;
+	}
+	ev->rport = bpf_ntohs(port);
+	ev->flags |= EBTOP_F_PEER_FROM_ARG;
+}
+
+static __always_inline bool starts_with(const __u8 *p, __u32 n, const char *lit, __u32 litlen)
+{
+	if (n < litlen)
+		return false;
+	for (__u32 i = 0; i < litlen && i < 8; i++)
+		if (p[i] != (__u8)lit[i])
+			return false;
+	return true;
+}
+
+/* Recognises the start of an HTTP/1.x request or response from its first bytes. */
+static __always_inline __u8 infer_protocol(const __u8 *p, __u32 n)
+{
+	if (starts_with(p, n, "GET ", 4) || starts_with(p, n, "POST ", 5) ||
+	    starts_with(p, n, "PUT ", 4) || starts_with(p, n, "HEAD ", 5) ||
+	    starts_with(p, n, "DELETE ", 7) || starts_with(p, n, "PATCH ", 6) ||
+	    starts_with(p, n, "OPTIONS ", 8) || starts_with(p, n, "CONNECT ", 8) ||
+	    starts_with(p, n, "TRACE ", 6) || starts_with(p, n, "HTTP/1.", 7))
+		return EBTOP_PROTO_HTTP1;
+	return EBTOP_PROTO_UNKNOWN;
+}
+
+/* v & mask, in a form the compiler cannot drop as redundant (the verifier needs it). */
+static __always_inline __u64 verifier_mask(__u64 v, __u64 mask)
+{
+	asm volatile("%[v] &= %[m]" : [v] "+r"(v) : [m] "i"(mask));
+	return v;
+}
+
+/* Reads the first (up to 8) payload bytes of the first buffer and recognises the protocol. */
+static __always_inline __u8 infer_protocol_at(__u8 source, __u64 ptr, __u64 cnt, __u32 limit)
+{
+	__u8 head[16] = {};
+	__u64 base = ptr;
+	__u64 n = limit < 8 ? limit : 8;
+	if (source == SRC_IOV) {
+		struct ebtop_iovec iov;
+		if (cnt == 0 || bpf_probe_read_user(&iov, sizeof(iov), (void *)ptr))
+			return EBTOP_PROTO_UNKNOWN;
+		base = (__u64)iov.iov_base;
+		if (iov.iov_len < n)
+			n = iov.iov_len;
+	} else if (source != SRC_BUF) {
+		return EBTOP_PROTO_UNKNOWN;
+	}
+	if (n == 0 || bpf_probe_read_user(head, verifier_mask(n, 15), (void *)base))
+		return EBTOP_PROTO_UNKNOWN;
+	return infer_protocol(head, n);
+}
+
+/* Copies up to `limit` bytes spread over an iovec array into data; returns bytes copied. */
+static __always_inline __u32 copy_iov(__u8 *data, const struct ebtop_iovec *iovp, __u64 iovcnt,
+				      __u32 limit)
+{
+	__u32 off = 0;
+	for (int i = 0; i < EBTOP_MAX_IOV; i++) {
+		struct ebtop_iovec iov;
+		if (i >= iovcnt || off >= limit)
+			break;
+		if (bpf_probe_read_user(&iov, sizeof(iov), &iovp[i]))
+			break;
+		__u64 n = limit - off;
+		if (iov.iov_len < n)
+			n = iov.iov_len;
+		if (n > EBTOP_MAX_SNAPLEN)
+			n = EBTOP_MAX_SNAPLEN;
+		if (off >= EBTOP_MAX_SNAPLEN)
+			break;
+		if (n == 0)
+			continue;
+		if (bpf_probe_read_user(data + verifier_mask(off, EBTOP_MAX_SNAPLEN - 1), n, iov.iov_base))
+			break;
+		off += n;
+	}
+	return off;
+}
+
+static __always_inline __u32 copy_payload(__u8 *data, __u8 source, __u64 ptr, __u64 cnt,
+					  __u32 limit)
+{
+	if (limit > EBTOP_MAX_SNAPLEN)
+		limit = EBTOP_MAX_SNAPLEN;
+	if (source == SRC_BUF) {
+		if (limit == 0 || bpf_probe_read_user(data, limit, (void *)ptr))
+			return 0;
+		return limit;
+	}
+	if (source == SRC_IOV)
+		return copy_iov(data, (const struct ebtop_iovec *)ptr, cnt, limit);
+	return 0;
+}
+
+/*
+ * One data record: `len` bytes moved; payload described by (source, ptr, cnt).
+ * Returns 0 always (tracepoint convention).
+ */
+static __always_inline int emit_data(const struct inflight *inf, __u64 end_ns, __u64 len,
+				     __u8 source, __u64 ptr, __u64 cnt, __u64 peer_sa)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct sock_state *st = bpf_map_lookup_elem(&sock_states, &inf->sock_id);
+	if (!st) {
+		struct sock_state fresh = {};
+		bpf_map_update_elem(&sock_states, &inf->sock_id, &fresh, BPF_NOEXIST);
+		st = bpf_map_lookup_elem(&sock_states, &inf->sock_id);
+		if (!st)
+			return 0;
+	}
+	__u8 dir = inf->dir & 1;
+	__u64 seq = __sync_fetch_and_add(&st->seq[dir], len);
+
+	struct scratch *s = bpf_map_lookup_elem(&scratch_buf, &cpu);
+	if (!s)
+		return 0;
+	struct ebtop_event *ev = &s->ev;
+
+	__u32 limit = len < snaplen ? (__u32)len : snaplen;
+	__u8 proto = st->proto;
+	if (!capture_all && proto == EBTOP_PROTO_UNKNOWN) {
+		/* Peek at the first bytes; connections of no known protocol cost no copy. */
+		proto = infer_protocol_at(source, ptr, cnt, limit);
+		if (proto == EBTOP_PROTO_UNKNOWN) {
+			count(EBTOP_CNT_SKIPPED_UNKNOWN, 1);
+			count(EBTOP_CNT_SKIPPED_BYTES, len);
+			return 0;
+		}
+		st->proto = proto;
+	}
+
+	__u32 cap = copy_payload(s->data, source, ptr, cnt, limit);
+	fill_common(ev, inf, end_ns);
+	ev->kind = EBTOP_EV_DATA;
+	ev->proto = proto;
+	ev->seq = seq;
+	ev->total_len = len;
+	ev->cap_len = cap;
+	if (cap < len) {
+		ev->flags |= EBTOP_F_TRUNCATED;
+		count(EBTOP_CNT_TRUNCATED, 1);
+	}
+	if (inf->sock_type == SOCK_DGRAM)
+		peer_from_sockaddr(ev, peer_sa);
+
+	__u64 size = sizeof(*ev) + (cap & (2 * EBTOP_MAX_SNAPLEN - 1));
+	if (size > sizeof(*s))
+		return 0;
+	if (bpf_ringbuf_output(&events, ev, size, 0)) {
+		count(EBTOP_CNT_LOST, 1);
+		count(EBTOP_CNT_LOST_BYTES, len);
+	} else {
+		count(EBTOP_CNT_EVENTS, 1);
+	}
+	return 0;
+}
+
+static __always_inline int emit_lifecycle(const struct inflight *inf, __u8 kind, long ret,
+					  __u64 end_ns)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct scratch *s = bpf_map_lookup_elem(&scratch_buf, &cpu);
+	if (!s)
+		return 0;
+	struct ebtop_event *ev = &s->ev;
+	fill_common(ev, inf, end_ns);
+	ev->kind = kind;
+	ev->proto = EBTOP_PROTO_UNKNOWN;
+	ev->seq = 0;
+	ev->total_len = (__u64)ret;
+	ev->cap_len = 0;
+	if (bpf_ringbuf_output(&events, ev, sizeof(*ev), 0))
+		count(EBTOP_CNT_LOST, 1);
+	else
+		count(EBTOP_CNT_EVENTS, 1);
+	return 0;
+}
+
+struct mmsg_walk {
+	struct inflight *inf;
+	__u64 now;
+	long count;
+};
+
+static long mmsg_one(__u64 i, void *ctx)
+{
+	struct mmsg_walk *w = ctx;
+	struct ebtop_mmsghdr m;
+	if ((long)i >= w->count)
+		return 1;
+	if (bpf_probe_read_user(&m, sizeof(m), (struct ebtop_mmsghdr *)w->inf->arg + i))
+		return 1;
+	if (m.msg_len)
+		emit_data(w->inf, w->now, m.msg_len, SRC_IOV, (__u64)m.msg_hdr.msg_iov,
+			  m.msg_hdr.msg_iovlen, (__u64)m.msg_hdr.msg_name);
+	return 0;
+}
+
+static __always_inline int on_exit(long ret, const __u8 source)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct inflight *p = bpf_map_lookup_elem(&inflight, &id);
+	if (!p)
+		return 0;
+	struct inflight inf = *p;
+	bpf_map_delete_elem(&inflight, &id);
+	__u64 now = bpf_ktime_get_ns();
+
+	switch (inf.syscall) {
+	case EBTOP_SC_CONNECT:
+		if (ret == 0 || ret == -EINPROGRESS)
+			emit_lifecycle(&inf, EBTOP_EV_CONNECT, ret, now);
+		return 0;
+	case EBTOP_SC_ACCEPT:
+	case EBTOP_SC_ACCEPT4:
+		if (ret >= 0 && inet_socket((int)ret, &inf))
+			emit_lifecycle(&inf, EBTOP_EV_ACCEPT, ret, now);
+		return 0;
+	default:
+		break;
+	}
+	if (ret <= 0)
+		return 0;
+
+	if (source == SRC_MSG) {
+		struct ebtop_user_msghdr msg;
+		if (bpf_probe_read_user(&msg, sizeof(msg), (void *)inf.arg))
+			return 0;
+		return emit_data(&inf, now, (__u64)ret, SRC_IOV, (__u64)msg.msg_iov, msg.msg_iovlen,
+				 (__u64)msg.msg_name);
+	}
+	if (source == SRC_MMSG) {
+		/* ret is the number of messages; each carries its own length. bpf_loop keeps the
+		 * verifier's work to one pass over the per-message body. */
+		struct mmsg_walk w = { .inf = &inf, .now = now, .count = ret };
+		bpf_loop(EBTOP_MAX_MMSG, mmsg_one, &w, 0);
+		return 0;
+	}
+	return emit_data(&inf, now, (__u64)ret, source, inf.arg, inf.arg2, inf.peer_arg);
+}
+
+#define ARG(i) (ctx->args[i])
+
+#define DATA_ENTER(name, sc, src, dir, a, a2, peer)                                        \
+	SEC("tracepoint/syscalls/sys_enter_" #name)                                        \
+	int enter_##name(struct ebtop_sys_enter_ctx *ctx)                                  \
+	{                                                                                  \
+		return on_enter(sc, src, dir, (int)ARG(0), a, a2, peer);                   \
+	}                                                                                  \
+	SEC("tracepoint/syscalls/sys_exit_" #name)                                         \
+	int exit_##name(struct ebtop_sys_exit_ctx *ctx)                                    \
+	{                                                                                  \
+		return on_exit(ctx->ret, src);                                             \
+	}
+
+DATA_ENTER(read, EBTOP_SC_READ, SRC_BUF, EBTOP_DIR_INGRESS, ARG(1), 0, 0)
+DATA_ENTER(write, EBTOP_SC_WRITE, SRC_BUF, EBTOP_DIR_EGRESS, ARG(1), 0, 0)
+DATA_ENTER(readv, EBTOP_SC_READV, SRC_IOV, EBTOP_DIR_INGRESS, ARG(1), ARG(2), 0)
+DATA_ENTER(writev, EBTOP_SC_WRITEV, SRC_IOV, EBTOP_DIR_EGRESS, ARG(1), ARG(2), 0)
+DATA_ENTER(sendto, EBTOP_SC_SENDTO, SRC_BUF, EBTOP_DIR_EGRESS, ARG(1), 0, ARG(4))
+DATA_ENTER(recvfrom, EBTOP_SC_RECVFROM, SRC_BUF, EBTOP_DIR_INGRESS, ARG(1), 0, ARG(4))
+DATA_ENTER(sendmsg, EBTOP_SC_SENDMSG, SRC_MSG, EBTOP_DIR_EGRESS, ARG(1), 0, 0)
+DATA_ENTER(recvmsg, EBTOP_SC_RECVMSG, SRC_MSG, EBTOP_DIR_INGRESS, ARG(1), 0, 0)
+DATA_ENTER(sendmmsg, EBTOP_SC_SENDMMSG, SRC_MMSG, EBTOP_DIR_EGRESS, ARG(1), ARG(2), 0)
+DATA_ENTER(recvmmsg, EBTOP_SC_RECVMMSG, SRC_MMSG, EBTOP_DIR_INGRESS, ARG(1), ARG(2), 0)
+DATA_ENTER(connect, EBTOP_SC_CONNECT, SRC_NONE, EBTOP_DIR_EGRESS, 0, 0, 0)
+DATA_ENTER(accept, EBTOP_SC_ACCEPT, SRC_NONE, EBTOP_DIR_INGRESS, 0, 0, 0)
+DATA_ENTER(accept4, EBTOP_SC_ACCEPT4, SRC_NONE, EBTOP_DIR_INGRESS, 0, 0, 0)
+
+/* sendfile(out_fd, in_fd, offset, count): the socket is out_fd; only the length is known. */
+DATA_ENTER(sendfile64, EBTOP_SC_SENDFILE, SRC_NONE, EBTOP_DIR_EGRESS, 0, 0, 0)
+
+SEC("tracepoint/syscalls/sys_enter_close")
+int enter_close(struct ebtop_sys_enter_ctx *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!task_selected(id >> 32))
+		return 0;
+	struct inflight inf = {};
+	if (!inet_socket((int)ARG(0), &inf))
+		return 0;
+	/* Only sockets that carried traced data matter to user space. */
+	if (!bpf_map_lookup_elem(&sock_states, &inf.sock_id))
+		return 0;
+	bpf_map_delete_elem(&sock_states, &inf.sock_id);
+	inf.start_ns = bpf_ktime_get_ns();
+	inf.syscall = EBTOP_SC_CLOSE;
+	return emit_lifecycle(&inf, EBTOP_EV_CLOSE, 0, inf.start_ns);
+}

@@ -1,0 +1,136 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The few kernel types ebtop's BPF programs touch, marked preserve_access_index so libbpf
+ * relocates every field access against the running kernel's BTF (CO-RE). Only the fields
+ * used are declared: field offsets here do not matter, names and types do.
+ */
+#ifndef EBTOP_VMLINUX_MIN_H
+#define EBTOP_VMLINUX_MIN_H
+
+typedef unsigned char __u8;
+typedef signed char __s8;
+typedef unsigned short __u16;
+typedef short __s16;
+typedef unsigned int __u32;
+typedef int __s32;
+typedef unsigned long long __u64;
+typedef long long __s64;
+typedef __u8 u8;
+typedef __u16 u16;
+typedef __u32 u32;
+typedef __u64 u64;
+typedef __u16 __be16;
+typedef __u32 __be32;
+typedef __u32 __wsum;
+typedef _Bool bool;
+enum { false = 0, true = 1 };
+
+enum bpf_map_type {
+	BPF_MAP_TYPE_HASH = 1,
+	BPF_MAP_TYPE_ARRAY = 2,
+	BPF_MAP_TYPE_PERCPU_HASH = 5,
+	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
+	BPF_MAP_TYPE_LRU_HASH = 9,
+	BPF_MAP_TYPE_LRU_PERCPU_HASH = 10,
+	BPF_MAP_TYPE_RINGBUF = 27,
+};
+
+enum {
+	BPF_ANY = 0,
+	BPF_NOEXIST = 1,
+	BPF_EXIST = 2,
+};
+
+/* Tracepoint record layouts of syscalls:sys_enter_* / sys_exit_* (stable ABI). */
+struct ebtop_sys_enter_ctx {
+	__u64 __common;
+	long id;
+	unsigned long args[6];
+};
+
+struct ebtop_sys_exit_ctx {
+	__u64 __common;
+	long id;
+	long ret;
+};
+
+struct in6_addr {
+	union {
+		__u8 u6_addr8[16];
+		__be16 u6_addr16[8];
+		__be32 u6_addr32[4];
+	} in6_u;
+};
+
+struct sock_common {
+	union {
+		struct {
+			__be32 skc_daddr;
+			__be32 skc_rcv_saddr;
+		};
+	};
+	union {
+		struct {
+			__be16 skc_dport;
+			__u16 skc_num;
+		};
+	};
+	unsigned short skc_family;
+	struct in6_addr skc_v6_daddr;
+	struct in6_addr skc_v6_rcv_saddr;
+} __attribute__((preserve_access_index));
+
+struct sock {
+	struct sock_common __sk_common;
+} __attribute__((preserve_access_index));
+
+struct socket {
+	short type;
+	struct sock *sk;
+} __attribute__((preserve_access_index));
+
+struct inode {
+	unsigned short i_mode;
+	unsigned long i_ino;
+} __attribute__((preserve_access_index));
+
+struct file {
+	struct inode *f_inode;
+	void *private_data;
+} __attribute__((preserve_access_index));
+
+struct fdtable {
+	unsigned int max_fds;
+	struct file **fd;
+} __attribute__((preserve_access_index));
+
+struct files_struct {
+	struct fdtable *fdt;
+} __attribute__((preserve_access_index));
+
+struct task_struct {
+	struct files_struct *files;
+} __attribute__((preserve_access_index));
+
+/* User-space ABI structs (not kernel-internal: fixed layout, no relocation). */
+struct ebtop_iovec {
+	void *iov_base;
+	__u64 iov_len;
+};
+
+struct ebtop_user_msghdr {
+	void *msg_name;
+	int msg_namelen;
+	struct ebtop_iovec *msg_iov;
+	__u64 msg_iovlen;
+	void *msg_control;
+	__u64 msg_controllen;
+	unsigned int msg_flags;
+};
+
+struct ebtop_mmsghdr {
+	struct ebtop_user_msghdr msg_hdr;
+	unsigned int msg_len;
+};
+
+#endif

@@ -1,0 +1,83 @@
+//! A completed call as every sink sees it: the parser's view plus connection and process.
+
+use std::net::SocketAddr;
+
+use crate::event::Direction;
+use crate::protocols::L7Call;
+
+/// Which end of the call the traced process was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Side {
+    /// The process sent the request.
+    Client,
+    /// The process received the request.
+    Server,
+}
+
+impl Side {
+    pub fn name(self) -> &'static str {
+        match self {
+            Side::Client => "client",
+            Side::Server => "server",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub l7: L7Call,
+    pub side: Side,
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub sock_id: u64,
+    pub local: SocketAddr,
+    pub peer: SocketAddr,
+    /// CLOCK_MONOTONIC time the call started for this side: the client's first request write
+    /// (entry), the server's first request read (exit).
+    pub start_ns: u64,
+    /// Client: first request write entry → last response read exit. Server: last request read
+    /// exit → first response write entry.
+    pub latency_ns: u64,
+}
+
+impl Call {
+    pub fn new(
+        l7: L7Call,
+        pid: u32,
+        tid: u32,
+        comm: String,
+        sock_id: u64,
+        local: SocketAddr,
+        peer: SocketAddr,
+    ) -> Call {
+        let side = if l7.request_dir == Direction::Egress {
+            Side::Client
+        } else {
+            Side::Server
+        };
+        let (start_ns, latency_ns) = match side {
+            Side::Client => (
+                l7.req.first_start_ns,
+                l7.resp.last_end_ns.saturating_sub(l7.req.first_start_ns),
+            ),
+            Side::Server => (
+                l7.req.first_end_ns,
+                l7.resp.first_start_ns.saturating_sub(l7.req.last_end_ns),
+            ),
+        };
+        Call {
+            l7,
+            side,
+            pid,
+            tid,
+            comm,
+            sock_id,
+            local,
+            peer,
+            start_ns,
+            latency_ns,
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! Command line (the man page, man/ebtop.1, documents the same options).
+
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+fn duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 10s, 1m, 500ms)"))?;
+    if d.is_zero() {
+        return Err("must be greater than zero".into());
+    }
+    Ok(d)
+}
+
+fn ringbuf_mb(s: &str) -> Result<u32, String> {
+    let v: u32 = s
+        .parse()
+        .map_err(|_| "expected a number of MiB".to_string())?;
+    if !(1..=1024).contains(&v) || !v.is_power_of_two() {
+        return Err("must be a power of two from 1 to 1024".into());
+    }
+    Ok(v)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Depth {
+    /// Only what identifies a call: method, resource, status, framing.
+    Shallow,
+    /// Also optional details such as the HTTP Host header.
+    Full,
+}
+
+/// top for L7 calls: live HTTP calls with latency, from eBPF syscall tracepoints.
+#[derive(Debug, Parser)]
+#[command(name = "ebtop", version, about, max_term_width = 100)]
+pub struct Args {
+    /// Print JSON lines (one object per line, schema in docs/json.md) instead of the terminal UI.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Stop after this long (e.g. 10s, 2m, 500ms). Default: until Ctrl-C.
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub duration: Option<Duration>,
+
+    /// Interval between periodic reports (lost events, aggregates).
+    #[arg(short = 'd', long, value_name = "DURATION", value_parser = duration, default_value = "1s")]
+    pub delay: Duration,
+
+    /// Trace only this process (thread group id). Applied in the kernel.
+    #[arg(short = 'p', long, value_name = "PID")]
+    pub pid: Option<u32>,
+
+    /// Trace only processes with this command name (first 15 bytes, as in /proc/PID/comm).
+    /// Applied in the kernel.
+    #[arg(long, value_name = "NAME")]
+    pub comm: Option<String>,
+
+    /// Trace only connections with this local or remote port. Applied in the kernel.
+    #[arg(long, value_name = "PORT")]
+    pub port: Option<u16>,
+
+    /// Payload bytes copied per syscall (0–16384). Longer bodies are skipped by byte count;
+    /// headers longer than this are not parsed.
+    #[arg(long, value_name = "BYTES", default_value_t = 4096,
+          value_parser = clap::value_parser!(u32).range(0..=16384))]
+    pub snaplen: u32,
+
+    /// Ring buffer size in MiB (power of two). Larger absorbs longer bursts.
+    #[arg(long, value_name = "MIB", default_value_t = 16, value_parser = ringbuf_mb)]
+    pub ringbuf_mb: u32,
+
+    /// Copy payload of every TCP/UDP connection, not only connections whose first bytes the
+    /// kernel recognises as a supported protocol.
+    #[arg(long)]
+    pub capture_all: bool,
+
+    /// How much of each message to parse.
+    #[arg(long, value_enum, default_value_t = Depth::Full)]
+    pub depth: Depth,
+
+    /// Show libbpf's own messages and more detail on errors.
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn parses_durations_and_rejects_bad_values() {
+        let a =
+            Args::try_parse_from(["ebtop", "--json", "--duration", "10s", "--port", "80"]).unwrap();
+        assert_eq!(a.duration, Some(Duration::from_secs(10)));
+        assert!(Args::try_parse_from(["ebtop", "--duration", "0s"]).is_err());
+        assert!(Args::try_parse_from(["ebtop", "--snaplen", "20000"]).is_err());
+        assert!(Args::try_parse_from(["ebtop", "--ringbuf-mb", "3"]).is_err());
+        assert!(Args::try_parse_from(["ebtop", "--bogus"]).is_err());
+    }
+}

@@ -1,0 +1,88 @@
+//! Kernel timestamps (CLOCK_MONOTONIC) to wall-clock time.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+fn clock_ns(id: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the valid pointer we pass.
+    unsafe { libc::clock_gettime(id, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// CLOCK_MONOTONIC now, the clock bpf_ktime_get_ns() reads.
+pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// Wall time minus monotonic time, in ns: add it to a kernel timestamp to get Unix time.
+/// Taken as the tightest of a few samples so a preemption between the two reads cannot skew it.
+pub fn wall_offset_ns() -> i64 {
+    let mut best: Option<(u64, i64)> = None;
+    for _ in 0..5 {
+        let m1 = clock_ns(libc::CLOCK_MONOTONIC);
+        let w = clock_ns(libc::CLOCK_REALTIME);
+        let m2 = clock_ns(libc::CLOCK_MONOTONIC);
+        let width = m2 - m1;
+        let off = w as i64 - (m1 / 2 + m2 / 2) as i64;
+        if best.is_none_or(|(bw, _)| width < bw) {
+            best = Some((width, off));
+        }
+    }
+    best.map(|b| b.1).unwrap_or(0)
+}
+
+/// RFC 3339 UTC with nanoseconds, e.g. `2026-11-21T10:00:00.123456789Z`.
+pub fn rfc3339(unix_ns: i64) -> String {
+    let t = UNIX_EPOCH + Duration::from_nanos(unix_ns.max(0) as u64);
+    humantime::format_rfc3339_nanos(t).to_string()
+}
+
+/// Converts monotonic timestamps with a fixed offset (live: measured now; replay: recorded).
+#[derive(Debug, Clone, Copy)]
+pub struct WallClock {
+    pub offset_ns: i64,
+}
+
+impl WallClock {
+    pub fn live() -> Self {
+        WallClock {
+            offset_ns: wall_offset_ns(),
+        }
+    }
+    pub fn unix_ns(&self, mono_ns: u64) -> i64 {
+        mono_ns as i64 + self.offset_ns
+    }
+    pub fn rfc3339(&self, mono_ns: u64) -> String {
+        rfc3339(self.unix_ns(mono_ns))
+    }
+}
+
+pub fn now_unix_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_with_nanoseconds() {
+        assert_eq!(
+            rfc3339(1_700_000_000_123_456_789),
+            "2023-11-14T22:13:20.123456789Z"
+        );
+    }
+
+    #[test]
+    fn offset_maps_monotonic_to_now() {
+        let c = WallClock::live();
+        let diff = (c.unix_ns(monotonic_ns()) - now_unix_ns()).abs();
+        assert!(diff < 50_000_000, "offset off by {diff} ns");
+    }
+}

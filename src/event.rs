@@ -1,0 +1,392 @@
+//! Decoding of the records the BPF programs write (layout: `src/bpf/ebtop.h`).
+//!
+//! Records are decoded field by field from little-endian bytes rather than cast, so a short or
+//! corrupt record (from a damaged recording) is an error, never undefined behaviour.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+/// Size of `struct ebtop_event`, the fixed header in front of every payload.
+pub const HEADER_LEN: usize = 120;
+/// Largest snaplen the kernel side accepts (`EBTOP_MAX_SNAPLEN`).
+pub const MAX_SNAPLEN: u32 = 16384;
+
+pub const AF_INET: u8 = 2;
+pub const AF_INET6: u8 = 10;
+pub const SOCK_STREAM: u8 = 1;
+pub const SOCK_DGRAM: u8 = 2;
+
+/// Flag: the payload was cut (snaplen or iovec limit); `cap_len < total_len`.
+pub const FLAG_TRUNCATED: u16 = 1;
+/// Flag: the peer address came from the syscall's sockaddr argument.
+pub const FLAG_PEER_FROM_ARG: u16 = 2;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Data,
+    Connect,
+    Accept,
+    Close,
+}
+
+/// Direction as seen by the traced process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// The process sent these bytes.
+    Egress = 0,
+    /// The process received these bytes.
+    Ingress = 1,
+}
+
+impl Direction {
+    pub fn index(self) -> usize {
+        self as usize
+    }
+    pub fn opposite(self) -> Direction {
+        match self {
+            Direction::Egress => Direction::Ingress,
+            Direction::Ingress => Direction::Egress,
+        }
+    }
+}
+
+/// Syscall that produced a record (`enum ebtop_syscall`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Syscall {
+    Read,
+    Write,
+    Readv,
+    Writev,
+    Sendto,
+    Recvfrom,
+    Sendmsg,
+    Recvmsg,
+    Sendmmsg,
+    Recvmmsg,
+    Sendfile,
+    Connect,
+    Accept,
+    Accept4,
+    Close,
+}
+
+impl Syscall {
+    fn from_raw(v: u8) -> Option<Syscall> {
+        use Syscall::*;
+        Some(match v {
+            1 => Read,
+            2 => Write,
+            3 => Readv,
+            4 => Writev,
+            5 => Sendto,
+            6 => Recvfrom,
+            7 => Sendmsg,
+            8 => Recvmsg,
+            9 => Sendmmsg,
+            10 => Recvmmsg,
+            11 => Sendfile,
+            12 => Connect,
+            13 => Accept,
+            14 => Accept4,
+            15 => Close,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        use Syscall::*;
+        match self {
+            Read => "read",
+            Write => "write",
+            Readv => "readv",
+            Writev => "writev",
+            Sendto => "sendto",
+            Recvfrom => "recvfrom",
+            Sendmsg => "sendmsg",
+            Recvmsg => "recvmsg",
+            Sendmmsg => "sendmmsg",
+            Recvmmsg => "recvmmsg",
+            Sendfile => "sendfile",
+            Connect => "connect",
+            Accept => "accept",
+            Accept4 => "accept4",
+            Close => "close",
+        }
+    }
+}
+
+/// Why a record could not be decoded.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecodeError {
+    #[error("record of {0} bytes is shorter than the {HEADER_LEN}-byte header")]
+    Short(usize),
+    #[error("record says {cap_len} payload bytes but carries {have}")]
+    PayloadLength { cap_len: u32, have: usize },
+    #[error("unknown record kind {0}")]
+    Kind(u8),
+    #[error("unknown syscall id {0}")]
+    Syscall(u8),
+    #[error("unknown address family {0}")]
+    Family(u8),
+}
+
+/// One decoded record; `payload` borrows from the raw bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct Event<'a> {
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub sock_id: u64,
+    pub seq: u64,
+    pub total_len: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub fd: i32,
+    pub kind: EventKind,
+    pub dir: Direction,
+    pub syscall: Syscall,
+    pub family: u8,
+    pub sock_type: u8,
+    pub proto_hint: u8,
+    pub flags: u16,
+    pub lport: u16,
+    pub rport: u16,
+    pub laddr: [u8; 16],
+    pub raddr: [u8; 16],
+    pub comm: [u8; 16],
+    pub payload: &'a [u8],
+}
+
+fn u64_at(b: &[u8], off: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[off..off + 8]);
+    u64::from_le_bytes(a)
+}
+fn u32_at(b: &[u8], off: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[off..off + 4]);
+    u32::from_le_bytes(a)
+}
+fn u16_at(b: &[u8], off: usize) -> u16 {
+    u16::from_le_bytes([b[off], b[off + 1]])
+}
+fn arr16(b: &[u8], off: usize) -> [u8; 16] {
+    let mut a = [0u8; 16];
+    a.copy_from_slice(&b[off..off + 16]);
+    a
+}
+
+impl<'a> Event<'a> {
+    /// Decodes one ring-buffer record. Extra bytes after the payload are ignored so that a
+    /// newer kernel side may append fields.
+    pub fn decode(b: &'a [u8]) -> Result<Event<'a>, DecodeError> {
+        if b.len() < HEADER_LEN {
+            return Err(DecodeError::Short(b.len()));
+        }
+        let cap_len = u32_at(b, 52);
+        let end = HEADER_LEN
+            .checked_add(cap_len as usize)
+            .filter(|&e| e <= b.len())
+            .ok_or(DecodeError::PayloadLength {
+                cap_len,
+                have: b.len() - HEADER_LEN,
+            })?;
+        let kind = match b[56] {
+            1 => EventKind::Data,
+            2 => EventKind::Connect,
+            3 => EventKind::Accept,
+            4 => EventKind::Close,
+            k => return Err(DecodeError::Kind(k)),
+        };
+        let dir = if b[57] & 1 == 0 {
+            Direction::Egress
+        } else {
+            Direction::Ingress
+        };
+        let syscall = Syscall::from_raw(b[58]).ok_or(DecodeError::Syscall(b[58]))?;
+        let family = b[59];
+        if family != AF_INET && family != AF_INET6 {
+            return Err(DecodeError::Family(family));
+        }
+        Ok(Event {
+            start_ns: u64_at(b, 0),
+            end_ns: u64_at(b, 8),
+            sock_id: u64_at(b, 16),
+            seq: u64_at(b, 24),
+            total_len: u64_at(b, 32),
+            pid: u32_at(b, 40),
+            tid: u32_at(b, 44),
+            fd: u32_at(b, 48) as i32,
+            kind,
+            dir,
+            syscall,
+            family,
+            sock_type: b[60],
+            proto_hint: b[61],
+            flags: u16_at(b, 62),
+            lport: u16_at(b, 64),
+            rport: u16_at(b, 66),
+            laddr: arr16(b, 72),
+            raddr: arr16(b, 88),
+            comm: arr16(b, 104),
+            payload: &b[HEADER_LEN..end],
+        })
+    }
+
+    pub fn local(&self) -> SocketAddr {
+        SocketAddr::new(ip(self.family, &self.laddr), self.lport)
+    }
+    pub fn peer(&self) -> SocketAddr {
+        SocketAddr::new(ip(self.family, &self.raddr), self.rport)
+    }
+    pub fn comm_str(&self) -> String {
+        comm_to_string(&self.comm)
+    }
+    /// Bytes the syscall moved that are not in `payload`.
+    pub fn uncaptured(&self) -> u64 {
+        self.total_len.saturating_sub(self.payload.len() as u64)
+    }
+}
+
+pub fn comm_to_string(comm: &[u8; 16]) -> String {
+    let n = comm.iter().position(|&c| c == 0).unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..n]).into_owned()
+}
+
+fn ip(family: u8, a: &[u8; 16]) -> IpAddr {
+    if family == AF_INET {
+        IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3]))
+    } else {
+        let v6 = Ipv6Addr::from(*a);
+        // Dual-stack sockets carry IPv4 peers as ::ffff:a.b.c.d; show them as IPv4.
+        match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(v6),
+        }
+    }
+}
+
+/// Builds a raw record; the inverse of [`Event::decode`] (used by tests and fixtures).
+#[derive(Debug, Clone)]
+pub struct EventBuilder {
+    pub header: [u8; HEADER_LEN],
+}
+
+impl EventBuilder {
+    pub fn data(dir: Direction, sock_id: u64, seq: u64, total_len: u64) -> EventBuilder {
+        let mut b = EventBuilder {
+            header: [0; HEADER_LEN],
+        };
+        b.set_u64(16, sock_id);
+        b.set_u64(24, seq);
+        b.set_u64(32, total_len);
+        b.header[56] = 1;
+        b.header[57] = dir as u8;
+        b.header[58] = if dir == Direction::Egress { 2 } else { 1 };
+        b.header[59] = AF_INET;
+        b.header[60] = SOCK_STREAM;
+        b.header[61] = 1;
+        b
+    }
+    pub fn lifecycle(kind: EventKind, sock_id: u64) -> EventBuilder {
+        let mut b = EventBuilder::data(Direction::Egress, sock_id, 0, 0);
+        let (k, sc) = match kind {
+            EventKind::Data => (1, 2),
+            EventKind::Connect => (2, 12),
+            EventKind::Accept => (3, 14),
+            EventKind::Close => (4, 15),
+        };
+        b.header[56] = k;
+        b.header[58] = sc;
+        b
+    }
+    fn set_u64(&mut self, off: usize, v: u64) {
+        self.header[off..off + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    pub fn times(mut self, start_ns: u64, end_ns: u64) -> Self {
+        self.set_u64(0, start_ns);
+        self.set_u64(8, end_ns);
+        self
+    }
+    pub fn process(mut self, pid: u32, tid: u32, comm: &str) -> Self {
+        self.header[40..44].copy_from_slice(&pid.to_le_bytes());
+        self.header[44..48].copy_from_slice(&tid.to_le_bytes());
+        let c = comm.as_bytes();
+        let n = c.len().min(15);
+        self.header[104..120].fill(0);
+        self.header[104..104 + n].copy_from_slice(&c[..n]);
+        self
+    }
+    pub fn v4(mut self, local: [u8; 4], lport: u16, peer: [u8; 4], rport: u16) -> Self {
+        self.header[59] = AF_INET;
+        self.header[64..66].copy_from_slice(&lport.to_le_bytes());
+        self.header[66..68].copy_from_slice(&rport.to_le_bytes());
+        self.header[72..76].copy_from_slice(&local);
+        self.header[88..92].copy_from_slice(&peer);
+        self
+    }
+    /// The record with `payload` (at most `total_len` bytes) appended.
+    pub fn build(mut self, payload: &[u8]) -> Vec<u8> {
+        let total = u64_at(&self.header, 32);
+        if (payload.len() as u64) < total {
+            let flags = u16_at(&self.header, 62) | FLAG_TRUNCATED;
+            self.header[62..64].copy_from_slice(&flags.to_le_bytes());
+        }
+        self.header[52..56].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        let mut v = Vec::with_capacity(HEADER_LEN + payload.len());
+        v.extend_from_slice(&self.header);
+        v.extend_from_slice(payload);
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let raw = EventBuilder::data(Direction::Ingress, 77, 10, 5)
+            .times(100, 200)
+            .process(42, 43, "nginx")
+            .v4([127, 0, 0, 1], 8080, [127, 0, 0, 2], 5000)
+            .build(b"GET /");
+        let ev = Event::decode(&raw).unwrap();
+        assert_eq!(ev.sock_id, 77);
+        assert_eq!(ev.seq, 10);
+        assert_eq!(ev.dir, Direction::Ingress);
+        assert_eq!(ev.payload, b"GET /");
+        assert_eq!(ev.comm_str(), "nginx");
+        assert_eq!(ev.local().to_string(), "127.0.0.1:8080");
+        assert_eq!(ev.peer().to_string(), "127.0.0.2:5000");
+        assert_eq!(ev.end_ns - ev.start_ns, 100);
+        assert_eq!(ev.uncaptured(), 0);
+    }
+
+    #[test]
+    fn short_and_lying_records_are_errors() {
+        assert_eq!(
+            Event::decode(&[0u8; 10]).unwrap_err(),
+            DecodeError::Short(10)
+        );
+        let mut raw = EventBuilder::data(Direction::Egress, 1, 0, 5).build(b"abcde");
+        raw.truncate(HEADER_LEN + 2);
+        assert!(matches!(
+            Event::decode(&raw),
+            Err(DecodeError::PayloadLength {
+                cap_len: 5,
+                have: 2
+            })
+        ));
+        let mut raw = EventBuilder::data(Direction::Egress, 1, 0, 0).build(b"");
+        raw[56] = 99;
+        assert_eq!(Event::decode(&raw).unwrap_err(), DecodeError::Kind(99));
+    }
+
+    #[test]
+    fn v4_mapped_v6_shows_as_v4() {
+        let mut a = [0u8; 16];
+        a[10] = 0xff;
+        a[11] = 0xff;
+        a[12..].copy_from_slice(&[10, 0, 0, 1]);
+        assert_eq!(ip(AF_INET6, &a).to_string(), "10.0.0.1");
+    }
+}

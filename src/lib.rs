@@ -1,0 +1,17 @@
+//! ebtop's core, shared by the binary and the tests. Data flow (docs/architecture.md):
+//! source (live BPF ring buffer | recording) → [`event`] → [`conntrack`] → [`protocols`] →
+//! [`call`] → [`pipeline`] → [`sink`] (JSON lines | TUI | recorder).
+
+pub mod bpf;
+pub mod call;
+pub mod cli;
+pub mod clock;
+pub mod conntrack;
+pub mod event;
+pub mod pipeline;
+pub mod preflight;
+pub mod procinfo;
+pub mod protocols;
+pub mod session;
+pub mod sink;
+pub mod source;

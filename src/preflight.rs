@@ -1,0 +1,77 @@
+//! Checks before loading BPF, each failing with one line a user can act on.
+
+use std::path::Path;
+
+use anyhow::{bail, Result};
+
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
+const CAP_BPF: u32 = 39;
+
+fn effective_caps() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Root, or CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN).
+pub fn check_privileges() -> Result<()> {
+    let caps = effective_caps();
+    let has = |c: u32| caps & (1u64 << c) != 0;
+    if has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON)) {
+        return Ok(());
+    }
+    bail!(
+        "ebtop needs root to load eBPF programs (or CAP_BPF and CAP_PERFMON): run it with sudo, \
+         or replay a recording with -r (no root needed)"
+    )
+}
+
+pub fn check_btf() -> Result<()> {
+    if Path::new("/sys/kernel/btf/vmlinux").exists() {
+        return Ok(());
+    }
+    bail!(
+        "this kernel exposes no BTF (/sys/kernel/btf/vmlinux is missing): ebtop needs a kernel \
+         built with CONFIG_DEBUG_INFO_BTF=y (most distribution kernels since 2020)"
+    )
+}
+
+const TRACEFS: &str = "/sys/kernel/tracing";
+
+/// Tracepoint attach needs tracefs; mount it when it is missing (root can).
+pub fn ensure_tracefs() -> Result<()> {
+    let events = |base: &str| Path::new(base).join("events/syscalls").is_dir();
+    if events(TRACEFS) || events("/sys/kernel/debug/tracing") {
+        return Ok(());
+    }
+    let src = c"nodev";
+    let target = c"/sys/kernel/tracing";
+    let fstype = c"tracefs";
+    // SAFETY: all pointers are valid NUL-terminated strings; data is null (no options).
+    let rc = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc == 0 && events(TRACEFS) {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    if Path::new(TRACEFS).join("events").is_dir() {
+        bail!("tracefs is mounted at {TRACEFS} but has no syscall tracepoints: the kernel lacks CONFIG_FTRACE_SYSCALLS")
+    }
+    bail!(
+        "tracefs is not mounted and mounting it failed ({err}): run \
+         'mount -t tracefs nodev {TRACEFS}' and start ebtop again"
+    )
+}

@@ -1,0 +1,188 @@
+//! Protocol parsers: one file per protocol, all behind [`StreamParser`].
+//!
+//! The connection tracker hands a parser each syscall's bytes in order per direction
+//! ([`Segment`]), the bytes it did not see ([`StreamParser::on_gap`]), and the connection's end.
+//! The parser frames messages, pairs requests with responses — in order (HTTP/1, Redis), by id
+//! (DNS, Kafka: see [`matching`]) or by stream (HTTP/2) — and emits [`L7Call`]s. Adding a protocol
+//! means one file here, an entry in [`PROTOCOLS`], and its tests.
+
+pub mod http1;
+pub mod matching;
+
+use crate::event::Direction;
+
+/// Application protocols ebtop parses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    Http,
+}
+
+impl Protocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Http => "http",
+        }
+    }
+}
+
+/// How deep a parser looks: `Shallow` extracts only what identifies a call (method, resource,
+/// status) and what framing needs; `Full` also keeps optional details (e.g. HTTP Host).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ParseDepth {
+    Shallow,
+    #[default]
+    Full,
+}
+
+/// Transport a connection uses; datagram parsers treat each segment as one whole message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Stream,
+    Datagram,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct ParserConfig {
+    pub depth: ParseDepth,
+    pub transport: Transport,
+}
+
+/// One syscall's bytes in one direction. `payload` is the captured prefix of the `total_len`
+/// bytes the syscall moved.
+#[derive(Debug, Clone, Copy)]
+pub struct Segment<'a> {
+    pub dir: Direction,
+    pub payload: &'a [u8],
+    pub total_len: u64,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// When and how much: the syscalls that carried one message.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MessageSpan {
+    /// Entry and exit of the first syscall carrying the message.
+    pub first_start_ns: u64,
+    pub first_end_ns: u64,
+    /// Entry and exit of the last syscall carrying the message.
+    pub last_start_ns: u64,
+    pub last_end_ns: u64,
+    /// Bytes of the message (headers and body) as moved by the kernel.
+    pub bytes: u64,
+    pub syscalls: u32,
+}
+
+impl MessageSpan {
+    pub fn starting(seg: &Segment) -> MessageSpan {
+        MessageSpan {
+            first_start_ns: seg.start_ns,
+            first_end_ns: seg.end_ns,
+            last_start_ns: seg.start_ns,
+            last_end_ns: seg.end_ns,
+            bytes: 0,
+            syscalls: 1,
+        }
+    }
+    /// Records that `seg` (a later syscall) carried part of this message.
+    pub fn extend(&mut self, seg: &Segment) {
+        self.last_start_ns = seg.start_ns;
+        self.last_end_ns = seg.end_ns;
+        self.syscalls += 1;
+    }
+}
+
+/// Error class of a call, as the protocol defines it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Ok,
+    /// The client's fault (HTTP 4xx).
+    ClientError,
+    /// The server's fault (HTTP 5xx) or a protocol-level error reply.
+    ServerError,
+}
+
+/// A request paired with its response, as a parser sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct L7Call {
+    pub proto: Protocol,
+    /// Direction (relative to the traced process) the request travelled.
+    pub request_dir: Direction,
+    pub method: String,
+    pub resource: String,
+    /// Protocol version as shown (e.g. "1.1").
+    pub version: &'static str,
+    pub status: Option<u32>,
+    pub outcome: Outcome,
+    pub req: MessageSpan,
+    pub resp: MessageSpan,
+    /// Part of the request or response payload was not captured (snaplen); framing still exact.
+    pub truncated: bool,
+    /// The response's end was not visible and was inferred from the next message or the close.
+    pub end_inferred: bool,
+    /// Optional protocol details (`Full` depth only), e.g. ("host", "example.com").
+    pub details: Vec<(&'static str, String)>,
+}
+
+/// Problems a parser met, all counted and reported, none fatal.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ParseStats {
+    /// Messages dropped because bytes were lost inside them (ring buffer loss, garbage).
+    pub damaged_messages: u64,
+    /// Times a stream stopped making sense and the parser waited for a message start.
+    pub desyncs: u64,
+    /// Bytes skipped while out of sync.
+    pub unparsed_bytes: u64,
+    /// Responses with no request to pair with (e.g. request sent before ebtop started).
+    pub unmatched_responses: u64,
+    /// Requests still waiting for a response when the connection ended.
+    pub unanswered_requests: u64,
+    /// Calls whose response end was inferred rather than seen.
+    pub inferred_ends: u64,
+}
+
+impl ParseStats {
+    pub fn add(&mut self, o: &ParseStats) {
+        self.damaged_messages += o.damaged_messages;
+        self.desyncs += o.desyncs;
+        self.unparsed_bytes += o.unparsed_bytes;
+        self.unmatched_responses += o.unmatched_responses;
+        self.unanswered_requests += o.unanswered_requests;
+        self.inferred_ends += o.inferred_ends;
+    }
+}
+
+/// Per-connection parser state. Implementations must accept any bytes without panicking.
+pub trait StreamParser: Send {
+    /// Bytes of one syscall, in order within its direction.
+    fn on_segment(&mut self, seg: &Segment<'_>, out: &mut Vec<L7Call>, stats: &mut ParseStats);
+    /// `len` bytes in `dir` were lost before the next segment (None: unknown amount).
+    fn on_gap(&mut self, dir: Direction, len: Option<u64>, stats: &mut ParseStats);
+    /// The connection ended; complete what can be completed, count the rest.
+    fn on_close(&mut self, out: &mut Vec<L7Call>, stats: &mut ParseStats);
+}
+
+/// A protocol's entry point: recognition of a connection's first bytes and a parser factory.
+#[derive(Clone, Copy)]
+pub struct ProtocolSpec {
+    pub proto: Protocol,
+    /// Does this payload (the first a connection shows in some direction) start this protocol?
+    pub detect: fn(&[u8]) -> bool,
+    pub new_parser: fn(&ParserConfig) -> Box<dyn StreamParser>,
+}
+
+/// Every protocol ebtop knows, tried in order.
+pub static PROTOCOLS: &[ProtocolSpec] = &[http1::SPEC];
+
+/// The protocol whose start `payload` looks like, if any.
+pub fn detect(payload: &[u8]) -> Option<&'static ProtocolSpec> {
+    PROTOCOLS.iter().find(|p| (p.detect)(payload))
+}
+
+pub fn spec(proto: Protocol) -> &'static ProtocolSpec {
+    PROTOCOLS
+        .iter()
+        .find(|p| p.proto == proto)
+        .expect("every Protocol has a spec")
+}

@@ -1,0 +1,86 @@
+//! What describes a session (first JSON line, recording header) and how it ended.
+
+use crate::conntrack::TrackerStats;
+use crate::protocols::ParseStats;
+
+/// Filters of a run; applied in the kernel when live, by the pipeline when replaying.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Filters {
+    pub pid: Option<u32>,
+    pub comm: Option<String>,
+    pub port: Option<u16>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SessionMeta {
+    /// "live" or "replay".
+    pub source: String,
+    pub ebtop_version: String,
+    pub host: String,
+    pub kernel: String,
+    /// Unix time (ns) the capture started.
+    pub start_unix_ns: i64,
+    /// Wall minus monotonic clock (ns) on the capturing host.
+    pub wall_offset_ns: i64,
+    pub snaplen: u32,
+    pub filters: Filters,
+}
+
+impl SessionMeta {
+    pub fn this_host(source: &str, snaplen: u32, filters: Filters, wall_offset_ns: i64) -> Self {
+        SessionMeta {
+            source: source.to_owned(),
+            ebtop_version: env!("CARGO_PKG_VERSION").to_owned(),
+            host: uname_field(|u| &u.nodename),
+            kernel: uname_field(|u| &u.release),
+            start_unix_ns: crate::clock::now_unix_ns(),
+            wall_offset_ns,
+            snaplen,
+            filters,
+        }
+    }
+}
+
+fn uname_field(pick: impl Fn(&libc::utsname) -> &[libc::c_char; 65]) -> String {
+    // SAFETY: utsname is plain old data; uname fills it (zeroed first, so strings are
+    // NUL-terminated even if it failed).
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer to a utsname.
+    unsafe { libc::uname(&mut u) };
+    let f = pick(&u);
+    let bytes: Vec<u8> = f
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Counters the kernel side keeps (per-CPU array `counters`, summed; lost also per CPU).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KernelCounters {
+    pub events: u64,
+    pub lost: u64,
+    pub lost_bytes: u64,
+    pub skipped_unknown_proto: u64,
+    pub skipped_unknown_bytes: u64,
+    pub inflight_full: u64,
+    pub socket_syscalls: u64,
+    pub truncated: u64,
+    pub lost_per_cpu: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Summary {
+    pub duration_ns: u64,
+    pub calls: u64,
+    pub calls_client: u64,
+    pub calls_server: u64,
+    /// Records received from the kernel (or the recording).
+    pub events: u64,
+    /// Records that did not decode (corrupt recording).
+    pub decode_errors: u64,
+    pub kernel: KernelCounters,
+    pub tracker: TrackerStats,
+    pub parse: ParseStats,
+}

@@ -1,0 +1,192 @@
+//! JSON lines: one object per line, `type` on every line (schema: docs/json.md).
+
+use std::io::{self, Write};
+use std::net::SocketAddr;
+
+use serde::Serialize;
+
+use super::Sink;
+use crate::call::Call;
+use crate::clock::WallClock;
+use crate::procinfo::ProcInfo;
+use crate::protocols::Outcome;
+use crate::session::{Filters, SessionMeta, Summary};
+
+pub struct JsonSink<W: Write> {
+    out: W,
+    clock: WallClock,
+}
+
+impl<W: Write> JsonSink<W> {
+    pub fn new(out: W) -> Self {
+        JsonSink {
+            out,
+            clock: WallClock { offset_ns: 0 },
+        }
+    }
+    fn line<T: Serialize>(&mut self, v: &T) -> io::Result<()> {
+        serde_json::to_writer(&mut self.out, v)?;
+        self.out.write_all(b"\n")
+    }
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+}
+
+#[derive(Serialize)]
+struct MetaLine<'a> {
+    #[serde(rename = "type")]
+    ty: &'static str,
+    schema: u32,
+    source: &'a str,
+    ebtop_version: &'a str,
+    host: &'a str,
+    kernel: &'a str,
+    start: String,
+    snaplen: u32,
+    filters: &'a Filters,
+}
+
+#[derive(Serialize)]
+struct ProcLine<'a> {
+    #[serde(rename = "type")]
+    ty: &'static str,
+    pid: u32,
+    comm: &'a str,
+    exe: Option<&'a str>,
+    cmdline: &'a [String],
+}
+
+#[derive(Serialize)]
+struct CallLine<'a> {
+    #[serde(rename = "type")]
+    ty: &'static str,
+    ts: String,
+    proto: &'static str,
+    side: &'static str,
+    pid: u32,
+    tid: u32,
+    comm: &'a str,
+    sock_id: u64,
+    local: SocketAddr,
+    peer: SocketAddr,
+    method: &'a str,
+    resource: &'a str,
+    version: &'a str,
+    status: Option<u32>,
+    outcome: Outcome,
+    latency_ns: u64,
+    req_bytes: u64,
+    resp_bytes: u64,
+    req_syscalls: u32,
+    resp_syscalls: u32,
+    truncated: bool,
+    end_inferred: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    host: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct LostLine {
+    #[serde(rename = "type")]
+    ty: &'static str,
+    ts: String,
+    events: u64,
+    bytes: u64,
+}
+
+#[derive(Serialize)]
+struct SummaryLine<'a> {
+    #[serde(rename = "type")]
+    ty: &'static str,
+    ts: String,
+    #[serde(flatten)]
+    summary: &'a Summary,
+}
+
+impl<W: Write> Sink for JsonSink<W> {
+    fn meta(&mut self, m: &SessionMeta) -> io::Result<()> {
+        self.clock = WallClock {
+            offset_ns: m.wall_offset_ns,
+        };
+        self.line(&MetaLine {
+            ty: "meta",
+            schema: 1,
+            source: &m.source,
+            ebtop_version: &m.ebtop_version,
+            host: &m.host,
+            kernel: &m.kernel,
+            start: crate::clock::rfc3339(m.start_unix_ns),
+            snaplen: m.snaplen,
+            filters: &m.filters,
+        })?;
+        self.out.flush()
+    }
+
+    fn process(&mut self, p: &ProcInfo) -> io::Result<()> {
+        self.line(&ProcLine {
+            ty: "proc",
+            pid: p.pid,
+            comm: &p.comm,
+            exe: p.exe.as_deref(),
+            cmdline: &p.cmdline,
+        })
+    }
+
+    fn call(&mut self, c: &Call) -> io::Result<()> {
+        let host =
+            c.l7.details
+                .iter()
+                .find(|(k, _)| *k == "host")
+                .map(|(_, v)| v.as_str());
+        let line = CallLine {
+            ty: "call",
+            ts: self.clock.rfc3339(c.start_ns),
+            proto: c.l7.proto.name(),
+            side: c.side.name(),
+            pid: c.pid,
+            tid: c.tid,
+            comm: &c.comm,
+            sock_id: c.sock_id,
+            local: c.local,
+            peer: c.peer,
+            method: &c.l7.method,
+            resource: &c.l7.resource,
+            version: c.l7.version,
+            status: c.l7.status,
+            outcome: c.l7.outcome,
+            latency_ns: c.latency_ns,
+            req_bytes: c.l7.req.bytes,
+            resp_bytes: c.l7.resp.bytes,
+            req_syscalls: c.l7.req.syscalls,
+            resp_syscalls: c.l7.resp.syscalls,
+            truncated: c.l7.truncated,
+            end_inferred: c.l7.end_inferred,
+            host,
+        };
+        self.line(&line)
+    }
+
+    fn lost(&mut self, mono_ns: u64, events: u64, bytes: u64) -> io::Result<()> {
+        let ts = self.clock.rfc3339(mono_ns);
+        self.line(&LostLine {
+            ty: "lost",
+            ts,
+            events,
+            bytes,
+        })
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
+    fn summary(&mut self, s: &Summary) -> io::Result<()> {
+        self.line(&SummaryLine {
+            ty: "summary",
+            ts: crate::clock::rfc3339(crate::clock::now_unix_ns()),
+            summary: s,
+        })?;
+        self.out.flush()
+    }
+}

@@ -1,0 +1,23 @@
+//! Where the pipeline's output goes: JSON lines, the terminal UI, a recording.
+
+pub mod json;
+
+use std::io;
+
+use crate::call::Call;
+use crate::procinfo::ProcInfo;
+use crate::session::{SessionMeta, Summary};
+
+pub trait Sink {
+    /// Once, before anything else.
+    fn meta(&mut self, meta: &SessionMeta) -> io::Result<()>;
+    /// A process seen for the first time (before its first call).
+    fn process(&mut self, info: &ProcInfo) -> io::Result<()>;
+    fn call(&mut self, call: &Call) -> io::Result<()>;
+    /// Events the kernel could not deliver since the last report (`mono_ns`: when noticed).
+    fn lost(&mut self, mono_ns: u64, events: u64, bytes: u64) -> io::Result<()>;
+    /// End of a batch of events: make what was written visible.
+    fn flush(&mut self) -> io::Result<()>;
+    /// Once, last.
+    fn summary(&mut self, summary: &Summary) -> io::Result<()>;
+}

@@ -1,0 +1,225 @@
+//! Live capture: loads the socket-data BPF programs, attaches them to the syscall tracepoints
+//! and feeds ring-buffer records to the pipeline until stopped.
+
+use std::cell::RefCell;
+use std::io;
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context, Result};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
+
+use crate::bpf::counter;
+use crate::bpf::sockdata::{SockdataSkel, SockdataSkelBuilder};
+use crate::pipeline::Pipeline;
+use crate::session::{Filters, KernelCounters, SessionMeta};
+use crate::sink::Sink;
+
+#[derive(Debug, Clone)]
+pub struct LiveConfig {
+    pub snaplen: u32,
+    pub ringbuf_bytes: u32,
+    pub capture_all: bool,
+    pub filters: Filters,
+    pub verbose: bool,
+}
+
+/// Why the capture loop ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum StopReason {
+    Signal,
+    Duration,
+    /// The output went away (e.g. `| head`): not an error for the user.
+    OutputClosed,
+}
+
+fn quiet_libbpf(verbose: bool) {
+    if verbose {
+        libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Info, |_lvl, msg: String| {
+            eprint!("{msg}")
+        })));
+    } else {
+        libbpf_rs::set_print(None);
+    }
+}
+
+fn read_counters(skel: &SockdataSkel) -> KernelCounters {
+    let sum = |idx: u32| -> (u64, Vec<u64>) {
+        let per_cpu: Vec<u64> = skel
+            .maps
+            .counters
+            .lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY)
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+            .iter()
+            .map(|v| {
+                v.get(..8)
+                    .map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
+            })
+            .collect();
+        (per_cpu.iter().sum(), per_cpu)
+    };
+    let (lost, lost_per_cpu) = sum(counter::LOST);
+    KernelCounters {
+        events: sum(counter::EVENTS).0,
+        lost,
+        lost_bytes: sum(counter::LOST_BYTES).0,
+        skipped_unknown_proto: sum(counter::SKIPPED_UNKNOWN).0,
+        skipped_unknown_bytes: sum(counter::SKIPPED_BYTES).0,
+        inflight_full: sum(counter::INFLIGHT_FULL).0,
+        socket_syscalls: sum(counter::SOCK_SYSCALLS).0,
+        truncated: sum(counter::TRUNCATED).0,
+        lost_per_cpu,
+    }
+}
+
+/// Loads, attaches and runs until `stop` is set, `duration` passes or the sink fails.
+/// The session's `meta` is written once every probe is attached.
+pub fn run<S: Sink>(
+    cfg: &LiveConfig,
+    pipeline: Pipeline<S>,
+    stop: &AtomicBool,
+    duration: Option<Duration>,
+    interval: Duration,
+    meta: &SessionMeta,
+) -> Result<(Pipeline<S>, KernelCounters, StopReason)> {
+    crate::preflight::check_privileges()?;
+    crate::preflight::check_btf()?;
+    crate::preflight::ensure_tracefs()?;
+    quiet_libbpf(cfg.verbose);
+
+    let mut storage = MaybeUninit::uninit();
+    let mut open = SockdataSkelBuilder::default()
+        .open(&mut storage)
+        .context("opening the BPF object failed")?;
+    let ro = open
+        .maps
+        .rodata_data
+        .as_deref_mut()
+        .ok_or_else(|| anyhow!("BPF object has no .rodata section"))?;
+    ro.self_tgid = std::process::id();
+    ro.filter_tgid = cfg.filters.pid.unwrap_or(0);
+    ro.filter_port = cfg.filters.port.unwrap_or(0);
+    if let Some(comm) = &cfg.filters.comm {
+        ro.filter_comm_on = true;
+        for (dst, src) in ro.filter_comm.iter_mut().zip(comm.bytes().take(15)) {
+            *dst = src as i8;
+        }
+    }
+    ro.snaplen = cfg.snaplen;
+    ro.capture_all = cfg.capture_all;
+    let cpus = libbpf_rs::num_possible_cpus().context("reading the possible CPUs failed")?;
+    open.maps
+        .scratch_buf
+        .set_max_entries(cpus as u32)
+        .context("sizing the scratch map failed")?;
+    open.maps
+        .events
+        .set_max_entries(cfg.ringbuf_bytes)
+        .context("sizing the ring buffer failed")?;
+    let mut skel = open.load().map_err(|e| {
+        anyhow!(
+            "loading the BPF programs failed: {e} (a kernel ≥ 5.8 with BTF is needed; \
+             run with --verbose for the verifier's log)"
+        )
+    })?;
+
+    let mut links = Vec::new();
+    for prog in skel.object_mut().progs_mut() {
+        let name = prog.name().to_string_lossy().into_owned();
+        let section = prog.section().to_string_lossy().into_owned();
+        let link = prog.attach().map_err(|e| {
+            anyhow!(
+                "attaching probe {name} ({}) failed: {e}",
+                section.trim_start_matches("tracepoint/")
+            )
+        })?;
+        links.push(link);
+    }
+
+    let mut pipeline = pipeline;
+    pipeline.start(meta).context("writing output failed")?;
+    let started = Instant::now();
+    let deadline = duration.map(|d| started + d);
+    let pipeline = RefCell::new(pipeline);
+    let failure: RefCell<Option<io::Error>> = RefCell::new(None);
+    let mut builder = RingBufferBuilder::new();
+    builder
+        .add(&skel.maps.events, |data: &[u8]| {
+            match pipeline.borrow_mut().on_record(data) {
+                Ok(()) => 0,
+                Err(e) => {
+                    *failure.borrow_mut() = Some(e);
+                    -1
+                }
+            }
+        })
+        .context("setting up the ring buffer failed")?;
+    let ring = builder
+        .build()
+        .context("setting up the ring buffer failed")?;
+
+    let mut next_tick = started + interval;
+    let check = |failure: &RefCell<Option<io::Error>>| -> Result<Option<StopReason>> {
+        match failure.borrow_mut().take() {
+            Some(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(Some(StopReason::OutputClosed)),
+            Some(e) => Err(anyhow!("writing output failed: {e}")),
+            None => Ok(None),
+        }
+    };
+    let reason = loop {
+        let now = Instant::now();
+        let mut wait = next_tick
+            .saturating_duration_since(now)
+            .min(Duration::from_millis(100));
+        if let Some(d) = deadline {
+            wait = wait.min(d.saturating_duration_since(now));
+        }
+        let rc = ring.poll_raw(wait);
+        if let Some(r) = check(&failure)? {
+            break r;
+        }
+        if rc < 0 && rc != -libc::EINTR {
+            return Err(anyhow!(
+                "polling the ring buffer failed: {}",
+                io::Error::from_raw_os_error(-rc)
+            ));
+        }
+        if let Err(e) = pipeline.borrow_mut().flush() {
+            *failure.borrow_mut() = Some(e);
+            if let Some(r) = check(&failure)? {
+                break r;
+            }
+        }
+        if stop.load(Ordering::Relaxed) {
+            break StopReason::Signal;
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            break StopReason::Duration;
+        }
+        if now >= next_tick {
+            next_tick += interval;
+            let k = read_counters(&skel);
+            let mono = crate::clock::monotonic_ns();
+            if let Err(e) = pipeline.borrow_mut().on_interval(mono, &k) {
+                *failure.borrow_mut() = Some(e);
+                if let Some(r) = check(&failure)? {
+                    break r;
+                }
+            }
+        }
+    };
+    // Detach first so nothing new arrives, then deliver what is already in the ring.
+    drop(links);
+    if reason != StopReason::OutputClosed {
+        ring.consume_raw();
+        check(&failure)?;
+    }
+    let counters = read_counters(&skel);
+    drop(ring);
+    Ok((pipeline.into_inner(), counters, reason))
+}
