@@ -930,3 +930,379 @@ impl StreamParser for Http1Parser {
         self.orphans.clear();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocols::Transport;
+
+    const OUT: Direction = Direction::Egress;
+    const IN: Direction = Direction::Ingress;
+
+    /// Drives a parser from the client's point of view with a fake clock (1 µs per syscall).
+    struct Driver {
+        p: Http1Parser,
+        calls: Vec<L7Call>,
+        stats: ParseStats,
+        now: u64,
+    }
+
+    impl Driver {
+        fn new() -> Self {
+            Driver {
+                p: Http1Parser::new(&ParserConfig {
+                    depth: ParseDepth::Full,
+                    transport: Transport::Stream,
+                }),
+                calls: Vec::new(),
+                stats: ParseStats::default(),
+                now: 0,
+            }
+        }
+        fn seg_cut(&mut self, dir: Direction, bytes: &[u8], total: u64) -> &mut Self {
+            self.now += 1000;
+            let seg = Segment {
+                dir,
+                payload: bytes,
+                total_len: total,
+                start_ns: self.now,
+                end_ns: self.now + 500,
+            };
+            self.p.on_segment(&seg, &mut self.calls, &mut self.stats);
+            self
+        }
+        fn seg(&mut self, dir: Direction, bytes: &[u8]) -> &mut Self {
+            self.seg_cut(dir, bytes, bytes.len() as u64)
+        }
+        fn close(&mut self) -> &mut Self {
+            self.p.on_close(&mut self.calls, &mut self.stats);
+            self
+        }
+        fn summary(&self) -> Vec<(String, String, Option<u32>, u64, u64)> {
+            self.calls
+                .iter()
+                .map(|c| {
+                    (
+                        c.method.clone(),
+                        c.resource.clone(),
+                        c.status,
+                        c.req.bytes,
+                        c.resp.bytes,
+                    )
+                })
+                .collect()
+        }
+    }
+
+    fn call(
+        m: &str,
+        r: &str,
+        s: u32,
+        req: u64,
+        resp: u64,
+    ) -> (String, String, Option<u32>, u64, u64) {
+        (m.into(), r.into(), Some(s), req, resp)
+    }
+
+    const REQ_A: &[u8] = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n";
+    const RESP_OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+
+    #[test]
+    fn keep_alive_calls_pair_in_order_with_exact_bytes_and_timing() {
+        let mut d = Driver::new();
+        d.seg(OUT, REQ_A).seg(IN, RESP_OK);
+        d.seg(OUT, b"GET /b HTTP/1.1\r\n\r\n")
+            .seg(IN, b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+        assert_eq!(
+            d.summary(),
+            vec![
+                call("GET", "/a", 200, REQ_A.len() as u64, RESP_OK.len() as u64),
+                call("GET", "/b", 404, 19, 45)
+            ]
+        );
+        let c = &d.calls[0];
+        assert_eq!(c.request_dir, OUT);
+        assert_eq!((c.req.first_start_ns, c.resp.last_end_ns), (1000, 2500));
+        assert_eq!(c.details, vec![("host", "x".to_string())]);
+        assert_eq!(d.calls[1].outcome, Outcome::ClientError);
+        assert_eq!(d.stats, ParseStats::default());
+    }
+
+    #[test]
+    fn pipelined_requests_in_one_syscall() {
+        let mut d = Driver::new();
+        let reqs = b"GET /1 HTTP/1.1\r\n\r\nGET /2 HTTP/1.1\r\n\r\nGET /3 HTTP/1.1\r\n\r\n";
+        d.seg(IN, reqs);
+        let mut resps = Vec::new();
+        for body in ["one", "two", "three"] {
+            resps.extend_from_slice(
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+        }
+        d.seg(OUT, &resps[..50]).seg(OUT, &resps[50..]);
+        let got: Vec<_> = d.calls.iter().map(|c| c.resource.as_str()).collect();
+        assert_eq!(got, ["/1", "/2", "/3"]);
+        assert!(d
+            .calls
+            .iter()
+            .all(|c| c.request_dir == IN && c.status == Some(200)));
+        let total: u64 = d.calls.iter().map(|c| c.resp.bytes).sum();
+        assert_eq!(total, resps.len() as u64);
+        assert_eq!(
+            d.calls.iter().map(|c| c.req.bytes).sum::<u64>(),
+            reqs.len() as u64
+        );
+    }
+
+    #[test]
+    fn headers_split_byte_by_byte() {
+        let mut d = Driver::new();
+        for b in REQ_A.chunks(1) {
+            d.seg(OUT, b);
+        }
+        for b in RESP_OK.chunks(3) {
+            d.seg(IN, b);
+        }
+        assert_eq!(d.summary(), vec![call("GET", "/a", 200, 28, 43)]);
+        assert_eq!(d.calls[0].req.syscalls, REQ_A.len() as u32);
+        assert_eq!(d.calls[0].resp.syscalls, RESP_OK.len().div_ceil(3) as u32);
+    }
+
+    #[test]
+    fn chunked_response_over_several_syscalls_with_split_size_lines() {
+        let mut d = Driver::new();
+        d.seg(OUT, REQ_A);
+        let resp: &[u8] = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n1A\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\nX-Trailer: t\r\n\r\n";
+        for cut in [[10usize, 60], [48, 49], [70, 95]] {
+            let mut d = Driver::new();
+            d.seg(OUT, REQ_A);
+            d.seg(IN, &resp[..cut[0]])
+                .seg(IN, &resp[cut[0]..cut[1]])
+                .seg(IN, &resp[cut[1]..]);
+            assert_eq!(
+                d.summary(),
+                vec![call("GET", "/a", 200, 28, resp.len() as u64)],
+                "cut {cut:?}"
+            );
+        }
+        d.seg(IN, resp);
+        assert_eq!(d.calls.len(), 1);
+    }
+
+    #[test]
+    fn chunked_request_body() {
+        let mut d = Driver::new();
+        let req: &[u8] =
+            b"POST /up HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n";
+        d.seg(OUT, &req[..30]).seg(OUT, &req[30..]).seg(IN, RESP_OK);
+        assert_eq!(
+            d.summary(),
+            vec![call("POST", "/up", 200, req.len() as u64, 43)]
+        );
+    }
+
+    #[test]
+    fn body_beyond_snaplen_is_skipped_by_count() {
+        let mut d = Driver::new();
+        d.seg(OUT, REQ_A);
+        let head = b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n";
+        let mut first = head.to_vec();
+        first.resize(4096, b'x');
+        // One syscall moved 60000 bytes, 4096 captured; a second moved the rest, 100 captured.
+        let rest = head.len() as u64 + 100_000 - 60_000;
+        d.seg_cut(IN, &first, 60_000)
+            .seg_cut(IN, &[b'x'; 100], rest);
+        d.seg(OUT, REQ_A).seg(IN, RESP_OK);
+        assert_eq!(
+            d.summary(),
+            vec![
+                call("GET", "/a", 200, 28, head.len() as u64 + 100_000),
+                call("GET", "/a", 200, 28, 43)
+            ]
+        );
+        assert!(d.calls[0].truncated);
+        assert_eq!(d.stats, ParseStats::default());
+    }
+
+    #[test]
+    fn sendfile_body_with_no_captured_bytes() {
+        let mut d = Driver::new();
+        d.seg(IN, REQ_A);
+        let head = b"HTTP/1.1 200 OK\r\nContent-Length: 300000\r\n\r\n";
+        d.seg(OUT, head).seg_cut(OUT, b"", 300_000);
+        assert_eq!(
+            d.summary(),
+            vec![call("GET", "/a", 200, 28, head.len() as u64 + 300_000)]
+        );
+        assert_eq!(d.calls[0].resp.syscalls, 2);
+    }
+
+    #[test]
+    fn head_204_304_have_no_body() {
+        let mut d = Driver::new();
+        d.seg(OUT, b"HEAD / HTTP/1.1\r\n\r\n")
+            .seg(IN, b"HTTP/1.1 200 OK\r\nContent-Length: 612\r\n\r\n");
+        d.seg(OUT, b"GET /n HTTP/1.1\r\n\r\n")
+            .seg(IN, b"HTTP/1.1 204 No Content\r\n\r\n");
+        d.seg(OUT, b"GET /c HTTP/1.1\r\nIf-None-Match: \"x\"\r\n\r\n")
+            .seg(
+                IN,
+                b"HTTP/1.1 304 Not Modified\r\nContent-Length: 612\r\n\r\n",
+            );
+        d.seg(OUT, REQ_A).seg(IN, RESP_OK);
+        let st: Vec<_> = d.calls.iter().map(|c| c.status.unwrap()).collect();
+        assert_eq!(st, [200, 204, 304, 200]);
+    }
+
+    #[test]
+    fn expect_100_continue_counts_interim_bytes_and_keeps_final_status() {
+        let mut d = Driver::new();
+        d.seg(
+            OUT,
+            b"POST /u HTTP/1.1\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n",
+        );
+        d.seg(IN, b"HTTP/1.1 100 Continue\r\n\r\n");
+        d.seg(OUT, b"data");
+        d.seg(IN, b"HTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n");
+        assert_eq!(d.calls.len(), 1);
+        let c = &d.calls[0];
+        assert_eq!(c.status, Some(201));
+        let interim = b"HTTP/1.1 100 Continue\r\n\r\n".len() as u64;
+        let fin = b"HTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n".len() as u64;
+        assert_eq!(c.resp.bytes, interim + fin);
+        let head = b"POST /u HTTP/1.1\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n";
+        assert_eq!(c.req.bytes, head.len() as u64 + 4);
+    }
+
+    #[test]
+    fn http10_response_ends_at_close() {
+        let mut d = Driver::new();
+        d.seg(OUT, b"GET / HTTP/1.0\r\n\r\n")
+            .seg(IN, b"HTTP/1.0 200 OK\r\nServer: x\r\n\r\n")
+            .seg(IN, b"body bytes");
+        assert!(d.calls.is_empty());
+        d.close();
+        assert_eq!(d.summary(), vec![call("GET", "/", 200, 18, 40)]);
+        assert_eq!(d.calls[0].version, "1.0");
+        assert!(!d.calls[0].end_inferred);
+    }
+
+    #[test]
+    fn chunked_framing_lost_to_snaplen_ends_at_next_request() {
+        let mut d = Driver::new();
+        d.seg(OUT, REQ_A);
+        let mut big = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2000\r\n".to_vec();
+        big.resize(4096, b'y');
+        d.seg_cut(IN, &big, 9000).seg_cut(IN, b"12", 5000);
+        assert!(d.calls.is_empty());
+        d.seg(OUT, REQ_A);
+        assert_eq!(d.calls.len(), 1);
+        assert!(d.calls[0].end_inferred && d.calls[0].truncated);
+        assert_eq!(d.calls[0].resp.bytes, 14000);
+        d.seg(IN, RESP_OK);
+        assert_eq!(d.calls.len(), 2);
+        assert!(!d.calls[1].end_inferred);
+        assert_eq!(d.stats.inferred_ends, 1);
+    }
+
+    #[test]
+    fn gap_inside_body_keeps_call_gap_elsewhere_damages() {
+        let mut d = Driver::new();
+        d.seg(OUT, REQ_A)
+            .seg(IN, b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nab");
+        d.p.on_gap(IN, Some(3), &mut d.stats);
+        d.seg(IN, b"cdefg");
+        assert_eq!(d.calls.len(), 1);
+        let head = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n".len() as u64;
+        assert_eq!(d.calls[0].resp.bytes, head + 10);
+
+        // A lost record at a message boundary may hide a whole message: nothing is invented.
+        d.seg(OUT, REQ_A);
+        d.p.on_gap(IN, Some(43), &mut d.stats);
+        d.seg(IN, RESP_OK);
+        d.seg(OUT, REQ_A).seg(IN, RESP_OK);
+        assert_eq!(d.calls.len(), 2, "only the call after resync");
+        // The request before the gap is damaged; its response, seen after resync, is counted
+        // as unmatched rather than paired with the next request.
+        assert_eq!(d.stats.damaged_messages, 1);
+        assert_eq!(d.stats.unmatched_responses, 1);
+        d.close();
+        assert_eq!(d.stats.unmatched_responses, 1);
+    }
+
+    #[test]
+    fn response_record_before_its_request_record_still_pairs() {
+        let mut d = Driver::new();
+        d.now = 10_000;
+        // The response's record arrives first but happened after the request started.
+        d.seg(IN, RESP_OK);
+        d.now = 5_000;
+        d.seg(OUT, REQ_A);
+        assert_eq!(d.calls.len(), 1);
+        // A response older than the next request (ebtop started mid-call) is not paired.
+        let mut d = Driver::new();
+        d.seg(IN, RESP_OK);
+        d.seg(OUT, REQ_A);
+        assert!(d.calls.is_empty());
+        assert_eq!(d.stats.unmatched_responses, 1);
+    }
+
+    #[test]
+    fn upgrade_switches_to_tunnel() {
+        let mut d = Driver::new();
+        d.seg(
+            OUT,
+            b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+        )
+        .seg(
+            IN,
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n",
+        )
+        .seg(OUT, b"\x81\x05hello")
+        .seg(IN, b"GET / HTTP/1.1\r\n\r\n");
+        assert_eq!(d.calls.len(), 1);
+        assert_eq!(d.calls[0].status, Some(101));
+        assert_eq!(d.stats, ParseStats::default());
+    }
+
+    #[test]
+    fn garbage_never_panics_and_makes_no_calls() {
+        let mut d = Driver::new();
+        d.seg(OUT, b"GET / HTTP/1.1\r\nBad Header Line\x00\r\n\r\n");
+        d.seg(IN, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03");
+        d.seg(OUT, b"POST / HTTP/1.1\r\nContent-Length: -5\r\n\r\n");
+        d.seg(
+            IN,
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\n",
+        );
+        d.close();
+        assert!(d.calls.is_empty());
+        assert!(d.stats.damaged_messages >= 2);
+    }
+
+    #[test]
+    fn oversized_header_block_is_damaged_not_buffered_forever() {
+        let mut d = Driver::new();
+        d.seg(OUT, b"GET / HTTP/1.1\r\n");
+        let filler = vec![b'a'; 8192];
+        for _ in 0..10 {
+            d.seg(OUT, b"X-Long: ").seg(OUT, &filler).seg(OUT, b"\r\n");
+        }
+        assert!(d.p.dirs[0].hdr_buf.len() <= MAX_HEADER_BYTES);
+        assert_eq!(d.stats.damaged_messages, 1);
+        d.seg(OUT, REQ_A).seg(IN, RESP_OK);
+        assert_eq!(d.calls.len(), 1);
+    }
+
+    #[test]
+    fn detects_message_starts() {
+        assert!(is_message_start(b"GET / HTTP/1.1"));
+        assert!(is_message_start(b"HTTP/1.0 200"));
+        assert!(!is_message_start(b"\x16\x03\x01"));
+        assert!(!is_message_start(b"GETX"));
+    }
+}

@@ -1,0 +1,132 @@
+//! The binary's behaviour at its edges: errors, exit codes, pipes, signals.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn ebtop() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ebtop"))
+}
+
+#[test]
+fn unknown_flag_is_a_one_line_usage_error() {
+    let out = ebtop().arg("--bogus").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unexpected argument '--bogus'"), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn bad_values_are_rejected_with_the_reason() {
+    for (args, needle) in [
+        (&["--json", "--snaplen", "99999"][..], "99999"),
+        (&["--json", "--duration", "soon"][..], "examples: 10s"),
+        (&["--json", "--ringbuf-mb", "3"][..], "power of two"),
+    ] {
+        let out = ebtop().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn tui_refuses_when_stdout_is_not_a_terminal() {
+    let out = ebtop().stdout(Stdio::piped()).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--json"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
+fn without_root_it_says_so_in_one_line() {
+    // Dropping privileges needs root in the first place; CI runs as root.
+    require_root();
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(env!("CARGO_BIN_EXE_ebtop"))
+        .args(["--json", "--duration", "1s"])
+        .output()
+        .expect("setpriv (util-linux) is installed");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("ebtop: error: ebtop needs root"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(out.stdout.is_empty(), "no output before the error");
+}
+
+#[test]
+fn head_closing_the_pipe_exits_zero_quietly() {
+    require_root();
+    let server = TestServer::start();
+    let port = server.port.to_string();
+    let cmd = format!(
+        "set -o pipefail; {} --json --port {port} --duration 30s | head -3",
+        env!("CARGO_BIN_EXE_ebtop")
+    );
+    let mut sh = Command::new("bash")
+        .args(["-c", &cmd])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(sh.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    assert!(first.contains("\"meta\""), "{first}");
+    // Traffic until head has its 3 lines and ebtop notices the closed pipe.
+    let started = Instant::now();
+    while sh.try_wait().unwrap().is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "ebtop did not exit"
+        );
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", server.port)) {
+            let _ = s.write_all(b"GET / HTTP/1.1\r\n\r\n");
+            let mut r = BufReader::new(s);
+            read_response(&mut r);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = sh.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut sh.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "pipeline status {status}, stderr {err}");
+    assert!(err.is_empty(), "stderr: {err}");
+}
+
+#[test]
+fn sigterm_and_duration_end_with_a_summary() {
+    require_root();
+    // SIGTERM
+    let e = Ebtop::start(&["--json", "--port", "9"]);
+    let lines = {
+        let mut e = e;
+        e.signal(libc::SIGTERM);
+        e.finish()
+    };
+    assert_eq!(lines.last().unwrap()["type"], "summary");
+    // --duration
+    let started = Instant::now();
+    let out = ebtop()
+        .args(["--json", "--port", "9", "--duration", "1s"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let last = text.lines().last().unwrap();
+    assert!(last.contains("\"type\":\"summary\""), "{last}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+}

@@ -1,0 +1,258 @@
+//! Shared helpers for integration tests: root check, a real HTTP/1.1 server, running ebtop.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Live tests load BPF: without root they fail loudly (CI runs as root), never pass silently.
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "this test loads eBPF programs and needs root: run the suite with sudo (CI runs as root)"
+    );
+}
+
+pub const SLOW_MS: u64 = 50;
+pub const BIG_LEN: usize = 200_000;
+
+/// A small HTTP/1.1 server with keep-alive and pipelining, one thread per connection.
+/// Routes: `/` (small), `/slow` (sleeps SLOW_MS), `/chunked` (4 chunks, one write each),
+/// `/big` (BIG_LEN bytes body, written with writev), anything else 404.
+pub struct TestServer {
+    pub port: u16,
+    stop: Arc<AtomicBool>,
+}
+
+impl TestServer {
+    pub fn start() -> TestServer {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        thread::spawn(move || {
+            for conn in listener.incoming() {
+                if stop2.load(Ordering::Relaxed) {
+                    break;
+                }
+                if let Ok(c) = conn {
+                    thread::spawn(move || serve(c));
+                }
+            }
+        });
+        TestServer { port, stop }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+fn serve(mut c: TcpStream) {
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 65536];
+    loop {
+        // Answer every complete request in the buffer (pipelining), then read more.
+        loop {
+            let mut headers = [httparse::EMPTY_HEADER; 32];
+            let mut req = httparse::Request::new(&mut headers);
+            let n = match req.parse(&buf) {
+                Ok(httparse::Status::Complete(n)) => n,
+                Ok(httparse::Status::Partial) => break,
+                Err(_) => return,
+            };
+            let path = req.path.unwrap_or("").to_string();
+            let body_len: usize = req
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                .and_then(|h| std::str::from_utf8(h.value).ok()?.parse().ok())
+                .unwrap_or(0);
+            if buf.len() < n + body_len {
+                break;
+            }
+            buf.drain(..n + body_len);
+            if respond(&mut c, &path).is_err() {
+                return;
+            }
+        }
+        match c.read(&mut tmp) {
+            Ok(0) | Err(_) => return,
+            Ok(k) => buf.extend_from_slice(&tmp[..k]),
+        }
+    }
+}
+
+fn respond(c: &mut TcpStream, path: &str) -> std::io::Result<()> {
+    match path {
+        "/" => c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\nhello world\n"),
+        "/slow" => {
+            thread::sleep(Duration::from_millis(SLOW_MS));
+            c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nslow")
+        }
+        "/chunked" => {
+            c.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")?;
+            for part in ["first ", "second ", "third"] {
+                c.write_all(format!("{:x}\r\n{part}\r\n", part.len()).as_bytes())?;
+            }
+            c.write_all(b"0\r\n\r\n")
+        }
+        "/big" => {
+            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {BIG_LEN}\r\n\r\n");
+            let body = vec![b'b'; BIG_LEN];
+            let bufs = [
+                std::io::IoSlice::new(head.as_bytes()),
+                std::io::IoSlice::new(&body),
+            ];
+            let total = head.len() + BIG_LEN;
+            let mut sent = c.write_vectored(&bufs)?;
+            if sent < head.len() {
+                c.write_all(&head.as_bytes()[sent..])?;
+                sent = head.len();
+            }
+            c.write_all(&body[sent - head.len()..total - head.len()])
+        }
+        _ => c.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"),
+    }
+}
+
+/// Reads one HTTP/1.1 response (Content-Length or chunked) from `r`; returns (status, body len).
+pub fn read_response(r: &mut BufReader<TcpStream>) -> (u16, usize) {
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    let status: u16 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let mut len = 0usize;
+    let mut chunked = false;
+    loop {
+        let mut h = String::new();
+        r.read_line(&mut h).unwrap();
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        let lower = h.to_ascii_lowercase();
+        if let Some(v) = lower.strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap();
+        }
+        if lower.starts_with("transfer-encoding:") && lower.contains("chunked") {
+            chunked = true;
+        }
+    }
+    if !chunked {
+        let mut body = vec![0u8; len];
+        r.read_exact(&mut body).unwrap();
+        return (status, len);
+    }
+    let mut total = 0;
+    loop {
+        let mut size = String::new();
+        r.read_line(&mut size).unwrap();
+        let n = usize::from_str_radix(size.trim(), 16).unwrap();
+        let mut chunk = vec![0u8; n + 2];
+        r.read_exact(&mut chunk).unwrap();
+        total += n;
+        if n == 0 {
+            return (status, total);
+        }
+    }
+}
+
+/// A running `ebtop --json`, its stdout lines collected by a thread.
+pub struct Ebtop {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    pub collected: Vec<Value>,
+}
+
+impl Ebtop {
+    /// Starts ebtop with `args` and waits until its `meta` line says the probes are attached.
+    pub fn start(args: &[&str]) -> Ebtop {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ebtop"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("ebtop starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                match line {
+                    Ok(l) => {
+                        if tx.send(l).is_err() {
+                            break;
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+        });
+        let mut e = Ebtop {
+            child,
+            lines: rx,
+            collected: Vec::new(),
+        };
+        let meta = e
+            .next_line(Duration::from_secs(60))
+            .expect("ebtop prints its meta line");
+        assert_eq!(meta["type"], "meta", "first line is meta: {meta}");
+        e
+    }
+
+    fn next_line(&mut self, timeout: Duration) -> Option<Value> {
+        let l = self.lines.recv_timeout(timeout).ok()?;
+        let v: Value =
+            serde_json::from_str(&l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}"));
+        self.collected.push(v.clone());
+        Some(v)
+    }
+
+    /// SIGINT, then everything up to and including the summary; asserts a clean exit.
+    pub fn stop(mut self) -> Vec<Value> {
+        // Give the last records time to reach the ring buffer consumer.
+        thread::sleep(Duration::from_millis(300));
+        self.signal(libc::SIGINT);
+        self.finish()
+    }
+
+    pub fn signal(&mut self, sig: i32) {
+        // SAFETY: kill with a valid pid of our own child.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
+    /// Everything up to and including the summary; asserts a clean exit.
+    pub fn finish(mut self) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            match self.next_line(Duration::from_secs(5)) {
+                Some(v) if v["type"] == "summary" => break,
+                Some(_) => {}
+                None => break,
+            }
+        }
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "ebtop exited with {status}");
+        assert_eq!(
+            self.collected.last().map(|v| v["type"].clone()),
+            Some(Value::from("summary")),
+            "the last line is the summary"
+        );
+        self.collected
+    }
+}
+
+pub fn calls(lines: &[Value]) -> Vec<&Value> {
+    lines.iter().filter(|v| v["type"] == "call").collect()
+}

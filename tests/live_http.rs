@@ -1,0 +1,151 @@
+//! Live capture against a real server and real clients, compared with what the clients did.
+//! Needs root (loads BPF).
+
+mod common;
+
+use std::io::{BufReader, Write};
+use std::net::TcpStream;
+use std::process::Command;
+
+use common::*;
+use serde_json::Value;
+
+fn get(path: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n")
+}
+
+#[test]
+fn http_calls_are_counted_exactly_on_both_sides() {
+    require_root();
+    let server = TestServer::start();
+    let port = server.port.to_string();
+    let ebtop = Ebtop::start(&["--json", "--port", &port]);
+
+    let mut expected: Vec<(&str, u16, usize)> = Vec::new(); // (path, status, body bytes)
+
+    // Keep-alive: 10 requests on one connection.
+    let s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    for _ in 0..10 {
+        w.write_all(get("/").as_bytes()).unwrap();
+        assert_eq!(read_response(&mut r), (200, 12));
+        expected.push(("/", 200, 12));
+    }
+    // A 404 on the same connection.
+    w.write_all(get("/missing").as_bytes()).unwrap();
+    assert_eq!(read_response(&mut r), (404, 0));
+    expected.push(("/missing", 404, 0));
+    drop((w, r));
+
+    // Pipelined batch: 5 requests in one write.
+    let s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    let batch: String = (0..5).map(|_| get("/")).collect();
+    w.write_all(batch.as_bytes()).unwrap();
+    for _ in 0..5 {
+        assert_eq!(read_response(&mut r), (200, 12));
+        expected.push(("/", 200, 12));
+    }
+    // Chunked and large bodies (the large one is far beyond the snaplen).
+    w.write_all(get("/chunked").as_bytes()).unwrap();
+    assert_eq!(read_response(&mut r), (200, 18));
+    expected.push(("/chunked", 200, 18));
+    w.write_all(get("/big").as_bytes()).unwrap();
+    assert_eq!(read_response(&mut r), (200, BIG_LEN));
+    expected.push(("/big", 200, BIG_LEN));
+    drop((w, r));
+
+    // Slow endpoint, each on its own connection.
+    for _ in 0..3 {
+        let s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        let mut w = s.try_clone().unwrap();
+        let mut r = BufReader::new(s);
+        w.write_all(get("/slow").as_bytes()).unwrap();
+        assert_eq!(read_response(&mut r), (200, 4));
+        expected.push(("/slow", 200, 4));
+    }
+
+    // A real client program: curl, 3 requests over one keep-alive connection.
+    let url = format!("http://127.0.0.1:{port}/");
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-o",
+            "/dev/null",
+            "-o",
+            "/dev/null",
+            &url,
+            &url,
+            &url,
+        ])
+        .status()
+        .expect("curl is installed (.ci/run installs it)");
+    assert!(out.success());
+    for _ in 0..3 {
+        expected.push(("/", 200, 12));
+    }
+
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    let side =
+        |s: &str| -> Vec<&Value> { calls.iter().copied().filter(|c| c["side"] == s).collect() };
+    let (client, server_side) = (side("client"), side("server"));
+    assert_eq!(client.len(), expected.len(), "client calls: {client:#?}");
+    assert_eq!(server_side.len(), expected.len(), "server calls");
+
+    for side_calls in [&client, &server_side] {
+        let mut got: Vec<(String, u64)> = side_calls
+            .iter()
+            .map(|c| {
+                (
+                    c["resource"].as_str().unwrap().to_string(),
+                    c["status"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        let mut want: Vec<(String, u64)> = expected
+            .iter()
+            .map(|(p, s, _)| (p.to_string(), *s as u64))
+            .collect();
+        got.sort();
+        want.sort();
+        assert_eq!(got, want);
+        for c in side_calls.iter() {
+            assert_eq!(c["method"], "GET");
+            assert_eq!(c["proto"], "http");
+            assert_eq!(c["version"], "1.1");
+            if c["resource"] == "/big" {
+                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {BIG_LEN}\r\n\r\n");
+                assert_eq!(
+                    c["resp_bytes"].as_u64().unwrap(),
+                    (head.len() + BIG_LEN) as u64
+                );
+                assert_eq!(c["truncated"], true);
+            }
+        }
+    }
+    assert_eq!(client.iter().filter(|c| c["comm"] == "curl").count(), 3);
+
+    // Latency of the slow endpoint: at least the sleep, and within 2% of it.
+    let sleep_ns = SLOW_MS * 1_000_000;
+    for c in calls.iter().filter(|c| c["resource"] == "/slow") {
+        let lat = c["latency_ns"].as_u64().unwrap();
+        assert!(
+            lat >= sleep_ns && lat - sleep_ns <= sleep_ns / 50,
+            "{} latency {lat} ns vs sleep {sleep_ns} ns",
+            c["side"]
+        );
+    }
+
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
+    assert_eq!(
+        summary["calls"].as_u64().unwrap(),
+        2 * expected.len() as u64
+    );
+    assert_eq!(summary["parse"]["damaged_messages"], 0, "{summary}");
+}
