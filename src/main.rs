@@ -73,14 +73,22 @@ fn run(args: Args) -> Result<()> {
         verbose: args.verbose,
     };
     let start = monotonic_ns();
-    let (pipeline, counters, reason) =
-        live::run(&live_cfg, pipeline, &stop, args.duration, args.delay, &meta)?;
-    if reason == StopReason::OutputClosed {
-        return Ok(());
-    }
-    match pipeline.finish(&counters, monotonic_ns() - start) {
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    live::run(
+        &live_cfg,
+        pipeline,
+        &stop,
+        args.duration,
+        args.delay,
+        &meta,
+        |pipeline, counters, reason| {
+            if reason == StopReason::OutputClosed {
+                return Ok(());
+            }
+            match pipeline.finish(counters, monotonic_ns() - start) {
+                Ok(_) => Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+                Err(e) => Err(e.into()),
+            }
+        },
+    )
 }

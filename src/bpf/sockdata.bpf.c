@@ -307,35 +307,50 @@ static __always_inline __u8 infer_protocol_at(__u8 source, __u64 ptr, __u64 cnt,
 	return infer_protocol(head, n);
 }
 
-/* Copies up to `limit` bytes spread over an iovec array into data; returns bytes copied. */
-static __always_inline __u32 copy_iov(__u8 *data, const struct ebtop_iovec *iovp, __u64 iovcnt,
-				      __u32 limit)
+struct iov_walk {
+	const struct ebtop_iovec *iovp;
+	__u64 iovcnt;
+	__u32 limit;
+	__u32 off;
+	__u32 cpu;
+};
+
+/* One iovec entry: bpf_loop verifies this once instead of once per unrolled iteration. */
+static long copy_one_iov(__u64 i, void *ctx)
 {
-	__u32 off = 0;
-	for (int i = 0; i < EBTOP_MAX_IOV; i++) {
-		struct ebtop_iovec iov;
-		if (i >= iovcnt || off >= limit)
-			break;
-		if (bpf_probe_read_user(&iov, sizeof(iov), &iovp[i]))
-			break;
-		__u64 n = limit - off;
-		if (iov.iov_len < n)
-			n = iov.iov_len;
-		if (n > EBTOP_MAX_SNAPLEN)
-			n = EBTOP_MAX_SNAPLEN;
-		if (off >= EBTOP_MAX_SNAPLEN)
-			break;
-		if (n == 0)
-			continue;
-		if (bpf_probe_read_user(data + verifier_mask(off, EBTOP_MAX_SNAPLEN - 1), n, iov.iov_base))
-			break;
-		off += n;
-	}
-	return off;
+	struct iov_walk *w = ctx;
+	struct ebtop_iovec iov;
+	__u32 off = w->off;
+
+	if (i >= w->iovcnt || off >= w->limit || off >= EBTOP_MAX_SNAPLEN)
+		return 1;
+	struct scratch *s = bpf_map_lookup_elem(&scratch_buf, &w->cpu);
+	if (!s || bpf_probe_read_user(&iov, sizeof(iov), &w->iovp[i]))
+		return 1;
+	__u64 n = w->limit - off;
+	if (iov.iov_len < n)
+		n = iov.iov_len;
+	if (n > EBTOP_MAX_SNAPLEN)
+		n = EBTOP_MAX_SNAPLEN;
+	if (n == 0)
+		return 0;
+	if (bpf_probe_read_user(s->data + verifier_mask(off, EBTOP_MAX_SNAPLEN - 1), n, iov.iov_base))
+		return 1;
+	w->off = off + n;
+	return 0;
 }
 
-static __always_inline __u32 copy_payload(__u8 *data, __u8 source, __u64 ptr, __u64 cnt,
-					  __u32 limit)
+/* Copies up to `limit` bytes spread over an iovec array into the CPU's scratch record. */
+static __always_inline __u32 copy_iov(__u32 cpu, const struct ebtop_iovec *iovp, __u64 iovcnt,
+				      __u32 limit)
+{
+	struct iov_walk w = { .iovp = iovp, .iovcnt = iovcnt, .limit = limit, .off = 0, .cpu = cpu };
+	bpf_loop(EBTOP_MAX_IOV, copy_one_iov, &w, 0);
+	return w.off;
+}
+
+static __always_inline __u32 copy_payload(__u32 cpu, __u8 *data, __u8 source, __u64 ptr,
+					  __u64 cnt, __u32 limit)
 {
 	if (limit > EBTOP_MAX_SNAPLEN)
 		limit = EBTOP_MAX_SNAPLEN;
@@ -345,7 +360,7 @@ static __always_inline __u32 copy_payload(__u8 *data, __u8 source, __u64 ptr, __
 		return limit;
 	}
 	if (source == SRC_IOV)
-		return copy_iov(data, (const struct ebtop_iovec *)ptr, cnt, limit);
+		return copy_iov(cpu, (const struct ebtop_iovec *)ptr, cnt, limit);
 	return 0;
 }
 
@@ -386,7 +401,7 @@ static __always_inline int emit_data(const struct inflight *inf, __u64 end_ns, _
 		st->proto = proto;
 	}
 
-	__u32 cap = copy_payload(s->data, source, ptr, cnt, limit);
+	__u32 cap = copy_payload(cpu, s->data, source, ptr, cnt, limit);
 	fill_common(ev, inf, end_ns);
 	ev->kind = EBTOP_EV_DATA;
 	ev->proto = proto;
@@ -498,34 +513,46 @@ static __always_inline int on_exit(long ret, const __u8 source)
 
 #define ARG(i) (ctx->args[i])
 
-#define DATA_ENTER(name, sc, src, dir, a, a2, peer)                                        \
+#define ENTER(name, sc, src, dir, a, a2, peer)                                             \
 	SEC("tracepoint/syscalls/sys_enter_" #name)                                        \
 	int enter_##name(struct ebtop_sys_enter_ctx *ctx)                                  \
 	{                                                                                  \
 		return on_enter(sc, src, dir, (int)ARG(0), a, a2, peer);                   \
-	}                                                                                  \
-	SEC("tracepoint/syscalls/sys_exit_" #name)                                         \
+	}
+
+ENTER(read, EBTOP_SC_READ, SRC_BUF, EBTOP_DIR_INGRESS, ARG(1), 0, 0)
+ENTER(write, EBTOP_SC_WRITE, SRC_BUF, EBTOP_DIR_EGRESS, ARG(1), 0, 0)
+ENTER(readv, EBTOP_SC_READV, SRC_IOV, EBTOP_DIR_INGRESS, ARG(1), ARG(2), 0)
+ENTER(writev, EBTOP_SC_WRITEV, SRC_IOV, EBTOP_DIR_EGRESS, ARG(1), ARG(2), 0)
+ENTER(sendto, EBTOP_SC_SENDTO, SRC_BUF, EBTOP_DIR_EGRESS, ARG(1), 0, ARG(4))
+ENTER(recvfrom, EBTOP_SC_RECVFROM, SRC_BUF, EBTOP_DIR_INGRESS, ARG(1), 0, ARG(4))
+ENTER(sendmsg, EBTOP_SC_SENDMSG, SRC_MSG, EBTOP_DIR_EGRESS, ARG(1), 0, 0)
+ENTER(recvmsg, EBTOP_SC_RECVMSG, SRC_MSG, EBTOP_DIR_INGRESS, ARG(1), 0, 0)
+ENTER(sendmmsg, EBTOP_SC_SENDMMSG, SRC_MMSG, EBTOP_DIR_EGRESS, ARG(1), ARG(2), 0)
+ENTER(recvmmsg, EBTOP_SC_RECVMMSG, SRC_MMSG, EBTOP_DIR_INGRESS, ARG(1), ARG(2), 0)
+ENTER(connect, EBTOP_SC_CONNECT, SRC_NONE, EBTOP_DIR_EGRESS, 0, 0, 0)
+ENTER(accept, EBTOP_SC_ACCEPT, SRC_NONE, EBTOP_DIR_INGRESS, 0, 0, 0)
+ENTER(accept4, EBTOP_SC_ACCEPT4, SRC_NONE, EBTOP_DIR_INGRESS, 0, 0, 0)
+/* sendfile(out_fd, in_fd, offset, count): the socket is out_fd; only the length is known. */
+ENTER(sendfile64, EBTOP_SC_SENDFILE, SRC_NONE, EBTOP_DIR_EGRESS, 0, 0, 0)
+
+/*
+ * Exit programs are shared by the syscalls whose payload has the same shape (the syscall and
+ * direction travel in `inflight`): fewer programs load faster. User space attaches each to the
+ * sys_exit_* tracepoints listed in src/source/live.rs.
+ */
+#define EXIT(name, src)                                                                    \
+	SEC("tracepoint")                                                                  \
 	int exit_##name(struct ebtop_sys_exit_ctx *ctx)                                    \
 	{                                                                                  \
 		return on_exit(ctx->ret, src);                                             \
 	}
 
-DATA_ENTER(read, EBTOP_SC_READ, SRC_BUF, EBTOP_DIR_INGRESS, ARG(1), 0, 0)
-DATA_ENTER(write, EBTOP_SC_WRITE, SRC_BUF, EBTOP_DIR_EGRESS, ARG(1), 0, 0)
-DATA_ENTER(readv, EBTOP_SC_READV, SRC_IOV, EBTOP_DIR_INGRESS, ARG(1), ARG(2), 0)
-DATA_ENTER(writev, EBTOP_SC_WRITEV, SRC_IOV, EBTOP_DIR_EGRESS, ARG(1), ARG(2), 0)
-DATA_ENTER(sendto, EBTOP_SC_SENDTO, SRC_BUF, EBTOP_DIR_EGRESS, ARG(1), 0, ARG(4))
-DATA_ENTER(recvfrom, EBTOP_SC_RECVFROM, SRC_BUF, EBTOP_DIR_INGRESS, ARG(1), 0, ARG(4))
-DATA_ENTER(sendmsg, EBTOP_SC_SENDMSG, SRC_MSG, EBTOP_DIR_EGRESS, ARG(1), 0, 0)
-DATA_ENTER(recvmsg, EBTOP_SC_RECVMSG, SRC_MSG, EBTOP_DIR_INGRESS, ARG(1), 0, 0)
-DATA_ENTER(sendmmsg, EBTOP_SC_SENDMMSG, SRC_MMSG, EBTOP_DIR_EGRESS, ARG(1), ARG(2), 0)
-DATA_ENTER(recvmmsg, EBTOP_SC_RECVMMSG, SRC_MMSG, EBTOP_DIR_INGRESS, ARG(1), ARG(2), 0)
-DATA_ENTER(connect, EBTOP_SC_CONNECT, SRC_NONE, EBTOP_DIR_EGRESS, 0, 0, 0)
-DATA_ENTER(accept, EBTOP_SC_ACCEPT, SRC_NONE, EBTOP_DIR_INGRESS, 0, 0, 0)
-DATA_ENTER(accept4, EBTOP_SC_ACCEPT4, SRC_NONE, EBTOP_DIR_INGRESS, 0, 0, 0)
-
-/* sendfile(out_fd, in_fd, offset, count): the socket is out_fd; only the length is known. */
-DATA_ENTER(sendfile64, EBTOP_SC_SENDFILE, SRC_NONE, EBTOP_DIR_EGRESS, 0, 0, 0)
+EXIT(buf, SRC_BUF)   /* read, write, sendto, recvfrom */
+EXIT(iov, SRC_IOV)   /* readv, writev */
+EXIT(msg, SRC_MSG)   /* sendmsg, recvmsg */
+EXIT(mmsg, SRC_MMSG) /* sendmmsg, recvmmsg */
+EXIT(none, SRC_NONE) /* connect, accept, accept4, sendfile64 */
 
 SEC("tracepoint/syscalls/sys_enter_close")
 int enter_close(struct ebtop_sys_enter_ctx *ctx)

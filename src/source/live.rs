@@ -17,6 +17,15 @@ use crate::pipeline::Pipeline;
 use crate::session::{Filters, KernelCounters, SessionMeta};
 use crate::sink::Sink;
 
+/// The sys_exit_* tracepoints each shared exit program handles (see sockdata.bpf.c).
+const EXIT_ATTACHMENTS: &[(&str, &[&str])] = &[
+    ("exit_buf", &["read", "write", "sendto", "recvfrom"]),
+    ("exit_iov", &["readv", "writev"]),
+    ("exit_msg", &["sendmsg", "recvmsg"]),
+    ("exit_mmsg", &["sendmmsg", "recvmmsg"]),
+    ("exit_none", &["connect", "accept", "accept4", "sendfile64"]),
+];
+
 #[derive(Debug, Clone)]
 pub struct LiveConfig {
     pub snaplen: u32,
@@ -77,15 +86,28 @@ fn read_counters(skel: &SockdataSkel) -> KernelCounters {
 }
 
 /// Loads, attaches and runs until `stop` is set, `duration` passes or the sink fails.
-/// The session's `meta` is written once every probe is attached.
-pub fn run<S: Sink>(
+/// Detaching waits for an RCU grace period per tracepoint; in parallel threads the kernel
+/// overlaps part of it (measured here: 2.2 s sequential, 1.2 s parallel for 29 links).
+fn detach_all(links: Vec<libbpf_rs::Link>) {
+    std::thread::scope(|scope| {
+        for link in links {
+            scope.spawn(move || drop(link));
+        }
+    });
+}
+
+/// The session's `meta` is written once every probe is attached. `on_stop` gets the pipeline
+/// once the ring is drained, before the probes are detached: detaching waits for the kernel
+/// (~35 ms per tracepoint, serialised), and the user should not wait for it to see the summary.
+pub fn run<S: Sink, R>(
     cfg: &LiveConfig,
     pipeline: Pipeline<S>,
     stop: &AtomicBool,
     duration: Option<Duration>,
     interval: Duration,
     meta: &SessionMeta,
-) -> Result<(Pipeline<S>, KernelCounters, StopReason)> {
+    on_stop: impl FnOnce(Pipeline<S>, &KernelCounters, StopReason) -> Result<R>,
+) -> Result<R> {
     crate::preflight::check_privileges()?;
     crate::preflight::check_btf()?;
     crate::preflight::ensure_tracefs()?;
@@ -131,13 +153,26 @@ pub fn run<S: Sink>(
     for prog in skel.object_mut().progs_mut() {
         let name = prog.name().to_string_lossy().into_owned();
         let section = prog.section().to_string_lossy().into_owned();
-        let link = prog.attach().map_err(|e| {
-            anyhow!(
-                "attaching probe {name} ({}) failed: {e}",
-                section.trim_start_matches("tracepoint/")
-            )
-        })?;
-        links.push(link);
+        if let Some(tp) = section.strip_prefix("tracepoint/") {
+            let link = prog
+                .attach()
+                .map_err(|e| anyhow!("attaching probe {name} to {tp} failed: {e}"))?;
+            links.push(link);
+            continue;
+        }
+        // Shared exit programs: attached to each syscall whose payload they understand.
+        let exits = EXIT_ATTACHMENTS
+            .iter()
+            .find(|(prog_name, _)| *prog_name == name)
+            .map(|(_, syscalls)| *syscalls)
+            .ok_or_else(|| anyhow!("BPF program {name} has no attachment point"))?;
+        for syscall in exits {
+            let tp = format!("sys_exit_{syscall}");
+            let link = prog
+                .attach_tracepoint(libbpf_rs::TracepointCategory::Syscalls, &tp)
+                .map_err(|e| anyhow!("attaching probe {name} to syscalls/{tp} failed: {e}"))?;
+            links.push(link);
+        }
     }
 
     let mut pipeline = pipeline;
@@ -213,13 +248,17 @@ pub fn run<S: Sink>(
             }
         }
     };
-    // Detach first so nothing new arrives, then deliver what is already in the ring.
-    drop(links);
+    // Deliver what is already in the ring; the session ends here, later records are not read.
+    let mut reason = reason;
     if reason != StopReason::OutputClosed {
         ring.consume_raw();
-        check(&failure)?;
+        if let Some(r) = check(&failure)? {
+            reason = r;
+        }
     }
     let counters = read_counters(&skel);
     drop(ring);
-    Ok((pipeline.into_inner(), counters, reason))
+    let result = on_stop(pipeline.into_inner(), &counters, reason);
+    detach_all(links);
+    result
 }
