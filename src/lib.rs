@@ -12,6 +12,7 @@ pub mod pipeline;
 pub mod preflight;
 pub mod procinfo;
 pub mod protocols;
+pub mod segfile;
 pub mod session;
 pub mod sink;
 pub mod source;

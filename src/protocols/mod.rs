@@ -6,6 +6,8 @@
 //! (DNS, Kafka: see [`matching`]) or by stream (HTTP/2) — and emits [`L7Call`]s. Adding a protocol
 //! means one file here, an entry in [`PROTOCOLS`], and its tests.
 
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http1;
 pub mod matching;
 
