@@ -22,7 +22,10 @@ fn long_options(text: &str, escaped: bool) -> BTreeSet<String> {
 
 #[test]
 fn man_page_matches_help() {
-    let help = Command::new(env!("CARGO_BIN_EXE_ebtop")).arg("--help").output().unwrap();
+    let help = Command::new(env!("CARGO_BIN_EXE_ebtop"))
+        .arg("--help")
+        .output()
+        .unwrap();
     let help = String::from_utf8(help.stdout).unwrap();
     let man = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/man/ebtop.1")).unwrap();
     let man_opts: BTreeSet<String> = man
