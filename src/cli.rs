@@ -38,6 +38,19 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
 
+    /// Record what the probes deliver to FILE (zstd frames, mode 0600), alone or with --json.
+    /// With -r, writes the records that pass the filters: a filtered copy.
+    #[arg(short = 'w', long = "write", value_name = "FILE")]
+    pub write: Option<std::path::PathBuf>,
+
+    /// Replay a recording instead of capturing live (no root needed). Filters apply as live.
+    #[arg(short = 'r', long = "read", value_name = "FILE")]
+    pub read: Option<std::path::PathBuf>,
+
+    /// Let -w overwrite an existing file.
+    #[arg(long)]
+    pub force: bool,
+
     /// Stop after this long (e.g. 10s, 2m, 500ms). Default: until Ctrl-C.
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub duration: Option<Duration>,

@@ -12,6 +12,7 @@ pub mod pipeline;
 pub mod preflight;
 pub mod procinfo;
 pub mod protocols;
+pub mod record;
 pub mod segfile;
 pub mod session;
 pub mod sink;

@@ -1,6 +1,6 @@
 //! The ebtop binary: argument parsing and wiring; the work is in the library.
 
-use std::io::{self, IsTerminal};
+use std::io::{self, IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -14,28 +14,36 @@ use ebtop::conntrack::TrackerConfig;
 use ebtop::pipeline::Pipeline;
 use ebtop::procinfo::ProcessTable;
 use ebtop::protocols::ParseDepth;
-use ebtop::session::{Filters, SessionMeta};
+use ebtop::record::writer::Recorder;
+use ebtop::record::{self, RecordOptions, RecordingHeader};
+use ebtop::session::{Filters, SessionMeta, Summary};
 use ebtop::sink::json::JsonSink;
+use ebtop::sink::null::NullSink;
+use ebtop::sink::Sink;
 use ebtop::source::live::{self, LiveConfig, StopReason};
+use ebtop::source::replay;
 
 fn main() -> ExitCode {
     let args = Args::parse();
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            if let Some(ioe) = e.downcast_ref::<io::Error>() {
-                if ioe.kind() == io::ErrorKind::BrokenPipe {
-                    return ExitCode::SUCCESS;
-                }
-            }
             eprintln!("ebtop: error: {e:#}");
             ExitCode::FAILURE
         }
     }
 }
 
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<io::Error>()
+            .is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe)
+    })
+}
+
 fn run(args: Args) -> Result<()> {
-    if !args.json {
+    if !args.json && args.write.is_none() {
         if !io::stdout().is_terminal() {
             bail!("stdout is not a terminal: use --json for machine-readable output");
         }
@@ -49,22 +57,77 @@ fn run(args: Args) -> Result<()> {
     ] {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
     }
-    let filters = Filters {
+    if args.json {
+        let stdout = io::BufWriter::with_capacity(64 * 1024, io::stdout().lock());
+        session(&args, &stop, JsonSink::new(stdout))
+    } else {
+        session(&args, &stop, NullSink)
+    }
+}
+
+fn filters(args: &Args) -> Filters {
+    Filters {
         pid: args.pid,
         comm: args.comm.clone(),
         port: args.port,
-    };
-    let clock = WallClock::live();
-    let meta = SessionMeta::this_host("live", args.snaplen, filters.clone(), clock.offset_ns);
-    let cfg = TrackerConfig {
+    }
+}
+
+fn tracker_config(args: &Args) -> TrackerConfig {
+    TrackerConfig {
         depth: match args.depth {
             Depth::Shallow => ParseDepth::Shallow,
             Depth::Full => ParseDepth::Full,
         },
         ..TrackerConfig::default()
-    };
-    let stdout = io::BufWriter::with_capacity(64 * 1024, io::stdout().lock());
-    let pipeline = Pipeline::new(cfg, ProcessTable::new(true), JsonSink::new(stdout));
+    }
+}
+
+fn session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> {
+    match &args.read {
+        Some(path) => replay_session(args, path, stop, sink),
+        None => live_session(args, stop, sink),
+    }
+}
+
+fn report_recording(args: &Args, summary: &Summary) {
+    if let (Some(path), false) = (&args.write, args.json) {
+        let dropped = summary.recording_dropped_events.unwrap_or(0);
+        eprintln!(
+            "ebtop: recorded {} events ({} calls) to {}{}",
+            summary.events - summary.filtered_events,
+            summary.calls,
+            path.display(),
+            if dropped > 0 {
+                format!(", {dropped} events dropped (disk too slow)")
+            } else {
+                String::new()
+            }
+        );
+    }
+}
+
+fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> {
+    ebtop::preflight::check_privileges()?;
+    let filters = filters(args);
+    let clock = WallClock::live();
+    let meta = SessionMeta::this_host("live", args.snaplen, filters.clone(), clock.offset_ns);
+    let mut pipeline = Pipeline::new(tracker_config(args), ProcessTable::new(true), sink);
+    if let Some(path) = &args.write {
+        let (processes, sockets) = record::scan_proc(100_000);
+        let header = RecordingHeader {
+            meta: meta.clone(),
+            options: RecordOptions {
+                snaplen: args.snaplen,
+                filters: filters.clone(),
+                capture_all: args.capture_all,
+                delay_ns: args.delay.as_nanos() as u64,
+            },
+            processes,
+            sockets,
+        };
+        pipeline = pipeline.with_recorder(Recorder::create(path, &header, args.force)?);
+    }
     let live_cfg = LiveConfig {
         snaplen: args.snaplen,
         ringbuf_bytes: args.ringbuf_mb * 1024 * 1024,
@@ -76,7 +139,7 @@ fn run(args: Args) -> Result<()> {
     live::run(
         &live_cfg,
         pipeline,
-        &stop,
+        stop,
         args.duration,
         args.delay,
         &meta,
@@ -84,11 +147,55 @@ fn run(args: Args) -> Result<()> {
             if reason == StopReason::OutputClosed {
                 return Ok(());
             }
-            match pipeline.finish(counters, monotonic_ns() - start) {
-                Ok(_) => Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
-                Err(e) => Err(e.into()),
-            }
+            let (_, summary) = pipeline.finish(counters, monotonic_ns() - start)?;
+            report_recording(args, &summary);
+            Ok(())
         },
     )
+}
+
+fn replay_session<S: Sink>(
+    args: &Args,
+    path: &std::path::Path,
+    stop: &AtomicBool,
+    sink: S,
+) -> Result<()> {
+    let mut reader = record::reader::open(path)?;
+    let meta = replay::replay_meta(&reader);
+    let mut pipeline = Pipeline::new(tracker_config(args), ProcessTable::new(false), sink)
+        .with_filters(filters(args));
+    if let Some(out) = &args.write {
+        let mut header = reader.header.clone();
+        let f = filters(args);
+        // The copy's filters: the recording's, narrowed by these.
+        header.options.filters = Filters {
+            pid: f.pid.or(header.options.filters.pid),
+            comm: f.comm.or(header.options.filters.comm.clone()),
+            port: f.port.or(header.options.filters.port),
+        };
+        pipeline = pipeline.with_recorder(Recorder::create(out, &header, args.force)?);
+    }
+    pipeline.start(&meta)?;
+    let end = replay::run(&mut reader, &mut pipeline, stop)?;
+    let stats = reader.stats;
+    let (_, summary) = pipeline.finish(&end.kernel, end.duration_ns)?;
+    report_recording(args, &summary);
+    let _ = io::stdout().flush();
+    if stats.corrupt_frames > 0 {
+        eprintln!(
+            "ebtop: warning: {} corrupt frame(s) in {} skipped ({} bytes); the rest was replayed",
+            stats.corrupt_frames,
+            path.display(),
+            stats.skipped_bytes
+        );
+    }
+    if stats.truncated_bytes > 0 || !end.complete {
+        eprintln!(
+            "ebtop: warning: {} ends before its end record (cut short or still being written); \
+             replayed up to its last whole frame, {} trailing bytes not readable",
+            path.display(),
+            stats.truncated_bytes
+        );
+    }
+    Ok(())
 }

@@ -1,19 +1,25 @@
-//! The core both sources feed: raw records → decode → connection tracker → parsers → calls →
-//! sink. Live capture and replay call the same methods, so their output cannot differ.
+//! The core both sources feed: raw records → decode → filters → connection tracker → parsers →
+//! calls → sink (and recorder). Live capture and replay call the same methods, so their output
+//! cannot differ.
 
 use std::io;
 
 use crate::call::{Call, Side};
 use crate::conntrack::{ConnTracker, TrackerConfig};
 use crate::event::Event;
-use crate::procinfo::ProcessTable;
-use crate::session::{KernelCounters, SessionMeta, Summary};
+use crate::procinfo::{ProcInfo, ProcessTable};
+use crate::record::writer::Recorder;
+use crate::record::IntervalRecord;
+use crate::session::{Filters, KernelCounters, SessionMeta, Summary};
 use crate::sink::Sink;
 
 pub struct Pipeline<S: Sink> {
     tracker: ConnTracker,
     procs: ProcessTable,
     sink: S,
+    /// Applied to every record (live: the kernel applied them already; replay: here).
+    filters: Filters,
+    recorder: Option<Recorder>,
     summary: Summary,
     first_ns: Option<u64>,
     last_ns: u64,
@@ -26,6 +32,8 @@ impl<S: Sink> Pipeline<S> {
             tracker: ConnTracker::new(cfg),
             procs,
             sink,
+            filters: Filters::default(),
+            recorder: None,
             summary: Summary::default(),
             first_ns: None,
             last_ns: 0,
@@ -33,8 +41,35 @@ impl<S: Sink> Pipeline<S> {
         }
     }
 
+    pub fn with_filters(mut self, filters: Filters) -> Self {
+        self.filters = filters;
+        self
+    }
+
+    /// Records every record that passes the filters (and process descriptions) to `rec`.
+    pub fn with_recorder(mut self, rec: Recorder) -> Self {
+        self.recorder = Some(rec);
+        self
+    }
+
     pub fn start(&mut self, meta: &SessionMeta) -> io::Result<()> {
         self.sink.meta(meta)
+    }
+
+    /// A process description known in advance (a recording's process table or records).
+    pub fn know_process(&mut self, info: ProcInfo) {
+        self.procs.insert(info);
+    }
+
+    fn passes(&self, ev: &Event) -> bool {
+        let f = &self.filters;
+        f.pid.is_none_or(|p| p == ev.pid)
+            && f.port.is_none_or(|p| p == ev.lport || p == ev.rport)
+            && f.comm.as_deref().is_none_or(|c| {
+                let want = &c.as_bytes()[..c.len().min(15)];
+                let have = ev.comm.iter().position(|&b| b == 0).unwrap_or(16);
+                &ev.comm[..have] == want
+            })
     }
 
     /// One record as the kernel delivered it. Undecodable records are counted and skipped.
@@ -47,14 +82,26 @@ impl<S: Sink> Pipeline<S> {
                 return Ok(());
             }
         };
+        if !self.passes(&ev) {
+            self.summary.filtered_events += 1;
+            return Ok(());
+        }
+        if let Some(rec) = &mut self.recorder {
+            rec.event(raw);
+        }
         self.on_event(&ev)
     }
 
-    pub fn on_event(&mut self, ev: &Event) -> io::Result<()> {
+    fn on_event(&mut self, ev: &Event) -> io::Result<()> {
         self.first_ns.get_or_insert(ev.start_ns);
         self.last_ns = self.last_ns.max(ev.end_ns);
         let mut result = Ok(());
-        let (procs, sink, summary) = (&mut self.procs, &mut self.sink, &mut self.summary);
+        let (procs, sink, summary, recorder) = (
+            &mut self.procs,
+            &mut self.sink,
+            &mut self.summary,
+            &mut self.recorder,
+        );
         self.tracker.handle(ev, &mut |call: Call| {
             if result.is_err() {
                 return;
@@ -66,6 +113,9 @@ impl<S: Sink> Pipeline<S> {
             }
             let (info, fresh) = procs.lookup(call.pid, &call.comm);
             if fresh {
+                if let Some(rec) = recorder.as_mut() {
+                    rec.process(info);
+                }
                 result = sink.process(info);
             }
             if result.is_ok() {
@@ -77,6 +127,12 @@ impl<S: Sink> Pipeline<S> {
 
     /// Periodic work: expire idle connections, report new kernel-side losses.
     pub fn on_interval(&mut self, now_ns: u64, kernel: &KernelCounters) -> io::Result<()> {
+        if let Some(rec) = &mut self.recorder {
+            rec.interval(&IntervalRecord {
+                mono_ns: now_ns,
+                kernel: kernel.clone(),
+            });
+        }
         self.tracker.expire(now_ns);
         let (ev, by) = self.lost_reported;
         if kernel.lost > ev {
@@ -91,23 +147,56 @@ impl<S: Sink> Pipeline<S> {
         Ok(())
     }
 
+    /// End of a batch of records: output becomes visible, the recorder may cut a frame.
     pub fn flush(&mut self) -> io::Result<()> {
+        if let Some(rec) = &mut self.recorder {
+            rec.tick();
+        }
         self.sink.flush()
     }
 
-    /// Ends the session: final counts and the summary; returns the sink.
-    pub fn finish(mut self, kernel: &KernelCounters, duration_ns: u64) -> io::Result<(S, Summary)> {
-        self.on_interval(self.last_ns, kernel)?;
+    pub fn summary(&self) -> &Summary {
+        &self.summary
+    }
+
+    /// Ends the session: final counts, the recording's end, the summary; returns the sink.
+    pub fn finish(
+        mut self,
+        kernel: &KernelCounters,
+        duration_ns: u64,
+    ) -> anyhow::Result<(S, Summary)> {
+        self.summary.kernel = kernel.clone();
+        let (ev, by) = self.lost_reported;
+        if kernel.lost > ev {
+            self.sink.lost(
+                self.last_ns,
+                kernel.lost - ev,
+                kernel.lost_bytes.saturating_sub(by),
+            )?;
+        }
         self.tracker.end_session();
         self.summary.duration_ns = duration_ns;
         self.summary.tracker = self.tracker.stats;
         self.summary.parse = self.tracker.parse;
+        if let Some(rec) = self.recorder.take() {
+            let stats = rec.finish(&crate::record::EndRecord {
+                duration_ns,
+                kernel: kernel.clone(),
+                dropped_events: 0,
+            })?;
+            self.summary.recording_dropped_events = Some(stats.dropped_events);
+        }
         self.sink.summary(&self.summary)?;
         Ok((self.sink, self.summary))
     }
 
-    /// First and last kernel timestamps seen (a replay's duration).
+    /// First and last kernel timestamps seen.
     pub fn time_span(&self) -> (u64, u64) {
         (self.first_ns.unwrap_or(0), self.last_ns)
+    }
+
+    /// Counts what reading a recording met (corrupt frames, truncation) into the summary.
+    pub fn set_replay_stats(&mut self, stats: crate::record::reader::ReadStats) {
+        self.summary.replay = Some(stats);
     }
 }

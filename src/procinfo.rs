@@ -34,9 +34,10 @@ impl ProcInfo {
     }
 }
 
-/// Known processes; `lookup` says whether a pid is new (so sinks can describe it once).
+/// Known processes; `lookup` says whether a process is described for the first time (so sinks
+/// describe it once). Entries known in advance (a recording's table) are not yet described.
 pub struct ProcessTable {
-    procs: HashMap<u32, ProcInfo>,
+    procs: HashMap<u32, (ProcInfo, bool)>,
     cap: usize,
     /// Read /proc for unknown pids (live); a replay has its table from the recording.
     read_proc: bool,
@@ -50,19 +51,20 @@ impl ProcessTable {
             read_proc,
         }
     }
+    /// Knows `info` without describing it yet.
     pub fn insert(&mut self, info: ProcInfo) {
         if self.procs.len() >= self.cap {
             self.procs.clear();
         }
-        self.procs.insert(info.pid, info);
+        self.procs.insert(info.pid, (info, false));
     }
-    /// The process's info, and whether this is the first time it is asked for.
+    /// The process's info, and whether this is the first time it is described.
     pub fn lookup(&mut self, pid: u32, comm: &str) -> (&ProcInfo, bool) {
-        let fresh = match self.procs.get(&pid) {
-            Some(p) => p.comm != comm, // exec'd into another program since
-            None => true,
+        let known = match self.procs.get(&pid) {
+            Some((p, _)) => p.comm == comm, // else exec'd into another program since
+            None => false,
         };
-        if fresh {
+        if !known {
             let info = if self.read_proc {
                 ProcInfo::read(pid, comm)
             } else {
@@ -74,7 +76,10 @@ impl ProcessTable {
             };
             self.insert(info);
         }
-        (&self.procs[&pid], fresh)
+        let entry = self.procs.get_mut(&pid).expect("inserted above");
+        let fresh = !entry.1;
+        entry.1 = true;
+        (&entry.0, fresh)
     }
 }
 

@@ -80,7 +80,15 @@ pub struct Summary {
     pub events: u64,
     /// Records that did not decode (corrupt recording).
     pub decode_errors: u64,
+    /// Records the user-space filters dropped (replay with --pid/--comm/--port).
+    pub filtered_events: u64,
     pub kernel: KernelCounters,
     pub tracker: TrackerStats,
     pub parse: ParseStats,
+    /// With -w: events the recording thread could not keep up with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recording_dropped_events: Option<u64>,
+    /// With -r: what reading the recording met.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay: Option<crate::record::reader::ReadStats>,
 }

@@ -15,6 +15,8 @@ use crate::session::{Filters, SessionMeta, Summary};
 pub struct JsonSink<W: Write> {
     out: W,
     clock: WallClock,
+    /// Unix time the session started (recorded time when replaying).
+    start_unix_ns: i64,
 }
 
 impl<W: Write> JsonSink<W> {
@@ -22,6 +24,7 @@ impl<W: Write> JsonSink<W> {
         JsonSink {
             out,
             clock: WallClock { offset_ns: 0 },
+            start_unix_ns: 0,
         }
     }
     fn line<T: Serialize>(&mut self, v: &T) -> io::Result<()> {
@@ -109,6 +112,7 @@ impl<W: Write> Sink for JsonSink<W> {
         self.clock = WallClock {
             offset_ns: m.wall_offset_ns,
         };
+        self.start_unix_ns = m.start_unix_ns;
         self.line(&MetaLine {
             ty: "meta",
             schema: 1,
@@ -184,7 +188,8 @@ impl<W: Write> Sink for JsonSink<W> {
     fn summary(&mut self, s: &Summary) -> io::Result<()> {
         self.line(&SummaryLine {
             ty: "summary",
-            ts: crate::clock::rfc3339(crate::clock::now_unix_ns()),
+            // Session end in the session's own time (a replay shows the recorded time).
+            ts: crate::clock::rfc3339(self.start_unix_ns + s.duration_ns as i64),
             summary: s,
         })?;
         self.out.flush()

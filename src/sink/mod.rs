@@ -1,6 +1,7 @@
 //! Where the pipeline's output goes: JSON lines, the terminal UI, a recording.
 
 pub mod json;
+pub mod null;
 
 use std::io;
 
