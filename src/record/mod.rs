@@ -111,3 +111,162 @@ pub fn scan_proc(max_procs: usize) -> (Vec<ProcInfo>, Vec<OpenSocket>) {
     }
     (procs, sockets)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::reader::{Item, RecordingReader};
+    use super::writer::Recorder;
+    use super::*;
+    use crate::session::SessionMeta;
+
+    fn header() -> RecordingHeader {
+        RecordingHeader {
+            meta: SessionMeta::this_host("live", 4096, Filters::default(), 0),
+            options: RecordOptions::default(),
+            processes: vec![],
+            sockets: vec![],
+        }
+    }
+
+    /// A recording with `frames` frames of 10 events each; events are `[frame, i, ...]`.
+    fn write(path: &std::path::Path, frames: u8) {
+        let mut r = Recorder::create(path, &header(), false).unwrap();
+        for f in 0..frames {
+            for i in 0..10u8 {
+                r.event(&[f, i, 0xAA, 0xBB]);
+            }
+            r.cut_frame();
+        }
+        let stats = r
+            .finish(&EndRecord {
+                duration_ns: 5,
+                kernel: KernelCounters::default(),
+                dropped_events: 0,
+            })
+            .unwrap();
+        assert_eq!(stats.events, frames as u64 * 10);
+    }
+
+    fn read(bytes: &[u8]) -> anyhow::Result<(Vec<Vec<u8>>, bool, reader::ReadStats)> {
+        let mut rd = RecordingReader::new(bytes)?;
+        let mut events = Vec::new();
+        let mut end = false;
+        rd.for_each(|it| {
+            match it {
+                Item::Event(e) => events.push(e.to_vec()),
+                Item::End(_) => end = true,
+                _ => {}
+            }
+            Ok(())
+        })?;
+        Ok((events, end, rd.stats))
+    }
+
+    #[test]
+    fn round_trip_mode_and_no_overwrite() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.ebt");
+        write(&path, 3);
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let (events, end, stats) = read(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(events.len(), 30);
+        assert!(end);
+        assert_eq!(stats.frames, 4);
+        let err = Recorder::create(&path, &header(), false).err().unwrap();
+        assert!(err.to_string().contains("--force"), "{err}");
+        assert!(Recorder::create(&path, &header(), true).is_ok());
+    }
+
+    #[test]
+    fn corrupt_frame_is_skipped_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.ebt");
+        write(&path, 3);
+        let mut bytes = std::fs::read(&path).unwrap();
+        // Find the second frame and flip a byte in its compressed body.
+        let starts: Vec<usize> = bytes
+            .windows(4)
+            .enumerate()
+            .filter(|(_, w)| w == FRAME_MAGIC)
+            .map(|(i, _)| i)
+            .collect();
+        bytes[starts[1] + FRAME_HEADER_LEN + 3] ^= 0xff;
+        let (events, end, stats) = read(&bytes).unwrap();
+        assert_eq!(events.len(), 20);
+        assert!(events.iter().all(|e| e[0] != 1), "frame 1 dropped whole");
+        assert!(end);
+        assert_eq!(stats.corrupt_frames, 1);
+        // A corrupt frame header is skipped the same way.
+        let mut bytes2 = std::fs::read(&path).unwrap();
+        bytes2[starts[0]] = b'X';
+        let (events, _, stats) = read(&bytes2).unwrap();
+        assert_eq!(events.len(), 20);
+        assert_eq!(stats.corrupt_frames, 1);
+    }
+
+    #[test]
+    fn truncated_file_replays_whole_frames() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.ebt");
+        write(&path, 3);
+        let bytes = std::fs::read(&path).unwrap();
+        let first_frame = bytes.windows(4).position(|w| w == FRAME_MAGIC).unwrap();
+        for cut in first_frame..bytes.len() {
+            let (events, end, stats) = read(&bytes[..cut]).unwrap();
+            assert_eq!(events.len() % 10, 0, "only whole frames, cut at {cut}");
+            assert!(!end || cut == bytes.len());
+            assert!(stats.truncated_bytes > 0 || stats.frames * 10 >= events.len() as u64);
+        }
+    }
+
+    #[test]
+    fn wrong_magic_and_future_major_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.ebt");
+        write(&path, 1);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[8] = 2; // major 2
+        let err = read(&bytes).err().unwrap().to_string();
+        assert!(err.contains("format 2.0") && err.contains("newer"), "{err}");
+        let err = read(b"PK\x03\x04 this is a zip file....")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("not an ebtop recording"), "{err}");
+        // Unknown record kinds (a newer minor version) are skipped.
+        let mut r = Recorder::create(&dir.path().join("b.ebt"), &header(), false).unwrap();
+        r.event(&[1]);
+        r.cut_frame();
+        drop(r.finish(&EndRecord {
+            duration_ns: 0,
+            kernel: KernelCounters::default(),
+            dropped_events: 0,
+        }));
+        let (events, _, stats) = read(&std::fs::read(dir.path().join("b.ebt")).unwrap()).unwrap();
+        assert_eq!((events.len(), stats.unknown_records), (1, 0));
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic_the_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.ebt");
+        write(&path, 2);
+        let good = std::fs::read(&path).unwrap();
+        let mut x = 0x1234_5678_9abc_def0u64;
+        for _ in 0..400 {
+            let mut b = good.clone();
+            for _ in 0..4 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let i = (x as usize) % b.len();
+                b[i] = (x >> 32) as u8;
+            }
+            let _ = read(&b);
+        }
+    }
+}

@@ -148,7 +148,8 @@ impl Recorder {
         }
     }
 
-    fn cut_frame(&mut self) {
+    /// Ends the current frame now (also done by size and age).
+    pub fn cut_frame(&mut self) {
         if self.batch.is_empty() {
             return;
         }

@@ -1,0 +1,460 @@
+//! Resource normalisation: turns a call's raw resource (HTTP path, SQL text, Redis command line)
+//! into a template so per-endpoint tables stay small: `/users/123` and `/users/456` are one
+//! endpoint, `/users/{id}`.
+//!
+//! The rules are deliberately conservative about what they keep: anything that looks like an
+//! identifier (numbers, UUIDs, hex digests, tokens, e-mail addresses) becomes `{id}`; query
+//! strings are dropped. The endpoint table's cap is the backstop for what slips through.
+
+use crate::protocols::Protocol;
+
+/// Placeholder for an identifier-like path segment.
+pub const ID: &str = "{id}";
+/// Longest normalised resource kept, in bytes; longer ones are cut (at a char boundary) so one
+/// huge URL cannot make a key arbitrarily large.
+pub const MAX_RESOURCE_LEN: usize = 256;
+
+/// How a protocol's resource is shaped, which decides the normalisation applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResourceKind {
+    /// A URL path (HTTP): identifier segments → `{id}`, query dropped.
+    UrlPath,
+    /// SQL text: literals → `?`, lists collapsed.
+    Sql,
+    /// A command line (Redis): the command only.
+    Command,
+}
+
+/// The resource shape of each protocol. Exhaustive on purpose: a new protocol does not compile
+/// until someone decides how its resources normalise.
+pub fn resource_kind(proto: Protocol) -> ResourceKind {
+    match proto {
+        Protocol::Http => ResourceKind::UrlPath,
+    }
+}
+
+/// The endpoint resource for a call: normalised per `proto`, or the raw resource if `keep_raw`
+/// (cut to [`MAX_RESOURCE_LEN`] either way).
+pub fn normalize(proto: Protocol, method: &str, resource: &str, keep_raw: bool) -> String {
+    if keep_raw {
+        return truncated(resource).to_owned();
+    }
+    normalize_kind(resource_kind(proto), method, resource)
+}
+
+/// [`normalize`] for a resource shape; lets parsers not yet in [`Protocol`] be tested.
+pub fn normalize_kind(kind: ResourceKind, method: &str, resource: &str) -> String {
+    let out = match kind {
+        // CONNECT's target is host:port (authority form), not a path.
+        ResourceKind::UrlPath if method.eq_ignore_ascii_case("CONNECT") => resource.to_owned(),
+        ResourceKind::UrlPath => normalize_url_path(resource),
+        ResourceKind::Sql => normalize_sql(resource),
+        ResourceKind::Command => normalize_command(method, resource),
+    };
+    match truncated(&out).len() {
+        n if n == out.len() => out,
+        n => out[..n].to_owned(),
+    }
+}
+
+fn truncated(s: &str) -> &str {
+    if s.len() <= MAX_RESOURCE_LEN {
+        return s;
+    }
+    let mut end = MAX_RESOURCE_LEN;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// HTTP request target → path template. Absolute-form targets (`http://host/p`, sent to
+/// proxies) keep their scheme and authority; `*` (OPTIONS) stays as is.
+pub fn normalize_url_path(target: &str) -> String {
+    let end = target.find(['?', '#']).unwrap_or(target.len());
+    let target = &target[..end];
+    let (prefix, path) = match target.find("://") {
+        Some(i) => {
+            let after = i + 3;
+            let path_start = target[after..]
+                .find('/')
+                .map_or(target.len(), |j| after + j);
+            target.split_at(path_start)
+        }
+        None => ("", target),
+    };
+    let mut out = String::with_capacity(target.len().min(MAX_RESOURCE_LEN));
+    out.push_str(prefix);
+    for (i, seg) in path.split('/').enumerate() {
+        if i > 0 {
+            out.push('/');
+        }
+        push_segment(&mut out, seg);
+        if out.len() > MAX_RESOURCE_LEN {
+            break;
+        }
+    }
+    out
+}
+
+/// Appends `seg`, or `{id}` if it identifies something. A short alphabetic extension is kept
+/// (`/img/123.png` → `/img/{id}.png`) since it tells what kind of resource it is.
+fn push_segment(out: &mut String, seg: &str) {
+    if is_id(seg) {
+        out.push_str(ID);
+        return;
+    }
+    if let Some((stem, ext)) = seg.rsplit_once('.') {
+        let short_alpha_ext =
+            (1..=5).contains(&ext.len()) && ext.bytes().all(|b| b.is_ascii_alphabetic());
+        if short_alpha_ext && is_id(stem) {
+            out.push_str(ID);
+            out.push('.');
+            out.push_str(ext);
+            return;
+        }
+    }
+    out.push_str(seg);
+}
+
+/// Does a path segment look like an identifier rather than a name?
+pub fn is_id(seg: &str) -> bool {
+    if seg.is_empty() {
+        return false;
+    }
+    let b = seg.as_bytes();
+    let has_digit = b.iter().any(u8::is_ascii_digit);
+    // Numbers: /users/123.
+    if b.iter().all(u8::is_ascii_digit) {
+        return true;
+    }
+    // Hex digests, object ids: ≥ 8 hex chars. A digit is required so words made of a-f
+    // ("feedface", "deadbeef"-style names, "accede") stay.
+    if b.len() >= 8 && has_digit && b.iter().all(u8::is_ascii_hexdigit) {
+        return true;
+    }
+    if is_uuid(b) {
+        return true;
+    }
+    // E-mail addresses, raw or percent-encoded @.
+    if let Some(at) = seg.find('@').or_else(|| seg.find("%40")) {
+        if at > 0 && seg[at..].contains('.') {
+            return true;
+        }
+    }
+    // Tokens (base64 / base64url, JWT-ish, long slugs with numbers): ≥ 20 chars from the
+    // base64url alphabet (plus padding and '.') with a digit and a letter.
+    if b.len() >= 20
+        && has_digit
+        && b.iter().any(u8::is_ascii_alphabetic)
+        && b
+            .iter()
+            .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'+' | b'=' | b'.'))
+    {
+        return true;
+    }
+    false
+}
+
+/// 8-4-4-4-12 hex digits.
+fn is_uuid(b: &[u8]) -> bool {
+    b.len() == 36
+        && b.iter().enumerate().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => *c == b'-',
+            _ => c.is_ascii_hexdigit(),
+        })
+}
+
+/// SQL text → statement template: string and numeric literals → `?`, `IN (1, 2, 3)` and
+/// `VALUES (1, 'a'), (2, 'b')` → `IN (?)` / `VALUES (?)`, comments dropped, whitespace collapsed.
+/// Identifiers (including `"quoted"` and `` `quoted` ``) and placeholders (`$1`, `?`) stay.
+pub fn normalize_sql(sql: &str) -> String {
+    let b = sql.as_bytes();
+    let mut out = String::with_capacity(sql.len().min(MAX_RESOURCE_LEN));
+    let mut i = 0;
+    let mut pending_space = false;
+    // Emits a token, turning any whitespace seen before it into one space — except after "("
+    // and before "," or ")", so lists compare equal however they were spaced.
+    let push = |out: &mut String, pending_space: &mut bool, tok: &str| {
+        let tight = out.is_empty() || out.ends_with('(') || matches!(tok, "," | ")");
+        if *pending_space && !tight {
+            out.push(' ');
+        }
+        *pending_space = false;
+        out.push_str(tok);
+    };
+    while i < b.len() {
+        let c = b[i];
+        if c.is_ascii_whitespace() {
+            pending_space = true;
+            i += 1;
+        } else if c == b'-' && b.get(i + 1) == Some(&b'-') {
+            // Line comment.
+            i = b[i..]
+                .iter()
+                .position(|&x| x == b'\n')
+                .map_or(b.len(), |p| i + p);
+            pending_space = true;
+        } else if c == b'/' && b.get(i + 1) == Some(&b'*') {
+            i = sql[i + 2..].find("*/").map_or(b.len(), |p| i + 2 + p + 2);
+            pending_space = true;
+        } else if c == b'\'' {
+            // String literal; '' and \' are escapes inside it.
+            i += 1;
+            while i < b.len() {
+                match b[i] {
+                    b'\\' => i += 2,
+                    b'\'' if b.get(i + 1) == Some(&b'\'') => i += 2,
+                    b'\'' => {
+                        i += 1;
+                        break;
+                    }
+                    _ => i += 1,
+                }
+            }
+            push(&mut out, &mut pending_space, "?");
+        } else if c == b'"' || c == b'`' {
+            // Quoted identifier: kept verbatim.
+            let end = b[i + 1..]
+                .iter()
+                .position(|&x| x == c)
+                .map_or(b.len(), |p| i + 1 + p + 1);
+            push(&mut out, &mut pending_space, &sql[i..end]);
+            i = end;
+        } else if c.is_ascii_digit() || (c == b'.' && b.get(i + 1).is_some_and(u8::is_ascii_digit))
+        {
+            // Number (integer, decimal, exponent, hex); only reached at a token start, so the
+            // digits of `t1` or `$1` never get here.
+            i += 1;
+            while i < b.len()
+                && (b[i].is_ascii_alphanumeric()
+                    || b[i] == b'.'
+                    || ((b[i] == b'+' || b[i] == b'-') && matches!(b[i - 1], b'e' | b'E')))
+            {
+                i += 1;
+            }
+            push(&mut out, &mut pending_space, "?");
+        } else if c.is_ascii_alphabetic() || c == b'_' || c == b'$' || c >= 0x80 {
+            let start = i;
+            while i < b.len()
+                && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b'$' || b[i] >= 0x80)
+            {
+                i += 1;
+            }
+            push(&mut out, &mut pending_space, &sql[start..i]);
+        } else {
+            // Punctuation: one char (a whole UTF-8 char, to keep slicing valid).
+            let len = sql[i..].chars().next().map_or(1, char::len_utf8);
+            push(&mut out, &mut pending_space, &sql[i..i + len]);
+            i += len;
+        }
+        if out.len() > MAX_RESOURCE_LEN {
+            break;
+        }
+    }
+    collapse_lists(&out)
+}
+
+/// `(?,?,?)` → `(?)` and `(?), (?)` → `(?)`, so the number of values does not make new keys.
+fn collapse_lists(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(open) = rest.find('(') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let close = after.find(')');
+        let is_list = close.is_some_and(|c| {
+            let inner = &after[..c];
+            !inner.is_empty() && inner.bytes().all(|x| matches!(x, b'?' | b',' | b' '))
+        });
+        match close {
+            Some(c) if is_list => {
+                // A list of placeholders; swallow following `, (…)` lists of the same kind.
+                let mut tail = &after[c + 1..];
+                loop {
+                    let t = tail.trim_start_matches([',', ' ']);
+                    let Some(inner_end) = t.strip_prefix('(').and_then(|x| x.find(')')) else {
+                        break;
+                    };
+                    let inner = &t[1..1 + inner_end];
+                    if !tail.starts_with(',')
+                        || inner.is_empty()
+                        || !inner.bytes().all(|x| matches!(x, b'?' | b',' | b' '))
+                    {
+                        break;
+                    }
+                    tail = &t[inner_end + 2..];
+                }
+                out.push_str("(?)");
+                rest = tail;
+            }
+            _ => {
+                out.push('(');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A command protocol's resource: the command name only (upper case); arguments (keys,
+/// values) carry the cardinality. Taken from `method` if the parser put it there.
+pub fn normalize_command(method: &str, resource: &str) -> String {
+    let cmd = if method.trim().is_empty() {
+        resource.split_ascii_whitespace().next().unwrap_or("")
+    } else {
+        method.trim()
+    };
+    let cmd: String = cmd.chars().take(32).collect();
+    cmd.to_ascii_uppercase()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_paths() {
+        let cases: &[(&str, &str)] = &[
+            ("/", "/"),
+            ("", ""),
+            ("/users/123/orders/9", "/users/{id}/orders/{id}"),
+            ("/users/123?expand=1&b=2", "/users/{id}"),
+            ("/search?q=abc", "/search"),
+            ("/page#frag", "/page"),
+            ("/v1/items", "/v1/items"),
+            ("/api/v2/users/me", "/api/v2/users/me"),
+            (
+                "/o/550e8400-e29b-41d4-a716-446655440000",
+                "/o/{id}",
+            ),
+            (
+                "/o/550E8400-E29B-41D4-A716-446655440000/x",
+                "/o/{id}/x",
+            ),
+            ("/commit/3f2a9c1d", "/commit/{id}"),
+            ("/blob/da39a3ee5e6b4b0d3255bfef95601890afd80709", "/blob/{id}"),
+            // Hex-looking words without digits stay.
+            ("/feedface/deadbeef", "/feedface/deadbeef"),
+            // Short hex with a digit stays (could be a name like "a1b2").
+            ("/x/abc1", "/x/abc1"),
+            ("/t/eyJhbGciOiJIUzI1NiJ9_abcDEF", "/t/{id}"),
+            ("/reset/dGhpcyBpcyBhIHRva2VuMTIz", "/reset/{id}"),
+            // Long name without a digit stays.
+            ("/docs/getting-started-with-ebtop", "/docs/getting-started-with-ebtop"),
+            ("/u/john.doe@example.com/profile", "/u/{id}/profile"),
+            ("/u/john%40example.com", "/u/{id}"),
+            ("/img/42.png", "/img/{id}.png"),
+            ("/static/app.js", "/static/app.js"),
+            ("//double//7", "//double//{id}"),
+            ("http://example.com:8080/a/1?x", "http://example.com:8080/a/{id}"),
+            ("http://example.com", "http://example.com"),
+            ("*", "*"),
+            ("/a/x17y", "/a/x17y"),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(
+                normalize(Protocol::Http, "GET", raw, false),
+                *want,
+                "input {raw:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn http_connect_and_keep_raw() {
+        assert_eq!(
+            normalize(Protocol::Http, "CONNECT", "example.com:443", false),
+            "example.com:443"
+        );
+        assert_eq!(
+            normalize(Protocol::Http, "GET", "/users/1?a=2", true),
+            "/users/1?a=2"
+        );
+    }
+
+    #[test]
+    fn long_resources_are_cut_at_char_boundary() {
+        let long = format!("/{}", "é".repeat(400));
+        let n = normalize(Protocol::Http, "GET", &long, false);
+        assert!(n.len() <= MAX_RESOURCE_LEN && n.len() > MAX_RESOURCE_LEN - 4);
+        let raw = normalize(Protocol::Http, "GET", &long, true);
+        assert!(raw.len() <= MAX_RESOURCE_LEN);
+        let many = "/1".repeat(1000);
+        assert!(normalize(Protocol::Http, "GET", &many, false).len() <= MAX_RESOURCE_LEN);
+    }
+
+    #[test]
+    fn sql_statements() {
+        let cases: &[(&str, &str)] = &[
+            (
+                "SELECT * FROM users WHERE id = 42",
+                "SELECT * FROM users WHERE id = ?",
+            ),
+            (
+                "select name from t where name = 'O''Brien' and x = 'a\\'b'",
+                "select name from t where name = ? and x = ?",
+            ),
+            (
+                "SELECT * FROM t WHERE id IN (1, 2, 3)",
+                "SELECT * FROM t WHERE id IN (?)",
+            ),
+            (
+                "SELECT * FROM t WHERE id IN (1,2)",
+                "SELECT * FROM t WHERE id IN (?)",
+            ),
+            (
+                "INSERT INTO t (a, b) VALUES (1, 'x'), (2, 'y')",
+                "INSERT INTO t (a, b) VALUES (?)",
+            ),
+            (
+                "UPDATE t1 SET v = 1.5e-3, w = 0x1F WHERE k = $1",
+                "UPDATE t1 SET v = ?, w = ? WHERE k = $1",
+            ),
+            (
+                "SELECT  a,\n\tb   FROM t -- trailing 123\nWHERE c = ?",
+                "SELECT a, b FROM t WHERE c = ?",
+            ),
+            (
+                "SELECT /* id 7 */ \"Col1\" FROM `tbl2` LIMIT 10 OFFSET 20",
+                "SELECT \"Col1\" FROM `tbl2` LIMIT ? OFFSET ?",
+            ),
+            ("SELECT count(*) FROM t", "SELECT count(*) FROM t"),
+            ("SELECT f(1) FROM t", "SELECT f(?) FROM t"),
+            ("SELECT .5", "SELECT ?"),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(
+                normalize_kind(ResourceKind::Sql, "", raw),
+                *want,
+                "input {raw:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn sql_unterminated_and_non_ascii_do_not_panic() {
+        for raw in ["SELECT 'abc", "SELECT \"x", "/* open", "SELECT 'é' , ü", "'\\"] {
+            let n = normalize_sql(raw);
+            assert!(!n.contains("abc") && n.len() <= raw.len() + 4, "{raw:?} → {n:?}");
+        }
+    }
+
+    #[test]
+    fn commands() {
+        let cases: &[(&str, &str, &str)] = &[
+            ("", "GET user:1", "GET"),
+            ("", "set session:abc value EX 10", "SET"),
+            ("HGETALL", "HGETALL h:9", "HGETALL"),
+            ("", "", ""),
+        ];
+        for (method, raw, want) in cases {
+            assert_eq!(
+                normalize_kind(ResourceKind::Command, method, raw),
+                *want,
+                "input {raw:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! Recording and replay: live vs replay equality (root), committed fixtures (no root), filtered
+//! copies, and every kind of bad file.
+
+mod common;
+
+use std::io::{BufReader, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::*;
+use serde_json::Value;
+
+const FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/recordings/http_mix.ebt"
+);
+const FIXTURE_CALLS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/recordings/http_mix.calls.jsonl"
+);
+
+fn ebtop(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ebtop"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn json_lines(out: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn call_lines(out: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("\"type\":\"call\""))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn replay_of_committed_recording_equals_what_the_live_run_printed() {
+    let out = ebtop(&["-r", FIXTURE, "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want: Vec<String> = std::fs::read_to_string(FIXTURE_CALLS)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert!(!want.is_empty());
+    assert_eq!(call_lines(&out), want);
+    let lines = json_lines(&out);
+    assert_eq!(lines[0]["type"], "meta");
+    assert_eq!(lines[0]["source"], "replay");
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["type"], "summary");
+    assert_eq!(summary["calls"].as_u64().unwrap(), want.len() as u64);
+    assert_eq!(summary["replay"]["corrupt_frames"], 0);
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn filters_apply_to_replay_and_make_filtered_copies() {
+    let all = call_lines(&ebtop(&["-r", FIXTURE, "--json"]));
+    let curl_only: Vec<String> = all
+        .iter()
+        .filter(|l| l.contains("\"comm\":\"curl\""))
+        .cloned()
+        .collect();
+    assert!(!curl_only.is_empty() && curl_only.len() < all.len());
+    assert_eq!(
+        call_lines(&ebtop(&["-r", FIXTURE, "--json", "--comm", "curl"])),
+        curl_only
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("curl.ebt");
+    let copy_s = copy.to_str().unwrap();
+    let out = ebtop(&["-r", FIXTURE, "-w", copy_s, "--comm", "curl"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(std::fs::metadata(&copy).unwrap().len() < std::fs::metadata(FIXTURE).unwrap().len());
+    assert_eq!(call_lines(&ebtop(&["-r", copy_s, "--json"])), curl_only);
+    // The copy is not overwritten without --force.
+    let again = ebtop(&["-r", FIXTURE, "-w", copy_s]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
+    assert!(ebtop(&["-r", FIXTURE, "-w", copy_s, "--force"])
+        .status
+        .success());
+    // By pid: one of the server's calls' pid.
+    let v: Value = serde_json::from_str(&all[0]).unwrap();
+    let pid = v["pid"].as_u64().unwrap().to_string();
+    let by_pid = call_lines(&ebtop(&["-r", FIXTURE, "--json", "--pid", &pid]));
+    assert!(!by_pid.is_empty());
+    assert!(by_pid
+        .iter()
+        .all(|l| l.contains(&format!("\"pid\":{pid},"))));
+}
+
+fn write_tmp(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+fn one_line_error(out: &Output, needle: &str) {
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("ebtop: error: ") && err.contains(needle),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn bad_files_get_one_clear_line_and_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = std::fs::read(FIXTURE).unwrap();
+    let s = |p: &Path| p.to_str().unwrap().to_owned();
+
+    one_line_error(&ebtop(&["-r", &s(dir.path()), "--json"]), "is a directory");
+    one_line_error(
+        &ebtop(&["-r", &s(&write_tmp(dir.path(), "empty", b"")), "--json"]),
+        "is empty",
+    );
+    one_line_error(
+        &ebtop(&[
+            "-r",
+            &s(&write_tmp(
+                dir.path(),
+                "text",
+                b"hello, this is a text file\n",
+            )),
+            "--json",
+        ]),
+        "not an ebtop recording",
+    );
+    one_line_error(
+        &ebtop(&["-r", "/nonexistent/x.ebt", "--json"]),
+        "cannot read",
+    );
+    let mut future = good.clone();
+    future[8] = 9;
+    one_line_error(
+        &ebtop(&[
+            "-r",
+            &s(&write_tmp(dir.path(), "future", &future)),
+            "--json",
+        ]),
+        "format 9.0",
+    );
+}
+
+#[test]
+fn damaged_files_replay_what_is_readable_and_say_what_was_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = std::fs::read(FIXTURE).unwrap();
+    let all = call_lines(&ebtop(&["-r", FIXTURE, "--json"]));
+    let frames: Vec<usize> = good
+        .windows(4)
+        .enumerate()
+        .filter(|(_, w)| w == b"EBFR")
+        .map(|(i, _)| i)
+        .collect();
+    assert!(frames.len() >= 2, "fixture has several frames");
+
+    // Cut inside the last frame: everything before it replays; a warning says so; exit 0.
+    let cut = write_tmp(dir.path(), "cut.ebt", &good[..good.len() - 10]);
+    let out = ebtop(&["-r", cut.to_str().unwrap(), "--json"]);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning") && err.contains("cut short"),
+        "{err}"
+    );
+    let lines = json_lines(&out);
+    assert_eq!(lines.last().unwrap()["type"], "summary");
+    assert!(
+        lines.last().unwrap()["replay"]["truncated_bytes"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+
+    // A corrupt frame in the middle is skipped and counted; later frames still replay.
+    let mut bad = good.clone();
+    bad[frames[0] + 20] ^= 0x55;
+    let p = write_tmp(dir.path(), "corrupt.ebt", &bad);
+    let out = ebtop(&["-r", p.to_str().unwrap(), "--json"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("corrupt frame"));
+    let lines = json_lines(&out);
+    assert_eq!(lines.last().unwrap()["replay"]["corrupt_frames"], 1);
+    assert!(call_lines(&out).len() < all.len());
+}
+
+#[test]
+fn live_recording_replays_to_the_same_calls() {
+    require_root();
+    let server = TestServer::start();
+    let port = server.port.to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("live.ebt");
+    let live = Ebtop::start(&["--json", "--port", &port, "-w", rec.to_str().unwrap()]);
+    for path in ["/", "/chunked", "/big", "/slow", "/missing"] {
+        let s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        let mut w = s.try_clone().unwrap();
+        let mut r = BufReader::new(s);
+        for _ in 0..3 {
+            w.write_all(format!("GET {path} HTTP/1.1\r\n\r\n").as_bytes())
+                .unwrap();
+            read_response(&mut r);
+        }
+    }
+    let lines = live.stop();
+    let live_calls: Vec<String> = lines
+        .iter()
+        .filter(|v| v["type"] == "call")
+        .map(|v| serde_json::to_string(v).unwrap())
+        .collect();
+    assert_eq!(live_calls.len(), 2 * 5 * 3);
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&rec).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    let out = ebtop(&["-r", rec.to_str().unwrap(), "--json"]);
+    assert!(out.status.success());
+    let replayed: Vec<String> = json_lines(&out)
+        .iter()
+        .filter(|v| v["type"] == "call")
+        .map(|v| serde_json::to_string(v).unwrap())
+        .collect();
+    assert_eq!(
+        replayed, live_calls,
+        "same calls, same latencies, same order"
+    );
+    let summary = json_lines(&out).pop().unwrap();
+    assert_eq!(
+        summary["kernel"],
+        lines.last().unwrap()["kernel"],
+        "kernel counters recorded"
+    );
+}
