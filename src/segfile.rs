@@ -87,7 +87,7 @@ impl SegFile {
             let cap = num(f.next())? as usize;
             let start = eol + 1;
             let end = start + cap;
-            if end >= data.len() + 1 || cap as u64 > total_len {
+            if end > data.len() || cap as u64 > total_len {
                 return Err(err(
                     pos,
                     "captured bytes run past the end or exceed the total",

@@ -43,7 +43,7 @@ pub fn drive(data: &[u8]) {
                         p.on_segment(&seg, &mut out, &mut stats);
                     }
                     1 => {
-                        let lost = if len % 5 == 0 {
+                        let lost = if len.is_multiple_of(5) {
                             None
                         } else {
                             Some(len as u64 * 13)
@@ -119,7 +119,7 @@ mod tests {
                 let cut = (rng.next() % (seed.len() as u64 + 1)) as usize;
                 let piece = &seed[..cut.min(63)];
                 let mut ctl = (piece.len() as u8) << 1 | (rng.next() & 1) as u8;
-                if rng.next() % 6 == 0 {
+                if rng.next().is_multiple_of(6) {
                     ctl |= 0x80;
                 }
                 input.push(ctl);
