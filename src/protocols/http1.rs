@@ -36,6 +36,8 @@ const MAX_RESOURCE: usize = 1024;
 /// Requests waiting for responses on one connection (deep pipelining beyond this is evicted).
 const MAX_PENDING: usize = 256;
 const MAX_ORPHANS: usize = 4;
+/// CRLF ending a chunk's data + "0\r\n\r\n", the last chunk without trailers.
+const LAST_CHUNK_TAIL: u64 = 7;
 
 pub fn is_request_start(p: &[u8]) -> bool {
     METHODS.iter().any(|m| p.starts_with(m))
@@ -429,9 +431,21 @@ impl Http1Parser {
                     self.pending.pop_back();
                 }
             }
-            Current::Response(_) => stats.damaged_messages += 1,
+            Current::Response(_) => {
+                stats.damaged_messages += 1;
+                // The damaged response answered the oldest pending request; which later ones
+                // its lost bytes also answered is unknowable, so none is paired by guesswork.
+                self.distrust_pairing(stats);
+            }
         }
-        ds.interim_bytes = 0;
+        self.dirs[d].interim_bytes = 0;
+    }
+
+    /// Responses were lost in an unknown number: pending requests can no longer be paired.
+    fn distrust_pairing(&mut self, stats: &mut ParseStats) {
+        let n = self.pending.len() as u64;
+        self.pending.drain().for_each(drop);
+        stats.damaged_messages += n;
     }
 
     /// Completes an open-ended message (end not visible) at its last seen syscall.
@@ -620,6 +634,13 @@ impl Http1Parser {
             Current::Response(mut resp) => {
                 resp.span.bytes += interim;
                 let tunnel = resp.tunnel_after;
+                // A request whose end was out of sight ends, at the latest, when its response
+                // is complete.
+                if self.dirs[1 - d].state == State::Lost
+                    && matches!(self.dirs[1 - d].cur, Current::Request { .. })
+                {
+                    self.finish_open_ended(1 - d, out, stats);
+                }
                 match self.pending.pop() {
                     Some(req) => self.emit(1 - d, req, resp, inferred, out),
                     None => {
@@ -807,6 +828,13 @@ impl Http1Parser {
                     remaining: remaining - n,
                 });
             }
+            State::Chunked(ChunkState::Data { remaining }) if n - remaining == LAST_CHUNK_TAIL => {
+                // The unseen rest of the syscall is exactly "\r\n0\r\n\r\n": a body written in
+                // one go (data, then the last chunk). Exact, not inferred.
+                ds.mark_truncated();
+                ds.add_bytes(n);
+                self.complete(d, false, out, stats);
+            }
             State::Chunked(_) => {
                 // Chunk framing went out of sight: the message goes on until the next message
                 // starts or the connection closes (end inferred then).
@@ -827,6 +855,10 @@ impl Http1Parser {
             State::Start => {
                 self.lose_sync(d, stats);
                 stats.unparsed_bytes += n;
+                if self.request_dir == Some(1 - d) {
+                    // Unseen bytes where a response starts may hold whole responses.
+                    self.distrust_pairing(stats);
+                }
             }
             State::Lost => {
                 stats.unparsed_bytes += n;
@@ -909,9 +941,7 @@ impl StreamParser for Http1Parser {
             self.damage_current(d, stats);
             self.lose_sync(d, stats);
         }
-        let n = self.pending.len() as u64;
-        self.pending.drain().for_each(drop);
-        stats.damaged_messages += n;
+        self.distrust_pairing(stats);
     }
 
     fn on_close(&mut self, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
