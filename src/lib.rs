@@ -2,6 +2,7 @@
 //! source (live BPF ring buffer | recording) → [`event`] → [`conntrack`] → [`protocols`] →
 //! [`call`] → [`pipeline`] → [`sink`] (JSON lines | TUI | recorder).
 
+pub mod aggregate;
 pub mod bpf;
 pub mod call;
 pub mod cli;
@@ -13,6 +14,7 @@ pub mod preflight;
 pub mod procinfo;
 pub mod protocols;
 pub mod record;
+pub mod report;
 pub mod segfile;
 pub mod session;
 pub mod sink;

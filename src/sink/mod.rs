@@ -7,6 +7,7 @@ use std::io;
 
 use crate::call::Call;
 use crate::procinfo::ProcInfo;
+use crate::report::IntervalReport;
 use crate::session::{SessionMeta, Summary};
 
 pub trait Sink {
@@ -17,6 +18,10 @@ pub trait Sink {
     fn call(&mut self, call: &Call) -> io::Result<()>;
     /// Events the kernel could not deliver since the last report (`mono_ns`: when noticed).
     fn lost(&mut self, mono_ns: u64, events: u64, bytes: u64) -> io::Result<()>;
+    /// Aggregates of the interval that just ended.
+    fn interval(&mut self, _report: &IntervalReport) -> io::Result<()> {
+        Ok(())
+    }
     /// End of a batch of events: make what was written visible.
     fn flush(&mut self) -> io::Result<()>;
     /// Once, last.

@@ -1,0 +1,23 @@
+//! What the pipeline hands sinks once per interval (`--delay`): the aggregates that make ebtop
+//! a *top*. JSON prints them as `endpoint`, `process` and `overhead` lines; the TUI renders them.
+
+use crate::aggregate::{EndpointSnapshot, OverheadSnapshot, ProcessSnapshot};
+use crate::session::Summary;
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct IntervalReport {
+    /// Kernel (CLOCK_MONOTONIC) time the interval ended; the recorded time in a replay.
+    pub mono_ns: u64,
+    /// Length of the interval.
+    pub period_ns: u64,
+    /// Endpoints with calls in this interval.
+    pub endpoints: Vec<EndpointSnapshot>,
+    /// Processes with network activity in this interval.
+    pub processes: Vec<ProcessSnapshot>,
+    /// ebtop's own cost (live only; a replay has no live cost to show).
+    pub overhead: Option<OverheadSnapshot>,
+    /// Counts since the start (calls, events, losses, parser problems).
+    pub totals: Summary,
+    /// Connections the tracker holds now.
+    pub open_connections: u64,
+}
