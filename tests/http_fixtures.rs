@@ -60,7 +60,9 @@ fn run(f: &SegFile, snaplen: Option<usize>) -> (Vec<Call>, Summary) {
     (sink.0, summary)
 }
 
-type Want = &'static [(&'static str, &'static str, u32)];
+/// (method, resource, status) of each expected call, in order.
+type Expected = (&'static str, &'static str, u32);
+type Want = &'static [Expected];
 
 const KEEPALIVE: Want = &[
     ("GET", "/index.html", 200),
@@ -76,7 +78,7 @@ const CHUNKED: Want = &[("GET", "/chunked", 200), ("GET", "/chunked-trailer", 20
 const UPLOAD: Want = &[("POST", "/upload", 200)];
 const BIG: Want = &[("GET", "/big300k.txt", 200)];
 
-fn cases() -> Vec<(&'static str, Vec<(&'static str, &'static str, u32)>)> {
+fn cases() -> Vec<(&'static str, Vec<Expected>)> {
     let wrk = vec![("GET", "/index.html", 200); 20];
     vec![
         ("curl_nginx_keepalive.client.seg", KEEPALIVE.to_vec()),
