@@ -78,10 +78,7 @@ mod tests {
             }
             let est = d.estimate() as f64;
             let tolerance = (n as f64 * 0.2).max(1.0);
-            assert!(
-                (est - n as f64).abs() <= tolerance,
-                "n={n} estimate={est}"
-            );
+            assert!((est - n as f64).abs() <= tolerance, "n={n} estimate={est}");
         }
     }
 }

@@ -147,8 +147,7 @@ pub fn is_id(seg: &str) -> bool {
     if b.len() >= 20
         && has_digit
         && b.iter().any(u8::is_ascii_alphabetic)
-        && b
-            .iter()
+        && b.iter()
             .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'+' | b'=' | b'.'))
     {
         return true;
@@ -325,16 +324,13 @@ mod tests {
             ("/page#frag", "/page"),
             ("/v1/items", "/v1/items"),
             ("/api/v2/users/me", "/api/v2/users/me"),
-            (
-                "/o/550e8400-e29b-41d4-a716-446655440000",
-                "/o/{id}",
-            ),
-            (
-                "/o/550E8400-E29B-41D4-A716-446655440000/x",
-                "/o/{id}/x",
-            ),
+            ("/o/550e8400-e29b-41d4-a716-446655440000", "/o/{id}"),
+            ("/o/550E8400-E29B-41D4-A716-446655440000/x", "/o/{id}/x"),
             ("/commit/3f2a9c1d", "/commit/{id}"),
-            ("/blob/da39a3ee5e6b4b0d3255bfef95601890afd80709", "/blob/{id}"),
+            (
+                "/blob/da39a3ee5e6b4b0d3255bfef95601890afd80709",
+                "/blob/{id}",
+            ),
             // Hex-looking words without digits stay.
             ("/feedface/deadbeef", "/feedface/deadbeef"),
             // Short hex with a digit stays (could be a name like "a1b2").
@@ -342,13 +338,19 @@ mod tests {
             ("/t/eyJhbGciOiJIUzI1NiJ9_abcDEF", "/t/{id}"),
             ("/reset/dGhpcyBpcyBhIHRva2VuMTIz", "/reset/{id}"),
             // Long name without a digit stays.
-            ("/docs/getting-started-with-ebtop", "/docs/getting-started-with-ebtop"),
+            (
+                "/docs/getting-started-with-ebtop",
+                "/docs/getting-started-with-ebtop",
+            ),
             ("/u/john.doe@example.com/profile", "/u/{id}/profile"),
             ("/u/john%40example.com", "/u/{id}"),
             ("/img/42.png", "/img/{id}.png"),
             ("/static/app.js", "/static/app.js"),
             ("//double//7", "//double//{id}"),
-            ("http://example.com:8080/a/1?x", "http://example.com:8080/a/{id}"),
+            (
+                "http://example.com:8080/a/1?x",
+                "http://example.com:8080/a/{id}",
+            ),
             ("http://example.com", "http://example.com"),
             ("*", "*"),
             ("/a/x17y", "/a/x17y"),
@@ -435,9 +437,18 @@ mod tests {
 
     #[test]
     fn sql_unterminated_and_non_ascii_do_not_panic() {
-        for raw in ["SELECT 'abc", "SELECT \"x", "/* open", "SELECT 'é' , ü", "'\\"] {
+        for raw in [
+            "SELECT 'abc",
+            "SELECT \"x",
+            "/* open",
+            "SELECT 'é' , ü",
+            "'\\",
+        ] {
             let n = normalize_sql(raw);
-            assert!(!n.contains("abc") && n.len() <= raw.len() + 4, "{raw:?} → {n:?}");
+            assert!(
+                !n.contains("abc") && n.len() <= raw.len() + 4,
+                "{raw:?} → {n:?}"
+            );
         }
     }
 

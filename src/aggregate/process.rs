@@ -1,0 +1,337 @@
+//! Per-process view of the processes that did network I/O: CPU and memory (from /proc, like
+//! top) next to their L7 calls, errors and bytes.
+//!
+//! CPU % is measured between two /proc readings over the real time between them (100% = one
+//! core busy). A process's first reading is taken when it is first seen, so its first interval
+//! covers "first seen → end of interval". Counter rates use the interval length the caller
+//! passes. A process whose /proc entry is gone is reported once more with `exited: true` and
+//! its last CPU and memory numbers, then dropped.
+
+use std::collections::{HashMap, HashSet};
+
+use super::procfs::{cpu_pct, ProcSample};
+use crate::call::{Call, Side};
+use crate::protocols::Outcome;
+
+pub const DEFAULT_MAX_PROCESSES: usize = 4096;
+/// Distinct connections remembered per process per interval; past it the count saturates.
+const MAX_CONNS_PER_INTERVAL: usize = 4096;
+const MAX_COMM_LEN: usize = 64;
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Activity {
+    calls: u64,
+    errors: u64,
+    client_errors: u64,
+    bytes_in: u64,
+    bytes_out: u64,
+    socket_bytes_in: u64,
+    socket_bytes_out: u64,
+}
+
+struct Entry {
+    comm: String,
+    interval: Activity,
+    /// Connections that completed a call this interval.
+    conns: HashSet<u64>,
+    open_connections: Option<u64>,
+    last_sample: Option<ProcSample>,
+    cpu_pct: Option<f64>,
+    rss_bytes: Option<u64>,
+    /// Its /proc entry went away; reported once more, then dropped.
+    exited: bool,
+    /// Interval number of the last activity, to evict the stalest when full.
+    last_active: u64,
+}
+
+/// One process over one interval.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ProcessSnapshot {
+    pub pid: u32,
+    pub comm: String,
+    pub period_ns: u64,
+    /// Gone from /proc; CPU and memory are its last known numbers.
+    pub exited: bool,
+    /// % of one core (user + system), null if not measured (replay, first reading failed).
+    pub cpu_pct: Option<f64>,
+    pub rss_bytes: Option<u64>,
+    pub calls: u64,
+    pub calls_per_s: f64,
+    /// Server errors (HTTP 5xx, protocol error replies).
+    pub errors: u64,
+    /// Client errors (HTTP 4xx).
+    pub client_errors: u64,
+    /// L7 message bytes from calls: for a client its requests are out, responses in; for a
+    /// server the reverse.
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub bytes_in_per_s: f64,
+    pub bytes_out_per_s: f64,
+    /// All socket bytes the pipeline reported through `observe_bytes` (any protocol).
+    pub socket_bytes_in: u64,
+    pub socket_bytes_out: u64,
+    pub socket_bytes_in_per_s: f64,
+    pub socket_bytes_out_per_s: f64,
+    /// Distinct connections that completed at least one call in the interval.
+    pub connections_active: u64,
+    /// Open connections, if the pipeline supplies them (`set_open_connections`).
+    pub open_connections: Option<u64>,
+}
+
+pub struct ProcessStats {
+    procs: HashMap<u32, Entry>,
+    max_processes: usize,
+    /// Live: read /proc. Replay: the processes are on another host (or gone), so don't.
+    read_proc: bool,
+    evictions: u64,
+    interval_no: u64,
+}
+
+impl ProcessStats {
+    pub fn new(max_processes: usize, read_proc: bool) -> ProcessStats {
+        ProcessStats {
+            procs: HashMap::new(),
+            max_processes: max_processes.max(1),
+            read_proc,
+            evictions: 0,
+            interval_no: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.procs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.procs.is_empty()
+    }
+
+    /// Processes dropped to make room for new ones since the start.
+    pub fn evictions(&self) -> u64 {
+        self.evictions
+    }
+
+    pub fn observe_call(&mut self, call: &Call) {
+        let e = self.entry(call.pid, &call.comm);
+        let a = &mut e.interval;
+        a.calls += 1;
+        match call.l7.outcome {
+            Outcome::Ok => {}
+            Outcome::ClientError => a.client_errors += 1,
+            Outcome::ServerError => a.errors += 1,
+        }
+        let (out, inn) = match call.side {
+            Side::Client => (call.l7.req.bytes, call.l7.resp.bytes),
+            Side::Server => (call.l7.resp.bytes, call.l7.req.bytes),
+        };
+        a.bytes_out = a.bytes_out.saturating_add(out);
+        a.bytes_in = a.bytes_in.saturating_add(inn);
+        if e.conns.len() < MAX_CONNS_PER_INTERVAL {
+            e.conns.insert(call.sock_id);
+        }
+    }
+
+    /// `n` socket bytes moved by `pid` (`dir_out`: sent).
+    pub fn observe_bytes(&mut self, pid: u32, comm: &str, dir_out: bool, n: u64) {
+        let a = &mut self.entry(pid, comm).interval;
+        if dir_out {
+            a.socket_bytes_out = a.socket_bytes_out.saturating_add(n);
+        } else {
+            a.socket_bytes_in = a.socket_bytes_in.saturating_add(n);
+        }
+    }
+
+    /// Open connections of `pid`, as the connection tracker knows them; shown until set again.
+    /// Ignored for processes not in the table.
+    pub fn set_open_connections(&mut self, pid: u32, n: u64) {
+        if let Some(e) = self.procs.get_mut(&pid) {
+            e.open_connections = Some(n);
+        }
+    }
+
+    fn entry(&mut self, pid: u32, comm: &str) -> &mut Entry {
+        if !self.procs.contains_key(&pid) {
+            if self.procs.len() >= self.max_processes {
+                self.evict_one();
+            }
+            let sample = if self.read_proc {
+                ProcSample::read(pid).ok()
+            } else {
+                None
+            };
+            self.procs.insert(
+                pid,
+                Entry {
+                    comm: String::new(),
+                    interval: Activity::default(),
+                    conns: HashSet::new(),
+                    open_connections: None,
+                    last_sample: sample,
+                    cpu_pct: None,
+                    rss_bytes: sample.map(|s| s.rss_bytes),
+                    exited: false,
+                    last_active: self.interval_no,
+                },
+            );
+        }
+        let e = self.procs.get_mut(&pid).expect("inserted above");
+        if e.comm != comm {
+            // New process or exec'd into another program.
+            e.comm = comm.chars().take(MAX_COMM_LEN).collect();
+        }
+        e.last_active = self.interval_no;
+        e
+    }
+
+    /// Drops an exited process if there is one, else the one idle the longest.
+    fn evict_one(&mut self) {
+        let victim = self
+            .procs
+            .iter()
+            .min_by_key(|(pid, e)| (!e.exited, e.last_active, **pid))
+            .map(|(pid, _)| *pid);
+        if let Some(pid) = victim {
+            self.procs.remove(&pid);
+            self.evictions += 1;
+        }
+    }
+
+    /// Ends an interval of `interval_ns`: every tracked process (by pid), then counters reset.
+    pub fn end_interval(&mut self, interval_ns: u64) -> Vec<ProcessSnapshot> {
+        self.interval_no += 1;
+        // Reported as exited last time: gone now.
+        self.procs.retain(|_, e| !e.exited);
+        let mut out = Vec::with_capacity(self.procs.len());
+        for (&pid, e) in &mut self.procs {
+            if self.read_proc {
+                match ProcSample::read(pid) {
+                    Ok(now) => {
+                        e.cpu_pct = match &e.last_sample {
+                            Some(prev) if now.same_process(prev) => cpu_pct(prev, &now),
+                            // A reused pid (or no earlier reading): no baseline yet.
+                            _ => None,
+                        };
+                        e.rss_bytes = Some(now.rss_bytes);
+                        e.last_sample = Some(now);
+                    }
+                    Err(_) => e.exited = true,
+                }
+            }
+            let a = e.interval;
+            let per_s = |n: u64| {
+                if interval_ns == 0 {
+                    0.0
+                } else {
+                    n as f64 * 1e9 / interval_ns as f64
+                }
+            };
+            out.push(ProcessSnapshot {
+                pid,
+                comm: e.comm.clone(),
+                period_ns: interval_ns,
+                exited: e.exited,
+                cpu_pct: e.cpu_pct,
+                rss_bytes: e.rss_bytes,
+                calls: a.calls,
+                calls_per_s: per_s(a.calls),
+                errors: a.errors,
+                client_errors: a.client_errors,
+                bytes_in: a.bytes_in,
+                bytes_out: a.bytes_out,
+                bytes_in_per_s: per_s(a.bytes_in),
+                bytes_out_per_s: per_s(a.bytes_out),
+                socket_bytes_in: a.socket_bytes_in,
+                socket_bytes_out: a.socket_bytes_out,
+                socket_bytes_in_per_s: per_s(a.socket_bytes_in),
+                socket_bytes_out_per_s: per_s(a.socket_bytes_out),
+                connections_active: e.conns.len() as u64,
+                open_connections: e.open_connections,
+            });
+            e.interval = Activity::default();
+            e.conns.clear();
+        }
+        out.sort_by_key(|s| s.pid);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::burn_cpu;
+    use crate::aggregate::endpoints::tests::call;
+    use std::time::Duration;
+
+    #[test]
+    fn measures_own_cpu_and_memory() {
+        let _serial = crate::aggregate::cpu_test_serial();
+        let me = std::process::id();
+        let mut ps = ProcessStats::new(16, true);
+        let mut c = call("tester", me, "GET", "/x", 1_000_000);
+        c.sock_id = 7;
+        ps.observe_call(&c);
+        ps.observe_call(&c);
+        ps.observe_bytes(me, "tester", true, 500);
+        ps.observe_bytes(me, "tester", false, 4000);
+        burn_cpu(Duration::from_millis(250));
+        let snap = ps.end_interval(250_000_000);
+        let s = snap.iter().find(|s| s.pid == me).expect("own process");
+        let cpu = s.cpu_pct.expect("measured");
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        assert!(cpu > 30.0 && cpu <= 100.0 * cores + 20.0, "cpu {cpu}%");
+        assert!(s.rss_bytes.unwrap() > 0);
+        assert!(!s.exited);
+        assert_eq!((s.calls, s.connections_active), (2, 1));
+        // A client sends requests (100 bytes each) and receives responses (1000 each).
+        assert_eq!((s.bytes_out, s.bytes_in), (200, 2000));
+        assert_eq!((s.socket_bytes_out, s.socket_bytes_in), (500, 4000));
+        assert!((s.calls_per_s - 8.0).abs() < 1e-9);
+        // Counters are per interval; the process stays listed.
+        let snap = ps.end_interval(250_000_000);
+        assert_eq!(snap[0].calls, 0);
+    }
+
+    #[test]
+    fn exited_process_is_reported_once_then_dropped() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        let mut ps = ProcessStats::new(16, true);
+        ps.observe_bytes(pid, "sleep", false, 1);
+        ps.set_open_connections(pid, 3);
+        let alive = ps.end_interval(1_000_000_000);
+        assert!(!alive[0].exited);
+        let rss = alive[0].rss_bytes.expect("read from /proc");
+        assert_eq!(alive[0].open_connections, Some(3));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let gone = ps.end_interval(1_000_000_000);
+        assert_eq!(gone.len(), 1);
+        assert!(gone[0].exited);
+        assert_eq!(gone[0].rss_bytes, Some(rss));
+        assert!(ps.end_interval(1_000_000_000).is_empty());
+        assert!(ps.is_empty());
+    }
+
+    #[test]
+    fn bounded_with_stalest_evicted_and_server_bytes_reversed() {
+        let mut ps = ProcessStats::new(2, false);
+        ps.observe_bytes(1, "a", true, 1);
+        ps.observe_bytes(2, "b", true, 1);
+        ps.end_interval(1_000_000_000);
+        ps.observe_bytes(2, "b", true, 1); // 1 is now the stalest
+        let mut server = call("c", 3, "GET", "/", 1_000_000);
+        server.side = Side::Server;
+        ps.observe_call(&server);
+        assert_eq!((ps.len(), ps.evictions()), (2, 1));
+        let snap = ps.end_interval(1_000_000_000);
+        let pids: Vec<u32> = snap.iter().map(|s| s.pid).collect();
+        assert_eq!(pids, [2, 3]);
+        // Replay: nothing read from /proc.
+        assert_eq!((snap[1].cpu_pct, snap[1].rss_bytes), (None, None));
+        // A server receives the request and sends the response.
+        assert_eq!((snap[1].bytes_in, snap[1].bytes_out), (100, 1000));
+    }
+}
