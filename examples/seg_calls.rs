@@ -16,15 +16,32 @@ use ebtop::sink::json::JsonSink;
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let path = args.next().context("usage: seg_calls FILE.seg [SNAPLEN]")?;
-    let snaplen = args.next().map(|s| s.parse()).transpose().context("SNAPLEN is a number")?;
+    let snaplen = args
+        .next()
+        .map(|s| s.parse())
+        .transpose()
+        .context("SNAPLEN is a number")?;
     let seg = SegFile::parse(&std::fs::read(&path).with_context(|| path.clone())?)?;
     let out = std::io::stdout().lock();
-    let mut p = Pipeline::new(TrackerConfig::default(), ProcessTable::new(false), JsonSink::new(out));
-    p.start(&SessionMeta::this_host("replay", snaplen.unwrap_or(0) as u32, Filters::default(), 0))?;
+    let mut p = Pipeline::new(
+        TrackerConfig::default(),
+        ProcessTable::new(false),
+        JsonSink::new(out),
+    );
+    p.start(&SessionMeta::this_host(
+        "replay",
+        snaplen.unwrap_or(0) as u32,
+        Filters::default(),
+        0,
+    ))?;
     for rec in seg.records(1, snaplen) {
         p.on_record(&rec)?;
     }
-    p.on_record(&EventBuilder::lifecycle(EventKind::Close, 1).times(u64::MAX / 4, u64::MAX / 4).build(b""))?;
+    p.on_record(
+        &EventBuilder::lifecycle(EventKind::Close, 1)
+            .times(u64::MAX / 4, u64::MAX / 4)
+            .build(b""),
+    )?;
     p.finish(&KernelCounters::default(), 0)?;
     Ok(())
 }

@@ -4,12 +4,15 @@
 
 use std::io;
 
+use crate::aggregate::process::DEFAULT_MAX_PROCESSES;
+use crate::aggregate::{EndpointTable, OverheadSnapshot, ProcessStats};
 use crate::call::{Call, Side};
 use crate::conntrack::{ConnTracker, TrackerConfig};
-use crate::event::Event;
+use crate::event::{Direction, Event, EventKind};
 use crate::procinfo::{ProcInfo, ProcessTable};
 use crate::record::writer::Recorder;
 use crate::record::IntervalRecord;
+use crate::report::IntervalReport;
 use crate::session::{Filters, KernelCounters, SessionMeta, Summary};
 use crate::sink::Sink;
 
@@ -20,6 +23,11 @@ pub struct Pipeline<S: Sink> {
     /// Applied to every record (live: the kernel applied them already; replay: here).
     filters: Filters,
     recorder: Option<Recorder>,
+    endpoints: EndpointTable,
+    proc_stats: ProcessStats,
+    /// Kernel time the current interval started, and calls since.
+    interval_start_ns: Option<u64>,
+    calls_in_interval: u64,
     summary: Summary,
     first_ns: Option<u64>,
     last_ns: u64,
@@ -28,8 +36,13 @@ pub struct Pipeline<S: Sink> {
 
 impl<S: Sink> Pipeline<S> {
     pub fn new(cfg: TrackerConfig, procs: ProcessTable, sink: S) -> Self {
+        let read_proc = procs.reads_proc();
         Pipeline {
             tracker: ConnTracker::new(cfg),
+            endpoints: EndpointTable::default(),
+            proc_stats: ProcessStats::new(DEFAULT_MAX_PROCESSES, read_proc),
+            interval_start_ns: None,
+            calls_in_interval: 0,
             procs,
             sink,
             filters: Filters::default(),
@@ -53,6 +66,9 @@ impl<S: Sink> Pipeline<S> {
     }
 
     pub fn start(&mut self, meta: &SessionMeta) -> io::Result<()> {
+        // Intervals count from the session's start in kernel time (recorded, so a replay's
+        // intervals are the live run's).
+        self.interval_start_ns = Some((meta.start_unix_ns - meta.wall_offset_ns).max(0) as u64);
         self.sink.meta(meta)
     }
 
@@ -94,15 +110,28 @@ impl<S: Sink> Pipeline<S> {
 
     fn on_event(&mut self, ev: &Event) -> io::Result<()> {
         self.first_ns.get_or_insert(ev.start_ns);
+        self.interval_start_ns.get_or_insert(ev.start_ns);
         self.last_ns = self.last_ns.max(ev.end_ns);
+        if ev.kind == EventKind::Data {
+            let n = ev.comm.iter().position(|&c| c == 0).unwrap_or(16);
+            let comm = std::str::from_utf8(&ev.comm[..n]).unwrap_or("?");
+            self.proc_stats
+                .observe_bytes(ev.pid, comm, ev.dir == Direction::Egress, ev.total_len);
+        }
         let mut result = Ok(());
-        let (procs, sink, summary, recorder) = (
+        let (procs, sink, summary, recorder, endpoints, proc_stats) = (
             &mut self.procs,
             &mut self.sink,
             &mut self.summary,
             &mut self.recorder,
+            &mut self.endpoints,
+            &mut self.proc_stats,
         );
+        let mut calls = 0u64;
         self.tracker.handle(ev, &mut |call: Call| {
+            calls += 1;
+            endpoints.observe(&call);
+            proc_stats.observe_call(&call);
             if result.is_err() {
                 return;
             }
@@ -122,17 +151,34 @@ impl<S: Sink> Pipeline<S> {
                 result = sink.call(&call);
             }
         });
+        self.calls_in_interval += calls;
         result
     }
 
-    /// Periodic work: expire idle connections, report new kernel-side losses.
-    pub fn on_interval(&mut self, now_ns: u64, kernel: &KernelCounters) -> io::Result<()> {
+    /// Periodic work: expire idle connections, report new kernel-side losses, hand the
+    /// interval's aggregates to the sink. `overhead`: ebtop's own cost (live only).
+    pub fn on_interval(
+        &mut self,
+        now_ns: u64,
+        kernel: &KernelCounters,
+        overhead: Option<OverheadSnapshot>,
+    ) -> io::Result<()> {
         if let Some(rec) = &mut self.recorder {
             rec.interval(&IntervalRecord {
                 mono_ns: now_ns,
                 kernel: kernel.clone(),
             });
         }
+        self.report_interval(now_ns, kernel, overhead)
+    }
+
+    fn report_interval(
+        &mut self,
+        now_ns: u64,
+        kernel: &KernelCounters,
+        overhead: Option<OverheadSnapshot>,
+    ) -> io::Result<()> {
+        self.calls_in_interval = 0;
         self.tracker.expire(now_ns);
         let (ev, by) = self.lost_reported;
         if kernel.lost > ev {
@@ -144,7 +190,27 @@ impl<S: Sink> Pipeline<S> {
             self.lost_reported = (kernel.lost, kernel.lost_bytes);
         }
         self.summary.kernel = kernel.clone();
-        Ok(())
+        let start = self.interval_start_ns.replace(now_ns).unwrap_or(now_ns);
+        let period_ns = now_ns.saturating_sub(start);
+        let report = IntervalReport {
+            mono_ns: now_ns,
+            period_ns,
+            endpoints: self.endpoints.end_interval(period_ns),
+            processes: self.proc_stats.end_interval(period_ns),
+            overhead,
+            totals: self.totals(),
+            open_connections: self.tracker.open_conns() as u64,
+        };
+        self.sink.interval(&report)
+    }
+
+    /// Counts since the start, as the summary will show them.
+    fn totals(&self) -> Summary {
+        let mut t = self.summary.clone();
+        t.endpoints = Vec::new();
+        t.tracker = self.tracker.stats;
+        t.parse = self.tracker.parse;
+        t
     }
 
     /// End of a batch of records: output becomes visible, the recorder may cut a frame.
@@ -165,16 +231,18 @@ impl<S: Sink> Pipeline<S> {
         kernel: &KernelCounters,
         duration_ns: u64,
     ) -> anyhow::Result<(S, Summary)> {
-        self.summary.kernel = kernel.clone();
-        let (ev, by) = self.lost_reported;
-        if kernel.lost > ev {
-            self.sink.lost(
-                self.last_ns,
-                kernel.lost - ev,
-                kernel.lost_bytes.saturating_sub(by),
-            )?;
+        // The last, partial interval: reported (so interval lines add up to the summary) up to
+        // the last event, which a replay knows as well as the live run did. Losses since the
+        // last report are reported either way.
+        let (lost_so_far, _) = self.lost_reported;
+        if self.calls_in_interval > 0 || kernel.lost > lost_so_far {
+            let end = self.last_ns.max(self.interval_start_ns.unwrap_or(0));
+            self.report_interval(end, kernel, None)?;
         }
+        self.summary.kernel = kernel.clone();
         self.tracker.end_session();
+        self.summary.endpoints = self.endpoints.cumulative();
+        self.summary.endpoint_table = self.endpoints.stats();
         self.summary.duration_ns = duration_ns;
         self.summary.tracker = self.tracker.stats;
         self.summary.parse = self.tracker.parse;

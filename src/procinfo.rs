@@ -51,6 +51,10 @@ impl ProcessTable {
             read_proc,
         }
     }
+    /// Whether unknown pids are looked up in /proc (live) or not (replay).
+    pub fn reads_proc(&self) -> bool {
+        self.read_proc
+    }
     /// Knows `info` without describing it yet.
     pub fn insert(&mut self, info: ProcInfo) {
         if self.procs.len() >= self.cap {

@@ -85,6 +85,9 @@ pub struct Summary {
     pub kernel: KernelCounters,
     pub tracker: TrackerStats,
     pub parse: ParseStats,
+    /// Since-start numbers of every endpoint (the RED table of the whole session).
+    pub endpoints: Vec<crate::aggregate::EndpointSnapshot>,
+    pub endpoint_table: crate::aggregate::EndpointTableStats,
     /// With -w: events the recording thread could not keep up with.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recording_dropped_events: Option<u64>,

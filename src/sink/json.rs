@@ -10,6 +10,7 @@ use crate::call::Call;
 use crate::clock::WallClock;
 use crate::procinfo::ProcInfo;
 use crate::protocols::Outcome;
+use crate::report::IntervalReport;
 use crate::session::{Filters, SessionMeta, Summary};
 
 pub struct JsonSink<W: Write> {
@@ -98,6 +99,16 @@ struct LostLine {
     bytes: u64,
 }
 
+/// An aggregate line: `type`, `ts` (interval end), then the snapshot's own fields.
+#[derive(Serialize)]
+struct TaggedLine<'a, T: Serialize> {
+    #[serde(rename = "type")]
+    ty: &'static str,
+    ts: &'a str,
+    #[serde(flatten)]
+    body: &'a T,
+}
+
 #[derive(Serialize)]
 struct SummaryLine<'a> {
     #[serde(rename = "type")]
@@ -179,6 +190,32 @@ impl<W: Write> Sink for JsonSink<W> {
             events,
             bytes,
         })
+    }
+
+    fn interval(&mut self, r: &IntervalReport) -> io::Result<()> {
+        let ts = self.clock.rfc3339(r.mono_ns);
+        for e in &r.endpoints {
+            self.line(&TaggedLine {
+                ty: "endpoint",
+                ts: &ts,
+                body: e,
+            })?;
+        }
+        for p in &r.processes {
+            self.line(&TaggedLine {
+                ty: "process",
+                ts: &ts,
+                body: p,
+            })?;
+        }
+        if let Some(o) = &r.overhead {
+            self.line(&TaggedLine {
+                ty: "overhead",
+                ts: &ts,
+                body: o,
+            })?;
+        }
+        Ok(())
     }
 
     fn flush(&mut self) -> io::Result<()> {

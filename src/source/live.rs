@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context, Result};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
+use std::os::fd::AsFd;
 
+use crate::aggregate::{BpfStats, Overhead, RingCounters};
 use crate::bpf::counter;
 use crate::bpf::sockdata::{SockdataSkel, SockdataSkelBuilder};
 use crate::pipeline::Pipeline;
@@ -175,6 +177,8 @@ pub fn run<S: Sink, R>(
         }
     }
 
+    // Kernel BPF run-time statistics for the session: ebtop shows its own cost.
+    let mut overhead = Overhead::new(BpfStats::enable());
     let mut pipeline = pipeline;
     pipeline.start(meta).context("writing output failed")?;
     let started = Instant::now();
@@ -240,7 +244,19 @@ pub fn run<S: Sink, R>(
             next_tick += interval;
             let k = read_counters(&skel);
             let mono = crate::clock::monotonic_ns();
-            if let Err(e) = pipeline.borrow_mut().on_interval(mono, &k) {
+            let programs: Vec<libbpf_rs::Program> = skel.object().progs().collect();
+            let fds: Vec<(String, std::os::fd::BorrowedFd)> = programs
+                .iter()
+                .map(|p| (p.name().to_string_lossy().into_owned(), p.as_fd()))
+                .collect();
+            let ov = overhead.end_interval(
+                &fds,
+                RingCounters {
+                    events: k.events,
+                    lost: k.lost,
+                },
+            );
+            if let Err(e) = pipeline.borrow_mut().on_interval(mono, &k, Some(ov)) {
                 *failure.borrow_mut() = Some(e);
                 if let Some(r) = check(&failure)? {
                     break r;

@@ -62,7 +62,7 @@ pub fn run<S: Sink, R: Read>(
             }
             Item::Process(info) => pipeline.know_process(info),
             Item::Interval(iv) => {
-                pipeline.on_interval(iv.mono_ns, &iv.kernel)?;
+                pipeline.on_interval(iv.mono_ns, &iv.kernel, None)?;
                 kernel = iv.kernel;
             }
             Item::End(e) => end = Some(e),

@@ -27,11 +27,17 @@ pub const BIG_LEN: usize = 200_000;
 
 /// A small HTTP/1.1 server with keep-alive and pipelining, one thread per connection.
 /// Routes: `/` (small), `/slow` (sleeps SLOW_MS), `/chunked` (4 chunks, one write each),
-/// `/big` (BIG_LEN bytes body, written with writev), anything else 404.
+/// `/big` (BIG_LEN bytes body, written with writev), `/sleep/MS/...` (sleeps MS ms),
+/// `/error` (503), anything else 404.
 pub struct TestServer {
     pub port: u16,
     stop: Arc<AtomicBool>,
+    /// (path, ns from request parsed to response write) of every /sleep request: the server's
+    /// own view of its latency, ground truth for ebtop's server side.
+    pub timings: Timings,
 }
+
+pub type Timings = Arc<std::sync::Mutex<Vec<(String, u64)>>>;
 
 impl TestServer {
     pub fn start() -> TestServer {
@@ -39,17 +45,24 @@ impl TestServer {
         let port = listener.local_addr().unwrap().port();
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
+        let timings: Timings = Default::default();
+        let t2 = timings.clone();
         thread::spawn(move || {
             for conn in listener.incoming() {
                 if stop2.load(Ordering::Relaxed) {
                     break;
                 }
                 if let Ok(c) = conn {
-                    thread::spawn(move || serve(c));
+                    let t = t2.clone();
+                    thread::spawn(move || serve(c, t));
                 }
             }
         });
-        TestServer { port, stop }
+        TestServer {
+            port,
+            stop,
+            timings,
+        }
     }
 }
 
@@ -60,7 +73,7 @@ impl Drop for TestServer {
     }
 }
 
-fn serve(mut c: TcpStream) {
+fn serve(mut c: TcpStream, timings: Timings) {
     let mut buf = Vec::new();
     let mut tmp = [0u8; 65536];
     loop {
@@ -84,7 +97,8 @@ fn serve(mut c: TcpStream) {
                 break;
             }
             buf.drain(..n + body_len);
-            if respond(&mut c, &path).is_err() {
+            let t = Instant::now();
+            if respond(&mut c, &path, t, &timings).is_err() {
                 return;
             }
         }
@@ -95,7 +109,7 @@ fn serve(mut c: TcpStream) {
     }
 }
 
-fn respond(c: &mut TcpStream, path: &str) -> std::io::Result<()> {
+fn respond(c: &mut TcpStream, path: &str, t: Instant, timings: &Timings) -> std::io::Result<()> {
     match path {
         "/" => c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\nhello world\n"),
         "/slow" => {
@@ -124,6 +138,21 @@ fn respond(c: &mut TcpStream, path: &str) -> std::io::Result<()> {
             }
             c.write_all(&body[sent - head.len()..total - head.len()])
         }
+        p if p.starts_with("/sleep/") => {
+            // /sleep/MS[/anything]: sleeps MS milliseconds, then 200.
+            let ms: u64 = p[7..]
+                .split('/')
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            thread::sleep(Duration::from_millis(ms));
+            timings
+                .lock()
+                .unwrap()
+                .push((path.to_string(), t.elapsed().as_nanos() as u64));
+            c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        }
+        "/error" => c.write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n"),
         _ => c.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"),
     }
 }
@@ -217,6 +246,10 @@ impl Ebtop {
             serde_json::from_str(&l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}"));
         self.collected.push(v.clone());
         Some(v)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// SIGINT, then everything up to and including the summary; asserts a clean exit.
