@@ -63,15 +63,24 @@ pub fn ensure_tracefs() -> Result<()> {
             std::ptr::null(),
         )
     };
-    if rc == 0 && events(TRACEFS) {
-        return Ok(());
+    let mount_error = (rc != 0).then(std::io::Error::last_os_error);
+    // Another process (a second ebtop) may be mounting it at the same moment: our mount then
+    // fails or the event directories appear a little later, so wait briefly before judging.
+    for _ in 0..40 {
+        if events(TRACEFS) {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let err = std::io::Error::last_os_error();
     if Path::new(TRACEFS).join("events").is_dir() {
         bail!("tracefs is mounted at {TRACEFS} but has no syscall tracepoints: the kernel lacks CONFIG_FTRACE_SYSCALLS")
     }
     bail!(
-        "tracefs is not mounted and mounting it failed ({err}): run \
-         'mount -t tracefs nodev {TRACEFS}' and start ebtop again"
+        "tracefs is not mounted and mounting it failed ({}): run \
+         'mount -t tracefs nodev {TRACEFS}' and start ebtop again",
+        mount_error.map_or_else(
+            || "no syscall events appeared".to_string(),
+            |e| e.to_string()
+        )
     )
 }
