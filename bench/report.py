@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Turns bench/results.json into docs/performance.md (targets met, or their measured distance)."""
+import json, os, statistics
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+r = json.load(open(os.path.join(ROOT, "bench/results.json")))
+out = []
+w = out.append
+
+
+def med(rows, key):
+    vals = [x[key] for x in rows if x.get(key) is not None]
+    return statistics.median(vals) if vals else None
+
+
+def verdict(ok):
+    return "met" if ok else "**not met**"
+
+
+m = r["machine"]
+w("# Performance\n")
+w(f"Measured {m['date']} on `{m['host']}`: {m['cpus']} × {m['cpu']}, kernel {m['kernel']}. "
+  f"Release binary {r['binary_bytes'] / 1e6:.1f} MB. Regenerate: `sudo bench/run.py` (raw numbers: bench/results.json).\n")
+w("Scenario B: nginx (1 worker, 650-byte page) on loopback, wrk `-t1 -c64`. A span is one call seen from one side "
+  "(each request is two spans: wrk's client call and nginx's server call). CPU per span = (ebtop user+sys + its BPF "
+  "programs' run time) / spans.\n")
+
+sat = r["b_saturation"]
+base = med([x for x in sat if x["mode"] == "baseline"], "rps")
+w("## B (a): saturation\n")
+w("| mode | RPS (median) | traced/baseline | ebtop CPU s | BPF s | CPU µs/span | peak RSS MB | spans | lost |")
+w("|---|---|---|---|---|---|---|---|---|")
+for mode in ["baseline", "json", "tui", "record"]:
+    rows = [x for x in sat if x["mode"] == mode]
+    rps = med(rows, "rps")
+    if mode == "baseline":
+        w(f"| baseline | {rps:.0f} | 1.00 | | | | | | |")
+        continue
+    w(f"| {mode} | {rps:.0f} | {rps / base:.3f} | {med(rows, 'user_s'):.2f} | {med(rows, 'bpf_s'):.2f} | "
+      f"{med(rows, 'cpu_us_per_span'):.2f} | {med(rows, 'rss_kb') / 1024:.1f} | {med(rows, 'spans'):.0f}"
+      f"{'' if all(x.get('spans_measured') for x in rows) else ' (offered)'} | {med(rows, 'lost') if med(rows, 'lost') is not None else 'n/a'} |")
+w("")
+fixed = r["b_fixed"]
+w("## B (b): fixed rates (examples/loadgen: open loop, latency from the scheduled send time)\n")
+w("| rate | mode | achieved RPS | p50 µs | p90 µs | p99 µs | nginx CPU % | ebtop CPU s | BPF s | lost |")
+w("|---|---|---|---|---|---|---|---|---|---|")
+for x in fixed:
+    w(f"| {x['rate']:.0f} | {x['mode']} | {x['achieved_rps']} | {x['p50_ns'] / 1e3:.0f} | {x['p90_ns'] / 1e3:.0f} | "
+      f"{x['p99_ns'] / 1e3:.0f} | {x['nginx_cpu_pct']:.1f} | {x.get('user_s', '')} | {x.get('bpf_s', '')} | {x.get('lost', '')} |")
+w("")
+
+json_rows = [x for x in sat if x["mode"] == "json"]
+cpu_span = med(json_rows, "cpu_us_per_span")
+ratio = med(json_rows, "rps") / base
+p50_incr = []
+for rate in sorted({x["rate"] for x in fixed}):
+    b = next(x for x in fixed if x["rate"] == rate and x["mode"] == "baseline")
+    t = next(x for x in fixed if x["rate"] == rate and x["mode"] == "json")
+    p50_incr.append((rate, (t["p50_ns"] - b["p50_ns"]) / b["p50_ns"] * 100))
+rep = r.get("replay", {})
+d = r.get("d_many_flows", {})
+f = r.get("f_udp", {})
+w("## Targets\n")
+w("| target | measured | |")
+w("|---|---|---|")
+w(f"| ≤ 1 µs ebtop CPU (user + BPF) per span (json) | {cpu_span:.2f} µs | {verdict(cpu_span <= 1)} |")
+w(f"| traced nginx ≥ 0.93× baseline RPS at saturation (json) | {ratio:.3f} | {verdict(ratio >= 0.93)} |")
+for rate, inc in p50_incr:
+    w(f"| p50 RT +≤ 5% at {rate:.0f} RPS | {inc:+.1f}% | {verdict(inc <= 5)} |")
+lost = med(json_rows, "lost")
+w(f"| 0 lost events at saturation ({med(json_rows, 'spans') / 10 if json_rows else 0:.0f} spans/s) | {lost} | {verdict(lost == 0)} |")
+rss = med(json_rows, "rss_kb") / 1024
+w(f"| RSS ≤ 20 MB (json, saturation) | {rss:.1f} MB | {verdict(rss <= 20)} |")
+if d:
+    w(f"| 100K flows (scenario D) ≤ 64 MB RSS | {d['rss_kb'] / 1024:.1f} MB with {d['held']} held connections | {verdict(d['rss_kb'] / 1024 <= 64)} |")
+if rep:
+    w(f"| replay ≥ 1M events/s | {rep['events_per_s'] / 1e6:.2f} M/s ({rep['events']} events) | {verdict(rep['events_per_s'] >= 1e6)} |")
+w("")
+if f:
+    w("## F: UDP flood\n")
+    w(f"Datagrams/s without ebtop {f['baseline_sent_per_s']:.0f}, with {f['traced_sent_per_s']:.0f}; ebtop CPU {f['user_s']:.2f} s + BPF {f['bpf_s']:.2f} s "
+      f"over {f['seconds']} s; lost {f['lost']}; datagrams of no known protocol skipped in the kernel: {f['skipped_unknown']}.\n")
+if d:
+    w("## D: many flows\n")
+    w(f"{d['held']} connections held, {d['short_connections']} short connections, {d['trickle_writes']} trickle writes in {d['seconds']} s: "
+      f"ebtop CPU {d['user_s']:.2f} s + BPF {d['bpf_s']:.2f} s, peak RSS {d['rss_kb'] / 1024:.1f} MB, lost {d['lost']}.\n")
+peer = r.get("peer_bpftrace", {})
+w("## Peers\n")
+if "error" in peer:
+    w(f"bpftrace floor: could not run ({peer['error']}).")
+elif peer:
+    w(f"bpftrace on the same tracepoints doing only a map update (the floor any capture pays): {peer['rps']:.0f} RPS "
+      f"({peer['rps'] / base:.3f}× baseline), BPF {peer['bpf_s'] * 1e6 / max(peer['spans'], 1):.2f} µs per span, user {peer['user_s']:.2f} s.")
+w("kyanos needs kprobes (`sock_alloc`, `security_socket_*`) and DeepFlow's agent needs kprobes or fentry for its socket "
+  "hooks: neither loads on this kernel (CONFIG_KPROBES off, fentry EPERM), so they have no row here.\n")
+if r.get("micro"):
+    w("## Micro-benchmarks (criterion, `cargo bench --bench parsers`)\n")
+    w("| bench | time | throughput |")
+    w("|---|---|---|")
+    for b in r["micro"]:
+        w(f"| {b['bench']} | {b['time']} | {b.get('throughput') or ''} |")
+    w("")
+notes = os.path.join(ROOT, "bench/notes.md")
+if os.path.exists(notes):
+    w(open(notes).read())
+open(os.path.join(ROOT, "docs/performance.md"), "w").write("\n".join(out) + "\n")
+print("wrote docs/performance.md")

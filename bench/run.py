@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""ebtop benchmark harness (issue: DeepFlow scenario tables, ebtop against baseline and peers).
+
+Run as root on an otherwise idle machine:  sudo bench/run.py [--quick]
+Writes docs/performance.md (one markdown report with the machine and date) and
+bench/results.json (raw numbers). Scenarios:
+  B  nginx (1 worker, small page) on loopback:
+     (a) saturation with wrk: baseline vs ebtop --json >/dev/null, the TUI (tmux), -w recording,
+         alternating runs, N repetitions;
+     (b) fixed rates with examples/loadgen (open loop, no coordinated omission).
+  D  many flows: examples/many_conns holding 100K connections + 1K new/s: ebtop RSS and CPU.
+  F  UDP flood: examples/udp_flood: ebtop CPU and losses.
+  R  replay throughput: events/s replaying the B recording with --json >/dev/null.
+  M  micro-benchmarks: cargo bench (criterion) for the HTTP parser and the tracker.
+  P  peer floor: bpftrace attached to the same syscall tracepoints doing minimal work.
+For every traced run: ebtop user+sys CPU (/proc/PID/stat), BPF run time (run_time_ns in
+/proc/PID/fdinfo of its programs, kernel.bpf_stats_enabled=1), peak RSS (VmHWM), spans/s,
+lost events, CPU µs per span and traced/baseline RPS.
+"""
+import argparse, glob, json, os, platform, re, shutil, signal, subprocess, sys, tempfile, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PORT = 18931
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, shell=True, check=True, text=True, capture_output=True, **kw).stdout
+
+
+def apt(*pkgs):
+    missing = [p for p in pkgs if subprocess.run(["dpkg", "-s", p], capture_output=True).returncode]
+    if missing:
+        sh("apt-get update -qq")
+        sh("DEBIAN_FRONTEND=noninteractive apt-get install -y -qq " + " ".join(missing))
+
+
+def build():
+    binary = sh(os.path.join(ROOT, "scripts/build-release")).strip()
+    sh(f"cd {ROOT} && cargo build --quiet --release --examples")
+    return os.path.join(ROOT, binary), os.path.join(ROOT, "target/release/examples")
+
+
+class Nginx:
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="ebtop-bench-nginx-")
+        os.makedirs(f"{self.dir}/html")
+        with open(f"{self.dir}/html/index.html", "w") as f:
+            f.write("<html><body>" + "x" * 600 + "</body></html>\n")
+        with open(f"{self.dir}/nginx.conf", "w") as f:
+            f.write(f"""worker_processes 1; daemon off; pid {self.dir}/nginx.pid; error_log {self.dir}/error.log;
+events {{ worker_connections 4096; }}
+http {{ access_log off; keepalive_requests 1000000;
+  server {{ listen 127.0.0.1:{PORT}; root {self.dir}/html; }} }}
+""")
+        self.proc = subprocess.Popen(["nginx", "-c", f"{self.dir}/nginx.conf", "-p", self.dir])
+        time.sleep(0.5)
+        kids = sh(f"pgrep -P {self.proc.pid}").split()
+        self.worker = int(kids[0])
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def cpu_ticks(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def bpf_run_ns(pid):
+    total = 0
+    for fd in glob.glob(f"/proc/{pid}/fdinfo/*"):
+        try:
+            with open(fd) as f:
+                m = re.search(r"run_time_ns:\s+(\d+)", f.read())
+            if m:
+                total += int(m.group(1))
+        except OSError:
+            pass
+    return total
+
+
+def hwm_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"VmHWM:\s+(\d+)", f.read()).group(1))
+
+
+class Ebtop:
+    """ebtop in one of the modes: json, tui, record."""
+
+    def __init__(self, binary, mode, args, tmp):
+        self.mode, self.tmp = mode, tmp
+        self.out = os.path.join(tmp, f"{mode}.jsonl")
+        self.rec = os.path.join(tmp, f"{mode}.ebt")
+        if mode == "json":
+            self.proc = subprocess.Popen([binary, "--json"] + args, stdout=open(self.out, "w"), stderr=subprocess.PIPE, text=True)
+            self.pid = self.proc.pid
+        elif mode == "record":
+            self.proc = subprocess.Popen([binary, "-w", self.rec, "--force"] + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            self.pid = self.proc.pid
+        elif mode == "tui":
+            sh("tmux kill-session -t ebtopbench 2>/dev/null || true")
+            sh(f"tmux new-session -d -s ebtopbench -x 120 -y 40 '{binary} {' '.join(args)}'")
+            time.sleep(0.3)
+            self.pid = int(sh("tmux list-panes -t ebtopbench -F '#{pane_pid}'").split()[0])
+        time.sleep(1.5)  # attach
+        self.t0, self.b0 = cpu_ticks(self.pid), bpf_run_ns(self.pid)
+
+    def sample(self):
+        self.t1, self.b1, self.hwm = cpu_ticks(self.pid), bpf_run_ns(self.pid), hwm_kb(self.pid)
+
+    def stop(self):
+        if self.mode == "tui":
+            sh("tmux send-keys -t ebtopbench q")
+            for _ in range(100):
+                if not os.path.exists(f"/proc/{self.pid}"):
+                    break
+                time.sleep(0.05)
+            sh("tmux kill-session -t ebtopbench 2>/dev/null || true")
+            return {}
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(timeout=60)
+        if self.mode == "json":
+            with open(self.out) as f:
+                last = f.read().strip().rsplit("\n", 1)[-1]
+            return json.loads(last)
+        return {}
+
+    def user_s(self):
+        return (self.t1 - self.t0) / HZ
+
+    def bpf_s(self):
+        return (self.b1 - self.b0) / 1e9
+
+
+def wrk(seconds, conns=64, threads=1):
+    out = sh(f"wrk -t{threads} -c{conns} -d{seconds}s http://127.0.0.1:{PORT}/")
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    reqs = int(re.search(r"(\d+) requests in", out).group(1))
+    lat = re.search(r"Latency\s+([\d.]+\w+)", out).group(1)
+    return rps, reqs, lat
+
+
+def scenario_b_saturation(binary, reps, seconds, tmp):
+    rows = []
+    for rep in range(reps):
+        for mode in ["baseline", "json", "tui", "record"]:
+            row = {"rep": rep, "mode": mode}
+            e = None if mode == "baseline" else Ebtop(binary, mode, ["--port", str(PORT)], tmp)
+            rps, reqs, lat = wrk(seconds)
+            row.update(rps=rps, requests=reqs, wrk_mean_latency=lat)
+            if e:
+                e.sample()
+                summary = e.stop()
+                spans = summary.get("calls", 2 * reqs)
+                row.update(
+                    user_s=e.user_s(), bpf_s=e.bpf_s(), rss_kb=e.hwm, spans=spans,
+                    spans_measured=bool(summary), lost=summary.get("kernel", {}).get("lost"),
+                )
+                row["cpu_us_per_span"] = (row["user_s"] + row["bpf_s"]) * 1e6 / max(spans, 1)
+                if mode == "record":
+                    row["recording"] = e.rec
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr)
+    return rows
+
+
+def scenario_b_fixed(binary, examples, rates, seconds, tmp, nginx):
+    rows = []
+    for rate in rates:
+        for mode in ["baseline", "json"]:
+            e = None if mode == "baseline" else Ebtop(binary, "json", ["--port", str(PORT)], tmp)
+            n0 = cpu_ticks(nginx.worker)
+            out = sh(f"{examples}/loadgen 127.0.0.1:{PORT} / {rate} {seconds} 32")
+            n1 = cpu_ticks(nginx.worker)
+            r = json.loads(out)
+            r.update(mode=mode, nginx_cpu_pct=(n1 - n0) / HZ / seconds * 100)
+            if e:
+                e.sample()
+                s = e.stop()
+                r.update(user_s=e.user_s(), bpf_s=e.bpf_s(), rss_kb=e.hwm, spans=s.get("calls"), lost=s["kernel"]["lost"])
+            rows.append(r)
+            print(json.dumps(r), file=sys.stderr)
+    return rows
+
+
+def scenario_d(binary, examples, tmp, conns, seconds):
+    e = Ebtop(binary, "json", [], tmp)
+    out = sh(f"{examples}/many_conns {conns} 1000 {seconds}")
+    e.sample()
+    s = e.stop()
+    r = json.loads(out)
+    r.update(user_s=e.user_s(), bpf_s=e.bpf_s(), rss_kb=e.hwm, seconds=seconds, lost=s["kernel"]["lost"])
+    print(json.dumps(r), file=sys.stderr)
+    return r
+
+
+def scenario_f(binary, examples, tmp, seconds):
+    base = json.loads(sh(f"{examples}/udp_flood {seconds} 1"))
+    e = Ebtop(binary, "json", [], tmp)
+    out = json.loads(sh(f"{examples}/udp_flood {seconds} 1"))
+    e.sample()
+    s = e.stop()
+    r = {"baseline_sent_per_s": base["sent_per_s"], "traced_sent_per_s": out["sent_per_s"],
+         "user_s": e.user_s(), "bpf_s": e.bpf_s(), "rss_kb": e.hwm, "seconds": seconds,
+         "lost": s["kernel"]["lost"], "skipped_unknown": s["kernel"]["skipped_unknown_proto"]}
+    print(json.dumps(r), file=sys.stderr)
+    return r
+
+
+def replay_throughput(binary, recording):
+    t = time.time()
+    out = subprocess.run([binary, "-r", recording, "--json"], capture_output=True, text=True, check=True).stdout
+    el = time.time() - t
+    s = json.loads(out.strip().rsplit("\n", 1)[-1])
+    return {"events": s["events"], "seconds": el, "events_per_s": s["events"] / el, "bytes": os.path.getsize(recording)}
+
+
+def peer_bpftrace(seconds):
+    if not shutil.which("bpftrace"):
+        try:
+            apt("bpftrace")
+        except subprocess.CalledProcessError:
+            return {"error": "bpftrace not installable"}
+    script = os.path.join(ROOT, "bench/peer_floor.bt")
+    p = subprocess.Popen(["bpftrace", script], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(4)
+    if p.poll() is not None:
+        return {"error": p.stderr.read().decode()[:300]}
+    t0, b0 = cpu_ticks(p.pid), bpf_run_ns(p.pid)
+    rps, reqs, _ = wrk(seconds)
+    t1, b1 = cpu_ticks(p.pid), bpf_run_ns(p.pid)
+    p.send_signal(signal.SIGINT)
+    p.wait()
+    return {"rps": rps, "spans": 2 * reqs, "user_s": (t1 - t0) / HZ, "bpf_s": (b1 - b0) / 1e9}
+
+
+def micro():
+    out = subprocess.run(f"cd {ROOT} && cargo bench --bench parsers -- --noplot 2>&1", shell=True, capture_output=True, text=True).stdout
+    rows = []
+    for m in re.finditer(r"^(\S.*?)\s+time:\s+\[\S+ \S+ (\S+ \S+) \S+ \S+\]\s*(?:\n\s+thrpt:\s+\[\S+ \S+ (\S+ \S+))?", out, re.M):
+        rows.append({"bench": m.group(1).strip(), "time": m.group(2), "throughput": m.group(3)})
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="1 repetition, short runs")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("bench/run.py needs root (it loads eBPF): sudo bench/run.py")
+    apt("nginx-light", "wrk", "tmux")
+    sh("sysctl -qw kernel.bpf_stats_enabled=1")
+    binary, examples = build()
+    reps, secs = (1, 5) if args.quick else (3, 10)
+    tmp = tempfile.mkdtemp(prefix="ebtop-bench-")
+    res = {"machine": {"host": platform.node(), "kernel": platform.release(), "cpus": os.cpu_count(),
+                       "cpu": re.search(r"model name\s+:\s+(.*)", open("/proc/cpuinfo").read()).group(1),
+                       "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
+           "binary_bytes": os.path.getsize(binary)}
+    nginx = Nginx()
+    try:
+        res["b_saturation"] = scenario_b_saturation(binary, reps, secs, tmp)
+        res["b_fixed"] = scenario_b_fixed(binary, examples, [10000, 20000, 40000], secs, tmp, nginx)
+        rec = next(r["recording"] for r in res["b_saturation"] if r.get("recording"))
+        res["replay"] = replay_throughput(binary, rec)
+        res["peer_bpftrace"] = peer_bpftrace(secs)
+    finally:
+        nginx.stop()
+    res["d_many_flows"] = scenario_d(binary, examples, tmp, 20000 if args.quick else 100000, secs * 2)
+    res["f_udp"] = scenario_f(binary, examples, tmp, secs)
+    res["micro"] = micro()
+    with open(os.path.join(ROOT, "bench/results.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    subprocess.run([sys.executable, os.path.join(ROOT, "bench/report.py")], check=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
