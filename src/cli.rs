@@ -22,6 +22,16 @@ fn ringbuf_mb(s: &str) -> Result<u32, String> {
     Ok(v)
 }
 
+fn speed(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| "expected a number, e.g. 1, 10, 0.5".to_string())?;
+    if !(v.is_finite() && v > 0.0) {
+        return Err("must be greater than zero".into());
+    }
+    Ok(v)
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Depth {
     /// Only what identifies a call: method, resource, status, framing.
@@ -91,6 +101,20 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Depth::Full)]
     pub depth: Depth,
 
+    /// Terminal UI without colours (also when the NO_COLOR environment variable is set).
+    #[arg(long)]
+    pub no_color: bool,
+
+    /// Terminal UI replaying -r FILE: play at this multiple of the recorded pace (e.g. 10, 0.5).
+    #[arg(long, value_name = "FACTOR", default_value_t = 1.0, value_parser = speed)]
+    pub speed: f64,
+
+    /// Capacity of the kernel flow table (TCP flows tracked at once; ~256 bytes of kernel
+    /// memory each, allocated only for live flows). Flows beyond it are counted, not tracked.
+    #[arg(long, value_name = "N", default_value_t = crate::flows::DEFAULT_MAX_FLOWS,
+          value_parser = clap::value_parser!(u32).range(1..=16_777_216))]
+    pub max_flows: u32,
+
     /// Show libbpf's own messages and more detail on errors.
     #[arg(short, long)]
     pub verbose: bool,
@@ -115,5 +139,13 @@ mod tests {
         assert!(Args::try_parse_from(["ebtop", "--snaplen", "20000"]).is_err());
         assert!(Args::try_parse_from(["ebtop", "--ringbuf-mb", "3"]).is_err());
         assert!(Args::try_parse_from(["ebtop", "--bogus"]).is_err());
+        assert!(Args::try_parse_from(["ebtop", "--speed", "0"]).is_err());
+        assert!(Args::try_parse_from(["ebtop", "--speed", "-1"]).is_err());
+        assert_eq!(
+            Args::try_parse_from(["ebtop", "--speed", "2.5"])
+                .unwrap()
+                .speed,
+            2.5
+        );
     }
 }

@@ -2,7 +2,7 @@
 
 use std::io::{self, IsTerminal, Write};
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{bail, Result};
@@ -43,11 +43,9 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 }
 
 fn run(args: Args) -> Result<()> {
-    if !args.json && args.write.is_none() {
-        if !io::stdout().is_terminal() {
-            bail!("stdout is not a terminal: use --json for machine-readable output");
-        }
-        bail!("the terminal UI is not in this build yet: use --json");
+    let tui = !args.json && args.write.is_none();
+    if tui && !io::stdout().is_terminal() {
+        bail!("stdout is not a terminal: use --json for machine-readable output");
     }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
@@ -57,12 +55,65 @@ fn run(args: Args) -> Result<()> {
     ] {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
     }
+    if tui {
+        return tui_session(&args, &stop);
+    }
     if args.json {
         let stdout = io::BufWriter::with_capacity(64 * 1024, io::stdout().lock());
         session(&args, &stop, JsonSink::new(stdout))
     } else {
         session(&args, &stop, NullSink)
     }
+}
+
+/// The terminal UI on this thread, the collector (live or replay pipeline) on another. `stop`
+/// (set by a signal, the UI's quit or the collector's failure) ends both.
+fn tui_session(args: &Args, stop: &Arc<AtomicBool>) -> Result<()> {
+    use ebtop::tui;
+    let replay = args.read.is_some();
+    if !replay {
+        // Fail before the screen switches.
+        ebtop::preflight::check_privileges()?;
+    }
+    let (tx, rx) = std::sync::mpsc::sync_channel(tui::CHANNEL_CAP);
+    let paused = Arc::new(AtomicBool::new(false));
+    let mut sink = tui::TuiSink::new(tx.clone());
+    if replay {
+        sink = sink.with_pacer(tui::Pacer::new(
+            args.speed,
+            Arc::clone(stop),
+            Arc::clone(&paused),
+        ));
+    }
+    let opts = tui::UiOptions {
+        source_label: match &args.read {
+            Some(p) => format!(
+                "replay {}",
+                p.file_name().map_or(p.as_os_str(), |n| n).to_string_lossy()
+            ),
+            None => "live".to_owned(),
+        },
+        refresh: args.delay,
+        no_color: args.no_color || std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()),
+        live: !replay,
+        paused,
+    };
+    std::thread::scope(|s| {
+        let collector = s.spawn(|| {
+            let r = session(args, stop, sink);
+            if r.is_err() {
+                // Leave the UI so the error can be seen.
+                stop.store(true, Ordering::SeqCst);
+            }
+            r
+        });
+        let ui = tui::run_ui(rx, tx, stop, opts);
+        stop.store(true, Ordering::SeqCst);
+        let collected = collector
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the collector thread panicked")));
+        ui.and(collected)
+    })
 }
 
 fn filters(args: &Args) -> Filters {
@@ -134,6 +185,7 @@ fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> 
         capture_all: args.capture_all,
         filters,
         verbose: args.verbose,
+        max_flows: args.max_flows,
     };
     let start = monotonic_ns();
     live::run(

@@ -32,6 +32,8 @@ pub struct Pipeline<S: Sink> {
     first_ns: Option<u64>,
     last_ns: u64,
     lost_reported: (u64, u64),
+    /// The flow table's report for the interval being closed (live only; see `set_flows`).
+    pending_flows: Option<crate::flows::FlowReport>,
 }
 
 impl<S: Sink> Pipeline<S> {
@@ -51,6 +53,7 @@ impl<S: Sink> Pipeline<S> {
             first_ns: None,
             last_ns: 0,
             lost_reported: (0, 0),
+            pending_flows: None,
         }
     }
 
@@ -155,6 +158,12 @@ impl<S: Sink> Pipeline<S> {
         result
     }
 
+    /// The flow table's report, handed to the sink with the next interval (call before
+    /// `on_interval`; `finish` reports one still pending).
+    pub fn set_flows(&mut self, flows: crate::flows::FlowReport) {
+        self.pending_flows = Some(flows);
+    }
+
     /// Periodic work: expire idle connections, report new kernel-side losses, hand the
     /// interval's aggregates to the sink. `overhead`: ebtop's own cost (live only).
     pub fn on_interval(
@@ -200,6 +209,7 @@ impl<S: Sink> Pipeline<S> {
             overhead,
             totals: self.totals(),
             open_connections: self.tracker.open_conns() as u64,
+            flows: self.pending_flows.take(),
         };
         self.sink.interval(&report)
     }
@@ -235,7 +245,7 @@ impl<S: Sink> Pipeline<S> {
         // the last event, which a replay knows as well as the live run did. Losses since the
         // last report are reported either way.
         let (lost_so_far, _) = self.lost_reported;
-        if self.calls_in_interval > 0 || kernel.lost > lost_so_far {
+        if self.calls_in_interval > 0 || kernel.lost > lost_so_far || self.pending_flows.is_some() {
             let end = self.last_ns.max(self.interval_start_ns.unwrap_or(0));
             self.report_interval(end, kernel, None)?;
         }

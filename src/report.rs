@@ -20,4 +20,7 @@ pub struct IntervalReport {
     pub totals: Summary,
     /// Connections the tracker holds now.
     pub open_connections: u64,
+    /// The flow table's interval (live, when the flows programs loaded): active flows, flows
+    /// that ended, UDP pairs, table health. `None` in a replay and when flows are unavailable.
+    pub flows: Option<crate::flows::FlowReport>,
 }

@@ -155,9 +155,14 @@ fn overhead_is_reported_and_checked_against_proc() {
     let elapsed = t0.elapsed().as_secs_f64();
     let lines = ebtop.stop();
     let ov: Vec<&Value> = lines.iter().filter(|v| v["type"] == "overhead").collect();
+    let kinds: Vec<String> = lines
+        .iter()
+        .filter(|v| v["type"] != "call" && v["type"] != "proc")
+        .map(|v| format!("{} {}", v["type"], v["ts"]))
+        .collect();
     assert!(
         ov.len() >= 3,
-        "one overhead line per interval: {}",
+        "one overhead line per interval: {} in {kinds:#?}",
         ov.len()
     );
     for o in &ov {

@@ -30,6 +30,12 @@ const volatile char filter_comm[EBTOP_TASK_COMM_LEN] = {};
 const volatile __u32 snaplen = 4096;
 /* When set, payload of every connection is delivered, not only of recognised protocols. */
 const volatile bool capture_all = false;
+/*
+ * Wake the consumer only once this much data waits: under load one wakeup per batch instead
+ * of one per record (user space also polls on a short timeout, so little data never waits long).
+ */
+const volatile __u64 wakeup_bytes = 256 * 1024;
+
 
 enum payload_source {
 	SRC_NONE = 0, /* sendfile: length only */
@@ -101,6 +107,12 @@ struct {
 	__type(key, __u32);
 	__type(value, struct scratch);
 } scratch_buf SEC(".maps");
+
+static __always_inline __u64 ringbuf_flags(void)
+{
+	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
+									       : BPF_RB_NO_WAKEUP;
+}
 
 static __always_inline void count(__u32 idx, __u64 n)
 {
@@ -418,7 +430,7 @@ static __always_inline int emit_data(const struct inflight *inf, __u64 end_ns, _
 	__u64 size = sizeof(*ev) + (cap & (2 * EBTOP_MAX_SNAPLEN - 1));
 	if (size > sizeof(*s))
 		return 0;
-	if (bpf_ringbuf_output(&events, ev, size, 0)) {
+	if (bpf_ringbuf_output(&events, ev, size, ringbuf_flags())) {
 		count(EBTOP_CNT_LOST, 1);
 		count(EBTOP_CNT_LOST_BYTES, len);
 	} else {
@@ -441,7 +453,7 @@ static __always_inline int emit_lifecycle(const struct inflight *inf, __u8 kind,
 	ev->seq = 0;
 	ev->total_len = (__u64)ret;
 	ev->cap_len = 0;
-	if (bpf_ringbuf_output(&events, ev, sizeof(*ev), 0))
+	if (bpf_ringbuf_output(&events, ev, sizeof(*ev), ringbuf_flags()))
 		count(EBTOP_CNT_LOST, 1);
 	else
 		count(EBTOP_CNT_EVENTS, 1);

@@ -36,6 +36,15 @@ enum bpf_map_type {
 };
 
 enum {
+	BPF_RB_NO_WAKEUP = 1,
+	BPF_RB_FORCE_WAKEUP = 2,
+};
+
+enum {
+	BPF_RB_AVAIL_DATA = 0,
+};
+
+enum {
 	BPF_ANY = 0,
 	BPF_NOEXIST = 1,
 	BPF_EXIST = 2,
@@ -131,6 +140,64 @@ struct ebtop_user_msghdr {
 struct ebtop_mmsghdr {
 	struct ebtop_user_msghdr msg_hdr;
 	unsigned int msg_len;
+};
+
+#endif
+
+/*
+ * Used by flows.bpf.c (TCP/UDP flow table). Appended: the `___flows` suffix is a CO-RE
+ * "flavour" (libbpf strips it when matching kernel types), so these extend the structs above
+ * without redefining them.
+ */
+#ifndef EBTOP_VMLINUX_MIN_FLOWS_H
+#define EBTOP_VMLINUX_MIN_FLOWS_H
+
+struct sock_common___flows {
+	unsigned short skc_family;
+	volatile unsigned char skc_state;
+	__be16 skc_dport;
+	__u16 skc_num;
+} __attribute__((preserve_access_index));
+
+struct socket___flows {
+	struct file *file;
+} __attribute__((preserve_access_index));
+
+struct sock___flows {
+	struct sock_common___flows __sk_common;
+	struct socket___flows *sk_socket;
+	int sk_err;
+	__u16 sk_protocol;
+} __attribute__((preserve_access_index));
+
+struct tcp_sock {
+	__u64 bytes_acked;
+	__u64 bytes_received;
+	__u64 bytes_sent;
+	__u64 bytes_retrans;
+	__u32 segs_in;
+	__u32 segs_out;
+	__u32 data_segs_in;
+	__u32 data_segs_out;
+	__u32 total_retrans;
+	__u32 srtt_us;
+} __attribute__((preserve_access_index));
+
+/* UAPI context of cgroup/sendmsg* and cgroup/recvmsg* programs (fixed layout, linux/bpf.h). */
+struct bpf_sock_addr {
+	__u32 user_family;
+	__u32 user_ip4;
+	__u32 user_ip6[4];
+	__u32 user_port;
+	__u32 family;
+	__u32 type;
+	__u32 protocol;
+	__u32 msg_src_ip4;
+	__u32 msg_src_ip6[4];
+	union {
+		struct bpf_sock *sk;
+		__u64 :64;
+	} __attribute__((aligned(8)));
 };
 
 #endif

@@ -109,6 +109,19 @@ struct TaggedLine<'a, T: Serialize> {
     body: &'a T,
 }
 
+/// A `flow` / `flow_end` line: `type`, `ts`, wall-clock `start` (and `end`), then the flow.
+#[derive(Serialize)]
+struct FlowLine<'a, T: Serialize> {
+    #[serde(rename = "type")]
+    ty: &'static str,
+    ts: &'a str,
+    start: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    end: Option<String>,
+    #[serde(flatten)]
+    body: &'a T,
+}
+
 #[derive(Serialize)]
 struct SummaryLine<'a> {
     #[serde(rename = "type")]
@@ -213,6 +226,44 @@ impl<W: Write> Sink for JsonSink<W> {
                 ty: "overhead",
                 ts: &ts,
                 body: o,
+            })?;
+        }
+        if let Some(fr) = &r.flows {
+            for f in &fr.flows {
+                let start = self.clock.rfc3339(f.start_mono_ns);
+                self.line(&FlowLine {
+                    ty: "flow",
+                    ts: &ts,
+                    start,
+                    end: None,
+                    body: f,
+                })?;
+            }
+            for f in &fr.udp {
+                let start = self.clock.rfc3339(f.start_mono_ns);
+                self.line(&FlowLine {
+                    ty: "flow",
+                    ts: &ts,
+                    start,
+                    end: None,
+                    body: f,
+                })?;
+            }
+            for f in &fr.ends {
+                let start = self.clock.rfc3339(f.start_mono_ns);
+                let end = f.end_mono_ns.map(|e| self.clock.rfc3339(e));
+                self.line(&FlowLine {
+                    ty: "flow_end",
+                    ts: &ts,
+                    start,
+                    end,
+                    body: f,
+                })?;
+            }
+            self.line(&TaggedLine {
+                ty: "flow_stats",
+                ts: &ts,
+                body: &fr.stats,
             })?;
         }
         Ok(())

@@ -19,6 +19,9 @@ use crate::pipeline::Pipeline;
 use crate::session::{Filters, KernelCounters, SessionMeta};
 use crate::sink::Sink;
 
+/// Records consumed per loop pass before ticks, signals and the deadline are checked again.
+const CONSUME_BATCH: usize = 4096;
+
 /// The sys_exit_* tracepoints each shared exit program handles (see sockdata.bpf.c).
 const EXIT_ATTACHMENTS: &[(&str, &[&str])] = &[
     ("exit_buf", &["read", "write", "sendto", "recvfrom"]),
@@ -35,6 +38,8 @@ pub struct LiveConfig {
     pub capture_all: bool,
     pub filters: Filters,
     pub verbose: bool,
+    /// Capacity of the kernel flow table (`--max-flows`).
+    pub max_flows: u32,
 }
 
 /// Why the capture loop ended.
@@ -135,6 +140,7 @@ pub fn run<S: Sink, R>(
     }
     ro.snaplen = cfg.snaplen;
     ro.capture_all = cfg.capture_all;
+    ro.wakeup_bytes = (cfg.ringbuf_bytes / 16) as u64;
     let cpus = libbpf_rs::num_possible_cpus().context("reading the possible CPUs failed")?;
     open.maps
         .scratch_buf
@@ -177,6 +183,18 @@ pub fn run<S: Sink, R>(
         }
     }
 
+    // The flow table: optional. If it cannot load, HTTP capture goes on without it.
+    let mut flows = match crate::flows::FlowCollector::start(&crate::flows::FlowConfig {
+        max_flows: cfg.max_flows,
+        filters: cfg.filters.clone(),
+    }) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            eprintln!("ebtop: warning: flow table unavailable, going on without it: {e:#}");
+            None
+        }
+    };
+
     // Kernel BPF run-time statistics for the session: ebtop shows its own cost.
     let mut overhead = Overhead::new(BpfStats::enable());
     let mut pipeline = pipeline;
@@ -217,7 +235,20 @@ pub fn run<S: Sink, R>(
         if let Some(d) = deadline {
             wait = wait.min(d.saturating_duration_since(now));
         }
-        let rc = ring.poll_raw(wait);
+        // Wait for a wakeup (a large batch) or the timeout, then consume a bounded number of
+        // records: under a flood the loop still gets back to ticks and signals.
+        let mut ev = libc::epoll_event { events: 0, u64: 0 };
+        // SAFETY: epoll_wait on the ring's own epoll fd with one valid output slot.
+        let waited = unsafe {
+            libc::epoll_wait(ring.epoll_fd(), &mut ev, 1, wait.as_millis().max(1) as i32)
+        };
+        let rc = if waited < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            -io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO)
+        } else {
+            ring.consume_raw_n(CONSUME_BATCH)
+        };
         if let Some(r) = check(&failure)? {
             break r;
         }
@@ -226,6 +257,9 @@ pub fn run<S: Sink, R>(
                 "polling the ring buffer failed: {}",
                 io::Error::from_raw_os_error(-rc)
             ));
+        }
+        if let Some(f) = flows.as_mut() {
+            f.consume();
         }
         if let Err(e) = pipeline.borrow_mut().flush() {
             *failure.borrow_mut() = Some(e);
@@ -245,10 +279,15 @@ pub fn run<S: Sink, R>(
             let k = read_counters(&skel);
             let mono = crate::clock::monotonic_ns();
             let programs: Vec<libbpf_rs::Program> = skel.object().progs().collect();
-            let fds: Vec<(String, std::os::fd::BorrowedFd)> = programs
+            let mut fds: Vec<(String, std::os::fd::BorrowedFd)> = programs
                 .iter()
                 .map(|p| (p.name().to_string_lossy().into_owned(), p.as_fd()))
                 .collect();
+            if let Some(f) = flows.as_mut() {
+                fds.extend(f.programs());
+                let report = f.poll(mono);
+                pipeline.borrow_mut().set_flows(report);
+            }
             let ov = overhead.end_interval(
                 &fds,
                 RingCounters {
@@ -274,7 +313,17 @@ pub fn run<S: Sink, R>(
     }
     let counters = read_counters(&skel);
     drop(ring);
+    // Flows that ended since the last interval are reported with the last, partial one.
+    let mut flow_links = Vec::new();
+    if let Some(f) = flows.as_mut() {
+        if reason != StopReason::OutputClosed {
+            let report = f.poll(crate::clock::monotonic_ns());
+            pipeline.borrow_mut().set_flows(report);
+        }
+        flow_links = f.links();
+    }
     let result = on_stop(pipeline.into_inner(), &counters, reason);
+    links.extend(flow_links);
     detach_all(links);
     result
 }

@@ -1,0 +1,755 @@
+//! Flow table: TCP flows (5-tuple, owner, role, state, bytes/segments each way, SRTT,
+//! retransmits, resets, connect latency, close reason) and UDP (socket, peer) pairs, aggregated
+//! in the kernel by src/bpf/flows.bpf.c and read once per interval (design and costs:
+//! docs/architecture.md, "Flow table").
+//!
+//! [`FlowCollector::start`] loads and attaches the programs; [`FlowCollector::consume`] drains
+//! the flow-end ring (cheap, call it often); [`FlowCollector::poll`] ends an interval: it runs
+//! the kernel snapshot, reads the tables and returns a [`FlowReport`] with the flows that were
+//! active in the interval and the flows that ended.
+
+pub mod owners;
+pub mod raw;
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::mem::MaybeUninit;
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+use anyhow::{anyhow, Context, Result};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, RingBuffer, RingBufferBuilder};
+use serde::{Deserialize, Serialize};
+
+use crate::session::Filters;
+use owners::Owners;
+use raw::{RawFlow, RawUdp, RawUdpKey};
+
+#[allow(
+    clippy::all,
+    clippy::pedantic,
+    non_camel_case_types,
+    dead_code,
+    unused_imports
+)]
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/flows.skel.rs"));
+}
+use skel::{FlowsSkel, FlowsSkelBuilder};
+
+/// Default `--max-flows`.
+pub const DEFAULT_MAX_FLOWS: u32 = 262_144;
+/// UDP (socket, peer) pairs idle this long are dropped from the kernel table.
+const UDP_IDLE_NS: u64 = 60_000_000_000;
+
+#[derive(Debug, Clone)]
+pub struct FlowConfig {
+    pub max_flows: u32,
+    /// `--pid`, `--comm`, `--port` (applied to reported flows in user space).
+    pub filters: Filters,
+}
+
+impl Default for FlowConfig {
+    fn default() -> Self {
+        FlowConfig {
+            max_flows: DEFAULT_MAX_FLOWS,
+            filters: Filters::default(),
+        }
+    }
+}
+
+/// One TCP flow: a `flow` line (active in the interval) or a `flow_end` line (closed).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TcpFlow {
+    pub proto: String,
+    /// Assigned by ebtop, unique within the session.
+    pub flow_id: u64,
+    pub local: SocketAddr,
+    pub peer: SocketAddr,
+    /// `client` (sent the SYN) or `server`; `null` if unknown.
+    pub role: Option<String>,
+    /// The role was inferred (flow open before ebtop started: server if the local port listens).
+    pub role_inferred: bool,
+    /// Open before ebtop started: no handshake seen, counters are still since the flow began.
+    pub preexisting: bool,
+    pub state: String,
+    pub pid: Option<u32>,
+    pub comm: Option<String>,
+    /// Socket inode (as in /proc/PID/fd → socket:[N]); `null` before accept().
+    pub sock_id: Option<u64>,
+    /// Kernel (CLOCK_MONOTONIC) time the flow started (SYN) or was first seen.
+    pub start_mono_ns: u64,
+    pub age_ns: u64,
+    /// Totals since the flow started (tcp_sock counters): bytes sent and acknowledged, bytes
+    /// received, segments each way (with and without data), retransmitted segments and bytes.
+    pub bytes_out: u64,
+    pub bytes_in: u64,
+    /// Payload bytes transmitted, retransmissions included (tcp_sock bytes_sent).
+    pub bytes_sent: u64,
+    pub segs_out: u64,
+    pub segs_in: u64,
+    pub data_segs_out: u64,
+    pub data_segs_in: u64,
+    pub retrans_segs: u64,
+    pub retrans_bytes: u64,
+    /// tcp_retransmit_skb hits seen by ebtop (one per retransmitted skb, possibly several
+    /// segments each); counts only from when ebtop started.
+    pub retrans_events: u64,
+    pub rst_sent: u64,
+    pub rst_received: u64,
+    /// Changes since the previous report of this flow (the whole flow if first reported).
+    pub interval_bytes_out: u64,
+    pub interval_bytes_in: u64,
+    pub interval_segs_out: u64,
+    pub interval_segs_in: u64,
+    pub interval_retrans_segs: u64,
+    pub srtt_us: Option<u32>,
+    /// SRTT range over the interval (every incoming segment's SRTT, tcp_probe).
+    pub srtt_min_us: Option<u32>,
+    pub srtt_max_us: Option<u32>,
+    /// SYN sent → ESTABLISHED (client flows that started while ebtop ran).
+    pub connect_latency_ns: Option<u64>,
+    /// flow_end only.
+    pub end_mono_ns: Option<u64>,
+    pub duration_ns: Option<u64>,
+    /// `fin`, `rst_received`, `rst_sent`, `timeout`, `error`, `other`.
+    pub close_reason: Option<String>,
+    /// State the socket left for CLOSE.
+    pub close_state: Option<String>,
+    /// Socket error at close (errno, e.g. 104 ECONNRESET, 110 ETIMEDOUT); `null` if none.
+    pub sk_err: Option<i32>,
+}
+
+/// One UDP (socket, peer) pair with datagrams in the interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UdpFlow {
+    pub proto: String,
+    pub flow_id: u64,
+    pub local: SocketAddr,
+    /// `null`: an unconnected socket received without asking for the sender's address.
+    pub peer: Option<SocketAddr>,
+    pub pid: u32,
+    pub comm: String,
+    pub start_mono_ns: u64,
+    pub dgrams_out: u64,
+    pub dgrams_in: u64,
+    pub bytes_out: u64,
+    pub bytes_in: u64,
+    pub interval_dgrams_out: u64,
+    pub interval_dgrams_in: u64,
+    pub interval_bytes_out: u64,
+    pub interval_bytes_in: u64,
+}
+
+/// The flow table's own health, since the start (`flow_stats` line).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowStats {
+    pub max_flows: u64,
+    /// TCP flows in the kernel table now.
+    pub tcp_flows: u64,
+    pub udp_flows: u64,
+    pub created: u64,
+    pub preexisting: u64,
+    /// Flows not tracked because the table was at `--max-flows`.
+    pub table_full: u64,
+    pub ends: u64,
+    /// Flow ends the ring buffer had no room for (their flow_end is missing).
+    pub ends_lost: u64,
+    /// Entries dropped because their socket was gone (a missed close).
+    pub stale: u64,
+    pub udp_update_failures: u64,
+    /// UDP pairs dropped after being idle 60 s.
+    pub udp_expired: u64,
+    /// Peers of unconnected UDP sockets are known (cgroup sendmsg/recvmsg hooks attached).
+    pub udp_peer_hooks: bool,
+    /// Time the kernel snapshot and the table reads took this interval.
+    pub poll_ns: u64,
+    /// Probe hits the kernel skipped because the same program was already running on that
+    /// CPU (bpf_prog_info.recursion_misses, all flow programs): events possibly not counted.
+    pub missed_events: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlowReport {
+    pub mono_ns: u64,
+    pub flows: Vec<TcpFlow>,
+    pub ends: Vec<TcpFlow>,
+    pub udp: Vec<UdpFlow>,
+    pub stats: FlowStats,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Prev {
+    id: u64,
+    start_ns: u64,
+    raw_out: u64,
+    raw_in: u64,
+    bytes_out: u64,
+    bytes_in: u64,
+    segs_out: u64,
+    segs_in: u64,
+    retrans: u64,
+    retrans_events: u64,
+    rst: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct UdpPrev {
+    id: u64,
+    tx: (u64, u64),
+    rx: (u64, u64),
+}
+
+/// Why a flow closed, from its counters and the socket error at close.
+pub fn close_reason(r: &RawFlow) -> &'static str {
+    const EPIPE: i32 = 32;
+    const ECONNRESET: i32 = 104;
+    const ETIMEDOUT: i32 = 110;
+    const ECONNREFUSED: i32 = 111;
+    if r.rst_received > 0 || matches!(r.sk_err, ECONNRESET | EPIPE | ECONNREFUSED) {
+        "rst_received"
+    } else if r.rst_sent > 0 {
+        "rst_sent"
+    } else if r.sk_err == ETIMEDOUT {
+        "timeout"
+    } else if r.sk_err != 0 {
+        "error"
+    } else if matches!(r.close_state, 4 | 5 | 6 | 9 | 11) {
+        // FIN_WAIT1/2, TIME_WAIT, LAST_ACK, CLOSING: FINs exchanged.
+        "fin"
+    } else if matches!(r.close_state, 1 | 8) {
+        // ESTABLISHED/CLOSE_WAIT → CLOSE without an error: aborted by close() (unread data,
+        // SO_LINGER 0); the kernel sends the reset right after the state change.
+        "rst_sent"
+    } else {
+        "other"
+    }
+}
+
+/// Payload bytes (sent and acknowledged, received) from tcp_sock's bytes_acked and
+/// bytes_received, which also count the sequence numbers SYN and FIN occupy: the active
+/// opener's SYN (acknowledged once established) and each direction's FIN once it is acked or
+/// received, judged from the state. `ss -ti` shows the raw counters.
+pub fn payload_bytes(r: &RawFlow, active_opener: bool, ended: bool) -> (u64, u64) {
+    let syn = u64::from(active_opener && r.bytes_acked > 0);
+    let (fin_out, fin_in) = if ended {
+        let fin = close_reason(r) == "fin";
+        // FIN_WAIT2/LAST_ACK/CLOSING → CLOSE: our FIN was acknowledged; LAST_ACK/CLOSING/
+        // FIN_WAIT2 (into TIME_WAIT) → CLOSE: the peer's FIN arrived.
+        (
+            fin && matches!(r.close_state, 5 | 9 | 11),
+            fin && matches!(r.close_state, 5 | 9 | 11),
+        )
+    } else {
+        (matches!(r.state, 5 | 6), matches!(r.state, 6 | 8 | 9 | 11))
+    };
+    (
+        r.bytes_acked.saturating_sub(syn + u64::from(fin_out)),
+        r.bytes_received.saturating_sub(u64::from(fin_in)),
+    )
+}
+
+/// Loaded programs and the user-space half of the table.
+pub struct FlowCollector {
+    skel: &'static FlowsSkel<'static>,
+    links: Vec<Link>,
+    ring: RingBuffer<'static>,
+    ends: Rc<RefCell<Vec<Vec<u8>>>>,
+    prev: HashMap<u64, Prev>,
+    /// Owners resolved from /proc while a flow was open (kept for its flow_end).
+    resolved: HashMap<u64, (u32, String)>,
+    udp_prev: HashMap<RawUdpKey, UdpPrev>,
+    owners: Owners,
+    next_id: u64,
+    cfg: FlowConfig,
+    udp_peer_hooks: bool,
+    udp_expired: u64,
+}
+
+fn cgroup2_root() -> Option<std::fs::File> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    let dir = mounts
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.len() > 2 && f[2] == "cgroup2")
+        .map(|f| f[1].to_string())?;
+    std::fs::File::open(dir).ok()
+}
+
+impl FlowCollector {
+    /// Loads and attaches the flow programs. The skeleton lives as long as the process (one
+    /// collector per run); dropping the collector detaches every probe.
+    pub fn start(cfg: &FlowConfig) -> Result<FlowCollector> {
+        let storage = Box::leak(Box::new(MaybeUninit::uninit()));
+        let mut open = FlowsSkelBuilder::default()
+            .open(storage)
+            .context("opening the flows BPF object failed")?;
+        open.maps
+            .flows
+            .set_max_entries(cfg.max_flows.max(1))
+            .context("sizing the flow table failed")?;
+        let skel: &'static mut FlowsSkel<'static> =
+            Box::leak(Box::new(open.load().map_err(|e| {
+                anyhow!("loading the flows BPF programs failed: {e}")
+            })?));
+        let mut links = Vec::new();
+        let mut udp_peer_hooks = false;
+        let cgroup = cgroup2_root();
+        for prog in skel.object_mut().progs_mut() {
+            let name = prog.name().to_string_lossy().into_owned();
+            let section = prog.section().to_string_lossy().into_owned();
+            if section.starts_with("tracepoint/") || section.starts_with("tp_btf/") {
+                links.push(
+                    prog.attach()
+                        .map_err(|e| anyhow!("attaching {name} to {section} failed: {e}"))?,
+                );
+            } else if section.starts_with("cgroup/") {
+                // Optional: without them, peers of unconnected UDP sockets are unknown.
+                if let Some(cg) = &cgroup {
+                    use std::os::fd::AsRawFd;
+                    if let Ok(l) = prog.attach_cgroup(cg.as_raw_fd()) {
+                        links.push(l);
+                        udp_peer_hooks = true;
+                    }
+                }
+            }
+            // `snapshot` (raw_tp) is run on demand, never attached.
+        }
+        let skel: &'static FlowsSkel<'static> = skel;
+        let ends: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
+        let sink = ends.clone();
+        let mut builder = RingBufferBuilder::new();
+        builder
+            .add(&skel.maps.flow_ends, move |data: &[u8]| {
+                sink.borrow_mut().push(data.to_vec());
+                0
+            })
+            .context("setting up the flow-end ring failed")?;
+        let ring = builder
+            .build()
+            .context("setting up the flow-end ring failed")?;
+        let mut owners = Owners::default();
+        owners.scan();
+        Ok(FlowCollector {
+            skel,
+            links,
+            ring,
+            ends,
+            prev: HashMap::new(),
+            resolved: HashMap::new(),
+            udp_prev: HashMap::new(),
+            owners,
+            next_id: 1,
+            cfg: cfg.clone(),
+            udp_peer_hooks,
+            udp_expired: 0,
+        })
+    }
+
+    /// The loaded programs (name, fd), for ebtop's overhead accounting.
+    pub fn programs(&self) -> Vec<(String, std::os::fd::BorrowedFd<'static>)> {
+        use std::os::fd::AsFd;
+        self.skel
+            .object()
+            .progs()
+            .map(|p| {
+                let fd = p.as_fd();
+                // SAFETY: the skeleton is leaked ('static), so its program fds live as long.
+                let fd = unsafe {
+                    std::os::fd::BorrowedFd::borrow_raw(std::os::fd::AsRawFd::as_raw_fd(&fd))
+                };
+                (format!("flows:{}", p.name().to_string_lossy()), fd)
+            })
+            .collect()
+    }
+
+    fn recursion_misses(&self) -> u64 {
+        use std::os::fd::{AsFd, AsRawFd};
+        self.skel
+            .object()
+            .progs()
+            .map(|p| {
+                let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
+                let mut len = std::mem::size_of_val(&info) as u32;
+                // SAFETY: the kernel writes at most `len` bytes into `info`.
+                let rc = unsafe {
+                    libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(
+                        p.as_fd().as_raw_fd(),
+                        &mut info as *mut _ as *mut _,
+                        &mut len,
+                    )
+                };
+                if rc == 0 {
+                    info.recursion_misses
+                } else {
+                    0
+                }
+            })
+            .sum()
+    }
+
+    /// Drains the flow-end ring into memory (cheap; call it every loop iteration so bursts of
+    /// short connections do not fill the ring between intervals).
+    pub fn consume(&mut self) {
+        let _ = self.ring.consume_raw();
+    }
+
+    fn counters(&self) -> [u64; raw::counter::COUNT as usize] {
+        let mut out = [0u64; raw::counter::COUNT as usize];
+        for (i, slot) in out.iter_mut().enumerate() {
+            *slot = self
+                .skel
+                .maps
+                .flow_counters
+                .lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+                .iter()
+                .map(|v| {
+                    v.get(..8)
+                        .map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
+                })
+                .sum();
+        }
+        out
+    }
+
+    fn selected(
+        &self,
+        local: &SocketAddr,
+        peer: Option<&SocketAddr>,
+        pid: Option<u32>,
+        comm: Option<&str>,
+    ) -> bool {
+        let f = &self.cfg.filters;
+        f.port
+            .is_none_or(|p| local.port() == p || peer.is_some_and(|a| a.port() == p))
+            && f.pid.is_none_or(|p| pid == Some(p))
+            && f.comm
+                .as_deref()
+                .is_none_or(|c| comm.is_some_and(|have| have == &c[..c.len().min(15)]))
+    }
+
+    fn tcp_flow(&mut self, r: &RawFlow, now_ns: u64, ended: bool) -> TcpFlow {
+        let prev = self
+            .prev
+            .get(&r.sk)
+            .copied()
+            .filter(|p| p.start_ns == r.start_ns);
+        let id = match prev {
+            Some(p) => p.id,
+            None => {
+                self.next_id += 1;
+                self.next_id - 1
+            }
+        };
+        let local = raw::addr(r.family, &r.laddr, r.lport);
+        let peer = raw::addr(r.family, &r.raddr, r.rport);
+        let (mut role, mut role_inferred) = match r.role {
+            raw::ROLE_CLIENT => (Some("client"), false),
+            raw::ROLE_SERVER => (Some("server"), false),
+            _ => (None, false),
+        };
+        if role.is_none() {
+            role_inferred = true;
+            role = Some(if self.owners.listens(r.lport) {
+                "server"
+            } else {
+                "client"
+            });
+        }
+        let (mut pid, mut comm) = if r.pid != 0 {
+            (Some(r.pid), Some(raw::comm_str(&r.comm)))
+        } else {
+            (None, None)
+        };
+        if pid.is_none() {
+            if let Some((p, c)) = self.resolved.get(&r.sk) {
+                pid = Some(*p);
+                comm = Some(c.clone());
+            }
+        }
+        // An ended flow's socket is gone from /proc: only the cache can name it.
+        if r.inode != 0 && pid.is_none() {
+            let hit = if ended {
+                self.owners.cached(r.inode)
+            } else {
+                self.owners.lookup(r.inode)
+            };
+            if let Some((p, c)) = hit {
+                if !ended {
+                    self.resolved.insert(r.sk, (p, c.clone()));
+                }
+                pid = Some(p);
+                comm = Some(c);
+            }
+        }
+        let p = prev.unwrap_or(Prev {
+            id,
+            start_ns: r.start_ns,
+            raw_out: 0,
+            raw_in: 0,
+            bytes_out: 0,
+            bytes_in: 0,
+            segs_out: 0,
+            segs_in: 0,
+            retrans: 0,
+            retrans_events: 0,
+            rst: 0,
+        });
+        let snapped = r.flags & raw::FLAG_SNAPPED != 0;
+        let srtt = (snapped && r.srtt_us > 0).then_some(r.srtt_us);
+        let (lo, hi) = if ended {
+            // The final reading: range since the last snapshot and the final SRTT.
+            let lo = if r.srtt_us > 0 {
+                r.srtt_min_us.min(r.srtt_us)
+            } else {
+                r.srtt_min_us
+            };
+            (lo, r.srtt_max_us.max(r.srtt_us))
+        } else {
+            (r.iv_srtt_min_us, r.iv_srtt_max_us)
+        };
+        let end_ns = ended.then_some(r.end_ns);
+        let (bytes_out, bytes_in) = payload_bytes(r, role == Some("client"), ended);
+        TcpFlow {
+            proto: "tcp".into(),
+            flow_id: id,
+            local,
+            peer,
+            role: role.map(String::from),
+            role_inferred,
+            preexisting: r.flags & raw::FLAG_PREEXISTING != 0,
+            state: raw::state_name(r.state).into(),
+            pid,
+            comm,
+            sock_id: (r.inode != 0).then_some(r.inode),
+            start_mono_ns: r.start_ns,
+            age_ns: end_ns.unwrap_or(now_ns).saturating_sub(r.start_ns),
+            bytes_out,
+            bytes_in,
+            bytes_sent: r.bytes_sent,
+            segs_out: r.segs_out as u64,
+            segs_in: r.segs_in as u64,
+            data_segs_out: r.data_segs_out as u64,
+            data_segs_in: r.data_segs_in as u64,
+            retrans_segs: r.total_retrans as u64,
+            retrans_bytes: r.bytes_retrans,
+            retrans_events: r.retrans_events as u64,
+            rst_sent: r.rst_sent as u64,
+            rst_received: r.rst_received as u64,
+            interval_bytes_out: bytes_out.saturating_sub(p.bytes_out),
+            interval_bytes_in: bytes_in.saturating_sub(p.bytes_in),
+            interval_segs_out: (r.segs_out as u64).saturating_sub(p.segs_out),
+            interval_segs_in: (r.segs_in as u64).saturating_sub(p.segs_in),
+            interval_retrans_segs: (r.total_retrans as u64).saturating_sub(p.retrans),
+            srtt_us: srtt,
+            srtt_min_us: (lo != u32::MAX && lo > 0).then_some(lo),
+            srtt_max_us: (hi > 0).then_some(hi),
+            connect_latency_ns: (r.role == raw::ROLE_CLIENT
+                && r.syn_ns > 0
+                && r.established_ns >= r.syn_ns)
+                .then(|| r.established_ns - r.syn_ns),
+            end_mono_ns: end_ns,
+            duration_ns: end_ns.map(|e| e.saturating_sub(r.start_ns)),
+            close_reason: ended.then(|| close_reason(r).to_string()),
+            close_state: ended.then(|| raw::state_name(r.close_state).to_string()),
+            sk_err: (ended && r.sk_err != 0).then_some(r.sk_err),
+        }
+    }
+
+    /// Ends an interval: snapshots every flow's counters in the kernel, reads the tables and
+    /// returns what was active since the previous poll and what ended.
+    pub fn poll(&mut self, now_ns: u64) -> FlowReport {
+        let t0 = std::time::Instant::now();
+        // The snapshot copies tcp_sock counters into every entry (BPF_PROG_TEST_RUN).
+        let _ = self
+            .skel
+            .progs
+            .snapshot
+            .test_run(libbpf_rs::ProgramInput::default());
+        self.consume();
+        self.owners.begin_poll();
+        let mut report = FlowReport {
+            mono_ns: now_ns,
+            ..Default::default()
+        };
+
+        // Ended flows first: a socket address can be reused by a new flow at once.
+        let ends: Vec<Vec<u8>> = std::mem::take(&mut *self.ends.borrow_mut());
+        for data in ends {
+            let Some(r) = RawFlow::decode(&data) else {
+                continue;
+            };
+            let f = self.tcp_flow(&r, now_ns, true);
+            self.prev.remove(&r.sk);
+            self.resolved.remove(&r.sk);
+            if self.selected(&f.local, Some(&f.peer), f.pid, f.comm.as_deref()) {
+                report.ends.push(f);
+            }
+        }
+
+        let mut seen: HashSet<u64> = HashSet::with_capacity(self.prev.len());
+        let mut tcp_count = 0u64;
+        if let Ok(iter) = self
+            .skel
+            .maps
+            .flows
+            .lookup_batch(4096, MapFlags::ANY, MapFlags::ANY)
+        {
+            let rows: Vec<(Vec<u8>, Vec<u8>)> = iter.collect();
+            for (_k, v) in rows {
+                let Some(r) = RawFlow::decode(&v) else {
+                    continue;
+                };
+                tcp_count += 1;
+                seen.insert(r.sk);
+                let prev = self
+                    .prev
+                    .get(&r.sk)
+                    .copied()
+                    .filter(|p| p.start_ns == r.start_ns);
+                let changed = match prev {
+                    None => true,
+                    Some(p) => {
+                        p.raw_out != r.bytes_acked
+                            || p.raw_in != r.bytes_received
+                            || p.segs_out != r.segs_out as u64
+                            || p.segs_in != r.segs_in as u64
+                            || p.retrans_events != r.retrans_events as u64
+                            || p.rst != (r.rst_sent + r.rst_received) as u64
+                    }
+                };
+                if !changed {
+                    continue;
+                }
+                let f = self.tcp_flow(&r, now_ns, false);
+                self.prev.insert(
+                    r.sk,
+                    Prev {
+                        id: f.flow_id,
+                        start_ns: r.start_ns,
+                        raw_out: r.bytes_acked,
+                        raw_in: r.bytes_received,
+                        bytes_out: f.bytes_out,
+                        bytes_in: f.bytes_in,
+                        segs_out: r.segs_out as u64,
+                        segs_in: r.segs_in as u64,
+                        retrans: r.total_retrans as u64,
+                        retrans_events: r.retrans_events as u64,
+                        rst: (r.rst_sent + r.rst_received) as u64,
+                    },
+                );
+                if self.selected(&f.local, Some(&f.peer), f.pid, f.comm.as_deref()) {
+                    report.flows.push(f);
+                }
+            }
+        }
+        self.prev.retain(|sk, _| seen.contains(sk));
+        self.resolved.retain(|sk, _| seen.contains(sk));
+
+        // UDP pairs.
+        let mut udp_count = 0u64;
+        let mut expired: Vec<RawUdpKey> = Vec::new();
+        if let Ok(iter) = self
+            .skel
+            .maps
+            .udp_flows
+            .lookup_batch(4096, MapFlags::ANY, MapFlags::ANY)
+        {
+            let rows: Vec<(Vec<u8>, Vec<u8>)> = iter.collect();
+            for (k, v) in rows {
+                let (Some(key), Some(u)) = (RawUdpKey::decode(&k), RawUdp::decode(&v)) else {
+                    continue;
+                };
+                udp_count += 1;
+                if now_ns.saturating_sub(u.last_ns) > UDP_IDLE_NS {
+                    expired.push(key);
+                    continue;
+                }
+                let prev = self.udp_prev.get(&key).copied();
+                let p = match prev {
+                    Some(p)
+                        if p.tx == (u.tx_dgrams, u.tx_bytes)
+                            && p.rx == (u.rx_dgrams, u.rx_bytes) =>
+                    {
+                        continue;
+                    }
+                    Some(p) => p,
+                    None => {
+                        self.next_id += 1;
+                        UdpPrev {
+                            id: self.next_id - 1,
+                            tx: (0, 0),
+                            rx: (0, 0),
+                        }
+                    }
+                };
+                let local = raw::addr(u.family, &u.laddr, u.lport);
+                let peer = (key.family != 0).then(|| raw::addr(key.family, &key.raddr, key.rport));
+                let comm = raw::comm_str(&u.comm);
+                let f = UdpFlow {
+                    proto: "udp".into(),
+                    flow_id: p.id,
+                    local,
+                    peer,
+                    pid: u.pid,
+                    comm,
+                    start_mono_ns: u.first_ns,
+                    dgrams_out: u.tx_dgrams,
+                    dgrams_in: u.rx_dgrams,
+                    bytes_out: u.tx_bytes,
+                    bytes_in: u.rx_bytes,
+                    interval_dgrams_out: u.tx_dgrams.saturating_sub(p.tx.0),
+                    interval_dgrams_in: u.rx_dgrams.saturating_sub(p.rx.0),
+                    interval_bytes_out: u.tx_bytes.saturating_sub(p.tx.1),
+                    interval_bytes_in: u.rx_bytes.saturating_sub(p.rx.1),
+                };
+                self.udp_prev.insert(
+                    key,
+                    UdpPrev {
+                        id: p.id,
+                        tx: (u.tx_dgrams, u.tx_bytes),
+                        rx: (u.rx_dgrams, u.rx_bytes),
+                    },
+                );
+                if self.selected(&f.local, f.peer.as_ref(), Some(f.pid), Some(&f.comm)) {
+                    report.udp.push(f);
+                }
+            }
+        }
+        for key in expired {
+            let _ = self.skel.maps.udp_flows.delete(&key.encode());
+            self.udp_prev.remove(&key);
+            self.udp_expired += 1;
+            udp_count -= 1;
+        }
+
+        let c = self.counters();
+        report.stats = FlowStats {
+            max_flows: self.cfg.max_flows as u64,
+            tcp_flows: tcp_count,
+            udp_flows: udp_count,
+            created: c[raw::counter::CREATED as usize],
+            preexisting: c[raw::counter::PREEXISTING as usize],
+            table_full: c[raw::counter::TABLE_FULL as usize],
+            ends: c[raw::counter::ENDS as usize],
+            ends_lost: c[raw::counter::ENDS_LOST as usize],
+            stale: c[raw::counter::STALE as usize],
+            udp_update_failures: c[raw::counter::UDP_FULL as usize],
+            udp_expired: self.udp_expired,
+            udp_peer_hooks: self.udp_peer_hooks,
+            poll_ns: t0.elapsed().as_nanos() as u64,
+            missed_events: self.recursion_misses(),
+        };
+        report
+    }
+
+    /// Hands over the probes' links: dropping them detaches (live.rs detaches all probes of
+    /// the session in parallel).
+    pub fn links(&mut self) -> Vec<Link> {
+        std::mem::take(&mut self.links)
+    }
+}

@@ -1,0 +1,116 @@
+//! Socket inode → owning process, from /proc/*/fd (also for flows opened before ebtop
+//! started), and the local ports that listen (to infer the role of such flows).
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+/// Rescans at most this often when an unknown inode turns up.
+const RESCAN_EVERY: Duration = Duration::from_millis(500);
+
+#[derive(Debug, Default)]
+pub struct Owners {
+    by_inode: HashMap<u64, (u32, String)>,
+    listening: HashSet<u16>,
+    last_scan: Option<Instant>,
+    /// An unknown inode was asked for since the last scan.
+    missed: bool,
+    scanned_this_poll: bool,
+}
+
+impl Owners {
+    /// Reads every process's socket fds and the listening TCP ports.
+    pub fn scan(&mut self) {
+        self.by_inode.clear();
+        self.listening.clear();
+        self.last_scan = Some(Instant::now());
+        self.missed = false;
+        for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            let Ok(text) = std::fs::read_to_string(file) else {
+                continue;
+            };
+            for line in text.lines().skip(1) {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                // local_address is ADDR:PORT (hex); st 0A = LISTEN.
+                if f.len() > 3 && f[3] == "0A" {
+                    if let Some(port) = f[1]
+                        .rsplit(':')
+                        .next()
+                        .and_then(|p| u16::from_str_radix(p, 16).ok())
+                    {
+                        self.listening.insert(port);
+                    }
+                }
+            }
+        }
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return;
+        };
+        for entry in dir.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+                continue;
+            };
+            let mut comm: Option<String> = None;
+            for fd in fds.flatten() {
+                let Ok(target) = std::fs::read_link(fd.path()) else {
+                    continue;
+                };
+                let t = target.to_string_lossy();
+                let Some(ino) = t
+                    .strip_prefix("socket:[")
+                    .and_then(|s| s.strip_suffix(']'))
+                    .and_then(|s| s.parse::<u64>().ok())
+                else {
+                    continue;
+                };
+                let c = comm.get_or_insert_with(|| {
+                    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                        .map(|s| s.trim_end().to_string())
+                        .unwrap_or_default()
+                });
+                self.by_inode.entry(ino).or_insert((pid, c.clone()));
+            }
+        }
+    }
+
+    /// Start of a poll: rescan if something was missing last time and the cache is old enough.
+    pub fn begin_poll(&mut self) {
+        self.scanned_this_poll = false;
+        if self.missed && self.last_scan.is_none_or(|t| t.elapsed() >= RESCAN_EVERY) {
+            self.scan();
+            self.scanned_this_poll = true;
+        }
+    }
+
+    /// The cached owner, without rescanning.
+    pub fn cached(&self, inode: u64) -> Option<(u32, String)> {
+        self.by_inode.get(&inode).cloned()
+    }
+
+    pub fn lookup(&mut self, inode: u64) -> Option<(u32, String)> {
+        if let Some(hit) = self.by_inode.get(&inode) {
+            return Some(hit.clone());
+        }
+        // A socket opened since the last scan: rescan now (at most once per poll and
+        // rate-limited), else at a later poll.
+        if !self.scanned_this_poll && self.last_scan.is_none_or(|t| t.elapsed() >= RESCAN_EVERY) {
+            self.scanned_this_poll = true;
+            self.scan();
+            if let Some(hit) = self.by_inode.get(&inode) {
+                return Some(hit.clone());
+            }
+        }
+        self.missed = true;
+        None
+    }
+
+    pub fn listens(&self, port: u16) -> bool {
+        self.listening.contains(&port)
+    }
+}

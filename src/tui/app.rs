@@ -1,0 +1,1204 @@
+//! The TUI's state, without a terminal: views, per-view selection, sort, filter, pause, help.
+//! [`App::apply`] takes what the collector sends, [`App::handle_key`] what the user types;
+//! [`crate::tui::render`] draws it.
+
+use std::cmp::Ordering;
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+
+use super::UiMsg;
+use crate::aggregate::endpoints::OTHER_RESOURCE;
+use crate::aggregate::{normalize, EndpointSnapshot, EndpointTable};
+use crate::call::{Call, Side};
+use crate::protocols::{Outcome, Protocol};
+use crate::report::IntervalReport;
+use crate::session::{SessionMeta, Summary};
+
+/// Calls kept for the calls view (the newest).
+pub const CALL_RING: usize = 10_000;
+/// Connections kept for the flows view (the least recently used go first).
+pub const MAX_CONNS: usize = 4096;
+/// A call at least this slow is marked `*`.
+pub const SLOW_NS: u64 = 50_000_000;
+pub const MIN_REFRESH: Duration = Duration::from_millis(100);
+pub const MAX_REFRESH: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum View {
+    Calls,
+    Endpoints,
+    Flows,
+    Processes,
+}
+
+impl View {
+    pub const ALL: [View; 4] = [View::Calls, View::Endpoints, View::Flows, View::Processes];
+
+    pub fn index(self) -> usize {
+        View::ALL.iter().position(|v| *v == self).unwrap_or(0)
+    }
+
+    pub fn title(self) -> &'static str {
+        match self {
+            View::Calls => "Calls",
+            View::Endpoints => "Endpoints",
+            View::Flows => "Flows",
+            View::Processes => "Processes",
+        }
+    }
+}
+
+/// What the caller should do after a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    None,
+    Redraw,
+    Quit,
+}
+
+#[derive(Debug, Clone)]
+pub struct CallEntry {
+    /// Arrival number: the call's identity in the UI.
+    pub seq: u64,
+    pub call: Call,
+}
+
+/// A connection as the calls show it (the flow table proper is not built yet).
+#[derive(Debug, Clone)]
+pub struct ConnEntry {
+    pub pid: u32,
+    pub comm: String,
+    pub sock_id: u64,
+    pub side: Side,
+    pub local: SocketAddr,
+    pub peer: SocketAddr,
+    pub calls: u64,
+    pub errors: u64,
+    pub req_bytes: u64,
+    pub resp_bytes: u64,
+    pub last_seq: u64,
+}
+
+/// Everything the collector sent, as shown (a frozen copy while paused).
+#[derive(Debug, Clone, Default)]
+pub struct Data {
+    pub meta: Option<SessionMeta>,
+    /// Oldest first.
+    pub calls: VecDeque<CallEntry>,
+    pub next_seq: u64,
+    pub lost_events: u64,
+    pub lost_bytes: u64,
+    /// Call batches the collector could not hand over because the UI was behind.
+    pub ui_dropped: u64,
+    pub report: Option<Box<IntervalReport>>,
+    /// Since-start endpoint numbers up to the last interval.
+    pub cumulative: Vec<EndpointSnapshot>,
+    pub conns: HashMap<(u32, u64), ConnEntry>,
+    /// Latest recorded (kernel) time seen.
+    pub position_ns: u64,
+    pub ended: Option<Box<Summary>>,
+}
+
+impl Data {
+    /// Kernel time the session started (from the meta).
+    pub fn start_mono_ns(&self) -> Option<u64> {
+        self.meta
+            .as_ref()
+            .map(|m| (m.start_unix_ns - m.wall_offset_ns).max(0) as u64)
+    }
+
+    pub fn total_calls(&self) -> u64 {
+        match (&self.ended, &self.report) {
+            (Some(s), _) => s.calls,
+            (None, Some(r)) => r.totals.calls.max(self.next_seq),
+            _ => self.next_seq,
+        }
+    }
+
+    pub fn total_lost(&self) -> u64 {
+        let reported = self.report.as_ref().map_or(0, |r| r.totals.kernel.lost);
+        let ended = self.ended.as_ref().map_or(0, |s| s.kernel.lost);
+        self.lost_events.max(reported).max(ended)
+    }
+
+    /// Calls per second over the last interval.
+    pub fn calls_per_s(&self) -> Option<f64> {
+        let r = self.report.as_ref()?;
+        let calls: u64 = r.endpoints.iter().map(|e| e.calls).sum();
+        (r.period_ns > 0).then(|| calls as f64 * 1e9 / r.period_ns as f64)
+    }
+
+    pub fn find_call(&self, seq: u64) -> Option<&Call> {
+        let first = self.calls.front()?.seq;
+        let idx = seq.checked_sub(first)? as usize;
+        self.calls
+            .get(idx)
+            .filter(|e| e.seq == seq)
+            .map(|e| &e.call)
+    }
+}
+
+/// Per-view (and drill-down) navigation state.
+#[derive(Debug, Clone, Default)]
+pub struct ViewState {
+    /// Identity of the selected row.
+    pub selected: Option<String>,
+    /// Its last known position, used when the row goes away.
+    pub index: usize,
+    pub sort_col: usize,
+    pub ascending: bool,
+    pub filter: String,
+}
+
+/// The endpoint whose calls the calls view shows (Enter on an endpoint).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Drill {
+    pub comm: String,
+    pub side: Side,
+    pub proto: Protocol,
+    pub method: String,
+    pub resource: String,
+    pub other: bool,
+}
+
+impl Drill {
+    pub fn matches(&self, c: &Call) -> bool {
+        if c.side != self.side || c.l7.proto != self.proto {
+            return false;
+        }
+        if self.other {
+            // A folded row: every call of that process (all processes for "*").
+            return self.comm == crate::aggregate::endpoints::ANY_COMM || c.comm == self.comm;
+        }
+        c.comm == self.comm
+            && c.l7.method == self.method
+            && normalize(c.l7.proto, &c.l7.method, &c.l7.resource, false) == self.resource
+    }
+
+    pub fn label(&self) -> String {
+        format!(
+            "{} {} {} {}",
+            self.comm,
+            self.side.name(),
+            self.method,
+            self.resource
+        )
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flag {
+    None,
+    /// Server error (5xx).
+    Error,
+    Slow,
+}
+
+impl Flag {
+    pub fn marker(self) -> char {
+        match self {
+            Flag::None => ' ',
+            Flag::Error => '!',
+            Flag::Slow => '*',
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum SortVal {
+    Num(f64),
+    Text(String),
+}
+
+impl SortVal {
+    fn cmp(&self, o: &SortVal) -> Ordering {
+        match (self, o) {
+            (SortVal::Num(a), SortVal::Num(b)) => a.total_cmp(b),
+            (SortVal::Text(a), SortVal::Text(b)) => a.cmp(b),
+            (SortVal::Num(_), SortVal::Text(_)) => Ordering::Less,
+            (SortVal::Text(_), SortVal::Num(_)) => Ordering::Greater,
+        }
+    }
+}
+
+/// A column of a view's table.
+#[derive(Debug, Clone, Copy)]
+pub struct Column {
+    pub title: &'static str,
+    pub width: u16,
+    /// Columns with a higher number are dropped first when the terminal is narrow; 0 stays.
+    pub drop: u8,
+    /// Takes the width left over (at least `width`).
+    pub flex: bool,
+    pub right: bool,
+}
+
+const fn col(title: &'static str, width: u16, drop: u8, right: bool) -> Column {
+    Column {
+        title,
+        width,
+        drop,
+        flex: false,
+        right,
+    }
+}
+
+const fn flex(title: &'static str, width: u16) -> Column {
+    Column {
+        title,
+        width,
+        drop: 0,
+        flex: true,
+        right: false,
+    }
+}
+
+pub const CALL_COLUMNS: &[Column] = &[
+    col("TIME", 12, 3, false),
+    col("PROCESS/PID", 14, 0, false),
+    col("SIDE", 6, 4, false),
+    col("PROTO", 5, 6, false),
+    col("METHOD", 7, 0, false),
+    flex("RESOURCE", 14),
+    col("STATUS", 6, 1, true),
+    col("LAT ms", 9, 0, true),
+    col("REQ/RESP B", 13, 5, true),
+];
+
+pub const ENDPOINT_COLUMNS: &[Column] = &[
+    col("PROCESS", 10, 0, false),
+    col("SIDE", 6, 0, false),
+    col("METHOD", 6, 0, false),
+    flex("RESOURCE", 16),
+    col("CALLS", 7, 6, true),
+    col("CALLS/s", 8, 0, true),
+    col("ERR %", 6, 0, true),
+    col("P50 ms", 7, 2, true),
+    col("P90 ms", 7, 4, true),
+    col("P99 ms", 7, 0, true),
+    col("MAX ms", 7, 3, true),
+];
+
+pub const FLOW_COLUMNS: &[Column] = &[
+    flex("LOCAL", 21),
+    col("PEER", 21, 0, false),
+    col("PROCESS/PID", 14, 0, false),
+    col("SIDE", 6, 3, false),
+    col("CALLS", 6, 0, true),
+    col("ERR", 5, 4, true),
+    col("REQ B", 9, 2, true),
+    col("RESP B", 9, 1, true),
+];
+
+pub const PROCESS_COLUMNS: &[Column] = &[
+    col("PID", 7, 0, false),
+    flex("PROCESS", 10),
+    col("CPU %", 6, 0, true),
+    col("RSS MiB", 7, 0, true),
+    col("CALLS/s", 8, 0, true),
+    col("ERR/s", 7, 2, true),
+    col("IN B/s", 8, 3, true),
+    col("OUT B/s", 8, 3, true),
+    col("CONNS", 6, 1, true),
+];
+
+pub fn columns(view: View) -> &'static [Column] {
+    match view {
+        View::Calls => CALL_COLUMNS,
+        View::Endpoints => ENDPOINT_COLUMNS,
+        View::Flows => FLOW_COLUMNS,
+        View::Processes => PROCESS_COLUMNS,
+    }
+}
+
+/// Default sort column and direction of each view.
+fn default_sort(view: View) -> (usize, bool) {
+    match view {
+        // Newest first.
+        View::Calls => (0, false),
+        // Busiest first.
+        View::Endpoints => (5, false),
+        View::Flows => (4, false),
+        View::Processes => (4, false),
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub key: String,
+    pub cells: Vec<String>,
+    pub sort: Vec<SortVal>,
+    pub flag: Flag,
+}
+
+impl Row {
+    fn text_lower(&self) -> String {
+        let mut s = self.cells.join(" ");
+        s.make_ascii_lowercase();
+        s
+    }
+}
+
+pub struct App {
+    pub source_label: String,
+    pub view: View,
+    pub states: [ViewState; 4],
+    pub drill: Option<Drill>,
+    pub drill_state: ViewState,
+    /// Seq of the call whose details are open.
+    pub detail: Option<u64>,
+    pub help: bool,
+    /// Typing a filter.
+    pub prompt: bool,
+    pub cumulative: bool,
+    pub follow: bool,
+    pub refresh: Duration,
+    /// Rows a page holds (set from the terminal size).
+    pub page_rows: usize,
+    /// Monotonic "now" for a live uptime; None: the latest recorded time.
+    pub clock_ns: Option<u64>,
+    pub no_color: bool,
+    data: Data,
+    frozen: Option<Box<Data>>,
+    endpoints: EndpointTable,
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.2}", ns as f64 / 1e6)
+}
+
+/// 1234 → "1234", 12345 → "12.3k", ... (units in the column header).
+pub fn human(v: f64) -> String {
+    let a = v.abs();
+    if a < 10_000.0 {
+        if v.fract() == 0.0 {
+            format!("{v:.0}")
+        } else {
+            format!("{v:.1}")
+        }
+    } else if a < 10e6 {
+        format!("{:.1}k", v / 1e3)
+    } else if a < 10e9 {
+        format!("{:.1}M", v / 1e6)
+    } else {
+        format!("{:.1}G", v / 1e9)
+    }
+}
+
+/// UTC time of day with milliseconds of a recorded kernel time.
+pub fn time_of_day(meta: Option<&SessionMeta>, mono_ns: u64) -> String {
+    let off = meta.map_or(0, |m| m.wall_offset_ns);
+    let s = crate::clock::rfc3339(mono_ns as i64 + off);
+    s.get(11..23).unwrap_or(&s).to_owned()
+}
+
+pub fn proc_label(comm: &str, pid: u32) -> String {
+    format!("{comm}/{pid}")
+}
+
+fn endpoint_key(e: &EndpointSnapshot) -> String {
+    format!(
+        "{}\u{1f}{}\u{1f}{}\u{1f}{}\u{1f}{}",
+        e.comm,
+        e.side.name(),
+        e.proto.name(),
+        e.method,
+        e.resource
+    )
+}
+
+impl App {
+    pub fn new(source_label: &str, refresh: Duration, no_color: bool) -> App {
+        let mut states: [ViewState; 4] = Default::default();
+        for v in View::ALL {
+            let (c, asc) = default_sort(v);
+            states[v.index()].sort_col = c;
+            states[v.index()].ascending = asc;
+        }
+        let (c, asc) = default_sort(View::Calls);
+        App {
+            source_label: source_label.to_owned(),
+            view: View::Calls,
+            states,
+            drill: None,
+            drill_state: ViewState {
+                sort_col: c,
+                ascending: asc,
+                ..ViewState::default()
+            },
+            detail: None,
+            help: false,
+            prompt: false,
+            cumulative: false,
+            follow: false,
+            refresh: refresh.clamp(MIN_REFRESH, MAX_REFRESH),
+            page_rows: 10,
+            clock_ns: None,
+            no_color,
+            data: Data::default(),
+            frozen: None,
+            endpoints: EndpointTable::default(),
+        }
+    }
+
+    pub fn paused(&self) -> bool {
+        self.frozen.is_some()
+    }
+
+    /// What the views show: the data as it was when paused, else the latest.
+    pub fn shown(&self) -> &Data {
+        self.frozen.as_deref().unwrap_or(&self.data)
+    }
+
+    pub fn set_paused(&mut self, paused: bool) {
+        if paused && self.frozen.is_none() {
+            self.frozen = Some(Box::new(self.data.clone()));
+        } else if !paused {
+            self.frozen = None;
+        }
+    }
+
+    /// Sets the terminal size (rows per page follow from it).
+    pub fn set_size(&mut self, _w: u16, h: u16) {
+        self.page_rows = (h as usize).saturating_sub(8).max(1);
+    }
+
+    /// Takes in one message from the collector (keys and resizes go to `handle_key`).
+    pub fn apply(&mut self, msg: UiMsg) -> Action {
+        let d = &mut self.data;
+        match msg {
+            UiMsg::Meta(m) => d.meta = Some(m),
+            UiMsg::Calls(calls) => {
+                for c in calls {
+                    self.endpoints.observe(&c);
+                    self.add_call(c);
+                }
+            }
+            UiMsg::Interval(r) => {
+                self.endpoints.end_interval(r.period_ns);
+                d.cumulative = self.endpoints.cumulative();
+                d.position_ns = d.position_ns.max(r.mono_ns);
+                d.report = Some(r);
+            }
+            UiMsg::Lost { events, bytes } => {
+                d.lost_events += events;
+                d.lost_bytes += bytes;
+            }
+            UiMsg::Dropped(n) => d.ui_dropped = n,
+            UiMsg::Ended(s) => {
+                if !s.endpoints.is_empty() {
+                    // Exact since-start numbers.
+                    d.cumulative = s.endpoints.clone();
+                }
+                d.ended = Some(s);
+            }
+            UiMsg::Key(k) => return self.handle_key(k),
+            UiMsg::Resize(w, h) => {
+                self.set_size(w, h);
+                return Action::Redraw;
+            }
+        }
+        Action::None
+    }
+
+    fn add_call(&mut self, call: Call) {
+        let d = &mut self.data;
+        let seq = d.next_seq;
+        d.next_seq += 1;
+        d.position_ns = d.position_ns.max(super::call_time(&call));
+        let key = (call.pid, call.sock_id);
+        if !d.conns.contains_key(&key) && d.conns.len() >= MAX_CONNS {
+            if let Some(old) = d
+                .conns
+                .iter()
+                .min_by_key(|(_, c)| c.last_seq)
+                .map(|(k, _)| *k)
+            {
+                d.conns.remove(&old);
+            }
+        }
+        let conn = d.conns.entry(key).or_insert_with(|| ConnEntry {
+            pid: call.pid,
+            comm: call.comm.clone(),
+            sock_id: call.sock_id,
+            side: call.side,
+            local: call.local,
+            peer: call.peer,
+            calls: 0,
+            errors: 0,
+            req_bytes: 0,
+            resp_bytes: 0,
+            last_seq: seq,
+        });
+        conn.calls += 1;
+        conn.errors += u64::from(call.l7.outcome == Outcome::ServerError);
+        conn.req_bytes += call.l7.req.bytes;
+        conn.resp_bytes += call.l7.resp.bytes;
+        conn.last_seq = seq;
+        conn.comm.clone_from(&call.comm);
+        if d.calls.len() >= CALL_RING {
+            d.calls.pop_front();
+        }
+        d.calls.push_back(CallEntry { seq, call });
+    }
+
+    fn state(&self) -> &ViewState {
+        if self.view == View::Calls && self.drill.is_some() {
+            &self.drill_state
+        } else {
+            &self.states[self.view.index()]
+        }
+    }
+
+    fn state_mut(&mut self) -> &mut ViewState {
+        if self.view == View::Calls && self.drill.is_some() {
+            &mut self.drill_state
+        } else {
+            &mut self.states[self.view.index()]
+        }
+    }
+
+    /// The current view's state (sort, filter, selection).
+    pub fn view_state(&self) -> &ViewState {
+        self.state()
+    }
+
+    /// The current view's rows, unfiltered and unsorted.
+    fn build_rows(&self) -> Vec<Row> {
+        let d = self.shown();
+        match self.view {
+            View::Calls => d
+                .calls
+                .iter()
+                .filter(|e| self.drill.as_ref().is_none_or(|dr| dr.matches(&e.call)))
+                .map(|e| call_row(d.meta.as_ref(), e))
+                .collect(),
+            View::Endpoints => {
+                let eps: &[EndpointSnapshot] = if self.cumulative {
+                    &d.cumulative
+                } else {
+                    d.report.as_ref().map_or(&[], |r| &r.endpoints)
+                };
+                eps.iter().map(endpoint_row).collect()
+            }
+            View::Flows => d.conns.values().map(conn_row).collect(),
+            View::Processes => d
+                .report
+                .as_ref()
+                .map_or(&[][..], |r| &r.processes)
+                .iter()
+                .map(process_row)
+                .collect(),
+        }
+    }
+
+    /// The current view's rows as shown: filtered, then sorted.
+    pub fn rows(&self) -> Vec<Row> {
+        let st = self.state();
+        let needle = st.filter.to_ascii_lowercase();
+        let mut rows: Vec<Row> = self
+            .build_rows()
+            .into_iter()
+            .filter(|r| needle.is_empty() || r.text_lower().contains(&needle))
+            .collect();
+        let c = st.sort_col;
+        rows.sort_by(|a, b| {
+            let o = match (a.sort.get(c), b.sort.get(c)) {
+                (Some(x), Some(y)) => x.cmp(y),
+                _ => Ordering::Equal,
+            };
+            let o = o.then_with(|| a.key.cmp(&b.key));
+            if st.ascending {
+                o
+            } else {
+                o.reverse()
+            }
+        });
+        rows
+    }
+
+    /// Index of the selected row in `rows`.
+    pub fn selected_index(&self, rows: &[Row]) -> Option<usize> {
+        if rows.is_empty() {
+            return None;
+        }
+        if self.view == View::Calls && self.follow {
+            return Some(0);
+        }
+        let st = self.state();
+        if let Some(k) = &st.selected {
+            if let Some(i) = rows.iter().position(|r| &r.key == k) {
+                return Some(i);
+            }
+        }
+        Some(st.index.min(rows.len() - 1))
+    }
+
+    /// Selects the row with this identity (if shown).
+    pub fn select_key(&mut self, key: &str) {
+        let rows = self.rows();
+        if let Some(i) = rows.iter().position(|r| r.key == key) {
+            let st = self.state_mut();
+            st.selected = Some(key.to_owned());
+            st.index = i;
+        }
+    }
+
+    fn move_selection(&mut self, to: impl FnOnce(usize, usize) -> usize) {
+        let rows = self.rows();
+        let Some(cur) = self.selected_index(&rows) else {
+            return;
+        };
+        let i = to(cur, rows.len()).min(rows.len() - 1);
+        self.follow = false;
+        let st = self.state_mut();
+        st.index = i;
+        st.selected = Some(rows[i].key.clone());
+    }
+
+    fn switch_view(&mut self, v: View) {
+        self.view = v;
+        self.drill = None;
+        self.detail = None;
+    }
+
+    fn enter(&mut self) {
+        let rows = self.rows();
+        let Some(i) = self.selected_index(&rows) else {
+            return;
+        };
+        let key = rows[i].key.clone();
+        {
+            let st = self.state_mut();
+            st.selected = Some(key.clone());
+            st.index = i;
+        }
+        match self.view {
+            View::Calls => self.detail = key.parse().ok(),
+            View::Endpoints => {
+                let d = self.shown();
+                let eps: &[EndpointSnapshot] = if self.cumulative {
+                    &d.cumulative
+                } else {
+                    d.report.as_ref().map_or(&[], |r| &r.endpoints)
+                };
+                if let Some(e) = eps.iter().find(|e| endpoint_key(e) == key) {
+                    self.drill = Some(Drill {
+                        comm: e.comm.clone(),
+                        side: e.side,
+                        proto: e.proto,
+                        method: e.method.clone(),
+                        resource: e.resource.clone(),
+                        other: e.other || e.resource == OTHER_RESOURCE,
+                    });
+                    let (c, asc) = default_sort(View::Calls);
+                    self.drill_state = ViewState {
+                        sort_col: c,
+                        ascending: asc,
+                        ..ViewState::default()
+                    };
+                    self.view = View::Calls;
+                }
+            }
+            View::Flows | View::Processes => {}
+        }
+    }
+
+    fn back(&mut self) -> Action {
+        if self.detail.take().is_some() {
+            return Action::Redraw;
+        }
+        if self.drill.take().is_some() {
+            self.view = View::Endpoints;
+            return Action::Redraw;
+        }
+        Action::None
+    }
+
+    pub fn handle_key(&mut self, key: KeyEvent) -> Action {
+        if key.kind == KeyEventKind::Release {
+            return Action::None;
+        }
+        let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+        if ctrl && key.code == KeyCode::Char('c') {
+            return Action::Quit;
+        }
+        if self.prompt {
+            let st = self.state_mut();
+            match key.code {
+                KeyCode::Char(c) if !ctrl => st.filter.push(c),
+                KeyCode::Backspace => {
+                    st.filter.pop();
+                }
+                KeyCode::Enter | KeyCode::Esc => {
+                    if st.filter.trim().is_empty() {
+                        st.filter.clear();
+                    }
+                    self.prompt = false;
+                }
+                _ => return Action::None,
+            }
+            return Action::Redraw;
+        }
+        if self.help {
+            self.help = false;
+            return match key.code {
+                KeyCode::F(10) => Action::Quit,
+                _ => Action::Redraw,
+            };
+        }
+        match key.code {
+            KeyCode::Char('q') | KeyCode::F(10) => return Action::Quit,
+            KeyCode::Char('?') | KeyCode::F(1) => self.help = true,
+            KeyCode::Esc | KeyCode::Backspace => return self.back(),
+            _ if self.detail.is_some() => {
+                if key.code == KeyCode::Enter {
+                    self.detail = None;
+                    return Action::Redraw;
+                }
+                return Action::None;
+            }
+            KeyCode::Tab => self.switch_view(View::ALL[(self.view.index() + 1) % 4]),
+            KeyCode::BackTab => self.switch_view(View::ALL[(self.view.index() + 3) % 4]),
+            KeyCode::Char(c @ '1'..='4') => {
+                self.switch_view(View::ALL[c as usize - '1' as usize]);
+            }
+            KeyCode::Up | KeyCode::Char('k') => self.move_selection(|i, _| i.saturating_sub(1)),
+            KeyCode::Down | KeyCode::Char('j') => self.move_selection(|i, _| i + 1),
+            KeyCode::PageUp => {
+                let p = self.page_rows;
+                self.move_selection(|i, _| i.saturating_sub(p));
+            }
+            KeyCode::PageDown => {
+                let p = self.page_rows;
+                self.move_selection(|i, _| i + p);
+            }
+            KeyCode::Home | KeyCode::Char('g') => self.move_selection(|_, _| 0),
+            KeyCode::End | KeyCode::Char('G') => self.move_selection(|_, n| n.saturating_sub(1)),
+            KeyCode::Enter => self.enter(),
+            KeyCode::Char('/') => self.prompt = true,
+            KeyCode::Char('<') | KeyCode::Char('>') => {
+                let n = columns(self.view).len();
+                let st = self.state_mut();
+                st.sort_col = if key.code == KeyCode::Char('>') {
+                    (st.sort_col + 1) % n
+                } else {
+                    (st.sort_col + n - 1) % n
+                };
+            }
+            KeyCode::Char('I') => {
+                let st = self.state_mut();
+                st.ascending = !st.ascending;
+            }
+            KeyCode::Char('c') if self.view == View::Endpoints => {
+                self.cumulative = !self.cumulative;
+            }
+            KeyCode::Char('f') if self.view == View::Calls => self.follow = !self.follow,
+            KeyCode::Char('p') => self.set_paused(!self.paused()),
+            KeyCode::Char('+') => {
+                self.refresh = (self.refresh * 2).clamp(MIN_REFRESH, MAX_REFRESH);
+            }
+            KeyCode::Char('-') => {
+                self.refresh = (self.refresh / 2).clamp(MIN_REFRESH, MAX_REFRESH);
+            }
+            _ => return Action::None,
+        }
+        Action::Redraw
+    }
+}
+
+fn call_row(meta: Option<&SessionMeta>, e: &CallEntry) -> Row {
+    let c = &e.call;
+    let flag = if c.l7.outcome == Outcome::ServerError {
+        Flag::Error
+    } else if c.latency_ns >= SLOW_NS {
+        Flag::Slow
+    } else {
+        Flag::None
+    };
+    let status = c.l7.status.map_or("-".to_owned(), |s| s.to_string());
+    Row {
+        key: e.seq.to_string(),
+        cells: vec![
+            time_of_day(meta, c.start_ns),
+            proc_label(&c.comm, c.pid),
+            c.side.name().to_owned(),
+            c.l7.proto.name().to_owned(),
+            c.l7.method.clone(),
+            c.l7.resource.clone(),
+            status,
+            ms(c.latency_ns),
+            format!(
+                "{}/{}",
+                human(c.l7.req.bytes as f64),
+                human(c.l7.resp.bytes as f64)
+            ),
+        ],
+        sort: vec![
+            // Arrival order: what "newest" means.
+            SortVal::Num(e.seq as f64),
+            SortVal::Text(proc_label(&c.comm, c.pid)),
+            SortVal::Text(c.side.name().to_owned()),
+            SortVal::Text(c.l7.proto.name().to_owned()),
+            SortVal::Text(c.l7.method.clone()),
+            SortVal::Text(c.l7.resource.clone()),
+            SortVal::Num(c.l7.status.map_or(-1.0, f64::from)),
+            SortVal::Num(c.latency_ns as f64),
+            SortVal::Num((c.l7.req.bytes + c.l7.resp.bytes) as f64),
+        ],
+        flag,
+    }
+}
+
+fn endpoint_row(e: &EndpointSnapshot) -> Row {
+    let flag = if e.errors > 0 {
+        Flag::Error
+    } else {
+        Flag::None
+    };
+    Row {
+        key: endpoint_key(e),
+        cells: vec![
+            e.comm.clone(),
+            e.side.name().to_owned(),
+            e.method.clone(),
+            e.resource.clone(),
+            e.calls.to_string(),
+            format!("{:.1}", e.calls_per_s),
+            format!("{:.1}", e.error_rate * 100.0),
+            ms(e.latency_p50_ns),
+            ms(e.latency_p90_ns),
+            ms(e.latency_p99_ns),
+            ms(e.latency_max_ns),
+        ],
+        sort: vec![
+            SortVal::Text(e.comm.clone()),
+            SortVal::Text(e.side.name().to_owned()),
+            SortVal::Text(e.method.clone()),
+            SortVal::Text(e.resource.clone()),
+            SortVal::Num(e.calls as f64),
+            SortVal::Num(e.calls_per_s),
+            SortVal::Num(e.error_rate),
+            SortVal::Num(e.latency_p50_ns as f64),
+            SortVal::Num(e.latency_p90_ns as f64),
+            SortVal::Num(e.latency_p99_ns as f64),
+            SortVal::Num(e.latency_max_ns as f64),
+        ],
+        flag,
+    }
+}
+
+fn conn_row(c: &ConnEntry) -> Row {
+    Row {
+        key: format!("{}/{}", c.pid, c.sock_id),
+        cells: vec![
+            c.local.to_string(),
+            c.peer.to_string(),
+            proc_label(&c.comm, c.pid),
+            c.side.name().to_owned(),
+            c.calls.to_string(),
+            c.errors.to_string(),
+            human(c.req_bytes as f64),
+            human(c.resp_bytes as f64),
+        ],
+        sort: vec![
+            SortVal::Text(c.local.to_string()),
+            SortVal::Text(c.peer.to_string()),
+            SortVal::Text(proc_label(&c.comm, c.pid)),
+            SortVal::Text(c.side.name().to_owned()),
+            SortVal::Num(c.calls as f64),
+            SortVal::Num(c.errors as f64),
+            SortVal::Num(c.req_bytes as f64),
+            SortVal::Num(c.resp_bytes as f64),
+        ],
+        flag: if c.errors > 0 {
+            Flag::Error
+        } else {
+            Flag::None
+        },
+    }
+}
+
+fn process_row(p: &crate::aggregate::ProcessSnapshot) -> Row {
+    let per_s = |n: u64| {
+        if p.period_ns == 0 {
+            0.0
+        } else {
+            n as f64 * 1e9 / p.period_ns as f64
+        }
+    };
+    let conns = p.open_connections.unwrap_or(p.connections_active);
+    let opt = |v: Option<f64>, f: fn(f64) -> String| v.map_or("n/a".to_owned(), f);
+    Row {
+        key: p.pid.to_string(),
+        cells: vec![
+            p.pid.to_string(),
+            if p.exited {
+                format!("{} (exited)", p.comm)
+            } else {
+                p.comm.clone()
+            },
+            opt(p.cpu_pct, |v| format!("{v:.1}")),
+            opt(p.rss_bytes.map(|b| b as f64), |v| {
+                format!("{:.1}", v / 1048576.0)
+            }),
+            format!("{:.1}", p.calls_per_s),
+            format!("{:.1}", per_s(p.errors)),
+            human(p.bytes_in_per_s.round()),
+            human(p.bytes_out_per_s.round()),
+            conns.to_string(),
+        ],
+        sort: vec![
+            SortVal::Num(f64::from(p.pid)),
+            SortVal::Text(p.comm.clone()),
+            SortVal::Num(p.cpu_pct.unwrap_or(-1.0)),
+            SortVal::Num(p.rss_bytes.map_or(-1.0, |b| b as f64)),
+            SortVal::Num(p.calls_per_s),
+            SortVal::Num(per_s(p.errors)),
+            SortVal::Num(p.bytes_in_per_s),
+            SortVal::Num(p.bytes_out_per_s),
+            SortVal::Num(conns as f64),
+        ],
+        flag: if p.errors > 0 {
+            Flag::Error
+        } else {
+            Flag::None
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tui::collect_replay;
+
+    const FIXTURE: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/recordings/http_mix.ebt"
+    );
+
+    fn msgs() -> Vec<UiMsg> {
+        collect_replay(FIXTURE.as_ref()).unwrap()
+    }
+
+    fn app_with(msgs: Vec<UiMsg>) -> App {
+        let mut app = App::new("replay test", Duration::from_secs(1), true);
+        for m in msgs {
+            app.apply(m);
+        }
+        app
+    }
+
+    fn key(app: &mut App, code: KeyCode) -> Action {
+        app.handle_key(KeyEvent::new(code, KeyModifiers::NONE))
+    }
+
+    fn typed(app: &mut App, s: &str) {
+        for c in s.chars() {
+            key(app, KeyCode::Char(c));
+        }
+    }
+
+    fn col_values(app: &App, col: usize) -> Vec<SortVal> {
+        app.rows().iter().map(|r| r.sort[col].clone()).collect()
+    }
+
+    #[test]
+    fn calls_are_newest_first_and_sort_column_moves_and_inverts() {
+        let mut app = app_with(msgs());
+        let seqs = col_values(&app, 0);
+        assert_eq!(seqs.len(), 62);
+        assert!(seqs
+            .windows(2)
+            .all(|w| w[0].cmp(&w[1]) == Ordering::Greater));
+        // Sort by latency (column 7), descending, then inverted.
+        for _ in 0..7 {
+            key(&mut app, KeyCode::Char('>'));
+        }
+        assert_eq!(app.view_state().sort_col, 7);
+        let lat = col_values(&app, 7);
+        assert!(lat.windows(2).all(|w| w[0].cmp(&w[1]) != Ordering::Less));
+        key(&mut app, KeyCode::Char('I'));
+        let lat = col_values(&app, 7);
+        assert!(lat.windows(2).all(|w| w[0].cmp(&w[1]) != Ordering::Greater));
+        // `<` wraps around.
+        for _ in 0..8 {
+            key(&mut app, KeyCode::Char('<'));
+        }
+        assert_eq!(app.view_state().sort_col, 8);
+    }
+
+    #[test]
+    fn filter_is_case_insensitive_kept_on_enter_and_esc_and_cleared_when_empty() {
+        let mut app = app_with(msgs());
+        key(&mut app, KeyCode::Char('/'));
+        assert!(app.prompt);
+        typed(&mut app, "USERS");
+        key(&mut app, KeyCode::Enter);
+        assert!(!app.prompt);
+        let rows = app.rows();
+        assert!(!rows.is_empty() && rows.len() < 62);
+        assert!(rows.iter().all(|r| r.cells[5].contains("users")));
+        // q in the prompt is text, not quit.
+        key(&mut app, KeyCode::Char('/'));
+        assert_eq!(key(&mut app, KeyCode::Char('q')), Action::Redraw);
+        assert_eq!(app.view_state().filter, "USERSq");
+        key(&mut app, KeyCode::Backspace);
+        key(&mut app, KeyCode::Esc);
+        assert_eq!(app.view_state().filter, "USERS");
+        assert_eq!(app.rows().len(), rows.len());
+        key(&mut app, KeyCode::Char('/'));
+        for _ in 0..5 {
+            key(&mut app, KeyCode::Backspace);
+        }
+        key(&mut app, KeyCode::Enter);
+        assert!(app.view_state().filter.is_empty());
+        assert_eq!(app.rows().len(), 62);
+        // Filters are per view.
+        key(&mut app, KeyCode::Char('2'));
+        assert!(app.view_state().filter.is_empty());
+    }
+
+    #[test]
+    fn selection_follows_the_row_across_refreshes() {
+        let all = msgs();
+        let split = all
+            .iter()
+            .position(|m| matches!(m, UiMsg::Calls(_)))
+            .unwrap()
+            + 1;
+        let mut rest = all;
+        let tail = rest.split_off(split);
+        let mut app = app_with(rest);
+        key(&mut app, KeyCode::Down);
+        key(&mut app, KeyCode::Down);
+        let rows = app.rows();
+        let sel = app.selected_index(&rows).unwrap();
+        assert_eq!(sel, 2);
+        let chosen = rows[sel].key.clone();
+        for m in tail {
+            app.apply(m);
+        }
+        let rows = app.rows();
+        let sel = app.selected_index(&rows).unwrap();
+        assert_eq!(rows[sel].key, chosen, "same call still selected");
+        assert!(sel > 2, "newer calls came in above it");
+        // Endpoints: select by identity, a new interval keeps it.
+        let mut app = app_with(msgs());
+        key(&mut app, KeyCode::Char('2'));
+        key(&mut app, KeyCode::End);
+        let rows = app.rows();
+        let last = rows.last().unwrap().key.clone();
+        assert_eq!(app.selected_index(&rows), Some(rows.len() - 1));
+        key(&mut app, KeyCode::Char('c'));
+        let rows = app.rows();
+        assert_eq!(rows[app.selected_index(&rows).unwrap()].key, last);
+    }
+
+    #[test]
+    fn drill_down_to_an_endpoints_calls_and_back_keeps_the_selection() {
+        let mut app = app_with(msgs());
+        key(&mut app, KeyCode::Char('2'));
+        key(&mut app, KeyCode::Char('c'));
+        let rows = app.rows();
+        let i = rows
+            .iter()
+            .position(|r| r.cells[3] == "/api/users/{id}" && r.cells[1] == "server")
+            .unwrap();
+        let want_calls: usize = rows[i].cells[4].parse().unwrap();
+        let k = rows[i].key.clone();
+        app.select_key(&k);
+        key(&mut app, KeyCode::Enter);
+        assert_eq!(app.view, View::Calls);
+        assert!(app.drill.is_some());
+        let calls = app.rows();
+        assert_eq!(calls.len(), want_calls);
+        assert!(calls
+            .iter()
+            .all(|r| r.cells[5].starts_with("/api/users/") && r.cells[2] == "server"));
+        // Details of a call, then back to the list, then back to the endpoints.
+        key(&mut app, KeyCode::Enter);
+        assert!(app.detail.is_some());
+        key(&mut app, KeyCode::Esc);
+        assert!(app.detail.is_none() && app.drill.is_some());
+        key(&mut app, KeyCode::Backspace);
+        assert_eq!(app.view, View::Endpoints);
+        assert!(app.drill.is_none());
+        let rows = app.rows();
+        assert_eq!(rows[app.selected_index(&rows).unwrap()].key, k);
+    }
+
+    #[test]
+    fn pause_freezes_the_display_while_data_accumulates() {
+        let all = msgs();
+        let mut app = App::new("t", Duration::from_secs(1), true);
+        let mut it = all.into_iter();
+        for m in it.by_ref() {
+            let is_calls = matches!(m, UiMsg::Calls(_));
+            app.apply(m);
+            if is_calls {
+                break;
+            }
+        }
+        let before = app.shown().calls.len();
+        assert!(before > 0 && before < 62);
+        key(&mut app, KeyCode::Char('p'));
+        assert!(app.paused());
+        for m in it {
+            app.apply(m);
+        }
+        assert_eq!(app.shown().calls.len(), before);
+        key(&mut app, KeyCode::Char('p'));
+        assert!(!app.paused());
+        assert_eq!(app.shown().calls.len(), 62);
+    }
+
+    #[test]
+    fn keys_quit_help_views_and_refresh_bounds() {
+        let mut app = app_with(msgs());
+        assert_eq!(key(&mut app, KeyCode::Char('q')), Action::Quit);
+        assert_eq!(key(&mut app, KeyCode::F(10)), Action::Quit);
+        assert_eq!(
+            app.handle_key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)),
+            Action::Quit
+        );
+        key(&mut app, KeyCode::Char('?'));
+        assert!(app.help);
+        key(&mut app, KeyCode::Char('x'));
+        assert!(!app.help);
+        key(&mut app, KeyCode::Tab);
+        assert_eq!(app.view, View::Endpoints);
+        key(&mut app, KeyCode::Char('4'));
+        assert_eq!(app.view, View::Processes);
+        for _ in 0..10 {
+            key(&mut app, KeyCode::Char('-'));
+        }
+        assert_eq!(app.refresh, MIN_REFRESH);
+        for _ in 0..10 {
+            key(&mut app, KeyCode::Char('+'));
+        }
+        assert_eq!(app.refresh, MAX_REFRESH);
+    }
+
+    #[test]
+    fn call_ring_keeps_the_newest() {
+        let call = msgs()
+            .into_iter()
+            .find_map(|m| match m {
+                UiMsg::Calls(c) => c.into_iter().next(),
+                _ => None,
+            })
+            .unwrap();
+        let mut app = App::new("t", Duration::from_secs(1), true);
+        app.apply(UiMsg::Calls(vec![call; CALL_RING + 5]));
+        let d = app.shown();
+        assert_eq!(d.calls.len(), CALL_RING);
+        assert_eq!(d.calls.front().unwrap().seq, 5);
+        assert!(d.find_call(4).is_none());
+        assert!(d.find_call(5).is_some());
+        assert_eq!(d.total_calls(), CALL_RING as u64 + 5);
+    }
+}

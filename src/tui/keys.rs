@@ -1,0 +1,81 @@
+//! The one list of the TUI's keys: the help overlay shows it, the footer picks from it, and a
+//! test checks README.md ("## Keys") and man/ebtop.1 (".SH KEYS") name every key in it.
+
+/// Keys (as a user types them, separated by spaces) and what they do.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyHelp {
+    pub keys: &'static [&'static str],
+    pub action: &'static str,
+}
+
+pub const KEYS: &[KeyHelp] = &[
+    KeyHelp {
+        keys: &["q", "Ctrl-C", "F10"],
+        action: "quit",
+    },
+    KeyHelp {
+        keys: &["?", "F1"],
+        action: "help (any key closes it)",
+    },
+    KeyHelp {
+        keys: &["Tab", "1", "2", "3", "4"],
+        action: "next view / calls, endpoints, flows, processes",
+    },
+    KeyHelp {
+        keys: &["Up", "Down", "j", "k"],
+        action: "move the selection",
+    },
+    KeyHelp {
+        keys: &["PgUp", "PgDn"],
+        action: "move by a page",
+    },
+    KeyHelp {
+        keys: &["g", "G", "Home", "End"],
+        action: "first / last row",
+    },
+    KeyHelp {
+        keys: &["Enter"],
+        action: "call details; on endpoints: that endpoint's calls",
+    },
+    KeyHelp {
+        keys: &["Backspace", "Esc"],
+        action: "back (selection kept)",
+    },
+    KeyHelp {
+        keys: &["/"],
+        action: "filter rows (Enter/Esc keeps it, empty clears)",
+    },
+    KeyHelp {
+        keys: &["<", ">"],
+        action: "choose the sort column",
+    },
+    KeyHelp {
+        keys: &["I"],
+        action: "invert the sort order",
+    },
+    KeyHelp {
+        keys: &["c"],
+        action: "endpoints: interval / cumulative numbers",
+    },
+    KeyHelp {
+        keys: &["f"],
+        action: "calls: follow the newest call",
+    },
+    KeyHelp {
+        keys: &["p"],
+        action: "pause the display (collection goes on; replay waits)",
+    },
+    KeyHelp {
+        keys: &["+", "-"],
+        action: "slower / faster display refresh (at least 100 ms)",
+    },
+];
+
+/// The one-line hint shown at the bottom.
+pub const FOOTER: &str =
+    "q quit  ? help  1-4/Tab view  / filter  < > sort  I invert  Enter open  p pause";
+
+/// Every key name in [`KEYS`].
+pub fn all_keys() -> impl Iterator<Item = &'static str> {
+    KEYS.iter().flat_map(|k| k.keys.iter().copied())
+}

@@ -1,0 +1,538 @@
+//! The terminal UI: four views (calls, endpoints, flows, processes) over live capture or a
+//! replay.
+//!
+//! Threads: the collector (live capture or replay) runs the pipeline with a [`TuiSink`], which
+//! hands typed [`UiMsg`]s to the UI over a bounded channel with `try_send`: when the UI falls
+//! behind, call batches are dropped and counted (shown in the header), capture never waits. An
+//! input thread forwards keys and resizes over the same channel. The UI thread ([`run_ui`])
+//! owns the terminal and redraws on a key, a resize, or at most once per refresh interval when
+//! data arrived.
+
+pub mod app;
+pub mod keys;
+pub mod render;
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossterm::event::{self, Event, KeyEvent, KeyEventKind};
+use crossterm::{cursor, execute, terminal};
+
+use crate::call::Call;
+use crate::procinfo::ProcInfo;
+use crate::report::IntervalReport;
+use crate::session::{SessionMeta, Summary};
+use crate::sink::Sink;
+
+pub use app::{Action, App, View};
+
+/// What the collector and the input thread send the UI.
+#[derive(Debug)]
+pub enum UiMsg {
+    Meta(SessionMeta),
+    Calls(Vec<Call>),
+    Interval(Box<IntervalReport>),
+    Lost {
+        events: u64,
+        bytes: u64,
+    },
+    /// Calls the sink could not hand over so far (UI behind).
+    Dropped(u64),
+    Ended(Box<Summary>),
+    Key(KeyEvent),
+    Resize(u16, u16),
+}
+
+/// Channel capacity in messages (a message is a batch of calls or one report).
+pub const CHANNEL_CAP: usize = 1024;
+/// Non-call messages kept back while the channel is full (the oldest go first past this).
+const PENDING_MAX: usize = 64;
+/// Calls per batch at most.
+const BATCH_MAX: usize = 512;
+/// A batch is sent at least this often while calls arrive.
+const BATCH_AGE: Duration = Duration::from_millis(50);
+
+/// Replay at the recorded pace: sleeps so recorded time advances at `speed` × real time.
+pub struct Pacer {
+    pub speed: f64,
+    pub stop: Arc<AtomicBool>,
+    /// While set, the replay waits (the UI's `p`).
+    pub paused: Arc<AtomicBool>,
+    base: Option<(u64, Instant)>,
+}
+
+impl Pacer {
+    pub fn new(speed: f64, stop: Arc<AtomicBool>, paused: Arc<AtomicBool>) -> Pacer {
+        Pacer {
+            speed: if speed > 0.0 { speed } else { 1.0 },
+            stop,
+            paused,
+            base: None,
+        }
+    }
+
+    /// How long to wait before recorded time `rec_ns` is due (None: now).
+    fn wait_for(&mut self, rec_ns: u64) -> Option<Duration> {
+        let (b_ns, b_at) = *self.base.get_or_insert((rec_ns, Instant::now()));
+        let ahead = rec_ns.checked_sub(b_ns)?;
+        let due = b_at + Duration::from_secs_f64(ahead as f64 / 1e9 / self.speed);
+        due.checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+    }
+
+    /// Sleeps until `rec_ns` is due, in slices, staying responsive to stop and pause.
+    fn pace(&mut self, rec_ns: u64) {
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            if self.paused.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                std::thread::sleep(Duration::from_millis(20));
+                if let Some((_, at)) = &mut self.base {
+                    *at += t.elapsed();
+                }
+                continue;
+            }
+            match self.wait_for(rec_ns) {
+                Some(d) => std::thread::sleep(d.min(Duration::from_millis(20))),
+                None => return,
+            }
+        }
+    }
+}
+
+/// Recorded time a call counts at: when it completed as its side measures it.
+pub fn call_time(call: &Call) -> u64 {
+    call.start_ns.saturating_add(call.latency_ns)
+}
+
+/// The pipeline's sink when the TUI runs: batches calls and hands everything to the UI thread
+/// without ever blocking.
+pub struct TuiSink {
+    tx: SyncSender<UiMsg>,
+    batch: Vec<Call>,
+    batch_since: Instant,
+    /// Calls not handed over (UI behind or gone).
+    dropped: u64,
+    dropped_reported: u64,
+    pacer: Option<Pacer>,
+    /// Messages other than calls that did not fit yet.
+    pending: std::collections::VecDeque<UiMsg>,
+}
+
+impl TuiSink {
+    pub fn new(tx: SyncSender<UiMsg>) -> TuiSink {
+        TuiSink {
+            tx,
+            batch: Vec::new(),
+            batch_since: Instant::now(),
+            dropped: 0,
+            dropped_reported: 0,
+            pacer: None,
+            pending: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// Replays at the recorded pace.
+    pub fn with_pacer(mut self, pacer: Pacer) -> TuiSink {
+        self.pacer = Some(pacer);
+        self
+    }
+
+    /// Calls not handed to the UI so far.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Hands `msg` over without waiting. A call batch that does not fit is dropped and
+    /// counted; anything else (meta, reports, losses, the end) is kept and sent first next
+    /// time, so only calls are ever lost to a slow UI.
+    fn send(&mut self, msg: UiMsg) -> bool {
+        if !self.retry_pending() {
+            return self.keep(msg);
+        }
+        match self.tx.try_send(msg) {
+            Ok(()) => true,
+            Err(TrySendError::Full(m)) => self.keep(m),
+            Err(TrySendError::Disconnected(m)) => {
+                if let UiMsg::Calls(c) = m {
+                    self.dropped += c.len() as u64;
+                }
+                false
+            }
+        }
+    }
+
+    fn keep(&mut self, m: UiMsg) -> bool {
+        match m {
+            UiMsg::Calls(c) => self.dropped += c.len() as u64,
+            UiMsg::Dropped(_) => {}
+            m => {
+                if self.pending.len() >= PENDING_MAX {
+                    self.pending.pop_front();
+                }
+                self.pending.push_back(m);
+            }
+        }
+        false
+    }
+
+    /// Sends what was kept back; true when nothing is left.
+    fn retry_pending(&mut self) -> bool {
+        while let Some(m) = self.pending.pop_front() {
+            match self.tx.try_send(m) {
+                Ok(()) => {}
+                Err(TrySendError::Full(m)) => {
+                    self.pending.push_front(m);
+                    return false;
+                }
+                Err(TrySendError::Disconnected(_)) => {
+                    self.pending.clear();
+                    return true;
+                }
+            }
+        }
+        true
+    }
+
+    fn send_batch(&mut self) {
+        if !self.batch.is_empty() {
+            let batch = std::mem::take(&mut self.batch);
+            self.send(UiMsg::Calls(batch));
+        }
+        self.batch_since = Instant::now();
+        if self.dropped != self.dropped_reported && self.send(UiMsg::Dropped(self.dropped)) {
+            self.dropped_reported = self.dropped;
+        }
+    }
+
+    fn pace(&mut self, rec_ns: u64) {
+        if let Some(p) = &mut self.pacer {
+            if p.wait_for(rec_ns).is_some() || p.paused.load(Ordering::Relaxed) {
+                self.send_batch();
+                if let Some(p) = &mut self.pacer {
+                    p.pace(rec_ns);
+                }
+            }
+        }
+    }
+
+    fn send_report(&mut self, r: IntervalReport) {
+        self.send_batch();
+        self.send(UiMsg::Interval(Box::new(r)));
+    }
+}
+
+impl Sink for TuiSink {
+    fn meta(&mut self, meta: &SessionMeta) -> io::Result<()> {
+        self.send(UiMsg::Meta(meta.clone()));
+        Ok(())
+    }
+
+    fn process(&mut self, _info: &ProcInfo) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn call(&mut self, call: &Call) -> io::Result<()> {
+        self.pace(call_time(call));
+        self.batch.push(call.clone());
+        if self.batch.len() >= BATCH_MAX || self.batch_since.elapsed() >= BATCH_AGE {
+            self.send_batch();
+        }
+        Ok(())
+    }
+
+    fn lost(&mut self, mono_ns: u64, events: u64, bytes: u64) -> io::Result<()> {
+        self.pace(mono_ns);
+        self.send_batch();
+        self.send(UiMsg::Lost { events, bytes });
+        Ok(())
+    }
+
+    fn interval(&mut self, report: &IntervalReport) -> io::Result<()> {
+        self.pace(report.mono_ns);
+        self.send_report(report.clone());
+        Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.send_batch();
+        Ok(())
+    }
+
+    fn summary(&mut self, summary: &Summary) -> io::Result<()> {
+        self.send_batch();
+        self.send(UiMsg::Ended(Box::new(summary.clone())));
+        Ok(())
+    }
+}
+
+/// How the UI starts.
+#[derive(Debug, Clone)]
+pub struct UiOptions {
+    /// "live" or "replay FILE".
+    pub source_label: String,
+    pub refresh: Duration,
+    pub no_color: bool,
+    /// Live: the header shows the uptime from the current clock.
+    pub live: bool,
+    /// Set while the display is paused (a replay's pacer waits on it).
+    pub paused: Arc<AtomicBool>,
+}
+
+static RESTORED: AtomicBool = AtomicBool::new(true);
+
+/// Puts the terminal back: raw mode off, main screen, cursor shown. Idempotent.
+pub fn restore_terminal() {
+    if RESTORED.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let _ = terminal::disable_raw_mode();
+    let _ = execute!(io::stdout(), terminal::LeaveAlternateScreen, cursor::Show);
+}
+
+/// Raw mode and the alternate screen for as long as it lives; also restored by a panic.
+pub struct TerminalGuard(());
+
+impl TerminalGuard {
+    pub fn enter() -> io::Result<TerminalGuard> {
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            restore_terminal();
+            prev(info);
+        }));
+        RESTORED.store(false, Ordering::SeqCst);
+        terminal::enable_raw_mode()?;
+        let guard = TerminalGuard(());
+        execute!(io::stdout(), terminal::EnterAlternateScreen, cursor::Hide)?;
+        Ok(guard)
+    }
+}
+
+impl Drop for TerminalGuard {
+    fn drop(&mut self) {
+        restore_terminal();
+    }
+}
+
+/// Runs the UI on this thread until the user quits or `stop` is set.
+pub fn run_ui(
+    rx: Receiver<UiMsg>,
+    tx_for_input: SyncSender<UiMsg>,
+    stop: &AtomicBool,
+    opts: UiOptions,
+) -> anyhow::Result<()> {
+    let guard = TerminalGuard::enter()?;
+    let backend = ratatui::backend::CrosstermBackend::new(io::stdout());
+    let mut term = ratatui::Terminal::new(backend)?;
+    let mut app = App::new(&opts.source_label, opts.refresh, opts.no_color);
+    let size = term.size()?;
+    app.set_size(size.width, size.height);
+
+    let input_stop = Arc::new(AtomicBool::new(false));
+    let input = {
+        let input_stop = Arc::clone(&input_stop);
+        std::thread::Builder::new()
+            .name("ebtop-input".into())
+            .spawn(move || -> io::Result<()> {
+                while !input_stop.load(Ordering::Relaxed) {
+                    if !event::poll(Duration::from_millis(100))? {
+                        continue;
+                    }
+                    let msg = match event::read()? {
+                        Event::Key(k) if k.kind != KeyEventKind::Release => UiMsg::Key(k),
+                        Event::Resize(w, h) => UiMsg::Resize(w, h),
+                        _ => continue,
+                    };
+                    // Keys are never dropped: wait for room.
+                    if tx_for_input.send(msg).is_err() {
+                        break;
+                    }
+                }
+                Ok(())
+            })?
+    };
+
+    let result = (|| -> anyhow::Result<()> {
+        let mut dirty = true;
+        let mut now_draw = true;
+        let mut last_draw = Instant::now();
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            if now_draw || (dirty && last_draw.elapsed() >= app.refresh) {
+                if opts.live {
+                    app.clock_ns = Some(crate::clock::monotonic_ns());
+                }
+                term.draw(|f| render::draw(f, &app))?;
+                last_draw = Instant::now();
+                dirty = false;
+                now_draw = false;
+            }
+            let wait = if dirty {
+                app.refresh.saturating_sub(last_draw.elapsed())
+            } else if opts.live {
+                // The uptime moves on.
+                Duration::from_secs(1).saturating_sub(last_draw.elapsed())
+            } else {
+                Duration::from_millis(250)
+            };
+            let msg = match rx.recv_timeout(wait.max(Duration::from_millis(1))) {
+                Ok(m) => m,
+                Err(RecvTimeoutError::Timeout) => {
+                    if opts.live && last_draw.elapsed() >= Duration::from_secs(1) {
+                        dirty = true;
+                    }
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            };
+            let mut next = Some(msg);
+            // Take what is queued, up to a bound, before drawing.
+            let mut n = 0;
+            while let Some(m) = next.take() {
+                let is_input = matches!(m, UiMsg::Key(_) | UiMsg::Resize(..));
+                match app.apply(m) {
+                    Action::Quit => return Ok(()),
+                    Action::Redraw => now_draw = true,
+                    Action::None if is_input => {}
+                    Action::None => dirty = true,
+                }
+                opts.paused.store(app.paused(), Ordering::Relaxed);
+                n += 1;
+                if n < 4096 && !now_draw {
+                    next = rx.try_recv().ok();
+                }
+            }
+        }
+    })();
+    input_stop.store(true, Ordering::Relaxed);
+    // Unblocks a replay waiting on a pause.
+    opts.paused.store(false, Ordering::Relaxed);
+    drop(rx);
+    let _ = input.join();
+    drop(term);
+    drop(guard);
+    result
+}
+
+/// Replays a recording (as fast as possible) through a pipeline with a [`TuiSink`] and returns
+/// what the UI would have received: for tests and for rendering a recording without a terminal.
+pub fn collect_replay(path: &std::path::Path) -> anyhow::Result<Vec<UiMsg>> {
+    let mut reader = crate::record::reader::open(path)?;
+    let meta = crate::source::replay::replay_meta(&reader);
+    let (tx, rx) = std::sync::mpsc::sync_channel(1 << 20);
+    let sink = TuiSink::new(tx);
+    let mut pipeline = crate::pipeline::Pipeline::new(
+        crate::conntrack::TrackerConfig::default(),
+        crate::procinfo::ProcessTable::new(false),
+        sink,
+    );
+    pipeline.start(&meta)?;
+    let stop = AtomicBool::new(false);
+    let end = crate::source::replay::run(&mut reader, &mut pipeline, &stop)?;
+    pipeline.finish(&end.kernel, end.duration_ns)?;
+    Ok(rx.try_iter().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) const FIXTURE: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/recordings/http_mix.ebt"
+    );
+
+    #[test]
+    fn replay_gives_meta_calls_reports_and_end() {
+        let msgs = collect_replay(FIXTURE.as_ref()).unwrap();
+        assert!(matches!(msgs.first(), Some(UiMsg::Meta(_))));
+        assert!(matches!(msgs.last(), Some(UiMsg::Ended(_))));
+        let calls: usize = msgs
+            .iter()
+            .map(|m| match m {
+                UiMsg::Calls(c) => c.len(),
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(calls, 62);
+        let reports: Vec<&IntervalReport> = msgs
+            .iter()
+            .filter_map(|m| match m {
+                UiMsg::Interval(r) => Some(&**r),
+                _ => None,
+            })
+            .collect();
+        assert!(!reports.is_empty());
+        let in_reports: u64 = reports
+            .iter()
+            .flat_map(|r| r.endpoints.iter().map(|e| e.calls))
+            .sum();
+        assert_eq!(in_reports, 62, "every call is in exactly one interval");
+    }
+
+    #[test]
+    fn a_full_channel_drops_and_counts_call_batches_without_blocking() {
+        let call = collect_replay(FIXTURE.as_ref())
+            .unwrap()
+            .into_iter()
+            .find_map(|m| match m {
+                UiMsg::Calls(c) => c.into_iter().next(),
+                _ => None,
+            })
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::sync_channel(2);
+        let mut sink = TuiSink::new(tx);
+        for _ in 0..10 {
+            sink.call(&call).unwrap();
+            sink.flush().unwrap();
+        }
+        // Two batches got in, the other eight were dropped and counted.
+        assert_eq!(sink.dropped(), 8);
+        // A report that does not fit is kept back, not dropped.
+        sink.lost(0, 3, 300).unwrap();
+        let got: Vec<UiMsg> = rx.try_iter().collect();
+        assert_eq!(got.len(), 2);
+        sink.flush().unwrap();
+        assert!(matches!(
+            rx.try_recv(),
+            Ok(UiMsg::Lost {
+                events: 3,
+                bytes: 300
+            })
+        ));
+        // Once there is room again, the count reaches the UI.
+        sink.flush().unwrap();
+        assert!(matches!(rx.try_recv(), Ok(UiMsg::Dropped(8))));
+        // The UI gone: nothing blocks or fails.
+        drop(rx);
+        sink.call(&call).unwrap();
+        sink.flush().unwrap();
+        assert_eq!(sink.dropped(), 9);
+    }
+
+    #[test]
+    fn pacer_follows_recorded_time_divided_by_speed() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let paused = Arc::new(AtomicBool::new(false));
+        let mut p = Pacer::new(10.0, Arc::clone(&stop), paused);
+        let t = Instant::now();
+        p.pace(1_000_000_000);
+        // 200 ms of recorded time at 10x: 20 ms.
+        p.pace(1_200_000_000);
+        let e = t.elapsed();
+        assert!(e >= Duration::from_millis(19), "{e:?}");
+        assert!(e < Duration::from_secs(5), "{e:?}");
+        // Stopping ends any wait at once.
+        stop.store(true, Ordering::Relaxed);
+        let t = Instant::now();
+        p.pace(1_000_000_000_000);
+        assert!(t.elapsed() < Duration::from_secs(2));
+    }
+}

@@ -1,0 +1,482 @@
+//! Drawing [`App`] into a frame. Nothing here is conveyed by colour alone: the selected row has
+//! a `>` marker, server errors a `!`, slow calls a `*`, the current view is in brackets.
+
+use ratatui::layout::{Alignment, Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Cell, Clear, Paragraph, Row as TRow, Table, Wrap};
+use ratatui::Frame;
+
+use super::app::{columns, human, proc_label, time_of_day, App, Column, Flag, View, SLOW_NS};
+use super::keys::{FOOTER, KEYS};
+use crate::call::Call;
+
+fn style(app: &App, s: Style) -> Style {
+    if app.no_color {
+        // Keep only what survives NO_COLOR terminals' rendering: bold.
+        Style::default().add_modifier(s.add_modifier & Modifier::BOLD)
+    } else {
+        s
+    }
+}
+
+fn duration_str(ns: u64) -> String {
+    let s = ns / 1_000_000_000;
+    if s >= 3600 {
+        format!("{}h{:02}m{:02}s", s / 3600, s / 60 % 60, s % 60)
+    } else if s >= 60 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else {
+        format!("{:.1}s", ns as f64 / 1e9)
+    }
+}
+
+pub fn draw(f: &mut Frame, app: &App) {
+    let area = f.area();
+    let footer_h = if app.view == View::Processes || app.view == View::Flows {
+        2
+    } else {
+        0
+    };
+    let [header, body, panel, hint] = Layout::vertical([
+        Constraint::Length(2),
+        Constraint::Min(3),
+        Constraint::Length(footer_h),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    draw_header(f, app, header);
+    draw_table(f, app, body);
+    match app.view {
+        View::Processes => draw_overhead(f, app, panel),
+        View::Flows => f.render_widget(
+            Paragraph::new(vec![
+                Line::from("Connections as the calls show them (L7 bytes)."),
+                Line::from(
+                    "Flow counters (all bytes, retransmits, RTT) arrive with the flow work.",
+                ),
+            ]),
+            panel,
+        ),
+        _ => {}
+    }
+    draw_hint(f, app, hint);
+    if app.detail.is_some() {
+        draw_detail(f, app, area);
+    }
+    if app.help {
+        draw_help(f, app, area);
+    }
+}
+
+fn draw_header(f: &mut Frame, app: &App, area: Rect) {
+    let d = app.shown();
+    let mut top = vec![
+        Span::styled(
+            "ebtop",
+            style(app, Style::new().add_modifier(Modifier::BOLD)),
+        ),
+        Span::raw(format!("  {}", app.source_label)),
+    ];
+    if app.paused() {
+        top.push(Span::styled(
+            "  PAUSED",
+            style(
+                app,
+                Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
+            ),
+        ));
+    }
+    if d.ended.is_some() {
+        top.push(Span::raw("  [ENDED]"));
+    }
+    let start = d.start_mono_ns();
+    let pos = match (app.clock_ns, start) {
+        (Some(now), Some(s)) => format!("  up {}", duration_str(now.saturating_sub(s))),
+        (None, Some(s)) if d.position_ns > 0 => format!(
+            "  at {} (+{})",
+            time_of_day(d.meta.as_ref(), d.position_ns),
+            duration_str(d.position_ns.saturating_sub(s))
+        ),
+        _ => String::new(),
+    };
+    top.push(Span::raw(pos));
+    top.push(Span::raw(format!("  calls {}", d.total_calls())));
+    if let Some(r) = d.calls_per_s() {
+        top.push(Span::raw(format!(" ({r:.1}/s)")));
+    }
+    top.push(Span::raw(format!("  lost {}", d.total_lost())));
+    if d.ui_dropped > 0 {
+        top.push(Span::raw(format!("  ui-dropped {}", d.ui_dropped)));
+    }
+    let mut tabs = Vec::new();
+    for v in View::ALL {
+        let label = format!("{} {}", v.index() + 1, v.title());
+        if v == app.view {
+            tabs.push(Span::styled(
+                format!("[{label}]"),
+                style(
+                    app,
+                    Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD),
+                ),
+            ));
+        } else {
+            tabs.push(Span::raw(format!(" {label} ")));
+        }
+        tabs.push(Span::raw(" "));
+    }
+    let st = app.view_state();
+    let cols = columns(app.view);
+    if let Some(c) = cols.get(st.sort_col) {
+        let arrow = if st.ascending { "↑" } else { "↓" };
+        tabs.push(Span::raw(format!(" sort {}{arrow}", c.title)));
+    }
+    if !st.filter.is_empty() || app.prompt {
+        tabs.push(Span::raw(format!("  filter \"{}\"", st.filter)));
+    }
+    tabs.push(Span::raw(format!(
+        "  refresh {:.1}s",
+        app.refresh.as_secs_f64()
+    )));
+    f.render_widget(
+        Paragraph::new(vec![Line::from(top), Line::from(tabs)]),
+        area,
+    );
+}
+
+/// Which columns fit in `width` (the marker column and spacing included), and their widths.
+fn fit(cols: &[Column], width: u16) -> Vec<(usize, u16)> {
+    let mut keep: Vec<usize> = (0..cols.len()).collect();
+    let need = |keep: &[usize]| -> u16 { 2 + keep.iter().map(|&i| cols[i].width + 1).sum::<u16>() };
+    while need(&keep) > width {
+        let victim = keep
+            .iter()
+            .enumerate()
+            .filter(|(_, &i)| cols[i].drop > 0)
+            .max_by_key(|(_, &i)| cols[i].drop)
+            .map(|(pos, _)| pos);
+        match victim {
+            Some(pos) => {
+                keep.remove(pos);
+            }
+            None => break,
+        }
+    }
+    let spare = width.saturating_sub(need(&keep));
+    keep.into_iter()
+        .map(|i| {
+            let w = cols[i].width + if cols[i].flex { spare } else { 0 };
+            (i, w)
+        })
+        .collect()
+}
+
+fn view_title(app: &App, shown: usize) -> String {
+    let d = app.shown();
+    match app.view {
+        View::Calls => {
+            let what = match &app.drill {
+                Some(dr) => format!("Calls of {} (Backspace: back)", dr.label()),
+                None if app.follow => "Calls, following the newest".to_owned(),
+                None => "Calls".to_owned(),
+            };
+            format!(
+                "{what}: {shown} of the last {}  ! 5xx  * slow (>= {} ms)",
+                d.calls.len(),
+                SLOW_NS / 1_000_000
+            )
+        }
+        View::Endpoints => {
+            let period = if app.cumulative {
+                "since the start".to_owned()
+            } else {
+                match &d.report {
+                    Some(r) => format!("last interval ({:.2}s)", r.period_ns as f64 / 1e9),
+                    None => "no interval yet".to_owned(),
+                }
+            };
+            format!("Endpoints, {period}: {shown}  (c: interval/cumulative, Enter: calls)")
+        }
+        View::Flows => format!("Connections seen in calls: {shown}"),
+        View::Processes => match &d.report {
+            Some(r) => format!(
+                "Processes, last interval ({:.2}s): {shown}",
+                r.period_ns as f64 / 1e9
+            ),
+            None => "Processes: no interval yet".to_owned(),
+        },
+    }
+}
+
+fn draw_table(f: &mut Frame, app: &App, area: Rect) {
+    let rows = app.rows();
+    let sel = app.selected_index(&rows);
+    let [title, table] = Layout::vertical([Constraint::Length(1), Constraint::Min(1)]).areas(area);
+    f.render_widget(
+        Paragraph::new(Line::from(view_title(app, rows.len()))),
+        title,
+    );
+    let cols = columns(app.view);
+    let fitted = fit(cols, area.width);
+    let st = app.view_state();
+    let head_style = style(
+        app,
+        Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED),
+    );
+    let mut head = vec![Cell::from("")];
+    for &(i, _) in &fitted {
+        let mut t = cols[i].title.to_owned();
+        if i == st.sort_col {
+            t.push(if st.ascending { '↑' } else { '↓' });
+        }
+        head.push(align(t, cols[i].right));
+    }
+    let height = table.height.saturating_sub(1) as usize;
+    let offset = match sel {
+        Some(i) if i >= height => i + 1 - height,
+        _ => 0,
+    };
+    let mut out = Vec::new();
+    for (n, r) in rows.iter().enumerate().skip(offset).take(height) {
+        let selected = sel == Some(n);
+        let marker = format!("{}{}", if selected { '>' } else { ' ' }, r.flag.marker());
+        let mut cells = vec![Cell::from(marker)];
+        for &(i, w) in &fitted {
+            let text = fit_text(r.cells.get(i).map_or("", String::as_str), w);
+            cells.push(align(text, cols[i].right));
+        }
+        let mut s = match r.flag {
+            Flag::Error => Style::new().fg(Color::Red),
+            Flag::Slow => Style::new().fg(Color::Yellow),
+            Flag::None => Style::new(),
+        };
+        if selected {
+            s = s.add_modifier(Modifier::REVERSED);
+        }
+        out.push(TRow::new(cells).style(style(app, s)));
+    }
+    let mut widths = vec![Constraint::Length(2)];
+    widths.extend(fitted.iter().map(|&(_, w)| Constraint::Length(w)));
+    let empty = rows.is_empty();
+    f.render_widget(
+        Table::new(out, widths)
+            .header(TRow::new(head).style(head_style))
+            .column_spacing(1),
+        table,
+    );
+    if empty && table.height > 1 {
+        let msg = if !st.filter.is_empty() {
+            "no rows match the filter"
+        } else {
+            match app.view {
+                View::Calls => "no calls yet",
+                View::Endpoints | View::Processes if app.shown().report.is_none() => {
+                    "waiting for the first interval"
+                }
+                _ => "nothing to show yet",
+            }
+        };
+        let r = Rect {
+            y: table.y + 1,
+            height: 1,
+            ..table
+        };
+        f.render_widget(Paragraph::new(format!("  {msg}")), r);
+    }
+}
+
+/// `s` cut to `w` characters, ending in `~` when cut (so a cut is visible).
+fn fit_text(s: &str, w: u16) -> String {
+    let w = w as usize;
+    if s.chars().count() <= w {
+        return s.to_owned();
+    }
+    let mut out: String = s.chars().take(w.saturating_sub(1)).collect();
+    out.push('~');
+    out
+}
+
+fn align(s: String, right: bool) -> Cell<'static> {
+    let line = Line::from(s);
+    Cell::from(if right {
+        line.alignment(Alignment::Right)
+    } else {
+        line
+    })
+}
+
+fn draw_overhead(f: &mut Frame, app: &App, area: Rect) {
+    let d = app.shown();
+    let line = match d.report.as_ref().map(|r| &r.overhead) {
+        None if d.meta.as_ref().is_some_and(|m| m.source == "replay") => "n/a (replay)".to_owned(),
+        None => "waiting for the first interval".to_owned(),
+        Some(None) => "n/a (replay)".to_owned(),
+        Some(Some(o)) => {
+            let opt = |v: Option<f64>, unit: &str| {
+                v.map_or("n/a".to_owned(), |v| format!("{v:.1}{unit}"))
+            };
+            let bpf_cpu = match (o.bpf_cpu_pct, &o.bpf_stats_error) {
+                (Some(v), _) => format!("{v:.2}%"),
+                (None, Some(_)) => "n/a (no BPF stats)".to_owned(),
+                (None, None) => "n/a".to_owned(),
+            };
+            format!(
+                "BPF {} ns/run  BPF CPU {}  ebtop CPU {}  RSS {} MiB  events {}/s  lost {}",
+                o.bpf_ns_per_run
+                    .map_or("n/a".to_owned(), |v| format!("{v:.0}")),
+                bpf_cpu,
+                opt(o.ebtop_cpu_pct, "%"),
+                opt(o.rss_bytes.map(|b| b as f64 / 1048576.0), ""),
+                human(o.ring_events_per_s.round()),
+                o.ring_lost
+            )
+        }
+    };
+    f.render_widget(
+        Paragraph::new(vec![
+            Line::from(Span::styled(
+                "ebtop's own overhead",
+                style(app, Style::new().add_modifier(Modifier::BOLD)),
+            )),
+            Line::from(line),
+        ]),
+        area,
+    );
+}
+
+fn draw_hint(f: &mut Frame, app: &App, area: Rect) {
+    let text = if app.prompt {
+        format!(
+            "/{}_   (Enter/Esc: keep, empty: clear)",
+            app.view_state().filter
+        )
+    } else if app.detail.is_some() {
+        "Esc/Backspace/Enter: back  q: quit".to_owned()
+    } else {
+        FOOTER.to_owned()
+    };
+    f.render_widget(
+        Paragraph::new(text).style(style(app, Style::new().add_modifier(Modifier::REVERSED))),
+        area,
+    );
+}
+
+fn popup(area: Rect, w: u16, h: u16) -> Rect {
+    let w = w.min(area.width);
+    let h = h.min(area.height);
+    Rect {
+        x: area.x + (area.width - w) / 2,
+        y: area.y + (area.height - h) / 2,
+        width: w,
+        height: h,
+    }
+}
+
+fn draw_help(f: &mut Frame, app: &App, area: Rect) {
+    let mut lines = Vec::new();
+    for k in KEYS {
+        lines.push(Line::from(format!("{:<22} {}", k.keys.join(" "), k.action)));
+    }
+    lines.push(Line::from(""));
+    lines.push(Line::from(format!(
+        "Marks: > selected row  ! server error (5xx)  * slow (>= {} ms)",
+        SLOW_NS / 1_000_000
+    )));
+    let r = popup(area, 78, lines.len() as u16 + 2);
+    f.render_widget(Clear, r);
+    f.render_widget(
+        Paragraph::new(lines).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(" Keys (any key closes) ")
+                .style(style(app, Style::new())),
+        ),
+        r,
+    );
+}
+
+fn call_detail_lines(app: &App, c: &Call, seq: u64) -> Vec<Line<'static>> {
+    let meta = app.shown().meta.as_ref();
+    let l7 = &c.l7;
+    let base = l7.req.first_start_ns;
+    let rel = |t: u64| format!("{:+.3} ms", (t as f64 - base as f64) / 1e6);
+    let mut v = vec![
+        format!(
+            "Call #{seq}  {} (tid {})  {}",
+            proc_label(&c.comm, c.pid),
+            c.tid,
+            c.side.name()
+        ),
+        format!(
+            "Request    {} {}  {}/{}",
+            l7.method,
+            l7.resource,
+            l7.proto.name(),
+            l7.version
+        ),
+        format!(
+            "Status     {}  ({:?})",
+            l7.status.map_or("-".to_owned(), |s| s.to_string()),
+            l7.outcome
+        ),
+        format!(
+            "Latency    {:.3} ms   started {} UTC",
+            c.latency_ns as f64 / 1e6,
+            time_of_day(meta, c.start_ns)
+        ),
+        format!(
+            "Connection {} -> {}  (socket {})",
+            c.local, c.peer, c.sock_id
+        ),
+        "Timing (from the first request syscall's entry)".to_owned(),
+        format!(
+            "  request  first {} .. {}   last {} .. {}",
+            rel(l7.req.first_start_ns),
+            rel(l7.req.first_end_ns),
+            rel(l7.req.last_start_ns),
+            rel(l7.req.last_end_ns)
+        ),
+        format!(
+            "  response first {} .. {}   last {} .. {}",
+            rel(l7.resp.first_start_ns),
+            rel(l7.resp.first_end_ns),
+            rel(l7.resp.last_start_ns),
+            rel(l7.resp.last_end_ns)
+        ),
+        format!(
+            "Sizes      request {} B in {} syscall(s), response {} B in {} syscall(s)",
+            l7.req.bytes, l7.req.syscalls, l7.resp.bytes, l7.resp.syscalls
+        ),
+        format!(
+            "Flags      truncated: {}  end inferred: {}",
+            if l7.truncated { "yes" } else { "no" },
+            if l7.end_inferred { "yes" } else { "no" }
+        ),
+    ];
+    for (k, val) in &l7.details {
+        v.push(format!("Detail     {k}: {val}"));
+    }
+    v.push("Payload    payload capture not kept".to_owned());
+    v.into_iter().map(Line::from).collect()
+}
+
+fn draw_detail(f: &mut Frame, app: &App, area: Rect) {
+    let Some(seq) = app.detail else {
+        return;
+    };
+    let lines = match app.shown().find_call(seq) {
+        Some(c) => call_detail_lines(app, c, seq),
+        None => vec![Line::from("This call is no longer in the buffer.")],
+    };
+    let r = popup(area, 96, lines.len() as u16 + 2);
+    f.render_widget(Clear, r);
+    f.render_widget(
+        Paragraph::new(lines).wrap(Wrap { trim: false }).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(" Call detail (Esc: back) ")
+                .style(style(app, Style::new())),
+        ),
+        r,
+    );
+}

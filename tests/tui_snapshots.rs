@@ -1,0 +1,146 @@
+//! Snapshots of every TUI view (and the help overlay, a call's details, a drill-down) drawn
+//! from the committed recording, at 120×40 and 80×24, plus the empty screen. Text only: the
+//! marks (`>`, `!`, `*`, brackets) carry the meaning, colours are extra.
+
+use std::time::Duration;
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ebtop::tui::{app::App, collect_replay, render};
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+
+const FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/recordings/http_mix.ebt"
+);
+
+const SIZES: [(u16, u16); 2] = [(120, 40), (80, 24)];
+
+fn screen(app: &App, w: u16, h: u16) -> String {
+    let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+    term.draw(|f| render::draw(f, app)).unwrap();
+    let buf = term.backend().buffer();
+    let mut out = String::new();
+    for y in 0..h {
+        let mut line = String::new();
+        for x in 0..w {
+            line.push_str(buf[(x, y)].symbol());
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn fixture_app() -> App {
+    let mut app = App::new("replay http_mix.ebt", Duration::from_secs(1), true);
+    for m in collect_replay(FIXTURE.as_ref()).unwrap() {
+        app.apply(m);
+    }
+    app
+}
+
+fn keys(app: &mut App, ks: &[KeyCode]) {
+    for &k in ks {
+        app.handle_key(KeyEvent::new(k, KeyModifiers::NONE));
+    }
+}
+
+fn snap(name: &str, setup: &[KeyCode]) {
+    for (w, h) in SIZES {
+        let mut app = fixture_app();
+        app.set_size(w, h);
+        keys(&mut app, setup);
+        insta::assert_snapshot!(format!("{name}_{w}x{h}"), screen(&app, w, h));
+    }
+}
+
+#[test]
+fn calls_view() {
+    snap("calls", &[]);
+}
+
+#[test]
+fn calls_view_selection_moved_and_sorted_by_latency() {
+    use KeyCode::*;
+    snap(
+        "calls_by_latency",
+        &[
+            Char('>'),
+            Char('>'),
+            Char('>'),
+            Char('>'),
+            Char('>'),
+            Char('>'),
+            Char('>'),
+            Down,
+        ],
+    );
+}
+
+#[test]
+fn call_detail() {
+    snap("call_detail", &[KeyCode::Enter]);
+}
+
+#[test]
+fn endpoints_view_interval_and_cumulative() {
+    snap("endpoints", &[KeyCode::Char('2')]);
+    snap(
+        "endpoints_cumulative",
+        &[KeyCode::Char('2'), KeyCode::Char('c')],
+    );
+}
+
+#[test]
+fn endpoint_drill_down() {
+    use KeyCode::*;
+    snap("drill_down", &[Char('2'), Char('c'), Down, Down, Enter]);
+}
+
+#[test]
+fn flows_view() {
+    snap("flows", &[KeyCode::Char('3')]);
+}
+
+#[test]
+fn processes_view() {
+    snap("processes", &[KeyCode::Char('4')]);
+}
+
+#[test]
+fn help_overlay() {
+    snap("help", &[KeyCode::Char('?')]);
+}
+
+#[test]
+fn filtered_and_paused() {
+    use KeyCode::*;
+    snap(
+        "filtered_paused",
+        &[
+            Char('/'),
+            Char('b'),
+            Char('o'),
+            Char('o'),
+            Char('m'),
+            Enter,
+            Char('p'),
+        ],
+    );
+}
+
+#[test]
+fn empty() {
+    for (w, h) in SIZES {
+        for (i, view) in ["calls", "endpoints", "flows", "processes"]
+            .iter()
+            .enumerate()
+        {
+            let mut app = App::new("live", Duration::from_secs(1), true);
+            app.set_size(w, h);
+            keys(&mut app, &[KeyCode::Char((b'1' + i as u8) as char)]);
+            insta::assert_snapshot!(format!("empty_{view}_{w}x{h}"), screen(&app, w, h));
+        }
+    }
+}

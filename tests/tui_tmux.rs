@@ -1,0 +1,244 @@
+//! End to end: the TUI in a real terminal (tmux, 120×40, NO_COLOR), replaying the committed
+//! recording: views, sort, filter, drill-down and back, pause, quit with the terminal restored.
+//! Needs tmux (scripts/deps installs it), not root.
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/recordings/http_mix.ebt"
+);
+
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn new() -> Tmux {
+        Tmux {
+            socket: format!(
+                "ebtop-test-{}-{:?}",
+                std::process::id(),
+                std::thread::current().id()
+            )
+            .replace(['(', ')'], ""),
+        }
+    }
+
+    /// Runs ebtop replaying the fixture in window "ui"; afterwards the shell says how it ended
+    /// and whether the terminal is back in cooked mode.
+    fn start(&self, extra: &str) {
+        let cmd = format!(
+            "NO_COLOR=1 '{}' -r '{}' {extra}; echo \"ebtop exited $?\"; \
+             if stty -a | grep -q -- -icanon; then echo 'tty raw'; else echo 'tty cooked'; fi; \
+             sleep 60",
+            env!("CARGO_BIN_EXE_ebtop"),
+            FIXTURE
+        );
+        self.run(&[
+            "new-session",
+            "-d",
+            "-s",
+            "ui",
+            "-x",
+            "120",
+            "-y",
+            "40",
+            "sh",
+            "-c",
+            &cmd,
+        ]);
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let out = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .env("TERM", "xterm-256color")
+            .output()
+            .expect("tmux is needed for this test (scripts/deps installs it)");
+        assert!(
+            out.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-t", "ui"]).stdout).into_owned()
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        for k in keys {
+            self.run(&["send-keys", "-t", "ui", k]);
+        }
+    }
+
+    fn literal(&self, text: &str) {
+        self.run(&["send-keys", "-t", "ui", "-l", text]);
+    }
+
+    /// Waits (up to 5 s) for the screen to satisfy `ok`; returns it.
+    fn wait(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let s = self.screen();
+            if ok(&s) {
+                return s;
+            }
+            if Instant::now() > deadline {
+                panic!("timed out waiting for {what}; screen:\n{s}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn wait_for(&self, text: &str) -> String {
+        self.wait(text, |s| s.contains(text))
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .output();
+    }
+}
+
+fn selected_line(screen: &str) -> String {
+    screen
+        .lines()
+        .find(|l| l.starts_with('>'))
+        .unwrap_or_else(|| panic!("no selected row (>) on screen:\n{screen}"))
+        .to_owned()
+}
+
+#[test]
+fn tui_in_tmux_views_sort_filter_drill_pause_quit() {
+    let t = Tmux::new();
+    t.start("--speed 1000");
+
+    // 1: calls, newest first, the whole recording (at 1000× it is over at once).
+    let s = t.wait("the replay's end", |s| {
+        s.contains("[ENDED]") && s.contains("calls 62")
+    });
+    assert!(s.contains("[1 Calls]"), "{s}");
+    assert!(s.contains("/boom") && s.contains(" 500 "), "{s}");
+    assert!(s.contains("! "), "errors marked without colour:\n{s}");
+    assert!(selected_line(&s).contains("/boom"), "{s}");
+
+    // 2-4: the other views.
+    t.keys(&["2"]);
+    let s = t.wait_for("[2 Endpoints]");
+    assert!(s.contains("/api/users/{id}") && s.contains("P99 ms"), "{s}");
+    t.keys(&["3"]);
+    let s = t.wait_for("[3 Flows]");
+    assert!(
+        s.contains("127.0.0.1:18481") && s.contains("flow work"),
+        "{s}"
+    );
+    t.keys(&["4"]);
+    let s = t.wait_for("[4 Processes]");
+    assert!(s.contains("python3") && s.contains("n/a (replay)"), "{s}");
+
+    // Sort the calls by the next column.
+    t.keys(&["1", ">"]);
+    let s = t.wait_for("sort PROCESS/PID");
+    assert!(s.contains("PROCESS/PID↓"), "{s}");
+
+    // Filter: only calls whose row mentions "users".
+    t.literal("/users");
+    t.keys(&["Enter"]);
+    let s = t.wait_for("filter \"users\"");
+    let rows: Vec<&str> = s
+        .lines()
+        .filter(|l| l.contains(" GET ") || l.contains(" POST "))
+        .collect();
+    assert!(!rows.is_empty(), "{s}");
+    assert!(rows.iter().all(|l| l.contains("users")), "{s}");
+    assert!(!s.contains("/boom"), "{s}");
+
+    // Drill down from an endpoint to its calls, and back with the selection kept.
+    t.keys(&["2"]);
+    let s = t.wait("endpoints", |s| {
+        s.contains("[2 Endpoints]") && s.lines().any(|l| l.starts_with('>'))
+    });
+    let first = selected_line(&s);
+    t.keys(&["Down"]);
+    let s = t.wait("the second row selected", |s| {
+        s.lines().any(|l| l.starts_with('>')) && selected_line(s) != first
+    });
+    let chosen = selected_line(&s);
+    t.keys(&["Enter"]);
+    let s = t.wait_for("Calls of ");
+    assert!(s.contains("[1 Calls]"), "{s}");
+    t.keys(&["BSpace"]);
+    let s = t.wait_for("[2 Endpoints]");
+    assert_eq!(selected_line(&s), chosen, "selection kept after going back");
+
+    // Pause and resume.
+    t.keys(&["p"]);
+    t.wait_for("PAUSED");
+    t.keys(&["p"]);
+    t.wait("resume", |s| !s.contains("PAUSED"));
+
+    // Help, then quit: the process ends with status 0 and the shell's screen is back.
+    t.keys(&["?"]);
+    t.wait_for("Keys (any key closes)");
+    t.keys(&["Escape"]);
+    t.wait("help closed", |s| !s.contains("Keys (any key closes)"));
+    t.keys(&["q"]);
+    let s = t.wait("the exit status and tty mode", |s| {
+        s.contains("ebtop exited") && s.contains("tty ")
+    });
+    assert!(s.contains("ebtop exited 0"), "{s}");
+    assert!(s.contains("tty cooked"), "raw mode left on:\n{s}");
+    assert!(
+        !s.contains("[2 Endpoints]") && !s.contains("q quit"),
+        "the UI is gone from the screen:\n{s}"
+    );
+    let cmd = t.run(&[
+        "display-message",
+        "-p",
+        "-t",
+        "ui",
+        "#{pane_current_command}",
+    ]);
+    let cmd = String::from_utf8_lossy(&cmd.stdout);
+    assert!(!cmd.contains("ebtop"), "ebtop still running: {cmd}");
+}
+
+#[test]
+fn tui_in_tmux_sigterm_restores_the_terminal() {
+    let t = Tmux::new();
+    // At the recorded pace the replay is still running when the signal comes.
+    t.start("");
+    t.wait_for("[1 Calls]");
+    let pane = t.run(&["display-message", "-p", "-t", "ui", "#{pane_pid}"]);
+    let pane = String::from_utf8_lossy(&pane.stdout).trim().to_owned();
+    let children = Command::new("pgrep").args(["-P", &pane]).output().unwrap();
+    let pid = String::from_utf8_lossy(&children.stdout)
+        .lines()
+        .next()
+        .expect("ebtop runs in the pane")
+        .trim()
+        .to_owned();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let s = t.wait("the exit status and tty mode", |s| {
+        s.contains("ebtop exited") && s.contains("tty ")
+    });
+    assert!(s.contains("ebtop exited 0"), "{s}");
+    assert!(s.contains("tty cooked"), "raw mode left on:\n{s}");
+    assert!(
+        !s.contains("[1 Calls]"),
+        "the UI is gone from the screen:\n{s}"
+    );
+}
