@@ -160,7 +160,14 @@ impl<S: Sink> Pipeline<S> {
 
     /// The flow table's report, handed to the sink with the next interval (call before
     /// `on_interval`; `finish` reports one still pending).
-    pub fn set_flows(&mut self, flows: crate::flows::FlowReport) {
+    /// Recorded as it is handed to the sink (after the filters), so a replay shows the same.
+    pub fn set_flows(&mut self, mut flows: crate::flows::FlowReport) {
+        if !self.filters.is_empty() {
+            flows.retain_selected(&self.filters);
+        }
+        if let Some(rec) = &mut self.recorder {
+            rec.flows(&flows);
+        }
         self.pending_flows = Some(flows);
     }
 

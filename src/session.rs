@@ -11,6 +11,30 @@ pub struct Filters {
     pub port: Option<u16>,
 }
 
+impl Filters {
+    /// Whether a flow (or anything else known by its ports and owner) passes the filters.
+    /// The comm filter compares the kernel's 15-byte task name.
+    pub fn selects(
+        &self,
+        local_port: u16,
+        peer_port: Option<u16>,
+        pid: Option<u32>,
+        comm: Option<&str>,
+    ) -> bool {
+        self.port
+            .is_none_or(|p| local_port == p || peer_port == Some(p))
+            && self.pid.is_none_or(|p| pid == Some(p))
+            && self
+                .comm
+                .as_deref()
+                .is_none_or(|c| comm.is_some_and(|have| have == &c[..c.len().min(15)]))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pid.is_none() && self.comm.is_none() && self.port.is_none()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SessionMeta {
     /// "live" or "replay".

@@ -42,6 +42,72 @@ fn call_lines(out: &Output) -> Vec<String> {
         .collect()
 }
 
+/// A recording of format minor 1, with the flow table's reports.
+const FLOWS_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/recordings/flows_mix.ebt"
+);
+const FLOWS_FIXTURE_LINES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/recordings/flows_mix.lines.jsonl"
+);
+
+#[test]
+fn replay_of_flows_recording_prints_the_live_runs_flow_lines() {
+    let out = ebtop(&["-r", FLOWS_FIXTURE, "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want: Vec<String> = std::fs::read_to_string(FLOWS_FIXTURE_LINES)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let kinds = [
+        "\"type\":\"call\"",
+        "\"type\":\"flow\"",
+        "\"type\":\"flow_end\"",
+        "\"type\":\"flow_stats\"",
+    ];
+    let got: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| kinds.iter().any(|k| l.contains(k)))
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        want.iter().any(|l| l.contains("\"proto\":\"udp\"")),
+        "fixture has UDP flows"
+    );
+    assert!(
+        want.iter().any(|l| l.contains("\"flow_end\"")),
+        "fixture has flow ends"
+    );
+    assert_eq!(got, want);
+
+    // A filtered replay keeps only the flows of that process.
+    let curl_pid = want
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|v| v["type"] == "flow_end" && v["comm"] == "curl")
+        .map(|v| v["pid"].clone())
+        .expect("a curl flow");
+    let out = ebtop(&[
+        "-r",
+        FLOWS_FIXTURE,
+        "--json",
+        "--pid",
+        &curl_pid.to_string(),
+    ]);
+    let flows: Vec<Value> = json_lines(&out)
+        .into_iter()
+        .filter(|v| v["type"] == "flow" || v["type"] == "flow_end")
+        .collect();
+    assert!(!flows.is_empty());
+    assert!(flows.iter().all(|v| v["pid"] == curl_pid), "{flows:?}");
+}
+
 #[test]
 fn replay_of_committed_recording_equals_what_the_live_run_printed() {
     let out = ebtop(&["-r", FIXTURE, "--json"]);
@@ -260,4 +326,31 @@ fn live_recording_replays_to_the_same_calls() {
         lines.last().unwrap()["kernel"],
         "kernel counters recorded"
     );
+
+    // The aggregates and the flow table replay as the live run printed them: a JSON line
+    // cannot tell live from replay.
+    let of_types = |lines: &[Value]| -> Vec<String> {
+        lines
+            .iter()
+            .filter(|v| {
+                ["endpoint", "flow", "flow_end", "flow_stats"]
+                    .contains(&v["type"].as_str().unwrap())
+            })
+            .map(|v| serde_json::to_string(v).unwrap())
+            .collect()
+    };
+    let live_flows = of_types(&lines);
+    let ends_on_port = lines
+        .iter()
+        .filter(|v| v["type"] == "flow_end" && v["proto"] == "tcp")
+        .filter(|v| {
+            let p = server.port.to_string();
+            v["local"].as_str().unwrap().ends_with(&p) || v["peer"].as_str().unwrap().ends_with(&p)
+        })
+        .count();
+    assert!(
+        ends_on_port >= 5,
+        "the 5 client connections end while recording: {ends_on_port} flow_end lines"
+    );
+    assert_eq!(of_types(&json_lines(&out)), live_flows);
 }

@@ -32,9 +32,16 @@ fn screen(app: &App, w: u16, h: u16) -> String {
     out
 }
 
-fn fixture_app() -> App {
-    let mut app = App::new("replay http_mix.ebt", Duration::from_secs(1), true);
-    for m in collect_replay(FIXTURE.as_ref()).unwrap() {
+/// A recording with the flow table's reports (TCP and UDP flows).
+const FLOWS_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/recordings/flows_mix.ebt"
+);
+
+fn app_of(path: &str) -> App {
+    let name = path.rsplit('/').next().unwrap();
+    let mut app = App::new(&format!("replay {name}"), Duration::from_secs(1), true);
+    for m in collect_replay(path.as_ref()).unwrap() {
         app.apply(m);
     }
     app
@@ -47,8 +54,12 @@ fn keys(app: &mut App, ks: &[KeyCode]) {
 }
 
 fn snap(name: &str, setup: &[KeyCode]) {
+    snap_of(FIXTURE, name, setup)
+}
+
+fn snap_of(path: &str, name: &str, setup: &[KeyCode]) {
     for (w, h) in SIZES {
-        let mut app = fixture_app();
+        let mut app = app_of(path);
         app.set_size(w, h);
         keys(&mut app, setup);
         insta::assert_snapshot!(format!("{name}_{w}x{h}"), screen(&app, w, h));
@@ -101,6 +112,17 @@ fn endpoint_drill_down() {
 #[test]
 fn flows_view() {
     snap("flows", &[KeyCode::Char('3')]);
+}
+
+#[test]
+fn flows_view_from_the_flow_table() {
+    snap_of(FLOWS_FIXTURE, "flow_table", &[KeyCode::Char('3')]);
+    // Sorted by bytes received, most first: the 200 KB downloads lead.
+    snap_of(
+        FLOWS_FIXTURE,
+        "flow_table_by_bytes_in",
+        &[KeyCode::Char('3'), KeyCode::Char('>'), KeyCode::Char('>')],
+    );
 }
 
 #[test]

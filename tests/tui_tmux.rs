@@ -138,7 +138,7 @@ fn tui_in_tmux_views_sort_filter_drill_pause_quit() {
     t.keys(&["3"]);
     let s = t.wait_for("[3 Flows]");
     assert!(
-        s.contains("127.0.0.1:18481") && s.contains("flow work"),
+        s.contains("127.0.0.1:18481") && s.contains("No flow table in this source"),
         "{s}"
     );
     t.keys(&["4"]);

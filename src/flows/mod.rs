@@ -179,6 +179,31 @@ pub struct FlowReport {
     pub stats: FlowStats,
 }
 
+impl FlowReport {
+    /// Keeps the flows `filters` select (a replay with filters, a filtered copy). The table's
+    /// own stats stay whole: they describe the kernel table, not the selection.
+    pub fn retain_selected(&mut self, filters: &Filters) {
+        let tcp = |f: &TcpFlow| {
+            filters.selects(
+                f.local.port(),
+                Some(f.peer.port()),
+                f.pid,
+                f.comm.as_deref(),
+            )
+        };
+        self.flows.retain(tcp);
+        self.ends.retain(tcp);
+        self.udp.retain(|f| {
+            filters.selects(
+                f.local.port(),
+                f.peer.map(|a| a.port()),
+                Some(f.pid),
+                Some(&f.comm),
+            )
+        });
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Prev {
     id: u64,
@@ -423,13 +448,9 @@ impl FlowCollector {
         pid: Option<u32>,
         comm: Option<&str>,
     ) -> bool {
-        let f = &self.cfg.filters;
-        f.port
-            .is_none_or(|p| local.port() == p || peer.is_some_and(|a| a.port() == p))
-            && f.pid.is_none_or(|p| pid == Some(p))
-            && f.comm
-                .as_deref()
-                .is_none_or(|c| comm.is_some_and(|have| have == &c[..c.len().min(15)]))
+        self.cfg
+            .filters
+            .selects(local.port(), peer.map(|a| a.port()), pid, comm)
     }
 
     fn tcp_flow(&mut self, r: &RawFlow, now_ns: u64, ended: bool) -> TcpFlow {

@@ -5,7 +5,8 @@
 //! "EBTOPREC" major:u16 minor:u16 header_len:u32 header:JSON
 //! then frames: "EBFR" compressed_len:u32 raw_len:u32 crc32:u32 zstd(records)
 //! record: kind:u8 len:u32 bytes   (kind 1 raw kernel record, 2 process JSON,
-//!                                   3 interval JSON, 4 end JSON; unknown kinds are skipped)
+//!                                   3 interval JSON, 4 end JSON, 5 flow table JSON;
+//!                                   unknown kinds are skipped)
 //! ```
 //! Frames are independent, so a truncated file replays up to its last whole frame and a corrupt
 //! frame is skipped and counted.
@@ -21,7 +22,8 @@ use crate::session::{Filters, KernelCounters, SessionMeta};
 pub const MAGIC: &[u8; 8] = b"EBTOPREC";
 pub const FRAME_MAGIC: &[u8; 4] = b"EBFR";
 pub const MAJOR: u16 = 1;
-pub const MINOR: u16 = 0;
+/// 1: kind 5 (the flow table's report per interval).
+pub const MINOR: u16 = 1;
 pub const FILE_HEADER_LEN: usize = 16;
 pub const FRAME_HEADER_LEN: usize = 16;
 /// Largest frame a reader accepts (a corrupt length must not allocate gigabytes).
@@ -31,6 +33,9 @@ pub const KIND_EVENT: u8 = 1;
 pub const KIND_PROCESS: u8 = 2;
 pub const KIND_INTERVAL: u8 = 3;
 pub const KIND_END: u8 = 4;
+/// The flow table's report of one interval: read from kernel maps, not from events, so it is
+/// recorded as the report itself.
+pub const KIND_FLOWS: u8 = 5;
 
 /// The options of the recording run.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -30,6 +30,8 @@ pub enum Item<'a> {
     Process(ProcInfo),
     Interval(IntervalRecord),
     End(EndRecord),
+    /// The flow table's report of the interval that follows.
+    Flows(Box<crate::flows::FlowReport>),
 }
 
 pub struct RecordingReader<R: Read> {
@@ -214,6 +216,10 @@ impl<R: Read> RecordingReader<R> {
                     },
                     KIND_END => match serde_json::from_slice(body) {
                         Ok(v) => f(Item::End(v))?,
+                        Err(_) => self.stats.bad_records += 1,
+                    },
+                    KIND_FLOWS => match serde_json::from_slice(body) {
+                        Ok(v) => f(Item::Flows(Box::new(v)))?,
                         Err(_) => self.stats.bad_records += 1,
                     },
                     _ => self.stats.unknown_records += 1,

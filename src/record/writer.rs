@@ -141,6 +141,12 @@ impl Recorder {
         }
     }
 
+    pub fn flows(&mut self, report: &crate::flows::FlowReport) {
+        if let Ok(j) = serde_json::to_vec(report) {
+            self.push(KIND_FLOWS, &j);
+        }
+    }
+
     /// Cuts a frame if the current one is old enough (call once per poll batch).
     pub fn tick(&mut self) {
         if !self.batch.is_empty() && self.batch_started.elapsed() >= FRAME_AGE {

@@ -65,6 +65,7 @@ pub fn run<S: Sink, R: Read>(
                 pipeline.on_interval(iv.mono_ns, &iv.kernel, None)?;
                 kernel = iv.kernel;
             }
+            Item::Flows(report) => pipeline.set_flows(*report),
             Item::End(e) => end = Some(e),
         }
         Ok(())

@@ -66,7 +66,7 @@ pub struct CallEntry {
     pub call: Call,
 }
 
-/// A connection as the calls show it (the flow table proper is not built yet).
+/// A connection as the calls show it (the Flows view when the source has no flow table).
 #[derive(Debug, Clone)]
 pub struct ConnEntry {
     pub pid: u32,
@@ -97,6 +97,8 @@ pub struct Data {
     /// Since-start endpoint numbers up to the last interval.
     pub cumulative: Vec<EndpointSnapshot>,
     pub conns: HashMap<(u32, u64), ConnEntry>,
+    /// The kernel flow table's flows, from the interval reports.
+    pub flows: super::flows::FlowBoard,
     /// Latest recorded (kernel) time seen.
     pub position_ns: u64,
     pub ended: Option<Box<Summary>>,
@@ -236,7 +238,7 @@ pub struct Column {
     pub right: bool,
 }
 
-const fn col(title: &'static str, width: u16, drop: u8, right: bool) -> Column {
+pub(crate) const fn col(title: &'static str, width: u16, drop: u8, right: bool) -> Column {
     Column {
         title,
         width,
@@ -246,7 +248,7 @@ const fn col(title: &'static str, width: u16, drop: u8, right: bool) -> Column {
     }
 }
 
-const fn flex(title: &'static str, width: u16) -> Column {
+pub(crate) const fn flex(title: &'static str, width: u16) -> Column {
     Column {
         title,
         width,
@@ -282,7 +284,9 @@ pub const ENDPOINT_COLUMNS: &[Column] = &[
     col("MAX ms", 7, 3, true),
 ];
 
-pub const FLOW_COLUMNS: &[Column] = &[
+/// The Flows view without a flow table (a replay of an old recording, flows unavailable):
+/// the connections the calls went over.
+pub const CONN_COLUMNS: &[Column] = &[
     flex("LOCAL", 21),
     col("PEER", 21, 0, false),
     col("PROCESS/PID", 14, 0, false),
@@ -305,11 +309,13 @@ pub const PROCESS_COLUMNS: &[Column] = &[
     col("CONNS", 6, 1, true),
 ];
 
-pub fn columns(view: View) -> &'static [Column] {
+/// A view's columns; the Flows view's depend on whether the source has a flow table.
+pub fn columns(view: View, flow_table: bool) -> &'static [Column] {
     match view {
         View::Calls => CALL_COLUMNS,
         View::Endpoints => ENDPOINT_COLUMNS,
-        View::Flows => FLOW_COLUMNS,
+        View::Flows if flow_table => super::flows::FLOW_TABLE_COLUMNS,
+        View::Flows => CONN_COLUMNS,
         View::Processes => PROCESS_COLUMNS,
     }
 }
@@ -481,6 +487,9 @@ impl App {
                 self.endpoints.end_interval(r.period_ns);
                 d.cumulative = self.endpoints.cumulative();
                 d.position_ns = d.position_ns.max(r.mono_ns);
+                if let Some(fr) = &r.flows {
+                    d.flows.apply(fr, r.period_ns);
+                }
                 d.report = Some(r);
             }
             UiMsg::Lost { events, bytes } => {
@@ -561,6 +570,11 @@ impl App {
         }
     }
 
+    /// The current view's columns.
+    pub fn columns(&self) -> &'static [Column] {
+        columns(self.view, self.shown().flows.active)
+    }
+
     /// The current view's state (sort, filter, selection).
     pub fn view_state(&self) -> &ViewState {
         self.state()
@@ -584,6 +598,7 @@ impl App {
                 };
                 eps.iter().map(endpoint_row).collect()
             }
+            View::Flows if d.flows.active => d.flows.rows(),
             View::Flows => d.conns.values().map(conn_row).collect(),
             View::Processes => d
                 .report
@@ -781,7 +796,7 @@ impl App {
             KeyCode::Enter => self.enter(),
             KeyCode::Char('/') => self.prompt = true,
             KeyCode::Char('<') | KeyCode::Char('>') => {
-                let n = columns(self.view).len();
+                let n = self.columns().len();
                 let st = self.state_mut();
                 st.sort_col = if key.code == KeyCode::Char('>') {
                     (st.sort_col + 1) % n

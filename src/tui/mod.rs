@@ -9,6 +9,7 @@
 //! data arrived.
 
 pub mod app;
+pub mod flows;
 pub mod keys;
 pub mod render;
 

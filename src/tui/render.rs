@@ -7,7 +7,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Clear, Paragraph, Row as TRow, Table, Wrap};
 use ratatui::Frame;
 
-use super::app::{columns, human, proc_label, time_of_day, App, Column, Flag, View, SLOW_NS};
+use super::app::{human, proc_label, time_of_day, App, Column, Flag, View, SLOW_NS};
 use super::keys::{FOOTER, KEYS};
 use crate::call::Call;
 
@@ -49,15 +49,7 @@ pub fn draw(f: &mut Frame, app: &App) {
     draw_table(f, app, body);
     match app.view {
         View::Processes => draw_overhead(f, app, panel),
-        View::Flows => f.render_widget(
-            Paragraph::new(vec![
-                Line::from("Connections as the calls show them (L7 bytes)."),
-                Line::from(
-                    "Flow counters (all bytes, retransmits, RTT) arrive with the flow work.",
-                ),
-            ]),
-            panel,
-        ),
+        View::Flows => f.render_widget(Paragraph::new(flow_panel(app)), panel),
         _ => {}
     }
     draw_hint(f, app, hint);
@@ -126,7 +118,7 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
         tabs.push(Span::raw(" "));
     }
     let st = app.view_state();
-    let cols = columns(app.view);
+    let cols = app.columns();
     if let Some(c) = cols.get(st.sort_col) {
         let arrow = if st.ascending { "↑" } else { "↓" };
         tabs.push(Span::raw(format!(" sort {}{arrow}", c.title)));
@@ -171,6 +163,30 @@ fn fit(cols: &[Column], width: u16) -> Vec<(usize, u16)> {
         .collect()
 }
 
+/// Below the Flows view: the flow table's health, or why there is no flow table.
+fn flow_panel(app: &App) -> Vec<Line<'static>> {
+    let b = &app.shown().flows;
+    if !b.active {
+        return vec![
+            Line::from("Connections as the calls show them (L7 bytes only)."),
+            Line::from(
+                "No flow table in this source (flow programs unavailable, or an older recording).",
+            ),
+        ];
+    }
+    let s = &b.stats;
+    vec![
+        Line::from(format!(
+            "Kernel flow table: {} TCP of max {}, {} UDP; created {} ({} open before start), ended {}",
+            s.tcp_flows, s.max_flows, s.udp_flows, s.created, s.preexisting, s.ends
+        )),
+        Line::from(format!(
+            "Not counted: table full {}, ends lost {}, stale {}, missed probe hits {}; rows evicted {}",
+            s.table_full, s.ends_lost, s.stale, s.missed_events, b.evicted
+        )),
+    ]
+}
+
 fn view_title(app: &App, shown: usize) -> String {
     let d = app.shown();
     match app.view {
@@ -197,7 +213,15 @@ fn view_title(app: &App, shown: usize) -> String {
             };
             format!("Endpoints, {period}: {shown}  (c: interval/cumulative, Enter: calls)")
         }
-        View::Flows => format!("Connections seen in calls: {shown}"),
+        View::Flows if d.flows.active => {
+            let (open, ended) = d.flows.counts();
+            let period = d.report.as_ref().map_or(0.0, |r| r.period_ns as f64 / 1e9);
+            format!(
+                "Flows, rates over the last interval ({period:.2}s): {shown} shown, {open} open, \
+                 {ended} ended  ! retransmit/reset"
+            )
+        }
+        View::Flows => format!("Connections seen in calls (no flow table in this source): {shown}"),
         View::Processes => match &d.report {
             Some(r) => format!(
                 "Processes, last interval ({:.2}s): {shown}",
@@ -216,7 +240,7 @@ fn draw_table(f: &mut Frame, app: &App, area: Rect) {
         Paragraph::new(Line::from(view_title(app, rows.len()))),
         title,
     );
-    let cols = columns(app.view);
+    let cols = app.columns();
     let fitted = fit(cols, area.width);
     let st = app.view_state();
     let head_style = style(

@@ -1,0 +1,350 @@
+//! The Flows view's table: the kernel flow table's interval reports folded into one row per
+//! flow. A report only carries the flows whose counters changed, so the board keeps the others
+//! (their rates drop to zero) until their `flow_end`; ended flows stay a little while so that
+//! short connections can be seen at all.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use super::app::{col, flex, human, proc_label, Column, Flag, Row, SortVal};
+use crate::flows::{FlowReport, TcpFlow, UdpFlow};
+
+/// Rows kept at most; ended flows go first, then the least recently active.
+pub const MAX_FLOWS_SHOWN: usize = 20_000;
+/// How long (recorded time) an ended flow stays on the board.
+pub const ENDED_KEPT_NS: u64 = 10_000_000_000;
+
+/// Columns of the flow table (index 4, the receive rate, is the view's default sort).
+pub const FLOW_TABLE_COLUMNS: &[Column] = &[
+    flex("LOCAL", 21),
+    col("PEER", 21, 0, false),
+    col("PROCESS/PID", 14, 0, false),
+    col("PROTO", 7, 7, false),
+    col("IN B/s", 8, 0, true),
+    col("OUT B/s", 8, 0, true),
+    col("IN B", 8, 4, true),
+    col("OUT B", 8, 5, true),
+    col("SRTT ms", 7, 2, true),
+    col("RETR", 5, 1, true),
+    col("STATE", 11, 3, false),
+    col("AGE s", 7, 6, true),
+];
+
+/// One flow as the view shows it (TCP or UDP).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlowRow {
+    pub tcp: bool,
+    pub id: u64,
+    pub local: SocketAddr,
+    pub peer: Option<SocketAddr>,
+    pub pid: Option<u32>,
+    pub comm: Option<String>,
+    /// `client`/`server` (TCP), if known.
+    pub role: Option<String>,
+    /// TCP state; for an ended flow `END` and the close reason.
+    pub state: String,
+    pub start_mono_ns: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// Over the last interval (0 when the flow was idle in it).
+    pub in_per_s: f64,
+    pub out_per_s: f64,
+    pub srtt_us: Option<u32>,
+    pub retrans_segs: u64,
+    /// Retransmits or a reset in the last interval: the row is marked.
+    pub trouble: bool,
+    pub ended_ns: Option<u64>,
+    /// Recorded time of its last report.
+    pub seen_ns: u64,
+}
+
+impl FlowRow {
+    fn from_tcp(f: &TcpFlow, per_s: impl Fn(u64) -> f64, now_ns: u64) -> FlowRow {
+        let ended = f.end_mono_ns.is_some();
+        let state = match (f.close_reason.as_deref(), ended) {
+            (Some("rst_received"), true) => "END rst in".to_owned(),
+            (Some("rst_sent"), true) => "END rst out".to_owned(),
+            (Some(r), true) => format!("END {r}"),
+            (None, true) => "END".to_owned(),
+            _ => f.state.clone(),
+        };
+        let reset = ended
+            && f.close_reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("rst"));
+        FlowRow {
+            tcp: true,
+            id: f.flow_id,
+            local: f.local,
+            peer: Some(f.peer),
+            pid: f.pid,
+            comm: f.comm.clone(),
+            role: f.role.clone(),
+            state,
+            start_mono_ns: f.start_mono_ns,
+            bytes_in: f.bytes_in,
+            bytes_out: f.bytes_out,
+            in_per_s: per_s(f.interval_bytes_in),
+            out_per_s: per_s(f.interval_bytes_out),
+            srtt_us: f.srtt_us,
+            retrans_segs: f.retrans_segs,
+            trouble: f.interval_retrans_segs > 0 || reset,
+            ended_ns: f.end_mono_ns,
+            seen_ns: now_ns,
+        }
+    }
+
+    fn from_udp(f: &UdpFlow, per_s: impl Fn(u64) -> f64, now_ns: u64) -> FlowRow {
+        FlowRow {
+            tcp: false,
+            id: f.flow_id,
+            local: f.local,
+            peer: f.peer,
+            pid: Some(f.pid),
+            comm: Some(f.comm.clone()),
+            role: None,
+            state: String::new(),
+            start_mono_ns: f.start_mono_ns,
+            bytes_in: f.bytes_in,
+            bytes_out: f.bytes_out,
+            in_per_s: per_s(f.interval_bytes_in),
+            out_per_s: per_s(f.interval_bytes_out),
+            srtt_us: None,
+            retrans_segs: 0,
+            trouble: false,
+            ended_ns: None,
+            seen_ns: now_ns,
+        }
+    }
+
+    fn key(&self) -> String {
+        format!("{}{}", if self.tcp { "t" } else { "u" }, self.id)
+    }
+
+    pub fn row(&self, now_ns: u64) -> Row {
+        let process = match (&self.comm, self.pid) {
+            (Some(c), Some(p)) => proc_label(c, p),
+            (None, Some(p)) => format!("?/{p}"),
+            _ => "?".to_owned(),
+        };
+        let proto = match (self.tcp, self.role.as_deref()) {
+            (true, Some("client")) => "tcp cli",
+            (true, Some("server")) => "tcp srv",
+            (true, _) => "tcp",
+            (false, _) => "udp",
+        };
+        let peer = self.peer.map_or("*".to_owned(), |a| a.to_string());
+        let end = self.ended_ns.unwrap_or(now_ns);
+        let age_s = end.saturating_sub(self.start_mono_ns) as f64 / 1e9;
+        let srtt_ms = self.srtt_us.map(|u| f64::from(u) / 1e3);
+        Row {
+            key: self.key(),
+            cells: vec![
+                self.local.to_string(),
+                peer.clone(),
+                process.clone(),
+                proto.to_owned(),
+                human(self.in_per_s.round()),
+                human(self.out_per_s.round()),
+                human(self.bytes_in as f64),
+                human(self.bytes_out as f64),
+                srtt_ms.map_or("-".to_owned(), |v| format!("{v:.2}")),
+                if self.tcp {
+                    self.retrans_segs.to_string()
+                } else {
+                    "-".to_owned()
+                },
+                self.state.clone(),
+                format!("{age_s:.1}"),
+            ],
+            sort: vec![
+                SortVal::Text(self.local.to_string()),
+                SortVal::Text(peer),
+                SortVal::Text(process),
+                SortVal::Text(proto.to_owned()),
+                SortVal::Num(self.in_per_s),
+                SortVal::Num(self.out_per_s),
+                SortVal::Num(self.bytes_in as f64),
+                SortVal::Num(self.bytes_out as f64),
+                SortVal::Num(srtt_ms.unwrap_or(-1.0)),
+                SortVal::Num(self.retrans_segs as f64),
+                SortVal::Text(self.state.clone()),
+                SortVal::Num(age_s),
+            ],
+            flag: if self.trouble {
+                Flag::Error
+            } else {
+                Flag::None
+            },
+        }
+    }
+}
+
+/// The flows known from the reports so far.
+#[derive(Debug, Clone, Default)]
+pub struct FlowBoard {
+    /// A flow table report has arrived (else the view falls back to connections from calls).
+    pub active: bool,
+    pub flows: HashMap<String, FlowRow>,
+    /// Recorded time of the last report.
+    pub now_ns: u64,
+    /// Rows dropped to stay under [`MAX_FLOWS_SHOWN`].
+    pub evicted: u64,
+    pub stats: crate::flows::FlowStats,
+}
+
+impl FlowBoard {
+    /// Folds one interval's report in; `period_ns` is the interval's length (for the rates).
+    pub fn apply(&mut self, report: &FlowReport, period_ns: u64) {
+        self.active = true;
+        let now = report.mono_ns;
+        self.now_ns = now;
+        self.stats = report.stats.clone();
+        let per_s = |n: u64| {
+            if period_ns == 0 {
+                0.0
+            } else {
+                n as f64 * 1e9 / period_ns as f64
+            }
+        };
+        // Flows not in this report were idle in the interval.
+        for f in self.flows.values_mut() {
+            f.in_per_s = 0.0;
+            f.out_per_s = 0.0;
+            f.trouble = false;
+        }
+        let rows = report
+            .flows
+            .iter()
+            .chain(&report.ends)
+            .map(|f| FlowRow::from_tcp(f, per_s, now))
+            .chain(report.udp.iter().map(|f| FlowRow::from_udp(f, per_s, now)));
+        for r in rows {
+            self.flows.insert(r.key(), r);
+        }
+        self.flows.retain(|_, f| {
+            f.ended_ns
+                .is_none_or(|e| now.saturating_sub(e) < ENDED_KEPT_NS)
+        });
+        if self.flows.len() > MAX_FLOWS_SHOWN {
+            let mut order: Vec<(bool, u64, String)> = self
+                .flows
+                .iter()
+                .map(|(k, f)| (f.ended_ns.is_none(), f.seen_ns, k.clone()))
+                .collect();
+            order.sort();
+            let excess = self.flows.len() - MAX_FLOWS_SHOWN;
+            for (_, _, k) in order.into_iter().take(excess) {
+                self.flows.remove(&k);
+                self.evicted += 1;
+            }
+        }
+    }
+
+    pub fn rows(&self) -> Vec<Row> {
+        self.flows.values().map(|f| f.row(self.now_ns)).collect()
+    }
+
+    /// Open and recently ended flows on the board.
+    pub fn counts(&self) -> (usize, usize) {
+        let ended = self.flows.values().filter(|f| f.ended_ns.is_some()).count();
+        (self.flows.len() - ended, ended)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tcp(id: u64, bytes_in: u64, interval_in: u64, end: Option<u64>) -> TcpFlow {
+        TcpFlow {
+            proto: "tcp".into(),
+            flow_id: id,
+            local: "127.0.0.1:5000".parse().unwrap(),
+            peer: format!("127.0.0.1:{}", 40000 + id).parse().unwrap(),
+            role: Some("server".into()),
+            role_inferred: false,
+            preexisting: false,
+            state: "ESTABLISHED".into(),
+            pid: Some(7),
+            comm: Some("srv".into()),
+            sock_id: Some(99),
+            start_mono_ns: 1_000_000_000,
+            age_ns: 0,
+            bytes_out: 0,
+            bytes_in,
+            bytes_sent: 0,
+            segs_out: 0,
+            segs_in: 0,
+            data_segs_out: 0,
+            data_segs_in: 0,
+            retrans_segs: 0,
+            retrans_bytes: 0,
+            retrans_events: 0,
+            rst_sent: 0,
+            rst_received: 0,
+            interval_bytes_out: 0,
+            interval_bytes_in: interval_in,
+            interval_segs_out: 0,
+            interval_segs_in: 0,
+            interval_retrans_segs: 0,
+            srtt_us: Some(40),
+            srtt_min_us: None,
+            srtt_max_us: None,
+            connect_latency_ns: None,
+            end_mono_ns: end,
+            duration_ns: None,
+            close_reason: end.map(|_| "fin".into()),
+            close_state: None,
+            sk_err: None,
+        }
+    }
+
+    fn report(mono_ns: u64, flows: Vec<TcpFlow>, ends: Vec<TcpFlow>) -> FlowReport {
+        FlowReport {
+            mono_ns,
+            flows,
+            ends,
+            ..FlowReport::default()
+        }
+    }
+
+    #[test]
+    fn idle_flows_stay_with_zero_rate_and_ended_ones_leave_after_a_while() {
+        let mut b = FlowBoard::default();
+        let s = 1_000_000_000;
+        b.apply(
+            &report(
+                2 * s,
+                vec![tcp(1, 5000, 5000, None), tcp(2, 10, 10, None)],
+                vec![],
+            ),
+            s,
+        );
+        assert_eq!(b.flows["t1"].in_per_s, 5000.0);
+        // Flow 1 idle, flow 2 ends.
+        b.apply(&report(3 * s, vec![], vec![tcp(2, 10, 0, Some(3 * s))]), s);
+        assert_eq!(b.counts(), (1, 1));
+        assert_eq!(b.flows["t1"].in_per_s, 0.0);
+        assert_eq!(b.flows["t1"].bytes_in, 5000);
+        assert_eq!(b.flows["t2"].state, "END fin");
+        b.apply(&report(3 * s + ENDED_KEPT_NS, vec![], vec![]), s);
+        assert_eq!(b.counts(), (1, 0));
+    }
+
+    #[test]
+    fn the_board_is_bounded_and_evicts_ended_flows_first() {
+        let mut b = FlowBoard::default();
+        let s = 1_000_000_000;
+        let open: Vec<TcpFlow> = (0..MAX_FLOWS_SHOWN as u64)
+            .map(|i| tcp(i, 1, 1, None))
+            .collect();
+        let ended: Vec<TcpFlow> = (0..10)
+            .map(|i| tcp(MAX_FLOWS_SHOWN as u64 + i, 1, 1, Some(2 * s)))
+            .collect();
+        b.apply(&report(2 * s, open, ended), s);
+        assert_eq!(b.flows.len(), MAX_FLOWS_SHOWN);
+        assert_eq!(b.evicted, 10);
+        assert_eq!(b.counts(), (MAX_FLOWS_SHOWN, 0));
+    }
+}
