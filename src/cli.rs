@@ -26,8 +26,9 @@ fn speed(s: &str) -> Result<f64, String> {
     let v: f64 = s
         .parse()
         .map_err(|_| "expected a number, e.g. 1, 10, 0.5".to_string())?;
-    if !(v.is_finite() && v > 0.0) {
-        return Err("must be greater than zero".into());
+    // Bounded: a pace far from 1 turns recorded nanoseconds into durations that overflow.
+    if !(v.is_finite() && (0.001..=1_000_000.0).contains(&v)) {
+        return Err("must be from 0.001 to 1000000".into());
     }
     Ok(v)
 }
@@ -97,6 +98,15 @@ pub struct Args {
     #[arg(long)]
     pub capture_all: bool,
 
+    /// Endpoints keyed on the raw resource (`/users/123`) instead of the normalised one
+    /// (`/users/{id}`); the endpoint cap still holds.
+    #[arg(long)]
+    pub raw_resources: bool,
+
+    /// Show the terminal UI while recording with -w (without it, -w records without a UI).
+    #[arg(long, conflicts_with = "json")]
+    pub tui: bool,
+
     /// How much of each message to parse.
     #[arg(long, value_enum, default_value_t = Depth::Full)]
     pub depth: Depth,
@@ -141,6 +151,8 @@ mod tests {
         assert!(Args::try_parse_from(["ebtop", "--bogus"]).is_err());
         assert!(Args::try_parse_from(["ebtop", "--speed", "0"]).is_err());
         assert!(Args::try_parse_from(["ebtop", "--speed", "-1"]).is_err());
+        assert!(Args::try_parse_from(["ebtop", "--speed", "1e-20"]).is_err());
+        assert!(Args::try_parse_from(["ebtop", "--speed", "inf"]).is_err());
         assert_eq!(
             Args::try_parse_from(["ebtop", "--speed", "2.5"])
                 .unwrap()

@@ -53,7 +53,8 @@ impl WallClock {
         }
     }
     pub fn unix_ns(&self, mono_ns: u64) -> i64 {
-        mono_ns as i64 + self.offset_ns
+        // Saturating: a recording from another machine may carry any offset.
+        (mono_ns as i64).saturating_add(self.offset_ns)
     }
     pub fn rfc3339(&self, mono_ns: u64) -> String {
         rfc3339(self.unix_ns(mono_ns))

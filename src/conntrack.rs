@@ -108,8 +108,9 @@ impl ConnTracker {
 
     fn on_data(&mut self, ev: &Event, emit: &mut dyn FnMut(Call)) {
         self.stats.data_events += 1;
-        self.stats.data_bytes += ev.total_len;
-        self.stats.uncaptured_bytes += ev.uncaptured();
+        // Wrapping: the numbers come from the kernel or a recording, which may be crafted.
+        self.stats.data_bytes = self.stats.data_bytes.wrapping_add(ev.total_len);
+        self.stats.uncaptured_bytes = self.stats.uncaptured_bytes.wrapping_add(ev.uncaptured());
         if !self.conns.contains_key(&ev.sock_id) && self.conns.len() >= self.cfg.max_conns {
             self.evict_oldest();
         }
@@ -143,7 +144,7 @@ impl ConnTracker {
             Some(expected) if ev.seq < expected => Some(None),
             _ => None,
         };
-        conn.next_seq[d] = Some(ev.seq + ev.total_len);
+        conn.next_seq[d] = Some(ev.seq.wrapping_add(ev.total_len));
         if let Some(len) = gap {
             self.stats.gaps += 1;
             self.stats.gap_bytes += len.unwrap_or(0);

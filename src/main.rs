@@ -43,7 +43,8 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 }
 
 fn run(args: Args) -> Result<()> {
-    let tui = !args.json && args.write.is_none();
+    // -w alone records without a UI (e.g. under nohup); --tui shows it while recording.
+    let tui = !args.json && (args.write.is_none() || args.tui);
     if tui && !io::stdout().is_terminal() {
         bail!("stdout is not a terminal: use --json for machine-readable output");
     }
@@ -97,9 +98,12 @@ fn tui_session(args: &Args, stop: &Arc<AtomicBool>) -> Result<()> {
         no_color: args.no_color || std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()),
         live: !replay,
         paused,
+        raw_resources: args.raw_resources,
     };
     std::thread::scope(|s| {
         let collector = s.spawn(|| {
+            // Set on the way out, panic included, so the UI does not wait on a dead collector.
+            let _stop_on_exit = StopOnDrop(stop);
             let r = session(args, stop, sink);
             if r.is_err() {
                 // Leave the UI so the error can be seen.
@@ -114,6 +118,16 @@ fn tui_session(args: &Args, stop: &Arc<AtomicBool>) -> Result<()> {
             .unwrap_or_else(|_| Err(anyhow::anyhow!("the collector thread panicked")));
         ui.and(collected)
     })
+}
+
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
 }
 
 fn filters(args: &Args) -> Filters {
@@ -163,8 +177,13 @@ fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> 
     let filters = filters(args);
     let clock = WallClock::live();
     let meta = SessionMeta::this_host("live", args.snaplen, filters.clone(), clock.offset_ns);
-    let mut pipeline = Pipeline::new(tracker_config(args), ProcessTable::new(true), sink);
+    let mut pipeline = Pipeline::new(tracker_config(args), ProcessTable::new(true), sink)
+        .with_raw_resources(args.raw_resources);
     if let Some(path) = &args.write {
+        // What can fail before loading fails before the file exists: a failed start leaves no
+        // empty recording behind (which a retry without --force would refuse).
+        ebtop::preflight::check_btf()?;
+        ebtop::preflight::ensure_tracefs()?;
         let (processes, sockets) = record::scan_proc(100_000);
         let header = RecordingHeader {
             meta: meta.clone(),
@@ -215,8 +234,15 @@ fn replay_session<S: Sink>(
     let mut reader = record::reader::open(path)?;
     let meta = replay::replay_meta(&reader);
     let mut pipeline = Pipeline::new(tracker_config(args), ProcessTable::new(false), sink)
+        .with_raw_resources(args.raw_resources)
         .with_filters(filters(args));
     if let Some(out) = &args.write {
+        if std::fs::canonicalize(out).ok() == std::fs::canonicalize(path).ok() {
+            anyhow::bail!(
+                "-w {} is the recording being read: write the copy to another file",
+                out.display()
+            );
+        }
         let mut header = reader.header.clone();
         let f = filters(args);
         // The copy's filters: the recording's, narrowed by these.

@@ -57,6 +57,15 @@ impl<S: Sink> Pipeline<S> {
         }
     }
 
+    /// Endpoints keyed on raw resources (`--raw-resources`).
+    pub fn with_raw_resources(mut self, raw: bool) -> Self {
+        if raw {
+            self.endpoints =
+                EndpointTable::new(crate::aggregate::endpoints::DEFAULT_MAX_ENDPOINTS, true);
+        }
+        self
+    }
+
     pub fn with_filters(mut self, filters: Filters) -> Self {
         self.filters = filters;
         self
@@ -71,7 +80,7 @@ impl<S: Sink> Pipeline<S> {
     pub fn start(&mut self, meta: &SessionMeta) -> io::Result<()> {
         // Intervals count from the session's start in kernel time (recorded, so a replay's
         // intervals are the live run's).
-        self.interval_start_ns = Some((meta.start_unix_ns - meta.wall_offset_ns).max(0) as u64);
+        self.interval_start_ns = Some(meta.start_mono_ns());
         self.sink.meta(meta)
     }
 
@@ -85,7 +94,7 @@ impl<S: Sink> Pipeline<S> {
         f.pid.is_none_or(|p| p == ev.pid)
             && f.port.is_none_or(|p| p == ev.lport || p == ev.rport)
             && f.comm.as_deref().is_none_or(|c| {
-                let want = &c.as_bytes()[..c.len().min(15)];
+                let want = crate::session::comm_prefix(c);
                 let have = ev.comm.iter().position(|&b| b == 0).unwrap_or(16);
                 &ev.comm[..have] == want
             })

@@ -11,6 +11,12 @@ pub struct Filters {
     pub port: Option<u16>,
 }
 
+/// The kernel keeps 15 bytes of a task name: a longer `--comm` matches on that prefix (bytes,
+/// not characters: a name may be cut inside a UTF-8 sequence).
+pub fn comm_prefix(c: &str) -> &[u8] {
+    &c.as_bytes()[..c.len().min(15)]
+}
+
 impl Filters {
     /// Whether a flow (or anything else known by its ports and owner) passes the filters.
     /// The comm filter compares the kernel's 15-byte task name.
@@ -27,7 +33,7 @@ impl Filters {
             && self
                 .comm
                 .as_deref()
-                .is_none_or(|c| comm.is_some_and(|have| have == &c[..c.len().min(15)]))
+                .is_none_or(|c| comm.is_some_and(|have| have.as_bytes() == comm_prefix(c)))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -51,6 +57,14 @@ pub struct SessionMeta {
 }
 
 impl SessionMeta {
+    /// Kernel (CLOCK_MONOTONIC) time the session started; saturating, as a recording may
+    /// carry any numbers.
+    pub fn start_mono_ns(&self) -> u64 {
+        self.start_unix_ns
+            .saturating_sub(self.wall_offset_ns)
+            .max(0) as u64
+    }
+
     pub fn this_host(source: &str, snaplen: u32, filters: Filters, wall_offset_ns: i64) -> Self {
         SessionMeta {
             source: source.to_owned(),

@@ -109,6 +109,50 @@ fn replay_of_flows_recording_prints_the_live_runs_flow_lines() {
 }
 
 #[test]
+fn raw_resources_key_endpoints_on_the_paths_as_called() {
+    let endpoints = |args: &[&str]| -> Vec<String> {
+        let mut all = vec!["-r", FIXTURE, "--json"];
+        all.extend_from_slice(args);
+        let out = ebtop(&all);
+        assert!(out.status.success());
+        let summary = json_lines(&out).pop().unwrap();
+        summary["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["resource"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let normalised = endpoints(&[]);
+    assert!(
+        normalised.iter().any(|r| r == "/api/users/{id}"),
+        "{normalised:?}"
+    );
+    assert!(!normalised.iter().any(|r| r == "/api/users/119"));
+    let raw = endpoints(&["--raw-resources"]);
+    assert!(raw.iter().any(|r| r == "/api/users/119"), "{raw:?}");
+    assert!(!raw.iter().any(|r| r.contains('{')), "{raw:?}");
+    assert!(raw.len() > normalised.len());
+}
+
+#[test]
+fn a_copy_over_its_own_input_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("in.ebt");
+    std::fs::copy(FIXTURE, &copy).unwrap();
+    let before = std::fs::read(&copy).unwrap();
+    let out = ebtop(&[
+        "-r",
+        copy.to_str().unwrap(),
+        "-w",
+        copy.to_str().unwrap(),
+        "--force",
+    ]);
+    one_line_error(&out, "is the recording being read");
+    assert_eq!(std::fs::read(&copy).unwrap(), before, "input untouched");
+}
+
+#[test]
 fn replay_of_committed_recording_equals_what_the_live_run_printed() {
     let out = ebtop(&["-r", FIXTURE, "--json"]);
     assert!(

@@ -40,7 +40,19 @@ pub struct Recorder {
     stats: WriterStats,
 }
 
-fn encode_frame(raw: &[u8]) -> std::io::Result<Vec<u8>> {
+/// The file header: magic, version, the header JSON.
+pub(crate) fn encode_header(header: &RecordingHeader) -> serde_json::Result<Vec<u8>> {
+    let json = serde_json::to_vec(header)?;
+    let mut out = Vec::with_capacity(FILE_HEADER_LEN + json.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&MAJOR.to_le_bytes());
+    out.extend_from_slice(&MINOR.to_le_bytes());
+    out.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    out.extend_from_slice(&json);
+    Ok(out)
+}
+
+pub(crate) fn encode_frame(raw: &[u8]) -> std::io::Result<Vec<u8>> {
     let compressed = zstd::bulk::compress(raw, 1)?;
     let mut out = Vec::with_capacity(FRAME_HEADER_LEN + compressed.len());
     out.extend_from_slice(FRAME_MAGIC);
@@ -72,13 +84,13 @@ impl Recorder {
                 anyhow!("cannot create recording {}: {e}", path.display())
             }
         })?;
+        // `mode` applies only when the file is created: an overwritten one gets it here.
+        use std::os::unix::fs::PermissionsExt;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .with_context(|| format!("cannot restrict {} to mode 0600", path.display()))?;
         let mut out = BufWriter::with_capacity(1 << 20, file);
-        let json = serde_json::to_vec(header)?;
-        out.write_all(MAGIC)?;
-        out.write_all(&MAJOR.to_le_bytes())?;
-        out.write_all(&MINOR.to_le_bytes())?;
-        out.write_all(&(json.len() as u32).to_le_bytes())?;
-        out.write_all(&json)?;
+        let head = encode_header(header)?;
+        out.write_all(&head)?;
         out.flush()
             .with_context(|| format!("writing recording {}", path.display()))?;
         let (tx, rx) = sync_channel::<Vec<u8>>(CHANNEL_FRAMES);
@@ -86,7 +98,7 @@ impl Recorder {
             .name("ebtop-recorder".into())
             .spawn(move || -> Result<(u64, u64)> {
                 let mut frames = 0u64;
-                let mut bytes = (FILE_HEADER_LEN + json.len()) as u64;
+                let mut bytes = head.len() as u64;
                 for raw in rx {
                     let frame = encode_frame(&raw)?;
                     out.write_all(&frame)?;
@@ -110,7 +122,7 @@ impl Recorder {
         })
     }
 
-    fn push(&mut self, kind: u8, bytes: &[u8]) {
+    pub(super) fn push(&mut self, kind: u8, bytes: &[u8]) {
         if self.batch.is_empty() {
             self.batch_started = Instant::now();
         }

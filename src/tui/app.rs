@@ -107,9 +107,7 @@ pub struct Data {
 impl Data {
     /// Kernel time the session started (from the meta).
     pub fn start_mono_ns(&self) -> Option<u64> {
-        self.meta
-            .as_ref()
-            .map(|m| (m.start_unix_ns - m.wall_offset_ns).max(0) as u64)
+        self.meta.as_ref().map(SessionMeta::start_mono_ns)
     }
 
     pub fn total_calls(&self) -> u64 {
@@ -164,6 +162,8 @@ pub struct Drill {
     pub method: String,
     pub resource: String,
     pub other: bool,
+    /// Endpoints are keyed on raw resources.
+    pub raw: bool,
 }
 
 impl Drill {
@@ -177,7 +177,7 @@ impl Drill {
         }
         c.comm == self.comm
             && c.l7.method == self.method
-            && normalize(c.l7.proto, &c.l7.method, &c.l7.resource, false) == self.resource
+            && normalize(c.l7.proto, &c.l7.method, &c.l7.resource, self.raw) == self.resource
     }
 
     pub fn label(&self) -> String {
@@ -370,6 +370,7 @@ pub struct App {
     data: Data,
     frozen: Option<Box<Data>>,
     endpoints: EndpointTable,
+    raw_resources: bool,
 }
 
 fn ms(ns: u64) -> String {
@@ -397,7 +398,7 @@ pub fn human(v: f64) -> String {
 /// UTC time of day with milliseconds of a recorded kernel time.
 pub fn time_of_day(meta: Option<&SessionMeta>, mono_ns: u64) -> String {
     let off = meta.map_or(0, |m| m.wall_offset_ns);
-    let s = crate::clock::rfc3339(mono_ns as i64 + off);
+    let s = crate::clock::rfc3339((mono_ns as i64).saturating_add(off));
     s.get(11..23).unwrap_or(&s).to_owned()
 }
 
@@ -447,7 +448,15 @@ impl App {
             data: Data::default(),
             frozen: None,
             endpoints: EndpointTable::default(),
+            raw_resources: false,
         }
+    }
+
+    /// Endpoints keyed on raw resources, as the pipeline's (`--raw-resources`).
+    pub fn set_raw_resources(&mut self, raw: bool) {
+        self.raw_resources = raw;
+        self.endpoints =
+            EndpointTable::new(crate::aggregate::endpoints::DEFAULT_MAX_ENDPOINTS, raw);
     }
 
     pub fn paused(&self) -> bool {
@@ -708,6 +717,7 @@ impl App {
                         method: e.method.clone(),
                         resource: e.resource.clone(),
                         other: e.other || e.resource == OTHER_RESOURCE,
+                        raw: self.raw_resources,
                     });
                     let (c, asc) = default_sort(View::Calls);
                     self.drill_state = ViewState {

@@ -283,6 +283,8 @@ pub struct UiOptions {
     pub live: bool,
     /// Set while the display is paused (a replay's pacer waits on it).
     pub paused: Arc<AtomicBool>,
+    /// Endpoints keyed on raw resources (`--raw-resources`).
+    pub raw_resources: bool,
 }
 
 static RESTORED: AtomicBool = AtomicBool::new(true);
@@ -331,6 +333,7 @@ pub fn run_ui(
     let backend = ratatui::backend::CrosstermBackend::new(io::stdout());
     let mut term = ratatui::Terminal::new(backend)?;
     let mut app = App::new(&opts.source_label, opts.refresh, opts.no_color);
+    app.set_raw_resources(opts.raw_resources);
     let size = term.size()?;
     app.set_size(size.width, size.height);
 
