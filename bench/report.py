@@ -70,7 +70,9 @@ for rate, inc in p50_incr:
 lost = med(json_rows, "lost")
 w(f"| 0 lost events at saturation ({med(json_rows, 'spans') / 10 if json_rows else 0:.0f} spans/s) | {lost} | {verdict(lost == 0)} |")
 rss = med(json_rows, "rss_kb") / 1024
-w(f"| RSS ≤ 20 MB (json, saturation) | {rss:.1f} MB | {verdict(rss <= 20)} |")
+rings = med(json_rows, "rss_rings_kb")
+ring_note = f"; of the RSS at the end, {rings / 1024:.1f} MB are the mmapped ring buffers" if rings is not None else ""
+w(f"| RSS ≤ 20 MB (json, saturation; peak VmHWM) | {rss:.1f} MB{ring_note} | {verdict(rss <= 20)} |")
 if d:
     w(f"| 100K flows (scenario D) ≤ 64 MB RSS | {d['rss_kb'] / 1024:.1f} MB with {d['held']} held connections | {verdict(d['rss_kb'] / 1024 <= 64)} |")
 if rep:
@@ -100,6 +102,39 @@ if r.get("micro"):
     for b in r["micro"]:
         w(f"| {b['bench']} | {b['time']} | {b.get('throughput') or ''} |")
     w("")
+prof = r.get("profile", {})
+if prof and "error" not in prof:
+    w("## Profile: where the CPU per span goes (json mode, saturation)\n")
+    spans = max(prof["spans"], 1)
+    w(f"{prof['rps']:.0f} RPS, {spans} spans: user space {prof['user_s'] * 1e6 / spans:.2f} µs/span, "
+      f"BPF {prof['bpf_s'] * 1e6 / spans:.2f} µs/span.\n")
+    ov = prof.get("overhead") or {}
+    progs = [p for p in ov.get("bpf_programs", []) if p.get("runs")]
+    if progs:
+        w(f"BPF programs in the busiest interval ({ov.get('ring_events_per_s', 0) or 0:.0f} ring-buffer events/s; "
+          "kernel BPF statistics):\n")
+        w("| program | runs/s | ns/run | CPU % of one core |")
+        w("|---|---|---|---|")
+        for p in sorted(progs, key=lambda p: -p["run_time_ns"]):
+            w(f"| {p['name']} | {p['runs_per_s']:.0f} | {p['ns_per_run']:.0f} | {p['cpu_pct']:.1f} |")
+        w("")
+    if peer and "error" not in peer and peer.get("spans"):
+        w(f"For scale, the bpftrace floor (one map update per enter/exit, nothing read or copied) costs "
+          f"{peer['bpf_s'] * 1e9 / (peer['spans'] / 2):.0f} ns of BPF per request here, i.e. "
+          f"{peer['bpf_s'] * 1e6 / peer['spans']:.2f} µs per span before any capture work.\n")
+    w("User space by category (perf, software clock, % of ebtop's user+kernel samples):\n")
+    w("| category | % |")
+    w("|---|---|")
+    for name, pct in prof["categories"]:
+        if pct >= 0.5:
+            w(f"| {name} | {pct:.1f} |")
+    w("")
+    w("<details><summary>Top symbols</summary>\n")
+    w("| % | symbol |")
+    w("|---|---|")
+    for s in prof["top"]:
+        w(f"| {s['pct']:.2f} | `{s['sym'][:90]}` |")
+    w("\n</details>\n")
 notes = os.path.join(ROOT, "bench/notes.md")
 if os.path.exists(notes):
     w(open(notes).read())

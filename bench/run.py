@@ -13,6 +13,8 @@ bench/results.json (raw numbers). Scenarios:
   R  replay throughput: events/s replaying the B recording with --json >/dev/null.
   M  micro-benchmarks: cargo bench (criterion) for the HTTP parser and the tracker.
   P  peer floor: bpftrace attached to the same syscall tracepoints doing minimal work.
+  X  profile: ebtop --json at saturation, BPF cost per program (ebtop's own overhead lines) and
+     a perf (software clock) profile of its user space on a build with symbols.
 For every traced run: ebtop user+sys CPU (/proc/PID/stat), BPF run time (run_time_ns in
 /proc/PID/fdinfo of its programs, kernel.bpf_stats_enabled=1), peak RSS (VmHWM), spans/s,
 lost events, CPU µs per span and traced/baseline RPS.
@@ -83,6 +85,22 @@ def bpf_run_ns(pid):
     return total
 
 
+def rss_split_kb(pid):
+    """(RSS now, of which BPF map mappings: the ring buffers) from /proc/PID/smaps."""
+    total = bpf = 0
+    cur_bpf = False
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+                cur_bpf = "bpf" in line
+            elif line.startswith("Rss:"):
+                kb = int(line.split()[1])
+                total += kb
+                if cur_bpf:
+                    bpf += kb
+    return total, bpf
+
+
 def hwm_kb(pid):
     with open(f"/proc/{pid}/status") as f:
         return int(re.search(r"VmHWM:\s+(\d+)", f.read()).group(1))
@@ -111,6 +129,7 @@ class Ebtop:
 
     def sample(self):
         self.t1, self.b1, self.hwm = cpu_ticks(self.pid), bpf_run_ns(self.pid), hwm_kb(self.pid)
+        self.rss_now, self.rss_rings = rss_split_kb(self.pid)
 
     def stop(self):
         if self.mode == "tui":
@@ -158,6 +177,7 @@ def scenario_b_saturation(binary, reps, seconds, tmp):
                 spans = summary.get("calls", 2 * reqs)
                 row.update(
                     user_s=e.user_s(), bpf_s=e.bpf_s(), rss_kb=e.hwm, spans=spans,
+                    rss_now_kb=e.rss_now, rss_rings_kb=e.rss_rings,
                     spans_measured=bool(summary), lost=summary.get("kernel", {}).get("lost"),
                 )
                 row["cpu_us_per_span"] = (row["user_s"] + row["bpf_s"]) * 1e6 / max(spans, 1)
@@ -193,7 +213,8 @@ def scenario_d(binary, examples, tmp, conns, seconds):
     e.sample()
     s = e.stop()
     r = json.loads(out)
-    r.update(user_s=e.user_s(), bpf_s=e.bpf_s(), rss_kb=e.hwm, seconds=seconds, lost=s["kernel"]["lost"])
+    r.update(user_s=e.user_s(), bpf_s=e.bpf_s(), rss_kb=e.hwm, seconds=seconds, lost=s["kernel"]["lost"],
+             rss_now_kb=e.rss_now, rss_rings_kb=e.rss_rings)
     print(json.dumps(r), file=sys.stderr)
     return r
 
@@ -238,6 +259,66 @@ def peer_bpftrace(seconds):
     return {"rps": rps, "spans": 2 * reqs, "user_s": (t1 - t0) / HZ, "bpf_s": (b1 - b0) / 1e9}
 
 
+def busiest_overhead(jsonl):
+    """The overhead line of the busiest interval in an ebtop --json output file."""
+    best = None
+    with open(jsonl) as f:
+        for line in f:
+            if '"type":"overhead"' in line:
+                o = json.loads(line)
+                if best is None or (o.get("bpf_runs") or 0) > (best.get("bpf_runs") or 0):
+                    best = o
+    return best
+
+
+# Where user-space time goes, by symbol name (first match wins).
+CATEGORIES = [
+    ("JSON output", r"serde|format_escaped|fmt::|itoa|ryu|rfc3339|JsonSink|pad_integral|Display|write_str"),
+    ("HTTP/1 parsing", r"http1|httparse"),
+    ("hashing", r"hash|Hasher|sip"),
+    ("allocation, copies", r"malloc|free|memmove|memcpy|realloc|finish_grow|RawVec|memcmp"),
+    ("connection tracker", r"conntrack|ConnTracker"),
+    ("aggregates", r"aggregate|hdrhistogram|EndpointTable|ProcessStats|normalize"),
+    ("ring buffer, decode", r"ringbuf|Event::decode|on_record|epoll"),
+    ("kernel (syscalls, maps, procfs)", r"^\[k\]"),
+]
+
+
+def profile(seconds, tmp):
+    """perf profile of ebtop --json at saturation, on a build with symbols."""
+    if not shutil.which("perf"):
+        try:
+            apt("linux-perf")
+        except subprocess.CalledProcessError:
+            return {"error": "perf not installable"}
+    target = os.path.join(ROOT, "target/profiling")
+    env = dict(os.environ, CARGO_PROFILE_RELEASE_STRIP="false", CARGO_PROFILE_RELEASE_DEBUG="1",
+               CARGO_TARGET_DIR=target)
+    subprocess.run(f"cd {ROOT} && cargo build --quiet --release --locked", shell=True, check=True, env=env)
+    binary = os.path.join(target, "release/ebtop")
+    e = Ebtop(binary, "json", ["--port", str(PORT)], tmp)
+    data = os.path.join(tmp, "perf.data")
+    perf = subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-F", "2000", "-p", str(e.pid), "-o", data,
+                             "--", "sleep", str(seconds - 1)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rps, reqs, _ = wrk(seconds)
+    perf.wait()
+    e.sample()
+    summary = e.stop()
+    rep = sh(f"perf report -i {data} --no-children --sort sym --stdio 2>/dev/null")
+    symbols = []
+    for m in re.finditer(r"^\s+([\d.]+)%\s+(\[[.k]\])\s+(.+?)\s*$", rep, re.M):
+        symbols.append({"pct": float(m.group(1)), "sym": f"{m.group(2)} {m.group(3)}"})
+    cats = {name: 0.0 for name, _ in CATEGORIES}
+    cats["other"] = 0.0
+    for s in symbols:
+        name = next((n for n, pat in CATEGORIES if re.search(pat, s["sym"])), "other")
+        cats[name] += s["pct"]
+    spans = summary.get("calls", 2 * reqs)
+    return {"rps": rps, "spans": spans, "user_s": e.user_s(), "bpf_s": e.bpf_s(),
+            "overhead": busiest_overhead(e.out), "top": symbols[:15],
+            "categories": sorted(cats.items(), key=lambda kv: -kv[1])}
+
+
 def micro():
     out = subprocess.run(f"cd {ROOT} && cargo bench --bench parsers -- --noplot 2>&1", shell=True, capture_output=True, text=True).stdout
     rows = []
@@ -268,6 +349,7 @@ def main():
         rec = next(r["recording"] for r in res["b_saturation"] if r.get("recording"))
         res["replay"] = replay_throughput(binary, rec)
         res["peer_bpftrace"] = peer_bpftrace(secs)
+        res["profile"] = profile(secs, tmp)
     finally:
         nginx.stop()
     res["d_many_flows"] = scenario_d(binary, examples, tmp, 20000 if args.quick else 100000, secs * 2)

@@ -1,7 +1,8 @@
 //! Connection tracker: per-socket state, stream positions, gap detection and the protocol
 //! parser of each connection. Bounded: idle connections expire and a cap evicts the oldest.
 
-use std::collections::HashMap;
+// Integer keys (socket inodes) from the kernel: a fast non-keyed hash is safe here.
+use rustc_hash::FxHashMap as HashMap;
 use std::net::SocketAddr;
 
 use crate::call::Call;
@@ -76,7 +77,7 @@ impl ConnTracker {
     pub fn new(cfg: TrackerConfig) -> Self {
         ConnTracker {
             cfg,
-            conns: HashMap::new(),
+            conns: HashMap::default(),
             stats: TrackerStats::default(),
             parse: ParseStats::default(),
             scratch: Vec::new(),
@@ -196,6 +197,15 @@ impl ConnTracker {
     }
 
     /// Forgets connections idle since before `now_ns - idle_timeout`.
+    /// Connections tracked now, per process.
+    pub fn open_per_pid(&self) -> HashMap<u32, u64> {
+        let mut n: HashMap<u32, u64> = HashMap::default();
+        for c in self.conns.values() {
+            *n.entry(c.pid).or_default() += 1;
+        }
+        n
+    }
+
     pub fn expire(&mut self, now_ns: u64) {
         let cutoff = now_ns.saturating_sub(self.cfg.idle_timeout_ns);
         let before = self.conns.len();

@@ -205,6 +205,8 @@ impl<S: Sink> Pipeline<S> {
     ) -> io::Result<()> {
         self.calls_in_interval = 0;
         self.tracker.expire(now_ns);
+        self.proc_stats
+            .set_open_connections(&self.tracker.open_per_pid());
         let (ev, by) = self.lost_reported;
         if kernel.lost > ev {
             self.sink.lost(

@@ -1,6 +1,6 @@
 //! Process identity (exe, command line) read from /proc once per pid, bounded.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ProcInfo {
@@ -46,7 +46,7 @@ pub struct ProcessTable {
 impl ProcessTable {
     pub fn new(read_proc: bool) -> Self {
         ProcessTable {
-            procs: HashMap::new(),
+            procs: HashMap::default(),
             cap: 16384,
             read_proc,
         }

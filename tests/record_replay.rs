@@ -109,6 +109,33 @@ fn replay_of_flows_recording_prints_the_live_runs_flow_lines() {
 }
 
 #[test]
+fn process_lines_count_the_connections_each_process_has_open() {
+    let out = ebtop(&["-r", FLOWS_FIXTURE, "--json"]);
+    let lines = json_lines(&out);
+    // The keep-alive client: its connection is open across intervals, then closed.
+    let client_pid = lines
+        .iter()
+        .find(|v| v["type"] == "flow_end" && v["comm"] == "python3" && v["role"] == "client")
+        .map(|v| v["pid"].clone())
+        .expect("the keep-alive client's flow");
+    let open: Vec<u64> = lines
+        .iter()
+        .filter(|v| v["type"] == "process" && v["pid"] == client_pid)
+        .map(|v| {
+            v["open_connections"]
+                .as_u64()
+                .expect("a number after an interval")
+        })
+        .collect();
+    assert!(open.len() >= 2, "{open:?}");
+    assert!(
+        open.iter().any(|&n| n == 1),
+        "open while it makes calls: {open:?}"
+    );
+    assert_eq!(*open.last().unwrap(), 0, "closed at the end: {open:?}");
+}
+
+#[test]
 fn raw_resources_key_endpoints_on_the_paths_as_called() {
     let endpoints = |args: &[&str]| -> Vec<String> {
         let mut all = vec!["-r", FIXTURE, "--json"];

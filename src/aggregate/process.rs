@@ -7,7 +7,7 @@
 //! passes. A process whose /proc entry is gone is reported once more with `exited: true` and
 //! its last CPU and memory numbers, then dropped.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::procfs::{cpu_pct, ProcSample};
 use crate::call::{Call, Side};
@@ -90,7 +90,7 @@ pub struct ProcessStats {
 impl ProcessStats {
     pub fn new(max_processes: usize, read_proc: bool) -> ProcessStats {
         ProcessStats {
-            procs: HashMap::new(),
+            procs: HashMap::default(),
             max_processes: max_processes.max(1),
             read_proc,
             evictions: 0,
@@ -141,11 +141,11 @@ impl ProcessStats {
         }
     }
 
-    /// Open connections of `pid`, as the connection tracker knows them; shown until set again.
-    /// Ignored for processes not in the table.
-    pub fn set_open_connections(&mut self, pid: u32, n: u64) {
-        if let Some(e) = self.procs.get_mut(&pid) {
-            e.open_connections = Some(n);
+    /// Open connections per process, as the connection tracker knows them (a process not in
+    /// `open` has none). Processes not in the table are ignored.
+    pub fn set_open_connections(&mut self, open: &HashMap<u32, u64>) {
+        for (pid, e) in self.procs.iter_mut() {
+            e.open_connections = Some(open.get(pid).copied().unwrap_or(0));
         }
     }
 
@@ -164,7 +164,7 @@ impl ProcessStats {
                 Entry {
                     comm: String::new(),
                     interval: Activity::default(),
-                    conns: HashSet::new(),
+                    conns: HashSet::default(),
                     open_connections: None,
                     last_sample: sample,
                     cpu_pct: None,

@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Socket data capture from syscall tracepoints (no kprobes, no fentry: neither is available on
- * every kernel ebtop must run on). Entry programs remember the call's arguments per thread once
- * the fd is known to be an AF_INET/AF_INET6 socket; exit programs copy up to `snaplen` bytes of
- * what really moved into the ring buffer together with the byte count and both timestamps.
+ * every kernel ebtop must run on). Sends: the entry program remembers the call's arguments per
+ * thread once the fd is known to be an AF_INET/AF_INET6 socket (sends are stamped at entry);
+ * the exit program copies up to `snaplen` bytes of what really moved into the ring buffer with
+ * the byte count and both timestamps. Receives are stamped at exit and need nothing from entry:
+ * their exit programs read the arguments from the registers saved at syscall entry, so a
+ * receive costs one program run instead of two, and a failed one (EAGAIN) costs almost nothing.
  */
 #include "vmlinux_min.h"
 #include <bpf/bpf_helpers.h>
@@ -480,6 +483,27 @@ static long mmsg_one(__u64 i, void *ctx)
 	return 0;
 }
 
+/* The data of one finished call (ret > 0 bytes, or messages for mmsg). */
+static __always_inline int emit_call_data(struct inflight *inf, long ret, __u64 now,
+					  const __u8 source)
+{
+	if (source == SRC_MSG) {
+		struct ebtop_user_msghdr msg;
+		if (bpf_probe_read_user(&msg, sizeof(msg), (void *)inf->arg))
+			return 0;
+		return emit_data(inf, now, (__u64)ret, SRC_IOV, (__u64)msg.msg_iov, msg.msg_iovlen,
+				 (__u64)msg.msg_name);
+	}
+	if (source == SRC_MMSG) {
+		/* ret is the number of messages; each carries its own length. bpf_loop keeps the
+		 * verifier's work to one pass over the per-message body. */
+		struct mmsg_walk w = { .inf = inf, .now = now, .count = ret };
+		bpf_loop(EBTOP_MAX_MMSG, mmsg_one, &w, 0);
+		return 0;
+	}
+	return emit_data(inf, now, (__u64)ret, source, inf->arg, inf->arg2, inf->peer_arg);
+}
+
 static __always_inline int on_exit(long ret, const __u8 source)
 {
 	__u64 id = bpf_get_current_pid_tgid();
@@ -505,22 +529,47 @@ static __always_inline int on_exit(long ret, const __u8 source)
 	}
 	if (ret <= 0)
 		return 0;
+	return emit_call_data(&inf, ret, now, source);
+}
 
-	if (source == SRC_MSG) {
-		struct ebtop_user_msghdr msg;
-		if (bpf_probe_read_user(&msg, sizeof(msg), (void *)inf.arg))
-			return 0;
-		return emit_data(&inf, now, (__u64)ret, SRC_IOV, (__u64)msg.msg_iov, msg.msg_iovlen,
-				 (__u64)msg.msg_name);
-	}
-	if (source == SRC_MMSG) {
-		/* ret is the number of messages; each carries its own length. bpf_loop keeps the
-		 * verifier's work to one pass over the per-message body. */
-		struct mmsg_walk w = { .inf = &inf, .now = now, .count = ret };
-		bpf_loop(EBTOP_MAX_MMSG, mmsg_one, &w, 0);
+#if defined(__TARGET_ARCH_arm64)
+#define SYSCALL_ARG0(r) BPF_CORE_READ(r, orig_x0)
+#define SYSCALL_ARG1(r) BPF_CORE_READ(r, regs[1])
+#define SYSCALL_ARG2(r) BPF_CORE_READ(r, regs[2])
+#define SYSCALL_ARG4(r) BPF_CORE_READ(r, regs[4])
+#else
+#define SYSCALL_ARG0(r) BPF_CORE_READ(r, di)
+#define SYSCALL_ARG1(r) BPF_CORE_READ(r, si)
+#define SYSCALL_ARG2(r) BPF_CORE_READ(r, dx)
+#define SYSCALL_ARG4(r) BPF_CORE_READ(r, r8)
+#endif
+
+/* A receive, at its exit only: arguments from the registers saved at entry, stamped now. */
+static __always_inline int on_recv_exit(long ret, __u8 syscall, const __u8 source)
+{
+	if (ret <= 0)
 		return 0;
-	}
-	return emit_data(&inf, now, (__u64)ret, source, inf.arg, inf.arg2, inf.peer_arg);
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!task_selected(id >> 32))
+		return 0;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	if (!regs)
+		return 0;
+	struct inflight inf = {};
+	if (!inet_socket((int)SYSCALL_ARG0(regs), &inf))
+		return 0;
+	count(EBTOP_CNT_SOCK_SYSCALLS, 1);
+	__u64 now = bpf_ktime_get_ns();
+	inf.start_ns = now;
+	inf.syscall = syscall;
+	inf.source = source;
+	inf.dir = EBTOP_DIR_INGRESS;
+	inf.arg = SYSCALL_ARG1(regs);
+	if (source == SRC_IOV || source == SRC_MMSG)
+		inf.arg2 = SYSCALL_ARG2(regs);
+	if (syscall == EBTOP_SC_RECVFROM)
+		inf.peer_arg = SYSCALL_ARG4(regs);
+	return emit_call_data(&inf, ret, now, source);
 }
 
 #define ARG(i) (ctx->args[i])
@@ -532,16 +581,11 @@ static __always_inline int on_exit(long ret, const __u8 source)
 		return on_enter(sc, src, dir, (int)ARG(0), a, a2, peer);                   \
 	}
 
-ENTER(read, EBTOP_SC_READ, SRC_BUF, EBTOP_DIR_INGRESS, ARG(1), 0, 0)
 ENTER(write, EBTOP_SC_WRITE, SRC_BUF, EBTOP_DIR_EGRESS, ARG(1), 0, 0)
-ENTER(readv, EBTOP_SC_READV, SRC_IOV, EBTOP_DIR_INGRESS, ARG(1), ARG(2), 0)
 ENTER(writev, EBTOP_SC_WRITEV, SRC_IOV, EBTOP_DIR_EGRESS, ARG(1), ARG(2), 0)
 ENTER(sendto, EBTOP_SC_SENDTO, SRC_BUF, EBTOP_DIR_EGRESS, ARG(1), 0, ARG(4))
-ENTER(recvfrom, EBTOP_SC_RECVFROM, SRC_BUF, EBTOP_DIR_INGRESS, ARG(1), 0, ARG(4))
 ENTER(sendmsg, EBTOP_SC_SENDMSG, SRC_MSG, EBTOP_DIR_EGRESS, ARG(1), 0, 0)
-ENTER(recvmsg, EBTOP_SC_RECVMSG, SRC_MSG, EBTOP_DIR_INGRESS, ARG(1), 0, 0)
 ENTER(sendmmsg, EBTOP_SC_SENDMMSG, SRC_MMSG, EBTOP_DIR_EGRESS, ARG(1), ARG(2), 0)
-ENTER(recvmmsg, EBTOP_SC_RECVMMSG, SRC_MMSG, EBTOP_DIR_INGRESS, ARG(1), ARG(2), 0)
 ENTER(connect, EBTOP_SC_CONNECT, SRC_NONE, EBTOP_DIR_EGRESS, 0, 0, 0)
 ENTER(accept, EBTOP_SC_ACCEPT, SRC_NONE, EBTOP_DIR_INGRESS, 0, 0, 0)
 ENTER(accept4, EBTOP_SC_ACCEPT4, SRC_NONE, EBTOP_DIR_INGRESS, 0, 0, 0)
@@ -560,11 +604,24 @@ ENTER(sendfile64, EBTOP_SC_SENDFILE, SRC_NONE, EBTOP_DIR_EGRESS, 0, 0, 0)
 		return on_exit(ctx->ret, src);                                             \
 	}
 
-EXIT(buf, SRC_BUF)   /* read, write, sendto, recvfrom */
-EXIT(iov, SRC_IOV)   /* readv, writev */
-EXIT(msg, SRC_MSG)   /* sendmsg, recvmsg */
-EXIT(mmsg, SRC_MMSG) /* sendmmsg, recvmmsg */
+EXIT(buf, SRC_BUF)   /* write, sendto */
+EXIT(iov, SRC_IOV)   /* writev */
+EXIT(msg, SRC_MSG)   /* sendmsg */
+EXIT(mmsg, SRC_MMSG) /* sendmmsg */
 EXIT(none, SRC_NONE) /* connect, accept, accept4, sendfile64 */
+
+#define RECV_EXIT(name, sc, src)                                                           \
+	SEC("tracepoint/syscalls/sys_exit_" #name)                                         \
+	int recv_exit_##name(struct ebtop_sys_exit_ctx *ctx)                               \
+	{                                                                                  \
+		return on_recv_exit(ctx->ret, sc, src);                                    \
+	}
+
+RECV_EXIT(read, EBTOP_SC_READ, SRC_BUF)
+RECV_EXIT(recvfrom, EBTOP_SC_RECVFROM, SRC_BUF)
+RECV_EXIT(readv, EBTOP_SC_READV, SRC_IOV)
+RECV_EXIT(recvmsg, EBTOP_SC_RECVMSG, SRC_MSG)
+RECV_EXIT(recvmmsg, EBTOP_SC_RECVMMSG, SRC_MMSG)
 
 SEC("tracepoint/syscalls/sys_enter_close")
 int enter_close(struct ebtop_sys_enter_ctx *ctx)

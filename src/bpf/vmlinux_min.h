@@ -121,6 +121,26 @@ struct task_struct {
 	struct files_struct *files;
 } __attribute__((preserve_access_index));
 
+/*
+ * The user registers saved at syscall entry: a receive's arguments are read from here at
+ * syscall exit (the kernel leaves them as they were; on arm64 x0 takes the return value and
+ * orig_x0 keeps the first argument).
+ */
+#if defined(__TARGET_ARCH_arm64)
+struct pt_regs {
+	__u64 regs[31];
+	__u64 orig_x0;
+} __attribute__((preserve_access_index));
+#else
+struct pt_regs {
+	unsigned long r10;
+	unsigned long r8;
+	unsigned long dx;
+	unsigned long si;
+	unsigned long di;
+} __attribute__((preserve_access_index));
+#endif
+
 /* User-space ABI structs (not kernel-internal: fixed layout, no relocation). */
 struct ebtop_iovec {
 	void *iov_base;

@@ -1,6 +1,8 @@
 //! Request/response pairing strategies shared by protocol parsers.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap as HashMap;
 
 /// Pairs in order: the n-th response answers the n-th request (HTTP/1.x, Redis, …).
 /// Bounded: when full, the oldest request is dropped and counted as evicted.
@@ -67,7 +69,7 @@ pub struct ById<R> {
 impl<R> ById<R> {
     pub fn new(cap: usize) -> Self {
         ById {
-            pending: HashMap::new(),
+            pending: HashMap::default(),
             order: VecDeque::new(),
             cap,
             evicted: 0,

@@ -24,10 +24,10 @@ const CONSUME_BATCH: usize = 4096;
 
 /// The sys_exit_* tracepoints each shared exit program handles (see sockdata.bpf.c).
 const EXIT_ATTACHMENTS: &[(&str, &[&str])] = &[
-    ("exit_buf", &["read", "write", "sendto", "recvfrom"]),
-    ("exit_iov", &["readv", "writev"]),
-    ("exit_msg", &["sendmsg", "recvmsg"]),
-    ("exit_mmsg", &["sendmmsg", "recvmmsg"]),
+    ("exit_buf", &["write", "sendto"]),
+    ("exit_iov", &["writev"]),
+    ("exit_msg", &["sendmsg"]),
+    ("exit_mmsg", &["sendmmsg"]),
     ("exit_none", &["connect", "accept", "accept4", "sendfile64"]),
 ];
 
