@@ -300,7 +300,7 @@ mod tests {
         let pid = child.id();
         let mut ps = ProcessStats::new(16, true);
         ps.observe_bytes(pid, "sleep", false, 1);
-        ps.set_open_connections(pid, 3);
+        ps.set_open_connections(&[(pid, 3)].into_iter().collect());
         let alive = ps.end_interval(1_000_000_000);
         assert!(!alive[0].exited);
         let rss = alive[0].rss_bytes.expect("read from /proc");
