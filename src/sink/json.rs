@@ -1,7 +1,6 @@
 //! JSON lines: one object per line, `type` on every line (schema: docs/json.md).
 
 use std::io::{self, Write};
-use std::net::SocketAddr;
 
 use serde::Serialize;
 
@@ -9,7 +8,6 @@ use super::Sink;
 use crate::call::Call;
 use crate::clock::WallClock;
 use crate::procinfo::ProcInfo;
-use crate::protocols::Outcome;
 use crate::report::IntervalReport;
 use crate::session::{Filters, SessionMeta, Summary};
 
@@ -18,6 +16,9 @@ pub struct JsonSink<W: Write> {
     clock: WallClock,
     /// Unix time the session started (recorded time when replaying).
     start_unix_ns: i64,
+    /// Reused for each call line.
+    buf: Vec<u8>,
+    ts: super::call_line::TimestampCache,
 }
 
 impl<W: Write> JsonSink<W> {
@@ -26,6 +27,8 @@ impl<W: Write> JsonSink<W> {
             out,
             clock: WallClock { offset_ns: 0 },
             start_unix_ns: 0,
+            buf: Vec::with_capacity(1024),
+            ts: Default::default(),
         }
     }
     fn line<T: Serialize>(&mut self, v: &T) -> io::Result<()> {
@@ -59,35 +62,6 @@ struct ProcLine<'a> {
     comm: &'a str,
     exe: Option<&'a str>,
     cmdline: &'a [String],
-}
-
-#[derive(Serialize)]
-struct CallLine<'a> {
-    #[serde(rename = "type")]
-    ty: &'static str,
-    ts: String,
-    proto: &'static str,
-    side: &'static str,
-    pid: u32,
-    tid: u32,
-    comm: &'a str,
-    sock_id: u64,
-    local: SocketAddr,
-    peer: SocketAddr,
-    method: &'a str,
-    resource: &'a str,
-    version: &'a str,
-    status: Option<u32>,
-    outcome: Outcome,
-    latency_ns: u64,
-    req_bytes: u64,
-    resp_bytes: u64,
-    req_syscalls: u32,
-    resp_syscalls: u32,
-    truncated: bool,
-    end_inferred: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    host: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -162,37 +136,10 @@ impl<W: Write> Sink for JsonSink<W> {
     }
 
     fn call(&mut self, c: &Call) -> io::Result<()> {
-        let host =
-            c.l7.details
-                .iter()
-                .find(|(k, _)| *k == "host")
-                .map(|(_, v)| v.as_str());
-        let line = CallLine {
-            ty: "call",
-            ts: self.clock.rfc3339(c.start_ns),
-            proto: c.l7.proto.name(),
-            side: c.side.name(),
-            pid: c.pid,
-            tid: c.tid,
-            comm: &c.comm,
-            sock_id: c.sock_id,
-            local: c.local,
-            peer: c.peer,
-            method: &c.l7.method,
-            resource: &c.l7.resource,
-            version: c.l7.version,
-            status: c.l7.status,
-            outcome: c.l7.outcome,
-            latency_ns: c.latency_ns,
-            req_bytes: c.l7.req.bytes,
-            resp_bytes: c.l7.resp.bytes,
-            req_syscalls: c.l7.req.syscalls,
-            resp_syscalls: c.l7.resp.syscalls,
-            truncated: c.l7.truncated,
-            end_inferred: c.l7.end_inferred,
-            host,
-        };
-        self.line(&line)
+        self.buf.clear();
+        let unix_ns = self.clock.unix_ns(c.start_ns);
+        super::call_line::write(&mut self.buf, &mut self.ts, c, unix_ns);
+        self.out.write_all(&self.buf)
     }
 
     fn lost(&mut self, mono_ns: u64, events: u64, bytes: u64) -> io::Result<()> {

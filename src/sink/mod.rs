@@ -1,5 +1,6 @@
 //! Where the pipeline's output goes: JSON lines, the terminal UI, a recording.
 
+pub mod call_line;
 pub mod json;
 pub mod null;
 

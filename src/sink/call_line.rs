@@ -1,0 +1,201 @@
+//! The `call` line, written by hand: it is the one line per call, the hot path of `--json`
+//! and of replays, where serde's generic string escaping and number formatting took a third of
+//! ebtop's user-space time. Same bytes as the serde struct of docs/json.md (tested against it).
+
+use std::net::SocketAddr;
+
+use crate::call::Call;
+use crate::protocols::Outcome;
+
+/// The date-and-seconds part of the last timestamp written: calls arrive in time order, so
+/// most share it and only the nanoseconds change.
+#[derive(Debug, Default)]
+pub struct TimestampCache {
+    sec: Option<i64>,
+    /// `2026-11-21T10:00:00.`
+    prefix: Vec<u8>,
+}
+
+impl TimestampCache {
+    /// Appends `"2026-11-21T10:00:00.123456789Z"` (quoted), as `clock::rfc3339` formats it.
+    fn write(&mut self, out: &mut Vec<u8>, unix_ns: i64) {
+        let unix_ns = unix_ns.max(0);
+        let sec = unix_ns / 1_000_000_000;
+        let nanos = (unix_ns % 1_000_000_000) as u32;
+        if self.sec != Some(sec) {
+            let full = crate::clock::rfc3339(sec * 1_000_000_000);
+            // "YYYY-MM-DDTHH:MM:SS.000000000Z": keep up to the dot. Another shape (a year
+            // beyond 9999 in a crafted recording) is written whole each time.
+            match full.find('.') {
+                Some(dot) if full.len() == dot + 11 => {
+                    self.prefix.clear();
+                    self.prefix.extend_from_slice(&full.as_bytes()[..=dot]);
+                    self.sec = Some(sec);
+                }
+                _ => {
+                    self.sec = None;
+                    out.push(b'"');
+                    out.extend_from_slice(crate::clock::rfc3339(unix_ns).as_bytes());
+                    out.push(b'"');
+                    return;
+                }
+            }
+        }
+        out.push(b'"');
+        out.extend_from_slice(&self.prefix);
+        let mut digits = [b'0'; 9];
+        let mut n = nanos;
+        for d in digits.iter_mut().rev() {
+            *d = b'0' + (n % 10) as u8;
+            n /= 10;
+        }
+        out.extend_from_slice(&digits);
+        out.extend_from_slice(b"Z\"");
+    }
+}
+
+/// A JSON string: copied as is when nothing needs escaping (the usual case), else escaped
+/// by serde_json so the rules are the same as on every other line.
+fn string(out: &mut Vec<u8>, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    } else {
+        // Writing into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *out, s);
+    }
+}
+
+fn number(out: &mut Vec<u8>, n: impl itoa::Integer) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
+fn addr(out: &mut Vec<u8>, a: &SocketAddr) {
+    match a {
+        SocketAddr::V4(v4) => {
+            out.push(b'"');
+            for (i, o) in v4.ip().octets().iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                number(out, *o);
+            }
+            out.push(b':');
+            number(out, v4.port());
+            out.push(b'"');
+        }
+        SocketAddr::V6(_) => string(out, &a.to_string()),
+    }
+}
+
+fn outcome_name(o: Outcome) -> &'static str {
+    match o {
+        Outcome::Ok => "ok",
+        Outcome::ClientError => "client_error",
+        Outcome::ServerError => "server_error",
+    }
+}
+
+fn boolean(out: &mut Vec<u8>, b: bool) {
+    out.extend_from_slice(if b { b"true" } else { b"false" });
+}
+
+/// Appends one `call` line (with its newline) for `c`, whose start is `unix_ns`.
+pub fn write(out: &mut Vec<u8>, ts: &mut TimestampCache, c: &Call, unix_ns: i64) {
+    out.extend_from_slice(b"{\"type\":\"call\",\"ts\":");
+    ts.write(out, unix_ns);
+    out.extend_from_slice(b",\"proto\":");
+    string(out, c.l7.proto.name());
+    out.extend_from_slice(b",\"side\":");
+    string(out, c.side.name());
+    out.extend_from_slice(b",\"pid\":");
+    number(out, c.pid);
+    out.extend_from_slice(b",\"tid\":");
+    number(out, c.tid);
+    out.extend_from_slice(b",\"comm\":");
+    string(out, &c.comm);
+    out.extend_from_slice(b",\"sock_id\":");
+    number(out, c.sock_id);
+    out.extend_from_slice(b",\"local\":");
+    addr(out, &c.local);
+    out.extend_from_slice(b",\"peer\":");
+    addr(out, &c.peer);
+    out.extend_from_slice(b",\"method\":");
+    string(out, &c.l7.method);
+    out.extend_from_slice(b",\"resource\":");
+    string(out, &c.l7.resource);
+    out.extend_from_slice(b",\"version\":");
+    string(out, c.l7.version);
+    out.extend_from_slice(b",\"status\":");
+    match c.l7.status {
+        Some(s) => number(out, s),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"outcome\":");
+    string(out, outcome_name(c.l7.outcome));
+    out.extend_from_slice(b",\"latency_ns\":");
+    number(out, c.latency_ns);
+    out.extend_from_slice(b",\"req_bytes\":");
+    number(out, c.l7.req.bytes);
+    out.extend_from_slice(b",\"resp_bytes\":");
+    number(out, c.l7.resp.bytes);
+    out.extend_from_slice(b",\"req_syscalls\":");
+    number(out, c.l7.req.syscalls);
+    out.extend_from_slice(b",\"resp_syscalls\":");
+    number(out, c.l7.resp.syscalls);
+    out.extend_from_slice(b",\"truncated\":");
+    boolean(out, c.l7.truncated);
+    out.extend_from_slice(b",\"end_inferred\":");
+    boolean(out, c.l7.end_inferred);
+    if let Some((_, host)) = c.l7.details.iter().find(|(k, _)| *k == "host") {
+        out.extend_from_slice(b",\"host\":");
+        string(out, host);
+    }
+    out.extend_from_slice(b"}\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_match_the_general_formatter_across_seconds_and_odd_values() {
+        let mut cache = TimestampCache::default();
+        for ns in [
+            0i64,
+            1,
+            999_999_999,
+            1_000_000_000,
+            1_700_000_000_123_456_789,
+            1_700_000_000_999_999_999,
+            1_700_000_001_000_000_000,
+            1_700_000_000_000_000_007,
+            -5,
+            i64::MAX,
+        ] {
+            let mut got = Vec::new();
+            cache.write(&mut got, ns);
+            let want = format!("\"{}\"", crate::clock::rfc3339(ns));
+            assert_eq!(String::from_utf8(got).unwrap(), want, "{ns}");
+        }
+    }
+
+    #[test]
+    fn strings_needing_escapes_are_escaped_like_serde() {
+        for s in [
+            "plain",
+            "",
+            "a\"b",
+            "back\\slash",
+            "tab\there",
+            "nl\n",
+            "\u{1}",
+            "é ✓",
+        ] {
+            let mut got = Vec::new();
+            string(&mut got, s);
+            assert_eq!(got, serde_json::to_vec(s).unwrap(), "{s:?}");
+        }
+    }
+}
