@@ -37,6 +37,7 @@ fn parser(c: &mut Criterion) {
                 let mut p = (protocols::spec(Protocol::Http).new_parser)(&ParserConfig {
                     depth,
                     transport: Transport::Stream,
+                    keep_head: 0,
                 });
                 let (mut out, mut st) = (Vec::new(), ParseStats::default());
                 for (i, (dir, bytes)) in segs.iter().enumerate() {

@@ -17,6 +17,8 @@ pub struct TrackerConfig {
     /// Connections with no event for this long are forgotten.
     pub idle_timeout_ns: u64,
     pub depth: ParseDepth,
+    /// Bytes of each message head kept in calls (see `ParserConfig::keep_head`).
+    pub keep_head: usize,
 }
 
 impl Default for TrackerConfig {
@@ -25,6 +27,7 @@ impl Default for TrackerConfig {
             max_conns: 65536,
             idle_timeout_ns: 120_000_000_000,
             depth: ParseDepth::Full,
+            keep_head: 0,
         }
     }
 }
@@ -160,6 +163,7 @@ impl ConnTracker {
                     conn.parser = ParserSlot::Active((spec.new_parser)(&ParserConfig {
                         depth: self.cfg.depth,
                         transport: conn.transport,
+                        keep_head: self.cfg.keep_head,
                     }))
                 }
                 None => {

@@ -43,8 +43,7 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 }
 
 fn run(args: Args) -> Result<()> {
-    // -w alone records without a UI (e.g. under nohup); --tui shows it while recording.
-    let tui = !args.json && (args.write.is_none() || args.tui);
+    let tui = shows_tui(&args);
     if tui && !io::stdout().is_terminal() {
         bail!("stdout is not a terminal: use --json for machine-readable output");
     }
@@ -138,11 +137,22 @@ fn filters(args: &Args) -> Filters {
     }
 }
 
+/// -w alone records without a UI (e.g. under nohup); --tui shows it while recording.
+fn shows_tui(args: &Args) -> bool {
+    !args.json && (args.write.is_none() || args.tui)
+}
+
 fn tracker_config(args: &Args) -> TrackerConfig {
     TrackerConfig {
         depth: match args.depth {
             Depth::Shallow => ParseDepth::Shallow,
             Depth::Full => ParseDepth::Full,
+        },
+        // Message heads are kept only for a person to read in the call details.
+        keep_head: if shows_tui(args) {
+            ebtop::tui::KEEP_HEAD_BYTES
+        } else {
+            0
         },
         ..TrackerConfig::default()
     }

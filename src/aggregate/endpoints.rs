@@ -548,6 +548,8 @@ pub(crate) mod tests {
             },
             truncated: false,
             end_inferred: false,
+            req_head: Default::default(),
+            resp_head: Default::default(),
             details: Vec::new(),
         };
         let addr = "127.0.0.1:80".parse().unwrap();

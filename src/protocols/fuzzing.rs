@@ -12,6 +12,8 @@ pub fn drive(data: &[u8]) {
             let mut p = (spec.new_parser)(&ParserConfig {
                 depth,
                 transport: Transport::Stream,
+                // Full depth also keeps (and redacts) message heads, as the TUI asks.
+                keep_head: if depth == ParseDepth::Full { 64 } else { 0 },
             });
             let mut out = Vec::new();
             let mut stats = ParseStats::default();

@@ -6,8 +6,8 @@
 
 use super::matching::InOrder;
 use super::{
-    L7Call, MessageSpan, Outcome, ParseDepth, ParseStats, ParserConfig, Protocol, ProtocolSpec,
-    Segment, StreamParser,
+    CapturedHead, L7Call, MessageSpan, Outcome, ParseDepth, ParseStats, ParserConfig, Protocol,
+    ProtocolSpec, Segment, StreamParser,
 };
 use crate::event::Direction;
 
@@ -100,6 +100,7 @@ struct Request {
     resource: String,
     version: &'static str,
     host: Option<String>,
+    head: CapturedHead,
     span: MessageSpan,
     truncated: bool,
     complete: bool,
@@ -109,6 +110,7 @@ struct Request {
 struct Response {
     status: u16,
     version: &'static str,
+    head: CapturedHead,
     span: MessageSpan,
     truncated: bool,
     tunnel_after: bool,
@@ -174,6 +176,8 @@ impl DirStream {
 /// What a parsed header block says.
 struct Head {
     len: usize,
+    /// The head's bytes as kept (`keep_head`), redacted.
+    captured: CapturedHead,
     kind: HeadKind,
     content_length: Option<u64>,
     chunked: bool,
@@ -237,7 +241,50 @@ fn framing(headers: &[httparse::Header]) -> Option<(Option<u64>, bool)> {
     Some((if chunked { None } else { cl }, chunked))
 }
 
-fn parse_head(kind: Kind, buf: &[u8], depth: ParseDepth) -> HeadParse {
+/// Header values a person reading a call must not see (credentials, session cookies).
+const SECRET_HEADERS: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "set-cookie",
+    "x-api-key",
+    "x-auth-token",
+];
+
+/// Up to `keep` bytes of a head of `len` bytes, with the values of secret headers replaced.
+fn capture_head(buf: &[u8], len: usize, keep: usize) -> CapturedHead {
+    if keep == 0 {
+        return CapturedHead::default();
+    }
+    let head = &buf[..len.min(buf.len())];
+    let mut bytes = Vec::with_capacity(keep.min(head.len()));
+    for line in head.split_inclusive(|&b| b == b'\n') {
+        let secret = line.iter().position(|&b| b == b':').is_some_and(|colon| {
+            let name = String::from_utf8_lossy(&line[..colon]);
+            SECRET_HEADERS
+                .iter()
+                .any(|s| name.trim().eq_ignore_ascii_case(s))
+        });
+        if secret {
+            let colon = line.iter().position(|&b| b == b':').unwrap_or(0);
+            bytes.extend_from_slice(&line[..=colon]);
+            let value_len = line[colon + 1..].trim_ascii().len();
+            bytes.extend_from_slice(format!(" [redacted, {value_len} bytes]\r\n").as_bytes());
+        } else {
+            bytes.extend_from_slice(line);
+        }
+        if bytes.len() >= keep {
+            bytes.truncate(keep);
+            break;
+        }
+    }
+    CapturedHead {
+        bytes,
+        len: len as u64,
+    }
+}
+
+fn parse_head(kind: Kind, buf: &[u8], depth: ParseDepth, keep: usize) -> HeadParse {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     match kind {
         Kind::Request => {
@@ -257,6 +304,7 @@ fn parse_head(kind: Kind, buf: &[u8], depth: ParseDepth) -> HeadParse {
                     };
                     HeadParse::Complete(Head {
                         len,
+                        captured: capture_head(buf, len, keep),
                         content_length,
                         chunked,
                         kind: HeadKind::Request {
@@ -280,6 +328,7 @@ fn parse_head(kind: Kind, buf: &[u8], depth: ParseDepth) -> HeadParse {
                     };
                     HeadParse::Complete(Head {
                         len,
+                        captured: capture_head(buf, len, keep),
                         content_length,
                         chunked,
                         kind: HeadKind::Response {
@@ -377,6 +426,7 @@ fn chunk_step(mut st: ChunkState, data: &[u8]) -> Result<(usize, ChunkState, boo
 
 pub struct Http1Parser {
     depth: ParseDepth,
+    keep_head: usize,
     dirs: [DirStream; 2],
     pending: InOrder<Request>,
     next_id: u64,
@@ -390,6 +440,7 @@ impl Http1Parser {
     pub fn new(cfg: &ParserConfig) -> Self {
         Http1Parser {
             depth: cfg.depth,
+            keep_head: cfg.keep_head,
             dirs: [DirStream::new(), DirStream::new()],
             pending: InOrder::new(MAX_PENDING),
             next_id: 0,
@@ -479,6 +530,7 @@ impl Http1Parser {
             Kind::Response => Current::Response(Response {
                 status: 0,
                 version: "1.1",
+                head: CapturedHead::default(),
                 span,
                 truncated: false,
                 tunnel_after: false,
@@ -489,6 +541,7 @@ impl Http1Parser {
     /// Header block of direction d complete: decide the body framing.
     fn on_head(&mut self, d: usize, head: Head, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
         self.dirs[d].add_bytes(head.len as u64);
+        let captured = head.captured;
         match head.kind {
             HeadKind::Request {
                 method,
@@ -516,6 +569,7 @@ impl Http1Parser {
                     resource,
                     version,
                     host,
+                    head: captured,
                     span,
                     truncated,
                     complete: false,
@@ -566,6 +620,7 @@ impl Http1Parser {
                     r.status = status;
                     r.version = version;
                     r.tunnel_after = tunnel_after;
+                    r.head = captured;
                 }
                 ds.state = if no_body {
                     State::Start
@@ -695,6 +750,8 @@ impl Http1Parser {
             truncated: req.truncated || resp.truncated,
             end_inferred: inferred,
             details,
+            req_head: req.head,
+            resp_head: resp.head,
         });
     }
 
@@ -724,12 +781,15 @@ impl Http1Parser {
                 let kind = self.dirs[d].kind.unwrap_or(Kind::Request);
                 let ds = &mut self.dirs[d];
                 let (parsed, old) = if ds.hdr_buf.is_empty() {
-                    (parse_head(kind, data, self.depth), 0)
+                    (parse_head(kind, data, self.depth, self.keep_head), 0)
                 } else {
                     let old = ds.hdr_buf.len();
                     let room = MAX_HEADER_BYTES.saturating_sub(old);
                     ds.hdr_buf.extend_from_slice(&data[..data.len().min(room)]);
-                    (parse_head(kind, &ds.hdr_buf, self.depth), old)
+                    (
+                        parse_head(kind, &ds.hdr_buf, self.depth, self.keep_head),
+                        old,
+                    )
                 };
                 match parsed {
                     HeadParse::Complete(head) => {
@@ -979,10 +1039,14 @@ mod tests {
 
     impl Driver {
         fn new() -> Self {
+            Driver::keeping(0)
+        }
+        fn keeping(keep_head: usize) -> Self {
             Driver {
                 p: Http1Parser::new(&ParserConfig {
                     depth: ParseDepth::Full,
                     transport: Transport::Stream,
+                    keep_head,
                 }),
                 calls: Vec::new(),
                 stats: ParseStats::default(),
@@ -1334,5 +1398,42 @@ mod tests {
         assert!(is_message_start(b"HTTP/1.0 200"));
         assert!(!is_message_start(b"\x16\x03\x01"));
         assert!(!is_message_start(b"GETX"));
+    }
+
+    #[test]
+    fn heads_are_kept_cut_and_redacted_when_asked() {
+        let req =
+            b"GET /a HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s3cr3t\r\nCookie: id=42\r\n\r\n";
+        let resp = b"HTTP/1.1 200 OK\r\nSet-Cookie: sid=abc\r\nContent-Length: 2\r\n\r\nok";
+        let mut d = Driver::keeping(4096);
+        d.seg(OUT, req).seg(IN, resp);
+        let c = &d.calls[0];
+        let text = String::from_utf8_lossy(&c.req_head.bytes);
+        assert!(text.starts_with("GET /a HTTP/1.1\r\nHost: x\r\n"), "{text}");
+        assert!(
+            !text.contains("s3cr3t") && !text.contains("id=42"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Authorization: [redacted, 13 bytes]"),
+            "{text}"
+        );
+        assert_eq!(c.req_head.len, req.len() as u64);
+        let text = String::from_utf8_lossy(&c.resp_head.bytes);
+        assert!(
+            text.contains("Set-Cookie: [redacted") && !text.contains("abc"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("\r\n\r\n"),
+            "the body is not part of the head: {text}"
+        );
+        // Cut at the limit; nothing kept by default.
+        let mut d = Driver::keeping(10);
+        d.seg(OUT, req).seg(IN, resp);
+        assert_eq!(d.calls[0].req_head.bytes, b"GET /a HTT");
+        let mut d = Driver::new();
+        d.seg(OUT, req).seg(IN, resp);
+        assert!(d.calls[0].req_head.bytes.is_empty() && d.calls[0].req_head.len == 0);
     }
 }

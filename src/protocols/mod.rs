@@ -48,6 +48,18 @@ pub enum Transport {
 pub struct ParserConfig {
     pub depth: ParseDepth,
     pub transport: Transport,
+    /// Keep up to this many bytes of each message's head (secrets redacted) in the call, for
+    /// a person to read (the TUI's call details); 0 keeps none (JSON, replay to JSON).
+    pub keep_head: usize,
+}
+
+/// The start of a message as captured: the head (e.g. HTTP request line and headers) with
+/// secret header values replaced, cut at `keep_head` bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CapturedHead {
+    pub bytes: Vec<u8>,
+    /// Length of the whole head on the wire (`bytes` may be shorter).
+    pub len: u64,
 }
 
 /// One syscall's bytes in one direction. `payload` is the captured prefix of the `total_len`
@@ -125,6 +137,9 @@ pub struct L7Call {
     pub end_inferred: bool,
     /// Optional protocol details (`Full` depth only), e.g. ("host", "example.com").
     pub details: Vec<(&'static str, String)>,
+    /// The request's and response's heads, when the parser was asked to keep them.
+    pub req_head: CapturedHead,
+    pub resp_head: CapturedHead,
 }
 
 /// Problems a parser met, all counted and reported, none fatal.

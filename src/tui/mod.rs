@@ -427,13 +427,20 @@ pub fn run_ui(
 
 /// Replays a recording (as fast as possible) through a pipeline with a [`TuiSink`] and returns
 /// what the UI would have received: for tests and for rendering a recording without a terminal.
+/// Bytes of each request and response head the TUI keeps for the call details (×2 per call,
+/// for up to `app::CALL_RING` calls: at most ~10 MiB).
+pub const KEEP_HEAD_BYTES: usize = 512;
+
 pub fn collect_replay(path: &std::path::Path) -> anyhow::Result<Vec<UiMsg>> {
     let mut reader = crate::record::reader::open(path)?;
     let meta = crate::source::replay::replay_meta(&reader);
     let (tx, rx) = std::sync::mpsc::sync_channel(1 << 20);
     let sink = TuiSink::new(tx);
     let mut pipeline = crate::pipeline::Pipeline::new(
-        crate::conntrack::TrackerConfig::default(),
+        crate::conntrack::TrackerConfig {
+            keep_head: KEEP_HEAD_BYTES,
+            ..Default::default()
+        },
         crate::procinfo::ProcessTable::new(false),
         sink,
     );

@@ -480,8 +480,76 @@ fn call_detail_lines(app: &App, c: &Call, seq: u64) -> Vec<Line<'static>> {
     for (k, val) in &l7.details {
         v.push(format!("Detail     {k}: {val}"));
     }
-    v.push("Payload    payload capture not kept".to_owned());
+    for (what, head, body) in [
+        ("Request", &l7.req_head, l7.req.bytes),
+        ("Response", &l7.resp_head, l7.resp.bytes),
+    ] {
+        v.extend(head_lines(what, head, body));
+    }
     v.into_iter().map(Line::from).collect()
+}
+
+/// Lines of a captured head shown at most.
+const HEAD_LINES: usize = 12;
+
+/// A message head as captured: text (control bytes escaped) or, if it is not text, hex;
+/// what was cut or not captured is said.
+fn head_lines(what: &str, head: &crate::protocols::CapturedHead, msg_bytes: u64) -> Vec<String> {
+    if head.bytes.is_empty() {
+        return vec![format!("{what:<10} head not captured")];
+    }
+    let shown = head.bytes.len() as u64;
+    let cut = if shown < head.len {
+        format!(", cut at {shown}")
+    } else {
+        String::new()
+    };
+    let mut v = vec![format!(
+        "{what} head ({} B{cut}; secret header values redacted; body {} B not kept):",
+        head.len,
+        msg_bytes.saturating_sub(head.len)
+    )];
+    let printable = head
+        .bytes
+        .iter()
+        .filter(|&&b| b == b'\r' || b == b'\n' || b == b'\t' || (0x20..0x7f).contains(&b))
+        .count();
+    let body: Vec<String> = if printable * 10 >= head.bytes.len() * 9 {
+        head.bytes
+            .split(|&b| b == b'\n')
+            .map(|line| {
+                let line = line.strip_suffix(b"\r").unwrap_or(line);
+                let text: String = line.escape_ascii().to_string();
+                format!("  {text}")
+            })
+            .filter(|l| l.trim() != "")
+            .collect()
+    } else {
+        head.bytes
+            .chunks(16)
+            .enumerate()
+            .map(|(i, chunk)| {
+                let hex: Vec<String> = chunk.iter().map(|b| format!("{b:02x}")).collect();
+                let text: String = chunk
+                    .iter()
+                    .map(|&b| {
+                        if (0x20..0x7f).contains(&b) {
+                            b as char
+                        } else {
+                            '.'
+                        }
+                    })
+                    .collect();
+                format!("  {:04x}  {:<47}  |{text}|", i * 16, hex.join(" "))
+            })
+            .collect()
+    };
+    let more = body.len().saturating_sub(HEAD_LINES);
+    v.extend(body.into_iter().take(HEAD_LINES));
+    if more > 0 {
+        v.push(format!("  ... {more} more line(s)"));
+    }
+    v
 }
 
 fn draw_detail(f: &mut Frame, app: &App, area: Rect) {
