@@ -274,6 +274,7 @@ impl<S: Sink> Pipeline<S> {
         self.summary.duration_ns = duration_ns;
         self.summary.tracker = self.tracker.stats;
         self.summary.parse = self.tracker.parse;
+        self.summary.process_table_resets = self.procs.resets;
         if let Some(rec) = self.recorder.take() {
             let stats = rec.finish(&crate::record::EndRecord {
                 duration_ns,

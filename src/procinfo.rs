@@ -41,6 +41,8 @@ pub struct ProcessTable {
     cap: usize,
     /// Read /proc for unknown pids (live); a replay has its table from the recording.
     read_proc: bool,
+    /// Times the table was full and started over (its processes are described again).
+    pub resets: u64,
 }
 
 impl ProcessTable {
@@ -49,6 +51,7 @@ impl ProcessTable {
             procs: HashMap::default(),
             cap: 16384,
             read_proc,
+            resets: 0,
         }
     }
     /// Whether unknown pids are looked up in /proc (live) or not (replay).
@@ -59,6 +62,7 @@ impl ProcessTable {
     pub fn insert(&mut self, info: ProcInfo) {
         if self.procs.len() >= self.cap {
             self.procs.clear();
+            self.resets += 1;
         }
         self.procs.insert(info.pid, (info, false));
     }

@@ -126,6 +126,8 @@ pub struct Summary {
     /// Since-start numbers of every endpoint (the RED table of the whole session).
     pub endpoints: Vec<crate::aggregate::EndpointSnapshot>,
     pub endpoint_table: crate::aggregate::EndpointTableStats,
+    /// Times the process table (16384 processes) was full and started over.
+    pub process_table_resets: u64,
     /// With -w: events the recording thread could not keep up with.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recording_dropped_events: Option<u64>,

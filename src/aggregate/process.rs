@@ -27,6 +27,7 @@ struct Activity {
     bytes_out: u64,
     socket_bytes_in: u64,
     socket_bytes_out: u64,
+    traced_syscalls: u64,
 }
 
 struct Entry {
@@ -72,6 +73,10 @@ pub struct ProcessSnapshot {
     pub socket_bytes_out: u64,
     pub socket_bytes_in_per_s: f64,
     pub socket_bytes_out_per_s: f64,
+    /// Socket syscalls of the process ebtop traced and delivered (data moved on connections
+    /// of a recognised protocol): what the process costs ebtop.
+    pub traced_syscalls: u64,
+    pub traced_syscalls_per_s: f64,
     /// Distinct connections that completed at least one call in the interval.
     pub connections_active: u64,
     /// Open connections, if the pipeline supplies them (`set_open_connections`).
@@ -131,9 +136,10 @@ impl ProcessStats {
         }
     }
 
-    /// `n` socket bytes moved by `pid` (`dir_out`: sent).
+    /// One traced syscall of `pid` that moved `n` socket bytes (`dir_out`: sent).
     pub fn observe_bytes(&mut self, pid: u32, comm: &str, dir_out: bool, n: u64) {
         let a = &mut self.entry(pid, comm).interval;
+        a.traced_syscalls += 1;
         if dir_out {
             a.socket_bytes_out = a.socket_bytes_out.saturating_add(n);
         } else {
@@ -244,6 +250,8 @@ impl ProcessStats {
                 socket_bytes_out: a.socket_bytes_out,
                 socket_bytes_in_per_s: per_s(a.socket_bytes_in),
                 socket_bytes_out_per_s: per_s(a.socket_bytes_out),
+                traced_syscalls: a.traced_syscalls,
+                traced_syscalls_per_s: per_s(a.traced_syscalls),
                 connections_active: e.conns.len() as u64,
                 open_connections: e.open_connections,
             });
@@ -305,6 +313,10 @@ mod tests {
         assert!(!alive[0].exited);
         let rss = alive[0].rss_bytes.expect("read from /proc");
         assert_eq!(alive[0].open_connections, Some(3));
+        assert_eq!(
+            (alive[0].traced_syscalls, alive[0].traced_syscalls_per_s),
+            (1, 1.0)
+        );
         child.kill().unwrap();
         child.wait().unwrap();
         let gone = ps.end_interval(1_000_000_000);

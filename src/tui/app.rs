@@ -307,6 +307,7 @@ pub const PROCESS_COLUMNS: &[Column] = &[
     col("IN B/s", 8, 3, true),
     col("OUT B/s", 8, 3, true),
     col("CONNS", 6, 1, true),
+    col("SYSC/s", 8, 4, true),
 ];
 
 /// A view's columns; the Flows view's depend on whether the source has a flow table.
@@ -975,6 +976,7 @@ fn process_row(p: &crate::aggregate::ProcessSnapshot) -> Row {
             human(p.bytes_in_per_s.round()),
             human(p.bytes_out_per_s.round()),
             conns.to_string(),
+            human(p.traced_syscalls_per_s.round()),
         ],
         sort: vec![
             SortVal::Num(f64::from(p.pid)),
@@ -986,6 +988,7 @@ fn process_row(p: &crate::aggregate::ProcessSnapshot) -> Row {
             SortVal::Num(p.bytes_in_per_s),
             SortVal::Num(p.bytes_out_per_s),
             SortVal::Num(conns as f64),
+            SortVal::Num(p.traced_syscalls_per_s),
         ],
         flag: if p.errors > 0 {
             Flag::Error
