@@ -279,7 +279,7 @@ def busiest_overhead(jsonl):
 
 # Where user-space time goes, by symbol name (first match wins).
 CATEGORIES = [
-    ("JSON output", r"serde|format_escaped|fmt::|itoa|ryu|rfc3339|JsonSink|pad_integral|Display|write_str"),
+    ("JSON output", r"serde|format_escaped|fmt::|itoa|ryu|rfc3339|JsonSink|call_line|pad_integral|Display|write_str"),
     ("HTTP/1 parsing", r"http1|httparse"),
     ("hashing", r"hash|Hasher|sip"),
     ("allocation, copies", r"malloc|free|memmove|memcpy|realloc|finish_grow|RawVec|memcmp"),
@@ -321,7 +321,7 @@ def profile(seconds, tmp):
         cats[name] += s["pct"]
     spans = summary.get("calls", 2 * reqs)
     return {"rps": rps, "spans": spans, "user_s": e.user_s(), "bpf_s": e.bpf_s(),
-            "overhead": busiest_overhead(e.out), "top": symbols[:15],
+            "overhead": busiest_overhead(e.out), "top": symbols[:20],
             "categories": sorted(cats.items(), key=lambda kv: -kv[1])}
 
 

@@ -104,9 +104,9 @@ impl ConnTracker {
                     Self::flush(&mut self.scratch, &c, ev.sock_id, emit);
                 }
             }
-            EventKind::Connect | EventKind::Accept => {
-                self.stats.conns_opened += 1;
-            }
+            // In recordings made before connect/accept were dropped from the hooks: nothing to
+            // do, connections are counted when their data starts.
+            EventKind::Connect | EventKind::Accept => {}
         }
     }
 
@@ -117,6 +117,9 @@ impl ConnTracker {
         self.stats.uncaptured_bytes = self.stats.uncaptured_bytes.wrapping_add(ev.uncaptured());
         if !self.conns.contains_key(&ev.sock_id) && self.conns.len() >= self.cfg.max_conns {
             self.evict_oldest();
+        }
+        if !self.conns.contains_key(&ev.sock_id) {
+            self.stats.conns_opened += 1;
         }
         let conn = self.conns.entry(ev.sock_id).or_insert_with(|| Conn {
             pid: ev.pid,

@@ -20,7 +20,6 @@
 #define S_IFSOCK 0140000
 #define SOCK_STREAM 1
 #define SOCK_DGRAM 2
-#define EINPROGRESS 115
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -200,11 +199,8 @@ static __always_inline int on_enter(__u8 syscall, __u8 source, __u8 dir, int fd,
 	if (!task_selected(id >> 32))
 		return 0;
 	struct inflight inf = {};
-	if (syscall == EBTOP_SC_ACCEPT || syscall == EBTOP_SC_ACCEPT4) {
-		inf.fd = fd; /* listening socket; the new one is resolved at exit */
-	} else if (!inet_socket(fd, &inf)) {
+	if (!inet_socket(fd, &inf))
 		return 0;
-	}
 	inf.start_ns = bpf_ktime_get_ns();
 	inf.syscall = syscall;
 	inf.source = source;
@@ -514,19 +510,6 @@ static __always_inline int on_exit(long ret, const __u8 source)
 	bpf_map_delete_elem(&inflight, &id);
 	__u64 now = bpf_ktime_get_ns();
 
-	switch (inf.syscall) {
-	case EBTOP_SC_CONNECT:
-		if (ret == 0 || ret == -EINPROGRESS)
-			emit_lifecycle(&inf, EBTOP_EV_CONNECT, ret, now);
-		return 0;
-	case EBTOP_SC_ACCEPT:
-	case EBTOP_SC_ACCEPT4:
-		if (ret >= 0 && inet_socket((int)ret, &inf))
-			emit_lifecycle(&inf, EBTOP_EV_ACCEPT, ret, now);
-		return 0;
-	default:
-		break;
-	}
 	if (ret <= 0)
 		return 0;
 	return emit_call_data(&inf, ret, now, source);
@@ -586,9 +569,11 @@ ENTER(writev, EBTOP_SC_WRITEV, SRC_IOV, EBTOP_DIR_EGRESS, ARG(1), ARG(2), 0)
 ENTER(sendto, EBTOP_SC_SENDTO, SRC_BUF, EBTOP_DIR_EGRESS, ARG(1), 0, ARG(4))
 ENTER(sendmsg, EBTOP_SC_SENDMSG, SRC_MSG, EBTOP_DIR_EGRESS, ARG(1), 0, 0)
 ENTER(sendmmsg, EBTOP_SC_SENDMMSG, SRC_MMSG, EBTOP_DIR_EGRESS, ARG(1), ARG(2), 0)
-ENTER(connect, EBTOP_SC_CONNECT, SRC_NONE, EBTOP_DIR_EGRESS, 0, 0, 0)
-ENTER(accept, EBTOP_SC_ACCEPT, SRC_NONE, EBTOP_DIR_INGRESS, 0, 0, 0)
-ENTER(accept4, EBTOP_SC_ACCEPT4, SRC_NONE, EBTOP_DIR_INGRESS, 0, 0, 0)
+/*
+ * connect/accept are not hooked: a record per connection bought only a count, and a burst of
+ * connections (10K/s) filled the ring for nothing. The flow table sees every connection's
+ * lifecycle; the tracker starts following a connection at its first recognised data.
+ */
 /* sendfile(out_fd, in_fd, offset, count): the socket is out_fd; only the length is known. */
 ENTER(sendfile64, EBTOP_SC_SENDFILE, SRC_NONE, EBTOP_DIR_EGRESS, 0, 0, 0)
 
@@ -608,7 +593,7 @@ EXIT(buf, SRC_BUF)   /* write, sendto */
 EXIT(iov, SRC_IOV)   /* writev */
 EXIT(msg, SRC_MSG)   /* sendmsg */
 EXIT(mmsg, SRC_MMSG) /* sendmmsg */
-EXIT(none, SRC_NONE) /* connect, accept, accept4, sendfile64 */
+EXIT(none, SRC_NONE) /* sendfile64 */
 
 #define RECV_EXIT(name, sc, src)                                                           \
 	SEC("tracepoint/syscalls/sys_exit_" #name)                                         \
@@ -632,10 +617,15 @@ int enter_close(struct ebtop_sys_enter_ctx *ctx)
 	struct inflight inf = {};
 	if (!inet_socket((int)ARG(0), &inf))
 		return 0;
-	/* Only sockets that carried traced data matter to user space. */
-	if (!bpf_map_lookup_elem(&sock_states, &inf.sock_id))
+	/* Only sockets whose data user space saw matter to it: not those of no known protocol
+	 * (their closes come in bursts, e.g. a pool of 100K idle connections torn down). */
+	struct sock_state *st = bpf_map_lookup_elem(&sock_states, &inf.sock_id);
+	if (!st)
 		return 0;
+	bool delivered = capture_all || st->proto != EBTOP_PROTO_UNKNOWN;
 	bpf_map_delete_elem(&sock_states, &inf.sock_id);
+	if (!delivered)
+		return 0;
 	inf.start_ns = bpf_ktime_get_ns();
 	inf.syscall = EBTOP_SC_CLOSE;
 	return emit_lifecycle(&inf, EBTOP_EV_CLOSE, 0, inf.start_ns);

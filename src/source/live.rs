@@ -28,7 +28,7 @@ const EXIT_ATTACHMENTS: &[(&str, &[&str])] = &[
     ("exit_iov", &["writev"]),
     ("exit_msg", &["sendmsg"]),
     ("exit_mmsg", &["sendmmsg"]),
-    ("exit_none", &["connect", "accept", "accept4", "sendfile64"]),
+    ("exit_none", &["sendfile64"]),
 ];
 
 #[derive(Debug, Clone)]
