@@ -11,6 +11,20 @@ pub mod sockdata {
     include!(concat!(env!("OUT_DIR"), "/sockdata.skel.rs"));
 }
 
+/// Slot `idx` of a per-CPU array of u64 counters, one value per CPU (empty if unreadable).
+pub fn percpu_u64(map: &impl libbpf_rs::MapCore, idx: u32) -> Vec<u64> {
+    map.lookup_percpu(&idx.to_ne_bytes(), libbpf_rs::MapFlags::ANY)
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+        .iter()
+        .map(|v| {
+            v.get(..8)
+                .map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
+        })
+        .collect()
+}
+
 /// Counter indexes (`enum ebtop_counter` in ebtop.h).
 pub mod counter {
     pub const EVENTS: u32 = 0;

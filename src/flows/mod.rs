@@ -423,19 +423,8 @@ impl FlowCollector {
     fn counters(&self) -> [u64; raw::counter::COUNT as usize] {
         let mut out = [0u64; raw::counter::COUNT as usize];
         for (i, slot) in out.iter_mut().enumerate() {
-            *slot = self
-                .skel
-                .maps
-                .flow_counters
-                .lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)
-                .ok()
-                .flatten()
-                .unwrap_or_default()
+            *slot = crate::bpf::percpu_u64(&self.skel.maps.flow_counters, i as u32)
                 .iter()
-                .map(|v| {
-                    v.get(..8)
-                        .map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
-                })
                 .sum();
         }
         out

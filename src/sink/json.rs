@@ -35,6 +35,17 @@ impl<W: Write> JsonSink<W> {
         serde_json::to_writer(&mut self.out, v)?;
         self.out.write_all(b"\n")
     }
+    /// A `flow` line (an active flow, TCP or UDP).
+    fn flow_line<T: Serialize>(&mut self, ts: &str, start_mono_ns: u64, f: &T) -> io::Result<()> {
+        let start = self.clock.rfc3339(start_mono_ns);
+        self.line(&FlowLine {
+            ty: "flow",
+            ts,
+            start,
+            end: None,
+            body: f,
+        })
+    }
     pub fn into_inner(self) -> W {
         self.out
     }
@@ -177,24 +188,10 @@ impl<W: Write> Sink for JsonSink<W> {
         }
         if let Some(fr) = &r.flows {
             for f in &fr.flows {
-                let start = self.clock.rfc3339(f.start_mono_ns);
-                self.line(&FlowLine {
-                    ty: "flow",
-                    ts: &ts,
-                    start,
-                    end: None,
-                    body: f,
-                })?;
+                self.flow_line(&ts, f.start_mono_ns, f)?;
             }
             for f in &fr.udp {
-                let start = self.clock.rfc3339(f.start_mono_ns);
-                self.line(&FlowLine {
-                    ty: "flow",
-                    ts: &ts,
-                    start,
-                    end: None,
-                    body: f,
-                })?;
+                self.flow_line(&ts, f.start_mono_ns, f)?;
             }
             for f in &fr.ends {
                 let start = self.clock.rfc3339(f.start_mono_ns);

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
+use libbpf_rs::RingBufferBuilder;
 use std::os::fd::AsFd;
 
 use crate::aggregate::{BpfStats, Overhead, RingCounters};
@@ -63,19 +63,7 @@ fn quiet_libbpf(verbose: bool) {
 
 fn read_counters(skel: &SockdataSkel) -> KernelCounters {
     let sum = |idx: u32| -> (u64, Vec<u64>) {
-        let per_cpu: Vec<u64> = skel
-            .maps
-            .counters
-            .lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY)
-            .ok()
-            .flatten()
-            .unwrap_or_default()
-            .iter()
-            .map(|v| {
-                v.get(..8)
-                    .map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
-            })
-            .collect();
+        let per_cpu = crate::bpf::percpu_u64(&skel.maps.counters, idx);
         (per_cpu.iter().sum(), per_cpu)
     };
     let (lost, lost_per_cpu) = sum(counter::LOST);
