@@ -10,6 +10,35 @@ pub struct ProcInfo {
     pub cmdline: Vec<String>,
 }
 
+/// The pids of /proc (processes that exist now).
+pub fn pids() -> impl Iterator<Item = u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+}
+
+/// The socket inodes `pid` holds open (its `/proc/PID/fd` links `socket:[N]`).
+pub fn socket_inodes(pid: u32) -> impl Iterator<Item = u64> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|fd| {
+            let target = std::fs::read_link(fd.path()).ok()?;
+            let t = target.to_str()?;
+            t.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+        })
+}
+
+/// `/proc/PID/comm` without its newline (empty if unreadable).
+pub fn read_comm(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|s| s.trim_end().to_string())
+        .unwrap_or_default()
+}
+
 impl ProcInfo {
     /// Reads /proc/PID; fields the process took with it (it exited) stay empty.
     pub fn read(pid: u32, comm: &str) -> ProcInfo {

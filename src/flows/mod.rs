@@ -26,17 +26,7 @@ use crate::session::Filters;
 use owners::Owners;
 use raw::{RawFlow, RawUdp, RawUdpKey};
 
-#[allow(
-    clippy::all,
-    clippy::pedantic,
-    non_camel_case_types,
-    dead_code,
-    unused_imports
-)]
-mod skel {
-    include!(concat!(env!("OUT_DIR"), "/flows.skel.rs"));
-}
-use skel::{FlowsSkel, FlowsSkelBuilder};
+use crate::bpf::flows::{FlowsSkel, FlowsSkelBuilder};
 
 /// Default `--max-flows`.
 pub const DEFAULT_MAX_FLOWS: u32 = 262_144;

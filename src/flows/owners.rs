@@ -42,38 +42,10 @@ impl Owners {
                 }
             }
         }
-        let Ok(dir) = std::fs::read_dir("/proc") else {
-            return;
-        };
-        for entry in dir.flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|s| s.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-                continue;
-            };
+        for pid in crate::procinfo::pids() {
             let mut comm: Option<String> = None;
-            for fd in fds.flatten() {
-                let Ok(target) = std::fs::read_link(fd.path()) else {
-                    continue;
-                };
-                let t = target.to_string_lossy();
-                let Some(ino) = t
-                    .strip_prefix("socket:[")
-                    .and_then(|s| s.strip_suffix(']'))
-                    .and_then(|s| s.parse::<u64>().ok())
-                else {
-                    continue;
-                };
-                let c = comm.get_or_insert_with(|| {
-                    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                        .map(|s| s.trim_end().to_string())
-                        .unwrap_or_default()
-                });
+            for ino in crate::procinfo::socket_inodes(pid) {
+                let c = comm.get_or_insert_with(|| crate::procinfo::read_comm(pid));
                 self.by_inode.entry(ino).or_insert((pid, c.clone()));
             }
         }

@@ -85,35 +85,9 @@ pub struct EndRecord {
 pub fn scan_proc(max_procs: usize) -> (Vec<ProcInfo>, Vec<OpenSocket>) {
     let mut procs = Vec::new();
     let mut sockets = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return (procs, sockets);
-    };
-    for entry in dir.flatten() {
-        if procs.len() >= max_procs {
-            break;
-        }
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-        procs.push(ProcInfo::read(pid, comm.trim_end()));
-        if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
-            for fd in fds.flatten() {
-                if let Ok(target) = std::fs::read_link(fd.path()) {
-                    let t = target.to_string_lossy();
-                    if let Some(ino) = t.strip_prefix("socket:[").and_then(|s| s.strip_suffix(']'))
-                    {
-                        if let Ok(inode) = ino.parse() {
-                            sockets.push(OpenSocket { pid, inode });
-                        }
-                    }
-                }
-            }
-        }
+    for pid in crate::procinfo::pids().take(max_procs) {
+        procs.push(ProcInfo::read(pid, &crate::procinfo::read_comm(pid)));
+        sockets.extend(crate::procinfo::socket_inodes(pid).map(|inode| OpenSocket { pid, inode }));
     }
     (procs, sockets)
 }
