@@ -591,10 +591,31 @@ fn ten_thousand_short_connections_each_end_once() {
             eprintln!("server port {p}: want {n} got {:?}", server.get(p));
         }
     }
-    assert_eq!(client.values().sum::<u32>() as usize, N, "client flow_ends");
-    assert_eq!(server.values().sum::<u32>() as usize, N, "server flow_ends");
-    assert_eq!(client, want, "each client connection ends exactly once");
-    assert_eq!(server, want, "each server connection ends exactly once");
+    // The kernel skips a tp_btf program that would nest in itself on one CPU (a softirq
+    // state change arriving while the program runs for a syscall): rare (about one in 50,000
+    // state changes here), and counted in `missed_events`. Nothing may go missing uncounted,
+    // and nothing may be reported twice.
+    let missed = u(stats.last().unwrap(), "missed_events") as usize;
+    let seen = (client.values().sum::<u32>() + server.values().sum::<u32>()) as usize;
+    assert!(
+        seen <= 2 * N && 2 * N - seen <= missed,
+        "{} flow ends missing, {missed} counted as missed",
+        2 * N - seen.min(2 * N)
+    );
+    assert!(missed <= 10, "missed probe hits stay rare: {missed}");
+    for (side, got) in [("client", &client), ("server", &server)] {
+        for (p, n) in got {
+            assert!(
+                want.get(p).is_some_and(|w| n <= w),
+                "{side} port {p}: {n} ends for {:?} connections",
+                want.get(p)
+            );
+        }
+    }
+    if missed == 0 {
+        assert_eq!(client, want, "each client connection ends exactly once");
+        assert_eq!(server, want, "each server connection ends exactly once");
+    }
     let ids: std::collections::HashSet<u64> = ends.iter().map(|f| u(f, "flow_id")).collect();
     assert_eq!(ids.len(), ends.len(), "flow ids are unique");
     assert_eq!(stats.last().unwrap()["ends_lost"], 0);
