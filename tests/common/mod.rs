@@ -113,7 +113,13 @@ fn respond(c: &mut TcpStream, path: &str, t: Instant, timings: &Timings) -> std:
     match path {
         "/" => c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\nhello world\n"),
         "/slow" => {
+            // Timed as "/slow PEER_PORT" so a test can pair it with its connection.
             thread::sleep(Duration::from_millis(SLOW_MS));
+            let port = c.peer_addr().map(|a| a.port()).unwrap_or(0);
+            timings
+                .lock()
+                .unwrap()
+                .push((format!("/slow {port}"), t.elapsed().as_nanos() as u64));
             c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nslow")
         }
         "/chunked" => {
