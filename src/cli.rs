@@ -33,6 +33,14 @@ fn speed(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
+fn protocol(s: &str) -> Result<crate::protocols::Protocol, String> {
+    use crate::protocols::Protocol;
+    Protocol::from_name(s).ok_or_else(|| {
+        let known: Vec<&str> = Protocol::ALL.iter().map(|p| p.name()).collect();
+        format!("unknown protocol (known: {})", known.join(", "))
+    })
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Depth {
     /// Only what identifies a call: method, resource, status, framing.
@@ -82,6 +90,11 @@ pub struct Args {
     /// Trace only connections with this local or remote port. Applied in the kernel.
     #[arg(long, value_name = "PORT")]
     pub port: Option<u16>,
+
+    /// Trace only connections of these application protocols (comma-separated, e.g. http).
+    /// Applied in the kernel; flows (TCP/UDP) are not affected.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = protocol)]
+    pub proto: Option<Vec<crate::protocols::Protocol>>,
 
     /// Payload bytes copied per syscall (0–16384). Longer bodies are skipped by byte count;
     /// headers longer than this are not parsed.
@@ -153,6 +166,14 @@ mod tests {
         assert!(Args::try_parse_from(["ebtop", "--speed", "-1"]).is_err());
         assert!(Args::try_parse_from(["ebtop", "--speed", "1e-20"]).is_err());
         assert!(Args::try_parse_from(["ebtop", "--speed", "inf"]).is_err());
+        assert!(Args::try_parse_from(["ebtop", "--proto", "gopher"]).is_err());
+        assert!(Args::try_parse_from(["ebtop", "--proto", ""]).is_err());
+        assert_eq!(
+            Args::try_parse_from(["ebtop", "--proto", "HTTP"])
+                .unwrap()
+                .proto,
+            Some(vec![crate::protocols::Protocol::Http])
+        );
         assert_eq!(
             Args::try_parse_from(["ebtop", "--speed", "2.5"])
                 .unwrap()

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use crate::call::Call;
 use crate::event::{Event, EventKind, SOCK_DGRAM};
 use crate::protocols::{
-    self, L7Call, ParseDepth, ParseStats, ParserConfig, StreamParser, Transport,
+    self, L7Call, ParseDepth, ParseStats, ParserConfig, ProtoSet, StreamParser, Transport,
 };
 
 #[derive(Debug, Clone, Copy)]
@@ -19,6 +19,8 @@ pub struct TrackerConfig {
     pub depth: ParseDepth,
     /// Bytes of each message head kept in calls (see `ParserConfig::keep_head`).
     pub keep_head: usize,
+    /// Connections of other protocols are left out (`--proto`).
+    pub protocols: ProtoSet,
 }
 
 impl Default for TrackerConfig {
@@ -28,6 +30,7 @@ impl Default for TrackerConfig {
             idle_timeout_ns: 120_000_000_000,
             depth: ParseDepth::Full,
             keep_head: 0,
+            protocols: ProtoSet::default(),
         }
     }
 }
@@ -53,6 +56,16 @@ pub struct TrackerStats {
 enum ParserSlot {
     Undecided,
     Active(Box<dyn StreamParser>),
+    /// Of a protocol not selected (`--proto`): remembered so its events are left out cheaply.
+    NotSelected,
+}
+
+/// Whether an event belongs to what the session looks at (see [`ConnTracker::handle`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Selected,
+    /// Of a connection of a protocol `--proto` left out (or not known to be one it asked for).
+    NotSelected,
 }
 
 struct Conn {
@@ -87,55 +100,90 @@ impl ConnTracker {
         }
     }
 
-    pub fn open_conns(&self) -> usize {
-        self.conns.len()
+    /// Leaves out connections of other protocols from now on.
+    pub fn select_protocols(&mut self, protocols: ProtoSet) {
+        self.cfg.protocols = protocols;
     }
 
-    /// Feeds one event; completed calls go to `emit`.
-    pub fn handle(&mut self, ev: &Event, emit: &mut dyn FnMut(Call)) {
+    /// Connections tracked now (of the selected protocols).
+    pub fn open_conns(&self) -> usize {
+        if self.cfg.protocols.is_all() {
+            return self.conns.len();
+        }
+        self.conns.values().filter(|c| self.is_selected(c)).count()
+    }
+
+    /// Whether a connection is part of the session (not one `--proto` leaves out).
+    fn is_selected(&self, c: &Conn) -> bool {
+        match c.parser {
+            ParserSlot::Active(_) => true,
+            ParserSlot::Undecided => self.cfg.protocols.is_all(),
+            ParserSlot::NotSelected => false,
+        }
+    }
+
+    /// Feeds one event; completed calls go to `emit`. With a protocol selection, events of
+    /// connections not (yet) known to be of a selected protocol are `NotSelected` and leave
+    /// no trace in the counts (the caller counts them as filtered).
+    pub fn handle(&mut self, ev: &Event, emit: &mut dyn FnMut(Call)) -> Verdict {
+        let all = self.cfg.protocols.is_all();
         match ev.kind {
             EventKind::Data => self.on_data(ev, emit),
-            EventKind::Close => {
-                self.stats.conns_closed += 1;
-                if let Some(mut c) = self.conns.remove(&ev.sock_id) {
+            EventKind::Close => match self.conns.remove(&ev.sock_id) {
+                Some(c) if matches!(c.parser, ParserSlot::NotSelected) => Verdict::NotSelected,
+                Some(mut c) => {
+                    if !all && matches!(c.parser, ParserSlot::Undecided) {
+                        return Verdict::NotSelected;
+                    }
+                    self.stats.conns_closed += 1;
                     if let ParserSlot::Active(p) = &mut c.parser {
                         p.on_close(&mut self.scratch, &mut self.parse);
                     }
                     Self::flush(&mut self.scratch, &c, ev.sock_id, emit);
+                    Verdict::Selected
                 }
-            }
+                None if all => {
+                    self.stats.conns_closed += 1;
+                    Verdict::Selected
+                }
+                None => Verdict::NotSelected,
+            },
             // In recordings made before connect/accept were dropped from the hooks: nothing to
             // do, connections are counted when their data starts.
-            EventKind::Connect | EventKind::Accept => {}
+            EventKind::Connect | EventKind::Accept if all => Verdict::Selected,
+            EventKind::Connect | EventKind::Accept => Verdict::NotSelected,
         }
     }
 
-    fn on_data(&mut self, ev: &Event, emit: &mut dyn FnMut(Call)) {
+    fn on_data(&mut self, ev: &Event, emit: &mut dyn FnMut(Call)) -> Verdict {
+        let all = self.cfg.protocols.is_all();
+        if let Some(c) = self.conns.get_mut(&ev.sock_id) {
+            if matches!(c.parser, ParserSlot::NotSelected) {
+                c.last_seen_ns = c.last_seen_ns.max(ev.end_ns);
+                return Verdict::NotSelected;
+            }
+        } else if !all {
+            // Decide before anything is counted: a connection not (yet) known to be of a
+            // selected protocol is not part of this session. Undecided ones are not tracked:
+            // tracking starts with the first message of a selected protocol.
+            match protocols::detect(ev.payload) {
+                Some(spec) if self.cfg.protocols.contains(spec.proto) => {}
+                Some(_) => {
+                    self.insert_conn(ev).parser = ParserSlot::NotSelected;
+                    return Verdict::NotSelected;
+                }
+                None => return Verdict::NotSelected,
+            }
+        }
         self.stats.data_events += 1;
         // Wrapping: the numbers come from the kernel or a recording, which may be crafted.
         self.stats.data_bytes = self.stats.data_bytes.wrapping_add(ev.total_len);
         self.stats.uncaptured_bytes = self.stats.uncaptured_bytes.wrapping_add(ev.uncaptured());
-        if !self.conns.contains_key(&ev.sock_id) && self.conns.len() >= self.cfg.max_conns {
-            self.evict_oldest();
-        }
         if !self.conns.contains_key(&ev.sock_id) {
             self.stats.conns_opened += 1;
+            self.insert_conn(ev);
         }
-        let conn = self.conns.entry(ev.sock_id).or_insert_with(|| Conn {
-            pid: ev.pid,
-            tid: ev.tid,
-            comm: ev.comm,
-            local: ev.local(),
-            peer: ev.peer(),
-            transport: if ev.sock_type == SOCK_DGRAM {
-                Transport::Datagram
-            } else {
-                Transport::Stream
-            },
-            next_seq: [None, None],
-            parser: ParserSlot::Undecided,
-            last_seen_ns: ev.end_ns,
-        });
+        let conn = self.conns.get_mut(&ev.sock_id).expect("inserted above");
         conn.pid = ev.pid;
         conn.tid = ev.tid;
         conn.comm = ev.comm;
@@ -162,16 +210,17 @@ impl ConnTracker {
 
         if let ParserSlot::Undecided = conn.parser {
             match protocols::detect(ev.payload) {
-                Some(spec) => {
+                Some(spec) if self.cfg.protocols.contains(spec.proto) => {
                     conn.parser = ParserSlot::Active((spec.new_parser)(&ParserConfig {
                         depth: self.cfg.depth,
                         transport: conn.transport,
                         keep_head: self.cfg.keep_head,
                     }))
                 }
-                None => {
+                // With a selection, decided above before anything was counted.
+                Some(_) | None => {
                     self.stats.unrecognised_events += 1;
-                    return;
+                    return Verdict::Selected;
                 }
             }
         }
@@ -187,6 +236,29 @@ impl ConnTracker {
         }
         let conn = &self.conns[&ev.sock_id];
         Self::flush(&mut self.scratch, conn, ev.sock_id, emit);
+        Verdict::Selected
+    }
+
+    /// A new connection of `ev`'s socket, undecided (evicting the oldest tenth at the cap).
+    fn insert_conn(&mut self, ev: &Event) -> &mut Conn {
+        if self.conns.len() >= self.cfg.max_conns {
+            self.evict_oldest();
+        }
+        self.conns.entry(ev.sock_id).or_insert_with(|| Conn {
+            pid: ev.pid,
+            tid: ev.tid,
+            comm: ev.comm,
+            local: ev.local(),
+            peer: ev.peer(),
+            transport: if ev.sock_type == SOCK_DGRAM {
+                Transport::Datagram
+            } else {
+                Transport::Stream
+            },
+            next_seq: [None, None],
+            parser: ParserSlot::Undecided,
+            last_seen_ns: ev.end_ns,
+        })
     }
 
     fn flush(scratch: &mut Vec<L7Call>, c: &Conn, sock_id: u64, emit: &mut dyn FnMut(Call)) {
@@ -203,21 +275,21 @@ impl ConnTracker {
         }
     }
 
-    /// Forgets connections idle since before `now_ns - idle_timeout`.
     /// Connections tracked now, per process.
     pub fn open_per_pid(&self) -> HashMap<u32, u64> {
         let mut n: HashMap<u32, u64> = HashMap::default();
-        for c in self.conns.values() {
+        for c in self.conns.values().filter(|c| self.is_selected(c)) {
             *n.entry(c.pid).or_default() += 1;
         }
         n
     }
 
+    /// Forgets connections idle since before `now_ns - idle_timeout`.
     pub fn expire(&mut self, now_ns: u64) {
         let cutoff = now_ns.saturating_sub(self.cfg.idle_timeout_ns);
-        let before = self.conns.len();
+        let before = self.open_conns();
         self.conns.retain(|_, c| c.last_seen_ns >= cutoff);
-        self.stats.conns_expired += (before - self.conns.len()) as u64;
+        self.stats.conns_expired += (before - self.open_conns()) as u64;
     }
 
     /// At the cap: drop the least recently seen tenth of the table (amortised O(1) per insert).
@@ -226,9 +298,9 @@ impl ConnTracker {
         let k = (ages.len() / 10).max(1);
         let (_, kth, _) = ages.select_nth_unstable(k - 1);
         let cutoff = *kth;
-        let before = self.conns.len();
+        let before = self.open_conns();
         self.conns.retain(|_, c| c.last_seen_ns > cutoff);
-        self.stats.conns_evicted += (before - self.conns.len()) as u64;
+        self.stats.conns_evicted += (before - self.open_conns()) as u64;
     }
 
     /// The session is over: counts what was still waiting for an answer. Close-delimited
@@ -242,5 +314,87 @@ impl ConnTracker {
                 self.parse.unanswered_requests += st.unanswered_requests;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Direction, EventBuilder};
+    use crate::protocols::Protocol;
+
+    /// An HTTP exchange on socket 1 and bytes of no known protocol on socket 2, then closes.
+    fn traffic() -> Vec<Vec<u8>> {
+        let req = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n".as_slice();
+        let resp = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".as_slice();
+        let blob = b"\x16\x03\x01\x02\x00 not a protocol ebtop knows".as_slice();
+        let data = |dir, sock, seq: u64, t: u64, p: &[u8]| {
+            EventBuilder::data(dir, sock, seq, p.len() as u64)
+                .times(t, t + 10)
+                .process(7, 7, "app")
+                .v4([127, 0, 0, 1], 4000 + sock as u16, [127, 0, 0, 1], 80)
+                .build(p)
+        };
+        vec![
+            data(Direction::Egress, 1, 0, 100, req),
+            data(Direction::Egress, 2, 0, 110, blob),
+            data(Direction::Ingress, 1, 0, 200, resp),
+            data(Direction::Ingress, 2, 0, 210, blob),
+            EventBuilder::lifecycle(EventKind::Close, 1).build(b""),
+            EventBuilder::lifecycle(EventKind::Close, 2).build(b""),
+        ]
+    }
+
+    fn run(protocols: ProtoSet) -> (Vec<Verdict>, usize, ConnTracker) {
+        let mut t = ConnTracker::new(TrackerConfig {
+            protocols,
+            ..TrackerConfig::default()
+        });
+        let mut calls = 0;
+        let verdicts = traffic()
+            .iter()
+            .map(|raw| t.handle(&Event::decode(raw).unwrap(), &mut |_| calls += 1))
+            .collect();
+        (verdicts, calls, t)
+    }
+
+    #[test]
+    fn without_a_selection_every_connection_is_tracked() {
+        let (verdicts, calls, t) = run(ProtoSet::default());
+        assert!(verdicts.iter().all(|v| *v == Verdict::Selected));
+        assert_eq!(calls, 1);
+        assert_eq!(t.stats.data_events, 4);
+        assert_eq!(t.stats.unrecognised_events, 2);
+        assert_eq!((t.stats.conns_opened, t.stats.conns_closed), (2, 2));
+    }
+
+    #[test]
+    fn a_selection_leaves_other_connections_out_without_a_trace() {
+        let (verdicts, calls, t) = run(ProtoSet::of(Some(&[Protocol::Http])));
+        use Verdict::*;
+        assert_eq!(
+            verdicts,
+            [
+                Selected,
+                NotSelected,
+                Selected,
+                NotSelected,
+                Selected,
+                NotSelected
+            ]
+        );
+        assert_eq!(calls, 1);
+        assert_eq!(t.stats.data_events, 2);
+        assert_eq!(t.stats.unrecognised_events, 0);
+        assert_eq!((t.stats.conns_opened, t.stats.conns_closed), (1, 1));
+        assert_eq!(t.open_conns(), 0);
+    }
+
+    #[test]
+    fn an_empty_selection_selects_nothing() {
+        let (verdicts, calls, t) = run(ProtoSet::of(Some(&[])));
+        assert!(verdicts.iter().all(|v| *v == Verdict::NotSelected));
+        assert_eq!(calls, 0);
+        assert_eq!(t.stats, TrackerStats::default());
     }
 }

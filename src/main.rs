@@ -134,6 +134,7 @@ fn filters(args: &Args) -> Filters {
         pid: args.pid,
         comm: args.comm.clone(),
         port: args.port,
+        proto: args.proto.clone(),
     }
 }
 
@@ -154,6 +155,8 @@ fn tracker_config(args: &Args) -> TrackerConfig {
         } else {
             0
         },
+        // The kernel selects protocols it recognises; this catches the rest (--capture-all).
+        protocols: filters(args).protocols(),
         ..TrackerConfig::default()
     }
 }
@@ -242,7 +245,9 @@ fn replay_session<S: Sink>(
     sink: S,
 ) -> Result<()> {
     let mut reader = record::reader::open(path)?;
-    let meta = replay::replay_meta(&reader);
+    let mut meta = replay::replay_meta(&reader);
+    // What the output holds: the recording's selection narrowed by this run's.
+    meta.filters = meta.filters.narrowed_by(&filters(args));
     let mut pipeline = Pipeline::new(tracker_config(args), ProcessTable::new(false), sink)
         .with_raw_resources(args.raw_resources)
         .with_filters(filters(args));
@@ -256,11 +261,8 @@ fn replay_session<S: Sink>(
         let mut header = reader.header.clone();
         let f = filters(args);
         // The copy's filters: the recording's, narrowed by these.
-        header.options.filters = Filters {
-            pid: f.pid.or(header.options.filters.pid),
-            comm: f.comm.or(header.options.filters.comm.clone()),
-            port: f.port.or(header.options.filters.port),
-        };
+        header.options.filters = header.options.filters.narrowed_by(&f);
+        header.meta.filters = meta.filters.clone();
         pipeline = pipeline.with_recorder(Recorder::create(out, &header, args.force)?);
     }
     pipeline.start(&meta)?;

@@ -7,7 +7,7 @@ use std::io;
 use crate::aggregate::process::DEFAULT_MAX_PROCESSES;
 use crate::aggregate::{EndpointTable, OverheadSnapshot, ProcessStats};
 use crate::call::{Call, Side};
-use crate::conntrack::{ConnTracker, TrackerConfig};
+use crate::conntrack::{ConnTracker, TrackerConfig, Verdict};
 use crate::event::{Direction, Event, EventKind};
 use crate::procinfo::{ProcInfo, ProcessTable};
 use crate::record::writer::Recorder;
@@ -66,7 +66,10 @@ impl<S: Sink> Pipeline<S> {
         self
     }
 
+    /// Filters applied to every record. The protocol selection is the tracker's: it is
+    /// set here over what `TrackerConfig` said.
     pub fn with_filters(mut self, filters: Filters) -> Self {
+        self.tracker.select_protocols(filters.protocols());
         self.filters = filters;
         self
     }
@@ -114,22 +117,12 @@ impl<S: Sink> Pipeline<S> {
             self.summary.filtered_events += 1;
             return Ok(());
         }
-        if let Some(rec) = &mut self.recorder {
-            rec.event(raw);
-        }
-        self.on_event(&ev)
+        self.on_event(&ev, raw)
     }
 
-    fn on_event(&mut self, ev: &Event) -> io::Result<()> {
-        self.first_ns.get_or_insert(ev.start_ns);
-        self.interval_start_ns.get_or_insert(ev.start_ns);
-        self.last_ns = self.last_ns.max(ev.end_ns);
-        if ev.kind == EventKind::Data {
-            let n = ev.comm.iter().position(|&c| c == 0).unwrap_or(16);
-            let comm = std::str::from_utf8(&ev.comm[..n]).unwrap_or("?");
-            self.proc_stats
-                .observe_bytes(ev.pid, comm, ev.dir == Direction::Egress, ev.total_len);
-        }
+    /// `raw`: the event as delivered, for the recorder (written after the tracker's verdict,
+    /// so a `--proto` copy holds only the selected protocols' connections).
+    fn on_event(&mut self, ev: &Event, raw: &[u8]) -> io::Result<()> {
         let mut result = Ok(());
         let (procs, sink, summary, recorder, endpoints, proc_stats) = (
             &mut self.procs,
@@ -140,7 +133,7 @@ impl<S: Sink> Pipeline<S> {
             &mut self.proc_stats,
         );
         let mut calls = 0u64;
-        self.tracker.handle(ev, &mut |call: Call| {
+        let verdict = self.tracker.handle(ev, &mut |call: Call| {
             calls += 1;
             endpoints.observe(&call);
             proc_stats.observe_call(&call);
@@ -164,6 +157,22 @@ impl<S: Sink> Pipeline<S> {
             }
         });
         self.calls_in_interval += calls;
+        if verdict == Verdict::NotSelected {
+            self.summary.filtered_events += 1;
+            return result;
+        }
+        if let Some(rec) = &mut self.recorder {
+            rec.event(raw);
+        }
+        self.first_ns.get_or_insert(ev.start_ns);
+        self.interval_start_ns.get_or_insert(ev.start_ns);
+        self.last_ns = self.last_ns.max(ev.end_ns);
+        if ev.kind == EventKind::Data {
+            let n = ev.comm.iter().position(|&c| c == 0).unwrap_or(16);
+            let comm = std::str::from_utf8(&ev.comm[..n]).unwrap_or("?");
+            self.proc_stats
+                .observe_bytes(ev.pid, comm, ev.dir == Direction::Egress, ev.total_len);
+        }
         result
     }
 

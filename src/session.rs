@@ -1,7 +1,7 @@
 //! What describes a session (first JSON line, recording header) and how it ended.
 
 use crate::conntrack::TrackerStats;
-use crate::protocols::ParseStats;
+use crate::protocols::{ParseStats, ProtoSet, Protocol};
 
 /// Filters of a run; applied in the kernel when live, by the pipeline when replaying.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -9,6 +9,9 @@ pub struct Filters {
     pub pid: Option<u32>,
     pub comm: Option<String>,
     pub port: Option<u16>,
+    /// Only connections of these application protocols (`--proto`); flows are not affected.
+    #[serde(default)]
+    pub proto: Option<Vec<Protocol>>,
 }
 
 /// The kernel keeps 15 bytes of a task name: a longer `--comm` matches on that prefix (bytes,
@@ -36,8 +39,28 @@ impl Filters {
                 .is_none_or(|c| comm.is_some_and(|have| have.as_bytes() == comm_prefix(c)))
     }
 
+    /// Whether the filters that apply to flows (all but `proto`) are all unset.
     pub fn is_empty(&self) -> bool {
         self.pid.is_none() && self.comm.is_none() && self.port.is_none()
+    }
+
+    pub fn protocols(&self) -> ProtoSet {
+        ProtoSet::of(self.proto.as_deref())
+    }
+
+    /// These filters narrowed by `more` (a filtered copy of a filtered recording): a filter
+    /// set on both sides keeps both (pid, port, comm: the new one when they differ, as the
+    /// recording holds only the old; protocols: the intersection).
+    pub fn narrowed_by(&self, more: &Filters) -> Filters {
+        Filters {
+            pid: more.pid.or(self.pid),
+            comm: more.comm.clone().or_else(|| self.comm.clone()),
+            port: more.port.or(self.port),
+            proto: match (&self.proto, &more.proto) {
+                (Some(a), Some(b)) => Some(a.iter().copied().filter(|p| b.contains(p)).collect()),
+                (a, b) => b.clone().or_else(|| a.clone()),
+            },
+        }
     }
 }
 

@@ -422,3 +422,147 @@ fn live_recording_replays_to_the_same_calls() {
     );
     assert_eq!(of_types(&json_lines(&out)), live_flows);
 }
+
+/// `--proto`: live (two ebtops side by side, with and without it), in a replay and in a
+/// filtered copy, on HTTP traffic beside a TCP echo of bytes of no protocol ebtop knows
+/// (captured thanks to --capture-all, so there is something to leave out).
+#[test]
+fn proto_selects_connections_live_in_replay_and_in_copies() {
+    require_root();
+    let server = TestServer::start();
+    let echo = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let echo_port = echo.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for c in echo.incoming() {
+            let Ok(mut c) = c else { return };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n @ 1..) = std::io::Read::read(&mut c, &mut buf) {
+                    if c.write_all(&buf[..n]).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let pid = std::process::id().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("mixed.ebt");
+    let rec_s = rec.to_str().unwrap();
+    let everything = Ebtop::start(&["--json", "--pid", &pid, "--capture-all", "-w", rec_s]);
+    let http_only = Ebtop::start(&["--json", "--pid", &pid, "--capture-all", "--proto", "http"]);
+
+    let s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    for _ in 0..4 {
+        w.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        read_response(&mut r);
+    }
+    drop((w, r));
+    let mut e = TcpStream::connect(("127.0.0.1", echo_port)).unwrap();
+    for i in 0..3u8 {
+        let msg = [0x16, 0x03, 0x01, i, 0xff, 0x00, 0x42];
+        e.write_all(&msg).unwrap();
+        let mut back = [0u8; 7];
+        std::io::Read::read_exact(&mut e, &mut back).unwrap();
+        assert_eq!(back, msg);
+    }
+    drop(e);
+
+    let all_lines = everything.stop();
+    let http_lines = http_only.stop();
+    let calls_of = |lines: &[Value]| -> Vec<String> {
+        lines
+            .iter()
+            .filter(|v| v["type"] == "call")
+            .map(|v| serde_json::to_string(v).unwrap())
+            .collect()
+    };
+    let live_calls = calls_of(&all_lines);
+    assert_eq!(live_calls.len(), 2 * 4);
+    // Live, the selection leaves the echo connection out and the HTTP calls as they are
+    // (timestamps aside: each ebtop's programs read the clock themselves).
+    let untimed = |lines: &[Value]| -> Vec<Value> {
+        lines
+            .iter()
+            .filter(|v| v["type"] == "call")
+            .map(|v| {
+                let mut v = v.clone();
+                v.as_object_mut().unwrap().remove("ts");
+                v.as_object_mut().unwrap().remove("latency_ns");
+                v
+            })
+            .collect()
+    };
+    assert_eq!(untimed(&http_lines), untimed(&all_lines));
+    let (all_sum, http_sum) = (all_lines.last().unwrap(), http_lines.last().unwrap());
+    assert!(all_sum["tracker"]["unrecognised_events"].as_u64().unwrap() >= 12);
+    assert_eq!(http_sum["tracker"]["unrecognised_events"], 0);
+    assert_eq!(
+        http_lines[0]["filters"]["proto"],
+        serde_json::json!(["http"])
+    );
+    assert_eq!(all_lines[0]["filters"]["proto"], Value::Null);
+
+    // Replay: the same with and without --proto, and exactly the echo's events filtered.
+    let replay = |extra: &[&str]| -> Vec<Value> {
+        let mut args = vec!["-r", rec_s, "--json"];
+        args.extend_from_slice(extra);
+        let out = ebtop(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        json_lines(&out)
+    };
+    let all = replay(&[]);
+    let http = replay(&["--proto", "http"]);
+    assert_eq!(calls_of(&all), live_calls);
+    assert_eq!(calls_of(&http), live_calls);
+    let (a, h) = (all.last().unwrap(), http.last().unwrap());
+    let n =
+        |v: &Value, path: &[&str]| -> u64 { path.iter().fold(v, |v, k| &v[*k]).as_u64().unwrap() };
+    assert_eq!(n(a, &["events"]), n(h, &["events"]));
+    assert_eq!(n(h, &["tracker", "unrecognised_events"]), 0);
+    assert_eq!(
+        n(h, &["filtered_events"]),
+        n(a, &["tracker", "data_events"]) - n(h, &["tracker", "data_events"])
+            + n(a, &["tracker", "conns_closed"])
+            - n(h, &["tracker", "conns_closed"]),
+        "every event of the echo connection and nothing else"
+    );
+    assert_eq!(
+        n(a, &["tracker", "data_events"]) - n(h, &["tracker", "data_events"]),
+        n(a, &["tracker", "unrecognised_events"])
+    );
+    assert_eq!(http[0]["filters"]["proto"], serde_json::json!(["http"]));
+
+    // A filtered copy holds only the HTTP connection's events and says so in its header.
+    let copy = dir.path().join("http.ebt");
+    let copy_s = copy.to_str().unwrap();
+    let out = ebtop(&["-r", rec_s, "-w", copy_s, "--proto", "http"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let from_copy = {
+        let out = ebtop(&["-r", copy_s, "--json"]);
+        assert!(out.status.success());
+        json_lines(&out)
+    };
+    assert_eq!(calls_of(&from_copy), live_calls);
+    let c = from_copy.last().unwrap();
+    assert_eq!(
+        n(c, &["events"]),
+        n(h, &["events"]) - n(h, &["filtered_events"])
+    );
+    assert_eq!(n(c, &["filtered_events"]), 0);
+    assert_eq!(n(c, &["tracker", "unrecognised_events"]), 0);
+    assert_eq!(
+        from_copy[0]["filters"]["proto"],
+        serde_json::json!(["http"])
+    );
+}

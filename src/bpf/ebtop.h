@@ -51,6 +51,8 @@ enum ebtop_syscall {
 enum ebtop_l7_proto {
 	EBTOP_PROTO_UNKNOWN = 0,
 	EBTOP_PROTO_HTTP1 = 1,
+	/* Kernel-side state only (never in a record): recognised, but not selected by --proto. */
+	EBTOP_PROTO_FILTERED = 255,
 };
 
 enum ebtop_event_flags {

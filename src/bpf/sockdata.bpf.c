@@ -32,6 +32,8 @@ const volatile char filter_comm[EBTOP_TASK_COMM_LEN] = {};
 const volatile __u32 snaplen = 4096;
 /* When set, payload of every connection is delivered, not only of recognised protocols. */
 const volatile bool capture_all = false;
+/* --proto: bit (1 << enum ebtop_l7_proto) set for each protocol to deliver; 0 = all. */
+const volatile __u32 proto_mask = 0;
 /*
  * Wake the consumer only once this much data waits: under load one wakeup per batch instead
  * of one per record (user space also polls on a short timeout, so little data never waits long).
@@ -401,12 +403,19 @@ static __always_inline int emit_data(const struct inflight *inf, __u64 end_ns, _
 
 	__u32 limit = len < snaplen ? (__u32)len : snaplen;
 	__u8 proto = st->proto;
+	if (proto == EBTOP_PROTO_FILTERED)
+		return 0;
 	if (!capture_all && proto == EBTOP_PROTO_UNKNOWN) {
 		/* Peek at the first bytes; connections of no known protocol cost no copy. */
 		proto = infer_protocol_at(source, ptr, cnt, limit);
 		if (proto == EBTOP_PROTO_UNKNOWN) {
 			count(EBTOP_CNT_SKIPPED_UNKNOWN, 1);
 			count(EBTOP_CNT_SKIPPED_BYTES, len);
+			return 0;
+		}
+		if (proto_mask && !((proto_mask >> (proto & 31)) & 1)) {
+			/* Not asked for (--proto): like another process's traffic, not a loss. */
+			st->proto = EBTOP_PROTO_FILTERED;
 			return 0;
 		}
 		st->proto = proto;
@@ -622,7 +631,8 @@ int enter_close(struct ebtop_sys_enter_ctx *ctx)
 	struct sock_state *st = bpf_map_lookup_elem(&sock_states, &inf.sock_id);
 	if (!st)
 		return 0;
-	bool delivered = capture_all || st->proto != EBTOP_PROTO_UNKNOWN;
+	bool delivered = st->proto != EBTOP_PROTO_FILTERED &&
+			 (capture_all || st->proto != EBTOP_PROTO_UNKNOWN);
 	bpf_map_delete_elem(&sock_states, &inf.sock_id);
 	if (!delivered)
 		return 0;

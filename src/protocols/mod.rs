@@ -14,17 +14,73 @@ pub mod matching;
 use crate::event::Direction;
 
 /// Application protocols ebtop parses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {
     Http,
 }
 
 impl Protocol {
+    pub const ALL: &'static [Protocol] = &[Protocol::Http];
+
     pub fn name(self) -> &'static str {
         match self {
             Protocol::Http => "http",
         }
+    }
+
+    pub fn from_name(name: &str) -> Option<Protocol> {
+        Protocol::ALL
+            .iter()
+            .copied()
+            .find(|p| p.name().eq_ignore_ascii_case(name))
+    }
+
+    /// The kernel's id for it (`enum ebtop_l7_proto`), if the kernel recognises it.
+    pub fn kernel_id(self) -> Option<u8> {
+        match self {
+            Protocol::Http => Some(1),
+        }
+    }
+}
+
+/// A set of protocols (`--proto`); the default holds them all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProtoSet(u64);
+
+impl Default for ProtoSet {
+    fn default() -> Self {
+        ProtoSet(u64::MAX)
+    }
+}
+
+impl ProtoSet {
+    /// The set of `only`, or every protocol when `None`.
+    pub fn of(only: Option<&[Protocol]>) -> ProtoSet {
+        match only {
+            None => ProtoSet::default(),
+            Some(list) => ProtoSet(list.iter().fold(0, |m, p| m | 1 << *p as u32)),
+        }
+    }
+
+    pub fn contains(self, p: Protocol) -> bool {
+        self.0 & (1 << p as u32) != 0
+    }
+
+    /// No selection: every protocol, and connections of none ebtop knows (`--capture-all`).
+    pub fn is_all(self) -> bool {
+        self.0 == u64::MAX
+    }
+
+    /// The kernel's mask (bit = `enum ebtop_l7_proto` id) of the protocols it recognises.
+    pub fn kernel_mask(self) -> u32 {
+        Protocol::ALL
+            .iter()
+            .filter(|p| self.contains(**p))
+            .filter_map(|p| p.kernel_id())
+            .fold(0, |m, id| m | 1 << id)
     }
 }
 

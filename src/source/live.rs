@@ -120,6 +120,12 @@ pub fn run<S: Sink, R>(
     ro.self_tgid = std::process::id();
     ro.filter_tgid = cfg.filters.pid.unwrap_or(0);
     ro.filter_port = cfg.filters.port.unwrap_or(0);
+    let protos = cfg.filters.protocols();
+    if !protos.is_all() {
+        // A protocol the kernel does not recognise is picked out in user space (capture_all);
+        // a mask of 0 would mean "all", so an empty selection keeps a bit no protocol uses.
+        ro.proto_mask = protos.kernel_mask().max(1);
+    }
     if let Some(comm) = &cfg.filters.comm {
         ro.filter_comm_on = true;
         for (dst, src) in ro.filter_comm.iter_mut().zip(comm.bytes().take(15)) {
