@@ -12,6 +12,7 @@ pub mod event;
 pub mod flows;
 pub mod pipeline;
 pub mod preflight;
+pub mod process_events;
 pub mod procinfo;
 pub mod protocols;
 pub mod record;

@@ -9,6 +9,7 @@ use crate::aggregate::{EndpointTable, OverheadSnapshot, ProcessStats};
 use crate::call::{Call, Side};
 use crate::conntrack::{ConnTracker, TrackerConfig, Verdict};
 use crate::event::{Direction, Event, EventKind};
+use crate::process_events::{ProcEvent, ProcEventKind, ProcessExit};
 use crate::procinfo::{ProcInfo, ProcessTable};
 use crate::record::writer::Recorder;
 use crate::record::IntervalRecord;
@@ -101,6 +102,51 @@ impl<S: Sink> Pipeline<S> {
                 let have = ev.comm.iter().position(|&b| b == 0).unwrap_or(16);
                 &ev.comm[..have] == want
             })
+    }
+
+    /// One process exec/exit record as the kernel delivered it (live: read before the socket
+    /// records of the same pass, so an exec usually precedes the new program's calls).
+    pub fn on_proc_record(&mut self, raw: &[u8]) -> io::Result<()> {
+        self.summary.events += 1;
+        let ev = match ProcEvent::decode(raw) {
+            Ok(ev) => ev,
+            Err(_) => {
+                self.summary.decode_errors += 1;
+                return Ok(());
+            }
+        };
+        let f = &self.filters;
+        let selected = f.pid.is_none_or(|p| p == ev.pid)
+            && f.comm.as_deref().is_none_or(|c| {
+                let have = ev.comm.iter().position(|&b| b == 0).unwrap_or(16);
+                &ev.comm[..have] == crate::session::comm_prefix(c)
+            });
+        if !selected {
+            self.summary.filtered_events += 1;
+            return Ok(());
+        }
+        if let Some(rec) = &mut self.recorder {
+            rec.proc_event(raw);
+        }
+        match ev.kind {
+            ProcEventKind::Exec => {
+                self.summary.process_execs += 1;
+                self.procs.exec(ev.proc_info());
+                Ok(())
+            }
+            ProcEventKind::Exit => {
+                self.summary.process_exits += 1;
+                match self.procs.exit(ev.pid) {
+                    Some(info) => self.sink.process_exit(&ProcessExit {
+                        mono_ns: ev.ts_ns,
+                        info,
+                        ppid: ev.ppid,
+                        status: ev.exit_status(),
+                    }),
+                    None => Ok(()),
+                }
+            }
+        }
     }
 
     /// One record as the kernel delivered it. Undecodable records are counted and skipped.
@@ -214,6 +260,7 @@ impl<S: Sink> Pipeline<S> {
     ) -> io::Result<()> {
         self.calls_in_interval = 0;
         self.tracker.expire(now_ns);
+        self.procs.purge_exited();
         self.proc_stats
             .set_open_connections(&self.tracker.open_per_pid());
         let (ev, by) = self.lost_reported;

@@ -39,6 +39,15 @@ pub fn read_comm(pid: u32) -> String {
         .unwrap_or_default()
 }
 
+/// NUL-separated arguments as strings: at most 64, each cut at 512 bytes.
+pub fn split_cmdline(b: &[u8]) -> Vec<String> {
+    b.split(|&c| c == 0)
+        .filter(|s| !s.is_empty())
+        .take(64)
+        .map(|s| String::from_utf8_lossy(&s[..s.len().min(512)]).into_owned())
+        .collect()
+}
+
 impl ProcInfo {
     /// Reads /proc/PID; fields the process took with it (it exited) stay empty.
     pub fn read(pid: u32, comm: &str) -> ProcInfo {
@@ -46,13 +55,7 @@ impl ProcInfo {
             .ok()
             .map(|p| p.to_string_lossy().into_owned());
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
-            .map(|b| {
-                b.split(|&c| c == 0)
-                    .filter(|s| !s.is_empty())
-                    .take(64)
-                    .map(|s| String::from_utf8_lossy(&s[..s.len().min(512)]).into_owned())
-                    .collect()
-            })
+            .map(|b| split_cmdline(&b))
             .unwrap_or_default();
         ProcInfo {
             pid,
@@ -63,10 +66,23 @@ impl ProcInfo {
     }
 }
 
+struct Entry {
+    info: ProcInfo,
+    /// Sinks were given its description.
+    described: bool,
+    /// Its exit record was seen (removed at the second `purge_exited` after it).
+    exited: bool,
+}
+
 /// Known processes; `lookup` says whether a process is described for the first time (so sinks
 /// describe it once). Entries known in advance (a recording's table) are not yet described.
 pub struct ProcessTable {
-    procs: HashMap<u32, (ProcInfo, bool)>,
+    procs: HashMap<u32, Entry>,
+    /// Processes that exited since the last `purge_exited`, and those that exited before it:
+    /// kept one interval more, as calls of a process may still complete after its exit
+    /// (records of its last syscalls are read after the exit record).
+    exited_now: Vec<u32>,
+    exited_before: Vec<u32>,
     cap: usize,
     /// Read /proc for unknown pids (live); a replay has its table from the recording.
     read_proc: bool,
@@ -78,6 +94,8 @@ impl ProcessTable {
     pub fn new(read_proc: bool) -> Self {
         ProcessTable {
             procs: HashMap::default(),
+            exited_now: Vec::new(),
+            exited_before: Vec::new(),
             cap: 16384,
             read_proc,
             resets: 0,
@@ -93,12 +111,58 @@ impl ProcessTable {
             self.procs.clear();
             self.resets += 1;
         }
-        self.procs.insert(info.pid, (info, false));
+        self.procs.insert(
+            info.pid,
+            Entry {
+                info,
+                described: false,
+                exited: false,
+            },
+        );
     }
+    /// A process ran a new program (an exec record): described anew at its next call, unless
+    /// it is already described as exactly this (its /proc entry was read first).
+    pub fn exec(&mut self, info: ProcInfo) {
+        if let Some(e) = self.procs.get(&info.pid).filter(|e| e.described) {
+            if e.info.comm == info.comm && e.info.exe == info.exe {
+                return;
+            }
+        }
+        self.insert(info);
+    }
+
+    /// A process exited: its entry goes at the second `purge_exited` from now. Returns its
+    /// description if it was described (so sinks can say it ended).
+    pub fn exit(&mut self, pid: u32) -> Option<&ProcInfo> {
+        self.exited_now.push(pid);
+        let e = self.procs.get_mut(&pid)?;
+        e.exited = true;
+        e.described.then_some(&e.info)
+    }
+
+    /// Forgets processes that exited before the previous call (an interval ago).
+    pub fn purge_exited(&mut self) {
+        for pid in self.exited_before.drain(..) {
+            // Not if the pid was taken by a new process since.
+            if self.procs.get(&pid).is_some_and(|e| e.exited) {
+                self.procs.remove(&pid);
+            }
+        }
+        std::mem::swap(&mut self.exited_before, &mut self.exited_now);
+    }
+
+    pub fn len(&self) -> usize {
+        self.procs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.procs.is_empty()
+    }
+
     /// The process's info, and whether this is the first time it is described.
     pub fn lookup(&mut self, pid: u32, comm: &str) -> (&ProcInfo, bool) {
         let known = match self.procs.get(&pid) {
-            Some((p, _)) => p.comm == comm, // else exec'd into another program since
+            Some(e) => e.info.comm == comm, // else exec'd into another program since
             None => false,
         };
         if !known {
@@ -114,9 +178,9 @@ impl ProcessTable {
             self.insert(info);
         }
         let entry = self.procs.get_mut(&pid).expect("inserted above");
-        let fresh = !entry.1;
-        entry.1 = true;
-        (&entry.0, fresh)
+        let fresh = !entry.described;
+        entry.described = true;
+        (&entry.info, fresh)
     }
 }
 

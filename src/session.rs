@@ -129,6 +129,12 @@ pub struct KernelCounters {
     pub socket_syscalls: u64,
     pub truncated: u64,
     pub lost_per_cpu: Vec<u64>,
+    /// Process exec/exit records written to their own ring buffer, and those it had no room
+    /// for (absent in recordings made before they existed).
+    #[serde(default)]
+    pub proc_events: u64,
+    #[serde(default)]
+    pub proc_lost: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
@@ -149,6 +155,9 @@ pub struct Summary {
     /// Since-start numbers of every endpoint (the RED table of the whole session).
     pub endpoints: Vec<crate::aggregate::EndpointSnapshot>,
     pub endpoint_table: crate::aggregate::EndpointTableStats,
+    /// Process exec and exit records (after filters).
+    pub process_execs: u64,
+    pub process_exits: u64,
     /// Times the process table (16384 processes) was full and started over.
     pub process_table_resets: u64,
     /// With -w: events the recording thread could not keep up with.

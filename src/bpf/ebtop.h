@@ -100,4 +100,36 @@ struct ebtop_event {
 
 _Static_assert(sizeof(struct ebtop_event) == 120, "src/event.rs HEADER_LEN must match");
 
+/* Process lifecycle records (procs.bpf.c, their own ring buffer `proc_events`). */
+enum ebtop_proc_kind {
+	EBTOP_PROC_EXEC = 1, /* a process ran execve(); payload: filename NUL argv (NUL-separated) */
+	EBTOP_PROC_EXIT = 2, /* the last thread of a process exited */
+};
+
+/* How much of an exec's filename and arguments is copied. */
+#define EBTOP_PROC_MAX_FILENAME 512
+#define EBTOP_PROC_MAX_ARGS 2048
+
+/* Indexes of the per-CPU counter array `proc_counters`. */
+enum ebtop_proc_counter {
+	EBTOP_PCNT_EVENTS = 0, /* records written */
+	EBTOP_PCNT_LOST,       /* records the ring buffer had no room for */
+	EBTOP_PCNT__MAX,
+};
+
+struct ebtop_proc_event {
+	__u64 ts_ns;        /* CLOCK_MONOTONIC */
+	__u32 kind;         /* enum ebtop_proc_kind */
+	__u32 pid;          /* thread group id */
+	__u32 ppid;         /* parent's thread group id */
+	__s32 exit_code;    /* exit: the wait status (code << 8 | signal, 0x80 = core dumped) */
+	__u32 filename_len; /* exec: bytes of filename at the start of the payload (no NUL) */
+	__u32 args_len;     /* exec: bytes of argv copied after the filename's NUL */
+	__u32 args_total;   /* exec: bytes of the whole argv area (args_len < args_total: cut) */
+	__u32 cap_len;      /* payload bytes that follow this header */
+	char comm[EBTOP_TASK_COMM_LEN];
+};
+
+_Static_assert(sizeof(struct ebtop_proc_event) == 56, "src/procevent.rs HEADER_LEN must match");
+
 #endif

@@ -22,6 +22,17 @@ pub mod flows {
     include!(concat!(env!("OUT_DIR"), "/flows.skel.rs"));
 }
 
+#[allow(
+    clippy::all,
+    clippy::pedantic,
+    non_camel_case_types,
+    dead_code,
+    unused_imports
+)]
+pub mod procs {
+    include!(concat!(env!("OUT_DIR"), "/procs.skel.rs"));
+}
+
 /// Slot `idx` of a per-CPU array of u64 counters, one value per CPU (empty if unreadable).
 pub fn percpu_u64(map: &impl libbpf_rs::MapCore, idx: u32) -> Vec<u64> {
     map.lookup_percpu(&idx.to_ne_bytes(), libbpf_rs::MapFlags::ANY)

@@ -117,8 +117,37 @@ struct files_struct {
 	struct fdtable *fdt;
 } __attribute__((preserve_access_index));
 
+typedef struct {
+	int counter;
+} atomic_t;
+
+/* Threads of a thread group still alive: 0 once the last one is exiting. */
+struct signal_struct {
+	atomic_t live;
+} __attribute__((preserve_access_index));
+
+/* The argument strings of a process (user memory, NUL-separated). */
+struct mm_struct {
+	unsigned long arg_start;
+	unsigned long arg_end;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	struct files_struct *files;
+	int tgid;
+	int exit_code;
+	struct task_struct *real_parent;
+	struct mm_struct *mm;
+	struct signal_struct *signal;
+	char comm[16];
+} __attribute__((preserve_access_index));
+
+/* sched:sched_process_exec's record; the filename is a __data_loc string (offset | len << 16). */
+struct trace_event_raw_sched_process_exec {
+	__u64 ent;
+	__u32 __data_loc_filename;
+	int pid;
+	int old_pid;
 } __attribute__((preserve_access_index));
 
 /*

@@ -5,8 +5,8 @@
 //! "EBTOPREC" major:u16 minor:u16 header_len:u32 header:JSON
 //! then frames: "EBFR" compressed_len:u32 raw_len:u32 crc32:u32 zstd(records)
 //! record: kind:u8 len:u32 bytes   (kind 1 raw kernel record, 2 process JSON,
-//!                                   3 interval JSON, 4 end JSON, 5 flow table JSON;
-//!                                   unknown kinds are skipped)
+//!                                   3 interval JSON, 4 end JSON, 5 flow table JSON,
+//!                                   6 raw process exec/exit record; unknown kinds are skipped)
 //! ```
 //! Frames are independent, so a truncated file replays up to its last whole frame and a corrupt
 //! frame is skipped and counted.
@@ -23,8 +23,8 @@ use crate::session::{Filters, KernelCounters, SessionMeta};
 pub const MAGIC: &[u8; 8] = b"EBTOPREC";
 pub const FRAME_MAGIC: &[u8; 4] = b"EBFR";
 pub const MAJOR: u16 = 1;
-/// 1: kind 5 (the flow table's report per interval).
-pub const MINOR: u16 = 1;
+/// 1: kind 5 (the flow table's report per interval). 2: kind 6 (process exec/exit records).
+pub const MINOR: u16 = 2;
 pub const FILE_HEADER_LEN: usize = 16;
 pub const FRAME_HEADER_LEN: usize = 16;
 /// Largest frame a reader accepts (a corrupt length must not allocate gigabytes).
@@ -37,6 +37,8 @@ pub const KIND_END: u8 = 4;
 /// The flow table's report of one interval: read from kernel maps, not from events, so it is
 /// recorded as the report itself.
 pub const KIND_FLOWS: u8 = 5;
+/// A process lifecycle record (exec, exit) as `procs.bpf.c` delivered it.
+pub const KIND_PROC_EVENT: u8 = 6;
 
 /// The options of the recording run.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

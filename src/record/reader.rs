@@ -32,6 +32,8 @@ pub enum Item<'a> {
     End(EndRecord),
     /// The flow table's report of the interval that follows.
     Flows(Box<crate::flows::FlowReport>),
+    /// A process exec/exit record as the kernel delivered it.
+    ProcEvent(&'a [u8]),
 }
 
 pub struct RecordingReader<R: Read> {
@@ -222,6 +224,7 @@ impl<R: Read> RecordingReader<R> {
                         Ok(v) => f(Item::Flows(Box::new(v)))?,
                         Err(_) => self.stats.bad_records += 1,
                     },
+                    KIND_PROC_EVENT => f(Item::ProcEvent(body))?,
                     _ => self.stats.unknown_records += 1,
                 }
             }

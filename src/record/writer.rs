@@ -141,6 +141,11 @@ impl Recorder {
         self.push(KIND_EVENT, raw);
     }
 
+    /// One raw process exec/exit record, as delivered.
+    pub fn proc_event(&mut self, raw: &[u8]) {
+        self.push(KIND_PROC_EVENT, raw);
+    }
+
     pub fn process(&mut self, info: &ProcInfo) {
         if let Ok(j) = serde_json::to_vec(info) {
             self.push(KIND_PROCESS, &j);

@@ -76,6 +76,19 @@ struct ProcLine<'a> {
 }
 
 #[derive(Serialize)]
+struct ExitLine<'a> {
+    #[serde(rename = "type")]
+    ty: &'static str,
+    ts: String,
+    pid: u32,
+    ppid: u32,
+    comm: &'a str,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    core_dumped: bool,
+}
+
+#[derive(Serialize)]
 struct LostLine {
     #[serde(rename = "type")]
     ty: &'static str,
@@ -151,6 +164,20 @@ impl<W: Write> Sink for JsonSink<W> {
         let unix_ns = self.clock.unix_ns(c.start_ns);
         super::call_line::write(&mut self.buf, &mut self.ts, c, unix_ns);
         self.out.write_all(&self.buf)
+    }
+
+    fn process_exit(&mut self, e: &crate::process_events::ProcessExit) -> io::Result<()> {
+        let ts = self.clock.rfc3339(e.mono_ns);
+        self.line(&ExitLine {
+            ty: "exit",
+            ts,
+            pid: e.info.pid,
+            ppid: e.ppid,
+            comm: &e.info.comm,
+            exit_code: e.status.code,
+            signal: e.status.signal,
+            core_dumped: e.status.core_dumped,
+        })
     }
 
     fn lost(&mut self, mono_ns: u64, events: u64, bytes: u64) -> io::Result<()> {

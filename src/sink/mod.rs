@@ -17,6 +17,10 @@ pub trait Sink {
     /// A process seen for the first time (before its first call).
     fn process(&mut self, info: &ProcInfo) -> io::Result<()>;
     fn call(&mut self, call: &Call) -> io::Result<()>;
+    /// A process described earlier (by `process`) exited.
+    fn process_exit(&mut self, _exit: &crate::process_events::ProcessExit) -> io::Result<()> {
+        Ok(())
+    }
     /// Events the kernel could not deliver since the last report (`mono_ns`: when noticed).
     fn lost(&mut self, mono_ns: u64, events: u64, bytes: u64) -> io::Result<()>;
     /// Aggregates of the interval that just ended.

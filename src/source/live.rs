@@ -18,6 +18,7 @@ use crate::bpf::sockdata::{SockdataSkel, SockdataSkelBuilder};
 use crate::pipeline::Pipeline;
 use crate::session::{Filters, KernelCounters, SessionMeta};
 use crate::sink::Sink;
+use crate::source::process_probe::ProcessProbe;
 
 /// Records consumed per loop pass before ticks, signals and the deadline are checked again.
 const CONSUME_BATCH: usize = 4096;
@@ -61,7 +62,7 @@ fn quiet_libbpf(verbose: bool) {
     }
 }
 
-fn read_counters(skel: &SockdataSkel) -> KernelCounters {
+fn read_counters(skel: &SockdataSkel, procs: Option<&ProcessProbe>) -> KernelCounters {
     let sum = |idx: u32| -> (u64, Vec<u64>) {
         let per_cpu = crate::bpf::percpu_u64(&skel.maps.counters, idx);
         (per_cpu.iter().sum(), per_cpu)
@@ -77,6 +78,32 @@ fn read_counters(skel: &SockdataSkel) -> KernelCounters {
         socket_syscalls: sum(counter::SOCK_SYSCALLS).0,
         truncated: sum(counter::TRUNCATED).0,
         lost_per_cpu,
+        proc_events: procs.map_or(0, |p| p.counters().0),
+        proc_lost: procs.map_or(0, |p| p.counters().1),
+    }
+}
+
+/// Feeds process records to the pipeline: the execs waiting in the ring (`execs`, before the
+/// socket records) or the exits held back (after them). An output error is kept for `check`.
+fn drain_procs<S: Sink>(
+    procs: &mut Option<ProcessProbe>,
+    pipeline: &RefCell<Pipeline<S>>,
+    failure: &RefCell<Option<io::Error>>,
+    execs: bool,
+) {
+    if failure.borrow().is_some() {
+        return;
+    }
+    if let Some(p) = procs.as_mut() {
+        let feed = |r: &[u8]| pipeline.borrow_mut().on_proc_record(r);
+        let result = if execs {
+            p.drain_execs(feed)
+        } else {
+            p.drain_exits(feed)
+        };
+        if let Err(e) = result {
+            *failure.borrow_mut() = Some(e);
+        }
     }
 }
 
@@ -189,6 +216,15 @@ pub fn run<S: Sink, R>(
         }
     };
 
+    // Process exec/exit records: optional too; without them processes are read from /proc.
+    let mut procs = match ProcessProbe::start(&cfg.filters) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            eprintln!("ebtop: warning: process exec/exit tracing unavailable: {e:#}");
+            None
+        }
+    };
+
     // Kernel BPF run-time statistics for the session: ebtop shows its own cost.
     let mut overhead = Overhead::new(BpfStats::enable());
     let mut pipeline = pipeline;
@@ -236,6 +272,8 @@ pub fn run<S: Sink, R>(
         let waited = unsafe {
             libc::epoll_wait(ring.epoll_fd(), &mut ev, 1, wait.as_millis().max(1) as i32)
         };
+        // Process execs first: an exec is then handled before the new program's calls.
+        drain_procs(&mut procs, &pipeline, &failure, true);
         let rc = if waited < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
             -io::Error::last_os_error()
                 .raw_os_error()
@@ -243,6 +281,7 @@ pub fn run<S: Sink, R>(
         } else {
             ring.consume_raw_n(CONSUME_BATCH)
         };
+        drain_procs(&mut procs, &pipeline, &failure, false);
         if let Some(r) = check(&failure)? {
             break r;
         }
@@ -270,13 +309,16 @@ pub fn run<S: Sink, R>(
         }
         if now >= next_tick {
             next_tick += interval;
-            let k = read_counters(&skel);
+            let k = read_counters(&skel, procs.as_ref());
             let mono = crate::clock::monotonic_ns();
             let programs: Vec<libbpf_rs::Program> = skel.object().progs().collect();
             let mut fds: Vec<(String, std::os::fd::BorrowedFd)> = programs
                 .iter()
                 .map(|p| (p.name().to_string_lossy().into_owned(), p.as_fd()))
                 .collect();
+            if let Some(p) = procs.as_ref() {
+                fds.extend(p.programs());
+            }
             if let Some(f) = flows.as_mut() {
                 fds.extend(f.programs());
                 let report = f.poll(mono);
@@ -300,12 +342,14 @@ pub fn run<S: Sink, R>(
     // Deliver what is already in the ring; the session ends here, later records are not read.
     let mut reason = reason;
     if reason != StopReason::OutputClosed {
+        drain_procs(&mut procs, &pipeline, &failure, true);
         ring.consume_raw();
+        drain_procs(&mut procs, &pipeline, &failure, false);
         if let Some(r) = check(&failure)? {
             reason = r;
         }
     }
-    let counters = read_counters(&skel);
+    let counters = read_counters(&skel, procs.as_ref());
     drop(ring);
     // Flows that ended since the last interval are reported with the last, partial one.
     let mut flow_links = Vec::new();
@@ -318,6 +362,9 @@ pub fn run<S: Sink, R>(
     }
     let result = on_stop(pipeline.into_inner(), &counters, reason);
     links.extend(flow_links);
+    if let Some(p) = procs.as_mut() {
+        links.extend(p.links());
+    }
     detach_all(links);
     result
 }

@@ -66,6 +66,7 @@ pub fn run<S: Sink, R: Read>(
                 kernel = iv.kernel;
             }
             Item::Flows(report) => pipeline.set_flows(*report),
+            Item::ProcEvent(raw) => pipeline.on_proc_record(raw)?,
             Item::End(e) => end = Some(e),
         }
         Ok(())

@@ -1,0 +1,155 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Process lifecycle: exec (with the program's path and arguments, read in the kernel while the
+ * process exists) and exit (of the last thread, with its wait status). Rare events, so one
+ * record each; they keep the process table right for short-lived processes that /proc no
+ * longer knows by the time user space looks, and they are recorded (-w) so a replay knows
+ * them too.
+ */
+#include "vmlinux_min.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include "ebtop.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* The same process filters as sockdata.bpf.c (--pid, --comm). */
+const volatile __u32 filter_tgid = 0;
+const volatile bool filter_comm_on = false;
+const volatile char filter_comm[EBTOP_TASK_COMM_LEN] = {};
+/* Wake the consumer only once this much waits (it also polls on a short timeout). */
+const volatile __u64 wakeup_bytes = 64 * 1024;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1024 * 1024);
+} proc_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, EBTOP_PCNT__MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} proc_counters SEC(".maps");
+
+struct proc_scratch {
+	struct ebtop_proc_event ev;
+	/* The filename at 0 (offset of the arguments bounded by 2 * MAX_FILENAME for the verifier). */
+	char data[2 * EBTOP_PROC_MAX_FILENAME + EBTOP_PROC_MAX_ARGS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct proc_scratch);
+} proc_scratch_buf SEC(".maps");
+
+static __always_inline void count(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&proc_counters, &idx);
+	if (v)
+		*v += 1; /* per-CPU slot: no other writer */
+}
+
+static __always_inline bool selected(__u32 tgid, const char *comm)
+{
+	if (filter_tgid && tgid != filter_tgid)
+		return false;
+	if (filter_comm_on) {
+		for (int i = 0; i < EBTOP_TASK_COMM_LEN; i++) {
+			if (comm[i] != filter_comm[i])
+				return false;
+			if (comm[i] == 0)
+				break;
+		}
+	}
+	return true;
+}
+
+/* The scratch record with the common fields filled, or NULL if the process is filtered out. */
+static __always_inline struct proc_scratch *start_record(__u32 kind, struct task_struct *task)
+{
+	__u32 zero = 0;
+	struct proc_scratch *s = bpf_map_lookup_elem(&proc_scratch_buf, &zero);
+	if (!s)
+		return NULL;
+	struct ebtop_proc_event *ev = &s->ev;
+	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (!selected(tgid, ev->comm))
+		return NULL;
+	ev->ts_ns = bpf_ktime_get_ns();
+	ev->kind = kind;
+	ev->pid = tgid;
+	ev->ppid = BPF_CORE_READ(task, real_parent, tgid);
+	ev->exit_code = 0;
+	ev->filename_len = 0;
+	ev->args_len = 0;
+	ev->args_total = 0;
+	ev->cap_len = 0;
+	return s;
+}
+
+static __always_inline void emit(struct proc_scratch *s, __u32 cap)
+{
+	if (cap > sizeof(s->data))
+		return;
+	__u64 size = sizeof(s->ev) + cap;
+	__u64 flags = bpf_ringbuf_query(&proc_events, BPF_RB_AVAIL_DATA) >= wakeup_bytes
+			      ? BPF_RB_FORCE_WAKEUP
+			      : BPF_RB_NO_WAKEUP;
+	if (bpf_ringbuf_output(&proc_events, s, size, flags))
+		count(EBTOP_PCNT_LOST);
+	else
+		count(EBTOP_PCNT_EVENTS);
+}
+
+SEC("tracepoint/sched/sched_process_exec")
+int on_exec(struct trace_event_raw_sched_process_exec *ctx)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct proc_scratch *s = start_record(EBTOP_PROC_EXEC, task);
+	if (!s)
+		return 0;
+	struct ebtop_proc_event *ev = &s->ev;
+
+	__u32 loc = ctx->__data_loc_filename;
+	long n = bpf_probe_read_kernel_str(s->data, EBTOP_PROC_MAX_FILENAME,
+					   (void *)ctx + (loc & 0xffff));
+	__u32 name_len = n > 0 ? (__u32)n - 1 : 0; /* without its NUL */
+	if (n <= 0)
+		s->data[0] = 0;
+	ev->filename_len = name_len;
+
+	/* The new program's argv: still in place at the top of its stack. */
+	struct mm_struct *mm = BPF_CORE_READ(task, mm);
+	__u64 start = BPF_CORE_READ(mm, arg_start);
+	__u64 end = BPF_CORE_READ(mm, arg_end);
+	__u64 total = end > start ? end - start : 0;
+	__u32 len = total < EBTOP_PROC_MAX_ARGS - 1 ? (__u32)total : EBTOP_PROC_MAX_ARGS - 1;
+	__u32 off = (name_len + 1) & (2 * EBTOP_PROC_MAX_FILENAME - 1);
+	len &= EBTOP_PROC_MAX_ARGS - 1;
+	if (len && bpf_probe_read_user(s->data + off, len, (void *)start))
+		len = 0;
+	ev->args_len = len;
+	ev->args_total = total > 0xffffffff ? 0xffffffff : (__u32)total;
+	ev->cap_len = off + len;
+	emit(s, off + len);
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_process_exit")
+int on_exit(void *ctx)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	/* Every thread passes here; the process ends with the last one. */
+	if (BPF_CORE_READ(task, signal, live.counter) != 0)
+		return 0;
+	struct proc_scratch *s = start_record(EBTOP_PROC_EXIT, task);
+	if (!s)
+		return 0;
+	s->ev.exit_code = BPF_CORE_READ(task, exit_code);
+	emit(s, 0);
+	return 0;
+}

@@ -1,0 +1,140 @@
+//! Live process exec/exit records (`procs.bpf.c`, its own small ring buffer). Optional: without
+//! them the process table is read from /proc as calls appear, as before.
+
+use std::cell::RefCell;
+use std::mem::MaybeUninit;
+use std::rc::Rc;
+
+use anyhow::{anyhow, Context, Result};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{Link, RingBuffer, RingBufferBuilder};
+
+use crate::bpf::procs::{ProcsSkel, ProcsSkelBuilder};
+use crate::process_events::{ProcEvent, ProcEventKind};
+use crate::session::Filters;
+
+pub struct ProcessProbe {
+    /// Leaked: programs and maps live as long as the process (one probe per session).
+    skel: &'static ProcsSkel<'static>,
+    links: Vec<Link>,
+    ring: RingBuffer<'static>,
+    records: Rc<RefCell<Vec<Vec<u8>>>>,
+    /// Exit records held back until the socket records read with them are handled.
+    exits: Vec<Vec<u8>>,
+}
+
+impl ProcessProbe {
+    pub fn start(filters: &Filters) -> Result<ProcessProbe> {
+        let storage = Box::leak(Box::new(MaybeUninit::uninit()));
+        let mut open = ProcsSkelBuilder::default()
+            .open(storage)
+            .context("opening the process BPF object failed")?;
+        let ro = open
+            .maps
+            .rodata_data
+            .as_deref_mut()
+            .ok_or_else(|| anyhow!("process BPF object has no .rodata section"))?;
+        ro.filter_tgid = filters.pid.unwrap_or(0);
+        if let Some(comm) = &filters.comm {
+            ro.filter_comm_on = true;
+            for (dst, src) in ro
+                .filter_comm
+                .iter_mut()
+                .zip(crate::session::comm_prefix(comm))
+            {
+                *dst = *src as i8;
+            }
+        }
+        let skel: &'static mut ProcsSkel<'static> =
+            Box::leak(Box::new(open.load().map_err(|e| {
+                anyhow!("loading the process BPF programs failed: {e}")
+            })?));
+        let mut links = Vec::new();
+        for prog in skel.object_mut().progs_mut() {
+            let name = prog.name().to_string_lossy().into_owned();
+            links.push(
+                prog.attach()
+                    .map_err(|e| anyhow!("attaching process probe {name} failed: {e}"))?,
+            );
+        }
+        let skel: &'static ProcsSkel<'static> = skel;
+        let records: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
+        let sink = records.clone();
+        let mut builder = RingBufferBuilder::new();
+        builder
+            .add(&skel.maps.proc_events, move |data: &[u8]| {
+                sink.borrow_mut().push(data.to_vec());
+                0
+            })
+            .context("setting up the process ring failed")?;
+        let ring = builder
+            .build()
+            .context("setting up the process ring failed")?;
+        Ok(ProcessProbe {
+            skel,
+            links,
+            ring,
+            records,
+            exits: Vec::new(),
+        })
+    }
+
+    /// Hands the exec records waiting in the ring to `f`, in order, and holds the exit records
+    /// back for [`ProcessProbe::drain_exits`]: read before the socket records of the same
+    /// pass, an exec precedes the new program's calls, and an exit follows the last calls of
+    /// the process (which may be in those socket records).
+    pub fn drain_execs(
+        &mut self,
+        mut f: impl FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let _ = self.ring.consume_raw();
+        let records = std::mem::take(&mut *self.records.borrow_mut());
+        for r in records {
+            match ProcEvent::decode(&r) {
+                Ok(ev) if ev.kind == ProcEventKind::Exit => self.exits.push(r),
+                _ => f(&r)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands the held-back exit records to `f`.
+    pub fn drain_exits(
+        &mut self,
+        mut f: impl FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        std::mem::take(&mut self.exits)
+            .iter()
+            .try_for_each(|r| f(r))
+    }
+
+    /// Records written and records the ring had no room for, since the start.
+    pub fn counters(&self) -> (u64, u64) {
+        let sum = |i: u32| {
+            crate::bpf::percpu_u64(&self.skel.maps.proc_counters, i)
+                .iter()
+                .sum()
+        };
+        (sum(0), sum(1))
+    }
+
+    pub fn programs(&self) -> Vec<(String, std::os::fd::BorrowedFd<'static>)> {
+        use std::os::fd::AsFd;
+        self.skel
+            .object()
+            .progs()
+            .map(|p| {
+                let fd = p.as_fd();
+                // SAFETY: the skeleton is leaked ('static), so its program fds live as long.
+                let fd = unsafe {
+                    std::os::fd::BorrowedFd::borrow_raw(std::os::fd::AsRawFd::as_raw_fd(&fd))
+                };
+                (format!("procs:{}", p.name().to_string_lossy()), fd)
+            })
+            .collect()
+    }
+
+    pub fn links(&mut self) -> Vec<Link> {
+        std::mem::take(&mut self.links)
+    }
+}
