@@ -566,3 +566,86 @@ fn proto_selects_connections_live_in_replay_and_in_copies() {
         serde_json::json!(["http"])
     );
 }
+
+/// A recording of format minor 2, with process exec/exit records of short-lived clients.
+const PROCS_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/recordings/procs_mix.ebt"
+);
+const PROCS_FIXTURE_LINES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/recordings/procs_mix.lines.jsonl"
+);
+
+#[test]
+fn replay_of_process_records_describes_and_ends_processes_as_live() {
+    let of_kinds = |out: &Output| -> Vec<String> {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| {
+                ["proc", "exit", "call"]
+                    .iter()
+                    .any(|k| l.contains(&format!("\"type\":\"{k}\"")))
+            })
+            .map(str::to_owned)
+            .collect()
+    };
+    let out = ebtop(&["-r", PROCS_FIXTURE, "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want: Vec<String> = std::fs::read_to_string(PROCS_FIXTURE_LINES)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(of_kinds(&out), want);
+    let lines: Vec<Value> = want
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let exits: Vec<(&str, Option<i64>, Option<i64>)> = lines
+        .iter()
+        .filter(|v| v["type"] == "exit")
+        .map(|v| {
+            (
+                v["comm"].as_str().unwrap(),
+                v["exit_code"].as_i64(),
+                v["signal"].as_i64(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        exits,
+        [
+            ("curl", Some(0), None),
+            ("curl", Some(22), None),
+            ("python3", None, Some(15))
+        ]
+    );
+    // The curls were gone before anything could read /proc: their description is the
+    // exec record's.
+    for v in lines
+        .iter()
+        .filter(|v| v["type"] == "proc" && v["comm"] == "curl")
+    {
+        assert!(v["exe"].as_str().unwrap().ends_with("/curl"), "{v}");
+        assert_eq!(v["cmdline"][0], "curl");
+    }
+    let summary = json_lines(&out).pop().unwrap();
+    assert!(summary["process_exits"].as_u64().unwrap() >= 3);
+    assert_eq!(summary["decode_errors"], 0);
+
+    // Filters apply to process records as to calls.
+    let curl_only = ebtop(&["-r", PROCS_FIXTURE, "--json", "--comm", "curl"]);
+    let got = of_kinds(&curl_only);
+    let want_curl: Vec<&String> = want
+        .iter()
+        .filter(|l| l.contains("\"comm\":\"curl\""))
+        .collect();
+    assert_eq!(got.iter().collect::<Vec<_>>(), want_curl);
+    let s = json_lines(&curl_only).pop().unwrap();
+    assert_eq!(s["process_exits"], 2, "{s}");
+}
