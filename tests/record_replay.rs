@@ -429,38 +429,59 @@ fn live_recording_replays_to_the_same_calls() {
 #[test]
 fn proto_selects_connections_live_in_replay_and_in_copies() {
     require_root();
-    let server = TestServer::start();
-    let echo = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let echo_port = echo.local_addr().unwrap().port();
+    // One port, two protocols: HTTP answered, anything else echoed. The port filter keeps
+    // out the traffic of tests running beside this one in the same process.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
-        for c in echo.incoming() {
+        for c in listener.incoming() {
             let Ok(mut c) = c else { return };
             std::thread::spawn(move || {
                 let mut buf = [0u8; 4096];
-                while let Ok(n @ 1..) = std::io::Read::read(&mut c, &mut buf) {
-                    if c.write_all(&buf[..n]).is_err() {
-                        return;
+                let mut pending = 0usize; // bytes of HTTP requests not yet answered
+                while let Ok(n @ 1..) = std::io::Read::read(&mut c, &mut buf[pending..]) {
+                    if !buf.starts_with(b"GET ") {
+                        if c.write_all(&buf[..n]).is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    pending += n;
+                    while let Some(end) = buf[..pending].windows(4).position(|w| w == b"\r\n\r\n") {
+                        let body = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                        if c.write_all(body).is_err() {
+                            return;
+                        }
+                        buf.copy_within(end + 4..pending, 0);
+                        pending -= end + 4;
                     }
                 }
             });
         }
     });
-    let pid = std::process::id().to_string();
+    let port_s = port.to_string();
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("mixed.ebt");
     let rec_s = rec.to_str().unwrap();
-    let everything = Ebtop::start(&["--json", "--pid", &pid, "--capture-all", "-w", rec_s]);
-    let http_only = Ebtop::start(&["--json", "--pid", &pid, "--capture-all", "--proto", "http"]);
+    let everything = Ebtop::start(&["--json", "--port", &port_s, "--capture-all", "-w", rec_s]);
+    let http_only = Ebtop::start(&[
+        "--json",
+        "--port",
+        &port_s,
+        "--capture-all",
+        "--proto",
+        "http",
+    ]);
 
-    let s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let mut w = s.try_clone().unwrap();
     let mut r = BufReader::new(s);
     for _ in 0..4 {
         w.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
-        read_response(&mut r);
+        assert_eq!(read_response(&mut r), (200, 2));
     }
     drop((w, r));
-    let mut e = TcpStream::connect(("127.0.0.1", echo_port)).unwrap();
+    let mut e = TcpStream::connect(("127.0.0.1", port)).unwrap();
     for i in 0..3u8 {
         let msg = [0x16, 0x03, 0x01, i, 0xff, 0x00, 0x42];
         e.write_all(&msg).unwrap();
