@@ -10,6 +10,7 @@ fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
     println!("cargo:rerun-if-changed=src/bpf/ebtop.h");
     println!("cargo:rerun-if-changed=src/bpf/vmlinux_min.h");
+    println!("cargo:rerun-if-changed=src/bpf/filters.h");
     for name in PROGRAMS {
         let src = format!("src/bpf/{name}.bpf.c");
         println!("cargo:rerun-if-changed={src}");

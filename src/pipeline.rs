@@ -95,13 +95,7 @@ impl<S: Sink> Pipeline<S> {
 
     fn passes(&self, ev: &Event) -> bool {
         let f = &self.filters;
-        f.pid.is_none_or(|p| p == ev.pid)
-            && f.port.is_none_or(|p| p == ev.lport || p == ev.rport)
-            && f.comm.as_deref().is_none_or(|c| {
-                let want = crate::session::comm_prefix(c);
-                let have = ev.comm.iter().position(|&b| b == 0).unwrap_or(16);
-                &ev.comm[..have] == want
-            })
+        f.port.is_none_or(|p| p == ev.lport || p == ev.rport) && f.selects_process(ev.pid, &ev.comm)
     }
 
     /// One process exec/exit record as the kernel delivered it (live: read before the socket
@@ -115,13 +109,7 @@ impl<S: Sink> Pipeline<S> {
                 return Ok(());
             }
         };
-        let f = &self.filters;
-        let selected = f.pid.is_none_or(|p| p == ev.pid)
-            && f.comm.as_deref().is_none_or(|c| {
-                let have = ev.comm.iter().position(|&b| b == 0).unwrap_or(16);
-                &ev.comm[..have] == crate::session::comm_prefix(c)
-            });
-        if !selected {
+        if !self.filters.selects_process(ev.pid, &ev.comm) {
             self.summary.filtered_events += 1;
             return Ok(());
         }

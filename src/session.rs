@@ -39,6 +39,15 @@ impl Filters {
                 .is_none_or(|c| comm.is_some_and(|have| have.as_bytes() == comm_prefix(c)))
     }
 
+    /// Whether a process (pid, kernel task name NUL-padded) passes `--pid` and `--comm`.
+    pub fn selects_process(&self, pid: u32, comm: &[u8; 16]) -> bool {
+        self.pid.is_none_or(|p| p == pid)
+            && self.comm.as_deref().is_none_or(|c| {
+                let have = comm.iter().position(|&b| b == 0).unwrap_or(16);
+                &comm[..have] == comm_prefix(c)
+            })
+    }
+
     /// Whether the filters that apply to flows (all but `proto`) are all unset.
     pub fn is_empty(&self) -> bool {
         self.pid.is_none() && self.comm.is_none() && self.port.is_none()

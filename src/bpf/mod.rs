@@ -1,36 +1,52 @@
 //! BPF skeletons built by build.rs from the `.bpf.c` files next to this one.
 
-#[allow(
-    clippy::all,
-    clippy::pedantic,
-    non_camel_case_types,
-    dead_code,
-    unused_imports
-)]
-pub mod sockdata {
-    include!(concat!(env!("OUT_DIR"), "/sockdata.skel.rs"));
+/// `pub mod $name` with the skeleton build.rs generated from `$name.bpf.c`.
+macro_rules! skeleton {
+    ($name:ident) => {
+        #[allow(
+            clippy::all,
+            clippy::pedantic,
+            non_camel_case_types,
+            dead_code,
+            unused_imports
+        )]
+        pub mod $name {
+            include!(concat!(env!("OUT_DIR"), "/", stringify!($name), ".skel.rs"));
+        }
+    };
 }
 
-#[allow(
-    clippy::all,
-    clippy::pedantic,
-    non_camel_case_types,
-    dead_code,
-    unused_imports
-)]
-pub mod flows {
-    include!(concat!(env!("OUT_DIR"), "/flows.skel.rs"));
+skeleton!(sockdata);
+skeleton!(flows);
+skeleton!(procs);
+
+/// The programs of a leaked (`'static`) skeleton's object as (`prefix:name`, fd), for ebtop's
+/// overhead accounting.
+pub fn program_fds(
+    object: &'static libbpf_rs::Object,
+    prefix: &str,
+) -> Vec<(String, std::os::fd::BorrowedFd<'static>)> {
+    use std::os::fd::AsFd;
+    object
+        .progs()
+        .map(|p| {
+            let fd = p.as_fd();
+            // SAFETY: the object is 'static (its skeleton is leaked), so its program fds live
+            // as long as the process.
+            let fd = unsafe {
+                std::os::fd::BorrowedFd::borrow_raw(std::os::fd::AsRawFd::as_raw_fd(&fd))
+            };
+            (format!("{prefix}:{}", p.name().to_string_lossy()), fd)
+        })
+        .collect()
 }
 
-#[allow(
-    clippy::all,
-    clippy::pedantic,
-    non_camel_case_types,
-    dead_code,
-    unused_imports
-)]
-pub mod procs {
-    include!(concat!(env!("OUT_DIR"), "/procs.skel.rs"));
+/// Writes `comm` (cut at the kernel's 15 bytes) into a NUL-padded rodata task-name filter.
+pub fn set_comm_filter(dst: &mut [i8; 16], comm: &str) {
+    dst.fill(0);
+    for (d, s) in dst.iter_mut().zip(crate::session::comm_prefix(comm)) {
+        *d = *s as i8;
+    }
 }
 
 /// Slot `idx` of a per-CPU array of u64 counters, one value per CPU (empty if unreadable).

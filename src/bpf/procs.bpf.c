@@ -10,6 +10,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 #include "ebtop.h"
+#include "filters.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -56,15 +57,7 @@ static __always_inline bool selected(__u32 tgid, const char *comm)
 {
 	if (filter_tgid && tgid != filter_tgid)
 		return false;
-	if (filter_comm_on) {
-		for (int i = 0; i < EBTOP_TASK_COMM_LEN; i++) {
-			if (comm[i] != filter_comm[i])
-				return false;
-			if (comm[i] == 0)
-				break;
-		}
-	}
-	return true;
+	return !filter_comm_on || comm_equals(comm, filter_comm);
 }
 
 /* The scratch record with the common fields filled, or NULL if the process is filtered out. */

@@ -13,6 +13,7 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_endian.h>
 #include "ebtop.h"
+#include "filters.h"
 
 #define AF_INET 2
 #define AF_INET6 10
@@ -134,12 +135,8 @@ static __always_inline bool task_selected(__u32 tgid)
 	if (filter_comm_on) {
 		char comm[EBTOP_TASK_COMM_LEN];
 		bpf_get_current_comm(comm, sizeof(comm));
-		for (int i = 0; i < EBTOP_TASK_COMM_LEN; i++) {
-			if (comm[i] != filter_comm[i])
-				return false;
-			if (comm[i] == 0)
-				break;
-		}
+		if (!comm_equals(comm, filter_comm))
+			return false;
 	}
 	return true;
 }

@@ -364,19 +364,7 @@ impl FlowCollector {
 
     /// The loaded programs (name, fd), for ebtop's overhead accounting.
     pub fn programs(&self) -> Vec<(String, std::os::fd::BorrowedFd<'static>)> {
-        use std::os::fd::AsFd;
-        self.skel
-            .object()
-            .progs()
-            .map(|p| {
-                let fd = p.as_fd();
-                // SAFETY: the skeleton is leaked ('static), so its program fds live as long.
-                let fd = unsafe {
-                    std::os::fd::BorrowedFd::borrow_raw(std::os::fd::AsRawFd::as_raw_fd(&fd))
-                };
-                (format!("flows:{}", p.name().to_string_lossy()), fd)
-            })
-            .collect()
+        crate::bpf::program_fds(self.skel.object(), "flows")
     }
 
     fn recursion_misses(&self) -> u64 {

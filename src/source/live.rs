@@ -155,9 +155,7 @@ pub fn run<S: Sink, R>(
     }
     if let Some(comm) = &cfg.filters.comm {
         ro.filter_comm_on = true;
-        for (dst, src) in ro.filter_comm.iter_mut().zip(comm.bytes().take(15)) {
-            *dst = src as i8;
-        }
+        crate::bpf::set_comm_filter(&mut ro.filter_comm, comm);
     }
     ro.snaplen = cfg.snaplen;
     ro.capture_all = cfg.capture_all;

@@ -37,13 +37,7 @@ impl ProcessProbe {
         ro.filter_tgid = filters.pid.unwrap_or(0);
         if let Some(comm) = &filters.comm {
             ro.filter_comm_on = true;
-            for (dst, src) in ro
-                .filter_comm
-                .iter_mut()
-                .zip(crate::session::comm_prefix(comm))
-            {
-                *dst = *src as i8;
-            }
+            crate::bpf::set_comm_filter(&mut ro.filter_comm, comm);
         }
         let skel: &'static mut ProcsSkel<'static> =
             Box::leak(Box::new(open.load().map_err(|e| {
@@ -118,20 +112,9 @@ impl ProcessProbe {
         (sum(0), sum(1))
     }
 
+    /// The loaded programs (name, fd), for ebtop's overhead accounting.
     pub fn programs(&self) -> Vec<(String, std::os::fd::BorrowedFd<'static>)> {
-        use std::os::fd::AsFd;
-        self.skel
-            .object()
-            .progs()
-            .map(|p| {
-                let fd = p.as_fd();
-                // SAFETY: the skeleton is leaked ('static), so its program fds live as long.
-                let fd = unsafe {
-                    std::os::fd::BorrowedFd::borrow_raw(std::os::fd::AsRawFd::as_raw_fd(&fd))
-                };
-                (format!("procs:{}", p.name().to_string_lossy()), fd)
-            })
-            .collect()
+        crate::bpf::program_fds(self.skel.object(), "procs")
     }
 
     pub fn links(&mut self) -> Vec<Link> {
