@@ -98,6 +98,11 @@ impl<S: Sink> Pipeline<S> {
         f.port.is_none_or(|p| p == ev.lport || p == ev.rport) && f.selects_process(ev.pid, &ev.comm)
     }
 
+    /// Process exits will come as exit records (live: the process probe is loaded).
+    pub fn use_exit_records(&mut self) {
+        self.proc_stats.use_exit_records();
+    }
+
     /// One process exec/exit record as the kernel delivered it (live: read before the socket
     /// records of the same pass, so an exec usually precedes the new program's calls).
     pub fn on_proc_record(&mut self, raw: &[u8]) -> io::Result<()> {
@@ -124,6 +129,7 @@ impl<S: Sink> Pipeline<S> {
             }
             ProcEventKind::Exit => {
                 self.summary.process_exits += 1;
+                self.proc_stats.exited(ev.pid);
                 match self.procs.exit(ev.pid) {
                     Some(info) => self.sink.process_exit(&ProcessExit {
                         mono_ns: ev.ts_ns,

@@ -16,7 +16,7 @@ fn short_lived_clients_are_described_from_exec_and_their_exits_reported() {
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("procs.ebt");
     let rec_s = rec.to_str().unwrap();
-    let ebtop = Ebtop::start(&["--json", "--port", &port, "-w", rec_s]);
+    let ebtop = Ebtop::start(&["--json", "--port", &port, "-d", "300ms", "-w", rec_s]);
     let base = format!("http://127.0.0.1:{port}");
 
     // Exits 0 right after its call: gone before anyone could read its /proc entry.
@@ -42,6 +42,8 @@ fn short_lived_clients_are_described_from_exec_and_their_exits_reported() {
     std::thread::sleep(Duration::from_millis(700));
     killed.kill().unwrap();
     killed.wait().unwrap();
+    // Two more intervals: the one that reports the exits, and a quiet one.
+    std::thread::sleep(Duration::from_millis(700));
 
     let lines = ebtop.stop();
     let of_pid = |ty: &str, pid: u32| -> Vec<(usize, &Value)> {
@@ -111,6 +113,28 @@ fn short_lived_clients_are_described_from_exec_and_their_exits_reported() {
             .collect()
     };
     assert_eq!(proc_lines(&replayed), proc_lines(&lines));
+    // The per-process lines mark each client exited once, at the same interval in the replay.
+    let exited = |lines: &[Value]| -> Vec<(String, u64)> {
+        lines
+            .iter()
+            .filter(|v| v["type"] == "process" && v["exited"] == true)
+            .map(|v| {
+                (
+                    v["ts"].as_str().unwrap().to_owned(),
+                    v["pid"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let live_exited = exited(&lines);
+    for pid in [ok_pid, failing_pid, killed_pid] {
+        assert_eq!(
+            live_exited.iter().filter(|(_, p)| *p == pid as u64).count(),
+            1,
+            "{pid} in {live_exited:?}"
+        );
+    }
+    assert_eq!(exited(&replayed), live_exited);
     let rs = replayed.last().unwrap();
     assert_eq!(rs["process_execs"], summary["process_execs"]);
     assert_eq!(rs["process_exits"], summary["process_exits"]);

@@ -4,8 +4,8 @@
 //! CPU % is measured between two /proc readings over the real time between them (100% = one
 //! core busy). A process's first reading is taken when it is first seen, so its first interval
 //! covers "first seen → end of interval". Counter rates use the interval length the caller
-//! passes. A process whose /proc entry is gone is reported once more with `exited: true` and
-//! its last CPU and memory numbers, then dropped.
+//! passes. A process that exited (its kernel exit record, or else its /proc entry gone) is
+//! reported once more with `exited: true` and its last CPU and memory numbers, then dropped.
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
@@ -39,8 +39,10 @@ struct Entry {
     last_sample: Option<ProcSample>,
     cpu_pct: Option<f64>,
     rss_bytes: Option<u64>,
-    /// Its /proc entry went away; reported once more, then dropped.
+    /// It exited (exit record, or its /proc entry went away); reported once more, then dropped.
     exited: bool,
+    /// Reported with `exited: true`: dropped at the next interval's end.
+    exit_reported: bool,
     /// Interval number of the last activity, to evict the stalest when full.
     last_active: u64,
 }
@@ -88,6 +90,9 @@ pub struct ProcessStats {
     max_processes: usize,
     /// Live: read /proc. Replay: the processes are on another host (or gone), so don't.
     read_proc: bool,
+    /// Exits come from the kernel's exit records (live with the process probe, and its
+    /// replay), not from /proc entries going away: so a replay marks the same intervals.
+    exit_records: bool,
     evictions: u64,
     interval_no: u64,
 }
@@ -98,6 +103,7 @@ impl ProcessStats {
             procs: HashMap::default(),
             max_processes: max_processes.max(1),
             read_proc,
+            exit_records: false,
             evictions: 0,
             interval_no: 0,
         }
@@ -105,6 +111,19 @@ impl ProcessStats {
 
     pub fn len(&self) -> usize {
         self.procs.len()
+    }
+
+    /// Exits are told by [`ProcessStats::exited`] from now on, not by /proc.
+    pub fn use_exit_records(&mut self) {
+        self.exit_records = true;
+    }
+
+    /// The process exited (its exit record): reported as exited at the end of this interval,
+    /// then dropped.
+    pub fn exited(&mut self, pid: u32) {
+        if let Some(e) = self.procs.get_mut(&pid) {
+            e.exited = true;
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -176,6 +195,7 @@ impl ProcessStats {
                     cpu_pct: None,
                     rss_bytes: sample.map(|s| s.rss_bytes),
                     exited: false,
+                    exit_reported: false,
                     last_active: self.interval_no,
                 },
             );
@@ -206,7 +226,7 @@ impl ProcessStats {
     pub fn end_interval(&mut self, interval_ns: u64) -> Vec<ProcessSnapshot> {
         self.interval_no += 1;
         // Reported as exited last time: gone now.
-        self.procs.retain(|_, e| !e.exited);
+        self.procs.retain(|_, e| !e.exit_reported);
         let mut out = Vec::with_capacity(self.procs.len());
         for (&pid, e) in &mut self.procs {
             if self.read_proc {
@@ -220,7 +240,7 @@ impl ProcessStats {
                         e.rss_bytes = Some(now.rss_bytes);
                         e.last_sample = Some(now);
                     }
-                    Err(_) => e.exited = true,
+                    Err(_) => e.exited |= !self.exit_records,
                 }
             }
             let a = e.interval;
@@ -257,6 +277,7 @@ impl ProcessStats {
             });
             e.interval = Activity::default();
             e.conns.clear();
+            e.exit_reported = e.exited;
         }
         out.sort_by_key(|s| s.pid);
         out

@@ -226,6 +226,9 @@ pub fn run<S: Sink, R>(
     // Kernel BPF run-time statistics for the session: ebtop shows its own cost.
     let mut overhead = Overhead::new(BpfStats::enable());
     let mut pipeline = pipeline;
+    if procs.is_some() {
+        pipeline.use_exit_records();
+    }
     pipeline.start(meta).context("writing output failed")?;
     let started = Instant::now();
     let deadline = duration.map(|d| started + d);
