@@ -11,6 +11,7 @@ fn main() {
     println!("cargo:rerun-if-changed=src/bpf/ebtop.h");
     println!("cargo:rerun-if-changed=src/bpf/vmlinux_min.h");
     println!("cargo:rerun-if-changed=src/bpf/filters.h");
+    println!("cargo:rerun-if-changed=src/bpf/fdwalk.h");
     for name in PROGRAMS {
         let src = format!("src/bpf/{name}.bpf.c");
         println!("cargo:rerun-if-changed={src}");

@@ -8,6 +8,7 @@
 //! the kernel snapshot, reads the tables and returns a [`FlowReport`] with the flows that were
 //! active in the interval and the flows that ended.
 
+pub mod listening;
 pub mod owners;
 pub mod raw;
 

@@ -24,6 +24,22 @@ impl Owners {
         self.listening.clear();
         self.last_scan = Some(Instant::now());
         self.missed = false;
+        match super::listening::listening_tcp_ports() {
+            Ok(ports) => self.listening = ports,
+            Err(_) => self.scan_listening_procfs(),
+        }
+        for pid in crate::procinfo::pids() {
+            let mut comm: Option<String> = None;
+            for ino in crate::procinfo::socket_inodes(pid) {
+                let c = comm.get_or_insert_with(|| crate::procinfo::read_comm(pid));
+                self.by_inode.entry(ino).or_insert((pid, c.clone()));
+            }
+        }
+    }
+
+    /// Listening ports from /proc/net/tcp{,6}: where sock_diag netlink is not available
+    /// (slow with many sockets: the kernel formats every one).
+    fn scan_listening_procfs(&mut self) {
         for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
             let Ok(text) = std::fs::read_to_string(file) else {
                 continue;
@@ -40,13 +56,6 @@ impl Owners {
                         self.listening.insert(port);
                     }
                 }
-            }
-        }
-        for pid in crate::procinfo::pids() {
-            let mut comm: Option<String> = None;
-            for ino in crate::procinfo::socket_inodes(pid) {
-                let c = comm.get_or_insert_with(|| crate::procinfo::read_comm(pid));
-                self.by_inode.entry(ino).or_insert((pid, c.clone()));
             }
         }
     }
