@@ -151,14 +151,6 @@ impl ProcessTable {
         std::mem::swap(&mut self.exited_before, &mut self.exited_now);
     }
 
-    pub fn len(&self) -> usize {
-        self.procs.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.procs.is_empty()
-    }
-
     /// The process's info, and whether this is the first time it is described.
     pub fn lookup(&mut self, pid: u32, comm: &str) -> (&ProcInfo, bool) {
         let known = match self.procs.get(&pid) {

@@ -68,6 +68,7 @@ fn read_counters(skel: &SockdataSkel, procs: Option<&ProcessProbe>) -> KernelCou
         (per_cpu.iter().sum(), per_cpu)
     };
     let (lost, lost_per_cpu) = sum(counter::LOST);
+    let (proc_events, proc_lost) = procs.map_or((0, 0), ProcessProbe::counters);
     KernelCounters {
         events: sum(counter::EVENTS).0,
         lost,
@@ -78,8 +79,8 @@ fn read_counters(skel: &SockdataSkel, procs: Option<&ProcessProbe>) -> KernelCou
         socket_syscalls: sum(counter::SOCK_SYSCALLS).0,
         truncated: sum(counter::TRUNCATED).0,
         lost_per_cpu,
-        proc_events: procs.map_or(0, |p| p.counters().0),
-        proc_lost: procs.map_or(0, |p| p.counters().1),
+        proc_events,
+        proc_lost,
     }
 }
 

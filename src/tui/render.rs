@@ -424,6 +424,16 @@ fn call_detail_lines(app: &App, c: &Call, seq: u64) -> Vec<Line<'static>> {
     let l7 = &c.l7;
     let base = l7.req.first_start_ns;
     let rel = |t: u64| format!("{:+.3} ms", (t as f64 - base as f64) / 1e6);
+    // First and last syscall of a message, relative to the first request syscall.
+    let span_line = |label: &str, m: &crate::protocols::MessageSpan| {
+        format!(
+            "  {label} first {} .. {}   last {} .. {}",
+            rel(m.first_start_ns),
+            rel(m.first_end_ns),
+            rel(m.last_start_ns),
+            rel(m.last_end_ns)
+        )
+    };
     let mut v = vec![
         format!(
             "Call #{seq}  {} (tid {})  {}",
@@ -453,20 +463,8 @@ fn call_detail_lines(app: &App, c: &Call, seq: u64) -> Vec<Line<'static>> {
             c.local, c.peer, c.sock_id
         ),
         "Timing (from the first request syscall's entry)".to_owned(),
-        format!(
-            "  request  first {} .. {}   last {} .. {}",
-            rel(l7.req.first_start_ns),
-            rel(l7.req.first_end_ns),
-            rel(l7.req.last_start_ns),
-            rel(l7.req.last_end_ns)
-        ),
-        format!(
-            "  response first {} .. {}   last {} .. {}",
-            rel(l7.resp.first_start_ns),
-            rel(l7.resp.first_end_ns),
-            rel(l7.resp.last_start_ns),
-            rel(l7.resp.last_end_ns)
-        ),
+        span_line("request ", &l7.req),
+        span_line("response", &l7.resp),
         format!(
             "Sizes      request {} B in {} syscall(s), response {} B in {} syscall(s)",
             l7.req.bytes, l7.req.syscalls, l7.resp.bytes, l7.resp.syscalls
