@@ -29,7 +29,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("ebtop: error: {e:#}");
+            ebtop::diag!("ebtop: error: {e:#}");
             ExitCode::FAILURE
         }
     }
@@ -55,6 +55,23 @@ fn run(args: Args) -> Result<()> {
     ] {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
     }
+    // A panic in any thread stops every loop (capture, replay, UI): ebtop then ends the normal
+    // way, probes detached and a recording closed, instead of running on without that thread.
+    // While the UI owns the screen, the message waits until the terminal is restored.
+    let stop_on_panic = Arc::clone(&stop);
+    let report_panic = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        stop_on_panic.store(true, Ordering::SeqCst);
+        if ebtop::tui::terminal::ui_active() {
+            let thread = std::thread::current();
+            ebtop::tui::terminal::defer_message(format!(
+                "ebtop: thread '{}' {info}",
+                thread.name().unwrap_or("unnamed")
+            ));
+        } else {
+            report_panic(info);
+        }
+    }));
     if tui {
         return tui_session(&args, &stop);
     }
@@ -110,7 +127,11 @@ fn tui_session(args: &Args, stop: &Arc<AtomicBool>) -> Result<()> {
             }
             r
         });
-        let ui = tui::run_ui(rx, tx, stop, opts);
+        let ui = {
+            // A panic in the UI must stop the collector too, or the scope waits for it forever.
+            let _stop_on_exit = StopOnDrop(stop);
+            tui::run_ui(rx, tx, stop, opts)
+        };
         stop.store(true, Ordering::SeqCst);
         let collected = collector
             .join()
@@ -171,7 +192,7 @@ fn session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> {
 fn report_recording(args: &Args, summary: &Summary) {
     if let (Some(path), false) = (&args.write, args.json) {
         let dropped = summary.recording_dropped_events.unwrap_or(0);
-        eprintln!(
+        ebtop::diag!(
             "ebtop: recorded {} events ({} calls) to {}{}",
             summary.events - summary.filtered_events,
             summary.calls,
@@ -272,7 +293,7 @@ fn replay_session<S: Sink>(
     report_recording(args, &summary);
     let _ = io::stdout().flush();
     if stats.corrupt_frames > 0 {
-        eprintln!(
+        ebtop::diag!(
             "ebtop: warning: {} corrupt frame(s) in {} skipped ({} bytes); the rest was replayed",
             stats.corrupt_frames,
             path.display(),
@@ -280,7 +301,7 @@ fn replay_session<S: Sink>(
         );
     }
     if stats.truncated_bytes > 0 || !end.complete {
-        eprintln!(
+        ebtop::diag!(
             "ebtop: warning: {} ends before its end record (cut short or still being written); \
              replayed up to its last whole frame, {} trailing bytes not readable",
             path.display(),

@@ -2,112 +2,15 @@
 //! recording: views, sort, filter, drill-down and back, pause, quit with the terminal restored.
 //! Needs tmux (scripts/deps installs it), not root.
 
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+mod common;
+
+use common::tmux::Tmux;
+use std::process::Command;
 
 const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/recordings/http_mix.ebt"
 );
-
-struct Tmux {
-    socket: String,
-}
-
-impl Tmux {
-    fn new() -> Tmux {
-        Tmux {
-            socket: format!(
-                "ebtop-test-{}-{:?}",
-                std::process::id(),
-                std::thread::current().id()
-            )
-            .replace(['(', ')'], ""),
-        }
-    }
-
-    /// Runs ebtop replaying the fixture in window "ui"; afterwards the shell says how it ended
-    /// and whether the terminal is back in cooked mode.
-    fn start(&self, extra: &str) {
-        let cmd = format!(
-            "NO_COLOR=1 '{}' -r '{}' {extra}; echo \"ebtop exited $?\"; \
-             if stty -a | grep -q -- -icanon; then echo 'tty raw'; else echo 'tty cooked'; fi; \
-             sleep 60",
-            env!("CARGO_BIN_EXE_ebtop"),
-            FIXTURE
-        );
-        self.run(&[
-            "new-session",
-            "-d",
-            "-s",
-            "ui",
-            "-x",
-            "120",
-            "-y",
-            "40",
-            "sh",
-            "-c",
-            &cmd,
-        ]);
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        let out = Command::new("tmux")
-            .arg("-L")
-            .arg(&self.socket)
-            .args(args)
-            .env("TERM", "xterm-256color")
-            .output()
-            .expect("tmux is needed for this test (scripts/deps installs it)");
-        assert!(
-            out.status.success(),
-            "tmux {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
-    }
-
-    fn screen(&self) -> String {
-        String::from_utf8_lossy(&self.run(&["capture-pane", "-p", "-t", "ui"]).stdout).into_owned()
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        for k in keys {
-            self.run(&["send-keys", "-t", "ui", k]);
-        }
-    }
-
-    fn literal(&self, text: &str) {
-        self.run(&["send-keys", "-t", "ui", "-l", text]);
-    }
-
-    /// Waits (up to 5 s) for the screen to satisfy `ok`; returns it.
-    fn wait(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let s = self.screen();
-            if ok(&s) {
-                return s;
-            }
-            if Instant::now() > deadline {
-                panic!("timed out waiting for {what}; screen:\n{s}");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn wait_for(&self, text: &str) -> String {
-        self.wait(text, |s| s.contains(text))
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["-L", &self.socket, "kill-server"])
-            .output();
-    }
-}
 
 fn selected_line(screen: &str) -> String {
     screen
@@ -120,7 +23,7 @@ fn selected_line(screen: &str) -> String {
 #[test]
 fn tui_in_tmux_views_sort_filter_drill_pause_quit() {
     let t = Tmux::new();
-    t.start("--speed 1000");
+    t.start_ebtop(&format!("-r '{FIXTURE}' --speed 1000"));
 
     // 1: calls, newest first, the whole recording (at 1000× it is over at once).
     let s = t.wait("the replay's end", |s| {
@@ -216,7 +119,7 @@ fn tui_in_tmux_views_sort_filter_drill_pause_quit() {
 fn tui_in_tmux_sigterm_restores_the_terminal() {
     let t = Tmux::new();
     // At the recorded pace the replay is still running when the signal comes.
-    t.start("");
+    t.start_ebtop(&format!("-r '{FIXTURE}'"));
     t.wait_for("[1 Calls]");
     let pane = t.run(&["display-message", "-p", "-t", "ui", "#{pane_pid}"]);
     let pane = String::from_utf8_lossy(&pane.stdout).trim().to_owned();

@@ -55,7 +55,8 @@ pub enum StopReason {
 fn quiet_libbpf(verbose: bool) {
     if verbose {
         libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Info, |_lvl, msg: String| {
-            eprint!("{msg}")
+            use std::io::Write as _;
+            let _ = write!(std::io::stderr(), "{msg}");
         })));
     } else {
         libbpf_rs::set_print(None);
@@ -210,7 +211,7 @@ pub fn run<S: Sink, R>(
     }) {
         Ok(c) => Some(c),
         Err(e) => {
-            eprintln!("ebtop: warning: flow table unavailable, going on without it: {e:#}");
+            crate::diag!("ebtop: warning: flow table unavailable, going on without it: {e:#}");
             None
         }
     };
@@ -219,7 +220,7 @@ pub fn run<S: Sink, R>(
     let mut procs = match ProcessProbe::start(&cfg.filters) {
         Ok(p) => Some(p),
         Err(e) => {
-            eprintln!("ebtop: warning: process exec/exit tracing unavailable: {e:#}");
+            crate::diag!("ebtop: warning: process exec/exit tracing unavailable: {e:#}");
             None
         }
     };
@@ -235,13 +236,26 @@ pub fn run<S: Sink, R>(
     let deadline = duration.map(|d| started + d);
     let pipeline = RefCell::new(pipeline);
     let failure: RefCell<Option<io::Error>> = RefCell::new(None);
+    // A panic must not unwind through libbpf's C frames (that aborts: no clean detach, no
+    // closed recording): it is caught here and resumed from Rust code below.
+    let panicked: RefCell<Option<Box<dyn std::any::Any + Send>>> = RefCell::new(None);
     let mut builder = RingBufferBuilder::new();
     builder
         .add(&skel.maps.events, |data: &[u8]| {
-            match pipeline.borrow_mut().on_record(data) {
-                Ok(()) => 0,
-                Err(e) => {
+            let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                if crate::diag::debug_panic_requested("collector") {
+                    panic!("injected panic in the collector (EBTOP_DEBUG_PANIC=collector)");
+                }
+                pipeline.borrow_mut().on_record(data)
+            }));
+            match handled {
+                Ok(Ok(())) => 0,
+                Ok(Err(e)) => {
                     *failure.borrow_mut() = Some(e);
+                    -1
+                }
+                Err(p) => {
+                    *panicked.borrow_mut() = Some(p);
                     -1
                 }
             }
@@ -284,6 +298,9 @@ pub fn run<S: Sink, R>(
             ring.consume_raw_n(CONSUME_BATCH)
         };
         drain_procs(&mut procs, &pipeline, &failure, false);
+        if let Some(p) = panicked.borrow_mut().take() {
+            std::panic::resume_unwind(p);
+        }
         if let Some(r) = check(&failure)? {
             break r;
         }

@@ -519,6 +519,7 @@ impl App {
                 self.set_size(w, h);
                 return Action::Redraw;
             }
+            UiMsg::TerminalLost(_) | UiMsg::InputFailed(_) => return Action::Quit,
         }
         Action::None
     }

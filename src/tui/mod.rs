@@ -10,8 +10,10 @@
 
 pub mod app;
 pub mod flows;
+pub mod input;
 pub mod keys;
 pub mod render;
+pub mod terminal;
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,8 +21,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossterm::event::{self, Event, KeyEvent, KeyEventKind};
-use crossterm::{cursor, execute, terminal};
+use crossterm::event::KeyEvent;
 
 use crate::call::Call;
 use crate::procinfo::ProcInfo;
@@ -45,6 +46,10 @@ pub enum UiMsg {
     Ended(Box<Summary>),
     Key(KeyEvent),
     Resize(u16, u16),
+    /// The terminal went away (EOF, EIO or hangup on the tty): the UI ends at once.
+    TerminalLost(String),
+    /// The key reader failed (a bug): the UI ends with this error.
+    InputFailed(String),
 }
 
 /// Channel capacity in messages (a message is a batch of calls or one report).
@@ -287,81 +292,42 @@ pub struct UiOptions {
     pub raw_resources: bool,
 }
 
-static RESTORED: AtomicBool = AtomicBool::new(true);
+pub use terminal::{restore_terminal, TerminalGuard};
 
-/// Puts the terminal back: raw mode off, main screen, cursor shown. Idempotent.
-pub fn restore_terminal() {
-    if RESTORED.swap(true, Ordering::SeqCst) {
-        return;
-    }
-    let _ = terminal::disable_raw_mode();
-    let _ = execute!(io::stdout(), terminal::LeaveAlternateScreen, cursor::Show);
-}
-
-/// Raw mode and the alternate screen for as long as it lives; also restored by a panic.
-pub struct TerminalGuard(());
-
-impl TerminalGuard {
-    pub fn enter() -> io::Result<TerminalGuard> {
-        let prev = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            restore_terminal();
-            prev(info);
-        }));
-        RESTORED.store(false, Ordering::SeqCst);
-        terminal::enable_raw_mode()?;
-        let guard = TerminalGuard(());
-        execute!(io::stdout(), terminal::EnterAlternateScreen, cursor::Hide)?;
-        Ok(guard)
-    }
-}
-
-impl Drop for TerminalGuard {
-    fn drop(&mut self) {
-        restore_terminal();
-    }
-}
-
-/// Runs the UI on this thread until the user quits or `stop` is set.
+/// Runs the UI on this thread until the user quits, `stop` is set or the terminal goes away.
+/// Drawing errors once ebtop is stopping (a terminal gone or taking no output) are not errors:
+/// the way out is the same as for a signal.
 pub fn run_ui(
     rx: Receiver<UiMsg>,
     tx_for_input: SyncSender<UiMsg>,
-    stop: &AtomicBool,
+    stop: &Arc<AtomicBool>,
     opts: UiOptions,
 ) -> anyhow::Result<()> {
-    let guard = TerminalGuard::enter()?;
-    let backend = ratatui::backend::CrosstermBackend::new(io::stdout());
+    let mut out =
+        io::BufWriter::with_capacity(64 * 1024, terminal::TtyWriter::new(Arc::clone(stop)));
+    let guard = TerminalGuard::enter(&mut out)?;
+    let backend = ratatui::backend::CrosstermBackend::new(out);
     let mut term = ratatui::Terminal::new(backend)?;
     let mut app = App::new(&opts.source_label, opts.refresh, opts.no_color);
     app.set_raw_resources(opts.raw_resources);
     let size = term.size()?;
     app.set_size(size.width, size.height);
 
-    let input_stop = Arc::new(AtomicBool::new(false));
-    let input = {
-        let input_stop = Arc::clone(&input_stop);
-        std::thread::Builder::new()
-            .name("ebtop-input".into())
-            .spawn(move || -> io::Result<()> {
-                while !input_stop.load(Ordering::Relaxed) {
-                    if !event::poll(Duration::from_millis(100))? {
-                        continue;
-                    }
-                    let msg = match event::read()? {
-                        Event::Key(k) if k.kind != KeyEventKind::Release => UiMsg::Key(k),
-                        Event::Resize(w, h) => UiMsg::Resize(w, h),
-                        _ => continue,
-                    };
-                    // Keys are never dropped: wait for room.
-                    if tx_for_input.send(msg).is_err() {
-                        break;
-                    }
-                }
-                Ok(())
-            })?
-    };
+    // Keys are never dropped: the input thread waits for room.
+    let input = input::TtyInput::spawn(move |i| {
+        let msg = match i {
+            input::Input::Key(k) => UiMsg::Key(k),
+            input::Input::Resize(w, h) => UiMsg::Resize(w, h),
+            input::Input::TerminalLost(why) => UiMsg::TerminalLost(why),
+            input::Input::Failed(why) => UiMsg::InputFailed(why),
+        };
+        tx_for_input.send(msg).is_ok()
+    })?;
 
     let result = (|| -> anyhow::Result<()> {
+        if input::debug_panic_requested("ui") {
+            panic!("injected panic in the UI thread (EBTOP_DEBUG_PANIC=ui)");
+        }
         let mut dirty = true;
         let mut now_draw = true;
         let mut last_draw = Instant::now();
@@ -373,7 +339,12 @@ pub fn run_ui(
                 if opts.live {
                     app.clock_ns = Some(crate::clock::monotonic_ns());
                 }
-                term.draw(|f| render::draw(f, &app))?;
+                if let Err(e) = term.draw(|f| render::draw(f, &app)) {
+                    if stop.load(Ordering::Relaxed) {
+                        return Ok(());
+                    }
+                    return Err(anyhow::Error::new(e).context("drawing on the terminal failed"));
+                }
                 last_draw = Instant::now();
                 dirty = false;
                 now_draw = false;
@@ -384,7 +355,9 @@ pub fn run_ui(
                 // The uptime moves on.
                 Duration::from_secs(1).saturating_sub(last_draw.elapsed())
             } else {
-                Duration::from_millis(250)
+                // At rest (a replay's end, paused): nothing moves until a message comes; the
+                // bound only re-checks `stop`.
+                Duration::from_secs(1)
             };
             let msg = match rx.recv_timeout(wait.max(Duration::from_millis(1))) {
                 Ok(m) => m,
@@ -400,6 +373,18 @@ pub fn run_ui(
             // Take what is queued, up to a bound, before drawing.
             let mut n = 0;
             while let Some(m) = next.take() {
+                match m {
+                    // Same way out as SIGHUP: the collector stops, the recording is closed.
+                    UiMsg::TerminalLost(_) => {
+                        stop.store(true, Ordering::SeqCst);
+                        return Ok(());
+                    }
+                    UiMsg::InputFailed(why) => {
+                        stop.store(true, Ordering::SeqCst);
+                        anyhow::bail!("{why}");
+                    }
+                    _ => {}
+                }
                 let is_input = matches!(m, UiMsg::Key(_) | UiMsg::Resize(..));
                 match app.apply(m) {
                     Action::Quit => return Ok(()),
@@ -415,11 +400,10 @@ pub fn run_ui(
             }
         }
     })();
-    input_stop.store(true, Ordering::Relaxed);
     // Unblocks a replay waiting on a pause.
     opts.paused.store(false, Ordering::Relaxed);
     drop(rx);
-    let _ = input.join();
+    input.stop();
     drop(term);
     drop(guard);
     result

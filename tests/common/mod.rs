@@ -1,6 +1,8 @@
 //! Shared helpers for integration tests: root check, a real HTTP/1.1 server, running ebtop.
 #![allow(dead_code)]
 
+pub mod tmux;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};

@@ -1,0 +1,40 @@
+//! Diagnostics on standard error that cannot fail: stderr may be a terminal that is gone (an
+//! SSH session closed under ebtop), and `eprintln!` panics when its write fails.
+
+/// Like `eprintln!`, but a failed write is ignored, and a terminal that takes no output is
+/// waited for [`crate::tty::STALL_GRACE`] at most.
+#[macro_export]
+macro_rules! diag {
+    ($($arg:tt)*) => {
+        $crate::diag::write_line(format_args!($($arg)*))
+    };
+}
+
+/// One line to standard error (see [`diag!`]).
+pub fn write_line(args: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    static TTY: std::sync::OnceLock<Option<std::os::fd::OwnedFd>> = std::sync::OnceLock::new();
+    let line = format!("{args}\n");
+    match TTY.get_or_init(|| crate::tty::reopen_nonblocking(libc::STDERR_FILENO)) {
+        Some(fd) => {
+            let _ = crate::tty::write_all_bounded(fd, line.as_bytes());
+        }
+        None => {
+            let _ = std::io::stderr().write_all(line.as_bytes());
+        }
+    }
+}
+
+/// Debug builds only: `EBTOP_DEBUG_PANIC=<place>` makes that place panic (`collector`: the
+/// first ring-buffer record; `ui`: the UI thread; `input`: the key reader), so the tests can
+/// check that a panic in any thread still ends ebtop cleanly. Always false in release builds.
+pub fn debug_panic_requested(place: &str) -> bool {
+    if !cfg!(debug_assertions) {
+        return false;
+    }
+    static WANTED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    WANTED
+        .get_or_init(|| std::env::var("EBTOP_DEBUG_PANIC").ok())
+        .as_deref()
+        == Some(place)
+}
