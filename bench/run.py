@@ -46,6 +46,7 @@ def build():
 class Nginx:
     def __init__(self):
         self.dir = tempfile.mkdtemp(prefix="ebtop-bench-nginx-")
+        os.chmod(self.dir, 0o755)  # the worker (user nobody) reads the page: 200, not 403
         os.makedirs(f"{self.dir}/html")
         with open(f"{self.dir}/html/index.html", "w") as f:
             f.write("<html><body>" + "x" * 600 + "</body></html>\n")
