@@ -32,7 +32,8 @@ pub struct Pipeline<S: Sink> {
     summary: Summary,
     first_ns: Option<u64>,
     last_ns: u64,
-    lost_reported: (u64, u64),
+    /// Kernel losses up to the last `lost` line.
+    lost_reported: crate::sink::Loss,
     /// The flow table's report for the interval being closed (live only; see `set_flows`).
     pending_flows: Option<crate::flows::FlowReport>,
 }
@@ -53,7 +54,7 @@ impl<S: Sink> Pipeline<S> {
             summary: Summary::default(),
             first_ns: None,
             last_ns: 0,
-            lost_reported: (0, 0),
+            lost_reported: crate::sink::Loss::default(),
             pending_flows: None,
         }
     }
@@ -257,14 +258,16 @@ impl<S: Sink> Pipeline<S> {
         self.procs.purge_exited();
         self.proc_stats
             .set_open_connections(&self.tracker.open_per_pid());
-        let (ev, by) = self.lost_reported;
-        if kernel.lost > ev {
-            self.sink.lost(
-                now_ns,
-                kernel.lost - ev,
-                kernel.lost_bytes.saturating_sub(by),
-            )?;
-            self.lost_reported = (kernel.lost, kernel.lost_bytes);
+        let seen = Self::loss_of(kernel);
+        let before = self.lost_reported;
+        if seen.events > before.events || seen.missed_runs > before.missed_runs {
+            let since = crate::sink::Loss {
+                events: seen.events.saturating_sub(before.events),
+                bytes: seen.bytes.saturating_sub(before.bytes),
+                missed_runs: seen.missed_runs.saturating_sub(before.missed_runs),
+            };
+            self.sink.lost(now_ns, &since)?;
+            self.lost_reported = seen;
         }
         self.summary.kernel = kernel.clone();
         let start = self.interval_start_ns.replace(now_ns).unwrap_or(now_ns);
@@ -280,6 +283,14 @@ impl<S: Sink> Pipeline<S> {
             flows: self.pending_flows.take(),
         };
         self.sink.interval(&report)
+    }
+
+    fn loss_of(kernel: &KernelCounters) -> crate::sink::Loss {
+        crate::sink::Loss {
+            events: kernel.lost,
+            bytes: kernel.lost_bytes,
+            missed_runs: kernel.missed_runs,
+        }
     }
 
     /// Counts since the start, as the summary will show them.
@@ -312,8 +323,10 @@ impl<S: Sink> Pipeline<S> {
         // The last, partial interval: reported (so interval lines add up to the summary) up to
         // the last event, which a replay knows as well as the live run did. Losses since the
         // last report are reported either way.
-        let (lost_so_far, _) = self.lost_reported;
-        if self.calls_in_interval > 0 || kernel.lost > lost_so_far || self.pending_flows.is_some() {
+        if self.calls_in_interval > 0
+            || Self::loss_of(kernel) != self.lost_reported
+            || self.pending_flows.is_some()
+        {
             let end = self.last_ns.max(self.interval_start_ns.unwrap_or(0));
             self.report_interval(end, kernel, None)?;
         }
@@ -345,5 +358,74 @@ impl<S: Sink> Pipeline<S> {
     /// Counts what reading a recording met (corrupt frames, truncation) into the summary.
     pub fn set_replay_stats(&mut self, stats: crate::record::reader::ReadStats) {
         self.summary.replay = Some(stats);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::call::Call;
+    use crate::procinfo::{ProcInfo, ProcessTable};
+    use crate::session::{SessionMeta, Summary};
+    use crate::sink::Loss;
+
+    #[derive(Default)]
+    struct Losses(Vec<Loss>);
+
+    impl Sink for Losses {
+        fn meta(&mut self, _: &SessionMeta) -> io::Result<()> {
+            Ok(())
+        }
+        fn process(&mut self, _: &ProcInfo) -> io::Result<()> {
+            Ok(())
+        }
+        fn call(&mut self, _: &Call) -> io::Result<()> {
+            Ok(())
+        }
+        fn lost(&mut self, _: u64, loss: &Loss) -> io::Result<()> {
+            self.0.push(*loss);
+            Ok(())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+        fn summary(&mut self, _: &Summary) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn skipped_probe_runs_are_reported_like_dropped_records_once_each() {
+        let mut p = Pipeline::new(
+            TrackerConfig::default(),
+            ProcessTable::new(false),
+            Losses::default(),
+        );
+        let mut k = KernelCounters::default();
+        p.on_interval(1_000, &k, None).unwrap();
+        k.missed_runs = 3;
+        p.on_interval(2_000, &k, None).unwrap();
+        // Nothing new: no line.
+        p.on_interval(3_000, &k, None).unwrap();
+        k.lost = 2;
+        k.lost_bytes = 100;
+        k.missed_runs = 4;
+        let (sink, summary) = p.finish(&k, 4_000).unwrap();
+        assert_eq!(
+            sink.0,
+            vec![
+                Loss {
+                    events: 0,
+                    bytes: 0,
+                    missed_runs: 3
+                },
+                Loss {
+                    events: 2,
+                    bytes: 100,
+                    missed_runs: 1
+                },
+            ]
+        );
+        assert_eq!(summary.kernel.missed_runs, 4);
     }
 }

@@ -144,6 +144,10 @@ pub struct KernelCounters {
     pub proc_events: u64,
     #[serde(default)]
     pub proc_lost: u64,
+    /// Runs of the capture programs (socket data, process exec/exit) the kernel skipped
+    /// (`crate::bpf::recursion_misses`): each may be a send, receive or exec/exit never seen.
+    #[serde(default)]
+    pub missed_runs: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]

@@ -88,6 +88,7 @@ fn endpoint_percentiles_match_the_servers_sleeps() {
             .find(|e| e["side"] == side && e["resource"] == res)
             .unwrap_or_else(|| panic!("no {side} endpoint {res} in {eps:#?}"))
     };
+    let truth_of = |side: &str, name: &str| truth[&(side, name)].clone();
     for side in ["client", "server"] {
         for (name, calls, sleep_ms) in [("a", 100, 10), ("b", 40, 50), ("mixed", 400, 10)] {
             let e = find(side, &format!("/sleep/{{id}}/{name}"));
@@ -113,18 +114,16 @@ fn endpoint_percentiles_match_the_servers_sleeps() {
                     within(got, exact, 0.4),
                     "{side} {name} {field}: aggregate {got} vs quantile of its calls {exact}"
                 );
-                // Against each side's own timing: the kernel-side span is enclosed by the
-                // client's (so no quantile can exceed the client's) and encloses the server's.
-                // Those bounds hold under any load; the other direction allows for the
-                // scheduling noise between a timer and the syscall it surrounds.
-                let want = quantile(truth, q);
-                let bounded = match side {
-                    "client" => exact <= want,
-                    _ => exact >= want,
-                };
+                // Against both sides' own timing of the same calls. Per call: the server's
+                // timing ⊆ ebtop's server span ⊆ ebtop's client span ⊆ the client's timing
+                // (each span lies inside the next one in time). Order statistics keep an
+                // element-wise order, so the q-quantiles are ordered the same way: bounds that
+                // hold under any load, with no tolerance.
+                let lower = quantile(&truth_of("server", name), q);
+                let upper = quantile(&truth_of("client", name), q);
                 assert!(
-                    bounded && within(exact, want, 10.0),
-                    "{side} {name} {field}: ebtop {exact} vs measured {want}"
+                    lower <= exact && exact <= upper,
+                    "{side} {name} {field}: ebtop {exact} outside [server's {lower}, client's {upper}]"
                 );
             }
             // And the numbers are the sleeps they should be.
@@ -197,8 +196,11 @@ fn overhead_is_reported_and_checked_against_proc() {
     let runs: Vec<u64> = ov.iter().map(|o| o["bpf_runs"].as_u64().unwrap()).collect();
     let busiest = *runs.iter().max().unwrap();
     let quietest = *runs.iter().min().unwrap();
+    // However the 4000 requests spread over the intervals (a busy machine slows them down),
+    // each makes at least six probe runs (client write entry+exit and read exit, the server's
+    // read exit and write entry+exit).
     assert!(
-        busiest > 4 * 4000 / 2,
+        runs.iter().sum::<u64>() >= 6 * 4000,
         "BPF runs grow with traffic: {runs:?}"
     );
     assert!(busiest > 10 * quietest.max(1), "{runs:?}");

@@ -26,7 +26,7 @@ impl Sink for Collect {
         self.0.push(c.clone());
         Ok(())
     }
-    fn lost(&mut self, _: u64, _: u64, _: u64) -> io::Result<()> {
+    fn lost(&mut self, _: u64, _: &ebtop::sink::Loss) -> io::Result<()> {
         Ok(())
     }
     fn flush(&mut self) -> io::Result<()> {

@@ -41,6 +41,34 @@ pub fn program_fds(
         .collect()
 }
 
+/// Runs of `object`'s programs the kernel skipped (`bpf_prog_info.recursion_misses`): a classic
+/// tracepoint program is not run while the CPU's `bpf_prog_active` is held, which another BPF
+/// program does and so does any process's bpf() map operation (preemptible, so it can be held
+/// while other tasks run on that CPU); a tp_btf program only if it re-enters itself.
+pub fn recursion_misses(object: &libbpf_rs::Object) -> u64 {
+    use std::os::fd::{AsFd, AsRawFd};
+    object
+        .progs()
+        .map(|p| {
+            let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
+            let mut len = std::mem::size_of_val(&info) as u32;
+            // SAFETY: the kernel writes at most `len` bytes into `info`.
+            let rc = unsafe {
+                libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(
+                    p.as_fd().as_raw_fd(),
+                    &mut info as *mut _ as *mut _,
+                    &mut len,
+                )
+            };
+            if rc == 0 {
+                info.recursion_misses
+            } else {
+                0
+            }
+        })
+        .sum()
+}
+
 /// Writes `comm` (cut at the kernel's 15 bytes) into a NUL-padded rodata task-name filter.
 pub fn set_comm_filter(dst: &mut [i8; 16], comm: &str) {
     dst.fill(0);

@@ -369,28 +369,7 @@ impl FlowCollector {
     }
 
     fn recursion_misses(&self) -> u64 {
-        use std::os::fd::{AsFd, AsRawFd};
-        self.skel
-            .object()
-            .progs()
-            .map(|p| {
-                let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
-                let mut len = std::mem::size_of_val(&info) as u32;
-                // SAFETY: the kernel writes at most `len` bytes into `info`.
-                let rc = unsafe {
-                    libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(
-                        p.as_fd().as_raw_fd(),
-                        &mut info as *mut _ as *mut _,
-                        &mut len,
-                    )
-                };
-                if rc == 0 {
-                    info.recursion_misses
-                } else {
-                    0
-                }
-            })
-            .sum()
+        crate::bpf::recursion_misses(self.skel.object())
     }
 
     /// Drains the flow-end ring into memory (cheap; call it every loop iteration so bursts of

@@ -95,6 +95,7 @@ struct LostLine {
     ts: String,
     events: u64,
     bytes: u64,
+    missed_runs: u64,
 }
 
 /// An aggregate line: `type`, `ts` (interval end), then the snapshot's own fields.
@@ -180,13 +181,14 @@ impl<W: Write> Sink for JsonSink<W> {
         })
     }
 
-    fn lost(&mut self, mono_ns: u64, events: u64, bytes: u64) -> io::Result<()> {
+    fn lost(&mut self, mono_ns: u64, loss: &super::Loss) -> io::Result<()> {
         let ts = self.clock.rfc3339(mono_ns);
         self.line(&LostLine {
             ty: "lost",
             ts,
-            events,
-            bytes,
+            events: loss.events,
+            bytes: loss.bytes,
+            missed_runs: loss.missed_runs,
         })
     }
 

@@ -22,7 +22,7 @@ pub trait Sink {
         Ok(())
     }
     /// Events the kernel could not deliver since the last report (`mono_ns`: when noticed).
-    fn lost(&mut self, mono_ns: u64, events: u64, bytes: u64) -> io::Result<()>;
+    fn lost(&mut self, mono_ns: u64, loss: &Loss) -> io::Result<()>;
     /// Aggregates of the interval that just ended.
     fn interval(&mut self, _report: &IntervalReport) -> io::Result<()> {
         Ok(())
@@ -31,4 +31,15 @@ pub trait Sink {
     fn flush(&mut self) -> io::Result<()>;
     /// Once, last.
     fn summary(&mut self, summary: &Summary) -> io::Result<()>;
+}
+
+/// What the kernel lost since the previous report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Loss {
+    /// Records the ring buffer had no room for.
+    pub events: u64,
+    /// Bytes the dropped data records had moved.
+    pub bytes: u64,
+    /// Capture program runs the kernel skipped (`KernelCounters::missed_runs`).
+    pub missed_runs: u64,
 }

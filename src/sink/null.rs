@@ -20,7 +20,7 @@ impl Sink for NullSink {
     fn call(&mut self, _: &Call) -> io::Result<()> {
         Ok(())
     }
-    fn lost(&mut self, _: u64, _: u64, _: u64) -> io::Result<()> {
+    fn lost(&mut self, _: u64, _: &super::Loss) -> io::Result<()> {
         Ok(())
     }
     fn flush(&mut self) -> io::Result<()> {

@@ -82,6 +82,8 @@ fn read_counters(skel: &SockdataSkel, procs: Option<&ProcessProbe>) -> KernelCou
         lost_per_cpu,
         proc_events,
         proc_lost,
+        missed_runs: crate::bpf::recursion_misses(skel.object())
+            + procs.map_or(0, ProcessProbe::missed_runs),
     }
 }
 

@@ -112,6 +112,11 @@ impl ProcessProbe {
         (sum(0), sum(1))
     }
 
+    /// Program runs the kernel skipped (see `crate::bpf::recursion_misses`).
+    pub fn missed_runs(&self) -> u64 {
+        crate::bpf::recursion_misses(self.skel.object())
+    }
+
     /// The loaded programs (name, fd), for ebtop's overhead accounting.
     pub fn programs(&self) -> Vec<(String, std::os::fd::BorrowedFd<'static>)> {
         crate::bpf::program_fds(self.skel.object(), "procs")

@@ -119,8 +119,9 @@ impl Data {
     }
 
     pub fn total_lost(&self) -> u64 {
-        let reported = self.report.as_ref().map_or(0, |r| r.totals.kernel.lost);
-        let ended = self.ended.as_ref().map_or(0, |s| s.kernel.lost);
+        let lost = |k: &crate::session::KernelCounters| k.lost + k.missed_runs;
+        let reported = self.report.as_ref().map_or(0, |r| lost(&r.totals.kernel));
+        let ended = self.ended.as_ref().map_or(0, |s| lost(&s.kernel));
         self.lost_events.max(reported).max(ended)
     }
 

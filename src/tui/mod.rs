@@ -252,10 +252,14 @@ impl Sink for TuiSink {
         Ok(())
     }
 
-    fn lost(&mut self, mono_ns: u64, events: u64, bytes: u64) -> io::Result<()> {
+    fn lost(&mut self, mono_ns: u64, loss: &crate::sink::Loss) -> io::Result<()> {
         self.pace(mono_ns);
         self.send_batch();
-        self.send(UiMsg::Lost { events, bytes });
+        // The header's loss count: records dropped and probe runs skipped alike.
+        self.send(UiMsg::Lost {
+            events: loss.events + loss.missed_runs,
+            bytes: loss.bytes,
+        });
         Ok(())
     }
 
@@ -491,7 +495,15 @@ mod tests {
         // Two batches got in, the other eight were dropped and counted.
         assert_eq!(sink.dropped(), 8);
         // A report that does not fit is kept back, not dropped.
-        sink.lost(0, 3, 300).unwrap();
+        sink.lost(
+            0,
+            &crate::sink::Loss {
+                events: 3,
+                bytes: 300,
+                missed_runs: 0,
+            },
+        )
+        .unwrap();
         let got: Vec<UiMsg> = rx.try_iter().collect();
         assert_eq!(got.len(), 2);
         sink.flush().unwrap();
