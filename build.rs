@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use libbpf_cargo::SkeletonBuilder;
 
-const PROGRAMS: &[&str] = &["sockdata", "flows", "procs"];
+const PROGRAMS: &[&str] = &["sockdata", "sockcap", "flows", "procs"];
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
@@ -12,6 +12,7 @@ fn main() {
     println!("cargo:rerun-if-changed=src/bpf/vmlinux_min.h");
     println!("cargo:rerun-if-changed=src/bpf/filters.h");
     println!("cargo:rerun-if-changed=src/bpf/fdwalk.h");
+    println!("cargo:rerun-if-changed=src/bpf/capture.h");
     for name in PROGRAMS {
         let src = format!("src/bpf/{name}.bpf.c");
         println!("cargo:rerun-if-changed={src}");

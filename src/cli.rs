@@ -41,6 +41,18 @@ fn protocol(s: &str) -> Result<crate::protocols::Protocol, String> {
     })
 }
 
+/// Where socket data is captured (`--hooks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Hooks {
+    /// The socket layer where the kernel has it (tp_btf sock_send_length/sock_recv_length,
+    /// Linux ≥ 6.3 with BTF), else the syscall tracepoints.
+    Auto,
+    /// The socket layer: nothing added to unrelated syscalls; fails if the kernel lacks it.
+    Socket,
+    /// Syscall tracepoints (read, write, sendmsg, …): the fallback for older kernels.
+    Syscalls,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Depth {
     /// Only what identifies a call: method, resource, status, framing.
@@ -137,6 +149,11 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = crate::flows::DEFAULT_MAX_FLOWS,
           value_parser = clap::value_parser!(u32).range(1..=16_777_216))]
     pub max_flows: u32,
+
+    /// Where socket data is captured: the socket layer (cheaper, sees io_uring and sendfile
+    /// lengths), the syscall tracepoints, or auto (the socket layer where the kernel has it).
+    #[arg(long, value_enum, default_value_t = Hooks::Auto)]
+    pub hooks: Hooks,
 
     /// Show libbpf's own messages and more detail on errors.
     #[arg(short, long)]

@@ -67,6 +67,9 @@ pub enum Syscall {
     Accept,
     Accept4,
     Close,
+    /// Socket-layer capture: a send or receive made by no syscall whose buffer ebtop reads
+    /// (io_uring, sendfile/splice, mmsg, a kernel thread): length only.
+    Other,
 }
 
 impl Syscall {
@@ -88,6 +91,7 @@ impl Syscall {
             13 => Accept,
             14 => Accept4,
             15 => Close,
+            16 => Other,
             _ => return None,
         })
     }
@@ -110,6 +114,7 @@ impl Syscall {
             Accept => "accept",
             Accept4 => "accept4",
             Close => "close",
+            Other => "other",
         }
     }
 }

@@ -239,6 +239,7 @@ fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> 
         filters,
         verbose: args.verbose,
         max_flows: args.max_flows,
+        hooks: args.hooks,
     };
     let start = monotonic_ns();
     live::run(

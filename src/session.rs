@@ -86,6 +86,10 @@ pub struct SessionMeta {
     pub wall_offset_ns: i64,
     pub snaplen: u32,
     pub filters: Filters,
+    /// Where the live capture hooked: "socket" (socket layer) or "syscalls" (syscall
+    /// tracepoints); absent in replays of recordings made before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooks: Option<String>,
 }
 
 impl SessionMeta {
@@ -107,6 +111,7 @@ impl SessionMeta {
             wall_offset_ns,
             snaplen,
             filters,
+            hooks: None,
         }
     }
 }

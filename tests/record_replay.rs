@@ -23,6 +23,7 @@ const FIXTURE_CALLS: &str = concat!(
 fn ebtop(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ebtop"))
         .args(args)
+        .args(common::hooks_args())
         .output()
         .unwrap()
 }

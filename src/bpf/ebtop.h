@@ -45,6 +45,7 @@ enum ebtop_syscall {
 	EBTOP_SC_ACCEPT,
 	EBTOP_SC_ACCEPT4,
 	EBTOP_SC_CLOSE,
+	EBTOP_SC_OTHER, /* socket layer: a send/receive of no syscall whose buffer ebtop reads */
 };
 
 /* Protocol guessed in the kernel from a connection's first bytes. */

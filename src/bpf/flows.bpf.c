@@ -598,8 +598,30 @@ int udp_recvmsg6(struct bpf_sock_addr *ctx)
 	return stash_peer(ctx, true);
 }
 
+/*
+ * Set by user space when the accept() hooks are not attached (socket-layer capture attaches no
+ * syscall tracepoint): a server flow's owner is then the first process that moves its data.
+ */
+const volatile bool owner_from_data = false;
+
+static __always_inline int tcp_note_owner(struct sock_length_ctx *ctx)
+{
+	if (!owner_from_data || ctx->ret <= 0)
+		return 0;
+	__u64 key = (__u64)ctx->sk;
+	struct ebtop_flow *f = bpf_map_lookup_elem(&flows, &key);
+	if (!f || f->pid)
+		return 0;
+	note_owner(f);
+	if (!f->inode)
+		f->inode = sock_inode(ctx->sk);
+	return 0;
+}
+
 static __always_inline int udp_count(struct sock_length_ctx *ctx, bool tx)
 {
+	if (ctx->protocol == IPPROTO_TCP)
+		return tcp_note_owner(ctx);
 	if (ctx->protocol != IPPROTO_UDP || ctx->ret <= 0 ||
 	    (ctx->family != AF_INET && ctx->family != AF_INET6))
 		return 0;

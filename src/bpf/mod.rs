@@ -17,6 +17,7 @@ macro_rules! skeleton {
 }
 
 skeleton!(sockdata);
+skeleton!(sockcap);
 skeleton!(flows);
 skeleton!(procs);
 

@@ -15,39 +15,9 @@
 #include "ebtop.h"
 #include "filters.h"
 #include "fdwalk.h"
-
-#define AF_INET 2
-#define AF_INET6 10
-#define SOCK_STREAM 1
-#define SOCK_DGRAM 2
+#include "capture.h"
 
 char LICENSE[] SEC("license") = "GPL";
-
-/* Set by user space before load. Filters run here so filtered-out traffic is never copied. */
-const volatile __u32 self_tgid = 0;
-const volatile __u32 filter_tgid = 0;
-const volatile __u16 filter_port = 0;
-const volatile bool filter_comm_on = false;
-const volatile char filter_comm[EBTOP_TASK_COMM_LEN] = {};
-const volatile __u32 snaplen = 4096;
-/* When set, payload of every connection is delivered, not only of recognised protocols. */
-const volatile bool capture_all = false;
-/* --proto: bit (1 << enum ebtop_l7_proto) set for each protocol to deliver; 0 = all. */
-const volatile __u32 proto_mask = 0;
-/*
- * Wake the consumer only once this much data waits: under load one wakeup per batch instead
- * of one per record (user space also polls on a short timeout, so little data never waits long).
- */
-const volatile __u64 wakeup_bytes = 256 * 1024;
-
-
-enum payload_source {
-	SRC_NONE = 0, /* sendfile: length only */
-	SRC_BUF,      /* arg = buffer */
-	SRC_IOV,      /* arg = struct iovec *, arg2 = count */
-	SRC_MSG,      /* arg = struct user_msghdr * */
-	SRC_MMSG,     /* arg = struct mmsghdr *, arg2 = vlen */
-};
 
 struct inflight {
 	__u64 start_ns;
@@ -69,12 +39,6 @@ struct sock_state {
 	__u8 proto;
 };
 
-struct scratch {
-	struct ebtop_event ev;
-	/* Twice the largest copy, so `offset < MAX && len <= MAX` is provably in bounds. */
-	__u8 data[2 * EBTOP_MAX_SNAPLEN];
-};
-
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 32768);
@@ -88,57 +52,6 @@ struct {
 	__type(key, __u64);
 	__type(value, struct sock_state);
 } sock_states SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 16 * 1024 * 1024);
-} events SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, EBTOP_CNT__MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} counters SEC(".maps");
-
-/*
- * One scratch record per CPU, indexed by CPU id (user space sizes it to the possible CPUs).
- * A plain array because per-CPU map values are limited to 32 KiB.
- */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct scratch);
-} scratch_buf SEC(".maps");
-
-static __always_inline __u64 ringbuf_flags(void)
-{
-	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
-									       : BPF_RB_NO_WAKEUP;
-}
-
-static __always_inline void count(__u32 idx, __u64 n)
-{
-	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
-	if (v)
-		*v += n; /* per-CPU slot: no other writer */
-}
-
-static __always_inline bool task_selected(__u32 tgid)
-{
-	if (tgid == self_tgid)
-		return false;
-	if (filter_tgid && tgid != filter_tgid)
-		return false;
-	if (filter_comm_on) {
-		char comm[EBTOP_TASK_COMM_LEN];
-		bpf_get_current_comm(comm, sizeof(comm));
-		if (!comm_equals(comm, filter_comm))
-			return false;
-	}
-	return true;
-}
 
 /* Resolves fd to an inet stream/datagram socket and applies the port filter. */
 static __always_inline bool inet_socket(int fd, struct inflight *inf)
@@ -225,132 +138,6 @@ static __always_inline void fill_common(struct ebtop_event *ev, const struct inf
 		BPF_CORE_READ_INTO(&ev->raddr, sk, __sk_common.skc_v6_daddr);
 	}
 	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
-}
-
-/* For unconnected datagram sockets the peer is the sockaddr passed to the call. */
-static __always_inline void peer_from_sockaddr(struct ebtop_event *ev, __u64 sa)
-{
-	__u16 fam = 0;
-	if (!sa || ev->rport || bpf_probe_read_user(&fam, sizeof(fam), (void *)sa))
-		return;
-	__u16 port = 0;
-	bpf_probe_read_user(&port, sizeof(port), (void *)(sa + 2));
-	if (fam == AF_INET) {
-		bpf_probe_read_user(ev->raddr, 4, (void *)(sa + 4));
-	} else if (fam == AF_INET6) {
-		bpf_probe_read_user(ev->raddr, 16, (void *)(sa + 8));
-	} else {
-		return;
-	}
-	ev->rport = bpf_ntohs(port);
-	ev->flags |= EBTOP_F_PEER_FROM_ARG;
-}
-
-static __always_inline bool starts_with(const __u8 *p, __u32 n, const char *lit, __u32 litlen)
-{
-	if (n < litlen)
-		return false;
-	for (__u32 i = 0; i < litlen && i < 8; i++)
-		if (p[i] != (__u8)lit[i])
-			return false;
-	return true;
-}
-
-/* Recognises the start of an HTTP/1.x request or response from its first bytes. */
-static __always_inline __u8 infer_protocol(const __u8 *p, __u32 n)
-{
-	if (starts_with(p, n, "GET ", 4) || starts_with(p, n, "POST ", 5) ||
-	    starts_with(p, n, "PUT ", 4) || starts_with(p, n, "HEAD ", 5) ||
-	    starts_with(p, n, "DELETE ", 7) || starts_with(p, n, "PATCH ", 6) ||
-	    starts_with(p, n, "OPTIONS ", 8) || starts_with(p, n, "CONNECT ", 8) ||
-	    starts_with(p, n, "TRACE ", 6) || starts_with(p, n, "HTTP/1.", 7))
-		return EBTOP_PROTO_HTTP1;
-	return EBTOP_PROTO_UNKNOWN;
-}
-
-/* v & mask, in a form the compiler cannot drop as redundant (the verifier needs it). */
-static __always_inline __u64 verifier_mask(__u64 v, __u64 mask)
-{
-	asm volatile("%[v] &= %[m]" : [v] "+r"(v) : [m] "i"(mask));
-	return v;
-}
-
-/* Reads the first (up to 8) payload bytes of the first buffer and recognises the protocol. */
-static __always_inline __u8 infer_protocol_at(__u8 source, __u64 ptr, __u64 cnt, __u32 limit)
-{
-	__u8 head[16] = {};
-	__u64 base = ptr;
-	__u64 n = limit < 8 ? limit : 8;
-	if (source == SRC_IOV) {
-		struct ebtop_iovec iov;
-		if (cnt == 0 || bpf_probe_read_user(&iov, sizeof(iov), (void *)ptr))
-			return EBTOP_PROTO_UNKNOWN;
-		base = (__u64)iov.iov_base;
-		if (iov.iov_len < n)
-			n = iov.iov_len;
-	} else if (source != SRC_BUF) {
-		return EBTOP_PROTO_UNKNOWN;
-	}
-	if (n == 0 || bpf_probe_read_user(head, verifier_mask(n, 15), (void *)base))
-		return EBTOP_PROTO_UNKNOWN;
-	return infer_protocol(head, n);
-}
-
-struct iov_walk {
-	const struct ebtop_iovec *iovp;
-	__u64 iovcnt;
-	__u32 limit;
-	__u32 off;
-	__u32 cpu;
-};
-
-/* One iovec entry: bpf_loop verifies this once instead of once per unrolled iteration. */
-static long copy_one_iov(__u64 i, void *ctx)
-{
-	struct iov_walk *w = ctx;
-	struct ebtop_iovec iov;
-	__u32 off = w->off;
-
-	if (i >= w->iovcnt || off >= w->limit || off >= EBTOP_MAX_SNAPLEN)
-		return 1;
-	struct scratch *s = bpf_map_lookup_elem(&scratch_buf, &w->cpu);
-	if (!s || bpf_probe_read_user(&iov, sizeof(iov), &w->iovp[i]))
-		return 1;
-	__u64 n = w->limit - off;
-	if (iov.iov_len < n)
-		n = iov.iov_len;
-	if (n > EBTOP_MAX_SNAPLEN)
-		n = EBTOP_MAX_SNAPLEN;
-	if (n == 0)
-		return 0;
-	if (bpf_probe_read_user(s->data + verifier_mask(off, EBTOP_MAX_SNAPLEN - 1), n, iov.iov_base))
-		return 1;
-	w->off = off + n;
-	return 0;
-}
-
-/* Copies up to `limit` bytes spread over an iovec array into the CPU's scratch record. */
-static __always_inline __u32 copy_iov(__u32 cpu, const struct ebtop_iovec *iovp, __u64 iovcnt,
-				      __u32 limit)
-{
-	struct iov_walk w = { .iovp = iovp, .iovcnt = iovcnt, .limit = limit, .off = 0, .cpu = cpu };
-	bpf_loop(EBTOP_MAX_IOV, copy_one_iov, &w, 0);
-	return w.off;
-}
-
-static __always_inline __u32 copy_payload(__u32 cpu, __u8 *data, __u8 source, __u64 ptr,
-					  __u64 cnt, __u32 limit)
-{
-	if (limit > EBTOP_MAX_SNAPLEN)
-		limit = EBTOP_MAX_SNAPLEN;
-	if (source == SRC_BUF) {
-		if (limit == 0 || bpf_probe_read_user(data, limit, (void *)ptr))
-			return 0;
-		return limit;
-	}
-	if (source == SRC_IOV)
-		return copy_iov(cpu, (const struct ebtop_iovec *)ptr, cnt, limit);
-	return 0;
 }
 
 /*
@@ -500,17 +287,6 @@ static __always_inline int on_exit(long ret, const __u8 source)
 	return emit_call_data(&inf, ret, now, source);
 }
 
-#if defined(__TARGET_ARCH_arm64)
-#define SYSCALL_ARG0(r) BPF_CORE_READ(r, orig_x0)
-#define SYSCALL_ARG1(r) BPF_CORE_READ(r, regs[1])
-#define SYSCALL_ARG2(r) BPF_CORE_READ(r, regs[2])
-#define SYSCALL_ARG4(r) BPF_CORE_READ(r, regs[4])
-#else
-#define SYSCALL_ARG0(r) BPF_CORE_READ(r, di)
-#define SYSCALL_ARG1(r) BPF_CORE_READ(r, si)
-#define SYSCALL_ARG2(r) BPF_CORE_READ(r, dx)
-#define SYSCALL_ARG4(r) BPF_CORE_READ(r, r8)
-#endif
 
 /* A receive, at its exit only: arguments from the registers saved at entry, stamped now. */
 static __always_inline int on_recv_exit(long ret, __u8 syscall, const __u8 source)

@@ -32,7 +32,15 @@ enum bpf_map_type {
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
 	BPF_MAP_TYPE_LRU_HASH = 9,
 	BPF_MAP_TYPE_LRU_PERCPU_HASH = 10,
+	BPF_MAP_TYPE_SK_STORAGE = 24,
 	BPF_MAP_TYPE_RINGBUF = 27,
+	BPF_MAP_TYPE_TASK_STORAGE = 29,
+};
+
+/* bpf_sk_storage_get / bpf_task_storage_get: create the entry if missing. */
+enum {
+	BPF_LOCAL_STORAGE_GET_F_CREATE = 1,
+	BPF_SK_STORAGE_GET_F_CREATE = 1,
 };
 
 enum {
@@ -248,5 +256,36 @@ struct bpf_sock_addr {
 		__u64 :64;
 	} __attribute__((aligned(8)));
 };
+
+#endif
+
+/*
+ * Used by sockcap.bpf.c (socket-layer capture), as CO-RE flavours like the ones above.
+ */
+#ifndef EBTOP_VMLINUX_MIN_CAP_H
+#define EBTOP_VMLINUX_MIN_CAP_H
+
+struct socket___cap {
+	struct file *file;
+} __attribute__((preserve_access_index));
+
+struct sock___cap {
+	struct socket___cap *sk_socket;
+	__u16 sk_type;
+} __attribute__((preserve_access_index));
+
+struct task_struct___cap {
+	unsigned int flags;
+} __attribute__((preserve_access_index));
+
+#if defined(__TARGET_ARCH_arm64)
+struct pt_regs___cap {
+	__s32 syscallno;
+} __attribute__((preserve_access_index));
+#else
+struct pt_regs___cap {
+	unsigned long orig_ax;
+} __attribute__((preserve_access_index));
+#endif
 
 #endif

@@ -39,6 +39,9 @@ pub struct FlowConfig {
     pub max_flows: u32,
     /// `--pid`, `--comm`, `--port` (applied to reported flows in user space).
     pub filters: Filters,
+    /// Attach the accept() exit hooks (syscall tracepoints) that name a server flow's owner.
+    /// Without them (socket-layer capture) the owner is the first process moving its data.
+    pub accept_hooks: bool,
 }
 
 impl Default for FlowConfig {
@@ -46,6 +49,7 @@ impl Default for FlowConfig {
         FlowConfig {
             max_flows: DEFAULT_MAX_FLOWS,
             filters: Filters::default(),
+            accept_hooks: true,
         }
     }
 }
@@ -305,6 +309,9 @@ impl FlowCollector {
             .flows
             .set_max_entries(cfg.max_flows.max(1))
             .context("sizing the flow table failed")?;
+        if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+            ro.owner_from_data = !cfg.accept_hooks;
+        }
         let skel: &'static mut FlowsSkel<'static> =
             Box::leak(Box::new(open.load().map_err(|e| {
                 anyhow!("loading the flows BPF programs failed: {e}")
@@ -315,6 +322,10 @@ impl FlowCollector {
         for prog in skel.object_mut().progs_mut() {
             let name = prog.name().to_string_lossy().into_owned();
             let section = prog.section().to_string_lossy().into_owned();
+            if section.starts_with("tracepoint/syscalls/") && !cfg.accept_hooks {
+                // A syscall tracepoint puts every task's syscalls on the slow path.
+                continue;
+            }
             if section.starts_with("tracepoint/") || section.starts_with("tp_btf/") {
                 links.push(
                     prog.attach()

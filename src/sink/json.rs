@@ -63,6 +63,9 @@ struct MetaLine<'a> {
     start: String,
     snaplen: u32,
     filters: &'a Filters,
+    /// Live only: "socket" or "syscalls".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hooks: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -146,6 +149,7 @@ impl<W: Write> Sink for JsonSink<W> {
             start: crate::clock::rfc3339(m.start_unix_ns),
             snaplen: m.snaplen,
             filters: &m.filters,
+            hooks: m.hooks.as_deref(),
         })?;
         self.out.flush()
     }

@@ -14,7 +14,9 @@ use std::os::fd::AsFd;
 
 use crate::aggregate::{BpfStats, Overhead, RingCounters};
 use crate::bpf::counter;
+use crate::bpf::sockcap::{SockcapSkel, SockcapSkelBuilder};
 use crate::bpf::sockdata::{SockdataSkel, SockdataSkelBuilder};
+use crate::cli::Hooks;
 use crate::pipeline::Pipeline;
 use crate::session::{Filters, KernelCounters, SessionMeta};
 use crate::sink::Sink;
@@ -41,6 +43,155 @@ pub struct LiveConfig {
     pub verbose: bool,
     /// Capacity of the kernel flow table (`--max-flows`).
     pub max_flows: u32,
+    /// Where socket data is captured (`--hooks`).
+    pub hooks: Hooks,
+}
+
+/// The loaded capture programs: the socket layer or the syscall tracepoints. Both write the
+/// same records into maps of the same names, with the same settings (src/bpf/capture.h).
+enum Capture<'obj> {
+    Socket(SockcapSkel<'obj>),
+    Syscalls(SockdataSkel<'obj>),
+}
+
+impl Capture<'_> {
+    fn object(&self) -> &libbpf_rs::Object {
+        match self {
+            Capture::Socket(s) => s.object(),
+            Capture::Syscalls(s) => s.object(),
+        }
+    }
+
+    fn events(&self) -> &libbpf_rs::Map<'_> {
+        match self {
+            Capture::Socket(s) => &s.maps.events,
+            Capture::Syscalls(s) => &s.maps.events,
+        }
+    }
+
+    fn counters(&self) -> &libbpf_rs::Map<'_> {
+        match self {
+            Capture::Socket(s) => &s.maps.counters,
+            Capture::Syscalls(s) => &s.maps.counters,
+        }
+    }
+
+    /// As the `meta` line names it.
+    fn hooks(&self) -> &'static str {
+        match self {
+            Capture::Socket(_) => "socket",
+            Capture::Syscalls(_) => "syscalls",
+        }
+    }
+}
+
+/// The settings both capture objects take before load (same rodata and map names).
+macro_rules! configure_capture {
+    ($open:expr, $cfg:expr) => {{
+        let open = &mut $open;
+        let cfg: &LiveConfig = $cfg;
+        let ro = open
+            .maps
+            .rodata_data
+            .as_deref_mut()
+            .ok_or_else(|| anyhow!("BPF object has no .rodata section"))?;
+        ro.self_tgid = std::process::id();
+        ro.filter_tgid = cfg.filters.pid.unwrap_or(0);
+        ro.filter_port = cfg.filters.port.unwrap_or(0);
+        let protos = cfg.filters.protocols();
+        if !protos.is_all() {
+            // A protocol the kernel does not recognise is picked out in user space
+            // (capture_all); a mask of 0 would mean "all", so an empty selection keeps a bit
+            // no protocol uses.
+            ro.proto_mask = protos.kernel_mask().max(1);
+        }
+        if let Some(comm) = &cfg.filters.comm {
+            ro.filter_comm_on = true;
+            crate::bpf::set_comm_filter(&mut ro.filter_comm, comm);
+        }
+        ro.snaplen = cfg.snaplen;
+        ro.capture_all = cfg.capture_all;
+        ro.wakeup_bytes = (cfg.ringbuf_bytes / 16) as u64;
+        let cpus = libbpf_rs::num_possible_cpus().context("reading the possible CPUs failed")?;
+        open.maps
+            .scratch_buf
+            .set_max_entries(cpus as u32)
+            .context("sizing the scratch map failed")?;
+        open.maps
+            .events
+            .set_max_entries(cfg.ringbuf_bytes)
+            .context("sizing the ring buffer failed")?;
+    }};
+}
+
+/// Loads and attaches the socket-layer capture (sockcap.bpf.c: tp_btf only).
+fn load_socket_layer<'obj>(
+    cfg: &LiveConfig,
+    storage: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
+) -> Result<(Capture<'obj>, Vec<libbpf_rs::Link>)> {
+    let mut open = SockcapSkelBuilder::default()
+        .open(storage)
+        .context("opening the socket-layer BPF object failed")?;
+    configure_capture!(open, cfg);
+    let mut skel = open.load().map_err(|e| {
+        anyhow!(
+            "loading the socket-layer programs failed: {e} (needs tp_btf sock_send_length, \
+             Linux >= 6.3 with BTF; --hooks syscalls works on older kernels)"
+        )
+    })?;
+    let mut links = Vec::new();
+    for prog in skel.object_mut().progs_mut() {
+        let name = prog.name().to_string_lossy().into_owned();
+        let section = prog.section().to_string_lossy().into_owned();
+        links.push(
+            prog.attach()
+                .map_err(|e| anyhow!("attaching probe {name} to {section} failed: {e}"))?,
+        );
+    }
+    Ok((Capture::Socket(skel), links))
+}
+
+/// Loads and attaches the syscall-tracepoint capture (sockdata.bpf.c).
+fn load_syscall_hooks<'obj>(
+    cfg: &LiveConfig,
+    storage: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
+) -> Result<(Capture<'obj>, Vec<libbpf_rs::Link>)> {
+    let mut open = SockdataSkelBuilder::default()
+        .open(storage)
+        .context("opening the BPF object failed")?;
+    configure_capture!(open, cfg);
+    let mut skel = open.load().map_err(|e| {
+        anyhow!(
+            "loading the BPF programs failed: {e} (a kernel ≥ 5.8 with BTF is needed; \
+             run with --verbose for the verifier's log)"
+        )
+    })?;
+    let mut links = Vec::new();
+    for prog in skel.object_mut().progs_mut() {
+        let name = prog.name().to_string_lossy().into_owned();
+        let section = prog.section().to_string_lossy().into_owned();
+        if let Some(tp) = section.strip_prefix("tracepoint/") {
+            let link = prog
+                .attach()
+                .map_err(|e| anyhow!("attaching probe {name} to {tp} failed: {e}"))?;
+            links.push(link);
+            continue;
+        }
+        // Shared exit programs: attached to each syscall whose payload they understand.
+        let exits = EXIT_ATTACHMENTS
+            .iter()
+            .find(|(prog_name, _)| *prog_name == name)
+            .map(|(_, syscalls)| *syscalls)
+            .ok_or_else(|| anyhow!("BPF program {name} has no attachment point"))?;
+        for syscall in exits {
+            let tp = format!("sys_exit_{syscall}");
+            let link = prog
+                .attach_tracepoint(libbpf_rs::TracepointCategory::Syscalls, &tp)
+                .map_err(|e| anyhow!("attaching probe {name} to syscalls/{tp} failed: {e}"))?;
+            links.push(link);
+        }
+    }
+    Ok((Capture::Syscalls(skel), links))
 }
 
 /// Why the capture loop ended.
@@ -63,9 +214,9 @@ fn quiet_libbpf(verbose: bool) {
     }
 }
 
-fn read_counters(skel: &SockdataSkel, procs: Option<&ProcessProbe>) -> KernelCounters {
+fn read_counters(capture: &Capture, procs: Option<&ProcessProbe>) -> KernelCounters {
     let sum = |idx: u32| -> (u64, Vec<u64>) {
-        let per_cpu = crate::bpf::percpu_u64(&skel.maps.counters, idx);
+        let per_cpu = crate::bpf::percpu_u64(capture.counters(), idx);
         (per_cpu.iter().sum(), per_cpu)
     };
     let (lost, lost_per_cpu) = sum(counter::LOST);
@@ -82,7 +233,7 @@ fn read_counters(skel: &SockdataSkel, procs: Option<&ProcessProbe>) -> KernelCou
         lost_per_cpu,
         proc_events,
         proc_lost,
-        missed_runs: crate::bpf::recursion_misses(skel.object())
+        missed_runs: crate::bpf::recursion_misses(capture.object())
             + procs.map_or(0, ProcessProbe::missed_runs),
     }
 }
@@ -139,77 +290,32 @@ pub fn run<S: Sink, R>(
     crate::preflight::ensure_tracefs()?;
     quiet_libbpf(cfg.verbose);
 
-    let mut storage = MaybeUninit::uninit();
-    let mut open = SockdataSkelBuilder::default()
-        .open(&mut storage)
-        .context("opening the BPF object failed")?;
-    let ro = open
-        .maps
-        .rodata_data
-        .as_deref_mut()
-        .ok_or_else(|| anyhow!("BPF object has no .rodata section"))?;
-    ro.self_tgid = std::process::id();
-    ro.filter_tgid = cfg.filters.pid.unwrap_or(0);
-    ro.filter_port = cfg.filters.port.unwrap_or(0);
-    let protos = cfg.filters.protocols();
-    if !protos.is_all() {
-        // A protocol the kernel does not recognise is picked out in user space (capture_all);
-        // a mask of 0 would mean "all", so an empty selection keeps a bit no protocol uses.
-        ro.proto_mask = protos.kernel_mask().max(1);
-    }
-    if let Some(comm) = &cfg.filters.comm {
-        ro.filter_comm_on = true;
-        crate::bpf::set_comm_filter(&mut ro.filter_comm, comm);
-    }
-    ro.snaplen = cfg.snaplen;
-    ro.capture_all = cfg.capture_all;
-    ro.wakeup_bytes = (cfg.ringbuf_bytes / 16) as u64;
-    let cpus = libbpf_rs::num_possible_cpus().context("reading the possible CPUs failed")?;
-    open.maps
-        .scratch_buf
-        .set_max_entries(cpus as u32)
-        .context("sizing the scratch map failed")?;
-    open.maps
-        .events
-        .set_max_entries(cfg.ringbuf_bytes)
-        .context("sizing the ring buffer failed")?;
-    let mut skel = open.load().map_err(|e| {
-        anyhow!(
-            "loading the BPF programs failed: {e} (a kernel ≥ 5.8 with BTF is needed; \
-             run with --verbose for the verifier's log)"
-        )
-    })?;
-
-    let mut links = Vec::new();
-    for prog in skel.object_mut().progs_mut() {
-        let name = prog.name().to_string_lossy().into_owned();
-        let section = prog.section().to_string_lossy().into_owned();
-        if let Some(tp) = section.strip_prefix("tracepoint/") {
-            let link = prog
-                .attach()
-                .map_err(|e| anyhow!("attaching probe {name} to {tp} failed: {e}"))?;
-            links.push(link);
-            continue;
-        }
-        // Shared exit programs: attached to each syscall whose payload they understand.
-        let exits = EXIT_ATTACHMENTS
-            .iter()
-            .find(|(prog_name, _)| *prog_name == name)
-            .map(|(_, syscalls)| *syscalls)
-            .ok_or_else(|| anyhow!("BPF program {name} has no attachment point"))?;
-        for syscall in exits {
-            let tp = format!("sys_exit_{syscall}");
-            let link = prog
-                .attach_tracepoint(libbpf_rs::TracepointCategory::Syscalls, &tp)
-                .map_err(|e| anyhow!("attaching probe {name} to syscalls/{tp} failed: {e}"))?;
-            links.push(link);
-        }
-    }
+    let mut socket_storage = MaybeUninit::uninit();
+    let mut syscall_storage = MaybeUninit::uninit();
+    let (capture, mut links) = match cfg.hooks {
+        Hooks::Socket => load_socket_layer(cfg, &mut socket_storage)?,
+        Hooks::Syscalls => load_syscall_hooks(cfg, &mut syscall_storage)?,
+        // Probing is loading: a kernel without the socket-layer tracepoints (< 6.3) or their
+        // BTF refuses the programs, and the syscall hooks take over.
+        Hooks::Auto => match load_socket_layer(cfg, &mut socket_storage) {
+            Ok(c) => c,
+            Err(e) => {
+                if cfg.verbose {
+                    crate::diag!("ebtop: socket-layer capture unavailable ({e:#}): syscall hooks");
+                }
+                load_syscall_hooks(cfg, &mut syscall_storage)?
+            }
+        },
+    };
+    let mut meta = meta.clone();
+    meta.hooks = Some(capture.hooks().to_owned());
+    let meta = &meta;
 
     // The flow table: optional. If it cannot load, HTTP capture goes on without it.
     let mut flows = match crate::flows::FlowCollector::start(&crate::flows::FlowConfig {
         max_flows: cfg.max_flows,
         filters: cfg.filters.clone(),
+        accept_hooks: matches!(capture, Capture::Syscalls(_)),
     }) {
         Ok(c) => Some(c),
         Err(e) => {
@@ -243,7 +349,7 @@ pub fn run<S: Sink, R>(
     let panicked: RefCell<Option<Box<dyn std::any::Any + Send>>> = RefCell::new(None);
     let mut builder = RingBufferBuilder::new();
     builder
-        .add(&skel.maps.events, |data: &[u8]| {
+        .add(capture.events(), |data: &[u8]| {
             let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 if crate::diag::debug_panic_requested("collector") {
                     panic!("injected panic in the collector (EBTOP_DEBUG_PANIC=collector)");
@@ -330,9 +436,9 @@ pub fn run<S: Sink, R>(
         }
         if now >= next_tick {
             next_tick += interval;
-            let k = read_counters(&skel, procs.as_ref());
+            let k = read_counters(&capture, procs.as_ref());
             let mono = crate::clock::monotonic_ns();
-            let programs: Vec<libbpf_rs::Program> = skel.object().progs().collect();
+            let programs: Vec<libbpf_rs::Program> = capture.object().progs().collect();
             let mut fds: Vec<(String, std::os::fd::BorrowedFd)> = programs
                 .iter()
                 .map(|p| (p.name().to_string_lossy().into_owned(), p.as_fd()))
@@ -370,7 +476,7 @@ pub fn run<S: Sink, R>(
             reason = r;
         }
     }
-    let counters = read_counters(&skel, procs.as_ref());
+    let counters = read_counters(&capture, procs.as_ref());
     drop(ring);
     // Flows that ended since the last interval are reported with the last, partial one.
     let mut flow_links = Vec::new();

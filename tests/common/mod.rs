@@ -206,6 +206,15 @@ pub fn read_response(r: &mut BufReader<TcpStream>) -> (u16, usize) {
     }
 }
 
+/// `--hooks X` when the suite runs against one capture path (`EBTOP_TEST_HOOKS=socket|syscalls`,
+/// as scripts/test does for each); nothing otherwise (ebtop chooses).
+pub fn hooks_args() -> Vec<String> {
+    match std::env::var("EBTOP_TEST_HOOKS") {
+        Ok(h) if !h.is_empty() => vec!["--hooks".into(), h],
+        _ => Vec::new(),
+    }
+}
+
 /// A running `ebtop --json`, its stdout lines collected by a thread.
 pub struct Ebtop {
     child: Child,
@@ -218,6 +227,7 @@ impl Ebtop {
     pub fn start(args: &[&str]) -> Ebtop {
         let mut child = Command::new(env!("CARGO_BIN_EXE_ebtop"))
             .args(args)
+            .args(hooks_args())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

@@ -28,10 +28,11 @@ impl Tmux {
     /// Same, with `env` (e.g. `EBTOP_DEBUG_PANIC=ui`) before the command.
     pub fn start_ebtop_with_env(&self, env: &str, args: &str) {
         let cmd = format!(
-            "NO_COLOR=1 {env} '{}' {args}; echo \"ebtop exited $?\"; \
+            "NO_COLOR=1 {env} '{}' {args} {}; echo \"ebtop exited $?\"; \
              if stty -a | grep -q -- -icanon; then echo 'tty raw'; else echo 'tty cooked'; fi; \
              sleep 60",
             env!("CARGO_BIN_EXE_ebtop"),
+            super::hooks_args().join(" "),
         );
         self.run(&[
             "new-session",

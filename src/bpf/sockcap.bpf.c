@@ -1,0 +1,372 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Socket data capture at the socket layer (`--hooks socket`, the default where the kernel has
+ * these tracepoints with BTF): tp_btf `sock:sock_send_length` / `sock:sock_recv_length` fire
+ * once per socket send/receive, after the protocol moved the bytes, with the `struct sock *`
+ * and the byte count. No `syscalls:*` tracepoint is attached, so unrelated syscalls of every
+ * task stay on the fast path; no enter hook, no per-thread hash, no fd walk:
+ *   - per-connection state (stream positions, protocol, owner) lives in socket storage and is
+ *     freed with the socket;
+ *   - the user buffer comes from the syscall's arguments in the task's saved user registers
+ *     (`bpf_task_pt_regs`): the syscall number says where the bytes are (buffer, iovec,
+ *     msghdr). A send or receive made by no such syscall (io_uring, sendfile/splice, a kernel
+ *     thread, sendmmsg/recvmmsg) becomes a length-only record: positions stay exact and user
+ *     space counts the bytes as not captured;
+ *   - a TCP send is stamped at its start by tp_btf `tcp:tcp_sendmsg_locked` (per task, taken
+ *     at the send's end if it is the same socket), so a send is stamped at its start as on the
+ *     syscall path; UDP sends and receives are stamped when they complete;
+ *   - a TCP connection ends at tp_btf `sock:inet_sock_set_state` → TCP_CLOSE.
+ * tp_btf programs are skipped only when they re-enter themselves on a CPU (counted), never
+ * because another BPF program or a bpf() call holds the CPU, as classic tracepoints are.
+ */
+#include "vmlinux_min.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_tracing.h>
+#include "ebtop.h"
+#include "filters.h"
+#include "capture.h"
+
+#define MSG_PEEK 2
+#define TCP_CLOSE 7
+#define IPPROTO_TCP 6
+#define PF_IO_WORKER 0x00000010
+#define PF_KTHREAD 0x00200000
+#define BPF_F_NO_PREALLOC 1
+
+/* Syscall numbers whose arguments say where a send's or receive's bytes are. */
+#if defined(__TARGET_ARCH_arm64)
+#define NR_READ 63
+#define NR_WRITE 64
+#define NR_READV 65
+#define NR_WRITEV 66
+#define NR_SENDTO 206
+#define NR_RECVFROM 207
+#define NR_SENDMSG 211
+#define NR_RECVMSG 212
+#else
+#define NR_READ 0
+#define NR_WRITE 1
+#define NR_READV 19
+#define NR_WRITEV 20
+#define NR_SENDTO 44
+#define NR_RECVFROM 45
+#define NR_SENDMSG 46
+#define NR_RECVMSG 47
+#endif
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* Per socket, freed with it. */
+struct sk_state {
+	__u64 seq[2];
+	__u64 sock_id;
+	__u32 pid;
+	__u8 proto;
+	__u8 delivered; /* a record of this socket reached user space: its close matters */
+	__u8 _pad[2];
+	char comm[EBTOP_TASK_COMM_LEN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct sk_state);
+} sk_states SEC(".maps");
+
+/* Per task: the start of the TCP send in progress. */
+struct send_start {
+	__u64 sk;
+	__u64 ns;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct send_start);
+} send_starts SEC(".maps");
+
+/* What the syscall in progress says about the bytes (SRC_NONE: not a syscall we know). */
+struct call_args {
+	__u64 arg;
+	__u64 arg2;
+	__u64 peer_arg;
+	__s32 fd;
+	__u8 syscall;
+	__u8 source;
+};
+
+static __always_inline void syscall_args(struct call_args *c, __u8 dir)
+{
+	struct task_struct___cap *task = (struct task_struct___cap *)bpf_get_current_task_btf();
+	c->fd = -1;
+	c->syscall = EBTOP_SC_OTHER;
+	c->source = SRC_NONE;
+	if (BPF_CORE_READ(task, flags) & (PF_KTHREAD | PF_IO_WORKER))
+		return;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs((struct task_struct *)task);
+	if (!regs)
+		return;
+#if defined(__TARGET_ARCH_arm64)
+	long nr = BPF_CORE_READ((struct pt_regs___cap *)regs, syscallno);
+#else
+	long nr = BPF_CORE_READ((struct pt_regs___cap *)regs, orig_ax);
+#endif
+	__u8 sc = 0, src = SRC_NONE;
+	bool tx = dir == EBTOP_DIR_EGRESS;
+	switch (nr) {
+	case NR_READ:
+		if (!tx) { sc = EBTOP_SC_READ; src = SRC_BUF; }
+		break;
+	case NR_WRITE:
+		if (tx) { sc = EBTOP_SC_WRITE; src = SRC_BUF; }
+		break;
+	case NR_READV:
+		if (!tx) { sc = EBTOP_SC_READV; src = SRC_IOV; }
+		break;
+	case NR_WRITEV:
+		if (tx) { sc = EBTOP_SC_WRITEV; src = SRC_IOV; }
+		break;
+	case NR_SENDTO:
+		if (tx) { sc = EBTOP_SC_SENDTO; src = SRC_BUF; }
+		break;
+	case NR_RECVFROM:
+		if (!tx) { sc = EBTOP_SC_RECVFROM; src = SRC_BUF; }
+		break;
+	case NR_SENDMSG:
+		if (tx) { sc = EBTOP_SC_SENDMSG; src = SRC_MSG; }
+		break;
+	case NR_RECVMSG:
+		if (!tx) { sc = EBTOP_SC_RECVMSG; src = SRC_MSG; }
+		break;
+	}
+	if (!sc)
+		return;
+	c->syscall = sc;
+	c->source = src;
+	c->fd = (__s32)SYSCALL_ARG0(regs);
+	c->arg = SYSCALL_ARG1(regs);
+	if (src == SRC_IOV)
+		c->arg2 = SYSCALL_ARG2(regs);
+	if (sc == EBTOP_SC_SENDTO || sc == EBTOP_SC_RECVFROM)
+		c->peer_arg = SYSCALL_ARG4(regs);
+	if (src == SRC_MSG) {
+		/* The msghdr's iovec is the payload; its name the peer of an unconnected socket. */
+		struct ebtop_user_msghdr msg;
+		if (bpf_probe_read_user(&msg, sizeof(msg), (void *)c->arg)) {
+			c->source = SRC_NONE;
+			return;
+		}
+		c->source = SRC_IOV;
+		c->arg = (__u64)msg.msg_iov;
+		c->arg2 = msg.msg_iovlen;
+		c->peer_arg = (__u64)msg.msg_name;
+	}
+}
+
+static __always_inline void fill_header(struct ebtop_event *ev, struct sock *sk,
+					const struct sk_state *st, __u8 family, __u8 sock_type,
+					__u64 start_ns, __u64 end_ns)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	ev->start_ns = start_ns;
+	ev->end_ns = end_ns;
+	ev->sock_id = st->sock_id;
+	ev->pid = id >> 32;
+	ev->tid = (__u32)id;
+	ev->family = family;
+	ev->sock_type = sock_type;
+	ev->flags = 0;
+	ev->_pad = 0;
+	ev->lport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	ev->rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	__builtin_memset(ev->laddr, 0, sizeof(ev->laddr));
+	__builtin_memset(ev->raddr, 0, sizeof(ev->raddr));
+	if (family == AF_INET) {
+		__u32 a = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
+		__u32 b = BPF_CORE_READ(sk, __sk_common.skc_daddr);
+		__builtin_memcpy(ev->laddr, &a, 4);
+		__builtin_memcpy(ev->raddr, &b, 4);
+	} else {
+		BPF_CORE_READ_INTO(&ev->laddr, sk, __sk_common.skc_v6_rcv_saddr);
+		BPF_CORE_READ_INTO(&ev->raddr, sk, __sk_common.skc_v6_daddr);
+	}
+	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
+}
+
+static __always_inline __u64 sock_inode(struct sock *sk)
+{
+	struct sock___cap *s = (struct sock___cap *)sk;
+	return BPF_CORE_READ(s, sk_socket, file, f_inode, i_ino);
+}
+
+static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 dir)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 start = now;
+	if (dir == EBTOP_DIR_EGRESS) {
+		/* Taken whatever the outcome, so a failed send leaves no stale start behind. */
+		struct send_start *ss = bpf_task_storage_get(&send_starts, bpf_get_current_task_btf(),
+							     0, 0);
+		if (ss) {
+			if (ss->sk == (__u64)sk && ss->ns && ss->ns <= now)
+				start = ss->ns;
+			ss->ns = 0;
+		}
+	}
+	if (ret <= 0 || !sk)
+		return 0;
+	if (dir == EBTOP_DIR_INGRESS && (flags & MSG_PEEK))
+		return 0; /* the bytes are read again later */
+	__u8 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	if (family != AF_INET && family != AF_INET6)
+		return 0;
+	__u8 sock_type = BPF_CORE_READ((struct sock___cap *)sk, sk_type);
+	if (sock_type != SOCK_STREAM && sock_type != SOCK_DGRAM)
+		return 0;
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!task_selected(id >> 32))
+		return 0;
+	if (filter_port) {
+		__u16 lport = BPF_CORE_READ(sk, __sk_common.skc_num);
+		__u16 rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+		if (lport != filter_port && rport != filter_port)
+			return 0;
+	}
+	struct sk_state *st = bpf_sk_storage_get(&sk_states, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!st) {
+		count(EBTOP_CNT_INFLIGHT_FULL, 1);
+		return 0;
+	}
+	count(EBTOP_CNT_SOCK_SYSCALLS, 1);
+	if (!st->sock_id)
+		st->sock_id = sock_inode(sk);
+	__u64 len = (__u64)ret;
+	__u64 seq = __sync_fetch_and_add(&st->seq[dir & 1], len);
+	if (st->proto == EBTOP_PROTO_FILTERED)
+		return 0;
+
+	struct call_args c = {};
+	syscall_args(&c, dir);
+	__u32 limit = len < snaplen ? (__u32)len : snaplen;
+	__u8 proto = st->proto;
+	if (!capture_all && proto == EBTOP_PROTO_UNKNOWN) {
+		/* Peek at the first bytes; connections of no known protocol cost no copy. A
+		 * length-only first send cannot be recognised: counted as skipped. */
+		proto = infer_protocol_at(c.source, c.arg, c.arg2, limit);
+		if (proto == EBTOP_PROTO_UNKNOWN) {
+			count(EBTOP_CNT_SKIPPED_UNKNOWN, 1);
+			count(EBTOP_CNT_SKIPPED_BYTES, len);
+			return 0;
+		}
+		if (proto_mask && !((proto_mask >> (proto & 31)) & 1)) {
+			st->proto = EBTOP_PROTO_FILTERED;
+			return 0;
+		}
+		st->proto = proto;
+	}
+	if (!st->delivered) {
+		st->delivered = 1;
+		st->pid = id >> 32;
+		bpf_get_current_comm(st->comm, sizeof(st->comm));
+	}
+
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct scratch *s = bpf_map_lookup_elem(&scratch_buf, &cpu);
+	if (!s)
+		return 0;
+	struct ebtop_event *ev = &s->ev;
+	__u32 cap = copy_payload(cpu, s->data, c.source, c.arg, c.arg2, limit);
+	fill_header(ev, sk, st, family, sock_type, start, now);
+	ev->kind = EBTOP_EV_DATA;
+	ev->dir = dir;
+	ev->syscall = c.syscall;
+	ev->fd = c.fd;
+	ev->proto = proto;
+	ev->seq = seq;
+	ev->total_len = len;
+	ev->cap_len = cap;
+	if (cap < len) {
+		ev->flags |= EBTOP_F_TRUNCATED;
+		count(EBTOP_CNT_TRUNCATED, 1);
+	}
+	if (sock_type == SOCK_DGRAM)
+		peer_from_sockaddr(ev, c.peer_arg);
+	__u64 size = sizeof(*ev) + (cap & (2 * EBTOP_MAX_SNAPLEN - 1));
+	if (size > sizeof(*s))
+		return 0;
+	if (bpf_ringbuf_output(&events, ev, size, ringbuf_flags())) {
+		count(EBTOP_CNT_LOST, 1);
+		count(EBTOP_CNT_LOST_BYTES, len);
+	} else {
+		count(EBTOP_CNT_EVENTS, 1);
+	}
+	return 0;
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(cap_send_length, struct sock *sk, int ret, int flags)
+{
+	return on_length(sk, ret, flags, EBTOP_DIR_EGRESS);
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(cap_recv_length, struct sock *sk, int ret, int flags)
+{
+	return on_length(sk, ret, flags, EBTOP_DIR_INGRESS);
+}
+
+/* The start of a TCP send (it may fire again per segment of a large one: the first counts). */
+SEC("tp_btf/tcp_sendmsg_locked")
+int BPF_PROG(cap_tcp_send_start, struct sock *sk)
+{
+	struct send_start *ss = bpf_task_storage_get(&send_starts, bpf_get_current_task_btf(), 0,
+						     BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!ss)
+		return 0;
+	if (ss->ns && ss->sk == (__u64)sk)
+		return 0;
+	ss->sk = (__u64)sk;
+	ss->ns = bpf_ktime_get_ns();
+	return 0;
+}
+
+/* A TCP connection whose data user space saw is over: one close record. */
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(cap_set_state, struct sock *sk, int oldstate, int newstate)
+{
+	if (newstate != TCP_CLOSE)
+		return 0;
+	struct sk_state *st = bpf_sk_storage_get(&sk_states, sk, 0, 0);
+	if (!st || !st->delivered || st->proto == EBTOP_PROTO_FILTERED)
+		return 0;
+	st->delivered = 0;
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct scratch *s = bpf_map_lookup_elem(&scratch_buf, &cpu);
+	if (!s)
+		return 0;
+	struct ebtop_event *ev = &s->ev;
+	__u8 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	__u64 now = bpf_ktime_get_ns();
+	fill_header(ev, sk, st, family, SOCK_STREAM, now, now);
+	/* Often in softirq context: the owner is the process that moved the data. */
+	ev->pid = st->pid;
+	ev->tid = st->pid;
+	__builtin_memcpy(ev->comm, st->comm, sizeof(ev->comm));
+	ev->kind = EBTOP_EV_CLOSE;
+	ev->dir = 0;
+	ev->syscall = EBTOP_SC_CLOSE;
+	ev->fd = -1;
+	ev->proto = EBTOP_PROTO_UNKNOWN;
+	ev->seq = 0;
+	ev->total_len = 0;
+	ev->cap_len = 0;
+	if (bpf_ringbuf_output(&events, ev, sizeof(*ev), ringbuf_flags()))
+		count(EBTOP_CNT_LOST, 1);
+	else
+		count(EBTOP_CNT_EVENTS, 1);
+	return 0;
+}
