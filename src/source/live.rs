@@ -51,7 +51,7 @@ pub struct LiveConfig {
 /// same records into maps of the same names, with the same settings (src/bpf/capture.h).
 enum Capture<'obj> {
     Socket(SockcapSkel<'obj>),
-    Syscalls(SockdataSkel<'obj>),
+    Syscalls(Box<SockdataSkel<'obj>>),
 }
 
 impl Capture<'_> {
@@ -191,7 +191,7 @@ fn load_syscall_hooks<'obj>(
             links.push(link);
         }
     }
-    Ok((Capture::Syscalls(skel), links))
+    Ok((Capture::Syscalls(Box::new(skel)), links))
 }
 
 /// Why the capture loop ended.
