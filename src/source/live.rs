@@ -50,7 +50,7 @@ pub struct LiveConfig {
 /// The loaded capture programs: the socket layer or the syscall tracepoints. Both write the
 /// same records into maps of the same names, with the same settings (src/bpf/capture.h).
 enum Capture<'obj> {
-    Socket(SockcapSkel<'obj>),
+    Socket(Box<SockcapSkel<'obj>>),
     Syscalls(Box<SockdataSkel<'obj>>),
 }
 
@@ -148,7 +148,7 @@ fn load_socket_layer<'obj>(
                 .map_err(|e| anyhow!("attaching probe {name} to {section} failed: {e}"))?,
         );
     }
-    Ok((Capture::Socket(skel), links))
+    Ok((Capture::Socket(Box::new(skel)), links))
 }
 
 /// Loads and attaches the syscall-tracepoint capture (sockdata.bpf.c).
