@@ -53,7 +53,7 @@ class Nginx:
         with open(f"{self.dir}/nginx.conf", "w") as f:
             f.write(f"""worker_processes 1; daemon off; pid {self.dir}/nginx.pid; error_log {self.dir}/error.log;
 events {{ worker_connections 4096; }}
-http {{ access_log off; keepalive_requests 1000000;
+http {{ access_log off; keepalive_requests 1000000000;
   server {{ listen 127.0.0.1:{PORT}; root {self.dir}/html; }} }}
 """)
         self.proc = subprocess.Popen(["nginx", "-c", f"{self.dir}/nginx.conf", "-p", self.dir])

@@ -81,6 +81,8 @@ fn main() -> Result<()> {
                         || read_response(&mut s, &mut buf).is_err()
                     {
                         *errors.lock().unwrap() += n_per_conn - k;
+                        // What completed before the connection failed still counts.
+                        hist.lock().unwrap().add(&local).unwrap();
                         return;
                     }
                     let _ = local.record(due.elapsed().as_nanos() as u64);

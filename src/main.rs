@@ -23,9 +23,17 @@ use ebtop::sink::Sink;
 use ebtop::source::live::{self, LiveConfig, StopReason};
 use ebtop::source::replay;
 
+/// Set by the panic hook: whatever way ebtop then ends, it is not a clean exit.
+static PANICKED: AtomicBool = AtomicBool::new(false);
+
 fn main() -> ExitCode {
     let args = Args::parse();
-    match run(args) {
+    let result = run(args);
+    if PANICKED.load(Ordering::SeqCst) {
+        // The message was written by the hook (or after the terminal was restored).
+        return ExitCode::FAILURE;
+    }
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
@@ -61,6 +69,7 @@ fn run(args: Args) -> Result<()> {
     let stop_on_panic = Arc::clone(&stop);
     let report_panic = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
+        PANICKED.store(true, Ordering::SeqCst);
         stop_on_panic.store(true, Ordering::SeqCst);
         if ebtop::tui::terminal::ui_active() {
             let thread = std::thread::current();
