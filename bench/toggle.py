@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Paired throughput cost of ebtop's capture paths, robust to host noise (run by hand, as root).
+
+    bench/toggle.py [--cycles 10] [--window 2]
+
+nginx (1 worker, pinned to the last CPU, `return 200 "ok"`, no access log) under continuous
+`wrk -t1 -c50` load (pinned to CPU 0) for the whole run. ebtop (`--json --port PORT > /dev/null`,
+release build) is started and stopped in turns: off, socket, off, syscalls, off, … Each "on" window
+starts once ebtop's BPF links stop growing (all probes attached) and lasts --window seconds; the
+request rate comes from nginx's own counter (stub_status) at the window's edges. Each on/off
+ratio divides an on window's rate by the mean of the off windows on either side; the report is
+the median (and quartiles) per mode. Writes bench/toggle-results.json.
+"""
+import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, time, urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import apt, build  # noqa: E402
+
+PORT = 18932
+
+
+def requests_total():
+    body = urllib.request.urlopen(f"http://127.0.0.1:{PORT}/status").read().decode()
+    # "Active connections: N \n server accepts handled requests\n A H R \n..."
+    return int(body.splitlines()[2].split()[2])
+
+
+def rate_over(seconds):
+    r0, t0 = requests_total(), time.monotonic()
+    time.sleep(seconds)
+    r1, t1 = requests_total(), time.monotonic()
+    return (r1 - r0) / (t1 - t0)
+
+
+def links_of(pid):
+    n = 0
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                n += "link_id:" in f.read()
+        except OSError:
+            pass
+    return n
+
+
+def wait_attached(pid):
+    """Until ebtop's BPF links stop growing (every probe attached)."""
+    last, same = -1, 0
+    while same < 3:
+        time.sleep(0.1)
+        n = links_of(pid)
+        same = same + 1 if n == last and n >= 4 else 0
+        last = n
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cycles", type=int, default=10)
+    ap.add_argument("--window", type=float, default=2.0)
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("bench/toggle.py needs root (ebtop loads eBPF)")
+    apt("nginx", "wrk")
+    binary, _ = build()
+    ncpu = os.cpu_count()
+    d = tempfile.mkdtemp(prefix="ebtop-toggle-")
+    os.chmod(d, 0o755)
+    with open(f"{d}/nginx.conf", "w") as f:
+        f.write(f"""worker_processes 1; daemon off; pid {d}/nginx.pid; error_log {d}/error.log;
+worker_cpu_affinity {1 << (ncpu - 1):b};
+events {{ worker_connections 4096; }}
+http {{ access_log off; keepalive_requests 1000000000;
+  server {{ listen 127.0.0.1:{PORT};
+    location = /status {{ stub_status; }}
+    location / {{ return 200 "ok"; }} }} }}
+""")
+    nginx = subprocess.Popen(["nginx", "-c", f"{d}/nginx.conf", "-p", d])
+    time.sleep(0.5)
+    wrk = subprocess.Popen(["taskset", "-c", "0", "wrk", "-t1", "-c50", "-d3600s",
+                            f"http://127.0.0.1:{PORT}/"], stdout=subprocess.DEVNULL)
+    time.sleep(2)
+    windows = []  # (mode, rate)
+    try:
+        for _ in range(a.cycles):
+            for mode in ["socket", "syscalls"]:
+                windows.append(("off", rate_over(a.window)))
+                # Every call captured and written as JSON to /dev/null.
+                e = subprocess.Popen([binary, "--json", "--hooks", mode, "--port", str(PORT)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                wait_attached(e.pid)
+                windows.append((mode, rate_over(a.window)))
+                e.send_signal(signal.SIGINT)
+                e.wait()
+        windows.append(("off", rate_over(a.window)))
+    finally:
+        wrk.terminate()
+        nginx.terminate()
+        wrk.wait()
+        nginx.wait()
+        shutil.rmtree(d, ignore_errors=True)
+    ratios = {"socket": [], "syscalls": []}
+    for i, (mode, r) in enumerate(windows):
+        if mode != "off":
+            base = (windows[i - 1][1] + windows[i + 1][1]) / 2
+            ratios[mode].append(r / base)
+    report = {}
+    for mode, rs in ratios.items():
+        q = statistics.quantiles(rs, n=4)
+        report[mode] = {"median": round(statistics.median(rs), 3), "q1": round(q[0], 3),
+                        "q3": round(q[2], 3), "n": len(rs)}
+    report["off_rps_median"] = round(statistics.median(r for m, r in windows if m == "off"))
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "toggle-results.json")
+    with open(path, "w") as f:
+        json.dump({"report": report, "windows": windows}, f, indent=1)
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
