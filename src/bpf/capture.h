@@ -223,6 +223,62 @@ static __always_inline __u32 copy_payload(__u32 cpu, __u8 *data, __u8 source, __
 	return 0;
 }
 
+/*
+ * The protocol a data record goes out under. `*conn_proto` is the connection's state: a new
+ * connection's protocol is recognised from its first bytes (no known protocol: counted as
+ * skipped, nothing copied) and remembered; one --proto did not select is marked and dropped.
+ * Returns EBTOP_PROTO_UNKNOWN when nothing is to be delivered (unless capture_all).
+ */
+static __always_inline __u8 select_protocol(__u8 *conn_proto, __u8 source, __u64 ptr, __u64 cnt,
+					    __u32 limit, __u64 len, bool *deliver)
+{
+	__u8 proto = *conn_proto;
+	*deliver = false;
+	if (proto == EBTOP_PROTO_FILTERED)
+		return proto;
+	if (!capture_all && proto == EBTOP_PROTO_UNKNOWN) {
+		proto = infer_protocol_at(source, ptr, cnt, limit);
+		if (proto == EBTOP_PROTO_UNKNOWN) {
+			count(EBTOP_CNT_SKIPPED_UNKNOWN, 1);
+			count(EBTOP_CNT_SKIPPED_BYTES, len);
+			return proto;
+		}
+		if (proto_mask && !((proto_mask >> (proto & 31)) & 1)) {
+			/* Not asked for (--proto): like another process's traffic, not a loss. */
+			*conn_proto = EBTOP_PROTO_FILTERED;
+			return EBTOP_PROTO_FILTERED;
+		}
+		*conn_proto = proto;
+	}
+	*deliver = true;
+	return proto;
+}
+
+/* Completes a data record whose header is filled (all but these fields) and sends it. */
+static __always_inline void submit_data(struct scratch *s, __u8 proto, __u64 seq, __u64 len,
+					__u32 cap)
+{
+	struct ebtop_event *ev = &s->ev;
+	ev->kind = EBTOP_EV_DATA;
+	ev->proto = proto;
+	ev->seq = seq;
+	ev->total_len = len;
+	ev->cap_len = cap;
+	if (cap < len) {
+		ev->flags |= EBTOP_F_TRUNCATED;
+		count(EBTOP_CNT_TRUNCATED, 1);
+	}
+	__u64 size = sizeof(*ev) + (cap & (2 * EBTOP_MAX_SNAPLEN - 1));
+	if (size > sizeof(*s))
+		return;
+	if (bpf_ringbuf_output(&events, ev, size, ringbuf_flags())) {
+		count(EBTOP_CNT_LOST, 1);
+		count(EBTOP_CNT_LOST_BYTES, len);
+	} else {
+		count(EBTOP_CNT_EVENTS, 1);
+	}
+}
+
 /* A syscall's arguments in the user registers saved at its entry. */
 #if defined(__TARGET_ARCH_arm64)
 #define SYSCALL_ARG0(r) BPF_CORE_READ(r, orig_x0)

@@ -252,22 +252,11 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	struct call_args c = {};
 	syscall_args(&c, dir);
 	__u32 limit = len < snaplen ? (__u32)len : snaplen;
-	__u8 proto = st->proto;
-	if (!capture_all && proto == EBTOP_PROTO_UNKNOWN) {
-		/* Peek at the first bytes; connections of no known protocol cost no copy. A
-		 * length-only first send cannot be recognised: counted as skipped. */
-		proto = infer_protocol_at(c.source, c.arg, c.arg2, limit);
-		if (proto == EBTOP_PROTO_UNKNOWN) {
-			count(EBTOP_CNT_SKIPPED_UNKNOWN, 1);
-			count(EBTOP_CNT_SKIPPED_BYTES, len);
-			return 0;
-		}
-		if (proto_mask && !((proto_mask >> (proto & 31)) & 1)) {
-			st->proto = EBTOP_PROTO_FILTERED;
-			return 0;
-		}
-		st->proto = proto;
-	}
+	/* A length-only first send cannot be recognised: counted as skipped. */
+	bool deliver;
+	__u8 proto = select_protocol(&st->proto, c.source, c.arg, c.arg2, limit, len, &deliver);
+	if (!deliver)
+		return 0;
 	if (!st->delivered) {
 		st->delivered = 1;
 		st->pid = id >> 32;
@@ -281,29 +270,12 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	struct ebtop_event *ev = &s->ev;
 	__u32 cap = copy_payload(cpu, s->data, c.source, c.arg, c.arg2, limit);
 	fill_header(ev, sk, st, family, sock_type, start, now);
-	ev->kind = EBTOP_EV_DATA;
 	ev->dir = dir;
 	ev->syscall = c.syscall;
 	ev->fd = c.fd;
-	ev->proto = proto;
-	ev->seq = seq;
-	ev->total_len = len;
-	ev->cap_len = cap;
-	if (cap < len) {
-		ev->flags |= EBTOP_F_TRUNCATED;
-		count(EBTOP_CNT_TRUNCATED, 1);
-	}
 	if (sock_type == SOCK_DGRAM)
 		peer_from_sockaddr(ev, c.peer_arg);
-	__u64 size = sizeof(*ev) + (cap & (2 * EBTOP_MAX_SNAPLEN - 1));
-	if (size > sizeof(*s))
-		return 0;
-	if (bpf_ringbuf_output(&events, ev, size, ringbuf_flags())) {
-		count(EBTOP_CNT_LOST, 1);
-		count(EBTOP_CNT_LOST_BYTES, len);
-	} else {
-		count(EBTOP_CNT_EVENTS, 1);
-	}
+	submit_data(s, proto, seq, len, cap);
 	return 0;
 }
 

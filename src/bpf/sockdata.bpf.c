@@ -165,48 +165,15 @@ static __always_inline int emit_data(const struct inflight *inf, __u64 end_ns, _
 	struct ebtop_event *ev = &s->ev;
 
 	__u32 limit = len < snaplen ? (__u32)len : snaplen;
-	__u8 proto = st->proto;
-	if (proto == EBTOP_PROTO_FILTERED)
+	bool deliver;
+	__u8 proto = select_protocol(&st->proto, source, ptr, cnt, limit, len, &deliver);
+	if (!deliver)
 		return 0;
-	if (!capture_all && proto == EBTOP_PROTO_UNKNOWN) {
-		/* Peek at the first bytes; connections of no known protocol cost no copy. */
-		proto = infer_protocol_at(source, ptr, cnt, limit);
-		if (proto == EBTOP_PROTO_UNKNOWN) {
-			count(EBTOP_CNT_SKIPPED_UNKNOWN, 1);
-			count(EBTOP_CNT_SKIPPED_BYTES, len);
-			return 0;
-		}
-		if (proto_mask && !((proto_mask >> (proto & 31)) & 1)) {
-			/* Not asked for (--proto): like another process's traffic, not a loss. */
-			st->proto = EBTOP_PROTO_FILTERED;
-			return 0;
-		}
-		st->proto = proto;
-	}
-
 	__u32 cap = copy_payload(cpu, s->data, source, ptr, cnt, limit);
 	fill_common(ev, inf, end_ns);
-	ev->kind = EBTOP_EV_DATA;
-	ev->proto = proto;
-	ev->seq = seq;
-	ev->total_len = len;
-	ev->cap_len = cap;
-	if (cap < len) {
-		ev->flags |= EBTOP_F_TRUNCATED;
-		count(EBTOP_CNT_TRUNCATED, 1);
-	}
 	if (inf->sock_type == SOCK_DGRAM)
 		peer_from_sockaddr(ev, peer_sa);
-
-	__u64 size = sizeof(*ev) + (cap & (2 * EBTOP_MAX_SNAPLEN - 1));
-	if (size > sizeof(*s))
-		return 0;
-	if (bpf_ringbuf_output(&events, ev, size, ringbuf_flags())) {
-		count(EBTOP_CNT_LOST, 1);
-		count(EBTOP_CNT_LOST_BYTES, len);
-	} else {
-		count(EBTOP_CNT_EVENTS, 1);
-	}
+	submit_data(s, proto, seq, len, cap);
 	return 0;
 }
 

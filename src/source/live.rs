@@ -1,5 +1,6 @@
-//! Live capture: loads the socket-data BPF programs, attaches them to the syscall tracepoints
-//! and feeds ring-buffer records to the pipeline until stopped.
+//! Live capture: loads the socket-data BPF programs (the socket layer, or the syscall
+//! tracepoints: `--hooks`), the flow table and the process probe, and feeds ring-buffer records
+//! to the pipeline until stopped.
 
 use std::cell::RefCell;
 use std::io;
