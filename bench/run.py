@@ -19,7 +19,7 @@ For every traced run: ebtop user+sys CPU (/proc/PID/stat), BPF run time (run_tim
 /proc/PID/fdinfo of its programs, kernel.bpf_stats_enabled=1), peak RSS (VmHWM), spans/s,
 lost events, CPU µs per span and traced/baseline RPS.
 """
-import argparse, glob, json, os, platform, re, shutil, signal, subprocess, sys, tempfile, time
+import argparse, atexit, glob, json, os, platform, re, shutil, signal, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PORT = 18931
@@ -341,6 +341,9 @@ def main():
     if os.geteuid() != 0:
         sys.exit("bench/run.py needs root (it loads eBPF): sudo bench/run.py")
     apt("nginx-light", "wrk", "tmux")
+    # BPF time from fdinfo needs the kernel's statistics on; put the setting back afterwards.
+    before = open("/proc/sys/kernel/bpf_stats_enabled").read().strip()
+    atexit.register(lambda: subprocess.run(["sysctl", "-qw", f"kernel.bpf_stats_enabled={before}"]))
     sh("sysctl -qw kernel.bpf_stats_enabled=1")
     binary, examples = build()
     reps, secs = (1, 5) if args.quick else (3, 10)

@@ -56,6 +56,9 @@ def main():
     seconds = int(a.minutes * 60)
     tmp = tempfile.mkdtemp(prefix="ebtop-soak-")
     out_path = os.path.join(tmp, "lines.jsonl")
+    # ebtop's own figures (--bpf-stats full) need no sysctl; BPF time for the samples below
+    # is read from fdinfo, which needs statistics on: restored afterwards.
+    stats_before = open("/proc/sys/kernel/bpf_stats_enabled").read().strip()
     subprocess.run(["sysctl", "-q", "kernel.bpf_stats_enabled=1"], check=False)
     nginx = Nginx()
     with open(out_path, "w") as out:
@@ -83,6 +86,7 @@ def main():
         ebtop.wait(timeout=120)
         grep.wait(timeout=60)
     nginx.stop()
+    subprocess.run(["sysctl", "-q", f"kernel.bpf_stats_enabled={stats_before}"], check=False)
     lines = [json.loads(l) for l in open(out_path)]
     summary = next(l for l in reversed(lines) if l["type"] == "summary")
     lost_lines = [l for l in lines if l["type"] == "lost"]

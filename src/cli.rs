@@ -41,6 +41,22 @@ fn protocol(s: &str) -> Result<crate::protocols::Protocol, String> {
     })
 }
 
+/// `--bpf-stats`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BpfStatsArg {
+    Sampled,
+    Full,
+}
+
+impl From<BpfStatsArg> for crate::aggregate::StatsMode {
+    fn from(a: BpfStatsArg) -> Self {
+        match a {
+            BpfStatsArg::Sampled => crate::aggregate::StatsMode::Sampled,
+            BpfStatsArg::Full => crate::aggregate::StatsMode::Full,
+        }
+    }
+}
+
 /// Where socket data is captured (`--hooks`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Hooks {
@@ -154,6 +170,12 @@ pub struct Args {
     /// lengths), the syscall tracepoints, or auto (the socket layer where the kernel has it).
     #[arg(long, value_enum, default_value_t = Hooks::Auto)]
     pub hooks: Hooks,
+
+    /// How ebtop measures its own BPF run time: sampled (statistics on for the last tenth of
+    /// each interval, scaled; they cost every BPF program on the host ~60-110 ns per run while
+    /// on) or full (on all the time: exact counts).
+    #[arg(long, value_enum, default_value_t = BpfStatsArg::Sampled)]
+    pub bpf_stats: BpfStatsArg,
 
     /// Show libbpf's own messages and more detail on errors.
     #[arg(short, long)]

@@ -249,6 +249,7 @@ fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> 
         verbose: args.verbose,
         max_flows: args.max_flows,
         hooks: args.hooks,
+        bpf_stats: args.bpf_stats.into(),
     };
     let start = monotonic_ns();
     live::run(

@@ -168,7 +168,16 @@ fn overhead_is_reported_and_checked_against_proc() {
     require_root();
     let server = TestServer::start();
     let port = server.port.to_string();
-    let ebtop = Ebtop::start(&["--json", "--port", &port, "-d", "500ms"]);
+    // Exact counts: statistics on for the whole session.
+    let ebtop = Ebtop::start(&[
+        "--json",
+        "--port",
+        &port,
+        "-d",
+        "500ms",
+        "--bpf-stats",
+        "full",
+    ]);
     let pid = ebtop.pid();
     let ticks0 = proc_cpu_ticks(pid);
     let t0 = Instant::now();
@@ -194,8 +203,6 @@ fn overhead_is_reported_and_checked_against_proc() {
         assert!(o["rss_bytes"].as_u64().unwrap() > 1 << 20);
     }
     let runs: Vec<u64> = ov.iter().map(|o| o["bpf_runs"].as_u64().unwrap()).collect();
-    let busiest = *runs.iter().max().unwrap();
-    let quietest = *runs.iter().min().unwrap();
     // However the 4000 requests spread over the intervals (a busy machine slows them down),
     // each makes at least six probe runs (client write entry+exit and read exit, the server's
     // read exit and write entry+exit).
@@ -203,7 +210,8 @@ fn overhead_is_reported_and_checked_against_proc() {
         runs.iter().sum::<u64>() >= 6 * 4000,
         "BPF runs grow with traffic: {runs:?}"
     );
-    assert!(busiest > 10 * quietest.max(1), "{runs:?}");
+    // (No comparison of busy and idle intervals: the programs run for every socket call on
+    // the host, and other tests' traffic makes the idle ones busy too.)
     assert!(ov.iter().any(|o| o["bpf_cpu_pct"].as_f64().unwrap() > 0.0));
     // ebtop's user-space CPU as it reported it vs /proc/PID/stat read by the test.
     let hz = 100.0; // USER_HZ on Linux
@@ -219,4 +227,37 @@ fn overhead_is_reported_and_checked_against_proc() {
         (reported - proc_pct).abs() <= 5.0 + proc_pct * 0.5,
         "reported {reported:.1}% vs /proc {proc_pct:.1}%"
     );
+}
+
+#[test]
+fn sampled_bpf_statistics_cover_a_window_of_each_interval() {
+    require_root();
+    let server = TestServer::start();
+    let port = server.port.to_string();
+    let ebtop = Ebtop::start(&["--json", "--port", &port, "-d", "500ms"]);
+    load(server.port, 2, 2000, |_| "/".into());
+    std::thread::sleep(Duration::from_millis(1100));
+    let lines = ebtop.stop();
+    let ov: Vec<&Value> = lines.iter().filter(|v| v["type"] == "overhead").collect();
+    assert!(ov.len() >= 2, "{ov:#?}");
+    // With the kernel.bpf_stats_enabled sysctl on (someone else's choice) statistics are on
+    // all the time and the whole interval is measured.
+    let always_on = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
+        .is_ok_and(|s| s.trim() == "1");
+    let mut sampled = 0;
+    for o in &ov {
+        assert_eq!(o["bpf_stats_available"], true, "{o}");
+        let period = o["period_ns"].as_u64().unwrap();
+        // The window (the last 50 ms of each 500 ms interval, from when the loop gets to it)
+        // lies inside the interval.
+        let window = o["bpf_sampled_ns"].as_u64().unwrap_or(0);
+        if always_on {
+            assert_eq!(window, period, "{o}");
+        } else {
+            assert!(window > 0 && window < period, "{o}");
+        }
+        assert!(o["bpf_cpu_pct"].as_f64().is_some(), "{o}");
+        sampled += 1;
+    }
+    assert_eq!(sampled, ov.len());
 }

@@ -12,7 +12,7 @@ pub mod procfs;
 
 pub use endpoints::{EndpointSnapshot, EndpointTable, EndpointTableStats};
 pub use normalize::normalize;
-pub use overhead::{BpfStats, Overhead, OverheadSnapshot, RingCounters};
+pub use overhead::{BpfStats, Overhead, OverheadSnapshot, RingCounters, StatsMode};
 pub use process::{ProcessSnapshot, ProcessStats};
 
 /// Tests that measure this process's CPU run one at a time, so one's burn is not in another's

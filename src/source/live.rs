@@ -46,6 +46,8 @@ pub struct LiveConfig {
     pub max_flows: u32,
     /// Where socket data is captured (`--hooks`).
     pub hooks: Hooks,
+    /// How ebtop's BPF run time is measured (`--bpf-stats`).
+    pub bpf_stats: crate::aggregate::StatsMode,
 }
 
 /// The loaded capture programs: the socket layer or the syscall tracepoints. Both write the
@@ -335,7 +337,7 @@ pub fn run<S: Sink, R>(
     };
 
     // Kernel BPF run-time statistics for the session: ebtop shows its own cost.
-    let mut overhead = Overhead::new(BpfStats::enable());
+    let mut overhead = Overhead::new(BpfStats::enable(cfg.bpf_stats));
     let mut pipeline = pipeline;
     if procs.is_some() {
         pipeline.use_exit_records();
@@ -375,6 +377,21 @@ pub fn run<S: Sink, R>(
         .context("setting up the ring buffer failed")?;
 
     let mut next_tick = started + interval;
+    // Every program of ebtop, for its own-cost figures.
+    let programs: Vec<libbpf_rs::Program> = capture.object().progs().collect();
+    let mut prog_fds: Vec<(String, std::os::fd::BorrowedFd)> = programs
+        .iter()
+        .map(|p| (p.name().to_string_lossy().into_owned(), p.as_fd()))
+        .collect();
+    if let Some(p) = procs.as_ref() {
+        prog_fds.extend(p.programs());
+    }
+    if let Some(f) = flows.as_ref() {
+        prog_fds.extend(f.programs());
+    }
+    // Sampled BPF statistics: on for the last tenth of each interval (at least 50 ms).
+    let stats_window = (interval / 10).max(Duration::from_millis(50)).min(interval);
+    let mut window_at = next_tick - stats_window;
     let check = |failure: &RefCell<Option<io::Error>>| -> Result<Option<StopReason>> {
         match failure.borrow_mut().take() {
             Some(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(Some(StopReason::OutputClosed)),
@@ -387,6 +404,9 @@ pub fn run<S: Sink, R>(
         let mut wait = next_tick
             .saturating_duration_since(now)
             .min(Duration::from_millis(100));
+        if window_at > now {
+            wait = wait.min(window_at - now);
+        }
         if let Some(d) = deadline {
             wait = wait.min(d.saturating_duration_since(now));
         }
@@ -435,25 +455,21 @@ pub fn run<S: Sink, R>(
         if deadline.is_some_and(|d| now >= d) {
             break StopReason::Duration;
         }
+        if now >= window_at {
+            // Late (a busy machine) the window is short, never missing.
+            overhead.open_bpf_window(&prog_fds);
+        }
         if now >= next_tick {
             next_tick += interval;
             let k = read_counters(&capture, procs.as_ref());
             let mono = crate::clock::monotonic_ns();
-            let programs: Vec<libbpf_rs::Program> = capture.object().progs().collect();
-            let mut fds: Vec<(String, std::os::fd::BorrowedFd)> = programs
-                .iter()
-                .map(|p| (p.name().to_string_lossy().into_owned(), p.as_fd()))
-                .collect();
-            if let Some(p) = procs.as_ref() {
-                fds.extend(p.programs());
-            }
             if let Some(f) = flows.as_mut() {
-                fds.extend(f.programs());
                 let report = f.poll(mono);
                 pipeline.borrow_mut().set_flows(report);
             }
+            window_at = next_tick - stats_window;
             let ov = overhead.end_interval(
-                &fds,
+                &prog_fds,
                 RingCounters {
                     events: k.events,
                     lost: k.lost,
