@@ -57,9 +57,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cycles", type=int, default=10)
     ap.add_argument("--window", type=float, default=2.0)
+    ap.add_argument("--modes", default="socket,syscalls",
+                    help="comma-separated: socket, syscalls, socket-fullstats, syscalls-fullstats")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/toggle.py needs root (ebtop loads eBPF)")
+    modes = a.modes.split(",")
     apt("nginx", "wrk")
     binary, _ = build()
     ncpu = os.cpu_count()
@@ -82,10 +85,12 @@ http {{ access_log off; keepalive_requests 1000000000;
     windows = []  # (mode, rate)
     try:
         for _ in range(a.cycles):
-            for mode in ["socket", "syscalls"]:
+            for mode in modes:
                 windows.append(("off", rate_over(a.window)))
                 # Every call captured and written as JSON to /dev/null.
-                e = subprocess.Popen([binary, "--json", "--hooks", mode, "--port", str(PORT)],
+                hooks, _, stats = mode.partition("-")
+                extra = ["--bpf-stats", "full"] if stats == "fullstats" else []
+                e = subprocess.Popen([binary, "--json", "--hooks", hooks, "--port", str(PORT)] + extra,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 wait_attached(e.pid)
                 windows.append((mode, rate_over(a.window)))
@@ -98,7 +103,7 @@ http {{ access_log off; keepalive_requests 1000000000;
         wrk.wait()
         nginx.wait()
         shutil.rmtree(d, ignore_errors=True)
-    ratios = {"socket": [], "syscalls": []}
+    ratios = {m: [] for m in modes}
     for i, (mode, r) in enumerate(windows):
         if mode != "off":
             base = (windows[i - 1][1] + windows[i + 1][1]) / 2
