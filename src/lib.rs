@@ -10,6 +10,8 @@ pub mod clock;
 pub mod conntrack;
 pub mod event;
 pub mod flows;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod pipeline;
 pub mod preflight;
 pub mod process_events;
