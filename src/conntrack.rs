@@ -202,7 +202,8 @@ impl ConnTracker {
         conn.next_seq[d] = Some(ev.seq.wrapping_add(ev.total_len));
         if let Some(len) = gap {
             self.stats.gaps += 1;
-            self.stats.gap_bytes += len.unwrap_or(0);
+            // Saturating: a crafted seq may jump by up to 2^64 bytes, more than once.
+            self.stats.gap_bytes = self.stats.gap_bytes.saturating_add(len.unwrap_or(0));
             if let ParserSlot::Active(p) = &mut conn.parser {
                 p.on_gap(ev.dir, len, &mut self.parse);
             }
@@ -388,6 +389,17 @@ mod tests {
         assert_eq!(t.stats.unrecognised_events, 0);
         assert_eq!((t.stats.conns_opened, t.stats.conns_closed), (1, 1));
         assert_eq!(t.open_conns(), 0);
+    }
+
+    #[test]
+    fn huge_stream_position_jumps_saturate_the_gap_count() {
+        let mut t = ConnTracker::new(TrackerConfig::default());
+        for seq in [0, u64::MAX / 2, u64::MAX - 1, 0, u64::MAX] {
+            let raw = EventBuilder::data(Direction::Egress, 1, seq, 1).build(b"x");
+            t.handle(&Event::decode(&raw).unwrap(), &mut |_| {});
+        }
+        assert_eq!(t.stats.gaps, 4);
+        assert_eq!(t.stats.gap_bytes, u64::MAX);
     }
 
     #[test]

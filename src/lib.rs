@@ -11,6 +11,8 @@ pub mod conntrack;
 pub mod diag;
 pub mod event;
 pub mod flows;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod pipeline;
 pub mod preflight;
 pub mod process_events;

@@ -4,6 +4,9 @@
 
 use std::io;
 
+#[doc(hidden)]
+pub mod fuzzing;
+
 use crate::aggregate::process::DEFAULT_MAX_PROCESSES;
 use crate::aggregate::{EndpointTable, OverheadSnapshot, ProcessStats};
 use crate::call::{Call, Side};

@@ -337,7 +337,8 @@ impl EndpointTable {
         for row in self.endpoints.values_mut().chain(self.others.values_mut()) {
             row.roll_interval();
         }
-        self.elapsed_ns += interval_ns;
+        // Saturating: a recording's interval times may jump by anything.
+        self.elapsed_ns = self.elapsed_ns.saturating_add(interval_ns);
         sort(&mut out);
         out
     }
@@ -606,6 +607,15 @@ pub(crate) mod tests {
             (snap.latency_p50_ns, snap.latency_p99_ns),
             "{name}: merging into the since-start histogram must not move percentiles"
         );
+    }
+
+    #[test]
+    fn intervals_of_any_length_saturate_the_elapsed_time() {
+        let mut t = EndpointTable::default();
+        t.observe(&call("api", 1, "GET", "/", 1_000));
+        t.end_interval(u64::MAX);
+        t.end_interval(u64::MAX);
+        assert_eq!(t.cumulative()[0].period_ns, u64::MAX);
     }
 
     #[test]

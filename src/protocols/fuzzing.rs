@@ -6,7 +6,9 @@ use crate::event::Direction;
 
 /// Splits `data` into segments, gaps and uncaptured tails by its own bytes, feeds them to a
 /// fresh parser of each protocol, and checks the invariants that must hold for any input.
-pub fn drive(data: &[u8]) {
+/// Returns the calls the parsers emitted (all protocols and depths).
+pub fn drive(data: &[u8]) -> usize {
+    let mut calls = 0;
     for spec in PROTOCOLS {
         for depth in [ParseDepth::Shallow, ParseDepth::Full] {
             let mut p = (spec.new_parser)(&ParserConfig {
@@ -67,6 +69,7 @@ pub fn drive(data: &[u8]) {
                 }
             }
             p.on_close(&mut out, &mut stats);
+            calls += out.len();
             let (mut req, mut resp) = ([0u64; 2], [0u64; 2]);
             for c in &out {
                 let d = c.request_dir.index();
@@ -87,6 +90,28 @@ pub fn drive(data: &[u8]) {
             }
         }
     }
+    calls
+}
+
+/// A driver input playing a `.seg` fixture's syscalls in order (each cut into 63-byte
+/// segments; bytes moved but not captured as an uncaptured tail), up to about `max_len` bytes.
+pub fn seed_from_seg(seg: &crate::segfile::SegFile, max_len: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    for e in &seg.entries {
+        if out.len() >= max_len {
+            break;
+        }
+        let dir = crate::fuzzing::seg_direction(seg, e.to_server) as u8;
+        for piece in e.bytes.chunks(63) {
+            out.push((piece.len() as u8) << 1 | dir);
+            out.extend_from_slice(piece);
+        }
+        if e.total_len > e.bytes.len() as u64 {
+            // Top bit, even length: an uncaptured tail of (len + 1) * 97 bytes.
+            out.push(0x80 | dir);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

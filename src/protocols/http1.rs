@@ -159,9 +159,11 @@ impl DirStream {
             Current::Response(r) => Some(&mut r.span),
         }
     }
+    /// Saturating, as every byte count here: lengths come from the kernel or a recording,
+    /// which may claim up to 2^64 bytes per syscall or gap.
     fn add_bytes(&mut self, n: u64) {
         if let Some(s) = self.span_mut() {
-            s.bytes += n;
+            s.bytes = s.bytes.saturating_add(n);
         }
     }
     fn mark_truncated(&mut self) {
@@ -602,7 +604,7 @@ impl Http1Parser {
                 if (100..200).contains(&status) && status != 101 {
                     // Interim response: its bytes count into the final response.
                     if let Current::Response(r) = &ds.cur {
-                        ds.interim_bytes += r.span.bytes;
+                        ds.interim_bytes = ds.interim_bytes.saturating_add(r.span.bytes);
                     }
                     ds.cur = Current::None;
                     ds.state = State::Start;
@@ -687,7 +689,7 @@ impl Http1Parser {
                 }
             }
             Current::Response(mut resp) => {
-                resp.span.bytes += interim;
+                resp.span.bytes = resp.span.bytes.saturating_add(interim);
                 let tunnel = resp.tunnel_after;
                 // A request whose end was out of sight ends, at the latest, when its response
                 // is complete.
@@ -813,7 +815,7 @@ impl Http1Parser {
                     HeadParse::Invalid => {
                         self.damage_current(d, stats);
                         self.lose_sync(d, stats);
-                        stats.unparsed_bytes += data.len() as u64;
+                        stats.skipped(data.len() as u64);
                         data.len()
                     }
                 }
@@ -843,7 +845,7 @@ impl Http1Parser {
                 Err(used) => {
                     self.damage_current(d, stats);
                     self.lose_sync(d, stats);
-                    stats.unparsed_bytes += (data.len() - used) as u64;
+                    stats.skipped((data.len() - used) as u64);
                     data.len()
                 }
             },
@@ -852,7 +854,7 @@ impl Http1Parser {
                 data.len()
             }
             State::Lost => {
-                stats.unparsed_bytes += data.len() as u64;
+                stats.skipped(data.len() as u64);
                 self.dirs[d].add_bytes(data.len() as u64);
                 data.len()
             }
@@ -877,7 +879,7 @@ impl Http1Parser {
                         // Bytes after the message that we could not see: the next message's
                         // start is unknown.
                         self.lose_sync(d, stats);
-                        stats.unparsed_bytes += n - take;
+                        stats.skipped(n - take);
                     }
                 }
             }
@@ -910,18 +912,18 @@ impl Http1Parser {
             State::Headers => {
                 self.damage_current(d, stats);
                 self.lose_sync(d, stats);
-                stats.unparsed_bytes += n;
+                stats.skipped(n);
             }
             State::Start => {
                 self.lose_sync(d, stats);
-                stats.unparsed_bytes += n;
+                stats.skipped(n);
                 if self.request_dir == Some(1 - d) {
                     // Unseen bytes where a response starts may hold whole responses.
                     self.distrust_pairing(stats);
                 }
             }
             State::Lost => {
-                stats.unparsed_bytes += n;
+                stats.skipped(n);
                 ds.add_bytes(n);
             }
             State::Tunnel => {}
@@ -961,7 +963,7 @@ impl StreamParser for Http1Parser {
                 // Nothing captured at a message boundary (e.g. sendfile right after headers
                 // that were already complete): no way to frame it.
                 self.lose_sync(d, stats);
-                stats.unparsed_bytes += uncaptured;
+                stats.skipped(uncaptured);
                 return;
             }
             if !matches!(self.dirs[d].cur, Current::None) {
@@ -996,7 +998,7 @@ impl StreamParser for Http1Parser {
         }
         // Anything else may have hidden whole messages, so in-order pairing can no longer be
         // trusted: everything in flight is damaged and both directions resynchronise.
-        stats.unparsed_bytes += len.unwrap_or(0);
+        stats.skipped(len.unwrap_or(0));
         for d in 0..2 {
             self.damage_current(d, stats);
             self.lose_sync(d, stats);
@@ -1100,6 +1102,20 @@ mod tests {
 
     const REQ_A: &[u8] = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n";
     const RESP_OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+
+    #[test]
+    fn lengths_near_2_to_the_64_saturate_the_counts() {
+        let mut d = Driver::new();
+        // Out of sync twice by (almost) 2^64 bytes, then a close-delimited body as long.
+        d.seg_cut(OUT, b"", u64::MAX).seg_cut(OUT, b"", u64::MAX);
+        d.seg(OUT, b"GET / HTTP/1.0\r\n\r\n");
+        d.seg(IN, b"HTTP/1.0 200 OK\r\n\r\n")
+            .seg_cut(IN, b"x", u64::MAX);
+        d.seg_cut(IN, b"", u64::MAX).close();
+        assert_eq!(d.stats.unparsed_bytes, u64::MAX);
+        assert_eq!(d.calls.len(), 1);
+        assert_eq!(d.calls[0].resp.bytes, u64::MAX);
+    }
 
     #[test]
     fn keep_alive_calls_pair_in_order_with_exact_bytes_and_timing() {

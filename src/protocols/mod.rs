@@ -216,10 +216,15 @@ pub struct ParseStats {
 }
 
 impl ParseStats {
+    /// `n` bytes skipped while out of sync (saturating: a crafted length may be near 2^64).
+    pub fn skipped(&mut self, n: u64) {
+        self.unparsed_bytes = self.unparsed_bytes.saturating_add(n);
+    }
+
     pub fn add(&mut self, o: &ParseStats) {
         self.damaged_messages += o.damaged_messages;
         self.desyncs += o.desyncs;
-        self.unparsed_bytes += o.unparsed_bytes;
+        self.skipped(o.unparsed_bytes);
         self.unmatched_responses += o.unmatched_responses;
         self.unanswered_requests += o.unanswered_requests;
         self.inferred_ends += o.inferred_ends;

@@ -10,15 +10,16 @@ use super::{RecordOptions, RecordingHeader};
 use crate::conntrack::TrackerConfig;
 use crate::pipeline::Pipeline;
 use crate::procinfo::ProcessTable;
-use crate::session::{Filters, SessionMeta};
+use crate::session::{Filters, SessionMeta, Summary};
 use crate::sink::json::JsonSink;
 
 /// Replays `data` three ways: as a whole file; as the records of one well-formed frame (so the
 /// CRC and zstd layers pass and the record, JSON and event decoders see the bytes); and as
 /// kernel event records cut at lengths taken from the bytes themselves. The well-formed files'
-/// header takes its clock numbers from the first 16 bytes.
-pub fn drive(data: &[u8]) {
-    replay_bytes(data);
+/// header takes its clock numbers from the first 16 bytes. Returns the summary of the first
+/// replay (of `data` as a whole file), if it was a readable recording.
+pub fn drive(data: &[u8]) -> Option<Summary> {
+    let whole = replay_bytes(data);
     let mut meta = SessionMeta::this_host("live", 4096, Filters::default(), 0);
     // Clock numbers from the bytes: a header may carry any.
     if let (Some(a), Some(b)) = (data.get(..8), data.get(8..16)) {
@@ -32,7 +33,7 @@ pub fn drive(data: &[u8]) {
         sockets: vec![],
     };
     let Ok(head) = encode_header(&header) else {
-        return;
+        return whole;
     };
     let mut file = head.clone();
     if let Ok(frame) = encode_frame(data) {
@@ -60,11 +61,12 @@ pub fn drive(data: &[u8]) {
         file.extend_from_slice(&frame);
     }
     replay_bytes(&file);
+    whole
 }
 
-fn replay_bytes(bytes: &[u8]) {
+fn replay_bytes(bytes: &[u8]) -> Option<Summary> {
     let Ok(mut reader) = RecordingReader::new(bytes) else {
-        return;
+        return None;
     };
     let meta = crate::source::replay::replay_meta(&reader);
     let mut pipeline = Pipeline::new(
@@ -73,13 +75,11 @@ fn replay_bytes(bytes: &[u8]) {
         // The JSON sink: it turns recorded numbers into timestamps and text.
         JsonSink::new(std::io::sink()),
     );
-    if pipeline.start(&meta).is_err() {
-        return;
-    }
+    pipeline.start(&meta).ok()?;
     let stop = AtomicBool::new(false);
-    if let Ok(end) = crate::source::replay::run(&mut reader, &mut pipeline, &stop) {
-        let _ = pipeline.finish(&end.kernel, end.duration_ns);
-    }
+    let end = crate::source::replay::run(&mut reader, &mut pipeline, &stop).ok()?;
+    let (_, summary) = pipeline.finish(&end.kernel, end.duration_ns).ok()?;
+    Some(summary)
 }
 
 #[cfg(test)]

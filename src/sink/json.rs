@@ -254,9 +254,41 @@ impl<W: Write> Sink for JsonSink<W> {
         self.line(&SummaryLine {
             ty: "summary",
             // Session end in the session's own time (a replay shows the recorded time).
-            ts: crate::clock::rfc3339(self.start_unix_ns + s.duration_ns as i64),
+            // Saturating: a recording may carry any start and duration.
+            ts: crate::clock::rfc3339(
+                self.start_unix_ns
+                    .saturating_add(i64::try_from(s.duration_ns).unwrap_or(i64::MAX)),
+            ),
             summary: s,
         })?;
         self.out.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn any_start_and_duration_give_a_summary_line() {
+        for (start, duration) in [
+            (i64::MAX, u64::MAX),
+            (i64::MAX - 1, 5),
+            (i64::MIN, u64::MAX),
+        ] {
+            let mut sink = JsonSink::new(Vec::new());
+            let mut meta = SessionMeta::this_host("replay", 0, Filters::default(), 0);
+            meta.start_unix_ns = start;
+            sink.meta(&meta).unwrap();
+            sink.summary(&Summary {
+                duration_ns: duration,
+                ..Summary::default()
+            })
+            .unwrap();
+            let out = String::from_utf8(sink.into_inner()).unwrap();
+            let last: serde_json::Value =
+                serde_json::from_str(out.lines().last().unwrap()).unwrap();
+            assert_eq!(last["type"], "summary");
+        }
     }
 }

@@ -1,0 +1,124 @@
+//! The cargo-fuzz targets (fuzz/fuzz_targets/) by name: the library driver each one wraps and
+//! the seed inputs made from the committed fixtures. `scripts/fuzz` seeds its corpora with
+//! them (examples/fuzz_seeds.rs) and tests/fuzz_regressions.rs replays the crash inputs kept in
+//! tests/fixtures/fuzz-regressions/<target>/ through the same drivers.
+
+use std::io;
+use std::path::Path;
+
+use crate::event::Direction;
+use crate::segfile::{SegFile, Side};
+
+/// One fuzz target: `fuzz/fuzz_targets/<name>.rs` calls `drive`.
+pub struct Target {
+    pub name: &'static str,
+    pub drive: fn(&[u8]),
+}
+
+pub const TARGETS: &[Target] = &[
+    Target {
+        name: "parsers",
+        drive: |d| {
+            crate::protocols::fuzzing::drive(d);
+        },
+    },
+    Target {
+        name: "recording",
+        drive: |d| {
+            crate::record::fuzzing::drive(d);
+        },
+    },
+    Target {
+        name: "pipeline",
+        drive: |d| {
+            crate::pipeline::fuzzing::drive(d);
+        },
+    },
+];
+
+pub fn target(name: &str) -> Option<&'static Target> {
+    TARGETS.iter().find(|t| t.name == name)
+}
+
+/// The `.seg` fixtures (real HTTP traffic) under `fixtures`/http, by file name.
+pub fn seg_files(fixtures: &Path) -> io::Result<Vec<(String, SegFile)>> {
+    let mut out = Vec::new();
+    for (name, bytes) in files_with(fixtures, "http", "seg")? {
+        let seg = SegFile::parse(&bytes)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{name}: {e}")))?;
+        out.push((name, seg));
+    }
+    Ok(out)
+}
+
+/// The `.ebt` recordings under `fixtures`/recordings, by file name.
+pub fn recordings(fixtures: &Path) -> io::Result<Vec<(String, Vec<u8>)>> {
+    files_with(fixtures, "recordings", "ebt")
+}
+
+fn files_with(fixtures: &Path, dir: &str, ext: &str) -> io::Result<Vec<(String, Vec<u8>)>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(fixtures.join(dir))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == ext) {
+            let name = path
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into();
+            out.push((name, std::fs::read(&path)?));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Seed inputs of `target` (named, in its driver's input format) from the committed fixtures
+/// in `fixtures` (tests/fixtures). Empty for a target that has none.
+pub fn seeds(target: &str, fixtures: &Path) -> io::Result<Vec<(String, Vec<u8>)>> {
+    let mut out = Vec::new();
+    match target {
+        "parsers" => {
+            for (name, seg) in seg_files(fixtures)? {
+                out.push((name, crate::protocols::fuzzing::seed_from_seg(&seg, 8192)));
+            }
+        }
+        "recording" => out = recordings(fixtures)?,
+        "pipeline" => {
+            let segs = seg_files(fixtures)?;
+            for (name, seg) in &segs {
+                out.push((
+                    name.clone(),
+                    crate::pipeline::fuzzing::seed_from_segs(std::slice::from_ref(seg), 8),
+                ));
+            }
+            // Small fixtures interleaved: several connections at once.
+            let small: Vec<SegFile> = segs
+                .into_iter()
+                .map(|(_, s)| s)
+                .filter(|s| s.entries.iter().map(|e| e.bytes.len()).sum::<usize>() < 4096)
+                .take(7)
+                .collect();
+            out.push((
+                "interleaved".into(),
+                crate::pipeline::fuzzing::seed_from_segs(&small, 5),
+            ));
+            for (name, bytes) in recordings(fixtures)? {
+                if let Some(seed) = crate::pipeline::fuzzing::seed_from_recording(&bytes) {
+                    out.push((name, seed));
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(out)
+}
+
+/// Whether the traced side sent a `.seg` entry.
+pub fn seg_direction(seg: &SegFile, to_server: bool) -> Direction {
+    if to_server == (seg.side == Side::Client) {
+        Direction::Egress
+    } else {
+        Direction::Ingress
+    }
+}
