@@ -122,7 +122,10 @@ fn parsers_driver_finds_the_calls_of_real_traffic() {
         // Seeds are cut at 8 KiB (a large body may leave its response out), and the driver's
         // uncaptured tails are not of the fixture's lengths (sendfile bodies).
         let cut = ebtop::protocols::fuzzing::seed_from_seg(seg, usize::MAX) != seed;
-        let uncaptured = seg.entries.iter().any(|e| e.total_len > e.bytes.len() as u64);
+        let uncaptured = seg
+            .entries
+            .iter()
+            .any(|e| e.total_len > e.bytes.len() as u64);
         if !cut && !uncaptured {
             assert_eq!(calls > 0, holds_calls(&name), "{name}: {calls} calls");
             whole += 1;

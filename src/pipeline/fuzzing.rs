@@ -178,10 +178,13 @@ impl Sink for Checked {
         );
         self.json.process_exit(exit)
     }
-    fn lost(&mut self, mono_ns: u64, events: u64, bytes: u64) -> io::Result<()> {
+    fn lost(&mut self, mono_ns: u64, loss: &crate::sink::Loss) -> io::Result<()> {
         self.live();
-        assert!(events > 0, "a loss line of no events");
-        self.json.lost(mono_ns, events, bytes)
+        assert!(
+            loss.events > 0 || loss.missed_runs > 0,
+            "a loss line of no events and no missed runs"
+        );
+        self.json.lost(mono_ns, loss)
     }
     fn interval(&mut self, report: &IntervalReport) -> io::Result<()> {
         self.live();
@@ -251,6 +254,7 @@ pub fn drive(data: &[u8]) -> Outcome {
         wall_offset_ns,
         snaplen: 4096,
         filters: filters.clone(),
+        hooks: Some("socket".into()),
     };
     let cfg = TrackerConfig {
         depth: if c0 & 1 != 0 {
