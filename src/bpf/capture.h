@@ -279,6 +279,24 @@ static __always_inline void submit_data(struct scratch *s, __u8 proto, __u64 seq
 	}
 }
 
+/* The record's ports and addresses, from the socket (CO-RE). */
+static __always_inline void fill_tuple(struct ebtop_event *ev, struct sock *sk, __u8 family)
+{
+	ev->lport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	ev->rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	__builtin_memset(ev->laddr, 0, sizeof(ev->laddr));
+	__builtin_memset(ev->raddr, 0, sizeof(ev->raddr));
+	if (family == AF_INET) {
+		__u32 a = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
+		__u32 b = BPF_CORE_READ(sk, __sk_common.skc_daddr);
+		__builtin_memcpy(ev->laddr, &a, 4);
+		__builtin_memcpy(ev->raddr, &b, 4);
+	} else {
+		BPF_CORE_READ_INTO(&ev->laddr, sk, __sk_common.skc_v6_rcv_saddr);
+		BPF_CORE_READ_INTO(&ev->raddr, sk, __sk_common.skc_v6_daddr);
+	}
+}
+
 /* A syscall's arguments in the user registers saved at its entry. */
 #if defined(__TARGET_ARCH_arm64)
 #define SYSCALL_ARG0(r) BPF_CORE_READ(r, orig_x0)

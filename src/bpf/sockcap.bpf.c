@@ -181,19 +181,7 @@ static __always_inline void fill_header(struct ebtop_event *ev, struct sock *sk,
 	ev->sock_type = sock_type;
 	ev->flags = 0;
 	ev->_pad = 0;
-	ev->lport = BPF_CORE_READ(sk, __sk_common.skc_num);
-	ev->rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
-	__builtin_memset(ev->laddr, 0, sizeof(ev->laddr));
-	__builtin_memset(ev->raddr, 0, sizeof(ev->raddr));
-	if (family == AF_INET) {
-		__u32 a = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
-		__u32 b = BPF_CORE_READ(sk, __sk_common.skc_daddr);
-		__builtin_memcpy(ev->laddr, &a, 4);
-		__builtin_memcpy(ev->raddr, &b, 4);
-	} else {
-		BPF_CORE_READ_INTO(&ev->laddr, sk, __sk_common.skc_v6_rcv_saddr);
-		BPF_CORE_READ_INTO(&ev->raddr, sk, __sk_common.skc_v6_daddr);
-	}
+	fill_tuple(ev, sk, family);
 	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
 }
 
