@@ -72,6 +72,8 @@ struct Conn {
     pid: u32,
     tid: u32,
     comm: [u8; 16],
+    /// `comm` as text, converted when it changes rather than once per call.
+    comm_text: String,
     local: SocketAddr,
     peer: SocketAddr,
     transport: Transport,
@@ -186,7 +188,10 @@ impl ConnTracker {
         let conn = self.conns.get_mut(&ev.sock_id).expect("inserted above");
         conn.pid = ev.pid;
         conn.tid = ev.tid;
-        conn.comm = ev.comm;
+        if conn.comm != ev.comm {
+            conn.comm = ev.comm;
+            conn.comm_text = crate::event::comm_to_string(&ev.comm);
+        }
         conn.last_seen_ns = conn.last_seen_ns.max(ev.end_ns);
         if conn.transport == Transport::Datagram {
             conn.peer = ev.peer();
@@ -249,6 +254,7 @@ impl ConnTracker {
             pid: ev.pid,
             tid: ev.tid,
             comm: ev.comm,
+            comm_text: crate::event::comm_to_string(&ev.comm),
             local: ev.local(),
             peer: ev.peer(),
             transport: if ev.sock_type == SOCK_DGRAM {
@@ -268,7 +274,7 @@ impl ConnTracker {
                 l7,
                 c.pid,
                 c.tid,
-                crate::event::comm_to_string(&c.comm),
+                c.comm_text.clone(),
                 sock_id,
                 c.local,
                 c.peer,

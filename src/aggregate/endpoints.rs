@@ -20,7 +20,7 @@
 //! in one bucket (buckets are ≤ 0.8% of the value wide), i.e. after 12 hours of 100 000 calls/s
 //! to one endpoint all within 0.8% of the same latency; u64 would double the memory for that.
 
-use std::collections::HashMap;
+use hashbrown::{Equivalent, HashMap};
 
 use hdrhistogram::{Counter, Histogram};
 
@@ -47,6 +47,40 @@ struct EndpointKey {
     proto: Protocol,
     method: String,
     resource: String,
+}
+
+/// An [`EndpointKey`] borrowed from a call: looked up without allocating (the key is only
+/// built, owned, for a new row). Its fields hash exactly as the owned key's do (`&str` hashes
+/// as `String`, field by field in the same order).
+#[derive(Hash)]
+struct EndpointKeyRef<'a> {
+    comm: &'a str,
+    side: Side,
+    proto: Protocol,
+    method: &'a str,
+    resource: &'a str,
+}
+
+impl Equivalent<EndpointKey> for EndpointKeyRef<'_> {
+    fn equivalent(&self, k: &EndpointKey) -> bool {
+        self.side == k.side
+            && self.proto == k.proto
+            && self.comm == k.comm
+            && self.method == k.method
+            && self.resource == k.resource
+    }
+}
+
+impl EndpointKeyRef<'_> {
+    fn to_owned_key(&self) -> EndpointKey {
+        EndpointKey {
+            comm: self.comm.to_owned(),
+            side: self.side,
+            proto: self.proto,
+            method: self.method.to_owned(),
+            resource: self.resource.to_owned(),
+        }
+    }
 }
 
 /// `comm: None` is the global row of a (side, protocol).
@@ -271,12 +305,13 @@ impl EndpointTable {
     /// Accounts one completed call.
     pub fn observe(&mut self, call: &Call) {
         let method = truncate(&call.l7.method, MAX_METHOD_LEN);
-        let key = EndpointKey {
-            comm: call.comm.clone(),
+        let resource = normalize(call.l7.proto, method, &call.l7.resource, self.keep_raw);
+        let key = EndpointKeyRef {
+            comm: &call.comm,
             side: call.side,
             proto: call.l7.proto,
-            method: method.to_owned(),
-            resource: normalize(call.l7.proto, method, &call.l7.resource, self.keep_raw),
+            method,
+            resource: &resource,
         };
         if let Some(row) = self.endpoints.get_mut(&key) {
             row.record(call);
@@ -284,11 +319,12 @@ impl EndpointTable {
         }
         if self.endpoints.len() < self.max_endpoints {
             self.endpoints
-                .entry(key)
+                .entry(key.to_owned_key())
                 .or_insert(Row::new(false))
                 .record(call);
             return;
         }
+        let key = key.to_owned_key();
         let key_hash = hash64(&key);
         self.folded_calls += 1;
         self.folded_keys.insert_hash(key_hash);

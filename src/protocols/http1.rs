@@ -221,9 +221,8 @@ fn framing(headers: &[httparse::Header]) -> Option<(Option<u64>, bool)> {
     let mut chunked = false;
     for h in headers {
         if h.name.eq_ignore_ascii_case("content-length") {
-            let v = std::str::from_utf8(h.value)
+            let v = std::str::from_utf8(h.value.trim_ascii())
                 .ok()?
-                .trim()
                 .parse::<u64>()
                 .ok()?;
             if cl.is_some_and(|old| old != v) {
@@ -232,11 +231,11 @@ fn framing(headers: &[httparse::Header]) -> Option<(Option<u64>, bool)> {
             cl = Some(v);
         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
             // Chunked is framing only when it is the final coding.
-            let v = String::from_utf8_lossy(h.value);
-            chunked = v
-                .rsplit(',')
+            chunked = h
+                .value
+                .rsplit(|&b| b == b',')
                 .next()
-                .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"));
+                .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
         }
     }
     // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length.
@@ -287,11 +286,14 @@ fn capture_head(buf: &[u8], len: usize, keep: usize) -> CapturedHead {
 }
 
 fn parse_head(kind: Kind, buf: &[u8], depth: ParseDepth, keep: usize) -> HeadParse {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    // Left uninitialised: httparse writes the headers it finds, and zeroing 128 of them
+    // (4 KiB) was the largest single cost of a parse.
+    let mut headers = [const { std::mem::MaybeUninit::<httparse::Header>::uninit() }; MAX_HEADERS];
+    let config = httparse::ParserConfig::default();
     match kind {
         Kind::Request => {
-            let mut req = httparse::Request::new(&mut headers);
-            match req.parse(buf) {
+            let mut req = httparse::Request::new(&mut []);
+            match config.parse_request_with_uninit_headers(&mut req, buf, &mut headers) {
                 Ok(httparse::Status::Complete(len)) => {
                     let Some((content_length, chunked)) = framing(req.headers) else {
                         return HeadParse::Invalid;
@@ -322,8 +324,8 @@ fn parse_head(kind: Kind, buf: &[u8], depth: ParseDepth, keep: usize) -> HeadPar
             }
         }
         Kind::Response => {
-            let mut resp = httparse::Response::new(&mut headers);
-            match resp.parse(buf) {
+            let mut resp = httparse::Response::new(&mut []);
+            match config.parse_response_with_uninit_headers(&mut resp, buf, &mut headers) {
                 Ok(httparse::Status::Complete(len)) => {
                     let Some((content_length, chunked)) = framing(resp.headers) else {
                         return HeadParse::Invalid;
