@@ -48,8 +48,8 @@ def main():
     ap.add_argument("recording")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--same-output", action="store_true")
-    ap.add_argument("extra", nargs="*")
-    args = ap.parse_args()
+    args, extra = ap.parse_known_args()
+    args.extra = [x for x in extra if x != "--"]
     da, out = output_digest(args.a, args.recording, args.extra)
     events = events_of(out)
     if args.same_output:

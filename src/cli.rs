@@ -177,9 +177,51 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = BpfStatsArg::Sampled)]
     pub bpf_stats: BpfStatsArg,
 
+    /// Threads that track connections and parse their payloads (records are dealt out by
+    /// connection; the output is the same for any number): a number, or auto (1 below 8
+    /// CPUs, else a quarter of the CPUs, at most 8). Applies to replays too.
+    #[arg(long, value_name = "N|auto", default_value = "auto", value_parser = threads)]
+    pub threads: Threads,
+
     /// Show libbpf's own messages and more detail on errors.
     #[arg(short, long)]
     pub verbose: bool,
+}
+
+/// `--threads`: a count, or chosen from the CPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Threads {
+    Auto,
+    Count(usize),
+}
+
+/// Most tracking threads accepted (beyond this the single thread applying their results is
+/// the limit anyway).
+pub const MAX_THREADS: usize = 64;
+
+impl Threads {
+    /// The number of tracking threads on a host with `cpus` CPUs.
+    pub fn resolve(self, cpus: usize) -> usize {
+        match self {
+            Threads::Count(n) => n,
+            // Small hosts: the traced applications need the CPUs more than ebtop needs a
+            // second thread (one thread takes > 1M records/s).
+            Threads::Auto if cpus < 8 => 1,
+            Threads::Auto => (cpus / 4).clamp(1, 8),
+        }
+    }
+}
+
+fn threads(s: &str) -> Result<Threads, String> {
+    if s.eq_ignore_ascii_case("auto") {
+        return Ok(Threads::Auto);
+    }
+    match s.parse::<usize>() {
+        Ok(n) if (1..=MAX_THREADS).contains(&n) => Ok(Threads::Count(n)),
+        _ => Err(format!(
+            "expected auto or a number of threads from 1 to {MAX_THREADS}"
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -207,6 +249,20 @@ mod tests {
         assert!(Args::try_parse_from(["ebtop", "--speed", "inf"]).is_err());
         assert!(Args::try_parse_from(["ebtop", "--proto", "gopher"]).is_err());
         assert!(Args::try_parse_from(["ebtop", "--proto", ""]).is_err());
+        assert!(Args::try_parse_from(["ebtop", "--threads", "0"]).is_err());
+        assert!(Args::try_parse_from(["ebtop", "--threads", "65"]).is_err());
+        assert!(Args::try_parse_from(["ebtop", "--threads", "two"]).is_err());
+        let t = |v: &str| {
+            Args::try_parse_from(["ebtop", "--threads", v])
+                .unwrap()
+                .threads
+        };
+        assert_eq!(t("3"), Threads::Count(3));
+        assert_eq!(t("AUTO"), Threads::Auto);
+        assert_eq!(Threads::Auto.resolve(2), 1);
+        assert_eq!(Threads::Auto.resolve(16), 4);
+        assert_eq!(Threads::Auto.resolve(128), 8);
+        assert_eq!(Threads::Count(3).resolve(2), 3);
         assert_eq!(
             Args::try_parse_from(["ebtop", "--proto", "HTTP"])
                 .unwrap()

@@ -41,7 +41,7 @@ pub fn rfc3339(unix_ns: i64) -> String {
 }
 
 /// Converts monotonic timestamps with a fixed offset (live: measured now; replay: recorded).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct WallClock {
     pub offset_ns: i64,
 }

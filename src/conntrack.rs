@@ -53,6 +53,22 @@ pub struct TrackerStats {
     pub conns_evicted: u64,
 }
 
+impl TrackerStats {
+    /// Adds another tracker's counts (wrapping like the counts themselves).
+    pub fn add(&mut self, o: &TrackerStats) {
+        self.data_events = self.data_events.wrapping_add(o.data_events);
+        self.data_bytes = self.data_bytes.wrapping_add(o.data_bytes);
+        self.uncaptured_bytes = self.uncaptured_bytes.wrapping_add(o.uncaptured_bytes);
+        self.gaps = self.gaps.wrapping_add(o.gaps);
+        self.gap_bytes = self.gap_bytes.saturating_add(o.gap_bytes);
+        self.unrecognised_events = self.unrecognised_events.wrapping_add(o.unrecognised_events);
+        self.conns_opened = self.conns_opened.wrapping_add(o.conns_opened);
+        self.conns_closed = self.conns_closed.wrapping_add(o.conns_closed);
+        self.conns_expired = self.conns_expired.wrapping_add(o.conns_expired);
+        self.conns_evicted = self.conns_evicted.wrapping_add(o.conns_evicted);
+    }
+}
+
 enum ParserSlot {
     Undecided,
     Active(Box<dyn StreamParser>),
@@ -100,6 +116,11 @@ impl ConnTracker {
             parse: ParseStats::default(),
             scratch: Vec::new(),
         }
+    }
+
+    /// The configuration, with the protocol selection now in force.
+    pub fn config(&self) -> &TrackerConfig {
+        &self.cfg
     }
 
     /// Leaves out connections of other protocols from now on.

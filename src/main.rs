@@ -173,6 +173,11 @@ fn shows_tui(args: &Args) -> bool {
     !args.json && (args.write.is_none() || args.tui)
 }
 
+fn tracking_threads(args: &Args) -> usize {
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    args.threads.resolve(cpus)
+}
+
 fn tracker_config(args: &Args) -> TrackerConfig {
     TrackerConfig {
         depth: match args.depth {
@@ -241,6 +246,7 @@ fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> 
         };
         pipeline = pipeline.with_recorder(Recorder::create(path, &header, args.force)?);
     }
+    let pipeline = pipeline.with_threads(tracking_threads(args))?;
     let live_cfg = LiveConfig {
         snaplen: args.snaplen,
         ringbuf_bytes: args.ringbuf_mb * 1024 * 1024,
@@ -297,6 +303,7 @@ fn replay_session<S: Sink>(
         header.meta.filters = meta.filters.clone();
         pipeline = pipeline.with_recorder(Recorder::create(out, &header, args.force)?);
     }
+    let mut pipeline = pipeline.with_threads(tracking_threads(args))?;
     pipeline.start(&meta)?;
     let end = replay::run(&mut reader, &mut pipeline, stop)?;
     let stats = reader.stats;

@@ -6,6 +6,9 @@ use std::io;
 
 #[doc(hidden)]
 pub mod fuzzing;
+mod shards;
+
+use shards::{Outcome, Ready, Shards, Step, TrackerState};
 
 use crate::aggregate::process::DEFAULT_MAX_PROCESSES;
 use crate::aggregate::{EndpointTable, OverheadSnapshot, ProcessStats};
@@ -39,6 +42,19 @@ pub struct Pipeline<S: Sink> {
     lost_reported: crate::sink::Loss,
     /// The flow table's report for the interval being closed (live only; see `set_flows`).
     pending_flows: Option<crate::flows::FlowReport>,
+    /// Connection tracking on worker threads (`--threads` > 1); `tracker` is then unused.
+    shards: Option<Shards>,
+    /// Records dealt to workers since their results were last looked for.
+    dealt_since_apply: u32,
+    /// The tracker's counters at the last interval end (what `totals` shows).
+    tracker_state: TrackerState,
+    /// Calls of the record being handled (serial tracking), reused.
+    call_scratch: Vec<Call>,
+}
+
+/// Whether a record passes the user-space filters (live: the kernel applied them already).
+fn passes(f: &Filters, ev: &Event) -> bool {
+    f.port.is_none_or(|p| p == ev.lport || p == ev.rport) && f.selects_process(ev.pid, &ev.comm)
 }
 
 impl<S: Sink> Pipeline<S> {
@@ -59,7 +75,24 @@ impl<S: Sink> Pipeline<S> {
             last_ns: 0,
             lost_reported: crate::sink::Loss::default(),
             pending_flows: None,
+            shards: None,
+            dealt_since_apply: 0,
+            tracker_state: TrackerState::default(),
+            call_scratch: Vec::new(),
         }
+    }
+
+    /// Tracks connections on `threads` worker threads (1: on the caller's thread). Call after
+    /// the other settings: the workers take the tracker's configuration and the filters.
+    pub fn with_threads(mut self, threads: usize) -> io::Result<Self> {
+        if threads > 1 {
+            self.shards = Some(Shards::start(
+                threads,
+                self.tracker.config(),
+                &self.filters,
+            )?);
+        }
+        Ok(self)
     }
 
     /// Endpoints keyed on raw resources (`--raw-resources`).
@@ -74,6 +107,7 @@ impl<S: Sink> Pipeline<S> {
     /// Filters applied to every record. The protocol selection is the tracker's: it is
     /// set here over what `TrackerConfig` said.
     pub fn with_filters(mut self, filters: Filters) -> Self {
+        debug_assert!(self.shards.is_none(), "with_filters after with_threads");
         self.tracker.select_protocols(filters.protocols());
         self.filters = filters;
         self
@@ -89,17 +123,20 @@ impl<S: Sink> Pipeline<S> {
         // Intervals count from the session's start in kernel time (recorded, so a replay's
         // intervals are the live run's).
         self.interval_start_ns = Some(meta.start_mono_ns());
-        self.sink.meta(meta)
+        self.sink.meta(meta)?;
+        // The sink knows its clock now: the workers can write the call lines.
+        if let (Some(sh), Some(f)) = (&mut self.shards, self.sink.call_formatter()) {
+            sh.set_formatter(&f)?;
+        }
+        Ok(())
     }
 
     /// A process description known in advance (a recording's process table or records).
     pub fn know_process(&mut self, info: ProcInfo) {
-        self.procs.insert(info);
-    }
-
-    fn passes(&self, ev: &Event) -> bool {
-        let f = &self.filters;
-        f.port.is_none_or(|p| p == ev.lport || p == ev.rport) && f.selects_process(ev.pid, &ev.comm)
+        match &mut self.shards {
+            Some(sh) => sh.push_step(Step::Know(info)),
+            None => self.procs.insert(info),
+        }
     }
 
     /// Process exits will come as exit records (live: the process probe is loaded).
@@ -110,6 +147,17 @@ impl<S: Sink> Pipeline<S> {
     /// One process exec/exit record as the kernel delivered it (live: read before the socket
     /// records of the same pass, so an exec usually precedes the new program's calls).
     pub fn on_proc_record(&mut self, raw: &[u8]) -> io::Result<()> {
+        match &mut self.shards {
+            // In order with the socket records delivered before it.
+            Some(sh) => {
+                sh.push_step(Step::Proc(raw.to_vec()));
+                Ok(())
+            }
+            None => self.apply_proc_record(raw),
+        }
+    }
+
+    fn apply_proc_record(&mut self, raw: &[u8]) -> io::Result<()> {
         self.summary.events += 1;
         let ev = match ProcEvent::decode(raw) {
             Ok(ev) => ev,
@@ -149,6 +197,15 @@ impl<S: Sink> Pipeline<S> {
 
     /// One record as the kernel delivered it. Undecodable records are counted and skipped.
     pub fn on_record(&mut self, raw: &[u8]) -> io::Result<()> {
+        if let Some(sh) = &mut self.shards {
+            sh.dispatch(raw)?;
+            self.dealt_since_apply += 1;
+            if self.dealt_since_apply >= 64 {
+                self.dealt_since_apply = 0;
+                return self.apply_steps(false);
+            }
+            return Ok(());
+        }
         self.summary.events += 1;
         let ev = match Event::decode(raw) {
             Ok(ev) => ev,
@@ -157,50 +214,120 @@ impl<S: Sink> Pipeline<S> {
                 return Ok(());
             }
         };
-        if !self.passes(&ev) {
+        if !passes(&self.filters, &ev) {
             self.summary.filtered_events += 1;
             return Ok(());
         }
-        self.on_event(&ev, raw)
+        let mut calls = std::mem::take(&mut self.call_scratch);
+        let verdict = self.tracker.handle(&ev, &mut |call| calls.push(call));
+        let result = self.apply(&ev, raw, verdict, &calls, None);
+        calls.clear();
+        self.call_scratch = calls;
+        result
     }
 
-    /// `raw`: the event as delivered, for the recorder (written after the tracker's verdict,
-    /// so a `--proto` copy holds only the selected protocols' connections).
-    fn on_event(&mut self, ev: &Event, raw: &[u8]) -> io::Result<()> {
+    /// Applies the workers' results in delivery order: those already in, or (`wait`) all.
+    fn apply_steps(&mut self, wait: bool) -> io::Result<()> {
+        let Some(mut sh) = self.shards.take() else {
+            return Ok(());
+        };
+        if wait {
+            if let Err(e) = sh.send_partial() {
+                self.shards = Some(sh);
+                return Err(e);
+            }
+        }
         let mut result = Ok(());
-        let (procs, sink, summary, recorder, endpoints, proc_stats) = (
-            &mut self.procs,
-            &mut self.sink,
-            &mut self.summary,
-            &mut self.recorder,
-            &mut self.endpoints,
-            &mut self.proc_stats,
-        );
-        let mut calls = 0u64;
-        let verdict = self.tracker.handle(ev, &mut |call: Call| {
-            calls += 1;
-            endpoints.observe(&call);
-            proc_stats.observe_call(&call);
+        while result.is_ok() {
+            let ready = match sh.next(wait) {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            result = match ready {
+                Ready::Proc(raw) => self.apply_proc_record(&raw),
+                Ready::Know(info) => {
+                    self.procs.insert(info);
+                    Ok(())
+                }
+                Ready::Record {
+                    raw,
+                    outcome,
+                    calls,
+                    lines,
+                } => {
+                    self.summary.events += 1;
+                    match outcome {
+                        Outcome::DecodeError => {
+                            self.summary.decode_errors += 1;
+                            Ok(())
+                        }
+                        Outcome::Filtered => {
+                            self.summary.filtered_events += 1;
+                            Ok(())
+                        }
+                        Outcome::Tracked { verdict, .. } => match Event::decode(raw) {
+                            Ok(ev) => self.apply(&ev, raw, verdict, calls, Some(lines)),
+                            // The worker decoded these very bytes.
+                            Err(_) => {
+                                self.summary.decode_errors += 1;
+                                Ok(())
+                            }
+                        },
+                    }
+                }
+            };
+        }
+        debug_assert!(!wait || result.is_err() || !sh.has_steps());
+        self.shards = Some(sh);
+        result
+    }
+
+    /// Everything after tracking for one record: its calls (aggregates, process identity,
+    /// sink), the recorder (after the tracker's verdict, so a `--proto` copy holds only the
+    /// selected protocols' connections; `raw` is the record as delivered) and the counts.
+    fn apply(
+        &mut self,
+        ev: &Event,
+        raw: &[u8],
+        verdict: Verdict,
+        calls: &[Call],
+        mut lines: Option<&mut shards::Lines>,
+    ) -> io::Result<()> {
+        let mut result = Ok(());
+        let mut n = 0u64;
+        for call in calls {
+            n += 1;
+            // Taken whatever happens below, so the next call gets its own line.
+            let line = lines.as_mut().and_then(|l| l.next_line());
+            self.endpoints.observe(call);
+            self.proc_stats.observe_call(call);
             if result.is_err() {
-                return;
+                continue;
             }
-            summary.calls += 1;
+            self.summary.calls += 1;
             match call.side {
-                Side::Client => summary.calls_client += 1,
-                Side::Server => summary.calls_server += 1,
+                Side::Client => self.summary.calls_client += 1,
+                Side::Server => self.summary.calls_server += 1,
             }
-            let (info, fresh) = procs.lookup(call.pid, &call.comm);
+            let (info, fresh) = self.procs.lookup(call.pid, &call.comm);
             if fresh {
-                if let Some(rec) = recorder.as_mut() {
+                if let Some(rec) = self.recorder.as_mut() {
                     rec.process(info);
                 }
-                result = sink.process(info);
+                result = self.sink.process(info);
             }
             if result.is_ok() {
-                result = sink.call(&call);
+                result = match line {
+                    Some(line) => self.sink.call_formatted(call, line),
+                    None => self.sink.call(call),
+                };
             }
-        });
-        self.calls_in_interval += calls;
+        }
+        self.calls_in_interval += n;
         if verdict == Verdict::NotSelected {
             self.summary.filtered_events += 1;
             return result;
@@ -241,6 +368,8 @@ impl<S: Sink> Pipeline<S> {
         kernel: &KernelCounters,
         overhead: Option<OverheadSnapshot>,
     ) -> io::Result<()> {
+        // Every record delivered before the interval's end is applied (and recorded) first.
+        self.apply_steps(true)?;
         if let Some(rec) = &mut self.recorder {
             rec.interval(&IntervalRecord {
                 mono_ns: now_ns,
@@ -257,10 +386,17 @@ impl<S: Sink> Pipeline<S> {
         overhead: Option<OverheadSnapshot>,
     ) -> io::Result<()> {
         self.calls_in_interval = 0;
-        self.tracker.expire(now_ns);
+        let state = match &mut self.shards {
+            Some(sh) => sh.interval(now_ns)?,
+            None => {
+                self.tracker.expire(now_ns);
+                TrackerState::of(&self.tracker)
+            }
+        };
         self.procs.purge_exited();
-        self.proc_stats
-            .set_open_connections(&self.tracker.open_per_pid());
+        self.proc_stats.set_open_connections(&state.open_per_pid);
+        let open_connections = state.open_conns as u64;
+        self.tracker_state = state;
         let seen = Self::loss_of(kernel);
         let before = self.lost_reported;
         if seen.events > before.events || seen.missed_runs > before.missed_runs {
@@ -282,7 +418,7 @@ impl<S: Sink> Pipeline<S> {
             processes: self.proc_stats.end_interval(period_ns),
             overhead,
             totals: self.totals(),
-            open_connections: self.tracker.open_conns() as u64,
+            open_connections,
             flows: self.pending_flows.take(),
         };
         self.sink.interval(&report)
@@ -300,13 +436,14 @@ impl<S: Sink> Pipeline<S> {
     fn totals(&self) -> Summary {
         let mut t = self.summary.clone();
         t.endpoints = Vec::new();
-        t.tracker = self.tracker.stats;
-        t.parse = self.tracker.parse;
+        t.tracker = self.tracker_state.stats;
+        t.parse = self.tracker_state.parse;
         t
     }
 
     /// End of a batch of records: output becomes visible, the recorder may cut a frame.
     pub fn flush(&mut self) -> io::Result<()> {
+        self.apply_steps(true)?;
         if let Some(rec) = &mut self.recorder {
             rec.tick();
         }
@@ -326,6 +463,7 @@ impl<S: Sink> Pipeline<S> {
         // The last, partial interval: reported (so interval lines add up to the summary) up to
         // the last event, which a replay knows as well as the live run did. Losses since the
         // last report are reported either way.
+        self.apply_steps(true)?;
         if self.calls_in_interval > 0
             || Self::loss_of(kernel) != self.lost_reported
             || self.pending_flows.is_some()
@@ -334,12 +472,18 @@ impl<S: Sink> Pipeline<S> {
             self.report_interval(end, kernel, None)?;
         }
         self.summary.kernel = kernel.clone();
-        self.tracker.end_session();
+        let state = match &mut self.shards {
+            Some(sh) => sh.finish()?,
+            None => {
+                self.tracker.end_session();
+                TrackerState::of(&self.tracker)
+            }
+        };
         self.summary.endpoints = self.endpoints.cumulative();
         self.summary.endpoint_table = self.endpoints.stats();
         self.summary.duration_ns = duration_ns;
-        self.summary.tracker = self.tracker.stats;
-        self.summary.parse = self.tracker.parse;
+        self.summary.tracker = state.stats;
+        self.summary.parse = state.parse;
         self.summary.process_table_resets = self.procs.resets;
         if let Some(rec) = self.recorder.take() {
             let stats = rec.finish(&crate::record::EndRecord {

@@ -675,3 +675,72 @@ fn replay_of_process_records_describes_and_ends_processes_as_live() {
     let s = json_lines(&curl_only).pop().unwrap();
     assert_eq!(s["process_exits"], 2, "{s}");
 }
+
+/// `--threads`: connections tracked on worker threads give the serial output byte for byte
+/// (results are applied in delivery order), for every committed recording, with user-space
+/// filters, a protocol selection, and in filtered copies.
+#[test]
+fn tracking_threads_change_nothing_in_the_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recordings");
+    let mut recordings: Vec<PathBuf> = std::fs::read_dir(&fixtures)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "ebt"))
+        .collect();
+    recordings.sort();
+    assert!(recordings.len() >= 3, "{recordings:?}");
+    let extra: [&[&str]; 4] = [
+        &[],
+        &["--comm", "curl"],
+        &["--proto", "http"],
+        &["--depth", "shallow"],
+    ];
+    for rec in &recordings {
+        let rec_s = rec.to_str().unwrap();
+        for args in extra {
+            let run = |threads: &str| {
+                let mut a = vec!["-r", rec_s, "--json", "--threads", threads];
+                a.extend_from_slice(args);
+                let out = ebtop(&a);
+                assert!(
+                    out.status.success(),
+                    "{a:?}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                out.stdout
+            };
+            let serial = run("1");
+            assert!(serial.len() > 100, "{rec_s} {args:?}");
+            for threads in ["2", "3", "7"] {
+                assert!(
+                    run(threads) == serial,
+                    "{rec_s} {args:?}: --threads {threads} printed something else than one thread"
+                );
+            }
+        }
+        // A filtered copy written by a sharded replay replays like one written serially.
+        let copy = |threads: &str| {
+            let path = dir.path().join(format!("copy-{threads}.ebt"));
+            let p = path.to_str().unwrap();
+            let out = ebtop(&[
+                "-r",
+                rec_s,
+                "-w",
+                p,
+                "--force",
+                "--comm",
+                "curl",
+                "--threads",
+                threads,
+            ]);
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            ebtop(&["-r", p, "--json"]).stdout
+        };
+        assert!(copy("3") == copy("1"), "{rec_s}: filtered copies differ");
+    }
+}

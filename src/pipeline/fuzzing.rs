@@ -147,6 +147,16 @@ impl Checked {
         assert!(self.met, "output before the meta line");
         assert!(!self.summarised, "output after the summary");
     }
+
+    fn check_call(&mut self, call: &Call) {
+        self.live();
+        assert_eq!(
+            self.described.get(&call.pid),
+            Some(&call.comm),
+            "a call of a process not described (as it is now) before it"
+        );
+        self.calls += 1;
+    }
 }
 
 impl Sink for Checked {
@@ -161,14 +171,15 @@ impl Sink for Checked {
         self.json.process(info)
     }
     fn call(&mut self, call: &Call) -> io::Result<()> {
-        self.live();
-        assert_eq!(
-            self.described.get(&call.pid),
-            Some(&call.comm),
-            "a call of a process not described (as it is now) before it"
-        );
-        self.calls += 1;
+        self.check_call(call);
         self.json.call(call)
+    }
+    fn call_formatter(&self) -> Option<crate::sink::call_line::CallFormatter> {
+        self.json.call_formatter()
+    }
+    fn call_formatted(&mut self, call: &Call, line: &[u8]) -> io::Result<()> {
+        self.check_call(call);
+        self.json.call_formatted(call, line)
     }
     fn process_exit(&mut self, exit: &ProcessExit) -> io::Result<()> {
         self.live();
@@ -213,8 +224,31 @@ impl Sink for Checked {
 type Sockets = HashMap<u64, [u64; 2]>;
 
 /// Feeds the session `data` describes to a fresh pipeline (see the module docs) and checks the
-/// invariants that must hold for any input. Panics on a violation.
+/// invariants that must hold for any input. Panics on a violation. For half the inputs (a bit
+/// of the second byte) the same session also goes through a pipeline tracking on 2 or 3
+/// worker threads, whose output must be the serial one byte for byte (unless the input set
+/// a connection cap so small that sharing it out between workers changes what is evicted).
 pub fn drive(data: &[u8]) -> Outcome {
+    let (out, json) = drive_with(data, 1);
+    let (c0, c1) = (
+        data.first().copied().unwrap_or(0),
+        data.get(1).copied().unwrap_or(0),
+    );
+    if c1 & 0x80 != 0 && c0 & 16 == 0 {
+        let threads = 2 + usize::from((c1 >> 6) & 1);
+        let (_, sharded) = drive_with(data, threads);
+        if sharded != json {
+            panic!(
+                "{threads} tracking threads changed the output:\n--- serial\n{}\n--- sharded\n{}",
+                String::from_utf8_lossy(&json),
+                String::from_utf8_lossy(&sharded)
+            );
+        }
+    }
+    out
+}
+
+fn drive_with(data: &[u8], threads: usize) -> (Outcome, Vec<u8>) {
     let mut input = Input(data);
     let (c0, c1, clock) = (input.u8(), input.u8(), input.u8());
     let (start_unix_ns, wall_offset_ns) = if clock == 0xff {
@@ -282,7 +316,9 @@ pub fn drive(data: &[u8]) -> Outcome {
     // Not reading /proc (as a replay): the fuzzer's pids are not this machine's processes.
     let mut pipeline = Pipeline::new(cfg, ProcessTable::new(false), sink)
         .with_raw_resources(c0 & 2 != 0)
-        .with_filters(filters);
+        .with_filters(filters)
+        .with_threads(threads)
+        .expect("worker threads start");
     if c0 & 8 != 0 {
         pipeline.use_exit_records();
     }
@@ -383,7 +419,7 @@ pub fn drive(data: &[u8]) -> Outcome {
     }
     out.calls = sink.calls;
     out.summary = summary;
-    out
+    (out, json)
 }
 
 fn check_summary(out: &Outcome, calls: u64, s: &Summary) {

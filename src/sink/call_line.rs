@@ -101,6 +101,29 @@ fn boolean(out: &mut Vec<u8>, b: bool) {
     out.extend_from_slice(if b { b"true" } else { b"false" });
 }
 
+/// Writes `call` lines with a session's clock: what a tracking thread uses to format the
+/// lines of the calls it completes (`--threads`), so the JSON sink only copies them.
+#[derive(Debug, Default)]
+pub struct CallFormatter {
+    pub clock: crate::clock::WallClock,
+    ts: TimestampCache,
+}
+
+impl CallFormatter {
+    pub fn new(clock: crate::clock::WallClock) -> CallFormatter {
+        CallFormatter {
+            clock,
+            ts: TimestampCache::default(),
+        }
+    }
+
+    /// Appends `c`'s line (with its newline).
+    pub fn write(&mut self, out: &mut Vec<u8>, c: &Call) {
+        let unix_ns = self.clock.unix_ns(c.start_ns);
+        write(out, &mut self.ts, c, unix_ns);
+    }
+}
+
 /// Appends one `call` line (with its newline) for `c`, whose start is `unix_ns`.
 pub fn write(out: &mut Vec<u8>, ts: &mut TimestampCache, c: &Call, unix_ns: i64) {
     out.extend_from_slice(b"{\"type\":\"call\",\"ts\":");

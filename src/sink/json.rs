@@ -171,6 +171,14 @@ impl<W: Write> Sink for JsonSink<W> {
         self.out.write_all(&self.buf)
     }
 
+    fn call_formatter(&self) -> Option<super::call_line::CallFormatter> {
+        Some(super::call_line::CallFormatter::new(self.clock))
+    }
+
+    fn call_formatted(&mut self, _c: &Call, line: &[u8]) -> io::Result<()> {
+        self.out.write_all(line)
+    }
+
     fn process_exit(&mut self, e: &crate::process_events::ProcessExit) -> io::Result<()> {
         let ts = self.clock.rfc3339(e.mono_ns);
         self.line(&ExitLine {

@@ -17,6 +17,16 @@ pub trait Sink {
     /// A process seen for the first time (before its first call).
     fn process(&mut self, info: &ProcInfo) -> io::Result<()>;
     fn call(&mut self, call: &Call) -> io::Result<()>;
+    /// A formatter for `call` lines that other threads may use (after `meta`): the sink then
+    /// gets each call with its line already written (`call_formatted`). None: sinks that
+    /// write no such lines.
+    fn call_formatter(&self) -> Option<call_line::CallFormatter> {
+        None
+    }
+    /// A call with its line from [`Sink::call_formatter`]'s formatter.
+    fn call_formatted(&mut self, call: &Call, _line: &[u8]) -> io::Result<()> {
+        self.call(call)
+    }
     /// A process described earlier (by `process`) exited.
     fn process_exit(&mut self, _exit: &crate::process_events::ProcessExit) -> io::Result<()> {
         Ok(())
