@@ -26,7 +26,8 @@ pub fn write_line(args: std::fmt::Arguments<'_>) {
 }
 
 /// Debug builds only: `EBTOP_DEBUG_PANIC=<place>` makes that place panic (`collector`: the
-/// first ring-buffer record; `ui`: the UI thread; `input`: the key reader), so the tests can
+/// first ring-buffer record; `ui`: the UI thread; `input`: the key reader; `tracker`: a
+/// tracking thread of `--threads`, at its first batch), so the tests can
 /// check that a panic in any thread still ends ebtop cleanly. Always false in release builds.
 pub fn debug_panic_requested(place: &str) -> bool {
     if !cfg!(debug_assertions) {

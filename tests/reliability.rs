@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::tmux::Tmux;
-use common::{require_root, TestServer};
+use common::{hooks_args, require_root, TestServer};
 
 const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -256,11 +256,19 @@ fn a_panic_in_any_thread_ends_ebtop_with_probes_released() {
     require_root();
     let _g = serial();
     let srv = TestServer::start();
-    for place in ["collector", "ui", "input"] {
+    // A tracking thread exists with --threads > 1 (given here unless the suite's environment
+    // gives one already).
+    let threads = if hooks_args().iter().any(|a| a == "--threads") {
+        ""
+    } else {
+        "--threads 2"
+    };
+    for place in ["collector", "ui", "input", "tracker"] {
         let t = Tmux::new();
+        let extra = if place == "tracker" { threads } else { "" };
         t.start_ebtop_with_env(
             &format!("RUST_BACKTRACE=0 EBTOP_DEBUG_PANIC={place}"),
-            &format!("--port {}", srv.port),
+            &format!("--port {} {extra}", srv.port),
         );
         let pid = t.ebtop_pid();
         let held = wait_attached(pid);

@@ -413,6 +413,9 @@ fn work(
                 continue;
             }
             ToWorker::Records(batch) => {
+                if crate::diag::debug_panic_requested("tracker") {
+                    panic!("injected panic in a tracking thread (EBTOP_DEBUG_PANIC=tracker)");
+                }
                 let mut outcomes = Vec::with_capacity(batch.ends.len());
                 let mut calls = spare_calls.pop().unwrap_or_default();
                 let mut lines = Lines {

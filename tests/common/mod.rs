@@ -207,12 +207,21 @@ pub fn read_response(r: &mut BufReader<TcpStream>) -> (u16, usize) {
 }
 
 /// `--hooks X` when the suite runs against one capture path (`EBTOP_TEST_HOOKS=socket|syscalls`,
-/// as scripts/test does for each); nothing otherwise (ebtop chooses).
+/// as scripts/test does for each), and `--threads N` when it runs with that many tracking
+/// threads (`EBTOP_TEST_THREADS`); nothing otherwise (ebtop chooses).
 pub fn hooks_args() -> Vec<String> {
-    match std::env::var("EBTOP_TEST_HOOKS") {
-        Ok(h) if !h.is_empty() => vec!["--hooks".into(), h],
-        _ => Vec::new(),
+    let mut args = Vec::new();
+    if let Ok(h) = std::env::var("EBTOP_TEST_HOOKS") {
+        if !h.is_empty() {
+            args.extend(["--hooks".into(), h]);
+        }
     }
+    if let Ok(t) = std::env::var("EBTOP_TEST_THREADS") {
+        if !t.is_empty() {
+            args.extend(["--threads".into(), t]);
+        }
+    }
+    args
 }
 
 /// A running `ebtop --json`, its stdout lines collected by a thread.
