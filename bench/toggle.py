@@ -58,7 +58,8 @@ def main():
     ap.add_argument("--cycles", type=int, default=10)
     ap.add_argument("--window", type=float, default=2.0)
     ap.add_argument("--modes", default="socket,syscalls",
-                    help="comma-separated: socket, syscalls, socket-fullstats, syscalls-fullstats")
+                    help="comma-separated: socket, syscalls, socket-fullstats, socket-t2 (2 tracking threads), …")
+    ap.add_argument("--other-binary", help="the ebtop that modes ending in @other run")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/toggle.py needs root (ebtop loads eBPF)")
@@ -88,9 +89,15 @@ http {{ access_log off; keepalive_requests 1000000000;
             for mode in modes:
                 windows.append(("off", rate_over(a.window)))
                 # Every call captured and written as JSON to /dev/null.
-                hooks, _, stats = mode.partition("-")
-                extra = ["--bpf-stats", "full"] if stats == "fullstats" else []
-                e = subprocess.Popen([binary, "--json", "--hooks", hooks, "--port", str(PORT)] + extra,
+                # mode: HOOKS[-fullstats][-tN][@other] (N tracking threads; @other: run
+                # --other-binary instead, e.g. the previous release, for a paired comparison).
+                spec, _, which = mode.partition("@")
+                exe = a.other_binary if which == "other" else binary
+                hooks, *opts = spec.split("-")
+                extra = ["--bpf-stats", "full"] if "fullstats" in opts else []
+                extra += [a for o in opts if o.startswith("t") and o[1:].isdigit()
+                          for a in ("--threads", o[1:])]
+                e = subprocess.Popen([exe, "--json", "--hooks", hooks, "--port", str(PORT)] + extra,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 wait_attached(e.pid)
                 windows.append((mode, rate_over(a.window)))

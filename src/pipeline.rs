@@ -52,6 +52,21 @@ pub struct Pipeline<S: Sink> {
     call_scratch: Vec<Call>,
 }
 
+/// Steps (records dealt to tracking threads) not yet applied, at most: about 16 MiB of
+/// records and results at 250 bytes a record.
+const MAX_PENDING_STEPS: usize = 65536;
+
+/// How much of the workers' results [`Pipeline::apply_steps`] applies.
+#[derive(Clone, Copy)]
+enum Apply {
+    /// Those already in, without waiting.
+    Ready,
+    /// All (partial batches are sent first).
+    All,
+    /// Until at most this many steps are pending, waiting as needed.
+    DownTo(usize),
+}
+
 /// Whether a record passes the user-space filters (live: the kernel applied them already).
 fn passes(f: &Filters, ev: &Event) -> bool {
     f.port.is_none_or(|p| p == ev.lport || p == ev.rport) && f.selects_process(ev.pid, &ev.comm)
@@ -202,7 +217,12 @@ impl<S: Sink> Pipeline<S> {
             self.dealt_since_apply += 1;
             if self.dealt_since_apply >= 64 {
                 self.dealt_since_apply = 0;
-                return self.apply_steps(false);
+                // If this thread falls behind the workers, their results pile up: past a
+                // bound, it catches up before taking more (and the kernel ring absorbs).
+                if sh.pending_steps() > MAX_PENDING_STEPS {
+                    return self.apply_steps(Apply::DownTo(MAX_PENDING_STEPS / 2));
+                }
+                return self.apply_steps(Apply::Ready);
             }
             return Ok(());
         }
@@ -226,10 +246,15 @@ impl<S: Sink> Pipeline<S> {
         result
     }
 
-    /// Applies the workers' results in delivery order: those already in, or (`wait`) all.
-    fn apply_steps(&mut self, wait: bool) -> io::Result<()> {
+    /// Applies the workers' results in delivery order (see [`Apply`]).
+    fn apply_steps(&mut self, how: Apply) -> io::Result<()> {
         let Some(mut sh) = self.shards.take() else {
             return Ok(());
+        };
+        let (wait, down_to) = match how {
+            Apply::Ready => (false, 0),
+            Apply::All => (true, 0),
+            Apply::DownTo(n) => (true, n),
         };
         if wait {
             if let Err(e) = sh.send_partial() {
@@ -238,7 +263,7 @@ impl<S: Sink> Pipeline<S> {
             }
         }
         let mut result = Ok(());
-        while result.is_ok() {
+        while result.is_ok() && sh.pending_steps() > down_to {
             let ready = match sh.next(wait) {
                 Ok(Some(r)) => r,
                 Ok(None) => break,
@@ -281,7 +306,7 @@ impl<S: Sink> Pipeline<S> {
                 }
             };
         }
-        debug_assert!(!wait || result.is_err() || !sh.has_steps());
+        debug_assert!(!wait || result.is_err() || sh.pending_steps() <= down_to);
         self.shards = Some(sh);
         result
     }
@@ -369,7 +394,7 @@ impl<S: Sink> Pipeline<S> {
         overhead: Option<OverheadSnapshot>,
     ) -> io::Result<()> {
         // Every record delivered before the interval's end is applied (and recorded) first.
-        self.apply_steps(true)?;
+        self.apply_steps(Apply::All)?;
         if let Some(rec) = &mut self.recorder {
             rec.interval(&IntervalRecord {
                 mono_ns: now_ns,
@@ -443,7 +468,7 @@ impl<S: Sink> Pipeline<S> {
 
     /// End of a batch of records: output becomes visible, the recorder may cut a frame.
     pub fn flush(&mut self) -> io::Result<()> {
-        self.apply_steps(true)?;
+        self.apply_steps(Apply::All)?;
         if let Some(rec) = &mut self.recorder {
             rec.tick();
         }
@@ -463,7 +488,7 @@ impl<S: Sink> Pipeline<S> {
         // The last, partial interval: reported (so interval lines add up to the summary) up to
         // the last event, which a replay knows as well as the live run did. Losses since the
         // last report are reported either way.
-        self.apply_steps(true)?;
+        self.apply_steps(Apply::All)?;
         if self.calls_in_interval > 0
             || Self::loss_of(kernel) != self.lost_reported
             || self.pending_flows.is_some()
@@ -538,6 +563,82 @@ mod tests {
         }
         fn summary(&mut self, _: &Summary) -> io::Result<()> {
             Ok(())
+        }
+    }
+
+    /// `records` HTTP exchanges over `socks` keep-alive connections of two processes, each
+    /// exchange's request and response as separate records, interleaved across connections.
+    fn keep_alive_traffic(socks: u64, exchanges: u64) -> Vec<Vec<u8>> {
+        use crate::event::EventBuilder;
+        let mut out = Vec::new();
+        let mut seq = vec![[0u64; 2]; socks as usize];
+        let mut t = 1_000_000u64;
+        for i in 0..exchanges {
+            let s = i % socks;
+            let req = format!("GET /items/{i} HTTP/1.1\r\nHost: x\r\n\r\n");
+            let resp = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+            for (dir, body) in [
+                (Direction::Ingress, req.as_str()),
+                (Direction::Egress, resp),
+            ] {
+                let d = dir as usize;
+                let pos = seq[s as usize][d];
+                seq[s as usize][d] += body.len() as u64;
+                t += 1_000;
+                out.push(
+                    EventBuilder::data(dir, 1000 + s, pos, body.len() as u64)
+                        .times(t, t + 500)
+                        .process(
+                            100 + (s % 2) as u32,
+                            100,
+                            ["nginx", "api"][(s % 2) as usize],
+                        )
+                        .v4([127, 0, 0, 1], 8080, [127, 0, 0, 2], 40_000 + s as u16)
+                        .build(body.as_bytes()),
+                );
+            }
+        }
+        out
+    }
+
+    /// Feeds `records` without a flush (as a long live pass would) and returns the JSON output.
+    fn json_of(records: &[Vec<u8>], threads: usize) -> Vec<u8> {
+        let sink = crate::sink::json::JsonSink::new(Vec::new());
+        let mut p = Pipeline::new(TrackerConfig::default(), ProcessTable::new(false), sink)
+            .with_threads(threads)
+            .unwrap();
+        let meta = SessionMeta {
+            source: "replay".into(),
+            ebtop_version: "test".into(),
+            host: "test".into(),
+            kernel: "test".into(),
+            start_unix_ns: 1_700_000_000_000_000_000,
+            wall_offset_ns: 1_700_000_000_000_000_000,
+            snaplen: 4096,
+            filters: Filters::default(),
+            hooks: None,
+        };
+        p.start(&meta).unwrap();
+        for (i, r) in records.iter().enumerate() {
+            p.on_record(r).unwrap();
+            if i == records.len() / 2 {
+                p.on_interval(50_000_000, &KernelCounters::default(), None)
+                    .unwrap();
+            }
+        }
+        let (sink, summary) = p.finish(&KernelCounters::default(), 1).unwrap();
+        assert_eq!(summary.calls, records.len() as u64 / 2);
+        sink.into_inner()
+    }
+
+    #[test]
+    fn tracking_threads_give_the_serial_output_past_the_pending_bound() {
+        // More records than MAX_PENDING_STEPS between two flushes: the bound kicks in.
+        let records = keep_alive_traffic(97, MAX_PENDING_STEPS as u64);
+        assert!(records.len() > MAX_PENDING_STEPS);
+        let serial = json_of(&records, 1);
+        for threads in [2, 5] {
+            assert!(json_of(&records, threads) == serial, "{threads} threads");
         }
     }
 

@@ -267,9 +267,9 @@ impl Shards {
         Ok(())
     }
 
-    /// Whether a step is pending.
-    pub fn has_steps(&self) -> bool {
-        !self.log.is_empty()
+    /// Steps delivered and not yet applied.
+    pub fn pending_steps(&self) -> usize {
+        self.log.len()
     }
 
     /// The next step in delivery order, if its results are in (`wait`: until they are).
