@@ -77,7 +77,7 @@ pub enum Depth {
     Full,
 }
 
-/// top for L7 calls: live HTTP calls with latency, from eBPF syscall tracepoints.
+/// top for L7 calls: live HTTP calls with latency, from eBPF socket-layer and syscall tracepoints.
 #[derive(Debug, Parser)]
 #[command(name = "ebtop", version, about, max_term_width = 100)]
 pub struct Args {

@@ -224,8 +224,8 @@ impl Sink for Checked {
 type Sockets = HashMap<u64, [u64; 2]>;
 
 /// Feeds the session `data` describes to a fresh pipeline (see the module docs) and checks the
-/// invariants that must hold for any input. Panics on a violation. For half the inputs (a bit
-/// of the second byte) the same session also goes through a pipeline tracking on 2 or 3
+/// invariants that must hold for any input. Panics on a violation. For a quarter of the inputs
+/// (two bits of the second byte) the same session also goes through a pipeline tracking on 2 or 3
 /// worker threads, whose output must be the serial one byte for byte (unless the input set
 /// a connection cap so small that sharing it out between workers changes what is evicted).
 pub fn drive(data: &[u8]) -> Outcome {
@@ -234,8 +234,8 @@ pub fn drive(data: &[u8]) -> Outcome {
         data.first().copied().unwrap_or(0),
         data.get(1).copied().unwrap_or(0),
     );
-    if c1 & 0x80 != 0 && c0 & 16 == 0 {
-        let threads = 2 + usize::from((c1 >> 6) & 1);
+    if c1 & 0xc0 == 0xc0 && c0 & 16 == 0 {
+        let threads = 2 + usize::from((c1 >> 5) & 1);
         let (_, sharded) = drive_with(data, threads);
         if sharded != json {
             panic!(
