@@ -56,11 +56,16 @@ pub struct Pipeline<S: Sink> {
 /// records and results at 250 bytes a record.
 const MAX_PENDING_STEPS: usize = 65536;
 
+/// A flush waits for the tracking threads' results if at most this many are pending.
+const FLUSH_WAITS_UP_TO: usize = 1024;
+
 /// How much of the workers' results [`Pipeline::apply_steps`] applies.
 #[derive(Clone, Copy)]
 enum Apply {
     /// Those already in, without waiting.
     Ready,
+    /// Partial batches are sent, then those already in are applied, without waiting.
+    Partial,
     /// All (partial batches are sent first).
     All,
     /// Until at most this many steps are pending, waiting as needed.
@@ -253,6 +258,13 @@ impl<S: Sink> Pipeline<S> {
         };
         let (wait, down_to) = match how {
             Apply::Ready => (false, 0),
+            Apply::Partial => {
+                if let Err(e) = sh.send_partial() {
+                    self.shards = Some(sh);
+                    return Err(e);
+                }
+                (false, 0)
+            }
             Apply::All => (true, 0),
             Apply::DownTo(n) => (true, n),
         };
@@ -467,8 +479,16 @@ impl<S: Sink> Pipeline<S> {
     }
 
     /// End of a batch of records: output becomes visible, the recorder may cut a frame.
+    /// With tracking threads, a short backlog is waited for (a quiet moment: the output is
+    /// complete at once); a long one (a busy source) is applied as far as its results are in,
+    /// and the rest at the next flush, so the workers and this thread keep overlapping.
     pub fn flush(&mut self) -> io::Result<()> {
-        self.apply_steps(Apply::All)?;
+        let backlog = self.shards.as_ref().map_or(0, Shards::pending_steps);
+        self.apply_steps(if backlog <= FLUSH_WAITS_UP_TO {
+            Apply::All
+        } else {
+            Apply::Partial
+        })?;
         if let Some(rec) = &mut self.recorder {
             rec.tick();
         }
