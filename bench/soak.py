@@ -9,7 +9,7 @@ Run as root, by hand (not in CI):  bench/soak.py [--minutes 30] [--rate 20000]
     every other line (overhead, lost, summary) is kept.
 Samples ebtop's RSS (of which ring-buffer mappings) and CPU (user+sys from /proc, BPF run time
 from fdinfo) every 10 s. Prints a JSON report: the first and last 5 minutes side by side, lost
-events, and calls counted against the clients' own counts; writes bench/soak-results.json.
+events, and calls counted against the clients' own counts; writes bench/soak-results.json (--results).
 """
 import argparse, json, os, signal, subprocess, sys, tempfile, threading, time
 
@@ -48,6 +48,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--minutes", type=float, default=30)
     ap.add_argument("--rate", type=int, default=20000)
+    ap.add_argument("--ebtop-args", default="", help="more ebtop options, e.g. '--threads 2'")
+    ap.add_argument("--results", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                       "soak-results.json"))
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/soak.py needs root (ebtop loads eBPF)")
@@ -62,7 +65,8 @@ def main():
     subprocess.run(["sysctl", "-q", "kernel.bpf_stats_enabled=1"], check=False)
     nginx = Nginx()
     with open(out_path, "w") as out:
-        ebtop = subprocess.Popen([binary, "--json", "--port", str(PORT)], stdout=subprocess.PIPE)
+        ebtop = subprocess.Popen([binary, "--json", "--port", str(PORT), *a.ebtop_args.split()],
+                                 stdout=subprocess.PIPE)
         grep = subprocess.Popen(["grep", "--line-buffered", "-v", '"type":"call"'],
                                 stdin=ebtop.stdout, stdout=out)
         ebtop.stdout.close()
@@ -101,8 +105,7 @@ def main():
         "gaps": summary.get("tracker", {}).get("gaps"),
         "summary": summary,
     }
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "soak-results.json")
-    with open(path, "w") as f:
+    with open(a.results, "w") as f:
         json.dump({"report": report, "samples": samples}, f, indent=1)
     print(json.dumps({k: v for k, v in report.items() if k != "summary"}, indent=1))
 
