@@ -542,9 +542,11 @@ impl<S: Sink> Pipeline<S> {
         Ok((self.sink, self.summary))
     }
 
-    /// First and last kernel timestamps seen.
-    pub fn time_span(&self) -> (u64, u64) {
-        (self.first_ns.unwrap_or(0), self.last_ns)
+    /// First and last kernel timestamps of the records delivered so far (all of them
+    /// applied first, with tracking threads).
+    pub fn time_span(&mut self) -> io::Result<(u64, u64)> {
+        self.apply_steps(Apply::All)?;
+        Ok((self.first_ns.unwrap_or(0), self.last_ns))
     }
 
     /// Counts what reading a recording met (corrupt frames, truncation) into the summary.
@@ -660,6 +662,24 @@ mod tests {
         for threads in [2, 5] {
             assert!(json_of(&records, threads) == serial, "{threads} threads");
         }
+    }
+
+    #[test]
+    fn time_span_after_a_partial_flush_counts_every_record() {
+        let records = keep_alive_traffic(31, 4000);
+        let span = |threads| {
+            let sink = crate::sink::json::JsonSink::new(Vec::new());
+            let mut p = Pipeline::new(TrackerConfig::default(), ProcessTable::new(false), sink)
+                .with_threads(threads)
+                .unwrap();
+            for r in &records {
+                p.on_record(r).unwrap();
+            }
+            // A backlog this long is applied only as far as it is ready.
+            p.flush().unwrap();
+            p.time_span().unwrap()
+        };
+        assert_eq!(span(3), span(1));
     }
 
     #[test]

@@ -750,5 +750,15 @@ fn tracking_threads_change_nothing_in_the_output() {
             plain_ebtop(&["-r", p, "--json", "--threads", "1"]).stdout
         };
         assert!(copy("3") == copy("1"), "{rec_s}: filtered copies differ");
+        // A recording cut short (no end record: its duration comes from the last record).
+        let bytes = std::fs::read(rec).unwrap();
+        let cut = write_tmp(dir.path(), "cut.ebt", &bytes[..bytes.len() * 3 / 5]);
+        let cut_s = cut.to_str().unwrap();
+        let serial = plain_ebtop(&["-r", cut_s, "--json", "--threads", "1"]);
+        assert!(serial.status.success());
+        assert!(
+            plain_ebtop(&["-r", cut_s, "--json", "--threads", "3"]).stdout == serial.stdout,
+            "{rec_s}: a truncated copy replays differently with threads"
+        );
     }
 }

@@ -78,7 +78,7 @@ pub fn run<S: Sink, R: Read>(
     };
     pipeline.flush()?;
     pipeline.set_replay_stats(reader.stats);
-    let (first, last) = pipeline.time_span();
+    let (first, last) = pipeline.time_span()?;
     Ok(match end {
         Some(e) => ReplayEnd {
             kernel: e.kernel,
