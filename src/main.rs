@@ -246,7 +246,7 @@ fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> 
         };
         pipeline = pipeline.with_recorder(Recorder::create(path, &header, args.force)?);
     }
-    let pipeline = pipeline.with_threads(tracking_threads(args))?;
+    let pipeline = pipeline.with_threads(tracking_threads(args));
     let live_cfg = LiveConfig {
         snaplen: args.snaplen,
         ringbuf_bytes: args.ringbuf_mb * 1024 * 1024,
@@ -303,7 +303,7 @@ fn replay_session<S: Sink>(
         header.meta.filters = meta.filters.clone();
         pipeline = pipeline.with_recorder(Recorder::create(out, &header, args.force)?);
     }
-    let mut pipeline = pipeline.with_threads(tracking_threads(args))?;
+    let mut pipeline = pipeline.with_threads(tracking_threads(args));
     pipeline.start(&meta)?;
     let end = replay::run(&mut reader, &mut pipeline, stop)?;
     let stats = reader.stats;

@@ -42,8 +42,11 @@ pub struct Pipeline<S: Sink> {
     lost_reported: crate::sink::Loss,
     /// The flow table's report for the interval being closed (live only; see `set_flows`).
     pending_flows: Option<crate::flows::FlowReport>,
-    /// Connection tracking on worker threads (`--threads` > 1); `tracker` is then unused.
+    /// Connection tracking on worker threads (`--threads` > 1, started by `start`); `tracker`
+    /// is then unused.
     shards: Option<Shards>,
+    /// Tracking threads asked for.
+    threads: usize,
     /// Records dealt to workers since their results were last looked for.
     dealt_since_apply: u32,
     /// The tracker's counters at the last interval end (what `totals` shows).
@@ -51,10 +54,6 @@ pub struct Pipeline<S: Sink> {
     /// Calls of the record being handled (serial tracking), reused.
     call_scratch: Vec<Call>,
 }
-
-/// Steps (records dealt to tracking threads) not yet applied, at most: about 16 MiB of
-/// records and results at 250 bytes a record.
-const MAX_PENDING_STEPS: usize = 65536;
 
 /// A flush waits for the tracking threads' results if at most this many are pending.
 const FLUSH_WAITS_UP_TO: usize = 1024;
@@ -68,8 +67,8 @@ enum Apply {
     Partial,
     /// All (partial batches are sent first).
     All,
-    /// Until at most this many steps are pending, waiting as needed.
-    DownTo(usize),
+    /// Until the backlog is at most half its bound, waiting as needed.
+    DownToHalf,
 }
 
 /// Whether a record passes the user-space filters (live: the kernel applied them already).
@@ -96,23 +95,18 @@ impl<S: Sink> Pipeline<S> {
             lost_reported: crate::sink::Loss::default(),
             pending_flows: None,
             shards: None,
+            threads: 1,
             dealt_since_apply: 0,
             tracker_state: TrackerState::default(),
             call_scratch: Vec::new(),
         }
     }
 
-    /// Tracks connections on `threads` worker threads (1: on the caller's thread). Call after
-    /// the other settings: the workers take the tracker's configuration and the filters.
-    pub fn with_threads(mut self, threads: usize) -> io::Result<Self> {
-        if threads > 1 {
-            self.shards = Some(Shards::start(
-                threads,
-                self.tracker.config(),
-                &self.filters,
-            )?);
-        }
-        Ok(self)
+    /// Tracks connections on `threads` worker threads (1: on the caller's thread), started by
+    /// [`Pipeline::start`] with the configuration and filters in force then.
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        self.threads = threads.max(1);
+        self
     }
 
     /// Endpoints keyed on raw resources (`--raw-resources`).
@@ -127,7 +121,6 @@ impl<S: Sink> Pipeline<S> {
     /// Filters applied to every record. The protocol selection is the tracker's: it is
     /// set here over what `TrackerConfig` said.
     pub fn with_filters(mut self, filters: Filters) -> Self {
-        debug_assert!(self.shards.is_none(), "with_filters after with_threads");
         self.tracker.select_protocols(filters.protocols());
         self.filters = filters;
         self
@@ -144,18 +137,28 @@ impl<S: Sink> Pipeline<S> {
         // intervals are the live run's).
         self.interval_start_ns = Some(meta.start_mono_ns());
         self.sink.meta(meta)?;
-        // The sink knows its clock now: the workers can write the call lines.
-        if let (Some(sh), Some(f)) = (&mut self.shards, self.sink.call_formatter()) {
-            sh.set_formatter(&f)?;
+        if self.threads > 1 && self.shards.is_none() {
+            let mut sh = Shards::start(self.threads, self.tracker.config(), &self.filters)?;
+            // The sink knows its clock now: the workers can write the call lines.
+            if let Some(f) = self.sink.call_formatter() {
+                sh.set_formatter(&f)?;
+            }
+            self.shards = Some(sh);
         }
         Ok(())
     }
 
     /// A process description known in advance (a recording's process table or records).
-    pub fn know_process(&mut self, info: ProcInfo) {
+    pub fn know_process(&mut self, info: ProcInfo) -> io::Result<()> {
         match &mut self.shards {
-            Some(sh) => sh.push_step(Step::Know(info)),
-            None => self.procs.insert(info),
+            Some(sh) => {
+                sh.push_step(Step::Know(info));
+                self.after_step()
+            }
+            None => {
+                self.procs.insert(info);
+                Ok(())
+            }
         }
     }
 
@@ -171,7 +174,7 @@ impl<S: Sink> Pipeline<S> {
             // In order with the socket records delivered before it.
             Some(sh) => {
                 sh.push_step(Step::Proc(raw.to_vec()));
-                Ok(())
+                self.after_step()
             }
             None => self.apply_proc_record(raw),
         }
@@ -219,17 +222,7 @@ impl<S: Sink> Pipeline<S> {
     pub fn on_record(&mut self, raw: &[u8]) -> io::Result<()> {
         if let Some(sh) = &mut self.shards {
             sh.dispatch(raw)?;
-            self.dealt_since_apply += 1;
-            if self.dealt_since_apply >= 64 {
-                self.dealt_since_apply = 0;
-                // If this thread falls behind the workers, their results pile up: past a
-                // bound, it catches up before taking more (and the kernel ring absorbs).
-                if sh.pending_steps() > MAX_PENDING_STEPS {
-                    return self.apply_steps(Apply::DownTo(MAX_PENDING_STEPS / 2));
-                }
-                return self.apply_steps(Apply::Ready);
-            }
-            return Ok(());
+            return self.after_step();
         }
         self.summary.events += 1;
         let ev = match Event::decode(raw) {
@@ -251,31 +244,44 @@ impl<S: Sink> Pipeline<S> {
         result
     }
 
+    /// After a step was delivered to the tracking threads: now and then, apply what is ready;
+    /// past the backlog bound, catch up first (the kernel ring absorbs meanwhile), so a
+    /// pipeline thread that falls behind its workers holds a bounded backlog.
+    fn after_step(&mut self) -> io::Result<()> {
+        let Some(sh) = &self.shards else {
+            return Ok(());
+        };
+        if sh.over_bound() {
+            self.dealt_since_apply = 0;
+            return self.apply_steps(Apply::DownToHalf);
+        }
+        self.dealt_since_apply += 1;
+        if self.dealt_since_apply >= 64 {
+            self.dealt_since_apply = 0;
+            return self.apply_steps(Apply::Ready);
+        }
+        Ok(())
+    }
+
     /// Applies the workers' results in delivery order (see [`Apply`]).
     fn apply_steps(&mut self, how: Apply) -> io::Result<()> {
         let Some(mut sh) = self.shards.take() else {
             return Ok(());
         };
-        let (wait, down_to) = match how {
-            Apply::Ready => (false, 0),
-            Apply::Partial => {
-                if let Err(e) = sh.send_partial() {
-                    self.shards = Some(sh);
-                    return Err(e);
-                }
-                (false, 0)
-            }
-            Apply::All => (true, 0),
-            Apply::DownTo(n) => (true, n),
+        let (wait, half) = match how {
+            Apply::Ready => (false, false),
+            Apply::Partial => (false, false),
+            Apply::All => (true, false),
+            Apply::DownToHalf => (true, true),
         };
-        if wait {
+        if wait || matches!(how, Apply::Partial) {
             if let Err(e) = sh.send_partial() {
                 self.shards = Some(sh);
                 return Err(e);
             }
         }
         let mut result = Ok(());
-        while result.is_ok() && sh.pending_steps() > down_to {
+        while result.is_ok() && sh.pending_steps() > 0 && !(half && sh.under_half_bound()) {
             let ready = match sh.next(wait) {
                 Ok(Some(r)) => r,
                 Ok(None) => break,
@@ -318,7 +324,7 @@ impl<S: Sink> Pipeline<S> {
                 }
             };
         }
-        debug_assert!(!wait || result.is_err() || sh.pending_steps() <= down_to);
+        debug_assert!(!wait || half || result.is_err() || sh.pending_steps() == 0);
         self.shards = Some(sh);
         result
     }
@@ -387,7 +393,9 @@ impl<S: Sink> Pipeline<S> {
     /// The flow table's report, handed to the sink with the next interval (call before
     /// `on_interval`; `finish` reports one still pending).
     /// Recorded as it is handed to the sink (after the filters), so a replay shows the same.
-    pub fn set_flows(&mut self, mut flows: crate::flows::FlowReport) {
+    pub fn set_flows(&mut self, mut flows: crate::flows::FlowReport) -> io::Result<()> {
+        // Recorded after every record delivered before it, as the serial pipeline does.
+        self.apply_steps(Apply::All)?;
         if !self.filters.is_empty() {
             flows.retain_selected(&self.filters);
         }
@@ -395,6 +403,7 @@ impl<S: Sink> Pipeline<S> {
             rec.flows(&flows);
         }
         self.pending_flows = Some(flows);
+        Ok(())
     }
 
     /// Periodic work: expire idle connections, report new kernel-side losses, hand the
@@ -627,20 +636,8 @@ mod tests {
     fn json_of(records: &[Vec<u8>], threads: usize) -> Vec<u8> {
         let sink = crate::sink::json::JsonSink::new(Vec::new());
         let mut p = Pipeline::new(TrackerConfig::default(), ProcessTable::new(false), sink)
-            .with_threads(threads)
-            .unwrap();
-        let meta = SessionMeta {
-            source: "replay".into(),
-            ebtop_version: "test".into(),
-            host: "test".into(),
-            kernel: "test".into(),
-            start_unix_ns: 1_700_000_000_000_000_000,
-            wall_offset_ns: 1_700_000_000_000_000_000,
-            snaplen: 4096,
-            filters: Filters::default(),
-            hooks: None,
-        };
-        p.start(&meta).unwrap();
+            .with_threads(threads);
+        p.start(&test_meta()).unwrap();
         for (i, r) in records.iter().enumerate() {
             p.on_record(r).unwrap();
             if i == records.len() / 2 {
@@ -653,11 +650,25 @@ mod tests {
         sink.into_inner()
     }
 
+    fn test_meta() -> SessionMeta {
+        SessionMeta {
+            source: "replay".into(),
+            ebtop_version: "test".into(),
+            host: "test".into(),
+            kernel: "test".into(),
+            start_unix_ns: 1_700_000_000_000_000_000,
+            wall_offset_ns: 1_700_000_000_000_000_000,
+            snaplen: 4096,
+            filters: Filters::default(),
+            hooks: None,
+        }
+    }
+
     #[test]
     fn tracking_threads_give_the_serial_output_past_the_pending_bound() {
         // More records than MAX_PENDING_STEPS between two flushes: the bound kicks in.
-        let records = keep_alive_traffic(97, MAX_PENDING_STEPS as u64);
-        assert!(records.len() > MAX_PENDING_STEPS);
+        let records = keep_alive_traffic(97, shards::MAX_PENDING_STEPS as u64);
+        assert!(records.len() > shards::MAX_PENDING_STEPS);
         let serial = json_of(&records, 1);
         for threads in [2, 5] {
             assert!(json_of(&records, threads) == serial, "{threads} threads");
@@ -670,8 +681,9 @@ mod tests {
         let span = |threads| {
             let sink = crate::sink::json::JsonSink::new(Vec::new());
             let mut p = Pipeline::new(TrackerConfig::default(), ProcessTable::new(false), sink)
-                .with_threads(threads)
-                .unwrap();
+                .with_threads(threads);
+            p.start(&test_meta()).unwrap();
+            assert_eq!(p.shards.is_some(), threads > 1);
             for r in &records {
                 p.on_record(r).unwrap();
             }

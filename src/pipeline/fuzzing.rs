@@ -317,8 +317,7 @@ fn drive_with(data: &[u8], threads: usize) -> (Outcome, Vec<u8>) {
     let mut pipeline = Pipeline::new(cfg, ProcessTable::new(false), sink)
         .with_raw_resources(c0 & 2 != 0)
         .with_filters(filters)
-        .with_threads(threads)
-        .expect("worker threads start");
+        .with_threads(threads);
     if c0 & 8 != 0 {
         pipeline.use_exit_records();
     }
@@ -382,10 +381,12 @@ fn drive_with(data: &[u8], threads: usize) -> (Outcome, Vec<u8>) {
                 }
                 kernel.lost_per_cpu = vec![kernel.lost; usize::from((a >> 4) & 3)];
                 if a & 64 != 0 {
-                    pipeline.set_flows(crate::flows::FlowReport {
-                        mono_ns: now,
-                        ..Default::default()
-                    });
+                    pipeline
+                        .set_flows(crate::flows::FlowReport {
+                            mono_ns: now,
+                            ..Default::default()
+                        })
+                        .expect("the sink does not fail");
                 }
                 out.intervals += 1;
                 pipeline

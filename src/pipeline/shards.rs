@@ -27,6 +27,14 @@ use crate::sink::call_line::CallFormatter;
 /// Records per batch handed to a worker (fewer at a flush): large enough that the channel
 /// costs little per record, small enough that a worker starts soon after a burst begins.
 const BATCH_RECORDS: usize = 256;
+/// A batch is also sent once its records take this many bytes (a record may be up to 16 KiB
+/// live, and a recording's up to a frame).
+const BATCH_BYTES: usize = 1 << 20;
+/// Steps delivered and not yet applied, at most (beyond, the pipeline thread catches up
+/// before taking more)…
+pub(super) const MAX_PENDING_STEPS: usize = 65536;
+/// … and bytes of their records.
+pub(super) const MAX_PENDING_BYTES: usize = 64 << 20;
 /// Batches a worker may have queued before the source waits (back-pressure: the kernel ring
 /// then fills and counts its losses, as it would with one thread).
 const QUEUED_BATCHES: usize = 16;
@@ -172,6 +180,8 @@ struct Worker {
 pub(super) struct Shards {
     workers: Vec<Worker>,
     log: VecDeque<Step>,
+    /// Bytes of the records (and process records) in `log`.
+    pending_bytes: usize,
     /// Emptied batch buffers, reused for the next batches.
     spare: Vec<RawBatch>,
 }
@@ -216,6 +226,7 @@ impl Shards {
         Ok(Shards {
             workers,
             log: VecDeque::new(),
+            pending_bytes: 0,
             spare: Vec::new(),
         })
     }
@@ -227,7 +238,8 @@ impl Shards {
         b.buf.extend_from_slice(raw);
         b.ends.push(b.buf.len() as u32);
         self.log.push_back(Step::Record(k as u16));
-        if b.ends.len() >= BATCH_RECORDS {
+        self.pending_bytes += raw.len();
+        if b.ends.len() >= BATCH_RECORDS || b.buf.len() >= BATCH_BYTES {
             self.send_batch(k)?;
         }
         Ok(())
@@ -243,6 +255,9 @@ impl Shards {
 
     /// A step that is not a record, applied after every record delivered before it.
     pub fn push_step(&mut self, step: Step) {
+        if let Step::Proc(raw) = &step {
+            self.pending_bytes += raw.len();
+        }
         self.log.push_back(step);
     }
 
@@ -272,6 +287,16 @@ impl Shards {
         self.log.len()
     }
 
+    /// Whether the backlog passed its bound (steps or bytes).
+    pub fn over_bound(&self) -> bool {
+        self.log.len() > MAX_PENDING_STEPS || self.pending_bytes > MAX_PENDING_BYTES
+    }
+
+    /// Whether the backlog is back to half its bound.
+    pub fn under_half_bound(&self) -> bool {
+        self.log.len() <= MAX_PENDING_STEPS / 2 && self.pending_bytes <= MAX_PENDING_BYTES / 2
+    }
+
     /// The next step in delivery order, if its results are in (`wait`: until they are).
     pub fn next(&mut self, wait: bool) -> io::Result<Option<Ready<'_>>> {
         let k = match self.log.front() {
@@ -279,7 +304,10 @@ impl Shards {
             Some(Step::Record(k)) => *k as usize,
             Some(_) => {
                 return Ok(match self.log.pop_front() {
-                    Some(Step::Proc(raw)) => Some(Ready::Proc(raw)),
+                    Some(Step::Proc(raw)) => {
+                        self.pending_bytes = self.pending_bytes.saturating_sub(raw.len());
+                        Some(Ready::Proc(raw))
+                    }
                     Some(Step::Know(info)) => Some(Ready::Know(info)),
                     _ => None,
                 })
@@ -314,8 +342,10 @@ impl Shards {
         };
         let first = p.call_next;
         p.call_next += n;
+        let raw = p.batch.record(i);
+        self.pending_bytes = self.pending_bytes.saturating_sub(raw.len());
         Ok(Some(Ready::Record {
-            raw: p.batch.record(i),
+            raw,
             outcome,
             calls: p.calls.get(first..first + n).ok_or_else(worker_error)?,
             lines: &mut p.lines,

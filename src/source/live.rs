@@ -465,7 +465,12 @@ pub fn run<S: Sink, R>(
             let mono = crate::clock::monotonic_ns();
             if let Some(f) = flows.as_mut() {
                 let report = f.poll(mono);
-                pipeline.borrow_mut().set_flows(report);
+                if let Err(e) = pipeline.borrow_mut().set_flows(report) {
+                    *failure.borrow_mut() = Some(e);
+                    if let Some(r) = check(&failure)? {
+                        break r;
+                    }
+                }
             }
             window_at = next_tick - stats_window;
             let ov = overhead.end_interval(
@@ -500,7 +505,12 @@ pub fn run<S: Sink, R>(
     if let Some(f) = flows.as_mut() {
         if reason != StopReason::OutputClosed {
             let report = f.poll(crate::clock::monotonic_ns());
-            pipeline.borrow_mut().set_flows(report);
+            if let Err(e) = pipeline.borrow_mut().set_flows(report) {
+                *failure.borrow_mut() = Some(e);
+                if let Some(r) = check(&failure)? {
+                    reason = r;
+                }
+            }
         }
         flow_links = f.links();
     }

@@ -42,7 +42,7 @@ pub fn run<S: Sink, R: Read>(
     stop: &AtomicBool,
 ) -> Result<ReplayEnd> {
     for p in reader.header.processes.clone() {
-        pipeline.know_process(p);
+        pipeline.know_process(p)?;
     }
     let mut kernel = KernelCounters::default();
     let mut end = None;
@@ -60,12 +60,12 @@ pub fn run<S: Sink, R: Read>(
                     }
                 }
             }
-            Item::Process(info) => pipeline.know_process(info),
+            Item::Process(info) => pipeline.know_process(info)?,
             Item::Interval(iv) => {
                 pipeline.on_interval(iv.mono_ns, &iv.kernel, None)?;
                 kernel = iv.kernel;
             }
-            Item::Flows(report) => pipeline.set_flows(*report),
+            Item::Flows(report) => pipeline.set_flows(*report)?,
             Item::ProcEvent(raw) => pipeline.on_proc_record(raw)?,
             Item::End(e) => end = Some(e),
         }
