@@ -9,6 +9,21 @@ use std::path::Path;
 use crate::event::Direction;
 use crate::segfile::{SegFile, Side};
 
+/// xorshift64: deterministic pseudo-random numbers for tests (failures reproduce; no
+/// dependency).
+#[cfg(test)]
+pub(crate) struct XorShift(pub u64);
+
+#[cfg(test)]
+impl XorShift {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
 /// One fuzz target: `fuzz/fuzz_targets/<name>.rs` calls `drive`.
 pub struct Target {
     pub name: &'static str,

@@ -268,13 +268,14 @@ impl<S: Sink> Pipeline<S> {
         let Some(mut sh) = self.shards.take() else {
             return Ok(());
         };
-        let (wait, half) = match how {
-            Apply::Ready => (false, false),
-            Apply::Partial => (false, false),
-            Apply::All => (true, false),
-            Apply::DownToHalf => (true, true),
+        // (send partial batches first, wait for results, stop at half the bound)
+        let (send, wait, half) = match how {
+            Apply::Ready => (false, false, false),
+            Apply::Partial => (true, false, false),
+            Apply::All => (true, true, false),
+            Apply::DownToHalf => (true, true, true),
         };
-        if wait || matches!(how, Apply::Partial) {
+        if send {
             if let Err(e) = sh.send_partial() {
                 self.shards = Some(sh);
                 return Err(e);

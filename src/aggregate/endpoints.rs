@@ -606,13 +606,8 @@ pub(crate) mod tests {
 
     /// Deterministic pseudo-random numbers (xorshift) so failures reproduce.
     fn rng(seed: u64) -> impl FnMut() -> u64 {
-        let mut x = seed;
-        move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        }
+        let mut x = crate::fuzzing::XorShift(seed);
+        move || x.next()
     }
 
     fn check_percentiles(name: &str, values: &[u64]) {

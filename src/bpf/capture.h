@@ -14,6 +14,8 @@
 #define SOCK_STREAM 1
 #define SOCK_DGRAM 2
 
+#include "sockaddr.h"
+
 /* Set by user space before load. Filters run here so filtered-out traffic is never copied. */
 const volatile __u32 self_tgid = 0;
 const volatile __u32 filter_tgid = 0;
@@ -286,15 +288,8 @@ static __always_inline void fill_tuple(struct ebtop_event *ev, struct sock *sk, 
 	ev->rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
 	__builtin_memset(ev->laddr, 0, sizeof(ev->laddr));
 	__builtin_memset(ev->raddr, 0, sizeof(ev->raddr));
-	if (family == AF_INET) {
-		__u32 a = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
-		__u32 b = BPF_CORE_READ(sk, __sk_common.skc_daddr);
-		__builtin_memcpy(ev->laddr, &a, 4);
-		__builtin_memcpy(ev->raddr, &b, 4);
-	} else {
-		BPF_CORE_READ_INTO(&ev->laddr, sk, __sk_common.skc_v6_rcv_saddr);
-		BPF_CORE_READ_INTO(&ev->raddr, sk, __sk_common.skc_v6_daddr);
-	}
+	sock_local_addr(sk, family, ev->laddr);
+	sock_remote_addr(sk, family, ev->raddr);
 }
 
 /* A syscall's arguments in the user registers saved at its entry. */

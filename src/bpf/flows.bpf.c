@@ -35,6 +35,7 @@
 #include <bpf/bpf_endian.h>
 #include "ebtop.h"
 #include "fdwalk.h"
+#include "sockaddr.h"
 
 #define AF_INET 2
 #define AF_INET6 10
@@ -295,15 +296,8 @@ static __always_inline void tuple_from_sock(struct ebtop_flow *f, const void *sk
 	f->family = BPF_CORE_READ(sk, __sk_common.skc_family);
 	f->lport = BPF_CORE_READ(sk, __sk_common.skc_num);
 	f->rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
-	if (f->family == AF_INET) {
-		__u32 a = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
-		__u32 b = BPF_CORE_READ(sk, __sk_common.skc_daddr);
-		__builtin_memcpy(f->laddr, &a, 4);
-		__builtin_memcpy(f->raddr, &b, 4);
-	} else {
-		BPF_CORE_READ_INTO(&f->laddr, sk, __sk_common.skc_v6_rcv_saddr);
-		BPF_CORE_READ_INTO(&f->raddr, sk, __sk_common.skc_v6_daddr);
-	}
+	sock_local_addr(sk, f->family, f->laddr);
+	sock_remote_addr(sk, f->family, f->raddr);
 }
 
 /* Inserts a fresh entry; NULL when the table is full (counted). */
@@ -642,12 +636,7 @@ static __always_inline int udp_count(struct sock_length_ctx *ctx, bool tx)
 		if (dport) { /* connected socket */
 			k.rport = dport;
 			k.family = ctx->family;
-			if (ctx->family == AF_INET) {
-				__u32 b = BPF_CORE_READ(sk, __sk_common.skc_daddr);
-				__builtin_memcpy(k.raddr, &b, 4);
-			} else {
-				BPF_CORE_READ_INTO(&k.raddr, sk, __sk_common.skc_v6_daddr);
-			}
+			sock_remote_addr(sk, ctx->family, k.raddr);
 		}
 	}
 	__u64 now = bpf_ktime_get_ns();
@@ -657,12 +646,7 @@ static __always_inline int udp_count(struct sock_length_ctx *ctx, bool tx)
 		fresh.first_ns = now;
 		fresh.family = ctx->family;
 		fresh.lport = BPF_CORE_READ(sk, __sk_common.skc_num);
-		if (ctx->family == AF_INET) {
-			__u32 a = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
-			__builtin_memcpy(fresh.laddr, &a, 4);
-		} else {
-			BPF_CORE_READ_INTO(&fresh.laddr, sk, __sk_common.skc_v6_rcv_saddr);
-		}
+		sock_local_addr(sk, ctx->family, fresh.laddr);
 		bpf_map_update_elem(&udp_flows, &k, &fresh, BPF_NOEXIST);
 		v = bpf_map_lookup_elem(&udp_flows, &k);
 		if (!v) {

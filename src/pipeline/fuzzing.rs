@@ -683,16 +683,7 @@ pub fn seed_from_segs(files: &[crate::segfile::SegFile], tick_every: usize) -> V
 mod tests {
     use super::*;
 
-    /// xorshift: deterministic, no dependency.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-    }
+    use crate::fuzzing::XorShift as Rng;
 
     fn http_session(c0: u8) -> Vec<u8> {
         let mut e = Encoder::new(c0, 0, None);

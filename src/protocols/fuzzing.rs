@@ -118,16 +118,7 @@ pub fn seed_from_seg(seg: &crate::segfile::SegFile, max_len: usize) -> Vec<u8> {
 mod tests {
     use super::*;
 
-    /// xorshift: deterministic, no dependency.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-    }
+    use crate::fuzzing::XorShift as Rng;
 
     #[test]
     fn random_and_mutated_inputs_never_panic() {
