@@ -10,7 +10,7 @@ use crate::protocols::Outcome;
 /// The date-and-seconds part of the last timestamp written: calls arrive in time order, so
 /// most share it and only the nanoseconds change.
 #[derive(Debug, Default)]
-pub struct TimestampCache {
+struct TimestampCache {
     sec: Option<i64>,
     /// `2026-11-21T10:00:00.`
     prefix: Vec<u8>,
@@ -125,7 +125,7 @@ impl CallFormatter {
 }
 
 /// Appends one `call` line (with its newline) for `c`, whose start is `unix_ns`.
-pub fn write(out: &mut Vec<u8>, ts: &mut TimestampCache, c: &Call, unix_ns: i64) {
+fn write(out: &mut Vec<u8>, ts: &mut TimestampCache, c: &Call, unix_ns: i64) {
     out.extend_from_slice(b"{\"type\":\"call\",\"ts\":");
     ts.write(out, unix_ns);
     out.extend_from_slice(b",\"proto\":");

@@ -18,7 +18,8 @@ pub struct JsonSink<W: Write> {
     start_unix_ns: i64,
     /// Reused for each call line.
     buf: Vec<u8>,
-    ts: super::call_line::TimestampCache,
+    /// Writes the call lines, with `clock`.
+    calls: super::call_line::CallFormatter,
 }
 
 impl<W: Write> JsonSink<W> {
@@ -28,7 +29,7 @@ impl<W: Write> JsonSink<W> {
             clock: WallClock { offset_ns: 0 },
             start_unix_ns: 0,
             buf: Vec::with_capacity(1024),
-            ts: Default::default(),
+            calls: Default::default(),
         }
     }
     fn line<T: Serialize>(&mut self, v: &T) -> io::Result<()> {
@@ -138,6 +139,7 @@ impl<W: Write> Sink for JsonSink<W> {
         self.clock = WallClock {
             offset_ns: m.wall_offset_ns,
         };
+        self.calls = super::call_line::CallFormatter::new(self.clock);
         self.start_unix_ns = m.start_unix_ns;
         self.line(&MetaLine {
             ty: "meta",
@@ -166,8 +168,7 @@ impl<W: Write> Sink for JsonSink<W> {
 
     fn call(&mut self, c: &Call) -> io::Result<()> {
         self.buf.clear();
-        let unix_ns = self.clock.unix_ns(c.start_ns);
-        super::call_line::write(&mut self.buf, &mut self.ts, c, unix_ns);
+        self.calls.write(&mut self.buf, c);
         self.out.write_all(&self.buf)
     }
 
