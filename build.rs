@@ -14,6 +14,7 @@ fn main() {
     println!("cargo:rerun-if-changed=src/bpf/fdwalk.h");
     println!("cargo:rerun-if-changed=src/bpf/capture.h");
     println!("cargo:rerun-if-changed=src/bpf/sockaddr.h");
+    println!("cargo:rerun-if-changed=src/bpf/flowtable.h");
     for name in PROGRAMS {
         let src = format!("src/bpf/{name}.bpf.c");
         println!("cargo:rerun-if-changed={src}");

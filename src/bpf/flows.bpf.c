@@ -27,7 +27,9 @@
  *                                syscall, with its length. The peer is the connected address,
  *                                or for unconnected sockets the address the cgroup/sendmsg* and
  *                                cgroup/recvmsg* hooks saw in the same syscall (stashed per
- *                                thread). Those hooks always allow the call.
+ *                                thread). Those hooks always allow the call. On the
+ *                                socket-layer capture path the capture program does this (and
+ *                                names server flows' owners) on these maps: flowtable.h.
  */
 #include "vmlinux_min.h"
 #include <bpf/bpf_helpers.h>
@@ -35,7 +37,7 @@
 #include <bpf/bpf_endian.h>
 #include "ebtop.h"
 #include "fdwalk.h"
-#include "sockaddr.h"
+#include "flowtable.h"
 
 #define AF_INET 2
 #define AF_INET6 10
@@ -54,135 +56,6 @@
 #define TCP_LISTEN 10
 
 char LICENSE[] SEC("license") = "GPL";
-
-/* Layout shared with src/flows/raw.rs (little-endian, fields only appended). */
-enum ebtop_flow_role {
-	EBTOP_ROLE_UNKNOWN = 0,
-	EBTOP_ROLE_CLIENT = 1,
-	EBTOP_ROLE_SERVER = 2,
-};
-
-enum ebtop_flow_flags {
-	EBTOP_FLOW_PREEXISTING = 1 << 0, /* open before ebtop started (no SYN seen) */
-	EBTOP_FLOW_SNAPPED = 1 << 1,     /* tcp_sock counters were read at least once */
-};
-
-struct ebtop_flow {
-	__u64 start_ns;       /* SYN sent/received, or first seen (pre-existing) */
-	__u64 syn_ns;         /* client: SYN_SENT */
-	__u64 established_ns;
-	__u64 end_ns;         /* TCP_CLOSE */
-	__u64 bytes_sent;     /* payload bytes transmitted, retransmissions included */
-	__u64 inode;          /* socket inode (0: no file, e.g. not yet accepted) */
-	__u64 bytes_acked;    /* sent and acknowledged */
-	__u64 bytes_received;
-	__u64 bytes_retrans;
-	__u32 segs_in;
-	__u32 segs_out;
-	__u32 data_segs_in;
-	__u32 data_segs_out;
-	__u32 total_retrans;  /* retransmitted segments (tcp_sock) */
-	__u32 retrans_events; /* tcp_retransmit_skb hits */
-	__u32 rst_sent;
-	__u32 rst_received;
-	__u32 srtt_us;        /* at snap_ns */
-	__u32 srtt_min_us;    /* since the last snapshot (running) */
-	__u32 srtt_max_us;
-	__u32 iv_srtt_min_us; /* over the last completed interval (set by the snapshot) */
-	__u32 iv_srtt_max_us;
-	__u32 pid;            /* 0: unknown (user space resolves the inode) */
-	__s32 sk_err;         /* at close */
-	__u16 lport;
-	__u16 rport;
-	__u8 family;
-	__u8 state;
-	__u8 role;
-	__u8 flags;
-	__u8 close_state;     /* state the socket left for TCP_CLOSE */
-	__u8 _pad1;
-	__u16 _pad2;
-	__u8 laddr[16];
-	__u8 raddr[16];
-	char comm[EBTOP_TASK_COMM_LEN];
-	__u64 sk;             /* the key (for flow_ends records) */
-};
-_Static_assert(sizeof(struct ebtop_flow) == 200, "src/flows/raw.rs FLOW_LEN must match");
-
-struct ebtop_udp_key {
-	__u64 sk;
-	__u8 raddr[16];
-	__u16 rport;
-	__u8 family; /* of the peer; 0 = peer unknown */
-	__u8 _pad[5];
-};
-
-struct ebtop_udp_flow {
-	__u64 first_ns;
-	__u64 last_ns;
-	__u64 tx_bytes;
-	__u64 rx_bytes;
-	__u64 tx_dgrams;
-	__u64 rx_dgrams;
-	__u32 pid;
-	__u16 lport;
-	__u8 family;
-	__u8 _pad;
-	__u8 laddr[16];
-	char comm[EBTOP_TASK_COMM_LEN];
-};
-_Static_assert(sizeof(struct ebtop_udp_flow) == 88, "src/flows/raw.rs UDP_LEN must match");
-
-struct peer_stash {
-	__u64 sk;
-	__u8 addr[16];
-	__u16 port;
-	__u8 family;
-};
-
-enum ebtop_flow_counter {
-	FC_CREATED = 0,   /* flows entered into the table */
-	FC_PREEXISTING,   /* of which open before ebtop started */
-	FC_TABLE_FULL,    /* flows not tracked: table at --max-flows */
-	FC_ENDS,          /* flow_end records written */
-	FC_ENDS_LOST,     /* flow_end records the ring had no room for */
-	FC_STALE,         /* entries dropped by the snapshot: socket no longer that flow */
-	FC_UDP_FULL,      /* UDP updates that failed */
-	FC__MAX,
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 262144); /* --max-flows */
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, __u64);
-	__type(value, struct ebtop_flow);
-} flows SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 4 * 1024 * 1024);
-} flow_ends SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct ebtop_udp_key);
-	__type(value, struct ebtop_udp_flow);
-} udp_flows SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u64);
-	__type(value, struct peer_stash);
-} udp_peer SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, FC__MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} flow_counters SEC(".maps");
 
 /* Tracepoint records (stable formats, /sys/kernel/tracing/events/.../format). */
 struct set_state_ctx {
@@ -239,30 +112,6 @@ struct tcp_probe_ctx {
 	const void *skaddr;
 };
 
-struct sock_length_ctx {
-	__u64 __common;
-	void *sk;
-	__u16 family;
-	__u16 protocol;
-	int ret;
-	int flags;
-};
-
-static __always_inline void fcount(__u32 idx)
-{
-	__u64 *v = bpf_map_lookup_elem(&flow_counters, &idx);
-	if (v)
-		*v += 1;
-}
-
-static __always_inline __u64 sock_inode(const void *skaddr)
-{
-	struct sock___flows *sk = (struct sock___flows *)skaddr;
-	struct file *f = BPF_CORE_READ(sk, sk_socket, file);
-	if (!f)
-		return 0;
-	return BPF_CORE_READ(f, f_inode, i_ino);
-}
 
 /* Reads the socket's own counters (CO-RE): exact totals, whatever happened in between. */
 static __always_inline void read_tcp(const void *skaddr, struct ebtop_flow *f, __u64 now)
@@ -281,12 +130,6 @@ static __always_inline void read_tcp(const void *skaddr, struct ebtop_flow *f, _
 	f->flags |= EBTOP_FLOW_SNAPPED;
 	if (!f->inode)
 		f->inode = sock_inode(skaddr);
-}
-
-static __always_inline void note_owner(struct ebtop_flow *f)
-{
-	f->pid = bpf_get_current_pid_tgid() >> 32;
-	bpf_get_current_comm(f->comm, sizeof(f->comm));
 }
 
 /* Tuple from the socket itself (CO-RE), for entries created outside inet_sock_set_state. */
@@ -593,103 +436,46 @@ int udp_recvmsg6(struct bpf_sock_addr *ctx)
 }
 
 /*
- * Set by user space when the accept() hooks are not attached (socket-layer capture attaches no
- * syscall tracepoint): a server flow's owner is then the first process that moves its data.
+ * Set by user space when the accept() hooks are not attached and the capture program does not
+ * do this work itself (see flowtable.h): a server flow's owner is then the first process that
+ * moves its data.
  */
 const volatile bool owner_from_data = false;
 
-static __always_inline int tcp_note_owner(struct sock_length_ctx *ctx)
+/* One program per hook for both jobs; attached only when the capture program does not do them. */
+static __always_inline int length_hook(__u64 *args, bool tx)
 {
-	if (!owner_from_data || ctx->ret <= 0)
+	struct sock *sk = (struct sock *)args[0];
+	int ret = (int)args[1];
+	int flags = (int)args[2];
+	if (ret <= 0)
 		return 0;
-	__u64 key = (__u64)ctx->sk;
-	struct ebtop_flow *f = bpf_map_lookup_elem(&flows, &key);
-	if (!f || f->pid)
+	struct sock___flows *s0 = (struct sock___flows *)sk;
+	__u16 protocol = BPF_CORE_READ(s0, sk_protocol);
+	if (protocol == IPPROTO_TCP) {
+		if (owner_from_data)
+			flow_note_owner(sk);
 		return 0;
-	note_owner(f);
-	if (!f->inode)
-		f->inode = sock_inode(ctx->sk);
+	}
+	if (protocol != IPPROTO_UDP || (!tx && (flags & MSG_PEEK)))
+		return 0;
+	__u16 family = BPF_CORE_READ(s0, __sk_common.skc_family);
+	if (family != AF_INET && family != AF_INET6)
+		return 0;
+	flow_count_udp(sk, family, ret, tx);
 	return 0;
-}
-
-static __always_inline int udp_count(struct sock_length_ctx *ctx, bool tx)
-{
-	if (ctx->protocol == IPPROTO_TCP)
-		return tcp_note_owner(ctx);
-	if (ctx->protocol != IPPROTO_UDP || ctx->ret <= 0 ||
-	    (ctx->family != AF_INET && ctx->family != AF_INET6))
-		return 0;
-	if (!tx && (ctx->flags & MSG_PEEK))
-		return 0;
-	struct sock *sk = (struct sock *)ctx->sk;
-	struct ebtop_udp_key k = {};
-	k.sk = (__u64)ctx->sk;
-	__u64 id = bpf_get_current_pid_tgid();
-	struct peer_stash *p = bpf_map_lookup_elem(&udp_peer, &id);
-	if (p && p->sk == k.sk) {
-		__builtin_memcpy(k.raddr, p->addr, 16);
-		k.rport = p->port;
-		k.family = p->family;
-		bpf_map_delete_elem(&udp_peer, &id);
-	} else {
-		__u16 dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
-		if (dport) { /* connected socket */
-			k.rport = dport;
-			k.family = ctx->family;
-			sock_remote_addr(sk, ctx->family, k.raddr);
-		}
-	}
-	__u64 now = bpf_ktime_get_ns();
-	struct ebtop_udp_flow *v = bpf_map_lookup_elem(&udp_flows, &k);
-	if (!v) {
-		struct ebtop_udp_flow fresh = {};
-		fresh.first_ns = now;
-		fresh.family = ctx->family;
-		fresh.lport = BPF_CORE_READ(sk, __sk_common.skc_num);
-		sock_local_addr(sk, ctx->family, fresh.laddr);
-		bpf_map_update_elem(&udp_flows, &k, &fresh, BPF_NOEXIST);
-		v = bpf_map_lookup_elem(&udp_flows, &k);
-		if (!v) {
-			fcount(FC_UDP_FULL);
-			return 0;
-		}
-	}
-	/* Syscall context: the caller owns the socket. */
-	v->pid = id >> 32;
-	bpf_get_current_comm(v->comm, sizeof(v->comm));
-	v->last_ns = now;
-	if (tx) {
-		__sync_fetch_and_add(&v->tx_bytes, (__u64)ctx->ret);
-		__sync_fetch_and_add(&v->tx_dgrams, 1);
-	} else {
-		__sync_fetch_and_add(&v->rx_bytes, (__u64)ctx->ret);
-		__sync_fetch_and_add(&v->rx_dgrams, 1);
-	}
-	return 0;
-}
-
-static __always_inline int udp_hook(__u64 *args, bool tx)
-{
-	struct sock_length_ctx c = {};
-	struct sock___flows *s0 = (struct sock___flows *)args[0];
-	c.sk = (void *)args[0];
-	c.ret = (int)args[1];
-	c.flags = (int)args[2];
-	c.protocol = BPF_CORE_READ(s0, sk_protocol);
-	c.family = BPF_CORE_READ(s0, __sk_common.skc_family);
-	return udp_count(&c, tx);
 }
 
 SEC("tp_btf/sock_send_length")
 int udp_send_length(__u64 *args)
 {
-	return udp_hook(args, true);
+	return length_hook(args, true);
 }
 
 SEC("tp_btf/sock_recv_length")
 int udp_recv_length(__u64 *args)
 {
-	return udp_hook(args, false);
+	return length_hook(args, false);
 }
 
 /*

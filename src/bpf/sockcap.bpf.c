@@ -27,6 +27,7 @@
 #include "ebtop.h"
 #include "filters.h"
 #include "capture.h"
+#include "flowtable.h"
 
 #define MSG_PEEK 2
 #define TCP_CLOSE 7
@@ -65,7 +66,8 @@ struct sk_state {
 	__u32 pid;
 	__u8 proto;
 	__u8 delivered; /* a record of this socket reached user space: its close matters */
-	__u8 _pad[2];
+	__u8 flow_owner_known; /* its flow-table entry has an owner: no lookup per send */
+	__u8 _pad;
 	char comm[EBTOP_TASK_COMM_LEN];
 };
 
@@ -185,11 +187,11 @@ static __always_inline void fill_header(struct ebtop_event *ev, struct sock *sk,
 	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
 }
 
-static __always_inline __u64 sock_inode(struct sock *sk)
-{
-	struct sock___cap *s = (struct sock___cap *)sk;
-	return BPF_CORE_READ(s, sk_socket, file, f_inode, i_ino);
-}
+/*
+ * Set when the flow table is loaded: this program then does the flow table's per-send work
+ * (flowtable.h) on the flow table's own maps, which user space hands over before load.
+ */
+const volatile bool count_flows = false;
 
 static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 dir)
 {
@@ -215,20 +217,33 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	__u8 sock_type = BPF_CORE_READ((struct sock___cap *)sk, sk_type);
 	if (sock_type != SOCK_STREAM && sock_type != SOCK_DGRAM)
 		return 0;
+	bool tcp_flow = count_flows && sock_type == SOCK_STREAM;
+	/* The flow table counts every process's datagrams, selected or not. */
+	if (count_flows && sock_type == SOCK_DGRAM &&
+	    BPF_CORE_READ((struct sock___flows *)sk, sk_protocol) == IPPROTO_UDP)
+		flow_count_udp(sk, family, ret, dir == EBTOP_DIR_EGRESS);
 	__u64 id = bpf_get_current_pid_tgid();
-	if (!task_selected(id >> 32))
-		return 0;
-	if (filter_port) {
+	bool selected = task_selected(id >> 32);
+	if (selected && filter_port) {
 		__u16 lport = BPF_CORE_READ(sk, __sk_common.skc_num);
 		__u16 rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
-		if (lport != filter_port && rport != filter_port)
-			return 0;
+		selected = lport == filter_port || rport == filter_port;
+	}
+	if (!selected) {
+		/* Not captured, but its flow is listed (and filtered) by owner in user space. */
+		if (tcp_flow)
+			flow_note_owner(sk);
+		return 0;
 	}
 	struct sk_state *st = bpf_sk_storage_get(&sk_states, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!st) {
 		count(EBTOP_CNT_INFLIGHT_FULL, 1);
+		if (tcp_flow)
+			flow_note_owner(sk);
 		return 0;
 	}
+	if (tcp_flow && !st->flow_owner_known)
+		st->flow_owner_known = flow_note_owner(sk);
 	count(EBTOP_CNT_SOCK_SYSCALLS, 1);
 	if (!st->sock_id)
 		st->sock_id = sock_inode(sk);

@@ -16,6 +16,7 @@ use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
+use std::os::fd::BorrowedFd;
 use std::rc::Rc;
 
 use anyhow::{anyhow, Context, Result};
@@ -42,6 +43,17 @@ pub struct FlowConfig {
     /// Attach the accept() exit hooks (syscall tracepoints) that name a server flow's owner.
     /// Without them (socket-layer capture) the owner is the first process moving its data.
     pub accept_hooks: bool,
+}
+
+/// The flow table's maps as another BPF object created them (the socket-layer capture, which
+/// does the table's per-send work in its own program: src/bpf/flowtable.h). The collector
+/// then uses these maps and attaches no send/receive hook of its own.
+#[derive(Debug, Clone, Copy)]
+pub struct SharedFlowMaps<'a> {
+    pub flows: BorrowedFd<'a>,
+    pub udp_flows: BorrowedFd<'a>,
+    pub udp_peer: BorrowedFd<'a>,
+    pub counters: BorrowedFd<'a>,
 }
 
 impl Default for FlowConfig {
@@ -300,7 +312,7 @@ fn cgroup2_root() -> Option<std::fs::File> {
 impl FlowCollector {
     /// Loads and attaches the flow programs. The skeleton lives as long as the process (one
     /// collector per run); dropping the collector detaches every probe.
-    pub fn start(cfg: &FlowConfig) -> Result<FlowCollector> {
+    pub fn start(cfg: &FlowConfig, shared: Option<SharedFlowMaps>) -> Result<FlowCollector> {
         let storage = Box::leak(Box::new(MaybeUninit::uninit()));
         let mut open = FlowsSkelBuilder::default()
             .open(storage)
@@ -309,8 +321,19 @@ impl FlowCollector {
             .flows
             .set_max_entries(cfg.max_flows.max(1))
             .context("sizing the flow table failed")?;
+        if let Some(maps) = shared {
+            for (map, fd) in [
+                (&mut open.maps.flows, maps.flows),
+                (&mut open.maps.udp_flows, maps.udp_flows),
+                (&mut open.maps.udp_peer, maps.udp_peer),
+                (&mut open.maps.flow_counters, maps.counters),
+            ] {
+                map.reuse_fd(fd)
+                    .context("sharing the flow table's maps with the capture failed")?;
+            }
+        }
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
-            ro.owner_from_data = !cfg.accept_hooks;
+            ro.owner_from_data = !cfg.accept_hooks && shared.is_none();
         }
         let skel: &'static mut FlowsSkel<'static> =
             Box::leak(Box::new(open.load().map_err(|e| {
@@ -324,6 +347,10 @@ impl FlowCollector {
             let section = prog.section().to_string_lossy().into_owned();
             if section.starts_with("tracepoint/syscalls/") && !cfg.accept_hooks {
                 // A syscall tracepoint puts every task's syscalls on the slow path.
+                continue;
+            }
+            if shared.is_some() && section.starts_with("tp_btf/sock_") {
+                // The capture program does this work on the same hook.
                 continue;
             }
             if section.starts_with("tracepoint/") || section.starts_with("tp_btf/") {

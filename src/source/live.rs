@@ -79,6 +79,19 @@ impl Capture<'_> {
         }
     }
 
+    /// The flow table's maps, when the capture program does the flow table's per-send work.
+    fn flow_maps(&self) -> Option<crate::flows::SharedFlowMaps<'_>> {
+        match self {
+            Capture::Socket(s) => Some(crate::flows::SharedFlowMaps {
+                flows: s.maps.flows.as_fd(),
+                udp_flows: s.maps.udp_flows.as_fd(),
+                udp_peer: s.maps.udp_peer.as_fd(),
+                counters: s.maps.flow_counters.as_fd(),
+            }),
+            Capture::Syscalls(_) => None,
+        }
+    }
+
     /// As the `meta` line names it.
     fn hooks(&self) -> &'static str {
         match self {
@@ -136,6 +149,17 @@ fn load_socket_layer<'obj>(
         .open(storage)
         .context("opening the socket-layer BPF object failed")?;
     configure_capture!(open, cfg);
+    // The flow table's per-send work runs in the capture program, on the flow table's maps
+    // (handed to the flow collector after load): one program per send or receive, not two.
+    open.maps
+        .flows
+        .set_max_entries(cfg.max_flows.max(1))
+        .context("sizing the flow table failed")?;
+    open.maps
+        .rodata_data
+        .as_deref_mut()
+        .ok_or_else(|| anyhow!("BPF object has no .rodata section"))?
+        .count_flows = true;
     let mut skel = open.load().map_err(|e| {
         anyhow!(
             "loading the socket-layer programs failed: {e} (needs tp_btf sock_send_length, \
@@ -315,11 +339,14 @@ pub fn run<S: Sink, R>(
     let meta = &meta;
 
     // The flow table: optional. If it cannot load, HTTP capture goes on without it.
-    let mut flows = match crate::flows::FlowCollector::start(&crate::flows::FlowConfig {
-        max_flows: cfg.max_flows,
-        filters: cfg.filters.clone(),
-        accept_hooks: matches!(capture, Capture::Syscalls(_)),
-    }) {
+    let mut flows = match crate::flows::FlowCollector::start(
+        &crate::flows::FlowConfig {
+            max_flows: cfg.max_flows,
+            filters: cfg.filters.clone(),
+            accept_hooks: matches!(capture, Capture::Syscalls(_)),
+        },
+        capture.flow_maps(),
+    ) {
         Ok(c) => Some(c),
         Err(e) => {
             crate::diag!("ebtop: warning: flow table unavailable, going on without it: {e:#}");

@@ -1,0 +1,246 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The flow table's records and maps, and the work each socket send or receive does on them
+ * (UDP counters, naming a server flow's owner). flows.bpf.c owns the maps; on the socket-layer
+ * capture path sockcap.bpf.c includes this too and user space hands it the flow table's maps
+ * (libbpf reuse_fd), so the capture program does this work in its own run on
+ * sock_send_length/sock_recv_length instead of a second program on every send and receive.
+ */
+#ifndef EBTOP_FLOWTABLE_H
+#define EBTOP_FLOWTABLE_H
+
+#include "sockaddr.h"
+
+#ifndef AF_INET6
+#define AF_INET6 10
+#endif
+#ifndef IPPROTO_UDP
+#define IPPROTO_UDP 17
+#endif
+#ifndef BPF_F_NO_PREALLOC
+#define BPF_F_NO_PREALLOC 1
+#endif
+
+/* Layout shared with src/flows/raw.rs (little-endian, fields only appended). */
+enum ebtop_flow_role {
+	EBTOP_ROLE_UNKNOWN = 0,
+	EBTOP_ROLE_CLIENT = 1,
+	EBTOP_ROLE_SERVER = 2,
+};
+
+enum ebtop_flow_flags {
+	EBTOP_FLOW_PREEXISTING = 1 << 0, /* open before ebtop started (no SYN seen) */
+	EBTOP_FLOW_SNAPPED = 1 << 1,     /* tcp_sock counters were read at least once */
+};
+
+struct ebtop_flow {
+	__u64 start_ns;       /* SYN sent/received, or first seen (pre-existing) */
+	__u64 syn_ns;         /* client: SYN_SENT */
+	__u64 established_ns;
+	__u64 end_ns;         /* TCP_CLOSE */
+	__u64 bytes_sent;     /* payload bytes transmitted, retransmissions included */
+	__u64 inode;          /* socket inode (0: no file, e.g. not yet accepted) */
+	__u64 bytes_acked;    /* sent and acknowledged */
+	__u64 bytes_received;
+	__u64 bytes_retrans;
+	__u32 segs_in;
+	__u32 segs_out;
+	__u32 data_segs_in;
+	__u32 data_segs_out;
+	__u32 total_retrans;  /* retransmitted segments (tcp_sock) */
+	__u32 retrans_events; /* tcp_retransmit_skb hits */
+	__u32 rst_sent;
+	__u32 rst_received;
+	__u32 srtt_us;        /* at snap_ns */
+	__u32 srtt_min_us;    /* since the last snapshot (running) */
+	__u32 srtt_max_us;
+	__u32 iv_srtt_min_us; /* over the last completed interval (set by the snapshot) */
+	__u32 iv_srtt_max_us;
+	__u32 pid;            /* 0: unknown (user space resolves the inode) */
+	__s32 sk_err;         /* at close */
+	__u16 lport;
+	__u16 rport;
+	__u8 family;
+	__u8 state;
+	__u8 role;
+	__u8 flags;
+	__u8 close_state;     /* state the socket left for TCP_CLOSE */
+	__u8 _pad1;
+	__u16 _pad2;
+	__u8 laddr[16];
+	__u8 raddr[16];
+	char comm[EBTOP_TASK_COMM_LEN];
+	__u64 sk;             /* the key (for flow_ends records) */
+};
+_Static_assert(sizeof(struct ebtop_flow) == 200, "src/flows/raw.rs FLOW_LEN must match");
+
+struct ebtop_udp_key {
+	__u64 sk;
+	__u8 raddr[16];
+	__u16 rport;
+	__u8 family; /* of the peer; 0 = peer unknown */
+	__u8 _pad[5];
+};
+
+struct ebtop_udp_flow {
+	__u64 first_ns;
+	__u64 last_ns;
+	__u64 tx_bytes;
+	__u64 rx_bytes;
+	__u64 tx_dgrams;
+	__u64 rx_dgrams;
+	__u32 pid;
+	__u16 lport;
+	__u8 family;
+	__u8 _pad;
+	__u8 laddr[16];
+	char comm[EBTOP_TASK_COMM_LEN];
+};
+_Static_assert(sizeof(struct ebtop_udp_flow) == 88, "src/flows/raw.rs UDP_LEN must match");
+
+struct peer_stash {
+	__u64 sk;
+	__u8 addr[16];
+	__u16 port;
+	__u8 family;
+};
+
+enum ebtop_flow_counter {
+	FC_CREATED = 0,   /* flows entered into the table */
+	FC_PREEXISTING,   /* of which open before ebtop started */
+	FC_TABLE_FULL,    /* flows not tracked: table at --max-flows */
+	FC_ENDS,          /* flow_end records written */
+	FC_ENDS_LOST,     /* flow_end records the ring had no room for */
+	FC_STALE,         /* entries dropped by the snapshot: socket no longer that flow */
+	FC_UDP_FULL,      /* UDP updates that failed */
+	FC__MAX,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 262144); /* --max-flows */
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u64);
+	__type(value, struct ebtop_flow);
+} flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 * 1024 * 1024);
+} flow_ends SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct ebtop_udp_key);
+	__type(value, struct ebtop_udp_flow);
+} udp_flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct peer_stash);
+} udp_peer SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FC__MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} flow_counters SEC(".maps");
+
+static __always_inline void fcount(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&flow_counters, &idx);
+	if (v)
+		*v += 1;
+}
+
+static __always_inline __u64 sock_inode(const void *skaddr)
+{
+	struct sock___flows *sk = (struct sock___flows *)skaddr;
+	struct file *f = BPF_CORE_READ(sk, sk_socket, file);
+	if (!f)
+		return 0;
+	return BPF_CORE_READ(f, f_inode, i_ino);
+}
+
+static __always_inline void note_owner(struct ebtop_flow *f)
+{
+	f->pid = bpf_get_current_pid_tgid() >> 32;
+	bpf_get_current_comm(f->comm, sizeof(f->comm));
+}
+
+/*
+ * A TCP socket moved data in a syscall: its flow's owner is the caller, if not known yet (a
+ * server flow is created in softirq context, with no owner). True once the flow has an owner:
+ * the caller may remember that and skip the lookup for this socket from then on.
+ */
+static __always_inline bool flow_note_owner(struct sock *sk)
+{
+	__u64 key = (__u64)sk;
+	struct ebtop_flow *f = bpf_map_lookup_elem(&flows, &key);
+	if (!f)
+		return false;
+	if (f->pid)
+		return true;
+	note_owner(f);
+	if (!f->inode)
+		f->inode = sock_inode(sk);
+	return true;
+}
+
+/*
+ * A UDP datagram of `len` bytes was sent (tx) or received by a syscall on `sk`: counted per
+ * (socket, peer). The peer is the one the cgroup sendmsg/recvmsg hooks stashed for this thread
+ * in the same syscall (unconnected sockets), else the connected address.
+ */
+static __always_inline void flow_count_udp(struct sock *sk, __u16 family, int len, bool tx)
+{
+	struct ebtop_udp_key k = {};
+	k.sk = (__u64)sk;
+	__u64 id = bpf_get_current_pid_tgid();
+	struct peer_stash *p = bpf_map_lookup_elem(&udp_peer, &id);
+	if (p && p->sk == k.sk) {
+		__builtin_memcpy(k.raddr, p->addr, 16);
+		k.rport = p->port;
+		k.family = p->family;
+		bpf_map_delete_elem(&udp_peer, &id);
+	} else {
+		__u16 dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+		if (dport) { /* connected socket */
+			k.rport = dport;
+			k.family = family;
+			sock_remote_addr(sk, family, k.raddr);
+		}
+	}
+	__u64 now = bpf_ktime_get_ns();
+	struct ebtop_udp_flow *v = bpf_map_lookup_elem(&udp_flows, &k);
+	if (!v) {
+		struct ebtop_udp_flow fresh = {};
+		fresh.first_ns = now;
+		fresh.family = family;
+		fresh.lport = BPF_CORE_READ(sk, __sk_common.skc_num);
+		sock_local_addr(sk, family, fresh.laddr);
+		bpf_map_update_elem(&udp_flows, &k, &fresh, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&udp_flows, &k);
+		if (!v) {
+			fcount(FC_UDP_FULL);
+			return;
+		}
+	}
+	/* Syscall context: the caller owns the socket. */
+	v->pid = id >> 32;
+	bpf_get_current_comm(v->comm, sizeof(v->comm));
+	v->last_ns = now;
+	if (tx) {
+		__sync_fetch_and_add(&v->tx_bytes, (__u64)len);
+		__sync_fetch_and_add(&v->tx_dgrams, 1);
+	} else {
+		__sync_fetch_and_add(&v->rx_bytes, (__u64)len);
+		__sync_fetch_and_add(&v->rx_dgrams, 1);
+	}
+}
+
+#endif
