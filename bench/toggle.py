@@ -9,7 +9,9 @@ release build) is started and stopped in turns: off, socket, off, syscalls, off,
 starts once ebtop's BPF links stop growing (all probes attached) and lasts --window seconds; the
 request rate comes from nginx's own counter (stub_status) at the window's edges. Each on/off
 ratio divides an on window's rate by the mean of the off windows on either side; the report is
-the median (and quartiles) per mode. Writes bench/toggle-results.json.
+the median (and quartiles) per mode. Modes with `-fullstats` also report ebtop's BPF run time per
+request served (kernel statistics over the whole session, median over the cycles), in all and per
+program. Writes bench/toggle-results.json.
 """
 import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, time, urllib.request
 
@@ -84,6 +86,7 @@ http {{ access_log off; keepalive_requests 1000000000;
                             f"http://127.0.0.1:{PORT}/"], stdout=subprocess.DEVNULL)
     time.sleep(2)
     windows = []  # (mode, rate)
+    bpf_costs = []  # (mode, BPF ns per request, {program: ns per request}) for -fullstats modes
     try:
         for _ in range(a.cycles):
             for mode in modes:
@@ -97,12 +100,28 @@ http {{ access_log off; keepalive_requests 1000000000;
                 extra = ["--bpf-stats", "full"] if "fullstats" in opts else []
                 extra += [a for o in opts if o.startswith("t") and o[1:].isdigit()
                           for a in ("--threads", o[1:])]
+                # With full statistics the output is kept: its overhead lines give the BPF run
+                # time of the whole session, divided by the requests nginx served meanwhile.
+                out = tempfile.TemporaryFile() if "fullstats" in opts else subprocess.DEVNULL
+                r_start = requests_total()
                 e = subprocess.Popen([exe, "--json", "--hooks", hooks, "--port", str(PORT)] + extra,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                     stdout=out, stderr=subprocess.DEVNULL)
                 wait_attached(e.pid)
                 windows.append((mode, rate_over(a.window)))
                 e.send_signal(signal.SIGINT)
                 e.wait()
+                if out is not subprocess.DEVNULL:
+                    served = requests_total() - r_start
+                    out.seek(0)
+                    per_prog = {}
+                    for line in out:
+                        rec = json.loads(line)
+                        if rec.get("type") == "overhead":
+                            for pr in rec.get("bpf_programs") or []:
+                                per_prog[pr["name"]] = per_prog.get(pr["name"], 0) + pr["run_time_ns"]
+                    out.close()
+                    bpf_costs.append((mode, sum(per_prog.values()) / max(served, 1),
+                                      {k: v / max(served, 1) for k, v in per_prog.items()}))
         windows.append(("off", rate_over(a.window)))
     finally:
         wrk.terminate()
@@ -120,10 +139,21 @@ http {{ access_log off; keepalive_requests 1000000000;
         q = statistics.quantiles(rs, n=4)
         report[mode] = {"median": round(statistics.median(rs), 3), "q1": round(q[0], 3),
                         "q3": round(q[2], 3), "n": len(rs)}
+    for mode in modes:
+        costs = [c for m, c, _ in bpf_costs if m == mode]
+        if costs:
+            report[mode]["bpf_ns_per_request"] = round(statistics.median(costs))
+            progs = {}
+            for m, _, per in bpf_costs:
+                if m == mode:
+                    for k, v in per.items():
+                        progs.setdefault(k, []).append(v)
+            report[mode]["bpf_ns_per_request_by_program"] = {
+                k: round(statistics.median(v)) for k, v in sorted(progs.items())}
     report["off_rps_median"] = round(statistics.median(r for m, r in windows if m == "off"))
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "toggle-results.json")
     with open(path, "w") as f:
-        json.dump({"report": report, "windows": windows}, f, indent=1)
+        json.dump({"report": report, "windows": windows, "bpf_costs": bpf_costs}, f, indent=1)
     print(json.dumps(report, indent=1))
 
 
