@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use libbpf_cargo::SkeletonBuilder;
 
-const PROGRAMS: &[&str] = &["sockdata", "sockcap", "flows", "procs"];
+const PROGRAMS: &[&str] = &["sockdata", "sockcap", "flows", "procs", "infer"];
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
@@ -15,6 +15,7 @@ fn main() {
     println!("cargo:rerun-if-changed=src/bpf/capture.h");
     println!("cargo:rerun-if-changed=src/bpf/sockaddr.h");
     println!("cargo:rerun-if-changed=src/bpf/flowtable.h");
+    println!("cargo:rerun-if-changed=src/bpf/infer.h");
     for name in PROGRAMS {
         let src = format!("src/bpf/{name}.bpf.c");
         println!("cargo:rerun-if-changed={src}");

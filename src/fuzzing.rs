@@ -10,11 +10,9 @@ use crate::event::Direction;
 use crate::segfile::{SegFile, Side};
 
 /// xorshift64: deterministic pseudo-random numbers for tests (failures reproduce; no
-/// dependency).
-#[cfg(test)]
-pub(crate) struct XorShift(pub u64);
+/// dependency). The seed must not be 0.
+pub struct XorShift(pub u64);
 
-#[cfg(test)]
 impl XorShift {
     pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;

@@ -20,6 +20,39 @@ skeleton!(sockdata);
 skeleton!(sockcap);
 skeleton!(flows);
 skeleton!(procs);
+skeleton!(infer);
+
+/// Runs `f` with the kernel's protocol recognition (src/bpf/infer.h, the rule both capture
+/// programs load) as a function of a connection's first bytes → `enum ebtop_l7_proto` id.
+/// Loads a test-run-only program (needs root); the tests build their confusion matrix on it.
+pub fn with_kernel_infer<R>(
+    f: impl FnOnce(&dyn Fn(&[u8]) -> anyhow::Result<u8>) -> R,
+) -> anyhow::Result<R> {
+    use anyhow::Context;
+    use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+    let mut storage = std::mem::MaybeUninit::uninit();
+    let skel = infer::InferSkelBuilder::default()
+        .open(&mut storage)
+        .context("opening the recognition test program failed")?
+        .load()
+        .context("loading the recognition test program failed (root needed)")?;
+    let run = |bytes: &[u8]| -> anyhow::Result<u8> {
+        // struct infer_input: u32 length, then 16 bytes.
+        let mut input = [0u8; 20];
+        let n = bytes.len().min(16);
+        input[..4].copy_from_slice(&(bytes.len().min(u32::MAX as usize) as u32).to_ne_bytes());
+        input[4..4 + n].copy_from_slice(&bytes[..n]);
+        let mut run_in = libbpf_rs::ProgramInput::default();
+        run_in.context_in = Some(&mut input);
+        let out = skel
+            .progs
+            .infer
+            .test_run(run_in)
+            .context("running the recognition test program failed")?;
+        Ok(out.return_value as u8)
+    };
+    Ok(f(&run))
+}
 
 /// The programs of a leaked (`'static`) skeleton's object as (`prefix:name`, fd), for ebtop's
 /// overhead accounting.

@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Protocol recognition from the first (up to 8) bytes of a connection's first payload: cheap,
+ * and allowed to be wrong the safe way (user space confirms before any call is counted, and a
+ * connection recognised as nothing is only counted, never copied). One rule per protocol;
+ * infer.bpf.c runs this very code on a labelled corpus in the tests (the confusion matrix).
+ */
+#ifndef EBTOP_INFER_H
+#define EBTOP_INFER_H
+
+static __always_inline bool starts_with(const __u8 *p, __u32 n, const char *lit, __u32 litlen)
+{
+	if (n < litlen)
+		return false;
+	for (__u32 i = 0; i < litlen && i < 8; i++)
+		if (p[i] != (__u8)lit[i])
+			return false;
+	return true;
+}
+
+static __always_inline bool is_digit(__u8 c)
+{
+	return c >= '0' && c <= '9';
+}
+
+/*
+ * A RESP message start whose first bytes leave little doubt (user space confirms before any
+ * call is counted): an array of bulk strings, the form every client sends commands in and
+ * multi-bulk replies take (`*3\r\n$3\r\n`: 1–4 digits, CRLF, `$`), or a reply a
+ * connection already open when ebtop started may show first: `+OK\r\n`, `+PONG\r\n`,
+ * `+QUEUED`, `-ERR `, `-WRONGTYPE`, `:<digits>\r\n`, `$<digits>\r\n`, `$-1\r\n`.
+ */
+static __always_inline bool is_redis(const __u8 *p, __u32 n)
+{
+	if (n < 4)
+		return false;
+	if (p[0] == '$' && p[1] == '-')
+		return p[2] == '1' && p[3] == '\r';
+	if (p[0] == '*' || p[0] == '$' || p[0] == ':') {
+		/* The 8 bytes as one word: bytes at a variable index are shifts, not stack pointer
+		 * arithmetic (which the verifier refuses once the compiler turns it into an OR). */
+		__u64 w;
+		__builtin_memcpy(&w, p, 8);
+		/* 1–4 digits (no leading zero), then CR LF (or the capture ends after the CR). */
+		__u32 d = 1;
+		while (d < 5 && is_digit((w >> (d * 8)) & 0xff))
+			d++;
+		if (d == 1 || (p[1] == '0' && d > 2))
+			return false;
+		if (d >= n || ((w >> (d * 8)) & 0xff) != '\r' ||
+		    (d + 1 < n && ((w >> ((d + 1) * 8)) & 0xff) != '\n'))
+			return false;
+		/* An array's first element must be a bulk string (if captured). */
+		return p[0] != '*' || d + 2 >= n || ((w >> ((d + 2) * 8)) & 0xff) == '$';
+	}
+	return starts_with(p, n, "+OK\r\n", 5) || starts_with(p, n, "+PONG\r\n", 7) ||
+	       starts_with(p, n, "+QUEUED\r", 8) || starts_with(p, n, "-ERR ", 5) ||
+	       starts_with(p, n, "-WRONGTY", 8);
+}
+
+/* Recognises the start of a known protocol's message from its first (up to 8) bytes. */
+static __always_inline __u8 infer_protocol(const __u8 *p, __u32 n)
+{
+	if (starts_with(p, n, "GET ", 4) || starts_with(p, n, "POST ", 5) ||
+	    starts_with(p, n, "PUT ", 4) || starts_with(p, n, "HEAD ", 5) ||
+	    starts_with(p, n, "DELETE ", 7) || starts_with(p, n, "PATCH ", 6) ||
+	    starts_with(p, n, "OPTIONS ", 8) || starts_with(p, n, "CONNECT ", 8) ||
+	    starts_with(p, n, "TRACE ", 6) || starts_with(p, n, "HTTP/1.", 7))
+		return EBTOP_PROTO_HTTP1;
+	if (is_redis(p, n))
+		return EBTOP_PROTO_REDIS;
+	return EBTOP_PROTO_UNKNOWN;
+}
+
+#endif

@@ -1,0 +1,148 @@
+//! Protocol recognition without false positives: the kernel's rule (src/bpf/infer.h, run with
+//! BPF_PROG_TEST_RUN: the code the capture programs load) and user space's `protocols::detect`
+//! on a labelled corpus of first payloads — captured from real clients and servers
+//! (tests/fixtures/recognition/corpus.tsv, made by capture.py there) plus rows written from the
+//! specifications and rows placed at the rules' edges (corpus-spec.tsv) — and on random bytes.
+//! The confusion matrix must have nothing off its diagonal. Needs root (loads BPF).
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use ebtop::fuzzing::XorShift;
+use ebtop::protocols::{detect, Protocol};
+
+/// `enum ebtop_l7_proto` (src/bpf/ebtop.h).
+const KERNEL_UNKNOWN: u8 = 0;
+
+struct Row {
+    label: String,
+    origin: String,
+    /// Who sent these bytes first on their connection: "client" or "server".
+    speaker: String,
+    bytes: Vec<u8>,
+    /// From a real program (corpus.tsv), not written by hand.
+    real: bool,
+}
+
+fn load(file: &str, real: bool) -> Vec<Row> {
+    let path = format!(
+        "{}/tests/fixtures/recognition/{file}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            assert_eq!(f.len(), 4, "{path}: bad row {l:?}");
+            let hex = f[3];
+            let bytes = (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
+                .collect();
+            Row {
+                label: f[0].to_owned(),
+                origin: f[1].to_owned(),
+                speaker: f[2].to_owned(),
+                bytes,
+                real,
+            }
+        })
+        .collect()
+}
+
+fn corpus() -> Vec<Row> {
+    let mut rows = load("corpus.tsv", true);
+    rows.extend(load("corpus-spec.tsv", false));
+    rows
+}
+
+/// The protocol a label names, if ebtop parses it.
+fn supported(label: &str) -> Option<Protocol> {
+    Protocol::from_name(match label {
+        "http1" => "http",
+        other => other,
+    })
+}
+
+#[test]
+fn no_first_payload_is_taken_for_another_protocol() {
+    common::require_root();
+    let rows = corpus();
+    let labels: std::collections::BTreeSet<&str> = rows.iter().map(|r| r.label.as_str()).collect();
+    for needed in [
+        "http1", "redis", "tls", "ssh", "postgres", "mysql", "dns", "http2",
+    ] {
+        assert!(labels.contains(needed), "the corpus has no {needed} row");
+    }
+    // (label, what recognised it) → rows; printed whole if anything is off the diagonal.
+    let mut matrix: BTreeMap<(String, String), usize> = BTreeMap::new();
+    let mut wrong = Vec::new();
+    ebtop::bpf::with_kernel_infer(|kernel| {
+        for r in &rows {
+            let expected = supported(&r.label);
+            let k = kernel(&r.bytes).expect("test run");
+            let k_proto = Protocol::ALL
+                .iter()
+                .find(|p| p.kernel_id() == Some(k))
+                .copied();
+            let user = detect(&r.bytes).map(|s| s.proto);
+            *matrix
+                .entry((r.label.clone(), format!("kernel:{k}:{k_proto:?}")))
+                .or_default() += 1;
+            *matrix
+                .entry((r.label.clone(), format!("user:{user:?}")))
+                .or_default() += 1;
+            // Never another protocol; unsupported ones never anything.
+            if (k != KERNEL_UNKNOWN && (k_proto.is_none() || k_proto != expected))
+                || (user.is_some() && user != expected)
+            {
+                wrong.push(format!(
+                    "{} ({}, {}): kernel {k} ({k_proto:?}), user space {user:?}",
+                    r.label, r.origin, r.speaker
+                ));
+            }
+            // What real clients send first is recognised by both, so capture starts at once.
+            if let Some(p) = expected {
+                if r.real && r.speaker == "client" && (k_proto != Some(p) || user != Some(p)) {
+                    wrong.push(format!(
+                        "{} ({}): a real client's first bytes not recognised: kernel \
+                         {k_proto:?}, user space {user:?}",
+                        r.label, r.origin
+                    ));
+                }
+            }
+        }
+    })
+    .expect("loading the recognition test program");
+    assert!(
+        wrong.is_empty(),
+        "confusion matrix {matrix:#?}\nwrong:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn random_bytes_are_recognised_as_nothing() {
+    common::require_root();
+    let mut rng = XorShift(0x5eed_ebd0);
+    let mut hits = Vec::new();
+    ebtop::bpf::with_kernel_infer(|kernel| {
+        for _ in 0..20_000 {
+            let len = 1 + (rng.next() % 16) as usize;
+            let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            let k = kernel(&bytes).expect("test run");
+            let user = detect(&bytes).map(|s| s.proto);
+            if k != KERNEL_UNKNOWN || user.is_some() {
+                hits.push(format!("{bytes:02x?}: kernel {k}, user space {user:?}"));
+            }
+        }
+    })
+    .expect("loading the recognition test program");
+    assert!(
+        hits.is_empty(),
+        "random bytes recognised:\n{}",
+        hits.join("\n")
+    );
+}
