@@ -9,8 +9,8 @@
  *     freed with the socket;
  *   - the user buffer comes from the syscall's arguments in the task's saved user registers
  *     (`bpf_task_pt_regs`): the syscall number says where the bytes are (buffer, iovec,
- *     msghdr). A send or receive made by no such syscall (io_uring, sendfile/splice, a kernel
- *     thread, sendmmsg/recvmmsg) becomes a length-only record: positions stay exact and user
+ *     msghdr, a message of an mmsghdr vector). A send or receive made by no such syscall (io_uring, sendfile/splice, a kernel
+ *     thread) becomes a length-only record: positions stay exact and user
  *     space counts the bytes as not captured;
  *   - a TCP send is stamped at its start by tp_btf `tcp:tcp_sendmsg_locked` (per task, taken
  *     at the send's end if it is the same socket), so a send is stamped at its start as on the
@@ -46,6 +46,8 @@
 #define NR_RECVFROM 207
 #define NR_SENDMSG 211
 #define NR_RECVMSG 212
+#define NR_RECVMMSG 243
+#define NR_SENDMMSG 269
 #else
 #define NR_READ 0
 #define NR_WRITE 1
@@ -55,6 +57,8 @@
 #define NR_RECVFROM 45
 #define NR_SENDMSG 46
 #define NR_RECVMSG 47
+#define NR_RECVMMSG 299
+#define NR_SENDMMSG 307
 #endif
 
 char LICENSE[] SEC("license") = "GPL";
@@ -91,6 +95,26 @@ struct {
 	__type(value, struct send_start);
 } send_starts SEC(".maps");
 
+/*
+ * Per task: the message of a sendmmsg/recvmmsg vector the next datagram is. The socket layer
+ * sees one send or receive per message, in vector order, but not where a call starts: the
+ * cursor restarts when the vector, socket or direction changes, after the last message
+ * (vlen), and after a send or receive that failed (the kernel's loop stops there).
+ */
+struct mmsg_cursor {
+	__u64 vec;
+	__u64 sk;
+	__u32 next;
+	__u8 dir;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct mmsg_cursor);
+} mmsg_cursors SEC(".maps");
+
 /* What the syscall in progress says about the bytes (SRC_NONE: not a syscall we know). */
 struct call_args {
 	__u64 arg;
@@ -101,22 +125,82 @@ struct call_args {
 	__u8 source;
 };
 
-static __always_inline void syscall_args(struct call_args *c, __u8 dir)
+/* The syscall number of the current task's syscall in progress (-1: none, a kernel thread). */
+static __always_inline long current_syscall(struct task_struct___cap *task)
+{
+	if (BPF_CORE_READ(task, flags) & (PF_KTHREAD | PF_IO_WORKER))
+		return -1;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs((struct task_struct *)task);
+	if (!regs)
+		return -1;
+#if defined(__TARGET_ARCH_arm64)
+	return BPF_CORE_READ((struct pt_regs___cap *)regs, syscallno);
+#else
+	return BPF_CORE_READ((struct pt_regs___cap *)regs, orig_ax);
+#endif
+}
+
+/*
+ * A send or receive that moved nothing (ret 0) or failed (ret < 0): an empty datagram of a
+ * vector moves the cursor on; a failure, or anything outside sendmmsg/recvmmsg, restarts it.
+ * Only tasks that made such a call have a cursor; for the rest this is one failed lookup.
+ */
+static __always_inline void mmsg_cursor_on_nothing_moved(int ret)
+{
+	struct task_struct___cap *task = (struct task_struct___cap *)bpf_get_current_task_btf();
+	struct mmsg_cursor *cur = bpf_task_storage_get(&mmsg_cursors, (struct task_struct *)task,
+						       0, 0);
+	if (!cur || !cur->vec)
+		return;
+	long nr = ret == 0 ? current_syscall(task) : -1;
+	if (nr == NR_SENDMMSG || nr == NR_RECVMMSG)
+		cur->next++;
+	else
+		cur->vec = 0;
+}
+
+/*
+ * The message of a sendmmsg/recvmmsg vector (arg = its first struct mmsghdr, vlen messages)
+ * this send or receive of `len` bytes on `sk` is; NULL if unknown. A datagram is sent whole,
+ * so a send whose message does not hold `len` bytes in one buffer is taken as a new call.
+ */
+static __always_inline __u64 mmsg_entry(struct task_struct *task, __u64 vec, __u32 vlen,
+					 struct sock *sk, __u8 dir, __u64 len)
+{
+	struct mmsg_cursor *cur = bpf_task_storage_get(&mmsg_cursors, task, 0,
+						       BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!cur || !vlen)
+		return 0;
+	if (cur->vec != vec || cur->sk != (__u64)sk || cur->dir != dir || cur->next >= vlen) {
+		cur->vec = vec;
+		cur->sk = (__u64)sk;
+		cur->dir = dir;
+		cur->next = 0;
+	}
+	__u32 idx = cur->next;
+	if (dir == EBTOP_DIR_EGRESS && idx) {
+		struct ebtop_user_msghdr m;
+		struct ebtop_iovec iov;
+		__u64 at = vec + (__u64)idx * sizeof(struct ebtop_mmsghdr);
+		if (!bpf_probe_read_user(&m, sizeof(m), (void *)at) && m.msg_iovlen == 1 &&
+		    !bpf_probe_read_user(&iov, sizeof(iov), m.msg_iov) && iov.iov_len != len)
+			idx = 0;
+	}
+	cur->next = idx + 1;
+	return vec + (__u64)idx * sizeof(struct ebtop_mmsghdr);
+}
+
+static __always_inline void syscall_args(struct call_args *c, __u8 dir, struct sock *sk,
+					 __u64 len)
 {
 	struct task_struct___cap *task = (struct task_struct___cap *)bpf_get_current_task_btf();
 	c->fd = -1;
 	c->syscall = EBTOP_SC_OTHER;
 	c->source = SRC_NONE;
-	if (BPF_CORE_READ(task, flags) & (PF_KTHREAD | PF_IO_WORKER))
+	long nr = current_syscall(task);
+	if (nr < 0)
 		return;
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs((struct task_struct *)task);
-	if (!regs)
-		return;
-#if defined(__TARGET_ARCH_arm64)
-	long nr = BPF_CORE_READ((struct pt_regs___cap *)regs, syscallno);
-#else
-	long nr = BPF_CORE_READ((struct pt_regs___cap *)regs, orig_ax);
-#endif
 	__u8 sc = 0, src = SRC_NONE;
 	bool tx = dir == EBTOP_DIR_EGRESS;
 	switch (nr) {
@@ -144,6 +228,12 @@ static __always_inline void syscall_args(struct call_args *c, __u8 dir)
 	case NR_RECVMSG:
 		if (!tx) { sc = EBTOP_SC_RECVMSG; src = SRC_MSG; }
 		break;
+	case NR_SENDMMSG:
+		if (tx) { sc = EBTOP_SC_SENDMMSG; src = SRC_MMSG; }
+		break;
+	case NR_RECVMMSG:
+		if (!tx) { sc = EBTOP_SC_RECVMMSG; src = SRC_MMSG; }
+		break;
 	}
 	if (!sc)
 		return;
@@ -155,6 +245,16 @@ static __always_inline void syscall_args(struct call_args *c, __u8 dir)
 		c->arg2 = SYSCALL_ARG2(regs);
 	if (sc == EBTOP_SC_SENDTO || sc == EBTOP_SC_RECVFROM)
 		c->peer_arg = SYSCALL_ARG4(regs);
+	if (src == SRC_MMSG) {
+		/* This datagram's message of the vector: then as sendmsg/recvmsg. */
+		c->arg = mmsg_entry((struct task_struct *)task, c->arg, (__u32)SYSCALL_ARG2(regs), sk,
+				    dir, len);
+		src = SRC_MSG;
+		if (!c->arg) {
+			c->source = SRC_NONE;
+			return;
+		}
+	}
 	if (src == SRC_MSG) {
 		/* The msghdr's iovec is the payload; its name the peer of an unconnected socket. */
 		struct ebtop_user_msghdr msg;
@@ -207,7 +307,11 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 			ss->ns = 0;
 		}
 	}
-	if (ret <= 0 || !sk)
+	if (ret <= 0) {
+		mmsg_cursor_on_nothing_moved(ret);
+		return 0;
+	}
+	if (!sk)
 		return 0;
 	if (dir == EBTOP_DIR_INGRESS && (flags & MSG_PEEK))
 		return 0; /* the bytes are read again later */
@@ -253,7 +357,7 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 		return 0;
 
 	struct call_args c = {};
-	syscall_args(&c, dir);
+	syscall_args(&c, dir, sk, len);
 	__u32 limit = len < snaplen ? (__u32)len : snaplen;
 	/* A length-only first send cannot be recognised: counted as skipped. */
 	bool deliver;
