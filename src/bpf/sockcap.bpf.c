@@ -9,9 +9,9 @@
  *     freed with the socket;
  *   - the user buffer comes from the syscall's arguments in the task's saved user registers
  *     (`bpf_task_pt_regs`): the syscall number says where the bytes are (buffer, iovec,
- *     msghdr, a message of an mmsghdr vector). A send or receive made by no such syscall (io_uring, sendfile/splice, a kernel
- *     thread) becomes a length-only record: positions stay exact and user
- *     space counts the bytes as not captured;
+ *     msghdr, a message of an mmsghdr vector). A send or receive made by no such syscall
+ *     (io_uring, sendfile/splice, a kernel thread) becomes a length-only record: positions
+ *     stay exact and user space counts the bytes as not captured;
  *   - a TCP send is stamped at its start by tp_btf `tcp:tcp_sendmsg_locked` (per task, taken
  *     at the send's end if it is the same socket), so a send is stamped at its start as on the
  *     syscall path; UDP sends and receives are stamped when they complete;
