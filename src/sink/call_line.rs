@@ -155,6 +155,10 @@ fn write(out: &mut Vec<u8>, ts: &mut TimestampCache, c: &Call, unix_ns: i64) {
         Some(s) => number(out, s),
         None => out.extend_from_slice(b"null"),
     }
+    if let Some(text) = &c.l7.status_text {
+        out.extend_from_slice(b",\"status_text\":");
+        string(out, text);
+    }
     out.extend_from_slice(b",\"outcome\":");
     string(out, outcome_name(c.l7.outcome));
     out.extend_from_slice(b",\"latency_ns\":");
@@ -171,9 +175,12 @@ fn write(out: &mut Vec<u8>, ts: &mut TimestampCache, c: &Call, unix_ns: i64) {
     boolean(out, c.l7.truncated);
     out.extend_from_slice(b",\"end_inferred\":");
     boolean(out, c.l7.end_inferred);
-    if let Some((_, host)) = c.l7.details.iter().find(|(k, _)| *k == "host") {
-        out.extend_from_slice(b",\"host\":");
-        string(out, host);
+    // Optional details (`--depth full`), as string fields: HTTP `host`, Redis `reply`, `error`…
+    for (key, value) in &c.l7.details {
+        out.push(b',');
+        string(out, key);
+        out.push(b':');
+        string(out, value);
     }
     out.extend_from_slice(b"}\n");
 }
