@@ -30,6 +30,7 @@ pub enum ResourceKind {
 pub fn resource_kind(proto: Protocol) -> ResourceKind {
     match proto {
         Protocol::Http => ResourceKind::UrlPath,
+        Protocol::Redis => ResourceKind::Command,
     }
 }
 

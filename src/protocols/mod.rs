@@ -10,6 +10,7 @@
 pub mod fuzzing;
 pub mod http1;
 pub mod matching;
+pub mod redis;
 
 use crate::event::Direction;
 
@@ -20,14 +21,16 @@ use crate::event::Direction;
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {
     Http,
+    Redis,
 }
 
 impl Protocol {
-    pub const ALL: &'static [Protocol] = &[Protocol::Http];
+    pub const ALL: &'static [Protocol] = &[Protocol::Http, Protocol::Redis];
 
     pub fn name(self) -> &'static str {
         match self {
             Protocol::Http => "http",
+            Protocol::Redis => "redis",
         }
     }
 
@@ -42,6 +45,7 @@ impl Protocol {
     pub fn kernel_id(self) -> Option<u8> {
         match self {
             Protocol::Http => Some(1),
+            Protocol::Redis => Some(2),
         }
     }
 }
@@ -264,7 +268,7 @@ pub struct ProtocolSpec {
 }
 
 /// Every protocol ebtop knows, tried in order.
-pub static PROTOCOLS: &[ProtocolSpec] = &[http1::SPEC];
+pub static PROTOCOLS: &[ProtocolSpec] = &[http1::SPEC, redis::SPEC];
 
 /// The protocol whose start `payload` looks like, if any.
 pub fn detect(payload: &[u8]) -> Option<&'static ProtocolSpec> {

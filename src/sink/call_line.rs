@@ -212,6 +212,45 @@ mod tests {
     }
 
     #[test]
+    fn status_text_and_details_are_fields_of_the_line() {
+        let mut http = crate::aggregate::endpoints::tests::call("curl", 1, "GET", "/a", 5_000);
+        http.l7.details = vec![("host", "example.com".to_owned())];
+        let mut redis = crate::aggregate::endpoints::tests::call("app", 2, "GET", "k:1", 5_000);
+        redis.l7.proto = crate::protocols::Protocol::Redis;
+        redis.l7.version = "3";
+        redis.l7.status = None;
+        redis.l7.status_text = Some("WRONGTYPE".to_owned());
+        redis.l7.outcome = Outcome::ServerError;
+        redis.l7.details = vec![
+            ("reply", "error".to_owned()),
+            (
+                "error",
+                "WRONGTYPE Operation against a key \"x\"".to_owned(),
+            ),
+        ];
+        let mut f = CallFormatter::default();
+        let line = |f: &mut CallFormatter, c: &Call| {
+            let mut out = Vec::new();
+            f.write(&mut out, c);
+            serde_json::from_slice::<serde_json::Value>(&out).unwrap()
+        };
+        let h = line(&mut f, &http);
+        assert_eq!(
+            (h["status"].as_u64(), h["host"].as_str()),
+            (Some(200), Some("example.com"))
+        );
+        assert!(h.get("status_text").is_none());
+        let r = line(&mut f, &redis);
+        assert_eq!(r["proto"], "redis");
+        assert_eq!(r["version"], "3");
+        assert!(r["status"].is_null());
+        assert_eq!(r["status_text"], "WRONGTYPE");
+        assert_eq!(r["outcome"], "server_error");
+        assert_eq!(r["reply"], "error");
+        assert_eq!(r["error"], "WRONGTYPE Operation against a key \"x\"");
+    }
+
+    #[test]
     fn strings_needing_escapes_are_escaped_like_serde() {
         for s in [
             "plain",
