@@ -53,13 +53,20 @@ pub fn target(name: &str) -> Option<&'static Target> {
     TARGETS.iter().find(|t| t.name == name)
 }
 
-/// The `.seg` fixtures (real HTTP traffic) under `fixtures`/http, by file name.
+/// Directories of `.seg` fixtures under tests/fixtures, one per protocol.
+pub const SEG_DIRS: &[&str] = &["http", "redis"];
+
+/// The `.seg` fixtures (real traffic) under `fixtures`/{http,redis}, by file name (names are
+/// unique across the directories).
 pub fn seg_files(fixtures: &Path) -> io::Result<Vec<(String, SegFile)>> {
     let mut out = Vec::new();
-    for (name, bytes) in files_with(fixtures, "http", "seg")? {
-        let seg = SegFile::parse(&bytes)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{name}: {e}")))?;
-        out.push((name, seg));
+    for dir in SEG_DIRS {
+        for (name, bytes) in files_with(fixtures, dir, "seg")? {
+            let seg = SegFile::parse(&bytes).map_err(|e| {
+                io::Error::new(io::ErrorKind::InvalidData, format!("{dir}/{name}: {e}"))
+            })?;
+            out.push((name, seg));
+        }
     }
     Ok(out)
 }

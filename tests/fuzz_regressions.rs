@@ -90,9 +90,15 @@ fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
     seeds
 }
 
-/// Fixtures that hold no HTTP call.
+/// Fixtures that hold no call.
 fn holds_calls(name: &str) -> bool {
     !name.starts_with("garbage_tls")
+}
+
+/// Fixtures whose calls the pipeline finds: detection needs a Redis command in RESP form, and
+/// inline.seg has only inline commands (its parser alone finds their calls).
+fn pipeline_holds_calls(name: &str) -> bool {
+    holds_calls(name) && name != "inline.seg"
 }
 
 #[test]
@@ -166,7 +172,7 @@ fn pipeline_driver_counts_agree_with_the_fixtures() {
             assert_eq!(out.summary.tracker.gaps, 0, "{name}");
             assert_eq!(
                 out.calls > 0,
-                holds_calls(&name),
+                pipeline_holds_calls(&name),
                 "{name}: {} calls",
                 out.calls
             );

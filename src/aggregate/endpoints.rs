@@ -572,6 +572,7 @@ pub(crate) mod tests {
             resource: resource.to_owned(),
             version: "1.1",
             status: Some(200),
+            status_text: None,
             outcome: Outcome::Ok,
             req: MessageSpan {
                 first_start_ns: 1_000,

@@ -21,7 +21,7 @@ pub enum ResourceKind {
     UrlPath,
     /// SQL text: literals → `?`, lists collapsed.
     Sql,
-    /// A command line (Redis): the command only.
+    /// A command and its key (Redis): `COMMAND key-template`.
     Command,
 }
 
@@ -30,6 +30,7 @@ pub enum ResourceKind {
 pub fn resource_kind(proto: Protocol) -> ResourceKind {
     match proto {
         Protocol::Http => ResourceKind::UrlPath,
+        Protocol::Redis => ResourceKind::Command,
     }
 }
 
@@ -324,16 +325,55 @@ fn collapse_lists(s: &str) -> String {
     out
 }
 
-/// A command protocol's resource: the command name only (upper case); arguments (keys,
-/// values) carry the cardinality. Taken from `method` if the parser put it there.
+/// A command protocol's endpoint: `COMMAND key-template` (upper-case command, the key with
+/// its identifier-like parts as `{id}`), or the command alone when there is no key. The
+/// parser gives the command as `method` and the key as `resource`; with no method, `resource`
+/// is read as a command line (`GET user:1`: the first word, then the key).
 pub fn normalize_command(method: &str, resource: &str) -> String {
-    let cmd = if method.trim().is_empty() {
-        resource.split_ascii_whitespace().next().unwrap_or("")
+    let (cmd, key) = if method.trim().is_empty() {
+        let mut words = resource.split_ascii_whitespace();
+        (words.next().unwrap_or(""), words.next().unwrap_or(""))
     } else {
-        method.trim()
+        (method.trim(), resource)
     };
-    let cmd: String = cmd.chars().take(32).collect();
-    cmd.to_ascii_uppercase()
+    let mut out: String = cmd.chars().take(48).collect();
+    out.make_ascii_uppercase();
+    if !key.is_empty() {
+        out.push(' ');
+        push_key_template(&mut out, key);
+    }
+    out
+}
+
+/// Appends `key` with identifier-like parts replaced by `{id}`. Keys are split the way they are
+/// usually built: by `:` `/` `{` `}` (`user:1234`, `cache/v2/item/42`, `{user:7}:cart`), then
+/// by `.`, then by `-` `_`; each piece that [`is_id`] (numbers, long hex, UUIDs, e-mail
+/// addresses, tokens) becomes `{id}`, tested whole before it is split further (a UUID's dashes,
+/// an address's dots). Words stay: `user_profile`, `session-store`.
+fn push_key_template(out: &mut String, key: &str) {
+    const LEVELS: [&[u8]; 3] = [b":/{}", b".", b"-_"];
+    fn push(out: &mut String, piece: &str, level: usize) {
+        // The whole key is only split (`u:a.b@example.com` would read as an address).
+        if level > 0 && is_id(piece) {
+            out.push_str(ID);
+            return;
+        }
+        let Some(seps) = LEVELS.get(level) else {
+            out.push_str(piece);
+            return;
+        };
+        let mut start = 0;
+        for (i, b) in piece.bytes().enumerate() {
+            if seps.contains(&b) {
+                push(out, &piece[start..i], level + 1);
+                out.push(b as char);
+                start = i + 1;
+            }
+        }
+        push(out, &piece[start..], level + 1);
+    }
+    // Long keys are cut first (at a char boundary): the template is cut at the same length.
+    push(out, truncated(key), 0);
 }
 
 #[cfg(test)]
@@ -481,11 +521,37 @@ mod tests {
 
     #[test]
     fn commands() {
+        // (method, resource, endpoint): the Redis parser gives the command as the method and
+        // the key as the resource; a command line in the resource (no method) is read the same
+        // way (its key now shows too: the template keeps the cardinality low).
         let cases: &[(&str, &str, &str)] = &[
-            ("", "GET user:1", "GET"),
-            ("", "set session:abc value EX 10", "SET"),
-            ("HGETALL", "HGETALL h:9", "HGETALL"),
+            ("", "GET user:1", "GET user:{id}"),
+            ("", "set session:abc value EX 10", "SET session:abc"),
+            ("HGETALL", "h:9", "HGETALL h:{id}"),
             ("", "", ""),
+            ("GET", "user:1234", "GET user:{id}"),
+            (
+                "HGETALL",
+                "session:9f86d081884c7d659a2feaa0c55ad015",
+                "HGETALL session:{id}",
+            ),
+            ("get", "user_profile", "GET user_profile"),
+            ("GET", "user_1234", "GET user_{id}"),
+            ("SET", "cache/v2/item/42", "SET cache/v2/item/{id}"),
+            ("SET", "user.1234.name", "SET user.{id}.name"),
+            (
+                "GET",
+                "order:550e8400-e29b-41d4-a716-446655440000:items",
+                "GET order:{id}:items",
+            ),
+            ("GET", "u:john.doe@example.com", "GET u:{id}"),
+            ("SADD", "{user:7}:cart", "SADD {user:{id}}:cart"),
+            ("GET", "stats-2024-05-01", "GET stats-{id}-{id}-{id}"),
+            ("GET", "feature-flags", "GET feature-flags"),
+            ("PING", "", "PING"),
+            ("CLIENT SETNAME", "", "CLIENT SETNAME"),
+            ("GET", "::", "GET ::"),
+            ("GET", "ключ:42", "GET ключ:{id}"),
         ];
         for (method, raw, want) in cases {
             assert_eq!(

@@ -128,6 +128,13 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
             b"POST /x HTTP/1.1\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\nabc",
             b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 101 Switching\r\n\r\n",
+            b"*3\r\n$3\r\nSET\r\n$4\r\nk:12\r\n$5\r\nvalue\r\n*1\r\n$4\r\nPING\r\n",
+            b"+OK\r\n$5\r\nhello\r\n$-1\r\n:42\r\n-ERR no\r\n*2\r\n$1\r\na\r\n*-1\r\n",
+            b"%1\r\n+a\r\n~2\r\n,1.5\r\n#t\r\n|1\r\n+k\r\n(12\r\n_\r\n=7\r\ntxt:abc\r\n",
+            b">3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$1\r\nm\r\n!3\r\nERR\r\n",
+            b"*3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n$?\r\n;2\r\nab\r\n;0\r\n",
+            b"*?\r\n:1\r\n.\r\nHELLO 3 AUTH u p\r\nMULTI\r\n\r\nEXEC\r\n",
+            b"*2\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n*1\r\n$7\r\nMONITOR\r\n",
         ];
         let mut rng = Rng(0x9e3779b97f4a7c15);
         for _ in 0..3000 {

@@ -748,6 +748,7 @@ impl Http1Parser {
             resource: req.resource,
             version: resp.version.min(req.version),
             status: Some(resp.status as u32),
+            status_text: None,
             outcome,
             req: req.span,
             resp: resp.span,

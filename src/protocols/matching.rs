@@ -32,6 +32,11 @@ impl<R> InOrder<R> {
     pub fn front(&self) -> Option<&R> {
         self.pending.front()
     }
+    /// The request the next response answers, to be updated in place (a request answered by
+    /// several responses, e.g. Redis SUBSCRIBE).
+    pub fn front_mut(&mut self) -> Option<&mut R> {
+        self.pending.front_mut()
+    }
     pub fn pop(&mut self) -> Option<R> {
         self.pending.pop_front()
     }
@@ -53,6 +58,10 @@ impl<R> InOrder<R> {
     }
     pub fn drain(&mut self) -> impl Iterator<Item = R> + '_ {
         self.pending.drain(..)
+    }
+    /// Pending requests, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = &R> + '_ {
+        self.pending.iter()
     }
 }
 

@@ -10,6 +10,7 @@
 pub mod fuzzing;
 pub mod http1;
 pub mod matching;
+pub mod redis;
 
 use crate::event::Direction;
 
@@ -20,14 +21,16 @@ use crate::event::Direction;
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {
     Http,
+    Redis,
 }
 
 impl Protocol {
-    pub const ALL: &'static [Protocol] = &[Protocol::Http];
+    pub const ALL: &'static [Protocol] = &[Protocol::Http, Protocol::Redis];
 
     pub fn name(self) -> &'static str {
         match self {
             Protocol::Http => "http",
+            Protocol::Redis => "redis",
         }
     }
 
@@ -42,6 +45,7 @@ impl Protocol {
     pub fn kernel_id(self) -> Option<u8> {
         match self {
             Protocol::Http => Some(1),
+            Protocol::Redis => Some(2),
         }
     }
 }
@@ -181,9 +185,13 @@ pub struct L7Call {
     pub request_dir: Direction,
     pub method: String,
     pub resource: String,
-    /// Protocol version as shown (e.g. "1.1").
+    /// Protocol version as shown (e.g. "1.1"; Redis: "2" or "3", the RESP version).
     pub version: &'static str,
+    /// Numeric status (HTTP).
     pub status: Option<u32>,
+    /// Status as a word, for protocols whose errors are named rather than numbered (Redis:
+    /// the error reply's prefix, `WRONGTYPE`); None when the call succeeded or has `status`.
+    pub status_text: Option<String>,
     pub outcome: Outcome,
     pub req: MessageSpan,
     pub resp: MessageSpan,
@@ -191,7 +199,8 @@ pub struct L7Call {
     pub truncated: bool,
     /// The response's end was not visible and was inferred from the next message or the close.
     pub end_inferred: bool,
-    /// Optional protocol details (`Full` depth only), e.g. ("host", "example.com").
+    /// Optional protocol details (`Full` depth only), e.g. ("host", "example.com"). Each is
+    /// a field of the JSON `call` line, so a key must not be one of that line's field names.
     pub details: Vec<(&'static str, String)>,
     /// The request's and response's heads, when the parser was asked to keep them.
     pub req_head: CapturedHead,
@@ -213,6 +222,12 @@ pub struct ParseStats {
     pub unanswered_requests: u64,
     /// Calls whose response end was inferred rather than seen.
     pub inferred_ends: u64,
+    /// Messages the server sent unasked, counted and not paired (Redis pub/sub messages, RESP3
+    /// pushes, MONITOR lines).
+    pub pushes: u64,
+    /// Requests sent with their replies switched off (Redis `CLIENT REPLY OFF`/`SKIP`): no
+    /// call is made of them.
+    pub unreplied_requests: u64,
 }
 
 impl ParseStats {
@@ -228,6 +243,8 @@ impl ParseStats {
         self.unmatched_responses += o.unmatched_responses;
         self.unanswered_requests += o.unanswered_requests;
         self.inferred_ends += o.inferred_ends;
+        self.pushes += o.pushes;
+        self.unreplied_requests += o.unreplied_requests;
     }
 }
 
@@ -251,7 +268,7 @@ pub struct ProtocolSpec {
 }
 
 /// Every protocol ebtop knows, tried in order.
-pub static PROTOCOLS: &[ProtocolSpec] = &[http1::SPEC];
+pub static PROTOCOLS: &[ProtocolSpec] = &[http1::SPEC, redis::SPEC];
 
 /// The protocol whose start `payload` looks like, if any.
 pub fn detect(payload: &[u8]) -> Option<&'static ProtocolSpec> {

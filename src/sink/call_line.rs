@@ -155,6 +155,10 @@ fn write(out: &mut Vec<u8>, ts: &mut TimestampCache, c: &Call, unix_ns: i64) {
         Some(s) => number(out, s),
         None => out.extend_from_slice(b"null"),
     }
+    if let Some(text) = &c.l7.status_text {
+        out.extend_from_slice(b",\"status_text\":");
+        string(out, text);
+    }
     out.extend_from_slice(b",\"outcome\":");
     string(out, outcome_name(c.l7.outcome));
     out.extend_from_slice(b",\"latency_ns\":");
@@ -171,9 +175,12 @@ fn write(out: &mut Vec<u8>, ts: &mut TimestampCache, c: &Call, unix_ns: i64) {
     boolean(out, c.l7.truncated);
     out.extend_from_slice(b",\"end_inferred\":");
     boolean(out, c.l7.end_inferred);
-    if let Some((_, host)) = c.l7.details.iter().find(|(k, _)| *k == "host") {
-        out.extend_from_slice(b",\"host\":");
-        string(out, host);
+    // Optional details (`--depth full`), as string fields: HTTP `host`, Redis `reply`, `error`…
+    for (key, value) in &c.l7.details {
+        out.push(b',');
+        string(out, key);
+        out.push(b':');
+        string(out, value);
     }
     out.extend_from_slice(b"}\n");
 }
@@ -202,6 +209,45 @@ mod tests {
             let want = format!("\"{}\"", crate::clock::rfc3339(ns));
             assert_eq!(String::from_utf8(got).unwrap(), want, "{ns}");
         }
+    }
+
+    #[test]
+    fn status_text_and_details_are_fields_of_the_line() {
+        let mut http = crate::aggregate::endpoints::tests::call("curl", 1, "GET", "/a", 5_000);
+        http.l7.details = vec![("host", "example.com".to_owned())];
+        let mut redis = crate::aggregate::endpoints::tests::call("app", 2, "GET", "k:1", 5_000);
+        redis.l7.proto = crate::protocols::Protocol::Redis;
+        redis.l7.version = "3";
+        redis.l7.status = None;
+        redis.l7.status_text = Some("WRONGTYPE".to_owned());
+        redis.l7.outcome = Outcome::ServerError;
+        redis.l7.details = vec![
+            ("reply", "error".to_owned()),
+            (
+                "error",
+                "WRONGTYPE Operation against a key \"x\"".to_owned(),
+            ),
+        ];
+        let mut f = CallFormatter::default();
+        let line = |f: &mut CallFormatter, c: &Call| {
+            let mut out = Vec::new();
+            f.write(&mut out, c);
+            serde_json::from_slice::<serde_json::Value>(&out).unwrap()
+        };
+        let h = line(&mut f, &http);
+        assert_eq!(
+            (h["status"].as_u64(), h["host"].as_str()),
+            (Some(200), Some("example.com"))
+        );
+        assert!(h.get("status_text").is_none());
+        let r = line(&mut f, &redis);
+        assert_eq!(r["proto"], "redis");
+        assert_eq!(r["version"], "3");
+        assert!(r["status"].is_null());
+        assert_eq!(r["status_text"], "WRONGTYPE");
+        assert_eq!(r["outcome"], "server_error");
+        assert_eq!(r["reply"], "error");
+        assert_eq!(r["error"], "WRONGTYPE Operation against a key \"x\"");
     }
 
     #[test]

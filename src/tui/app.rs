@@ -838,6 +838,15 @@ impl App {
     }
 }
 
+/// A call's status as shown: the number (HTTP), the error's name (Redis), or `-`.
+pub fn status_text(l7: &crate::protocols::L7Call) -> String {
+    match (l7.status, &l7.status_text) {
+        (Some(s), _) => s.to_string(),
+        (None, Some(t)) => t.clone(),
+        (None, None) => "-".to_owned(),
+    }
+}
+
 fn call_row(meta: Option<&SessionMeta>, e: &CallEntry) -> Row {
     let c = &e.call;
     let flag = if c.l7.outcome == Outcome::ServerError {
@@ -847,7 +856,7 @@ fn call_row(meta: Option<&SessionMeta>, e: &CallEntry) -> Row {
     } else {
         Flag::None
     };
-    let status = c.l7.status.map_or("-".to_owned(), |s| s.to_string());
+    let status = status_text(&c.l7);
     Row {
         key: e.seq.to_string(),
         cells: vec![

@@ -450,7 +450,7 @@ fn call_detail_lines(app: &App, c: &Call, seq: u64) -> Vec<Line<'static>> {
         ),
         format!(
             "Status     {}  ({:?})",
-            l7.status.map_or("-".to_owned(), |s| s.to_string()),
+            super::app::status_text(l7),
             l7.outcome
         ),
         format!(
