@@ -152,14 +152,14 @@ fn endpoints_are_commands_with_key_templates() {
             .find(|e| e.method == method && e.resource == resource)
             .unwrap_or_else(|| panic!("no endpoint {method} {resource}: {:?}", summary.endpoints))
     };
-    assert_eq!(ep("INCRBY", "INCRBY counter:{id}").calls, 10);
-    assert_eq!(ep("GET", "GET user:{id}").calls, 1);
-    assert_eq!(ep("GET", "GET missing:{id}").calls, 1);
-    assert_eq!(ep("HGETALL", "HGETALL session:{id}").calls, 1);
-    assert_eq!(ep("AUTH", "AUTH").calls, 1);
-    let wrongtype = ep("GET", "GET queue:jobs");
+    assert_eq!(ep("INCRBY", "counter:{id}").calls, 10);
+    assert_eq!(ep("GET", "user:{id}").calls, 1);
+    assert_eq!(ep("GET", "missing:{id}").calls, 1);
+    assert_eq!(ep("HGETALL", "session:{id}").calls, 1);
+    assert_eq!(ep("AUTH", "").calls, 1);
+    let wrongtype = ep("GET", "queue:jobs");
     assert_eq!((wrongtype.calls, wrongtype.errors), (1, 1));
-    assert_eq!(ep("CLIENT SETINFO", "CLIENT SETINFO").errors, 2);
+    assert_eq!(ep("CLIENT SETINFO", "").errors, 2);
 }
 
 #[test]

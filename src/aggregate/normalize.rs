@@ -325,22 +325,22 @@ fn collapse_lists(s: &str) -> String {
     out
 }
 
-/// A command protocol's endpoint: `COMMAND key-template` (upper-case command, the key with
-/// its identifier-like parts as `{id}`), or the command alone when there is no key. The
-/// parser gives the command as `method` and the key as `resource`; with no method, `resource`
-/// is read as a command line (`GET user:1`: the first word, then the key).
+/// A command protocol's endpoint resource: the key with its identifier-like parts as `{id}`
+/// (`user:{id}`; empty when the command has none). The parser gives the command as `method`
+/// (its own column, as HTTP's method is) and the key as `resource`. With no method, `resource`
+/// is read as a command line: `GET user:1` → `GET user:{id}`.
 pub fn normalize_command(method: &str, resource: &str) -> String {
-    let (cmd, key) = if method.trim().is_empty() {
+    let mut out = String::new();
+    if method.trim().is_empty() {
         let mut words = resource.split_ascii_whitespace();
-        (words.next().unwrap_or(""), words.next().unwrap_or(""))
+        out.extend(words.next().unwrap_or("").chars().take(48));
+        out.make_ascii_uppercase();
+        if let Some(key) = words.next() {
+            out.push(' ');
+            push_key_template(&mut out, key);
+        }
     } else {
-        (method.trim(), resource)
-    };
-    let mut out: String = cmd.chars().take(48).collect();
-    out.make_ascii_uppercase();
-    if !key.is_empty() {
-        out.push(' ');
-        push_key_template(&mut out, key);
+        push_key_template(&mut out, resource);
     }
     out
 }
@@ -521,37 +521,37 @@ mod tests {
 
     #[test]
     fn commands() {
-        // (method, resource, endpoint): the Redis parser gives the command as the method and
-        // the key as the resource; a command line in the resource (no method) is read the same
-        // way (its key now shows too: the template keeps the cardinality low).
+        // (method, resource, endpoint resource): the Redis parser gives the command as the
+        // method (its own column) and the key as the resource, which becomes a template; a
+        // command line in the resource (no method) keeps its command in front.
         let cases: &[(&str, &str, &str)] = &[
             ("", "GET user:1", "GET user:{id}"),
             ("", "set session:abc value EX 10", "SET session:abc"),
-            ("HGETALL", "h:9", "HGETALL h:{id}"),
+            ("HGETALL", "h:9", "h:{id}"),
             ("", "", ""),
-            ("GET", "user:1234", "GET user:{id}"),
+            ("GET", "user:1234", "user:{id}"),
             (
                 "HGETALL",
                 "session:9f86d081884c7d659a2feaa0c55ad015",
-                "HGETALL session:{id}",
+                "session:{id}",
             ),
-            ("get", "user_profile", "GET user_profile"),
-            ("GET", "user_1234", "GET user_{id}"),
-            ("SET", "cache/v2/item/42", "SET cache/v2/item/{id}"),
-            ("SET", "user.1234.name", "SET user.{id}.name"),
+            ("get", "user_profile", "user_profile"),
+            ("GET", "user_1234", "user_{id}"),
+            ("SET", "cache/v2/item/42", "cache/v2/item/{id}"),
+            ("SET", "user.1234.name", "user.{id}.name"),
             (
                 "GET",
                 "order:550e8400-e29b-41d4-a716-446655440000:items",
-                "GET order:{id}:items",
+                "order:{id}:items",
             ),
-            ("GET", "u:john.doe@example.com", "GET u:{id}"),
-            ("SADD", "{user:7}:cart", "SADD {user:{id}}:cart"),
-            ("GET", "stats-2024-05-01", "GET stats-{id}-{id}-{id}"),
-            ("GET", "feature-flags", "GET feature-flags"),
-            ("PING", "", "PING"),
-            ("CLIENT SETNAME", "", "CLIENT SETNAME"),
-            ("GET", "::", "GET ::"),
-            ("GET", "ключ:42", "GET ключ:{id}"),
+            ("GET", "u:john.doe@example.com", "u:{id}"),
+            ("SADD", "{user:7}:cart", "{user:{id}}:cart"),
+            ("GET", "stats-2024-05-01", "stats-{id}-{id}-{id}"),
+            ("GET", "feature-flags", "feature-flags"),
+            ("PING", "", ""),
+            ("CLIENT SETNAME", "", ""),
+            ("GET", "::", "::"),
+            ("GET", "ключ:42", "ключ:{id}"),
         ];
         for (method, raw, want) in cases {
             assert_eq!(

@@ -1,0 +1,294 @@
+//! Live capture of Redis: a real redis-server started by the test, real clients (redis-benchmark,
+//! redis-cli) and hand-timed RESP clients, compared with what the clients did. Needs root.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+/// A redis-server of the test's own on a free port (no persistence), killed on drop.
+struct RedisServer {
+    child: Child,
+    port: u16,
+}
+
+impl RedisServer {
+    fn start() -> RedisServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed (scripts/deps installs it)");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        RedisServer { child, port }
+    }
+
+    fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli is installed");
+        assert!(out.status.success(), "redis-cli {args:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A command as clients send it: an array of bulk strings.
+fn resp(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// Reads one reply; returns its first line (type byte included).
+fn read_reply(r: &mut BufReader<TcpStream>) -> String {
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    let head = line.trim_end().to_owned();
+    match head.as_bytes().first() {
+        Some(b'$') => {
+            let n: i64 = head[1..].parse().unwrap();
+            if n >= 0 {
+                let mut body = vec![0u8; n as usize + 2];
+                r.read_exact(&mut body).unwrap();
+            }
+        }
+        Some(b'*') => {
+            let n: i64 = head[1..].parse().unwrap();
+            for _ in 0..n.max(0) {
+                read_reply(r);
+            }
+        }
+        _ => {}
+    }
+    head
+}
+
+fn side<'a>(calls: &[&'a Value], side: &str) -> Vec<&'a Value> {
+    calls
+        .iter()
+        .copied()
+        .filter(|c| c["side"] == side)
+        .collect()
+}
+
+fn count(calls: &[&Value], method: &str) -> usize {
+    calls.iter().filter(|c| c["method"] == method).count()
+}
+
+/// redis-benchmark pipelining 16 commands per write on 4 connections: every SET and GET it
+/// reports counted once on each side, with the key as the resource.
+#[test]
+fn pipelined_commands_are_counted_exactly_on_both_sides() {
+    require_root();
+    let server = RedisServer::start();
+    let port = server.port.to_string();
+    let ebtop = Ebtop::start(&["--json", "--port", &port]);
+    const N: usize = 2000;
+    let out = Command::new("redis-benchmark")
+        .args(["-p", &port, "-n", &N.to_string(), "-c", "4", "-P", "16"])
+        .args(["-t", "set,get", "--csv"])
+        .output()
+        .expect("redis-benchmark is installed");
+    assert!(out.status.success());
+    // Its own report: one row per test with the number of requests it completed.
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains("\"SET\"") && report.contains("\"GET\""),
+        "{report}"
+    );
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    for s in ["client", "server"] {
+        let mine = side(&calls, s);
+        assert_eq!(count(&mine, "SET"), N, "{s} SET calls");
+        assert_eq!(count(&mine, "GET"), N, "{s} GET calls");
+        for c in mine
+            .iter()
+            .filter(|c| c["method"] == "SET" || c["method"] == "GET")
+        {
+            assert_eq!(c["proto"], "redis");
+            assert_eq!(c["resource"], "key:__rand_int__", "{c}");
+            assert_eq!(c["outcome"], "ok", "{c}");
+        }
+    }
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
+    assert_eq!(summary["parse"]["damaged_messages"], 0, "{summary}");
+    assert_eq!(summary["parse"]["unmatched_responses"], 0, "{summary}");
+    assert_eq!(summary["parse"]["desyncs"], 0, "{summary}");
+}
+
+/// Error replies, a 3 MB value far beyond the snaplen, pub/sub pushes, MULTI/EXEC and a blocking
+/// command whose latency is the wait, each checked against what the client saw and timed.
+#[test]
+fn errors_large_values_pushes_and_blocking_waits_are_exact() {
+    require_root();
+    let server = RedisServer::start();
+    let port = server.port.to_string();
+    let ebtop = Ebtop::start(&["--json", "--port", &port]);
+
+    let s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    // A wrong type: an error reply the client sees.
+    w.write_all(&resp(&[b"SET", b"text:1", b"hello"])).unwrap();
+    assert_eq!(read_reply(&mut r), "+OK");
+    w.write_all(&resp(&[b"INCR", b"text:1"])).unwrap();
+    assert!(read_reply(&mut r).starts_with("-ERR"));
+    w.write_all(&resp(&[b"LPUSH", b"text:1", b"x"])).unwrap();
+    assert!(read_reply(&mut r).starts_with("-WRONGTYPE"));
+    // 3 MB value: written and read back whole.
+    const BIG: usize = 3 << 20;
+    let value = vec![b'v'; BIG];
+    w.write_all(&resp(&[b"SET", b"blob:7", &value])).unwrap();
+    assert_eq!(read_reply(&mut r), "+OK");
+    w.write_all(&resp(&[b"GET", b"blob:7"])).unwrap();
+    assert_eq!(read_reply(&mut r), format!("${BIG}"));
+    // A transaction: MULTI, two queued commands, EXEC.
+    for cmd in [
+        resp(&[b"MULTI"]),
+        resp(&[b"INCR", b"n:1"]),
+        resp(&[b"INCR", b"n:1"]),
+        resp(&[b"EXEC"]),
+    ] {
+        w.write_all(&cmd).unwrap();
+        read_reply(&mut r);
+    }
+
+    // Pub/sub: one subscriber, PUBLISHED messages arrive as pushes with no request.
+    const MSGS: usize = 25;
+    let sub = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let mut sub_w = sub.try_clone().unwrap();
+    let mut sub_r = BufReader::new(sub);
+    sub_w.write_all(&resp(&[b"SUBSCRIBE", b"news"])).unwrap();
+    assert_eq!(read_reply(&mut sub_r), "*3");
+    for i in 0..MSGS {
+        let msg = format!("m{i}");
+        w.write_all(&resp(&[b"PUBLISH", b"news", msg.as_bytes()]))
+            .unwrap();
+        assert_eq!(read_reply(&mut r), ":1");
+        assert_eq!(read_reply(&mut sub_r), "*3");
+    }
+
+    // A blocking pop answered 200 ms later by another client: the call's latency is the wait.
+    const WAIT: Duration = Duration::from_millis(200);
+    let blocked = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let mut bw = blocked.try_clone().unwrap();
+    let mut br = BufReader::new(blocked);
+    let pusher = {
+        let port = server.port;
+        std::thread::spawn(move || {
+            std::thread::sleep(WAIT);
+            let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            s.write_all(&resp(&[b"RPUSH", b"jobs", b"j1"])).unwrap();
+            let mut buf = [0u8; 16];
+            let _ = s.read(&mut buf).unwrap();
+        })
+    };
+    let t = Instant::now();
+    bw.write_all(&resp(&[b"BLPOP", b"jobs", b"5"])).unwrap();
+    assert_eq!(read_reply(&mut br), "*2");
+    let client_timed = t.elapsed();
+    pusher.join().unwrap();
+    // A real client program too.
+    assert_eq!(server.cli(&["PING"]).trim(), "PONG");
+    drop((w, r, sub_w, sub_r, bw, br));
+
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    let client = side(&calls, "client");
+    let server_side = side(&calls, "server");
+    for (name, mine) in [("client", &client), ("server", &server_side)] {
+        let find = |method: &str, resource: &str| -> Vec<&Value> {
+            mine.iter()
+                .copied()
+                .filter(|c| c["method"] == method && c["resource"] == resource)
+                .collect()
+        };
+        assert!(mine.iter().all(|c| c["proto"] == "redis"), "{name}");
+        let incr = find("INCR", "text:1");
+        assert_eq!(incr.len(), 1, "{name}: {mine:#?}");
+        assert_eq!(incr[0]["outcome"], "server_error");
+        assert_eq!(incr[0]["status_text"], "ERR");
+        let lpush = find("LPUSH", "text:1");
+        assert_eq!(lpush.len(), 1);
+        assert_eq!(lpush[0]["outcome"], "server_error");
+        assert_eq!(lpush[0]["status_text"], "WRONGTYPE");
+        let get = find("GET", "blob:7");
+        assert_eq!(get.len(), 1);
+        let head = format!("${BIG}\r\n");
+        assert_eq!(
+            get[0]["resp_bytes"].as_u64().unwrap(),
+            (head.len() + BIG + 2) as u64,
+            "the whole reply, framed by its length"
+        );
+        assert_eq!(get[0]["truncated"], true);
+        let set = find("SET", "blob:7");
+        assert_eq!(set.len(), 1);
+        assert_eq!(
+            set[0]["req_bytes"].as_u64().unwrap(),
+            resp(&[b"SET", b"blob:7", &value]).len() as u64
+        );
+        assert_eq!(find("INCR", "n:1").len(), 2, "{name}: queued commands");
+        assert_eq!(count(mine, "MULTI"), 1);
+        assert_eq!(count(mine, "EXEC"), 1);
+        assert_eq!(count(mine, "PUBLISH"), MSGS);
+        assert_eq!(count(mine, "SUBSCRIBE"), 1);
+        assert_eq!(count(mine, "PING"), 1);
+        assert_eq!(find("RPUSH", "jobs").len(), 1);
+        let blpop = find("BLPOP", "jobs");
+        assert_eq!(blpop.len(), 1);
+        let lat = Duration::from_nanos(blpop[0]["latency_ns"].as_u64().unwrap());
+        // The server answers only after the push, which comes WAIT after the pop was sent; the
+        // kernel's span of either side lies inside the client's own timing.
+        assert!(
+            lat <= client_timed,
+            "{name} {lat:?} > client's {client_timed:?}"
+        );
+        if name == "client" {
+            assert!(lat >= WAIT, "client span {lat:?} shorter than the wait");
+        }
+    }
+    assert!(
+        client.iter().any(|c| c["comm"] == "redis-cli"),
+        "redis-cli's PING"
+    );
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
+    assert_eq!(summary["parse"]["unmatched_responses"], 0, "{summary}");
+    assert_eq!(summary["parse"]["damaged_messages"], 0, "{summary}");
+    // Each message reached the subscriber as a push: once leaving the server, once arriving.
+    assert_eq!(
+        summary["parse"]["pushes"].as_u64().unwrap(),
+        2 * MSGS as u64,
+        "{summary}"
+    );
+}
