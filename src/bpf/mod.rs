@@ -42,8 +42,10 @@ pub fn with_kernel_infer<R>(
         let n = bytes.len().min(16);
         input[..4].copy_from_slice(&(bytes.len().min(u32::MAX as usize) as u32).to_ne_bytes());
         input[4..4 + n].copy_from_slice(&bytes[..n]);
-        let mut run_in = libbpf_rs::ProgramInput::default();
-        run_in.context_in = Some(&mut input);
+        let run_in = libbpf_rs::ProgramInput {
+            context_in: Some(&mut input),
+            ..Default::default()
+        };
         let out = skel
             .progs
             .infer
