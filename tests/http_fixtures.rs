@@ -1,63 +1,14 @@
 //! The HTTP/1 parser on real bytes with real syscall boundaries (tests/fixtures/http/*.seg,
 //! captured from curl, wrk, nc, python and nginx), through the whole user-space pipeline.
 
-use std::io;
+mod common;
 
-use ebtop::call::Call;
-use ebtop::conntrack::TrackerConfig;
-use ebtop::event::{EventBuilder, EventKind};
-use ebtop::pipeline::Pipeline;
-use ebtop::procinfo::{ProcInfo, ProcessTable};
+use common::fixtures::run;
+
 use ebtop::segfile::{SegFile, Side};
-use ebtop::session::{KernelCounters, SessionMeta, Summary};
-use ebtop::sink::Sink;
-
-#[derive(Default)]
-struct Collect(Vec<Call>);
-
-impl Sink for Collect {
-    fn meta(&mut self, _: &SessionMeta) -> io::Result<()> {
-        Ok(())
-    }
-    fn process(&mut self, _: &ProcInfo) -> io::Result<()> {
-        Ok(())
-    }
-    fn call(&mut self, c: &Call) -> io::Result<()> {
-        self.0.push(c.clone());
-        Ok(())
-    }
-    fn lost(&mut self, _: u64, _: &ebtop::sink::Loss) -> io::Result<()> {
-        Ok(())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-    fn summary(&mut self, _: &Summary) -> io::Result<()> {
-        Ok(())
-    }
-}
 
 fn load(name: &str) -> SegFile {
-    let path = format!("{}/tests/fixtures/http/{name}", env!("CARGO_MANIFEST_DIR"));
-    SegFile::parse(&std::fs::read(&path).unwrap()).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-/// Runs a fixture (then a close) through the pipeline with an optional snaplen cut.
-fn run(f: &SegFile, snaplen: Option<usize>) -> (Vec<Call>, Summary) {
-    let mut p = Pipeline::new(
-        TrackerConfig::default(),
-        ProcessTable::new(false),
-        Collect::default(),
-    );
-    for rec in f.records(7, snaplen) {
-        p.on_record(&rec).unwrap();
-    }
-    let close = EventBuilder::lifecycle(EventKind::Close, 7)
-        .times(u64::MAX / 4, u64::MAX / 4)
-        .build(b"");
-    p.on_record(&close).unwrap();
-    let (sink, summary) = p.finish(&KernelCounters::default(), 1).unwrap();
-    (sink.0, summary)
+    common::fixtures::load("http", name)
 }
 
 /// (method, resource, status) of each expected call, in order.
