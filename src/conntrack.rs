@@ -258,6 +258,7 @@ impl ConnTracker {
                 total_len: ev.total_len,
                 start_ns: ev.start_ns,
                 end_ns: ev.end_ns,
+                peer: (conn.transport == Transport::Datagram).then_some(conn.peer),
             };
             p.on_segment(&seg, &mut self.scratch, &mut self.parse);
         }

@@ -23,6 +23,8 @@ struct Row {
     bytes: Vec<u8>,
     /// From a real program (corpus.tsv), not written by hand.
     real: bool,
+    /// Sent on a datagram socket (its origin says `udp`): the kernel's rule is told so.
+    dgram: bool,
 }
 
 fn load(file: &str, real: bool) -> Vec<Row> {
@@ -47,6 +49,7 @@ fn load(file: &str, real: bool) -> Vec<Row> {
                 speaker: f[2].to_owned(),
                 bytes,
                 real,
+                dgram: f[1].to_ascii_lowercase().contains("udp"),
             }
         })
         .collect()
@@ -82,7 +85,7 @@ fn no_first_payload_is_taken_for_another_protocol() {
     ebtop::bpf::with_kernel_infer(|kernel| {
         for r in &rows {
             let expected = supported(&r.label);
-            let k = kernel(&r.bytes).expect("test run");
+            let k = kernel(&r.bytes, r.dgram).expect("test run");
             let k_proto = Protocol::ALL
                 .iter()
                 .find(|p| p.kernel_id() == Some(k))
@@ -132,10 +135,14 @@ fn random_bytes_are_recognised_as_nothing() {
         for _ in 0..20_000 {
             let len = 1 + (rng.next() % 16) as usize;
             let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
-            let k = kernel(&bytes).expect("test run");
             let user = detect(&bytes).map(|s| s.proto);
-            if k != KERNEL_UNKNOWN || user.is_some() {
-                hits.push(format!("{bytes:02x?}: kernel {k}, user space {user:?}"));
+            for dgram in [false, true] {
+                let k = kernel(&bytes, dgram).expect("test run");
+                if k != KERNEL_UNKNOWN || user.is_some() {
+                    hits.push(format!(
+                        "{bytes:02x?} (datagram: {dgram}): kernel {k}, user space {user:?}"
+                    ));
+                }
             }
         }
     })

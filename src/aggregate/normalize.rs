@@ -23,6 +23,9 @@ pub enum ResourceKind {
     Sql,
     /// A command and its key (Redis): `COMMAND key-template`.
     Command,
+    /// A DNS question, `TYPE name`: names are kept (they are what is looked up), except the
+    /// address labels of reverse lookups (`PTR {addr}.in-addr.arpa`).
+    DnsQuestion,
 }
 
 /// The resource shape of each protocol. Exhaustive on purpose: a new protocol does not compile
@@ -31,6 +34,7 @@ pub fn resource_kind(proto: Protocol) -> ResourceKind {
     match proto {
         Protocol::Http => ResourceKind::UrlPath,
         Protocol::Redis => ResourceKind::Command,
+        Protocol::Dns => ResourceKind::DnsQuestion,
     }
 }
 
@@ -43,6 +47,21 @@ pub fn normalize(proto: Protocol, method: &str, resource: &str, keep_raw: bool) 
     normalize_kind(resource_kind(proto), method, resource)
 }
 
+/// `PTR 1.0.0.127.in-addr.arpa` → `PTR {addr}.in-addr.arpa`; other questions unchanged.
+fn normalize_dns_question(resource: &str) -> String {
+    for zone in [".in-addr.arpa", ".ip6.arpa"] {
+        if let Some((ty, name)) = resource.split_once(' ') {
+            let bare = name.split(' ').next().unwrap_or(name);
+            if let Some(addr) = bare.strip_suffix(zone) {
+                if !addr.is_empty() && addr.bytes().all(|c| c.is_ascii_hexdigit() || c == b'.') {
+                    return format!("{ty} {{addr}}{zone}{}", &name[bare.len()..]);
+                }
+            }
+        }
+    }
+    resource.to_owned()
+}
+
 /// [`normalize`] for a resource shape; lets parsers not yet in [`Protocol`] be tested.
 pub fn normalize_kind(kind: ResourceKind, method: &str, resource: &str) -> String {
     let out = match kind {
@@ -51,6 +70,7 @@ pub fn normalize_kind(kind: ResourceKind, method: &str, resource: &str) -> Strin
         ResourceKind::UrlPath => normalize_url_path(resource),
         ResourceKind::Sql => normalize_sql(resource),
         ResourceKind::Command => normalize_command(method, resource),
+        ResourceKind::DnsQuestion => normalize_dns_question(resource),
     };
     match truncated(&out).len() {
         n if n == out.len() => out,

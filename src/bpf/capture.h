@@ -126,12 +126,13 @@ static __always_inline __u64 verifier_mask(__u64 v, __u64 mask)
 	return v;
 }
 
-/* Reads the first (up to 8) payload bytes of the first buffer and recognises the protocol. */
-static __always_inline __u8 infer_protocol_at(__u8 source, __u64 ptr, __u64 cnt, __u32 limit)
+/* Reads the first (up to 15) payload bytes of the first buffer and recognises the protocol. */
+static __always_inline __u8 infer_protocol_at(__u8 source, __u64 ptr, __u64 cnt, __u32 limit,
+					      bool dgram)
 {
 	__u8 head[16] = {};
 	__u64 base = ptr;
-	__u64 n = limit < 8 ? limit : 8;
+	__u64 n = limit < 15 ? limit : 15;
 	if (source == SRC_IOV) {
 		struct ebtop_iovec iov;
 		if (cnt == 0 || bpf_probe_read_user(&iov, sizeof(iov), (void *)ptr))
@@ -144,7 +145,7 @@ static __always_inline __u8 infer_protocol_at(__u8 source, __u64 ptr, __u64 cnt,
 	}
 	if (n == 0 || bpf_probe_read_user(head, verifier_mask(n, 15), (void *)base))
 		return EBTOP_PROTO_UNKNOWN;
-	return infer_protocol(head, n);
+	return infer_protocol(head, n, dgram);
 }
 
 struct iov_walk {
@@ -211,14 +212,14 @@ static __always_inline __u32 copy_payload(__u32 cpu, __u8 *data, __u8 source, __
  * Returns EBTOP_PROTO_UNKNOWN when nothing is to be delivered (unless capture_all).
  */
 static __always_inline __u8 select_protocol(__u8 *conn_proto, __u8 source, __u64 ptr, __u64 cnt,
-					    __u32 limit, __u64 len, bool *deliver)
+					    __u32 limit, __u64 len, bool dgram, bool *deliver)
 {
 	__u8 proto = *conn_proto;
 	*deliver = false;
 	if (proto == EBTOP_PROTO_FILTERED)
 		return proto;
 	if (!capture_all && proto == EBTOP_PROTO_UNKNOWN) {
-		proto = infer_protocol_at(source, ptr, cnt, limit);
+		proto = infer_protocol_at(source, ptr, cnt, limit, dgram);
 		if (proto == EBTOP_PROTO_UNKNOWN) {
 			count(EBTOP_CNT_SKIPPED_UNKNOWN, 1);
 			count(EBTOP_CNT_SKIPPED_BYTES, len);

@@ -13,8 +13,9 @@ char LICENSE[] SEC("license") = "GPL";
 
 /* Layout shared with src/bpf/mod.rs (`kernel_infer`). */
 struct infer_input {
-	__u32 len; /* bytes captured; the rule sees at most 8 */
+	__u32 len; /* bytes captured; the rule sees at most 15 */
 	__u8 bytes[16];
+	__u32 dgram; /* 1: the first payload of a datagram socket */
 };
 
 SEC("syscall")
@@ -22,6 +23,6 @@ int infer(struct infer_input *in)
 {
 	__u8 head[16] = {};
 	__builtin_memcpy(head, in->bytes, 16);
-	__u32 n = in->len < 8 ? in->len : 8;
-	return infer_protocol(head, n);
+	__u32 n = in->len < 15 ? in->len : 15;
+	return infer_protocol(head, n, in->dgram != 0);
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Protocol recognition from the first (up to 8) bytes of a connection's first payload: cheap,
+ * Protocol recognition from the first (up to 15) bytes of a connection's first payload: cheap,
  * and allowed to be wrong the safe way (user space confirms before any call is counted, and a
  * connection recognised as nothing is only counted, never copied). One rule per protocol;
  * infer.bpf.c runs this very code on a labelled corpus in the tests (the confusion matrix).
@@ -58,8 +58,46 @@ static __always_inline bool is_redis(const __u8 *p, __u32 n)
 	       starts_with(p, n, "-WRONGTY", 8);
 }
 
-/* Recognises the start of a known protocol's message from its first (up to 8) bytes. */
-static __always_inline __u8 infer_protocol(const __u8 *p, __u32 n)
+/*
+ * A DNS header (RFC 1035) at h, `avail` bytes of it captured: opcode QUERY, Z clear, exactly
+ * one question; a query also has no answer or authority records, at most 2 additional ones
+ * (EDNS OPT, TSIG), rcode 0 and none of AA, TC, RA; a response at most 1024 records. The
+ * question's first label is at most 63 bytes (if captured). User space's rule
+ * (protocols/dns.rs) is this plus the whole question.
+ */
+static __always_inline bool dns_header_ok(const __u8 *h, __u32 avail)
+{
+	if (avail < 12)
+		return false;
+	if ((h[2] & 0x78) || (h[3] & 0x40) || h[4] || h[5] != 1)
+		return false;
+	if (h[2] & 0x80) {
+		__u32 records = ((__u32)h[6] << 8 | h[7]) + ((__u32)h[8] << 8 | h[9]) +
+				((__u32)h[10] << 8 | h[11]);
+		if (records > 1024)
+			return false;
+	} else if ((h[2] & 0x06) || (h[3] & 0x8f) || h[6] || h[7] || h[8] || h[9] || h[10] ||
+		   h[11] > 2) {
+		return false;
+	}
+	return avail < 13 || h[12] <= 63;
+}
+
+/* DNS: a datagram is one message; on a stream each message follows its 2-byte length. */
+static __always_inline bool is_dns(const __u8 *p, __u32 n, bool dgram)
+{
+	if (dgram)
+		return dns_header_ok(p, n);
+	if (n < 14 || ((__u32)p[0] << 8 | p[1]) < 17)
+		return false;
+	return dns_header_ok(p + 2, n - 2);
+}
+
+/*
+ * Recognises the start of a known protocol's message from its first (up to 15) bytes of a
+ * stream's or datagram socket's (`dgram`) payload.
+ */
+static __always_inline __u8 infer_protocol(const __u8 *p, __u32 n, bool dgram)
 {
 	if (starts_with(p, n, "GET ", 4) || starts_with(p, n, "POST ", 5) ||
 	    starts_with(p, n, "PUT ", 4) || starts_with(p, n, "HEAD ", 5) ||
@@ -69,6 +107,8 @@ static __always_inline __u8 infer_protocol(const __u8 *p, __u32 n)
 		return EBTOP_PROTO_HTTP1;
 	if (is_redis(p, n))
 		return EBTOP_PROTO_REDIS;
+	if (is_dns(p, n, dgram))
+		return EBTOP_PROTO_DNS;
 	return EBTOP_PROTO_UNKNOWN;
 }
 

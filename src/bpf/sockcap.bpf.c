@@ -361,7 +361,8 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	__u32 limit = len < snaplen ? (__u32)len : snaplen;
 	/* A length-only first send cannot be recognised: counted as skipped. */
 	bool deliver;
-	__u8 proto = select_protocol(&st->proto, c.source, c.arg, c.arg2, limit, len, &deliver);
+	__u8 proto = select_protocol(&st->proto, c.source, c.arg, c.arg2, limit, len,
+				     sock_type == SOCK_DGRAM, &deliver);
 	if (!deliver)
 		return 0;
 	if (!st->delivered) {

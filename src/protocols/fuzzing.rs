@@ -10,10 +10,18 @@ use crate::event::Direction;
 pub fn drive(data: &[u8]) -> usize {
     let mut calls = 0;
     for spec in PROTOCOLS {
-        for depth in [ParseDepth::Shallow, ParseDepth::Full] {
+        // Datagram framing only means something to DNS: each segment is a whole message.
+        for (depth, transport) in [
+            (ParseDepth::Shallow, Transport::Stream),
+            (ParseDepth::Full, Transport::Stream),
+            (ParseDepth::Full, Transport::Datagram),
+        ] {
+            if transport == Transport::Datagram && spec.proto != super::Protocol::Dns {
+                continue;
+            }
             let mut p = (spec.new_parser)(&ParserConfig {
                 depth,
-                transport: Transport::Stream,
+                transport,
                 // Full depth also keeps (and redacts) message heads, as the TUI asks.
                 keep_head: if depth == ParseDepth::Full { 64 } else { 0 },
             });
@@ -42,6 +50,7 @@ pub fn drive(data: &[u8]) -> usize {
                             total_len: payload.len() as u64 + extra,
                             start_ns: now,
                             end_ns: now + 10,
+                            peer: None,
                         };
                         fed[dir.index()] += seg.total_len;
                         p.on_segment(&seg, &mut out, &mut stats);
@@ -62,6 +71,7 @@ pub fn drive(data: &[u8]) -> usize {
                             total_len: payload.len() as u64,
                             start_ns: now,
                             end_ns: now + 10,
+                            peer: None,
                         };
                         fed[dir.index()] += seg.total_len;
                         p.on_segment(&seg, &mut out, &mut stats);

@@ -1066,6 +1066,7 @@ mod tests {
                 total_len: total,
                 start_ns: self.now,
                 end_ns: self.now + 500,
+                peer: None,
             };
             self.p.on_segment(&seg, &mut self.calls, &mut self.stats);
             self

@@ -114,6 +114,14 @@ impl<R> ById<R> {
     pub fn is_empty(&self) -> bool {
         self.pending.is_empty()
     }
+    /// Drops the pending requests `keep` rejects (e.g. timed out); returns how many. O(n).
+    pub fn retain(&mut self, mut keep: impl FnMut(&R) -> bool) -> usize {
+        let before = self.pending.len();
+        self.pending.retain(|_, r| keep(r));
+        let pending = &self.pending;
+        self.order.retain(|k| pending.contains_key(k));
+        before - self.pending.len()
+    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //! (DNS, Kafka: see [`matching`]) or by stream (HTTP/2) — and emits [`L7Call`]s. Adding a protocol
 //! means one file here, an entry in [`PROTOCOLS`], and its tests.
 
+pub mod dns;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http1;
@@ -22,15 +23,17 @@ use crate::event::Direction;
 pub enum Protocol {
     Http,
     Redis,
+    Dns,
 }
 
 impl Protocol {
-    pub const ALL: &'static [Protocol] = &[Protocol::Http, Protocol::Redis];
+    pub const ALL: &'static [Protocol] = &[Protocol::Http, Protocol::Redis, Protocol::Dns];
 
     pub fn name(self) -> &'static str {
         match self {
             Protocol::Http => "http",
             Protocol::Redis => "redis",
+            Protocol::Dns => "dns",
         }
     }
 
@@ -46,6 +49,7 @@ impl Protocol {
         match self {
             Protocol::Http => Some(1),
             Protocol::Redis => Some(2),
+            Protocol::Dns => Some(4),
         }
     }
 }
@@ -131,6 +135,9 @@ pub struct Segment<'a> {
     pub total_len: u64,
     pub start_ns: u64,
     pub end_ns: u64,
+    /// The peer a datagram came from or went to (datagram sockets; None on streams, where
+    /// the connection has one peer).
+    pub peer: Option<std::net::SocketAddr>,
 }
 
 /// When and how much: the syscalls that carried one message.
@@ -189,8 +196,9 @@ pub struct L7Call {
     pub version: &'static str,
     /// Numeric status (HTTP).
     pub status: Option<u32>,
-    /// Status as a word, for protocols whose errors are named rather than numbered (Redis:
-    /// the error reply's prefix, `WRONGTYPE`); None when the call succeeded or has `status`.
+    /// Status as a word, for protocols whose statuses are named rather than numbered (Redis:
+    /// the error reply's prefix, `WRONGTYPE`, None when the call succeeded; DNS: the rcode's
+    /// name, `NOERROR` included); None for protocols with a numeric `status`.
     pub status_text: Option<String>,
     pub outcome: Outcome,
     pub req: MessageSpan,
@@ -218,7 +226,8 @@ pub struct ParseStats {
     pub unparsed_bytes: u64,
     /// Responses with no request to pair with (e.g. request sent before ebtop started).
     pub unmatched_responses: u64,
-    /// Requests still waiting for a response when the connection ended.
+    /// Requests still waiting for a response when the connection ended (DNS: also queries
+    /// unanswered after `dns::QUERY_TIMEOUT_NS`, retried with the same id, or evicted).
     pub unanswered_requests: u64,
     /// Calls whose response end was inferred rather than seen.
     pub inferred_ends: u64,
@@ -268,7 +277,7 @@ pub struct ProtocolSpec {
 }
 
 /// Every protocol ebtop knows, tried in order.
-pub static PROTOCOLS: &[ProtocolSpec] = &[http1::SPEC, redis::SPEC];
+pub static PROTOCOLS: &[ProtocolSpec] = &[http1::SPEC, redis::SPEC, dns::SPEC];
 
 /// The protocol whose start `payload` looks like, if any.
 pub fn detect(payload: &[u8]) -> Option<&'static ProtocolSpec> {

@@ -2256,6 +2256,7 @@ mod tests {
                 total_len: total,
                 start_ns: self.now,
                 end_ns: self.now + 500,
+                peer: None,
             };
             self.fed[dir.index()] = self.fed[dir.index()].saturating_add(total);
             self.p.on_segment(&seg, &mut self.calls, &mut self.stats);
