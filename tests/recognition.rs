@@ -85,7 +85,7 @@ fn no_first_payload_is_taken_for_another_protocol() {
     ebtop::bpf::with_kernel_infer(|kernel| {
         for r in &rows {
             let expected = supported(&r.label);
-            let k = kernel(&r.bytes, r.dgram).expect("test run");
+            let k = kernel(&r.bytes, r.dgram, 0).expect("test run");
             let k_proto = Protocol::ALL
                 .iter()
                 .find(|p| p.kernel_id() == Some(k))
@@ -137,7 +137,7 @@ fn random_bytes_are_recognised_as_nothing() {
             let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
             let user = detect(&bytes).map(|s| s.proto);
             for dgram in [false, true] {
-                let k = kernel(&bytes, dgram).expect("test run");
+                let k = kernel(&bytes, dgram, 0).expect("test run");
                 if k != KERNEL_UNKNOWN || user.is_some() {
                     hits.push(format!(
                         "{bytes:02x?} (datagram: {dgram}): kernel {k}, user space {user:?}"

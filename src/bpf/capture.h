@@ -126,11 +126,16 @@ static __always_inline __u64 verifier_mask(__u64 v, __u64 mask)
 	return v;
 }
 
-/* Reads the first (up to 15) payload bytes of the first buffer and recognises the protocol. */
+/*
+ * Reads the first (up to 15) payload bytes of the first buffer and recognises the protocol.
+ * A first iovec of exactly 2 bytes (a length prefix written apart, as DNS-over-TCP clients do
+ * with writev) is read together with the start of the second. `pos` is the stream position
+ * of these bytes.
+ */
 static __always_inline __u8 infer_protocol_at(__u8 source, __u64 ptr, __u64 cnt, __u32 limit,
-					      bool dgram)
+					      bool dgram, __u64 pos)
 {
-	__u8 head[16] = {};
+	__u8 head[32] = {}; /* room for 2 + a masked 15 */
 	__u64 base = ptr;
 	__u64 n = limit < 15 ? limit : 15;
 	if (source == SRC_IOV) {
@@ -138,6 +143,19 @@ static __always_inline __u8 infer_protocol_at(__u8 source, __u64 ptr, __u64 cnt,
 		if (cnt == 0 || bpf_probe_read_user(&iov, sizeof(iov), (void *)ptr))
 			return EBTOP_PROTO_UNKNOWN;
 		base = (__u64)iov.iov_base;
+		if (iov.iov_len == 2 && cnt > 1 && n > 2) {
+			struct ebtop_iovec next;
+			if (bpf_probe_read_user(head, 2, (void *)base) ||
+			    bpf_probe_read_user(&next, sizeof(next), (void *)(ptr + sizeof(iov))))
+				return EBTOP_PROTO_UNKNOWN;
+			__u64 more = n - 2;
+			if (next.iov_len < more)
+				more = next.iov_len;
+			if (more && bpf_probe_read_user(head + 2, verifier_mask(more, 15),
+							(void *)next.iov_base))
+				return EBTOP_PROTO_UNKNOWN;
+			return infer_protocol(head, 2 + more, dgram, pos);
+		}
 		if (iov.iov_len < n)
 			n = iov.iov_len;
 	} else if (source != SRC_BUF) {
@@ -145,7 +163,7 @@ static __always_inline __u8 infer_protocol_at(__u8 source, __u64 ptr, __u64 cnt,
 	}
 	if (n == 0 || bpf_probe_read_user(head, verifier_mask(n, 15), (void *)base))
 		return EBTOP_PROTO_UNKNOWN;
-	return infer_protocol(head, n, dgram);
+	return infer_protocol(head, n, dgram, pos);
 }
 
 struct iov_walk {
@@ -212,14 +230,15 @@ static __always_inline __u32 copy_payload(__u32 cpu, __u8 *data, __u8 source, __
  * Returns EBTOP_PROTO_UNKNOWN when nothing is to be delivered (unless capture_all).
  */
 static __always_inline __u8 select_protocol(__u8 *conn_proto, __u8 source, __u64 ptr, __u64 cnt,
-					    __u32 limit, __u64 len, bool dgram, bool *deliver)
+					    __u32 limit, __u64 len, bool dgram, __u64 pos,
+					    bool *deliver)
 {
 	__u8 proto = *conn_proto;
 	*deliver = false;
 	if (proto == EBTOP_PROTO_FILTERED)
 		return proto;
 	if (!capture_all && proto == EBTOP_PROTO_UNKNOWN) {
-		proto = infer_protocol_at(source, ptr, cnt, limit, dgram);
+		proto = infer_protocol_at(source, ptr, cnt, limit, dgram, pos);
 		if (proto == EBTOP_PROTO_UNKNOWN) {
 			count(EBTOP_CNT_SKIPPED_UNKNOWN, 1);
 			count(EBTOP_CNT_SKIPPED_BYTES, len);

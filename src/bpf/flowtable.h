@@ -194,15 +194,20 @@ static __always_inline bool flow_note_owner(struct sock *sk)
 /*
  * A UDP datagram of `len` bytes was sent (tx) or received by a syscall on `sk`: counted per
  * (socket, peer). The peer is the one the cgroup sendmsg/recvmsg hooks stashed for this thread
- * in the same syscall (unconnected sockets), else the connected address.
+ * in the same syscall (unconnected sockets), else the connected address. A stashed peer is
+ * also copied to `*stashed` (if given): the only source of a received datagram's sender at
+ * this point, as the syscall copies it to the caller only after the receive.
  */
-static __always_inline void flow_count_udp(struct sock *sk, __u16 family, int len, bool tx)
+static __always_inline void flow_count_udp(struct sock *sk, __u16 family, int len, bool tx,
+					   struct peer_stash *stashed)
 {
 	struct ebtop_udp_key k = {};
 	k.sk = (__u64)sk;
 	__u64 id = bpf_get_current_pid_tgid();
 	struct peer_stash *p = bpf_map_lookup_elem(&udp_peer, &id);
 	if (p && p->sk == k.sk) {
+		if (stashed)
+			*stashed = *p;
 		__builtin_memcpy(k.raddr, p->addr, 16);
 		k.rport = p->port;
 		k.family = p->family;

@@ -16,6 +16,7 @@ struct infer_input {
 	__u32 len; /* bytes captured; the rule sees at most 15 */
 	__u8 bytes[16];
 	__u32 dgram; /* 1: the first payload of a datagram socket */
+	__u32 pos;   /* stream position of these bytes */
 };
 
 SEC("syscall")
@@ -24,5 +25,5 @@ int infer(struct infer_input *in)
 	__u8 head[16] = {};
 	__builtin_memcpy(head, in->bytes, 16);
 	__u32 n = in->len < 15 ? in->len : 15;
-	return infer_protocol(head, n, in->dgram != 0);
+	return infer_protocol(head, n, in->dgram != 0, in->pos);
 }

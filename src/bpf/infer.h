@@ -83,10 +83,14 @@ static __always_inline bool dns_header_ok(const __u8 *h, __u32 avail)
 	return avail < 13 || h[12] <= 63;
 }
 
-/* DNS: a datagram is one message; on a stream each message follows its 2-byte length. */
-static __always_inline bool is_dns(const __u8 *p, __u32 n, bool dgram)
+/*
+ * DNS: a datagram is one message; on a stream each message follows its 2-byte length, which a
+ * server may read apart (dnsmasq reads it a byte at a time): a header at stream position 2 is
+ * taken as the first message.
+ */
+static __always_inline bool is_dns(const __u8 *p, __u32 n, bool dgram, __u64 pos)
 {
-	if (dgram)
+	if (dgram || pos == 2)
 		return dns_header_ok(p, n);
 	if (n < 14 || ((__u32)p[0] << 8 | p[1]) < 17)
 		return false;
@@ -94,10 +98,10 @@ static __always_inline bool is_dns(const __u8 *p, __u32 n, bool dgram)
 }
 
 /*
- * Recognises the start of a known protocol's message from its first (up to 15) bytes of a
- * stream's or datagram socket's (`dgram`) payload.
+ * Recognises the start of a known protocol's message from the first (up to 15) bytes of a
+ * payload of a stream or datagram socket (`dgram`), at stream position `pos`.
  */
-static __always_inline __u8 infer_protocol(const __u8 *p, __u32 n, bool dgram)
+static __always_inline __u8 infer_protocol(const __u8 *p, __u32 n, bool dgram, __u64 pos)
 {
 	if (starts_with(p, n, "GET ", 4) || starts_with(p, n, "POST ", 5) ||
 	    starts_with(p, n, "PUT ", 4) || starts_with(p, n, "HEAD ", 5) ||
@@ -107,7 +111,7 @@ static __always_inline __u8 infer_protocol(const __u8 *p, __u32 n, bool dgram)
 		return EBTOP_PROTO_HTTP1;
 	if (is_redis(p, n))
 		return EBTOP_PROTO_REDIS;
-	if (is_dns(p, n, dgram))
+	if (is_dns(p, n, dgram, pos))
 		return EBTOP_PROTO_DNS;
 	return EBTOP_PROTO_UNKNOWN;
 }

@@ -23,11 +23,11 @@ skeleton!(procs);
 skeleton!(infer);
 
 /// Runs `f` with the kernel's protocol recognition (src/bpf/infer.h, the rule both capture
-/// programs load) as a function of a connection's first bytes and whether its socket is a
-/// datagram socket → `enum ebtop_l7_proto` id. Loads a test-run-only program (needs root);
+/// programs load) as a function of a connection's first bytes, whether its socket is a
+/// datagram socket and the bytes' stream position → `enum ebtop_l7_proto` id. Loads a test-run-only program (needs root);
 /// the tests build their confusion matrix on it.
 pub fn with_kernel_infer<R>(
-    f: impl FnOnce(&dyn Fn(&[u8], bool) -> anyhow::Result<u8>) -> R,
+    f: impl FnOnce(&dyn Fn(&[u8], bool, u32) -> anyhow::Result<u8>) -> R,
 ) -> anyhow::Result<R> {
     use anyhow::Context;
     use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -37,13 +37,14 @@ pub fn with_kernel_infer<R>(
         .context("opening the recognition test program failed")?
         .load()
         .context("loading the recognition test program failed (root needed)")?;
-    let run = |bytes: &[u8], dgram: bool| -> anyhow::Result<u8> {
-        // struct infer_input: u32 length, 16 bytes, u32 datagram flag.
-        let mut input = [0u8; 24];
+    let run = |bytes: &[u8], dgram: bool, pos: u32| -> anyhow::Result<u8> {
+        // struct infer_input: u32 length, 16 bytes, u32 datagram flag, u32 position.
+        let mut input = [0u8; 28];
         let n = bytes.len().min(16);
         input[..4].copy_from_slice(&(bytes.len().min(u32::MAX as usize) as u32).to_ne_bytes());
         input[4..4 + n].copy_from_slice(&bytes[..n]);
-        input[20..].copy_from_slice(&u32::from(dgram).to_ne_bytes());
+        input[20..24].copy_from_slice(&u32::from(dgram).to_ne_bytes());
+        input[24..].copy_from_slice(&pos.to_ne_bytes());
         let run_in = libbpf_rs::ProgramInput {
             context_in: Some(&mut input),
             ..Default::default()

@@ -323,9 +323,10 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 		return 0;
 	bool tcp_flow = count_flows && sock_type == SOCK_STREAM;
 	/* The flow table counts every process's datagrams, selected or not. */
+	struct peer_stash dgram_peer = {};
 	if (count_flows && sock_type == SOCK_DGRAM &&
 	    BPF_CORE_READ((struct sock___flows *)sk, sk_protocol) == IPPROTO_UDP)
-		flow_count_udp(sk, family, ret, dir == EBTOP_DIR_EGRESS);
+		flow_count_udp(sk, family, ret, dir == EBTOP_DIR_EGRESS, &dgram_peer);
 	__u64 id = bpf_get_current_pid_tgid();
 	bool selected = task_selected(id >> 32);
 	if (selected && filter_port) {
@@ -362,7 +363,7 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	/* A length-only first send cannot be recognised: counted as skipped. */
 	bool deliver;
 	__u8 proto = select_protocol(&st->proto, c.source, c.arg, c.arg2, limit, len,
-				     sock_type == SOCK_DGRAM, &deliver);
+				     sock_type == SOCK_DGRAM, seq, &deliver);
 	if (!deliver)
 		return 0;
 	if (!st->delivered) {
@@ -381,8 +382,18 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	ev->dir = dir;
 	ev->syscall = c.syscall;
 	ev->fd = c.fd;
-	if (sock_type == SOCK_DGRAM)
-		peer_from_sockaddr(ev, c.peer_arg);
+	if (sock_type == SOCK_DGRAM && !ev->rport) {
+		/* Unconnected: the peer the cgroup hooks saw; else a send's destination argument.
+		 * A receive's address argument is not filled yet (the syscall copies it out after
+		 * this tracepoint): without the hooks its sender stays unknown, never stale. */
+		if (dgram_peer.family == family) {
+			__builtin_memcpy(ev->raddr, dgram_peer.addr, 16);
+			ev->rport = dgram_peer.port;
+			ev->flags |= EBTOP_F_PEER_FROM_ARG;
+		} else if (dir == EBTOP_DIR_EGRESS) {
+			peer_from_sockaddr(ev, c.peer_arg);
+		}
+	}
 	submit_data(s, proto, seq, len, cap);
 	return 0;
 }

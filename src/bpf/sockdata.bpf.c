@@ -155,7 +155,7 @@ static __always_inline int emit_data(const struct inflight *inf, __u64 end_ns, _
 	__u32 limit = len < snaplen ? (__u32)len : snaplen;
 	bool deliver;
 	__u8 proto = select_protocol(&st->proto, source, ptr, cnt, limit, len,
-				     inf->sock_type == SOCK_DGRAM, &deliver);
+				     inf->sock_type == SOCK_DGRAM, seq, &deliver);
 	if (!deliver)
 		return 0;
 	__u32 cap = copy_payload(cpu, s->data, source, ptr, cnt, limit);

@@ -408,9 +408,11 @@ fn opcode_name(op: u8) -> &'static str {
 /// AA, TC or RA flag; a response at most 1024 records. Text protocols never match (the
 /// question count is `\0\x01`).
 pub fn is_connection_start(p: &[u8]) -> bool {
-    if is_message_start(p) {
-        return true;
-    }
+    is_message_start(p) || is_length_prefixed_start(p)
+}
+
+/// A TCP message start: the 2-byte length, then a message start.
+fn is_length_prefixed_start(p: &[u8]) -> bool {
     match p {
         [hi, lo, rest @ ..] => {
             let len = u16::from_be_bytes([*hi, *lo]) as usize;
@@ -471,6 +473,8 @@ enum Framing {
         damaged: bool,
         /// Bytes inside it were moved but not captured (snaplen).
         cut: bool,
+        /// Its length prefix was seen (2 bytes of it on the wire), or went by uncaptured (0).
+        prefix_seen: bool,
     },
     /// Lost track of message boundaries: waits for a segment starting a message.
     Lost,
@@ -482,6 +486,8 @@ pub struct DnsParser {
     transport: Transport,
     pending: ById<Query>,
     tcp: [Framing; 2],
+    /// A direction's first segment was seen.
+    started: [bool; 2],
     /// Segments seen so far (a TCP message's span is extended once per segment).
     seg_counter: u64,
     body_seg: [u64; 2],
@@ -501,6 +507,7 @@ impl DnsParser {
                 Framing::Length { first: None },
                 Framing::Length { first: None },
             ],
+            started: [false; 2],
             seg_counter: 0,
             body_seg: [u64::MAX; 2],
             newest_ns: 0,
@@ -687,6 +694,22 @@ impl DnsParser {
     fn on_tcp(&mut self, seg: &Segment, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
         let d = seg.dir.index();
         let mut p = seg.payload;
+        if !std::mem::replace(&mut self.started[d], true)
+            && !is_length_prefixed_start(p)
+            && is_message_start(p)
+            && seg.total_len <= u64::from(u16::MAX)
+        {
+            // A server that reads the length apart (dnsmasq reads it a byte at a time) shows
+            // its first message without it: the kernel recognised the connection only at the
+            // message, so the length went by uncaptured. The message is this read.
+            self.start_body(
+                d,
+                seg.total_len as usize,
+                MessageSpan::starting(seg),
+                false,
+                stats,
+            );
+        }
         if matches!(self.tcp[d], Framing::Lost) {
             if is_connection_start(p) {
                 self.tcp[d] = Framing::Length { first: None };
@@ -707,7 +730,7 @@ impl DnsParser {
                     }
                     let len = u16::from_be_bytes([p[0], p[1]]) as usize;
                     p = &p[2..];
-                    self.start_body(d, len, MessageSpan::starting(seg), stats);
+                    self.start_body(d, len, MessageSpan::starting(seg), true, stats);
                 }
                 Framing::Length {
                     first: Some((hi, span)),
@@ -715,7 +738,7 @@ impl DnsParser {
                     let (len, mut span) = (u16::from_be_bytes([*hi, p[0]]) as usize, *span);
                     span.extend(seg);
                     p = &p[1..];
-                    self.start_body(d, len, span, stats);
+                    self.start_body(d, len, span, true, stats);
                 }
                 Framing::Body {
                     len,
@@ -749,7 +772,14 @@ impl DnsParser {
         }
     }
 
-    fn start_body(&mut self, d: usize, len: usize, span: MessageSpan, stats: &mut ParseStats) {
+    fn start_body(
+        &mut self,
+        d: usize,
+        len: usize,
+        span: MessageSpan,
+        prefix_seen: bool,
+        stats: &mut ParseStats,
+    ) {
         if len < 12 {
             stats.desyncs += 1;
             self.tcp[d] = Framing::Lost;
@@ -763,6 +793,7 @@ impl DnsParser {
             span,
             damaged: false,
             cut: false,
+            prefix_seen,
         };
     }
 
@@ -774,6 +805,7 @@ impl DnsParser {
             span,
             damaged,
             cut,
+            prefix_seen,
             ..
         } = std::mem::replace(&mut self.tcp[d], Framing::Length { first: None })
         else {
@@ -789,7 +821,8 @@ impl DnsParser {
         } else {
             Direction::Ingress
         };
-        self.on_message(&kept, len as u64 + 2, span, dir, None, cut, out, stats);
+        let wire_len = len as u64 + if prefix_seen { 2 } else { 0 };
+        self.on_message(&kept, wire_len, span, dir, None, cut, out, stats);
     }
 
     /// `n` bytes of direction d went by unseen: not captured (snaplen), or lost (`lost`).
