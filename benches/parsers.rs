@@ -47,6 +47,7 @@ fn parser(c: &mut Criterion) {
                         total_len: bytes.len() as u64,
                         start_ns: i as u64 * 1000,
                         end_ns: i as u64 * 1000 + 10,
+                        peer: None,
                     };
                     p.on_segment(&seg, &mut out, &mut st);
                 }

@@ -332,6 +332,9 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	if (selected && filter_port) {
 		__u16 lport = BPF_CORE_READ(sk, __sk_common.skc_num);
 		__u16 rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+		/* An unconnected datagram socket: the port of this datagram's peer. */
+		if (!rport && dgram_peer.family)
+			rport = dgram_peer.port;
 		selected = lport == filter_port || rport == filter_port;
 	}
 	if (!selected) {

@@ -433,9 +433,12 @@ fn is_message_start(m: &[u8]) -> bool {
         if h.ancount as usize + h.nscount as usize + h.arcount as usize > 1024 {
             return false;
         }
-    } else if h.flags & 0x0680 != 0 || h.rcode() != 0 || h.ancount != 0 || h.nscount != 0 {
-        return false;
-    } else if h.arcount > 2 {
+    } else if h.flags & 0x0680 != 0
+        || h.rcode() != 0
+        || h.ancount != 0
+        || h.nscount != 0
+        || h.arcount > 2
+    {
         return false;
     }
     let Some((q, _)) = read_question(m) else {
