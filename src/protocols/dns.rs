@@ -248,6 +248,27 @@ struct Records {
     complete: bool,
 }
 
+/// The length of the whole message at the start of `m`, if all of it is there and well
+/// formed (questions and records walked).
+fn message_len(m: &[u8]) -> Option<usize> {
+    let h = Header::parse(m)?;
+    let mut off = 12;
+    for _ in 0..h.qdcount {
+        off = skip_name(m, off)? + 4;
+    }
+    let records = h.ancount as usize + h.nscount as usize + h.arcount as usize;
+    for _ in 0..records {
+        off = read_record(m, off)?.1;
+    }
+    (off <= m.len()).then_some(off)
+}
+
+/// Could a DNS message start with this header? (Framing check of a TCP message, whose
+/// length alone says nothing.)
+fn plausible_header(h: &Header) -> bool {
+    matches!(h.opcode(), 0 | 1 | 2 | 4 | 5 | 6) && !h.z() && h.qdcount <= 1
+}
+
 fn read_records(m: &[u8], h: &Header, mut off: usize, want_text: bool) -> Records {
     let mut r = Records::default();
     let total = h.ancount as usize + h.nscount as usize + h.arcount as usize;
@@ -704,14 +725,10 @@ impl DnsParser {
         {
             // A server that reads the length apart (dnsmasq reads it a byte at a time) shows
             // its first message without it: the kernel recognised the connection only at the
-            // message, so the length went by uncaptured. The message is this read.
-            self.start_body(
-                d,
-                seg.total_len as usize,
-                MessageSpan::starting(seg),
-                false,
-                stats,
-            );
+            // message, so the length went by uncaptured. Its length is where its records end
+            // (or, if they were not all captured, this read).
+            let len = message_len(p).unwrap_or(seg.total_len as usize);
+            self.start_body(d, len, MessageSpan::starting(seg), false, stats);
         }
         if matches!(self.tcp[d], Framing::Lost) {
             if is_connection_start(p) {
@@ -748,6 +765,7 @@ impl DnsParser {
                     got,
                     kept,
                     span,
+                    damaged,
                     ..
                 } => {
                     if self.body_seg[d] != self.seg_counter {
@@ -756,9 +774,21 @@ impl DnsParser {
                     }
                     let n = (*len - *got).min(p.len());
                     let room = TCP_KEEP.saturating_sub(kept.len()).min(n);
+                    let had_header = kept.len() >= 12;
                     kept.extend_from_slice(&p[..room]);
                     *got += n;
                     p = &p[n..];
+                    if !had_header
+                        && !*damaged
+                        && !Header::parse(kept).is_none_or(|h| plausible_header(&h))
+                    {
+                        // The length was not a DNS message's: lost sync.
+                        stats.desyncs += 1;
+                        stats.skipped((*got + p.len()) as u64);
+                        self.tcp[d] = Framing::Lost;
+                        p = &[];
+                        continue;
+                    }
                     if *got == *len {
                         self.finish_body(d, out, stats);
                     }
@@ -917,6 +947,12 @@ impl StreamParser for DnsParser {
     }
 
     fn on_close(&mut self, _out: &mut Vec<L7Call>, stats: &mut ParseStats) {
+        for framing in &self.tcp {
+            if matches!(framing, Framing::Body { .. }) {
+                // Ended inside a message: its rest never came.
+                stats.damaged_messages += 1;
+            }
+        }
         stats.unanswered_requests += self.pending.len() as u64;
         self.pending.retain(|_| false);
     }

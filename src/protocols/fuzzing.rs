@@ -145,6 +145,9 @@ mod tests {
             b"*3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n$?\r\n;2\r\nab\r\n;0\r\n",
             b"*?\r\n:1\r\n.\r\nHELLO 3 AUTH u p\r\nMULTI\r\n\r\nEXEC\r\n",
             b"*2\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n*1\r\n$7\r\nMONITOR\r\n",
+            // DNS: a query (EDNS), then a length-prefixed answer with a compressed name.
+            b"\x12\x34\x01\x20\x00\x01\x00\x00\x00\x00\x00\x01\x01a\x04test\x00\x00\x01\x00\x01\x00\x00\x29\x04\xd0\x00\x00\x00\x00\x00\x00",
+            b"\x00\x28\x12\x34\x85\x80\x00\x01\x00\x01\x00\x00\x00\x00\x01a\x04test\x00\x00\x01\x00\x01\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04\xc0\x00\x02\x0a",
         ];
         let mut rng = Rng(0x9e3779b97f4a7c15);
         for _ in 0..3000 {
