@@ -106,6 +106,17 @@ fn no_first_payload_is_taken_for_another_protocol() {
                     r.label, r.origin, r.speaker
                 ));
             }
+            // On the other kind of socket, never another protocol either.
+            let other = kernel(&r.bytes, !r.dgram, 0).expect("test run");
+            if other != KERNEL_UNKNOWN && Some(other) != expected.and_then(|p| p.kernel_id()) {
+                wrong.push(format!(
+                    "{} ({}, {}): kernel {other} on a {} socket",
+                    r.label,
+                    r.origin,
+                    r.speaker,
+                    if r.dgram { "stream" } else { "datagram" }
+                ));
+            }
             // What real clients send first is recognised by both, so capture starts at once.
             if let Some(p) = expected {
                 if r.real && r.speaker == "client" && (k_proto != Some(p) || user != Some(p)) {
