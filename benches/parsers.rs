@@ -1,5 +1,5 @@
-//! Micro-benchmarks: the HTTP/1 parser and the whole user-space path (decode → tracker →
-//! parser → call) on real captured traffic (tests/fixtures/http).
+//! Micro-benchmarks: each protocol parser (HTTP/1, Redis, DNS) and the whole user-space path
+//! (decode → tracker → parser → call) on real captured traffic (tests/fixtures).
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
@@ -78,5 +78,100 @@ fn tracker(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, parser, tracker);
+/// The segments of a fixture as (direction, bytes, total length), `C` lines client→server.
+fn seg_entries(f: &SegFile) -> Vec<(Direction, Vec<u8>, u64)> {
+    f.entries
+        .iter()
+        .map(|e| {
+            let dir = ebtop::fuzzing::seg_direction(f, e.to_server);
+            (dir, e.bytes.clone(), e.total_len)
+        })
+        .collect()
+}
+
+/// Feeds `segs` to a fresh parser of `proto`; returns the calls.
+fn run(
+    proto: Protocol,
+    transport: Transport,
+    segs: &[(Direction, Vec<u8>, u64, Option<std::net::SocketAddr>)],
+) -> usize {
+    let mut p = (protocols::spec(proto).new_parser)(&ParserConfig {
+        depth: ParseDepth::Full,
+        transport,
+        keep_head: 0,
+    });
+    let (mut out, mut st) = (Vec::new(), ParseStats::default());
+    for (i, (dir, bytes, total, peer)) in segs.iter().enumerate() {
+        let seg = Segment {
+            dir: *dir,
+            payload: bytes,
+            total_len: *total,
+            start_ns: i as u64 * 1000,
+            end_ns: i as u64 * 1000 + 10,
+            peer: *peer,
+        };
+        p.on_segment(&seg, &mut out, &mut st);
+    }
+    p.on_close(&mut out, &mut st);
+    out.len()
+}
+
+fn redis(c: &mut Criterion) {
+    let p = format!(
+        "{}/tests/fixtures/redis/benchmark_p16.server.seg",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let f = SegFile::parse(&std::fs::read(p).unwrap()).unwrap();
+    let segs: Vec<_> = seg_entries(&f)
+        .into_iter()
+        .map(|(d, b, t)| (d, b, t, None))
+        .collect();
+    let calls = run(Protocol::Redis, Transport::Stream, &segs);
+    assert_eq!(calls, 49); // AUTH and 48 pipelined SETs
+    let mut g = c.benchmark_group("redis");
+    g.throughput(Throughput::Elements(calls as u64));
+    g.bench_function("parse redis-benchmark -P 16", |b| {
+        b.iter(|| run(Protocol::Redis, Transport::Stream, &segs))
+    });
+    g.finish();
+}
+
+fn dns(c: &mut Criterion) {
+    // dnsmasq's UDP socket in the DNS recording: queries in, answers out.
+    let path = format!(
+        "{}/tests/fixtures/recordings/dns_mix.ebt",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut reader = ebtop::record::reader::open(std::path::Path::new(&path)).unwrap();
+    let mut per_sock: std::collections::BTreeMap<u64, Vec<_>> = Default::default();
+    reader
+        .for_each(|item| {
+            if let ebtop::record::reader::Item::Event(raw) = item {
+                let ev = Event::decode(raw).unwrap();
+                if ev.kind == ebtop::event::EventKind::Data
+                    && ev.sock_type == ebtop::event::SOCK_DGRAM
+                {
+                    per_sock.entry(ev.sock_id).or_default().push((
+                        ev.dir,
+                        ev.payload.to_vec(),
+                        ev.total_len,
+                        Some(ev.peer()),
+                    ));
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    let segs = per_sock.into_values().max_by_key(|v| v.len()).unwrap();
+    let calls = run(Protocol::Dns, Transport::Datagram, &segs);
+    assert_eq!(calls * 2, segs.len());
+    let mut g = c.benchmark_group("dns");
+    g.throughput(Throughput::Elements(calls as u64));
+    g.bench_function("parse dnsmasq's UDP socket", |b| {
+        b.iter(|| run(Protocol::Dns, Transport::Datagram, &segs))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, parser, redis, dns, tracker);
 criterion_main!(benches);
