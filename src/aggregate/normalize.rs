@@ -21,7 +21,7 @@ pub enum ResourceKind {
     UrlPath,
     /// SQL text: literals → `?`, lists collapsed.
     Sql,
-    /// A command and its key (Redis): `COMMAND key-template`.
+    /// A command and its key (Redis, Memcached): `COMMAND key-template`.
     Command,
 }
 
@@ -30,7 +30,7 @@ pub enum ResourceKind {
 pub fn resource_kind(proto: Protocol) -> ResourceKind {
     match proto {
         Protocol::Http => ResourceKind::UrlPath,
-        Protocol::Redis => ResourceKind::Command,
+        Protocol::Redis | Protocol::Memcached => ResourceKind::Command,
     }
 }
 
