@@ -638,6 +638,8 @@ struct Msg {
     /// The text reply runs until `END`.
     listing: bool,
     bin: Option<BinHeader>,
+    /// A request already answered before it was all read (its call made).
+    answered: bool,
 }
 
 #[derive(Debug, Default)]
@@ -793,6 +795,7 @@ impl MemcachedParser {
             values: 0,
             listing: false,
             bin: None,
+            answered: false,
         });
         ds.st = if first == BIN_REQUEST || first == BIN_RESPONSE {
             St::BinHeader
@@ -980,7 +983,9 @@ impl MemcachedParser {
         let key_start = usize::from(h.extras_len);
         let key = body.get(key_start..).unwrap_or_default();
         let key = &key[..key.len().min(usize::from(h.key_len))];
-        if self.is_request_dir(d) {
+        if self.is_request_dir(d) && self.dirs[d].msg.as_ref().is_some_and(|m| m.answered) {
+            self.request_done(d, false, out, stats);
+        } else if self.is_request_dir(d) {
             let (name, quiet, retrieval) = opcode(h.opcode).unwrap_or(("unknown", false, false));
             let req = Request {
                 method: name.to_owned(),
@@ -1038,7 +1043,9 @@ impl MemcachedParser {
             return;
         };
         let Some(mut req) = m.req else {
-            stats.damaged_messages += 1;
+            if !m.answered {
+                stats.damaged_messages += 1;
+            }
             return;
         };
         req.span = m.span;
@@ -1053,8 +1060,17 @@ impl MemcachedParser {
         // unseen bytes held an unknown number of replies: none can be paired.
         let other = 1 - d;
         if self.dirs[other].st == St::Lost && self.dirs[other].msg.is_some() {
-            if self.pending.is_empty() {
+            // A binary reply's request is still pending; a text reply holds its own.
+            let its_own = self.dirs[other]
+                .msg
+                .as_ref()
+                .is_some_and(|m| m.req.is_none() && m.bin.is_some());
+            if self.pending.len() <= usize::from(its_own) {
                 self.finish_open(other, out, stats);
+                // The client sent its next command once it had the whole reply: the next
+                // bytes that way start a reply.
+                self.dirs[other].st = St::Start;
+                self.dirs[other].buf.clear();
             } else {
                 self.damage_current(other, stats);
                 self.distrust_pairing(stats);
@@ -1080,21 +1096,47 @@ impl MemcachedParser {
     /// The oldest pending request that reply `r` can answer; the quiet ones before it got
     /// their answer by silence (counted, no call).
     fn take_request_for(&mut self, r: &Reply, stats: &mut ParseStats) -> Option<Request> {
-        let at = self.pending.iter().position(|q| q.accepts(r))?;
-        let before_all_quiet = self
+        let at = self.pending.iter().position(|q| q.accepts(r));
+        let upto = at.unwrap_or(self.pending.len());
+        if self
             .pending
             .iter()
-            .take(at)
-            .all(|q| q.answer != Answer::Always);
-        if !before_all_quiet {
+            .take(upto)
+            .any(|q| q.answer == Answer::Always)
+        {
             // An answered command would be skipped: the reply is not for any of them.
             return None;
         }
-        for _ in 0..at {
+        let early = match at {
+            Some(_) => None,
+            None => Some(self.take_request_in_progress(r)?),
+        };
+        for _ in 0..upto {
             self.pending.pop();
             stats.unreplied_requests += 1;
         }
-        self.pending.pop()
+        early.or_else(|| self.pending.pop())
+    }
+
+    /// A reply may come before its request was all read: memcached refuses a value too large
+    /// at once and reads (discards) the rest afterwards. The request's size is known from its
+    /// length; its call ends with this reply.
+    fn take_request_in_progress(&mut self, r: &Reply) -> Option<Request> {
+        let rd = self.request_dir?;
+        let left = match self.dirs[rd].st {
+            St::Data { left } | St::BinBody { left, .. } => left,
+            _ => return None,
+        };
+        let m = self.dirs[rd].msg.as_mut()?;
+        if !m.req.as_ref()?.accepts(r) {
+            return None;
+        }
+        let mut q = m.req.take()?;
+        m.answered = true;
+        q.span = m.span;
+        q.span.bytes = q.span.bytes.saturating_add(left);
+        q.truncated = m.truncated;
+        Some(q)
     }
 
     /// Direction d completed a reply (`inferred`: its end was out of sight).
@@ -1393,7 +1435,14 @@ impl MemcachedParser {
     }
 
     /// `n` bytes of direction d were moved but not captured (snaplen).
-    fn skip(&mut self, d: usize, mut n: u64, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
+    fn skip(
+        &mut self,
+        d: usize,
+        seg: &Segment,
+        mut n: u64,
+        out: &mut Vec<L7Call>,
+        stats: &mut ParseStats,
+    ) {
         // Inside a data block or a binary body: skipped by count.
         loop {
             let (left, bin) = match self.dirs[d].st {
@@ -1427,8 +1476,47 @@ impl MemcachedParser {
                 return;
             }
         }
-        let ds = &mut self.dirs[d];
         let request = self.request_dir == Some(d);
+        if !request && self.dirs[d].st != St::Lost {
+            if let Some(&(op, opaque)) = self
+                .pending
+                .front()
+                .filter(|q| q.parts.is_some())
+                .and_then(|q| q.bin.as_ref())
+            {
+                // Between the responses of a binary `stat`, out of sight: they end where the
+                // client shows it got them all (its next command), or at the close.
+                let ds = &mut self.dirs[d];
+                let m = ds.msg.get_or_insert_with(|| Msg {
+                    span: MessageSpan::starting(seg),
+                    truncated: false,
+                    req: None,
+                    reply: None,
+                    values: 0,
+                    listing: false,
+                    bin: None,
+                    answered: false,
+                });
+                m.span.bytes = m.span.bytes.saturating_add(n);
+                m.truncated = true;
+                m.reply = Some(("NO_ERROR".to_owned(), None));
+                m.bin = Some(BinHeader {
+                    magic: BIN_RESPONSE,
+                    opcode: op,
+                    key_len: 0,
+                    extras_len: 0,
+                    data_type: 0,
+                    status: 0,
+                    body_len: 0,
+                    opaque,
+                });
+                // Expected, not a loss of sync: no desync counted.
+                ds.st = St::Lost;
+                ds.buf.clear();
+                return;
+            }
+        }
+        let ds = &mut self.dirs[d];
         let Some(m) = ds.msg.as_mut() else {
             if ds.st == St::Lost {
                 stats.skipped(n);
@@ -1540,7 +1628,7 @@ impl StreamParser for MemcachedParser {
             if self.dirs[d].msg.is_some() {
                 self.touch(d, seg);
             }
-            self.skip(d, uncaptured, out, stats);
+            self.skip(d, seg, uncaptured, out, stats);
         }
     }
 
@@ -1605,6 +1693,510 @@ impl StreamParser for MemcachedParser {
             } else {
                 stats.unreplied_requests += 1;
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocols::Transport;
+    use crate::segfile::SegFile;
+
+    const OUT: Direction = Direction::Egress;
+    const IN: Direction = Direction::Ingress;
+
+    /// Drives a parser with a fake clock (1 µs per syscall).
+    struct Driver {
+        p: MemcachedParser,
+        calls: Vec<L7Call>,
+        stats: ParseStats,
+        now: u64,
+    }
+
+    impl Driver {
+        fn new() -> Self {
+            Driver::with(0)
+        }
+        fn with(keep_head: usize) -> Self {
+            Driver {
+                p: MemcachedParser::new(&ParserConfig {
+                    depth: ParseDepth::Full,
+                    transport: Transport::Stream,
+                    keep_head,
+                }),
+                calls: Vec::new(),
+                stats: ParseStats::default(),
+                now: 0,
+            }
+        }
+        fn seg_cut(&mut self, dir: Direction, bytes: &[u8], total: u64) -> &mut Self {
+            self.now += 1000;
+            let seg = Segment {
+                dir,
+                payload: bytes,
+                total_len: total,
+                start_ns: self.now,
+                end_ns: self.now + 500,
+            };
+            self.p.on_segment(&seg, &mut self.calls, &mut self.stats);
+            self
+        }
+        fn seg(&mut self, dir: Direction, bytes: &[u8]) -> &mut Self {
+            self.seg_cut(dir, bytes, bytes.len() as u64)
+        }
+        fn gap(&mut self, dir: Direction, len: Option<u64>) -> &mut Self {
+            self.p.on_gap(dir, len, &mut self.stats);
+            self
+        }
+        fn close(&mut self) -> &mut Self {
+            self.p.on_close(&mut self.calls, &mut self.stats);
+            self
+        }
+        fn play(&mut self, f: &SegFile) -> &mut Self {
+            for e in &f.entries {
+                let dir = crate::fuzzing::seg_direction(f, e.to_server);
+                self.seg_cut(dir, &e.bytes, e.total_len);
+            }
+            self
+        }
+        /// (method, resource, status text) of each call.
+        fn summary(&self) -> Vec<(String, String, Option<String>)> {
+            self.calls
+                .iter()
+                .map(|c| (c.method.clone(), c.resource.clone(), c.status_text.clone()))
+                .collect()
+        }
+        fn detail(&self, i: usize, key: &str) -> Option<&str> {
+            self.calls[i]
+                .details
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, v)| v.as_str())
+        }
+        fn bytes(&self) -> u64 {
+            self.calls.iter().map(|c| c.req.bytes + c.resp.bytes).sum()
+        }
+    }
+
+    fn load(name: &str) -> SegFile {
+        let path = format!(
+            "{}/tests/fixtures/memcached/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        SegFile::parse(&std::fs::read(&path).unwrap()).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    fn as_want(got: &[(String, String, Option<String>)]) -> Vec<(&str, &str, Option<&str>)> {
+        got.iter()
+            .map(|(m, r, s)| (m.as_str(), r.as_str(), s.as_deref()))
+            .collect()
+    }
+
+    type Want = (&'static str, &'static str, Option<&'static str>);
+
+    const TEXT_CALLS: &[Want] = &[
+        ("set", "user:1", None),
+        ("set", "user:2", None),
+        ("add", "user:1", None),
+        ("replace", "missing:1", None),
+        ("append", "user:1", None),
+        ("prepend", "user:1", None),
+        ("gets", "user:1", None),
+        ("cas", "user:1", None),
+        ("cas", "missing:9", None),
+        ("cas", "user:1", None),
+        ("get", "user:1", None),
+        ("get", "missing:2", None),
+        ("delete", "user:2", None),
+        ("delete", "user:2", None),
+        ("incr", "counter:1", None),
+        ("set", "counter:1", None),
+        ("incr", "counter:1", None),
+        ("decr", "counter:1", None),
+        ("incr", "user:1", Some("CLIENT_ERROR")),
+        ("touch", "user:1", None),
+        ("gat", "user:1", None),
+        ("set", "large:1", None),
+        ("get", "large:1", None),
+        ("bogus_command", "", Some("ERROR")),
+        ("version", "", None),
+        ("verbosity", "", None),
+        ("stats", "", None),
+    ];
+
+    const META_CALLS: &[Want] = &[
+        ("ms", "user:10", None),
+        ("mg", "user:10", None),
+        ("mg", "missing:10", None),
+        ("mg", "user:10", None),
+        ("mn", "", None),
+        ("md", "missing:12", None),
+        ("mn", "", None),
+        ("ms", "counter:10", None),
+        ("ma", "counter:10", None),
+        ("ma", "counter:10", None),
+        ("ma", "missing:13", None),
+        ("ms", "user:12", Some("CLIENT_ERROR")),
+        ("md", "user:10", None),
+        ("mn", "", None),
+    ];
+
+    const BINARY_CALLS: &[Want] = &[
+        ("get", "bin:1", None),
+        ("set", "bin:1", None),
+        ("get", "bin:1", None),
+        ("add", "bin:1", None),
+        ("getkq", "bin:1", None),
+        ("noop", "", None),
+        ("noop", "", None),
+        ("incr", "bin:1", Some("DELTA_BADVAL")),
+        ("set", "big:1", Some("E2BIG")),
+        ("delete", "bin:1", None),
+        ("version", "", None),
+        ("stat", "", None),
+        ("quit", "", None),
+    ];
+
+    /// Every fixture: (file, calls, unreplied requests).
+    const FIXTURES: &[(&str, &[Want], u64)] = &[
+        ("text.client.seg", TEXT_CALLS, 3),
+        ("text.server.seg", TEXT_CALLS, 3),
+        ("meta.client.seg", META_CALLS, 2),
+        ("meta.server.seg", META_CALLS, 2),
+        ("binary.client.seg", BINARY_CALLS, 3),
+        ("binary.server.seg", BINARY_CALLS, 3),
+    ];
+
+    fn clean(s: &ParseStats) {
+        assert_eq!(s.damaged_messages, 0, "{s:?}");
+        assert_eq!(s.desyncs, 0, "{s:?}");
+        assert_eq!(s.unmatched_responses, 0, "{s:?}");
+        assert_eq!(s.unanswered_requests, 0, "{s:?}");
+        assert_eq!(s.unparsed_bytes, 0, "{s:?}");
+    }
+
+    #[test]
+    fn fixtures_give_their_calls_on_both_sides() {
+        for &(name, want, unreplied) in FIXTURES {
+            let f = load(name);
+            let mut d = Driver::new();
+            d.play(&f).close();
+            assert_eq!(as_want(&d.summary()), want, "{name}");
+            assert_eq!(d.stats.unreplied_requests, unreplied, "{name}");
+            clean(&d.stats);
+            let moved: u64 = f.entries.iter().map(|e| e.total_len).sum();
+            // Every byte is in a call but those of commands without a reply.
+            assert!(d.bytes() <= moved, "{name}");
+            let version = if name.starts_with("meta") {
+                "meta"
+            } else if name.starts_with("binary") {
+                "binary"
+            } else {
+                "text"
+            };
+            assert!(d.calls.iter().all(|c| c.version == version), "{name}");
+        }
+    }
+
+    #[test]
+    fn text_details_hits_misses_keys_and_errors() {
+        let mut d = Driver::new();
+        d.play(&load("text.client.seg"));
+        let at = |m: &str, r: &str| {
+            d.summary()
+                .iter()
+                .position(|(mm, rr, _)| mm == m && rr == r)
+                .unwrap()
+        };
+        let get3 = at("get", "user:1");
+        assert_eq!(d.detail(get3, "keys"), Some("3"));
+        assert_eq!(d.detail(get3, "hits"), Some("2"));
+        assert_eq!(d.detail(get3, "misses"), Some("1"));
+        let gat = at("gat", "user:1");
+        assert_eq!(
+            (d.detail(gat, "hits"), d.detail(gat, "misses")),
+            (Some("1"), Some("1"))
+        );
+        let miss = at("get", "missing:2");
+        assert_eq!(d.detail(miss, "reply"), Some("END"));
+        assert_eq!(d.detail(miss, "misses"), Some("1"));
+        assert_eq!(d.detail(at("add", "user:1"), "reply"), Some("NOT_STORED"));
+        assert_eq!(d.detail(at("cas", "missing:9"), "reply"), Some("NOT_FOUND"));
+        assert_eq!(d.detail(at("decr", "counter:1"), "reply"), Some("number"));
+        let err = at("incr", "user:1");
+        assert_eq!(d.calls[err].outcome, Outcome::ClientError);
+        assert!(d.detail(err, "error").unwrap().contains("non-numeric"));
+        assert_eq!(
+            d.calls[at("bogus_command", "")].outcome,
+            Outcome::ServerError
+        );
+        // The 10000-byte value: framed by count beyond the 4096-byte capture, sizes exact.
+        let big = &d.calls[at("get", "large:1")];
+        assert!(big.truncated && !big.end_inferred);
+        assert_eq!(
+            big.resp.bytes,
+            "VALUE large:1 0 10000\r\n".len() as u64 + 10002 + 5
+        );
+        let set = &d.calls[at("set", "large:1")];
+        assert_eq!(
+            set.req.bytes,
+            "set large:1 0 0 10000\r\n".len() as u64 + 10002
+        );
+    }
+
+    #[test]
+    fn binary_statuses_misses_and_quiet_commands() {
+        let mut d = Driver::new();
+        d.play(&load("binary.client.seg"));
+        let s = d.summary();
+        let first_get = s.iter().position(|c| c.0 == "get").unwrap();
+        assert_eq!(d.calls[first_get].outcome, Outcome::Ok);
+        assert_eq!(d.detail(first_get, "reply"), Some("KEY_ENOENT"));
+        assert_eq!(d.detail(first_get, "misses"), Some("1"));
+        assert_eq!(d.detail(first_get + 2, "hits"), Some("1"));
+        assert_eq!(d.detail(3, "reply"), Some("KEY_EEXISTS"));
+        let e2big = s
+            .iter()
+            .position(|c| c.2.as_deref() == Some("E2BIG"))
+            .unwrap();
+        assert_eq!(d.calls[e2big].outcome, Outcome::ServerError);
+        assert_eq!(d.calls[e2big].req.bytes, 24 + 8 + 5 + (2 << 20));
+        let badval = s
+            .iter()
+            .position(|c| c.2.as_deref() == Some("DELTA_BADVAL"))
+            .unwrap();
+        assert_eq!(d.calls[badval].outcome, Outcome::ClientError);
+        // stat: one call for all its responses.
+        let stat = s.iter().position(|c| c.0 == "stat").unwrap();
+        assert!(d.calls[stat].resp.bytes > 24 * 20);
+    }
+
+    #[test]
+    fn split_at_every_byte_and_merged_the_calls_are_the_same() {
+        for &(name, want, unreplied) in FIXTURES {
+            let f = load(name);
+            let mut whole = Driver::new();
+            whole.play(&f).close();
+            // One byte per segment (the snaplen cut stays on the last piece).
+            let mut bytewise = Driver::new();
+            for e in &f.entries {
+                let dir = crate::fuzzing::seg_direction(&f, e.to_server);
+                let n = e.bytes.len();
+                for i in 0..n {
+                    let extra = if i + 1 == n {
+                        e.total_len - n as u64
+                    } else {
+                        0
+                    };
+                    bytewise.seg_cut(dir, &e.bytes[i..=i], 1 + extra);
+                }
+                if n == 0 {
+                    bytewise.seg_cut(dir, &[], e.total_len);
+                }
+            }
+            bytewise.close();
+            assert_eq!(as_want(&bytewise.summary()), want, "{name} byte by byte");
+            assert_eq!(bytewise.bytes(), whole.bytes(), "{name}");
+            assert_eq!(bytewise.stats.unreplied_requests, unreplied, "{name}");
+            clean(&bytewise.stats);
+            // Consecutive segments of one direction merged into one (fully captured ones).
+            let mut merged = Driver::new();
+            let mut i = 0;
+            while i < f.entries.len() {
+                let e = &f.entries[i];
+                let mut buf = e.bytes.clone();
+                let mut total = e.total_len;
+                while total == buf.len() as u64
+                    && f.entries
+                        .get(i + 1)
+                        .is_some_and(|n| n.to_server == e.to_server)
+                {
+                    i += 1;
+                    buf.extend_from_slice(&f.entries[i].bytes);
+                    total += f.entries[i].total_len;
+                }
+                let dir = crate::fuzzing::seg_direction(&f, e.to_server);
+                merged.seg_cut(dir, &buf, total);
+                i += 1;
+            }
+            merged.close();
+            assert_eq!(as_want(&merged.summary()), want, "{name} merged");
+            assert_eq!(merged.bytes(), whole.bytes(), "{name} merged");
+        }
+    }
+
+    #[test]
+    fn pipelined_commands_in_one_write_pair_in_order() {
+        let mut d = Driver::new();
+        d.seg(
+            OUT,
+            b"get a:1\r\nset b:2 0 0 3\r\nxyz\r\nincr c:3 1\r\nmg d:4 v\r\n",
+        )
+        .seg(
+            IN,
+            b"VALUE a:1 0 1\r\nA\r\nEND\r\nSTORED\r\nNOT_FOUND\r\nEN\r\n",
+        )
+        .close();
+        assert_eq!(
+            as_want(&d.summary()),
+            [
+                ("get", "a:1", None),
+                ("set", "b:2", None),
+                ("incr", "c:3", None),
+                ("mg", "d:4", None)
+            ]
+        );
+        assert_eq!(d.detail(3, "misses"), Some("1"));
+        clean(&d.stats);
+    }
+
+    #[test]
+    fn noreply_error_still_answers_its_command() {
+        // memcached sends errors even for noreply commands.
+        let mut d = Driver::new();
+        d.seg(OUT, b"set a 0 0 1\r\nx\r\n")
+            .seg(IN, b"STORED\r\n")
+            .seg(OUT, b"incr a 1 noreply\r\nget a\r\n")
+            .seg(
+                IN,
+                b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
+            )
+            .seg(IN, b"VALUE a 0 1\r\nx\r\nEND\r\n")
+            .close();
+        assert_eq!(
+            as_want(&d.summary()),
+            [
+                ("set", "a", None),
+                ("incr", "a", Some("CLIENT_ERROR")),
+                ("get", "a", None)
+            ]
+        );
+        assert_eq!(d.stats.unreplied_requests, 0);
+        clean(&d.stats);
+        // A noreply command that succeeded: silence, until the next reply shows it.
+        let mut d = Driver::new();
+        d.seg(OUT, b"delete a noreply\r\nget a\r\n")
+            .seg(IN, b"END\r\n")
+            .close();
+        assert_eq!(as_want(&d.summary()), [("get", "a", None)]);
+        assert_eq!(d.stats.unreplied_requests, 1);
+        clean(&d.stats);
+    }
+
+    #[test]
+    fn redis_inline_commands_are_released_not_parsed() {
+        let mut d = Driver::new();
+        d.seg(OUT, b"get foo\r\n")
+            .seg(IN, b"$3\r\nbar\r\n")
+            .seg(OUT, b"set foo 0 0 1\r\nx\r\n")
+            .seg(IN, b"STORED\r\n")
+            .close();
+        assert!(d.calls.is_empty());
+        assert_eq!(d.stats.desyncs, 1);
+        assert_eq!(d.stats.unanswered_requests, 0);
+        let mut d = Driver::new();
+        d.seg(OUT, b"set foo bar\r\n").seg(IN, b"+OK\r\n").close();
+        assert!(d.calls.is_empty());
+    }
+
+    #[test]
+    fn gaps_inside_values_only_skip_and_others_resync() {
+        let mut d = Driver::new();
+        d.seg(OUT, b"set k:1 0 0 100\r\n")
+            .seg(OUT, &[b'v'; 10])
+            .gap(OUT, Some(50))
+            .seg(OUT, &[b'v'; 40])
+            .seg(OUT, b"\r\n")
+            .seg(IN, b"STORED\r\n");
+        assert_eq!(as_want(&d.summary()), [("set", "k:1", None)]);
+        assert_eq!(d.calls[0].req.bytes, 17 + 102);
+        assert!(d.calls[0].truncated);
+        // An unknown loss: the call in flight is damaged, the stream resyncs at a command.
+        d.seg(OUT, b"get k:2\r\n")
+            .gap(IN, None)
+            .seg(IN, &[b'z'; 30])
+            .seg(OUT, b"get k:3\r\n")
+            .seg(IN, b"END\r\n")
+            .close();
+        assert_eq!(
+            as_want(&d.summary()),
+            [("set", "k:1", None), ("get", "k:3", None)]
+        );
+        assert!(d.stats.damaged_messages >= 1 && d.stats.desyncs >= 1);
+    }
+
+    #[test]
+    fn garbage_never_panics_and_resyncs() {
+        let mut rng = crate::fuzzing::XorShift(0x3e3c_ac4e);
+        for _ in 0..300 {
+            let mut d = Driver::with(64);
+            for _ in 0..20 {
+                let len = (rng.next() % 40) as usize;
+                let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+                let dir = if rng.next() % 2 == 0 { OUT } else { IN };
+                match rng.next() % 6 {
+                    0 => d.gap(dir, Some(rng.next() % 100)),
+                    1 => d.seg_cut(dir, &bytes, len as u64 + rng.next() % 5000),
+                    _ => d.seg(dir, &bytes),
+                };
+            }
+            d.close();
+        }
+        // Garbage, then a clean exchange.
+        let mut d = Driver::new();
+        d.seg(OUT, b"get a\r\n").seg(IN, b"\x00\x01\xffjunk\r\n");
+        d.seg(OUT, b"get b\r\n").seg(IN, b"END\r\n").close();
+        assert_eq!(as_want(&d.summary()), [("get", "b", None)]);
+        assert!(d.stats.desyncs >= 1);
+    }
+
+    #[test]
+    fn heads_show_lines_never_values() {
+        let mut d = Driver::with(512);
+        d.seg(OUT, b"set user:1 0 0 6\r\nsecret\r\n")
+            .seg(IN, b"STORED\r\n")
+            .seg(OUT, b"get user:1\r\n")
+            .seg(IN, b"VALUE user:1 0 6\r\nsecret\r\nEND\r\n");
+        for c in &d.calls {
+            for h in [&c.req_head.bytes, &c.resp_head.bytes] {
+                let text = String::from_utf8_lossy(h);
+                assert!(!text.contains("secret"), "{text}");
+            }
+        }
+        assert_eq!(
+            d.calls[1].resp_head.bytes,
+            b"VALUE user:1 0 6\r\n[value, 6 bytes]\r\nEND\r\n"
+        );
+    }
+
+    #[test]
+    fn detects_commands_not_replies_nor_other_protocols() {
+        for yes in [
+            &b"get user:1 user:2\r\n"[..],
+            b"set k 0 0 5\r\nhello\r\n",
+            b"mg user:1 v t\r\n",
+            b"mn\r\n",
+            b"stats\r\n",
+            b"lru_crawler metadump all\r\n",
+            b"version\r\n",
+            b"\x80\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00hello",
+        ] {
+            assert!(is_connection_start(yes), "{:?}", String::from_utf8_lossy(yes));
+        }
+        for no in [
+            &b"GET / HTTP/1.1\r\n"[..],
+            b"get",
+            b"get \x01\x02\r\n",
+            b"set k x 0 5\r\n",
+            b"VALUE k 0 5\r\nhello\r\nEND\r\n",
+            b"STORED\r\n",
+            b"*1\r\n$4\r\nPING\r\n",
+            b"PING\r\n",
+            b"\x81\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00",
+            b"\x80\x00\x00\x05",
+        ] {
+            assert!(!is_connection_start(no), "{:?}", String::from_utf8_lossy(no));
         }
     }
 }
