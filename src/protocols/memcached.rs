@@ -450,6 +450,8 @@ struct Request {
     head: CapturedHead,
     /// Binary `stat`: the responses so far (one per statistic, until an empty key).
     parts: Option<Reply>,
+    /// Answered before it was all read: its call waits for its end.
+    in_progress: bool,
 }
 
 /// A reply as framed.
@@ -575,6 +577,7 @@ fn text_request(line: &[u8], cfg_depth: ParseDepth) -> Option<(Request, Option<u
             truncated: false,
             head: CapturedHead::default(),
             parts: None,
+            in_progress: false,
         },
         data,
     ))
@@ -638,8 +641,9 @@ struct Msg {
     /// The text reply runs until `END`.
     listing: bool,
     bin: Option<BinHeader>,
-    /// A request already answered before it was all read (its call made).
+    /// A request already answered before it was all read, and its call waiting for its end.
     answered: bool,
+    held: Option<(Request, Reply)>,
 }
 
 #[derive(Debug, Default)]
@@ -796,6 +800,7 @@ impl MemcachedParser {
             listing: false,
             bin: None,
             answered: false,
+            held: None,
         });
         ds.st = if first == BIN_REQUEST || first == BIN_RESPONSE {
             St::BinHeader
@@ -1004,6 +1009,7 @@ impl MemcachedParser {
                 truncated: false,
                 head: CapturedHead::default(),
                 parts: None,
+                in_progress: false,
             };
             if let Some(m) = self.dirs[d].msg.as_mut() {
                 m.req = Some(req);
@@ -1043,8 +1049,16 @@ impl MemcachedParser {
             return;
         };
         let Some(mut req) = m.req else {
-            if !m.answered {
-                stats.damaged_messages += 1;
+            match m.held {
+                // Its reply came first: the call now has the request's whole span.
+                Some((mut q, r)) => {
+                    q.span = m.span;
+                    q.truncated |= m.truncated;
+                    q.in_progress = false;
+                    self.emit(q, r, out);
+                }
+                None if !m.answered => stats.damaged_messages += 1,
+                None => {}
             }
             return;
         };
@@ -1119,23 +1133,20 @@ impl MemcachedParser {
     }
 
     /// A reply may come before its request was all read: memcached refuses a value too large
-    /// at once and reads (discards) the rest afterwards. The request's size is known from its
-    /// length; its call ends with this reply.
+    /// at once and reads (discards) the rest afterwards. The call is made when the request
+    /// ends (or at the close), with the request's whole span.
     fn take_request_in_progress(&mut self, r: &Reply) -> Option<Request> {
         let rd = self.request_dir?;
-        let left = match self.dirs[rd].st {
-            St::Data { left } | St::BinBody { left, .. } => left,
-            _ => return None,
-        };
+        if !matches!(self.dirs[rd].st, St::Data { .. } | St::BinBody { .. }) {
+            return None;
+        }
         let m = self.dirs[rd].msg.as_mut()?;
         if !m.req.as_ref()?.accepts(r) {
             return None;
         }
         let mut q = m.req.take()?;
         m.answered = true;
-        q.span = m.span;
-        q.span.bytes = q.span.bytes.saturating_add(left);
-        q.truncated = m.truncated;
+        q.in_progress = true;
         Some(q)
     }
 
@@ -1251,6 +1262,14 @@ impl MemcachedParser {
     }
 
     fn emit(&mut self, mut req: Request, mut r: Reply, out: &mut Vec<L7Call>) {
+        if req.in_progress {
+            if let Some(m) = self.request_dir.and_then(|rd| self.dirs[rd].msg.as_mut()) {
+                if m.answered && m.held.is_none() {
+                    m.held = Some((req, r));
+                    return;
+                }
+            }
+        }
         if let Some(p) = req.parts.take() {
             // Binary stat: the call's reply runs from the first statistic to the last packet.
             let mut span = p.span;
@@ -1457,10 +1476,12 @@ impl MemcachedParser {
                 m.truncated = true;
             }
             if left > take {
+                // Bytes after a skip are not the ones that were to be kept (the key).
+                let kept = self.dirs[d].buf.len().saturating_sub(BIN_HEADER) as u32;
                 self.dirs[d].st = match self.dirs[d].st {
                     St::BinBody { keep, .. } => St::BinBody {
                         left: left - take,
-                        keep,
+                        keep: keep.min(kept),
                     },
                     _ => St::Data { left: left - take },
                 };
@@ -1496,6 +1517,7 @@ impl MemcachedParser {
                     listing: false,
                     bin: None,
                     answered: false,
+                    held: None,
                 });
                 m.span.bytes = m.span.bytes.saturating_add(n);
                 m.truncated = true;
@@ -1543,15 +1565,21 @@ impl MemcachedParser {
         // shows where it ended, or the connection closes.
         let known = if request {
             if m.req.is_none() {
-                // A command line cut: the words seen whole name it.
-                m.req = text_request(cut_line(&ds.buf), self.depth).map(|(q, _)| q);
+                // A command line cut: the words seen whole name it, if it is one that is always
+                // answered (`noreply`, `q` may be among the words not seen).
+                m.req = text_request(cut_line(&ds.buf), self.depth)
+                    .map(|(q, _)| q)
+                    .filter(|q| q.listing || matches!(q.method.as_str(), "version" | "mn"));
             }
             m.req.is_some()
         } else {
             m.reply.is_some()
         };
         if !known {
+            // Not even what it is was seen: which pending command it answers (or which reply
+            // answers it) cannot be told.
             self.damage_current(d, stats);
+            self.distrust_pairing(stats);
         }
         self.lose_sync(d, stats);
     }
@@ -1682,6 +1710,9 @@ impl StreamParser for MemcachedParser {
                     // A command never answered.
                     stats.unanswered_requests += 1;
                     self.dirs[d].msg = None;
+                } else if self.dirs[d].msg.as_ref().is_some_and(|m| m.held.is_some()) {
+                    // Answered before it was all sent: the call has what was seen.
+                    self.request_done(d, true, out, stats);
                 } else {
                     self.damage_current(d, stats);
                 }
