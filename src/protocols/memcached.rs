@@ -459,7 +459,7 @@ struct Request {
 struct Reply {
     /// First word of a text reply (a number is `number`), a binary status's name.
     word: String,
-    error: Option<(String, Outcome, String)>,
+    error: Option<ErrorReply>,
     /// `VALUE`/`VA` blocks (text), or a binary hit.
     values: u64,
     bin: Option<BinHeader>,
@@ -584,7 +584,10 @@ fn text_request(line: &[u8], cfg_depth: ParseDepth) -> Option<(Request, Option<u
 }
 
 /// A text reply's first line understood: (word, error).
-fn text_reply_word(line: &[u8]) -> Option<(String, Option<(String, Outcome, String)>)> {
+/// An error reply: its word (status text), class and message.
+type ErrorReply = (String, Outcome, String);
+
+fn text_reply_word(line: &[u8]) -> Option<(String, Option<ErrorReply>)> {
     let word_len = line.iter().position(|&c| c == b' ').unwrap_or(line.len());
     let word = &line[..word_len];
     if parse_u64(word).is_some() && word_len == line.len() {
@@ -636,7 +639,7 @@ struct Msg {
     /// The request being framed (request direction), or the one a text reply answers.
     req: Option<Request>,
     /// Reply direction: the first line's word and error, once seen.
-    reply: Option<(String, Option<(String, Outcome, String)>)>,
+    reply: Option<(String, Option<ErrorReply>)>,
     values: u64,
     /// The text reply runs until `END`.
     listing: bool,
@@ -2165,7 +2168,11 @@ mod tests {
             for _ in 0..20 {
                 let len = (rng.next() % 40) as usize;
                 let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
-                let dir = if rng.next() % 2 == 0 { OUT } else { IN };
+                let dir = if rng.next().is_multiple_of(2) {
+                    OUT
+                } else {
+                    IN
+                };
                 match rng.next() % 6 {
                     0 => d.gap(dir, Some(rng.next() % 100)),
                     1 => d.seg_cut(dir, &bytes, len as u64 + rng.next() % 5000),
