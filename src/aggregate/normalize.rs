@@ -21,7 +21,7 @@ pub enum ResourceKind {
     UrlPath,
     /// SQL text: literals → `?`, lists collapsed.
     Sql,
-    /// A command and its key (Redis): `COMMAND key-template`.
+    /// A command and its key (Redis, Memcached): `COMMAND key-template`.
     Command,
     /// A DNS question, `TYPE name`: names are kept (they are what is looked up), except the
     /// address labels of reverse lookups (`PTR {addr}.in-addr.arpa`).
@@ -33,7 +33,7 @@ pub enum ResourceKind {
 pub fn resource_kind(proto: Protocol) -> ResourceKind {
     match proto {
         Protocol::Http => ResourceKind::UrlPath,
-        Protocol::Redis => ResourceKind::Command,
+        Protocol::Redis | Protocol::Memcached => ResourceKind::Command,
         Protocol::Dns => ResourceKind::DnsQuestion,
     }
 }

@@ -53,6 +53,7 @@ enum ebtop_l7_proto {
 	EBTOP_PROTO_UNKNOWN = 0,
 	EBTOP_PROTO_HTTP1 = 1,
 	EBTOP_PROTO_REDIS = 2,
+	EBTOP_PROTO_MEMCACHED = 3,
 	EBTOP_PROTO_DNS = 4,
 	/* Kernel-side state only (never in a record): recognised, but not selected by --proto. */
 	EBTOP_PROTO_FILTERED = 255,

@@ -2,7 +2,7 @@
 //!
 //! The connection tracker hands a parser each syscall's bytes in order per direction
 //! ([`Segment`]), the bytes it did not see ([`StreamParser::on_gap`]), and the connection's end.
-//! The parser frames messages, pairs requests with responses — in order (HTTP/1, Redis), by id
+//! The parser frames messages, pairs requests with responses — in order (HTTP/1, Redis, Memcached), by id
 //! (DNS, Kafka: see [`matching`]) or by stream (HTTP/2) — and emits [`L7Call`]s. Adding a protocol
 //! means one file here, an entry in [`PROTOCOLS`], and its tests.
 
@@ -11,6 +11,7 @@ pub mod dns;
 pub mod fuzzing;
 pub mod http1;
 pub mod matching;
+pub mod memcached;
 pub mod redis;
 
 use crate::event::Direction;
@@ -23,16 +24,23 @@ use crate::event::Direction;
 pub enum Protocol {
     Http,
     Redis,
+    Memcached,
     Dns,
 }
 
 impl Protocol {
-    pub const ALL: &'static [Protocol] = &[Protocol::Http, Protocol::Redis, Protocol::Dns];
+    pub const ALL: &'static [Protocol] = &[
+        Protocol::Http,
+        Protocol::Redis,
+        Protocol::Memcached,
+        Protocol::Dns,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Protocol::Http => "http",
             Protocol::Redis => "redis",
+            Protocol::Memcached => "memcached",
             Protocol::Dns => "dns",
         }
     }
@@ -49,6 +57,7 @@ impl Protocol {
         match self {
             Protocol::Http => Some(1),
             Protocol::Redis => Some(2),
+            Protocol::Memcached => Some(3),
             Protocol::Dns => Some(4),
         }
     }
@@ -277,7 +286,7 @@ pub struct ProtocolSpec {
 }
 
 /// Every protocol ebtop knows, tried in order.
-pub static PROTOCOLS: &[ProtocolSpec] = &[http1::SPEC, redis::SPEC, dns::SPEC];
+pub static PROTOCOLS: &[ProtocolSpec] = &[http1::SPEC, redis::SPEC, memcached::SPEC, dns::SPEC];
 
 /// The protocol whose start `payload` looks like, if any.
 pub fn detect(payload: &[u8]) -> Option<&'static ProtocolSpec> {
