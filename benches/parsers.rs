@@ -1,4 +1,4 @@
-//! Micro-benchmarks: each protocol parser (HTTP/1, Redis, DNS) and the whole user-space path
+//! Micro-benchmarks: each protocol parser (HTTP/1, Redis, Memcached, DNS) and the whole user-space path
 //! (decode → tracker → parser → call) on real captured traffic (tests/fixtures).
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -136,6 +136,26 @@ fn redis(c: &mut Criterion) {
     g.finish();
 }
 
+fn memcached(c: &mut Criterion) {
+    let p = format!(
+        "{}/tests/fixtures/memcached/text.server.seg",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let f = SegFile::parse(&std::fs::read(p).unwrap()).unwrap();
+    let segs: Vec<_> = seg_entries(&f)
+        .into_iter()
+        .map(|(d, b, t)| (d, b, t, None))
+        .collect();
+    let calls = run(Protocol::Memcached, Transport::Stream, &segs);
+    assert!(calls > 20, "{calls}");
+    let mut g = c.benchmark_group("memcached");
+    g.throughput(Throughput::Elements(calls as u64));
+    g.bench_function("parse a text-protocol session", |b| {
+        b.iter(|| run(Protocol::Memcached, Transport::Stream, &segs))
+    });
+    g.finish();
+}
+
 fn dns(c: &mut Criterion) {
     // dnsmasq's UDP socket in the DNS recording: queries in, answers out.
     let path = format!(
@@ -173,5 +193,5 @@ fn dns(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, parser, redis, dns, tracker);
+criterion_group!(benches, parser, redis, memcached, dns, tracker);
 criterion_main!(benches);

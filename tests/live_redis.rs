@@ -292,3 +292,66 @@ fn errors_large_values_pushes_and_blocking_waits_are_exact() {
         "{summary}"
     );
 }
+
+/// redis-cli -3 (RESP3 from its HELLO 3 on): commands piped to it, replies of RESP3 types
+/// (maps from COMMAND DOCS and HGETALL, a set from SMEMBERS, null), each command once per side
+/// with version 3.
+#[test]
+fn resp3_client_commands_are_counted_with_their_version() {
+    require_root();
+    let server = RedisServer::start();
+    let port = server.port.to_string();
+    let ebtop = Ebtop::start(&["--json", "--port", &port]);
+    let script = "SET page:1 a\nGET page:1\nHSET h:1 f 1 g 2\nHGETALL h:1\nSADD s:1 x y\n\
+                  SMEMBERS s:1\nINCRBYFLOAT f:1 1.5\nGET missing:1\nHGETALL h:1\n";
+    let mut cli = Command::new("redis-cli")
+        .args(["-3", "-p", &port])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("redis-cli is installed");
+    cli.stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    let out = cli.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("1.5"), "{text}");
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    for s in ["client", "server"] {
+        let mine: Vec<&Value> = side(&calls, s)
+            .into_iter()
+            .filter(|c| c["method"] != "HELLO")
+            .collect();
+        // redis-cli asks for COMMAND DOCS first (a map far beyond the snaplen).
+        let expected = [
+            ("COMMAND DOCS", 1),
+            ("SET", 1),
+            ("GET", 2),
+            ("HSET", 1),
+            ("HGETALL", 2),
+            ("SADD", 1),
+            ("SMEMBERS", 1),
+            ("INCRBYFLOAT", 1),
+        ];
+        for (method, n) in expected {
+            assert_eq!(count(&mine, method), n, "{s} {method}");
+        }
+        assert_eq!(mine.len(), 10, "{s}: {mine:#?}");
+        for c in &mine {
+            assert_eq!(c["version"], "3", "{c}");
+            assert_eq!(c["outcome"], "ok", "{c}");
+        }
+        let hello = side(&calls, s)
+            .into_iter()
+            .filter(|c| c["method"] == "HELLO")
+            .count();
+        assert_eq!(hello, 1, "{s}: redis-cli -3 says HELLO 3 once");
+    }
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["parse"]["unmatched_responses"], 0, "{summary}");
+    assert_eq!(summary["parse"]["damaged_messages"], 0, "{summary}");
+}
