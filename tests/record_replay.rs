@@ -750,9 +750,12 @@ fn tracking_threads_change_nothing_in_the_output() {
             plain_ebtop(&["-r", p, "--json", "--threads", "1"]).stdout
         };
         assert!(copy("3") == copy("1"), "{rec_s}: filtered copies differ");
-        // A recording cut short (no end record: its duration comes from the last record).
+        // A recording cut short (no end record: its duration comes from the last record),
+        // 3/5 into its frames (after the header: magic, version, u32 length, JSON).
         let bytes = std::fs::read(rec).unwrap();
-        let cut = write_tmp(dir.path(), "cut.ebt", &bytes[..bytes.len() * 3 / 5]);
+        let header = 16 + u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+        let cut_at = header + (bytes.len() - header) * 3 / 5;
+        let cut = write_tmp(dir.path(), "cut.ebt", &bytes[..cut_at]);
         let cut_s = cut.to_str().unwrap();
         let serial = plain_ebtop(&["-r", cut_s, "--json", "--threads", "1"]);
         assert!(serial.status.success());

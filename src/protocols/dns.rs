@@ -957,3 +957,275 @@ impl StreamParser for DnsParser {
         self.pending.retain(|_| false);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P1: &str = "127.0.0.1:40001";
+    const P2: &str = "127.0.0.1:40002";
+
+    /// A message: header flags, one question, A records in the answer, an optional OPT
+    /// record (UDP size, extended rcode bits).
+    fn msg(
+        id: u16,
+        flags: u16,
+        name: &str,
+        qtype: u16,
+        answers: &[[u8; 4]],
+        opt: Option<(u16, u8)>,
+    ) -> Vec<u8> {
+        let mut m = Vec::new();
+        for v in [
+            id,
+            flags,
+            1,
+            answers.len() as u16,
+            0,
+            u16::from(opt.is_some()),
+        ] {
+            m.extend_from_slice(&v.to_be_bytes());
+        }
+        for label in name.split('.') {
+            m.push(label.len() as u8);
+            m.extend_from_slice(label.as_bytes());
+        }
+        m.push(0);
+        m.extend_from_slice(&qtype.to_be_bytes());
+        m.extend_from_slice(&1u16.to_be_bytes());
+        for a in answers {
+            // Owner: a pointer to the question's name.
+            m.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]);
+            m.extend_from_slice(a);
+        }
+        if let Some((size, ext)) = opt {
+            m.push(0);
+            m.extend_from_slice(&41u16.to_be_bytes());
+            m.extend_from_slice(&size.to_be_bytes());
+            m.extend_from_slice(&[ext, 0, 0, 0, 0, 0]);
+        }
+        m
+    }
+
+    const QUERY: u16 = 0x0100; // RD
+    const ANSWER: u16 = 0x8180; // QR RD RA
+
+    struct Run {
+        p: DnsParser,
+        out: Vec<L7Call>,
+        stats: ParseStats,
+    }
+
+    impl Run {
+        fn udp() -> Run {
+            Run {
+                p: DnsParser::new(&ParserConfig {
+                    depth: ParseDepth::Full,
+                    transport: Transport::Datagram,
+                    keep_head: 256,
+                }),
+                out: Vec::new(),
+                stats: ParseStats::default(),
+            }
+        }
+        fn seg(&mut self, dir: Direction, m: &[u8], t_ms: u64, peer: &str) -> &mut Self {
+            let seg = Segment {
+                dir,
+                payload: m,
+                total_len: m.len() as u64,
+                start_ns: t_ms * 1_000_000,
+                end_ns: t_ms * 1_000_000 + 1000,
+                peer: Some(peer.parse().unwrap()),
+            };
+            self.p.on_segment(&seg, &mut self.out, &mut self.stats);
+            self
+        }
+    }
+
+    #[test]
+    fn detection_takes_queries_and_answers_in_both_framings_and_nothing_else() {
+        let q = msg(7, QUERY, "example.com", 1, &[], Some((1232, 0)));
+        let a = msg(7, ANSWER, "example.com", 1, &[[192, 0, 2, 1]], None);
+        assert!(is_connection_start(&q) && is_connection_start(&a));
+        let mut tcp = (q.len() as u16).to_be_bytes().to_vec();
+        tcp.extend_from_slice(&q);
+        assert!(is_connection_start(&tcp));
+        // Cut inside the question; two questions; a query carrying an answer; text.
+        assert!(!is_connection_start(&q[..20]));
+        let mut two = q.clone();
+        two[5] = 2;
+        assert!(!is_connection_start(&two));
+        let mut with_answer = q.clone();
+        with_answer[7] = 1;
+        assert!(!is_connection_start(&with_answer));
+        assert!(!is_connection_start(
+            b"GET / HTTP/1.1\r\nHost: example.com\r\n\r\n"
+        ));
+        assert_eq!(message_len(&q), Some(q.len()));
+        assert_eq!(message_len(&a), Some(a.len()));
+    }
+
+    #[test]
+    fn compression_pointers_that_loop_or_point_forward_end_the_name() {
+        let mut m = msg(1, QUERY, "a.test", 1, &[], None);
+        // The question's first label replaced by a pointer to itself, then one forward.
+        m[12] = 0xc0;
+        m[13] = 12;
+        assert_eq!(read_name(&m, 12, &mut String::new()), None);
+        m[13] = 40;
+        assert_eq!(read_name(&m, 12, &mut String::new()), None);
+        assert!(!is_connection_start(&m));
+    }
+
+    #[test]
+    fn answers_pair_by_id_peer_and_question_in_any_order() {
+        let mut r = Run::udp();
+        r.seg(
+            Direction::Egress,
+            &msg(1, QUERY, "a.test", 1, &[], None),
+            0,
+            P1,
+        )
+        .seg(
+            Direction::Egress,
+            &msg(2, QUERY, "a.test", 28, &[], None),
+            0,
+            P1,
+        )
+        .seg(
+            Direction::Egress,
+            &msg(1, QUERY, "b.test", 1, &[], None),
+            1,
+            P2,
+        )
+        // Same id from the other peer, then another question under id 2: not answers.
+        .seg(
+            Direction::Ingress,
+            &msg(1, ANSWER, "a.test", 1, &[], None),
+            2,
+            P2,
+        )
+        .seg(
+            Direction::Ingress,
+            &msg(2, ANSWER, "a.test", 1, &[], None),
+            2,
+            P1,
+        )
+        .seg(
+            Direction::Ingress,
+            &msg(2, ANSWER, "A.Test", 28, &[], None),
+            3,
+            P1,
+        )
+        .seg(
+            Direction::Ingress,
+            &msg(1, ANSWER, "b.test", 1, &[[192, 0, 2, 9]], None),
+            4,
+            P2,
+        )
+        .seg(
+            Direction::Ingress,
+            &msg(1, ANSWER, "a.test", 1, &[[192, 0, 2, 1]], None),
+            5,
+            P1,
+        );
+        let got: Vec<(&str, u64)> = r
+            .out
+            .iter()
+            .map(|c| (c.resource.as_str(), c.resp.first_start_ns / 1_000_000))
+            .collect();
+        assert_eq!(got, [("AAAA a.test", 3), ("A b.test", 4), ("A a.test", 5)]);
+        assert_eq!(r.stats.unmatched_responses, 2);
+        let addrs = |i: usize| {
+            r.out[i]
+                .details
+                .iter()
+                .find(|(k, _)| *k == "addresses")
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(addrs(1).as_deref(), Some("192.0.2.9"));
+        assert!(r
+            .out
+            .iter()
+            .all(|c| c.request_dir == Direction::Egress && c.outcome == Outcome::Ok));
+    }
+
+    #[test]
+    fn retries_timeouts_and_close_count_unanswered_queries_once() {
+        let mut r = Run::udp();
+        let q = msg(9, QUERY, "slow.test", 1, &[], None);
+        // Sent, retried 5 s later with the same id, answered: one call, timed from the retry.
+        r.seg(Direction::Egress, &q, 0, P1)
+            .seg(Direction::Egress, &q, 5000, P1)
+            .seg(
+                Direction::Ingress,
+                &msg(9, ANSWER, "slow.test", 1, &[], None),
+                5001,
+                P1,
+            );
+        assert_eq!(r.out.len(), 1);
+        assert_eq!(r.out[0].req.first_start_ns, 5_000_000_000);
+        assert_eq!(r.stats.unanswered_requests, 1);
+        // Never answered: counted once a later message is 10 s newer, or at the close.
+        r.seg(
+            Direction::Egress,
+            &msg(10, QUERY, "lost.test", 1, &[], None),
+            6000,
+            P1,
+        )
+        .seg(
+            Direction::Egress,
+            &msg(11, QUERY, "late.test", 1, &[], None),
+            17000,
+            P1,
+        );
+        assert_eq!(r.stats.unanswered_requests, 2);
+        r.p.on_close(&mut r.out, &mut r.stats);
+        assert_eq!(r.stats.unanswered_requests, 3);
+        assert_eq!(r.out.len(), 1);
+    }
+
+    #[test]
+    fn rcodes_are_named_with_their_extended_bits_and_blamed_right() {
+        let mut r = Run::udp();
+        for (id, rcode, ext) in [(1u16, 3u16, 0u8), (2, 2, 0), (3, 0, 1), (4, 5, 0)] {
+            let name = format!("n{id}.test");
+            r.seg(
+                Direction::Ingress,
+                &msg(id, QUERY, &name, 1, &[], Some((4096, 0))),
+                0,
+                P1,
+            )
+            .seg(
+                Direction::Egress,
+                &msg(id, ANSWER | rcode, &name, 1, &[], Some((1232, ext))),
+                1,
+                P1,
+            );
+        }
+        let got: Vec<(&str, Outcome)> = r
+            .out
+            .iter()
+            .map(|c| (c.status_text.as_deref().unwrap(), c.outcome))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("NXDOMAIN", Outcome::ClientError),
+                ("SERVFAIL", Outcome::ServerError),
+                ("BADVERS", Outcome::ClientError),
+                ("REFUSED", Outcome::ClientError),
+            ]
+        );
+        // Received queries: the server's side, with the size the query advertised.
+        assert!(r.out.iter().all(|c| c.request_dir == Direction::Ingress));
+        assert!(r.out[0]
+            .details
+            .contains(&("edns_udp_size", "4096".to_owned())));
+        let head = String::from_utf8_lossy(&r.out[0].resp_head.bytes).into_owned();
+        assert!(
+            head.contains("NXDOMAIN") && head.contains("n1.test"),
+            "{head}"
+        );
+    }
+}
