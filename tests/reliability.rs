@@ -556,3 +556,71 @@ fn under_cpu_contention_every_call_is_counted_or_its_loss_shown() {
         );
     }
 }
+
+/// Under a load that fills the ring buffer as fast as ebtop reads it (redis-benchmark
+/// pipelining against redis-server, both traced), SIGINT still ends ebtop with its summary and
+/// its probes released: the last drain reads at most a full ring, not until the ring is empty
+/// (which, with the probes still attached, it never was: ebtop ran on for minutes).
+#[test]
+fn sigint_ends_ebtop_under_a_load_that_outruns_it() {
+    let _g = serial();
+    require_root();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let null = || std::process::Stdio::null();
+    let _server = Kill(
+        Command::new("redis-server")
+            .args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
+            .args(["--appendonly", "no", "--protected-mode", "no"])
+            .stdout(null())
+            .spawn()
+            .expect("redis-server is installed (scripts/deps installs it)"),
+    );
+    let deadline = Instant::now() + GONE_WITHIN;
+    while std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err() {
+        assert!(Instant::now() < deadline, "redis-server did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _load = Kill(
+        Command::new("redis-benchmark")
+            .args([
+                "-p", &port, "-c", "50", "-P", "16", "-t", "get,set", "-l", "-q",
+            ])
+            .stdout(null())
+            .stderr(null())
+            .spawn()
+            .expect("redis-benchmark is installed"),
+    );
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let mut ebtop = Command::new(env!("CARGO_BIN_EXE_ebtop"))
+        .args(["--json", "--port", &port])
+        .args(hooks_args())
+        .stdout(out.reopen().unwrap())
+        .stderr(null())
+        .spawn()
+        .unwrap();
+    let held = wait_attached(ebtop.id());
+    // Long enough for the ring to fill (it holds seconds of this load).
+    std::thread::sleep(Duration::from_secs(3));
+    // SAFETY: kill on our own child.
+    unsafe { libc::kill(ebtop.id() as i32, libc::SIGINT) };
+    assert_gone_and_released(ebtop.id(), &held, "SIGINT under saturating load");
+    assert!(ebtop.wait().unwrap().success());
+    let text = std::fs::read_to_string(out.path()).unwrap();
+    let last = text.lines().last().unwrap_or("");
+    assert!(
+        last.contains("\"type\":\"summary\""),
+        "last line: {last:.200}"
+    );
+}

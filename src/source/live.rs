@@ -516,10 +516,20 @@ pub fn run<S: Sink, R>(
         }
     };
     // Deliver what is already in the ring; the session ends here, later records are not read.
+    // The probes are still attached, and under a load that fills the ring as fast as it is
+    // read an unbounded drain would never end: at most a full ring's records are read (each is
+    // at least a record header).
     let mut reason = reason;
     if reason != StopReason::OutputClosed {
         drain_procs(&mut procs, &pipeline, &failure, true);
-        ring.consume_raw();
+        let mut left = cfg.ringbuf_bytes as usize / (crate::event::HEADER_LEN + 8);
+        while left > 0 {
+            let want = CONSUME_BATCH.min(left);
+            if ring.consume_raw_n(want) < want as i32 {
+                break; // empty (or a callback stopped it: `check` below says why)
+            }
+            left -= want;
+        }
         drain_procs(&mut procs, &pipeline, &failure, false);
         if let Some(r) = check(&failure)? {
             reason = r;

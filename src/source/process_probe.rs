@@ -13,6 +13,9 @@ use crate::bpf::procs::{ProcsSkel, ProcsSkelBuilder};
 use crate::process_events::{ProcEvent, ProcEventKind};
 use crate::session::Filters;
 
+/// Process records handed over per pass of the capture loop.
+const PROC_BATCH: usize = 16384;
+
 pub struct ProcessProbe {
     /// Leaked: programs and maps live as long as the process (one probe per session).
     skel: &'static ProcsSkel<'static>,
@@ -81,7 +84,8 @@ impl ProcessProbe {
         &mut self,
         mut f: impl FnMut(&[u8]) -> std::io::Result<()>,
     ) -> std::io::Result<()> {
-        let _ = self.ring.consume_raw();
+        // Bounded: an exec storm cannot hold the loop (or grow this batch) without end.
+        let _ = self.ring.consume_raw_n(PROC_BATCH);
         let records = std::mem::take(&mut *self.records.borrow_mut());
         for r in records {
             match ProcEvent::decode(&r) {
