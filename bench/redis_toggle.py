@@ -7,10 +7,10 @@ redis-server (pinned to the last CPU, no persistence) under continuous `redis-be
 -P N -t get,set -l` load (pinned to CPU 0) for the whole run: the DeepFlow-style Redis scenario
 (issue 13). ebtop (`--json --port PORT --bpf-stats full`, release build, output kept in a
 temporary file) is started and stopped in turns. Per "on" window (it starts once ebtop's BPF
-links stop growing): the commands redis-server processed (INFO stats), the calls ebtop printed
-(each command is two spans: redis-benchmark's and redis-server's; ebtop's output is filtered by
-grep to its overhead and summary lines), ebtop's own CPU (user + sys from /proc/PID/stat over
-the whole session) and the BPF run time of its programs, and the ring buffer's losses. Each on/off ratio divides an on window's command rate by the mean of the off
+links stop growing): the commands redis-server processed (INFO stats) and ebtop's own CPU (user + sys from
+/proc/PID/stat) in the window, each command being two spans (redis-benchmark's and
+redis-server's); per session the calls ebtop printed, the BPF run time of its programs and the
+ring buffer's losses (ebtop's output is filtered by grep to its overhead and summary lines). Each on/off ratio divides an on window's command rate by the mean of the off
 windows on either side. Reports medians (and quartiles) over the cycles; writes
 bench/redis-toggle-results.json.
 """
@@ -97,10 +97,9 @@ def main():
                                      '"type":"summary"'], stdin=e.stdout, stdout=out)
             e.stdout.close()
             wait_attached(e.pid)
-            served0 = commands_total()
+            served0, cpu0 = commands_total(), cpu_ns(e.pid)
             windows.append(("on", rate_over(a.window)))
-            served = commands_total() - served0
-            cpu = cpu_ns(e.pid)
+            served, cpu = commands_total() - served0, cpu_ns(e.pid) - cpu0
             e.send_signal(signal.SIGINT)
             e.wait()
             keep.wait()
@@ -131,7 +130,10 @@ def main():
         # Each command is two spans (client and server side); calls of the whole session over
         # the commands of its measured window: a little above 2 (attach and stop outside it).
         "spans_per_command": quartiles([s["calls"] / max(s["served"], 1) for s in sessions]),
-        "user_space_ns_per_span": quartiles([s["cpu_ns"] / max(s["calls"], 1) for s in sessions]),
+        # ebtop's CPU in the window (load and attach excluded) per span the load made in it.
+        "user_space_ns_per_span": quartiles([s["cpu_ns"] / max(2 * s["served"], 1)
+                                             for s in sessions]),
+        # The BPF run time of the whole session per span it printed.
         "bpf_ns_per_span": quartiles([s["bpf_ns"] / max(s["calls"], 1) for s in sessions]),
         "ring_lost": sum(s["lost"] for s in sessions),
         "pipeline": a.pipeline,
