@@ -603,8 +603,10 @@ fn sigint_ends_ebtop_under_a_load_that_outruns_it() {
             .expect("redis-benchmark is installed"),
     );
     let out = tempfile::NamedTempFile::new().unwrap();
+    // The smallest ring: the last drain reads at most its records (32K of at least 128 bytes),
+    // which a debug build sharing two cores with the load and two busy loops reads in seconds.
     let mut ebtop = Command::new(env!("CARGO_BIN_EXE_ebtop"))
-        .args(["--json", "--port", &port])
+        .args(["--json", "--port", &port, "--ringbuf-mb", "4"])
         .args(hooks_args())
         .stdout(out.reopen().unwrap())
         .stderr(null())
