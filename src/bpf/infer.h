@@ -24,6 +24,15 @@ static __always_inline bool is_digit(__u8 c)
 }
 
 /*
+ * After an HTTP method at p[i]: the start of a request target (`/`, `*`, `http://`) or the end
+ * of the capture; a word there (`GET key`) is a Redis inline command, not HTTP.
+ */
+static __always_inline bool http_target(const __u8 *p, __u32 n, __u32 i)
+{
+	return n <= i || p[i] == '/' || p[i] == '*' || p[i] == 'h' || p[i] == 'H';
+}
+
+/*
  * A RESP message start whose first bytes leave little doubt (user space confirms before any
  * call is counted): an array of bulk strings, the form every client sends commands in and
  * multi-bulk replies take (`*3\r\n$3\r\n`: 1–4 digits, CRLF, `$`), or a reply a
@@ -154,11 +163,16 @@ static __always_inline bool is_memcached(const __u8 *p, __u32 n)
  */
 static __always_inline __u8 infer_protocol(const __u8 *p, __u32 n, bool dgram, __u64 pos)
 {
-	if (starts_with(p, n, "GET ", 4) || starts_with(p, n, "POST ", 5) ||
-	    starts_with(p, n, "PUT ", 4) || starts_with(p, n, "HEAD ", 5) ||
-	    starts_with(p, n, "DELETE ", 7) || starts_with(p, n, "PATCH ", 6) ||
-	    starts_with(p, n, "OPTIONS ", 8) || starts_with(p, n, "CONNECT ", 8) ||
-	    starts_with(p, n, "TRACE ", 6) || starts_with(p, n, "HTTP/1.", 7))
+	if ((starts_with(p, n, "GET ", 4) && http_target(p, n, 4)) ||
+	    (starts_with(p, n, "POST ", 5) && http_target(p, n, 5)) ||
+	    (starts_with(p, n, "PUT ", 4) && http_target(p, n, 4)) ||
+	    (starts_with(p, n, "HEAD ", 5) && http_target(p, n, 5)) ||
+	    (starts_with(p, n, "DELETE ", 7) && http_target(p, n, 7)) ||
+	    (starts_with(p, n, "PATCH ", 6) && http_target(p, n, 6)) ||
+	    (starts_with(p, n, "OPTIONS ", 8) && http_target(p, n, 8)) ||
+	    starts_with(p, n, "CONNECT ", 8) ||
+	    (starts_with(p, n, "TRACE ", 6) && http_target(p, n, 6)) ||
+	    starts_with(p, n, "HTTP/1.", 7))
 		return EBTOP_PROTO_HTTP1;
 	if (is_redis(p, n))
 		return EBTOP_PROTO_REDIS;

@@ -39,8 +39,17 @@ const MAX_ORPHANS: usize = 4;
 /// CRLF ending a chunk's data + "0\r\n\r\n", the last chunk without trailers.
 const LAST_CHUNK_TAIL: u64 = 7;
 
+/// A method, a space, and the start of a request target: origin form (`/x`), asterisk form
+/// (`*`), absolute form (`http://…`), or for CONNECT an authority (`host:port`). A word after
+/// the method (`GET key`: a Redis inline command) is not HTTP.
 pub fn is_request_start(p: &[u8]) -> bool {
-    METHODS.iter().any(|m| p.starts_with(m))
+    METHODS.iter().any(|m| {
+        p.strip_prefix(*m).is_some_and(|target| match target.first() {
+            None => true, // the capture ends here
+            Some(b'/' | b'*' | b'h' | b'H') => true,
+            Some(_) => *m == b"CONNECT ",
+        })
+    })
 }
 pub fn is_response_start(p: &[u8]) -> bool {
     p.starts_with(b"HTTP/1.")
@@ -1417,6 +1426,11 @@ mod tests {
         assert!(is_message_start(b"GET / HTTP/1.1"));
         assert!(is_message_start(b"HTTP/1.0 200"));
         assert!(!is_message_start(b"\x16\x03\x01"));
+        assert!(is_message_start(b"OPTIONS * HTTP/1.1"));
+        assert!(is_message_start(b"GET http://example.com/ HTTP/1.1"));
+        assert!(is_message_start(b"CONNECT example.com:443 HTTP/1.1"));
+        // A Redis inline command typed by hand.
+        assert!(!is_message_start(b"GET user:1\r\n"));
         assert!(!is_message_start(b"GETX"));
     }
 
