@@ -204,7 +204,8 @@ fn dig_queries_over_udp_and_tcp_are_counted_once_per_side() {
     assert_eq!(
         tally(&calls, "server", DNSMASQ),
         udp_and_tcp,
-        "dnsmasq's side"
+        "dnsmasq's side; summary {}",
+        lines.last().unwrap()
     );
     for c in &calls {
         let tcp = c["version"] == "tcp";
@@ -282,7 +283,12 @@ fn getaddrinfo_a_and_aaaa_sent_together_are_both_seen() {
     assert_eq!(client_of(pids[1]), missing, "getent nope.test");
     let mut both = found.clone();
     both.extend(missing);
-    assert_eq!(tally(&calls, "server", DNSMASQ), both, "dnsmasq's side");
+    assert_eq!(
+        tally(&calls, "server", DNSMASQ),
+        both,
+        "dnsmasq's side; summary {}",
+        lines.last().unwrap()
+    );
     // A and AAAA of one lookup left from one socket, and were answered to it.
     for pid in &pids {
         let socks: Vec<&Value> = calls
@@ -354,7 +360,12 @@ fn pipelined_tcp_queries_pair_by_id_and_unanswered_ones_are_counted() {
         ("AAAA a.test", "NOERROR", N as usize / 2),
     ]);
     assert_eq!(tally(&calls, "client", me), per_type, "the test's side");
-    assert_eq!(tally(&calls, "server", DNSMASQ), per_type, "dnsmasq's side");
+    assert_eq!(
+        tally(&calls, "server", DNSMASQ),
+        per_type,
+        "dnsmasq's side; summary {}",
+        lines.last().unwrap()
+    );
     let txids: Vec<u64> = calls
         .iter()
         .filter(|c| c["side"] == "client")

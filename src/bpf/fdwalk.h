@@ -26,4 +26,45 @@ static __always_inline struct socket *fd_to_socket(int fd, __u64 *ino)
 	return BPF_CORE_READ(f, private_data);
 }
 
+/* Kernels ≥ 6.13 count a file's references in `f_ref` (one reference reads 0), older ones in
+ * `f_count` (one reference reads 1): CO-RE flavours of both. */
+struct file___fref {
+	struct {
+		struct {
+			long counter;
+		} refcnt;
+	} f_ref;
+} __attribute__((preserve_access_index));
+
+struct file___fcount {
+	struct {
+		long counter;
+	} f_count;
+} __attribute__((preserve_access_index));
+
+/*
+ * Is the file behind the current task's `fd` referenced elsewhere too (another process after
+ * fork, a dup)? Then closing this fd does not end the socket: dnsmasq's parent closes its copy
+ * of a TCP connection it handed to a child, which goes on using it.
+ */
+static __always_inline bool fd_file_shared(int fd)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	struct file **fds;
+	struct file *f = NULL;
+
+	if (!fdt || fd < 0 || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds))
+		return false;
+	fds = BPF_CORE_READ(fdt, fd);
+	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
+		return false;
+	if (bpf_core_field_exists(((struct file___fref *)f)->f_ref)) {
+		long refs = BPF_CORE_READ((struct file___fref *)f, f_ref.refcnt.counter);
+		/* 0: one reference; beyond 2^62: the dead/saturated ranges, not sharing. */
+		return refs > 0 && refs < (1L << 62);
+	}
+	return BPF_CORE_READ((struct file___fcount *)f, f_count.counter) > 1;
+}
+
 #endif

@@ -334,6 +334,9 @@ int enter_close(struct ebtop_sys_enter_ctx *ctx)
 	struct inflight inf = {};
 	if (!inet_socket((int)ARG(0), &inf))
 		return 0;
+	/* Another holder goes on using the socket (a child after fork, a dup): not its end. */
+	if (fd_file_shared((int)ARG(0)))
+		return 0;
 	/* Only sockets whose data user space saw matter to it: not those of no known protocol
 	 * (their closes come in bursts, e.g. a pool of 100K idle connections torn down). */
 	struct sock_state *st = bpf_map_lookup_elem(&sock_states, &inf.sock_id);
