@@ -116,44 +116,40 @@ fn run(
     out.len()
 }
 
-fn redis(c: &mut Criterion) {
-    let p = format!(
-        "{}/tests/fixtures/redis/benchmark_p16.server.seg",
-        env!("CARGO_MANIFEST_DIR")
-    );
+/// Parsing one `.seg` fixture of `proto` whole, per pass; returns the calls it makes.
+fn bench_seg_fixture(c: &mut Criterion, proto: Protocol, fixture: &str, name: &str) -> usize {
+    let p = format!("{}/tests/fixtures/{fixture}", env!("CARGO_MANIFEST_DIR"));
     let f = SegFile::parse(&std::fs::read(p).unwrap()).unwrap();
     let segs: Vec<_> = seg_entries(&f)
         .into_iter()
         .map(|(d, b, t)| (d, b, t, None))
         .collect();
-    let calls = run(Protocol::Redis, Transport::Stream, &segs);
-    assert_eq!(calls, 49); // AUTH and 48 pipelined SETs
-    let mut g = c.benchmark_group("redis");
+    let calls = run(proto, Transport::Stream, &segs);
+    let mut g = c.benchmark_group(proto.name());
     g.throughput(Throughput::Elements(calls as u64));
-    g.bench_function("parse redis-benchmark -P 16", |b| {
-        b.iter(|| run(Protocol::Redis, Transport::Stream, &segs))
-    });
+    g.bench_function(name, |b| b.iter(|| run(proto, Transport::Stream, &segs)));
     g.finish();
+    calls
+}
+
+fn redis(c: &mut Criterion) {
+    let calls = bench_seg_fixture(
+        c,
+        Protocol::Redis,
+        "redis/benchmark_p16.server.seg",
+        "parse redis-benchmark -P 16",
+    );
+    assert_eq!(calls, 49); // AUTH and 48 pipelined SETs
 }
 
 fn memcached(c: &mut Criterion) {
-    let p = format!(
-        "{}/tests/fixtures/memcached/text.server.seg",
-        env!("CARGO_MANIFEST_DIR")
+    let calls = bench_seg_fixture(
+        c,
+        Protocol::Memcached,
+        "memcached/text.server.seg",
+        "parse a text-protocol session",
     );
-    let f = SegFile::parse(&std::fs::read(p).unwrap()).unwrap();
-    let segs: Vec<_> = seg_entries(&f)
-        .into_iter()
-        .map(|(d, b, t)| (d, b, t, None))
-        .collect();
-    let calls = run(Protocol::Memcached, Transport::Stream, &segs);
     assert!(calls > 20, "{calls}");
-    let mut g = c.benchmark_group("memcached");
-    g.throughput(Throughput::Elements(calls as u64));
-    g.bench_function("parse a text-protocol session", |b| {
-        b.iter(|| run(Protocol::Memcached, Transport::Stream, &segs))
-    });
-    g.finish();
 }
 
 fn dns(c: &mut Criterion) {

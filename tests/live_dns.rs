@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpStream, UdpSocket};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::Value;
@@ -41,11 +40,7 @@ impl Dnsmasq {
             .spawn()
             .expect("dnsmasq is installed (scripts/deps installs it)");
         let d = Dnsmasq { child };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect((addr, port)).is_err() {
-            assert!(Instant::now() < deadline, "dnsmasq did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_for_listener(addr, port, "dnsmasq");
         d
     }
 }
@@ -60,8 +55,7 @@ impl Drop for Dnsmasq {
 /// A port free for both UDP and TCP on 127.0.0.1.
 fn free_port() -> u16 {
     loop {
-        let t = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = t.local_addr().unwrap().port();
+        let port = free_tcp_port();
         if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }

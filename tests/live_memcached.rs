@@ -7,7 +7,6 @@ mod common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::Value;
@@ -20,11 +19,7 @@ struct MemcachedServer {
 
 impl MemcachedServer {
     fn start() -> MemcachedServer {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_tcp_port();
         let child = Command::new("memcached")
             .args([
                 "-u",
@@ -39,11 +34,7 @@ impl MemcachedServer {
             .stdout(Stdio::null())
             .spawn()
             .expect("memcached is installed (scripts/deps installs it)");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "memcached did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_for_listener("127.0.0.1", port, "memcached");
         MemcachedServer { child, port }
     }
 }

@@ -565,12 +565,7 @@ fn under_cpu_contention_every_call_is_counted_or_its_loss_shown() {
 fn sigint_ends_ebtop_under_a_load_that_outruns_it() {
     let _g = serial();
     require_root();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
+    let port = common::free_tcp_port().to_string();
     struct Kill(std::process::Child);
     impl Drop for Kill {
         fn drop(&mut self) {
@@ -587,11 +582,7 @@ fn sigint_ends_ebtop_under_a_load_that_outruns_it() {
             .spawn()
             .expect("redis-server is installed (scripts/deps installs it)"),
     );
-    let deadline = Instant::now() + GONE_WITHIN;
-    while std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err() {
-        assert!(Instant::now() < deadline, "redis-server did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    common::wait_for_listener("127.0.0.1", port.parse().unwrap(), "redis-server");
     let _load = Kill(
         Command::new("redis-benchmark")
             .args([

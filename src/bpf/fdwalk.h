@@ -6,18 +6,26 @@
 #define S_IFMT 00170000
 #define S_IFSOCK 0140000
 
-/* fd -> struct socket via task->files->fdt (CO-RE); NULL unless the fd is a socket. */
-static __always_inline struct socket *fd_to_socket(int fd, __u64 *ino)
+/* The current task's fd -> struct file via task->files->fdt (CO-RE); NULL if none. */
+static __always_inline struct file *fd_to_file(int fd)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	struct file **fds;
 	struct file *f = NULL;
 
 	if (!fdt || fd < 0 || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds))
 		return NULL;
-	fds = BPF_CORE_READ(fdt, fd);
-	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
+	struct file **fds = BPF_CORE_READ(fdt, fd);
+	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]))
+		return NULL;
+	return f;
+}
+
+/* fd -> struct socket; NULL unless the fd is a socket. */
+static __always_inline struct socket *fd_to_socket(int fd, __u64 *ino)
+{
+	struct file *f = fd_to_file(fd);
+	if (!f)
 		return NULL;
 	struct inode *inode = BPF_CORE_READ(f, f_inode);
 	if ((BPF_CORE_READ(inode, i_mode) & S_IFMT) != S_IFSOCK)
@@ -49,15 +57,8 @@ struct file___fcount {
  */
 static __always_inline bool fd_file_shared(int fd)
 {
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	struct file **fds;
-	struct file *f = NULL;
-
-	if (!fdt || fd < 0 || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds))
-		return false;
-	fds = BPF_CORE_READ(fdt, fd);
-	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
+	struct file *f = fd_to_file(fd);
+	if (!f)
 		return false;
 	if (bpf_core_field_exists(((struct file___fref *)f)->f_ref)) {
 		long refs = BPF_CORE_READ((struct file___fref *)f, f_ref.refcnt.counter);

@@ -395,6 +395,11 @@ pub fn rcode_name(rcode: u16) -> String {
     name.to_owned()
 }
 
+/// The rcode: the header's 4 bits, with EDNS the OPT record's 8 above them.
+fn full_rcode(h: &Header, recs: &Records) -> u16 {
+    u16::from(h.rcode()) | recs.edns.map_or(0, |(_, hi)| u16::from(hi) << 4)
+}
+
 /// Whose fault an rcode is.
 fn rcode_outcome(rcode: u16) -> Outcome {
     match rcode {
@@ -632,7 +637,7 @@ impl DnsParser {
         }
         let want_text = self.keep_head > 0;
         let recs = read_records(m, &h, qend, want_text);
-        let rcode = u16::from(h.rcode()) | recs.edns.map_or(0, |(_, hi)| u16::from(hi) << 4);
+        let rcode = full_rcode(&h, &recs);
         let mut details = Vec::new();
         if self.depth == ParseDepth::Full {
             details.push(("answers", h.ancount.to_string()));
@@ -680,7 +685,7 @@ impl DnsParser {
             opcode_name(h.opcode()),
             h.id,
             if h.is_response() {
-                rcode_name(u16::from(h.rcode()) | recs.edns.map_or(0, |(_, hi)| u16::from(hi) << 4))
+                rcode_name(full_rcode(h, recs))
             } else {
                 "query".to_owned()
             },

@@ -314,6 +314,26 @@ impl Ebtop {
     }
 }
 
+/// A TCP port nothing listens on now (127.0.0.1), for a server the test starts.
+#[allow(dead_code)] // not every test binary starts a server of its own
+pub fn free_tcp_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits (at most 20 s) until `addr:port` accepts TCP connections: the server `what` started.
+#[allow(dead_code)]
+pub fn wait_for_listener(addr: &str, port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect((addr, port)).is_err() {
+        assert!(Instant::now() < deadline, "{what} did not start");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
 pub fn calls(lines: &[Value]) -> Vec<&Value> {
     lines.iter().filter(|v| v["type"] == "call").collect()
 }
