@@ -252,12 +252,18 @@ enum Expect {
     EncryptionAnswer,
     Parse {
         sql: String,
+        /// The request so far (the call's, should this step fail).
+        req: MessageSpan,
     },
     Bind {
         sql: String,
+        /// The request so far (the call's, should this step fail).
+        req: MessageSpan,
     },
     Describe {
         sql: String,
+        /// The request so far (the call's, should this step fail).
+        req: MessageSpan,
     },
     Close,
     Execute(Box<Query>),
@@ -283,6 +289,31 @@ struct Query {
     tag: Option<String>,
     error: Option<(String, String, String)>,
     suspended: bool,
+}
+
+impl Query {
+    fn new(
+        sql: String,
+        statement: Option<String>,
+        simple: bool,
+        req: MessageSpan,
+        truncated: bool,
+    ) -> Query {
+        Query {
+            sql,
+            statement,
+            simple,
+            req,
+            truncated,
+            resp: None,
+            rows: 0,
+            data_rows: 0,
+            statements: 0,
+            tag: None,
+            error: None,
+            suspended: false,
+        }
+    }
 }
 
 /// Bytes seen in one direction since a call last took them (the extended protocol spreads a
@@ -642,7 +673,8 @@ impl PostgresParser {
                     MAX_SQL,
                 );
                 remember(&mut self.statements, name, sql.clone());
-                self.pending.push(Expect::Parse { sql });
+                let req = self.dirs[d].acc.span.unwrap_or_default();
+                self.pending.push(Expect::Parse { sql, req });
             }
             b'B' => {
                 let portal = cstr(body, &mut at)
@@ -653,7 +685,8 @@ impl PostgresParser {
                     .unwrap_or_default();
                 let sql = self.statement_sql(&stmt);
                 remember(&mut self.portals, portal, stmt);
-                self.pending.push(Expect::Bind { sql });
+                let req = self.dirs[d].acc.span.unwrap_or_default();
+                self.pending.push(Expect::Bind { sql, req });
             }
             b'D' => {
                 let kind = body.first().copied().unwrap_or(b'S');
@@ -667,7 +700,8 @@ impl PostgresParser {
                 } else {
                     self.statement_sql(&name)
                 };
-                self.pending.push(Expect::Describe { sql });
+                let req = self.dirs[d].acc.span.unwrap_or_default();
+                self.pending.push(Expect::Describe { sql, req });
             }
             b'C' => {
                 let kind = body.first().copied().unwrap_or(b'S');
@@ -733,20 +767,7 @@ impl PostgresParser {
         simple: bool,
     ) -> Query {
         let (req, truncated) = self.dirs[d].acc.take();
-        Query {
-            sql,
-            statement,
-            simple,
-            req,
-            truncated,
-            resp: None,
-            rows: 0,
-            data_rows: 0,
-            statements: 0,
-            tag: None,
-            error: None,
-            suspended: false,
-        }
+        Query::new(sql, statement, simple, req, truncated)
     }
 
     fn backend_message(
@@ -846,11 +867,13 @@ impl PostgresParser {
             (b'E', Expect::Parse { .. } | Expect::Bind { .. } | Expect::Describe { .. }) => {
                 // A failed step of an extended query: a call for its statement.
                 if let Some(
-                    Expect::Parse { sql } | Expect::Bind { sql } | Expect::Describe { sql },
+                    Expect::Parse { sql, req }
+                    | Expect::Bind { sql, req }
+                    | Expect::Describe { sql, req },
                 ) = self.pending.pop()
                 {
-                    let fd = 1 - d;
-                    let mut q = self.new_query(fd, sql, None, false);
+                    // The client's bytes stay where they are: later messages may be in them.
+                    let mut q = Query::new(sql, None, false, req, false);
                     q.error = Some(error_fields(body));
                     let (resp, truncated) = self.dirs[d].acc.take();
                     q.resp = Some(resp);
