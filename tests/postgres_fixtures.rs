@@ -115,3 +115,30 @@ fn psql_simple_queries_errors_and_notify() {
         (0, 0, 0, 0)
     );
 }
+
+/// Cut at 128 bytes a syscall, the server's startup burst (417 bytes of ParameterStatus and
+/// more) loses its later headers: the stream resyncs at the next syscall that starts with a
+/// message (the first reply), and every transaction still makes its call. (At 64 bytes the
+/// replies themselves lose their CommandComplete: calls end inferred, or make none.)
+#[test]
+fn pgbench_under_a_small_snaplen() {
+    for name in ["pgbench_extended.seg", "pgbench_prepared.seg"] {
+        let (calls, summary) = run(&load(name), Some(128));
+        let p = summary.parse;
+        assert_eq!(calls.len(), 20, "{name}");
+        assert!(calls.iter().all(|c| c.l7.resource
+            == "SELECT abalance FROM pgbench_accounts WHERE aid = $1;"
+            && !c.l7.end_inferred));
+        assert_eq!((p.desyncs, p.unparsed_bytes), (1, 289), "{name}");
+        assert_eq!(
+            (
+                p.damaged_messages,
+                p.unmatched_responses,
+                p.unanswered_requests,
+                p.inferred_ends
+            ),
+            (0, 0, 0, 0),
+            "{name}"
+        );
+    }
+}
