@@ -374,6 +374,8 @@ struct Dir {
     acc: Acc,
     /// The body is kept (only messages whose contents matter: not rows, not parameters).
     keep_body: bool,
+    /// The current message is the first of the bytes `acc` holds.
+    opened_acc: bool,
     /// Pending expectations when this direction lost its place (server side).
     lost_with: usize,
 }
@@ -387,6 +389,7 @@ impl Default for Dir {
             body: Vec::new(),
             acc: Acc::default(),
             keep_body: false,
+            opened_acc: false,
             lost_with: 0,
         }
     }
@@ -516,6 +519,7 @@ impl PostgresParser {
                 St::Header => {
                     let ds = &mut self.dirs[d];
                     if ds.hdr.is_empty() {
+                        ds.opened_acc = ds.acc.span.is_none();
                         ds.acc.touch(self.seg_counter, seg);
                     }
                     let untyped = ds.hdr.first() == Some(&0) || (ds.hdr.is_empty() && data[0] == 0);
@@ -883,6 +887,9 @@ impl PostgresParser {
                 self.skip_to_sync(stats);
                 return;
             }
+            // An error at Sync (a deferred constraint failing at commit) or in a function
+            // call: the ReadyForQuery that follows still ends it.
+            (b'E', Expect::Sync | Expect::FunctionCall) => {}
             (b'E', _) => {
                 self.pending.pop();
                 self.skip_to_sync(stats);
@@ -911,13 +918,9 @@ impl PostgresParser {
         }
     }
 
-    /// An asynchronous message: it starts no response.
+    /// An asynchronous message: it starts no response (inside one, its bytes count).
     fn async_done(&mut self, d: usize) {
-        let waiting = matches!(
-            self.pending.front(),
-            Some(Expect::Query(q) | Expect::Execute(q)) if q.resp.is_none()
-        );
-        if self.pending.is_empty() || !waiting {
+        if self.dirs[d].opened_acc {
             self.dirs[d].acc = Acc::default();
         }
     }
@@ -1051,6 +1054,10 @@ impl PostgresParser {
         // A header went unseen: the next message's place is unknown.
         stats.skipped(n);
         self.lose_sync(d, stats);
+        // Client messages unseen: the server's answers can no longer be paired.
+        if self.is_frontend(d) == Some(true) {
+            self.distrust_pairing(stats);
+        }
     }
 }
 
@@ -1777,6 +1784,46 @@ mod tests {
             d.summary(),
             vec![s("COPY", "COPY t FROM STDIN", None, Some("2"))]
         );
+        assert_eq!(d.stats, ParseStats::default());
+    }
+
+    #[test]
+    fn notification_before_a_reply_does_not_start_it() {
+        let notification = msg(b'A', &[vec![0, 0, 0, 9], cs(&[b"jobs", b""])].concat());
+        let mut d = Driver::new();
+        d.seg(OUT, &q("SELECT 1"))
+            .seg(IN, &notification)
+            .seg(IN, &[row(), complete("SELECT 1"), ready()].concat());
+        assert_eq!(d.calls.len(), 1);
+        assert_eq!(d.calls[0].resp.first_start_ns, 3000);
+        assert_eq!(d.calls[0].resp.syscalls, 1);
+        assert_eq!(d.stats.pushes, 1);
+    }
+
+    #[test]
+    fn error_at_sync_ends_with_its_ready_for_query() {
+        let client = [
+            parse("", "INSERT INTO t VALUES (1)"),
+            bind("", ""),
+            execute(""),
+            sync(),
+        ]
+        .concat();
+        let server = [
+            msg(b'1', b""),
+            msg(b'2', b""),
+            complete("INSERT 0 1"),
+            error("23503", "deferred constraint"),
+            ready(),
+        ]
+        .concat();
+        let mut d = Driver::new();
+        d.seg(OUT, &client)
+            .seg(IN, &server)
+            .seg(OUT, &q("SELECT 1"));
+        d.seg(IN, &[row(), complete("SELECT 1"), ready()].concat())
+            .close();
+        assert_eq!(d.calls.len(), 2);
         assert_eq!(d.stats, ParseStats::default());
     }
 
