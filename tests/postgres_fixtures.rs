@@ -142,3 +142,31 @@ fn pgbench_under_a_small_snaplen() {
         );
     }
 }
+
+/// psql -c with four statements: one Q, one call; the third fails, the fourth never runs.
+#[test]
+fn several_statements_in_one_simple_query() {
+    let (calls, summary) = run(&load("psql_multi_statement.seg"), None);
+    assert_eq!(
+        self::summary(&calls),
+        vec![(
+            "INSERT".to_owned(),
+            "insert into items values (10, 'x'); select * from items; select * from nope; \
+             select 3"
+                .to_owned(),
+            Some("42P01".to_owned())
+        )]
+    );
+    assert_eq!(detail(&calls[0], "statements"), Some("2"));
+    assert_eq!(detail(&calls[0], "tag"), Some("SELECT 1"));
+    let p = summary.parse;
+    assert_eq!(
+        (
+            p.damaged_messages,
+            p.desyncs,
+            p.unmatched_responses,
+            p.unanswered_requests
+        ),
+        (0, 0, 0, 0)
+    );
+}
