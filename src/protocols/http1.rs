@@ -44,12 +44,11 @@ const LAST_CHUNK_TAIL: u64 = 7;
 /// the method (`GET key`: a Redis inline command) is not HTTP.
 pub fn is_request_start(p: &[u8]) -> bool {
     METHODS.iter().any(|m| {
-        p.strip_prefix(*m)
-            .is_some_and(|target| match target.first() {
-                None => true, // the capture ends here
-                Some(b'/' | b'*' | b'h' | b'H') => true,
-                Some(_) => *m == b"CONNECT ",
-            })
+        p.strip_prefix(*m).is_some_and(|target| match target.first() {
+            None => true, // the capture ends here
+            Some(b'/' | b'*' | b'h' | b'H') => true,
+            Some(_) => *m == b"CONNECT ",
+        })
     })
 }
 pub fn is_response_start(p: &[u8]) -> bool {
