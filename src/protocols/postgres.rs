@@ -1827,6 +1827,42 @@ mod tests {
         assert_eq!(d.stats, ParseStats::default());
     }
 
+    /// The extended protocol split at every byte of both directions gives the same calls.
+    #[test]
+    fn every_byte_split_extended() {
+        let client = [
+            parse("s1", "SELECT 1"),
+            bind("", "s1"),
+            describe_portal(""),
+            execute(""),
+            sync(),
+        ]
+        .concat();
+        let server = [
+            msg(b'1', b""),
+            msg(b'2', b""),
+            rowdesc(),
+            row(),
+            complete("SELECT 1"),
+            ready(),
+        ]
+        .concat();
+        for i in 0..=client.len() {
+            for j in 0..=server.len() {
+                let mut d = Driver::new();
+                d.seg(OUT, &client[..i]).seg(OUT, &client[i..]);
+                d.seg(IN, &server[..j]).seg(IN, &server[j..]).close();
+                assert_eq!(
+                    d.summary(),
+                    vec![s("SELECT", "SELECT 1", None, Some("1"))],
+                    "{i} {j}"
+                );
+                assert_eq!(d.calls[0].req.bytes, (client.len() - sync().len()) as u64);
+                assert_eq!(d.stats, ParseStats::default());
+            }
+        }
+    }
+
     #[test]
     fn keywords() {
         assert_eq!(sql_keyword("  /* app */ select 1"), "SELECT");
