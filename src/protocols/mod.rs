@@ -2,7 +2,7 @@
 //!
 //! The connection tracker hands a parser each syscall's bytes in order per direction
 //! ([`Segment`]), the bytes it did not see ([`StreamParser::on_gap`]), and the connection's end.
-//! The parser frames messages, pairs requests with responses — in order (HTTP/1, Redis, Memcached), by id
+//! The parser frames messages, pairs requests with responses — in order (HTTP/1, Redis, Memcached, PostgreSQL), by id
 //! (DNS, Kafka: see [`matching`]) or by stream (HTTP/2) — and emits [`L7Call`]s. Adding a protocol
 //! means one file here, an entry in [`PROTOCOLS`], and its tests.
 
@@ -12,6 +12,7 @@ pub mod fuzzing;
 pub mod http1;
 pub mod matching;
 pub mod memcached;
+pub mod postgres;
 pub mod redis;
 
 use crate::event::Direction;
@@ -26,6 +27,7 @@ pub enum Protocol {
     Redis,
     Memcached,
     Dns,
+    Postgres,
 }
 
 impl Protocol {
@@ -34,6 +36,7 @@ impl Protocol {
         Protocol::Redis,
         Protocol::Memcached,
         Protocol::Dns,
+        Protocol::Postgres,
     ];
 
     pub fn name(self) -> &'static str {
@@ -42,6 +45,7 @@ impl Protocol {
             Protocol::Redis => "redis",
             Protocol::Memcached => "memcached",
             Protocol::Dns => "dns",
+            Protocol::Postgres => "postgres",
         }
     }
 
@@ -59,6 +63,7 @@ impl Protocol {
             Protocol::Redis => Some(2),
             Protocol::Memcached => Some(3),
             Protocol::Dns => Some(4),
+            Protocol::Postgres => Some(5),
         }
     }
 }
@@ -286,7 +291,13 @@ pub struct ProtocolSpec {
 }
 
 /// Every protocol ebtop knows, tried in order.
-pub static PROTOCOLS: &[ProtocolSpec] = &[http1::SPEC, redis::SPEC, memcached::SPEC, dns::SPEC];
+pub static PROTOCOLS: &[ProtocolSpec] = &[
+    http1::SPEC,
+    redis::SPEC,
+    memcached::SPEC,
+    dns::SPEC,
+    postgres::SPEC,
+];
 
 /// The protocol whose start `payload` looks like, if any.
 pub fn detect(payload: &[u8]) -> Option<&'static ProtocolSpec> {
