@@ -157,6 +157,67 @@ static __always_inline bool is_memcached(const __u8 *p, __u32 n)
 	return false;
 }
 
+static __always_inline bool is_alpha(__u8 c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+/* Could SQL text start with c (a keyword, a parenthesised query, a comment)? */
+static __always_inline bool sql_start(__u8 c)
+{
+	return is_alpha(c) || c == '(' || c == '/';
+}
+
+/*
+ * PostgreSQL (protocol 3.0), a client's message: a StartupMessage (length ≤ 10000, version 3.0,
+ * a lower-case parameter name first), an SSLRequest or GSSENCRequest, or — on a connection open
+ * before ebtop started — a simple query (`Q`) or Parse (`P`: a statement name of printable
+ * bytes, NUL) whose length is plausible (6 bytes to 64 MiB) and whose SQL starts with a letter,
+ * `(` or `/` after any whitespace. Fully unrolled: every index is a constant. User space's rule
+ * (protocols/postgres.rs) is the same on the whole payload.
+ */
+static __always_inline bool is_postgres(const __u8 *p, __u32 n)
+{
+	if (n >= 8 && p[0] == 0 && p[1] == 0) {
+		__u32 len = (__u32)p[2] << 8 | p[3];
+		if (p[4] == 0x04 && p[5] == 0xd2 && p[6] == 0x16 && (p[7] == 0x2f || p[7] == 0x30))
+			return len == 8;
+		if (p[4] == 0 && p[5] == 3 && p[6] == 0 && p[7] == 0)
+			return len >= 9 && len <= 10000 && (n < 9 || (p[8] >= 'a' && p[8] <= 'z'));
+		return false;
+	}
+	if (n < 6 || (p[0] != 'Q' && p[0] != 'P'))
+		return false;
+	__u32 len = (__u32)p[1] << 24 | (__u32)p[2] << 16 | (__u32)p[3] << 8 | p[4];
+	if (len < 6 || len > (64u << 20))
+		return false;
+	bool in_name = p[0] == 'P';
+#pragma unroll
+	for (__u32 i = 5; i < 15; i++) {
+		if (i >= n)
+			return true; /* the capture ends first: user space decides */
+		if (i > len)
+			return false; /* the message ends before any SQL */
+		__u8 c = p[i];
+		if (in_name) {
+			if (c == 0)
+				in_name = false;
+			else if (c <= ' ' || c > '~')
+				return false;
+			continue;
+		}
+		if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f')
+			continue;
+		if (!sql_start(c))
+			return false;
+		/* The second byte too, when the capture holds it. */
+		if (i + 1 > len)
+			return false; /* one byte of SQL: too short to say */
+		return i + 1 >= n || sql_start(p[i + 1]) || p[i + 1] == '-';
+	}
+	return true;
+}
+
 /*
  * Recognises the start of a known protocol's message from the first (up to 15) bytes of a
  * payload of a stream or datagram socket (`dgram`), at stream position `pos`.
@@ -180,6 +241,8 @@ static __always_inline __u8 infer_protocol(const __u8 *p, __u32 n, bool dgram, _
 		return EBTOP_PROTO_MEMCACHED;
 	if (is_dns(p, n, dgram, pos))
 		return EBTOP_PROTO_DNS;
+	if (!dgram && is_postgres(p, n))
+		return EBTOP_PROTO_POSTGRES;
 	return EBTOP_PROTO_UNKNOWN;
 }
 

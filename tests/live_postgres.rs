@@ -1,0 +1,326 @@
+//! Live capture of PostgreSQL: a throwaway server (initdb into a temp dir) started by the test,
+//! pgbench in each query mode and psql, compared with what the clients report. Needs root.
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+/// The user the server runs as: PostgreSQL refuses to run as root.
+const NOBODY: u32 = 65534;
+
+/// The directory holding `initdb` and `postgres`: Debian keeps them out of PATH.
+fn server_bindir() -> PathBuf {
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin"))))
+        .filter(|(_, bin): &(u32, PathBuf)| bin.join("postgres").exists())
+        .collect();
+    versions.sort();
+    versions
+        .pop()
+        .map(|(_, bin)| bin)
+        .expect("PostgreSQL is installed (scripts/deps installs it): /usr/lib/postgresql/*/bin")
+}
+
+/// A PostgreSQL cluster of the test's own on a free port (trust auth, no fsync), with the
+/// pgbench tables in database `bench`; stopped and removed on drop.
+struct PgServer {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl PgServer {
+    fn start() -> PgServer {
+        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::process::CommandExt;
+        let bin = server_bindir();
+        // Tests run as threads of one process: each cluster its own directory.
+        static CLUSTERS: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "ebtop-pg-{}-{}",
+            std::process::id(),
+            CLUSTERS.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let data = dir.join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::chown(&data, Some(NOBODY), Some(NOBODY)).unwrap();
+        let out = Command::new(bin.join("initdb"))
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", "postgres", "-A", "trust", "--no-sync"])
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .current_dir(&dir)
+            .output()
+            .expect("initdb runs");
+        assert!(out.status.success(), "initdb: {out:?}");
+        let port = free_tcp_port();
+        let child = Command::new(bin.join("postgres"))
+            .arg("-D")
+            .arg(&data)
+            .args(["-p", &port.to_string(), "-h", "127.0.0.1"])
+            .args(["-c", "unix_socket_directories=", "-c", "fsync=off"])
+            .args(["-c", "ssl=off", "-c", "max_connections=20"])
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .current_dir(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("postgres starts");
+        let server = PgServer { child, port, dir };
+        // Accepting TCP is not accepting queries yet: wait for a query to succeed.
+        wait_for_listener("127.0.0.1", port, "postgres");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !server.psql("postgres", "select 1").status.success() {
+            assert!(Instant::now() < deadline, "postgres did not accept queries");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(server
+            .psql("postgres", "create database bench")
+            .status
+            .success());
+        let init = server.pgbench(&["-i", "-s", "1", "-q"]);
+        assert!(init.status.success(), "pgbench -i: {init:?}");
+        server
+    }
+
+    fn conn_args(&self) -> Vec<String> {
+        [
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &self.port.to_string(),
+            "-U",
+            "postgres",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
+    fn psql(&self, db: &str, sql: &str) -> Output {
+        Command::new("psql")
+            .args(["-X", "-q", "-v", "ON_ERROR_STOP=0"])
+            .args(self.conn_args())
+            .args(["-d", db, "-c", sql])
+            .output()
+            .expect("psql is installed")
+    }
+
+    fn pgbench(&self, args: &[&str]) -> Output {
+        Command::new("pgbench")
+            .args(self.conn_args())
+            .args(args)
+            .arg("bench")
+            .output()
+            .expect("pgbench is installed")
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        // SIGINT: PostgreSQL's fast shutdown (its backends exit too).
+        // SAFETY: kill with the pid of our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(Path::new(&self.dir));
+    }
+}
+
+/// The transactions pgbench says it processed (`number of transactions actually processed: N/M`).
+fn pgbench_transactions(out: &Output) -> usize {
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("number of transactions actually processed:"))
+        .unwrap_or_else(|| panic!("pgbench's report: {text}"));
+    line.split(':')
+        .nth(1)
+        .unwrap()
+        .trim()
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// The statements of pgbench's TPC-B-like script, as (method, the start of the SQL); pgbench's
+/// own queries about the tables (scale, partitions) start otherwise.
+const TPCB: &[(&str, &str)] = &[
+    ("BEGIN", "BEGIN;"),
+    ("UPDATE", "UPDATE pgbench_accounts "),
+    ("SELECT", "SELECT abalance FROM pgbench_accounts "),
+    ("UPDATE", "UPDATE pgbench_tellers "),
+    ("UPDATE", "UPDATE pgbench_branches "),
+    ("INSERT", "INSERT INTO pgbench_history "),
+    ("END", "END;"),
+];
+/// `-S`: the one statement of the select-only script.
+const SELECT_ONLY: &[(&str, &str)] = &[("SELECT", "SELECT abalance FROM pgbench_accounts ")];
+
+fn of_shape(calls: &[&Value], side: &str, method: &str, start: &str) -> usize {
+    calls
+        .iter()
+        .filter(|c| c["side"] == side && c["method"] == method)
+        .filter(|c| c["resource"].as_str().unwrap_or("").starts_with(start))
+        .count()
+}
+
+fn assert_clean(summary: &Value) {
+    assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
+    for counter in ["damaged_messages", "desyncs", "unmatched_responses"] {
+        assert_eq!(summary["parse"][counter], 0, "{counter}: {summary}");
+    }
+}
+
+/// pgbench in simple, extended and prepared mode, select-only and TPC-B-like: per statement
+/// shape, calls equal to pgbench's own transaction count on the client side and on the server
+/// side, every one successful.
+#[test]
+fn pgbench_statements_are_counted_exactly_in_every_query_mode() {
+    require_root();
+    let server = PgServer::start();
+    let port = server.port.to_string();
+    for mode in ["simple", "extended", "prepared"] {
+        for (script, shapes) in [("-S", SELECT_ONLY), ("-b", TPCB)] {
+            let ebtop = Ebtop::start(&["--json", "--port", &port]);
+            let mut args = vec!["-n", "-c", "2", "-j", "1", "-t", "40", "-M", mode];
+            args.extend(if script == "-b" {
+                vec!["-b", "tpcb-like"]
+            } else {
+                vec!["-S"]
+            });
+            let out = server.pgbench(&args);
+            assert!(out.status.success(), "pgbench {args:?}: {out:?}");
+            let transactions = pgbench_transactions(&out);
+            assert_eq!(transactions, 80, "pgbench {args:?}");
+            let lines = ebtop.stop();
+            let calls = calls(&lines);
+            for side in ["client", "server"] {
+                for (method, start) in shapes {
+                    assert_eq!(
+                        of_shape(&calls, side, method, start),
+                        transactions,
+                        "-M {mode} {script}: {side} calls of {start}…"
+                    );
+                }
+            }
+            for c in calls
+                .iter()
+                .filter(|c| c["resource"].as_str().unwrap_or("").contains("pgbench_"))
+            {
+                assert_eq!(c["proto"], "postgres", "{c}");
+                assert_eq!(c["outcome"], "ok", "{c}");
+                assert!(c["latency_ns"].as_u64().unwrap() > 0, "{c}");
+            }
+            assert_clean(lines.last().unwrap());
+        }
+    }
+}
+
+/// `SELECT pg_sleep(0.05)`: the server cannot answer before it slept 50 ms, and the call ends
+/// before psql returns, so its latency lies between the two on both sides. A query of a missing
+/// table is a client error with its SQLSTATE.
+#[test]
+fn sleep_latency_is_bounded_and_errors_carry_their_sqlstate() {
+    require_root();
+    let server = PgServer::start();
+    let port = server.port.to_string();
+    let ebtop = Ebtop::start(&["--json", "--port", &port]);
+    let t0 = Instant::now();
+    assert!(server
+        .psql("bench", "SELECT pg_sleep(0.05)")
+        .status
+        .success());
+    let elapsed = t0.elapsed().as_nanos() as u64;
+    let missing = server.psql("bench", "SELECT * FROM no_such_table");
+    assert!(!missing.status.success() || !missing.stderr.is_empty());
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    for side in ["client", "server"] {
+        let sleeps: Vec<_> = calls
+            .iter()
+            .filter(|c| c["side"] == side && c["resource"] == "SELECT pg_sleep(0.05)")
+            .collect();
+        assert_eq!(sleeps.len(), 1, "{side}: {calls:?}");
+        let latency = sleeps[0]["latency_ns"].as_u64().unwrap();
+        assert!(
+            (50_000_000..=elapsed).contains(&latency),
+            "{side}: latency {latency} ns outside [50 ms, {elapsed} ns]"
+        );
+        let errors: Vec<_> = calls
+            .iter()
+            .filter(|c| c["side"] == side && c["resource"] == "SELECT * FROM no_such_table")
+            .collect();
+        assert_eq!(errors.len(), 1, "{side}: {calls:?}");
+        assert_eq!(errors[0]["status_text"], "42P01", "{}", errors[0]);
+        assert_eq!(errors[0]["outcome"], "client_error", "{}", errors[0]);
+    }
+    assert_clean(lines.last().unwrap());
+}
+
+/// A psql session connected before ebtop started: its later queries are picked up at their
+/// message boundary (the kernel recognises a simple query mid-connection), each counted once.
+#[test]
+fn a_connection_open_before_ebtop_is_picked_up_at_its_next_query() {
+    require_root();
+    let server = PgServer::start();
+    let port = server.port.to_string();
+    let mut psql = Command::new("psql")
+        .args(["-X", "-q", "-A", "-t"])
+        .args(server.conn_args())
+        .args(["-d", "bench"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("psql is installed");
+    let mut stdin = psql.stdin.take().unwrap();
+    // The connection is up once a first answer came back (read by the line below).
+    writeln!(stdin, "SELECT 'before';").unwrap();
+    let mut stdout = std::io::BufReader::new(psql.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    assert_eq!(line.trim(), "before");
+
+    let ebtop = Ebtop::start(&["--json", "--port", &port]);
+    const N: usize = 30;
+    for i in 0..N {
+        writeln!(
+            stdin,
+            "SELECT count(*) FROM pgbench_branches WHERE bid > {i};"
+        )
+        .unwrap();
+        line.clear();
+        std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    }
+    drop(stdin);
+    assert!(psql.wait().unwrap().success());
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    for side in ["client", "server"] {
+        assert_eq!(
+            of_shape(
+                &calls,
+                side,
+                "SELECT",
+                "SELECT count(*) FROM pgbench_branches WHERE bid >"
+            ),
+            N,
+            "{side}"
+        );
+    }
+    assert_clean(lines.last().unwrap());
+}
