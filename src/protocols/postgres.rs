@@ -35,6 +35,12 @@
 //! in [`ParseStats::pushes`]. COPY data (`d`, `c`, `f` both ways) belongs to the command that
 //! started the COPY.
 //!
+//! Large results: rows in writes longer than the snaplen hide their headers. The server's place
+//! is then lost inside a response whose request is known, so its bytes still count into it and
+//! what is captured is searched for the ReadyForQuery that ends it (with the CommandComplete
+//! before it, for the row count); if that end too lies beyond the snaplen, the call ends where
+//! the reply to the client's next request starts, or at the close (`end_inferred`).
+//!
 //! Pairing is in order: each frontend message that gets an answer (Parse, Bind, Describe,
 //! Execute, Close, Sync, Query, FunctionCall, startup) queues an expectation; backend messages
 //! answer the oldest. Connections already open when ebtop started are picked up at the first
@@ -363,6 +369,10 @@ enum St {
     EncryptionAnswer,
     /// Out of sync: waiting for a segment that starts with a message.
     Lost,
+    /// The server's place lost inside the response to a known request (a message header
+    /// beyond the snaplen: rows of a large result): its bytes still count into that response,
+    /// and what is captured is searched for the response's end (ReadyForQuery).
+    SeekEnd,
 }
 
 #[derive(Debug)]
@@ -491,7 +501,7 @@ impl PostgresParser {
     ) {
         while !data.is_empty() && !self.encrypted {
             match self.dirs[d].st {
-                St::Lost => {
+                St::Lost | St::SeekEnd => {
                     stats.skipped(data.len() as u64);
                     return;
                 }
@@ -1053,12 +1063,153 @@ impl PostgresParser {
         }
         // A header went unseen: the next message's place is unknown.
         stats.skipped(n);
+        if self.is_frontend(d) == Some(false) && self.call_in_progress() {
+            let ds = &mut self.dirs[d];
+            ds.st = St::SeekEnd;
+            ds.hdr.clear();
+            ds.body.clear();
+            ds.acc.add(n);
+            ds.acc.truncated = true;
+            return;
+        }
         self.lose_sync(d, stats);
         // Client messages unseen: the server's answers can no longer be paired.
         if self.is_frontend(d) == Some(true) {
             self.distrust_pairing(stats);
         }
     }
+}
+
+impl PostgresParser {
+    /// The oldest expectation is a query or an Execute (its response may be under way).
+    fn call_in_progress(&self) -> bool {
+        matches!(
+            self.pending.front(),
+            Some(Expect::Query(_) | Expect::Execute(_))
+        )
+    }
+
+    /// A server segment while its place is lost inside a response (`St::SeekEnd`). Returns
+    /// where in the captured bytes framing starts again, if it does in this segment.
+    fn seek_end(
+        &mut self,
+        d: usize,
+        seg: &Segment,
+        out: &mut Vec<L7Call>,
+        stats: &mut ParseStats,
+    ) -> Option<usize> {
+        // A segment that starts like a reply after the client sent its next request is that
+        // request's reply: the end of the one in progress went unseen (beyond the snaplen).
+        // Without a next request, the response in progress goes on (its CommandComplete may
+        // start a segment) up to its ReadyForQuery.
+        let starts_reply = !matches!(seg.payload.first(), Some(b'D' | b'd'))
+            && plausible_start(seg.payload, Some(false));
+        if starts_reply && self.request_after_call_in_progress() {
+            self.end_unseen(d, out, stats);
+            self.dirs[d].st = St::Header;
+            return Some(0);
+        }
+        if let Some(at) = response_end(seg.payload, seg.total_len) {
+            let ds = &mut self.dirs[d];
+            ds.acc.touch(self.seg_counter, seg);
+            ds.acc.add(at as u64);
+            ds.st = St::Header;
+            stats.skipped(at as u64);
+            return Some(at);
+        }
+        let ds = &mut self.dirs[d];
+        ds.acc.touch(self.seg_counter, seg);
+        ds.acc.add(seg.total_len);
+        stats.skipped(seg.total_len);
+        None
+    }
+
+    /// Has the client sent a request beyond the batch of the call in progress (a simple query:
+    /// anything after it; an Execute: anything after its Sync)?
+    fn request_after_call_in_progress(&self) -> bool {
+        let mut rest = self.pending.iter();
+        match rest.next() {
+            Some(Expect::Query(_)) => rest.next().is_some(),
+            Some(Expect::Execute(_)) => rest
+                .skip_while(|e| !matches!(e, Expect::Sync))
+                .nth(1)
+                .is_some(),
+            _ => false,
+        }
+    }
+
+    /// The response in progress ended out of sight: its call ends where its bytes were last
+    /// seen; an extended query's batch is over up to its Sync.
+    fn end_unseen(&mut self, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
+        let extended = match self.pending.pop() {
+            Some(Expect::Query(mut q)) => {
+                let (resp, _) = self.dirs[d].acc.take();
+                q.resp = Some(resp);
+                q.truncated = true;
+                stats.inferred_ends += 1;
+                self.emit(*q, true, out);
+                false
+            }
+            Some(Expect::Execute(mut q)) => {
+                let (resp, _) = self.dirs[d].acc.take();
+                q.resp = Some(resp);
+                q.truncated = true;
+                stats.inferred_ends += 1;
+                self.emit(*q, true, out);
+                true
+            }
+            _ => false,
+        };
+        while extended {
+            match self.pending.pop() {
+                None | Some(Expect::Sync) => break,
+                Some(Expect::Execute(_) | Expect::Query(_)) => stats.damaged_messages += 1,
+                Some(_) => {}
+            }
+        }
+        self.dirs[d].acc = Acc::default();
+    }
+}
+
+/// Where the end of a response (a ReadyForQuery, with the CommandComplete or ErrorResponse
+/// right before it when captured) lies in `p`, the captured start of a server segment of
+/// `total` bytes: a ReadyForQuery (`Z`, length 5, status I/T/E) that ends the segment, or is
+/// followed by a plausible server message. Row data may hold those 6 bytes too; only followed
+/// by the segment's end or a message header is it taken.
+fn response_end(p: &[u8], total: u64) -> Option<usize> {
+    const READY: [u8; 5] = [b'Z', 0, 0, 0, 5];
+    let mut from = 0;
+    while let Some(i) = p[from..]
+        .windows(6)
+        .position(|w| w[..5] == READY && matches!(w[5], b'I' | b'T' | b'E'))
+        .map(|i| from + i)
+    {
+        let after = &p[i + 6..];
+        let ends = if after.is_empty() {
+            p.len() as u64 == total
+        } else if after.len() >= 5 {
+            plausible_header(after[0], be32(&after[1..5]), Some(false))
+        } else {
+            BACKEND_TYPES.contains(&after[0])
+        };
+        if ends {
+            return Some(completion_before(p, i).unwrap_or(i));
+        }
+        from = i + 1;
+    }
+    None
+}
+
+/// The start of a CommandComplete (`C`, tag ≤ 64 bytes) or ErrorResponse (`E`, ≤ 2 KiB)
+/// ending exactly at `end` in `p`, if one is captured whole.
+fn completion_before(p: &[u8], end: usize) -> Option<usize> {
+    if end == 0 || p[end - 1] != 0 {
+        return None;
+    }
+    (6..=end.min(2048)).map(|n| end - n).find(|&at| {
+        let len = be32(&p[at + 1..at + 5]) as usize;
+        len + 1 == end - at && (p[at] == b'E' || (p[at] == b'C' && len <= 69))
+    })
 }
 
 /// Keeps `name → value`, bounded: beyond MAX_NAMES, names are forgotten.
@@ -1077,7 +1228,13 @@ impl StreamParser for PostgresParser {
         }
         self.seg_counter += 1;
         let d = seg.dir.index();
-        if self.dirs[d].st == St::Lost {
+        let mut payload = seg.payload;
+        if self.dirs[d].st == St::SeekEnd {
+            match self.seek_end(d, seg, out, stats) {
+                Some(at) => payload = &payload[at..],
+                None => return,
+            }
+        } else if self.dirs[d].st == St::Lost {
             if plausible_start(seg.payload, self.is_frontend(d)) {
                 self.dirs[d].st = St::Header;
                 if self.is_frontend(d) == Some(false) {
@@ -1088,10 +1245,10 @@ impl StreamParser for PostgresParser {
                 return;
             }
         }
-        self.frame(d, seg, seg.payload, out, stats);
+        self.frame(d, seg, payload, out, stats);
         let uncaptured = seg.total_len.saturating_sub(seg.payload.len() as u64);
         if uncaptured > 0 && !self.encrypted {
-            if self.dirs[d].st == St::Lost {
+            if matches!(self.dirs[d].st, St::Lost | St::SeekEnd) {
                 stats.skipped(uncaptured);
             } else {
                 self.skip(d, uncaptured, out, stats);
@@ -1128,7 +1285,11 @@ impl StreamParser for PostgresParser {
         }
     }
 
-    fn on_close(&mut self, _out: &mut Vec<L7Call>, stats: &mut ParseStats) {
+    fn on_close(&mut self, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
+        // A response whose end went unseen ended by the close at the latest.
+        if let Some(d) = (0..2).find(|&d| self.dirs[d].st == St::SeekEnd) {
+            self.end_unseen(d, out, stats);
+        }
         for e in self.pending.drain() {
             if matches!(e, Expect::Query(_) | Expect::Execute(_)) {
                 stats.unanswered_requests += 1;
@@ -1681,6 +1842,136 @@ mod tests {
         assert_eq!(d.calls[0].resp.bytes, resp.len() as u64);
         assert_eq!(d.detail(0, "rows"), Some("1"));
         assert_eq!(d.stats, ParseStats::default());
+    }
+
+    /// `rows` DataRows of `width` bytes each as a server sends them: RowDescription, the rows,
+    /// CommandComplete, ReadyForQuery.
+    fn result_set(rows: usize, width: usize) -> Vec<u8> {
+        let row = msg(
+            b'D',
+            &[
+                &[0, 1][..],
+                &(width as u32).to_be_bytes(),
+                &vec![b'x'; width],
+            ]
+            .concat(),
+        );
+        let mut r = rowdesc();
+        for _ in 0..rows {
+            r.extend_from_slice(&row);
+        }
+        r.extend([complete(&format!("SELECT {rows}")), ready()].concat());
+        r
+    }
+
+    /// Feeds `bytes` as server writes of `write` bytes, each captured up to `snap`.
+    fn server_writes(d: &mut Driver, bytes: &[u8], write: usize, snap: usize) {
+        for w in bytes.chunks(write) {
+            d.seg_cut(IN, &w[..w.len().min(snap)], w.len() as u64);
+        }
+    }
+
+    #[test]
+    fn rows_whose_headers_are_beyond_the_snaplen_still_end_at_their_ready_for_query() {
+        // 1011-byte rows in 8 KiB writes captured 4 KiB: most row headers go unseen. The
+        // last write (its end captured) holds CommandComplete and ReadyForQuery.
+        let resp = result_set(1000, 1000);
+        let last = resp.len() % 8192;
+        assert!(last < 4096, "the test needs the last write captured whole");
+        let mut d = Driver::new();
+        d.seg(
+            OUT,
+            &q("SELECT repeat('x', 1000) FROM generate_series(1, 1000)"),
+        );
+        server_writes(&mut d, &resp, 8192, 4096);
+        d.seg(OUT, &q("SELECT 1"))
+            .seg(IN, &result_set(1, 1))
+            .close();
+        assert_eq!(d.calls.len(), 2);
+        assert_eq!(d.detail(0, "rows"), Some("1000"));
+        assert_eq!(d.detail(0, "tag"), Some("SELECT 1000"));
+        assert!(!d.calls[0].end_inferred);
+        assert!(d.calls[0].truncated);
+        assert_eq!(d.calls[0].resp.bytes, resp.len() as u64);
+        assert_eq!(d.detail(1, "rows"), Some("1"));
+        assert_eq!((d.stats.desyncs, d.stats.damaged_messages), (0, 0));
+        assert_eq!(d.stats.unmatched_responses, 0);
+    }
+
+    #[test]
+    fn an_extended_query_s_rows_beyond_the_snaplen_end_at_command_complete() {
+        let sql = "SELECT x FROM t";
+        let req = [
+            parse("", sql),
+            bind("", ""),
+            describe_portal(""),
+            execute(""),
+            sync(),
+        ]
+        .concat();
+        // ParseComplete, BindComplete, then the rows (RowDescription answers Describe).
+        let resp = [msg(b'1', &[]), msg(b'2', &[]), result_set(500, 2000)].concat();
+        let mut d = Driver::new();
+        d.seg(OUT, &req);
+        // The rows in 16 KiB writes captured 1 KiB, CommandComplete and ReadyForQuery apart.
+        let tail = complete("SELECT 500").len() + ready().len();
+        server_writes(&mut d, &resp[..resp.len() - tail], 16384, 1024);
+        d.seg(IN, &resp[resp.len() - tail..]).close();
+        assert_eq!(
+            d.summary(),
+            vec![s("SELECT", sql, None, Some("500"))],
+            "{:?}",
+            d.stats
+        );
+        assert!(!d.calls[0].end_inferred);
+        assert_eq!((d.stats.desyncs, d.stats.unmatched_responses), (0, 0));
+    }
+
+    #[test]
+    fn a_response_end_beyond_the_snaplen_is_inferred_at_the_next_reply() {
+        // The whole response in one write captured 100 bytes: its end is out of sight until
+        // the next reply starts a segment (or the connection closes).
+        let resp = result_set(20, 100);
+        let mut d = Driver::new();
+        d.seg(OUT, &q("SELECT a"))
+            .seg_cut(IN, &resp[..100], resp.len() as u64)
+            .seg(OUT, &q("SELECT b"))
+            .seg(IN, &result_set(2, 3))
+            .seg(OUT, &q("SELECT c"))
+            .seg_cut(IN, &resp[..100], resp.len() as u64)
+            .close();
+        assert_eq!(d.calls.len(), 3);
+        assert!(d.calls[0].end_inferred && d.calls[2].end_inferred);
+        assert_eq!(d.calls[0].resp.bytes, resp.len() as u64);
+        assert_eq!(d.calls[2].resp.bytes, resp.len() as u64);
+        assert_eq!(d.detail(0, "rows"), None);
+        assert!(!d.calls[1].end_inferred);
+        assert_eq!(d.detail(1, "rows"), Some("2"));
+        assert_eq!(d.stats.inferred_ends, 2);
+        assert_eq!(d.stats.unmatched_responses, 0);
+    }
+
+    #[test]
+    fn ready_for_query_bytes_inside_row_data_do_not_end_a_response() {
+        // A bytea row holding `Z 0 0 0 5 I` in its middle: not followed by a message header.
+        let mut value = vec![b'x'; 3000];
+        value[2000..2006].copy_from_slice(b"Z\0\0\0\x05I");
+        let row = msg(
+            b'D',
+            &[&[0, 1][..], &3000u32.to_be_bytes(), &value].concat(),
+        );
+        let resp = [rowdesc(), row.clone(), row, complete("SELECT 2"), ready()].concat();
+        let mut d = Driver::new();
+        d.seg(OUT, &q("SELECT b FROM blobs"));
+        assert!(resp.len() % 2500 <= 1200, "the last write captured whole");
+        server_writes(&mut d, &resp, 2500, 1200);
+        d.close();
+        assert_eq!(
+            d.summary(),
+            vec![s("SELECT", "SELECT b FROM blobs", None, Some("2"))]
+        );
+        assert!(!d.calls[0].end_inferred);
+        assert_eq!(d.calls[0].resp.bytes, resp.len() as u64);
     }
 
     #[test]
