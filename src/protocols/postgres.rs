@@ -1160,11 +1160,13 @@ impl PostgresParser {
             }
             _ => false,
         };
-        while extended {
-            match self.pending.pop() {
-                None | Some(Expect::Sync) => break,
-                Some(Expect::Execute(_) | Expect::Query(_)) => stats.damaged_messages += 1,
-                Some(_) => {}
+        if extended {
+            loop {
+                match self.pending.pop() {
+                    None | Some(Expect::Sync) => break,
+                    Some(Expect::Execute(_) | Expect::Query(_)) => stats.damaged_messages += 1,
+                    Some(_) => {}
+                }
             }
         }
         self.dirs[d].acc = Acc::default();
