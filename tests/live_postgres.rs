@@ -382,3 +382,50 @@ fn a_100_mb_result_set_and_copy_stream_through_as_one_call_each() {
     }
     assert_clean(lines.last().unwrap());
 }
+
+/// pgbench `-M prepared` connected before ebtop started: its statement was parsed out of sight,
+/// so what comes first is a Bind. Those Executes are picked up (`EXECUTE P_0`, the statement's
+/// name) on both sides, and nothing is unmatched.
+#[test]
+fn prepared_statements_parsed_before_ebtop_are_picked_up_at_their_bind() {
+    require_root();
+    let server = PgServer::start();
+    let port = server.port.to_string();
+    let script = server.dir.join("slow_select.sql");
+    std::fs::write(
+        &script,
+        "\\set aid random(1, 100000)\nSELECT abalance FROM pgbench_accounts WHERE aid = :aid;\n\\sleep 10 ms\n",
+    )
+    .unwrap();
+    let script = script.to_str().unwrap();
+    let mut args = server.conn_args();
+    args.extend(
+        [
+            "-n", "-c", "1", "-t", "300", "-M", "prepared", "-f", script, "bench",
+        ]
+        .map(String::from),
+    );
+    let mut pgbench = Command::new("pgbench")
+        .args(&args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("pgbench is installed");
+    // Its statement is prepared at its first transaction: well before ebtop attaches.
+    std::thread::sleep(Duration::from_millis(300));
+    let ebtop = Ebtop::start(&["--json", "--port", &port]);
+    std::thread::sleep(Duration::from_millis(500));
+    let lines = ebtop.stop();
+    let out = pgbench.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let calls = calls(&lines);
+    for side in ["client", "server"] {
+        let executes: Vec<_> = calls.iter().filter(|c| c["side"] == side).collect();
+        assert!(!executes.is_empty(), "{side}: no calls");
+        for c in executes {
+            assert_eq!(c["resource"], "EXECUTE P_0", "{c}");
+            assert_eq!(c["outcome"], "ok", "{c}");
+            assert_eq!(c["rows"], "1", "{c}");
+        }
+    }
+    assert_clean(lines.last().unwrap());
+}

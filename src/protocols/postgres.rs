@@ -106,6 +106,9 @@ pub fn is_connection_start(p: &[u8]) -> bool {
             return p.len() < 9 || p[8].is_ascii_lowercase();
         }
     }
+    if p.len() >= 6 && p[0] == b'B' {
+        return is_bind(p);
+    }
     if p.len() < 6 || !matches!(p[0], b'Q' | b'P') {
         return false;
     }
@@ -132,6 +135,30 @@ pub fn is_connection_start(p: &[u8]) -> bool {
             .iter()
             .all(|&c| c.is_ascii_alphabetic() || c == b'(' || c == b'-' || c == b'/')
         && start[0] != b'-'
+}
+
+/// A Bind (`B`) message: what a client that prepared its statements earlier (pgbench `-M
+/// prepared`, JDBC, pgx) sends first once connected: a plausible length (≥ 12), a portal name
+/// and a statement name (printable, each ended by NUL), then, if captured, a parameter format
+/// count under 4096.
+fn is_bind(p: &[u8]) -> bool {
+    let len = be32(&p[1..5]);
+    if !(12..=MAX_LEN_RESYNC).contains(&len) {
+        return false;
+    }
+    let body = &p[5..p.len().min(len as usize + 1)];
+    let mut at = 0;
+    for _ in 0..2 {
+        match body[at..].iter().position(|&c| c == 0) {
+            Some(i) if body[at..at + i].iter().all(|c| c.is_ascii_graphic()) => at += i + 1,
+            // The capture ends inside a name: what there is looks right.
+            None if body.len() < len as usize - 4 => {
+                return body[at..].iter().all(|c| c.is_ascii_graphic())
+            }
+            _ => return false,
+        }
+    }
+    body.len() < at + 2 || body[at] < 0x10
 }
 
 fn be32(b: &[u8]) -> u32 {
@@ -1493,6 +1520,12 @@ mod tests {
         assert!(is_connection_start(&[0, 0, 0, 8, 4, 0xd2, 0x16, 0x2f]));
         assert!(is_connection_start(&q("SELECT 1")));
         assert!(is_connection_start(&parse("", "select 1")));
+        assert!(is_connection_start(&bind("", "P0_1")));
+        assert!(is_connection_start(&bind("", "")));
+        assert!(is_connection_start(&bind("", "P0_1")[..9]));
+        assert!(!is_connection_start(&msg(b'B', b"a b\0\0\0\0\0\0\0\0")));
+        assert!(!is_connection_start(&msg(b'B', b"\0\0\xff\xff\0\0\0\0")));
+        assert!(!is_connection_start(b"BEGIN;\n"));
         assert!(is_connection_start(&parse(
             "S_1",
             "  INSERT INTO t VALUES ($1)"
