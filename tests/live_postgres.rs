@@ -405,7 +405,7 @@ fn prepared_statements_parsed_before_ebtop_are_picked_up_at_their_bind() {
         ]
         .map(String::from),
     );
-    let mut pgbench = Command::new("pgbench")
+    let pgbench = Command::new("pgbench")
         .args(&args)
         .stdout(Stdio::piped())
         .spawn()
