@@ -1,0 +1,272 @@
+//! Live capture of MySQL/MariaDB: a throwaway MariaDB server (its own datadir in a temp dir,
+//! with a general query log: the server's own record of every command) started by the test,
+//! mysqlslap, the mariadb CLI and Perl DBD::MariaDB with server-side prepared statements,
+//! compared with what the clients did and what the server logged. Needs root.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+/// A MariaDB server of the test's own on a free port (`--skip-grant-tables`: no password is
+/// ever sent), with database `shop`; killed and removed on drop.
+struct MariaDb {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl MariaDb {
+    fn start() -> MariaDb {
+        // Tests run as threads of one process: each server its own directory.
+        static SERVERS: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "ebtop-mariadb-{}-{}",
+            std::process::id(),
+            SERVERS.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let data = dir.join("data");
+        let out = Command::new("mariadb-install-db")
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .args(["--user=root", "--auth-root-authentication-method=normal"])
+            .arg("--skip-test-db")
+            .output()
+            .expect("mariadb-install-db is installed (scripts/deps installs mariadb-server)");
+        assert!(out.status.success(), "mariadb-install-db: {out:?}");
+        let port = free_tcp_port();
+        let server = if std::path::Path::new("/usr/sbin/mariadbd").exists() {
+            "/usr/sbin/mariadbd"
+        } else {
+            "mariadbd"
+        };
+        let child = Command::new(server)
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .args(["--user=root", &format!("--port={port}")])
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--socket={}", dir.join("my.sock").display()))
+            .arg(format!("--pid-file={}", dir.join("my.pid").display()))
+            .args(["--skip-grant-tables", "--skip-log-bin"])
+            .args(["--innodb-flush-log-at-trx-commit=0", "--general-log=1"])
+            .arg(format!(
+                "--general-log-file={}",
+                dir.join("general.log").display()
+            ))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("mariadbd starts");
+        let db = MariaDb { child, port, dir };
+        wait_for_listener("127.0.0.1", port, "mariadbd");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !db.cli(None, "select 1").status.success() {
+            assert!(Instant::now() < deadline, "mariadbd did not accept queries");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(db.cli(None, "create database shop").status.success());
+        db
+    }
+
+    fn conn_args(&self) -> Vec<String> {
+        [
+            "--protocol=tcp",
+            "-h",
+            "127.0.0.1",
+            "-P",
+            &self.port.to_string(),
+            "-u",
+            "root",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
+    fn cli(&self, db: Option<&str>, sql: &str) -> Output {
+        Command::new("mariadb")
+            .arg("--no-defaults")
+            .args(self.conn_args())
+            .arg("--skip-ssl")
+            .args(db)
+            .args(["-N", "-B", "-e", sql])
+            .output()
+            .expect("the mariadb client is installed")
+    }
+
+    /// How many commands the general log recorded of `kind` (`Query`, `Prepare`, `Execute`)
+    /// with text starting `sql`.
+    fn logged(&self, kind: &str, sql: &str) -> usize {
+        let log = std::fs::read_to_string(self.dir.join("general.log")).unwrap_or_default();
+        log.lines()
+            .filter_map(|l| l.split_once(&format!("\t{kind}\t")).map(|(_, rest)| rest))
+            .filter(|rest| rest.starts_with(sql))
+            .count()
+    }
+}
+
+impl Drop for MariaDb {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn of(calls: &[&Value], side: &str, method: &str, resource: &str) -> usize {
+    calls
+        .iter()
+        .filter(|c| c["side"] == side && c["method"] == method && c["resource"] == resource)
+        .count()
+}
+
+fn assert_clean(summary: &Value) {
+    assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
+    for counter in ["damaged_messages", "desyncs", "unmatched_responses"] {
+        assert_eq!(summary["parse"][counter], 0, "{counter}: {summary}");
+    }
+}
+
+/// mysqlslap on 4 connections: every `SELECT 7` the server logged is a call on the client side
+/// and on the server side, every one successful.
+#[test]
+fn mysqlslap_queries_are_counted_exactly_on_both_sides() {
+    require_root();
+    let db = MariaDb::start();
+    let port = db.port.to_string();
+    let ebtop = Ebtop::start(&["--json", "--port", &port]);
+    let out = Command::new("mariadb-slap")
+        .arg("--no-defaults")
+        .args(db.conn_args())
+        .args(["--create-schema=slap", "--iterations=1", "--concurrency=4"])
+        .args(["--number-of-queries=400", "--query=SELECT 7"])
+        .output()
+        .expect("mariadb-slap is installed");
+    assert!(out.status.success(), "{out:?}");
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    let logged = db.logged("Query", "SELECT 7");
+    assert!(logged >= 400, "the server logged {logged} queries");
+    for side in ["client", "server"] {
+        assert_eq!(of(&calls, side, "SELECT", "SELECT 7"), logged, "{side}");
+    }
+    for c in calls.iter().filter(|c| c["resource"] == "SELECT 7") {
+        assert_eq!(c["proto"], "mysql", "{c}");
+        assert_eq!(c["outcome"], "ok", "{c}");
+        assert_eq!(c["rows"], "1", "{c}");
+    }
+    assert_clean(lines.last().unwrap());
+}
+
+/// Server-side prepared statements (DBD::MariaDB, `mariadb_server_prepare`): every execute shown
+/// with the SQL of its statement; a syntax error and a duplicate key with their codes; the
+/// latency of `SELECT SLEEP(0.05)` between 50 ms and the client's own wall time.
+#[test]
+fn prepared_statements_show_their_sql_and_errors_their_codes() {
+    require_root();
+    let db = MariaDb::start();
+    let port = db.port.to_string();
+    assert!(db
+        .cli(
+            Some("shop"),
+            "create table items (id int primary key, n int)"
+        )
+        .status
+        .success());
+    let ebtop = Ebtop::start(&["--json", "--port", &port]);
+    const N: usize = 25;
+    let script = format!(
+        r#"
+use strict; use DBI;
+my $dbh = DBI->connect("DBI:MariaDB:database=shop;host=127.0.0.1;port={port};mariadb_server_prepare=1",
+    "root", "", {{ RaiseError => 0, PrintError => 0 }}) or die $DBI::errstr;
+my $ins = $dbh->prepare("INSERT INTO items (id, n) VALUES (?, ?)");
+for my $i (1 .. {N}) {{ $ins->execute($i, $i * 10) or die $ins->errstr; }}
+my $sel = $dbh->prepare("SELECT n FROM items WHERE id = ?");
+for my $i (1 .. {N}) {{ $sel->execute($i) or die; my @r = $sel->fetchrow_array; $sel->finish; }}
+$ins->execute(1, 0) and die "a duplicate key was accepted";
+print "dup ", $ins->err, "\n";
+$dbh->do("SELEC 1") and die "a syntax error was accepted";
+print "syntax ", $dbh->err, "\n";
+$dbh->disconnect;
+"#
+    );
+    let out = Command::new("perl")
+        .args(["-e", &script])
+        .output()
+        .expect("perl is installed");
+    assert!(out.status.success(), "{out:?}");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains("dup 1062") && report.contains("syntax 1064"),
+        "{report}"
+    );
+    let t0 = Instant::now();
+    assert!(db.cli(None, "SELECT SLEEP(0.05)").status.success());
+    let elapsed = t0.elapsed().as_nanos() as u64;
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    let insert = "INSERT INTO items (id, n) VALUES (?, ?)";
+    let select = "SELECT n FROM items WHERE id = ?";
+    assert_eq!(db.logged("Execute", "INSERT INTO items"), N + 1);
+    assert_eq!(db.logged("Execute", "SELECT n FROM items"), N);
+    for side in ["client", "server"] {
+        let executes = |sql: &str| -> Vec<&Value> {
+            calls
+                .iter()
+                .copied()
+                .filter(|c| c["side"] == side && c["resource"] == sql)
+                .filter(|c| c["method"] == "EXECUTE")
+                .collect()
+        };
+        let inserts = executes(insert);
+        assert_eq!(inserts.len(), N + 1, "{side}: {calls:#?}");
+        assert_eq!(
+            inserts.iter().filter(|c| c["outcome"] == "ok").count(),
+            N,
+            "{side}"
+        );
+        let dup = inserts.iter().find(|c| c["outcome"] != "ok").unwrap();
+        assert!(
+            dup["status_text"].as_str().unwrap().starts_with("1062"),
+            "{dup}"
+        );
+        let selects = executes(select);
+        assert_eq!(selects.len(), N, "{side}");
+        for c in &selects {
+            assert_eq!(c["outcome"], "ok", "{c}");
+            assert_eq!(c["rows"], "1", "{c}");
+        }
+        assert_eq!(of(&calls, side, "PREPARE", insert), 1, "{side}");
+        let syntax: Vec<_> = calls
+            .iter()
+            .filter(|c| c["side"] == side && c["resource"] == "SELEC 1")
+            .collect();
+        assert_eq!(syntax.len(), 1, "{side}");
+        assert!(
+            syntax[0]["status_text"]
+                .as_str()
+                .unwrap()
+                .starts_with("1064"),
+            "{}",
+            syntax[0]
+        );
+        let sleeps: Vec<_> = calls
+            .iter()
+            .filter(|c| c["side"] == side && c["resource"] == "SELECT SLEEP(0.05)")
+            .collect();
+        assert_eq!(sleeps.len(), 1, "{side}");
+        let latency = sleeps[0]["latency_ns"].as_u64().unwrap();
+        assert!(
+            (50_000_000..=elapsed).contains(&latency),
+            "{side}: latency {latency} ns outside [50 ms, {elapsed} ns]"
+        );
+    }
+    assert_clean(lines.last().unwrap());
+}
