@@ -63,7 +63,7 @@ fn corpus() -> Vec<Row> {
 
 /// Protocols user space recognises whose kernel rule (infer.h) is not written yet: the kernel
 /// leaves their first payloads unknown (never another protocol), user space must recognise them.
-const KERNEL_RULE_PENDING: &[Protocol] = &[Protocol::Postgres];
+const KERNEL_RULE_PENDING: &[Protocol] = &[Protocol::Postgres, Protocol::Mysql];
 
 /// The protocol a label names, if ebtop parses it.
 fn supported(label: &str) -> Option<Protocol> {
