@@ -70,6 +70,8 @@ const KEEP_HANDSHAKE: usize = 4;
 /// Prepared statements remembered per connection (beyond: the oldest ids are forgotten).
 const MAX_STATEMENTS: usize = 1024;
 const MAX_ERROR_DETAIL: usize = 256;
+/// Bytes a direction's first segment needs to be judged (shorter ones wait for the next).
+const PROBE_LEN: usize = 8;
 /// A packet of this payload length continues in the next one.
 const MAX_PACKET: u32 = 0xff_ffff;
 
@@ -221,10 +223,11 @@ fn plausible_command(p: &[u8], strict: bool) -> bool {
 /// or a client's command (`COM_QUERY` or `COM_STMT_PREPARE` with SQL that starts with a word,
 /// a parenthesis or a comment, `COM_PING`, `COM_INIT_DB`) whose length matches?
 pub fn is_connection_start(p: &[u8]) -> bool {
-    is_greeting(p) || plausible_command(p, true)
+    is_greeting(p, true) || plausible_command(p, true)
 }
 
-fn is_greeting(p: &[u8]) -> bool {
+/// `strict`: the version string ends in `p` or is long (recognition); else its start will do.
+fn is_greeting(p: &[u8], strict: bool) -> bool {
     if p.len() < 8 || p[3] != 0 || p[4] != 10 {
         return false;
     }
@@ -238,7 +241,7 @@ fn is_greeting(p: &[u8]) -> bool {
     version[0].is_ascii_digit()
         && text.iter().all(|c| (0x20..0x7f).contains(c))
         && (1..=64).contains(&text.len())
-        && (end.is_some() || text.len() >= 8)
+        && (end.is_some() || text.len() >= 8 || !strict)
 }
 
 /// Could `p` (a segment's start) begin the server's response to a command: sequence id 1, a
@@ -395,6 +398,8 @@ struct Dir {
     acc: Acc,
     /// Ever in sync (the first sync after a pickup is no desync).
     synced: bool,
+    /// The first bytes of a direction never in sync, while too few to judge (at most 7).
+    probe: Vec<u8>,
     /// Pending calls when this direction lost its place (server side).
     lost_with: usize,
 }
@@ -413,6 +418,7 @@ impl Default for Dir {
             keep: 0,
             acc: Acc::default(),
             synced: false,
+            probe: Vec::new(),
             lost_with: 0,
         }
     }
@@ -528,7 +534,7 @@ impl MysqlParser {
     /// Does segment `p` in direction d start where this direction can (re)sync?
     fn plausible_start(&self, d: usize, p: &[u8]) -> bool {
         match (self.is_client(d), self.phase) {
-            (None, _) => is_greeting(p) || plausible_command(p, false),
+            (None, _) => is_greeting(p, false) || plausible_command(p, false),
             (Some(true), Phase::Greeted) => p.len() >= 5 && p[3] == 1,
             (Some(true), _) => plausible_command(p, false),
             (Some(false), Phase::Auth) => p.len() >= 5 && p[3] >= 2,
@@ -552,6 +558,8 @@ impl MysqlParser {
                     return;
                 }
                 St::Header => {
+                    // Decided per message: the phase may have changed since the last one.
+                    let keep = self.keep_for(d);
                     let ds = &mut self.dirs[d];
                     ds.acc.touch(self.seg_counter, seg);
                     let take = (4 - ds.hdr_len).min(data.len());
@@ -575,6 +583,7 @@ impl MysqlParser {
                         } else {
                             ds.seq = seq;
                             ds.len = 0;
+                            ds.keep = keep;
                             ds.body.clear();
                         }
                         ds.last_seq = seq;
@@ -645,10 +654,8 @@ impl MysqlParser {
             Some(false) => self.server_message(d, seq, &body, len, out, stats),
             None => {}
         }
-        let keep = self.keep_for(d);
         let ds = &mut self.dirs[d];
-        ds.keep = keep;
-        if ds.body.is_empty() && body.capacity() <= keep.max(64) * 2 {
+        if ds.body.is_empty() && body.capacity() <= KEEP_CLIENT * 2 {
             ds.body = body;
             ds.body.clear();
         }
@@ -1160,6 +1167,8 @@ impl MysqlParser {
                 ds.st = St::Body { left: left - n };
                 ds.acc.add(n);
                 ds.acc.truncated = true;
+                // What follows the hole is not the kept prefix's continuation.
+                ds.keep = ds.body.len();
                 if n == left {
                     self.packet_done(d, out, stats);
                 }
@@ -1244,20 +1253,35 @@ impl StreamParser for MysqlParser {
         }
         self.seg_counter += 1;
         let d = seg.dir.index();
+        let mut probe = Vec::new();
         if self.dirs[d].st == St::Lost {
-            if self.plausible_start(d, seg.payload) {
-                let keep = self.keep_for(d);
+            let ds = &mut self.dirs[d];
+            let whole = seg.total_len == seg.payload.len() as u64;
+            if !ds.synced && whole && ds.probe.len() + seg.payload.len() < PROBE_LEN {
+                // A first segment of a few bytes (a reader's short read): judged with more.
+                ds.probe.extend_from_slice(seg.payload);
+                return;
+            }
+            probe = std::mem::take(&mut ds.probe);
+            let start = if probe.is_empty() {
+                std::borrow::Cow::Borrowed(seg.payload)
+            } else {
+                std::borrow::Cow::Owned([&probe[..], seg.payload].concat())
+            };
+            if self.plausible_start(d, &start) {
                 let ds = &mut self.dirs[d];
                 ds.st = St::Header;
-                ds.keep = keep;
                 ds.synced = true;
                 if self.is_client(d) == Some(false) {
                     self.resync_server(d, out, stats);
                 }
             } else {
-                stats.skipped(seg.total_len);
+                stats.skipped(seg.total_len.saturating_add(probe.len() as u64));
                 return;
             }
+        }
+        if !probe.is_empty() {
+            self.frame(d, seg, &probe, out, stats);
         }
         self.frame(d, seg, seg.payload, out, stats);
         let uncaptured = seg.total_len.saturating_sub(seg.payload.len() as u64);
@@ -1283,6 +1307,7 @@ impl StreamParser for MysqlParser {
                 ds.st = St::Body { left: left - n };
                 ds.acc.add(n);
                 ds.acc.truncated = true;
+                ds.keep = ds.body.len();
                 return;
             }
         }
@@ -1314,5 +1339,941 @@ impl StreamParser for MysqlParser {
         }
         stats.unanswered_requests += self.pending.len() as u64;
         self.pending.drain().for_each(drop);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocols::Transport;
+
+    const OUT: Direction = Direction::Egress;
+    const IN: Direction = Direction::Ingress;
+    /// Capabilities a MariaDB client negotiates (no DEPRECATE_EOF, no SSL, no compression).
+    const CAPS: u32 = 0x80be_a28e;
+
+    struct Driver {
+        p: MysqlParser,
+        calls: Vec<L7Call>,
+        stats: ParseStats,
+        now: u64,
+    }
+
+    impl Driver {
+        fn new() -> Self {
+            Driver {
+                p: MysqlParser::new(&ParserConfig {
+                    depth: ParseDepth::Full,
+                    transport: Transport::Stream,
+                    keep_head: 0,
+                }),
+                calls: Vec::new(),
+                stats: ParseStats::default(),
+                now: 0,
+            }
+        }
+        fn seg_cut(&mut self, dir: Direction, bytes: &[u8], total: u64) -> &mut Self {
+            self.now += 1000;
+            let seg = Segment {
+                dir,
+                payload: bytes,
+                total_len: total,
+                start_ns: self.now,
+                end_ns: self.now + 500,
+                peer: None,
+            };
+            self.p.on_segment(&seg, &mut self.calls, &mut self.stats);
+            self
+        }
+        fn seg(&mut self, dir: Direction, bytes: &[u8]) -> &mut Self {
+            self.seg_cut(dir, bytes, bytes.len() as u64)
+        }
+        fn gap(&mut self, dir: Direction, len: Option<u64>) -> &mut Self {
+            self.p.on_gap(dir, len, &mut self.stats);
+            self
+        }
+        fn close(&mut self) -> &mut Self {
+            self.p.on_close(&mut self.calls, &mut self.stats);
+            self
+        }
+        /// The handshake of a connection with these client capabilities.
+        fn connected(caps: u32) -> Self {
+            let mut d = Driver::new();
+            d.seg(IN, &greeting())
+                .seg(OUT, &handshake_response(caps))
+                .seg(IN, &ok(2, 0, 0, 2));
+            d
+        }
+        /// (method, resource, status text, rows) of each call.
+        fn summary(&self) -> Vec<(String, String, Option<String>, Option<String>)> {
+            self.calls
+                .iter()
+                .map(|c| {
+                    let rows = c.details.iter().find(|(k, _)| *k == "rows");
+                    (
+                        c.method.clone(),
+                        c.resource.clone(),
+                        c.status_text.clone(),
+                        rows.map(|r| r.1.clone()),
+                    )
+                })
+                .collect()
+        }
+        fn detail(&self, i: usize, key: &str) -> Option<&str> {
+            self.calls[i]
+                .details
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, v)| v.as_str())
+        }
+    }
+
+    fn s(
+        m: &str,
+        r: &str,
+        st: Option<&str>,
+        rows: Option<&str>,
+    ) -> (String, String, Option<String>, Option<String>) {
+        (m.into(), r.into(), st.map(Into::into), rows.map(Into::into))
+    }
+
+    fn pkt(seq: u8, body: &[u8]) -> Vec<u8> {
+        let len = body.len() as u32;
+        let mut p = vec![len as u8, (len >> 8) as u8, (len >> 16) as u8, seq];
+        p.extend_from_slice(body);
+        p
+    }
+    fn greeting() -> Vec<u8> {
+        let mut b = vec![10];
+        b.extend_from_slice(b"5.5.5-10.11.19-MariaDB\0");
+        b.extend_from_slice(&[5, 0, 0, 0]);
+        b.extend_from_slice(b"abcdefgh\0");
+        // Caps (all the server offers, DEPRECATE_EOF and COMPRESS included), charset, status.
+        b.extend_from_slice(&[0xfe, 0xf7, 0x08, 0x02, 0x00, 0xff, 0x81]);
+        b.extend_from_slice(&[21, 0, 0, 0, 0, 0, 0, 0x1d, 0, 0, 0]);
+        b.extend_from_slice(b"ijklmnopqrst\0mysql_native_password\0");
+        pkt(0, &b)
+    }
+    fn handshake_response(caps: u32) -> Vec<u8> {
+        let mut b = caps.to_le_bytes().to_vec();
+        b.extend_from_slice(&[0, 0, 0, 1, 33]);
+        b.extend_from_slice(&[0; 23]);
+        b.extend_from_slice(b"root\0\x14secretsecretsecret12shop\0mysql_native_password\0");
+        pkt(1, &b)
+    }
+    fn ok(seq: u8, affected: u8, insert_id: u8, status: u16) -> Vec<u8> {
+        let mut b = vec![0, affected, insert_id];
+        b.extend_from_slice(&status.to_le_bytes());
+        b.extend_from_slice(&[0, 0]);
+        pkt(seq, &b)
+    }
+    fn err(seq: u8, code: u16, state: &str, msg: &str) -> Vec<u8> {
+        let mut b = vec![0xff];
+        b.extend_from_slice(&code.to_le_bytes());
+        b.push(b'#');
+        b.extend_from_slice(state.as_bytes());
+        b.extend_from_slice(msg.as_bytes());
+        pkt(seq, &b)
+    }
+    fn eof(seq: u8, status: u16) -> Vec<u8> {
+        let mut b = vec![0xfe, 0, 0];
+        b.extend_from_slice(&status.to_le_bytes());
+        pkt(seq, &b)
+    }
+    /// The OK that ends rows under CLIENT_DEPRECATE_EOF (header 0xFE).
+    fn ok_fe(seq: u8, status: u16) -> Vec<u8> {
+        let mut b = vec![0xfe, 0, 0];
+        b.extend_from_slice(&status.to_le_bytes());
+        b.extend_from_slice(&[0, 0]);
+        pkt(seq, &b)
+    }
+    fn query(sql: &str) -> Vec<u8> {
+        pkt(0, &[&[COM_QUERY][..], sql.as_bytes()].concat())
+    }
+    fn command(cmd: u8, arg: &[u8]) -> Vec<u8> {
+        pkt(0, &[&[cmd][..], arg].concat())
+    }
+    fn coldef(seq: u8) -> Vec<u8> {
+        pkt(
+            seq,
+            b"\x03def\x04shop\x05items\x05items\x02id\x02id\x00\x0c\x3f\x00\x0b\x00\x00\x00\x03\x03\x50\x00\x00\x00",
+        )
+    }
+    /// A text result set of one column starting at `seq`: (bytes, the next seq).
+    fn result_set(seq: u8, rows: &[&str], deprecate_eof: bool, status: u16) -> (Vec<u8>, u8) {
+        let mut out = pkt(seq, &[1]);
+        out.extend(coldef(seq.wrapping_add(1)));
+        let mut n = seq.wrapping_add(2);
+        if !deprecate_eof {
+            out.extend(eof(n, 2));
+            n = n.wrapping_add(1);
+        }
+        for r in rows {
+            out.extend(pkt(n, &[&[r.len() as u8][..], r.as_bytes()].concat()));
+            n = n.wrapping_add(1);
+        }
+        out.extend(if deprecate_eof {
+            ok_fe(n, status)
+        } else {
+            eof(n, status)
+        });
+        (out, n.wrapping_add(1))
+    }
+    fn rs(rows: &[&str]) -> Vec<u8> {
+        result_set(1, rows, false, 2).0
+    }
+    /// A prepare's OK: statement id, columns, params, then their definitions and EOFs.
+    fn prepare_ok(id: u32, columns: u16, params: u16, deprecate_eof: bool) -> Vec<u8> {
+        let mut b = vec![0];
+        b.extend_from_slice(&id.to_le_bytes());
+        b.extend_from_slice(&columns.to_le_bytes());
+        b.extend_from_slice(&params.to_le_bytes());
+        b.extend_from_slice(&[0, 0, 0]);
+        let mut out = pkt(1, &b);
+        let mut seq = 2;
+        for n in [params, columns] {
+            for _ in 0..n {
+                out.extend(coldef(seq));
+                seq += 1;
+            }
+            if n > 0 && !deprecate_eof {
+                out.extend(eof(seq, 2));
+                seq += 1;
+            }
+        }
+        out
+    }
+    fn execute(id: u32) -> Vec<u8> {
+        // One parameter, the integer 42: never shown.
+        let mut b = id.to_le_bytes().to_vec();
+        b.extend_from_slice(&[0, 1, 0, 0, 0, 0, 1, 3, 0, 42, 0, 0, 0]);
+        command(COM_STMT_EXECUTE, &b)
+    }
+    fn binary_rows(n: usize) -> Vec<u8> {
+        // Column count 1, one definition, EOF, n binary rows, EOF.
+        let mut out = [pkt(1, &[1]), coldef(2), eof(3, 2)].concat();
+        let mut seq = 4u8;
+        for _ in 0..n {
+            out.extend(pkt(seq, &[0, 0, 7, 0, 0, 0]));
+            seq = seq.wrapping_add(1);
+        }
+        out.extend(eof(seq, 2));
+        out
+    }
+
+    #[test]
+    fn detection() {
+        assert!(is_connection_start(&greeting()));
+        assert!(is_connection_start(&greeting()[..64]));
+        assert!(!is_connection_start(&greeting()[..10]));
+        assert!(is_greeting(&greeting()[..8], false));
+        assert!(is_connection_start(&query("select 1")));
+        assert!(is_connection_start(&query("  SELECT * FROM t")));
+        assert!(is_connection_start(&query("/* app */ select 1")));
+        assert!(is_connection_start(&query("(select 1) union (select 2)")));
+        assert!(is_connection_start(&command(
+            COM_STMT_PREPARE,
+            b"insert into kv values (?, ?)"
+        )));
+        assert!(is_connection_start(&[1, 0, 0, 0, COM_PING]));
+        assert!(is_connection_start(&command(COM_INIT_DB, b"shop")));
+        // A long query cut by the capture.
+        let long = query(&format!("select '{}'", "x".repeat(200)));
+        assert!(is_connection_start(&long[..64]));
+        // Not MySQL, or not a start: responses, other commands, other protocols.
+        assert!(!is_connection_start(&ok(1, 0, 0, 2)));
+        assert!(!is_connection_start(&rs(&["a"])));
+        assert!(!is_connection_start(&handshake_response(CAPS)));
+        assert!(!is_connection_start(&execute(1)));
+        assert!(!is_connection_start(&query("1")));
+        assert!(!is_connection_start(&query("\u{1}\u{2}ab")));
+        assert!(!is_connection_start(&query("select 1")[..8]));
+        assert!(!is_connection_start(&[1, 0, 0, 0, COM_QUIT]));
+        assert!(!is_connection_start(b"GET / HTTP/1.1\r\n\r\n"));
+        assert!(!is_connection_start(b"*1\r\n$4\r\nPING\r\n"));
+        assert!(!is_connection_start(b"get user:1\r\n"));
+        assert!(!is_connection_start(b"Q\0\0\0\x0dSELECT 1\0"));
+        assert!(!is_connection_start(&[0, 0, 0, 8, 4, 0xd2, 0x16, 0x2f]));
+        assert!(!is_connection_start(&[0x16, 3, 1, 0, 0xa5, 1, 0, 0]));
+        assert!(!is_connection_start(&[0; 16]));
+        assert!(!is_connection_start(&[0xff; 16]));
+    }
+
+    fn cli_session() -> (Vec<u8>, Vec<u8>) {
+        let client = [
+            handshake_response(CAPS),
+            query("select * from items where id > 1"),
+            query("update items set name = 'z' where id < 3"),
+            query("selec 1"),
+            query("insert into items values (4, 'd')"),
+            command(COM_QUIT, b""),
+        ]
+        .concat();
+        let server = [
+            greeting(),
+            ok(2, 0, 0, 2),
+            rs(&["b", "c"]),
+            ok(1, 2, 0, 2),
+            err(1, 1064, "42000", "You have an error in your SQL syntax"),
+            ok(1, 1, 4, 2),
+        ]
+        .concat();
+        (client, server)
+    }
+
+    #[test]
+    fn handshake_queries_errors() {
+        let (c, sv) = cli_session();
+        let hs = handshake_response(CAPS).len();
+        let greet = greeting().len();
+        let mut d = Driver::new();
+        d.seg(IN, &sv[..greet])
+            .seg(OUT, &c[..hs])
+            .seg(IN, &sv[greet..greet + 11])
+            .seg(OUT, &c[hs..])
+            .seg(IN, &sv[greet + 11..])
+            .close();
+        assert_eq!(
+            d.summary(),
+            vec![
+                s("SELECT", "select * from items where id > 1", None, Some("2")),
+                s(
+                    "UPDATE",
+                    "update items set name = 'z' where id < 3",
+                    None,
+                    Some("2")
+                ),
+                s("SELEC", "selec 1", Some("1064 (42000)"), None),
+                s(
+                    "INSERT",
+                    "insert into items values (4, 'd')",
+                    None,
+                    Some("1")
+                ),
+            ]
+        );
+        assert_eq!(d.calls[0].req.bytes, 37);
+        assert_eq!(d.calls[0].resp.bytes, rs(&["b", "c"]).len() as u64);
+        assert_eq!(d.detail(0, "result_sets"), Some("1"));
+        assert_eq!(d.detail(0, "command"), Some("query"));
+        assert_eq!(d.detail(1, "affected_rows"), Some("2"));
+        assert_eq!(d.calls[2].outcome, Outcome::ClientError);
+        assert_eq!(
+            d.detail(2, "error"),
+            Some("You have an error in your SQL syntax")
+        );
+        assert_eq!(d.detail(3, "last_insert_id"), Some("4"));
+        assert_eq!(d.calls[3].version, "4.1");
+        // The login (user, scramble) is in no call.
+        assert!(d
+            .calls
+            .iter()
+            .all(|c| !c.resource.contains("root") && !c.resource.contains("secret")));
+        assert_eq!(d.p.deprecate_eof, Some(false));
+        // QUIT gets no reply.
+        assert_eq!(
+            d.stats,
+            ParseStats {
+                unreplied_requests: 1,
+                ..ParseStats::default()
+            }
+        );
+    }
+
+    /// Every split of both directions' bytes gives the same calls, the handshake's too.
+    #[test]
+    fn every_byte_split() {
+        let (c, sv) = cli_session();
+        let hs = handshake_response(CAPS).len();
+        let (greet, auth_ok) = (greeting().len(), 11);
+        let want = {
+            let mut d = Driver::connected(CAPS);
+            d.seg(OUT, &c[hs..]).seg(IN, &sv[greet + auth_ok..]).close();
+            d.summary()
+        };
+        assert_eq!(want.len(), 4);
+        let check = |d: &Driver, what: &str| {
+            assert_eq!(d.summary(), want, "{what}");
+            assert_eq!(d.stats.unreplied_requests, 1, "{what}");
+            assert_eq!(
+                d.stats.desyncs + d.stats.damaged_messages + d.stats.unparsed_bytes,
+                0,
+                "{what}"
+            );
+        };
+        for i in 0..=c.len() - hs {
+            for j in 0..=sv.len() - greet - auth_ok {
+                let (c, sv) = (&c[hs..], &sv[greet + auth_ok..]);
+                let mut d = Driver::connected(CAPS);
+                d.seg(OUT, &c[..i])
+                    .seg(OUT, &c[i..])
+                    .seg(IN, &sv[..j])
+                    .seg(IN, &sv[j..])
+                    .close();
+                check(&d, &format!("split {i} {j}"));
+            }
+        }
+        // The handshake: greeting, response and OK each split anywhere.
+        for i in 1..greet {
+            for k in 1..hs {
+                let mut d = Driver::new();
+                d.seg(IN, &sv[..i])
+                    .seg(IN, &sv[i..greet])
+                    .seg(OUT, &c[..k])
+                    .seg(OUT, &c[k..hs])
+                    .seg(IN, &sv[greet..greet + 5])
+                    .seg(IN, &sv[greet + 5..greet + auth_ok])
+                    .seg(OUT, &c[hs..])
+                    .seg(IN, &sv[greet + auth_ok..])
+                    .close();
+                check(&d, &format!("handshake split {i} {k}"));
+            }
+        }
+    }
+
+    /// A CALL (or a multi-statement query): several results, one call.
+    #[test]
+    fn more_results_make_one_call() {
+        let (first, next) = result_set(1, &["1", "2", "3"], false, 0x2a);
+        let (second, next) = result_set(next, &["3"], false, 0x2a);
+        let server = [first, second, ok(next, 0, 0, 0x22)].concat();
+        let mut d = Driver::connected(CAPS);
+        d.seg(OUT, &query("call two()"))
+            .seg(IN, &server)
+            .seg(OUT, &query("select 1"))
+            .seg(IN, &rs(&["1"]));
+        assert_eq!(
+            d.summary(),
+            vec![
+                s("CALL", "call two()", None, Some("4")),
+                s("SELECT", "select 1", None, Some("1")),
+            ]
+        );
+        assert_eq!(d.detail(0, "result_sets"), Some("2"));
+        assert_eq!(d.calls[0].resp.bytes, server.len() as u64);
+        // An error after a first result ends the call, failed.
+        let (first, next) = result_set(1, &["1"], false, 0x0a);
+        let mut d = Driver::connected(CAPS);
+        d.seg(OUT, &query("select 1; selec 2"))
+            .seg(IN, &[first, err(next, 1064, "42000", "syntax")].concat())
+            .seg(OUT, &query("select 1"))
+            .seg(IN, &rs(&["1"]));
+        assert_eq!(
+            d.summary(),
+            vec![
+                s("SELECT", "select 1; selec 2", Some("1064 (42000)"), None),
+                s("SELECT", "select 1", None, Some("1")),
+            ]
+        );
+        assert_eq!(d.stats, ParseStats::default());
+    }
+
+    #[test]
+    fn prepared_statements() {
+        let mut d = Driver::connected(CAPS);
+        d.seg(
+            OUT,
+            &command(COM_STMT_PREPARE, b"select v from kv where k >= ?"),
+        )
+        .seg(IN, &prepare_ok(7, 1, 1, false))
+        .seg(OUT, &execute(7))
+        .seg(IN, &binary_rows(3))
+        .seg(
+            OUT,
+            &command(COM_STMT_SEND_LONG_DATA, &[7, 0, 0, 0, 0, 0, b'x']),
+        )
+        .seg(OUT, &command(COM_STMT_RESET, &[7, 0, 0, 0]))
+        .seg(IN, &ok(1, 0, 0, 2))
+        .seg(OUT, &execute(7))
+        .seg(IN, &err(1, 1062, "23000", "Duplicate entry '42' for key 'PRIMARY'"))
+        .seg(OUT, &command(COM_STMT_CLOSE, &[7, 0, 0, 0]))
+        .seg(OUT, &execute(7))
+        .seg(IN, &ok(1, 1, 0, 2))
+        .close();
+        let sql = "select v from kv where k >= ?";
+        assert_eq!(
+            d.summary(),
+            vec![
+                s("PREPARE", sql, None, None),
+                s("SELECT", sql, None, Some("3")),
+                s("STMT_RESET", sql, None, Some("0")),
+                s("SELECT", sql, Some("1062 (23000)"), None),
+                s("EXECUTE", "EXECUTE 7", None, Some("1")),
+            ]
+        );
+        assert_eq!(d.detail(0, "statement_id"), Some("7"));
+        assert_eq!(d.detail(1, "statement_id"), Some("7"));
+        assert_eq!(d.detail(1, "command"), Some("stmt_execute"));
+        assert_eq!(d.calls[3].outcome, Outcome::ClientError);
+        // Parameters (42) never show.
+        assert!(d.calls.iter().all(|c| !c.resource.contains("42")));
+        assert_eq!(d.calls[0].resp.bytes, prepare_ok(7, 1, 1, false).len() as u64);
+        assert_eq!(d.stats.unreplied_requests, 2);
+        assert_eq!(d.stats.unmatched_responses + d.stats.desyncs, 0);
+        assert_eq!(d.stats.unanswered_requests, 0);
+    }
+
+    #[test]
+    fn prepare_failure_and_no_definitions() {
+        let mut d = Driver::connected(CAPS);
+        d.seg(OUT, &command(COM_STMT_PREPARE, b"select * from nope"))
+            .seg(IN, &err(1, 1146, "42S02", "Table 'shop.nope' doesn't exist"))
+            .seg(OUT, &command(COM_STMT_PREPARE, b"create table t (k int)"))
+            .seg(IN, &prepare_ok(1, 0, 0, false))
+            .seg(OUT, &execute(1))
+            .seg(IN, &ok(1, 0, 0, 2));
+        assert_eq!(
+            d.summary(),
+            vec![
+                s("PREPARE", "select * from nope", Some("1146 (42S02)"), None),
+                s("PREPARE", "create table t (k int)", None, None),
+                s("CREATE", "create table t (k int)", None, Some("0")),
+            ]
+        );
+    }
+
+    /// CLIENT_DEPRECATE_EOF negotiated: no EOF after the definitions, an OK (0xFE) at the end.
+    #[test]
+    fn deprecate_eof_from_the_handshake() {
+        let caps = CAPS | CLIENT_DEPRECATE_EOF;
+        let mut d = Driver::connected(caps);
+        assert_eq!(d.p.deprecate_eof, Some(true));
+        let (empty, _) = result_set(1, &[], true, 2);
+        d.seg(OUT, &query("select id from items"))
+            .seg(IN, &result_set(1, &["1", "2"], true, 2).0)
+            .seg(OUT, &query("select id from items where 0"))
+            .seg(IN, &empty)
+            .seg(OUT, &command(COM_STMT_PREPARE, b"select id from items where id = ?"))
+            .seg(IN, &prepare_ok(1, 1, 1, true))
+            .seg(OUT, &query("select 1"))
+            .seg(IN, &result_set(1, &["1"], true, 2).0);
+        assert_eq!(
+            d.summary(),
+            vec![
+                s("SELECT", "select id from items", None, Some("2")),
+                s("SELECT", "select id from items where 0", None, Some("0")),
+                s("PREPARE", "select id from items where id = ?", None, None),
+                s("SELECT", "select 1", None, Some("1")),
+            ]
+        );
+        assert_eq!(d.stats, ParseStats::default());
+    }
+
+    /// Without the handshake, EOFs are told from OKs by their length, both ways.
+    #[test]
+    fn deprecate_eof_inferred_mid_stream() {
+        for deprecate in [false, true] {
+            let mut d = Driver::new();
+            d.seg(OUT, &query("select id from items where 0"))
+                .seg(IN, &result_set(1, &[], deprecate, 2).0)
+                .seg(OUT, &query("select id from items"))
+                .seg(IN, &result_set(1, &["1", "2"], deprecate, 2).0)
+                .seg(OUT, &command(COM_STMT_PREPARE, b"select ? + 1"))
+                .seg(IN, &prepare_ok(2, 1, 1, deprecate))
+                .seg(OUT, &query("select 1"))
+                .seg(IN, &result_set(1, &["1"], deprecate, 2).0)
+                .close();
+            assert_eq!(
+                d.summary(),
+                vec![
+                    s("SELECT", "select id from items where 0", None, Some("0")),
+                    s("SELECT", "select id from items", None, Some("2")),
+                    s("PREPARE", "select ? + 1", None, None),
+                    s("SELECT", "select 1", None, Some("1")),
+                ],
+                "deprecate_eof {deprecate}"
+            );
+            assert_eq!(d.p.deprecate_eof, Some(deprecate));
+            assert_eq!(d.stats, ParseStats::default(), "deprecate_eof {deprecate}");
+        }
+    }
+
+    /// A prepare of one group of definitions, EOF use unknown: the next packet tells.
+    #[test]
+    fn prepare_tail_when_eof_use_is_unknown() {
+        for deprecate in [false, true] {
+            let resp = prepare_ok(3, 0, 2, deprecate);
+            let mut d = Driver::new();
+            d.seg(OUT, &command(COM_STMT_PREPARE, b"insert into kv values (?, ?)"))
+                .seg(IN, &resp)
+                .seg(OUT, &execute(3))
+                .seg(IN, &ok(1, 1, 0, 2))
+                .close();
+            assert_eq!(
+                d.summary(),
+                vec![
+                    s("PREPARE", "insert into kv values (?, ?)", None, None),
+                    s("INSERT", "insert into kv values (?, ?)", None, Some("1")),
+                ],
+                "deprecate_eof {deprecate}"
+            );
+            assert_eq!(d.calls[0].resp.bytes, resp.len() as u64);
+            assert_eq!(d.stats, ParseStats::default());
+            // The last thing on the connection: made at close.
+            let mut d = Driver::new();
+            d.seg(OUT, &command(COM_STMT_PREPARE, b"insert into kv values (?, ?)"))
+                .seg(IN, &resp)
+                .close();
+            assert_eq!(d.calls.len(), 1);
+            assert_eq!(d.stats, ParseStats::default());
+        }
+    }
+
+    /// MariaDB's metadata cache: a column count followed by 0 has no definitions.
+    #[test]
+    fn mariadb_metadata_skipped() {
+        let server = [
+            pkt(1, &[2, 0]),
+            eof(2, 2),
+            pkt(3, &[0, 0, 2, 0, 0, 0, 2, b'v', b'2']),
+            pkt(4, &[0, 0, 3, 0, 0, 0, 2, b'v', b'3']),
+            eof(5, 2),
+        ]
+        .concat();
+        let mut d = Driver::connected(CAPS);
+        d.seg(OUT, &command(COM_STMT_PREPARE, b"select k, v from kv where k >= ?"))
+            .seg(IN, &prepare_ok(3, 2, 1, false))
+            .seg(OUT, &execute(3))
+            .seg(IN, &server);
+        assert_eq!(d.calls.len(), 2);
+        assert_eq!(d.detail(1, "rows"), Some("2"));
+        assert_eq!(d.stats, ParseStats::default());
+    }
+
+    #[test]
+    fn simple_commands() {
+        let mut d = Driver::connected(CAPS);
+        d.seg(OUT, &[1, 0, 0, 0, COM_PING])
+            .seg(IN, &ok(1, 0, 0, 2))
+            .seg(OUT, &command(COM_INIT_DB, b"shop"))
+            .seg(IN, &ok(1, 0, 0, 2))
+            .seg(OUT, &command(COM_INIT_DB, b"nope"))
+            .seg(IN, &err(1, 1049, "42000", "Unknown database 'nope'"))
+            .seg(OUT, &command(COM_FIELD_LIST, b"items\0"))
+            .seg(IN, &[coldef(1), coldef(2), eof(3, 2)].concat())
+            .seg(OUT, &command(COM_STATISTICS, b""))
+            .seg(IN, &pkt(1, b"Uptime: 10  Threads: 1  Questions: 9"))
+            .seg(OUT, &command(0x1f, b""))
+            .seg(IN, &ok(1, 0, 0, 2))
+            // CHANGE_USER with an auth switch: the client's answer is no command.
+            .seg(OUT, &command(COM_CHANGE_USER, b"app\0\x14secretsecretsecret12"))
+            .seg(IN, &pkt(2, b"\xfemysql_native_password\0scramble"))
+            .seg(OUT, &pkt(3, b"secretsecretsecret12"))
+            .seg(IN, &ok(4, 0, 0, 2))
+            .seg(OUT, &command(COM_QUIT, b""))
+            .close();
+        assert_eq!(
+            d.summary(),
+            vec![
+                s("PING", "", None, Some("0")),
+                s("INIT_DB", "shop", None, Some("0")),
+                s("INIT_DB", "nope", Some("1049 (42000)"), None),
+                s("FIELD_LIST", "items", None, Some("0")),
+                s("STATISTICS", "", None, Some("0")),
+                s("RESET_CONNECTION", "", None, Some("0")),
+                s("CHANGE_USER", "", None, Some("0")),
+            ]
+        );
+        assert!(d.calls.iter().all(|c| !c.resource.contains("secret")));
+        assert_eq!(d.stats.unreplied_requests, 1);
+        assert_eq!(d.stats.unmatched_responses + d.stats.desyncs, 0);
+    }
+
+    #[test]
+    fn auth_switch_and_more_data() {
+        let mut d = Driver::new();
+        d.seg(IN, &greeting())
+            .seg(OUT, &handshake_response(CAPS))
+            .seg(IN, &pkt(2, b"\xfecaching_sha2_password\0scramble12345678901\0"))
+            .seg(OUT, &pkt(3, b"secretsecretsecretsecretsecret12"))
+            .seg(IN, &pkt(4, b"\x01\x04"))
+            .seg(OUT, &pkt(5, b"password\0"))
+            .seg(IN, &ok(6, 0, 0, 2))
+            .seg(OUT, &query("select 1"))
+            .seg(IN, &rs(&["1"]));
+        assert_eq!(d.summary(), vec![s("SELECT", "select 1", None, Some("1"))]);
+        assert_eq!(d.stats, ParseStats::default());
+        // Access denied: the connection ends; nothing is a call.
+        let mut d = Driver::new();
+        d.seg(IN, &greeting())
+            .seg(OUT, &handshake_response(CAPS))
+            .seg(IN, &err(2, 1045, "28000", "Access denied for user 'root'"))
+            .close();
+        assert!(d.calls.is_empty());
+        assert_eq!(d.stats, ParseStats::default());
+    }
+
+    #[test]
+    fn ssl_request_and_compression_stop_parsing() {
+        // SSLRequest: the fixed part only, CLIENT_SSL set; TLS follows.
+        let ssl = pkt(1, &handshake_response(CAPS | CLIENT_SSL)[4..36]);
+        let mut d = Driver::new();
+        d.seg(IN, &greeting())
+            .seg(OUT, &ssl)
+            .seg(OUT, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")
+            .seg(IN, b"\x16\x03\x03\x00\x7a\x02")
+            .seg(OUT, &query("select 1"))
+            .close();
+        assert!(d.calls.is_empty());
+        assert_eq!(d.stats.desyncs, 1);
+        assert_eq!(d.stats.unparsed_bytes, 11 + 6 + 13);
+        // CLIENT_COMPRESS negotiated: compressed packets after the OK are not parsed.
+        let mut d = Driver::connected(CAPS | CLIENT_COMPRESS);
+        let compressed = [&[13, 0, 0, 0, 0, 0, 0][..], &query("select 1")].concat();
+        d.seg(OUT, &compressed)
+            .seg(IN, &[&[40, 0, 0, 1, 0, 0, 0][..], &rs(&["1"])].concat())
+            .close();
+        assert!(d.calls.is_empty());
+        assert_eq!(d.stats.desyncs, 1);
+        // Offered by the client alone (the server did not): plain packets.
+        let mut d = Driver::new();
+        let mut g = greeting();
+        g[4 + 1 + 23 + 4 + 9] &= !(CLIENT_COMPRESS as u8);
+        d.seg(IN, &g)
+            .seg(OUT, &handshake_response(CAPS | CLIENT_COMPRESS))
+            .seg(IN, &ok(2, 0, 0, 2))
+            .seg(OUT, &query("select 1"))
+            .seg(IN, &rs(&["1"]));
+        assert_eq!(d.calls.len(), 1);
+    }
+
+    #[test]
+    fn picked_up_mid_stream() {
+        let mut d = Driver::new();
+        // The tail of a result set, then whole exchanges.
+        d.seg(IN, b"\x02v3\x05\x00\x00\x09\xfe\x00\x00\x02\x00")
+            .seg(OUT, &execute(9))
+            .seg(IN, &binary_rows(2))
+            .seg(OUT, &query("select 2"))
+            .seg(IN, &rs(&["2"]))
+            .close();
+        assert_eq!(
+            d.summary(),
+            vec![
+                s("EXECUTE", "EXECUTE 9", None, Some("2")),
+                s("SELECT", "select 2", None, Some("2").map(|_| "1")),
+            ]
+        );
+        assert_eq!(d.stats.desyncs, 0);
+        assert_eq!(d.stats.unmatched_responses, 0);
+        // The client's bytes start inside a packet: synced at the next command.
+        let mut d = Driver::new();
+        d.seg(OUT, b"re id > 7")
+            .seg(IN, &rs(&["1"]))
+            .seg(OUT, &query("select 3"))
+            .seg(IN, &rs(&["3"]));
+        assert_eq!(d.summary(), vec![s("SELECT", "select 3", None, Some("1"))]);
+    }
+
+    #[test]
+    fn pipelined_commands() {
+        let client = [
+            query("select 1"),
+            query("update t set x = 1"),
+            command(COM_STMT_CLOSE, &[1, 0, 0, 0]),
+            [1, 0, 0, 0, COM_PING].to_vec(),
+        ]
+        .concat();
+        let server = [rs(&["1"]), ok(1, 3, 0, 2), ok(1, 0, 0, 2)].concat();
+        let mut d = Driver::connected(CAPS);
+        d.seg(OUT, &client).seg(IN, &server).close();
+        assert_eq!(
+            d.summary(),
+            vec![
+                s("SELECT", "select 1", None, Some("1")),
+                s("UPDATE", "update t set x = 1", None, Some("3")),
+                s("PING", "", None, Some("0")),
+            ]
+        );
+        assert_eq!(d.calls[0].req.syscalls, 1);
+        let req: u64 = d.calls.iter().map(|c| c.req.bytes).sum();
+        assert_eq!(req, (client.len() - 9) as u64);
+        let resp: u64 = d.calls.iter().map(|c| c.resp.bytes).sum();
+        assert_eq!(resp, server.len() as u64);
+    }
+
+    #[test]
+    fn local_infile() {
+        let mut d = Driver::connected(CAPS);
+        d.seg(OUT, &query("load data local infile '/tmp/x.csv' into table t"))
+            .seg(IN, &pkt(1, b"\xfb/tmp/x.csv"))
+            .seg(OUT, &pkt(2, b"1,a\n2,b\n"))
+            .seg(OUT, &pkt(3, b""))
+            .seg(IN, &ok(4, 2, 0, 2))
+            .seg(OUT, &query("select 1"))
+            .seg(IN, &rs(&["1"]));
+        assert_eq!(
+            d.summary(),
+            vec![
+                s(
+                    "LOAD",
+                    "load data local infile '/tmp/x.csv' into table t",
+                    None,
+                    Some("2")
+                ),
+                s("SELECT", "select 1", None, Some("1")),
+            ]
+        );
+        // The file's packets count in the request.
+        let q = query("load data local infile '/tmp/x.csv' into table t");
+        assert_eq!(d.calls[0].req.bytes, (q.len() + 12 + 4) as u64);
+        assert_eq!(d.stats, ParseStats::default());
+    }
+
+    #[test]
+    fn progress_reports_are_no_errors() {
+        let progress = pkt(1, b"\xff\xff\xff\x01\x01\x01\x10\x27\x00\x00\x05stage");
+        let mut d = Driver::connected(CAPS);
+        d.seg(OUT, &query("alter table t add column y int"))
+            .seg(IN, &progress)
+            .seg(IN, &ok(2, 0, 0, 2));
+        assert_eq!(
+            d.summary(),
+            vec![s("ALTER", "alter table t add column y int", None, Some("0"))]
+        );
+    }
+
+    #[test]
+    fn gaps() {
+        // Inside a row of known length: bytes skipped, the call goes on.
+        let big = pkt(4, &[&[0xfc, 0x10, 0x27][..], &[b'y'; 10_000]].concat());
+        let server = [pkt(1, &[1]), coldef(2), eof(3, 2), big.clone(), eof(5, 2)].concat();
+        let head = server.len() - big.len() - 9;
+        let mut d = Driver::connected(CAPS);
+        d.seg(OUT, &query("select y from t"))
+            .seg(IN, &server[..head + 100])
+            .gap(IN, Some(9000))
+            .seg(IN, &server[head + 9100..]);
+        assert_eq!(
+            d.summary(),
+            vec![s("SELECT", "select y from t", None, Some("1"))]
+        );
+        assert!(d.calls[0].truncated);
+        assert_eq!(d.calls[0].resp.bytes, server.len() as u64);
+        // An unknown loss in the server's stream: resync at the next response.
+        let mut d = Driver::connected(CAPS);
+        d.seg(OUT, &query("select 1"))
+            .seg(IN, &rs(&["1"])[..10])
+            .gap(IN, None)
+            .seg(IN, b"\x01xyz garbage")
+            .seg(OUT, &query("select 2"))
+            .seg(IN, &rs(&["2"]));
+        assert_eq!(d.calls.len(), 2);
+        assert!(d.calls[0].end_inferred);
+        assert_eq!(d.summary()[1], s("SELECT", "select 2", None, Some("1")));
+        assert_eq!((d.stats.desyncs, d.stats.inferred_ends), (1, 1));
+        // The client's stream: what is pending cannot be paired.
+        let mut d = Driver::connected(CAPS);
+        d.seg(OUT, &query("select 1"))
+            .gap(OUT, Some(100))
+            .seg(OUT, &query("select 2"))
+            .seg(IN, &rs(&["1"]));
+        assert_eq!(d.summary(), vec![s("SELECT", "select 2", None, Some("1"))]);
+        assert_eq!(d.stats.damaged_messages, 1);
+    }
+
+    #[test]
+    fn garbage_never_makes_calls() {
+        let mut d = Driver::new();
+        d.seg(OUT, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .seg(IN, b"HTTP/1.1 200 OK\r\n\r\n")
+            .seg(OUT, b"*1\r\n$4\r\nPING\r\n")
+            .close();
+        assert!(d.calls.is_empty());
+        // In sync, then an unknown command byte: out of sync, nothing made of it.
+        let mut d = Driver::connected(CAPS);
+        d.seg(OUT, &command(0x77, b"xyz")).seg(IN, &ok(1, 0, 0, 2));
+        assert!(d.calls.is_empty());
+        assert_eq!(d.stats.desyncs, 1);
+    }
+
+    /// A query and a row of more than 0xffffff bytes: continued in further packets.
+    #[test]
+    fn continuation_packets() {
+        let sql_len = MAX_PACKET as usize + 100;
+        // The query: a full packet and a 101-byte one, captured 64 bytes of each syscall.
+        let mut first = pkt(0, b"\x03select '");
+        first[0..3].copy_from_slice(&[0xff, 0xff, 0xff]);
+        let second = pkt(1, &[b'x'; 101]);
+        let mut d = Driver::connected(CAPS);
+        d.seg_cut(OUT, &first, MAX_PACKET as u64 + 4)
+            .seg(OUT, &second);
+        // The response: one row of 0xffffff + 5 bytes.
+        let head = [pkt(1, &[1]), coldef(2), eof(3, 2)].concat();
+        let mut row1 = vec![0xff, 0xff, 0xff, 4, 0xfd, 0x04, 0x00, 0x00];
+        row1.extend_from_slice(b"yyyy");
+        let row2 = pkt(5, b"yyyyy");
+        d.seg(IN, &head)
+            .seg_cut(IN, &row1, MAX_PACKET as u64 + 4)
+            .seg(IN, &row2)
+            .seg(IN, &eof(6, 2))
+            .close();
+        assert_eq!(d.summary(), vec![s("SELECT", "select '", None, Some("1"))]);
+        assert_eq!(d.calls[0].req.bytes, (sql_len + 4 + 5) as u64);
+        assert!(d.calls[0].truncated);
+        assert_eq!(d.stats, ParseStats::default());
+    }
+
+    /// 100 MB of rows through the parser, fully captured: its buffers stay small.
+    #[test]
+    fn huge_result_set_in_flat_memory() {
+        // 256 rows of 4000 bytes (sequence ids wrap), repeated: about 1 MB a chunk.
+        let mut chunk = Vec::new();
+        for i in 0..256u32 {
+            let seq = (i + 4) as u8;
+            chunk.extend(pkt(seq, &[&[0xfc, 0x9d, 0x0f][..], &[b'r'; 3997]].concat()));
+        }
+        let mut d = Driver::connected(CAPS);
+        d.seg(OUT, &query("select r from big"))
+            .seg(IN, &[pkt(1, &[1]), coldef(2), eof(3, 2)].concat());
+        let mut peak = 0;
+        for _ in 0..100 {
+            for piece in chunk.chunks(65536) {
+                d.seg(IN, piece);
+                peak = peak.max(d.p.buffered_bytes());
+            }
+        }
+        d.seg(IN, &eof(4, 2));
+        assert_eq!(d.detail(0, "rows"), Some("25600"));
+        assert!(d.calls[0].resp.bytes > 100_000_000);
+        assert!(peak <= 2 * KEEP_CLIENT, "peak {peak}");
+        assert_eq!(d.stats, ParseStats::default());
+    }
+
+    #[test]
+    fn statement_cache_is_bounded() {
+        let mut d = Driver::connected(CAPS);
+        for id in 1..=MAX_STATEMENTS as u32 + 1 {
+            d.seg(
+                OUT,
+                &command(COM_STMT_PREPARE, format!("select {id}").as_bytes()),
+            )
+            .seg(IN, &prepare_ok(id, 1, 0, false));
+        }
+        assert_eq!(d.p.statements.len(), MAX_STATEMENTS);
+        d.seg(OUT, &execute(1))
+            .seg(IN, &ok(1, 0, 0, 2))
+            .seg(OUT, &execute(2))
+            .seg(IN, &ok(1, 0, 0, 2));
+        let n = d.calls.len();
+        assert_eq!(d.calls[n - 2].resource, "EXECUTE 1");
+        assert_eq!(d.calls[n - 1].resource, "select 2");
+    }
+
+    #[test]
+    fn error_codes_and_outcomes() {
+        let e = parse_error(&err(1, 1205, "HY000", "Lock wait timeout exceeded")[4..]);
+        assert_eq!(e.status_text(), "1205 (HY000)");
+        assert_eq!(sqlstate_outcome("HY000"), Outcome::ServerError);
+        assert_eq!(sqlstate_outcome("08S01"), Outcome::ServerError);
+        assert_eq!(sqlstate_outcome("23000"), Outcome::ClientError);
+        assert_eq!(sqlstate_outcome("42S02"), Outcome::ClientError);
+        // Without the 4.1 SQLSTATE marker: the code alone.
+        let e = parse_error(b"\xff\x10\x04Too many connections");
+        assert_eq!((e.status_text(), e.message.as_str()), ("1040".to_owned(), "Too many connections"));
+        let mut at = 0;
+        assert_eq!(lenenc(&[0xfc, 0x10, 0x27], &mut at), Some(10_000));
+        assert_eq!(at, 3);
+        assert_eq!(lenenc(&[0xfe, 1, 2], &mut 0), None);
     }
 }
