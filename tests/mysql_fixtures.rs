@@ -36,7 +36,9 @@ fn detail<'a>(c: &'a ebtop::call::Call, key: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
-fn want(rows: &[(&str, &str, Option<&str>, Option<&str>)]) -> Vec<(String, String, Option<String>, Option<String>)> {
+fn want(
+    rows: &[(&str, &str, Option<&str>, Option<&str>)],
+) -> Vec<(String, String, Option<String>, Option<String>)> {
     rows.iter()
         .map(|(m, r, s, n)| {
             (
@@ -149,7 +151,12 @@ fn perl_server_side_prepared_statements() {
     let create = "create table if not exists kv (k int primary key, v varchar(20))";
     let mut rows = vec![
         ("SET", "SET NAMES 'utf8mb4'", None, Some("0")),
-        ("SET", "SET character_set_server = 'utf8mb4'", None, Some("0")),
+        (
+            "SET",
+            "SET character_set_server = 'utf8mb4'",
+            None,
+            Some("0"),
+        ),
         (
             "SET",
             "SET collation_connection = 'utf8mb4_unicode_ci'",

@@ -272,7 +272,9 @@ enum Resp {
     /// The first packet of a result: OK, ERR, LOCAL INFILE or a column count.
     First,
     /// Column definitions still to come.
-    Columns { left: u64 },
+    Columns {
+        left: u64,
+    },
     /// After the definitions: an EOF (rows follow), a row, or the end (EOF deprecated).
     AfterColumns,
     Rows,
@@ -476,7 +478,11 @@ impl MysqlParser {
     #[cfg(test)]
     fn buffered_bytes(&self) -> usize {
         self.dirs.iter().map(|d| d.body.capacity()).sum::<usize>()
-            + self.statements.values().map(String::capacity).sum::<usize>()
+            + self
+                .statements
+                .values()
+                .map(String::capacity)
+                .sum::<usize>()
     }
 
     fn is_client(&self, d: usize) -> Option<bool> {
@@ -674,14 +680,7 @@ impl MysqlParser {
         }
     }
 
-    fn client_message(
-        &mut self,
-        d: usize,
-        seq: u8,
-        body: &[u8],
-        len: u64,
-        stats: &mut ParseStats,
-    ) {
+    fn client_message(&mut self, d: usize, seq: u8, body: &[u8], len: u64, stats: &mut ParseStats) {
         match self.phase {
             Phase::Greeted => {
                 self.dirs[d].acc = Acc::default();
@@ -1188,12 +1187,7 @@ impl MysqlParser {
 /// and warnings; an EOF (5 bytes) has only the last two.
 fn ok_fields(body: &[u8], len: u64) -> (u64, u64, u16, u16) {
     if len < 7 {
-        return (
-            0,
-            0,
-            le16(body, 3).unwrap_or(0),
-            le16(body, 1).unwrap_or(0),
-        );
+        return (0, 0, le16(body, 3).unwrap_or(0), le16(body, 1).unwrap_or(0));
     }
     let mut at = 1;
     let affected = lenenc(body, &mut at).unwrap_or(0);
@@ -1636,7 +1630,12 @@ mod tests {
         assert_eq!(
             d.summary(),
             vec![
-                s("SELECT", "select * from items where id > 1", None, Some("2")),
+                s(
+                    "SELECT",
+                    "select * from items where id > 1",
+                    None,
+                    Some("2")
+                ),
                 s(
                     "UPDATE",
                     "update items set name = 'z' where id < 3",
@@ -1785,7 +1784,10 @@ mod tests {
         .seg(OUT, &command(COM_STMT_RESET, &[7, 0, 0, 0]))
         .seg(IN, &ok(1, 0, 0, 2))
         .seg(OUT, &execute(7))
-        .seg(IN, &err(1, 1062, "23000", "Duplicate entry '42' for key 'PRIMARY'"))
+        .seg(
+            IN,
+            &err(1, 1062, "23000", "Duplicate entry '42' for key 'PRIMARY'"),
+        )
         .seg(OUT, &command(COM_STMT_CLOSE, &[7, 0, 0, 0]))
         .seg(OUT, &execute(7))
         .seg(IN, &ok(1, 1, 0, 2))
@@ -1807,7 +1809,10 @@ mod tests {
         assert_eq!(d.calls[3].outcome, Outcome::ClientError);
         // Parameters (42) never show.
         assert!(d.calls.iter().all(|c| !c.resource.contains("42")));
-        assert_eq!(d.calls[0].resp.bytes, prepare_ok(7, 1, 1, false).len() as u64);
+        assert_eq!(
+            d.calls[0].resp.bytes,
+            prepare_ok(7, 1, 1, false).len() as u64
+        );
         assert_eq!(d.stats.unreplied_requests, 2);
         assert_eq!(d.stats.unmatched_responses + d.stats.desyncs, 0);
         assert_eq!(d.stats.unanswered_requests, 0);
@@ -1817,7 +1822,10 @@ mod tests {
     fn prepare_failure_and_no_definitions() {
         let mut d = Driver::connected(CAPS);
         d.seg(OUT, &command(COM_STMT_PREPARE, b"select * from nope"))
-            .seg(IN, &err(1, 1146, "42S02", "Table 'shop.nope' doesn't exist"))
+            .seg(
+                IN,
+                &err(1, 1146, "42S02", "Table 'shop.nope' doesn't exist"),
+            )
             .seg(OUT, &command(COM_STMT_PREPARE, b"create table t (k int)"))
             .seg(IN, &prepare_ok(1, 0, 0, false))
             .seg(OUT, &execute(1))
@@ -1843,7 +1851,10 @@ mod tests {
             .seg(IN, &result_set(1, &["1", "2"], true, 2).0)
             .seg(OUT, &query("select id from items where 0"))
             .seg(IN, &empty)
-            .seg(OUT, &command(COM_STMT_PREPARE, b"select id from items where id = ?"))
+            .seg(
+                OUT,
+                &command(COM_STMT_PREPARE, b"select id from items where id = ?"),
+            )
             .seg(IN, &prepare_ok(1, 1, 1, true))
             .seg(OUT, &query("select 1"))
             .seg(IN, &result_set(1, &["1"], true, 2).0);
@@ -1894,11 +1905,14 @@ mod tests {
         for deprecate in [false, true] {
             let resp = prepare_ok(3, 0, 2, deprecate);
             let mut d = Driver::new();
-            d.seg(OUT, &command(COM_STMT_PREPARE, b"insert into kv values (?, ?)"))
-                .seg(IN, &resp)
-                .seg(OUT, &execute(3))
-                .seg(IN, &ok(1, 1, 0, 2))
-                .close();
+            d.seg(
+                OUT,
+                &command(COM_STMT_PREPARE, b"insert into kv values (?, ?)"),
+            )
+            .seg(IN, &resp)
+            .seg(OUT, &execute(3))
+            .seg(IN, &ok(1, 1, 0, 2))
+            .close();
             assert_eq!(
                 d.summary(),
                 vec![
@@ -1911,9 +1925,12 @@ mod tests {
             assert_eq!(d.stats, ParseStats::default());
             // The last thing on the connection: made at close.
             let mut d = Driver::new();
-            d.seg(OUT, &command(COM_STMT_PREPARE, b"insert into kv values (?, ?)"))
-                .seg(IN, &resp)
-                .close();
+            d.seg(
+                OUT,
+                &command(COM_STMT_PREPARE, b"insert into kv values (?, ?)"),
+            )
+            .seg(IN, &resp)
+            .close();
             assert_eq!(d.calls.len(), 1);
             assert_eq!(d.stats, ParseStats::default());
         }
@@ -1931,10 +1948,13 @@ mod tests {
         ]
         .concat();
         let mut d = Driver::connected(CAPS);
-        d.seg(OUT, &command(COM_STMT_PREPARE, b"select k, v from kv where k >= ?"))
-            .seg(IN, &prepare_ok(3, 2, 1, false))
-            .seg(OUT, &execute(3))
-            .seg(IN, &server);
+        d.seg(
+            OUT,
+            &command(COM_STMT_PREPARE, b"select k, v from kv where k >= ?"),
+        )
+        .seg(IN, &prepare_ok(3, 2, 1, false))
+        .seg(OUT, &execute(3))
+        .seg(IN, &server);
         assert_eq!(d.calls.len(), 2);
         assert_eq!(d.detail(1, "rows"), Some("2"));
         assert_eq!(d.stats, ParseStats::default());
@@ -1956,7 +1976,10 @@ mod tests {
             .seg(OUT, &command(0x1f, b""))
             .seg(IN, &ok(1, 0, 0, 2))
             // CHANGE_USER with an auth switch: the client's answer is no command.
-            .seg(OUT, &command(COM_CHANGE_USER, b"app\0\x14secretsecretsecret12"))
+            .seg(
+                OUT,
+                &command(COM_CHANGE_USER, b"app\0\x14secretsecretsecret12"),
+            )
             .seg(IN, &pkt(2, b"\xfemysql_native_password\0scramble"))
             .seg(OUT, &pkt(3, b"secretsecretsecret12"))
             .seg(IN, &ok(4, 0, 0, 2))
@@ -1984,7 +2007,10 @@ mod tests {
         let mut d = Driver::new();
         d.seg(IN, &greeting())
             .seg(OUT, &handshake_response(CAPS))
-            .seg(IN, &pkt(2, b"\xfecaching_sha2_password\0scramble12345678901\0"))
+            .seg(
+                IN,
+                &pkt(2, b"\xfecaching_sha2_password\0scramble12345678901\0"),
+            )
             .seg(OUT, &pkt(3, b"secretsecretsecretsecretsecret12"))
             .seg(IN, &pkt(4, b"\x01\x04"))
             .seg(OUT, &pkt(5, b"password\0"))
@@ -2095,13 +2121,16 @@ mod tests {
     #[test]
     fn local_infile() {
         let mut d = Driver::connected(CAPS);
-        d.seg(OUT, &query("load data local infile '/tmp/x.csv' into table t"))
-            .seg(IN, &pkt(1, b"\xfb/tmp/x.csv"))
-            .seg(OUT, &pkt(2, b"1,a\n2,b\n"))
-            .seg(OUT, &pkt(3, b""))
-            .seg(IN, &ok(4, 2, 0, 2))
-            .seg(OUT, &query("select 1"))
-            .seg(IN, &rs(&["1"]));
+        d.seg(
+            OUT,
+            &query("load data local infile '/tmp/x.csv' into table t"),
+        )
+        .seg(IN, &pkt(1, b"\xfb/tmp/x.csv"))
+        .seg(OUT, &pkt(2, b"1,a\n2,b\n"))
+        .seg(OUT, &pkt(3, b""))
+        .seg(IN, &ok(4, 2, 0, 2))
+        .seg(OUT, &query("select 1"))
+        .seg(IN, &rs(&["1"]));
         assert_eq!(
             d.summary(),
             vec![
@@ -2129,7 +2158,12 @@ mod tests {
             .seg(IN, &ok(2, 0, 0, 2));
         assert_eq!(
             d.summary(),
-            vec![s("ALTER", "alter table t add column y int", None, Some("0"))]
+            vec![s(
+                "ALTER",
+                "alter table t add column y int",
+                None,
+                Some("0")
+            )]
         );
     }
 
@@ -2270,7 +2304,10 @@ mod tests {
         assert_eq!(sqlstate_outcome("42S02"), Outcome::ClientError);
         // Without the 4.1 SQLSTATE marker: the code alone.
         let e = parse_error(b"\xff\x10\x04Too many connections");
-        assert_eq!((e.status_text(), e.message.as_str()), ("1040".to_owned(), "Too many connections"));
+        assert_eq!(
+            (e.status_text(), e.message.as_str()),
+            ("1040".to_owned(), "Too many connections")
+        );
         let mut at = 0;
         assert_eq!(lenenc(&[0xfc, 0x10, 0x27], &mut at), Some(10_000));
         assert_eq!(at, 3);
