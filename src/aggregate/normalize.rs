@@ -35,7 +35,7 @@ pub fn resource_kind(proto: Protocol) -> ResourceKind {
         Protocol::Http => ResourceKind::UrlPath,
         Protocol::Redis | Protocol::Memcached => ResourceKind::Command,
         Protocol::Dns => ResourceKind::DnsQuestion,
-        Protocol::Postgres => ResourceKind::Sql,
+        Protocol::Postgres | Protocol::Mysql => ResourceKind::Sql,
     }
 }
 

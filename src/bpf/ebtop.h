@@ -55,8 +55,9 @@ enum ebtop_l7_proto {
 	EBTOP_PROTO_REDIS = 2,
 	EBTOP_PROTO_MEMCACHED = 3,
 	EBTOP_PROTO_DNS = 4,
-	/* User space only for now: no kernel rule in infer.h yet. */
+	/* User space only for now: no kernel rule in infer.h yet (PostgreSQL, MySQL). */
 	EBTOP_PROTO_POSTGRES = 5,
+	EBTOP_PROTO_MYSQL = 6,
 	/* Kernel-side state only (never in a record): recognised, but not selected by --proto. */
 	EBTOP_PROTO_FILTERED = 255,
 };

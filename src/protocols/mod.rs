@@ -2,8 +2,9 @@
 //!
 //! The connection tracker hands a parser each syscall's bytes in order per direction
 //! ([`Segment`]), the bytes it did not see ([`StreamParser::on_gap`]), and the connection's end.
-//! The parser frames messages, pairs requests with responses — in order (HTTP/1, Redis, Memcached, PostgreSQL), by id
-//! (DNS, Kafka: see [`matching`]) or by stream (HTTP/2) — and emits [`L7Call`]s. Adding a protocol
+//! The parser frames messages, pairs requests with responses — in order (HTTP/1, Redis, Memcached,
+//! PostgreSQL, MySQL), by id (DNS, Kafka: see [`matching`]) or by stream (HTTP/2) — and emits
+//! [`L7Call`]s. Adding a protocol
 //! means one file here, an entry in [`PROTOCOLS`], and its tests.
 
 pub mod dns;
@@ -12,6 +13,7 @@ pub mod fuzzing;
 pub mod http1;
 pub mod matching;
 pub mod memcached;
+pub mod mysql;
 pub mod postgres;
 pub mod redis;
 
@@ -28,6 +30,7 @@ pub enum Protocol {
     Memcached,
     Dns,
     Postgres,
+    Mysql,
 }
 
 impl Protocol {
@@ -37,6 +40,7 @@ impl Protocol {
         Protocol::Memcached,
         Protocol::Dns,
         Protocol::Postgres,
+        Protocol::Mysql,
     ];
 
     pub fn name(self) -> &'static str {
@@ -46,6 +50,7 @@ impl Protocol {
             Protocol::Memcached => "memcached",
             Protocol::Dns => "dns",
             Protocol::Postgres => "postgres",
+            Protocol::Mysql => "mysql",
         }
     }
 
@@ -64,6 +69,7 @@ impl Protocol {
             Protocol::Memcached => Some(3),
             Protocol::Dns => Some(4),
             Protocol::Postgres => Some(5),
+            Protocol::Mysql => Some(6),
         }
     }
 }
@@ -297,6 +303,7 @@ pub static PROTOCOLS: &[ProtocolSpec] = &[
     memcached::SPEC,
     dns::SPEC,
     postgres::SPEC,
+    mysql::SPEC,
 ];
 
 /// The protocol whose start `payload` looks like, if any.

@@ -192,7 +192,7 @@ fn plausible_start(p: &[u8], frontend: Option<bool>) -> bool {
 }
 
 /// The first keyword of an SQL text, upper case (`QUERY` when it has none).
-fn sql_keyword(sql: &str) -> String {
+pub(crate) fn sql_keyword(sql: &str) -> String {
     let mut s = sql.trim_start();
     // Leading comments and parentheses: `/* app */ SELECT`, `(SELECT 1) UNION …`.
     loop {
@@ -229,7 +229,7 @@ fn tag_rows(tag: &str) -> Option<u64> {
 }
 
 /// The outcome an SQLSTATE means (see the module doc).
-fn sqlstate_outcome(code: &str) -> Outcome {
+pub(crate) fn sqlstate_outcome(code: &str) -> Outcome {
     match code.get(..2) {
         Some("08" | "53" | "57" | "58" | "XX") => Outcome::ServerError,
         _ => Outcome::ClientError,
@@ -244,7 +244,7 @@ fn cstr<'a>(body: &'a [u8], at: &mut usize) -> Option<&'a [u8]> {
     Some(&rest[..end])
 }
 
-fn lossy(b: &[u8], max: usize) -> String {
+pub(crate) fn lossy(b: &[u8], max: usize) -> String {
     let b = &b[..b.len().min(max)];
     let s = String::from_utf8_lossy(b);
     // A cut inside a multi-byte character leaves a replacement char at the end: drop it.
