@@ -1,5 +1,5 @@
 //! Live capture of MySQL/MariaDB: a throwaway MariaDB server (its own datadir in a temp dir,
-//! with a general query log: the server's own record of every command) started by the test,
+//! with a general query log table: the server's own record of every command) started by the test,
 //! mysqlslap, the mariadb CLI and Perl DBD::MariaDB with server-side prepared statements,
 //! compared with what the clients did and what the server logged. Needs root.
 
@@ -56,10 +56,7 @@ impl MariaDb {
             .arg(format!("--pid-file={}", dir.join("my.pid").display()))
             .args(["--skip-grant-tables", "--skip-log-bin"])
             .args(["--innodb-flush-log-at-trx-commit=0", "--general-log=1"])
-            .arg(format!(
-                "--general-log-file={}",
-                dir.join("general.log").display()
-            ))
+            .arg("--log-output=TABLE")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -100,14 +97,18 @@ impl MariaDb {
             .expect("the mariadb client is installed")
     }
 
-    /// How many commands the general log recorded of `kind` (`Query`, `Prepare`, `Execute`)
-    /// with text starting `sql`.
+    /// How many commands the server's general log (a table: the file is written lazily)
+    /// recorded of `kind` (`Query`, `Prepare`, `Execute`) with text starting `sql`.
     fn logged(&self, kind: &str, sql: &str) -> usize {
-        let log = std::fs::read_to_string(self.dir.join("general.log")).unwrap_or_default();
-        log.lines()
-            .filter_map(|l| l.split_once(&format!("\t{kind}\t")).map(|(_, rest)| rest))
-            .filter(|rest| rest.starts_with(sql))
-            .count()
+        let out = self.cli(
+            None,
+            &format!(
+                "SELECT COUNT(*) FROM mysql.general_log WHERE command_type = '{kind}' \
+                 AND argument LIKE '{sql}%'"
+            ),
+        );
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
     }
 }
 
@@ -144,7 +145,7 @@ fn mysqlslap_queries_are_counted_exactly_on_both_sides() {
     let out = Command::new("mariadb-slap")
         .arg("--no-defaults")
         .args(db.conn_args())
-        .args(["--create-schema=slap", "--iterations=1", "--concurrency=4"])
+        .args(["--create-schema=shop", "--iterations=1", "--concurrency=4"])
         .args(["--number-of-queries=400", "--query=SELECT 7"])
         .output()
         .expect("mariadb-slap is installed");
@@ -165,7 +166,7 @@ fn mysqlslap_queries_are_counted_exactly_on_both_sides() {
 }
 
 /// Server-side prepared statements (DBD::MariaDB, `mariadb_server_prepare`): every execute shown
-/// with the SQL of its statement; a syntax error and a duplicate key with their codes; the
+/// with the SQL of its statement (and its first keyword as the method); a syntax error and a duplicate key with their codes; the
 /// latency of `SELECT SLEEP(0.05)` between 50 ms and the client's own wall time.
 #[test]
 fn prepared_statements_show_their_sql_and_errors_their_codes() {
@@ -222,7 +223,7 @@ $dbh->disconnect;
                 .iter()
                 .copied()
                 .filter(|c| c["side"] == side && c["resource"] == sql)
-                .filter(|c| c["method"] == "EXECUTE")
+                .filter(|c| c["command"] == "stmt_execute")
                 .collect()
         };
         let inserts = executes(insert);
