@@ -152,6 +152,26 @@ fn memcached(c: &mut Criterion) {
     assert!(calls > 20, "{calls}");
 }
 
+fn postgres(c: &mut Criterion) {
+    let calls = bench_seg_fixture(
+        c,
+        Protocol::Postgres,
+        "postgres/pgbench_prepared.seg",
+        "parse pgbench -S -M prepared",
+    );
+    assert_eq!(calls, 20);
+}
+
+fn mysql(c: &mut Criterion) {
+    let calls = bench_seg_fixture(
+        c,
+        Protocol::Mysql,
+        "mysql/perl_prepared.seg",
+        "parse DBD::MariaDB prepared statements",
+    );
+    assert!(calls > 10, "{calls}");
+}
+
 fn dns(c: &mut Criterion) {
     // dnsmasq's UDP socket in the DNS recording: queries in, answers out.
     let path = format!(
@@ -189,5 +209,5 @@ fn dns(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, parser, redis, memcached, dns, tracker);
+criterion_group!(benches, parser, redis, memcached, dns, postgres, mysql, tracker);
 criterion_main!(benches);
