@@ -271,3 +271,52 @@ $dbh->disconnect;
     }
     assert_clean(lines.last().unwrap());
 }
+
+/// A mariadb CLI session connected before ebtop started. The client's side is picked up at its
+/// next COM_QUERY: every later query is a call. The server reads each command's header apart
+/// from its body, so its side is picked up at its first reply with a result set (column
+/// definitions, catalog `def`), and every query after that one is a call.
+#[test]
+fn a_connection_open_before_ebtop_is_picked_up_on_both_sides() {
+    use std::io::{BufRead, BufReader, Write};
+    require_root();
+    let db = MariaDb::start();
+    let port = db.port.to_string();
+    let mut cli = Command::new("mariadb")
+        .arg("--no-defaults")
+        .args(db.conn_args())
+        .args(["--skip-ssl", "-N", "-B", "--unbuffered", "shop"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the mariadb client is installed");
+    let mut stdin = cli.stdin.take().unwrap();
+    let mut stdout = BufReader::new(cli.stdout.take().unwrap());
+    let mut line = String::new();
+    writeln!(stdin, "SELECT 'before';").unwrap();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "before");
+
+    let ebtop = Ebtop::start(&["--json", "--port", &port]);
+    const N: usize = 30;
+    for i in 0..N {
+        writeln!(stdin, "SELECT {i} + 1000;").unwrap();
+        line.clear();
+        stdout.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), (i + 1000).to_string());
+    }
+    drop(stdin);
+    assert!(cli.wait().unwrap().success());
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    let queries = |side: &str| {
+        calls
+            .iter()
+            .filter(|c| c["side"] == side && c["method"] == "SELECT")
+            .filter(|c| c["resource"].as_str().unwrap_or("").ends_with(" + 1000"))
+            .count()
+    };
+    assert_eq!(queries("client"), N);
+    assert_eq!(queries("server"), N - 1);
+    assert_clean(lines.last().unwrap());
+}

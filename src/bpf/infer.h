@@ -229,11 +229,26 @@ static __always_inline bool is_postgres(const __u8 *p, __u32 n)
  * started — a client's command packet (sequence id 0): COM_QUERY or COM_STMT_PREPARE whose SQL
  * starts with two letters, `(` or `/*` after any whitespace; COM_PING alone (length 1);
  * COM_INIT_DB of a database name (2–64 bytes: letters, digits, `_`, `$`); COM_STMT_EXECUTE of one
- * iteration (a statement prepared before ebtop started). Fully unrolled.
+ * iteration (a statement prepared before ebtop started); or a server's reply that leaves no
+ * doubt (a result set's column count and first definition, catalog `def`; an ERR with its
+ * SQLSTATE): a server reads a command's header apart from its body, so on a connection open
+ * before ebtop started its side is recognised by what it sends. Fully unrolled.
  * User space's rule (protocols/mysql.rs) is the same on the whole payload.
  */
 static __always_inline bool is_mysql(const __u8 *p, __u32 n)
 {
+	if (n >= 13 && p[3] == 1) {
+		/* A server's reply: a column count, then a definition of catalog `def`; or an ERR. */
+		if (p[4] == 0xff)
+			return p[2] == 0 && p[1] < 0x10 && p[7] == '#';
+		if (p[1] || p[2] || !p[4] || p[4] > 250)
+			return false;
+		if (p[0] == 1)
+			return p[8] == 2 && p[9] == 3 && p[10] == 'd' && p[11] == 'e' && p[12] == 'f';
+		/* MariaDB: the count and a byte 1 (its definitions follow: metadata caching). */
+		return p[0] == 2 && p[5] == 1 && n >= 14 && p[9] == 2 && p[10] == 3 &&
+		       p[11] == 'd' && p[12] == 'e' && p[13] == 'f';
+	}
 	if (n < 5 || p[3] != 0)
 		return false;
 	__u32 len = (__u32)p[0] | (__u32)p[1] << 8 | (__u32)p[2] << 16;

@@ -228,9 +228,39 @@ fn plausible_command(p: &[u8], strict: bool) -> bool {
 /// greeting (protocol 10, a printable version string starting with a digit, NUL-terminated),
 /// or a client's command (`COM_QUERY` or `COM_STMT_PREPARE` with SQL that starts with a word,
 /// a parenthesis or a comment, `COM_PING`, `COM_INIT_DB`, `COM_STMT_EXECUTE` of one
-/// iteration) whose length matches?
+/// iteration) whose length matches? Or a server's answer that leaves no doubt: a result set's
+/// start (its column count, then the first column definition with catalog `def`) or an ERR
+/// with its SQLSTATE. A server reads a command's 4-byte header apart from its body (libmariadb,
+/// libmysqlclient), so on a connection open before ebtop started its side is recognised by
+/// what it sends; the parser starts pairing at the next command.
 pub fn is_connection_start(p: &[u8]) -> bool {
-    is_greeting(p, true) || plausible_command(p, true)
+    is_greeting(p, true) || plausible_command(p, true) || is_result_start(p)
+}
+
+/// The start of a server's reply to a command (sequence id 1): a column count (1–250; MariaDB:
+/// and a byte 1) followed by a column definition packet (sequence id 2) whose catalog is `def`,
+/// or an ERR (0xFF, a code, `#` and a 5-character SQLSTATE).
+fn is_result_start(p: &[u8]) -> bool {
+    if p.len() < 13 || p[3] != 1 {
+        return false;
+    }
+    let len = le24(p);
+    match p[4] {
+        0xff => {
+            (9..=4096).contains(&len)
+                && p[7] == b'#'
+                && p[8..13].iter().all(|c| c.is_ascii_alphanumeric())
+        }
+        // MariaDB adds a byte to the count (1: the definitions follow, metadata caching).
+        1..=250 if len == 1 || (len == 2 && p[5] == 1) => {
+            let def = 4 + len as usize;
+            p.len() >= def + 8
+                && p[def + 3] == 2
+                && le24(&p[def..]) >= 20
+                && p[def + 4..def + 8] == *b"\x03def"
+        }
+        _ => false,
+    }
 }
 
 /// `strict`: the version string ends in `p` or is long (recognition); else its start will do.
@@ -1577,13 +1607,30 @@ mod tests {
             b"insert into kv values (?, ?)"
         )));
         assert!(is_connection_start(&[1, 0, 0, 0, COM_PING]));
+        // A server's reply on a connection picked up mid-stream: a result set, an error.
+        assert!(is_connection_start(&rs(&["a"])[..13]));
+        assert!(!is_connection_start(&rs(&["a"])[..12]));
+        // MariaDB's count with its metadata byte (a real reply of mariadbd 10.11).
+        let mariadb = b"\x02\x00\x00\x01\x01\x01\x29\x00\x00\x02\x03def\x04shop";
+        assert!(is_connection_start(mariadb));
+        assert!(is_connection_start(&err(
+            1,
+            1064,
+            "42000",
+            "You have an error"
+        )));
+        assert!(!is_connection_start(&err(
+            2,
+            1064,
+            "42000",
+            "You have an error"
+        )));
         assert!(is_connection_start(&command(COM_INIT_DB, b"shop")));
         // A long query cut by the capture.
         let long = query(&format!("select '{}'", "x".repeat(200)));
         assert!(is_connection_start(&long[..64]));
         // Not MySQL, or not a start: responses, other commands, other protocols.
         assert!(!is_connection_start(&ok(1, 0, 0, 2)));
-        assert!(!is_connection_start(&rs(&["a"])));
         assert!(!is_connection_start(&handshake_response(CAPS)));
         // An execute of a statement prepared out of sight: one iteration, flags ≤ 0x0f.
         assert!(is_connection_start(&execute(1)));
