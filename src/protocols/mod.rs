@@ -193,6 +193,45 @@ impl MessageSpan {
     }
 }
 
+/// The syscalls and bytes seen in one direction since a call last took them: for parsers whose
+/// request or response spreads over several messages (PostgreSQL's Parse, Bind, Execute; a
+/// MySQL result set's packets).
+#[derive(Debug, Default)]
+pub struct BytesSince {
+    pub span: Option<MessageSpan>,
+    /// The segment (a parser's own count) last counted in `span`.
+    pub last_seg: u64,
+    /// Bytes of it were not captured (beyond the snaplen, lost).
+    pub truncated: bool,
+}
+
+impl BytesSince {
+    /// Segment `seg_id` carries some of these bytes (once per segment however often called).
+    pub fn touch(&mut self, seg_id: u64, seg: &Segment) {
+        match self.span.as_mut() {
+            None => {
+                self.span = Some(MessageSpan::starting(seg));
+                self.last_seg = seg_id;
+            }
+            Some(s) if self.last_seg != seg_id => {
+                s.extend(seg);
+                self.last_seg = seg_id;
+            }
+            Some(_) => {}
+        }
+    }
+    pub fn add(&mut self, n: u64) {
+        if let Some(s) = self.span.as_mut() {
+            s.bytes = s.bytes.saturating_add(n);
+        }
+    }
+    /// The span so far (empty if none) and whether it was truncated; starts over.
+    pub fn take(&mut self) -> (MessageSpan, bool) {
+        let t = std::mem::take(self);
+        (t.span.unwrap_or_default(), t.truncated)
+    }
+}
+
 /// Error class of a call, as the protocol defines it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -46,8 +46,8 @@ use std::collections::BTreeMap;
 use super::matching::InOrder;
 use super::postgres::{lossy, sql_keyword};
 use super::{
-    CapturedHead, L7Call, MessageSpan, Outcome, ParseDepth, ParseStats, ParserConfig, Protocol,
-    ProtocolSpec, Segment, StreamParser,
+    BytesSince, CapturedHead, L7Call, MessageSpan, Outcome, ParseDepth, ParseStats, ParserConfig,
+    Protocol, ProtocolSpec, Segment, StreamParser,
 };
 use crate::event::Direction;
 
@@ -373,39 +373,6 @@ struct Call {
     error: Option<MyError>,
 }
 
-/// Bytes seen in one direction since a call last took them.
-#[derive(Debug, Default)]
-struct Acc {
-    span: Option<MessageSpan>,
-    last_seg: u64,
-    truncated: bool,
-}
-
-impl Acc {
-    fn touch(&mut self, seg_id: u64, seg: &Segment) {
-        match self.span.as_mut() {
-            None => {
-                self.span = Some(MessageSpan::starting(seg));
-                self.last_seg = seg_id;
-            }
-            Some(s) if self.last_seg != seg_id => {
-                s.extend(seg);
-                self.last_seg = seg_id;
-            }
-            Some(_) => {}
-        }
-    }
-    fn add(&mut self, n: u64) {
-        if let Some(s) = self.span.as_mut() {
-            s.bytes = s.bytes.saturating_add(n);
-        }
-    }
-    fn take(&mut self) -> (MessageSpan, bool) {
-        let t = std::mem::take(self);
-        (t.span.unwrap_or_default(), t.truncated)
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Framing state per direction
 
@@ -434,7 +401,7 @@ struct Dir {
     /// The message's kept prefix (at most `keep` bytes).
     body: Vec<u8>,
     keep: usize,
-    acc: Acc,
+    acc: BytesSince,
     /// Ever in sync (the first sync after a pickup is no desync).
     synced: bool,
     /// The first bytes of a direction never in sync, while too few to judge (at most 7).
@@ -455,7 +422,7 @@ impl Default for Dir {
             continues: false,
             body: Vec::new(),
             keep: 0,
-            acc: Acc::default(),
+            acc: BytesSince::default(),
             synced: false,
             probe: Vec::new(),
             lost_with: 0,
@@ -537,7 +504,7 @@ impl MysqlParser {
         ds.hdr_len = 0;
         ds.continues = false;
         ds.body.clear();
-        ds.acc = Acc::default();
+        ds.acc = BytesSince::default();
     }
 
     /// Nothing pending can be paired any more (commands may have been lost in any number).
@@ -689,7 +656,7 @@ impl MysqlParser {
                 self.client = Some(d);
                 self.phase = Phase::Commands;
             } else {
-                self.dirs[d].acc = Acc::default();
+                self.dirs[d].acc = BytesSince::default();
             }
         }
         match self.is_client(d) {
@@ -720,7 +687,7 @@ impl MysqlParser {
     fn client_message(&mut self, d: usize, seq: u8, body: &[u8], len: u64, stats: &mut ParseStats) {
         match self.phase {
             Phase::Greeted => {
-                self.dirs[d].acc = Acc::default();
+                self.dirs[d].acc = BytesSince::default();
                 let caps = le32(body, 0).unwrap_or(0);
                 if caps & CLIENT_SSL != 0 && len == SSL_REQUEST_LEN {
                     self.stop(stats);
@@ -738,7 +705,7 @@ impl MysqlParser {
                 return;
             }
             Phase::Auth | Phase::Start | Phase::Stopped => {
-                self.dirs[d].acc = Acc::default();
+                self.dirs[d].acc = BytesSince::default();
                 return;
             }
             Phase::Commands => {}
@@ -753,7 +720,7 @@ impl MysqlParser {
             return;
         }
         let Some(&cmd) = body.first() else {
-            self.dirs[d].acc = Acc::default();
+            self.dirs[d].acc = BytesSince::default();
             return;
         };
         let text = || lossy(&body[1..], MAX_SQL);
@@ -766,7 +733,7 @@ impl MysqlParser {
                     }
                 }
                 stats.unreplied_requests += 1;
-                self.dirs[d].acc = Acc::default();
+                self.dirs[d].acc = BytesSince::default();
                 return;
             }
             COM_BINLOG_DUMP | COM_BINLOG_DUMP_GTID => {
@@ -870,7 +837,7 @@ impl MysqlParser {
         let first = body.first().copied();
         match self.phase {
             Phase::Auth => {
-                self.dirs[d].acc = Acc::default();
+                self.dirs[d].acc = BytesSince::default();
                 if matches!(first, Some(0x00 | 0xff)) {
                     self.phase = Phase::Commands;
                     if self.compressed && first == Some(0x00) {
@@ -881,7 +848,7 @@ impl MysqlParser {
             }
             Phase::Commands => {}
             _ => {
-                self.dirs[d].acc = Acc::default();
+                self.dirs[d].acc = BytesSince::default();
                 return;
             }
         }
@@ -914,7 +881,7 @@ impl MysqlParser {
         let deprecate_eof = self.deprecate_eof;
         let Some(c) = self.pending.front_mut() else {
             stats.unmatched_responses += 1;
-            self.dirs[d].acc = Acc::default();
+            self.dirs[d].acc = BytesSince::default();
             return;
         };
         c.last_seq = seq;

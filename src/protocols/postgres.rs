@@ -51,8 +51,8 @@ use std::collections::HashMap;
 
 use super::matching::InOrder;
 use super::{
-    CapturedHead, L7Call, MessageSpan, Outcome, ParseDepth, ParseStats, ParserConfig, Protocol,
-    ProtocolSpec, Segment, StreamParser,
+    BytesSince, CapturedHead, L7Call, MessageSpan, Outcome, ParseDepth, ParseStats, ParserConfig,
+    Protocol, ProtocolSpec, Segment, StreamParser,
 };
 use crate::event::Direction;
 
@@ -349,40 +349,6 @@ impl Query {
     }
 }
 
-/// Bytes seen in one direction since a call last took them (the extended protocol spreads a
-/// call over several messages: Parse, Bind, Describe, Execute).
-#[derive(Debug, Default)]
-struct Acc {
-    span: Option<MessageSpan>,
-    last_seg: u64,
-    truncated: bool,
-}
-
-impl Acc {
-    fn touch(&mut self, seg_id: u64, seg: &Segment) {
-        match self.span.as_mut() {
-            None => {
-                self.span = Some(MessageSpan::starting(seg));
-                self.last_seg = seg_id;
-            }
-            Some(s) if self.last_seg != seg_id => {
-                s.extend(seg);
-                self.last_seg = seg_id;
-            }
-            Some(_) => {}
-        }
-    }
-    fn add(&mut self, n: u64) {
-        if let Some(s) = self.span.as_mut() {
-            s.bytes = s.bytes.saturating_add(n);
-        }
-    }
-    fn take(&mut self) -> (MessageSpan, bool) {
-        let t = std::mem::take(self);
-        (t.span.unwrap_or_default(), t.truncated)
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Framing state per direction
 
@@ -408,7 +374,7 @@ struct Dir {
     hdr: Vec<u8>,
     ty: u8,
     body: Vec<u8>,
-    acc: Acc,
+    acc: BytesSince,
     /// The body is kept (only messages whose contents matter: not rows, not parameters).
     keep_body: bool,
     /// The current message is the first of the bytes `acc` holds.
@@ -424,7 +390,7 @@ impl Default for Dir {
             hdr: Vec::new(),
             ty: 0,
             body: Vec::new(),
-            acc: Acc::default(),
+            acc: BytesSince::default(),
             keep_body: false,
             opened_acc: false,
             lost_with: 0,
@@ -478,7 +444,7 @@ impl PostgresParser {
         ds.st = St::Lost;
         ds.hdr.clear();
         ds.body.clear();
-        ds.acc = Acc::default();
+        ds.acc = BytesSince::default();
     }
 
     /// Nothing pending can be paired any more (messages may have been lost in any number).
@@ -660,7 +626,7 @@ impl PostgresParser {
             Some(true) => self.frontend_message(d, ty, &body, stats),
             Some(false) => self.backend_message(d, ty, &body, out, stats),
             // Direction unknown (picked up in the middle of a session): framing only.
-            None => self.dirs[d].acc = Acc::default(),
+            None => self.dirs[d].acc = BytesSince::default(),
         }
         let ds = &mut self.dirs[d];
         if ds.body.is_empty() {
@@ -676,7 +642,7 @@ impl PostgresParser {
             if ty == b'E' {
                 stats.unreplied_requests += 1;
             }
-            self.dirs[d].acc = Acc::default();
+            self.dirs[d].acc = BytesSince::default();
             return;
         }
         match ty {
@@ -686,7 +652,7 @@ impl PostgresParser {
                 } else {
                     0
                 };
-                self.dirs[d].acc = Acc::default();
+                self.dirs[d].acc = BytesSince::default();
                 match code {
                     SSL_REQUEST | GSSENC_REQUEST => {
                         self.pending.push(Expect::EncryptionAnswer);
@@ -772,20 +738,20 @@ impl PostgresParser {
             }
             b'S' => {
                 self.skipping_to_sync = false;
-                self.dirs[d].acc = Acc::default();
+                self.dirs[d].acc = BytesSince::default();
                 self.pending.push(Expect::Sync);
             }
             b'F' => {
-                self.dirs[d].acc = Acc::default();
+                self.dirs[d].acc = BytesSince::default();
                 self.pending.push(Expect::FunctionCall);
             }
             b'X' => {
-                self.dirs[d].acc = Acc::default();
+                self.dirs[d].acc = BytesSince::default();
             }
             // Flush, COPY data, password/SASL messages: nothing answers them alone.
             _ => {
                 if matches!(ty, b'd' | b'c' | b'f' | b'p') {
-                    self.dirs[d].acc = Acc::default();
+                    self.dirs[d].acc = BytesSince::default();
                 }
             }
         }
@@ -839,7 +805,7 @@ impl PostgresParser {
                 }
                 _ => {}
             }
-            self.dirs[d].acc = Acc::default();
+            self.dirs[d].acc = BytesSince::default();
             return;
         }
         if matches!(self.pending.front(), Some(Expect::EncryptionAnswer)) {
@@ -850,7 +816,7 @@ impl PostgresParser {
             if !matches!(ty, b'd' | b'c' | b'G' | b'H' | b'W' | b'K' | b'R' | b'v') {
                 stats.unmatched_responses += 1;
             }
-            self.dirs[d].acc = Acc::default();
+            self.dirs[d].acc = BytesSince::default();
             return;
         };
         match (ty, front) {
@@ -940,7 +906,7 @@ impl PostgresParser {
                         _ => {}
                     }
                 }
-                self.dirs[d].acc = Acc::default();
+                self.dirs[d].acc = BytesSince::default();
                 return;
             }
             (b'V', Expect::FunctionCall) => {}
@@ -951,14 +917,14 @@ impl PostgresParser {
             }
         }
         if self.pending.is_empty() {
-            self.dirs[d].acc = Acc::default();
+            self.dirs[d].acc = BytesSince::default();
         }
     }
 
     /// An asynchronous message: it starts no response (inside one, its bytes count).
     fn async_done(&mut self, d: usize) {
         if self.dirs[d].opened_acc {
-            self.dirs[d].acc = Acc::default();
+            self.dirs[d].acc = BytesSince::default();
         }
     }
 
@@ -1196,7 +1162,7 @@ impl PostgresParser {
                 }
             }
         }
-        self.dirs[d].acc = Acc::default();
+        self.dirs[d].acc = BytesSince::default();
     }
 }
 
