@@ -345,7 +345,18 @@ fn a_100_mb_result_set_and_copy_stream_through_as_one_call_each() {
         "64",
     ]);
     let select = "SELECT repeat('x', 1000) FROM generate_series(1, 100000)";
-    let out = server.psql("bench", select);
+    // Each followed by a small query on its connection: a big response's end may lie beyond
+    // the snaplen, and a server that exits without close() (the syscall path sees no end
+    // then) would leave it pending; the next reply ends it.
+    let then = |sql: &str| {
+        Command::new("psql")
+            .args(["-X", "-q", "-A", "-t"])
+            .args(server.conn_args())
+            .args(["-d", "bench", "-c", sql, "-c", "SELECT 'next'"])
+            .output()
+            .expect("psql is installed")
+    };
+    let out = then(select);
     assert!(out.status.success());
     // psql printed every row it received.
     let printed = out
@@ -353,8 +364,9 @@ fn a_100_mb_result_set_and_copy_stream_through_as_one_call_each() {
         .split(|&b| b == b'\n')
         .filter(|l| l.len() == 1000);
     assert_eq!(printed.count(), 100_000);
+    assert!(out.stdout.ends_with(b"next\n"));
     let copy = r"\copy (SELECT g, md5(g::text) FROM generate_series(1, 100000) g) TO '/dev/null'";
-    assert!(server.psql("bench", copy).status.success());
+    assert!(then(copy).status.success());
     let lines = ebtop.stop();
     let calls = calls(&lines);
     // Each DataRow: type, length, column count, value length, 1000 bytes.
