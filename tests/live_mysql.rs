@@ -33,9 +33,14 @@ impl MariaDb {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let data = dir.join("data");
+        // Its own temp dir: installs running at once collide on temporary table names in /tmp.
+        let tmp = dir.join("tmp");
+        std::fs::create_dir_all(&tmp).unwrap();
         let out = Command::new("mariadb-install-db")
             .arg("--no-defaults")
             .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--tmpdir={}", tmp.display()))
+            .env("TMPDIR", &tmp)
             .args(["--user=root", "--auth-root-authentication-method=normal"])
             .arg("--skip-test-db")
             .output()
@@ -52,6 +57,7 @@ impl MariaDb {
             .arg(format!("--datadir={}", data.display()))
             .args(["--user=root", &format!("--port={port}")])
             .arg("--bind-address=127.0.0.1")
+            .arg(format!("--tmpdir={}", tmp.display()))
             .arg(format!("--socket={}", dir.join("my.sock").display()))
             .arg(format!("--pid-file={}", dir.join("my.pid").display()))
             .args(["--skip-grant-tables", "--skip-log-bin"])
