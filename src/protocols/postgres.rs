@@ -161,6 +161,15 @@ fn is_bind(p: &[u8]) -> bool {
     body.len() < at + 2 || body[at] < 0x10
 }
 
+/// What a Describe or Close names: `S` (statement) or `P` (portal), and the name.
+fn target_of(body: &[u8]) -> (u8, String) {
+    let kind = body.first().copied().unwrap_or(b'S');
+    let name = cstr(body, &mut 1)
+        .map(|n| lossy(n, 256))
+        .unwrap_or_default();
+    (kind, name)
+}
+
 fn be32(b: &[u8]) -> u32 {
     u32::from_be_bytes([b[0], b[1], b[2], b[3]])
 }
@@ -696,11 +705,7 @@ impl PostgresParser {
                 self.pending.push(Expect::Bind { sql, req });
             }
             b'D' => {
-                let kind = body.first().copied().unwrap_or(b'S');
-                at = 1;
-                let name = cstr(body, &mut at)
-                    .map(|n| lossy(n, 256))
-                    .unwrap_or_default();
+                let (kind, name) = target_of(body);
                 let sql = if kind == b'P' {
                     let stmt = self.portals.get(&name).cloned().unwrap_or_default();
                     self.statement_sql(&stmt)
@@ -711,11 +716,7 @@ impl PostgresParser {
                 self.pending.push(Expect::Describe { sql, req });
             }
             b'C' => {
-                let kind = body.first().copied().unwrap_or(b'S');
-                at = 1;
-                let name = cstr(body, &mut at)
-                    .map(|n| lossy(n, 256))
-                    .unwrap_or_default();
+                let (kind, name) = target_of(body);
                 if kind == b'P' {
                     self.portals.remove(&name);
                 } else {

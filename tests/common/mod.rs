@@ -334,6 +334,15 @@ pub fn wait_for_listener(addr: &str, port: u16, what: &str) {
     }
 }
 
+/// A summary with nothing lost in the kernel and no message damaged, out of sync or unmatched.
+#[allow(dead_code)]
+pub fn assert_clean_summary(summary: &Value) {
+    assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
+    for counter in ["damaged_messages", "desyncs", "unmatched_responses"] {
+        assert_eq!(summary["parse"][counter], 0, "{counter}: {summary}");
+    }
+}
+
 pub fn calls(lines: &[Value]) -> Vec<&Value> {
     lines.iter().filter(|v| v["type"] == "call").collect()
 }
