@@ -4,11 +4,14 @@
 
 use std::cmp::Ordering;
 use std::collections::{HashMap, VecDeque};
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
+use super::table::{
+    call_row, conn_row, endpoint_key, endpoint_row, process_row, CallEntry, Column, ConnEntry, Row,
+    CALL_COLUMNS, CONN_COLUMNS, ENDPOINT_COLUMNS, PROCESS_COLUMNS,
+};
 use super::UiMsg;
 use crate::aggregate::endpoints::OTHER_RESOURCE;
 use crate::aggregate::{normalize, EndpointSnapshot, EndpointTable};
@@ -21,8 +24,6 @@ use crate::session::{SessionMeta, Summary};
 pub const CALL_RING: usize = 10_000;
 /// Connections kept for the flows view (the least recently used go first).
 pub const MAX_CONNS: usize = 4096;
-/// A call at least this slow is marked `*`.
-pub const SLOW_NS: u64 = 50_000_000;
 pub const MIN_REFRESH: Duration = Duration::from_millis(100);
 pub const MAX_REFRESH: Duration = Duration::from_secs(10);
 
@@ -57,29 +58,6 @@ pub enum Action {
     None,
     Redraw,
     Quit,
-}
-
-#[derive(Debug, Clone)]
-pub struct CallEntry {
-    /// Arrival number: the call's identity in the UI.
-    pub seq: u64,
-    pub call: Call,
-}
-
-/// A connection as the calls show it (the Flows view when the source has no flow table).
-#[derive(Debug, Clone)]
-pub struct ConnEntry {
-    pub pid: u32,
-    pub comm: String,
-    pub sock_id: u64,
-    pub side: Side,
-    pub local: SocketAddr,
-    pub peer: SocketAddr,
-    pub calls: u64,
-    pub errors: u64,
-    pub req_bytes: u64,
-    pub resp_bytes: u64,
-    pub last_seq: u64,
 }
 
 /// Everything the collector sent, as shown (a frozen copy while paused).
@@ -192,125 +170,6 @@ impl Drill {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flag {
-    None,
-    /// Server error (5xx).
-    Error,
-    Slow,
-}
-
-impl Flag {
-    pub fn marker(self) -> char {
-        match self {
-            Flag::None => ' ',
-            Flag::Error => '!',
-            Flag::Slow => '*',
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum SortVal {
-    Num(f64),
-    Text(String),
-}
-
-impl SortVal {
-    fn cmp(&self, o: &SortVal) -> Ordering {
-        match (self, o) {
-            (SortVal::Num(a), SortVal::Num(b)) => a.total_cmp(b),
-            (SortVal::Text(a), SortVal::Text(b)) => a.cmp(b),
-            (SortVal::Num(_), SortVal::Text(_)) => Ordering::Less,
-            (SortVal::Text(_), SortVal::Num(_)) => Ordering::Greater,
-        }
-    }
-}
-
-/// A column of a view's table.
-#[derive(Debug, Clone, Copy)]
-pub struct Column {
-    pub title: &'static str,
-    pub width: u16,
-    /// Columns with a higher number are dropped first when the terminal is narrow; 0 stays.
-    pub drop: u8,
-    /// Takes the width left over (at least `width`).
-    pub flex: bool,
-    pub right: bool,
-}
-
-pub(crate) const fn col(title: &'static str, width: u16, drop: u8, right: bool) -> Column {
-    Column {
-        title,
-        width,
-        drop,
-        flex: false,
-        right,
-    }
-}
-
-pub(crate) const fn flex(title: &'static str, width: u16) -> Column {
-    Column {
-        title,
-        width,
-        drop: 0,
-        flex: true,
-        right: false,
-    }
-}
-
-pub const CALL_COLUMNS: &[Column] = &[
-    col("TIME", 12, 3, false),
-    col("PROCESS/PID", 14, 0, false),
-    col("SIDE", 6, 4, false),
-    col("PROTO", 5, 6, false),
-    col("METHOD", 7, 0, false),
-    flex("RESOURCE", 14),
-    col("STATUS", 6, 1, true),
-    col("LAT ms", 9, 0, true),
-    col("REQ/RESP B", 13, 5, true),
-];
-
-pub const ENDPOINT_COLUMNS: &[Column] = &[
-    col("PROCESS", 10, 0, false),
-    col("SIDE", 6, 0, false),
-    col("METHOD", 6, 0, false),
-    flex("RESOURCE", 16),
-    col("CALLS", 7, 6, true),
-    col("CALLS/s", 8, 0, true),
-    col("ERR %", 6, 0, true),
-    col("P50 ms", 7, 2, true),
-    col("P90 ms", 7, 4, true),
-    col("P99 ms", 7, 0, true),
-    col("MAX ms", 7, 3, true),
-];
-
-/// The Flows view without a flow table (a replay of an old recording, flows unavailable):
-/// the connections the calls went over.
-pub const CONN_COLUMNS: &[Column] = &[
-    flex("LOCAL", 21),
-    col("PEER", 21, 0, false),
-    col("PROCESS/PID", 14, 0, false),
-    col("SIDE", 6, 3, false),
-    col("CALLS", 6, 0, true),
-    col("ERR", 5, 4, true),
-    col("REQ B", 9, 2, true),
-    col("RESP B", 9, 1, true),
-];
-
-pub const PROCESS_COLUMNS: &[Column] = &[
-    col("PID", 7, 0, false),
-    flex("PROCESS", 10),
-    col("CPU %", 6, 0, true),
-    col("RSS MiB", 7, 0, true),
-    col("CALLS/s", 8, 0, true),
-    col("ERR/s", 7, 2, true),
-    col("IN B/s", 8, 3, true),
-    col("OUT B/s", 8, 3, true),
-    col("CONNS", 6, 1, true),
-    col("SYSC/s", 8, 4, true),
-];
-
 /// A view's columns; the Flows view's depend on whether the source has a flow table.
 pub fn columns(view: View, flow_table: bool) -> &'static [Column] {
     match view {
@@ -331,22 +190,6 @@ fn default_sort(view: View) -> (usize, bool) {
         View::Endpoints => (5, false),
         View::Flows => (4, false),
         View::Processes => (4, false),
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct Row {
-    pub key: String,
-    pub cells: Vec<String>,
-    pub sort: Vec<SortVal>,
-    pub flag: Flag,
-}
-
-impl Row {
-    fn text_lower(&self) -> String {
-        let mut s = self.cells.join(" ");
-        s.make_ascii_lowercase();
-        s
     }
 }
 
@@ -373,50 +216,6 @@ pub struct App {
     frozen: Option<Box<Data>>,
     endpoints: EndpointTable,
     raw_resources: bool,
-}
-
-fn ms(ns: u64) -> String {
-    format!("{:.2}", ns as f64 / 1e6)
-}
-
-/// 1234 → "1234", 12345 → "12.3k", ... (units in the column header).
-pub fn human(v: f64) -> String {
-    let a = v.abs();
-    if a < 10_000.0 {
-        if v.fract() == 0.0 {
-            format!("{v:.0}")
-        } else {
-            format!("{v:.1}")
-        }
-    } else if a < 10e6 {
-        format!("{:.1}k", v / 1e3)
-    } else if a < 10e9 {
-        format!("{:.1}M", v / 1e6)
-    } else {
-        format!("{:.1}G", v / 1e9)
-    }
-}
-
-/// UTC time of day with milliseconds of a recorded kernel time.
-pub fn time_of_day(meta: Option<&SessionMeta>, mono_ns: u64) -> String {
-    let off = meta.map_or(0, |m| m.wall_offset_ns);
-    let s = crate::clock::rfc3339((mono_ns as i64).saturating_add(off));
-    s.get(11..23).unwrap_or(&s).to_owned()
-}
-
-pub fn proc_label(comm: &str, pid: u32) -> String {
-    format!("{comm}/{pid}")
-}
-
-fn endpoint_key(e: &EndpointSnapshot) -> String {
-    format!(
-        "{}\u{1f}{}\u{1f}{}\u{1f}{}\u{1f}{}",
-        e.comm,
-        e.side.name(),
-        e.proto.name(),
-        e.method,
-        e.resource
-    )
 }
 
 impl App {
@@ -838,181 +637,11 @@ impl App {
     }
 }
 
-/// A call's status as shown: the number (HTTP), the error's name (Redis), or `-`.
-pub fn status_text(l7: &crate::protocols::L7Call) -> String {
-    match (l7.status, &l7.status_text) {
-        (Some(s), _) => s.to_string(),
-        (None, Some(t)) => t.clone(),
-        (None, None) => "-".to_owned(),
-    }
-}
-
-fn call_row(meta: Option<&SessionMeta>, e: &CallEntry) -> Row {
-    let c = &e.call;
-    let flag = if c.l7.outcome == Outcome::ServerError {
-        Flag::Error
-    } else if c.latency_ns >= SLOW_NS {
-        Flag::Slow
-    } else {
-        Flag::None
-    };
-    let status = status_text(&c.l7);
-    Row {
-        key: e.seq.to_string(),
-        cells: vec![
-            time_of_day(meta, c.start_ns),
-            proc_label(&c.comm, c.pid),
-            c.side.name().to_owned(),
-            c.l7.proto.name().to_owned(),
-            c.l7.method.clone(),
-            c.l7.resource.clone(),
-            status,
-            ms(c.latency_ns),
-            format!(
-                "{}/{}",
-                human(c.l7.req.bytes as f64),
-                human(c.l7.resp.bytes as f64)
-            ),
-        ],
-        sort: vec![
-            // Arrival order: what "newest" means.
-            SortVal::Num(e.seq as f64),
-            SortVal::Text(proc_label(&c.comm, c.pid)),
-            SortVal::Text(c.side.name().to_owned()),
-            SortVal::Text(c.l7.proto.name().to_owned()),
-            SortVal::Text(c.l7.method.clone()),
-            SortVal::Text(c.l7.resource.clone()),
-            SortVal::Num(c.l7.status.map_or(-1.0, f64::from)),
-            SortVal::Num(c.latency_ns as f64),
-            SortVal::Num((c.l7.req.bytes + c.l7.resp.bytes) as f64),
-        ],
-        flag,
-    }
-}
-
-fn endpoint_row(e: &EndpointSnapshot) -> Row {
-    let flag = if e.errors > 0 {
-        Flag::Error
-    } else {
-        Flag::None
-    };
-    Row {
-        key: endpoint_key(e),
-        cells: vec![
-            e.comm.clone(),
-            e.side.name().to_owned(),
-            e.method.clone(),
-            e.resource.clone(),
-            e.calls.to_string(),
-            format!("{:.1}", e.calls_per_s),
-            format!("{:.1}", e.error_rate * 100.0),
-            ms(e.latency_p50_ns),
-            ms(e.latency_p90_ns),
-            ms(e.latency_p99_ns),
-            ms(e.latency_max_ns),
-        ],
-        sort: vec![
-            SortVal::Text(e.comm.clone()),
-            SortVal::Text(e.side.name().to_owned()),
-            SortVal::Text(e.method.clone()),
-            SortVal::Text(e.resource.clone()),
-            SortVal::Num(e.calls as f64),
-            SortVal::Num(e.calls_per_s),
-            SortVal::Num(e.error_rate),
-            SortVal::Num(e.latency_p50_ns as f64),
-            SortVal::Num(e.latency_p90_ns as f64),
-            SortVal::Num(e.latency_p99_ns as f64),
-            SortVal::Num(e.latency_max_ns as f64),
-        ],
-        flag,
-    }
-}
-
-fn conn_row(c: &ConnEntry) -> Row {
-    Row {
-        key: format!("{}/{}", c.pid, c.sock_id),
-        cells: vec![
-            c.local.to_string(),
-            c.peer.to_string(),
-            proc_label(&c.comm, c.pid),
-            c.side.name().to_owned(),
-            c.calls.to_string(),
-            c.errors.to_string(),
-            human(c.req_bytes as f64),
-            human(c.resp_bytes as f64),
-        ],
-        sort: vec![
-            SortVal::Text(c.local.to_string()),
-            SortVal::Text(c.peer.to_string()),
-            SortVal::Text(proc_label(&c.comm, c.pid)),
-            SortVal::Text(c.side.name().to_owned()),
-            SortVal::Num(c.calls as f64),
-            SortVal::Num(c.errors as f64),
-            SortVal::Num(c.req_bytes as f64),
-            SortVal::Num(c.resp_bytes as f64),
-        ],
-        flag: if c.errors > 0 {
-            Flag::Error
-        } else {
-            Flag::None
-        },
-    }
-}
-
-fn process_row(p: &crate::aggregate::ProcessSnapshot) -> Row {
-    let per_s = |n: u64| {
-        if p.period_ns == 0 {
-            0.0
-        } else {
-            n as f64 * 1e9 / p.period_ns as f64
-        }
-    };
-    let conns = p.open_connections.unwrap_or(p.connections_active);
-    let opt = |v: Option<f64>, f: fn(f64) -> String| v.map_or("n/a".to_owned(), f);
-    Row {
-        key: p.pid.to_string(),
-        cells: vec![
-            p.pid.to_string(),
-            if p.exited {
-                format!("{} (exited)", p.comm)
-            } else {
-                p.comm.clone()
-            },
-            opt(p.cpu_pct, |v| format!("{v:.1}")),
-            opt(p.rss_bytes.map(|b| b as f64), |v| {
-                format!("{:.1}", v / 1048576.0)
-            }),
-            format!("{:.1}", p.calls_per_s),
-            format!("{:.1}", per_s(p.errors)),
-            human(p.bytes_in_per_s.round()),
-            human(p.bytes_out_per_s.round()),
-            conns.to_string(),
-            human(p.traced_syscalls_per_s.round()),
-        ],
-        sort: vec![
-            SortVal::Num(f64::from(p.pid)),
-            SortVal::Text(p.comm.clone()),
-            SortVal::Num(p.cpu_pct.unwrap_or(-1.0)),
-            SortVal::Num(p.rss_bytes.map_or(-1.0, |b| b as f64)),
-            SortVal::Num(p.calls_per_s),
-            SortVal::Num(per_s(p.errors)),
-            SortVal::Num(p.bytes_in_per_s),
-            SortVal::Num(p.bytes_out_per_s),
-            SortVal::Num(conns as f64),
-            SortVal::Num(p.traced_syscalls_per_s),
-        ],
-        flag: if p.errors > 0 {
-            Flag::Error
-        } else {
-            Flag::None
-        },
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::tui::collect_replay;
+    use crate::tui::table::SortVal;
 
     const FIXTURE: &str = concat!(
         env!("CARGO_MANIFEST_DIR"),

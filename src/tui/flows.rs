@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use super::app::{col, flex, human, proc_label, Column, Flag, Row, SortVal};
+use super::table::{col, flex, human, proc_label, Column, Flag, Row, SortVal};
 use crate::flows::{FlowReport, TcpFlow, UdpFlow};
 
 /// Rows kept at most; ended flows go first, then the least recently active.

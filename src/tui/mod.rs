@@ -13,6 +13,7 @@ pub mod flows;
 pub mod input;
 pub mod keys;
 pub mod render;
+pub mod table;
 pub mod terminal;
 
 use std::io;

@@ -7,8 +7,9 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Clear, Paragraph, Row as TRow, Table, Wrap};
 use ratatui::Frame;
 
-use super::app::{human, proc_label, time_of_day, App, Column, Flag, View, SLOW_NS};
+use super::app::{App, View};
 use super::keys::{FOOTER, KEYS};
+use super::table::{human, proc_label, time_of_day, Column, Flag, SLOW_NS};
 use crate::call::Call;
 
 fn style(app: &App, s: Style) -> Style {
@@ -450,7 +451,7 @@ fn call_detail_lines(app: &App, c: &Call, seq: u64) -> Vec<Line<'static>> {
         ),
         format!(
             "Status     {}  ({:?})",
-            super::app::status_text(l7),
+            super::table::status_text(l7),
             l7.outcome
         ),
         format!(
