@@ -136,10 +136,10 @@ fn endpoint_percentiles_match_the_servers_sleeps() {
         );
         let e = find(side, "/error");
         assert_eq!(
-            (e["calls"].as_u64(), e["errors"].as_u64()),
+            (e["calls"].as_u64(), e["server_errors"].as_u64()),
             (Some(20), Some(20))
         );
-        assert_eq!(e["error_rate"], 1.0);
+        assert_eq!(e["server_error_rate"], 1.0);
     }
     // Interval endpoint lines add up to the cumulative numbers.
     let interval_calls: u64 = lines

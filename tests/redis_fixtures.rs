@@ -114,8 +114,8 @@ fn endpoints_are_commands_with_key_templates() {
     assert_eq!(ep("HGETALL", "session:{id}").calls, 1);
     assert_eq!(ep("AUTH", "").calls, 1);
     let wrongtype = ep("GET", "queue:jobs");
-    assert_eq!((wrongtype.calls, wrongtype.errors), (1, 1));
-    assert_eq!(ep("CLIENT SETINFO", "").errors, 2);
+    assert_eq!((wrongtype.calls, wrongtype.server_errors), (1, 1));
+    assert_eq!(ep("CLIENT SETINFO", "").server_errors, 2);
 }
 
 #[test]

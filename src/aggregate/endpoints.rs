@@ -95,7 +95,7 @@ struct OtherKey {
 #[derive(Debug, Clone, Copy, Default)]
 struct Counts {
     calls: u64,
-    errors: u64,
+    server_errors: u64,
     client_errors: u64,
     req_bytes: u64,
     resp_bytes: u64,
@@ -108,7 +108,7 @@ struct Counts {
 impl Counts {
     fn add(&mut self, o: &Counts) {
         self.calls += o.calls;
-        self.errors += o.errors;
+        self.server_errors += o.server_errors;
         self.client_errors += o.client_errors;
         self.req_bytes = self.req_bytes.saturating_add(o.req_bytes);
         self.resp_bytes = self.resp_bytes.saturating_add(o.resp_bytes);
@@ -158,7 +158,7 @@ impl Row {
         match call.l7.outcome {
             Outcome::Ok => {}
             Outcome::ClientError => c.client_errors += 1,
-            Outcome::ServerError => c.errors += 1,
+            Outcome::ServerError => c.server_errors += 1,
         }
         c.req_bytes = c.req_bytes.saturating_add(call.l7.req.bytes);
         c.resp_bytes = c.resp_bytes.saturating_add(call.l7.resp.bytes);
@@ -217,11 +217,11 @@ pub struct EndpointSnapshot {
     pub calls: u64,
     pub calls_per_s: f64,
     /// Server errors (HTTP 5xx, protocol error replies).
-    pub errors: u64,
+    pub server_errors: u64,
     /// Client errors (HTTP 4xx).
     pub client_errors: u64,
     /// errors / calls.
-    pub error_rate: f64,
+    pub server_error_rate: f64,
     /// client_errors / calls.
     pub client_error_rate: f64,
     pub req_bytes: u64,
@@ -506,9 +506,9 @@ fn snapshot(
         period_ns,
         calls: c.calls,
         calls_per_s: per_s(c.calls, period_ns),
-        errors: c.errors,
+        server_errors: c.server_errors,
         client_errors: c.client_errors,
-        error_rate: ratio(c.errors, c.calls),
+        server_error_rate: ratio(c.server_errors, c.calls),
         client_error_rate: ratio(c.client_errors, c.calls),
         req_bytes: c.req_bytes,
         resp_bytes: c.resp_bytes,
@@ -697,8 +697,8 @@ pub(crate) mod tests {
             (get.method.as_str(), get.resource.as_str(), get.calls),
             ("GET", "/users/{id}", 3)
         );
-        assert_eq!((get.errors, get.client_errors), (1, 1));
-        assert!((get.error_rate - 1.0 / 3.0).abs() < 1e-9);
+        assert_eq!((get.server_errors, get.client_errors), (1, 1));
+        assert!((get.server_error_rate - 1.0 / 3.0).abs() < 1e-9);
         assert!((get.calls_per_s - 1.5).abs() < 1e-9);
         assert_eq!((get.req_bytes, get.resp_bytes), (300, 3000));
         assert!((get.resp_bytes_per_s - 1500.0).abs() < 1e-9);
@@ -715,7 +715,7 @@ pub(crate) mod tests {
         assert_eq!(cum[0].calls, 4);
         assert_eq!(cum[0].period_ns, 5_000_000_000);
         assert!((cum[0].calls_per_s - 0.8).abs() < 1e-9);
-        assert_eq!(cum[0].errors, 1);
+        assert_eq!(cum[0].server_errors, 1);
     }
 
     #[test]

@@ -21,7 +21,7 @@ const MAX_COMM_LEN: usize = 64;
 #[derive(Debug, Clone, Copy, Default)]
 struct Activity {
     calls: u64,
-    errors: u64,
+    server_errors: u64,
     client_errors: u64,
     bytes_in: u64,
     bytes_out: u64,
@@ -61,7 +61,7 @@ pub struct ProcessSnapshot {
     pub calls: u64,
     pub calls_per_s: f64,
     /// Server errors (HTTP 5xx, protocol error replies).
-    pub errors: u64,
+    pub server_errors: u64,
     /// Client errors (HTTP 4xx).
     pub client_errors: u64,
     /// L7 message bytes from calls: for a client its requests are out, responses in; for a
@@ -142,7 +142,7 @@ impl ProcessStats {
         match call.l7.outcome {
             Outcome::Ok => {}
             Outcome::ClientError => a.client_errors += 1,
-            Outcome::ServerError => a.errors += 1,
+            Outcome::ServerError => a.server_errors += 1,
         }
         let (out, inn) = match call.side {
             Side::Client => (call.l7.req.bytes, call.l7.resp.bytes),
@@ -260,7 +260,7 @@ impl ProcessStats {
                 rss_bytes: e.rss_bytes,
                 calls: a.calls,
                 calls_per_s: per_s(a.calls),
-                errors: a.errors,
+                server_errors: a.server_errors,
                 client_errors: a.client_errors,
                 bytes_in: a.bytes_in,
                 bytes_out: a.bytes_out,

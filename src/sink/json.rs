@@ -143,7 +143,7 @@ impl<W: Write> Sink for JsonSink<W> {
         self.start_unix_ns = m.start_unix_ns;
         self.line(&MetaLine {
             ty: "meta",
-            schema: 1,
+            schema: 2,
             source: &m.source,
             ebtop_version: &m.ebtop_version,
             host: &m.host,

@@ -348,13 +348,15 @@ impl App {
             local: call.local,
             peer: call.peer,
             calls: 0,
-            errors: 0,
+            server_errors: 0,
+            client_errors: 0,
             req_bytes: 0,
             resp_bytes: 0,
             last_seq: seq,
         });
         conn.calls += 1;
-        conn.errors += u64::from(call.l7.outcome == Outcome::ServerError);
+        conn.server_errors += u64::from(call.l7.outcome == Outcome::ServerError);
+        conn.client_errors += u64::from(call.l7.outcome == Outcome::ClientError);
         conn.req_bytes += call.l7.req.bytes;
         conn.resp_bytes += call.l7.resp.bytes;
         conn.last_seq = seq;

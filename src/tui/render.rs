@@ -272,6 +272,7 @@ fn draw_table(f: &mut Frame, app: &App, area: Rect) {
         }
         let mut s = match r.flag {
             Flag::Error => Style::new().fg(Color::Red),
+            Flag::ClientError => Style::new().fg(Color::Magenta),
             Flag::Slow => Style::new().fg(Color::Yellow),
             Flag::None => Style::new(),
         };
@@ -404,10 +405,13 @@ fn draw_help(f: &mut Frame, app: &App, area: Rect) {
     }
     lines.push(Line::from(""));
     lines.push(Line::from(format!(
-        "Marks: > selected row  ! server error (5xx)  * slow (>= {} ms)",
+        "Marks: > selected  ! server error (5xx)  ? client error (4xx)  * slow (>= {} ms)",
         SLOW_NS / 1_000_000
     )));
-    let r = popup(area, 78, lines.len() as u16 + 2);
+    lines.push(Line::from(
+        "SERR/CERR: server errors (5xx, error replies) / client errors (4xx, rejected requests)",
+    ));
+    let r = popup(area, 90, lines.len() as u16 + 2);
     f.render_widget(Clear, r);
     f.render_widget(
         Paragraph::new(lines).block(

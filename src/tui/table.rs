@@ -29,7 +29,8 @@ pub struct ConnEntry {
     pub local: SocketAddr,
     pub peer: SocketAddr,
     pub calls: u64,
-    pub errors: u64,
+    pub server_errors: u64,
+    pub client_errors: u64,
     pub req_bytes: u64,
     pub resp_bytes: u64,
     pub last_seq: u64,
@@ -38,8 +39,10 @@ pub struct ConnEntry {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flag {
     None,
-    /// Server error (5xx).
+    /// Server errors (HTTP 5xx, error replies).
     Error,
+    /// Client errors (HTTP 4xx, requests the server rejected).
+    ClientError,
     Slow,
 }
 
@@ -48,6 +51,7 @@ impl Flag {
         match self {
             Flag::None => ' ',
             Flag::Error => '!',
+            Flag::ClientError => '?',
             Flag::Slow => '*',
         }
     }
@@ -121,7 +125,8 @@ pub const ENDPOINT_COLUMNS: &[Column] = &[
     flex("RESOURCE", 16),
     col("CALLS", 7, 6, true),
     col("CALLS/s", 8, 0, true),
-    col("ERR %", 6, 0, true),
+    col("SERR %", 6, 0, true),
+    col("CERR %", 6, 1, true),
     col("P50 ms", 7, 2, true),
     col("P90 ms", 7, 4, true),
     col("P99 ms", 7, 0, true),
@@ -136,7 +141,8 @@ pub const CONN_COLUMNS: &[Column] = &[
     col("PROCESS/PID", 14, 0, false),
     col("SIDE", 6, 3, false),
     col("CALLS", 6, 0, true),
-    col("ERR", 5, 4, true),
+    col("SERR", 5, 4, true),
+    col("CERR", 5, 4, true),
     col("REQ B", 9, 2, true),
     col("RESP B", 9, 1, true),
 ];
@@ -147,7 +153,8 @@ pub const PROCESS_COLUMNS: &[Column] = &[
     col("CPU %", 6, 0, true),
     col("RSS MiB", 7, 0, true),
     col("CALLS/s", 8, 0, true),
-    col("ERR/s", 7, 2, true),
+    col("SERR/s", 7, 2, true),
+    col("CERR/s", 7, 2, true),
     col("IN B/s", 8, 3, true),
     col("OUT B/s", 8, 3, true),
     col("CONNS", 6, 1, true),
@@ -223,10 +230,23 @@ pub fn status_text(l7: &crate::protocols::L7Call) -> String {
     }
 }
 
+/// The mark of a row whose calls include these errors (server errors first).
+fn error_flag(server_errors: u64, client_errors: u64) -> Flag {
+    if server_errors > 0 {
+        Flag::Error
+    } else if client_errors > 0 {
+        Flag::ClientError
+    } else {
+        Flag::None
+    }
+}
+
 pub(crate) fn call_row(meta: Option<&SessionMeta>, e: &CallEntry) -> Row {
     let c = &e.call;
     let flag = if c.l7.outcome == Outcome::ServerError {
         Flag::Error
+    } else if c.l7.outcome == Outcome::ClientError {
+        Flag::ClientError
     } else if c.latency_ns >= SLOW_NS {
         Flag::Slow
     } else {
@@ -267,11 +287,7 @@ pub(crate) fn call_row(meta: Option<&SessionMeta>, e: &CallEntry) -> Row {
 }
 
 pub(crate) fn endpoint_row(e: &EndpointSnapshot) -> Row {
-    let flag = if e.errors > 0 {
-        Flag::Error
-    } else {
-        Flag::None
-    };
+    let flag = error_flag(e.server_errors, e.client_errors);
     Row {
         key: endpoint_key(e),
         cells: vec![
@@ -281,7 +297,8 @@ pub(crate) fn endpoint_row(e: &EndpointSnapshot) -> Row {
             e.resource.clone(),
             e.calls.to_string(),
             format!("{:.1}", e.calls_per_s),
-            format!("{:.1}", e.error_rate * 100.0),
+            format!("{:.1}", e.server_error_rate * 100.0),
+            format!("{:.1}", e.client_error_rate * 100.0),
             ms(e.latency_p50_ns),
             ms(e.latency_p90_ns),
             ms(e.latency_p99_ns),
@@ -294,7 +311,8 @@ pub(crate) fn endpoint_row(e: &EndpointSnapshot) -> Row {
             SortVal::Text(e.resource.clone()),
             SortVal::Num(e.calls as f64),
             SortVal::Num(e.calls_per_s),
-            SortVal::Num(e.error_rate),
+            SortVal::Num(e.server_error_rate),
+            SortVal::Num(e.client_error_rate),
             SortVal::Num(e.latency_p50_ns as f64),
             SortVal::Num(e.latency_p90_ns as f64),
             SortVal::Num(e.latency_p99_ns as f64),
@@ -313,7 +331,8 @@ pub(crate) fn conn_row(c: &ConnEntry) -> Row {
             proc_label(&c.comm, c.pid),
             c.side.name().to_owned(),
             c.calls.to_string(),
-            c.errors.to_string(),
+            c.server_errors.to_string(),
+            c.client_errors.to_string(),
             human(c.req_bytes as f64),
             human(c.resp_bytes as f64),
         ],
@@ -323,15 +342,12 @@ pub(crate) fn conn_row(c: &ConnEntry) -> Row {
             SortVal::Text(proc_label(&c.comm, c.pid)),
             SortVal::Text(c.side.name().to_owned()),
             SortVal::Num(c.calls as f64),
-            SortVal::Num(c.errors as f64),
+            SortVal::Num(c.server_errors as f64),
+            SortVal::Num(c.client_errors as f64),
             SortVal::Num(c.req_bytes as f64),
             SortVal::Num(c.resp_bytes as f64),
         ],
-        flag: if c.errors > 0 {
-            Flag::Error
-        } else {
-            Flag::None
-        },
+        flag: error_flag(c.server_errors, c.client_errors),
     }
 }
 
@@ -359,7 +375,8 @@ pub(crate) fn process_row(p: &crate::aggregate::ProcessSnapshot) -> Row {
                 format!("{:.1}", v / 1048576.0)
             }),
             format!("{:.1}", p.calls_per_s),
-            format!("{:.1}", per_s(p.errors)),
+            format!("{:.1}", per_s(p.server_errors)),
+            format!("{:.1}", per_s(p.client_errors)),
             human(p.bytes_in_per_s.round()),
             human(p.bytes_out_per_s.round()),
             conns.to_string(),
@@ -371,16 +388,13 @@ pub(crate) fn process_row(p: &crate::aggregate::ProcessSnapshot) -> Row {
             SortVal::Num(p.cpu_pct.unwrap_or(-1.0)),
             SortVal::Num(p.rss_bytes.map_or(-1.0, |b| b as f64)),
             SortVal::Num(p.calls_per_s),
-            SortVal::Num(per_s(p.errors)),
+            SortVal::Num(per_s(p.server_errors)),
+            SortVal::Num(per_s(p.client_errors)),
             SortVal::Num(p.bytes_in_per_s),
             SortVal::Num(p.bytes_out_per_s),
             SortVal::Num(conns as f64),
             SortVal::Num(p.traced_syscalls_per_s),
         ],
-        flag: if p.errors > 0 {
-            Flag::Error
-        } else {
-            Flag::None
-        },
+        flag: error_flag(p.server_errors, p.client_errors),
     }
 }
