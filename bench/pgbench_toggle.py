@@ -105,7 +105,7 @@ def main():
         for _ in range(a.cycles):
             windows.append(("off", progress.rate_over(a.window)))
             out = tempfile.TemporaryFile()
-            e = subprocess.Popen([binary, "--json", "--port", str(PORT), "--bpf-stats", "full"],
+            e = subprocess.Popen([binary, "--json", "--overhead-programs", "--port", str(PORT), "--bpf-stats", "full"],
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
             keep = subprocess.Popen(["grep", "-F", "-e", '"type":"overhead"', "-e",
                                      '"type":"summary"'], stdin=e.stdout, stdout=out)

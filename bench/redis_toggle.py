@@ -91,7 +91,7 @@ def main():
             # Millions of call lines a second: only the overhead and summary lines are kept
             # (grep's CPU counts against the on window, not against ebtop's own).
             out = tempfile.TemporaryFile()
-            e = subprocess.Popen([binary, "--json", "--port", str(PORT), "--bpf-stats", "full"],
+            e = subprocess.Popen([binary, "--json", "--overhead-programs", "--port", str(PORT), "--bpf-stats", "full"],
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
             keep = subprocess.Popen(["grep", "-F", "-e", '"type":"overhead"', "-e",
                                      '"type":"summary"'], stdin=e.stdout, stdout=out)

@@ -115,7 +115,7 @@ class Ebtop:
         self.out = os.path.join(tmp, f"{mode}.jsonl")
         self.rec = os.path.join(tmp, f"{mode}.ebt")
         if mode == "json":
-            self.proc = subprocess.Popen([binary, "--json"] + args, stdout=open(self.out, "w"), stderr=subprocess.PIPE, text=True)
+            self.proc = subprocess.Popen([binary, "--json", "--overhead-programs"] + args, stdout=open(self.out, "w"), stderr=subprocess.PIPE, text=True)
             self.pid = self.proc.pid
         elif mode == "record":
             self.proc = subprocess.Popen([binary, "-w", self.rec, "--force"] + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

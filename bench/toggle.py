@@ -98,6 +98,11 @@ http {{ access_log off; keepalive_requests 1000000000;
                 exe = a.other_binary if which == "other" else binary
                 hooks, *opts = spec.split("-")
                 extra = ["--bpf-stats", "full"] if "fullstats" in opts else []
+                # Per-program times are in overhead lines only on request (binaries since
+                # JSON schema 2; an older --other-binary writes them always).
+                if "fullstats" in opts and b"--overhead-programs" in subprocess.run(
+                        [exe, "--help"], capture_output=True).stdout:
+                    extra.append("--overhead-programs")
                 extra += [a for o in opts if o.startswith("t") and o[1:].isdigit()
                           for a in ("--threads", o[1:])]
                 # With full statistics the output is kept: its overhead lines give the BPF run

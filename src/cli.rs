@@ -41,6 +41,11 @@ fn protocol(s: &str) -> Result<crate::protocols::Protocol, String> {
     })
 }
 
+fn line_type(s: &str) -> Result<String, String> {
+    crate::sink::json::LineSelection::only(&[s])?;
+    Ok(s.to_owned())
+}
+
 /// `--bpf-stats`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum BpfStatsArg {
@@ -182,6 +187,17 @@ pub struct Args {
     /// CPUs, else a quarter of the CPUs, at most 8). Applies to replays too.
     #[arg(long, value_name = "N|auto", default_value = "auto", value_parser = threads)]
     pub threads: Threads,
+
+    /// With --json: write only these line types (comma-separated: proc, call, exit, endpoint,
+    /// process, overhead, flow, flow_end, flow_stats); meta, lost and summary are always
+    /// written. Live, the flow table is loaded only if a flow type is chosen.
+    #[arg(long, value_name = "TYPES", value_delimiter = ',', requires = "json",
+          value_parser = line_type)]
+    pub only: Option<Vec<String>>,
+
+    /// With --json: `overhead` lines list each BPF program's runs and run time.
+    #[arg(long, requires = "json")]
+    pub overhead_programs: bool,
 
     /// Show libbpf's own messages and more detail on errors.
     #[arg(short, long)]

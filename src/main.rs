@@ -17,7 +17,7 @@ use ebtop::protocols::ParseDepth;
 use ebtop::record::writer::Recorder;
 use ebtop::record::{self, RecordOptions, RecordingHeader};
 use ebtop::session::{Filters, SessionMeta, Summary};
-use ebtop::sink::json::JsonSink;
+use ebtop::sink::json::{JsonSink, LineSelection};
 use ebtop::sink::null::NullSink;
 use ebtop::sink::Sink;
 use ebtop::source::live::{self, LiveConfig, StopReason};
@@ -86,7 +86,11 @@ fn run(args: Args) -> Result<()> {
     }
     if args.json {
         let stdout = io::BufWriter::with_capacity(64 * 1024, io::stdout().lock());
-        session(&args, &stop, JsonSink::new(stdout))
+        session(
+            &args,
+            &stop,
+            JsonSink::new(stdout).with_selection(json_lines(&args)),
+        )
     } else {
         session(&args, &stop, NullSink)
     }
@@ -169,6 +173,17 @@ fn filters(args: &Args) -> Filters {
 }
 
 /// -w alone records without a UI (e.g. under nohup); --tui shows it while recording.
+/// The JSON line types and detail asked for (`--only`, `--overhead-programs`).
+fn json_lines(args: &Args) -> LineSelection {
+    let mut sel = match &args.only {
+        // Each name was checked when the command line was parsed.
+        Some(types) => LineSelection::only(types).unwrap_or_default(),
+        None => LineSelection::default(),
+    };
+    sel.overhead_programs = args.overhead_programs;
+    sel
+}
+
 fn shows_tui(args: &Args) -> bool {
     !args.json && (args.write.is_none() || args.tui)
 }
@@ -255,6 +270,7 @@ fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> 
         verbose: args.verbose,
         max_flows: args.max_flows,
         hooks: args.hooks,
+        flow_table: json_lines(args).wants_flows() || !args.json || args.write.is_some(),
         bpf_stats: args.bpf_stats.into(),
     };
     let start = monotonic_ns();

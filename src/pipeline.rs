@@ -662,6 +662,7 @@ mod tests {
             snaplen: 4096,
             filters: Filters::default(),
             hooks: None,
+            loaded: Vec::new(),
         }
     }
 

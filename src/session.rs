@@ -90,6 +90,10 @@ pub struct SessionMeta {
     /// tracepoints); absent in replays of recordings made before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hooks: Option<String>,
+    /// Live: the kernel parts loaded for this session (`capture`, `flow_table`,
+    /// `process_events`): what the output asked for and the kernel allowed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub loaded: Vec<String>,
 }
 
 impl SessionMeta {
@@ -112,6 +116,7 @@ impl SessionMeta {
             snaplen,
             filters,
             hooks: None,
+            loaded: Vec::new(),
         }
     }
 }

@@ -357,3 +357,46 @@ fn datagrams_of_sendmmsg_and_recvmmsg_are_captured_whole() {
     );
     assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
 }
+
+/// `--only` decides what is loaded: without flow line types no flow table, and the calls are
+/// as exact as with everything loaded.
+#[test]
+fn only_call_lines_load_no_flow_table_and_keep_calls_exact() {
+    require_root();
+    let server = TestServer::start();
+    let port = server.port.to_string();
+    let ebtop = Ebtop::start(&["--json", "--port", &port, "--only", "call"]);
+    let meta = ebtop.collected[0].clone();
+    assert_eq!(meta["loaded"][0], "capture", "{meta}");
+    assert!(
+        !meta["loaded"]
+            .as_array()
+            .unwrap()
+            .contains(&"flow_table".into()),
+        "{meta}"
+    );
+    let s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    for _ in 0..7 {
+        w.write_all(get("/").as_bytes()).unwrap();
+        assert_eq!(read_response(&mut r), (200, 12));
+    }
+    drop((w, r));
+    let lines = ebtop.stop();
+    let types: std::collections::BTreeSet<&str> =
+        lines.iter().map(|v| v["type"].as_str().unwrap()).collect();
+    assert!(
+        types.is_subset(&["meta", "call", "lost", "summary"].into_iter().collect()),
+        "{types:?}"
+    );
+    let calls = calls(&lines);
+    for side in ["client", "server"] {
+        assert_eq!(
+            calls.iter().filter(|c| c["side"] == side).count(),
+            7,
+            "{side}: {calls:?}"
+        );
+    }
+    assert_clean_summary(lines.last().unwrap());
+}

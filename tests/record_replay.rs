@@ -765,3 +765,49 @@ fn tracking_threads_change_nothing_in_the_output() {
         );
     }
 }
+
+#[test]
+fn only_writes_the_chosen_line_types_and_the_stream_frame() {
+    let all = json_lines(&ebtop(&["-r", FLOWS_FIXTURE, "--json"]));
+    let out = ebtop(&["-r", FLOWS_FIXTURE, "--json", "--only", "flow_end,call"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let some = json_lines(&out);
+    let types: std::collections::BTreeSet<&str> =
+        some.iter().map(|v| v["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types,
+        ["call", "flow_end", "meta", "summary"]
+            .into_iter()
+            .collect()
+    );
+    // The chosen lines are exactly those of the full stream, in the same order.
+    let chosen: Vec<&Value> = all
+        .iter()
+        .filter(|v| v["type"] == "call" || v["type"] == "flow_end")
+        .collect();
+    let got: Vec<&Value> = some
+        .iter()
+        .filter(|v| v["type"] == "call" || v["type"] == "flow_end")
+        .collect();
+    assert!(chosen.iter().any(|v| v["type"] == "flow_end"));
+    assert_eq!(got, chosen);
+    assert_eq!(some.last().unwrap(), all.last().unwrap(), "same summary");
+    // No flow line starts after the line's own time (RFC 3339 UTC strings sort as times).
+    for v in all.iter().filter(|v| v["type"] == "flow") {
+        assert!(v["start"].as_str() <= v["ts"].as_str(), "{v}");
+    }
+    for v in all.iter().filter(|v| v["type"] == "flow_end") {
+        assert!(v["start"].as_str() <= v["end_time"].as_str(), "{v}");
+        assert!(v.get("end").is_none(), "no field named after a jq keyword");
+    }
+
+    let refused = plain_ebtop(&["-r", FLOWS_FIXTURE, "--only", "call"]);
+    assert_eq!(refused.status.code(), Some(2));
+    let refused = plain_ebtop(&["-r", FLOWS_FIXTURE, "--json", "--only", "calls"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("known: proc, call"));
+}

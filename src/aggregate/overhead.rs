@@ -278,6 +278,9 @@ pub struct OverheadSnapshot {
     pub bpf_runs: u64,
     pub bpf_runs_per_s: f64,
     pub bpf_ns_per_run: Option<f64>,
+    /// Per program; left out of JSON unless asked for (`--overhead-programs`): it is most of
+    /// the line.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub bpf_programs: Vec<BpfProgramOverhead>,
     pub ring_events: u64,
     pub ring_events_per_s: f64,
@@ -286,6 +289,17 @@ pub struct OverheadSnapshot {
     /// user_cpu_pct + bpf_cpu_pct (the BPF part counted as 0 when unavailable: then a lower
     /// bound, as `bpf_stats_available` says).
     pub ebtop_cpu_pct: Option<f64>,
+}
+
+impl OverheadSnapshot {
+    /// This snapshot without its per-program entries.
+    pub fn without_programs(&self) -> OverheadSnapshot {
+        OverheadSnapshot {
+            bpf_programs: Vec::new(),
+            bpf_stats_error: self.bpf_stats_error.clone(),
+            ..*self
+        }
+    }
 }
 
 /// `n` seen in `window_ns`, scaled to `period_ns` (unchanged when the window is the period).

@@ -289,6 +289,7 @@ fn drive_with(data: &[u8], threads: usize) -> (Outcome, Vec<u8>) {
         snaplen: 4096,
         filters: filters.clone(),
         hooks: Some("socket".into()),
+        loaded: Vec::new(),
     };
     let cfg = TrackerConfig {
         depth: if c0 & 1 != 0 {

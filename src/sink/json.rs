@@ -3,6 +3,7 @@
 use std::io::{self, Write};
 
 use serde::Serialize;
+use serde_json::ser::Formatter;
 
 use super::Sink;
 use crate::call::Call;
@@ -11,8 +12,103 @@ use crate::procinfo::ProcInfo;
 use crate::report::IntervalReport;
 use crate::session::{Filters, SessionMeta, Summary};
 
+/// The line types a user may choose (`--only`). `meta`, `lost` and `summary` are always
+/// written: they say what the stream is and what it misses.
+pub const SELECTABLE_TYPES: &[&str] = &[
+    "proc",
+    "call",
+    "exit",
+    "endpoint",
+    "process",
+    "overhead",
+    "flow",
+    "flow_end",
+    "flow_stats",
+];
+
+/// Which line types a sink writes, and how much of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LineSelection {
+    /// Bit i: `SELECTABLE_TYPES[i]` is written.
+    types: u32,
+    /// `overhead` lines carry `bpf_programs`, one entry per BPF program.
+    pub overhead_programs: bool,
+}
+
+impl Default for LineSelection {
+    fn default() -> Self {
+        LineSelection {
+            types: (1 << SELECTABLE_TYPES.len()) - 1,
+            overhead_programs: false,
+        }
+    }
+}
+
+impl LineSelection {
+    /// Only these types (names from [`SELECTABLE_TYPES`]); an unknown name is an error.
+    pub fn only<S: AsRef<str>>(names: &[S]) -> Result<LineSelection, String> {
+        let mut types = 0;
+        for n in names {
+            let n = n.as_ref();
+            let i = SELECTABLE_TYPES.iter().position(|t| *t == n).ok_or_else(|| {
+                format!(
+                    "unknown line type {n:?} (known: {}; meta, lost and summary are always written)",
+                    SELECTABLE_TYPES.join(", ")
+                )
+            })?;
+            types |= 1 << i;
+        }
+        Ok(LineSelection {
+            types,
+            overhead_programs: false,
+        })
+    }
+
+    pub fn wants(&self, ty: &str) -> bool {
+        SELECTABLE_TYPES
+            .iter()
+            .position(|t| *t == ty)
+            .is_some_and(|i| self.types & (1 << i) != 0)
+    }
+
+    /// Whether any flow line is wanted (else the flow table need not be loaded).
+    pub fn wants_flows(&self) -> bool {
+        self.wants("flow") || self.wants("flow_end") || self.wants("flow_stats")
+    }
+}
+
+/// Writes floats with the digits that mean something: at most 3 decimals, and at most 4
+/// significant digits below 1 (`0.000123`, not `0.00012345678901234`).
+struct RoundedFloats;
+
+fn round_meaningful(v: f64) -> f64 {
+    if !v.is_finite() || v == 0.0 {
+        return v;
+    }
+    if v.abs() >= 1.0 {
+        let r = (v * 1000.0).round() / 1000.0;
+        // Beyond 2^53 / 1000 the product is not exact: the value is already as precise as it is.
+        return if r.is_finite() && v.abs() < 9.0e12 {
+            r
+        } else {
+            v
+        };
+    }
+    format!("{v:.3e}").parse().unwrap_or(v)
+}
+
+impl Formatter for RoundedFloats {
+    fn write_f64<W: ?Sized + Write>(&mut self, writer: &mut W, value: f64) -> io::Result<()> {
+        serde_json::ser::CompactFormatter.write_f64(writer, round_meaningful(value))
+    }
+    fn write_f32<W: ?Sized + Write>(&mut self, writer: &mut W, value: f32) -> io::Result<()> {
+        self.write_f64(writer, f64::from(value))
+    }
+}
+
 pub struct JsonSink<W: Write> {
     out: W,
+    select: LineSelection,
     clock: WallClock,
     /// Unix time the session started (recorded time when replaying).
     start_unix_ns: i64,
@@ -30,20 +126,35 @@ impl<W: Write> JsonSink<W> {
             start_unix_ns: 0,
             buf: Vec::with_capacity(1024),
             calls: Default::default(),
+            select: LineSelection::default(),
         }
     }
+    /// Writes only the lines `select` chooses.
+    pub fn with_selection(mut self, select: LineSelection) -> Self {
+        self.select = select;
+        self
+    }
     fn line<T: Serialize>(&mut self, v: &T) -> io::Result<()> {
-        serde_json::to_writer(&mut self.out, v)?;
+        let mut ser = serde_json::Serializer::with_formatter(&mut self.out, RoundedFloats);
+        v.serialize(&mut ser).map_err(io::Error::from)?;
         self.out.write_all(b"\n")
     }
-    /// A `flow` line (an active flow, TCP or UDP).
-    fn flow_line<T: Serialize>(&mut self, ts: &str, start_mono_ns: u64, f: &T) -> io::Result<()> {
-        let start = self.clock.rfc3339(start_mono_ns);
+    /// A `flow` line (an active flow, TCP or UDP) of the interval ending at `ts_mono_ns`.
+    fn flow_line<T: Serialize>(
+        &mut self,
+        ts: &str,
+        ts_mono_ns: u64,
+        start_mono_ns: u64,
+        f: &T,
+    ) -> io::Result<()> {
+        // A flow's first packet can be stamped a little after the interval's end was taken
+        // (the table is read after that): it is never shown as starting after its own line.
+        let start = self.clock.rfc3339(start_mono_ns.min(ts_mono_ns));
         self.line(&FlowLine {
             ty: "flow",
             ts,
             start,
-            end: None,
+            end_time: None,
             body: f,
         })
     }
@@ -67,6 +178,9 @@ struct MetaLine<'a> {
     /// Live only: "socket" or "syscalls".
     #[serde(skip_serializing_if = "Option::is_none")]
     hooks: Option<&'a str>,
+    /// Live only: the kernel parts loaded.
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    loaded: &'a [String],
 }
 
 #[derive(Serialize)]
@@ -112,7 +226,8 @@ struct TaggedLine<'a, T: Serialize> {
     body: &'a T,
 }
 
-/// A `flow` / `flow_end` line: `type`, `ts`, wall-clock `start` (and `end`), then the flow.
+/// A `flow` / `flow_end` line: `type`, `ts`, wall-clock `start` (and `end_time`), then the
+/// flow. (Not `end`: a jq keyword, `.end` fails in jq 1.6.)
 #[derive(Serialize)]
 struct FlowLine<'a, T: Serialize> {
     #[serde(rename = "type")]
@@ -120,7 +235,7 @@ struct FlowLine<'a, T: Serialize> {
     ts: &'a str,
     start: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    end: Option<String>,
+    end_time: Option<String>,
     #[serde(flatten)]
     body: &'a T,
 }
@@ -152,11 +267,15 @@ impl<W: Write> Sink for JsonSink<W> {
             snaplen: m.snaplen,
             filters: &m.filters,
             hooks: m.hooks.as_deref(),
+            loaded: &m.loaded,
         })?;
         self.out.flush()
     }
 
     fn process(&mut self, p: &ProcInfo) -> io::Result<()> {
+        if !self.select.wants("proc") {
+            return Ok(());
+        }
         self.line(&ProcLine {
             ty: "proc",
             pid: p.pid,
@@ -167,20 +286,32 @@ impl<W: Write> Sink for JsonSink<W> {
     }
 
     fn call(&mut self, c: &Call) -> io::Result<()> {
+        if !self.select.wants("call") {
+            return Ok(());
+        }
         self.buf.clear();
         self.calls.write(&mut self.buf, c);
         self.out.write_all(&self.buf)
     }
 
     fn call_formatter(&self) -> Option<super::call_line::CallFormatter> {
+        if !self.select.wants("call") {
+            return None;
+        }
         Some(super::call_line::CallFormatter::new(self.clock))
     }
 
     fn call_formatted(&mut self, _c: &Call, line: &[u8]) -> io::Result<()> {
+        if !self.select.wants("call") {
+            return Ok(());
+        }
         self.out.write_all(line)
     }
 
     fn process_exit(&mut self, e: &crate::process_events::ProcessExit) -> io::Result<()> {
+        if !self.select.wants("exit") {
+            return Ok(());
+        }
         let ts = self.clock.rfc3339(e.mono_ns);
         self.line(&ExitLine {
             ty: "exit",
@@ -207,50 +338,65 @@ impl<W: Write> Sink for JsonSink<W> {
 
     fn interval(&mut self, r: &IntervalReport) -> io::Result<()> {
         let ts = self.clock.rfc3339(r.mono_ns);
-        for e in &r.endpoints {
+        let select = self.select;
+        for e in r.endpoints.iter().filter(|_| select.wants("endpoint")) {
             self.line(&TaggedLine {
                 ty: "endpoint",
                 ts: &ts,
                 body: e,
             })?;
         }
-        for p in &r.processes {
+        for p in r.processes.iter().filter(|_| select.wants("process")) {
             self.line(&TaggedLine {
                 ty: "process",
                 ts: &ts,
                 body: p,
             })?;
         }
-        if let Some(o) = &r.overhead {
-            self.line(&TaggedLine {
-                ty: "overhead",
-                ts: &ts,
-                body: o,
-            })?;
+        if let Some(o) = r.overhead.as_ref().filter(|_| select.wants("overhead")) {
+            if select.overhead_programs {
+                self.line(&TaggedLine {
+                    ty: "overhead",
+                    ts: &ts,
+                    body: o,
+                })?;
+            } else {
+                self.line(&TaggedLine {
+                    ty: "overhead",
+                    ts: &ts,
+                    body: &o.without_programs(),
+                })?;
+            }
         }
         if let Some(fr) = &r.flows {
-            for f in &fr.flows {
-                self.flow_line(&ts, f.start_mono_ns, f)?;
+            let flows = select.wants("flow");
+            for f in fr.flows.iter().filter(|_| flows) {
+                self.flow_line(&ts, r.mono_ns, f.start_mono_ns, f)?;
             }
-            for f in &fr.udp {
-                self.flow_line(&ts, f.start_mono_ns, f)?;
+            for f in fr.udp.iter().filter(|_| flows) {
+                self.flow_line(&ts, r.mono_ns, f.start_mono_ns, f)?;
             }
-            for f in &fr.ends {
-                let start = self.clock.rfc3339(f.start_mono_ns);
-                let end = f.end_mono_ns.map(|e| self.clock.rfc3339(e));
+            for f in fr.ends.iter().filter(|_| select.wants("flow_end")) {
+                let start = self.clock.rfc3339(match f.end_mono_ns {
+                    Some(e) => f.start_mono_ns.min(e),
+                    None => f.start_mono_ns,
+                });
+                let end_time = f.end_mono_ns.map(|e| self.clock.rfc3339(e));
                 self.line(&FlowLine {
                     ty: "flow_end",
                     ts: &ts,
                     start,
-                    end,
+                    end_time,
                     body: f,
                 })?;
             }
-            self.line(&TaggedLine {
-                ty: "flow_stats",
-                ts: &ts,
-                body: &fr.stats,
-            })?;
+            if select.wants("flow_stats") {
+                self.line(&TaggedLine {
+                    ty: "flow_stats",
+                    ts: &ts,
+                    body: &fr.stats,
+                })?;
+            }
         }
         Ok(())
     }
@@ -299,5 +445,63 @@ mod tests {
                 serde_json::from_str(out.lines().last().unwrap()).unwrap();
             assert_eq!(last["type"], "summary");
         }
+    }
+
+    #[test]
+    fn floats_keep_the_digits_that_mean_something() {
+        for (v, want) in [
+            (9.461354223498853, "9.461"),
+            (0.9931501757039578, "0.9932"),
+            (0.000123456, "0.0001235"),
+            (100.0, "100.0"),
+            (0.0, "0.0"),
+            (12345.6789, "12345.679"),
+            (-2.5, "-2.5"),
+            (1.0 / 3.0, "0.3333"),
+        ] {
+            let mut out = Vec::new();
+            let mut ser = serde_json::Serializer::with_formatter(&mut out, RoundedFloats);
+            v.serialize(&mut ser).unwrap();
+            assert_eq!(String::from_utf8(out).unwrap(), want, "{v}");
+        }
+        // Too large to round at 3 decimals exactly: written as it is.
+        assert_eq!(round_meaningful(1.0e15 + 0.5), 1.0e15 + 0.5);
+        assert!(round_meaningful(f64::NAN).is_nan());
+    }
+
+    #[test]
+    fn only_the_chosen_line_types_are_written() {
+        assert!(LineSelection::only(&["calls"]).is_err());
+        let sel = LineSelection::only(&["call", "flow_end"]).unwrap();
+        assert!(sel.wants("call") && sel.wants("flow_end") && sel.wants_flows());
+        assert!(!sel.wants("endpoint") && !sel.wants("flow") && !sel.wants("meta"));
+        assert!(!LineSelection::only(&["endpoint"]).unwrap().wants_flows());
+        let all = LineSelection::default();
+        assert!(SELECTABLE_TYPES.iter().all(|t| all.wants(t)));
+        assert!(!all.overhead_programs);
+
+        let mut sink =
+            JsonSink::new(Vec::new()).with_selection(LineSelection::only(&["exit"]).unwrap());
+        sink.meta(&SessionMeta::this_host("replay", 0, Filters::default(), 0))
+            .unwrap();
+        assert!(
+            sink.call_formatter().is_none(),
+            "no call lines: none formatted"
+        );
+        sink.process(&ProcInfo {
+            pid: 7,
+            comm: "x".into(),
+            exe: None,
+            cmdline: Vec::new(),
+        })
+        .unwrap();
+        sink.lost(0, &super::super::Loss::default()).unwrap();
+        sink.summary(&Summary::default()).unwrap();
+        let out = String::from_utf8(sink.into_inner()).unwrap();
+        let types: Vec<String> = out
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["type"].to_string())
+            .collect();
+        assert_eq!(types, ["\"meta\"", "\"lost\"", "\"summary\""]);
     }
 }

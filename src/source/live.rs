@@ -48,6 +48,8 @@ pub struct LiveConfig {
     pub hooks: Hooks,
     /// How ebtop's BPF run time is measured (`--bpf-stats`).
     pub bpf_stats: crate::aggregate::StatsMode,
+    /// Load the flow table (false when no output shows flows: `--json --only` without them).
+    pub flow_table: bool,
 }
 
 /// The loaded capture programs: the socket layer or the syscall tracepoints. Both write the
@@ -159,7 +161,7 @@ fn load_socket_layer<'obj>(
         .rodata_data
         .as_deref_mut()
         .ok_or_else(|| anyhow!("BPF object has no .rodata section"))?
-        .count_flows = true;
+        .count_flows = cfg.flow_table;
     let mut skel = open.load().map_err(|e| {
         anyhow!(
             "loading the socket-layer programs failed: {e} (needs tp_btf sock_send_length, \
@@ -339,16 +341,19 @@ pub fn run<S: Sink, R>(
     let meta = &meta;
 
     // The flow table: optional. If it cannot load, HTTP capture goes on without it.
-    let mut flows = match crate::flows::FlowCollector::start(
-        &crate::flows::FlowConfig {
-            max_flows: cfg.max_flows,
-            filters: cfg.filters.clone(),
-            accept_hooks: matches!(capture, Capture::Syscalls(_)),
-        },
-        capture.flow_maps(),
-    ) {
-        Ok(c) => Some(c),
-        Err(e) => {
+    let mut flows = match cfg.flow_table.then(|| {
+        crate::flows::FlowCollector::start(
+            &crate::flows::FlowConfig {
+                max_flows: cfg.max_flows,
+                filters: cfg.filters.clone(),
+                accept_hooks: matches!(capture, Capture::Syscalls(_)),
+            },
+            capture.flow_maps(),
+        )
+    }) {
+        None => None,
+        Some(Ok(c)) => Some(c),
+        Some(Err(e)) => {
             crate::diag!("ebtop: warning: flow table unavailable, going on without it: {e:#}");
             None
         }
@@ -369,6 +374,17 @@ pub fn run<S: Sink, R>(
     if procs.is_some() {
         pipeline.use_exit_records();
     }
+    let mut meta = meta.clone();
+    meta.loaded = [
+        Some("capture"),
+        flows.is_some().then_some("flow_table"),
+        procs.is_some().then_some("process_events"),
+    ]
+    .into_iter()
+    .flatten()
+    .map(str::to_owned)
+    .collect();
+    let meta = &meta;
     pipeline.start(meta).context("writing output failed")?;
     let started = Instant::now();
     let deadline = duration.map(|d| started + d);

@@ -286,7 +286,7 @@ impl App {
     pub fn apply(&mut self, msg: UiMsg) -> Action {
         let d = &mut self.data;
         match msg {
-            UiMsg::Meta(m) => d.meta = Some(m),
+            UiMsg::Meta(m) => d.meta = Some(*m),
             UiMsg::Calls(calls) => {
                 for c in calls {
                     self.endpoints.observe(&c);

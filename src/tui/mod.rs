@@ -35,7 +35,7 @@ pub use app::{Action, App, View};
 /// What the collector and the input thread send the UI.
 #[derive(Debug)]
 pub enum UiMsg {
-    Meta(SessionMeta),
+    Meta(Box<SessionMeta>),
     Calls(Vec<Call>),
     Interval(Box<IntervalReport>),
     Lost {
@@ -236,7 +236,7 @@ impl TuiSink {
 
 impl Sink for TuiSink {
     fn meta(&mut self, meta: &SessionMeta) -> io::Result<()> {
-        self.send(UiMsg::Meta(meta.clone()));
+        self.send(UiMsg::Meta(Box::new(meta.clone())));
         Ok(())
     }
 
