@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Parser, Subcommand, ValueEnum};
 
 fn duration(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 10s, 1m, 500ms)"))?;
@@ -84,9 +85,20 @@ pub enum Depth {
 
 /// top for L7 calls: live HTTP calls with latency, from eBPF socket-layer and syscall tracepoints.
 #[derive(Debug, Parser)]
-#[command(name = "ebtop", version, about, max_term_width = 100)]
+#[command(
+    name = "ebtop",
+    version,
+    about,
+    max_term_width = 100,
+    args_conflicts_with_subcommands = true
+)]
 pub struct Args {
-    /// Print JSON lines (one object per line, schema in docs/json.md) instead of the terminal UI.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    /// Print JSON lines instead of the terminal UI: one object per line, its kind in `type`
+    /// (meta, proc, call, exit, endpoint, process, overhead, flow, flow_end, flow_stats, lost,
+    /// summary); units in field names (`latency_ns`, `req_bytes`); times in RFC 3339 UTC.
     #[arg(long)]
     pub json: bool,
 
@@ -202,6 +214,48 @@ pub struct Args {
     /// Show libbpf's own messages and more detail on errors.
     #[arg(short, long)]
     pub verbose: bool,
+}
+
+/// What ebtop can do besides tracing.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print a completion script for a shell, e.g.
+    /// `ebtop completions bash > /etc/bash_completion.d/ebtop`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// Options that only a live capture uses (argument ids).
+const LIVE_ONLY: &[&str] = &[
+    "snaplen",
+    "ringbuf_mb",
+    "capture_all",
+    "max_flows",
+    "hooks",
+    "bpf_stats",
+    "duration",
+];
+
+/// An option given on the command line that does nothing in this kind of session: a live-only
+/// option with -r, or --speed anywhere but the terminal UI's replay. Said, not ignored.
+pub fn misplaced_option(m: &ArgMatches) -> Option<String> {
+    let given = |id: &str| m.value_source(id) == Some(ValueSource::CommandLine);
+    let flag = |id: &str| format!("--{}", id.replace('_', "-"));
+    let replay = given("read");
+    if replay {
+        if let Some(id) = LIVE_ONLY.iter().find(|id| given(id)) {
+            return Some(format!(
+                "{} applies to live capture, not to a replay (-r): the recording fixed it",
+                flag(id)
+            ));
+        }
+    }
+    if given("speed") && (!replay || m.get_flag("json") || (given("write") && !m.get_flag("tui"))) {
+        return Some("--speed paces the terminal UI's replay (-r FILE without --json)".to_owned());
+    }
+    None
 }
 
 /// `--threads`: a count, or chosen from the CPUs.

@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{bail, Result};
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
-use ebtop::cli::{Args, Depth};
+use ebtop::cli::{Args, Command, Depth};
 use ebtop::clock::{monotonic_ns, WallClock};
 use ebtop::conntrack::TrackerConfig;
 use ebtop::pipeline::Pipeline;
@@ -27,7 +27,20 @@ use ebtop::source::replay;
 static PANICKED: AtomicBool = AtomicBool::new(false);
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let matches = Args::command().get_matches();
+    let args = match Args::from_arg_matches(&matches) {
+        Ok(a) => a,
+        Err(e) => e.exit(),
+    };
+    if let Some(Command::Completions { shell }) = args.command {
+        clap_complete::generate(shell, &mut Args::command(), "ebtop", &mut io::stdout());
+        return ExitCode::SUCCESS;
+    }
+    if let Some(msg) = ebtop::cli::misplaced_option(&matches) {
+        Args::command()
+            .error(clap::error::ErrorKind::ArgumentConflict, msg)
+            .exit();
+    }
     let result = run(args);
     if PANICKED.load(Ordering::SeqCst) {
         // The message was written by the hook (or after the terminal was restored).
@@ -172,7 +185,6 @@ fn filters(args: &Args) -> Filters {
     }
 }
 
-/// -w alone records without a UI (e.g. under nohup); --tui shows it while recording.
 /// The JSON line types and detail asked for (`--only`, `--overhead-programs`).
 fn json_lines(args: &Args) -> LineSelection {
     let mut sel = match &args.only {
@@ -184,6 +196,7 @@ fn json_lines(args: &Args) -> LineSelection {
     sel
 }
 
+/// -w alone records without a UI (e.g. under nohup); --tui shows it while recording.
 fn shows_tui(args: &Args) -> bool {
     !args.json && (args.write.is_none() || args.tui)
 }
@@ -237,6 +250,14 @@ fn report_recording(args: &Args, summary: &Summary) {
 
 fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> {
     ebtop::preflight::check_privileges()?;
+    if let Some(pid) = args.pid {
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            ebtop::diag!(
+                "ebtop: warning: no process {pid} is running: nothing is traced unless a process \
+                 with that id starts"
+            );
+        }
+    }
     let filters = filters(args);
     let clock = WallClock::live();
     let meta = SessionMeta::this_host("live", args.snaplen, filters.clone(), clock.offset_ns);

@@ -36,6 +36,86 @@ fn bad_values_are_rejected_with_the_reason() {
     }
 }
 
+const RECORDING: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/recordings/http_mix.ebt"
+);
+
+#[test]
+fn options_that_would_do_nothing_are_refused_with_the_reason() {
+    for (args, needle) in [
+        (
+            &["-r", RECORDING, "--json", "--snaplen", "100"][..],
+            "--snaplen applies to live capture",
+        ),
+        (
+            &["-r", RECORDING, "--json", "--hooks", "socket"][..],
+            "--hooks applies",
+        ),
+        (
+            &["-r", RECORDING, "--json", "--duration", "1s"][..],
+            "--duration applies",
+        ),
+        (
+            &["-r", RECORDING, "--json", "--speed", "2"][..],
+            "--speed paces",
+        ),
+        (&["--json", "--speed", "2"][..], "--speed paces"),
+        (&["--only", "call"][..], "--json"),
+        (&["--overhead-programs"][..], "--json"),
+    ] {
+        let out = ebtop().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    // What a replay does use is accepted.
+    let out = ebtop()
+        .args([
+            "-r",
+            RECORDING,
+            "--json",
+            "--threads",
+            "2",
+            "--depth",
+            "shallow",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn completions_are_printed_for_each_shell() {
+    for (shell, needle, option) in [
+        ("bash", "complete -F _ebtop", "--only"),
+        ("zsh", "#compdef ebtop", "--only"),
+        ("fish", "complete -c ebtop", "-l only"),
+    ] {
+        let out = ebtop().args(["completions", shell]).output().unwrap();
+        assert!(out.status.success(), "{shell}");
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(script.contains(needle), "{shell}: {script}");
+        assert!(script.contains(option), "{shell}: options listed");
+    }
+    let out = ebtop().args(["completions", "tcsh"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn help_names_no_file_that_a_copied_binary_lacks() {
+    let out = ebtop().arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for file in ["docs/", ".md", "man/", "README"] {
+        assert!(!help.contains(file), "--help mentions {file}: {help}");
+    }
+}
+
 #[test]
 fn tui_refuses_when_stdout_is_not_a_terminal() {
     let out = ebtop().stdout(Stdio::piped()).output().unwrap();
@@ -129,4 +209,24 @@ fn sigterm_and_duration_end_with_a_summary() {
     let last = text.lines().last().unwrap();
     assert!(last.contains("\"type\":\"summary\""), "{last}");
     assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+#[test]
+fn a_pid_that_is_not_running_is_warned_about() {
+    require_root();
+    let pid = (100_000..4_000_000u32)
+        .rev()
+        .find(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())
+        .unwrap();
+    let out = ebtop()
+        .args(["--json", "--duration", "1s", "--pid", &pid.to_string()])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("no process {pid} is running")),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
 }
