@@ -123,18 +123,20 @@ pub struct Args {
     #[arg(short = 'd', long, value_name = "DURATION", value_parser = duration, default_value = "1s")]
     pub delay: Duration,
 
-    /// Trace only this process (thread group id). Applied in the kernel.
-    #[arg(short = 'p', long, value_name = "PID")]
-    pub pid: Option<u32>,
-
-    /// Trace only processes with this command name (first 15 bytes, as in /proc/PID/comm).
+    /// Trace only these processes (thread group ids: -p 1,2 or -p 1 -p 2; at most 8).
     /// Applied in the kernel.
-    #[arg(long, value_name = "NAME")]
-    pub comm: Option<String>,
+    #[arg(short = 'p', long, value_name = "PID", value_delimiter = ',')]
+    pub pid: Option<Vec<u32>>,
 
-    /// Trace only connections with this local or remote port. Applied in the kernel.
-    #[arg(long, value_name = "PORT")]
-    pub port: Option<u16>,
+    /// Trace only processes with these command names (first 15 bytes, as in
+    /// /proc/PID/comm; a list or repeated, at most 8). Applied in the kernel.
+    #[arg(long, value_name = "NAME", value_delimiter = ',')]
+    pub comm: Option<Vec<String>>,
+
+    /// Trace only connections with one of these local or remote ports (a list or repeated,
+    /// at most 8). Applied in the kernel.
+    #[arg(long, value_name = "PORT", value_delimiter = ',')]
+    pub port: Option<Vec<u16>>,
 
     /// Trace only connections of these application protocols (comma-separated, e.g. http).
     /// Applied in the kernel; flows (TCP/UDP) are not affected.
@@ -238,9 +240,19 @@ const LIVE_ONLY: &[&str] = &[
     "duration",
 ];
 
-/// An option given on the command line that does nothing in this kind of session: a live-only
-/// option with -r, or --speed anywhere but the terminal UI's replay. Said, not ignored.
-pub fn misplaced_option(m: &ArgMatches) -> Option<String> {
+/// What is wrong with a command line that parsed: a filter with more values than the kernel
+/// compares, or an option that does nothing in this kind of session (a live-only option with
+/// -r, --speed anywhere but the terminal UI's replay) — said, not ignored.
+pub fn usage_problem(m: &ArgMatches) -> Option<String> {
+    for id in ["pid", "comm", "port"] {
+        let n = m.get_raw(id).map_or(0, |v| v.len());
+        if n > crate::session::MAX_FILTER_VALUES {
+            return Some(format!(
+                "--{id} takes at most {} values (given {n}): the kernel compares each one",
+                crate::session::MAX_FILTER_VALUES
+            ));
+        }
+    }
     let given = |id: &str| m.value_source(id) == Some(ValueSource::CommandLine);
     let flag = |id: &str| format!("--{}", id.replace('_', "-"));
     let replay = given("read");

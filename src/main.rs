@@ -36,7 +36,7 @@ fn main() -> ExitCode {
         clap_complete::generate(shell, &mut Args::command(), "ebtop", &mut io::stdout());
         return ExitCode::SUCCESS;
     }
-    if let Some(msg) = ebtop::cli::misplaced_option(&matches) {
+    if let Some(msg) = ebtop::cli::usage_problem(&matches) {
         Args::command()
             .error(clap::error::ErrorKind::ArgumentConflict, msg)
             .exit();
@@ -178,11 +178,24 @@ impl Drop for StopOnDrop<'_> {
 
 fn filters(args: &Args) -> Filters {
     Filters {
-        pid: args.pid,
-        comm: args.comm.clone(),
-        port: args.port,
+        pid: dedup(&args.pid),
+        comm: dedup(&args.comm),
+        port: dedup(&args.port),
         proto: args.proto.clone(),
     }
+}
+
+/// A list option's values without repeats, in the order given.
+fn dedup<T: PartialEq + Clone>(values: &Option<Vec<T>>) -> Option<Vec<T>> {
+    values.as_ref().map(|v| {
+        let mut out: Vec<T> = Vec::with_capacity(v.len());
+        for x in v {
+            if !out.contains(x) {
+                out.push(x.clone());
+            }
+        }
+        out
+    })
 }
 
 /// The JSON line types and detail asked for (`--only`, `--overhead-programs`).
@@ -250,7 +263,7 @@ fn report_recording(args: &Args, summary: &Summary) {
 
 fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> {
     ebtop::preflight::check_privileges()?;
-    if let Some(pid) = args.pid {
+    for pid in args.pid.iter().flatten() {
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             ebtop::diag!(
                 "ebtop: warning: no process {pid} is running: nothing is traced unless a process \

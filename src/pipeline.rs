@@ -73,7 +73,7 @@ enum Apply {
 
 /// Whether a record passes the user-space filters (live: the kernel applied them already).
 fn passes(f: &Filters, ev: &Event) -> bool {
-    f.port.is_none_or(|p| p == ev.lport || p == ev.rport) && f.selects_process(ev.pid, &ev.comm)
+    f.selects_ports(ev.lport, ev.rport) && f.selects_process(ev.pid, &ev.comm)
 }
 
 impl<S: Sink> Pipeline<S> {

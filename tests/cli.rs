@@ -63,6 +63,10 @@ fn options_that_would_do_nothing_are_refused_with_the_reason() {
         (&["--json", "--speed", "2"][..], "--speed paces"),
         (&["--only", "call"][..], "--json"),
         (&["--overhead-programs"][..], "--json"),
+        (
+            &["--json", "--port", "1,2,3,4,5", "--port", "6,7,8,9"][..],
+            "--port takes at most 8 values (given 9)",
+        ),
     ] {
         let out = ebtop().args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");

@@ -400,3 +400,63 @@ fn only_call_lines_load_no_flow_table_and_keep_calls_exact() {
     }
     assert_clean_summary(lines.last().unwrap());
 }
+
+/// `--port A,B` and repeated `--port`: calls on either port, none on a third; `-p` lists too.
+#[test]
+fn list_filters_select_any_of_their_values() {
+    require_root();
+    let servers = [
+        TestServer::start(),
+        TestServer::start(),
+        TestServer::start(),
+    ];
+    let (a, b) = (servers[0].port.to_string(), servers[1].port.to_string());
+    let ebtop = Ebtop::start(&[
+        "--json",
+        "--port",
+        &format!("{a},{b}"),
+        "--port",
+        &a,
+        "-p",
+        &format!("{},{}", std::process::id(), std::process::id()),
+    ]);
+    let meta = ebtop.collected[0].clone();
+    assert_eq!(
+        meta["filters"]["port"],
+        serde_json::json!([servers[0].port, servers[1].port]),
+        "{meta}"
+    );
+    for s in &servers {
+        let c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+        let mut w = c.try_clone().unwrap();
+        let mut r = BufReader::new(c);
+        for _ in 0..3 {
+            w.write_all(get("/").as_bytes()).unwrap();
+            assert_eq!(read_response(&mut r), (200, 12));
+        }
+    }
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    // The test process is client and (its server threads) server: both sides pass -p.
+    for s in &servers[..2] {
+        for side in ["client", "server"] {
+            let n = calls
+                .iter()
+                .filter(|c| {
+                    let port = format!(":{}", s.port);
+                    c["side"] == side
+                        && (c["local"].as_str().unwrap().ends_with(&port)
+                            || c["peer"].as_str().unwrap().ends_with(&port))
+                })
+                .count();
+            assert_eq!(n, 3, "port {} {side}: {calls:?}", s.port);
+        }
+    }
+    assert_eq!(
+        calls.len(),
+        12,
+        "nothing on port {}: {calls:?}",
+        servers[2].port
+    );
+    assert_clean_summary(lines.last().unwrap());
+}

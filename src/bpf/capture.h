@@ -19,10 +19,13 @@
 
 /* Set by user space before load. Filters run here so filtered-out traffic is never copied. */
 const volatile __u32 self_tgid = 0;
-const volatile __u32 filter_tgid = 0;
-const volatile __u16 filter_port = 0;
-const volatile bool filter_comm_on = false;
-const volatile char filter_comm[EBTOP_TASK_COMM_LEN] = {};
+/* Each filter: any of its first `*_count` values; a count of 0 lets everything through. */
+const volatile __u32 filter_tgids[EBTOP_MAX_FILTER_VALUES] = {};
+const volatile __u32 filter_tgid_count = 0;
+const volatile __u16 filter_ports[EBTOP_MAX_FILTER_VALUES] = {};
+const volatile __u32 filter_port_count = 0;
+const volatile char filter_comms[EBTOP_MAX_FILTER_VALUES][EBTOP_TASK_COMM_LEN] = {};
+const volatile __u32 filter_comm_count = 0;
 const volatile __u32 snaplen = 4096;
 /* When set, payload of every connection is delivered, not only of recognised protocols. */
 const volatile bool capture_all = false;
@@ -89,12 +92,12 @@ static __always_inline bool task_selected(__u32 tgid)
 {
 	if (tgid == self_tgid)
 		return false;
-	if (filter_tgid && tgid != filter_tgid)
+	if (filter_tgid_count && !u32_listed(tgid, filter_tgids, filter_tgid_count))
 		return false;
-	if (filter_comm_on) {
+	if (filter_comm_count) {
 		char comm[EBTOP_TASK_COMM_LEN];
 		bpf_get_current_comm(comm, sizeof(comm));
-		if (!comm_equals(comm, filter_comm))
+		if (!comm_listed(comm, filter_comms, filter_comm_count))
 			return false;
 	}
 	return true;

@@ -3,6 +3,9 @@
 #ifndef EBTOP_FILTERS_H
 #define EBTOP_FILTERS_H
 
+/* Most values of one filter (`--pid`, `--comm`, `--port`); session::MAX_FILTER_VALUES. */
+#define EBTOP_MAX_FILTER_VALUES 8
+
 /* Whether task name `comm` equals `want` (both NUL-padded, at most 16 bytes). */
 static __always_inline bool comm_equals(const char *comm, const volatile char *want)
 {
@@ -13,6 +16,42 @@ static __always_inline bool comm_equals(const char *comm, const volatile char *w
 			break;
 	}
 	return true;
+}
+
+/* Whether `v` is one of the first `n` values of `list`. */
+static __always_inline bool u32_listed(__u32 v, const volatile __u32 *list, __u32 n)
+{
+	for (int i = 0; i < EBTOP_MAX_FILTER_VALUES; i++) {
+		if (i >= n)
+			break;
+		if (list[i] == v)
+			return true;
+	}
+	return false;
+}
+
+static __always_inline bool u16_listed(__u16 v, const volatile __u16 *list, __u32 n)
+{
+	for (int i = 0; i < EBTOP_MAX_FILTER_VALUES; i++) {
+		if (i >= n)
+			break;
+		if (list[i] == v)
+			return true;
+	}
+	return false;
+}
+
+/* Whether task name `comm` is one of the first `n` names of `list`. */
+static __always_inline bool comm_listed(const char *comm,
+					const volatile char (*list)[EBTOP_TASK_COMM_LEN], __u32 n)
+{
+	for (int i = 0; i < EBTOP_MAX_FILTER_VALUES; i++) {
+		if (i >= n)
+			break;
+		if (comm_equals(comm, list[i]))
+			return true;
+	}
+	return false;
 }
 
 #endif

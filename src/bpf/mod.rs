@@ -116,6 +116,27 @@ pub fn set_comm_filter(dst: &mut [i8; 16], comm: &str) {
     }
 }
 
+/// Writes a list filter into a program's settings: the values (at most
+/// `session::MAX_FILTER_VALUES`, the command line's limit) and their count (0: no filter).
+pub fn set_list_filter<T: Copy, const N: usize>(dst: &mut [T; N], count: &mut u32, values: &[T]) {
+    let n = values.len().min(N);
+    dst[..n].copy_from_slice(&values[..n]);
+    *count = n as u32;
+}
+
+/// Writes a `--comm` list into a program's settings.
+pub fn set_comm_filters<const N: usize>(
+    dst: &mut [[i8; 16]; N],
+    count: &mut u32,
+    comms: &[String],
+) {
+    let n = comms.len().min(N);
+    for (d, c) in dst.iter_mut().zip(comms) {
+        set_comm_filter(d, c);
+    }
+    *count = n as u32;
+}
+
 /// Slot `idx` of a per-CPU array of u64 counters, one value per CPU (empty if unreadable).
 pub fn percpu_u64(map: &impl libbpf_rs::MapCore, idx: u32) -> Vec<u64> {
     map.lookup_percpu(&idx.to_ne_bytes(), libbpf_rs::MapFlags::ANY)

@@ -15,9 +15,10 @@
 char LICENSE[] SEC("license") = "GPL";
 
 /* The same process filters as sockdata.bpf.c (--pid, --comm). */
-const volatile __u32 filter_tgid = 0;
-const volatile bool filter_comm_on = false;
-const volatile char filter_comm[EBTOP_TASK_COMM_LEN] = {};
+const volatile __u32 filter_tgids[EBTOP_MAX_FILTER_VALUES] = {};
+const volatile __u32 filter_tgid_count = 0;
+const volatile char filter_comms[EBTOP_MAX_FILTER_VALUES][EBTOP_TASK_COMM_LEN] = {};
+const volatile __u32 filter_comm_count = 0;
 /* Wake the consumer only once this much waits (it also polls on a short timeout). */
 const volatile __u64 wakeup_bytes = 64 * 1024;
 
@@ -55,9 +56,9 @@ static __always_inline void count(__u32 idx)
 
 static __always_inline bool selected(__u32 tgid, const char *comm)
 {
-	if (filter_tgid && tgid != filter_tgid)
+	if (filter_tgid_count && !u32_listed(tgid, filter_tgids, filter_tgid_count))
 		return false;
-	return !filter_comm_on || comm_equals(comm, filter_comm);
+	return !filter_comm_count || comm_listed(comm, filter_comms, filter_comm_count);
 }
 
 /* The scratch record with the common fields filled, or NULL if the process is filtered out. */

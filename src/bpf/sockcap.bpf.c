@@ -329,13 +329,14 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 		flow_count_udp(sk, family, ret, dir == EBTOP_DIR_EGRESS, &dgram_peer);
 	__u64 id = bpf_get_current_pid_tgid();
 	bool selected = task_selected(id >> 32);
-	if (selected && filter_port) {
+	if (selected && filter_port_count) {
 		__u16 lport = BPF_CORE_READ(sk, __sk_common.skc_num);
 		__u16 rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
 		/* An unconnected datagram socket: the port of this datagram's peer. */
 		if (!rport && dgram_peer.family)
 			rport = dgram_peer.port;
-		selected = lport == filter_port || rport == filter_port;
+		selected = u16_listed(lport, filter_ports, filter_port_count) ||
+			   u16_listed(rport, filter_ports, filter_port_count);
 	}
 	if (!selected) {
 		/* Not captured, but its flow is listed (and filtered) by owner in user space. */

@@ -69,10 +69,11 @@ static __always_inline bool inet_socket(int fd, struct inflight *inf)
 	unsigned short family = BPF_CORE_READ(sk, __sk_common.skc_family);
 	if (family != AF_INET && family != AF_INET6)
 		return false;
-	if (filter_port) {
+	if (filter_port_count) {
 		__u16 lport = BPF_CORE_READ(sk, __sk_common.skc_num);
 		__u16 rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
-		if (lport != filter_port && rport != filter_port)
+		if (!u16_listed(lport, filter_ports, filter_port_count) &&
+		    !u16_listed(rport, filter_ports, filter_port_count))
 			return false;
 	}
 	inf->sk = (__u64)sk;

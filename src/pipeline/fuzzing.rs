@@ -268,14 +268,14 @@ fn drive_with(data: &[u8], threads: usize) -> (Outcome, Vec<u8>) {
             ..Filters::default()
         },
         2 => Filters {
-            port: (c1 & 1 == 0).then_some(8080),
-            pid: (c1 & 2 == 0).then_some(PIDS[0]),
+            port: (c1 & 1 == 0).then(|| vec![8080, 5432]),
+            pid: (c1 & 2 == 0).then(|| vec![PIDS[0]]),
             ..Filters::default()
         },
         _ => Filters {
-            comm: Some(
-                ["curl", "nginx", "", "a-name-longer-than-15-bytes"][usize::from(c1 & 3)].into(),
-            ),
+            comm: Some(vec![["curl", "nginx", "", "a-name-longer-than-15-bytes"]
+                [usize::from(c1 & 3)]
+            .into()]),
             ..Filters::default()
         },
     };

@@ -114,8 +114,12 @@ macro_rules! configure_capture {
             .as_deref_mut()
             .ok_or_else(|| anyhow!("BPF object has no .rodata section"))?;
         ro.self_tgid = std::process::id();
-        ro.filter_tgid = cfg.filters.pid.unwrap_or(0);
-        ro.filter_port = cfg.filters.port.unwrap_or(0);
+        if let Some(pids) = &cfg.filters.pid {
+            crate::bpf::set_list_filter(&mut ro.filter_tgids, &mut ro.filter_tgid_count, pids);
+        }
+        if let Some(ports) = &cfg.filters.port {
+            crate::bpf::set_list_filter(&mut ro.filter_ports, &mut ro.filter_port_count, ports);
+        }
         let protos = cfg.filters.protocols();
         if !protos.is_all() {
             // A protocol the kernel does not recognise is picked out in user space
@@ -123,9 +127,8 @@ macro_rules! configure_capture {
             // no protocol uses.
             ro.proto_mask = protos.kernel_mask().max(1);
         }
-        if let Some(comm) = &cfg.filters.comm {
-            ro.filter_comm_on = true;
-            crate::bpf::set_comm_filter(&mut ro.filter_comm, comm);
+        if let Some(comms) = &cfg.filters.comm {
+            crate::bpf::set_comm_filters(&mut ro.filter_comms, &mut ro.filter_comm_count, comms);
         }
         ro.snaplen = cfg.snaplen;
         ro.capture_all = cfg.capture_all;

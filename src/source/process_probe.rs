@@ -37,10 +37,11 @@ impl ProcessProbe {
             .rodata_data
             .as_deref_mut()
             .ok_or_else(|| anyhow!("process BPF object has no .rodata section"))?;
-        ro.filter_tgid = filters.pid.unwrap_or(0);
-        if let Some(comm) = &filters.comm {
-            ro.filter_comm_on = true;
-            crate::bpf::set_comm_filter(&mut ro.filter_comm, comm);
+        if let Some(pids) = &filters.pid {
+            crate::bpf::set_list_filter(&mut ro.filter_tgids, &mut ro.filter_tgid_count, pids);
+        }
+        if let Some(comms) = &filters.comm {
+            crate::bpf::set_comm_filters(&mut ro.filter_comms, &mut ro.filter_comm_count, comms);
         }
         let skel: &'static mut ProcsSkel<'static> =
             Box::leak(Box::new(open.load().map_err(|e| {
