@@ -5,6 +5,7 @@
 //! bytes when they arrive whole, from a bounded buffer when split over syscalls.
 
 use super::matching::InOrder;
+use super::redact;
 use super::{
     CapturedHead, L7Call, MessageSpan, Outcome, ParseDepth, ParseStats, ParserConfig, Protocol,
     ProtocolSpec, Segment, StreamParser,
@@ -252,16 +253,6 @@ fn framing(headers: &[httparse::Header]) -> Option<(Option<u64>, bool)> {
     Some((if chunked { None } else { cl }, chunked))
 }
 
-/// Header values a person reading a call must not see (credentials, session cookies).
-const SECRET_HEADERS: &[&str] = &[
-    "authorization",
-    "proxy-authorization",
-    "cookie",
-    "set-cookie",
-    "x-api-key",
-    "x-auth-token",
-];
-
 /// Up to `keep` bytes of a head of `len` bytes, with the values of secret headers replaced.
 fn capture_head(buf: &[u8], len: usize, keep: usize) -> CapturedHead {
     if keep == 0 {
@@ -269,14 +260,15 @@ fn capture_head(buf: &[u8], len: usize, keep: usize) -> CapturedHead {
     }
     let head = &buf[..len.min(buf.len())];
     let mut bytes = Vec::with_capacity(keep.min(head.len()));
-    for line in head.split_inclusive(|&b| b == b'\n') {
-        let secret = line.iter().position(|&b| b == b':').is_some_and(|colon| {
-            let name = String::from_utf8_lossy(&line[..colon]);
-            SECRET_HEADERS
-                .iter()
-                .any(|s| name.trim().eq_ignore_ascii_case(s))
-        });
-        if secret {
+    for (i, line) in head.split_inclusive(|&b| b == b'\n').enumerate() {
+        let secret = line
+            .iter()
+            .position(|&b| b == b':')
+            .is_some_and(|colon| redact::is_secret_header(&line[..colon]));
+        if i == 0 {
+            // The request line: its target's secret query values.
+            bytes.extend_from_slice(&redact::redact_request_line(line));
+        } else if secret {
             let colon = line.iter().position(|&b| b == b':').unwrap_or(0);
             bytes.extend_from_slice(&line[..=colon]);
             let value_len = line[colon + 1..].trim_ascii().len();
@@ -323,7 +315,10 @@ fn parse_head(kind: Kind, buf: &[u8], depth: ParseDepth, keep: usize) -> HeadPar
                         chunked,
                         kind: HeadKind::Request {
                             method: req.method.unwrap_or("").to_owned(),
-                            resource: lossy_cut(req.path.unwrap_or("").as_bytes(), MAX_RESOURCE),
+                            resource: lossy_cut(
+                                &redact::redact_query(req.path.unwrap_or("").as_bytes()),
+                                MAX_RESOURCE,
+                            ),
                             version: version_str(req.version),
                             host,
                         },
@@ -1470,5 +1465,24 @@ mod tests {
         let mut d = Driver::new();
         d.seg(OUT, req).seg(IN, resp);
         assert!(d.calls[0].req_head.bytes.is_empty() && d.calls[0].req_head.len == 0);
+    }
+
+    #[test]
+    fn secret_query_values_never_reach_the_resource_or_the_head() {
+        let req = b"GET /oauth/cb?code=AbC123&state=ok HTTP/1.1\r\nHost: x\r\n\r\n";
+        let resp = b"HTTP/1.1 302 Found\r\nContent-Length: 0\r\n\r\n";
+        for mut d in [Driver::keeping(4096), Driver::new()] {
+            d.seg(OUT, req).seg(IN, resp);
+            let c = &d.calls[0];
+            assert_eq!(c.resource, "/oauth/cb?code=[redacted]&state=ok");
+            let head = String::from_utf8_lossy(&c.req_head.bytes);
+            assert!(!head.contains("AbC123"), "{head}");
+        }
+        let mut d = Driver::keeping(4096);
+        d.seg(OUT, req).seg(IN, resp);
+        assert!(d.calls[0]
+            .req_head
+            .bytes
+            .starts_with(b"GET /oauth/cb?code=[redacted]&state=ok HTTP/1.1\r\nHost: x\r\n"));
     }
 }

@@ -15,6 +15,7 @@ pub mod matching;
 pub mod memcached;
 pub mod mysql;
 pub mod postgres;
+pub mod redact;
 pub mod redis;
 
 use crate::event::Direction;
