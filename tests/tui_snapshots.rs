@@ -95,6 +95,27 @@ fn call_detail() {
 }
 
 #[test]
+fn call_detail_scrolled_in_a_short_terminal() {
+    // At 20 rows a call's details do not fit: they scroll, and the title says where.
+    let mut app = app_of(FIXTURE);
+    keys(&mut app, &[KeyCode::Enter]);
+    let top = screen(&app, 100, 20);
+    keys(&mut app, &[KeyCode::Char('j')]);
+    let scrolled = screen(&app, 100, 20);
+    keys(&mut app, &[KeyCode::Char('G')]);
+    let end = screen(&app, 100, 20);
+    assert_ne!(top, scrolled);
+    assert!(top.contains("Call detail: lines 1-"), "{top}");
+    assert!(scrolled.contains("lines 2-"), "{scrolled}");
+    // Scrolling stops at the last line.
+    keys(&mut app, &[KeyCode::PageDown, KeyCode::PageDown]);
+    let paged = screen(&app, 100, 20);
+    assert_eq!(paged, end);
+    assert!(end.contains("Request head ("), "{end}");
+    insta::assert_snapshot!("call_detail_scrolled_end", end);
+}
+
+#[test]
 fn endpoints_view_interval_and_cumulative() {
     snap("endpoints", &[KeyCode::Char('2')]);
     snap(

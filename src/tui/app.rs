@@ -22,6 +22,9 @@ use crate::session::{SessionMeta, Summary};
 
 /// Calls kept for the calls view (the newest).
 pub const CALL_RING: usize = 10_000;
+/// Bytes of message heads the Calls view keeps in all; past it the oldest calls' heads go
+/// (their details say so), so memory stays bounded whatever the heads' size.
+pub const HEAD_BUDGET: usize = 8 << 20;
 /// Connections kept for the flows view (the least recently used go first).
 pub const MAX_CONNS: usize = 4096;
 pub const MIN_REFRESH: Duration = Duration::from_millis(100);
@@ -79,6 +82,12 @@ pub struct Data {
     pub flows: super::flows::FlowBoard,
     /// Latest recorded (kernel) time seen.
     pub position_ns: u64,
+    /// Bytes of the heads `calls` holds.
+    pub head_bytes: usize,
+    /// Leading entries of `calls` whose heads were dropped for `HEAD_BUDGET`.
+    heads_dropped: usize,
+    /// Calls before this arrival number had their heads dropped.
+    pub heads_dropped_before: u64,
     pub ended: Option<Box<Summary>>,
 }
 
@@ -181,6 +190,11 @@ pub fn columns(view: View, flow_table: bool) -> &'static [Column] {
     }
 }
 
+/// Bytes of kept heads a call holds.
+fn heads_len(c: &Call) -> usize {
+    c.l7.req_head.bytes.len() + c.l7.resp_head.bytes.len()
+}
+
 /// Default sort column and direction of each view.
 fn default_sort(view: View) -> (usize, bool) {
     match view {
@@ -201,6 +215,10 @@ pub struct App {
     pub drill_state: ViewState,
     /// Seq of the call whose details are open.
     pub detail: Option<u64>,
+    /// First line of the details shown (scrolled with the movement keys).
+    pub detail_scroll: u16,
+    /// The largest useful `detail_scroll`, as the last drawing found it.
+    pub detail_max_scroll: std::cell::Cell<u16>,
     pub help: bool,
     /// Typing a filter.
     pub prompt: bool,
@@ -238,6 +256,8 @@ impl App {
                 ..ViewState::default()
             },
             detail: None,
+            detail_scroll: 0,
+            detail_max_scroll: std::cell::Cell::new(0),
             help: false,
             prompt: false,
             cumulative: false,
@@ -362,9 +382,24 @@ impl App {
         conn.last_seq = seq;
         conn.comm.clone_from(&call.comm);
         if d.calls.len() >= CALL_RING {
-            d.calls.pop_front();
+            if let Some(old) = d.calls.pop_front() {
+                if d.heads_dropped > 0 {
+                    d.heads_dropped -= 1;
+                } else {
+                    d.head_bytes -= heads_len(&old.call);
+                }
+            }
         }
+        d.head_bytes += heads_len(&call);
         d.calls.push_back(CallEntry { seq, call });
+        while d.head_bytes > HEAD_BUDGET && d.heads_dropped < d.calls.len() {
+            let e = &mut d.calls[d.heads_dropped];
+            d.head_bytes -= heads_len(&e.call);
+            e.call.l7.req_head.bytes = Vec::new();
+            e.call.l7.resp_head.bytes = Vec::new();
+            d.heads_dropped += 1;
+            d.heads_dropped_before = e.seq + 1;
+        }
     }
 
     fn state(&self) -> &ViewState {
@@ -505,7 +540,10 @@ impl App {
             st.index = i;
         }
         match self.view {
-            View::Calls => self.detail = key.parse().ok(),
+            View::Calls => {
+                self.detail = key.parse().ok();
+                self.detail_scroll = 0;
+            }
             View::Endpoints => {
                 let d = self.shown();
                 let eps: &[EndpointSnapshot] = if self.cumulative {
@@ -584,11 +622,23 @@ impl App {
             KeyCode::Char('?') | KeyCode::F(1) => self.help = true,
             KeyCode::Esc | KeyCode::Backspace => return self.back(),
             _ if self.detail.is_some() => {
-                if key.code == KeyCode::Enter {
-                    self.detail = None;
-                    return Action::Redraw;
-                }
-                return Action::None;
+                let max = self.detail_max_scroll.get();
+                let page = u16::try_from(self.page_rows).unwrap_or(u16::MAX);
+                let s = self.detail_scroll;
+                self.detail_scroll = match key.code {
+                    KeyCode::Enter => {
+                        self.detail = None;
+                        return Action::Redraw;
+                    }
+                    KeyCode::Up | KeyCode::Char('k') => s.saturating_sub(1),
+                    KeyCode::Down | KeyCode::Char('j') => s.saturating_add(1).min(max),
+                    KeyCode::PageUp => s.saturating_sub(page),
+                    KeyCode::PageDown => s.saturating_add(page).min(max),
+                    KeyCode::Home | KeyCode::Char('g') => 0,
+                    KeyCode::End | KeyCode::Char('G') => max,
+                    _ => return Action::None,
+                };
+                return Action::Redraw;
             }
             KeyCode::Tab => self.switch_view(View::ALL[(self.view.index() + 1) % 4]),
             KeyCode::BackTab => self.switch_view(View::ALL[(self.view.index() + 3) % 4]),
@@ -870,5 +920,42 @@ mod tests {
         assert!(d.find_call(4).is_none());
         assert!(d.find_call(5).is_some());
         assert_eq!(d.total_calls(), CALL_RING as u64 + 5);
+    }
+
+    #[test]
+    fn kept_heads_stay_within_their_budget_oldest_dropped_first() {
+        let mut call = msgs()
+            .into_iter()
+            .find_map(|m| match m {
+                UiMsg::Calls(c) => c.into_iter().next(),
+                _ => None,
+            })
+            .unwrap();
+        let head = 1 << 20;
+        call.l7.req_head.bytes = vec![b'a'; head];
+        call.l7.resp_head.bytes = vec![b'b'; head / 2];
+        let per_call = head + head / 2;
+        let mut app = App::new("t", Duration::from_secs(1), true);
+        app.apply(UiMsg::Calls(vec![call.clone(); 10]));
+        let fit = HEAD_BUDGET / per_call;
+        let d = app.shown();
+        assert!(d.head_bytes <= HEAD_BUDGET);
+        assert_eq!(d.head_bytes, fit * per_call);
+        assert_eq!(d.heads_dropped_before, (10 - fit) as u64);
+        let kept: Vec<bool> = d
+            .calls
+            .iter()
+            .map(|e| !e.call.l7.req_head.bytes.is_empty())
+            .collect();
+        assert_eq!(kept.iter().filter(|k| **k).count(), fit);
+        assert!(
+            kept[10 - fit..].iter().all(|k| *k),
+            "the newest keep theirs"
+        );
+        // Calls leaving the ring give their bytes back.
+        call.l7.req_head.bytes = Vec::new();
+        call.l7.resp_head.bytes = Vec::new();
+        app.apply(UiMsg::Calls(vec![call; CALL_RING]));
+        assert_eq!(app.shown().head_bytes, 0);
     }
 }

@@ -23,7 +23,7 @@ pub const KEYS: &[KeyHelp] = &[
     },
     KeyHelp {
         keys: &["Up", "Down", "j", "k"],
-        action: "move the selection",
+        action: "move the selection; in call details: scroll",
     },
     KeyHelp {
         keys: &["PgUp", "PgDn"],

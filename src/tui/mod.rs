@@ -416,9 +416,10 @@ pub fn run_ui(
 
 /// Replays a recording (as fast as possible) through a pipeline with a [`TuiSink`] and returns
 /// what the UI would have received: for tests and for rendering a recording without a terminal.
-/// Bytes of each request and response head the TUI keeps for the call details (×2 per call,
-/// for up to `app::CALL_RING` calls: at most ~10 MiB).
-pub const KEEP_HEAD_BYTES: usize = 512;
+/// Bytes of each request and response head the TUI keeps for the call details: the whole
+/// captured head (the largest snaplen). What the Calls view holds in all is bounded by
+/// `app::HEAD_BUDGET`.
+pub const KEEP_HEAD_BYTES: usize = 16384;
 
 pub fn collect_replay(path: &std::path::Path) -> anyhow::Result<Vec<UiMsg>> {
     let mut reader = crate::record::reader::open(path)?;

@@ -198,7 +198,7 @@ fn view_title(app: &App, shown: usize) -> String {
                 None => "Calls".to_owned(),
             };
             format!(
-                "{what}: {shown} of the last {}  ! 5xx  * slow (>= {} ms)",
+                "{what}: {shown} of the last {}  ! 5xx  ? 4xx  * slow (>= {} ms)",
                 d.calls.len(),
                 SLOW_NS / 1_000_000
             )
@@ -454,9 +454,13 @@ fn call_detail_lines(app: &App, c: &Call, seq: u64) -> Vec<Line<'static>> {
             l7.version
         ),
         format!(
-            "Status     {}  ({:?})",
+            "Status     {}  ({})",
             super::table::status_text(l7),
-            l7.outcome
+            match l7.outcome {
+                crate::protocols::Outcome::Ok => "ok",
+                crate::protocols::Outcome::ClientError => "client error",
+                crate::protocols::Outcome::ServerError => "server error",
+            }
         ),
         format!(
             "Latency    {:.3} ms   started {} UTC",
@@ -483,17 +487,22 @@ fn call_detail_lines(app: &App, c: &Call, seq: u64) -> Vec<Line<'static>> {
     for (k, val) in &l7.details {
         v.push(format!("Detail     {k}: {val}"));
     }
+    let dropped = seq < app.shown().heads_dropped_before;
     for (what, head, body) in [
         ("Request", &l7.req_head, l7.req.bytes),
         ("Response", &l7.resp_head, l7.resp.bytes),
     ] {
-        v.extend(head_lines(what, head, body));
+        if dropped && head.bytes.is_empty() && head.len > 0 {
+            v.push(format!(
+                "{what:<10} head dropped: the Calls view keeps {} MiB of heads, newest first",
+                super::app::HEAD_BUDGET >> 20
+            ));
+        } else {
+            v.extend(head_lines(what, head, body));
+        }
     }
     v.into_iter().map(Line::from).collect()
 }
-
-/// Lines of a captured head shown at most.
-const HEAD_LINES: usize = 12;
 
 /// A message head as captured: text (control bytes escaped) or, if it is not text, hex;
 /// what was cut or not captured is said.
@@ -547,11 +556,7 @@ fn head_lines(what: &str, head: &crate::protocols::CapturedHead, msg_bytes: u64)
             })
             .collect()
     };
-    let more = body.len().saturating_sub(HEAD_LINES);
-    v.extend(body.into_iter().take(HEAD_LINES));
-    if more > 0 {
-        v.push(format!("  ... {more} more line(s)"));
-    }
+    v.extend(body);
     v
 }
 
@@ -563,15 +568,37 @@ fn draw_detail(f: &mut Frame, app: &App, area: Rect) {
         Some(c) => call_detail_lines(app, c, seq),
         None => vec![Line::from("This call is no longer in the buffer.")],
     };
-    let r = popup(area, 96, lines.len() as u16 + 2);
+    let inner_w = usize::from(area.width.min(96).saturating_sub(2)).max(1);
+    // Rows the lines take once wrapped.
+    let rows: usize = lines
+        .iter()
+        .map(|l| l.width().max(1).div_ceil(inner_w))
+        .sum();
+    let r = popup(area, 96, u16::try_from(rows + 2).unwrap_or(u16::MAX));
+    let visible = usize::from(r.height.saturating_sub(2));
+    let max = u16::try_from(rows.saturating_sub(visible)).unwrap_or(u16::MAX);
+    app.detail_max_scroll.set(max);
+    let scroll = app.detail_scroll.min(max);
+    let title = if max > 0 {
+        format!(
+            " Call detail: lines {}-{} of {rows} (↑↓ PgUp PgDn g G scroll, Esc: back) ",
+            scroll + 1,
+            (usize::from(scroll) + visible).min(rows)
+        )
+    } else {
+        " Call detail (Esc: back) ".to_owned()
+    };
     f.render_widget(Clear, r);
     f.render_widget(
-        Paragraph::new(lines).wrap(Wrap { trim: false }).block(
-            Block::default()
-                .borders(Borders::ALL)
-                .title(" Call detail (Esc: back) ")
-                .style(style(app, Style::new())),
-        ),
+        Paragraph::new(lines)
+            .wrap(Wrap { trim: false })
+            .scroll((scroll, 0))
+            .block(
+                Block::default()
+                    .borders(Borders::ALL)
+                    .title(title)
+                    .style(style(app, Style::new())),
+            ),
         r,
     );
 }
