@@ -116,18 +116,31 @@ fn call_detail_scrolled_in_a_short_terminal() {
 }
 
 #[test]
-fn endpoints_view_interval_and_cumulative() {
+fn endpoints_view_windows() {
+    // Default: the last 10 s; c cycles 1 min, since the start, the last interval.
     snap("endpoints", &[KeyCode::Char('2')]);
     snap(
         "endpoints_cumulative",
-        &[KeyCode::Char('2'), KeyCode::Char('c')],
+        &[KeyCode::Char('2'), KeyCode::Char('c'), KeyCode::Char('c')],
+    );
+    snap(
+        "endpoints_interval",
+        &[
+            KeyCode::Char('2'),
+            KeyCode::Char('c'),
+            KeyCode::Char('c'),
+            KeyCode::Char('c'),
+        ],
     );
 }
 
 #[test]
 fn endpoint_drill_down() {
     use KeyCode::*;
-    snap("drill_down", &[Char('2'), Char('c'), Down, Down, Enter]);
+    snap(
+        "drill_down",
+        &[Char('2'), Char('c'), Char('c'), Down, Down, Enter],
+    );
 }
 
 #[test]

@@ -130,6 +130,15 @@ fn clamp_latency(ns: u64) -> (u64, bool) {
     (v, v != ns)
 }
 
+/// One past interval of a row, kept for rolling windows: its counters and its latency
+/// histogram's non-empty buckets (value, count) — a few dozen entries, not 11 KiB.
+struct Recent {
+    /// `elapsed_ns` of the table when the interval ended.
+    end_ns: u64,
+    counts: Counts,
+    buckets: Vec<(u64, u64)>,
+}
+
 struct Row {
     interval: Counts,
     /// Interval latencies; dropped after an interval without calls so idle rows cost only
@@ -139,6 +148,8 @@ struct Row {
     total_hist: Box<Histogram<u32>>,
     /// Distinct keys folded into this row (only on "other" rows).
     folded_keys: Option<DistinctCounter>,
+    /// Its intervals with calls in the last `history_ns` of the table, oldest first.
+    recent: std::collections::VecDeque<Recent>,
 }
 
 impl Row {
@@ -149,6 +160,7 @@ impl Row {
             total: Counts::default(),
             total_hist: Box::new(new_histogram()),
             folded_keys: folded.then(DistinctCounter::default),
+            recent: Default::default(),
         }
     }
 
@@ -171,11 +183,31 @@ impl Row {
             .saturating_record(v);
     }
 
-    /// Moves the interval into the since-start totals.
-    fn roll_interval(&mut self) {
+    /// Moves the interval (ending at `end_ns` of the table's time) into the since-start
+    /// totals, and into the recent intervals if the table keeps `history_ns` of them.
+    fn roll_interval(&mut self, end_ns: u64, history_ns: u64) {
+        while self
+            .recent
+            .front()
+            .is_some_and(|r| r.end_ns.saturating_add(history_ns) <= end_ns)
+        {
+            self.recent.pop_front();
+        }
         if self.interval.calls == 0 {
             self.interval_hist = None;
             return;
+        }
+        if history_ns > 0 {
+            let buckets = self.interval_hist.as_deref().map_or(Vec::new(), |h| {
+                h.iter_recorded()
+                    .map(|v| (v.value_iterated_to(), v.count_at_value() as u64))
+                    .collect()
+            });
+            self.recent.push_back(Recent {
+                end_ns,
+                counts: self.interval,
+                buckets,
+            });
         }
         self.total.add(&self.interval);
         self.interval = Counts::default();
@@ -192,6 +224,11 @@ impl Row {
             h.distinct_values() * std::mem::size_of::<u32>() + std::mem::size_of::<Histogram<u32>>()
         };
         std::mem::size_of::<Row>()
+            + self
+                .recent
+                .iter()
+                .map(|r| std::mem::size_of::<Recent>() + r.buckets.capacity() * 16)
+                .sum::<usize>()
             + hist(&self.total_hist)
             + self.interval_hist.as_deref().map_or(0, hist)
             + self
@@ -266,6 +303,8 @@ pub struct EndpointTable {
     folded_keys: DistinctCounter,
     /// Sum of the intervals ended so far: the period `cumulative` covers.
     elapsed_ns: u64,
+    /// How far back rows keep their intervals for [`EndpointTable::window`] (0: not at all).
+    history_ns: u64,
 }
 
 impl Default for EndpointTable {
@@ -286,7 +325,49 @@ impl EndpointTable {
             folded_calls: 0,
             folded_keys: DistinctCounter::default(),
             elapsed_ns: 0,
+            history_ns: 0,
         }
+    }
+
+    /// Keeps each row's intervals of the last `history_ns` for rolling windows (the terminal
+    /// UI's; JSON lines report intervals and need none).
+    pub fn with_history(mut self, history_ns: u64) -> EndpointTable {
+        self.history_ns = history_ns;
+        self
+    }
+
+    /// Every row over the intervals that ended in the last `window_ns` (at most the history
+    /// kept; since the start if less has passed), busiest first. Percentiles come from the
+    /// merged buckets of those intervals: as exact as an interval's.
+    pub fn window(&self, window_ns: u64) -> Vec<EndpointSnapshot> {
+        let window_ns = window_ns.min(self.history_ns);
+        let since = self.elapsed_ns.saturating_sub(window_ns);
+        let period_ns = window_ns.min(self.elapsed_ns);
+        let mut hist: Histogram<u64> = new_histogram();
+        let endpoints = self.endpoints.iter().map(|(k, r)| (Label::Endpoint(k), r));
+        let others = self.others.iter().map(|(k, r)| (Label::Other(k), r));
+        let mut out = Vec::new();
+        for (label, row) in endpoints.chain(others) {
+            let mut counts = Counts::default();
+            hist.reset();
+            for r in row.recent.iter().filter(|r| r.end_ns > since) {
+                counts.add(&r.counts);
+                for &(v, n) in &r.buckets {
+                    hist.saturating_record_n(v, n);
+                }
+            }
+            if counts.calls > 0 {
+                out.push(snapshot(
+                    label,
+                    &counts,
+                    Some(&hist),
+                    row.folded_keys.as_ref(),
+                    period_ns,
+                ));
+            }
+        }
+        sort(&mut out);
+        out
     }
 
     pub fn max_other_rows(&self) -> usize {
@@ -370,11 +451,12 @@ impl EndpointTable {
                 ));
             }
         }
-        for row in self.endpoints.values_mut().chain(self.others.values_mut()) {
-            row.roll_interval();
-        }
         // Saturating: a recording's interval times may jump by anything.
         self.elapsed_ns = self.elapsed_ns.saturating_add(interval_ns);
+        let (end_ns, history_ns) = (self.elapsed_ns, self.history_ns);
+        for row in self.endpoints.values_mut().chain(self.others.values_mut()) {
+            row.roll_interval(end_ns, history_ns);
+        }
         sort(&mut out);
         out
     }
@@ -821,5 +903,68 @@ pub(crate) mod tests {
             growth < bytes_at_cap as u64 * 3 / 2 + (16 << 20),
             "RSS grew {growth} bytes"
         );
+    }
+
+    #[test]
+    fn rolling_windows_merge_the_last_intervals_exactly() {
+        const S: u64 = 1_000_000_000;
+        let mut r = rng(3);
+        let mut windowed = EndpointTable::default().with_history(60 * S);
+        let mut last3 = EndpointTable::default();
+        for interval in 0..8 {
+            for _ in 0..200 {
+                let ns = 1_000 + r() % 50_000_000;
+                let c = call("api", 1, "GET", "/a", ns);
+                windowed.observe(&c);
+                if interval >= 5 {
+                    last3.observe(&c);
+                }
+            }
+            windowed.end_interval(S);
+        }
+        let w = windowed.window(3 * S);
+        let whole = last3.end_interval(3 * S);
+        assert_eq!(w.len(), 1);
+        let (a, b) = (&w[0], &whole[0]);
+        assert_eq!(a.calls, 600);
+        assert_eq!(a.period_ns, 3 * S);
+        assert_eq!(
+            (
+                a.latency_p50_ns,
+                a.latency_p90_ns,
+                a.latency_p99_ns,
+                a.latency_max_ns
+            ),
+            (
+                b.latency_p50_ns,
+                b.latency_p90_ns,
+                b.latency_p99_ns,
+                b.latency_max_ns
+            )
+        );
+        assert_eq!(a.calls_per_s, b.calls_per_s);
+        // Longer than the session so far: since the start.
+        assert_eq!(windowed.window(60 * S)[0].calls, 1600);
+        assert_eq!(windowed.window(60 * S)[0].period_ns, 8 * S);
+        // Idle intervals age a row out of the window, and out of the history.
+        for _ in 0..3 {
+            windowed.end_interval(S);
+        }
+        assert!(windowed.window(3 * S).is_empty());
+        assert_eq!(
+            windowed.window(10 * S)[0].calls,
+            1400,
+            "intervals 2..=8 of 11"
+        );
+        for _ in 0..60 {
+            windowed.end_interval(S);
+        }
+        assert!(windowed.window(60 * S).is_empty());
+        assert_eq!(windowed.cumulative()[0].calls, 1600);
+        // Without history there is no window.
+        let mut plain = EndpointTable::default();
+        plain.observe(&call("api", 1, "GET", "/a", 5_000));
+        plain.end_interval(S);
+        assert!(plain.window(10 * S).is_empty());
     }
 }

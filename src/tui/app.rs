@@ -77,6 +77,9 @@ pub struct Data {
     pub report: Option<Box<IntervalReport>>,
     /// Since-start endpoint numbers up to the last interval.
     pub cumulative: Vec<EndpointSnapshot>,
+    /// Endpoint numbers over the last 10 s and the last minute (`EndpointWindow`).
+    pub last_10s: Vec<EndpointSnapshot>,
+    pub last_1m: Vec<EndpointSnapshot>,
     pub conns: HashMap<(u32, u64), ConnEntry>,
     /// The kernel flow table's flows, from the interval reports.
     pub flows: super::flows::FlowBoard,
@@ -195,6 +198,53 @@ fn heads_len(c: &Call) -> usize {
     c.l7.req_head.bytes.len() + c.l7.resp_head.bytes.len()
 }
 
+/// The period the Endpoints view's numbers cover (`c` cycles through them). Percentiles over
+/// one short interval are a handful of samples at low rates: the default is 10 s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndpointWindow {
+    Last10s,
+    Last1m,
+    SinceStart,
+    Interval,
+}
+
+impl EndpointWindow {
+    pub fn next(self) -> EndpointWindow {
+        match self {
+            EndpointWindow::Last10s => EndpointWindow::Last1m,
+            EndpointWindow::Last1m => EndpointWindow::SinceStart,
+            EndpointWindow::SinceStart => EndpointWindow::Interval,
+            EndpointWindow::Interval => EndpointWindow::Last10s,
+        }
+    }
+
+    /// Length of a rolling window.
+    pub fn ns(self) -> u64 {
+        match self {
+            EndpointWindow::Last10s => 10_000_000_000,
+            _ => 60_000_000_000,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            EndpointWindow::Last10s => "last 10 s",
+            EndpointWindow::Last1m => "last 1 min",
+            EndpointWindow::SinceStart => "since the start",
+            EndpointWindow::Interval => "last interval",
+        }
+    }
+
+    pub fn rows(self, d: &Data) -> &[EndpointSnapshot] {
+        match self {
+            EndpointWindow::Last10s => &d.last_10s,
+            EndpointWindow::Last1m => &d.last_1m,
+            EndpointWindow::SinceStart => &d.cumulative,
+            EndpointWindow::Interval => d.report.as_ref().map_or(&[], |r| &r.endpoints),
+        }
+    }
+}
+
 /// Default sort column and direction of each view.
 fn default_sort(view: View) -> (usize, bool) {
     match view {
@@ -222,7 +272,8 @@ pub struct App {
     pub help: bool,
     /// Typing a filter.
     pub prompt: bool,
-    pub cumulative: bool,
+    /// What period the Endpoints view's numbers cover.
+    pub window: EndpointWindow,
     pub follow: bool,
     pub refresh: Duration,
     /// Rows a page holds (set from the terminal size).
@@ -260,7 +311,7 @@ impl App {
             detail_max_scroll: std::cell::Cell::new(0),
             help: false,
             prompt: false,
-            cumulative: false,
+            window: EndpointWindow::Last10s,
             follow: false,
             refresh: refresh.clamp(MIN_REFRESH, MAX_REFRESH),
             page_rows: 10,
@@ -268,7 +319,7 @@ impl App {
             no_color,
             data: Data::default(),
             frozen: None,
-            endpoints: EndpointTable::default(),
+            endpoints: EndpointTable::default().with_history(EndpointWindow::Last1m.ns()),
             raw_resources: false,
         }
     }
@@ -277,7 +328,8 @@ impl App {
     pub fn set_raw_resources(&mut self, raw: bool) {
         self.raw_resources = raw;
         self.endpoints =
-            EndpointTable::new(crate::aggregate::endpoints::DEFAULT_MAX_ENDPOINTS, raw);
+            EndpointTable::new(crate::aggregate::endpoints::DEFAULT_MAX_ENDPOINTS, raw)
+                .with_history(EndpointWindow::Last1m.ns());
     }
 
     pub fn paused(&self) -> bool {
@@ -316,6 +368,8 @@ impl App {
             UiMsg::Interval(r) => {
                 self.endpoints.end_interval(r.period_ns);
                 d.cumulative = self.endpoints.cumulative();
+                d.last_10s = self.endpoints.window(EndpointWindow::Last10s.ns());
+                d.last_1m = self.endpoints.window(EndpointWindow::Last1m.ns());
                 d.position_ns = d.position_ns.max(r.mono_ns);
                 if let Some(fr) = &r.flows {
                     d.flows.apply(fr, r.period_ns);
@@ -438,14 +492,7 @@ impl App {
                 .filter(|e| self.drill.as_ref().is_none_or(|dr| dr.matches(&e.call)))
                 .map(|e| call_row(d.meta.as_ref(), e))
                 .collect(),
-            View::Endpoints => {
-                let eps: &[EndpointSnapshot] = if self.cumulative {
-                    &d.cumulative
-                } else {
-                    d.report.as_ref().map_or(&[], |r| &r.endpoints)
-                };
-                eps.iter().map(endpoint_row).collect()
-            }
+            View::Endpoints => self.window.rows(d).iter().map(endpoint_row).collect(),
             View::Flows if d.flows.active => d.flows.rows(),
             View::Flows => d.conns.values().map(conn_row).collect(),
             View::Processes => d
@@ -546,12 +593,7 @@ impl App {
             }
             View::Endpoints => {
                 let d = self.shown();
-                let eps: &[EndpointSnapshot] = if self.cumulative {
-                    &d.cumulative
-                } else {
-                    d.report.as_ref().map_or(&[], |r| &r.endpoints)
-                };
-                if let Some(e) = eps.iter().find(|e| endpoint_key(e) == key) {
+                if let Some(e) = self.window.rows(d).iter().find(|e| endpoint_key(e) == key) {
                     self.drill = Some(Drill {
                         comm: e.comm.clone(),
                         side: e.side,
@@ -673,7 +715,7 @@ impl App {
                 st.ascending = !st.ascending;
             }
             KeyCode::Char('c') if self.view == View::Endpoints => {
-                self.cumulative = !self.cumulative;
+                self.window = self.window.next();
             }
             KeyCode::Char('f') if self.view == View::Calls => self.follow = !self.follow,
             KeyCode::Char('p') => self.set_paused(!self.paused()),

@@ -55,7 +55,7 @@ pub const KEYS: &[KeyHelp] = &[
     },
     KeyHelp {
         keys: &["c"],
-        action: "endpoints: interval / cumulative numbers",
+        action: "endpoints: numbers over 10 s / 1 min / since start / the interval",
     },
     KeyHelp {
         keys: &["f"],

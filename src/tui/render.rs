@@ -204,15 +204,18 @@ fn view_title(app: &App, shown: usize) -> String {
             )
         }
         View::Endpoints => {
-            let period = if app.cumulative {
-                "since the start".to_owned()
-            } else {
-                match &d.report {
-                    Some(r) => format!("last interval ({:.2}s)", r.period_ns as f64 / 1e9),
-                    None => "no interval yet".to_owned(),
+            use super::app::EndpointWindow;
+            let period = match (app.window, &d.report) {
+                (_, None) => "no interval yet".to_owned(),
+                (EndpointWindow::Interval, Some(r)) => {
+                    format!("last interval ({:.2}s)", r.period_ns as f64 / 1e9)
                 }
+                (w, Some(_)) => w.label().to_owned(),
             };
-            format!("Endpoints, {period}: {shown}  (c: interval/cumulative, Enter: calls)")
+            format!(
+                "Endpoints, {period}: {shown}  (c: 10 s / 1 min / since start / interval, \
+                 Enter: calls)"
+            )
         }
         View::Flows if d.flows.active => {
             let (open, ended) = d.flows.counts();
