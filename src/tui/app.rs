@@ -198,6 +198,15 @@ fn heads_len(c: &Call) -> usize {
     c.l7.req_head.bytes.len() + c.l7.resp_head.bytes.len()
 }
 
+/// The Calls view's state as its title says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Following {
+    /// The selection stays on the newest call.
+    Newest,
+    /// The selection stays on its call; `newer` calls arrived above it.
+    Held { newer: usize },
+}
+
 /// The period the Endpoints view's numbers cover (`c` cycles through them). Percentiles over
 /// one short interval are a handful of samples at low rates: the default is 10 s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -265,6 +274,9 @@ pub struct App {
     pub drill_state: ViewState,
     /// Seq of the call whose details are open.
     pub detail: Option<u64>,
+    /// (view, key) of the selected row as last drawn: Enter opens what the user sees, even
+    /// when calls arrived since the screen was drawn.
+    pub drawn_selection: std::cell::RefCell<Option<(View, String)>>,
     /// First line of the details shown (scrolled with the movement keys).
     pub detail_scroll: u16,
     /// The largest useful `detail_scroll`, as the last drawing found it.
@@ -307,6 +319,7 @@ impl App {
                 ..ViewState::default()
             },
             detail: None,
+            drawn_selection: Default::default(),
             detail_scroll: 0,
             detail_max_scroll: std::cell::Cell::new(0),
             help: false,
@@ -530,6 +543,25 @@ impl App {
         rows
     }
 
+    /// Whether the Calls view follows the newest call, or holds a row with `newer` calls
+    /// above it (None outside the Calls view).
+    pub fn calls_follow(&self, rows: &[Row]) -> Option<Following> {
+        if self.view != View::Calls {
+            return None;
+        }
+        if self.follow || self.state().selected.is_none() {
+            return Some(Following::Newest);
+        }
+        let held: u64 = self
+            .selected_index(rows)
+            .and_then(|i| rows[i].key.parse().ok())?;
+        let newer = rows
+            .iter()
+            .filter(|r| r.key.parse::<u64>().is_ok_and(|s| s > held))
+            .count();
+        Some(Following::Held { newer })
+    }
+
     /// Index of the selected row in `rows`.
     pub fn selected_index(&self, rows: &[Row]) -> Option<usize> {
         if rows.is_empty() {
@@ -557,6 +589,17 @@ impl App {
         }
     }
 
+    /// Back to the top row; in the Calls view that follows the newest call again.
+    fn to_top(&mut self) {
+        if self.view == View::Calls {
+            let st = self.state_mut();
+            st.selected = None;
+            st.index = 0;
+        } else {
+            self.move_selection(|_, _| 0);
+        }
+    }
+
     fn move_selection(&mut self, to: impl FnOnce(usize, usize) -> usize) {
         let rows = self.rows();
         let Some(cur) = self.selected_index(&rows) else {
@@ -577,7 +620,11 @@ impl App {
 
     fn enter(&mut self) {
         let rows = self.rows();
-        let Some(i) = self.selected_index(&rows) else {
+        let drawn = self.drawn_selection.borrow().clone();
+        let on_screen = drawn
+            .filter(|(v, _)| *v == self.view)
+            .and_then(|(_, k)| rows.iter().position(|r| r.key == k));
+        let Some(i) = on_screen.or_else(|| self.selected_index(&rows)) else {
             return;
         };
         let key = rows[i].key.clone();
@@ -634,6 +681,10 @@ impl App {
         let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
         if ctrl && key.code == KeyCode::Char('c') {
             return Action::Quit;
+        }
+        if key.code != KeyCode::Enter {
+            // Whatever this key changes, Enter then means the selection it leaves.
+            self.drawn_selection.replace(None);
         }
         if self.prompt {
             let st = self.state_mut();
@@ -697,7 +748,7 @@ impl App {
                 let p = self.page_rows;
                 self.move_selection(|i, _| i + p);
             }
-            KeyCode::Home | KeyCode::Char('g') => self.move_selection(|_, _| 0),
+            KeyCode::Home | KeyCode::Char('g') => self.to_top(),
             KeyCode::End | KeyCode::Char('G') => self.move_selection(|_, n| n.saturating_sub(1)),
             KeyCode::Enter => self.enter(),
             KeyCode::Char('/') => self.prompt = true,
@@ -999,5 +1050,45 @@ mod tests {
         call.l7.resp_head.bytes = Vec::new();
         app.apply(UiMsg::Calls(vec![call; CALL_RING]));
         assert_eq!(app.shown().head_bytes, 0);
+    }
+
+    #[test]
+    fn calls_follow_the_newest_until_a_row_is_held_and_enter_opens_what_was_drawn() {
+        let calls: Vec<Call> = msgs()
+            .into_iter()
+            .filter_map(|m| match m {
+                UiMsg::Calls(c) => Some(c),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        let mut app = App::new("t", Duration::from_secs(1), true);
+        app.apply(UiMsg::Calls(calls[..10].to_vec()));
+        let rows = app.rows();
+        assert_eq!(app.calls_follow(&rows), Some(Following::Newest));
+        // The screen shows call 9 selected; two calls arrive before Enter is pressed.
+        app.drawn_selection
+            .replace(Some((View::Calls, rows[0].key.clone())));
+        app.apply(UiMsg::Calls(calls[10..12].to_vec()));
+        key(&mut app, KeyCode::Enter);
+        assert_eq!(app.detail, Some(9), "the call on screen, not the newest");
+        key(&mut app, KeyCode::Esc);
+        // Moving down holds that row; newer calls are counted above it.
+        key(&mut app, KeyCode::Down);
+        app.apply(UiMsg::Calls(calls[12..15].to_vec()));
+        let rows = app.rows();
+        let held = app.calls_follow(&rows);
+        assert!(
+            matches!(held, Some(Following::Held { newer }) if newer >= 4),
+            "{held:?}"
+        );
+        // g follows again.
+        key(&mut app, KeyCode::Char('g'));
+        let rows = app.rows();
+        assert_eq!(app.calls_follow(&rows), Some(Following::Newest));
+        assert_eq!(app.selected_index(&rows), Some(0));
+        app.apply(UiMsg::Calls(calls[15..16].to_vec()));
+        let rows = app.rows();
+        assert_eq!(rows[app.selected_index(&rows).unwrap()].key, "15");
     }
 }

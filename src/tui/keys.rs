@@ -31,7 +31,7 @@ pub const KEYS: &[KeyHelp] = &[
     },
     KeyHelp {
         keys: &["g", "G", "Home", "End"],
-        action: "first / last row",
+        action: "first row (calls: follow the newest again) / last row",
     },
     KeyHelp {
         keys: &["Enter"],

@@ -188,17 +188,23 @@ fn flow_panel(app: &App) -> Vec<Line<'static>> {
     ]
 }
 
-fn view_title(app: &App, shown: usize) -> String {
+fn view_title(app: &App, rows: &[super::table::Row]) -> String {
     let d = app.shown();
+    let shown = rows.len();
     match app.view {
         View::Calls => {
             let what = match &app.drill {
                 Some(dr) => format!("Calls of {} (Backspace: back)", dr.label()),
-                None if app.follow => "Calls, following the newest".to_owned(),
                 None => "Calls".to_owned(),
             };
+            let state = match app.calls_follow(rows) {
+                Some(super::app::Following::Held { newer }) => {
+                    format!("[HELD, {newer} newer: g follows]")
+                }
+                _ => "[FOLLOW]".to_owned(),
+            };
             format!(
-                "{what}: {shown} of the last {}  ! 5xx  ? 4xx  * slow (>= {} ms)",
+                "{what} {state}: {shown} of the last {}  ! 5xx  ? 4xx  * slow (>= {} ms)",
                 d.calls.len(),
                 SLOW_NS / 1_000_000
             )
@@ -239,11 +245,9 @@ fn view_title(app: &App, shown: usize) -> String {
 fn draw_table(f: &mut Frame, app: &App, area: Rect) {
     let rows = app.rows();
     let sel = app.selected_index(&rows);
+    *app.drawn_selection.borrow_mut() = sel.map(|i| (app.view, rows[i].key.clone()));
     let [title, table] = Layout::vertical([Constraint::Length(1), Constraint::Min(1)]).areas(area);
-    f.render_widget(
-        Paragraph::new(Line::from(view_title(app, rows.len()))),
-        title,
-    );
+    f.render_widget(Paragraph::new(Line::from(view_title(app, &rows))), title);
     let cols = app.columns();
     let fitted = fit(cols, area.width);
     let st = app.view_state();
