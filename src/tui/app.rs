@@ -590,7 +590,7 @@ impl App {
     }
 
     /// Back to the top row; in the Calls view that follows the newest call again.
-    fn to_top(&mut self) {
+    fn select_top(&mut self) {
         if self.view == View::Calls {
             let st = self.state_mut();
             st.selected = None;
@@ -748,7 +748,7 @@ impl App {
                 let p = self.page_rows;
                 self.move_selection(|i, _| i + p);
             }
-            KeyCode::Home | KeyCode::Char('g') => self.to_top(),
+            KeyCode::Home | KeyCode::Char('g') => self.select_top(),
             KeyCode::End | KeyCode::Char('G') => self.move_selection(|_, n| n.saturating_sub(1)),
             KeyCode::Enter => self.enter(),
             KeyCode::Char('/') => self.prompt = true,
