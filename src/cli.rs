@@ -171,6 +171,10 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Depth::Full)]
     pub depth: Depth,
 
+    /// Terminal UI: times in UTC instead of the local time zone (TZ, else /etc/localtime).
+    #[arg(long)]
+    pub utc: bool,
+
     /// Terminal UI without colours (also when the NO_COLOR environment variable is set).
     #[arg(long)]
     pub no_color: bool,

@@ -40,6 +40,63 @@ pub fn rfc3339(unix_ns: i64) -> String {
     humantime::format_rfc3339_nanos(t).to_string()
 }
 
+/// A time zone as shown: its offset from UTC and its abbreviation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Zone {
+    pub offset_s: i64,
+    pub name: String,
+}
+
+impl Zone {
+    pub fn utc() -> Zone {
+        Zone {
+            offset_s: 0,
+            name: "UTC".to_owned(),
+        }
+    }
+
+    /// The local zone (`TZ`, else /etc/localtime) at Unix time `unix_s`; UTC if the C
+    /// library cannot say.
+    pub fn local_at(unix_s: i64) -> Zone {
+        // SAFETY: an all-zero `tm` is a valid value for localtime_r to overwrite.
+        let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+        let t: libc::time_t = unix_s;
+        // SAFETY: `t` and `tm` are valid for the call; localtime_r is thread-safe and
+        // reads TZ itself (tzset).
+        let ok = unsafe { !libc::localtime_r(&t, &mut tm).is_null() };
+        if !ok {
+            return Zone::utc();
+        }
+        let name = if tm.tm_zone.is_null() {
+            String::new()
+        } else {
+            // SAFETY: tm_zone points to a NUL-terminated name owned by the C library.
+            unsafe { std::ffi::CStr::from_ptr(tm.tm_zone) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        Zone {
+            offset_s: tm.tm_gmtoff,
+            name: if name.is_empty() {
+                format!("UTC{:+}", tm.tm_gmtoff / 3600)
+            } else {
+                name
+            },
+        }
+    }
+
+    /// `YYYY-MM-DD HH:MM:SS.mmm` of Unix time `unix_ns` in this zone.
+    pub fn date_time(&self, unix_ns: i64) -> String {
+        let shifted = unix_ns.saturating_add(self.offset_s.saturating_mul(1_000_000_000));
+        let s = rfc3339(shifted);
+        // 2026-11-23T22:48:28.123456789Z → 2026-11-23 22:48:28.123
+        match (s.get(..10), s.get(11..23)) {
+            (Some(d), Some(t)) => format!("{d} {t}"),
+            _ => s,
+        }
+    }
+}
+
 /// Converts monotonic timestamps with a fixed offset (live: measured now; replay: recorded).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WallClock {

@@ -141,6 +141,7 @@ fn tui_session(args: &Args, stop: &Arc<AtomicBool>) -> Result<()> {
         live: !replay,
         paused,
         raw_resources: args.raw_resources,
+        utc: args.utc,
     };
     std::thread::scope(|s| {
         let collector = s.spawn(|| {

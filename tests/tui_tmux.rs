@@ -51,7 +51,7 @@ fn tui_in_tmux_views_sort_filter_drill_pause_quit() {
     // Sort the calls by the next column.
     t.keys(&["1", ">"]);
     let s = t.wait_for("sort PROCESS/PID");
-    assert!(s.contains("PROCESS/PID↓"), "{s}");
+    assert!(s.contains("PROCESS/PID↑"), "text sorts A→Z first: {s}");
 
     // Filter: only calls whose row mentions "users".
     t.literal("/users");
@@ -144,4 +144,22 @@ fn tui_in_tmux_sigterm_restores_the_terminal() {
         !s.contains("[1 Calls]"),
         "the UI is gone from the screen:\n{s}"
     );
+}
+
+#[test]
+fn times_are_local_with_the_date_and_utc_on_request() {
+    // A POSIX TZ needs no zone files: 5 hours behind UTC, named EST.
+    let t = Tmux::new();
+    t.start_ebtop_with_env("TZ=EST5", &format!("-r '{FIXTURE}' --speed 1000"));
+    let s = t.wait("the replay's end", |s| s.contains("[ENDED]"));
+    assert!(s.contains("at 2026-11-21 21:02:27.584 EST"), "{s}");
+    t.keys(&["q"]);
+    t.wait_for("ebtop exited 0");
+
+    let t = Tmux::new();
+    t.start_ebtop_with_env("TZ=EST5", &format!("-r '{FIXTURE}' --speed 1000 --utc"));
+    let s = t.wait("the replay's end", |s| s.contains("[ENDED]"));
+    assert!(s.contains("at 2026-11-22 02:02:27.584 UTC"), "{s}");
+    t.keys(&["q"]);
+    t.wait_for("ebtop exited 0");
 }

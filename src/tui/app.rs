@@ -10,7 +10,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use super::table::{
     call_row, conn_row, endpoint_key, endpoint_row, process_row, CallEntry, Column, ConnEntry, Row,
-    CALL_COLUMNS, CONN_COLUMNS, ENDPOINT_COLUMNS, PROCESS_COLUMNS,
+    SortVal, CALL_COLUMNS, CONN_COLUMNS, ENDPOINT_COLUMNS, PROCESS_COLUMNS,
 };
 use super::UiMsg;
 use crate::aggregate::endpoints::OTHER_RESOURCE;
@@ -274,6 +274,8 @@ pub struct App {
     pub drill_state: ViewState,
     /// Seq of the call whose details are open.
     pub detail: Option<u64>,
+    /// The time zone times are shown in (local unless `--utc`; tests: UTC).
+    pub zone: crate::clock::Zone,
     /// (view, key) of the selected row as last drawn: Enter opens what the user sees, even
     /// when calls arrived since the screen was drawn.
     pub drawn_selection: std::cell::RefCell<Option<(View, String)>>,
@@ -320,6 +322,7 @@ impl App {
             },
             detail: None,
             drawn_selection: Default::default(),
+            zone: crate::clock::Zone::utc(),
             detail_scroll: 0,
             detail_max_scroll: std::cell::Cell::new(0),
             help: false,
@@ -503,7 +506,7 @@ impl App {
                 .calls
                 .iter()
                 .filter(|e| self.drill.as_ref().is_none_or(|dr| dr.matches(&e.call)))
-                .map(|e| call_row(d.meta.as_ref(), e))
+                .map(|e| call_row(d.meta.as_ref(), &self.zone, e))
                 .collect(),
             View::Endpoints => self.window.rows(d).iter().map(endpoint_row).collect(),
             View::Flows if d.flows.active => d.flows.rows(),
@@ -753,13 +756,22 @@ impl App {
             KeyCode::Enter => self.enter(),
             KeyCode::Char('/') => self.prompt = true,
             KeyCode::Char('<') | KeyCode::Char('>') => {
-                let n = self.columns().len();
-                let st = self.state_mut();
-                st.sort_col = if key.code == KeyCode::Char('>') {
-                    (st.sort_col + 1) % n
+                let cols = self.columns();
+                let n = cols.len();
+                let cur = self.state().sort_col;
+                let col = if key.code == KeyCode::Char('>') {
+                    (cur + 1) % n
                 } else {
-                    (st.sort_col + n - 1) % n
+                    (cur + n - 1) % n
                 };
+                // Text sorts A→Z first, numbers largest first (as htop does).
+                let text = match self.build_rows().first().and_then(|r| r.sort.get(col)) {
+                    Some(v) => matches!(v, SortVal::Text(_)),
+                    None => !cols[col].right,
+                };
+                let st = self.state_mut();
+                st.sort_col = col;
+                st.ascending = text;
             }
             KeyCode::Char('I') => {
                 let st = self.state_mut();
@@ -786,7 +798,6 @@ impl App {
 mod tests {
     use super::*;
     use crate::tui::collect_replay;
-    use crate::tui::table::SortVal;
 
     const FIXTURE: &str = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -1067,11 +1078,17 @@ mod tests {
         let rows = app.rows();
         assert_eq!(app.calls_follow(&rows), Some(Following::Newest));
         // The screen shows call 9 selected; two calls arrive before Enter is pressed.
+        let drawn: u64 = rows[0].key.parse().unwrap();
         app.drawn_selection
             .replace(Some((View::Calls, rows[0].key.clone())));
         app.apply(UiMsg::Calls(calls[10..12].to_vec()));
+        assert_ne!(app.rows()[0].key, rows[0].key, "newer calls on top now");
         key(&mut app, KeyCode::Enter);
-        assert_eq!(app.detail, Some(9), "the call on screen, not the newest");
+        assert_eq!(
+            app.detail,
+            Some(drawn),
+            "the call on screen, not the newest"
+        );
         key(&mut app, KeyCode::Esc);
         // Moving down holds that row; newer calls are counted above it.
         key(&mut app, KeyCode::Down);
@@ -1089,6 +1106,10 @@ mod tests {
         assert_eq!(app.selected_index(&rows), Some(0));
         app.apply(UiMsg::Calls(calls[15..16].to_vec()));
         let rows = app.rows();
-        assert_eq!(rows[app.selected_index(&rows).unwrap()].key, "15");
+        assert_eq!(
+            app.selected_index(&rows),
+            Some(0),
+            "the newest start on top"
+        );
     }
 }

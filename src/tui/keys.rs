@@ -47,7 +47,7 @@ pub const KEYS: &[KeyHelp] = &[
     },
     KeyHelp {
         keys: &["<", ">"],
-        action: "choose the sort column",
+        action: "choose the sort column (text A→Z first, numbers largest first)",
     },
     KeyHelp {
         keys: &["I"],

@@ -295,6 +295,8 @@ pub struct UiOptions {
     pub paused: Arc<AtomicBool>,
     /// Endpoints keyed on raw resources (`--raw-resources`).
     pub raw_resources: bool,
+    /// Times in UTC instead of the local zone (`--utc`).
+    pub utc: bool,
 }
 
 pub use terminal::{restore_terminal, TerminalGuard};
@@ -315,6 +317,9 @@ pub fn run_ui(
     let mut term = ratatui::Terminal::new(backend)?;
     let mut app = App::new(&opts.source_label, opts.refresh, opts.no_color);
     app.set_raw_resources(opts.raw_resources);
+    if !opts.utc {
+        app.zone = crate::clock::Zone::local_at(crate::clock::now_unix_ns() / 1_000_000_000);
+    }
     let size = term.size()?;
     app.set_size(size.width, size.height);
 

@@ -9,7 +9,7 @@ use ratatui::Frame;
 
 use super::app::{App, View};
 use super::keys::{FOOTER, KEYS};
-use super::table::{human, proc_label, time_of_day, Column, Flag, SLOW_NS};
+use super::table::{date_time, human, proc_label, Column, Flag, SLOW_NS};
 use crate::call::Call;
 
 fn style(app: &App, s: Style) -> Style {
@@ -87,8 +87,9 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
     let pos = match (app.clock_ns, start) {
         (Some(now), Some(s)) => format!("  up {}", duration_str(now.saturating_sub(s))),
         (None, Some(s)) if d.position_ns > 0 => format!(
-            "  at {} (+{})",
-            time_of_day(d.meta.as_ref(), d.position_ns),
+            "  at {} {} (+{})",
+            date_time(d.meta.as_ref(), &app.zone, d.position_ns),
+            app.zone.name,
             duration_str(d.position_ns.saturating_sub(s))
         ),
         _ => String::new(),
@@ -470,9 +471,10 @@ fn call_detail_lines(app: &App, c: &Call, seq: u64) -> Vec<Line<'static>> {
             }
         ),
         format!(
-            "Latency    {:.3} ms   started {} UTC",
+            "Latency    {:.3} ms   started {} {}",
             c.latency_ns as f64 / 1e6,
-            time_of_day(meta, c.start_ns)
+            date_time(meta, &app.zone, c.start_ns),
+            app.zone.name
         ),
         format!(
             "Connection {} -> {}  (socket {})",

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 
 use crate::aggregate::EndpointSnapshot;
 use crate::call::{Call, Side};
+use crate::clock::Zone;
 use crate::protocols::Outcome;
 use crate::session::SessionMeta;
 
@@ -60,16 +61,24 @@ impl Flag {
 #[derive(Debug, Clone, PartialEq)]
 pub enum SortVal {
     Num(f64),
+    /// Exact integers (times in ns with a tie-breaker) that f64 would round.
+    Int(u128),
     Text(String),
 }
 
 impl SortVal {
     pub(crate) fn cmp(&self, o: &SortVal) -> Ordering {
+        // Numbers before text; each kind in its own order.
+        let rank = |v: &SortVal| match v {
+            SortVal::Num(_) => 0,
+            SortVal::Int(_) => 1,
+            SortVal::Text(_) => 2,
+        };
         match (self, o) {
             (SortVal::Num(a), SortVal::Num(b)) => a.total_cmp(b),
+            (SortVal::Int(a), SortVal::Int(b)) => a.cmp(b),
             (SortVal::Text(a), SortVal::Text(b)) => a.cmp(b),
-            (SortVal::Num(_), SortVal::Text(_)) => Ordering::Less,
-            (SortVal::Text(_), SortVal::Num(_)) => Ordering::Greater,
+            _ => rank(self).cmp(&rank(o)),
         }
     }
 }
@@ -199,11 +208,16 @@ pub fn human(v: f64) -> String {
     }
 }
 
-/// UTC time of day with milliseconds of a recorded kernel time.
-pub fn time_of_day(meta: Option<&SessionMeta>, mono_ns: u64) -> String {
+/// Date and time with milliseconds, in `zone`, of a recorded kernel time.
+pub fn date_time(meta: Option<&SessionMeta>, zone: &Zone, mono_ns: u64) -> String {
     let off = meta.map_or(0, |m| m.wall_offset_ns);
-    let s = crate::clock::rfc3339((mono_ns as i64).saturating_add(off));
-    s.get(11..23).unwrap_or(&s).to_owned()
+    zone.date_time((mono_ns as i64).saturating_add(off))
+}
+
+/// Time of day with milliseconds, in `zone`, of a recorded kernel time.
+pub fn time_of_day(meta: Option<&SessionMeta>, zone: &Zone, mono_ns: u64) -> String {
+    let s = date_time(meta, zone, mono_ns);
+    s.get(11..).unwrap_or(&s).to_owned()
 }
 
 pub fn proc_label(comm: &str, pid: u32) -> String {
@@ -241,7 +255,7 @@ fn error_flag(server_errors: u64, client_errors: u64) -> Flag {
     }
 }
 
-pub(crate) fn call_row(meta: Option<&SessionMeta>, e: &CallEntry) -> Row {
+pub(crate) fn call_row(meta: Option<&SessionMeta>, zone: &Zone, e: &CallEntry) -> Row {
     let c = &e.call;
     let flag = if c.l7.outcome == Outcome::ServerError {
         Flag::Error
@@ -256,7 +270,7 @@ pub(crate) fn call_row(meta: Option<&SessionMeta>, e: &CallEntry) -> Row {
     Row {
         key: e.seq.to_string(),
         cells: vec![
-            time_of_day(meta, c.start_ns),
+            time_of_day(meta, zone, c.start_ns),
             proc_label(&c.comm, c.pid),
             c.side.name().to_owned(),
             c.l7.proto.name().to_owned(),
@@ -271,8 +285,8 @@ pub(crate) fn call_row(meta: Option<&SessionMeta>, e: &CallEntry) -> Row {
             ),
         ],
         sort: vec![
-            // Arrival order: what "newest" means.
-            SortVal::Num(e.seq as f64),
+            // The time the column shows (the call's start); arrival breaks ties.
+            SortVal::Int((u128::from(c.start_ns) << 64) | u128::from(e.seq)),
             SortVal::Text(proc_label(&c.comm, c.pid)),
             SortVal::Text(c.side.name().to_owned()),
             SortVal::Text(c.l7.proto.name().to_owned()),
