@@ -163,3 +163,29 @@ fn times_are_local_with_the_date_and_utc_on_request() {
     t.keys(&["q"]);
     t.wait_for("ebtop exited 0");
 }
+
+#[test]
+fn tui_in_tmux_field_filters_and_htop_keys() {
+    let t = Tmux::new();
+    t.start_ebtop(&format!("-r '{FIXTURE}' --speed 1000"));
+    t.wait("the replay's end", |s| s.contains("[ENDED]"));
+    // F4 opens the filter; a field comparison keeps the server errors only.
+    t.keys(&["F4"]);
+    t.literal("status>=500");
+    t.keys(&["Enter"]);
+    let s = t.wait_for("filter \"status>=500\"");
+    let rows: Vec<&str> = s.lines().filter(|l| l.contains(" GET ")).collect();
+    assert!(!rows.is_empty(), "{s}");
+    assert!(rows.iter().all(|l| l.contains(" 500 ")), "{s}");
+    // Esc in the prompt clears the filter.
+    t.keys(&["/", "Escape"]);
+    let s = t.wait("the filter cleared", |s| !s.contains("filter \""));
+    assert!(s.contains(" 200 ") && s.contains(" 500 "), "{s}");
+    // Space pauses, as htop's users expect of a top.
+    t.keys(&["Space"]);
+    t.wait_for("PAUSED");
+    t.keys(&["Space"]);
+    t.wait("resumed", |s| !s.contains("PAUSED"));
+    t.keys(&["q"]);
+    t.wait_for("ebtop exited 0");
+}

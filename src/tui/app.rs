@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
+use super::filter::RowFilter;
 use super::table::{
     call_row, conn_row, endpoint_key, endpoint_row, process_row, CallEntry, Column, ConnEntry, Row,
     SortVal, CALL_COLUMNS, CONN_COLUMNS, ENDPOINT_COLUMNS, PROCESS_COLUMNS,
@@ -524,11 +525,12 @@ impl App {
     /// The current view's rows as shown: filtered, then sorted.
     pub fn rows(&self) -> Vec<Row> {
         let st = self.state();
-        let needle = st.filter.to_ascii_lowercase();
+        // A filter that does not parse filters nothing (the header says why).
+        let filter = RowFilter::parse(&st.filter, self.columns()).unwrap_or_default();
         let mut rows: Vec<Row> = self
             .build_rows()
             .into_iter()
-            .filter(|r| needle.is_empty() || r.text_lower().contains(&needle))
+            .filter(|r| filter.is_empty() || filter.matches(r))
             .collect();
         let c = st.sort_col;
         rows.sort_by(|a, b| {
@@ -544,6 +546,11 @@ impl App {
             }
         });
         rows
+    }
+
+    /// Why the current view's filter does not parse (None: it does, or there is none).
+    pub fn filter_error(&self) -> Option<String> {
+        RowFilter::parse(&self.state().filter, self.columns()).err()
     }
 
     /// Whether the Calls view follows the newest call, or holds a row with `newer` calls
@@ -692,14 +699,19 @@ impl App {
         if self.prompt {
             let st = self.state_mut();
             match key.code {
+                KeyCode::Char('u') if ctrl => st.filter.clear(),
                 KeyCode::Char(c) if !ctrl => st.filter.push(c),
                 KeyCode::Backspace => {
                     st.filter.pop();
                 }
-                KeyCode::Enter | KeyCode::Esc => {
+                KeyCode::Enter => {
                     if st.filter.trim().is_empty() {
                         st.filter.clear();
                     }
+                    self.prompt = false;
+                }
+                KeyCode::Esc => {
+                    st.filter.clear();
                     self.prompt = false;
                 }
                 _ => return Action::None,
@@ -754,12 +766,12 @@ impl App {
             KeyCode::Home | KeyCode::Char('g') => self.select_top(),
             KeyCode::End | KeyCode::Char('G') => self.move_selection(|_, n| n.saturating_sub(1)),
             KeyCode::Enter => self.enter(),
-            KeyCode::Char('/') => self.prompt = true,
-            KeyCode::Char('<') | KeyCode::Char('>') => {
+            KeyCode::Char('/') | KeyCode::F(4) => self.prompt = true,
+            KeyCode::Char('<') | KeyCode::Char('>') | KeyCode::F(6) => {
                 let cols = self.columns();
                 let n = cols.len();
                 let cur = self.state().sort_col;
-                let col = if key.code == KeyCode::Char('>') {
+                let col = if key.code != KeyCode::Char('<') {
                     (cur + 1) % n
                 } else {
                     (cur + n - 1) % n
@@ -781,7 +793,7 @@ impl App {
                 self.window = self.window.next();
             }
             KeyCode::Char('f') if self.view == View::Calls => self.follow = !self.follow,
-            KeyCode::Char('p') => self.set_paused(!self.paused()),
+            KeyCode::Char('p') | KeyCode::Char(' ') => self.set_paused(!self.paused()),
             KeyCode::Char('+') => {
                 self.refresh = (self.refresh * 2).clamp(MIN_REFRESH, MAX_REFRESH);
             }
@@ -871,16 +883,34 @@ mod tests {
         assert_eq!(key(&mut app, KeyCode::Char('q')), Action::Redraw);
         assert_eq!(app.view_state().filter, "USERSq");
         key(&mut app, KeyCode::Backspace);
-        key(&mut app, KeyCode::Esc);
+        key(&mut app, KeyCode::Enter);
         assert_eq!(app.view_state().filter, "USERS");
         assert_eq!(app.rows().len(), rows.len());
-        key(&mut app, KeyCode::Char('/'));
-        for _ in 0..5 {
-            key(&mut app, KeyCode::Backspace);
-        }
-        key(&mut app, KeyCode::Enter);
-        assert!(app.view_state().filter.is_empty());
+        // Esc clears it; Ctrl-U clears the text being typed.
+        key(&mut app, KeyCode::F(4));
+        assert!(app.prompt);
+        key(&mut app, KeyCode::Esc);
+        assert!(app.view_state().filter.is_empty() && !app.prompt);
         assert_eq!(app.rows().len(), 62);
+        key(&mut app, KeyCode::Char('/'));
+        typed(&mut app, "x");
+        app.handle_key(KeyEvent::new(KeyCode::Char('u'), KeyModifiers::CONTROL));
+        assert!(app.view_state().filter.is_empty() && app.prompt);
+        // Fields: the server errors only.
+        typed(&mut app, "status>=500");
+        key(&mut app, KeyCode::Enter);
+        let rows = app.rows();
+        assert!(!rows.is_empty() && rows.iter().all(|r| r.cells[6] == "500"));
+        assert!(app.filter_error().is_none());
+        key(&mut app, KeyCode::Char('/'));
+        typed(&mut app, "x");
+        assert!(app.filter_error().unwrap().contains("not a number"));
+        assert_eq!(
+            app.rows().len(),
+            62,
+            "a filter that does not parse filters nothing"
+        );
+        key(&mut app, KeyCode::Esc);
         // Filters are per view.
         key(&mut app, KeyCode::Char('2'));
         assert!(app.view_state().filter.is_empty());

@@ -42,11 +42,11 @@ pub const KEYS: &[KeyHelp] = &[
         action: "back (selection kept)",
     },
     KeyHelp {
-        keys: &["/"],
-        action: "filter rows (Enter/Esc keeps it, empty clears)",
+        keys: &["/", "F4"],
+        action: "filter: words, !word, field:text, status>=500 (Enter keeps, Esc clears)",
     },
     KeyHelp {
-        keys: &["<", ">"],
+        keys: &["<", ">", "F6"],
         action: "choose the sort column (text A→Z first, numbers largest first)",
     },
     KeyHelp {
@@ -62,7 +62,7 @@ pub const KEYS: &[KeyHelp] = &[
         action: "calls: follow the newest call",
     },
     KeyHelp {
-        keys: &["p"],
+        keys: &["p", "Space"],
         action: "pause the display (collection goes on; replay waits)",
     },
     KeyHelp {

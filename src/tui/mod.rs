@@ -9,6 +9,7 @@
 //! data arrived.
 
 pub mod app;
+pub mod filter;
 pub mod flows;
 pub mod input;
 pub mod keys;

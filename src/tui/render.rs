@@ -127,6 +127,9 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
     }
     if !st.filter.is_empty() || app.prompt {
         tabs.push(Span::raw(format!("  filter \"{}\"", st.filter)));
+        if let Some(e) = app.filter_error() {
+            tabs.push(Span::raw(format!(" ({e})")));
+        }
     }
     tabs.push(Span::raw(format!(
         "  refresh {:.1}s",

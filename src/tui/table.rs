@@ -178,14 +178,6 @@ pub struct Row {
     pub flag: Flag,
 }
 
-impl Row {
-    pub(crate) fn text_lower(&self) -> String {
-        let mut s = self.cells.join(" ");
-        s.make_ascii_lowercase();
-        s
-    }
-}
-
 pub(crate) fn ms(ns: u64) -> String {
     format!("{:.2}", ns as f64 / 1e6)
 }
