@@ -194,6 +194,25 @@ pub fn columns(view: View, flow_table: bool) -> &'static [Column] {
     }
 }
 
+/// Bytes each process's flows moved in the interval (in, out), from the flow table.
+fn flow_bytes_by_pid(fr: &crate::flows::FlowReport) -> HashMap<u32, (u64, u64)> {
+    let mut m: HashMap<u32, (u64, u64)> = HashMap::new();
+    let tcp = fr.flows.iter().chain(&fr.ends).filter_map(|f| {
+        f.pid
+            .map(|pid| (pid, f.interval_bytes_in, f.interval_bytes_out))
+    });
+    let udp = fr
+        .udp
+        .iter()
+        .map(|f| (f.pid, f.interval_bytes_in, f.interval_bytes_out));
+    for (pid, i, o) in tcp.chain(udp) {
+        let e = m.entry(pid).or_default();
+        e.0 = e.0.saturating_add(i);
+        e.1 = e.1.saturating_add(o);
+    }
+    m
+}
+
 /// Bytes of kept heads a call holds.
 fn heads_len(c: &Call) -> usize {
     c.l7.req_head.bytes.len() + c.l7.resp_head.bytes.len()
@@ -512,13 +531,33 @@ impl App {
             View::Endpoints => self.window.rows(d).iter().map(endpoint_row).collect(),
             View::Flows if d.flows.active => d.flows.rows(),
             View::Flows => d.conns.values().map(conn_row).collect(),
-            View::Processes => d
-                .report
-                .as_ref()
-                .map_or(&[][..], |r| &r.processes)
-                .iter()
-                .map(process_row)
-                .collect(),
+            View::Processes => {
+                let Some(r) = d.report.as_ref() else {
+                    return Vec::new();
+                };
+                let flow_bytes = r.flows.as_ref().map(flow_bytes_by_pid);
+                r.processes
+                    .iter()
+                    .map(|p| {
+                        let per_s = |n: u64| {
+                            if r.period_ns == 0 {
+                                0.0
+                            } else {
+                                n as f64 * 1e9 / r.period_ns as f64
+                            }
+                        };
+                        // Socket throughput: every flow of the process from the flow table,
+                        // else the bytes of its traced connections as they moved.
+                        let (bytes_in, bytes_out) = match &flow_bytes {
+                            Some(m) => m
+                                .get(&p.pid)
+                                .map_or((0.0, 0.0), |&(i, o)| (per_s(i), per_s(o))),
+                            None => (p.socket_bytes_in_per_s, p.socket_bytes_out_per_s),
+                        };
+                        process_row(p, bytes_in, bytes_out)
+                    })
+                    .collect()
+            }
         }
     }
 
@@ -1141,5 +1180,53 @@ mod tests {
             Some(0),
             "the newest start on top"
         );
+    }
+
+    #[test]
+    fn processes_show_socket_throughput_from_the_flow_table() {
+        let flows = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/recordings/flows_mix.ebt"
+        );
+        let mut app = App::new("t", Duration::from_secs(1), true);
+        let mut checked = 0;
+        for m in collect_replay(flows.as_ref()).unwrap() {
+            let is_interval = matches!(m, UiMsg::Interval(_));
+            app.apply(m);
+            if !is_interval {
+                continue;
+            }
+            let r = app.shown().report.clone().unwrap();
+            let Some(fr) = &r.flows else { continue };
+            let want = flow_bytes_by_pid(fr);
+            app.view = View::Processes;
+            for row in app.rows() {
+                let pid: u32 = row.cells[0].parse().unwrap();
+                let (i, o) = want.get(&pid).copied().unwrap_or_default();
+                let rate = |n: u64| {
+                    if r.period_ns == 0 {
+                        0.0
+                    } else {
+                        n as f64 * 1e9 / r.period_ns as f64
+                    }
+                };
+                assert_eq!(row.sort[7], SortVal::Num(rate(i)), "pid {pid} in");
+                assert_eq!(row.sort[8], SortVal::Num(rate(o)), "pid {pid} out");
+                checked += usize::from(i + o > 0);
+            }
+        }
+        assert!(checked > 0, "the fixture's flows moved bytes");
+        // The whole download is in the flow table's bytes of some interval.
+        let total: u64 = collect_replay(flows.as_ref())
+            .unwrap()
+            .into_iter()
+            .filter_map(|m| match m {
+                UiMsg::Interval(r) => r
+                    .flows
+                    .map(|fr| flow_bytes_by_pid(&fr).values().map(|(i, _)| i).sum::<u64>()),
+                _ => None,
+            })
+            .sum();
+        assert!(total >= 200_000, "{total}");
     }
 }

@@ -238,8 +238,13 @@ fn view_title(app: &App, rows: &[super::table::Row]) -> String {
         View::Flows => format!("Connections seen in calls (no flow table in this source): {shown}"),
         View::Processes => match &d.report {
             Some(r) => format!(
-                "Processes, last interval ({:.2}s): {shown}",
-                r.period_ns as f64 / 1e9
+                "Processes, last interval ({:.2}s): {shown}  IN/OUT: socket bytes ({})",
+                r.period_ns as f64 / 1e9,
+                if r.flows.is_some() {
+                    "all flows, from the flow table"
+                } else {
+                    "traced connections"
+                }
             ),
             None => "Processes: no interval yet".to_owned(),
         },

@@ -357,7 +357,12 @@ pub(crate) fn conn_row(c: &ConnEntry) -> Row {
     }
 }
 
-pub(crate) fn process_row(p: &crate::aggregate::ProcessSnapshot) -> Row {
+/// A process's row; `bytes_in_per_s`/`bytes_out_per_s`: its socket throughput.
+pub(crate) fn process_row(
+    p: &crate::aggregate::ProcessSnapshot,
+    bytes_in_per_s: f64,
+    bytes_out_per_s: f64,
+) -> Row {
     let per_s = |n: u64| {
         if p.period_ns == 0 {
             0.0
@@ -383,8 +388,8 @@ pub(crate) fn process_row(p: &crate::aggregate::ProcessSnapshot) -> Row {
             format!("{:.1}", p.calls_per_s),
             format!("{:.1}", per_s(p.server_errors)),
             format!("{:.1}", per_s(p.client_errors)),
-            human(p.bytes_in_per_s.round()),
-            human(p.bytes_out_per_s.round()),
+            human(bytes_in_per_s.round()),
+            human(bytes_out_per_s.round()),
             conns.to_string(),
             human(p.traced_syscalls_per_s.round()),
         ],
@@ -396,8 +401,8 @@ pub(crate) fn process_row(p: &crate::aggregate::ProcessSnapshot) -> Row {
             SortVal::Num(p.calls_per_s),
             SortVal::Num(per_s(p.server_errors)),
             SortVal::Num(per_s(p.client_errors)),
-            SortVal::Num(p.bytes_in_per_s),
-            SortVal::Num(p.bytes_out_per_s),
+            SortVal::Num(bytes_in_per_s),
+            SortVal::Num(bytes_out_per_s),
             SortVal::Num(conns as f64),
             SortVal::Num(p.traced_syscalls_per_s),
         ],
