@@ -121,9 +121,10 @@ fn tui_session(args: &Args, stop: &Arc<AtomicBool>) -> Result<()> {
     let (tx, rx) = std::sync::mpsc::sync_channel(tui::CHANNEL_CAP);
     let paused = Arc::new(AtomicBool::new(false));
     let mut sink = tui::TuiSink::new(tx.clone());
-    if replay {
+    let control = replay.then(|| Arc::new(tui::ReplayControl::new(args.speed)));
+    if let Some(c) = &control {
         sink = sink.with_pacer(tui::Pacer::new(
-            args.speed,
+            Arc::clone(c),
             Arc::clone(stop),
             Arc::clone(&paused),
         ));
@@ -142,6 +143,7 @@ fn tui_session(args: &Args, stop: &Arc<AtomicBool>) -> Result<()> {
         paused,
         raw_resources: args.raw_resources,
         utc: args.utc,
+        replay: control,
     };
     std::thread::scope(|s| {
         let collector = s.spawn(|| {

@@ -189,3 +189,21 @@ fn tui_in_tmux_field_filters_and_htop_keys() {
     t.keys(&["q"]);
     t.wait_for("ebtop exited 0");
 }
+
+#[test]
+fn tui_in_tmux_replay_pace_and_skip_keys() {
+    // At 0.01x the 2 s recording would take minutes: the keys make it go.
+    let t = Tmux::new();
+    t.start_ebtop(&format!("-r '{FIXTURE}' --speed 0.01"));
+    t.wait_for("speed 0.01x");
+    t.keys(&["]"]);
+    t.wait_for("speed 0.02x");
+    t.keys(&["["]);
+    t.wait_for("speed 0.01x");
+    // Skip 10 s ahead: past the end, with every call counted.
+    t.keys(&["Right"]);
+    let s = t.wait("the replay's end", |s| s.contains("[ENDED]"));
+    assert!(s.contains("calls 62"), "{s}");
+    t.keys(&["q"]);
+    t.wait_for("ebtop exited 0");
+}

@@ -26,6 +26,8 @@ pub const CALL_RING: usize = 10_000;
 /// Bytes of message heads the Calls view keeps in all; past it the oldest calls' heads go
 /// (their details say so), so memory stays bounded whatever the heads' size.
 pub const HEAD_BUDGET: usize = 8 << 20;
+/// How far `Right` skips a replay ahead (recorded time).
+pub const SKIP_NS: u64 = 10_000_000_000;
 /// Connections kept for the flows view (the least recently used go first).
 pub const MAX_CONNS: usize = 4096;
 pub const MIN_REFRESH: Duration = Duration::from_millis(100);
@@ -294,6 +296,8 @@ pub struct App {
     pub drill_state: ViewState,
     /// Seq of the call whose details are open.
     pub detail: Option<u64>,
+    /// A replay's pace and skips (None live).
+    pub replay: Option<std::sync::Arc<super::ReplayControl>>,
     /// The time zone times are shown in (local unless `--utc`; tests: UTC).
     pub zone: crate::clock::Zone,
     /// (view, key) of the selected row as last drawn: Enter opens what the user sees, even
@@ -343,6 +347,7 @@ impl App {
             detail: None,
             drawn_selection: Default::default(),
             zone: crate::clock::Zone::utc(),
+            replay: None,
             detail_scroll: 0,
             detail_max_scroll: std::cell::Cell::new(0),
             help: false,
@@ -833,6 +838,20 @@ impl App {
             }
             KeyCode::Char('f') if self.view == View::Calls => self.follow = !self.follow,
             KeyCode::Char('p') | KeyCode::Char(' ') => self.set_paused(!self.paused()),
+            KeyCode::Char(']') | KeyCode::Char('[') | KeyCode::Right => {
+                let Some(r) = &self.replay else {
+                    return Action::None;
+                };
+                match key.code {
+                    KeyCode::Char(']') => r.scale_speed(2.0),
+                    KeyCode::Char('[') => r.scale_speed(0.5),
+                    _ => {
+                        let d = &self.data;
+                        let at = d.position_ns.max(d.start_mono_ns().unwrap_or(0));
+                        r.skip_to(at.saturating_add(SKIP_NS));
+                    }
+                }
+            }
             KeyCode::Char('+') => {
                 self.refresh = (self.refresh * 2).clamp(MIN_REFRESH, MAX_REFRESH);
             }

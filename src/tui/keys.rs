@@ -43,11 +43,11 @@ pub const KEYS: &[KeyHelp] = &[
     },
     KeyHelp {
         keys: &["/", "F4"],
-        action: "filter: words, !word, field:text, status>=500 (Enter keeps, Esc clears)",
+        action: "filter: word !word field:text status>=500 (Esc clears)",
     },
     KeyHelp {
         keys: &["<", ">", "F6"],
-        action: "choose the sort column (text A→Z first, numbers largest first)",
+        action: "sort column (text A→Z, numbers largest first)",
     },
     KeyHelp {
         keys: &["I"],
@@ -55,7 +55,7 @@ pub const KEYS: &[KeyHelp] = &[
     },
     KeyHelp {
         keys: &["c"],
-        action: "endpoints: numbers over 10 s / 1 min / since start / the interval",
+        action: "endpoints: 10 s / 1 min / since start / interval",
     },
     KeyHelp {
         keys: &["f"],
@@ -64,6 +64,14 @@ pub const KEYS: &[KeyHelp] = &[
     KeyHelp {
         keys: &["p", "Space"],
         action: "pause the display (collection goes on; replay waits)",
+    },
+    KeyHelp {
+        keys: &["[", "]"],
+        action: "replay: half / twice the pace",
+    },
+    KeyHelp {
+        keys: &["Right"],
+        action: "replay: skip 10 s ahead (all still counted)",
     },
     KeyHelp {
         keys: &["+", "-"],

@@ -18,7 +18,7 @@ pub mod table;
 pub mod terminal;
 
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -63,19 +63,61 @@ const BATCH_MAX: usize = 512;
 /// A batch is sent at least this often while calls arrive.
 const BATCH_AGE: Duration = Duration::from_millis(50);
 
-/// Replay at the recorded pace: sleeps so recorded time advances at `speed` × real time.
+/// Slowest and fastest replay pace the keys reach (as `--speed` accepts).
+pub const MIN_SPEED: f64 = 0.001;
+pub const MAX_SPEED: f64 = 1_000_000.0;
+
+/// What the UI changes in a running replay: its pace, and a point in recorded time the replay
+/// skips to (forward only: the records before it are replayed at once, nothing is lost).
+#[derive(Debug)]
+pub struct ReplayControl {
+    speed_bits: AtomicU64,
+    skip_until_ns: AtomicU64,
+}
+
+impl ReplayControl {
+    pub fn new(speed: f64) -> ReplayControl {
+        ReplayControl {
+            speed_bits: AtomicU64::new(speed.clamp(MIN_SPEED, MAX_SPEED).to_bits()),
+            skip_until_ns: AtomicU64::new(0),
+        }
+    }
+
+    pub fn speed(&self) -> f64 {
+        f64::from_bits(self.speed_bits.load(Ordering::Relaxed))
+    }
+
+    /// Multiplies the pace by `factor`, within [`MIN_SPEED`, `MAX_SPEED`].
+    pub fn scale_speed(&self, factor: f64) {
+        let v = (self.speed() * factor).clamp(MIN_SPEED, MAX_SPEED);
+        self.speed_bits.store(v.to_bits(), Ordering::Relaxed);
+    }
+
+    /// Replays everything up to recorded time `ns` without waiting.
+    pub fn skip_to(&self, ns: u64) {
+        self.skip_until_ns.fetch_max(ns, Ordering::Relaxed);
+    }
+}
+
+/// Replay at the recorded pace: sleeps so recorded time advances at the control's speed ×
+/// real time.
 pub struct Pacer {
-    pub speed: f64,
+    control: Arc<ReplayControl>,
     pub stop: Arc<AtomicBool>,
     /// While set, the replay waits (the UI's `p`).
     pub paused: Arc<AtomicBool>,
-    base: Option<(u64, Instant)>,
+    /// (recorded ns, when, at which speed) the pace is measured from.
+    base: Option<(u64, Instant, f64)>,
 }
 
 impl Pacer {
-    pub fn new(speed: f64, stop: Arc<AtomicBool>, paused: Arc<AtomicBool>) -> Pacer {
+    pub fn new(
+        control: Arc<ReplayControl>,
+        stop: Arc<AtomicBool>,
+        paused: Arc<AtomicBool>,
+    ) -> Pacer {
         Pacer {
-            speed: if speed > 0.0 { speed } else { 1.0 },
+            control,
             stop,
             paused,
             base: None,
@@ -84,9 +126,19 @@ impl Pacer {
 
     /// How long to wait before recorded time `rec_ns` is due (None: now).
     fn wait_for(&mut self, rec_ns: u64) -> Option<Duration> {
-        let (b_ns, b_at) = *self.base.get_or_insert((rec_ns, Instant::now()));
+        if rec_ns < self.control.skip_until_ns.load(Ordering::Relaxed) {
+            // Skipping: the pace restarts from where the skip ends.
+            self.base = None;
+            return None;
+        }
+        let speed = self.control.speed();
+        if self.base.is_some_and(|(_, _, s)| s != speed) {
+            // A new pace counts from now, not from the start.
+            self.base = None;
+        }
+        let (b_ns, b_at, _) = *self.base.get_or_insert((rec_ns, Instant::now(), speed));
         let ahead = rec_ns.checked_sub(b_ns)?;
-        let due = b_at + Duration::from_secs_f64(ahead as f64 / 1e9 / self.speed);
+        let due = b_at + Duration::from_secs_f64(ahead as f64 / 1e9 / speed);
         due.checked_duration_since(Instant::now())
             .filter(|d| !d.is_zero())
     }
@@ -100,7 +152,7 @@ impl Pacer {
             if self.paused.load(Ordering::Relaxed) {
                 let t = Instant::now();
                 std::thread::sleep(Duration::from_millis(20));
-                if let Some((_, at)) = &mut self.base {
+                if let Some((_, at, _)) = &mut self.base {
                     *at += t.elapsed();
                 }
                 continue;
@@ -296,6 +348,8 @@ pub struct UiOptions {
     pub paused: Arc<AtomicBool>,
     /// Endpoints keyed on raw resources (`--raw-resources`).
     pub raw_resources: bool,
+    /// A replay's pace and skips, changed by keys.
+    pub replay: Option<Arc<ReplayControl>>,
     /// Times in UTC instead of the local zone (`--utc`).
     pub utc: bool,
 }
@@ -318,6 +372,7 @@ pub fn run_ui(
     let mut term = ratatui::Terminal::new(backend)?;
     let mut app = App::new(&opts.source_label, opts.refresh, opts.no_color);
     app.set_raw_resources(opts.raw_resources);
+    app.replay = opts.replay.clone();
     if !opts.utc {
         app.zone = crate::clock::Zone::local_at(crate::clock::now_unix_ns() / 1_000_000_000);
     }
@@ -536,7 +591,8 @@ mod tests {
     fn pacer_follows_recorded_time_divided_by_speed() {
         let stop = Arc::new(AtomicBool::new(false));
         let paused = Arc::new(AtomicBool::new(false));
-        let mut p = Pacer::new(10.0, Arc::clone(&stop), paused);
+        let control = Arc::new(ReplayControl::new(10.0));
+        let mut p = Pacer::new(Arc::clone(&control), Arc::clone(&stop), paused);
         let t = Instant::now();
         p.pace(1_000_000_000);
         // 200 ms of recorded time at 10x: 20 ms.
@@ -544,6 +600,23 @@ mod tests {
         let e = t.elapsed();
         assert!(e >= Duration::from_millis(19), "{e:?}");
         assert!(e < Duration::from_secs(5), "{e:?}");
+        // A skip forward replays up to its point at once, then the pace goes on from there.
+        control.skip_to(100_000_000_000);
+        let t = Instant::now();
+        p.pace(50_000_000_000);
+        p.pace(99_000_000_000);
+        assert!(t.elapsed() < Duration::from_secs(2), "skipped, not paced");
+        // Faster: 10 s of recorded time at 10000x is 1 ms, not 1 s.
+        control.scale_speed(1000.0);
+        assert_eq!(control.speed(), 10_000.0);
+        let t = Instant::now();
+        p.pace(100_000_000_000);
+        p.pace(110_000_000_000);
+        assert!(t.elapsed() >= Duration::from_millis(1));
+        control.scale_speed(1e12);
+        assert_eq!(control.speed(), MAX_SPEED);
+        control.scale_speed(1e-12);
+        assert_eq!(control.speed(), MIN_SPEED);
         // Stopping ends any wait at once.
         stop.store(true, Ordering::Relaxed);
         let t = Instant::now();

@@ -71,6 +71,10 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
         ),
         Span::raw(format!("  {}", app.source_label)),
     ];
+    if let Some(r) = &app.replay {
+        // Shortest exact form: 0.02x, 2x, 1000x (halving and doubling keep it short).
+        top.push(Span::raw(format!("  speed {}x", r.speed())));
+    }
     if app.paused() {
         top.push(Span::styled(
             "  PAUSED",
@@ -421,11 +425,11 @@ fn draw_help(f: &mut Frame, app: &App, area: Rect) {
     }
     lines.push(Line::from(""));
     lines.push(Line::from(format!(
-        "Marks: > selected  ! server error (5xx)  ? client error (4xx)  * slow (>= {} ms)",
+        "Marks: > selected  ! server error  ? client error  * slow (>= {} ms)",
         SLOW_NS / 1_000_000
     )));
     lines.push(Line::from(
-        "SERR/CERR: server errors (5xx, error replies) / client errors (4xx, rejected requests)",
+        "SERR/CERR: server (5xx, error replies) / client errors (4xx)",
     ));
     let r = popup(area, 90, lines.len() as u16 + 2);
     f.render_widget(Clear, r);
