@@ -35,18 +35,21 @@ fn tui_in_tmux_views_sort_filter_drill_pause_quit() {
     assert!(selected_line(&s).contains("/boom"), "{s}");
 
     // 2-4: the other views.
+    // (Each wait is for the whole screen: tmux may capture a frame being drawn.)
     t.keys(&["2"]);
-    let s = t.wait_for("[2 Endpoints]");
-    assert!(s.contains("/api/users/{id}") && s.contains("P99 ms"), "{s}");
+    t.wait("endpoints", |s| {
+        s.contains("[2 Endpoints]") && s.contains("/api/users/{id}") && s.contains("P99 ms")
+    });
     t.keys(&["3"]);
-    let s = t.wait_for("[3 Flows]");
-    assert!(
-        s.contains("127.0.0.1:18481") && s.contains("No flow table in this source"),
-        "{s}"
-    );
+    t.wait("connections", |s| {
+        s.contains("[3 Flows]")
+            && s.contains("127.0.0.1:18481")
+            && s.contains("No flow table in this source")
+    });
     t.keys(&["4"]);
-    let s = t.wait_for("[4 Processes]");
-    assert!(s.contains("python3") && s.contains("n/a (replay)"), "{s}");
+    t.wait("processes", |s| {
+        s.contains("[4 Processes]") && s.contains("python3") && s.contains("n/a (replay)")
+    });
 
     // Sort the calls by the next column.
     t.keys(&["1", ">"]);
@@ -56,7 +59,9 @@ fn tui_in_tmux_views_sort_filter_drill_pause_quit() {
     // Filter: only calls whose row mentions "users".
     t.literal("/users");
     t.keys(&["Enter"]);
-    let s = t.wait_for("filter \"users\"");
+    let s = t.wait("the filtered rows", |s| {
+        s.contains("filter \"users\"") && !s.contains("/boom") && s.contains("users/")
+    });
     let rows: Vec<&str> = s
         .lines()
         .filter(|l| l.contains(" GET ") || l.contains(" POST "))
@@ -173,7 +178,9 @@ fn tui_in_tmux_field_filters_and_htop_keys() {
     t.keys(&["F4"]);
     t.literal("status>=500");
     t.keys(&["Enter"]);
-    let s = t.wait_for("filter \"status>=500\"");
+    let s = t.wait("the server errors", |s| {
+        s.contains("filter \"status>=500\"") && s.contains(" 500 ") && !s.contains(" 200 ")
+    });
     let rows: Vec<&str> = s.lines().filter(|l| l.contains(" GET ")).collect();
     assert!(!rows.is_empty(), "{s}");
     assert!(rows.iter().all(|l| l.contains(" 500 ")), "{s}");
