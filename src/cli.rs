@@ -271,6 +271,10 @@ pub fn usage_problem(m: &ArgMatches) -> Option<String> {
     if given("speed") && (!replay || m.get_flag("json") || (given("write") && !m.get_flag("tui"))) {
         return Some("--speed paces the terminal UI's replay (-r FILE without --json)".to_owned());
     }
+    let tui = !m.get_flag("json") && (!given("write") || m.get_flag("tui"));
+    if given("utc") && !tui {
+        return Some("--utc applies to the terminal UI (JSON times are always UTC)".to_owned());
+    }
     None
 }
 

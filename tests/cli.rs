@@ -61,6 +61,7 @@ fn options_that_would_do_nothing_are_refused_with_the_reason() {
             "--speed paces",
         ),
         (&["--json", "--speed", "2"][..], "--speed paces"),
+        (&["--json", "--utc"][..], "--utc applies to the terminal UI"),
         (&["--only", "call"][..], "--json"),
         (&["--overhead-programs"][..], "--json"),
         (
