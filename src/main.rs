@@ -19,6 +19,7 @@ use ebtop::record::{self, RecordOptions, RecordingHeader};
 use ebtop::session::{Filters, SessionMeta, Summary};
 use ebtop::sink::json::{JsonSink, LineSelection};
 use ebtop::sink::null::NullSink;
+use ebtop::sink::status::RecordingStatus;
 use ebtop::sink::Sink;
 use ebtop::source::live::{self, LiveConfig, StopReason};
 use ebtop::source::replay;
@@ -104,6 +105,10 @@ fn run(args: Args) -> Result<()> {
             &stop,
             JsonSink::new(stdout).with_selection(json_lines(&args)),
         )
+    } else if let (Some(path), true) = (&args.write, io::stderr().is_terminal()) {
+        // Recording on a terminal: a live one-line status, as tcpdump shows.
+        let status = RecordingStatus::new(io::stderr(), path.clone());
+        session(&args, &stop, status)
     } else {
         session(&args, &stop, NullSink)
     }

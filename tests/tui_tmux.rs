@@ -1,6 +1,6 @@
 //! End to end: the TUI in a real terminal (tmux, 120×40, NO_COLOR), replaying the committed
 //! recording: views, sort, filter, drill-down and back, pause, quit with the terminal restored.
-//! Needs tmux (scripts/deps installs it), not root.
+//! Needs tmux (scripts/deps installs it); root only for the live recording status line.
 
 mod common;
 
@@ -213,4 +213,25 @@ fn tui_in_tmux_replay_pace_and_skip_keys() {
     assert!(s.contains("calls 62"), "{s}");
     t.keys(&["q"]);
     t.wait_for("ebtop exited 0");
+}
+
+#[test]
+fn recording_on_a_terminal_shows_a_live_status_line() {
+    common::require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rec.ebt");
+    let t = Tmux::new();
+    t.start_ebtop(&format!("-w '{}' --duration 3s", path.display()));
+    t.wait_for("written");
+    let s = t.wait_for("ebtop exited 0");
+    let status: Vec<&str> = s
+        .lines()
+        .filter(|l| l.starts_with("ebtop: recording "))
+        .collect();
+    assert_eq!(status.len(), 1, "one line, rewritten in place:\n{s}");
+    assert!(
+        status[0].contains(" events, ") && status[0].contains(" lost, "),
+        "{s}"
+    );
+    assert!(path.exists());
 }

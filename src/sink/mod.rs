@@ -3,6 +3,7 @@
 pub mod call_line;
 pub mod json;
 pub mod null;
+pub mod status;
 
 use std::io;
 
