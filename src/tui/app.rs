@@ -26,6 +26,8 @@ pub const CALL_RING: usize = 10_000;
 /// Bytes of message heads the Calls view keeps in all; past it the oldest calls' heads go
 /// (their details say so), so memory stays bounded whatever the heads' size.
 pub const HEAD_BUDGET: usize = 8 << 20;
+/// Intervals of call rate the header's sparkline shows.
+pub const RATE_HISTORY: usize = 30;
 /// How far `Right` skips a replay ahead (recorded time).
 pub const SKIP_NS: u64 = 10_000_000_000;
 /// Connections kept for the flows view (the least recently used go first).
@@ -88,6 +90,8 @@ pub struct Data {
     pub flows: super::flows::FlowBoard,
     /// Latest recorded (kernel) time seen.
     pub position_ns: u64,
+    /// Calls per second of the last intervals, oldest first (the header's sparkline).
+    pub rate_history: VecDeque<f64>,
     /// Bytes of the heads `calls` holds.
     pub head_bytes: usize,
     /// Leading entries of `calls` whose heads were dropped for `HEAD_BUDGET`.
@@ -416,6 +420,12 @@ impl App {
                     d.flows.apply(fr, r.period_ns);
                 }
                 d.report = Some(r);
+                if let Some(rate) = d.calls_per_s() {
+                    if d.rate_history.len() >= RATE_HISTORY {
+                        d.rate_history.pop_front();
+                    }
+                    d.rate_history.push_back(rate);
+                }
             }
             UiMsg::Lost { events, bytes } => {
                 d.lost_events += events;

@@ -98,7 +98,8 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
         ),
         _ => String::new(),
     };
-    top.push(Span::raw(pos));
+    // Counts first, losses right after them: a narrow terminal cuts the line's end, and
+    // losses must stay in sight.
     top.push(Span::raw(format!("  calls {}", d.total_calls())));
     if let Some(r) = d.calls_per_s() {
         top.push(Span::raw(format!(" ({r:.1}/s)")));
@@ -107,6 +108,13 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
     if d.ui_dropped > 0 {
         top.push(Span::raw(format!("  ui-dropped {}", d.ui_dropped)));
     }
+    if d.rate_history.len() > 1 {
+        top.push(Span::raw(format!(
+            "  {}",
+            super::table::sparkline(d.rate_history.iter().copied())
+        )));
+    }
+    top.push(Span::raw(pos));
     let mut tabs = Vec::new();
     for v in View::ALL {
         let label = format!("{} {}", v.index() + 1, v.title());

@@ -200,6 +200,24 @@ pub fn human(v: f64) -> String {
     }
 }
 
+/// Values as a line of block characters, each scaled to the largest (▁ lowest, █ highest;
+/// a space for zero): a sparkline that fits in a line of text.
+pub fn sparkline(values: impl IntoIterator<Item = f64> + Clone) -> String {
+    const BLOCKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let max = values.clone().into_iter().fold(0.0f64, f64::max);
+    values
+        .into_iter()
+        .map(|v| {
+            if !(v > 0.0 && max > 0.0) {
+                ' '
+            } else {
+                let i = ((v / max) * 7.0).round() as usize;
+                BLOCKS[i.min(7)]
+            }
+        })
+        .collect()
+}
+
 /// Date and time with milliseconds, in `zone`, of a recorded kernel time.
 pub fn date_time(meta: Option<&SessionMeta>, zone: &Zone, mono_ns: u64) -> String {
     let off = meta.map_or(0, |m| m.wall_offset_ns);
@@ -407,5 +425,19 @@ pub(crate) fn process_row(
             SortVal::Num(p.traced_syscalls_per_s),
         ],
         flag: error_flag(p.server_errors, p.client_errors),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sparklines_scale_to_the_largest_value() {
+        assert_eq!(sparkline([0.0, 1.0, 2.0, 4.0, 8.0]), " ▂▃▅█");
+        assert_eq!(sparkline([3.0, 3.0]), "██");
+        assert_eq!(sparkline([0.0, 0.0]), "  ");
+        assert_eq!(sparkline([f64::NAN, 1.0]), " █");
+        assert_eq!(sparkline(Vec::<f64>::new()), "");
     }
 }
