@@ -336,6 +336,42 @@ impl EndpointTable {
         self
     }
 
+    /// An endpoint's latencies since the start (the current interval included) in power-of-2
+    /// bins: (low ns, high ns, calls) from its fastest bin to its slowest, empty bins between
+    /// kept. None for an endpoint the table does not hold by itself (folded into "other").
+    pub fn latency_bins(
+        &self,
+        comm: &str,
+        side: Side,
+        proto: Protocol,
+        method: &str,
+        resource: &str,
+    ) -> Option<Vec<(u64, u64, u64)>> {
+        let key = EndpointKeyRef {
+            comm,
+            side,
+            proto,
+            method,
+            resource,
+        };
+        let row = self.endpoints.get(&key)?;
+        let mut bins = [0u64; 64];
+        let hists = std::iter::once(&*row.total_hist).chain(row.interval_hist.as_deref());
+        for h in hists {
+            for v in h.iter_recorded() {
+                let bin = 63 - v.value_iterated_to().max(1).leading_zeros() as usize;
+                bins[bin] += u64::from(v.count_at_value());
+            }
+        }
+        let first = bins.iter().position(|&n| n > 0)?;
+        let last = bins.iter().rposition(|&n| n > 0)?;
+        Some(
+            (first..=last)
+                .map(|b| (1u64 << b, (1u64 << b).saturating_mul(2), bins[b]))
+                .collect(),
+        )
+    }
+
     /// Every row over the intervals that ended in the last `window_ns` (at most the history
     /// kept; since the start if less has passed), busiest first. Percentiles come from the
     /// merged buckets of those intervals: as exact as an interval's.
@@ -966,5 +1002,26 @@ pub(crate) mod tests {
         plain.observe(&call("api", 1, "GET", "/a", 5_000));
         plain.end_interval(S);
         assert!(plain.window(10 * S).is_empty());
+    }
+
+    #[test]
+    fn latency_bins_are_powers_of_two_from_fastest_to_slowest() {
+        let mut t = EndpointTable::default();
+        for ns in [3_000, 3_500, 100_000, 5_000_000] {
+            t.observe(&call("api", 1, "GET", "/a", ns));
+        }
+        t.end_interval(1_000_000_000);
+        t.observe(&call("api", 1, "GET", "/a", 3_200)); // the current interval counts too
+        let c = call("api", 1, "GET", "/a", 0);
+        let bins = t
+            .latency_bins(&c.comm, c.side, c.l7.proto, "GET", "/a")
+            .unwrap();
+        assert_eq!(bins.first().unwrap(), &(2048, 4096, 3));
+        assert_eq!(bins.last().unwrap(), &(4_194_304, 8_388_608, 1));
+        assert_eq!(bins.iter().map(|b| b.2).sum::<u64>(), 5);
+        assert!(bins.windows(2).all(|w| w[0].1 == w[1].0), "contiguous");
+        assert!(t
+            .latency_bins(&c.comm, c.side, c.l7.proto, "GET", "/b")
+            .is_none());
     }
 }

@@ -28,6 +28,8 @@ pub const CALL_RING: usize = 10_000;
 pub const HEAD_BUDGET: usize = 8 << 20;
 /// Intervals of call rate the header's sparkline shows.
 pub const RATE_HISTORY: usize = 30;
+/// Endpoints whose recent intervals are kept for the drill-down's sparklines.
+pub const ENDPOINT_HISTORY_MAX: usize = 2048;
 /// How far `Right` skips a replay ahead (recorded time).
 pub const SKIP_NS: u64 = 10_000_000_000;
 /// Connections kept for the flows view (the least recently used go first).
@@ -90,6 +92,9 @@ pub struct Data {
     pub flows: super::flows::FlowBoard,
     /// Latest recorded (kernel) time seen.
     pub position_ns: u64,
+    /// Per endpoint (`endpoint_key`): calls/s, p99 ns and server-error share of each of the
+    /// last intervals, oldest first (the drill-down's sparklines).
+    pub endpoint_history: HashMap<String, VecDeque<[f64; 3]>>,
     /// Calls per second of the last intervals, oldest first (the header's sparkline).
     pub rate_history: VecDeque<f64>,
     /// Bytes of the heads `calls` holds.
@@ -165,6 +170,18 @@ pub struct Drill {
 }
 
 impl Drill {
+    /// The key of its endpoint row (as `table::endpoint_key`).
+    pub fn endpoint_key(&self) -> String {
+        format!(
+            "{}\u{1f}{}\u{1f}{}\u{1f}{}\u{1f}{}",
+            self.comm,
+            self.side.name(),
+            self.proto.name(),
+            self.method,
+            self.resource
+        )
+    }
+
     pub fn matches(&self, c: &Call) -> bool {
         if c.side != self.side || c.l7.proto != self.proto {
             return false;
@@ -420,6 +437,33 @@ impl App {
                     d.flows.apply(fr, r.period_ns);
                 }
                 d.report = Some(r);
+                let now: HashMap<String, [f64; 3]> = d
+                    .report
+                    .as_ref()
+                    .map(|r| {
+                        r.endpoints
+                            .iter()
+                            .map(|e| {
+                                let v =
+                                    [e.calls_per_s, e.latency_p99_ns as f64, e.server_error_rate];
+                                (endpoint_key(e), v)
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                for (k, h) in d.endpoint_history.iter_mut() {
+                    if h.len() >= RATE_HISTORY {
+                        h.pop_front();
+                    }
+                    h.push_back(now.get(k).copied().unwrap_or_default());
+                }
+                for (k, v) in now {
+                    if d.endpoint_history.len() < ENDPOINT_HISTORY_MAX {
+                        d.endpoint_history
+                            .entry(k)
+                            .or_insert_with(|| VecDeque::from([v]));
+                    }
+                }
                 if let Some(rate) = d.calls_per_s() {
                     if d.rate_history.len() >= RATE_HISTORY {
                         d.rate_history.pop_front();
@@ -600,6 +644,17 @@ impl App {
             }
         });
         rows
+    }
+
+    /// The drilled-into endpoint's latency bins since the start (see
+    /// `EndpointTable::latency_bins`).
+    pub fn drill_latency_bins(&self) -> Option<Vec<(u64, u64, u64)>> {
+        let d = self.drill.as_ref()?;
+        if d.other {
+            return None;
+        }
+        self.endpoints
+            .latency_bins(&d.comm, d.side, d.proto, &d.method, &d.resource)
     }
 
     /// Why the current view's filter does not parse (None: it does, or there is none).

@@ -34,8 +34,12 @@ fn duration_str(ns: u64) -> String {
 
 pub fn draw(f: &mut Frame, app: &App) {
     let area = f.area();
+    let drilled = app.view == View::Calls && app.drill.is_some();
     let footer_h = if app.view == View::Processes || app.view == View::Flows {
         2
+    } else if drilled {
+        // Leave the calls most of a small screen.
+        (area.height / 3).clamp(3, 10)
     } else {
         0
     };
@@ -51,6 +55,9 @@ pub fn draw(f: &mut Frame, app: &App) {
     match app.view {
         View::Processes => draw_overhead(f, app, panel),
         View::Flows => f.render_widget(Paragraph::new(flow_panel(app)), panel),
+        View::Calls if drilled => {
+            f.render_widget(Paragraph::new(endpoint_panel(app, panel.height)), panel)
+        }
         _ => {}
     }
     draw_hint(f, app, hint);
@@ -357,6 +364,68 @@ fn align(s: String, right: bool) -> Cell<'static> {
     } else {
         line
     })
+}
+
+/// 512 ns, 64 µs, 2.1 ms, 1.07 s: a bin's bound in its own unit.
+fn short_duration(ns: u64) -> String {
+    match ns {
+        0..=999 => format!("{ns} ns"),
+        1_000..=999_999 => format!("{:.0} µs", ns as f64 / 1e3),
+        1_000_000..=999_999_999 => format!("{:.1} ms", ns as f64 / 1e6),
+        _ => format!("{:.2} s", ns as f64 / 1e9),
+    }
+}
+
+/// The drilled-into endpoint in pictures: rate, p99 and server errors over the last
+/// intervals, and its latency distribution since the start.
+fn endpoint_panel(app: &App, height: u16) -> Vec<Line<'static>> {
+    let Some(dr) = &app.drill else {
+        return Vec::new();
+    };
+    let mut lines = Vec::new();
+    if let Some(h) = app.shown().endpoint_history.get(&dr.endpoint_key()) {
+        let series = |i: usize| h.iter().map(move |v| v[i]);
+        let max = |i: usize| series(i).fold(0.0f64, f64::max);
+        lines.push(Line::from(format!(
+            "Last {} intervals: rate {} (max {}/s)  p99 {} (max {} ms)  5xx {} (max {:.1}%)",
+            h.len(),
+            super::table::sparkline(series(0)),
+            human(max(0)),
+            super::table::sparkline(series(1)),
+            super::table::ms(max(1) as u64),
+            super::table::sparkline(series(2)),
+            max(2) * 100.0
+        )));
+    }
+    let Some(bins) = app.drill_latency_bins() else {
+        if dr.other {
+            lines.push(Line::from(
+                "Latency distribution: not kept for folded endpoints ({other})",
+            ));
+        }
+        return lines;
+    };
+    // The bins fit the panel: neighbours merged until they do.
+    let rows = usize::from(height).saturating_sub(lines.len() + 1).max(1);
+    let per = bins.len().div_ceil(rows);
+    let merged: Vec<(u64, u64, u64)> = bins
+        .chunks(per)
+        .map(|c| (c[0].0, c[c.len() - 1].1, c.iter().map(|b| b.2).sum()))
+        .collect();
+    let total: u64 = merged.iter().map(|b| b.2).sum();
+    let most = merged.iter().map(|b| b.2).max().unwrap_or(0).max(1);
+    lines.push(Line::from(format!(
+        "Latency since the start ({total} calls):"
+    )));
+    for (lo, hi, n) in merged {
+        let bar = "█".repeat(((n * 40).div_ceil(most)) as usize * usize::from(n > 0));
+        lines.push(Line::from(format!(
+            "  {:>8} – {:>8} {bar:<40} {n}",
+            short_duration(lo),
+            short_duration(hi)
+        )));
+    }
+    lines
 }
 
 fn draw_overhead(f: &mut Frame, app: &App, area: Rect) {
