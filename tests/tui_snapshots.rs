@@ -165,6 +165,27 @@ fn processes_view() {
 }
 
 #[test]
+fn process_and_flow_details() {
+    // A process: its command line, numbers, endpoints and flows.
+    snap_of(
+        FLOWS_FIXTURE,
+        "process_detail",
+        &[KeyCode::Char('4'), KeyCode::Enter],
+    );
+    // A flow: what the flow table said of it (the biggest download first).
+    snap_of(
+        FLOWS_FIXTURE,
+        "flow_detail",
+        &[
+            KeyCode::Char('3'),
+            KeyCode::Char('>'),
+            KeyCode::Char('>'),
+            KeyCode::Enter,
+        ],
+    );
+}
+
+#[test]
 fn help_overlay() {
     snap("help", &[KeyCode::Char('?')]);
 }

@@ -48,7 +48,10 @@ fn tui_in_tmux_views_sort_filter_drill_pause_quit() {
     });
     t.keys(&["4"]);
     t.wait("processes", |s| {
-        s.contains("[4 Processes]") && s.contains("python3") && s.contains("n/a (replay)")
+        s.contains("[4 Processes]")
+            && s.contains("COMMAND")
+            && s.contains("curl")
+            && s.contains("n/a (replay)")
     });
 
     // Sort the calls by the next column.

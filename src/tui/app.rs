@@ -28,6 +28,8 @@ pub const CALL_RING: usize = 10_000;
 pub const HEAD_BUDGET: usize = 8 << 20;
 /// Intervals of call rate the header's sparkline shows.
 pub const RATE_HISTORY: usize = 30;
+/// Processes whose command lines the UI keeps (as many as the process table).
+pub const PROCS_MAX: usize = 16384;
 /// Endpoints whose recent intervals are kept for the drill-down's sparklines.
 pub const ENDPOINT_HISTORY_MAX: usize = 2048;
 /// How far `Right` skips a replay ahead (recorded time).
@@ -92,6 +94,8 @@ pub struct Data {
     pub flows: super::flows::FlowBoard,
     /// Latest recorded (kernel) time seen.
     pub position_ns: u64,
+    /// Processes described so far (command lines), by pid.
+    pub procs: HashMap<u32, crate::procinfo::ProcInfo>,
     /// Per endpoint (`endpoint_key`): calls/s, p99 ns and server-error share of each of the
     /// last intervals, oldest first (the drill-down's sparklines).
     pub endpoint_history: HashMap<String, VecDeque<[f64; 3]>>,
@@ -305,7 +309,7 @@ fn default_sort(view: View) -> (usize, bool) {
         // Busiest first.
         View::Endpoints => (5, false),
         View::Flows => (4, false),
-        View::Processes => (4, false),
+        View::Processes => (3, false),
     }
 }
 
@@ -317,6 +321,8 @@ pub struct App {
     pub drill_state: ViewState,
     /// Seq of the call whose details are open.
     pub detail: Option<u64>,
+    /// (view, key) of the flow or process whose details are open.
+    pub row_detail: Option<(View, String)>,
     /// A replay's pace and skips (None live).
     pub replay: Option<std::sync::Arc<super::ReplayControl>>,
     /// The time zone times are shown in (local unless `--utc`; tests: UTC).
@@ -366,6 +372,7 @@ impl App {
                 ..ViewState::default()
             },
             detail: None,
+            row_detail: None,
             drawn_selection: Default::default(),
             zone: crate::clock::Zone::utc(),
             replay: None,
@@ -421,6 +428,13 @@ impl App {
         let d = &mut self.data;
         match msg {
             UiMsg::Meta(m) => d.meta = Some(*m),
+            UiMsg::Process(p) => {
+                if d.procs.len() >= PROCS_MAX && !d.procs.contains_key(&p.pid) {
+                    // Bounded as the process table is: start over (rows show the name meanwhile).
+                    d.procs.clear();
+                }
+                d.procs.insert(p.pid, *p);
+            }
             UiMsg::Calls(calls) => {
                 for c in calls {
                     self.endpoints.observe(&c);
@@ -435,6 +449,14 @@ impl App {
                 d.position_ns = d.position_ns.max(r.mono_ns);
                 if let Some(fr) = &r.flows {
                     d.flows.apply(fr, r.period_ns);
+                }
+                if r.period_ns == 0 && d.report.is_some() {
+                    // An interval of no time (a replay ending on an interval's boundary):
+                    // the last real interval's numbers stay on screen, not zeros.
+                    if let Some(prev) = d.report.as_mut() {
+                        prev.totals = r.totals;
+                    }
+                    return Action::None;
                 }
                 d.report = Some(r);
                 let now: HashMap<String, [f64; 3]> = d
@@ -613,7 +635,8 @@ impl App {
                                 .map_or((0.0, 0.0), |&(i, o)| (per_s(i), per_s(o))),
                             None => (p.socket_bytes_in_per_s, p.socket_bytes_out_per_s),
                         };
-                        process_row(p, bytes_in, bytes_out)
+                        let cmdline = d.procs.get(&p.pid).map(|i| i.cmdline.as_slice());
+                        process_row(p, bytes_in, bytes_out, cmdline)
                     })
                     .collect()
             }
@@ -735,6 +758,7 @@ impl App {
         self.view = v;
         self.drill = None;
         self.detail = None;
+        self.row_detail = None;
     }
 
     fn enter(&mut self) {
@@ -778,12 +802,15 @@ impl App {
                     self.view = View::Calls;
                 }
             }
-            View::Flows | View::Processes => {}
+            View::Flows | View::Processes => {
+                self.row_detail = Some((self.view, key));
+                self.detail_scroll = 0;
+            }
         }
     }
 
     fn back(&mut self) -> Action {
-        if self.detail.take().is_some() {
+        if self.detail.take().is_some() || self.row_detail.take().is_some() {
             return Action::Redraw;
         }
         if self.drill.take().is_some() {
@@ -838,13 +865,14 @@ impl App {
             KeyCode::Char('q') | KeyCode::F(10) => return Action::Quit,
             KeyCode::Char('?') | KeyCode::F(1) => self.help = true,
             KeyCode::Esc | KeyCode::Backspace => return self.back(),
-            _ if self.detail.is_some() => {
+            _ if self.detail.is_some() || self.row_detail.is_some() => {
                 let max = self.detail_max_scroll.get();
                 let page = u16::try_from(self.page_rows).unwrap_or(u16::MAX);
                 let s = self.detail_scroll;
                 self.detail_scroll = match key.code {
                     KeyCode::Enter => {
                         self.detail = None;
+                        self.row_detail = None;
                         return Action::Redraw;
                     }
                     KeyCode::Up | KeyCode::Char('k') => s.saturating_sub(1),
@@ -1294,8 +1322,8 @@ mod tests {
                         n as f64 * 1e9 / r.period_ns as f64
                     }
                 };
-                assert_eq!(row.sort[7], SortVal::Num(rate(i)), "pid {pid} in");
-                assert_eq!(row.sort[8], SortVal::Num(rate(o)), "pid {pid} out");
+                assert_eq!(row.sort[6], SortVal::Num(rate(i)), "pid {pid} in");
+                assert_eq!(row.sort[7], SortVal::Num(rate(o)), "pid {pid} out");
                 checked += usize::from(i + o > 0);
             }
         }

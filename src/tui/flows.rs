@@ -56,6 +56,8 @@ pub struct FlowRow {
     pub ended_ns: Option<u64>,
     /// Recorded time of its last report.
     pub seen_ns: u64,
+    /// The flow table's last report of it (TCP), for its details.
+    pub last: Option<Box<TcpFlow>>,
 }
 
 impl FlowRow {
@@ -91,6 +93,7 @@ impl FlowRow {
             trouble: f.interval_retrans_segs > 0 || reset,
             ended_ns: f.end_mono_ns,
             seen_ns: now_ns,
+            last: Some(Box::new(f.clone())),
         }
     }
 
@@ -114,6 +117,7 @@ impl FlowRow {
             trouble: false,
             ended_ns: None,
             seen_ns: now_ns,
+            last: None,
         }
     }
 

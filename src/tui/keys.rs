@@ -35,7 +35,7 @@ pub const KEYS: &[KeyHelp] = &[
     },
     KeyHelp {
         keys: &["Enter"],
-        action: "call details; on endpoints: that endpoint's calls",
+        action: "details of a call, flow or process; on endpoints: its calls",
     },
     KeyHelp {
         keys: &["Backspace", "Esc"],

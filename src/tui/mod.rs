@@ -37,6 +37,8 @@ pub use app::{Action, App, View};
 #[derive(Debug)]
 pub enum UiMsg {
     Meta(Box<SessionMeta>),
+    /// A process described for the first time (its command line for the Processes view).
+    Process(Box<ProcInfo>),
     Calls(Vec<Call>),
     Interval(Box<IntervalReport>),
     Lost {
@@ -293,7 +295,8 @@ impl Sink for TuiSink {
         Ok(())
     }
 
-    fn process(&mut self, _info: &ProcInfo) -> io::Result<()> {
+    fn process(&mut self, info: &ProcInfo) -> io::Result<()> {
+        self.send(UiMsg::Process(Box::new(info.clone())));
         Ok(())
     }
 

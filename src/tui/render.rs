@@ -61,7 +61,7 @@ pub fn draw(f: &mut Frame, app: &App) {
         _ => {}
     }
     draw_hint(f, app, hint);
-    if app.detail.is_some() {
+    if app.detail.is_some() || app.row_detail.is_some() {
         draw_detail(f, app, area);
     }
     if app.help {
@@ -366,6 +366,181 @@ fn align(s: String, right: bool) -> Cell<'static> {
     })
 }
 
+/// A process: who it is (command line, executable), its numbers of the last interval, its
+/// endpoints (by its name, as endpoints are keyed) and its flows.
+fn process_detail_lines(app: &App, key: &str) -> Vec<Line<'static>> {
+    let d = app.shown();
+    let Some(p) = d
+        .report
+        .as_ref()
+        .and_then(|r| r.processes.iter().find(|p| p.pid.to_string() == key))
+    else {
+        return vec![Line::from("This process is not in the last interval.")];
+    };
+    let info = d.procs.get(&p.pid);
+    let mut v = vec![
+        format!("Process {}  {}", p.pid, p.comm),
+        format!(
+            "Command    {}",
+            info.map_or("(not known)".to_owned(), |i| i.cmdline.join(" "))
+        ),
+        format!(
+            "Executable {}",
+            info.and_then(|i| i.exe.clone())
+                .unwrap_or_else(|| "(not known)".to_owned())
+        ),
+        format!(
+            "CPU        {}   RSS {}",
+            p.cpu_pct.map_or("n/a".to_owned(), |c| format!("{c:.1}%")),
+            p.rss_bytes.map_or("n/a".to_owned(), |b| format!(
+                "{:.1} MiB",
+                b as f64 / 1048576.0
+            ))
+        ),
+        format!(
+            "Calls      {} ({:.1}/s)  server errors {}  client errors {}",
+            p.calls, p.calls_per_s, p.server_errors, p.client_errors
+        ),
+        format!(
+            "Sockets    in {} B  out {} B (traced connections)  open connections {}",
+            p.socket_bytes_in,
+            p.socket_bytes_out,
+            p.open_connections.unwrap_or(p.connections_active)
+        ),
+        format!("Endpoints of {} ({}):", p.comm, app.window.label()),
+    ];
+    let eps: Vec<_> = app
+        .window
+        .rows(d)
+        .iter()
+        .filter(|e| e.comm == p.comm)
+        .collect();
+    if eps.is_empty() {
+        v.push("  none".to_owned());
+    }
+    for e in eps {
+        v.push(format!(
+            "  {:<6} {:<6} {:<40} {:>8.1}/s  p99 {} ms",
+            e.side.name(),
+            e.method,
+            e.resource,
+            e.calls_per_s,
+            super::table::ms(e.latency_p99_ns)
+        ));
+    }
+    v.push("Flows:".to_owned());
+    let mut flows: Vec<_> = d
+        .flows
+        .flows
+        .values()
+        .filter(|f| f.pid == Some(p.pid))
+        .collect();
+    flows.sort_by_key(|f| f.start_mono_ns);
+    if flows.is_empty() {
+        v.push(if d.flows.active {
+            "  none".to_owned()
+        } else {
+            "  (no flow table in this source)".to_owned()
+        });
+    }
+    for f in flows {
+        v.push(format!(
+            "  {} {} -> {}  in {} B  out {} B  {}",
+            if f.tcp { "tcp" } else { "udp" },
+            f.local,
+            f.peer.map_or("*".to_owned(), |a| a.to_string()),
+            f.bytes_in,
+            f.bytes_out,
+            f.state
+        ));
+    }
+    v.into_iter().map(Line::from).collect()
+}
+
+/// A flow: everything the flow table said of it last.
+fn flow_detail_lines(app: &App, key: &str) -> Vec<Line<'static>> {
+    let d = app.shown();
+    let Some(row) = d.flows.flows.get(key) else {
+        return vec![Line::from(
+            "This flow is no longer shown (or this source has no flow table).",
+        )];
+    };
+    let mut v = vec![
+        format!(
+            "Flow {}  {} {} -> {}",
+            row.id,
+            if row.tcp { "TCP" } else { "UDP" },
+            row.local,
+            row.peer.map_or("*".to_owned(), |a| a.to_string())
+        ),
+        format!(
+            "Process    {}",
+            match (&row.comm, row.pid) {
+                (Some(c), Some(p)) => proc_label(c, p),
+                _ => "?".to_owned(),
+            }
+        ),
+        format!(
+            "Started    {} {}",
+            date_time(d.meta.as_ref(), &app.zone, row.start_mono_ns),
+            app.zone.name
+        ),
+        format!("Bytes      in {}  out {}", row.bytes_in, row.bytes_out),
+    ];
+    if let Some(f) = &row.last {
+        let opt = |o: Option<String>| o.unwrap_or_else(|| "-".to_owned());
+        v.extend([
+            format!(
+                "Role       {}{}{}",
+                f.role.as_deref().unwrap_or("unknown"),
+                if f.role_inferred { " (inferred)" } else { "" },
+                if f.preexisting {
+                    ", open before ebtop started"
+                } else {
+                    ""
+                }
+            ),
+            format!("State      {}", row.state),
+            format!(
+                "Segments   out {} (data {})  in {} (data {})",
+                f.segs_out, f.data_segs_out, f.segs_in, f.data_segs_in
+            ),
+            format!(
+                "Retransmits {} segments, {} bytes ({} seen by ebtop)",
+                f.retrans_segs, f.retrans_bytes, f.retrans_events
+            ),
+            format!(
+                "Resets     sent {}  received {}",
+                f.rst_sent, f.rst_received
+            ),
+            format!(
+                "SRTT       {} (interval {} .. {})",
+                opt(f.srtt_us.map(|u| format!("{:.2} ms", f64::from(u) / 1e3))),
+                opt(f.srtt_min_us.map(|u| format!("{:.2}", f64::from(u) / 1e3))),
+                opt(f
+                    .srtt_max_us
+                    .map(|u| format!("{:.2} ms", f64::from(u) / 1e3)))
+            ),
+            format!(
+                "Connect    {}",
+                opt(f
+                    .connect_latency_ns
+                    .map(|n| format!("{:.3} ms (SYN to ESTABLISHED)", n as f64 / 1e6)))
+            ),
+            format!(
+                "Closed     {}{}",
+                opt(f.close_reason.clone()),
+                match (&f.close_state, f.sk_err) {
+                    (Some(s), Some(e)) => format!(" from {s}, socket error {e}"),
+                    (Some(s), None) => format!(" from {s}"),
+                    _ => String::new(),
+                }
+            ),
+        ]);
+    }
+    v.into_iter().map(Line::from).collect()
+}
+
 /// 512 ns, 64 µs, 2.1 ms, 1.07 s: a bin's bound in its own unit.
 fn short_duration(ns: u64) -> String {
     match ns {
@@ -659,12 +834,17 @@ fn head_lines(what: &str, head: &crate::protocols::CapturedHead, msg_bytes: u64)
 }
 
 fn draw_detail(f: &mut Frame, app: &App, area: Rect) {
-    let Some(seq) = app.detail else {
-        return;
-    };
-    let lines = match app.shown().find_call(seq) {
-        Some(c) => call_detail_lines(app, c, seq),
-        None => vec![Line::from("This call is no longer in the buffer.")],
+    let (lines, what) = match (app.detail, &app.row_detail) {
+        (Some(seq), _) => (
+            match app.shown().find_call(seq) {
+                Some(c) => call_detail_lines(app, c, seq),
+                None => vec![Line::from("This call is no longer in the buffer.")],
+            },
+            "Call",
+        ),
+        (None, Some((View::Processes, key))) => (process_detail_lines(app, key), "Process"),
+        (None, Some((_, key))) => (flow_detail_lines(app, key), "Flow"),
+        (None, None) => return,
     };
     let inner_w = usize::from(area.width.min(96).saturating_sub(2)).max(1);
     // Rows the lines take once wrapped.
@@ -679,12 +859,12 @@ fn draw_detail(f: &mut Frame, app: &App, area: Rect) {
     let scroll = app.detail_scroll.min(max);
     let title = if max > 0 {
         format!(
-            " Call detail: lines {}-{} of {rows} (↑↓ PgUp PgDn g G scroll, Esc: back) ",
+            " {what} detail: lines {}-{} of {rows} (↑↓ PgUp PgDn g G scroll, Esc: back) ",
             scroll + 1,
             (usize::from(scroll) + visible).min(rows)
         )
     } else {
-        " Call detail (Esc: back) ".to_owned()
+        format!(" {what} detail (Esc: back) ")
     };
     f.render_widget(Clear, r);
     f.render_widget(

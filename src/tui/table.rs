@@ -156,9 +156,10 @@ pub const CONN_COLUMNS: &[Column] = &[
     col("RESP B", 9, 1, true),
 ];
 
+/// The command line last and flexible, as htop's Command: two processes of the same name
+/// are told apart, and the PID is never cut.
 pub const PROCESS_COLUMNS: &[Column] = &[
     col("PID", 7, 0, false),
-    flex("PROCESS", 10),
     col("CPU %", 6, 0, true),
     col("RSS MiB", 7, 0, true),
     col("CALLS/s", 8, 0, true),
@@ -168,6 +169,7 @@ pub const PROCESS_COLUMNS: &[Column] = &[
     col("OUT B/s", 8, 3, true),
     col("CONNS", 6, 1, true),
     col("SYSC/s", 8, 4, true),
+    flex("COMMAND", 12),
 ];
 
 #[derive(Debug, Clone)]
@@ -375,12 +377,23 @@ pub(crate) fn conn_row(c: &ConnEntry) -> Row {
     }
 }
 
-/// A process's row; `bytes_in_per_s`/`bytes_out_per_s`: its socket throughput.
+/// A process's row; `bytes_in_per_s`/`bytes_out_per_s`: its socket throughput; `cmdline`:
+/// its arguments if known (else its name is shown).
 pub(crate) fn process_row(
     p: &crate::aggregate::ProcessSnapshot,
     bytes_in_per_s: f64,
     bytes_out_per_s: f64,
+    cmdline: Option<&[String]>,
 ) -> Row {
+    let command = match cmdline.filter(|c| !c.is_empty()) {
+        Some(args) => args.join(" "),
+        None => p.comm.clone(),
+    };
+    let command = if p.exited {
+        format!("{command} (exited)")
+    } else {
+        command
+    };
     let per_s = |n: u64| {
         if p.period_ns == 0 {
             0.0
@@ -394,11 +407,6 @@ pub(crate) fn process_row(
         key: p.pid.to_string(),
         cells: vec![
             p.pid.to_string(),
-            if p.exited {
-                format!("{} (exited)", p.comm)
-            } else {
-                p.comm.clone()
-            },
             opt(p.cpu_pct, |v| format!("{v:.1}")),
             opt(p.rss_bytes.map(|b| b as f64), |v| {
                 format!("{:.1}", v / 1048576.0)
@@ -410,10 +418,10 @@ pub(crate) fn process_row(
             human(bytes_out_per_s.round()),
             conns.to_string(),
             human(p.traced_syscalls_per_s.round()),
+            command.clone(),
         ],
         sort: vec![
             SortVal::Num(f64::from(p.pid)),
-            SortVal::Text(p.comm.clone()),
             SortVal::Num(p.cpu_pct.unwrap_or(-1.0)),
             SortVal::Num(p.rss_bytes.map_or(-1.0, |b| b as f64)),
             SortVal::Num(p.calls_per_s),
@@ -423,6 +431,7 @@ pub(crate) fn process_row(
             SortVal::Num(bytes_out_per_s),
             SortVal::Num(conns as f64),
             SortVal::Num(p.traced_syscalls_per_s),
+            SortVal::Text(command),
         ],
         flag: error_flag(p.server_errors, p.client_errors),
     }
