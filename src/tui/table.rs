@@ -186,16 +186,18 @@ pub(crate) fn ms(ns: u64) -> String {
 
 /// 1234 → "1234", 12345 → "12.3k", ... (units in the column header).
 pub fn human(v: f64) -> String {
+    // One scale for every column: below 1000 as is, then k, M, G with one decimal (a
+    // rounding up to the next unit moves to it: 999.96k is 1.0M, never 1000.0k).
     let a = v.abs();
-    if a < 10_000.0 {
+    if a < 999.95 {
         if v.fract() == 0.0 {
             format!("{v:.0}")
         } else {
             format!("{v:.1}")
         }
-    } else if a < 10e6 {
+    } else if a < 999_950.0 {
         format!("{:.1}k", v / 1e3)
-    } else if a < 10e9 {
+    } else if a < 999_950_000.0 {
         format!("{:.1}M", v / 1e6)
     } else {
         format!("{:.1}G", v / 1e9)
@@ -321,8 +323,8 @@ pub(crate) fn endpoint_row(e: &EndpointSnapshot) -> Row {
             e.side.name().to_owned(),
             e.method.clone(),
             e.resource.clone(),
-            e.calls.to_string(),
-            format!("{:.1}", e.calls_per_s),
+            human(e.calls as f64),
+            human(e.calls_per_s),
             format!("{:.1}", e.server_error_rate * 100.0),
             format!("{:.1}", e.client_error_rate * 100.0),
             ms(e.latency_p50_ns),
@@ -356,7 +358,7 @@ pub(crate) fn conn_row(c: &ConnEntry) -> Row {
             c.peer.to_string(),
             proc_label(&c.comm, c.pid),
             c.side.name().to_owned(),
-            c.calls.to_string(),
+            human(c.calls as f64),
             c.server_errors.to_string(),
             c.client_errors.to_string(),
             human(c.req_bytes as f64),
@@ -411,7 +413,7 @@ pub(crate) fn process_row(
             opt(p.rss_bytes.map(|b| b as f64), |v| {
                 format!("{:.1}", v / 1048576.0)
             }),
-            format!("{:.1}", p.calls_per_s),
+            human(p.calls_per_s),
             format!("{:.1}", per_s(p.server_errors)),
             format!("{:.1}", per_s(p.client_errors)),
             human(bytes_in_per_s.round()),
@@ -440,6 +442,23 @@ pub(crate) fn process_row(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_use_one_si_scale() {
+        for (v, want) in [
+            (0.0, "0"),
+            (12.5, "12.5"),
+            (999.0, "999"),
+            (1470.0, "1.5k"),
+            (999_949.0, "999.9k"),
+            (999_960.0, "1.0M"),
+            (7_254_700.0, "7.3M"),
+            (2.5e9, "2.5G"),
+            (-1470.0, "-1.5k"),
+        ] {
+            assert_eq!(human(v), want, "{v}");
+        }
+    }
 
     #[test]
     fn sparklines_scale_to_the_largest_value() {
