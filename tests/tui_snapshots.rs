@@ -216,6 +216,18 @@ fn empty() {
         {
             let mut app = App::new("live", Duration::from_secs(1), true);
             app.set_size(w, h);
+            // A live session's meta: what it loaded shows in the overhead panel.
+            let mut meta = ebtop::session::SessionMeta::this_host(
+                "live",
+                4096,
+                ebtop::session::Filters::default(),
+                0,
+            );
+            meta.start_unix_ns = 0;
+            meta.host = "host".into();
+            meta.kernel = "kernel".into();
+            meta.loaded = vec!["capture".into(), "process_events".into()];
+            app.apply(ebtop::tui::UiMsg::Meta(Box::new(meta)));
             keys(&mut app, &[KeyCode::Char((b'1' + i as u8) as char)]);
             insta::assert_snapshot!(format!("empty_{view}_{w}x{h}"), screen(&app, w, h));
         }

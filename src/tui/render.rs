@@ -632,10 +632,16 @@ fn draw_overhead(f: &mut Frame, app: &App, area: Rect) {
     };
     f.render_widget(
         Paragraph::new(vec![
-            Line::from(Span::styled(
-                "ebtop's own overhead",
-                style(app, Style::new().add_modifier(Modifier::BOLD)),
-            )),
+            Line::from(vec![
+                Span::styled(
+                    "ebtop's own overhead",
+                    style(app, Style::new().add_modifier(Modifier::BOLD)),
+                ),
+                Span::raw(match d.meta.as_ref().map(|m| &m.loaded) {
+                    Some(l) if !l.is_empty() => format!("  (loaded: {})", l.join(", ")),
+                    _ => String::new(),
+                }),
+            ]),
             Line::from(line),
         ]),
         area,
