@@ -138,6 +138,17 @@ pub struct Args {
     #[arg(long, value_name = "PORT", value_delimiter = ',')]
     pub port: Option<Vec<u16>>,
 
+    /// Trace only processes in these cgroups (v2 paths such as /system.slice/nginx.service,
+    /// or directories of the mounted hierarchy) or beneath them; at most 8 with --container.
+    /// Applied in the kernel to calls and process records; flows are listed by owner as ever.
+    #[arg(long, value_name = "PATH", value_delimiter = ',')]
+    pub cgroup: Option<Vec<String>>,
+
+    /// Trace only processes in these containers (ids as `docker ps` shows them, from the
+    /// cgroups of the processes running now). Applied in the kernel, as --cgroup.
+    #[arg(long, value_name = "ID", value_delimiter = ',')]
+    pub container: Option<Vec<String>>,
+
     /// Trace only connections of these application protocols (comma-separated, e.g. http).
     /// Applied in the kernel; flows (TCP/UDP) are not affected.
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = protocol)]
@@ -242,12 +253,22 @@ const LIVE_ONLY: &[&str] = &[
     "hooks",
     "bpf_stats",
     "duration",
+    "cgroup",
+    "container",
 ];
 
 /// What is wrong with a command line that parsed: a filter with more values than the kernel
 /// compares, or an option that does nothing in this kind of session (a live-only option with
 /// -r, --speed anywhere but the terminal UI's replay) — said, not ignored.
 pub fn usage_problem(m: &ArgMatches) -> Option<String> {
+    let cgroups =
+        m.get_raw("cgroup").map_or(0, |v| v.len()) + m.get_raw("container").map_or(0, |v| v.len());
+    if cgroups > crate::session::MAX_FILTER_VALUES {
+        return Some(format!(
+            "--cgroup and --container take at most {} values together (given {cgroups})",
+            crate::session::MAX_FILTER_VALUES
+        ));
+    }
     for id in ["pid", "comm", "port"] {
         let n = m.get_raw(id).map_or(0, |v| v.len());
         if n > crate::session::MAX_FILTER_VALUES {

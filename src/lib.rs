@@ -5,6 +5,7 @@
 pub mod aggregate;
 pub mod bpf;
 pub mod call;
+pub mod cgroups;
 pub mod cli;
 pub mod clock;
 pub mod conntrack;

@@ -190,7 +190,28 @@ fn filters(args: &Args) -> Filters {
         comm: dedup(&args.comm),
         port: dedup(&args.port),
         proto: args.proto.clone(),
+        cgroup: None,
     }
+}
+
+/// `--cgroup` and `--container`, resolved to the cgroups the kernel compares.
+fn cgroup_filters(args: &Args) -> Result<Vec<ebtop::cgroups::CgroupFilter>> {
+    let mut paths: Vec<String> = args.cgroup.clone().unwrap_or_default();
+    for id in args.container.iter().flatten() {
+        paths.push(ebtop::cgroups::container_cgroup(id)?);
+    }
+    if paths.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mount = ebtop::cgroups::cgroup2_mount()?;
+    let mut out: Vec<ebtop::cgroups::CgroupFilter> = Vec::new();
+    for p in &paths {
+        let c = ebtop::cgroups::resolve(p, &mount)?;
+        if !out.contains(&c) {
+            out.push(c);
+        }
+    }
+    Ok(out)
 }
 
 /// A list option's values without repeats, in the order given.
@@ -271,6 +292,7 @@ fn report_recording(args: &Args, summary: &Summary) {
 
 fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> {
     ebtop::preflight::check_privileges()?;
+    let cgroups = cgroup_filters(args)?;
     for pid in args.pid.iter().flatten() {
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             ebtop::diag!(
@@ -279,7 +301,10 @@ fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> 
             );
         }
     }
-    let filters = filters(args);
+    let mut filters = filters(args);
+    if !cgroups.is_empty() {
+        filters.cgroup = Some(cgroups.iter().map(|c| c.path.clone()).collect());
+    }
     let clock = WallClock::live();
     let meta = SessionMeta::this_host("live", args.snaplen, filters.clone(), clock.offset_ns);
     let mut pipeline = Pipeline::new(tracker_config(args), ProcessTable::new(true), sink)
@@ -313,6 +338,7 @@ fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> 
         max_flows: args.max_flows,
         hooks: args.hooks,
         flow_table: json_lines(args).wants_flows() || !args.json || args.write.is_some(),
+        cgroups,
         bpf_stats: args.bpf_stats.into(),
     };
     let start = monotonic_ns();

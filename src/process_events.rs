@@ -114,6 +114,7 @@ impl<'a> ProcEvent<'a> {
             exe: (!self.filename.is_empty())
                 .then(|| String::from_utf8_lossy(self.filename).into_owned()),
             cmdline: crate::procinfo::split_cmdline(self.args),
+            cgroup: None,
         }
     }
 

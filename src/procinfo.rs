@@ -8,6 +8,37 @@ pub struct ProcInfo {
     pub comm: String,
     pub exe: Option<String>,
     pub cmdline: Vec<String>,
+    /// Its cgroup v2 path (`/system.slice/docker-<id>.scope`); absent in recordings made
+    /// before it was kept, in replays of exec records, and where there is no cgroup v2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
+}
+
+impl ProcInfo {
+    /// The container the process runs in (12 hex digits, as `docker ps` shows it), from its
+    /// cgroup path.
+    pub fn container(&self) -> Option<&str> {
+        self.cgroup.as_deref().and_then(container_id)
+    }
+}
+
+/// `/proc/PID/cgroup`'s cgroup v2 path (the `0::` line).
+pub fn read_cgroup(pid: u32) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .map(str::to_owned)
+}
+
+/// The container id in a cgroup path, first 12 hex digits: Docker (`docker-<id>.scope`,
+/// `/docker/<id>`), containerd/CRI-O/Podman (`cri-containerd-<id>.scope`, `crio-<id>.scope`,
+/// `libpod-<id>.scope`) and Kubernetes' cgroupfs layout (`/kubepods/…/pod<uid>/<id>`).
+pub fn container_id(cgroup: &str) -> Option<&str> {
+    cgroup.rsplit('/').find_map(|seg| {
+        let seg = seg.strip_suffix(".scope").unwrap_or(seg);
+        let id = seg.rsplit(['-', ':']).next()?;
+        (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| &id[..12])
+    })
 }
 
 /// The pids of /proc (processes that exist now).
@@ -62,6 +93,7 @@ impl ProcInfo {
             comm: comm.to_owned(),
             exe,
             cmdline,
+            cgroup: read_cgroup(pid),
         }
     }
 }
@@ -122,7 +154,11 @@ impl ProcessTable {
     }
     /// A process ran a new program (an exec record): described anew at its next call, unless
     /// it is already described as exactly this (its /proc entry was read first).
-    pub fn exec(&mut self, info: ProcInfo) {
+    pub fn exec(&mut self, mut info: ProcInfo) {
+        if self.read_proc && info.cgroup.is_none() {
+            // Live: an exec record says nothing of the cgroup; /proc does while it runs.
+            info.cgroup = read_cgroup(info.pid);
+        }
         if let Some(e) = self.procs.get(&info.pid).filter(|e| e.described) {
             if e.info.comm == info.comm && e.info.exe == info.exe {
                 return;
@@ -179,6 +215,29 @@ impl ProcessTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn container_ids_from_the_runtimes_cgroup_paths() {
+        let id = "4f0a6b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a";
+        for path in [
+            format!("/system.slice/docker-{id}.scope"),
+            format!("/docker/{id}"),
+            format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234_5678.slice/cri-containerd-{id}.scope"),
+            format!("/kubepods/besteffort/pod1234-5678/{id}"),
+            format!("/machine.slice/libpod-{id}.scope/container"),
+            format!("/system.slice/crio-{id}.scope"),
+        ] {
+            assert_eq!(container_id(&path), Some("4f0a6b3c2d1e"), "{path}");
+        }
+        assert_eq!(container_id("/"), None);
+        assert_eq!(
+            container_id("/user.slice/user-0.slice/session-1.scope"),
+            None
+        );
+        assert_eq!(container_id("/system.slice/nginx.service"), None);
+        // This process has a cgroup v2 line (hybrid or unified hosts).
+        assert!(read_cgroup(std::process::id()).is_some());
+    }
 
     #[test]
     fn reads_own_process() {

@@ -15,6 +15,10 @@ pub struct Filters {
     /// Any of these local or remote ports.
     #[serde(default, deserialize_with = "one_or_many")]
     pub port: Option<Vec<u16>>,
+    /// Live: only processes in these cgroups (v2 paths) or beneath them (`--cgroup`,
+    /// `--container`); applied in the kernel to calls and process records, not to flows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<Vec<String>>,
     /// Only connections of these application protocols (`--proto`); flows are not affected.
     #[serde(default)]
     pub proto: Option<Vec<Protocol>>,
@@ -108,6 +112,7 @@ impl Filters {
             pid: intersect(&self.pid, &more.pid),
             comm: intersect(&self.comm, &more.comm),
             port: intersect(&self.port, &more.port),
+            cgroup: intersect(&self.cgroup, &more.cgroup),
             proto: intersect(&self.proto, &more.proto),
         }
     }

@@ -460,3 +460,43 @@ fn list_filters_select_any_of_their_values() {
     );
     assert_clean_summary(lines.last().unwrap());
 }
+
+/// `--cgroup`: calls of processes in that cgroup (a client the test moves there), none of
+/// the processes outside it (the server, the test itself).
+#[test]
+fn cgroup_filter_selects_the_processes_inside_it() {
+    require_root();
+    let mount = ebtop::cgroups::cgroup2_mount().expect("a cgroup v2 hierarchy");
+    let name = format!("ebtop-test-{}", std::process::id());
+    let dir = mount.join(&name);
+    std::fs::create_dir(&dir).unwrap();
+    let server = TestServer::start();
+    let ebtop = Ebtop::start(&["--json", "--cgroup", &format!("/{name}")]);
+    let url = format!("http://127.0.0.1:{}/", server.port);
+    // The shell moves itself into the cgroup, then becomes curl: every call of curl is in it.
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo $$ > {}/cgroup.procs && exec curl -s -o /dev/null {url} {url} {url}",
+            dir.display()
+        ))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // A call from outside the cgroup.
+    let s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    w.write_all(get("/").as_bytes()).unwrap();
+    assert_eq!(read_response(&mut r), (200, 12));
+    drop((w, r));
+    let lines = ebtop.stop();
+    let _ = std::fs::remove_dir(&dir);
+    assert_eq!(lines[0]["filters"]["cgroup"][0], format!("/{name}"));
+    let calls = calls(&lines);
+    assert_eq!(calls.len(), 3, "curl's three calls only: {calls:?}");
+    assert!(calls
+        .iter()
+        .all(|c| c["comm"] == "curl" && c["side"] == "client"));
+    assert_clean_summary(lines.last().unwrap());
+}

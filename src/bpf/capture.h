@@ -26,6 +26,9 @@ const volatile __u16 filter_ports[EBTOP_MAX_FILTER_VALUES] = {};
 const volatile __u32 filter_port_count = 0;
 const volatile char filter_comms[EBTOP_MAX_FILTER_VALUES][EBTOP_TASK_COMM_LEN] = {};
 const volatile __u32 filter_comm_count = 0;
+const volatile __u64 filter_cgroup_ids[EBTOP_MAX_FILTER_VALUES] = {};
+const volatile __u32 filter_cgroup_levels[EBTOP_MAX_FILTER_VALUES] = {};
+const volatile __u32 filter_cgroup_count = 0;
 const volatile __u32 snaplen = 4096;
 /* When set, payload of every connection is delivered, not only of recognised protocols. */
 const volatile bool capture_all = false;
@@ -93,6 +96,9 @@ static __always_inline bool task_selected(__u32 tgid)
 	if (tgid == self_tgid)
 		return false;
 	if (filter_tgid_count && !u32_listed(tgid, filter_tgids, filter_tgid_count))
+		return false;
+	if (filter_cgroup_count &&
+	    !cgroup_listed(filter_cgroup_ids, filter_cgroup_levels, filter_cgroup_count))
 		return false;
 	if (filter_comm_count) {
 		char comm[EBTOP_TASK_COMM_LEN];
@@ -217,9 +223,13 @@ static __always_inline __u32 copy_payload(__u32 cpu, __u8 *data, __u8 source, __
 	if (limit > EBTOP_MAX_SNAPLEN)
 		limit = EBTOP_MAX_SNAPLEN;
 	if (source == SRC_BUF) {
-		if (limit == 0 || bpf_probe_read_user(data, limit, (void *)ptr))
+		/* Masked as well as clamped: the verifier may lose the clamp's bound on another
+		 * path through the program (it did once --cgroup's loop came before). The mask
+		 * keeps every clamped value and `data` holds twice the largest. */
+		__u64 n = verifier_mask(limit, 2 * EBTOP_MAX_SNAPLEN - 1);
+		if (n == 0 || bpf_probe_read_user(data, n, (void *)ptr))
 			return 0;
-		return limit;
+		return (__u32)n;
 	}
 	if (source == SRC_IOV)
 		return copy_iov(cpu, (const struct ebtop_iovec *)ptr, cnt, limit);

@@ -41,6 +41,22 @@ static __always_inline bool u16_listed(__u16 v, const volatile __u16 *list, __u3
 	return false;
 }
 
+/*
+ * Whether the current task is inside one of the first `n` cgroups (v2 ids, each with its
+ * depth below the root): the cgroup itself or any cgroup beneath it.
+ */
+static __always_inline bool cgroup_listed(const volatile __u64 *ids, const volatile __u32 *levels,
+					  __u32 n)
+{
+	for (int i = 0; i < EBTOP_MAX_FILTER_VALUES; i++) {
+		if (i >= n)
+			break;
+		if (bpf_get_current_ancestor_cgroup_id(levels[i]) == ids[i])
+			return true;
+	}
+	return false;
+}
+
 /* Whether task name `comm` is one of the first `n` names of `list`. */
 static __always_inline bool comm_listed(const char *comm,
 					const volatile char (*list)[EBTOP_TASK_COMM_LEN], __u32 n)

@@ -124,6 +124,21 @@ pub fn set_list_filter<T: Copy, const N: usize>(dst: &mut [T; N], count: &mut u3
     *count = n as u32;
 }
 
+/// Writes the `--cgroup`/`--container` cgroups (id and depth each) into a program's settings.
+pub fn set_cgroup_filters<const N: usize>(
+    ids: &mut [u64; N],
+    levels: &mut [u32; N],
+    count: &mut u32,
+    cgroups: &[crate::cgroups::CgroupFilter],
+) {
+    let n = cgroups.len().min(N);
+    for (i, c) in cgroups.iter().take(n).enumerate() {
+        ids[i] = c.id;
+        levels[i] = c.level;
+    }
+    *count = n as u32;
+}
+
 /// Writes a `--comm` list into a program's settings.
 pub fn set_comm_filters<const N: usize>(
     dst: &mut [[i8; 16]; N],

@@ -19,6 +19,9 @@ const volatile __u32 filter_tgids[EBTOP_MAX_FILTER_VALUES] = {};
 const volatile __u32 filter_tgid_count = 0;
 const volatile char filter_comms[EBTOP_MAX_FILTER_VALUES][EBTOP_TASK_COMM_LEN] = {};
 const volatile __u32 filter_comm_count = 0;
+const volatile __u64 filter_cgroup_ids[EBTOP_MAX_FILTER_VALUES] = {};
+const volatile __u32 filter_cgroup_levels[EBTOP_MAX_FILTER_VALUES] = {};
+const volatile __u32 filter_cgroup_count = 0;
 /* Wake the consumer only once this much waits (it also polls on a short timeout). */
 const volatile __u64 wakeup_bytes = 64 * 1024;
 
@@ -57,6 +60,9 @@ static __always_inline void count(__u32 idx)
 static __always_inline bool selected(__u32 tgid, const char *comm)
 {
 	if (filter_tgid_count && !u32_listed(tgid, filter_tgids, filter_tgid_count))
+		return false;
+	if (filter_cgroup_count &&
+	    !cgroup_listed(filter_cgroup_ids, filter_cgroup_levels, filter_cgroup_count))
 		return false;
 	return !filter_comm_count || comm_listed(comm, filter_comms, filter_comm_count);
 }

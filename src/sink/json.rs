@@ -191,6 +191,8 @@ struct ProcLine<'a> {
     comm: &'a str,
     exe: Option<&'a str>,
     cmdline: &'a [String],
+    cgroup: Option<&'a str>,
+    container: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -282,6 +284,8 @@ impl<W: Write> Sink for JsonSink<W> {
             comm: &p.comm,
             exe: p.exe.as_deref(),
             cmdline: &p.cmdline,
+            cgroup: p.cgroup.as_deref(),
+            container: p.container(),
         })
     }
 
@@ -493,6 +497,7 @@ mod tests {
             comm: "x".into(),
             exe: None,
             cmdline: Vec::new(),
+            cgroup: None,
         })
         .unwrap();
         sink.lost(0, &super::super::Loss::default()).unwrap();

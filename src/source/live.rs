@@ -50,6 +50,8 @@ pub struct LiveConfig {
     pub bpf_stats: crate::aggregate::StatsMode,
     /// Load the flow table (false when no output shows flows: `--json --only` without them).
     pub flow_table: bool,
+    /// `--cgroup`/`--container`, resolved: compared in the kernel.
+    pub cgroups: Vec<crate::cgroups::CgroupFilter>,
 }
 
 /// The loaded capture programs: the socket layer or the syscall tracepoints. Both write the
@@ -130,6 +132,12 @@ macro_rules! configure_capture {
         if let Some(comms) = &cfg.filters.comm {
             crate::bpf::set_comm_filters(&mut ro.filter_comms, &mut ro.filter_comm_count, comms);
         }
+        crate::bpf::set_cgroup_filters(
+            &mut ro.filter_cgroup_ids,
+            &mut ro.filter_cgroup_levels,
+            &mut ro.filter_cgroup_count,
+            &cfg.cgroups,
+        );
         ro.snaplen = cfg.snaplen;
         ro.capture_all = cfg.capture_all;
         ro.wakeup_bytes = (cfg.ringbuf_bytes / 16) as u64;
@@ -363,7 +371,7 @@ pub fn run<S: Sink, R>(
     };
 
     // Process exec/exit records: optional too; without them processes are read from /proc.
-    let mut procs = match ProcessProbe::start(&cfg.filters) {
+    let mut procs = match ProcessProbe::start(&cfg.filters, &cfg.cgroups) {
         Ok(p) => Some(p),
         Err(e) => {
             crate::diag!("ebtop: warning: process exec/exit tracing unavailable: {e:#}");

@@ -27,7 +27,10 @@ pub struct ProcessProbe {
 }
 
 impl ProcessProbe {
-    pub fn start(filters: &Filters) -> Result<ProcessProbe> {
+    pub fn start(
+        filters: &Filters,
+        cgroups: &[crate::cgroups::CgroupFilter],
+    ) -> Result<ProcessProbe> {
         let storage = Box::leak(Box::new(MaybeUninit::uninit()));
         let mut open = ProcsSkelBuilder::default()
             .open(storage)
@@ -43,6 +46,12 @@ impl ProcessProbe {
         if let Some(comms) = &filters.comm {
             crate::bpf::set_comm_filters(&mut ro.filter_comms, &mut ro.filter_comm_count, comms);
         }
+        crate::bpf::set_cgroup_filters(
+            &mut ro.filter_cgroup_ids,
+            &mut ro.filter_cgroup_levels,
+            &mut ro.filter_cgroup_count,
+            cgroups,
+        );
         let skel: &'static mut ProcsSkel<'static> =
             Box::leak(Box::new(open.load().map_err(|e| {
                 anyhow!("loading the process BPF programs failed: {e}")

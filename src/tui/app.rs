@@ -635,8 +635,7 @@ impl App {
                                 .map_or((0.0, 0.0), |&(i, o)| (per_s(i), per_s(o))),
                             None => (p.socket_bytes_in_per_s, p.socket_bytes_out_per_s),
                         };
-                        let cmdline = d.procs.get(&p.pid).map(|i| i.cmdline.as_slice());
-                        process_row(p, bytes_in, bytes_out, cmdline)
+                        process_row(p, bytes_in, bytes_out, d.procs.get(&p.pid))
                     })
                     .collect()
             }

@@ -390,6 +390,13 @@ fn process_detail_lines(app: &App, key: &str) -> Vec<Line<'static>> {
                 .unwrap_or_else(|| "(not known)".to_owned())
         ),
         format!(
+            "Cgroup     {}{}",
+            info.and_then(|i| i.cgroup.clone())
+                .unwrap_or_else(|| "(not known)".to_owned()),
+            info.and_then(|i| i.container())
+                .map_or(String::new(), |c| format!("  (container {c})"))
+        ),
+        format!(
             "CPU        {}   RSS {}",
             p.cpu_pct.map_or("n/a".to_owned(), |c| format!("{c:.1}%")),
             p.rss_bytes.map_or("n/a".to_owned(), |b| format!(

@@ -169,6 +169,7 @@ pub const PROCESS_COLUMNS: &[Column] = &[
     col("OUT B/s", 8, 3, true),
     col("CONNS", 6, 1, true),
     col("SYSC/s", 8, 4, true),
+    col("CONTAINER", 12, 3, false),
     flex("COMMAND", 12),
 ];
 
@@ -379,15 +380,16 @@ pub(crate) fn conn_row(c: &ConnEntry) -> Row {
     }
 }
 
-/// A process's row; `bytes_in_per_s`/`bytes_out_per_s`: its socket throughput; `cmdline`:
-/// its arguments if known (else its name is shown).
+/// A process's row; `bytes_in_per_s`/`bytes_out_per_s`: its socket throughput; `info`: its
+/// command line and container if known (else its name is shown).
 pub(crate) fn process_row(
     p: &crate::aggregate::ProcessSnapshot,
     bytes_in_per_s: f64,
     bytes_out_per_s: f64,
-    cmdline: Option<&[String]>,
+    info: Option<&crate::procinfo::ProcInfo>,
 ) -> Row {
-    let command = match cmdline.filter(|c| !c.is_empty()) {
+    let container = info.and_then(|i| i.container()).unwrap_or("-").to_owned();
+    let command = match info.map(|i| i.cmdline.as_slice()).filter(|c| !c.is_empty()) {
         Some(args) => args.join(" "),
         None => p.comm.clone(),
     };
@@ -420,6 +422,7 @@ pub(crate) fn process_row(
             human(bytes_out_per_s.round()),
             conns.to_string(),
             human(p.traced_syscalls_per_s.round()),
+            container.clone(),
             command.clone(),
         ],
         sort: vec![
@@ -433,6 +436,7 @@ pub(crate) fn process_row(
             SortVal::Num(bytes_out_per_s),
             SortVal::Num(conns as f64),
             SortVal::Num(p.traced_syscalls_per_s),
+            SortVal::Text(container),
             SortVal::Text(command),
         ],
         flag: error_flag(p.server_errors, p.client_errors),
