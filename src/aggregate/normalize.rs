@@ -32,7 +32,7 @@ pub enum ResourceKind {
 /// until someone decides how its resources normalise.
 pub fn resource_kind(proto: Protocol) -> ResourceKind {
     match proto {
-        Protocol::Http => ResourceKind::UrlPath,
+        Protocol::Http | Protocol::Http2 | Protocol::Grpc => ResourceKind::UrlPath,
         Protocol::Redis | Protocol::Memcached => ResourceKind::Command,
         Protocol::Dns => ResourceKind::DnsQuestion,
         Protocol::Postgres | Protocol::Mysql => ResourceKind::Sql,
