@@ -327,7 +327,7 @@ pub struct ParseStats {
     /// HTTP/2 connections picked up mid-way (or whose header compression state was lost):
     /// some header fields could not be decoded and show as `?`.
     pub partial_headers: u64,
-    /// HTTP/2 RST_STREAM and GOAWAY frames seen.
+    /// HTTP/2 RST_STREAM frames, and GOAWAY frames with an error code (not NO_ERROR).
     pub stream_resets: u64,
 }
 

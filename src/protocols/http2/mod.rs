@@ -113,6 +113,11 @@ pub fn plausible_frame(p: &[u8]) -> bool {
     }
 }
 
+/// Could `p` start with a frame of any type (a segment after a snaplen cut)?
+fn frame_like(p: &[u8]) -> bool {
+    p.len() >= 9 && p[3] <= CONTINUATION && p[5] & 0x80 == 0
+}
+
 /// Does `p`, the first bytes of a connection in some direction, start HTTP/2: the client's
 /// preface (at least its first 15 bytes, and all of what follows as far as `p` goes), or a
 /// frame by [`plausible_frame`]?
@@ -400,6 +405,9 @@ struct Dir {
     /// Bytes of the current frame were not captured.
     frame_cut: bool,
     synced: bool,
+    /// Lost at a syscall's end (frames cut by the snaplen): the next segment most likely
+    /// starts a frame, of any type.
+    resume: bool,
     /// A first segment too short to judge (fewer than 9 bytes), kept for the next.
     probe: Vec<u8>,
     decoder: Option<hpack::Decoder>,
@@ -425,6 +433,7 @@ impl Default for Dir {
             block_seg: 0,
             frame_cut: false,
             synced: false,
+            resume: false,
             probe: Vec::new(),
             decoder: None,
         }
@@ -492,8 +501,17 @@ impl Http2Parser {
         ds.block_stream = None;
         ds.block_damaged = false;
         // Header blocks may have gone by: insertions into the table unseen.
-        if let Some(dec) = ds.decoder.as_mut() {
+        self.forget_table(d, stats);
+    }
+
+    /// Header blocks of direction d may have gone by unseen: its HPACK table is unknown.
+    fn forget_table(&mut self, d: usize, stats: &mut ParseStats) {
+        if let Some(dec) = self.dirs[d].decoder.as_mut() {
             dec.lose();
+            if !self.partial_counted {
+                self.partial_counted = true;
+                stats.partial_headers += 1;
+            }
         }
     }
 
@@ -724,7 +742,9 @@ impl Http2Parser {
                 let body = &self.dirs[d].body;
                 if let (Some(last), Some(code)) = (body.get(..4), body.get(4..8)) {
                     let (last, code) = (be32(last) & 0x7fff_ffff, be32(code));
-                    stats.stream_resets += 1;
+                    if code != 0 {
+                        stats.stream_resets += 1;
+                    }
                     // Streams above the last one processed never will be.
                     let refused: Vec<u32> =
                         self.streams.range(last + 1..).map(|(k, _)| *k).collect();
@@ -1085,10 +1105,24 @@ impl Http2Parser {
                     stats.skipped(n);
                     return;
                 }
-                // A frame header or the preface not captured: the frames can't be followed.
+                // Frame headers not captured (a write of several frames cut by the snaplen):
+                // what they were is unknown, but a writer ends its syscall at a frame's end,
+                // so the next segment is tried as a frame start. The stream whose DATA ran
+                // into the hole may have ended in it; header blocks may have gone by.
                 St::Header | St::Preface(_) => {
-                    self.lose_sync(d, stats);
                     stats.skipped(n);
+                    let ds = &mut self.dirs[d];
+                    ds.st = St::Lost;
+                    ds.hdr_len = 0;
+                    ds.resume = true;
+                    let f = ds.frame;
+                    self.forget_table(d, stats);
+                    if f.ty == DATA {
+                        if let Some(half) = self.half(d, f.stream) {
+                            half.truncated = true;
+                            half.msgs.lost = true;
+                        }
+                    }
                     return;
                 }
             }
@@ -1123,10 +1157,12 @@ impl StreamParser for Http2Parser {
                 ds.synced = true;
                 self.client = Some(d);
                 self.from_start = true;
-            } else if plausible_frame(&start) {
+            } else if plausible_frame(&start) || (ds.resume && frame_like(&start)) {
                 ds.st = St::Header;
                 ds.synced = true;
+                ds.resume = false;
             } else {
+                ds.resume = false;
                 stats.skipped(seg.total_len.saturating_add(probe.len() as u64));
                 return;
             }
