@@ -58,6 +58,8 @@ enum ebtop_l7_proto {
 	/* User space only for now: no kernel rule in infer.h yet (PostgreSQL, MySQL). */
 	EBTOP_PROTO_POSTGRES = 5,
 	EBTOP_PROTO_MYSQL = 6,
+	/* HTTP/2 and gRPC over it (told apart in user space). */
+	EBTOP_PROTO_HTTP2 = 7,
 	/* Kernel-side state only (never in a record): recognised, but not selected by --proto. */
 	EBTOP_PROTO_FILTERED = 255,
 };
