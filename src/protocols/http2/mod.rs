@@ -61,7 +61,6 @@ const PLAUSIBLE_LEN: u32 = 16384;
 
 const DATA: u8 = 0;
 const HEADERS: u8 = 1;
-const PRIORITY: u8 = 2;
 const RST_STREAM: u8 = 3;
 const SETTINGS: u8 = 4;
 const PUSH_PROMISE: u8 = 5;
@@ -105,7 +104,10 @@ pub fn plausible_frame(p: &[u8]) -> bool {
                 && (1..=PLAUSIBLE_LEN).contains(&len)
         }
         SETTINGS => {
-            stream == 0 && len % 6 == 0 && len <= 60 && (flags == 0 || (flags == 1 && len == 0))
+            stream == 0
+                && len.is_multiple_of(6)
+                && len <= 60
+                && (flags == 0 || (flags == 1 && len == 0))
         }
         WINDOW_UPDATE => len == 4 && flags == 0 && (stream == 0 || odd),
         PING => len == 8 && flags & !1 == 0 && stream == 0,
@@ -712,31 +714,22 @@ impl Http2Parser {
         self.dirs[d].st = St::Header;
         let f = self.dirs[d].frame;
         match f.ty {
-            DATA => {
-                if f.flags & END_STREAM != 0 {
-                    self.end_of_side(d, f.stream, out);
-                }
-            }
+            DATA if f.flags & END_STREAM != 0 => self.end_of_side(d, f.stream, out),
+            // A header block ends with its END_HEADERS frame; padding and priority fields come
+            // off then.
             HEADERS | CONTINUATION | PUSH_PROMISE => {
-                let ds = &mut self.dirs[d];
-                // The fragment in the block: HEADERS' and PUSH_PROMISE's padding and fields
-                // before it come off once the block is whole.
-                if f.flags & END_HEADERS != 0 {
-                    self.block_done(d, seg, out, stats);
-                } else if ds.block_damaged {
-                    // Still waiting for the CONTINUATIONs, which are counted but not kept.
+                if f.ty != CONTINUATION {
+                    self.strip_fields(d);
                 }
-                let _ = seg;
+                if f.flags & END_HEADERS != 0 {
+                    self.block_done(d, seg, out, stats)
+                }
             }
             RST_STREAM => {
                 let code = self.dirs[d].body.get(..4).map(be32);
                 stats.stream_resets += 1;
-                self.reset(
-                    d,
-                    f.stream,
-                    format!("RST_STREAM {}", code.map_or("?".into(), error_name)),
-                    out,
-                );
+                let why = format!("RST_STREAM {}", code.map_or("?".into(), error_name));
+                self.reset(d, f.stream, why, out);
             }
             GOAWAY => {
                 let body = &self.dirs[d].body;
@@ -765,10 +758,43 @@ impl Http2Parser {
                 }
                 self.dirs[d].body = body;
             }
+            // PING, PRIORITY, WINDOW_UPDATE, unknown types: nothing to a call.
             _ => {}
         }
-        let _ = PING;
-        let _ = PRIORITY;
+    }
+
+    /// A HEADERS or PUSH_PROMISE frame is in (the block holds its payload alone): its padding
+    /// and the fields before the block fragment (priority; the promised stream) come off.
+    fn strip_fields(&mut self, d: usize) {
+        let ds = &mut self.dirs[d];
+        if ds.block_damaged {
+            return;
+        }
+        let f = ds.frame;
+        let mut start = 0;
+        let mut pad = 0;
+        if f.flags & PADDED != 0 {
+            match ds.block.first() {
+                Some(&p) => {
+                    pad = p as usize;
+                    start = 1;
+                }
+                None => ds.block_damaged = true,
+            }
+        }
+        start += match f.ty {
+            HEADERS if f.flags & PRIORITY_FLAG != 0 => 5,
+            PUSH_PROMISE => 4,
+            _ => 0,
+        };
+        if ds.block_damaged || ds.block.len() < start + pad {
+            ds.block_damaged = true;
+            ds.block.clear();
+            return;
+        }
+        let end = ds.block.len() - pad;
+        ds.block.truncate(end);
+        ds.block.drain(..start);
     }
 
     /// A whole header block from direction d.
@@ -788,28 +814,7 @@ impl Http2Parser {
         let (first_seg, last_seg) = (ds.block_first_seg, ds.block_seg);
         let block = std::mem::take(&mut ds.block);
         let mut damaged = ds.block_damaged;
-        // Strip HEADERS' padding and priority fields, PUSH_PROMISE's padding and stream id.
-        let mut b = &block[..];
-        let mut pad = 0usize;
-        if !damaged && flags & PADDED != 0 {
-            match b.split_first() {
-                Some((&p, rest)) => {
-                    pad = p as usize;
-                    b = rest;
-                }
-                None => damaged = true,
-            }
-        }
-        let skip = match ty {
-            HEADERS if flags & PRIORITY_FLAG != 0 => 5,
-            PUSH_PROMISE => 4,
-            _ => 0,
-        };
-        if !damaged && b.len() >= skip + pad {
-            b = &b[skip..b.len() - pad];
-        } else {
-            damaged = true;
-        }
+        let b = &block[..];
         if self.dirs[d].decoder.is_none() {
             self.dirs[d].decoder = Some(hpack::Decoder::new(self.from_start));
             if !self.from_start && !self.partial_counted {
@@ -848,16 +853,15 @@ impl Http2Parser {
         let client = self.is_client(d) == Some(true);
         let span = span.unwrap_or_else(|| MessageSpan::starting(seg));
         if client {
-            self.request_headers(id, &h, span, first_seg, last_seg, out, stats);
+            self.request_headers(id, &h, span, first_seg, last_seg, stats);
         } else {
-            self.response_headers(id, &h, span, first_seg, last_seg, out, stats);
+            self.response_headers(id, &h, span, first_seg, last_seg, stats);
         }
         if flags & END_STREAM != 0 {
             self.end_of_side(d, id, out);
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn request_headers(
         &mut self,
         id: u32,
@@ -865,7 +869,6 @@ impl Http2Parser {
         span: MessageSpan,
         first: u64,
         last: u64,
-        out: &mut Vec<L7Call>,
         stats: &mut ParseStats,
     ) {
         if self.orphans.contains_key(&id) {
@@ -878,9 +881,9 @@ impl Http2Parser {
             return;
         }
         if self.streams.len() >= MAX_STREAMS {
-            if let Some((old, _)) = self.streams.pop_first() {
+            // The oldest stream is given up: its call is lost, counted.
+            if self.streams.pop_first().is_some() {
                 stats.damaged_messages += 1;
-                let _ = old;
             }
         }
         let grpc = h
@@ -897,10 +900,8 @@ impl Http2Parser {
         s.req.add_block(span, first, last);
         s.req.partial = h.partial();
         self.streams.insert(id, s);
-        let _ = out;
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn response_headers(
         &mut self,
         id: u32,
@@ -908,7 +909,6 @@ impl Http2Parser {
         span: MessageSpan,
         first: u64,
         last: u64,
-        out: &mut Vec<L7Call>,
         stats: &mut ParseStats,
     ) {
         let Some(s) = self.streams.get_mut(&id) else {
@@ -921,7 +921,6 @@ impl Http2Parser {
             }
             return;
         };
-        let _ = out;
         // An informational response (1xx) is no answer yet.
         if !s.resp_headers && h.status.is_some_and(|c| (100..200).contains(&c)) {
             s.resp.add_block(span, first, last);
@@ -1138,7 +1137,14 @@ impl StreamParser for Http2Parser {
         if self.dirs[d].st == St::Lost {
             let ds = &mut self.dirs[d];
             let whole = seg.total_len == seg.payload.len() as u64;
-            if !ds.synced && whole && ds.probe.len() + seg.payload.len() < 9 {
+            // The preface is judged on 15 bytes, a frame header on 9.
+            let first = ds.probe.first().or(seg.payload.first());
+            let need = if first == Some(&b'P') {
+                PREFACE_PROBE
+            } else {
+                9
+            };
+            if !ds.synced && whole && ds.probe.len() + seg.payload.len() < need {
                 // A first segment of a few bytes: judged with the next.
                 ds.probe.extend_from_slice(seg.payload);
                 return;
@@ -1230,5 +1236,405 @@ impl StreamParser for Http2Parser {
             }
         }
         self.orphans.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocols::Transport;
+
+    const C: Direction = Direction::Egress;
+    const S: Direction = Direction::Ingress;
+
+    fn frame(ty: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let len = payload.len() as u32;
+        let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, ty, flags];
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    /// `GET path` (static :method, :scheme; :path a literal with indexing, :authority too).
+    fn get(path: &str) -> Vec<u8> {
+        let mut b = vec![0x82, 0x86, 0x44, path.len() as u8];
+        b.extend_from_slice(path.as_bytes());
+        b.extend_from_slice(b"\x41\x06h.test");
+        b
+    }
+
+    /// A gRPC message: flag 0, 4-byte length, the bytes.
+    fn grpc_msg(body: &[u8]) -> Vec<u8> {
+        let mut m = vec![0];
+        m.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        m.extend_from_slice(body);
+        m
+    }
+
+    struct Run {
+        p: Http2Parser,
+        calls: Vec<L7Call>,
+        stats: ParseStats,
+        t: u64,
+    }
+
+    impl Run {
+        fn new(depth: ParseDepth) -> Run {
+            Run {
+                p: Http2Parser::new(&ParserConfig {
+                    depth,
+                    transport: Transport::Stream,
+                    keep_head: 0,
+                }),
+                calls: Vec::new(),
+                stats: ParseStats::default(),
+                t: 0,
+            }
+        }
+        fn seg(&mut self, dir: Direction, b: &[u8]) {
+            self.cut(dir, b, b.len());
+        }
+        /// A segment of which only the first `cap` bytes were captured.
+        fn cut(&mut self, dir: Direction, b: &[u8], cap: usize) {
+            self.t += 10;
+            let seg = Segment {
+                dir,
+                payload: &b[..cap.min(b.len())],
+                total_len: b.len() as u64,
+                start_ns: self.t,
+                end_ns: self.t + 1,
+                peer: None,
+            };
+            self.p.on_segment(&seg, &mut self.calls, &mut self.stats);
+        }
+        fn close(&mut self) {
+            self.p.on_close(&mut self.calls, &mut self.stats);
+        }
+        fn start(&mut self) {
+            let mut b = PREFACE.to_vec();
+            b.extend(frame(SETTINGS, 0, 0, &[]));
+            self.seg(C, &b);
+            self.seg(S, &frame(SETTINGS, 0, 0, &[0, 3, 0, 0, 0, 100]));
+        }
+    }
+
+    fn detail<'a>(c: &'a L7Call, k: &str) -> Option<&'a str> {
+        c.details
+            .iter()
+            .find(|(key, _)| *key == k)
+            .map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn recognition() {
+        assert!(is_connection_start(PREFACE));
+        assert!(is_connection_start(&PREFACE[..15]));
+        assert!(!is_connection_start(&PREFACE[..14]));
+        assert!(!is_connection_start(b"PRI * HTTP/2.0\r\nXX"));
+        assert!(is_connection_start(&frame(SETTINGS, 0, 0, &[0; 12])));
+        assert!(is_connection_start(&frame(HEADERS, 5, 3, &[0x82])));
+        assert!(!is_connection_start(&frame(HEADERS, 5, 2, &[0x82])));
+        assert!(!is_connection_start(&frame(HEADERS, 0x40, 3, &[0x82])));
+        assert!(!is_connection_start(&frame(DATA, 0, 0, b"x")));
+        assert!(!is_connection_start(&frame(
+            RST_STREAM,
+            0,
+            1,
+            &[0, 0, 0, 8]
+        )));
+    }
+
+    /// Every byte its own segment: frames, the preface and header blocks split anywhere.
+    #[test]
+    fn frames_split_at_every_byte() {
+        let mut r = Run::new(ParseDepth::Full);
+        let mut c = PREFACE.to_vec();
+        c.extend(frame(SETTINGS, 0, 0, &[]));
+        c.extend(frame(HEADERS, END_HEADERS, 1, &get("/a")));
+        c.extend(frame(DATA, END_STREAM, 1, b"hello"));
+        let mut s = frame(SETTINGS, 0, 0, &[]);
+        s.extend(frame(HEADERS, END_HEADERS, 1, &[0x88]));
+        s.extend(frame(DATA, 0, 1, b"wor"));
+        s.extend(frame(DATA, END_STREAM, 1, b"ld!"));
+        for b in &c {
+            r.seg(C, &[*b]);
+        }
+        for b in &s {
+            r.seg(S, &[*b]);
+        }
+        assert_eq!(r.calls.len(), 1);
+        let call = &r.calls[0];
+        assert_eq!(
+            (call.method.as_str(), call.resource.as_str(), call.status),
+            ("GET", "/a", Some(200))
+        );
+        assert_eq!((call.req.bytes, call.resp.bytes), (5, 6));
+        assert_eq!(detail(call, "authority"), Some("h.test"));
+        assert_eq!(call.proto, Protocol::Http2);
+        assert_eq!(call.request_dir, C);
+        assert_eq!(r.stats, ParseStats::default());
+    }
+
+    /// Many streams in one segment each way, answered out of order; the second request refers
+    /// to the first one's `:path` entry in the dynamic table.
+    #[test]
+    fn many_frames_in_one_segment_out_of_order() {
+        let mut r = Run::new(ParseDepth::Full);
+        r.start();
+        let mut c = frame(HEADERS, END_HEADERS | END_STREAM, 1, &get("/x"));
+        // :method GET, :scheme http, :path from the table (62 is authority now, 63 the path).
+        c.extend(frame(
+            HEADERS,
+            END_HEADERS | END_STREAM,
+            3,
+            &[0x82, 0x86, 0xbf, 0xbe],
+        ));
+        r.seg(C, &c);
+        let mut s = frame(HEADERS, END_HEADERS | END_STREAM, 3, &[0x8d]);
+        s.extend(frame(HEADERS, END_HEADERS | END_STREAM, 1, &[0x88]));
+        r.seg(S, &s);
+        let got: Vec<_> = r
+            .calls
+            .iter()
+            .map(|c| (c.resource.as_str(), c.status, c.outcome))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("/x", Some(404), Outcome::ClientError),
+                ("/x", Some(200), Outcome::Ok)
+            ]
+        );
+    }
+
+    /// PADDED and PRIORITY on HEADERS, a block continued in CONTINUATION, padded DATA.
+    #[test]
+    fn padding_priority_and_continuation() {
+        let mut r = Run::new(ParseDepth::Full);
+        r.start();
+        let block = get("/padded");
+        let mut first = vec![3]; // pad length
+        first.extend_from_slice(&[0x80, 0, 0, 1, 16]); // priority: exclusive, depends on 1
+        first.extend_from_slice(&block[..4]);
+        first.extend_from_slice(&[0, 0, 0]);
+        let mut c = frame(HEADERS, PADDED | PRIORITY_FLAG, 1, &first);
+        c.extend(frame(CONTINUATION, 0, 1, &block[4..6]));
+        c.extend(frame(CONTINUATION, END_HEADERS, 1, &block[6..]));
+        let mut data = vec![4];
+        data.extend_from_slice(b"body");
+        data.extend_from_slice(&[0; 4]);
+        c.extend(frame(DATA, PADDED | END_STREAM, 1, &data));
+        r.seg(C, &c);
+        r.seg(S, &frame(HEADERS, END_HEADERS | END_STREAM, 1, &[0x88]));
+        assert_eq!(r.calls.len(), 1);
+        assert_eq!(r.calls[0].resource, "/padded");
+        assert_eq!(r.calls[0].req.bytes, 4);
+        assert_eq!(r.stats, ParseStats::default());
+    }
+
+    /// A frame other than CONTINUATION inside a header block is a protocol error: sync lost.
+    #[test]
+    fn interrupted_header_block_loses_sync() {
+        let mut r = Run::new(ParseDepth::Full);
+        r.start();
+        let mut c = frame(HEADERS, 0, 1, &get("/a")[..3]);
+        c.extend(frame(DATA, 0, 1, b"x"));
+        r.seg(C, &c);
+        assert_eq!(r.stats.desyncs, 1);
+        assert!(r.calls.is_empty());
+    }
+
+    /// DATA beyond the snaplen is skipped by length; gRPC messages are counted across frames.
+    #[test]
+    fn grpc_streaming_and_data_beyond_the_snaplen() {
+        let mut r = Run::new(ParseDepth::Full);
+        r.start();
+        let mut h = get("/pkg.Svc/Chat");
+        h[0] = 0x83; // POST
+        h.extend_from_slice(b"\x5f\x10application/grpc"); // content-type (31), indexed
+        r.seg(C, &frame(HEADERS, END_HEADERS, 1, &h));
+        // Two messages in one DATA frame, a third split over two frames, a big fourth cut.
+        let mut d = grpc_msg(b"a");
+        d.extend(grpc_msg(b"bb"));
+        r.seg(C, &frame(DATA, 0, 1, &d));
+        let m3 = grpc_msg(b"cccc");
+        r.seg(C, &frame(DATA, 0, 1, &m3[..3]));
+        r.seg(C, &frame(DATA, 0, 1, &m3[3..]));
+        let big = grpc_msg(&vec![7; 10_000]);
+        r.cut(C, &frame(DATA, END_STREAM, 1, &big), 100);
+        let mut h = vec![0x88];
+        h.extend_from_slice(b"\x5f\x10application/grpc");
+        r.seg(S, &frame(HEADERS, END_HEADERS, 1, &h));
+        r.seg(S, &frame(DATA, 0, 1, &grpc_msg(b"r1")));
+        let mut t = b"\x40\x0bgrpc-status\x015".to_vec();
+        t.extend_from_slice(b"\x40\x0cgrpc-message\x04gone");
+        r.seg(S, &frame(HEADERS, END_HEADERS | END_STREAM, 1, &t));
+        assert_eq!(r.calls.len(), 1);
+        let c = &r.calls[0];
+        assert_eq!(c.proto, Protocol::Grpc);
+        assert_eq!(c.resource, "/pkg.Svc/Chat");
+        assert_eq!(c.status, None);
+        assert_eq!(c.status_text.as_deref(), Some("NOT_FOUND"));
+        assert_eq!(c.outcome, Outcome::ClientError);
+        assert_eq!(detail(c, "grpc_status"), Some("5"));
+        assert_eq!(detail(c, "http_status"), Some("200"));
+        assert_eq!(detail(c, "grpc_message"), Some("gone"));
+        // The request's cut part was a message body: counted exactly; truncated says so.
+        assert!(c.truncated);
+        assert_eq!(detail(c, "resp_messages"), Some("1"));
+        assert_eq!(c.req.bytes, (d.len() + m3.len() + big.len()) as u64);
+        assert_eq!(r.stats.damaged_messages, 0);
+    }
+
+    /// Shallow depth: method, path, status; no optional details.
+    #[test]
+    fn shallow_mode_keeps_only_what_identifies_a_call() {
+        let mut r = Run::new(ParseDepth::Shallow);
+        r.start();
+        r.seg(C, &frame(HEADERS, END_HEADERS | END_STREAM, 1, &get("/s")));
+        r.seg(S, &frame(HEADERS, END_HEADERS | END_STREAM, 1, &[0x88]));
+        let c = &r.calls[0];
+        assert_eq!(
+            (c.method.as_str(), c.resource.as_str(), c.status),
+            ("GET", "/s", Some(200))
+        );
+        assert_eq!(detail(c, "authority"), None);
+    }
+
+    /// RST_STREAM from the client ends its stream as the client's error; a GOAWAY refuses the
+    /// streams above its last id; streams open at the close are counted.
+    #[test]
+    fn resets_goaway_and_streams_open_at_close() {
+        let mut r = Run::new(ParseDepth::Full);
+        r.start();
+        for id in [1, 3, 5, 7] {
+            r.seg(C, &frame(HEADERS, END_HEADERS | END_STREAM, id, &get("/r")));
+        }
+        r.seg(C, &frame(RST_STREAM, 0, 1, &[0, 0, 0, 8]));
+        r.seg(S, &frame(HEADERS, END_HEADERS, 3, &[0x88]));
+        let mut goaway = vec![0, 0, 0, 3];
+        goaway.extend_from_slice(&[0, 0, 0, 0]);
+        r.seg(S, &frame(GOAWAY, 0, 0, &goaway));
+        r.close();
+        let got: Vec<_> = r
+            .calls
+            .iter()
+            .map(|c| (c.status_text.as_deref(), c.outcome, c.end_inferred))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (Some("RST_STREAM CANCEL"), Outcome::ClientError, false),
+                (Some("GOAWAY NO_ERROR"), Outcome::ServerError, false),
+                (Some("GOAWAY NO_ERROR"), Outcome::ServerError, false),
+                (None, Outcome::Ok, true),
+            ]
+        );
+        assert_eq!(r.stats.stream_resets, 1);
+        assert_eq!(r.stats.inferred_ends, 1);
+        assert_eq!(r.stats.unanswered_requests, 0);
+    }
+
+    /// Picked up mid-way: the static table and literals decode, the rest is `?`, counted once;
+    /// a response whose request was not seen is unmatched, never a call.
+    #[test]
+    fn pickup_mid_connection_never_invents() {
+        let mut r = Run::new(ParseDepth::Full);
+        // Stream 9's request from before ebtop: only its response is seen.
+        r.seg(S, &frame(HEADERS, END_HEADERS | END_STREAM, 9, &[0x88]));
+        // :method GET, :path from a dynamic entry of before.
+        r.seg(
+            C,
+            &frame(HEADERS, END_HEADERS | END_STREAM, 11, &[0x82, 0xc5]),
+        );
+        r.seg(S, &frame(HEADERS, END_HEADERS | END_STREAM, 11, &[0x88]));
+        // A literal path.
+        r.seg(
+            C,
+            &frame(HEADERS, END_HEADERS | END_STREAM, 13, &get("/new")),
+        );
+        r.seg(S, &frame(HEADERS, END_HEADERS | END_STREAM, 13, &[0x8d]));
+        let got: Vec<_> = r
+            .calls
+            .iter()
+            .map(|c| {
+                (
+                    c.method.as_str(),
+                    c.resource.as_str(),
+                    c.status,
+                    detail(c, "headers"),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("GET", "?", Some(200), Some("partial")),
+                ("GET", "/new", Some(404), None)
+            ]
+        );
+        assert_eq!(r.stats.partial_headers, 1);
+        assert_eq!(r.stats.unmatched_responses, 1);
+    }
+
+    /// A lost range inside a DATA payload only skips bytes; one inside a header block forgets
+    /// that direction's table.
+    #[test]
+    fn gaps() {
+        let mut r = Run::new(ParseDepth::Full);
+        r.start();
+        r.seg(C, &frame(HEADERS, END_HEADERS, 1, &get("/g")));
+        let d = frame(DATA, END_STREAM, 1, &[1; 100]);
+        r.seg(C, &d[..30]);
+        r.p.on_gap(C, Some(50), &mut r.stats);
+        r.seg(C, &d[80..]);
+        r.seg(S, &frame(HEADERS, END_HEADERS | END_STREAM, 1, &[0x88]));
+        assert_eq!(r.calls.len(), 1);
+        assert!(r.calls[0].truncated);
+        assert_eq!(r.calls[0].req.bytes, 100);
+        assert_eq!(r.stats.desyncs, 0);
+        r.p.on_gap(C, None, &mut r.stats);
+        assert_eq!(r.stats.desyncs, 1);
+        assert_eq!(r.stats.partial_headers, 1);
+    }
+
+    #[test]
+    fn garbage_never_panics_and_memory_stays_flat() {
+        let mut rng = crate::fuzzing::XorShift(0x4242);
+        for _ in 0..300 {
+            let mut r = Run::new(ParseDepth::Full);
+            r.start();
+            for _ in 0..20 {
+                let len = (rng.next() % 64) as usize;
+                let mut b: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+                if rng.next() % 2 == 0 {
+                    let ty = (rng.next() % 10) as u8;
+                    let mut f = frame(ty, rng.next() as u8, (rng.next() % 8) as u32, &b);
+                    f.truncate((rng.next() % 80) as usize);
+                    b = f;
+                }
+                let dir = if rng.next() % 2 == 0 { C } else { S };
+                r.cut(dir, &b, (rng.next() % 70) as usize);
+            }
+            r.close();
+        }
+        // A header block never ending, and huge literal tables: bounded.
+        let mut r = Run::new(ParseDepth::Full);
+        r.start();
+        r.seg(C, &frame(HEADERS, 0, 1, &[0x82]));
+        for _ in 0..200 {
+            r.seg(C, &frame(CONTINUATION, 0, 1, &[0x40; 1000]));
+        }
+        assert!(r.p.buffered_bytes() <= 2 * MAX_BLOCK + 2 * hpack::MAX_TABLE);
+        let mut r = Run::new(ParseDepth::Full);
+        r.start();
+        for i in 0..2000u32 {
+            let mut b = vec![0x40, 0x7f, 0x81, 0x07];
+            b.extend(std::iter::repeat_n(b'n', 1000));
+            b.extend_from_slice(&[0x01, b'v']);
+            r.seg(C, &frame(HEADERS, END_HEADERS, 2 * i + 1, &b));
+        }
+        assert!(r.p.buffered_bytes() <= 2 * MAX_BLOCK + 2 * hpack::MAX_TABLE + 64 * 1024);
+        assert!(r.p.streams.len() <= MAX_STREAMS);
     }
 }
