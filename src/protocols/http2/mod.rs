@@ -1607,13 +1607,13 @@ mod tests {
             for _ in 0..20 {
                 let len = (rng.next() % 64) as usize;
                 let mut b: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
-                if rng.next() % 2 == 0 {
+                if rng.next().is_multiple_of(2) {
                     let ty = (rng.next() % 10) as u8;
                     let mut f = frame(ty, rng.next() as u8, (rng.next() % 8) as u32, &b);
                     f.truncate((rng.next() % 80) as usize);
                     b = f;
                 }
-                let dir = if rng.next() % 2 == 0 { C } else { S };
+                let dir = if rng.next().is_multiple_of(2) { C } else { S };
                 r.cut(dir, &b, (rng.next() % 70) as usize);
             }
             r.close();
