@@ -738,9 +738,13 @@ impl Http2Parser {
                     if code != 0 {
                         stats.stream_resets += 1;
                     }
-                    // Streams above the last one processed never will be.
-                    let refused: Vec<u32> =
-                        self.streams.range(last + 1..).map(|(k, _)| *k).collect();
+                    // The server's GOAWAY names the last client stream it processed: those above
+                    // never will be. (A client's names server-initiated streams: none are calls.)
+                    let refused: Vec<u32> = if self.is_client(d) == Some(false) {
+                        self.streams.range(last + 1..).map(|(k, _)| *k).collect()
+                    } else {
+                        Vec::new()
+                    };
                     for id in refused {
                         self.reset(d, id, format!("GOAWAY {}", error_name(code)), out);
                     }
@@ -912,7 +916,8 @@ impl Http2Parser {
         stats: &mut ParseStats,
     ) {
         let Some(s) = self.streams.get_mut(&id) else {
-            if !self.orphans.contains_key(&id) {
+            // A pushed stream (even id) answers no request: counted in `pushes` already.
+            if id % 2 == 1 && !self.orphans.contains_key(&id) {
                 stats.unmatched_responses += 1;
                 if self.orphans.len() >= MAX_STREAMS {
                     self.orphans.pop_first();
@@ -1533,6 +1538,22 @@ mod tests {
         assert_eq!(r.stats.stream_resets, 1);
         assert_eq!(r.stats.inferred_ends, 1);
         assert_eq!(r.stats.unanswered_requests, 0);
+    }
+
+    /// A client's GOAWAY (last stream 0: it names server-initiated streams) ends no request.
+    #[test]
+    fn a_clients_goaway_refuses_nothing() {
+        let mut r = Run::new(ParseDepth::Full);
+        r.start();
+        r.seg(
+            C,
+            &frame(HEADERS, END_HEADERS | END_STREAM, 1, &get("/slow")),
+        );
+        r.seg(C, &frame(GOAWAY, 0, 0, &[0; 8]));
+        r.seg(S, &frame(HEADERS, END_HEADERS | END_STREAM, 1, &[0x88]));
+        assert_eq!(r.calls.len(), 1);
+        assert_eq!(r.calls[0].status, Some(200));
+        assert_eq!(r.calls[0].outcome, Outcome::Ok);
     }
 
     /// Picked up mid-way: the static table and literals decode, the rest is `?`, counted once;
