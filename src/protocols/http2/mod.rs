@@ -1017,7 +1017,7 @@ impl Http2Parser {
                 (s.status, None, o)
             }
         };
-        if s.grpc {
+        if s.grpc && full {
             if let Some(c) = s.status.filter(|_| status.is_none()) {
                 details.push(("http_status", c.to_string()));
             }
@@ -1504,6 +1504,7 @@ mod tests {
             ("GET", "/s", Some(200))
         );
         assert_eq!(detail(c, "authority"), None);
+        assert!(c.details.is_empty());
     }
 
     /// RST_STREAM from the client ends its stream as the client's error; a GOAWAY refuses the
