@@ -713,6 +713,12 @@ impl Http2Parser {
     ) {
         self.dirs[d].st = St::Header;
         let f = self.dirs[d].frame;
+        if f.ty == DATA && self.dirs[d].frame_cut {
+            // The padding length was not captured: the DATA count may hold padding.
+            if let Some(half) = self.half(d, f.stream) {
+                half.truncated = true;
+            }
+        }
         match f.ty {
             DATA if f.flags & END_STREAM != 0 => self.end_of_side(d, f.stream, out),
             // A header block ends with its END_HEADERS frame; padding and priority fields come
