@@ -270,3 +270,49 @@ fn hpack_agrees_with_the_reference_decoder_on_real_blocks() {
     // trailers) + 6 + 4 + 2 header blocks at least.
     assert!(blocks_seen >= 53, "{blocks_seen}");
 }
+
+/// `--proto grpc` and `--proto http2` select the same connections; the calls of the other are
+/// left out and counted.
+#[test]
+fn proto_grpc_and_http2_filter_per_call() {
+    use ebtop::conntrack::TrackerConfig;
+    use ebtop::event::{EventBuilder, EventKind};
+    use ebtop::pipeline::Pipeline;
+    use ebtop::procinfo::ProcessTable;
+    use ebtop::protocols::ProtoSet;
+    use ebtop::session::KernelCounters;
+
+    let run_with = |only: &[Protocol]| {
+        let mut p = Pipeline::new(
+            TrackerConfig {
+                protocols: ProtoSet::of(Some(only)),
+                ..TrackerConfig::default()
+            },
+            ProcessTable::new(false),
+            common::fixtures::Collect::default(),
+        );
+        for (sock, name) in [(7, "grpc_python.seg"), (8, "h2load_nghttpd.seg")] {
+            for rec in load(name).records(sock, None) {
+                p.on_record(&rec).unwrap();
+            }
+            let close = EventBuilder::lifecycle(EventKind::Close, sock)
+                .times(u64::MAX / 4, u64::MAX / 4)
+                .build(b"");
+            p.on_record(&close).unwrap();
+        }
+        let (sink, summary) = p.finish(&KernelCounters::default(), 1).unwrap();
+        (sink.0, summary)
+    };
+    let (calls, s) = run_with(&[Protocol::Grpc]);
+    assert_eq!(calls.len(), 8);
+    assert!(calls.iter().all(|c| c.l7.proto == Protocol::Grpc));
+    assert_eq!(s.tracker.filtered_calls, 25);
+    let (calls, s) = run_with(&[Protocol::Http2]);
+    assert_eq!(calls.len(), 25);
+    assert!(calls.iter().all(|c| c.l7.proto == Protocol::Http2));
+    assert_eq!(s.tracker.filtered_calls, 8);
+    let (calls, s) = run_with(&[Protocol::Http2, Protocol::Grpc]);
+    assert_eq!((calls.len(), s.tracker.filtered_calls), (33, 0));
+    let (calls, _) = run_with(&[Protocol::Http]);
+    assert!(calls.is_empty());
+}
