@@ -172,6 +172,23 @@ fn mysql(c: &mut Criterion) {
     assert!(calls > 10, "{calls}");
 }
 
+fn http2(c: &mut Criterion) {
+    let calls = bench_seg_fixture(
+        c,
+        Protocol::Http2,
+        "http2/h2load_nghttpd.seg",
+        "parse h2load -m 4 (HPACK, 4 streams at a time)",
+    );
+    assert_eq!(calls, 25);
+    let calls = bench_seg_fixture(
+        c,
+        Protocol::Grpc,
+        "http2/grpc_python.seg",
+        "parse grpcio unary, streaming and bidi calls",
+    );
+    assert_eq!(calls, 8);
+}
+
 fn dns(c: &mut Criterion) {
     // dnsmasq's UDP socket in the DNS recording: queries in, answers out.
     let path = format!(
@@ -209,5 +226,5 @@ fn dns(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, parser, redis, memcached, dns, postgres, mysql, tracker);
+criterion_group!(benches, parser, redis, memcached, dns, postgres, mysql, http2, tracker);
 criterion_main!(benches);

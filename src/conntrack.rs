@@ -51,6 +51,9 @@ pub struct TrackerStats {
     pub conns_closed: u64,
     pub conns_expired: u64,
     pub conns_evicted: u64,
+    /// Calls of a protocol `--proto` leaves out on a connection it selects (HTTP/2 calls with
+    /// `--proto grpc`, gRPC calls with `--proto http2`).
+    pub filtered_calls: u64,
 }
 
 impl TrackerStats {
@@ -66,6 +69,7 @@ impl TrackerStats {
         self.conns_closed = self.conns_closed.wrapping_add(o.conns_closed);
         self.conns_expired = self.conns_expired.wrapping_add(o.conns_expired);
         self.conns_evicted = self.conns_evicted.wrapping_add(o.conns_evicted);
+        self.filtered_calls = self.filtered_calls.wrapping_add(o.filtered_calls);
     }
 }
 
@@ -162,7 +166,14 @@ impl ConnTracker {
                     if let ParserSlot::Active(p) = &mut c.parser {
                         p.on_close(&mut self.scratch, &mut self.parse);
                     }
-                    Self::flush(&mut self.scratch, &c, ev.sock_id, emit);
+                    Self::flush(
+                        &mut self.scratch,
+                        &c,
+                        ev.sock_id,
+                        self.cfg.protocols,
+                        &mut self.stats.filtered_calls,
+                        emit,
+                    );
                     Verdict::Selected
                 }
                 None if all => {
@@ -190,7 +201,7 @@ impl ConnTracker {
             // selected protocol is not part of this session. Undecided ones are not tracked:
             // tracking starts with the first message of a selected protocol.
             match protocols::detect(ev.payload) {
-                Some(spec) if self.cfg.protocols.contains(spec.proto) => {}
+                Some(spec) if self.cfg.protocols.wants_parser(spec.proto) => {}
                 Some(_) => {
                     self.insert_conn(ev).parser = ParserSlot::NotSelected;
                     return Verdict::NotSelected;
@@ -237,7 +248,7 @@ impl ConnTracker {
 
         if let ParserSlot::Undecided = conn.parser {
             match protocols::detect(ev.payload) {
-                Some(spec) if self.cfg.protocols.contains(spec.proto) => {
+                Some(spec) if self.cfg.protocols.wants_parser(spec.proto) => {
                     conn.parser = ParserSlot::Active((spec.new_parser)(&ParserConfig {
                         depth: self.cfg.depth,
                         transport: conn.transport,
@@ -263,7 +274,14 @@ impl ConnTracker {
             p.on_segment(&seg, &mut self.scratch, &mut self.parse);
         }
         let conn = &self.conns[&ev.sock_id];
-        Self::flush(&mut self.scratch, conn, ev.sock_id, emit);
+        Self::flush(
+            &mut self.scratch,
+            conn,
+            ev.sock_id,
+            self.cfg.protocols,
+            &mut self.stats.filtered_calls,
+            emit,
+        );
         Verdict::Selected
     }
 
@@ -290,8 +308,21 @@ impl ConnTracker {
         })
     }
 
-    fn flush(scratch: &mut Vec<L7Call>, c: &Conn, sock_id: u64, emit: &mut dyn FnMut(Call)) {
+    /// Hands the parser's calls on; those of a protocol `--proto` leaves out (HTTP/2 calls
+    /// when only gRPC is selected, and the reverse) are counted in `filtered_calls`.
+    fn flush(
+        scratch: &mut Vec<L7Call>,
+        c: &Conn,
+        sock_id: u64,
+        selected: ProtoSet,
+        filtered: &mut u64,
+        emit: &mut dyn FnMut(Call),
+    ) {
         for l7 in scratch.drain(..) {
+            if !selected.contains(l7.proto) {
+                *filtered += 1;
+                continue;
+            }
             emit(Call::new(
                 l7,
                 c.pid,

@@ -56,9 +56,9 @@ pub fn target(name: &str) -> Option<&'static Target> {
 }
 
 /// Directories of `.seg` fixtures under tests/fixtures, one per protocol.
-pub const SEG_DIRS: &[&str] = &["http", "redis", "memcached"];
+pub const SEG_DIRS: &[&str] = &["http", "redis", "memcached", "http2"];
 
-/// The `.seg` fixtures (real traffic) under `fixtures`/{http,redis,memcached}, by file name (names are
+/// The `.seg` fixtures (real traffic) under `fixtures`/{http,redis,memcached,http2}, by file name (names are
 /// unique across the directories).
 pub fn seg_files(fixtures: &Path) -> io::Result<Vec<(String, SegFile)>> {
     let mut out = Vec::new();

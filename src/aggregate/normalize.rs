@@ -26,13 +26,17 @@ pub enum ResourceKind {
     /// A DNS question, `TYPE name`: names are kept (they are what is looked up), except the
     /// address labels of reverse lookups (`PTR {addr}.in-addr.arpa`).
     DnsQuestion,
+    /// An RPC method (gRPC `/package.Service/Method`): a name from a schema, never an id, kept
+    /// as it is (`grpc.health.v1.Health` is no identifier).
+    RpcMethod,
 }
 
 /// The resource shape of each protocol. Exhaustive on purpose: a new protocol does not compile
 /// until someone decides how its resources normalise.
 pub fn resource_kind(proto: Protocol) -> ResourceKind {
     match proto {
-        Protocol::Http => ResourceKind::UrlPath,
+        Protocol::Http | Protocol::Http2 => ResourceKind::UrlPath,
+        Protocol::Grpc => ResourceKind::RpcMethod,
         Protocol::Redis | Protocol::Memcached => ResourceKind::Command,
         Protocol::Dns => ResourceKind::DnsQuestion,
         Protocol::Postgres | Protocol::Mysql => ResourceKind::Sql,
@@ -72,6 +76,7 @@ pub fn normalize_kind(kind: ResourceKind, method: &str, resource: &str) -> Strin
         ResourceKind::Sql => normalize_sql(resource),
         ResourceKind::Command => normalize_command(method, resource),
         ResourceKind::DnsQuestion => normalize_dns_question(resource),
+        ResourceKind::RpcMethod => resource.to_owned(),
     };
     match truncated(&out).len() {
         n if n == out.len() => out,
@@ -581,5 +586,22 @@ mod tests {
                 "input {raw:?}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod grpc_tests {
+    use super::*;
+
+    /// gRPC methods are URL paths of names: kept as they are.
+    #[test]
+    fn grpc_methods_are_kept() {
+        for path in ["/ebtop.test.Echo/Unary", "/grpc.health.v1.Health/Check"] {
+            assert_eq!(normalize(Protocol::Grpc, "POST", path, false), path);
+        }
+        assert_eq!(
+            normalize(Protocol::Http2, "GET", "/users/1234", false),
+            normalize(Protocol::Http, "GET", "/users/1234", false)
+        );
     }
 }

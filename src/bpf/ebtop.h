@@ -12,8 +12,12 @@
 
 /* Largest --snaplen the kernel side accepts: a power of two (the verifier bounds copies by mask). */
 #define EBTOP_MAX_SNAPLEN 16384
-/* How many iovec entries of one readv/writev/sendmsg/recvmsg are copied from. */
-#define EBTOP_MAX_IOV 16
+/*
+ * How many iovec entries of one readv/writev/sendmsg/recvmsg are copied from (the copy also
+ * stops at the snaplen). gRPC's C core writes a HEADERS frame as one iovec per name, value and
+ * length prefix (30 and more): a header block cut short forgets the connection's HPACK table.
+ */
+#define EBTOP_MAX_IOV 128
 /* How many messages of one sendmmsg/recvmmsg become events. */
 #define EBTOP_MAX_MMSG 8
 
@@ -58,6 +62,8 @@ enum ebtop_l7_proto {
 	/* User space only for now: no kernel rule in infer.h yet (PostgreSQL, MySQL). */
 	EBTOP_PROTO_POSTGRES = 5,
 	EBTOP_PROTO_MYSQL = 6,
+	/* HTTP/2 and gRPC over it (told apart in user space). */
+	EBTOP_PROTO_HTTP2 = 7,
 	/* Kernel-side state only (never in a record): recognised, but not selected by --proto. */
 	EBTOP_PROTO_FILTERED = 255,
 };

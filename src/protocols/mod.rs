@@ -11,6 +11,7 @@ pub mod dns;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http1;
+pub mod http2;
 pub mod matching;
 pub mod memcached;
 pub mod mysql;
@@ -32,6 +33,11 @@ pub enum Protocol {
     Dns,
     Postgres,
     Mysql,
+    /// HTTP/2 calls that are not gRPC.
+    Http2,
+    /// gRPC calls (HTTP/2 streams of content-type `application/grpc*`): parsed by the HTTP/2
+    /// parser, told apart per call.
+    Grpc,
 }
 
 impl Protocol {
@@ -42,6 +48,8 @@ impl Protocol {
         Protocol::Dns,
         Protocol::Postgres,
         Protocol::Mysql,
+        Protocol::Http2,
+        Protocol::Grpc,
     ];
 
     pub fn name(self) -> &'static str {
@@ -52,6 +60,8 @@ impl Protocol {
             Protocol::Dns => "dns",
             Protocol::Postgres => "postgres",
             Protocol::Mysql => "mysql",
+            Protocol::Http2 => "http2",
+            Protocol::Grpc => "grpc",
         }
     }
 
@@ -71,6 +81,16 @@ impl Protocol {
             Protocol::Dns => Some(4),
             Protocol::Postgres => Some(5),
             Protocol::Mysql => Some(6),
+            // gRPC is HTTP/2 to the kernel: the calls are told apart in user space.
+            Protocol::Http2 | Protocol::Grpc => Some(7),
+        }
+    }
+
+    /// The protocol whose parser reads its connections (gRPC: HTTP/2's).
+    pub fn parser_protocol(self) -> Protocol {
+        match self {
+            Protocol::Grpc => Protocol::Http2,
+            p => p,
         }
     }
 }
@@ -96,6 +116,14 @@ impl ProtoSet {
 
     pub fn contains(self, p: Protocol) -> bool {
         self.0 & (1 << p as u32) != 0
+    }
+
+    /// Whether connections that `p`'s parser reads are wanted (HTTP/2 ones for `grpc` too);
+    /// their calls are then filtered by [`ProtoSet::contains`].
+    pub fn wants_parser(self, p: Protocol) -> bool {
+        Protocol::ALL
+            .iter()
+            .any(|q| q.parser_protocol() == p && self.contains(*q))
     }
 
     /// No selection: every protocol, and connections of none ebtop knows (`--capture-all`).
@@ -297,6 +325,11 @@ pub struct ParseStats {
     /// Requests sent with their replies switched off (Redis `CLIENT REPLY OFF`/`SKIP`): no
     /// call is made of them.
     pub unreplied_requests: u64,
+    /// HTTP/2 connections picked up mid-way (or whose header compression state was lost):
+    /// some header fields could not be decoded and show as `?`.
+    pub partial_headers: u64,
+    /// HTTP/2 RST_STREAM frames, and GOAWAY frames with an error code (not NO_ERROR).
+    pub stream_resets: u64,
 }
 
 impl ParseStats {
@@ -314,6 +347,8 @@ impl ParseStats {
         self.inferred_ends += o.inferred_ends;
         self.pushes += o.pushes;
         self.unreplied_requests += o.unreplied_requests;
+        self.partial_headers += o.partial_headers;
+        self.stream_resets += o.stream_resets;
     }
 }
 
@@ -344,6 +379,8 @@ pub static PROTOCOLS: &[ProtocolSpec] = &[
     dns::SPEC,
     postgres::SPEC,
     mysql::SPEC,
+    // Last: its mid-connection frame rule is the loosest.
+    http2::SPEC,
 ];
 
 /// The protocol whose start `payload` looks like, if any.
@@ -352,6 +389,7 @@ pub fn detect(payload: &[u8]) -> Option<&'static ProtocolSpec> {
 }
 
 pub fn spec(proto: Protocol) -> &'static ProtocolSpec {
+    let proto = proto.parser_protocol();
     PROTOCOLS
         .iter()
         .find(|p| p.proto == proto)

@@ -1,0 +1,270 @@
+//! Live capture of HTTP/2 and gRPC: nghttpd (h2c) with h2load and curl, and a Python grpcio
+//! server and client (tests/fixtures/http2/grpc_peers.py), all started by the test on free
+//! ports, compared with what the peers report. Needs root, nghttpd/h2load (nghttp2-server,
+//! nghttp2-client) and Python's grpcio (scripts/deps installs them).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use common::*;
+use serde_json::Value;
+
+const SERVICE: &str = "/ebtop.test.Echo";
+
+/// A child process killed (and reaped) on drop.
+struct Peer(Child);
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// nghttpd --no-tls serving a directory with `index.html` ("hello\n", 6 bytes).
+fn nghttpd() -> (Peer, u16, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("index.html"), "hello\n").unwrap();
+    let port = free_tcp_port();
+    let child = Command::new("nghttpd")
+        .args(["--no-tls", "-d"])
+        .arg(dir.path())
+        .arg(port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nghttpd is installed (scripts/deps: nghttp2-server)");
+    let peer = Peer(child);
+    wait_for_listener("127.0.0.1", port, "nghttpd");
+    (peer, port, dir)
+}
+
+fn grpc_peers() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/http2/grpc_peers.py")
+}
+
+/// The Python grpcio server of grpc_peers.py on a free port.
+fn grpc_server() -> (Peer, u16) {
+    let port = free_tcp_port();
+    let mut child = Command::new("python3")
+        .arg(grpc_peers())
+        .args(["server", &port.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("python3 runs");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(
+        line.trim(),
+        "ready",
+        "the gRPC server starts (scripts/deps: pip install grpcio)"
+    );
+    (Peer(child), port)
+}
+
+fn of<'a>(calls: &'a [&'a Value], side: &str) -> Vec<&'a Value> {
+    calls
+        .iter()
+        .copied()
+        .filter(|c| c["side"] == side)
+        .collect()
+}
+
+/// h2load: 2000 requests on 4 connections, 16 streams at a time; exactly 2000 calls on each
+/// side, every one `GET /index.html` 200 with its 6 bytes.
+#[test]
+fn h2load_2000_requests_are_2000_calls_per_side() {
+    require_root();
+    let (_server, port, _dir) = nghttpd();
+    let p = port.to_string();
+    let ebtop = Ebtop::start(&["--json", "--port", &p, "--proto", "http2"]);
+    let out = Command::new("h2load")
+        .args(["-n", "2000", "-c", "4", "-m", "16"])
+        .arg(format!("http://127.0.0.1:{port}/index.html"))
+        .output()
+        .expect("h2load is installed (scripts/deps: nghttp2-client)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("2000 succeeded"),
+        "{text}"
+    );
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    for side in ["client", "server"] {
+        let side_calls = of(&calls, side);
+        assert_eq!(side_calls.len(), 2000, "{side}");
+        for c in side_calls {
+            assert_eq!(
+                (&c["proto"], &c["method"], &c["resource"], &c["status"]),
+                (
+                    &Value::from("http2"),
+                    &Value::from("GET"),
+                    &Value::from("/index.html"),
+                    &Value::from(200)
+                ),
+                "{c}"
+            );
+            assert_eq!(c["resp_bytes"], 6, "{c}");
+        }
+    }
+    let summary = lines.last().unwrap();
+    assert_clean_summary(summary);
+    assert_eq!(summary["parse"]["partial_headers"], 0, "{summary}");
+    assert_eq!(summary["parse"]["unanswered_requests"], 0, "{summary}");
+}
+
+/// curl with prior knowledge: a page and a missing one (404, the client's error), one
+/// connection each.
+#[test]
+fn curl_prior_knowledge_get_and_404() {
+    require_root();
+    let (_server, port, _dir) = nghttpd();
+    let p = port.to_string();
+    let ebtop = Ebtop::start(&["--json", "--port", &p]);
+    for (path, code) in [("/index.html", "200"), ("/missing", "404")] {
+        let out = Command::new("curl")
+            .args(["-s", "--http2-prior-knowledge", "-o", "/dev/null"])
+            .args(["-w", "%{http_code}"])
+            .arg(format!("http://127.0.0.1:{port}{path}"))
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), code);
+    }
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    for side in ["client", "server"] {
+        let got: Vec<(String, u64, String)> = of(&calls, side)
+            .iter()
+            .map(|c| {
+                (
+                    c["resource"].as_str().unwrap().to_owned(),
+                    c["status"].as_u64().unwrap(),
+                    c["outcome"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("/index.html".to_owned(), 200, "ok".to_owned()),
+                ("/missing".to_owned(), 404, "client_error".to_owned())
+            ],
+            "{side}"
+        );
+        assert!(of(&calls, side).iter().all(|c| c["proto"] == "http2"));
+    }
+    assert_clean_summary(lines.last().unwrap());
+}
+
+/// gRPC: 50 unary calls, a server stream of 7 messages, a bidi call of 9 each way and one
+/// NOT_FOUND, on one channel: method names, statuses and message counts exact on both sides;
+/// `--proto grpc` keeps only them.
+#[test]
+fn grpc_unary_streams_and_not_found_exact_on_both_sides() {
+    require_root();
+    let (_server, port) = grpc_server();
+    let p = port.to_string();
+    let ebtop = Ebtop::start(&["--json", "--port", &p, "--proto", "grpc"]);
+    let out = Command::new("python3")
+        .arg(grpc_peers())
+        .args(["client", &p, "50", "7", "9"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    for side in ["client", "server"] {
+        let side_calls = of(&calls, side);
+        assert!(side_calls.iter().all(|c| c["proto"] == "grpc"), "{side}");
+        let rows: Vec<(String, String, String, String, String)> = side_calls
+            .iter()
+            .map(|c| {
+                let s = |k: &str| c[k].as_str().unwrap_or("-").to_owned();
+                (
+                    s("resource"),
+                    s("status_text"),
+                    s("req_messages"),
+                    s("resp_messages"),
+                    s("outcome"),
+                )
+            })
+            .collect();
+        let row = |m: &str, st: &str, a: &str, b: &str, o: &str| {
+            (
+                format!("{SERVICE}/{m}"),
+                st.to_owned(),
+                a.to_owned(),
+                b.to_owned(),
+                o.to_owned(),
+            )
+        };
+        let mut want = vec![row("Unary", "OK", "1", "1", "ok"); 50];
+        want.push(row("ServerStream", "OK", "1", "7", "ok"));
+        want.push(row("Bidi", "OK", "9", "9", "ok"));
+        want.push(row("Missing", "NOT_FOUND", "1", "0", "client_error"));
+        assert_eq!(rows, want, "{side}");
+        let missing = side_calls.last().unwrap();
+        assert_eq!(missing["grpc_message"], "no such item", "{missing}");
+        assert_eq!(missing["grpc_status"], "5", "{missing}");
+    }
+    assert_clean_summary(lines.last().unwrap());
+}
+
+/// A gRPC channel connected (and its header tables filled) before ebtop started: no call is
+/// invented, each stream after the start is one call, the connection is counted as partially
+/// decodable, and a method first named after the start (a literal in HPACK) is read exactly,
+/// again on its later calls (the entry it added is known).
+#[test]
+fn a_connection_open_before_ebtop_is_partial_never_invented() {
+    require_root();
+    let (_server, port) = grpc_server();
+    let p = port.to_string();
+    let mut client = Command::new("python3")
+        .arg(grpc_peers())
+        .args(["pickup", &p, "20", "10", "5", "3"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(client.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    let ebtop = Ebtop::start(&["--json", "--port", &p]);
+    writeln!(client.stdin.take().unwrap()).unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "done");
+    assert!(client.wait().unwrap().success());
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    for side in ["client", "server"] {
+        let side_calls = of(&calls, side);
+        // 10 unary calls and 5 streams after the start, each once.
+        assert_eq!(side_calls.len(), 15, "{side}: {side_calls:?}");
+        for c in &side_calls {
+            let r = c["resource"].as_str().unwrap();
+            assert!(
+                r == "?"
+                    || r == format!("{SERVICE}/Unary")
+                    || r == format!("{SERVICE}/ServerStream"),
+                "{c}"
+            );
+        }
+        let streams = side_calls
+            .iter()
+            .filter(|c| c["resource"] == format!("{SERVICE}/ServerStream"))
+            .count();
+        assert_eq!(streams, 5, "{side}");
+    }
+    let summary = lines.last().unwrap();
+    // Both sockets of the connection (client's and server's) picked up mid-way.
+    assert_eq!(summary["parse"]["partial_headers"], 2, "{summary}");
+    assert_eq!(summary["parse"]["damaged_messages"], 0, "{summary}");
+}
