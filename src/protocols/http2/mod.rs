@@ -325,7 +325,8 @@ impl Headers {
             let text = || lossy(value, MAX_VALUE);
             match name.as_slice() {
                 b":method" => h.method = Some(text()),
-                b":path" => h.path = Some(text()),
+                // Secret query values never leave the parser (as HTTP/1's).
+                b":path" => h.path = Some(lossy(&super::redact::redact_query(value), MAX_VALUE)),
                 b":authority" => h.authority = Some(text()),
                 b":status" => {
                     h.status = std::str::from_utf8(value).ok().and_then(|s| s.parse().ok())
@@ -1334,6 +1335,17 @@ mod tests {
             .iter()
             .find(|(key, _)| *key == k)
             .map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn secret_query_values_are_redacted_in_the_resource() {
+        let mut r = Run::new(ParseDepth::Full);
+        r.start();
+        // HEADERS (END_STREAM | END_HEADERS) on stream 1, then the response :status 200.
+        r.seg(C, &frame(HEADERS, 5, 1, &get("/cb?code=s3cr3t&x=1")));
+        r.seg(S, &frame(HEADERS, 5, 1, &[0x88]));
+        assert_eq!(r.calls.len(), 1);
+        assert_eq!(r.calls[0].resource, "/cb?code=[redacted]&x=1");
     }
 
     #[test]
