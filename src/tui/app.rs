@@ -321,6 +321,9 @@ pub struct App {
     pub drill_state: ViewState,
     /// Seq of the call whose details are open.
     pub detail: Option<u64>,
+    /// F3's search: typed while `search_prompt`, then the next matching row is selected.
+    pub last_search: Option<String>,
+    pub search_prompt: bool,
     /// (view, key) of the flow or process whose details are open.
     pub row_detail: Option<(View, String)>,
     /// A replay's pace and skips (None live).
@@ -373,6 +376,8 @@ impl App {
             },
             detail: None,
             row_detail: None,
+            last_search: None,
+            search_prompt: false,
             drawn_selection: Default::default(),
             zone: crate::clock::Zone::utc(),
             replay: None,
@@ -730,6 +735,27 @@ impl App {
         }
     }
 
+    /// The selection moves to the next row (after the selected one, wrapping) that matches
+    /// the search's words (the filter language), hiding none — htop's F3.
+    fn find_next(&mut self) {
+        let Some(search) = self.last_search.clone() else {
+            return;
+        };
+        let Ok(f) = RowFilter::parse(&search, self.columns()) else {
+            return;
+        };
+        // The rows as shown, but unfiltered by the search itself.
+        let rows = self.rows();
+        let start = self.selected_index(&rows).map_or(0, |i| i + 1);
+        let n = rows.len();
+        if let Some(i) = (0..n)
+            .map(|k| (start + k) % n)
+            .find(|&i| f.matches(&rows[i]))
+        {
+            self.move_selection(|_, _| i);
+        }
+    }
+
     /// Back to the top row; in the Calls view that follows the newest call again.
     fn select_top(&mut self) {
         if self.view == View::Calls {
@@ -831,6 +857,24 @@ impl App {
             // Whatever this key changes, Enter then means the selection it leaves.
             self.drawn_selection.replace(None);
         }
+        if self.search_prompt {
+            let text = self.last_search.get_or_insert_with(String::new);
+            match key.code {
+                KeyCode::Char('u') if ctrl => text.clear(),
+                KeyCode::Char(c) if !ctrl => text.push(c),
+                KeyCode::Backspace => {
+                    text.pop();
+                }
+                // Enter (or F3 again) finds the next match; the search stays for the next F3.
+                KeyCode::Enter | KeyCode::F(3) => {
+                    self.search_prompt = key.code == KeyCode::F(3);
+                    self.find_next();
+                }
+                KeyCode::Esc => self.search_prompt = false,
+                _ => return Action::None,
+            }
+            return Action::Redraw;
+        }
         if self.prompt {
             let st = self.state_mut();
             match key.code {
@@ -903,11 +947,12 @@ impl App {
             KeyCode::End | KeyCode::Char('G') => self.move_selection(|_, n| n.saturating_sub(1)),
             KeyCode::Enter => self.enter(),
             KeyCode::Char('/') | KeyCode::F(4) => self.prompt = true,
-            KeyCode::Char('<') | KeyCode::Char('>') | KeyCode::F(6) => {
+            KeyCode::F(3) => self.search_prompt = true,
+            KeyCode::Char('<') | KeyCode::Char('>') | KeyCode::F(5) | KeyCode::F(6) => {
                 let cols = self.columns();
                 let n = cols.len();
                 let cur = self.state().sort_col;
-                let col = if key.code != KeyCode::Char('<') {
+                let col = if !matches!(key.code, KeyCode::Char('<') | KeyCode::F(5)) {
                     (cur + 1) % n
                 } else {
                     (cur + n - 1) % n
@@ -1339,5 +1384,28 @@ mod tests {
             })
             .sum();
         assert!(total >= 200_000, "{total}");
+    }
+
+    #[test]
+    fn f3_search_selects_the_next_match_and_hides_nothing() {
+        let mut app = app_with(msgs());
+        key(&mut app, KeyCode::F(3));
+        assert!(app.search_prompt);
+        typed(&mut app, "status=500");
+        key(&mut app, KeyCode::Enter);
+        assert!(!app.search_prompt);
+        let rows = app.rows();
+        assert_eq!(rows.len(), 62, "nothing hidden");
+        let first = app.selected_index(&rows).unwrap();
+        assert_eq!(rows[first].cells[6], "500");
+        // F3 twice: the search prompt again with the same words, then the next match.
+        key(&mut app, KeyCode::F(3));
+        key(&mut app, KeyCode::F(3));
+        let rows = app.rows();
+        let second = app.selected_index(&rows).unwrap();
+        assert_ne!(second, first);
+        assert_eq!(rows[second].cells[6], "500");
+        key(&mut app, KeyCode::Esc);
+        assert!(!app.search_prompt && app.view_state().filter.is_empty());
     }
 }

@@ -46,7 +46,11 @@ pub const KEYS: &[KeyHelp] = &[
         action: "filter: word !word field:text status>=500 (Esc clears)",
     },
     KeyHelp {
-        keys: &["<", ">", "F6"],
+        keys: &["F3"],
+        action: "search: select the next matching row (Enter/F3 again: next)",
+    },
+    KeyHelp {
+        keys: &["<", ">", "F5", "F6"],
         action: "sort column (text A→Z, numbers largest first)",
     },
     KeyHelp {

@@ -144,6 +144,12 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
         let arrow = if st.ascending { "↑" } else { "↓" };
         tabs.push(Span::raw(format!(" sort {}{arrow}", c.title)));
     }
+    if app.search_prompt {
+        tabs.push(Span::raw(format!(
+            "  search \"{}\" (Enter/F3: next)",
+            app.last_search.as_deref().unwrap_or("")
+        )));
+    }
     if !st.filter.is_empty() || app.prompt {
         tabs.push(Span::raw(format!("  filter \"{}\"", st.filter)));
         if let Some(e) = app.filter_error() {
@@ -248,10 +254,13 @@ fn view_title(app: &App, rows: &[super::table::Row]) -> String {
         }
         View::Flows if d.flows.active => {
             let (open, ended) = d.flows.counts();
+            let (rate_in, rate_out) = d.flows.total_rates();
             let period = d.report.as_ref().map_or(0.0, |r| r.period_ns as f64 / 1e9);
             format!(
                 "Flows, rates over the last interval ({period:.2}s): {shown} shown, {open} open, \
-                 {ended} ended  ! retransmit/reset"
+                 {ended} ended, in {} B/s, out {} B/s  ! retransmit/reset",
+                human(rate_in.round()),
+                human(rate_out.round())
             )
         }
         View::Flows => format!("Connections seen in calls (no flow table in this source): {shown}"),
