@@ -471,12 +471,13 @@ pub fn run<S: Sink, R>(
         let waited = unsafe {
             libc::epoll_wait(ring.epoll_fd(), &mut ev, 1, wait.as_millis().max(1) as i32)
         };
+        // errno now, before anything else makes a syscall: a signal's EINTR read after
+        // draining the process records (which read /proc) came back as their ENOENT.
+        let wait_errno = (waited < 0).then(|| io::Error::last_os_error().raw_os_error());
         // Process execs first: an exec is then handled before the new program's calls.
         drain_procs(&mut procs, &pipeline, &failure, true);
-        let rc = if waited < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            -io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO)
+        let rc = if let Some(errno) = wait_errno.filter(|e| *e != Some(libc::EINTR)) {
+            -errno.unwrap_or(libc::EIO)
         } else {
             ring.consume_raw_n(CONSUME_BATCH)
         };

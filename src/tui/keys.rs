@@ -35,7 +35,7 @@ pub const KEYS: &[KeyHelp] = &[
     },
     KeyHelp {
         keys: &["Enter"],
-        action: "details of a call, flow or process; on endpoints: its calls",
+        action: "details (call, flow, process); endpoints: its calls",
     },
     KeyHelp {
         keys: &["Backspace", "Esc"],
@@ -47,7 +47,7 @@ pub const KEYS: &[KeyHelp] = &[
     },
     KeyHelp {
         keys: &["F3"],
-        action: "search: select the next matching row (Enter/F3 again: next)",
+        action: "search: select the next match (Enter/F3: next)",
     },
     KeyHelp {
         keys: &["<", ">", "F5", "F6"],
