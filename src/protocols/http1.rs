@@ -742,6 +742,11 @@ impl Http1Parser {
         if let Some(h) = req.host {
             details.push(("host", h));
         }
+        if resp.version != req.version && self.depth == ParseDepth::Full {
+            // `version` is what both spoke (the lower); each message's own, when they differ.
+            details.push(("request_version", req.version.to_owned()));
+            details.push(("response_version", resp.version.to_owned()));
+        }
         out.push(L7Call {
             proto: Protocol::Http,
             request_dir: if req_d == 0 {
@@ -1484,5 +1489,29 @@ mod tests {
             .req_head
             .bytes
             .starts_with(b"GET /oauth/cb?code=[redacted]&state=ok HTTP/1.1\r\nHost: x\r\n"));
+    }
+
+    #[test]
+    fn each_messages_own_version_when_they_differ() {
+        let mut d = Driver::new();
+        d.seg(OUT, b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+            .seg(IN, b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        let c = &d.calls[0];
+        assert_eq!(c.version, "1.0");
+        let detail = |k: &str| {
+            c.details
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(detail("request_version"), Some("1.1"));
+        assert_eq!(detail("response_version"), Some("1.0"));
+        let mut d = Driver::new();
+        d.seg(OUT, b"GET / HTTP/1.1\r\n\r\n")
+            .seg(IN, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+        assert!(d.calls[0]
+            .details
+            .iter()
+            .all(|(n, _)| !n.ends_with("_version")));
     }
 }
