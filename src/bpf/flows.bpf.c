@@ -196,6 +196,24 @@ int flow_set_state(__u64 *args)
 	__u64 key = (__u64)ctx->skaddr;
 	__u64 now = bpf_ktime_get_ns();
 	struct ebtop_flow *f = bpf_map_lookup_elem(&flows, &key);
+	bool birth = (os == TCP_CLOSE && ns == TCP_SYN_SENT) ||
+		     (os == TCP_SYN_RECV && ns == TCP_ESTABLISHED);
+	if (f && birth && (f->syn_ns || f->established_ns)) {
+		/*
+		 * A new socket at the address of a flow that already lived: that flow's socket
+		 * closed unseen (seen once in 20,000 short connections under load). It is reported
+		 * ended now, with what was last read of it, and counted; the new one starts fresh.
+		 */
+		f->end_ns = now;
+		f->close_state = f->state;
+		if (bpf_ringbuf_output(&flow_ends, f, sizeof(*f), 0))
+			fcount(FC_ENDS_LOST);
+		else
+			fcount(FC_ENDS);
+		fcount(FC_STALE);
+		bpf_map_delete_elem(&flows, &key);
+		f = NULL;
+	}
 	if (!f) {
 		if (os == TCP_CLOSE && ns == TCP_CLOSE)
 			return 0;
