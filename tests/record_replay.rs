@@ -23,7 +23,11 @@ const FIXTURE_CALLS: &str = concat!(
 fn ebtop(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ebtop"))
         .args(args)
-        .args(common::hooks_args())
+        .args(if args.contains(&"-r") {
+            common::replay_args()
+        } else {
+            common::hooks_args()
+        })
         .output()
         .unwrap()
 }

@@ -207,7 +207,7 @@ fn terminal_loss_ends_live_tui_and_closes_its_recording() {
             .unwrap();
         assert!(out.success());
     }
-    t.wait_for("Calls: 10 ");
+    t.wait_for(": 10 of the last 10 ");
     // The terminal goes away, as on an SSH drop.
     t.kill_server();
     assert_gone_and_released(pid, &held, "terminal loss (tmux kill-server)");

@@ -211,12 +211,19 @@ pub fn read_response(r: &mut BufReader<TcpStream>) -> (u16, usize) {
 /// as scripts/test does for each), and `--threads N` when it runs with that many tracking
 /// threads (`EBTOP_TEST_THREADS`); nothing otherwise (ebtop chooses).
 pub fn hooks_args() -> Vec<String> {
-    let mut args = Vec::new();
+    let mut args = replay_args();
     if let Ok(h) = std::env::var("EBTOP_TEST_HOOKS") {
         if !h.is_empty() {
             args.extend(["--hooks".into(), h]);
         }
     }
+    args
+}
+
+/// The part of [`hooks_args`] a replay takes: `--threads N` (a replay has no hooks, and
+/// refuses live-only options).
+pub fn replay_args() -> Vec<String> {
+    let mut args = Vec::new();
     if let Ok(t) = std::env::var("EBTOP_TEST_THREADS") {
         if !t.is_empty() {
             args.extend(["--threads".into(), t]);

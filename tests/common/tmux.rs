@@ -32,7 +32,12 @@ impl Tmux {
              if stty -a | grep -q -- -icanon; then echo 'tty raw'; else echo 'tty cooked'; fi; \
              sleep 60",
             env!("CARGO_BIN_EXE_ebtop"),
-            super::hooks_args().join(" "),
+            if args.starts_with("-r ") || args.contains(" -r ") {
+                super::replay_args()
+            } else {
+                super::hooks_args()
+            }
+            .join(" "),
         );
         self.run(&[
             "new-session",
