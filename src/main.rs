@@ -341,7 +341,6 @@ fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> 
         cgroups,
         bpf_stats: args.bpf_stats.into(),
     };
-    let start = monotonic_ns();
     live::run(
         &live_cfg,
         pipeline,
@@ -349,11 +348,12 @@ fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> 
         args.duration,
         args.delay,
         &meta,
-        |pipeline, counters, reason| {
+        |pipeline, counters, reason, attached_mono_ns| {
             if reason == StopReason::OutputClosed {
                 return Ok(());
             }
-            let (_, summary) = pipeline.finish(counters, monotonic_ns() - start)?;
+            let duration = monotonic_ns().saturating_sub(attached_mono_ns);
+            let (_, summary) = pipeline.finish(counters, duration)?;
             report_recording(args, &summary);
             Ok(())
         },

@@ -176,13 +176,12 @@ pub struct Drill {
 impl Drill {
     /// The key of its endpoint row (as `table::endpoint_key`).
     pub fn endpoint_key(&self) -> String {
-        format!(
-            "{}\u{1f}{}\u{1f}{}\u{1f}{}\u{1f}{}",
-            self.comm,
-            self.side.name(),
-            self.proto.name(),
-            self.method,
-            self.resource
+        super::table::endpoint_key_of(
+            &self.comm,
+            self.side,
+            self.proto,
+            &self.method,
+            &self.resource,
         )
     }
 

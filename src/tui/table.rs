@@ -240,13 +240,21 @@ pub fn proc_label(comm: &str, pid: u32) -> String {
 }
 
 pub(crate) fn endpoint_key(e: &EndpointSnapshot) -> String {
+    endpoint_key_of(&e.comm, e.side, e.proto, &e.method, &e.resource)
+}
+
+/// The identity of an endpoint row, from its key's parts.
+pub(crate) fn endpoint_key_of(
+    comm: &str,
+    side: Side,
+    proto: crate::protocols::Protocol,
+    method: &str,
+    resource: &str,
+) -> String {
     format!(
-        "{}\u{1f}{}\u{1f}{}\u{1f}{}\u{1f}{}",
-        e.comm,
-        e.side.name(),
-        e.proto.name(),
-        e.method,
-        e.resource
+        "{comm}\u{1f}{}\u{1f}{}\u{1f}{method}\u{1f}{resource}",
+        side.name(),
+        proto.name()
     )
 }
 
