@@ -341,6 +341,7 @@ fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> 
         cgroups,
         bpf_stats: args.bpf_stats.into(),
     };
+    let start = monotonic_ns();
     live::run(
         &live_cfg,
         pipeline,
@@ -348,12 +349,11 @@ fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> 
         args.duration,
         args.delay,
         &meta,
-        |pipeline, counters, reason, attached_mono_ns| {
+        |pipeline, counters, reason| {
             if reason == StopReason::OutputClosed {
                 return Ok(());
             }
-            let duration = monotonic_ns().saturating_sub(attached_mono_ns);
-            let (_, summary) = pipeline.finish(counters, duration)?;
+            let (_, summary) = pipeline.finish(counters, monotonic_ns() - start)?;
             report_recording(args, &summary);
             Ok(())
         },

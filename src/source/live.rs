@@ -323,7 +323,7 @@ pub fn run<S: Sink, R>(
     duration: Option<Duration>,
     interval: Duration,
     meta: &SessionMeta,
-    on_stop: impl FnOnce(Pipeline<S>, &KernelCounters, StopReason, u64) -> Result<R>,
+    on_stop: impl FnOnce(Pipeline<S>, &KernelCounters, StopReason) -> Result<R>,
 ) -> Result<R> {
     crate::preflight::check_privileges()?;
     crate::preflight::check_btf()?;
@@ -395,10 +395,6 @@ pub fn run<S: Sink, R>(
     .flatten()
     .map(str::to_owned)
     .collect();
-    // The session starts now, every probe attached: the meta line's `start` and the summary's
-    // `duration_ns` (given to `on_stop` as this monotonic time) leave the loading out.
-    let attached_mono_ns = crate::clock::monotonic_ns();
-    meta.start_unix_ns = crate::clock::now_unix_ns();
     let meta = &meta;
     pipeline.start(meta).context("writing output failed")?;
     let started = Instant::now();
@@ -583,7 +579,7 @@ pub fn run<S: Sink, R>(
         }
         flow_links = f.links();
     }
-    let result = on_stop(pipeline.into_inner(), &counters, reason, attached_mono_ns);
+    let result = on_stop(pipeline.into_inner(), &counters, reason);
     links.extend(flow_links);
     if let Some(p) = procs.as_mut() {
         links.extend(p.links());
