@@ -16,7 +16,7 @@ import argparse, json, os, re, shutil, signal, statistics, subprocess, sys, temp
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import build  # noqa: E402
 from toggle import wait_attached  # noqa: E402
-from redis_toggle import cpu_ns, quartiles  # noqa: E402
+from redis_toggle import cpu_ns, quartiles, session_totals  # noqa: E402
 
 PORT = 18944
 
@@ -69,14 +69,7 @@ def main():
             e.send_signal(signal.SIGINT)
             e.wait()
             keep.wait()
-            out.seek(0)
-            bpf_ns, calls, lost = 0, 0, 0
-            for line in out:
-                rec = json.loads(line)
-                if rec.get("type") == "overhead":
-                    bpf_ns += sum(p["run_time_ns"] for p in rec.get("bpf_programs") or [])
-                elif rec.get("type") == "summary":
-                    calls, lost = rec["calls"], rec["kernel"]["lost"]
+            bpf_ns, calls, lost = session_totals(out)
             out.close()
             sessions.append({"requests": done, "calls": calls, "cpu_ns": cpu, "bpf_ns": bpf_ns,
                              "lost": lost})

@@ -54,6 +54,19 @@ def cpu_ns(pid):
     return (int(fields[11]) + int(fields[12])) * TICK_NS  # utime + stime
 
 
+def session_totals(out):
+    """(BPF run time ns, calls, ring losses) of one ebtop session's overhead and summary lines."""
+    out.seek(0)
+    bpf_ns, calls, lost = 0, 0, 0
+    for line in out:
+        rec = json.loads(line)
+        if rec.get("type") == "overhead":
+            bpf_ns += sum(p["run_time_ns"] for p in rec.get("bpf_programs") or [])
+        elif rec.get("type") == "summary":
+            calls, lost = rec["calls"], rec["kernel"]["lost"]
+    return bpf_ns, calls, lost
+
+
 def quartiles(xs):
     if len(xs) < 2:
         return {"median": round(xs[0], 3) if xs else None, "n": len(xs)}
@@ -103,15 +116,7 @@ def main():
             e.send_signal(signal.SIGINT)
             e.wait()
             keep.wait()
-            out.seek(0)
-            bpf_ns, calls, lost, ring_lost = 0, 0, 0, 0
-            for line in out:
-                rec = json.loads(line)
-                if rec.get("type") == "overhead":
-                    bpf_ns += sum(p["run_time_ns"] for p in rec.get("bpf_programs") or [])
-                elif rec.get("type") == "summary":
-                    calls = rec["calls"]
-                    lost = rec["kernel"]["lost"]
+            bpf_ns, calls, lost = session_totals(out)
             out.close()
             sessions.append({"served": served, "calls": calls, "cpu_ns": cpu, "bpf_ns": bpf_ns,
                              "lost": lost})

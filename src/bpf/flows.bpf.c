@@ -169,6 +169,16 @@ static __always_inline struct ebtop_flow *new_flow(__u64 key, __u64 now, __u8 ro
 	return bpf_map_lookup_elem(&flows, &key);
 }
 
+/* A flow is over: its last numbers go to user space (or are counted lost), its entry goes. */
+static __always_inline void end_flow(struct ebtop_flow *f, __u64 key)
+{
+	if (bpf_ringbuf_output(&flow_ends, f, sizeof(*f), 0))
+		fcount(FC_ENDS_LOST);
+	else
+		fcount(FC_ENDS);
+	bpf_map_delete_elem(&flows, &key);
+}
+
 /*
  * All TCP/UDP hooks are tp_btf (BTF-typed raw tracepoints), not classic tracepoints: a classic
  * tracepoint program is skipped whenever any other BPF program is running on the CPU (the
@@ -206,12 +216,8 @@ int flow_set_state(__u64 *args)
 		 */
 		f->end_ns = now;
 		f->close_state = f->state;
-		if (bpf_ringbuf_output(&flow_ends, f, sizeof(*f), 0))
-			fcount(FC_ENDS_LOST);
-		else
-			fcount(FC_ENDS);
 		fcount(FC_STALE);
-		bpf_map_delete_elem(&flows, &key);
+		end_flow(f, key);
 		f = NULL;
 	}
 	if (!f) {
@@ -263,11 +269,7 @@ int flow_set_state(__u64 *args)
 	if ((os == TCP_ESTABLISHED || os == TCP_CLOSE_WAIT) && !f->sk_err && !f->rst_received &&
 	    !f->pid)
 		note_owner(f);
-	if (bpf_ringbuf_output(&flow_ends, f, sizeof(*f), 0))
-		fcount(FC_ENDS_LOST);
-	else
-		fcount(FC_ENDS);
-	bpf_map_delete_elem(&flows, &key);
+	end_flow(f, key);
 	return 0;
 }
 

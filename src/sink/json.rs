@@ -109,6 +109,8 @@ impl Formatter for RoundedFloats {
 pub struct JsonSink<W: Write> {
     out: W,
     select: LineSelection,
+    /// `select.wants("call")`, looked up once: it is asked per call.
+    write_calls: bool,
     clock: WallClock,
     /// Unix time the session started (recorded time when replaying).
     start_unix_ns: i64,
@@ -127,11 +129,13 @@ impl<W: Write> JsonSink<W> {
             buf: Vec::with_capacity(1024),
             calls: Default::default(),
             select: LineSelection::default(),
+            write_calls: true,
         }
     }
     /// Writes only the lines `select` chooses.
     pub fn with_selection(mut self, select: LineSelection) -> Self {
         self.select = select;
+        self.write_calls = select.wants("call");
         self
     }
     fn line<T: Serialize>(&mut self, v: &T) -> io::Result<()> {
@@ -290,7 +294,7 @@ impl<W: Write> Sink for JsonSink<W> {
     }
 
     fn call(&mut self, c: &Call) -> io::Result<()> {
-        if !self.select.wants("call") {
+        if !self.write_calls {
             return Ok(());
         }
         self.buf.clear();
@@ -299,14 +303,14 @@ impl<W: Write> Sink for JsonSink<W> {
     }
 
     fn call_formatter(&self) -> Option<super::call_line::CallFormatter> {
-        if !self.select.wants("call") {
+        if !self.write_calls {
             return None;
         }
         Some(super::call_line::CallFormatter::new(self.clock))
     }
 
     fn call_formatted(&mut self, _c: &Call, line: &[u8]) -> io::Result<()> {
-        if !self.select.wants("call") {
+        if !self.write_calls {
             return Ok(());
         }
         self.out.write_all(line)
