@@ -16,6 +16,7 @@ fn main() {
     println!("cargo:rerun-if-changed=src/bpf/sockaddr.h");
     println!("cargo:rerun-if-changed=src/bpf/flowtable.h");
     println!("cargo:rerun-if-changed=src/bpf/infer.h");
+    println!("cargo:rerun-if-changed=src/bpf/tls.h");
     for name in PROGRAMS {
         let src = format!("src/bpf/{name}.bpf.c");
         println!("cargo:rerun-if-changed={src}");

@@ -32,6 +32,8 @@ pub struct Call {
     pub tid: u32,
     pub comm: String,
     pub sock_id: u64,
+    /// The call's bytes are TLS plaintext, from the TLS library probes.
+    pub tls: bool,
     pub local: SocketAddr,
     pub peer: SocketAddr,
     /// CLOCK_MONOTONIC time the call started for this side: the client's first request write
@@ -74,6 +76,7 @@ impl Call {
             tid,
             comm,
             sock_id,
+            tls: false,
             local,
             peer,
             start_ns,

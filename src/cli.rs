@@ -75,6 +75,13 @@ pub enum Hooks {
     Syscalls,
 }
 
+/// Whether TLS plaintext is captured (`--tls`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Depth {
     /// Only what identifies a call: method, resource, status, framing.
@@ -205,6 +212,13 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Hooks::Auto)]
     pub hooks: Hooks,
 
+    /// TLS plaintext (HTTPS, TLS database connections) from uprobes on OpenSSL's SSL_write and
+    /// SSL_read in shared libssl and in programs linking it statically. Each probed call costs
+    /// the traced process a breakpoint trap (µs): the Processes view and `proc` lines show the
+    /// hits. off: no uprobe is placed.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub tls: OnOff,
+
     /// How ebtop measures its own BPF run time: sampled (statistics on for the last tenth of
     /// each interval, scaled; they cost every BPF program on the host ~60-110 ns per run while
     /// on) or full (on all the time: exact counts).
@@ -251,6 +265,7 @@ const LIVE_ONLY: &[&str] = &[
     "capture_all",
     "max_flows",
     "hooks",
+    "tls",
     "bpf_stats",
     "duration",
     "cgroup",

@@ -6,7 +6,7 @@ use rustc_hash::FxHashMap as HashMap;
 use std::net::SocketAddr;
 
 use crate::call::Call;
-use crate::event::{Event, EventKind, SOCK_DGRAM};
+use crate::event::{Event, EventKind, SOCK_DGRAM, TLS_STREAM_BIT};
 use crate::protocols::{
     self, L7Call, ParseDepth, ParseStats, ParserConfig, ProtoSet, StreamParser, Transport,
 };
@@ -156,7 +156,7 @@ impl ConnTracker {
         let all = self.cfg.protocols.is_all();
         match ev.kind {
             EventKind::Data => self.on_data(ev, emit),
-            EventKind::Close => match self.conns.remove(&ev.sock_id) {
+            EventKind::Close => match self.conns.remove(&ev.conn_key()) {
                 Some(c) if matches!(c.parser, ParserSlot::NotSelected) => Verdict::NotSelected,
                 Some(mut c) => {
                     if !all && matches!(c.parser, ParserSlot::Undecided) {
@@ -169,13 +169,16 @@ impl ConnTracker {
                     Self::flush(
                         &mut self.scratch,
                         &c,
-                        ev.sock_id,
+                        ev.conn_key(),
                         self.cfg.protocols,
                         &mut self.stats.filtered_calls,
                         emit,
                     );
                     Verdict::Selected
                 }
+                // A TLS socket whose plaintext never came (probes not on that process, or
+                // the connection carried none): nothing was opened, nothing closes.
+                None if all && ev.is_tls() => Verdict::Selected,
                 None if all => {
                     self.stats.conns_closed += 1;
                     Verdict::Selected
@@ -191,7 +194,8 @@ impl ConnTracker {
 
     fn on_data(&mut self, ev: &Event, emit: &mut dyn FnMut(Call)) -> Verdict {
         let all = self.cfg.protocols.is_all();
-        if let Some(c) = self.conns.get_mut(&ev.sock_id) {
+        let key = ev.conn_key();
+        if let Some(c) = self.conns.get_mut(&key) {
             if matches!(c.parser, ParserSlot::NotSelected) {
                 c.last_seen_ns = c.last_seen_ns.max(ev.end_ns);
                 return Verdict::NotSelected;
@@ -213,11 +217,11 @@ impl ConnTracker {
         // Wrapping: the numbers come from the kernel or a recording, which may be crafted.
         self.stats.data_bytes = self.stats.data_bytes.wrapping_add(ev.total_len);
         self.stats.uncaptured_bytes = self.stats.uncaptured_bytes.wrapping_add(ev.uncaptured());
-        if !self.conns.contains_key(&ev.sock_id) {
+        if !self.conns.contains_key(&key) {
             self.stats.conns_opened += 1;
             self.insert_conn(ev);
         }
-        let conn = self.conns.get_mut(&ev.sock_id).expect("inserted above");
+        let conn = self.conns.get_mut(&key).expect("inserted above");
         conn.pid = ev.pid;
         conn.tid = ev.tid;
         if conn.comm != ev.comm {
@@ -273,11 +277,11 @@ impl ConnTracker {
             };
             p.on_segment(&seg, &mut self.scratch, &mut self.parse);
         }
-        let conn = &self.conns[&ev.sock_id];
+        let conn = &self.conns[&key];
         Self::flush(
             &mut self.scratch,
             conn,
-            ev.sock_id,
+            key,
             self.cfg.protocols,
             &mut self.stats.filtered_calls,
             emit,
@@ -290,7 +294,7 @@ impl ConnTracker {
         if self.conns.len() >= self.cfg.max_conns {
             self.evict_oldest();
         }
-        self.conns.entry(ev.sock_id).or_insert_with(|| Conn {
+        self.conns.entry(ev.conn_key()).or_insert_with(|| Conn {
             pid: ev.pid,
             tid: ev.tid,
             comm: ev.comm,
@@ -313,7 +317,7 @@ impl ConnTracker {
     fn flush(
         scratch: &mut Vec<L7Call>,
         c: &Conn,
-        sock_id: u64,
+        key: u64,
         selected: ProtoSet,
         filtered: &mut u64,
         emit: &mut dyn FnMut(Call),
@@ -323,15 +327,17 @@ impl ConnTracker {
                 *filtered += 1;
                 continue;
             }
-            emit(Call::new(
+            let mut call = Call::new(
                 l7,
                 c.pid,
                 c.tid,
                 c.comm_text.clone(),
-                sock_id,
+                key & !TLS_STREAM_BIT,
                 c.local,
                 c.peer,
-            ));
+            );
+            call.tls = key & TLS_STREAM_BIT != 0;
+            emit(call);
         }
     }
 

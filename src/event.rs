@@ -19,6 +19,13 @@ pub const SOCK_DGRAM: u8 = 2;
 pub const FLAG_TRUNCATED: u16 = 1;
 /// Flag: the peer address came from the syscall's sockaddr argument.
 pub const FLAG_PEER_FROM_ARG: u16 = 2;
+/// Set in [`Event::conn_key`] for a socket's TLS plaintext stream (socket inodes are far
+/// below it).
+pub const TLS_STREAM_BIT: u64 = 1 << 63;
+
+/// Flag: TLS plaintext of the socket, from the TLS library probes (its own byte positions);
+/// on a close record: the socket was a TLS connection.
+pub const FLAG_TLS: u16 = 4;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventKind {
@@ -70,6 +77,8 @@ pub enum Syscall {
     /// Socket-layer capture: a send or receive made by no syscall whose buffer ebtop reads
     /// (io_uring, sendfile/splice, mmsg, a kernel thread): length only.
     Other,
+    /// TLS plaintext: an `SSL_write`/`SSL_read` call (uprobes on the TLS library).
+    Tls,
 }
 
 impl Syscall {
@@ -92,6 +101,7 @@ impl Syscall {
             14 => Accept4,
             15 => Close,
             16 => Other,
+            17 => Tls,
             _ => return None,
         })
     }
@@ -115,6 +125,7 @@ impl Syscall {
             Accept4 => "accept4",
             Close => "close",
             Other => "other",
+            Tls => "ssl",
         }
     }
 }
@@ -245,6 +256,21 @@ impl<'a> Event<'a> {
     pub fn comm_str(&self) -> String {
         comm_to_string(&self.comm)
     }
+    /// TLS plaintext (or, on a close, the end of a TLS connection).
+    pub fn is_tls(&self) -> bool {
+        self.flags & FLAG_TLS != 0
+    }
+
+    /// The connection this record belongs to: the socket, or its TLS plaintext stream (a
+    /// stream of its own, with its own byte positions).
+    pub fn conn_key(&self) -> u64 {
+        if self.is_tls() {
+            self.sock_id | TLS_STREAM_BIT
+        } else {
+            self.sock_id
+        }
+    }
+
     /// Bytes the syscall moved that are not in `payload`.
     pub fn uncaptured(&self) -> u64 {
         self.total_len.saturating_sub(self.payload.len() as u64)

@@ -25,5 +25,6 @@ pub mod segfile;
 pub mod session;
 pub mod sink;
 pub mod source;
+pub mod tls;
 pub mod tty;
 pub mod tui;

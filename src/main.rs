@@ -337,6 +337,7 @@ fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> 
         verbose: args.verbose,
         max_flows: args.max_flows,
         hooks: args.hooks,
+        tls: args.tls == ebtop::cli::OnOff::On,
         flow_table: json_lines(args).wants_flows() || !args.json || args.write.is_some(),
         cgroups,
         bpf_stats: args.bpf_stats.into(),

@@ -455,6 +455,13 @@ impl<S: Sink> Pipeline<S> {
             self.sink.lost(now_ns, &since)?;
             self.lost_reported = seen;
         }
+        for (pid, total) in &kernel.tls_probe_hits {
+            let before = self.summary.kernel.tls_probe_hits.get(pid).copied();
+            let hits = total.saturating_sub(before.unwrap_or(0));
+            if hits > 0 {
+                self.proc_stats.observe_tls_hits(*pid, hits);
+            }
+        }
         self.summary.kernel = kernel.clone();
         let start = self.interval_start_ns.replace(now_ns).unwrap_or(now_ns);
         let period_ns = now_ns.saturating_sub(start);

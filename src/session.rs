@@ -203,6 +203,23 @@ pub struct KernelCounters {
     /// (`crate::bpf::recursion_misses`): each may be a send, receive or exec/exit never seen.
     #[serde(default)]
     pub missed_runs: u64,
+    /// Sends and receives of TLS ciphertext (and their bytes): counted, never copied.
+    #[serde(default)]
+    pub tls_cipher_events: u64,
+    #[serde(default)]
+    pub tls_cipher_bytes: u64,
+    /// SSL_write/SSL_read calls that moved plaintext (TLS probes).
+    #[serde(default)]
+    pub tls_calls: u64,
+    /// Of those, calls on no socket ebtop could name (a custom BIO): counted, not delivered.
+    #[serde(default)]
+    pub tls_no_socket: u64,
+    #[serde(default)]
+    pub tls_no_socket_bytes: u64,
+    /// TLS probe hits per process since the start (pid → entries and returns); a process's
+    /// hits in an interval are the difference. Absent when no probe fired.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tls_probe_hits: std::collections::BTreeMap<u32, u64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]

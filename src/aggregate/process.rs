@@ -28,6 +28,7 @@ struct Activity {
     socket_bytes_in: u64,
     socket_bytes_out: u64,
     traced_syscalls: u64,
+    tls_probe_hits: u64,
 }
 
 struct Entry {
@@ -79,6 +80,10 @@ pub struct ProcessSnapshot {
     /// of a recognised protocol): what the process costs ebtop.
     pub traced_syscalls: u64,
     pub traced_syscalls_per_s: f64,
+    /// Hits of ebtop's TLS uprobes in the process (an entry and a return per SSL_write or
+    /// SSL_read call): each a breakpoint trap the process pays for.
+    pub tls_probe_hits: u64,
+    pub tls_probe_hits_per_s: f64,
     /// Distinct connections that completed at least one call in the interval.
     pub connections_active: u64,
     /// Open connections, if the pipeline supplies them (`set_open_connections`).
@@ -156,6 +161,14 @@ impl ProcessStats {
     }
 
     /// One traced syscall of `pid` that moved `n` socket bytes (`dir_out`: sent).
+    /// TLS probe hits in a process this interval; counted for processes already listed
+    /// (those that moved data on a socket), others are not shown.
+    pub fn observe_tls_hits(&mut self, pid: u32, n: u64) {
+        if let Some(e) = self.procs.get_mut(&pid) {
+            e.interval.tls_probe_hits = e.interval.tls_probe_hits.wrapping_add(n);
+        }
+    }
+
     pub fn observe_bytes(&mut self, pid: u32, comm: &str, dir_out: bool, n: u64) {
         let a = &mut self.entry(pid, comm).interval;
         a.traced_syscalls += 1;
@@ -272,6 +285,8 @@ impl ProcessStats {
                 socket_bytes_out_per_s: per_s(a.socket_bytes_out),
                 traced_syscalls: a.traced_syscalls,
                 traced_syscalls_per_s: per_s(a.traced_syscalls),
+                tls_probe_hits: a.tls_probe_hits,
+                tls_probe_hits_per_s: per_s(a.tls_probe_hits),
                 connections_active: e.conns.len() as u64,
                 open_connections: e.open_connections,
             });

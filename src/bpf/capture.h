@@ -250,11 +250,24 @@ static __always_inline __u8 select_protocol(__u8 *conn_proto, __u8 source, __u64
 	*deliver = false;
 	if (proto == EBTOP_PROTO_FILTERED)
 		return proto;
+	if (proto == EBTOP_PROTO_TLS) {
+		count(EBTOP_CNT_TLS_CIPHER, 1);
+		count(EBTOP_CNT_TLS_CIPHER_BYTES, len);
+		return proto;
+	}
 	if (!capture_all && proto == EBTOP_PROTO_UNKNOWN) {
 		proto = infer_protocol_at(source, ptr, cnt, limit, dgram, pos);
 		if (proto == EBTOP_PROTO_UNKNOWN) {
 			count(EBTOP_CNT_SKIPPED_UNKNOWN, 1);
 			count(EBTOP_CNT_SKIPPED_BYTES, len);
+			return proto;
+		}
+		if (proto == EBTOP_PROTO_TLS) {
+			/* Ciphertext: counted, never copied; its plaintext comes from the TLS probes,
+			 * whatever --proto selects (that applies to the plaintext's protocol). */
+			*conn_proto = proto;
+			count(EBTOP_CNT_TLS_CIPHER, 1);
+			count(EBTOP_CNT_TLS_CIPHER_BYTES, len);
 			return proto;
 		}
 		if (proto_mask && !((proto_mask >> (proto & 31)) & 1)) {

@@ -50,6 +50,7 @@ enum ebtop_syscall {
 	EBTOP_SC_ACCEPT4,
 	EBTOP_SC_CLOSE,
 	EBTOP_SC_OTHER, /* socket layer: a send/receive of no syscall whose buffer ebtop reads */
+	EBTOP_SC_TLS,   /* TLS plaintext: an SSL_write/SSL_read(_ex) call (uprobes, tls.h) */
 };
 
 /* Protocol guessed in the kernel from a connection's first bytes. */
@@ -64,6 +65,9 @@ enum ebtop_l7_proto {
 	EBTOP_PROTO_MYSQL = 6,
 	/* HTTP/2 and gRPC over it (told apart in user space). */
 	EBTOP_PROTO_HTTP2 = 7,
+	/* Kernel-side state only: a TLS connection (its ciphertext is counted, never copied; its
+	 * plaintext comes from the TLS library probes as records flagged EBTOP_F_TLS). */
+	EBTOP_PROTO_TLS = 8,
 	/* Kernel-side state only (never in a record): recognised, but not selected by --proto. */
 	EBTOP_PROTO_FILTERED = 255,
 };
@@ -71,6 +75,8 @@ enum ebtop_l7_proto {
 enum ebtop_event_flags {
 	EBTOP_F_TRUNCATED = 1 << 0, /* cap_len < total_len: snaplen or iovec limit cut the copy */
 	EBTOP_F_PEER_FROM_ARG = 1 << 1, /* raddr/rport came from the syscall's sockaddr (unconnected UDP) */
+	/* TLS plaintext of the socket (its own byte positions); on a close: the socket was TLS. */
+	EBTOP_F_TLS = 1 << 2,
 };
 
 /* Indexes of the per-CPU counter array `counters`. */
@@ -83,6 +89,11 @@ enum ebtop_counter {
 	EBTOP_CNT_INFLIGHT_FULL,     /* syscalls missed because the in-flight table was full */
 	EBTOP_CNT_SOCK_SYSCALLS,     /* traced syscalls on inet sockets (after filters) */
 	EBTOP_CNT_TRUNCATED,         /* data records whose payload was cut at snaplen */
+	EBTOP_CNT_TLS_CIPHER,        /* sends/receives of TLS ciphertext (counted, never copied) */
+	EBTOP_CNT_TLS_CIPHER_BYTES,  /* their bytes */
+	EBTOP_CNT_TLS_CALLS,         /* SSL_write/SSL_read calls that moved plaintext */
+	EBTOP_CNT_TLS_NO_SOCKET,     /* of those, calls on no socket ebtop knows (custom BIO) */
+	EBTOP_CNT_TLS_NO_SOCKET_BYTES, /* their plaintext bytes */
 	EBTOP_CNT__MAX,
 };
 

@@ -333,6 +333,22 @@ static __always_inline bool is_http2(const __u8 *p, __u32 n)
  * Recognises the start of a known protocol's message from the first (up to 15) bytes of a
  * payload of a stream or datagram socket (`dgram`), at stream position `pos`.
  */
+/*
+ * A TLS record on a stream: a handshake record that holds a ClientHello or ServerHello
+ * (content type 22, version 3.0–3.4, handshake type 1 or 2), or — for connections open before
+ * ebtop started — an application-data record of TLS 1.2/1.3 (type 23, version 3.3, a length
+ * no record may exceed: 2^14 plus 2048 of expansion).
+ */
+static __always_inline bool is_tls(const __u8 *p, __u32 n)
+{
+	if (n < 5 || p[1] != 3)
+		return false;
+	__u32 len = ((__u32)p[3] << 8) | p[4];
+	if (p[0] == 22)
+		return n >= 6 && p[2] <= 4 && len >= 4 && (p[5] == 1 || p[5] == 2);
+	return p[0] == 23 && p[2] == 3 && len > 0 && len <= 16384 + 2048;
+}
+
 static __always_inline __u8 infer_protocol(const __u8 *p, __u32 n, bool dgram, __u64 pos)
 {
 	if ((starts_with(p, n, "GET ", 4) && http_target(p, n, 4)) ||
@@ -358,6 +374,8 @@ static __always_inline __u8 infer_protocol(const __u8 *p, __u32 n, bool dgram, _
 		return EBTOP_PROTO_MYSQL;
 	if (!dgram && is_http2(p, n))
 		return EBTOP_PROTO_HTTP2;
+	if (!dgram && is_tls(p, n))
+		return EBTOP_PROTO_TLS;
 	return EBTOP_PROTO_UNKNOWN;
 }
 

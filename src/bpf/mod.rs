@@ -176,5 +176,10 @@ pub mod counter {
     pub const INFLIGHT_FULL: u32 = 5;
     pub const SOCK_SYSCALLS: u32 = 6;
     pub const TRUNCATED: u32 = 7;
-    pub const COUNT: u32 = 8;
+    pub const TLS_CIPHER: u32 = 8;
+    pub const TLS_CIPHER_BYTES: u32 = 9;
+    pub const TLS_CALLS: u32 = 10;
+    pub const TLS_NO_SOCKET: u32 = 11;
+    pub const TLS_NO_SOCKET_BYTES: u32 = 12;
+    pub const COUNT: u32 = 13;
 }

@@ -28,6 +28,7 @@
 #include "filters.h"
 #include "capture.h"
 #include "flowtable.h"
+#include "tls.h"
 
 #define MSG_PEEK 2
 #define TCP_CLOSE 7
@@ -360,6 +361,20 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	__u64 seq = __sync_fetch_and_add(&st->seq[dir & 1], len);
 	if (st->proto == EBTOP_PROTO_FILTERED)
 		return 0;
+	if (st->proto == EBTOP_PROTO_UNKNOWN || st->proto == EBTOP_PROTO_TLS) {
+		/* Inside an SSL call of this thread: a TLS socket, whose plaintext the TLS probes
+		 * deliver; its close then matters to user space. */
+		if (tls_note_io(sk, st->sock_id, family, sock_type, &st->proto) && !st->delivered) {
+			st->delivered = 1;
+			st->pid = id >> 32;
+			bpf_get_current_comm(st->comm, sizeof(st->comm));
+		}
+		if (st->proto == EBTOP_PROTO_TLS) {
+			count(EBTOP_CNT_TLS_CIPHER, 1);
+			count(EBTOP_CNT_TLS_CIPHER_BYTES, len);
+			return 0;
+		}
+	}
 
 	struct call_args c = {};
 	syscall_args(&c, dir, sk, len);
@@ -456,6 +471,8 @@ int BPF_PROG(cap_set_state, struct sock *sk, int oldstate, int newstate)
 	ev->syscall = EBTOP_SC_CLOSE;
 	ev->fd = -1;
 	ev->proto = EBTOP_PROTO_UNKNOWN;
+	if (st->proto == EBTOP_PROTO_TLS)
+		ev->flags |= EBTOP_F_TLS; /* ends the connection's plaintext stream */
 	ev->seq = 0;
 	ev->total_len = 0;
 	ev->cap_len = 0;

@@ -16,6 +16,7 @@
 #include "filters.h"
 #include "fdwalk.h"
 #include "capture.h"
+#include "tls.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -153,6 +154,11 @@ static __always_inline int emit_data(const struct inflight *inf, __u64 end_ns, _
 		return 0;
 	struct ebtop_event *ev = &s->ev;
 
+	if (st->proto == EBTOP_PROTO_UNKNOWN || st->proto == EBTOP_PROTO_TLS) {
+		/* Inside an SSL call of this thread: a TLS socket (tls.h). */
+		tls_note_io((struct sock *)inf->sk, inf->sock_id, inf->family, inf->sock_type,
+			    &st->proto);
+	}
 	__u32 limit = len < snaplen ? (__u32)len : snaplen;
 	bool deliver;
 	__u8 proto = select_protocol(&st->proto, source, ptr, cnt, limit, len,
@@ -168,7 +174,7 @@ static __always_inline int emit_data(const struct inflight *inf, __u64 end_ns, _
 }
 
 static __always_inline int emit_lifecycle(const struct inflight *inf, __u8 kind, long ret,
-					  __u64 end_ns)
+					  __u64 end_ns, __u16 flags)
 {
 	__u32 cpu = bpf_get_smp_processor_id();
 	struct scratch *s = bpf_map_lookup_elem(&scratch_buf, &cpu);
@@ -177,6 +183,7 @@ static __always_inline int emit_lifecycle(const struct inflight *inf, __u8 kind,
 	struct ebtop_event *ev = &s->ev;
 	fill_common(ev, inf, end_ns);
 	ev->kind = kind;
+	ev->flags = flags;
 	ev->proto = EBTOP_PROTO_UNKNOWN;
 	ev->seq = 0;
 	ev->total_len = (__u64)ret;
@@ -345,10 +352,13 @@ int enter_close(struct ebtop_sys_enter_ctx *ctx)
 		return 0;
 	bool delivered = st->proto != EBTOP_PROTO_FILTERED &&
 			 (capture_all || st->proto != EBTOP_PROTO_UNKNOWN);
+	/* A TLS socket's close ends its plaintext stream (user space ignores the close of one
+	 * whose plaintext it never saw). */
+	__u16 flags = st->proto == EBTOP_PROTO_TLS ? EBTOP_F_TLS : 0;
 	bpf_map_delete_elem(&sock_states, &inf.sock_id);
 	if (!delivered)
 		return 0;
 	inf.start_ns = bpf_ktime_get_ns();
 	inf.syscall = EBTOP_SC_CLOSE;
-	return emit_lifecycle(&inf, EBTOP_EV_CLOSE, 0, inf.start_ns);
+	return emit_lifecycle(&inf, EBTOP_EV_CLOSE, 0, inf.start_ns, flags);
 }

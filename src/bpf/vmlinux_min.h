@@ -172,6 +172,8 @@ struct pt_regs {
 struct pt_regs {
 	unsigned long r10;
 	unsigned long r8;
+	unsigned long ax;
+	unsigned long cx;
 	unsigned long dx;
 	unsigned long si;
 	unsigned long di;

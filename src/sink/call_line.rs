@@ -130,6 +130,9 @@ fn write(out: &mut Vec<u8>, ts: &mut TimestampCache, c: &Call, unix_ns: i64) {
     ts.write(out, unix_ns);
     out.extend_from_slice(b",\"proto\":");
     string(out, c.l7.proto.name());
+    if c.tls {
+        out.extend_from_slice(b",\"tls\":true");
+    }
     out.extend_from_slice(b",\"side\":");
     string(out, c.side.name());
     out.extend_from_slice(b",\"pid\":");

@@ -21,7 +21,9 @@ use crate::cli::Hooks;
 use crate::pipeline::Pipeline;
 use crate::session::{Filters, KernelCounters, SessionMeta};
 use crate::sink::Sink;
+use crate::process_events::{ProcEvent, ProcEventKind};
 use crate::source::process_probe::ProcessProbe;
+use crate::tls::TlsProbes;
 
 /// Records consumed per loop pass before ticks, signals and the deadline are checked again.
 const CONSUME_BATCH: usize = 4096;
@@ -52,6 +54,8 @@ pub struct LiveConfig {
     pub flow_table: bool,
     /// `--cgroup`/`--container`, resolved: compared in the kernel.
     pub cgroups: Vec<crate::cgroups::CgroupFilter>,
+    /// Probe the TLS libraries for plaintext (`--tls on`).
+    pub tls: bool,
 }
 
 /// The loaded capture programs: the socket layer or the syscall tracepoints. Both write the
@@ -73,6 +77,13 @@ impl Capture<'_> {
         match self {
             Capture::Socket(s) => &s.maps.events,
             Capture::Syscalls(s) => &s.maps.events,
+        }
+    }
+
+    fn tls_hits(&self) -> &libbpf_rs::Map<'_> {
+        match self {
+            Capture::Socket(s) => &s.maps.tls_hits,
+            Capture::Syscalls(s) => &s.maps.tls_hits,
         }
     }
 
@@ -140,6 +151,7 @@ macro_rules! configure_capture {
         );
         ro.snaplen = cfg.snaplen;
         ro.capture_all = cfg.capture_all;
+        ro.tls_capture = cfg.tls;
         ro.wakeup_bytes = (cfg.ringbuf_bytes / 16) as u64;
         let cpus = libbpf_rs::num_possible_cpus().context("reading the possible CPUs failed")?;
         open.maps
@@ -183,6 +195,9 @@ fn load_socket_layer<'obj>(
     for prog in skel.object_mut().progs_mut() {
         let name = prog.name().to_string_lossy().into_owned();
         let section = prog.section().to_string_lossy().into_owned();
+        if crate::tls::is_tls_program(&section) {
+            continue; // attached to the TLS libraries (src/tls/)
+        }
         links.push(
             prog.attach()
                 .map_err(|e| anyhow!("attaching probe {name} to {section} failed: {e}"))?,
@@ -210,6 +225,9 @@ fn load_syscall_hooks<'obj>(
     for prog in skel.object_mut().progs_mut() {
         let name = prog.name().to_string_lossy().into_owned();
         let section = prog.section().to_string_lossy().into_owned();
+        if crate::tls::is_tls_program(&section) {
+            continue; // attached to the TLS libraries (src/tls/)
+        }
         if let Some(tp) = section.strip_prefix("tracepoint/") {
             let link = prog
                 .attach()
@@ -254,7 +272,7 @@ fn quiet_libbpf(verbose: bool) {
     }
 }
 
-fn read_counters(capture: &Capture, procs: Option<&ProcessProbe>) -> KernelCounters {
+fn read_counters(capture: &Capture, procs: Option<&ProcessProbe>, tls: bool) -> KernelCounters {
     let sum = |idx: u32| -> (u64, Vec<u64>) {
         let per_cpu = crate::bpf::percpu_u64(capture.counters(), idx);
         (per_cpu.iter().sum(), per_cpu)
@@ -275,6 +293,16 @@ fn read_counters(capture: &Capture, procs: Option<&ProcessProbe>) -> KernelCount
         proc_lost,
         missed_runs: crate::bpf::recursion_misses(capture.object())
             + procs.map_or(0, ProcessProbe::missed_runs),
+        tls_cipher_events: sum(counter::TLS_CIPHER).0,
+        tls_cipher_bytes: sum(counter::TLS_CIPHER_BYTES).0,
+        tls_calls: sum(counter::TLS_CALLS).0,
+        tls_no_socket: sum(counter::TLS_NO_SOCKET).0,
+        tls_no_socket_bytes: sum(counter::TLS_NO_SOCKET_BYTES).0,
+        tls_probe_hits: if tls {
+            crate::tls::read_hits(capture.tls_hits())
+        } else {
+            Default::default()
+        },
     }
 }
 
@@ -285,16 +313,25 @@ fn drain_procs<S: Sink>(
     pipeline: &RefCell<Pipeline<S>>,
     failure: &RefCell<Option<io::Error>>,
     execs: bool,
+    tls: &mut Option<TlsProbes>,
 ) {
     if failure.borrow().is_some() {
         return;
     }
     if let Some(p) = procs.as_mut() {
-        let feed = |r: &[u8]| pipeline.borrow_mut().on_proc_record(r);
+        let mut feed = |r: &[u8]| {
+            // A new program may link OpenSSL statically or map a libssl not probed yet.
+            if let (Some(t), Ok(ev)) = (tls.as_mut(), ProcEvent::decode(r)) {
+                if ev.kind == ProcEventKind::Exec {
+                    t.on_exec(ev.pid);
+                }
+            }
+            pipeline.borrow_mut().on_proc_record(r)
+        };
         let result = if execs {
-            p.drain_execs(feed)
+            p.drain_execs(&mut feed)
         } else {
-            p.drain_exits(feed)
+            p.drain_exits(&mut feed)
         };
         if let Err(e) = result {
             *failure.borrow_mut() = Some(e);
@@ -379,6 +416,13 @@ pub fn run<S: Sink, R>(
         }
     };
 
+    // Every program of ebtop, for its own-cost figures (and the TLS probes' attachment).
+    let programs: Vec<libbpf_rs::Program> = capture.object().progs().collect();
+    // TLS plaintext: uprobes on the TLS libraries, placed before the session starts.
+    let mut tls = cfg
+        .tls
+        .then(|| TlsProbes::start(&programs, cfg.filters.pid.clone()));
+
     // Kernel BPF run-time statistics for the session: ebtop shows its own cost.
     let mut overhead = Overhead::new(BpfStats::enable(cfg.bpf_stats));
     let mut pipeline = pipeline;
@@ -390,6 +434,7 @@ pub fn run<S: Sink, R>(
         Some("capture"),
         flows.is_some().then_some("flow_table"),
         procs.is_some().then_some("process_events"),
+        tls.is_some().then_some("tls_probes"),
     ]
     .into_iter()
     .flatten()
@@ -431,8 +476,6 @@ pub fn run<S: Sink, R>(
         .context("setting up the ring buffer failed")?;
 
     let mut next_tick = started + interval;
-    // Every program of ebtop, for its own-cost figures.
-    let programs: Vec<libbpf_rs::Program> = capture.object().progs().collect();
     let mut prog_fds: Vec<(String, std::os::fd::BorrowedFd)> = programs
         .iter()
         .map(|p| (p.name().to_string_lossy().into_owned(), p.as_fd()))
@@ -475,13 +518,13 @@ pub fn run<S: Sink, R>(
         // draining the process records (which read /proc) came back as their ENOENT.
         let wait_errno = (waited < 0).then(|| io::Error::last_os_error().raw_os_error());
         // Process execs first: an exec is then handled before the new program's calls.
-        drain_procs(&mut procs, &pipeline, &failure, true);
+        drain_procs(&mut procs, &pipeline, &failure, true, &mut tls);
         let rc = if let Some(errno) = wait_errno.filter(|e| *e != Some(libc::EINTR)) {
             -errno.unwrap_or(libc::EIO)
         } else {
             ring.consume_raw_n(CONSUME_BATCH)
         };
-        drain_procs(&mut procs, &pipeline, &failure, false);
+        drain_procs(&mut procs, &pipeline, &failure, false, &mut tls);
         if let Some(p) = panicked.borrow_mut().take() {
             std::panic::resume_unwind(p);
         }
@@ -496,6 +539,9 @@ pub fn run<S: Sink, R>(
         }
         if let Some(f) = flows.as_mut() {
             f.consume();
+        }
+        if let Some(t) = tls.as_mut() {
+            t.poll(&programs);
         }
         if let Err(e) = pipeline.borrow_mut().flush() {
             *failure.borrow_mut() = Some(e);
@@ -516,7 +562,7 @@ pub fn run<S: Sink, R>(
         }
         if now >= next_tick {
             next_tick += interval;
-            let k = read_counters(&capture, procs.as_ref());
+            let k = read_counters(&capture, procs.as_ref(), tls.is_some());
             let mono = crate::clock::monotonic_ns();
             if let Some(f) = flows.as_mut() {
                 let report = f.poll(mono);
@@ -549,7 +595,7 @@ pub fn run<S: Sink, R>(
     // at least a record header).
     let mut reason = reason;
     if reason != StopReason::OutputClosed {
-        drain_procs(&mut procs, &pipeline, &failure, true);
+        drain_procs(&mut procs, &pipeline, &failure, true, &mut tls);
         let mut left = cfg.ringbuf_bytes as usize / (crate::event::HEADER_LEN + 8);
         while left > 0 {
             let want = CONSUME_BATCH.min(left);
@@ -558,12 +604,12 @@ pub fn run<S: Sink, R>(
             }
             left -= want;
         }
-        drain_procs(&mut procs, &pipeline, &failure, false);
+        drain_procs(&mut procs, &pipeline, &failure, false, &mut tls);
         if let Some(r) = check(&failure)? {
             reason = r;
         }
     }
-    let counters = read_counters(&capture, procs.as_ref());
+    let counters = read_counters(&capture, procs.as_ref(), tls.is_some());
     drop(ring);
     // Flows that ended since the last interval are reported with the last, partial one.
     let mut flow_links = Vec::new();
@@ -583,6 +629,9 @@ pub fn run<S: Sink, R>(
     links.extend(flow_links);
     if let Some(p) = procs.as_mut() {
         links.extend(p.links());
+    }
+    if let Some(t) = tls.as_mut() {
+        links.extend(t.links());
     }
     detach_all(links);
     result

@@ -1,0 +1,274 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * TLS plaintext from uprobes on OpenSSL's (and BoringSSL's) SSL_write / SSL_read and their
+ * `_ex` variants, in a shared libssl or an executable that links it statically. User space
+ * attaches the entry and return programs below (src/tls/); both capture paths include this
+ * file and call `tls_note_io` for each send or receive on a socket of no known protocol or of
+ * TLS, so a connection's plaintext goes out under its socket:
+ *   - entry: the SSL object, the buffer and (for `_ex`) where the byte count will be written,
+ *     per thread (`tls_calls`);
+ *   - a send or receive the same thread makes on a socket during that call names the socket
+ *     (no struct offsets of any OpenSSL version: the library's own syscall says it), and marks
+ *     the socket TLS, so its ciphertext is counted and never copied;
+ *   - return: what moved is copied as a data record of the socket flagged EBTOP_F_TLS, with
+ *     its own byte positions per SSL object (`tls_conns`), which also remembers the socket for
+ *     calls that make no syscall (a read served from OpenSSL's buffer);
+ *   - a call on a socket never seen (a custom BIO) is counted, not guessed.
+ * A thread's entry is overwritten by the next entry: should a library implement one function
+ * by calling another (SSL_write → SSL_write_ex), the inner call reports and the outer finds
+ * nothing, so nothing is counted twice.
+ * Include after capture.h.
+ */
+#ifndef EBTOP_TLS_H
+#define EBTOP_TLS_H
+
+/* Set by user space: the TLS probes are attached (--tls on). */
+const volatile bool tls_capture = false;
+
+#if defined(__TARGET_ARCH_arm64)
+#define UPROBE_ARG1(c) ((c)->regs[0])
+#define UPROBE_ARG2(c) ((c)->regs[1])
+#define UPROBE_ARG4(c) ((c)->regs[3])
+#define UPROBE_RET(c) ((c)->regs[0])
+#else
+#define UPROBE_ARG1(c) ((c)->di)
+#define UPROBE_ARG2(c) ((c)->si)
+#define UPROBE_ARG4(c) ((c)->cx)
+#define UPROBE_RET(c) ((c)->ax)
+#endif
+
+/* The socket a TLS connection runs on, as its records carry it. */
+struct tls_sock {
+	__u64 sock_id;
+	__u8 family;
+	__u8 sock_type;
+	__u16 lport;
+	__u16 rport;
+	__u16 _pad;
+	__u8 laddr[16];
+	__u8 raddr[16];
+};
+
+/* Per thread: the SSL call in progress. */
+struct tls_call {
+	__u64 ssl;
+	__u64 buf;
+	__u64 count_at; /* _ex: the size_t * the byte count is written to; 0: the return value */
+	__u64 start_ns;
+	__u8 dir;
+	__u8 has_sock;
+	__u8 _pad[6];
+	struct tls_sock sock;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 32768);
+	__type(key, __u64); /* pid_tgid */
+	__type(value, struct tls_call);
+} tls_calls SEC(".maps");
+
+struct tls_conn_key {
+	__u64 ssl;
+	__u32 tgid;
+	__u32 _pad;
+};
+
+/* Per SSL object: its socket and the plaintext's positions and protocol. */
+struct tls_conn {
+	struct tls_sock sock;
+	__u64 seq[2];
+	__u8 proto;
+	__u8 _pad[7];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct tls_conn_key);
+	__type(value, struct tls_conn);
+} tls_conns SEC(".maps");
+
+/* Probe hits per process (entries and returns): what the probes cost each process. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u64);
+} tls_hits SEC(".maps");
+
+static __always_inline void tls_count_hit(__u32 tgid)
+{
+	__u64 *n = bpf_map_lookup_elem(&tls_hits, &tgid);
+	if (n) {
+		__sync_fetch_and_add(n, 1);
+		return;
+	}
+	__u64 one = 1;
+	if (bpf_map_update_elem(&tls_hits, &tgid, &one, BPF_NOEXIST)) {
+		n = bpf_map_lookup_elem(&tls_hits, &tgid);
+		if (n)
+			__sync_fetch_and_add(n, 1);
+	}
+}
+
+/*
+ * A send or receive on `sk` (a socket of no known protocol yet, or TLS: `*conn_proto`): if
+ * the thread is inside an SSL call, that call runs on this socket, which is TLS from now on.
+ */
+static __always_inline bool tls_note_io(struct sock *sk, __u64 sock_id, __u8 family,
+					__u8 sock_type, __u8 *conn_proto)
+{
+	if (!tls_capture)
+		return false;
+	__u64 id = bpf_get_current_pid_tgid();
+	struct tls_call *c = bpf_map_lookup_elem(&tls_calls, &id);
+	if (!c)
+		return false;
+	if (*conn_proto == EBTOP_PROTO_UNKNOWN)
+		*conn_proto = EBTOP_PROTO_TLS;
+	if (c->has_sock && c->sock.sock_id == sock_id)
+		return true;
+	struct ebtop_event tuple = {};
+	fill_tuple(&tuple, sk, family);
+	c->sock.sock_id = sock_id;
+	c->sock.family = family;
+	c->sock.sock_type = sock_type;
+	c->sock.lport = tuple.lport;
+	c->sock.rport = tuple.rport;
+	__builtin_memcpy(c->sock.laddr, tuple.laddr, 16);
+	__builtin_memcpy(c->sock.raddr, tuple.raddr, 16);
+	c->has_sock = 1;
+	return true;
+}
+
+static __always_inline int tls_enter(struct pt_regs *ctx, __u8 dir, bool ex)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	if (!task_selected(tgid))
+		return 0;
+	tls_count_hit(tgid);
+	struct tls_call c = {};
+	c.ssl = UPROBE_ARG1(ctx);
+	c.buf = UPROBE_ARG2(ctx);
+	c.count_at = ex ? UPROBE_ARG4(ctx) : 0;
+	c.start_ns = bpf_ktime_get_ns();
+	c.dir = dir;
+	bpf_map_update_elem(&tls_calls, &id, &c, BPF_ANY);
+	return 0;
+}
+
+static __always_inline int tls_exit(struct pt_regs *ctx)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	struct tls_call *cp = bpf_map_lookup_elem(&tls_calls, &id);
+	if (!cp)
+		return 0;
+	tls_count_hit(tgid);
+	struct tls_call c = *cp;
+	bpf_map_delete_elem(&tls_calls, &id);
+	long ret = (long)UPROBE_RET(ctx);
+	__u64 len = 0;
+	if (c.count_at) {
+		if ((int)ret != 1 || bpf_probe_read_user(&len, sizeof(len), (void *)c.count_at))
+			return 0;
+	} else {
+		if ((int)ret <= 0)
+			return 0;
+		len = (__u64)(int)ret;
+	}
+	if (len == 0)
+		return 0;
+	count(EBTOP_CNT_TLS_CALLS, 1);
+	struct tls_conn_key key = { .ssl = c.ssl, .tgid = tgid };
+	struct tls_conn *conn = bpf_map_lookup_elem(&tls_conns, &key);
+	if (c.has_sock && (!conn || conn->sock.sock_id != c.sock.sock_id)) {
+		/* A new SSL object, or one reused for another connection: positions restart. */
+		struct tls_conn fresh = {};
+		fresh.sock = c.sock;
+		bpf_map_update_elem(&tls_conns, &key, &fresh, BPF_ANY);
+		conn = bpf_map_lookup_elem(&tls_conns, &key);
+	}
+	if (!conn) {
+		/* With --port, sockets of other ports are never named (their sends and receives
+		 * are filtered out before tls_note_io): not counted as a loss. */
+		if (filter_port_count)
+			return 0;
+		count(EBTOP_CNT_TLS_NO_SOCKET, 1);
+		count(EBTOP_CNT_TLS_NO_SOCKET_BYTES, len);
+		return 0;
+	}
+	if (filter_port_count && !u16_listed(conn->sock.lport, filter_ports, filter_port_count) &&
+	    !u16_listed(conn->sock.rport, filter_ports, filter_port_count))
+		return 0;
+	__u8 dir = c.dir & 1;
+	__u64 seq = __sync_fetch_and_add(&conn->seq[dir], len);
+	__u32 limit = len < snaplen ? (__u32)len : snaplen;
+	bool deliver;
+	__u8 proto = select_protocol(&conn->proto, SRC_BUF, c.buf, 0, limit, len,
+				     conn->sock.sock_type == SOCK_DGRAM, seq, &deliver);
+	if (!deliver)
+		return 0;
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct scratch *s = bpf_map_lookup_elem(&scratch_buf, &cpu);
+	if (!s)
+		return 0;
+	struct ebtop_event *ev = &s->ev;
+	__u32 cap = copy_payload(cpu, s->data, SRC_BUF, c.buf, 0, limit);
+	ev->start_ns = c.start_ns;
+	ev->end_ns = now;
+	ev->sock_id = conn->sock.sock_id;
+	ev->pid = tgid;
+	ev->tid = (__u32)id;
+	ev->fd = -1;
+	ev->dir = dir;
+	ev->syscall = EBTOP_SC_TLS;
+	ev->family = conn->sock.family;
+	ev->sock_type = conn->sock.sock_type;
+	ev->flags = EBTOP_F_TLS;
+	ev->_pad = 0;
+	ev->lport = conn->sock.lport;
+	ev->rport = conn->sock.rport;
+	__builtin_memcpy(ev->laddr, conn->sock.laddr, 16);
+	__builtin_memcpy(ev->raddr, conn->sock.raddr, 16);
+	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
+	submit_data(s, proto, seq, len, cap);
+	return 0;
+}
+
+/* int SSL_write(SSL *, const void *, int) and int SSL_write_ex(SSL *, const void *, size_t,
+ * size_t *written); the reads likewise. One return program serves each pair. */
+SEC("uprobe")
+int tls_write_enter(struct pt_regs *ctx)
+{
+	return tls_enter(ctx, EBTOP_DIR_EGRESS, false);
+}
+
+SEC("uprobe")
+int tls_write_ex_enter(struct pt_regs *ctx)
+{
+	return tls_enter(ctx, EBTOP_DIR_EGRESS, true);
+}
+
+SEC("uprobe")
+int tls_read_enter(struct pt_regs *ctx)
+{
+	return tls_enter(ctx, EBTOP_DIR_INGRESS, false);
+}
+
+SEC("uprobe")
+int tls_read_ex_enter(struct pt_regs *ctx)
+{
+	return tls_enter(ctx, EBTOP_DIR_INGRESS, true);
+}
+
+SEC("uretprobe")
+int tls_return(struct pt_regs *ctx)
+{
+	return tls_exit(ctx);
+}
+
+#endif

@@ -1,0 +1,265 @@
+//! TLS plaintext capture: attaches the capture object's TLS programs (src/bpf/tls.h) to
+//! OpenSSL's `SSL_write`/`SSL_read` (and `_ex`) wherever they live on the host, and keeps
+//! doing so as programs start.
+//!
+//! A uprobe belongs to a file (its inode), not to a process: once a library is probed, every
+//! process that maps it — running now, started later, or loading it later with `dlopen` — is
+//! traced from its first call, with no delay and no rescan. So ebtop probes, at start, the
+//! `libssl.so*` files of the system's library directories and of every running process (a
+//! container's own libraries through `/proc/PID/root`), and each executable that links
+//! OpenSSL statically; later, each program that is exec'd is looked at (at once, and again a
+//! little later, when its loader has mapped its libraries). With `--pid`, probes are placed in
+//! those processes only (the kernel then leaves other processes' code untouched); otherwise
+//! once per file for all processes, and `--comm`/`--cgroup` are applied by the programs.
+
+pub mod discover;
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use discover::{Symbols, Target};
+
+/// The capture object's TLS programs (`tls.h`): entry programs per function and one return.
+const ENTRIES: [(&str, &str); 4] = [
+    (discover::WRITE, "tls_write_enter"),
+    (discover::READ, "tls_read_enter"),
+    (discover::WRITE_EX, "tls_write_ex_enter"),
+    (discover::READ_EX, "tls_read_ex_enter"),
+];
+const RETURN: &str = "tls_return";
+
+/// When an exec'd program is looked at again: its loader maps its libraries after the exec.
+const EXEC_RESCANS: [Duration; 3] = [
+    Duration::from_millis(0),
+    Duration::from_millis(100),
+    Duration::from_millis(1000),
+];
+
+/// What the TLS probes found and did, for the `meta`/summary and the overhead panel.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TlsStatus {
+    /// Files probed (libraries and executables).
+    pub files: Vec<String>,
+    /// Files that define the functions but could not be probed, with the reason.
+    pub failures: Vec<String>,
+}
+
+pub struct TlsProbes {
+    /// `--pid`: probes in these processes only.
+    pids: Option<Vec<u32>>,
+    /// Files looked at already (probed or not), by (device, inode).
+    seen: HashSet<(u64, u64)>,
+    links: Vec<libbpf_rs::Link>,
+    status: TlsStatus,
+    /// Exec'd processes to look at, and when.
+    pending: Vec<(Instant, u32)>,
+}
+
+/// The programs of the capture object by name.
+fn program<'a>(
+    progs: &'a [libbpf_rs::Program<'a>],
+    name: &str,
+) -> Option<&'a libbpf_rs::Program<'a>> {
+    progs.iter().find(|p| p.name() == name)
+}
+
+/// Whether a program of the capture object is one of the TLS probes (attached here, not with
+/// the capture's tracepoints).
+pub fn is_tls_program(section: &str) -> bool {
+    section.starts_with("uprobe") || section.starts_with("uretprobe")
+}
+
+impl TlsProbes {
+    /// Probes the system's libraries and every running process's OpenSSL.
+    pub fn start(progs: &[libbpf_rs::Program], pids: Option<Vec<u32>>) -> TlsProbes {
+        let mut t = TlsProbes {
+            pids,
+            seen: HashSet::new(),
+            links: Vec::new(),
+            status: TlsStatus::default(),
+            pending: Vec::new(),
+        };
+        if t.pids.is_none() {
+            for lib in discover::system_libraries() {
+                t.consider(progs, lib);
+            }
+        }
+        let running = t.pids.clone().unwrap_or_else(discover::all_pids);
+        for pid in running {
+            t.scan_process(progs, pid);
+        }
+        t
+    }
+
+    /// A process ran execve(): looked at now and again shortly (its libraries).
+    pub fn on_exec(&mut self, pid: u32) {
+        if self.pids.as_ref().is_some_and(|p| !p.contains(&pid)) {
+            return;
+        }
+        let now = Instant::now();
+        self.pending
+            .extend(EXEC_RESCANS.iter().map(|d| (now + *d, pid)));
+    }
+
+    /// Looks at the exec'd processes whose time has come.
+    pub fn poll(&mut self, progs: &[libbpf_rs::Program]) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let due: Vec<u32> = self
+            .pending
+            .iter()
+            .filter(|(at, _)| *at <= now)
+            .map(|(_, pid)| *pid)
+            .collect();
+        self.pending.retain(|(at, _)| *at > now);
+        for pid in due {
+            self.scan_process(progs, pid);
+        }
+    }
+
+    fn scan_process(&mut self, progs: &[libbpf_rs::Program], pid: u32) {
+        for target in discover::process_candidates(pid) {
+            if self.pids.is_some() {
+                // Per process: the same file may be probed for several listed processes.
+                self.attach_for(progs, &target, pid as i32);
+            } else {
+                self.consider(progs, target);
+            }
+        }
+    }
+
+    /// Probes a file for all processes, once.
+    fn consider(&mut self, progs: &[libbpf_rs::Program], target: Target) {
+        if !self.seen.insert(target.file_id()) {
+            return;
+        }
+        self.attach_for(progs, &target, -1);
+    }
+
+    fn attach_for(&mut self, progs: &[libbpf_rs::Program], target: &Target, pid: i32) {
+        let symbols = discover::symbols_of(&target.path);
+        if !discover::probeable(&symbols) {
+            return;
+        }
+        let name = format!(
+            "{}{}",
+            target.path.display(),
+            if pid >= 0 {
+                format!(" (pid {pid})")
+            } else {
+                String::new()
+            }
+        );
+        match attach(progs, target, pid, &symbols) {
+            Ok(links) => {
+                self.links.extend(links);
+                self.status.files.push(name);
+            }
+            Err(e) => {
+                crate::diag!("ebtop: TLS: cannot probe {name}: {e:#}");
+                self.status.failures.push(format!("{name}: {e:#}"));
+            }
+        }
+    }
+
+    pub fn status(&self) -> &TlsStatus {
+        &self.status
+    }
+
+    /// The probes' links, to detach with the rest at the end.
+    pub fn links(&mut self) -> Vec<libbpf_rs::Link> {
+        std::mem::take(&mut self.links)
+    }
+}
+
+/// Entry and return probes on each function the file defines; all or nothing.
+fn attach(
+    progs: &[libbpf_rs::Program],
+    target: &Target,
+    pid: i32,
+    symbols: &Symbols,
+) -> anyhow::Result<Vec<libbpf_rs::Link>> {
+    use anyhow::Context;
+    let ret = program(progs, RETURN).context("the TLS return program is missing")?;
+    let mut links = Vec::new();
+    for (i, (func, prog_name)) in ENTRIES.iter().enumerate() {
+        if !symbols[i] {
+            continue;
+        }
+        let entry = program(progs, prog_name).context("a TLS entry program is missing")?;
+        for (prog, retprobe) in [(entry, false), (ret, true)] {
+            links.push(
+                attach_uprobe(prog, retprobe, pid, &target.path, func)
+                    .with_context(|| (*func).to_owned())?,
+            );
+        }
+    }
+    Ok(links)
+}
+
+/// libbpf's uprobe attach by function name (libbpf resolves the symbol in the file), on a
+/// program of the loaded capture object. libbpf-rs offers it only on a mutably borrowed
+/// program, which the live loop (holding the object's programs for the overhead figures)
+/// cannot lend; attaching does not change the program, so it is called on the shared one.
+fn attach_uprobe(
+    prog: &libbpf_rs::Program,
+    retprobe: bool,
+    pid: i32,
+    path: &std::path::Path,
+    func: &str,
+) -> anyhow::Result<libbpf_rs::Link> {
+    use libbpf_rs::libbpf_sys;
+    use libbpf_rs::AsRawLibbpf;
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes())?;
+    let func = std::ffi::CString::new(func)?;
+    let opts = libbpf_sys::bpf_uprobe_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_uprobe_opts>() as _,
+        retprobe,
+        func_name: func.as_ptr(),
+        ..Default::default()
+    };
+    // SAFETY: the program pointer is valid while the object lives (the caller's borrow), the
+    // strings and options outlive the call, and libbpf copies what it keeps.
+    let link = unsafe {
+        libbpf_sys::bpf_program__attach_uprobe_opts(
+            prog.as_libbpf_object().as_ptr(),
+            pid,
+            path.as_ptr(),
+            0,
+            &opts,
+        )
+    };
+    match std::ptr::NonNull::new(link) {
+        // SAFETY: a link libbpf just made, owned by nobody else.
+        Some(ptr) => Ok(unsafe { libbpf_rs::Link::from_ptr(ptr) }),
+        None => Err(std::io::Error::last_os_error().into()),
+    }
+}
+
+/// Probe hits per process since the start (the `tls_hits` map: entries and returns). Entries
+/// of processes that are gone are removed from the map (it holds 16384), after being read.
+pub fn read_hits(map: &libbpf_rs::Map) -> std::collections::BTreeMap<u32, u64> {
+    use libbpf_rs::MapCore;
+    let mut out = std::collections::BTreeMap::new();
+    for key in map.keys() {
+        let Ok(k) = <[u8; 4]>::try_from(key.as_slice()) else {
+            continue;
+        };
+        let pid = u32::from_ne_bytes(k);
+        let Ok(Some(v)) = map.lookup(&key, libbpf_rs::MapFlags::ANY) else {
+            continue;
+        };
+        let Ok(v) = <[u8; 8]>::try_from(v.as_slice()) else {
+            continue;
+        };
+        out.insert(pid, u64::from_ne_bytes(v));
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = map.delete(&key);
+        }
+    }
+    out
+}
+
