@@ -12,6 +12,11 @@ ratio divides an on window's rate by the mean of the off windows on either side;
 the median (and quartiles) per mode. Modes with `-fullstats` also report ebtop's BPF run time per
 request served (kernel statistics over the whole session, median over the cycles), in all and per
 program. Writes bench/toggle-results.json.
+
+With --https nginx serves TLS (self-signed, TLS 1.3, keep-alive) to `wrk https://…` and ebtop's
+plaintext capture is what is measured: modes take `-notls` for `--tls off` (the ciphertext only
+counted), e.g. `--https --modes socket,socket-notls`; results go to bench/tls-toggle-results.json,
+with the calls ebtop wrote per request served (every request seen on both sides: 2.0).
 """
 import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, time, urllib.request
 
@@ -21,8 +26,11 @@ from run import apt, build  # noqa: E402
 PORT = 18932
 
 
+STATUS_PORT = PORT  # nginx's counter; a cleartext listener of its own with --https
+
+
 def requests_total():
-    body = urllib.request.urlopen(f"http://127.0.0.1:{PORT}/status").read().decode()
+    body = urllib.request.urlopen(f"http://127.0.0.1:{STATUS_PORT}/status").read().decode()
     # "Active connections: N \n server accepts handled requests\n A H R \n..."
     return int(body.splitlines()[2].split()[2])
 
@@ -62,7 +70,9 @@ def main():
     ap.add_argument("--modes", default="socket,syscalls",
                     help="comma-separated: socket, syscalls, socket-fullstats, socket-t2 (2 tracking threads), …")
     ap.add_argument("--other-binary", help="the ebtop that modes ending in @other run")
+    ap.add_argument("--https", action="store_true", help="nginx over TLS (see above)")
     a = ap.parse_args()
+    global STATUS_PORT
     if os.geteuid() != 0:
         sys.exit("bench/toggle.py needs root (ebtop loads eBPF)")
     modes = a.modes.split(",")
@@ -71,22 +81,37 @@ def main():
     ncpu = os.cpu_count()
     d = tempfile.mkdtemp(prefix="ebtop-toggle-")
     os.chmod(d, 0o755)
+    tls = ""
+    scheme = "http"
+    if a.https:
+        subprocess.run(["openssl", "req", "-x509", "-nodes", "-newkey", "rsa:2048", "-subj",
+                        "/CN=localhost", "-days", "1", "-keyout", f"{d}/k.pem", "-out",
+                        f"{d}/c.pem"], check=True, capture_output=True)
+        tls = (f" ssl; ssl_certificate {d}/c.pem; ssl_certificate_key {d}/k.pem;"
+               " ssl_protocols TLSv1.3")
+        STATUS_PORT = PORT + 1
+        scheme = "https"
+    # With --https, nginx's counter is on a cleartext listener of its own.
+    status_server = (f"server {{ listen 127.0.0.1:{STATUS_PORT}; location = /status {{ stub_status; }} }}"
+                     if a.https else "")
     with open(f"{d}/nginx.conf", "w") as f:
         f.write(f"""worker_processes 1; daemon off; pid {d}/nginx.pid; error_log {d}/error.log;
 worker_cpu_affinity {1 << (ncpu - 1):b};
 events {{ worker_connections 4096; }}
 http {{ access_log off; keepalive_requests 1000000000;
-  server {{ listen 127.0.0.1:{PORT};
+  {status_server}
+  server {{ listen 127.0.0.1:{PORT}{tls};
     location = /status {{ stub_status; }}
     location / {{ return 200 "ok"; }} }} }}
 """)
     nginx = subprocess.Popen(["nginx", "-c", f"{d}/nginx.conf", "-p", d])
     time.sleep(0.5)
     wrk = subprocess.Popen(["taskset", "-c", "0", "wrk", "-t1", "-c50", "-d3600s",
-                            f"http://127.0.0.1:{PORT}/"], stdout=subprocess.DEVNULL)
+                            f"{scheme}://127.0.0.1:{PORT}/"], stdout=subprocess.DEVNULL)
     time.sleep(2)
     windows = []  # (mode, rate)
     bpf_costs = []  # (mode, BPF ns per request, {program: ns per request}) for -fullstats modes
+    calls_per_request = []  # (mode, calls written per request served) with --https
     try:
         for _ in range(a.cycles):
             for mode in modes:
@@ -98,6 +123,8 @@ http {{ access_log off; keepalive_requests 1000000000;
                 exe = a.other_binary if which == "other" else binary
                 hooks, *opts = spec.split("-")
                 extra = ["--bpf-stats", "full"] if "fullstats" in opts else []
+                if "notls" in opts:
+                    extra += ["--tls", "off"]
                 # Per-program times are in overhead lines only on request (binaries since
                 # JSON schema 2; an older --other-binary writes them always).
                 if "fullstats" in opts and b"--overhead-programs" in subprocess.run(
@@ -107,7 +134,8 @@ http {{ access_log off; keepalive_requests 1000000000;
                           for a in ("--threads", o[1:])]
                 # With full statistics the output is kept: its overhead lines give the BPF run
                 # time of the whole session, divided by the requests nginx served meanwhile.
-                out = tempfile.TemporaryFile() if "fullstats" in opts else subprocess.DEVNULL
+                keep = "fullstats" in opts or a.https
+                out = tempfile.TemporaryFile() if keep else subprocess.DEVNULL
                 r_start = requests_total()
                 e = subprocess.Popen([exe, "--json", "--hooks", hooks, "--port", str(PORT)] + extra,
                                      stdout=out, stderr=subprocess.DEVNULL)
@@ -119,14 +147,17 @@ http {{ access_log off; keepalive_requests 1000000000;
                     served = requests_total() - r_start
                     out.seek(0)
                     per_prog = {}
+                    calls = 0
                     for line in out:
                         rec = json.loads(line)
+                        calls += rec.get("type") == "call"
                         if rec.get("type") == "overhead":
                             for pr in rec.get("bpf_programs") or []:
                                 per_prog[pr["name"]] = per_prog.get(pr["name"], 0) + pr["run_time_ns"]
                     out.close()
                     bpf_costs.append((mode, sum(per_prog.values()) / max(served, 1),
                                       {k: v / max(served, 1) for k, v in per_prog.items()}))
+                    calls_per_request.append((mode, calls / max(served, 1)))
         windows.append(("off", rate_over(a.window)))
     finally:
         wrk.terminate()
@@ -145,7 +176,10 @@ http {{ access_log off; keepalive_requests 1000000000;
         report[mode] = {"median": round(statistics.median(rs), 3), "q1": round(q[0], 3),
                         "q3": round(q[2], 3), "n": len(rs)}
     for mode in modes:
-        costs = [c for m, c, _ in bpf_costs if m == mode]
+        per_req = [c for m, c in calls_per_request if m == mode]
+        if per_req:
+            report[mode]["calls_per_request"] = round(statistics.median(per_req), 3)
+        costs = [c for m, c, _ in bpf_costs if m == mode and "fullstats" in m]
         if costs:
             report[mode]["bpf_ns_per_request"] = round(statistics.median(costs))
             progs = {}
@@ -156,7 +190,14 @@ http {{ access_log off; keepalive_requests 1000000000;
             report[mode]["bpf_ns_per_request_by_program"] = {
                 k: round(statistics.median(v)) for k, v in sorted(progs.items())}
     report["off_rps_median"] = round(statistics.median(r for m, r in windows if m == "off"))
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "toggle-results.json")
+    # Time each request costs the saturated nginx worker more with ebtop on (its CPU is the
+    # bottleneck): 1/on − 1/off, from the median ratio and the median off rate.
+    for mode in modes:
+        r = report[mode]["median"]
+        report[mode]["added_us_per_request"] = round(
+            (1 / r - 1) / report["off_rps_median"] * 1e6, 2) if r > 0 else None
+    name = "tls-toggle-results.json" if a.https else "toggle-results.json"
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
     with open(path, "w") as f:
         json.dump({"report": report, "windows": windows, "bpf_costs": bpf_costs}, f, indent=1)
     print(json.dumps(report, indent=1))

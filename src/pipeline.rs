@@ -455,6 +455,7 @@ impl<S: Sink> Pipeline<S> {
             self.sink.lost(now_ns, &since)?;
             self.lost_reported = seen;
         }
+        self.proc_stats.set_tls_hit_ns(kernel.tls_probe_hit_ns);
         for (pid, total) in &kernel.tls_probe_hits {
             let before = self.summary.kernel.tls_probe_hits.get(pid).copied();
             let hits = total.saturating_sub(before.unwrap_or(0));

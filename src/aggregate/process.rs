@@ -84,6 +84,9 @@ pub struct ProcessSnapshot {
     /// SSL_read call): each a breakpoint trap the process pays for.
     pub tls_probe_hits: u64,
     pub tls_probe_hits_per_s: f64,
+    /// What those hits cost the process (ns), estimated: hits × the cost of one hit measured
+    /// at start; null without TLS probes or that measurement.
+    pub tls_probe_est_ns: Option<u64>,
     /// Distinct connections that completed at least one call in the interval.
     pub connections_active: u64,
     /// Open connections, if the pipeline supplies them (`set_open_connections`).
@@ -100,6 +103,8 @@ pub struct ProcessStats {
     exit_records: bool,
     evictions: u64,
     interval_no: u64,
+    /// What one TLS probe hit costs (ns), when measured.
+    tls_hit_ns: Option<u64>,
 }
 
 impl ProcessStats {
@@ -111,6 +116,7 @@ impl ProcessStats {
             exit_records: false,
             evictions: 0,
             interval_no: 0,
+            tls_hit_ns: None,
         }
     }
 
@@ -163,6 +169,11 @@ impl ProcessStats {
     /// One traced syscall of `pid` that moved `n` socket bytes (`dir_out`: sent).
     /// TLS probe hits in a process this interval; counted for processes already listed
     /// (those that moved data on a socket), others are not shown.
+    /// The measured cost of one TLS probe hit, for the estimates.
+    pub fn set_tls_hit_ns(&mut self, ns: Option<u64>) {
+        self.tls_hit_ns = ns;
+    }
+
     pub fn observe_tls_hits(&mut self, pid: u32, n: u64) {
         if let Some(e) = self.procs.get_mut(&pid) {
             e.interval.tls_probe_hits = e.interval.tls_probe_hits.wrapping_add(n);
@@ -287,6 +298,9 @@ impl ProcessStats {
                 traced_syscalls_per_s: per_s(a.traced_syscalls),
                 tls_probe_hits: a.tls_probe_hits,
                 tls_probe_hits_per_s: per_s(a.tls_probe_hits),
+                tls_probe_est_ns: self
+                    .tls_hit_ns
+                    .map(|ns| ns.saturating_mul(a.tls_probe_hits)),
                 connections_active: e.conns.len() as u64,
                 open_connections: e.open_connections,
             });

@@ -272,7 +272,11 @@ fn quiet_libbpf(verbose: bool) {
     }
 }
 
-fn read_counters(capture: &Capture, procs: Option<&ProcessProbe>, tls: bool) -> KernelCounters {
+fn read_counters(
+    capture: &Capture,
+    procs: Option<&ProcessProbe>,
+    tls: Option<&TlsProbes>,
+) -> KernelCounters {
     let sum = |idx: u32| -> (u64, Vec<u64>) {
         let per_cpu = crate::bpf::percpu_u64(capture.counters(), idx);
         (per_cpu.iter().sum(), per_cpu)
@@ -298,11 +302,10 @@ fn read_counters(capture: &Capture, procs: Option<&ProcessProbe>, tls: bool) -> 
         tls_calls: sum(counter::TLS_CALLS).0,
         tls_no_socket: sum(counter::TLS_NO_SOCKET).0,
         tls_no_socket_bytes: sum(counter::TLS_NO_SOCKET_BYTES).0,
-        tls_probe_hits: if tls {
+        tls_probe_hits: tls.map_or_else(Default::default, |_| {
             crate::tls::read_hits(capture.tls_hits())
-        } else {
-            Default::default()
-        },
+        }),
+        tls_probe_hit_ns: tls.and_then(|t| t.hit_ns),
     }
 }
 
@@ -562,7 +565,7 @@ pub fn run<S: Sink, R>(
         }
         if now >= next_tick {
             next_tick += interval;
-            let k = read_counters(&capture, procs.as_ref(), tls.is_some());
+            let k = read_counters(&capture, procs.as_ref(), tls.as_ref());
             let mono = crate::clock::monotonic_ns();
             if let Some(f) = flows.as_mut() {
                 let report = f.poll(mono);
@@ -609,7 +612,7 @@ pub fn run<S: Sink, R>(
             reason = r;
         }
     }
-    let counters = read_counters(&capture, procs.as_ref(), tls.is_some());
+    let counters = read_counters(&capture, procs.as_ref(), tls.as_ref());
     drop(ring);
     // Flows that ended since the last interval are reported with the last, partial one.
     let mut flow_links = Vec::new();

@@ -53,6 +53,8 @@ pub struct TlsProbes {
     status: TlsStatus,
     /// Exec'd processes to look at, and when.
     pending: Vec<(Instant, u32)>,
+    /// What a probe hit costs a process here, measured at start (`calibrate_hit_ns`).
+    pub hit_ns: Option<u64>,
 }
 
 /// The programs of the capture object by name.
@@ -78,6 +80,7 @@ impl TlsProbes {
             links: Vec::new(),
             status: TlsStatus::default(),
             pending: Vec::new(),
+            hit_ns: calibrate_hit_ns(progs),
         };
         if t.pids.is_none() {
             for lib in discover::system_libraries() {
@@ -191,7 +194,7 @@ fn attach(
         let entry = program(progs, prog_name).context("a TLS entry program is missing")?;
         for (prog, retprobe) in [(entry, false), (ret, true)] {
             links.push(
-                attach_uprobe(prog, retprobe, pid, &target.path, func)
+                attach_uprobe(prog, retprobe, pid, &target.path, Site::Function(func))
                     .with_context(|| (*func).to_owned())?,
             );
         }
@@ -203,22 +206,31 @@ fn attach(
 /// program of the loaded capture object. libbpf-rs offers it only on a mutably borrowed
 /// program, which the live loop (holding the object's programs for the overhead figures)
 /// cannot lend; attaching does not change the program, so it is called on the shared one.
+/// `at`: a function name (libbpf finds it in the file's symbols) or a file offset.
+enum Site<'a> {
+    Function(&'a str),
+    Offset(usize),
+}
+
 fn attach_uprobe(
     prog: &libbpf_rs::Program,
     retprobe: bool,
     pid: i32,
     path: &std::path::Path,
-    func: &str,
+    at: Site,
 ) -> anyhow::Result<libbpf_rs::Link> {
     use libbpf_rs::libbpf_sys;
     use libbpf_rs::AsRawLibbpf;
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(path.as_os_str().as_bytes())?;
-    let func = std::ffi::CString::new(func)?;
+    let (func, offset) = match at {
+        Site::Function(f) => (Some(std::ffi::CString::new(f)?), 0),
+        Site::Offset(o) => (None, o),
+    };
     let opts = libbpf_sys::bpf_uprobe_opts {
         sz: std::mem::size_of::<libbpf_sys::bpf_uprobe_opts>() as _,
         retprobe,
-        func_name: func.as_ptr(),
+        func_name: func.as_ref().map_or(std::ptr::null(), |f| f.as_ptr()),
         ..Default::default()
     };
     // SAFETY: the program pointer is valid while the object lives (the caller's borrow), the
@@ -228,7 +240,7 @@ fn attach_uprobe(
             prog.as_libbpf_object().as_ptr(),
             pid,
             path.as_ptr(),
-            0,
+            offset as _,
             &opts,
         )
     };
@@ -263,3 +275,92 @@ pub fn read_hits(map: &libbpf_rs::Map) -> std::collections::BTreeMap<u32, u64> {
     out
 }
 
+
+// A function whose first instruction the kernel must single-step out of line, as OpenSSL 3's
+// SSL_write/SSL_read (`sub $0x18,%rsp`): what a probe hit costs is measured on it.
+#[cfg(target_arch = "x86_64")]
+std::arch::global_asm!(
+    ".text",
+    ".globl ebtop_tls_probe_calibration",
+    ".type ebtop_tls_probe_calibration,@function",
+    "ebtop_tls_probe_calibration:",
+    "sub $0x18, %rsp",
+    "add $0x18, %rsp",
+    "ret",
+    options(att_syntax)
+);
+#[cfg(target_arch = "aarch64")]
+std::arch::global_asm!(
+    ".text",
+    ".globl ebtop_tls_probe_calibration",
+    ".type ebtop_tls_probe_calibration,%function",
+    "ebtop_tls_probe_calibration:",
+    "sub sp, sp, #16",
+    "add sp, sp, #16",
+    "ret",
+);
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+extern "C" {
+    fn ebtop_tls_probe_calibration();
+}
+
+/// What one TLS probe hit costs the probed process on this host, in ns: the entry and return
+/// programs are attached to a function of ebtop's own (they return at once for ebtop's own
+/// process, as for any process not selected: the cost is the trap), which is timed with and
+/// without them; the median of 5 rounds. None if it cannot be measured. Load inflates it, as it
+/// inflates the real probes' cost.
+pub fn calibrate_hit_ns(progs: &[libbpf_rs::Program]) -> Option<u64> {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    {
+        let addr = ebtop_tls_probe_calibration as *const () as usize as u64;
+        let offset = file_offset_of(addr)?;
+        let entry = program(progs, "tls_write_enter")?;
+        let ret = program(progs, RETURN)?;
+        let exe = std::path::Path::new("/proc/self/exe");
+        let me = std::process::id() as i32;
+        const CALLS: u32 = 200;
+        let time = || {
+            let t = std::time::Instant::now();
+            for _ in 0..CALLS {
+                // SAFETY: the function only moves the stack pointer and back, then returns.
+                unsafe { std::hint::black_box(ebtop_tls_probe_calibration)() };
+            }
+            t.elapsed().as_nanos() as u64
+        };
+        let mut per_hit = Vec::new();
+        for _ in 0..5 {
+            let off = time();
+            let links = [
+                attach_uprobe(entry, false, me, exe, Site::Offset(offset)).ok()?,
+                attach_uprobe(ret, true, me, exe, Site::Offset(offset)).ok()?,
+            ];
+            let on = time();
+            drop(links);
+            per_hit.push(on.saturating_sub(off) / u64::from(2 * CALLS));
+        }
+        per_hit.sort_unstable();
+        Some(per_hit[per_hit.len() / 2])
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        let _ = progs;
+        None
+    }
+}
+
+/// The offset in ebtop's executable file of the code at `addr` (from /proc/self/maps).
+fn file_offset_of(addr: u64) -> Option<usize> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines().find_map(|line| {
+        let mut f = line.split_whitespace();
+        let (range, _perms, off) = (f.next()?, f.next()?, f.next()?);
+        let (start, end) = range.split_once('-')?;
+        let start = u64::from_str_radix(start, 16).ok()?;
+        let end = u64::from_str_radix(end, 16).ok()?;
+        let off = u64::from_str_radix(off, 16).ok()?;
+        (start..end)
+            .contains(&addr)
+            .then(|| (addr - start + off) as usize)
+    })
+}

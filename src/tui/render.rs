@@ -741,11 +741,16 @@ fn call_detail_lines(app: &App, c: &Call, seq: u64) -> Vec<Line<'static>> {
             c.side.name()
         ),
         format!(
-            "Request    {} {}  {}/{}",
+            "Request    {} {}  {}/{}{}",
             l7.method,
             l7.resource,
             l7.proto.name(),
-            l7.version
+            l7.version,
+            if c.tls {
+                "  over TLS (plaintext from the TLS library)"
+            } else {
+                ""
+            }
         ),
         format!(
             "Status     {}  ({})",

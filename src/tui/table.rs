@@ -169,6 +169,7 @@ pub const PROCESS_COLUMNS: &[Column] = &[
     col("OUT B/s", 8, 3, true),
     col("CONNS", 6, 1, true),
     col("SYSC/s", 8, 4, true),
+    col("TLS %", 6, 4, true),
     col("CONTAINER", 12, 3, false),
     flex("COMMAND", 12),
 ];
@@ -179,6 +180,16 @@ pub struct Row {
     pub cells: Vec<String>,
     pub sort: Vec<SortVal>,
     pub flag: Flag,
+}
+
+/// A call's protocol as the Calls view shows it: over TLS, `https` for HTTP/1 and `+tls`
+/// after the others' names.
+pub fn proto_label(c: &Call) -> String {
+    match (c.tls, c.l7.proto) {
+        (false, p) => p.name().to_owned(),
+        (true, crate::protocols::Protocol::Http) => "https".to_owned(),
+        (true, p) => format!("{}+tls", p.name()),
+    }
 }
 
 pub(crate) fn ms(ns: u64) -> String {
@@ -296,7 +307,7 @@ pub(crate) fn call_row(meta: Option<&SessionMeta>, zone: &Zone, e: &CallEntry) -
             time_of_day(meta, zone, c.start_ns),
             proc_label(&c.comm, c.pid),
             c.side.name().to_owned(),
-            c.l7.proto.name().to_owned(),
+            proto_label(c),
             c.l7.method.clone(),
             c.l7.resource.clone(),
             status,
@@ -312,7 +323,7 @@ pub(crate) fn call_row(meta: Option<&SessionMeta>, zone: &Zone, e: &CallEntry) -
             SortVal::Int((u128::from(c.start_ns) << 64) | u128::from(e.seq)),
             SortVal::Text(proc_label(&c.comm, c.pid)),
             SortVal::Text(c.side.name().to_owned()),
-            SortVal::Text(c.l7.proto.name().to_owned()),
+            SortVal::Text(proto_label(c)),
             SortVal::Text(c.l7.method.clone()),
             SortVal::Text(c.l7.resource.clone()),
             SortVal::Num(c.l7.status.map_or(-1.0, f64::from)),
@@ -414,6 +425,10 @@ pub(crate) fn process_row(
         }
     };
     let conns = p.open_connections.unwrap_or(p.connections_active);
+    // What the TLS probes cost the process, as % of a core (estimated: hits × one hit's cost).
+    let tls_probe_pct = (p.tls_probe_hits > 0 && p.period_ns > 0)
+        .then(|| p.tls_probe_est_ns.map(|ns| ns as f64 * 100.0 / p.period_ns as f64))
+        .flatten();
     let opt = |v: Option<f64>, f: fn(f64) -> String| v.map_or("n/a".to_owned(), f);
     Row {
         key: p.pid.to_string(),
@@ -430,6 +445,7 @@ pub(crate) fn process_row(
             human(bytes_out_per_s.round()),
             conns.to_string(),
             human(p.traced_syscalls_per_s.round()),
+            tls_probe_pct.map_or("-".to_owned(), |v| format!("{v:.1}")),
             container.clone(),
             command.clone(),
         ],
@@ -444,6 +460,7 @@ pub(crate) fn process_row(
             SortVal::Num(bytes_out_per_s),
             SortVal::Num(conns as f64),
             SortVal::Num(p.traced_syscalls_per_s),
+            SortVal::Num(tls_probe_pct.unwrap_or(-1.0)),
             SortVal::Text(container),
             SortVal::Text(command),
         ],
