@@ -338,6 +338,8 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 			rport = dgram_peer.port;
 		selected = u16_listed(lport, filter_ports, filter_port_count) ||
 			   u16_listed(rport, filter_ports, filter_port_count);
+		if (!selected)
+			tls_note_unwatched_io();
 	}
 	if (!selected) {
 		/* Not captured, but its flow is listed (and filtered) by owner in user space. */

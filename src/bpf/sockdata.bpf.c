@@ -74,8 +74,10 @@ static __always_inline bool inet_socket(int fd, struct inflight *inf)
 		__u16 lport = BPF_CORE_READ(sk, __sk_common.skc_num);
 		__u16 rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
 		if (!u16_listed(lport, filter_ports, filter_port_count) &&
-		    !u16_listed(rport, filter_ports, filter_port_count))
+		    !u16_listed(rport, filter_ports, filter_port_count)) {
+			tls_note_unwatched_io();
 			return false;
+		}
 	}
 	inf->sk = (__u64)sk;
 	inf->sock_id = ino;

@@ -22,6 +22,12 @@
 #ifndef EBTOP_TLS_H
 #define EBTOP_TLS_H
 
+/* tls_call.dir of a handshake (SSL_do_handshake): it names the socket, moves no plaintext. */
+#define TLS_HANDSHAKE 2
+
+/* tls_call.has_sock: the call's I/O was on a socket --port leaves out. */
+#define TLS_UNWATCHED 2
+
 /* Set by user space: the TLS probes are attached (--tls on). */
 const volatile bool tls_capture = false;
 
@@ -56,7 +62,7 @@ struct tls_call {
 	__u64 count_at; /* _ex: the size_t * the byte count is written to; 0: the return value */
 	__u64 start_ns;
 	__u8 dir;
-	__u8 has_sock;
+	__u8 has_sock; /* 0: no socket I/O seen; 1: `sock`; TLS_UNWATCHED */
 	__u8 _pad[6];
 	struct tls_sock sock;
 };
@@ -127,7 +133,7 @@ static __always_inline bool tls_note_io(struct sock *sk, __u64 sock_id, __u8 fam
 		return false;
 	if (*conn_proto == EBTOP_PROTO_UNKNOWN)
 		*conn_proto = EBTOP_PROTO_TLS;
-	if (c->has_sock && c->sock.sock_id == sock_id)
+	if (c->has_sock == 1 && c->sock.sock_id == sock_id)
 		return true;
 	struct ebtop_event tuple = {};
 	fill_tuple(&tuple, sk, family);
@@ -142,17 +148,46 @@ static __always_inline bool tls_note_io(struct sock *sk, __u64 sock_id, __u8 fam
 	return true;
 }
 
+/*
+ * A send or receive of a selected process on a socket --port leaves out: if inside an SSL
+ * call, that call (and its SSL object, from now on) is not on a watched socket, and the
+ * object's remembered socket — perhaps a watched one it ran on before (nginx reuses freed
+ * objects) — must not take its bytes.
+ */
+static __always_inline void tls_note_unwatched_io(void)
+{
+	if (!tls_capture)
+		return;
+	__u64 id = bpf_get_current_pid_tgid();
+	struct tls_call *c = bpf_map_lookup_elem(&tls_calls, &id);
+	if (c && c->has_sock != 1)
+		c->has_sock = TLS_UNWATCHED;
+}
+
 static __always_inline int tls_enter(struct pt_regs *ctx, __u8 dir, bool ex)
 {
+	/* The arguments first, each a plain load from the context: the verifier refuses a
+	 * context pointer the compiler offset to share one load between branches. */
+	__u64 ssl = UPROBE_ARG1(ctx);
+	__u64 buf = UPROBE_ARG2(ctx);
+	__u64 count_at = ex ? UPROBE_ARG4(ctx) : 0;
+	asm volatile("" : "+r"(ssl), "+r"(buf), "+r"(count_at));
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32;
 	if (!task_selected(tgid))
 		return 0;
 	tls_count_hit(tgid);
+	if (dir == TLS_HANDSHAKE) {
+		/* Should a read or write run the handshake through SSL_do_handshake, the call
+		 * in progress goes on (its own I/O names the socket). */
+		struct tls_call *busy = bpf_map_lookup_elem(&tls_calls, &id);
+		if (busy && busy->ssl == ssl && busy->dir != TLS_HANDSHAKE)
+			return 0;
+	}
 	struct tls_call c = {};
-	c.ssl = UPROBE_ARG1(ctx);
-	c.buf = UPROBE_ARG2(ctx);
-	c.count_at = ex ? UPROBE_ARG4(ctx) : 0;
+	c.ssl = ssl;
+	c.buf = buf;
+	c.count_at = count_at;
 	c.start_ns = bpf_ktime_get_ns();
 	c.dir = dir;
 	bpf_map_update_elem(&tls_calls, &id, &c, BPF_ANY);
@@ -170,6 +205,23 @@ static __always_inline int tls_exit(struct pt_regs *ctx)
 	tls_count_hit(tgid);
 	struct tls_call c = *cp;
 	bpf_map_delete_elem(&tls_calls, &id);
+	struct tls_conn_key key = { .ssl = c.ssl, .tgid = tgid };
+	if (c.has_sock == TLS_UNWATCHED) {
+		bpf_map_delete_elem(&tls_conns, &key);
+		return 0;
+	}
+	if (c.dir == TLS_HANDSHAKE) {
+		/* The socket of this SSL object from now on, so that a first read served from
+		 * what the handshake read ahead (nginx reads ahead) is placed, and an object
+		 * reused for a new connection forgets the old one. */
+		struct tls_conn *known = bpf_map_lookup_elem(&tls_conns, &key);
+		if (c.has_sock == 1 && (!known || known->sock.sock_id != c.sock.sock_id)) {
+			struct tls_conn fresh = {};
+			fresh.sock = c.sock;
+			bpf_map_update_elem(&tls_conns, &key, &fresh, BPF_ANY);
+		}
+		return 0;
+	}
 	long ret = (long)UPROBE_RET(ctx);
 	__u64 len = 0;
 	if (c.count_at) {
@@ -183,9 +235,8 @@ static __always_inline int tls_exit(struct pt_regs *ctx)
 	if (len == 0)
 		return 0;
 	count(EBTOP_CNT_TLS_CALLS, 1);
-	struct tls_conn_key key = { .ssl = c.ssl, .tgid = tgid };
 	struct tls_conn *conn = bpf_map_lookup_elem(&tls_conns, &key);
-	if (c.has_sock && (!conn || conn->sock.sock_id != c.sock.sock_id)) {
+	if (c.has_sock == 1 && (!conn || conn->sock.sock_id != c.sock.sock_id)) {
 		/* A new SSL object, or one reused for another connection: positions restart. */
 		struct tls_conn fresh = {};
 		fresh.sock = c.sock;
@@ -204,7 +255,7 @@ static __always_inline int tls_exit(struct pt_regs *ctx)
 	if (filter_port_count && !u16_listed(conn->sock.lport, filter_ports, filter_port_count) &&
 	    !u16_listed(conn->sock.rport, filter_ports, filter_port_count))
 		return 0;
-	__u8 dir = c.dir & 1;
+	__u8 dir = c.dir & 1; /* 0 or 1: handshakes returned above */
 	__u64 seq = __sync_fetch_and_add(&conn->seq[dir], len);
 	__u32 limit = len < snaplen ? (__u32)len : snaplen;
 	bool deliver;
@@ -263,6 +314,13 @@ SEC("uprobe")
 int tls_read_ex_enter(struct pt_regs *ctx)
 {
 	return tls_enter(ctx, EBTOP_DIR_INGRESS, true);
+}
+
+/* int SSL_do_handshake(SSL *): SSL_accept and SSL_connect run through it. */
+SEC("uprobe")
+int tls_handshake_enter(struct pt_regs *ctx)
+{
+	return tls_enter(ctx, TLS_HANDSHAKE, false);
 }
 
 SEC("uretprobe")

@@ -19,9 +19,9 @@ use crate::bpf::sockcap::{SockcapSkel, SockcapSkelBuilder};
 use crate::bpf::sockdata::{SockdataSkel, SockdataSkelBuilder};
 use crate::cli::Hooks;
 use crate::pipeline::Pipeline;
+use crate::process_events::{ProcEvent, ProcEventKind};
 use crate::session::{Filters, KernelCounters, SessionMeta};
 use crate::sink::Sink;
-use crate::process_events::{ProcEvent, ProcEventKind};
 use crate::source::process_probe::ProcessProbe;
 use crate::tls::TlsProbes;
 

@@ -13,6 +13,9 @@ pub const WRITE: &str = "SSL_write";
 pub const READ: &str = "SSL_read";
 pub const WRITE_EX: &str = "SSL_write_ex";
 pub const READ_EX: &str = "SSL_read_ex";
+/// Probed where it exists: it names a connection's socket before its first read (which nginx's
+/// read-ahead may serve without a syscall), and a new connection of a reused `SSL *`.
+pub const HANDSHAKE: &str = "SSL_do_handshake";
 
 /// A file to probe, as the kernel identifies it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,8 +35,9 @@ impl Target {
     }
 }
 
-/// Which of the probed functions a file defines (`[write, read, write_ex, read_ex]`).
-pub type Symbols = [bool; 4];
+/// Which of the probed functions a file defines (`[write, read, write_ex, read_ex,
+/// handshake]`).
+pub type Symbols = [bool; 5];
 
 /// Whether a file name is OpenSSL's libssl (`libssl.so`, `libssl.so.3`, `libssl.so.1.1`), not
 /// NSS's `libssl3.so` or anything else that starts alike.
@@ -73,7 +77,7 @@ pub fn mapped_executable_files(maps: &str) -> Vec<&str> {
 /// for a static executable that keeps it). Not an ELF file, or unreadable: none.
 pub fn symbols_of(path: &Path) -> Symbols {
     use object::{Object, ObjectSymbol};
-    let mut found = [false; 4];
+    let mut found = [false; 5];
     let Ok(file) = std::fs::File::open(path) else {
         return found;
     };
@@ -85,7 +89,7 @@ pub fn symbols_of(path: &Path) -> Symbols {
     let Ok(elf) = object::File::parse(&*map) else {
         return found;
     };
-    let names = [WRITE, READ, WRITE_EX, READ_EX];
+    let names = [WRITE, READ, WRITE_EX, READ_EX, HANDSHAKE];
     for sym in elf.dynamic_symbols().chain(elf.symbols()) {
         if !sym.is_definition() {
             continue;
@@ -212,11 +216,22 @@ mod tests {
 
     #[test]
     fn only_openssl_library_names_are_libssl() {
-        for yes in ["libssl.so", "libssl.so.3", "libssl.so.1.1", "libssl.so.1.0.2k"] {
+        for yes in [
+            "libssl.so",
+            "libssl.so.3",
+            "libssl.so.1.1",
+            "libssl.so.1.0.2k",
+        ] {
             assert!(is_libssl_name(yes), "{yes}");
         }
         // NSS's libssl3.so is another library with other functions.
-        for no in ["libssl3.so", "libssl.a", "libsslx.so.1", "libcrypto.so.3", ""] {
+        for no in [
+            "libssl3.so",
+            "libssl.a",
+            "libsslx.so.1",
+            "libcrypto.so.3",
+            "",
+        ] {
             assert!(!is_libssl_name(no), "{no}");
         }
     }
@@ -252,9 +267,12 @@ mod tests {
         assert!(!probeable(&symbols_of(&exe)));
         let text = std::env::temp_dir().join(format!("ebtop-tls-{}.txt", std::process::id()));
         std::fs::write(&text, b"SSL_write SSL_read").expect("write");
-        assert_eq!(symbols_of(&text), [false; 4]);
+        assert_eq!(symbols_of(&text), [false; 5]);
         let _ = std::fs::remove_file(&text);
-        assert_eq!(symbols_of(Path::new("/nonexistent/libssl.so.3")), [false; 4]);
+        assert_eq!(
+            symbols_of(Path::new("/nonexistent/libssl.so.3")),
+            [false; 5]
+        );
     }
 
     #[test]
@@ -264,7 +282,11 @@ mod tests {
         let libs = system_libraries();
         for t in &libs {
             let s = symbols_of(&t.path);
-            assert!(probeable(&s), "{} lacks SSL_write/SSL_read: {s:?}", t.path.display());
+            assert!(
+                probeable(&s),
+                "{} lacks SSL_write/SSL_read: {s:?}",
+                t.path.display()
+            );
         }
         let ids: HashSet<_> = libs.iter().map(Target::file_id).collect();
         assert_eq!(ids.len(), libs.len(), "one target per file");

@@ -20,11 +20,12 @@ use std::time::{Duration, Instant};
 use discover::{Symbols, Target};
 
 /// The capture object's TLS programs (`tls.h`): entry programs per function and one return.
-const ENTRIES: [(&str, &str); 4] = [
+const ENTRIES: [(&str, &str); 5] = [
     (discover::WRITE, "tls_write_enter"),
     (discover::READ, "tls_read_enter"),
     (discover::WRITE_EX, "tls_write_ex_enter"),
     (discover::READ_EX, "tls_read_ex_enter"),
+    (discover::HANDSHAKE, "tls_handshake_enter"),
 ];
 const RETURN: &str = "tls_return";
 
@@ -274,7 +275,6 @@ pub fn read_hits(map: &libbpf_rs::Map) -> std::collections::BTreeMap<u32, u64> {
     }
     out
 }
-
 
 // A function whose first instruction the kernel must single-step out of line, as OpenSSL 3's
 // SSL_write/SSL_read (`sub $0x18,%rsp`): what a probe hit costs is measured on it.

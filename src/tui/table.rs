@@ -427,7 +427,10 @@ pub(crate) fn process_row(
     let conns = p.open_connections.unwrap_or(p.connections_active);
     // What the TLS probes cost the process, as % of a core (estimated: hits × one hit's cost).
     let tls_probe_pct = (p.tls_probe_hits > 0 && p.period_ns > 0)
-        .then(|| p.tls_probe_est_ns.map(|ns| ns as f64 * 100.0 / p.period_ns as f64))
+        .then(|| {
+            p.tls_probe_est_ns
+                .map(|ns| ns as f64 * 100.0 / p.period_ns as f64)
+        })
         .flatten();
     let opt = |v: Option<f64>, f: fn(f64) -> String| v.map_or("n/a".to_owned(), f);
     Row {

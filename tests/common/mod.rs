@@ -287,6 +287,19 @@ impl Ebtop {
         self.child.id()
     }
 
+    /// Reads lines as ebtop writes them until one satisfies `pred` (at most `timeout`); every
+    /// line read stays in what `stop` returns.
+    pub fn wait_for(&mut self, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Option<Value> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.checked_duration_since(Instant::now())?;
+            let v = self.next_line(left)?;
+            if pred(&v) {
+                return Some(v);
+            }
+        }
+    }
+
     /// SIGINT, then everything up to and including the summary; asserts a clean exit.
     pub fn stop(mut self) -> Vec<Value> {
         // Give the last records time to reach the ring buffer consumer.
