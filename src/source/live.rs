@@ -153,6 +153,14 @@ macro_rules! configure_capture {
         ro.capture_all = cfg.capture_all;
         ro.tls_capture = cfg.tls;
         ro.wakeup_bytes = (cfg.ringbuf_bytes / 16) as u64;
+        // Without TLS the probes are not even loaded.
+        if !cfg.tls {
+            for mut prog in open.open_object_mut().progs_mut() {
+                if crate::tls::is_tls_program(&prog.section().to_string_lossy()) {
+                    prog.set_autoload(false);
+                }
+            }
+        }
         let cpus = libbpf_rs::num_possible_cpus().context("reading the possible CPUs failed")?;
         open.maps
             .scratch_buf
@@ -250,6 +258,29 @@ fn load_syscall_hooks<'obj>(
         }
     }
     Ok((Capture::Syscalls(Box::new(skel)), links))
+}
+
+/// Loads and attaches the capture programs `--hooks` asks for.
+fn load_capture<'obj>(
+    cfg: &LiveConfig,
+    socket_storage: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
+    syscall_storage: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
+) -> Result<(Capture<'obj>, Vec<libbpf_rs::Link>)> {
+    Ok(match cfg.hooks {
+        Hooks::Socket => load_socket_layer(cfg, socket_storage)?,
+        Hooks::Syscalls => load_syscall_hooks(cfg, syscall_storage)?,
+        // Probing is loading: a kernel without the socket-layer tracepoints (< 6.3) or their
+        // BTF refuses the programs, and the syscall hooks take over.
+        Hooks::Auto => match load_socket_layer(cfg, socket_storage) {
+            Ok(c) => c,
+            Err(e) => {
+                if cfg.verbose {
+                    crate::diag!("ebtop: socket-layer capture unavailable ({e:#}): syscall hooks");
+                }
+                load_syscall_hooks(cfg, syscall_storage)?
+            }
+        },
+    })
 }
 
 /// Why the capture loop ended.
@@ -372,21 +403,24 @@ pub fn run<S: Sink, R>(
 
     let mut socket_storage = MaybeUninit::uninit();
     let mut syscall_storage = MaybeUninit::uninit();
-    let (capture, mut links) = match cfg.hooks {
-        Hooks::Socket => load_socket_layer(cfg, &mut socket_storage)?,
-        Hooks::Syscalls => load_syscall_hooks(cfg, &mut syscall_storage)?,
-        // Probing is loading: a kernel without the socket-layer tracepoints (< 6.3) or their
-        // BTF refuses the programs, and the syscall hooks take over.
-        Hooks::Auto => match load_socket_layer(cfg, &mut socket_storage) {
-            Ok(c) => c,
-            Err(e) => {
-                if cfg.verbose {
-                    crate::diag!("ebtop: socket-layer capture unavailable ({e:#}): syscall hooks");
-                }
-                load_syscall_hooks(cfg, &mut syscall_storage)?
+    let mut socket_storage_2 = MaybeUninit::uninit();
+    let mut syscall_storage_2 = MaybeUninit::uninit();
+    // The TLS probes load with the capture programs (one object: the same maps and ring);
+    // should the kernel refuse them, capture goes on without TLS plaintext, said once.
+    let (capture, mut links, tls_loaded) =
+        match load_capture(cfg, &mut socket_storage, &mut syscall_storage) {
+            Ok((c, l)) => (c, l, cfg.tls),
+            Err(e) if cfg.tls => {
+                let without = LiveConfig {
+                    tls: false,
+                    ..cfg.clone()
+                };
+                let (c, l) = load_capture(&without, &mut socket_storage_2, &mut syscall_storage_2)?;
+                crate::diag!("ebtop: warning: TLS probes unavailable, going on without TLS plaintext: {e:#}");
+                (c, l, false)
             }
-        },
-    };
+            Err(e) => return Err(e),
+        };
     let mut meta = meta.clone();
     meta.hooks = Some(capture.hooks().to_owned());
     let meta = &meta;
@@ -422,9 +456,7 @@ pub fn run<S: Sink, R>(
     // Every program of ebtop, for its own-cost figures (and the TLS probes' attachment).
     let programs: Vec<libbpf_rs::Program> = capture.object().progs().collect();
     // TLS plaintext: uprobes on the TLS libraries, placed before the session starts.
-    let mut tls = cfg
-        .tls
-        .then(|| TlsProbes::start(&programs, cfg.filters.pid.clone()));
+    let mut tls = tls_loaded.then(|| TlsProbes::start(&programs, cfg.filters.pid.clone()));
 
     // Kernel BPF run-time statistics for the session: ebtop shows its own cost.
     let mut overhead = Overhead::new(BpfStats::enable(cfg.bpf_stats));
