@@ -139,12 +139,20 @@ http {{ access_log off; keepalive_requests 1000000000;
                 r_start = requests_total()
                 e = subprocess.Popen([exe, "--json", "--hooks", hooks, "--port", str(PORT)] + extra,
                                      stdout=out, stderr=subprocess.DEVNULL)
-                wait_attached(e.pid)
+                if a.https:
+                    # The meta line is written once every probe is attached, the TLS ones
+                    # last (their links do not grow steadily: wait_attached could stop early).
+                    while out.tell() == 0 and e.poll() is None:
+                        time.sleep(0.05)
+                        out.seek(0, os.SEEK_END)
+                    r_start = requests_total()
+                else:
+                    wait_attached(e.pid)
                 windows.append((mode, rate_over(a.window)))
+                served = requests_total() - r_start
                 e.send_signal(signal.SIGINT)
                 e.wait()
                 if out is not subprocess.DEVNULL:
-                    served = requests_total() - r_start
                     out.seek(0)
                     per_prog = {}
                     calls = 0

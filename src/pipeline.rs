@@ -671,6 +671,8 @@ mod tests {
             filters: Filters::default(),
             hooks: None,
             loaded: Vec::new(),
+            tls_probed: Vec::new(),
+            tls_probe_failures: Vec::new(),
         }
     }
 

@@ -139,6 +139,12 @@ pub struct SessionMeta {
     /// `process_events`): what the output asked for and the kernel allowed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub loaded: Vec<String>,
+    /// Live with `--tls on`: the files probed for TLS plaintext at start (libraries, and
+    /// executables linking OpenSSL statically), and those that could not be, with the reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tls_probed: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tls_probe_failures: Vec<String>,
 }
 
 impl SessionMeta {
@@ -162,6 +168,8 @@ impl SessionMeta {
             filters,
             hooks: None,
             loaded: Vec::new(),
+            tls_probed: Vec::new(),
+            tls_probe_failures: Vec::new(),
         }
     }
 }

@@ -290,6 +290,8 @@ fn drive_with(data: &[u8], threads: usize) -> (Outcome, Vec<u8>) {
         filters: filters.clone(),
         hooks: Some("socket".into()),
         loaded: Vec::new(),
+        tls_probed: Vec::new(),
+        tls_probe_failures: Vec::new(),
     };
     let cfg = TrackerConfig {
         depth: if c0 & 1 != 0 {

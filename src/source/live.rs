@@ -416,7 +416,9 @@ pub fn run<S: Sink, R>(
                     ..cfg.clone()
                 };
                 let (c, l) = load_capture(&without, &mut socket_storage_2, &mut syscall_storage_2)?;
-                crate::diag!("ebtop: warning: TLS probes unavailable, going on without TLS plaintext: {e:#}");
+                crate::diag!(
+                    "ebtop: warning: TLS probes unavailable, going on without TLS plaintext: {e:#}"
+                );
                 (c, l, false)
             }
             Err(e) => return Err(e),
@@ -475,6 +477,10 @@ pub fn run<S: Sink, R>(
     .flatten()
     .map(str::to_owned)
     .collect();
+    if let Some(t) = tls.as_ref() {
+        meta.tls_probed = t.status().files.clone();
+        meta.tls_probe_failures = t.status().failures.clone();
+    }
     let meta = &meta;
     pipeline.start(meta).context("writing output failed")?;
     let started = Instant::now();

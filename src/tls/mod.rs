@@ -37,7 +37,7 @@ const EXEC_RESCANS: [Duration; 3] = [
 ];
 
 /// What the TLS probes found and did, for the `meta`/summary and the overhead panel.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TlsStatus {
     /// Files probed (libraries and executables).
     pub files: Vec<String>,
@@ -308,7 +308,7 @@ extern "C" {
 /// What one TLS probe hit costs the probed process on this host, in ns: the entry and return
 /// programs are attached to a function of ebtop's own (they return at once for ebtop's own
 /// process, as for any process not selected: the cost is the trap), which is timed with and
-/// without them; the median of 5 rounds. None if it cannot be measured. Load inflates it, as it
+/// without them (the median of 5 rounds each). None if it cannot be measured. Load inflates it, as it
 /// inflates the real probes' cost.
 pub fn calibrate_hit_ns(progs: &[libbpf_rs::Program]) -> Option<u64> {
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
@@ -328,19 +328,19 @@ pub fn calibrate_hit_ns(progs: &[libbpf_rs::Program]) -> Option<u64> {
             }
             t.elapsed().as_nanos() as u64
         };
-        let mut per_hit = Vec::new();
-        for _ in 0..5 {
-            let off = time();
-            let links = [
-                attach_uprobe(entry, false, me, exe, Site::Offset(offset)).ok()?,
-                attach_uprobe(ret, true, me, exe, Site::Offset(offset)).ok()?,
-            ];
-            let on = time();
-            drop(links);
-            per_hit.push(on.saturating_sub(off) / u64::from(2 * CALLS));
-        }
-        per_hit.sort_unstable();
-        Some(per_hit[per_hit.len() / 2])
+        let median = |mut v: Vec<u64>| {
+            v.sort_unstable();
+            v[v.len() / 2]
+        };
+        let off = median((0..5).map(|_| time()).collect());
+        let links = [
+            attach_uprobe(entry, false, me, exe, Site::Offset(offset)).ok()?,
+            attach_uprobe(ret, true, me, exe, Site::Offset(offset)).ok()?,
+        ];
+        let on = median((0..5).map(|_| time()).collect());
+        // Detaching a uprobe waits for the kernel (~0.2 s): not on the way to the session.
+        std::thread::spawn(move || drop(links));
+        Some(on.saturating_sub(off) / u64::from(2 * CALLS))
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
