@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -41,6 +42,16 @@ struct PgServer {
 
 impl PgServer {
     fn start() -> PgServer {
+        PgServer::launch(false)
+    }
+
+    /// The same with SSL on: a self-signed certificate for `localhost` made in its directory.
+    /// (Clients that do not ask otherwise, `sslmode=prefer`, then use TLS too.)
+    fn start_tls() -> PgServer {
+        PgServer::launch(true)
+    }
+
+    fn launch(tls: bool) -> PgServer {
         use std::os::unix::fs::PermissionsExt;
         use std::os::unix::process::CommandExt;
         let bin = server_bindir();
@@ -66,13 +77,37 @@ impl PgServer {
             .output()
             .expect("initdb runs");
         assert!(out.status.success(), "initdb: {out:?}");
+        let ssl: Vec<String> = if tls {
+            let (cert, key) = (dir.join("server.crt"), dir.join("server.key"));
+            let out = Command::new("openssl")
+                .args(["req", "-x509", "-nodes", "-newkey", "rsa:2048"])
+                .args(["-subj", "/CN=localhost", "-days", "1", "-keyout"])
+                .arg(&key)
+                .arg("-out")
+                .arg(&cert)
+                .output()
+                .expect("openssl is installed");
+            assert!(out.status.success(), "openssl req: {out:?}");
+            // The server reads the key as the user it runs as, and refuses one others can read.
+            std::os::unix::fs::chown(&key, Some(NOBODY), Some(NOBODY)).unwrap();
+            std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+            std::fs::set_permissions(&cert, std::fs::Permissions::from_mode(0o644)).unwrap();
+            vec![
+                "ssl=on".into(),
+                format!("ssl_cert_file={}", cert.display()),
+                format!("ssl_key_file={}", key.display()),
+            ]
+        } else {
+            vec!["ssl=off".into()]
+        };
         let port = free_tcp_port();
         let child = Command::new(bin.join("postgres"))
             .arg("-D")
             .arg(&data)
             .args(["-p", &port.to_string(), "-h", "127.0.0.1"])
             .args(["-c", "unix_socket_directories=", "-c", "fsync=off"])
-            .args(["-c", "ssl=off", "-c", "max_connections=20"])
+            .args(["-c", "max_connections=20"])
+            .args(ssl.iter().flat_map(|c| ["-c", c.as_str()]))
             .uid(NOBODY)
             .gid(NOBODY)
             .current_dir(&dir)
@@ -458,4 +493,236 @@ fn prepared_statements_parsed_before_ebtop_are_picked_up_at_their_bind() {
         }
     }
     assert_clean_summary(lines.last().unwrap());
+}
+
+/// `addr` (`ip:port`)'s port.
+fn port_of(addr: &Value) -> u16 {
+    addr.as_str()
+        .and_then(|a| a.rsplit(':').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("an ip:port: {addr}"))
+}
+
+/// How many times each text occurs.
+fn counted<'a>(texts: impl IntoIterator<Item = &'a str>) -> BTreeMap<&'a str, usize> {
+    let mut counts = BTreeMap::new();
+    for t in texts {
+        *counts.entry(t).or_default() += 1;
+    }
+    counts
+}
+
+/// The server's calls are the clients' calls: per connection (a client's `local` is its
+/// server's `peer`) the same statements in the same order with the same outcome and SQLSTATE.
+/// A connection with calls on one side only fails it too.
+fn assert_paired(calls: &[&Value]) {
+    type Sides = (Vec<String>, Vec<String>);
+    let mut conns: BTreeMap<&str, Sides> = BTreeMap::new();
+    let what = |c: &Value| {
+        format!(
+            "{} {} {} {}",
+            c["method"], c["resource"], c["outcome"], c["status_text"]
+        )
+    };
+    for c in calls {
+        let (addr, client) = if c["side"] == "client" {
+            (c["local"].as_str().unwrap(), true)
+        } else {
+            (c["peer"].as_str().unwrap(), false)
+        };
+        let sides = conns.entry(addr).or_default();
+        if client { &mut sides.0 } else { &mut sides.1 }.push(what(c));
+    }
+    let differ: Vec<String> = conns
+        .iter()
+        .filter(|(_, (client, server))| client != server)
+        .map(|(conn, (client, server))| {
+            format!("from {conn}:\n  client {client:?}\n  server {server:?}")
+        })
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "{} of {} connections differ between client and server calls:\n{}",
+        differ.len(),
+        conns.len(),
+        differ[..differ.len().min(3)].join("\n")
+    );
+}
+
+/// PostgreSQL over TLS (`sslmode=require`, the server's OpenSSL and libpq's, both the system
+/// libssl, probed by inode): psql running a script of known statements (a CREATE, INSERTs, a
+/// SELECT run 20 times, a duplicate key failing with 23505) and pgbench `-M extended` and
+/// `-M prepared`. Every call on the port is a `tls: true` postgres call; per statement the
+/// client's calls (of psql's or pgbench's pid) and the server's (of the postgres backend) are
+/// as many as the client ran; the server confirms TLS (`pg_stat_ssl`) for psql's connection.
+#[test]
+fn postgres_over_tls_is_seen_exactly_on_both_sides() {
+    require_root();
+    let server = PgServer::start_tls();
+    let port = server.port.to_string();
+    let ebtop = Ebtop::start(&["--json", "--port", &port]);
+
+    // psql: each statement of the script a simple query of its own, its text as sent (with
+    // the semicolon).
+    let check = "SELECT ssl, pid FROM pg_stat_ssl WHERE pid = pg_backend_pid();";
+    let select = "SELECT name FROM tls_items WHERE id = 2;";
+    let duplicate = "INSERT INTO tls_items VALUES (1, 'again');";
+    const SELECTS: usize = 20;
+    let mut script = vec![
+        check.to_string(),
+        "CREATE TABLE tls_items (id int PRIMARY KEY, name text);".into(),
+    ];
+    script.extend((1..=3).map(|i| format!("INSERT INTO tls_items VALUES ({i}, 'item {i}');")));
+    script.extend(std::iter::repeat_n(select.to_string(), SELECTS));
+    script.push(duplicate.into());
+    script.push("SELECT count(*) FROM tls_items;".into());
+    let file = server.dir.join("tls_script.sql");
+    std::fs::write(
+        &file,
+        script.iter().map(|s| format!("{s}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let conninfo = format!("host=127.0.0.1 port={port} user=postgres dbname=bench sslmode=require");
+    let psql = Command::new("psql")
+        .args([
+            "-X",
+            "-q",
+            "-A",
+            "-t",
+            "-v",
+            "VERBOSITY=verbose",
+            "-d",
+            &conninfo,
+            "-f",
+        ])
+        .arg(&file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("psql is installed");
+    let psql_pid = psql.id();
+    let out = psql.wait_with_output().unwrap();
+    assert!(out.status.success(), "psql: {out:?}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let printed: Vec<&str> = stdout.lines().collect();
+    // The server's own word that this connection is TLS, and its backend's pid.
+    let backend: u32 = printed[0]
+        .strip_prefix("t|")
+        .unwrap_or_else(|| panic!("pg_stat_ssl says ssl for psql's backend: {stdout}"))
+        .parse()
+        .unwrap();
+    let rows: Vec<&str> = [&["item 2"; SELECTS][..], &["3"]].concat();
+    assert_eq!(printed[1..], rows[..], "psql's output");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.matches("ERROR:  23505:").count(),
+        1,
+        "psql's one error: {stderr}"
+    );
+
+    // pgbench (PGSSLMODE=require): TPC-B-like in extended and prepared mode.
+    let mut pgbench = Vec::new();
+    for mode in ["extended", "prepared"] {
+        let child = Command::new("pgbench")
+            .args(server.conn_args())
+            .args(["-n", "-c", "2", "-j", "1", "-t", "20", "-M", mode])
+            .args(["-b", "tpcb-like", "bench"])
+            .env("PGSSLMODE", "require")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("pgbench is installed");
+        let pid = child.id();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "pgbench -M {mode}: {out:?}");
+        let transactions = pgbench_transactions(&out);
+        assert_eq!(transactions, 40, "pgbench -M {mode}");
+        pgbench.push((mode, pid, transactions));
+    }
+
+    let lines = ebtop.stop();
+    let summary = lines.last().unwrap();
+    let calls = calls(&lines);
+    for c in &calls {
+        assert_eq!(c["tls"], true, "{c}");
+        assert_eq!(c["proto"], "postgres", "{c}");
+        let p = if c["side"] == "client" {
+            &c["peer"]
+        } else {
+            &c["local"]
+        };
+        assert_eq!(port_of(p), server.port, "{c}");
+    }
+
+    // psql: each SQL text as often as the script ran it, on each side; only the duplicate
+    // failed, with its SQLSTATE.
+    let expected = counted(script.iter().map(String::as_str));
+    let psql_client: Vec<&Value> = calls
+        .iter()
+        .copied()
+        .filter(|c| c["side"] == "client" && c["pid"] == psql_pid)
+        .collect();
+    let psql_server: Vec<&Value> = calls
+        .iter()
+        .copied()
+        .filter(|c| c["side"] == "server" && c["pid"] == backend)
+        .collect();
+    for (side, of, comm) in [
+        ("client", &psql_client, "psql"),
+        ("server", &psql_server, "postgres"),
+    ] {
+        assert_eq!(
+            counted(of.iter().map(|c| c["resource"].as_str().unwrap_or(""))),
+            expected,
+            "psql's statements, {side} side; summary: {summary}"
+        );
+        for c in of {
+            assert_eq!(c["comm"], comm, "{c}");
+            if c["resource"] == duplicate {
+                assert_eq!(c["status_text"], "23505", "{c}");
+                assert_eq!(c["outcome"], "client_error", "{c}");
+            } else {
+                assert_eq!(c["outcome"], "ok", "{c}");
+                assert!(c.get("status_text").is_none(), "{c}");
+            }
+        }
+    }
+
+    // pgbench: per statement of the script, as many calls as transactions, on each side.
+    for (mode, pid, transactions) in pgbench {
+        let client: Vec<&Value> = calls
+            .iter()
+            .copied()
+            .filter(|c| c["side"] == "client" && c["pid"] == pid)
+            .collect();
+        let conns: Vec<&Value> = client.iter().map(|c| &c["local"]).collect();
+        let server: Vec<&Value> = calls
+            .iter()
+            .copied()
+            .filter(|c| c["side"] == "server" && conns.contains(&&c["peer"]))
+            .collect();
+        for (side, of, comm) in [
+            ("client", &client, "pgbench"),
+            ("server", &server, "postgres"),
+        ] {
+            for (method, start) in TPCB {
+                assert_eq!(
+                    of_shape(of, side, method, start),
+                    transactions,
+                    "-M {mode}: {side} calls of {start}…; summary: {summary}"
+                );
+            }
+            for c in of {
+                assert_eq!(c["comm"], comm, "{c}");
+                assert_eq!(c["outcome"], "ok", "{c}");
+            }
+        }
+    }
+
+    assert_paired(&calls);
+    assert!(
+        summary["kernel"]["tls_calls"].as_u64().unwrap() > 0,
+        "{summary}"
+    );
+    assert_clean_summary(summary);
 }

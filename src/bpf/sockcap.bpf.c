@@ -363,7 +363,7 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	__u64 seq = __sync_fetch_and_add(&st->seq[dir & 1], len);
 	if (st->proto == EBTOP_PROTO_FILTERED)
 		return 0;
-	if (st->proto == EBTOP_PROTO_UNKNOWN || st->proto == EBTOP_PROTO_TLS) {
+	if (tls_may_be(st->proto)) {
 		/* Inside an SSL call of this thread: a TLS socket, whose plaintext the TLS probes
 		 * deliver; its close then matters to user space. */
 		if (tls_note_io(sk, st->sock_id, family, sock_type, &st->proto) && !st->delivered) {

@@ -156,7 +156,7 @@ static __always_inline int emit_data(const struct inflight *inf, __u64 end_ns, _
 		return 0;
 	struct ebtop_event *ev = &s->ev;
 
-	if (st->proto == EBTOP_PROTO_UNKNOWN || st->proto == EBTOP_PROTO_TLS) {
+	if (tls_may_be(st->proto)) {
 		/* Inside an SSL call of this thread: a TLS socket (tls.h). */
 		tls_note_io((struct sock *)inf->sk, inf->sock_id, inf->family, inf->sock_type,
 			    &st->proto);

@@ -122,6 +122,17 @@ static __always_inline void tls_count_hit(__u32 tgid)
  * A send or receive on `sk` (a socket of no known protocol yet, or TLS: `*conn_proto`): if
  * the thread is inside an SSL call, that call runs on this socket, which is TLS from now on.
  */
+/*
+ * Whether sends and receives of a connection of protocol `proto` are shown to tls_note_io: no
+ * protocol yet, TLS, or one that may turn to TLS in-band (PostgreSQL and MySQL start in
+ * cleartext and switch after an SSLRequest). Costs one lookup per send or receive of those.
+ */
+static __always_inline bool tls_may_be(__u8 proto)
+{
+	return tls_capture && (proto == EBTOP_PROTO_UNKNOWN || proto == EBTOP_PROTO_TLS ||
+			       proto == EBTOP_PROTO_POSTGRES || proto == EBTOP_PROTO_MYSQL);
+}
+
 static __always_inline bool tls_note_io(struct sock *sk, __u64 sock_id, __u8 family,
 					__u8 sock_type, __u8 *conn_proto)
 {
@@ -131,8 +142,9 @@ static __always_inline bool tls_note_io(struct sock *sk, __u64 sock_id, __u8 fam
 	struct tls_call *c = bpf_map_lookup_elem(&tls_calls, &id);
 	if (!c)
 		return false;
-	if (*conn_proto == EBTOP_PROTO_UNKNOWN)
-		*conn_proto = EBTOP_PROTO_TLS;
+	/* A connection of no known protocol yet, or one that switched to TLS in-band after a
+	 * cleartext start (PostgreSQL's SSLRequest, MySQL's): TLS from now on. */
+	*conn_proto = EBTOP_PROTO_TLS;
 	if (c->has_sock == 1 && c->sock.sock_id == sock_id)
 		return true;
 	struct ebtop_event tuple = {};
