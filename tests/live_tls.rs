@@ -495,6 +495,58 @@ fn tls_off_shows_no_tls_calls() {
     assert_clean_summary(summary);
 }
 
+/// A recording of TLS traffic replays (without root, without probes) to the calls the live
+/// session printed, `tls: true` included, and the processes' TLS probe hits with them.
+#[test]
+fn a_recording_of_tls_calls_replays_to_the_same_calls() {
+    require_root();
+    let nginx = Nginx::start();
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("tls.ebt");
+    let port = nginx.tls.to_string();
+    let ebtop = Ebtop::start(&["--json", "--port", &port, "-w", rec.to_str().unwrap()]);
+    curl(
+        nginx.tls,
+        "https",
+        &["--tlsv1.3"],
+        &["/index.html", "/big.bin", "/index.html"],
+    );
+    let lines = ebtop.stop();
+    let as_text = |lines: &[Value], kind: &str| -> Vec<String> {
+        lines
+            .iter()
+            .filter(|v| v["type"] == kind)
+            .map(|v| serde_json::to_string(v).unwrap())
+            .collect()
+    };
+    let live = as_text(&lines, "call");
+    assert_eq!(live.len(), 6, "{live:#?}");
+    assert!(calls(&lines).iter().all(|c| c["tls"] == true));
+    let mut args = vec!["-r", rec.to_str().unwrap(), "--json"];
+    let extra = replay_args();
+    args.extend(extra.iter().map(String::as_str));
+    let out = Command::new(env!("CARGO_BIN_EXE_ebtop"))
+        .args(&args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let replayed: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(as_text(&replayed, "call"), live, "same calls, same order");
+    assert_eq!(
+        replayed.last().unwrap()["kernel"],
+        lines.last().unwrap()["kernel"],
+        "kernel counters (TLS ones included) recorded"
+    );
+}
+
 /// The comm of a process started from `path`: its file name, cut at 15 bytes.
 fn comm_of(path: &Path) -> String {
     let name = path.file_name().unwrap().to_str().unwrap();
