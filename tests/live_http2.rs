@@ -268,3 +268,112 @@ fn a_connection_open_before_ebtop_is_partial_never_invented() {
     assert_eq!(summary["parse"]["partial_headers"], 2, "{summary}");
     assert_eq!(summary["parse"]["damaged_messages"], 0, "{summary}");
 }
+
+/// HTTP/2 over TLS (ALPN h2): nghttpd with a self-signed certificate, h2load and curl, both
+/// linking the system's libssl: the TLS probes hand the plaintext to the HTTP/2 parser, every
+/// request one call per side with `tls: true`, exactly as over h2c.
+#[test]
+fn http2_over_tls_is_exact_on_both_sides() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("index.html"), "hello\n").unwrap();
+    let (key, cert) = (dir.path().join("k.pem"), dir.path().join("c.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-nodes",
+            "-newkey",
+            "rsa:2048",
+            "-subj",
+            "/CN=localhost",
+        ])
+        .args(["-days", "1", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl runs");
+    assert!(made.status.success(), "{made:?}");
+    let port = free_tcp_port();
+    let _server = Peer(
+        Command::new("nghttpd")
+            .arg("-d")
+            .arg(dir.path())
+            .arg(port.to_string())
+            .arg(&key)
+            .arg(&cert)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nghttpd is installed (scripts/deps: nghttp2-server)"),
+    );
+    wait_for_listener("127.0.0.1", port, "nghttpd");
+    let p = port.to_string();
+    let ebtop = Ebtop::start(&["--json", "--port", &p]);
+    let out = Command::new("h2load")
+        .args(["-n", "500", "-c", "2", "-m", "8"])
+        .arg(format!("https://127.0.0.1:{port}/index.html"))
+        .output()
+        .expect("h2load is installed (scripts/deps: nghttp2-client)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("500 succeeded") && text.contains("h2"),
+        "{text}"
+    );
+    let curl = Command::new("curl")
+        .args([
+            "-sk",
+            "--http2",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_version} %{http_code}",
+        ])
+        .arg(format!("https://127.0.0.1:{port}/missing"))
+        .output()
+        .expect("curl runs");
+    assert_eq!(String::from_utf8_lossy(&curl.stdout), "2 404");
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    for side in ["client", "server"] {
+        let side_calls = of(&calls, side);
+        let ok: Vec<_> = side_calls
+            .iter()
+            .filter(|c| c["resource"] == "/index.html")
+            .collect();
+        assert_eq!(ok.len(), 500, "{side}");
+        for c in &ok {
+            assert_eq!(
+                (
+                    &c["proto"],
+                    &c["tls"],
+                    &c["method"],
+                    &c["status"],
+                    &c["resp_bytes"]
+                ),
+                (
+                    &Value::from("http2"),
+                    &Value::from(true),
+                    &Value::from("GET"),
+                    &Value::from(200),
+                    &Value::from(6)
+                ),
+                "{c}"
+            );
+        }
+        let missing: Vec<_> = side_calls
+            .iter()
+            .filter(|c| c["resource"] == "/missing")
+            .collect();
+        assert_eq!(missing.len(), 1, "{side}: {side_calls:#?}");
+        assert_eq!(
+            (&missing[0]["status"], &missing[0]["tls"]),
+            (&Value::from(404), &Value::from(true))
+        );
+        assert_eq!(side_calls.len(), 501, "no other calls on {side}");
+    }
+    let summary = lines.last().unwrap();
+    assert_clean_summary(summary);
+    assert_eq!(summary["parse"]["partial_headers"], 0, "{summary}");
+}
