@@ -277,24 +277,7 @@ fn http2_over_tls_is_exact_on_both_sides() {
     require_root();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("index.html"), "hello\n").unwrap();
-    let (key, cert) = (dir.path().join("k.pem"), dir.path().join("c.pem"));
-    let made = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-nodes",
-            "-newkey",
-            "rsa:2048",
-            "-subj",
-            "/CN=localhost",
-        ])
-        .args(["-days", "1", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("openssl runs");
-    assert!(made.status.success(), "{made:?}");
+    let (cert, key) = self_signed_cert(dir.path());
     let port = free_tcp_port();
     let _server = Peer(
         Command::new("nghttpd")

@@ -78,16 +78,7 @@ impl PgServer {
             .expect("initdb runs");
         assert!(out.status.success(), "initdb: {out:?}");
         let ssl: Vec<String> = if tls {
-            let (cert, key) = (dir.join("server.crt"), dir.join("server.key"));
-            let out = Command::new("openssl")
-                .args(["req", "-x509", "-nodes", "-newkey", "rsa:2048"])
-                .args(["-subj", "/CN=localhost", "-days", "1", "-keyout"])
-                .arg(&key)
-                .arg("-out")
-                .arg(&cert)
-                .output()
-                .expect("openssl is installed");
-            assert!(out.status.success(), "openssl req: {out:?}");
+            let (cert, key) = self_signed_cert(&dir);
             // The server reads the key as the user it runs as, and refuses one others can read.
             std::os::unix::fs::chown(&key, Some(NOBODY), Some(NOBODY)).unwrap();
             std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();

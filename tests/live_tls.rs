@@ -33,21 +33,6 @@ impl Drop for Peer {
     }
 }
 
-/// A self-signed certificate and its key for `localhost`, made in `dir`: (cert, key).
-fn make_cert(dir: &Path) -> (PathBuf, PathBuf) {
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    let out = Command::new("openssl")
-        .args(["req", "-x509", "-nodes", "-newkey", "rsa:2048"])
-        .args(["-subj", "/CN=localhost", "-days", "1", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("openssl is installed");
-    assert!(out.status.success(), "openssl req: {out:?}");
-    (cert, key)
-}
-
 /// nginx (master_process off: one process, the one the test started) serving `www/` with
 /// `index.html` (INDEX) and `big.bin` (LARGE_LEN bytes, `i % 251`) over TLS 1.2/1.3 on two
 /// ports (`tls`, the one a test counts, and `other_tls`) and in clear text on `plain`;
@@ -65,7 +50,7 @@ impl Nginx {
     fn start() -> Nginx {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        let (cert, key) = make_cert(d);
+        let (cert, key) = self_signed_cert(d);
         let www = d.join("www");
         std::fs::create_dir(&www).unwrap();
         std::fs::write(www.join("index.html"), INDEX).unwrap();
@@ -611,7 +596,7 @@ fn a_server_linked_statically_with_openssl_started_after_ebtop_is_traced() {
     const BIG: usize = 300_001;
     let dir = tempfile::tempdir().unwrap();
     let bin = build_static_server(dir.path());
-    let (cert, key) = make_cert(dir.path());
+    let (cert, key) = self_signed_cert(dir.path());
     let port = free_tcp_port();
     let p = port.to_string();
     let mut ebtop = Ebtop::start(&["--json", "--port", &p]);

@@ -366,3 +366,19 @@ pub fn assert_clean_summary(summary: &Value) {
 pub fn calls(lines: &[Value]) -> Vec<&Value> {
     lines.iter().filter(|v| v["type"] == "call").collect()
 }
+
+/// A self-signed certificate and its key for `localhost`, made in `dir` with openssl:
+/// (certificate, key), both PEM.
+pub fn self_signed_cert(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let out = Command::new("openssl")
+        .args(["req", "-x509", "-nodes", "-newkey", "rsa:2048"])
+        .args(["-subj", "/CN=localhost", "-days", "1", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl is installed");
+    assert!(out.status.success(), "openssl req: {out:?}");
+    (cert, key)
+}
