@@ -432,6 +432,45 @@ fn nginx_over_tls_1_2_and_1_3_matches_curl_and_python_exactly() {
     assert_clean_summary(lines.last().unwrap());
 }
 
+/// OpenSSL's public functions as the probe sites (`EBTOP_TLS_SITES=public`: what ebtop uses
+/// where it cannot prove the internal read/write functions, e.g. BoringSSL or other builds):
+/// curl (`SSL_read`/`SSL_write`) and Python (`_ex`) exact on both sides, as with the default.
+#[test]
+fn public_function_sites_are_exact_too() {
+    require_root();
+    let nginx = Nginx::start();
+    let port = nginx.tls.to_string();
+    let ebtop = Ebtop::start_with_env(
+        &["--json", "--port", &port],
+        &[("EBTOP_TLS_SITES", "public")],
+    );
+    let (curl_pid, transfers) = curl(
+        nginx.tls,
+        "https",
+        &["--tlsv1.3"],
+        &["/index.html", "/big.bin", "/index.html"],
+    );
+    let url = format!("https://127.0.0.1:{}/index.html", nginx.tls);
+    let (py_pid, got) = python_fetch(&[url.clone(), url]);
+    assert_eq!(got, [(200, INDEX.len()), (200, INDEX.len())]);
+    let lines = ebtop.stop();
+    let meta = &lines[0];
+    assert!(
+        meta["tls_probed"]
+            .as_array()
+            .is_some_and(|f| f.iter().all(|f| f.as_str().unwrap().ends_with("[public]"))),
+        "{meta}"
+    );
+    let calls = calls(&lines);
+    let curl_calls = of(&calls, curl_pid, "client");
+    assert_curl_calls(&curl_calls, &transfers, "curl");
+    let py_calls = of(&calls, py_pid, "client");
+    assert_eq!(py_calls.len(), 2, "{calls:#?}");
+    let clients: Vec<&Value> = curl_calls.into_iter().chain(py_calls).collect();
+    assert_paired(&clients, &of(&calls, nginx.pid(), "server"));
+    assert_clean_summary(lines.last().unwrap());
+}
+
 /// `--tls off`: the same kinds of TLS traffic make no call at all (their ciphertext is seen,
 /// counted as TLS and never parsed; no SSL call is probed), while clear-text calls on the same
 /// nginx are still there.

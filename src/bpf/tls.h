@@ -237,7 +237,8 @@ static __always_inline int tls_exit(struct pt_regs *ctx)
 	long ret = (long)UPROBE_RET(ctx);
 	__u64 len = 0;
 	if (c.count_at) {
-		if ((int)ret != 1 || bpf_probe_read_user(&len, sizeof(len), (void *)c.count_at))
+		/* SSL_*_ex return 1, OpenSSL's internal functions > 0, with the count written. */
+		if ((int)ret <= 0 || bpf_probe_read_user(&len, sizeof(len), (void *)c.count_at))
 			return 0;
 	} else {
 		if ((int)ret <= 0)

@@ -185,6 +185,11 @@ struct MetaLine<'a> {
     /// Live only: the kernel parts loaded.
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     loaded: &'a [String],
+    /// Live with TLS probes: the files probed at start, and those that could not be.
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    tls_probed: &'a [String],
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    tls_probe_failures: &'a [String],
 }
 
 #[derive(Serialize)]
@@ -274,6 +279,8 @@ impl<W: Write> Sink for JsonSink<W> {
             filters: &m.filters,
             hooks: m.hooks.as_deref(),
             loaded: &m.loaded,
+            tls_probed: &m.tls_probed,
+            tls_probe_failures: &m.tls_probe_failures,
         })?;
         self.out.flush()
     }

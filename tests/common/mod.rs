@@ -242,9 +242,15 @@ pub struct Ebtop {
 impl Ebtop {
     /// Starts ebtop with `args` and waits until its `meta` line says the probes are attached.
     pub fn start(args: &[&str]) -> Ebtop {
+        Ebtop::start_with_env(args, &[])
+    }
+
+    /// As `start`, with these environment variables set for ebtop.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Ebtop {
         let mut child = Command::new(env!("CARGO_BIN_EXE_ebtop"))
             .args(args)
             .args(hooks_args())
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
