@@ -81,7 +81,7 @@ impl TlsProbes {
             links: Vec::new(),
             status: TlsStatus::default(),
             pending: Vec::new(),
-            hit_ns: calibrate_hit_ns(progs),
+            hit_ns: None,
         };
         if t.pids.is_none() {
             for lib in discover::system_libraries() {
@@ -92,6 +92,9 @@ impl TlsProbes {
         for pid in running {
             t.scan_process(progs, pid);
         }
+        // Measured at the kind of site most files were probed at.
+        let internal = t.status.files.iter().filter(|f| f.ends_with("[internal]")).count();
+        t.hit_ns = calibrate_hit_ns(progs, 2 * internal >= t.status.files.len().max(1));
         t
     }
 
@@ -303,8 +306,10 @@ pub fn read_hits(map: &libbpf_rs::Map) -> std::collections::BTreeMap<u32, u64> {
     out
 }
 
-// A function whose first instruction the kernel must single-step out of line, as OpenSSL 3's
-// SSL_write/SSL_read (`sub $0x18,%rsp`): what a probe hit costs is measured on it.
+// Functions like the probe sites, on which what a probe hit costs is measured: one whose first
+// instruction the kernel must single-step out of line, as OpenSSL 3's public SSL_write/SSL_read
+// (`sub $0x18,%rsp`), and one whose first instruction it emulates, as OpenSSL's internal
+// read/write functions (`push %r13`).
 #[cfg(target_arch = "x86_64")]
 std::arch::global_asm!(
     ".text",
@@ -313,6 +318,12 @@ std::arch::global_asm!(
     "ebtop_tls_probe_calibration:",
     "sub $0x18, %rsp",
     "add $0x18, %rsp",
+    "ret",
+    ".globl ebtop_tls_probe_calibration_emulated",
+    ".type ebtop_tls_probe_calibration_emulated,@function",
+    "ebtop_tls_probe_calibration_emulated:",
+    "push %r13",
+    "pop %r13",
     "ret",
     options(att_syntax)
 );
@@ -325,22 +336,34 @@ std::arch::global_asm!(
     "sub sp, sp, #16",
     "add sp, sp, #16",
     "ret",
+    ".globl ebtop_tls_probe_calibration_emulated",
+    ".type ebtop_tls_probe_calibration_emulated,%function",
+    "ebtop_tls_probe_calibration_emulated:",
+    "nop",
+    "ret",
 );
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 extern "C" {
     fn ebtop_tls_probe_calibration();
+    fn ebtop_tls_probe_calibration_emulated();
 }
 
-/// What one TLS probe hit costs the probed process on this host, in ns: the entry and return
+/// What one TLS probe hit costs the probed process on this host, in ns, at a site like those
+/// probed (`emulated`: one whose first instruction the kernel emulates): the entry and return
 /// programs are attached to a function of ebtop's own (they return at once for ebtop's own
 /// process, as for any process not selected: the cost is the trap), which is timed with and
 /// without them (the median of 5 rounds each). None if it cannot be measured. Load inflates it, as it
 /// inflates the real probes' cost.
-pub fn calibrate_hit_ns(progs: &[libbpf_rs::Program]) -> Option<u64> {
+pub fn calibrate_hit_ns(progs: &[libbpf_rs::Program], emulated: bool) -> Option<u64> {
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     {
-        let addr = ebtop_tls_probe_calibration as *const () as usize as u64;
+        let target: unsafe extern "C" fn() = if emulated {
+            ebtop_tls_probe_calibration_emulated
+        } else {
+            ebtop_tls_probe_calibration
+        };
+        let addr = target as *const () as usize as u64;
         let offset = file_offset_of(addr)?;
         let entry = program(progs, "tls_write_enter")?;
         let ret = program(progs, RETURN)?;
@@ -351,7 +374,7 @@ pub fn calibrate_hit_ns(progs: &[libbpf_rs::Program]) -> Option<u64> {
             let t = std::time::Instant::now();
             for _ in 0..CALLS {
                 // SAFETY: the function only moves the stack pointer and back, then returns.
-                unsafe { std::hint::black_box(ebtop_tls_probe_calibration)() };
+                unsafe { std::hint::black_box(target)() };
             }
             t.elapsed().as_nanos() as u64
         };
@@ -371,7 +394,7 @@ pub fn calibrate_hit_ns(progs: &[libbpf_rs::Program]) -> Option<u64> {
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
-        let _ = progs;
+        let _ = (progs, emulated);
         None
     }
 }
