@@ -471,6 +471,42 @@ fn public_function_sites_are_exact_too() {
     assert_clean_summary(lines.last().unwrap());
 }
 
+/// `--pid`: probes are placed in that process only (per-process uprobes): nginx's server calls
+/// are exact, curl (another process mapping the same libssl) shows nothing.
+#[test]
+fn pid_filter_probes_only_that_process() {
+    require_root();
+    let nginx = Nginx::start();
+    let pid = nginx.pid().to_string();
+    let ebtop = Ebtop::start(&["--json", "--pid", &pid]);
+    let (_, transfers) = curl(
+        nginx.tls,
+        "https",
+        &["--tlsv1.3"],
+        &["/index.html", "/big.bin", "/index.html"],
+    );
+    assert_eq!(transfers.len(), 3);
+    let lines = ebtop.stop();
+    let meta = &lines[0];
+    let probed = meta["tls_probed"].as_array().expect("files probed");
+    assert!(
+        probed
+            .iter()
+            .all(|f| f.as_str().unwrap().contains(&format!("(pid {pid})"))),
+        "{meta}"
+    );
+    let calls = calls(&lines);
+    let server = of(&calls, nginx.pid(), "server");
+    assert_eq!(server.len(), 3, "{calls:#?}");
+    for (c, path) in server
+        .iter()
+        .zip(["/index.html", "/big.bin", "/index.html"])
+    {
+        assert_tls_get(c, path, 200);
+    }
+    assert_eq!(calls.len(), 3, "nothing of other processes: {calls:#?}");
+}
+
 /// `--tls off`: the same kinds of TLS traffic make no call at all (their ciphertext is seen,
 /// counted as TLS and never parsed; no SSL call is probed), while clear-text calls on the same
 /// nginx are still there.

@@ -48,8 +48,9 @@ pub struct TlsStatus {
 pub struct TlsProbes {
     /// `--pid`: probes in these processes only.
     pids: Option<Vec<u32>>,
-    /// Files looked at already (probed or not), by (device, inode).
-    seen: HashSet<(u64, u64)>,
+    /// Files looked at already (probed or not), by (device, inode); with `--pid`, per process
+    /// (a process's probes stay through its exec: the kernel filters by task).
+    seen: HashSet<(u32, (u64, u64))>,
     links: Vec<libbpf_rs::Link>,
     status: TlsStatus,
     /// Exec'd processes to look at, and when.
@@ -93,7 +94,12 @@ impl TlsProbes {
             t.scan_process(progs, pid);
         }
         // Measured at the kind of site most files were probed at.
-        let internal = t.status.files.iter().filter(|f| f.ends_with("[internal]")).count();
+        let internal = t
+            .status
+            .files
+            .iter()
+            .filter(|f| f.ends_with("[internal]"))
+            .count();
         t.hit_ns = calibrate_hit_ns(progs, 2 * internal >= t.status.files.len().max(1));
         t
     }
@@ -130,7 +136,9 @@ impl TlsProbes {
         for target in discover::process_candidates(pid) {
             if self.pids.is_some() {
                 // Per process: the same file may be probed for several listed processes.
-                self.attach_for(progs, &target, pid as i32);
+                if self.seen.insert((pid, target.file_id())) {
+                    self.attach_for(progs, &target, pid as i32);
+                }
             } else {
                 self.consider(progs, target);
             }
@@ -139,7 +147,7 @@ impl TlsProbes {
 
     /// Probes a file for all processes, once.
     fn consider(&mut self, progs: &[libbpf_rs::Program], target: Target) {
-        if !self.seen.insert(target.file_id()) {
+        if !self.seen.insert((0, target.file_id())) {
             return;
         }
         self.attach_for(progs, &target, -1);
