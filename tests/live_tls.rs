@@ -720,19 +720,7 @@ fn a_server_linked_statically_with_openssl_started_after_ebtop_is_traced() {
         assert_eq!((t.status, t.size_download), want, "{t:?}");
     }
     const N: usize = 100;
-    let h2load = Command::new("h2load")
-        .args(["--h1", "-n", &N.to_string(), "-c", "2"])
-        .arg(format!("https://127.0.0.1:{port}/"))
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("h2load is installed (nghttp2-client)");
-    let h2load_pid = h2load.id();
-    let out = h2load.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && text.contains(&format!("{N} succeeded, 0 failed, 0 errored")),
-        "{text}"
-    );
+    let h2load_pid = h2load_h1(&format!("https://127.0.0.1:{port}/"), N);
 
     let lines = ebtop.stop();
     let calls = calls(&lines);
@@ -916,25 +904,31 @@ impl Loop {
     }
 }
 
-/// One round of traffic on `port`: h2load's 300 requests on 2 connections and 5 curl runs of
-/// 3 requests (a 1 MiB file among them), every response checked; the pids and what curl saw.
-fn round(port: u16) -> (u32, Vec<(u32, Vec<Transfer>)>) {
-    const N: usize = 300;
+/// h2load over HTTP/1.1 (`--h1`): `n` requests to `url` on 2 connections, all answered 2xx; its
+/// pid.
+fn h2load_h1(url: &str, n: usize) -> u32 {
     let h2load = Command::new("h2load")
-        .args(["--h1", "-n", &N.to_string(), "-c", "2"])
-        .arg(format!("https://127.0.0.1:{port}/index.html"))
+        .args(["--h1", "-n", &n.to_string(), "-c", "2", url])
         .stdout(Stdio::piped())
         .spawn()
         .expect("h2load is installed (nghttp2-client)");
-    let h2load_pid = h2load.id();
+    let pid = h2load.id();
     let out = h2load.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success()
-            && text.contains(&format!("{N} succeeded, 0 failed, 0 errored"))
-            && text.contains(&format!("{N} 2xx")),
+            && text.contains(&format!("{n} succeeded, 0 failed, 0 errored"))
+            && text.contains(&format!("{n} 2xx")),
         "{text}"
     );
+    pid
+}
+
+/// One round of traffic on `port`: h2load's 300 requests on 2 connections and 5 curl runs of
+/// 3 requests (a 1 MiB file among them), every response checked; the pids and what curl saw.
+fn round(port: u16) -> (u32, Vec<(u32, Vec<Transfer>)>) {
+    const N: usize = 300;
+    let h2load_pid = h2load_h1(&format!("https://127.0.0.1:{port}/index.html"), N);
     let curls = (0..5)
         .map(|_| {
             let (pid, t) = curl(
