@@ -166,20 +166,20 @@ impl ProcessStats {
         }
     }
 
-    /// One traced syscall of `pid` that moved `n` socket bytes (`dir_out`: sent).
-    /// TLS probe hits in a process this interval; counted for processes already listed
-    /// (those that moved data on a socket), others are not shown.
     /// The measured cost of one TLS probe hit, for the estimates.
     pub fn set_tls_hit_ns(&mut self, ns: Option<u64>) {
         self.tls_hit_ns = ns;
     }
 
+    /// TLS probe hits in a process this interval; counted for processes already listed
+    /// (those that moved data on a socket), others are not shown.
     pub fn observe_tls_hits(&mut self, pid: u32, n: u64) {
         if let Some(e) = self.procs.get_mut(&pid) {
             e.interval.tls_probe_hits = e.interval.tls_probe_hits.wrapping_add(n);
         }
     }
 
+    /// One traced syscall of `pid` that moved `n` socket bytes (`dir_out`: sent).
     pub fn observe_bytes(&mut self, pid: u32, comm: &str, dir_out: bool, n: u64) {
         let a = &mut self.entry(pid, comm).interval;
         a.traced_syscalls += 1;
