@@ -24,6 +24,9 @@ const volatile __u32 filter_cgroup_levels[EBTOP_MAX_FILTER_VALUES] = {};
 const volatile __u32 filter_cgroup_count = 0;
 /* Wake the consumer only once this much waits (it also polls on a short timeout). */
 const volatile __u64 wakeup_bytes = 64 * 1024;
+/* An exec wakes user space at once (the TLS probes look at each new program: the sooner,
+ * the fewer of its first calls go by unprobed). */
+const volatile bool wake_on_exec = false;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -91,12 +94,12 @@ static __always_inline struct proc_scratch *start_record(__u32 kind, struct task
 	return s;
 }
 
-static __always_inline void emit(struct proc_scratch *s, __u32 cap)
+static __always_inline void emit(struct proc_scratch *s, __u32 cap, bool wake)
 {
 	if (cap > sizeof(s->data))
 		return;
 	__u64 size = sizeof(s->ev) + cap;
-	__u64 flags = bpf_ringbuf_query(&proc_events, BPF_RB_AVAIL_DATA) >= wakeup_bytes
+	__u64 flags = wake || bpf_ringbuf_query(&proc_events, BPF_RB_AVAIL_DATA) >= wakeup_bytes
 			      ? BPF_RB_FORCE_WAKEUP
 			      : BPF_RB_NO_WAKEUP;
 	if (bpf_ringbuf_output(&proc_events, s, size, flags))
@@ -135,7 +138,7 @@ int on_exec(struct trace_event_raw_sched_process_exec *ctx)
 	ev->args_len = len;
 	ev->args_total = total > 0xffffffff ? 0xffffffff : (__u32)total;
 	ev->cap_len = off + len;
-	emit(s, off + len);
+	emit(s, off + len, wake_on_exec);
 	return 0;
 }
 
@@ -150,6 +153,6 @@ int on_exit(void *ctx)
 	if (!s)
 		return 0;
 	s->ev.exit_code = BPF_CORE_READ(task, exit_code);
-	emit(s, 0);
+	emit(s, 0, false);
 	return 0;
 }

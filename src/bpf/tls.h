@@ -17,6 +17,14 @@
  * A thread's entry is overwritten by the next entry: should a library implement one function
  * by calling another (SSL_write → SSL_write_ex), the inner call reports and the outer finds
  * nothing, so nothing is counted twice.
+ *
+ * Go's crypto/tls ((*Conn).Write, (*Conn).Read, and the handshakes) the same way, with three
+ * differences: a goroutine moves between threads while it waits (a read parks in the netpoller
+ * and resumes elsewhere), so its call is keyed by the goroutine (`g`, in R14 on amd64, saved
+ * in the user registers at every syscall too) rather than the thread; the arguments come in
+ * Go's register ABI (receiver, buffer pointer, length); and never a uretprobe (it rewrites the
+ * return address on the stack, which Go moves and inspects: the program crashes) — user space
+ * places an entry probe on each of the function's return instructions instead.
  * Include after capture.h.
  */
 #ifndef EBTOP_TLS_H
@@ -36,11 +44,24 @@ const volatile bool tls_capture = false;
 #define UPROBE_ARG2(c) ((c)->regs[1])
 #define UPROBE_ARG4(c) ((c)->regs[3])
 #define UPROBE_RET(c) ((c)->regs[0])
+/* Go's ABIInternal: the goroutine, the first three integer arguments, the first result. */
+#define GO_G(c) ((c)->regs[28])
+#define GO_REG_G regs[28]
+#define GO_ARG1(c) ((c)->regs[0])
+#define GO_ARG2(c) ((c)->regs[1])
+#define GO_ARG3(c) ((c)->regs[2])
+#define GO_RET(c) ((c)->regs[0])
 #else
 #define UPROBE_ARG1(c) ((c)->di)
 #define UPROBE_ARG2(c) ((c)->si)
 #define UPROBE_ARG4(c) ((c)->cx)
 #define UPROBE_RET(c) ((c)->ax)
+#define GO_G(c) ((c)->r14)
+#define GO_REG_G r14
+#define GO_ARG1(c) ((c)->ax)
+#define GO_ARG2(c) ((c)->bx)
+#define GO_ARG3(c) ((c)->cx)
+#define GO_RET(c) ((c)->ax)
 #endif
 
 /* The socket a TLS connection runs on, as its records carry it. */
@@ -73,6 +94,29 @@ struct {
 	__type(key, __u64); /* pid_tgid */
 	__type(value, struct tls_call);
 } tls_calls SEC(".maps");
+
+/* A Go call in progress: per goroutine of a process. */
+struct tls_go_key {
+	__u64 g;
+	__u32 tgid;
+	__u32 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 32768);
+	__type(key, struct tls_go_key);
+	__type(value, struct tls_call);
+} tls_go_calls SEC(".maps");
+
+/* Set by user space once a Go program is probed: until then a send or receive outside any
+ * OpenSSL call costs no second lookup. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} tls_go_probed SEC(".maps");
 
 struct tls_conn_key {
 	__u64 ssl;
@@ -133,13 +177,31 @@ static __always_inline bool tls_may_be(__u8 proto)
 			       proto == EBTOP_PROTO_POSTGRES || proto == EBTOP_PROTO_MYSQL);
 }
 
+/* The TLS call the current thread is in: an OpenSSL call of the thread, or a Go call of the
+ * goroutine it runs (the g register as the syscall saved it). */
+static __always_inline struct tls_call *tls_current_call(void)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct tls_call *c = bpf_map_lookup_elem(&tls_calls, &id);
+	if (c)
+		return c;
+	__u32 zero = 0;
+	__u32 *go = bpf_map_lookup_elem(&tls_go_probed, &zero);
+	if (!go || !*go)
+		return NULL;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	if (!regs)
+		return NULL;
+	struct tls_go_key key = { .g = BPF_CORE_READ(regs, GO_REG_G), .tgid = id >> 32 };
+	return bpf_map_lookup_elem(&tls_go_calls, &key);
+}
+
 static __always_inline bool tls_note_io(struct sock *sk, __u64 sock_id, __u8 family,
 					__u8 sock_type, __u8 *conn_proto)
 {
 	if (!tls_capture)
 		return false;
-	__u64 id = bpf_get_current_pid_tgid();
-	struct tls_call *c = bpf_map_lookup_elem(&tls_calls, &id);
+	struct tls_call *c = tls_current_call();
 	if (!c)
 		return false;
 	/* A connection of no known protocol yet, or one that switched to TLS in-band after a
@@ -170,10 +232,33 @@ static __always_inline void tls_note_unwatched_io(void)
 {
 	if (!tls_capture)
 		return;
-	__u64 id = bpf_get_current_pid_tgid();
-	struct tls_call *c = bpf_map_lookup_elem(&tls_calls, &id);
+	struct tls_call *c = tls_current_call();
 	if (c && c->has_sock != 1)
 		c->has_sock = TLS_UNWATCHED;
+}
+
+/* A call begins: the thread's (`calls` = tls_calls) or the goroutine's (tls_go_calls). */
+static __always_inline int tls_begin(void *calls, void *key, __u64 ssl, __u64 buf,
+				     __u64 count_at, __u8 dir, __u32 tgid)
+{
+	if (!task_selected(tgid))
+		return 0;
+	tls_count_hit(tgid);
+	if (dir == TLS_HANDSHAKE) {
+		/* Should a read or write run the handshake (SSL_do_handshake; Go's Read and
+		 * Write call it), the call in progress goes on (its own I/O names the socket). */
+		struct tls_call *busy = bpf_map_lookup_elem(calls, key);
+		if (busy && busy->ssl == ssl && busy->dir != TLS_HANDSHAKE)
+			return 0;
+	}
+	struct tls_call c = {};
+	c.ssl = ssl;
+	c.buf = buf;
+	c.count_at = count_at;
+	c.start_ns = bpf_ktime_get_ns();
+	c.dir = dir;
+	bpf_map_update_elem(calls, key, &c, BPF_ANY);
+	return 0;
 }
 
 static __always_inline int tls_enter(struct pt_regs *ctx, __u8 dir, bool ex)
@@ -185,38 +270,30 @@ static __always_inline int tls_enter(struct pt_regs *ctx, __u8 dir, bool ex)
 	__u64 count_at = ex ? UPROBE_ARG4(ctx) : 0;
 	asm volatile("" : "+r"(ssl), "+r"(buf), "+r"(count_at));
 	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32;
-	if (!task_selected(tgid))
-		return 0;
-	tls_count_hit(tgid);
-	if (dir == TLS_HANDSHAKE) {
-		/* Should a read or write run the handshake through SSL_do_handshake, the call
-		 * in progress goes on (its own I/O names the socket). */
-		struct tls_call *busy = bpf_map_lookup_elem(&tls_calls, &id);
-		if (busy && busy->ssl == ssl && busy->dir != TLS_HANDSHAKE)
-			return 0;
-	}
-	struct tls_call c = {};
-	c.ssl = ssl;
-	c.buf = buf;
-	c.count_at = count_at;
-	c.start_ns = bpf_ktime_get_ns();
-	c.dir = dir;
-	bpf_map_update_elem(&tls_calls, &id, &c, BPF_ANY);
-	return 0;
+	return tls_begin(&tls_calls, &id, ssl, buf, count_at, dir, id >> 32);
 }
 
-static __always_inline int tls_exit(struct pt_regs *ctx)
+/* Go: func (c *Conn) Write(b []byte) (int, error), Read likewise (receiver, buffer, length);
+ * func (c *Conn) serverHandshake(ctx) error, clientHandshake likewise. */
+static __always_inline int tls_go_enter(struct pt_regs *ctx, __u8 dir)
 {
-	__u64 now = bpf_ktime_get_ns();
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32;
-	struct tls_call *cp = bpf_map_lookup_elem(&tls_calls, &id);
-	if (!cp)
-		return 0;
-	tls_count_hit(tgid);
+	__u64 g = GO_G(ctx);
+	__u64 conn = GO_ARG1(ctx);
+	__u64 buf = GO_ARG2(ctx);
+	asm volatile("" : "+r"(g), "+r"(conn), "+r"(buf));
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct tls_go_key key = { .g = g, .tgid = tgid };
+	return tls_begin(&tls_go_calls, &key, conn, buf, 0, dir, tgid);
+}
+
+/*
+ * A call `c` of thread/goroutine `id`'s process ended, having moved `len` plaintext bytes
+ * (a read or write; 0: nothing moved), or a handshake ended (it names the socket).
+ */
+static __always_inline int tls_complete(struct tls_call *cp, __u64 len, __u64 id, __u64 now)
+{
 	struct tls_call c = *cp;
-	bpf_map_delete_elem(&tls_calls, &id);
+	__u32 tgid = id >> 32;
 	struct tls_conn_key key = { .ssl = c.ssl, .tgid = tgid };
 	if (c.has_sock == TLS_UNWATCHED) {
 		bpf_map_delete_elem(&tls_conns, &key);
@@ -233,17 +310,6 @@ static __always_inline int tls_exit(struct pt_regs *ctx)
 			bpf_map_update_elem(&tls_conns, &key, &fresh, BPF_ANY);
 		}
 		return 0;
-	}
-	long ret = (long)UPROBE_RET(ctx);
-	__u64 len = 0;
-	if (c.count_at) {
-		/* SSL_*_ex return 1, OpenSSL's internal functions > 0, with the count written. */
-		if ((int)ret <= 0 || bpf_probe_read_user(&len, sizeof(len), (void *)c.count_at))
-			return 0;
-	} else {
-		if ((int)ret <= 0)
-			return 0;
-		len = (__u64)(int)ret;
 	}
 	if (len == 0)
 		return 0;
@@ -303,6 +369,54 @@ static __always_inline int tls_exit(struct pt_regs *ctx)
 	return 0;
 }
 
+static __always_inline int tls_exit(struct pt_regs *ctx)
+{
+	long ret = (long)UPROBE_RET(ctx);
+	asm volatile("" : "+r"(ret));
+	__u64 now = bpf_ktime_get_ns();
+	__u64 id = bpf_get_current_pid_tgid();
+	struct tls_call *cp = bpf_map_lookup_elem(&tls_calls, &id);
+	if (!cp)
+		return 0;
+	tls_count_hit(id >> 32);
+	struct tls_call c = *cp;
+	bpf_map_delete_elem(&tls_calls, &id);
+	__u64 len = 0;
+	if (c.dir == TLS_HANDSHAKE) {
+		/* moves nothing */
+	} else if (c.count_at) {
+		/* SSL_*_ex return 1, OpenSSL's internal functions > 0, with the count written. */
+		if ((int)ret <= 0 || bpf_probe_read_user(&len, sizeof(len), (void *)c.count_at))
+			len = 0;
+	} else if ((int)ret > 0) {
+		len = (__u64)(int)ret;
+	}
+	return tls_complete(&c, len, id, now);
+}
+
+/*
+ * A return instruction of a Go function probed (`handshake`: of serverHandshake or
+ * clientHandshake). A handshake's return inside a Read or Write (which run it first) leaves
+ * the read or write in progress, and the other way round.
+ */
+static __always_inline int tls_go_exit(struct pt_regs *ctx, bool handshake)
+{
+	__u64 g = GO_G(ctx);
+	long ret = (long)GO_RET(ctx);
+	asm volatile("" : "+r"(g), "+r"(ret));
+	__u64 now = bpf_ktime_get_ns();
+	__u64 id = bpf_get_current_pid_tgid();
+	struct tls_go_key key = { .g = g, .tgid = id >> 32 };
+	struct tls_call *cp = bpf_map_lookup_elem(&tls_go_calls, &key);
+	if (!cp || (cp->dir == TLS_HANDSHAKE) != handshake)
+		return 0;
+	tls_count_hit(id >> 32);
+	struct tls_call c = *cp;
+	bpf_map_delete_elem(&tls_go_calls, &key);
+	/* The byte count (int64) is the first result; an error comes with it. */
+	return tls_complete(&c, !handshake && ret > 0 ? (__u64)ret : 0, id, now);
+}
+
 /* int SSL_write(SSL *, const void *, int) and int SSL_write_ex(SSL *, const void *, size_t,
  * size_t *written); the reads likewise. One return program serves each pair. */
 SEC("uprobe")
@@ -340,6 +454,38 @@ SEC("uretprobe")
 int tls_return(struct pt_regs *ctx)
 {
 	return tls_exit(ctx);
+}
+
+/* Go crypto/tls: entry probes (after the stack check, where user space finds it: same
+ * registers) and, on each return instruction, the return programs. */
+SEC("uprobe")
+int tls_go_write_enter(struct pt_regs *ctx)
+{
+	return tls_go_enter(ctx, EBTOP_DIR_EGRESS);
+}
+
+SEC("uprobe")
+int tls_go_read_enter(struct pt_regs *ctx)
+{
+	return tls_go_enter(ctx, EBTOP_DIR_INGRESS);
+}
+
+SEC("uprobe")
+int tls_go_handshake_enter(struct pt_regs *ctx)
+{
+	return tls_go_enter(ctx, TLS_HANDSHAKE);
+}
+
+SEC("uprobe")
+int tls_go_return(struct pt_regs *ctx)
+{
+	return tls_go_exit(ctx, false);
+}
+
+SEC("uprobe")
+int tls_go_handshake_return(struct pt_regs *ctx)
+{
+	return tls_go_exit(ctx, true);
 }
 
 #endif

@@ -170,9 +170,11 @@ struct pt_regs {
 } __attribute__((preserve_access_index));
 #else
 struct pt_regs {
+	unsigned long r14; /* a Go program's current goroutine (ABIInternal) */
 	unsigned long r10;
 	unsigned long r8;
 	unsigned long ax;
+	unsigned long bx;
 	unsigned long cx;
 	unsigned long dx;
 	unsigned long si;

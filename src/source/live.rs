@@ -87,6 +87,22 @@ impl Capture<'_> {
         }
     }
 
+    /// Once a Go program is probed, the capture programs look up goroutines' TLS calls too.
+    fn enable_go_tls(&self) {
+        use libbpf_rs::MapCore;
+        let map = match self {
+            Capture::Socket(s) => &s.maps.tls_go_probed,
+            Capture::Syscalls(s) => &s.maps.tls_go_probed,
+        };
+        if let Err(e) = map.update(
+            &0u32.to_ne_bytes(),
+            &1u32.to_ne_bytes(),
+            libbpf_rs::MapFlags::ANY,
+        ) {
+            crate::diag!("ebtop: warning: Go TLS calls will not be placed on their sockets: {e}");
+        }
+    }
+
     fn counters(&self) -> &libbpf_rs::Map<'_> {
         match self {
             Capture::Socket(s) => &s.maps.counters,
@@ -447,7 +463,7 @@ pub fn run<S: Sink, R>(
     };
 
     // Process exec/exit records: optional too; without them processes are read from /proc.
-    let mut procs = match ProcessProbe::start(&cfg.filters, &cfg.cgroups) {
+    let mut procs = match ProcessProbe::start(&cfg.filters, &cfg.cgroups, tls_loaded) {
         Ok(p) => Some(p),
         Err(e) => {
             crate::diag!("ebtop: warning: process exec/exit tracing unavailable: {e:#}");
@@ -459,6 +475,11 @@ pub fn run<S: Sink, R>(
     let programs: Vec<libbpf_rs::Program> = capture.object().progs().collect();
     // TLS plaintext: uprobes on the TLS libraries, placed before the session starts.
     let mut tls = tls_loaded.then(|| TlsProbes::start(&programs, cfg.filters.pid.clone()));
+    let mut go_tls_enabled = false;
+    if tls.as_ref().is_some_and(TlsProbes::go_probed) {
+        capture.enable_go_tls();
+        go_tls_enabled = true;
+    }
 
     // Kernel BPF run-time statistics for the session: ebtop shows its own cost.
     let mut overhead = Overhead::new(BpfStats::enable(cfg.bpf_stats));
@@ -515,6 +536,31 @@ pub fn run<S: Sink, R>(
     let ring = builder
         .build()
         .context("setting up the ring buffer failed")?;
+    if let Some(p) = procs.as_ref() {
+        // The loop waits on the capture ring: process records wake it too (with TLS, an
+        // exec at once, so that a new program is probed before its first calls if it can be).
+        let mut wake = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            // libbpf's own poll (not used here) would read this as ring 0, the capture ring.
+            u64: 0,
+        };
+        // SAFETY: both descriptors are epoll instances owned by live ring buffers; the event
+        // is copied by the kernel.
+        if unsafe {
+            libc::epoll_ctl(
+                ring.epoll_fd(),
+                libc::EPOLL_CTL_ADD,
+                p.epoll_fd(),
+                &mut wake,
+            )
+        } != 0
+        {
+            crate::diag!(
+                "ebtop: warning: process records will wait for the capture ring: {}",
+                io::Error::last_os_error()
+            );
+        }
+    }
 
     let mut next_tick = started + interval;
     let mut prog_fds: Vec<(String, std::os::fd::BorrowedFd)> = programs
@@ -583,6 +629,10 @@ pub fn run<S: Sink, R>(
         }
         if let Some(t) = tls.as_mut() {
             t.poll(&programs);
+            if !go_tls_enabled && t.go_probed() {
+                capture.enable_go_tls();
+                go_tls_enabled = true;
+            }
         }
         if let Err(e) = pipeline.borrow_mut().flush() {
             *failure.borrow_mut() = Some(e);

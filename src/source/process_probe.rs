@@ -30,6 +30,7 @@ impl ProcessProbe {
     pub fn start(
         filters: &Filters,
         cgroups: &[crate::cgroups::CgroupFilter],
+        wake_on_exec: bool,
     ) -> Result<ProcessProbe> {
         let storage = Box::leak(Box::new(MaybeUninit::uninit()));
         let mut open = ProcsSkelBuilder::default()
@@ -40,6 +41,7 @@ impl ProcessProbe {
             .rodata_data
             .as_deref_mut()
             .ok_or_else(|| anyhow!("process BPF object has no .rodata section"))?;
+        ro.wake_on_exec = wake_on_exec;
         if let Some(pids) = &filters.pid {
             crate::bpf::set_list_filter(&mut ro.filter_tgids, &mut ro.filter_tgid_count, pids);
         }
@@ -114,6 +116,12 @@ impl ProcessProbe {
         std::mem::take(&mut self.exits)
             .iter()
             .try_for_each(|r| f(r))
+    }
+
+    /// The process ring's epoll descriptor: ready when records wait (an exec at once when
+    /// `wake_on_exec`).
+    pub fn epoll_fd(&self) -> i32 {
+        self.ring.epoll_fd()
     }
 
     /// Records written and records the ring had no room for, since the start.

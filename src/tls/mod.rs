@@ -13,6 +13,7 @@
 //! once per file for all processes, and `--comm`/`--cgroup` are applied by the programs.
 
 pub mod discover;
+pub mod golang;
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -57,6 +58,8 @@ pub struct TlsProbes {
     pending: Vec<(Instant, u32)>,
     /// What a probe hit costs a process here, measured at start (`calibrate_hit_ns`).
     pub hit_ns: Option<u64>,
+    /// Go programs probed (the capture programs then look up goroutines' calls).
+    go_files: usize,
 }
 
 /// The programs of the capture object by name.
@@ -83,6 +86,7 @@ impl TlsProbes {
             status: TlsStatus::default(),
             pending: Vec::new(),
             hit_ns: None,
+            go_files: 0,
         };
         if t.pids.is_none() {
             for lib in discover::system_libraries() {
@@ -154,10 +158,6 @@ impl TlsProbes {
     }
 
     fn attach_for(&mut self, progs: &[libbpf_rs::Program], target: &Target, pid: i32) {
-        let symbols = discover::symbols_of(&target.path);
-        if !discover::probeable(&symbols) {
-            return;
-        }
         let name = format!(
             "{}{}",
             target.path.display(),
@@ -167,6 +167,13 @@ impl TlsProbes {
                 String::new()
             }
         );
+        let symbols = discover::symbols_of(&target.path);
+        if !discover::probeable(&symbols) {
+            if !target.shared {
+                self.attach_go(progs, target, pid, &name);
+            }
+            return;
+        }
         match attach(progs, target, pid, &symbols) {
             Ok((links, internal)) => {
                 self.links.extend(links);
@@ -179,6 +186,30 @@ impl TlsProbes {
                 self.status.failures.push(format!("{name}: {e:#}"));
             }
         }
+    }
+
+    /// A Go program's crypto/tls, if it has it.
+    fn attach_go(&mut self, progs: &[libbpf_rs::Program], target: &Target, pid: i32, name: &str) {
+        let result = golang::sites_of(&target.path)
+            .map_err(anyhow::Error::from)
+            .and_then(|sites| sites.map(|s| attach_go(progs, target, pid, &s)).transpose());
+        match result {
+            Ok(None) => {}
+            Ok(Some(links)) => {
+                self.links.extend(links);
+                self.go_files += 1;
+                self.status.files.push(format!("{name} [go]"));
+            }
+            Err(e) => {
+                crate::diag!("ebtop: TLS: cannot probe {name}: {e:#}");
+                self.status.failures.push(format!("{name}: {e:#}"));
+            }
+        }
+    }
+
+    /// Whether a Go program is probed.
+    pub fn go_probed(&self) -> bool {
+        self.go_files > 0
     }
 
     pub fn status(&self) -> &TlsStatus {
@@ -239,6 +270,54 @@ fn attach(
         }
     }
     Ok((links, internal.is_some()))
+}
+
+/// Entry probes on a Go program's crypto/tls functions and on each of their return
+/// instructions (never uretprobes: see `golang`); all or nothing.
+fn attach_go(
+    progs: &[libbpf_rs::Program],
+    target: &Target,
+    pid: i32,
+    sites: &golang::GoSites,
+) -> anyhow::Result<Vec<libbpf_rs::Link>> {
+    use anyhow::Context;
+    let mut links = Vec::new();
+    let funcs = [
+        (&sites.write, "tls_go_write_enter", "tls_go_return"),
+        (&sites.read, "tls_go_read_enter", "tls_go_return"),
+    ]
+    .into_iter()
+    .chain(
+        sites
+            .handshakes
+            .iter()
+            .map(|h| (h, "tls_go_handshake_enter", "tls_go_handshake_return")),
+    );
+    for (func, enter, ret) in funcs {
+        let enter = program(progs, enter).context("a Go TLS program is missing")?;
+        let ret = program(progs, ret).context("a Go TLS program is missing")?;
+        // The returns first: an entry that fires is then sure to meet its return.
+        let at = func
+            .returns
+            .iter()
+            .map(|r| (ret, *r))
+            .chain(std::iter::once((enter, func.entry)));
+        for (prog, offset) in at {
+            links.push(
+                attach_uprobe(
+                    prog,
+                    false,
+                    pid,
+                    &target.path,
+                    Site::Offset(usize::try_from(offset)?),
+                )
+                .with_context(|| {
+                    format!("{} at offset {offset:#x}", prog.name().to_string_lossy())
+                })?,
+            );
+        }
+    }
+    Ok(links)
 }
 
 /// libbpf's uprobe attach by function name (libbpf resolves the symbol in the file), on a

@@ -1,0 +1,404 @@
+//! Where a Go program's `crypto/tls` reads and writes its plaintext: the probe sites of
+//! `(*Conn).Write`, `(*Conn).Read` and the handshakes, found without symbol tables (Go
+//! binaries are often stripped) from the function table every Go program carries for its own
+//! stack traces (`.gopclntab`), and without uretprobes (they rewrite return addresses on a
+//! stack Go moves: the program crashes): an entry probe on each return instruction, found by
+//! decoding the function.
+
+use std::path::Path;
+
+/// The functions probed, by their Go names.
+pub const WRITE: &str = "crypto/tls.(*Conn).Write";
+pub const READ: &str = "crypto/tls.(*Conn).Read";
+/// Called (through `handshakeFn`) only when a handshake runs: they name a connection's
+/// socket before its first read, which may be served from what the handshake read ahead.
+pub const HANDSHAKES: [&str; 2] = [
+    "crypto/tls.(*Conn).serverHandshake",
+    "crypto/tls.(*Conn).clientHandshake",
+];
+
+/// Why a Go program that uses crypto/tls cannot be probed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum GoError {
+    #[error("Go function table: {0}")]
+    Table(&'static str),
+    #[error("Go before 1.18 (arguments on the stack): not supported")]
+    TooOld,
+    #[error("Go on {0}: only x86-64 code is decoded")]
+    Architecture(String),
+    #[error("{0}: {1}")]
+    Code(String, &'static str),
+}
+
+/// One function of a Go program's function table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GoFunc<'a> {
+    pub name: &'a [u8],
+    /// Offsets of its first instruction and of the end of its code, from the start of text.
+    pub entry_off: u32,
+    pub end_off: u32,
+}
+
+/// A Go ≥ 1.18 function table (`runtime.pclntab`), read where it lies in the file.
+#[derive(Debug)]
+pub struct Pclntab<'a> {
+    data: &'a [u8],
+    nfunc: usize,
+    funcnames: usize,
+    functab: usize,
+}
+
+fn u32_at(data: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(
+        data.get(at..at.checked_add(4)?)?.try_into().ok()?,
+    ))
+}
+
+fn u64_at(data: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(
+        data.get(at..at.checked_add(8)?)?.try_into().ok()?,
+    ))
+}
+
+impl<'a> Pclntab<'a> {
+    /// The table's header (runtime/symtab.go `pcHeader`, 64-bit little-endian): magic, two
+    /// pad bytes, the instruction size quantum, the pointer size, then pointer-sized fields:
+    /// nfunc, nfiles, textStart, and the offsets of the name, cu, file, pc and function
+    /// tables from the header.
+    pub fn parse(data: &'a [u8]) -> Result<Pclntab<'a>, GoError> {
+        let magic = u32_at(data, 0).ok_or(GoError::Table("too short"))?;
+        match magic {
+            // Go 1.18–1.19, and 1.20 and later.
+            0xffff_fff0 | 0xffff_fff1 => {}
+            // Go 1.16–1.17 and older.
+            0xffff_fffa | 0xffff_fffb | 0xffff_fff9 => return Err(GoError::TooOld),
+            _ => return Err(GoError::Table("unknown magic")),
+        }
+        if data.get(4..8) != Some(&[0, 0, 1, 8][..]) {
+            return Err(GoError::Table("not a 64-bit x86 table"));
+        }
+        let field = |i: usize| -> Result<usize, GoError> {
+            u64_at(data, 8 + 8 * i)
+                .and_then(|v| usize::try_from(v).ok())
+                .ok_or(GoError::Table("truncated header"))
+        };
+        let (nfunc, funcnames, functab) = (field(0)?, field(3)?, field(7)?);
+        // nfunc + 1 entries of (entry offset, _func offset), u32 each.
+        let functab_len = nfunc
+            .checked_add(1)
+            .and_then(|n| n.checked_mul(8))
+            .ok_or(GoError::Table("function count overflows"))?;
+        if functab
+            .checked_add(functab_len)
+            .is_none_or(|end| end > data.len())
+            || funcnames >= data.len()
+        {
+            return Err(GoError::Table("tables outside the section"));
+        }
+        Ok(Pclntab {
+            data,
+            nfunc,
+            funcnames,
+            functab,
+        })
+    }
+
+    /// The `i`th function (in address order), or None where the table is inconsistent.
+    pub fn function(&self, i: usize) -> Option<GoFunc<'a>> {
+        if i >= self.nfunc {
+            return None;
+        }
+        let at = self.functab + 8 * i;
+        let entry_off = u32_at(self.data, at)?;
+        let func_off = u32_at(self.data, at + 4)? as usize;
+        let end_off = u32_at(self.data, at + 8)?;
+        // The _func record: entryOff u32, nameOff i32 (into the name table).
+        let func = self.functab.checked_add(func_off)?;
+        if u32_at(self.data, func)? != entry_off || end_off < entry_off {
+            return None;
+        }
+        let name_off = usize::try_from(i32::from_le_bytes(
+            self.data.get(func + 4..func + 8)?.try_into().ok()?,
+        ))
+        .ok()?;
+        let names = self.data.get(self.funcnames.checked_add(name_off)?..)?;
+        let len = names.iter().position(|&b| b == 0)?;
+        Some(GoFunc {
+            name: &names[..len],
+            entry_off,
+            end_off,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.nfunc
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nfunc == 0
+    }
+
+    /// The function of that name.
+    pub fn find(&self, name: &str) -> Option<GoFunc<'a>> {
+        (0..self.nfunc)
+            .filter_map(|i| self.function(i))
+            .find(|f| f.name == name.as_bytes())
+    }
+}
+
+/// Where one function is probed: file offsets of its entry site and its return instructions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FuncSites {
+    pub entry: u64,
+    pub returns: Vec<u64>,
+}
+
+/// The probe sites of a Go program's crypto/tls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GoSites {
+    pub write: FuncSites,
+    pub read: FuncSites,
+    /// Those of the handshake functions the program has (a server only, a client only).
+    pub handshakes: Vec<FuncSites>,
+}
+
+/// Where a function's code at `addr` (its bytes `code`) is probed, as addresses: the entry
+/// site and each return instruction. The entry site is the `push %rbp` after Go's stack
+/// check (`cmp 0x10(%r14),%rsp; jbe …`, or `lea -N(%rsp),%r12; cmp 0x10(%r14),%r12; jbe …`)
+/// when the function starts so: the kernel emulates a push (about 1 µs here) but single-steps
+/// a compare out of line (about 5–10 µs), and the arguments are still in their registers
+/// there; else the first instruction. Refused (an error) when the code cannot be decoded, or
+/// jumps out of the function (a tail call would leave it by no return instruction).
+pub fn function_sites(code: &[u8], addr: u64) -> Result<(u64, Vec<u64>), &'static str> {
+    use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind, Register};
+    let end = addr + code.len() as u64;
+    let mut decoder = Decoder::with_ip(64, code, addr, DecoderOptions::NONE);
+    let mut entry = None;
+    let mut prologue_open = true;
+    let mut returns = Vec::new();
+    for (n, ins) in decoder.iter().enumerate() {
+        if ins.is_invalid() {
+            // Go pads between functions with int3; anything else undecodable is refused.
+            return Err("undecodable instruction");
+        }
+        if prologue_open {
+            match ins.mnemonic() {
+                Mnemonic::Push if ins.op0_register() == Register::RBP => {
+                    entry = Some(ins.ip());
+                    prologue_open = false;
+                }
+                Mnemonic::Cmp | Mnemonic::Lea | Mnemonic::Jbe | Mnemonic::Jb if n < 4 => {}
+                _ => prologue_open = false,
+            }
+        }
+        match ins.mnemonic() {
+            Mnemonic::Ret => returns.push(ins.ip()),
+            Mnemonic::Retf | Mnemonic::Iret | Mnemonic::Iretq | Mnemonic::Sysret => {
+                return Err("unexpected return instruction")
+            }
+            Mnemonic::Call => {}
+            _ if ins.op0_kind() == OpKind::NearBranch64 => {
+                let target = ins.near_branch_target();
+                if target < addr || target >= end {
+                    return Err("jumps out of the function");
+                }
+            }
+            _ => {}
+        }
+    }
+    if returns.is_empty() {
+        return Err("no return instruction");
+    }
+    Ok((entry.unwrap_or(addr), returns))
+}
+
+/// The crypto/tls probe sites of a Go program: None if it is no Go program or has no
+/// crypto/tls (nothing to probe), an error if it has but they cannot be placed.
+pub fn sites_of(path: &Path) -> Result<Option<GoSites>, GoError> {
+    use object::{Object, ObjectSection};
+    let Ok(file) = std::fs::File::open(path) else {
+        return Ok(None);
+    };
+    // SAFETY: read-only private map of a regular file (see `discover::symbols_of`).
+    let Ok(map) = (unsafe { memmap2::Mmap::map(&file) }) else {
+        return Ok(None);
+    };
+    let Ok(elf) = object::File::parse(&*map) else {
+        return Ok(None);
+    };
+    let Some(table) = elf
+        .section_by_name(".gopclntab")
+        .or_else(|| elf.section_by_name(".data.rel.ro.gopclntab"))
+    else {
+        return Ok(None);
+    };
+    let data = table
+        .data()
+        .map_err(|_| GoError::Table("unreadable section"))?;
+    let pcln = Pclntab::parse(data)?;
+    let (Some(write), Some(read)) = (pcln.find(WRITE), pcln.find(READ)) else {
+        return Ok(None);
+    };
+    if elf.architecture() != object::Architecture::X86_64 {
+        return Err(GoError::Architecture(format!("{:?}", elf.architecture())));
+    }
+    // Entry offsets count from the start of text (debug/gosym takes the .text section's
+    // address, as the header's copy may be unrelocated).
+    let text = elf
+        .section_by_name(".text")
+        .ok_or(GoError::Table("no .text section"))?;
+    let text_data = text
+        .data()
+        .map_err(|_| GoError::Table("unreadable .text"))?;
+    let (text_addr, text_file_off) = (
+        text.address(),
+        text.file_range()
+            .ok_or(GoError::Table(".text not in the file"))?
+            .0,
+    );
+    let sites = |f: GoFunc| -> Result<FuncSites, GoError> {
+        let name = String::from_utf8_lossy(f.name).into_owned();
+        let code = text_data
+            .get(f.entry_off as usize..f.end_off as usize)
+            .ok_or_else(|| GoError::Code(name.clone(), "outside .text"))?;
+        let addr = text_addr + u64::from(f.entry_off);
+        let (entry, returns) =
+            function_sites(code, addr).map_err(|why| GoError::Code(name, why))?;
+        let file_off = |a: u64| a - text_addr + text_file_off;
+        Ok(FuncSites {
+            entry: file_off(entry),
+            returns: returns.into_iter().map(file_off).collect(),
+        })
+    };
+    Ok(Some(GoSites {
+        write: sites(write)?,
+        read: sites(read)?,
+        handshakes: HANDSHAKES
+            .iter()
+            .filter_map(|n| pcln.find(n))
+            .map(sites)
+            .collect::<Result<_, _>>()?,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A table as Go's linker lays it out: header, function names, function table, _func
+    /// records.
+    fn table(funcs: &[(&str, u32)], text_end: u32) -> Vec<u8> {
+        let mut names = Vec::new();
+        let mut name_offs = Vec::new();
+        for (n, _) in funcs {
+            name_offs.push(names.len() as i32);
+            names.extend_from_slice(n.as_bytes());
+            names.push(0);
+        }
+        let header = 8 + 8 * 8;
+        let funcnames = header;
+        let functab = funcnames + names.len();
+        let records = functab + 8 * (funcs.len() + 1);
+        let mut out = vec![0xf1, 0xff, 0xff, 0xff, 0, 0, 1, 8];
+        for v in [funcs.len(), 0, 0x401000, funcnames, 0, 0, 0, functab] {
+            out.extend_from_slice(&(v as u64).to_le_bytes());
+        }
+        out.extend_from_slice(&names);
+        for (i, (_, entry)) in funcs.iter().enumerate() {
+            out.extend_from_slice(&entry.to_le_bytes());
+            out.extend_from_slice(&((records - functab + 8 * i) as u32).to_le_bytes());
+        }
+        out.extend_from_slice(&text_end.to_le_bytes());
+        out.extend_from_slice(&0u32.to_le_bytes());
+        for (i, (_, entry)) in funcs.iter().enumerate() {
+            out.extend_from_slice(&entry.to_le_bytes());
+            out.extend_from_slice(&name_offs[i].to_le_bytes());
+        }
+        out
+    }
+
+    #[test]
+    fn functions_are_found_by_name_with_their_extent() {
+        let data = table(&[("main.main", 0x10), (READ, 0x80), (WRITE, 0x200)], 0x300);
+        let t = Pclntab::parse(&data).expect("parses");
+        assert_eq!(t.len(), 3);
+        assert_eq!(
+            t.find(READ),
+            Some(GoFunc {
+                name: READ.as_bytes(),
+                entry_off: 0x80,
+                end_off: 0x200
+            })
+        );
+        assert_eq!(t.find(WRITE).map(|f| f.end_off), Some(0x300));
+        assert_eq!(t.find("crypto/tls.(*Conn).Close"), None);
+    }
+
+    #[test]
+    fn old_or_foreign_tables_are_refused_with_a_reason() {
+        let mut data = table(&[(READ, 0)], 8);
+        data[0] = 0xfa;
+        assert_eq!(Pclntab::parse(&data).err(), Some(GoError::TooOld));
+        data[0] = 0x00;
+        assert!(matches!(Pclntab::parse(&data), Err(GoError::Table(_))));
+        assert!(matches!(Pclntab::parse(&[]), Err(GoError::Table(_))));
+        // A function count that runs past the data.
+        let mut data = table(&[(READ, 0)], 8);
+        data[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(matches!(Pclntab::parse(&data), Err(GoError::Table(_))));
+    }
+
+    #[test]
+    fn every_prefix_of_a_table_parses_or_fails_without_panic() {
+        let data = table(&[(READ, 0x80), (WRITE, 0x200)], 0x300);
+        for n in 0..data.len() {
+            if let Ok(t) = Pclntab::parse(&data[..n]) {
+                for i in 0..t.len() + 1 {
+                    let _ = t.function(i);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn sites_are_the_push_after_the_stack_check_and_each_return() {
+        // cmp 0x10(%r14),%rsp; jbe +N; push %rbp; mov %rsp,%rbp; ret; (morestack:) call
+        // rel32 0; jmp back to the start; int3 padding.
+        let code = [
+            0x49, 0x3b, 0x66, 0x10, // cmp
+            0x76, 0x05, // jbe +5 → 0x100b
+            0x55, // push %rbp (0x1006)
+            0x48, 0x89, 0xe5, // mov %rsp,%rbp
+            0xc3, // ret (0x100a)
+            0xe8, 0, 0, 0, 0, // call (0x100b)
+            0xeb, 0xee, // jmp 0x1000 (0x1010)
+            0xcc, 0xcc,
+        ];
+        assert_eq!(function_sites(&code, 0x1000), Ok((0x1006, vec![0x100a])));
+        // A large frame: lea -0x..(%rsp),%r12; cmp 0x10(%r14),%r12; jbe.
+        let code = [
+            0x4c, 0x8d, 0x64, 0x24, 0xd0, // lea -0x30(%rsp),%r12
+            0x4d, 0x3b, 0x66, 0x10, // cmp 0x10(%r14),%r12
+            0x76, 0x02, // jbe +2
+            0x55, // push %rbp (0x100b)
+            0xc3, // ret
+            0xc3, // ret
+        ];
+        assert_eq!(
+            function_sites(&code, 0x1000),
+            Ok((0x100b, vec![0x100c, 0x100d]))
+        );
+    }
+
+    #[test]
+    fn code_that_cannot_be_proved_is_refused() {
+        // No stack check: the first instruction is the entry site.
+        assert_eq!(function_sites(&[0x90, 0xc3], 0x10), Ok((0x10, vec![0x11])));
+        // A tail call out of the function.
+        assert!(function_sites(&[0x55, 0xe9, 0, 0x10, 0, 0, 0xc3], 0x10).is_err());
+        // No return at all, and undecodable bytes.
+        assert!(function_sites(&[0x55, 0x90], 0x10).is_err());
+        assert!(function_sites(&[0x55, 0x0f, 0x0b, 0xc3], 0x10).is_ok()); // ud2 decodes
+        assert!(function_sites(&[0x55, 0x0f], 0x10).is_err());
+    }
+}
