@@ -17,6 +17,11 @@ With --https nginx serves TLS (self-signed, TLS 1.3, keep-alive) to `wrk https:/
 plaintext capture is what is measured: modes take `-notls` for `--tls off` (the ciphertext only
 counted), e.g. `--https --modes socket,socket-notls`; results go to bench/tls-toggle-results.json,
 with the calls ebtop wrote per request served (every request seen on both sides: 2.0).
+
+With --go (implies --https) the server is the Go HTTPS server of tests/fixtures/tls/go
+(crypto/tls and net/http, GOMAXPROCS=1, pinned like nginx) instead of nginx: Go's TLS probes
+(entry and return instructions) are what is measured; results go to
+bench/go-tls-toggle-results.json.
 """
 import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, time, urllib.request
 
@@ -71,7 +76,9 @@ def main():
                     help="comma-separated: socket, syscalls, socket-fullstats, socket-t2 (2 tracking threads), …")
     ap.add_argument("--other-binary", help="the ebtop that modes ending in @other run")
     ap.add_argument("--https", action="store_true", help="nginx over TLS (see above)")
+    ap.add_argument("--go", action="store_true", help="the Go HTTPS server (see above)")
     a = ap.parse_args()
+    a.https = a.https or a.go
     global STATUS_PORT
     if os.geteuid() != 0:
         sys.exit("bench/toggle.py needs root (ebtop loads eBPF)")
@@ -104,7 +111,18 @@ http {{ access_log off; keepalive_requests 1000000000;
     location = /status {{ stub_status; }}
     location / {{ return 200 "ok"; }} }} }}
 """)
-    nginx = subprocess.Popen(["nginx", "-c", f"{d}/nginx.conf", "-p", d])
+    if a.go:
+        go = shutil.which("go") or "/usr/local/go/bin/go"
+        src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures",
+                           "tls", "go")
+        subprocess.run([go, "build", "-o", f"{d}/gotls", "."], cwd=src, check=True,
+                       env=dict(os.environ, GOTOOLCHAIN="local", CGO_ENABLED="0"))
+        nginx = subprocess.Popen(["taskset", "-c", str(ncpu - 1), f"{d}/gotls", "server", "-addr",
+                                  f"127.0.0.1:{PORT}", "-cert", f"{d}/c.pem", "-key", f"{d}/k.pem",
+                                  "-status", f"127.0.0.1:{STATUS_PORT}"],
+                                 env=dict(os.environ, GOMAXPROCS="1"), stdout=subprocess.DEVNULL)
+    else:
+        nginx = subprocess.Popen(["nginx", "-c", f"{d}/nginx.conf", "-p", d])
     time.sleep(0.5)
     wrk = subprocess.Popen(["taskset", "-c", "0", "wrk", "-t1", "-c50", "-d3600s",
                             f"{scheme}://127.0.0.1:{PORT}/"], stdout=subprocess.DEVNULL)
@@ -204,7 +222,8 @@ http {{ access_log off; keepalive_requests 1000000000;
         r = report[mode]["median"]
         report[mode]["added_us_per_request"] = round(
             (1 / r - 1) / report["off_rps_median"] * 1e6, 2) if r > 0 else None
-    name = "tls-toggle-results.json" if a.https else "toggle-results.json"
+    name = ("go-tls-toggle-results.json" if a.go else
+            "tls-toggle-results.json" if a.https else "toggle-results.json")
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
     with open(path, "w") as f:
         json.dump({"report": report, "windows": windows, "bpf_costs": bpf_costs}, f, indent=1)

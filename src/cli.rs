@@ -213,9 +213,9 @@ pub struct Args {
     pub hooks: Hooks,
 
     /// TLS plaintext (HTTPS, TLS database connections) from uprobes on OpenSSL's SSL_write and
-    /// SSL_read in shared libssl and in programs linking it statically. Each probed call costs
-    /// the traced process a breakpoint trap (µs): the Processes view and `proc` lines show the
-    /// hits. off: no uprobe is placed.
+    /// SSL_read in shared libssl and in programs linking it statically, and on Go's
+    /// crypto/tls. Each probed call costs the traced process breakpoint traps (µs): the
+    /// Processes view and `proc` lines show the hits. off: no uprobe is placed.
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub tls: OnOff,
 

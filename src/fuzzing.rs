@@ -49,6 +49,10 @@ pub const TARGETS: &[Target] = &[
             crate::pipeline::fuzzing::drive(d);
         },
     },
+    Target {
+        name: "go_binary",
+        drive: crate::tls::golang::fuzzing::drive,
+    },
 ];
 
 pub fn target(name: &str) -> Option<&'static Target> {
@@ -131,6 +135,7 @@ pub fn seeds(target: &str, fixtures: &Path) -> io::Result<Vec<(String, Vec<u8>)>
                 }
             }
         }
+        "go_binary" => out = crate::tls::golang::fuzzing::seeds(),
         _ => {}
     }
     Ok(out)

@@ -2,6 +2,7 @@
 //! calls → sink (and recorder). Live capture and replay call the same methods, so their output
 //! cannot differ.
 
+use std::collections::BTreeMap;
 use std::io;
 
 #[doc(hidden)]
@@ -455,12 +456,25 @@ impl<S: Sink> Pipeline<S> {
             self.sink.lost(now_ns, &since)?;
             self.lost_reported = seen;
         }
-        self.proc_stats.set_tls_hit_ns(kernel.tls_probe_hit_ns);
-        for (pid, total) in &kernel.tls_probe_hits {
-            let before = self.summary.kernel.tls_probe_hits.get(pid).copied();
-            let hits = total.saturating_sub(before.unwrap_or(0));
+        self.proc_stats
+            .set_tls_hit_ns(kernel.tls_probe_hit_ns, kernel.tls_probe_stepped_hit_ns);
+        let since = |now: &BTreeMap<u32, u64>, before: &BTreeMap<u32, u64>, pid: &u32| {
+            now.get(pid)
+                .copied()
+                .unwrap_or(0)
+                .saturating_sub(before.get(pid).copied().unwrap_or(0))
+        };
+        let before = &self.summary.kernel;
+        for pid in kernel.tls_probe_hits.keys() {
+            let hits = since(&kernel.tls_probe_hits, &before.tls_probe_hits, pid);
+            let stepped = since(
+                &kernel.tls_probe_stepped_hits,
+                &before.tls_probe_stepped_hits,
+                pid,
+            );
             if hits > 0 {
-                self.proc_stats.observe_tls_hits(*pid, hits);
+                self.proc_stats
+                    .observe_tls_hits(*pid, hits, stepped.min(hits));
             }
         }
         self.summary.kernel = kernel.clone();

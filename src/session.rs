@@ -228,9 +228,17 @@ pub struct KernelCounters {
     /// hits in an interval are the difference. Absent when no probe fired.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub tls_probe_hits: std::collections::BTreeMap<u32, u64>,
-    /// What one TLS probe hit costs a process on this host (ns), measured at start.
+    /// Of those, hits at sites the kernel single-steps out of line (pid → hits): OpenSSL's
+    /// public functions, Go's return instructions.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tls_probe_stepped_hits: std::collections::BTreeMap<u32, u64>,
+    /// What one TLS probe hit costs a process on this host (ns), measured at start: at a site
+    /// the kernel emulates, or a return.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_probe_hit_ns: Option<u64>,
+    /// What one hit at a site the kernel single-steps costs (ns), measured at start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_probe_stepped_hit_ns: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]

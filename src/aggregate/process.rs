@@ -29,6 +29,7 @@ struct Activity {
     socket_bytes_out: u64,
     traced_syscalls: u64,
     tls_probe_hits: u64,
+    tls_probe_stepped_hits: u64,
 }
 
 struct Entry {
@@ -103,8 +104,10 @@ pub struct ProcessStats {
     exit_records: bool,
     evictions: u64,
     interval_no: u64,
-    /// What one TLS probe hit costs (ns), when measured.
+    /// What one TLS probe hit costs (ns), when measured: at an emulated site or a return,
+    /// and at a single-stepped site.
     tls_hit_ns: Option<u64>,
+    tls_stepped_hit_ns: Option<u64>,
 }
 
 impl ProcessStats {
@@ -117,6 +120,7 @@ impl ProcessStats {
             evictions: 0,
             interval_no: 0,
             tls_hit_ns: None,
+            tls_stepped_hit_ns: None,
         }
     }
 
@@ -166,17 +170,34 @@ impl ProcessStats {
         }
     }
 
-    /// The measured cost of one TLS probe hit, for the estimates.
-    pub fn set_tls_hit_ns(&mut self, ns: Option<u64>) {
+    /// The measured cost of one TLS probe hit (at an emulated site or a return, and at a
+    /// single-stepped site), for the estimates.
+    pub fn set_tls_hit_ns(&mut self, ns: Option<u64>, stepped_ns: Option<u64>) {
         self.tls_hit_ns = ns;
+        self.tls_stepped_hit_ns = stepped_ns;
     }
 
-    /// TLS probe hits in a process this interval; counted for processes already listed
-    /// (those that moved data on a socket), others are not shown.
-    pub fn observe_tls_hits(&mut self, pid: u32, n: u64) {
+    /// TLS probe hits in a process this interval (`stepped` of them at single-stepped sites);
+    /// counted for processes already listed (those that moved data on a socket), others are
+    /// not shown.
+    pub fn observe_tls_hits(&mut self, pid: u32, n: u64, stepped: u64) {
         if let Some(e) = self.procs.get_mut(&pid) {
             e.interval.tls_probe_hits = e.interval.tls_probe_hits.wrapping_add(n);
+            e.interval.tls_probe_stepped_hits =
+                e.interval.tls_probe_stepped_hits.wrapping_add(stepped);
         }
+    }
+
+    /// What a process's hits cost (ns): each at its kind's measured cost (`ns`: emulated,
+    /// stepped; a stepped hit at the emulated cost if only that is known).
+    fn tls_est_ns(ns: (Option<u64>, Option<u64>), hits: u64, stepped: u64) -> Option<u64> {
+        let (ns, stepped_ns) = ns;
+        let ns = ns?;
+        let stepped_ns = stepped_ns.unwrap_or(ns);
+        Some(
+            ns.saturating_mul(hits.saturating_sub(stepped))
+                .saturating_add(stepped_ns.saturating_mul(stepped)),
+        )
     }
 
     /// One traced syscall of `pid` that moved `n` socket bytes (`dir_out`: sent).
@@ -252,6 +273,7 @@ impl ProcessStats {
         // Reported as exited last time: gone now.
         self.procs.retain(|_, e| !e.exit_reported);
         let mut out = Vec::with_capacity(self.procs.len());
+        let hit_ns = (self.tls_hit_ns, self.tls_stepped_hit_ns);
         for (&pid, e) in &mut self.procs {
             if self.read_proc {
                 match ProcSample::read(pid) {
@@ -298,9 +320,11 @@ impl ProcessStats {
                 traced_syscalls_per_s: per_s(a.traced_syscalls),
                 tls_probe_hits: a.tls_probe_hits,
                 tls_probe_hits_per_s: per_s(a.tls_probe_hits),
-                tls_probe_est_ns: self
-                    .tls_hit_ns
-                    .map(|ns| ns.saturating_mul(a.tls_probe_hits)),
+                tls_probe_est_ns: Self::tls_est_ns(
+                    hit_ns,
+                    a.tls_probe_hits,
+                    a.tls_probe_stepped_hits,
+                ),
                 connections_active: e.conns.len() as u64,
                 open_connections: e.open_connections,
             });

@@ -139,7 +139,10 @@ struct {
 	__type(value, struct tls_conn);
 } tls_conns SEC(".maps");
 
-/* Probe hits per process (entries and returns): what the probes cost each process. */
+/* Probe hits per process (entries and returns): what the probes cost each process. Those at
+ * sites the kernel single-steps out of line (user space marks them with the attach cookie)
+ * also under the key tgid | TLS_STEPPED_KEY: they cost several times more. */
+#define TLS_STEPPED_KEY (1u << 31)
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
@@ -147,7 +150,7 @@ struct {
 	__type(value, __u64);
 } tls_hits SEC(".maps");
 
-static __always_inline void tls_count_hit(__u32 tgid)
+static __always_inline void tls_count_key(__u32 tgid)
 {
 	__u64 *n = bpf_map_lookup_elem(&tls_hits, &tgid);
 	if (n) {
@@ -160,6 +163,13 @@ static __always_inline void tls_count_hit(__u32 tgid)
 		if (n)
 			__sync_fetch_and_add(n, 1);
 	}
+}
+
+static __always_inline void tls_count_hit(void *ctx, __u32 tgid)
+{
+	tls_count_key(tgid);
+	if (bpf_get_attach_cookie(ctx))
+		tls_count_key(tgid | TLS_STEPPED_KEY);
 }
 
 /*
@@ -238,12 +248,12 @@ static __always_inline void tls_note_unwatched_io(void)
 }
 
 /* A call begins: the thread's (`calls` = tls_calls) or the goroutine's (tls_go_calls). */
-static __always_inline int tls_begin(void *calls, void *key, __u64 ssl, __u64 buf,
+static __always_inline int tls_begin(void *ctx, void *calls, void *key, __u64 ssl, __u64 buf,
 				     __u64 count_at, __u8 dir, __u32 tgid)
 {
 	if (!task_selected(tgid))
 		return 0;
-	tls_count_hit(tgid);
+	tls_count_hit(ctx, tgid);
 	if (dir == TLS_HANDSHAKE) {
 		/* Should a read or write run the handshake (SSL_do_handshake; Go's Read and
 		 * Write call it), the call in progress goes on (its own I/O names the socket). */
@@ -270,7 +280,7 @@ static __always_inline int tls_enter(struct pt_regs *ctx, __u8 dir, bool ex)
 	__u64 count_at = ex ? UPROBE_ARG4(ctx) : 0;
 	asm volatile("" : "+r"(ssl), "+r"(buf), "+r"(count_at));
 	__u64 id = bpf_get_current_pid_tgid();
-	return tls_begin(&tls_calls, &id, ssl, buf, count_at, dir, id >> 32);
+	return tls_begin(ctx, &tls_calls, &id, ssl, buf, count_at, dir, id >> 32);
 }
 
 /* Go: func (c *Conn) Write(b []byte) (int, error), Read likewise (receiver, buffer, length);
@@ -283,7 +293,7 @@ static __always_inline int tls_go_enter(struct pt_regs *ctx, __u8 dir)
 	asm volatile("" : "+r"(g), "+r"(conn), "+r"(buf));
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	struct tls_go_key key = { .g = g, .tgid = tgid };
-	return tls_begin(&tls_go_calls, &key, conn, buf, 0, dir, tgid);
+	return tls_begin(ctx, &tls_go_calls, &key, conn, buf, 0, dir, tgid);
 }
 
 /*
@@ -378,7 +388,7 @@ static __always_inline int tls_exit(struct pt_regs *ctx)
 	struct tls_call *cp = bpf_map_lookup_elem(&tls_calls, &id);
 	if (!cp)
 		return 0;
-	tls_count_hit(id >> 32);
+	tls_count_hit(ctx, id >> 32);
 	struct tls_call c = *cp;
 	bpf_map_delete_elem(&tls_calls, &id);
 	__u64 len = 0;
@@ -410,7 +420,7 @@ static __always_inline int tls_go_exit(struct pt_regs *ctx, bool handshake)
 	struct tls_call *cp = bpf_map_lookup_elem(&tls_go_calls, &key);
 	if (!cp || (cp->dir == TLS_HANDSHAKE) != handshake)
 		return 0;
-	tls_count_hit(id >> 32);
+	tls_count_hit(ctx, id >> 32);
 	struct tls_call c = *cp;
 	bpf_map_delete_elem(&tls_go_calls, &key);
 	/* The byte count (int64) is the first result; an error comes with it. */

@@ -330,6 +330,9 @@ fn read_counters(
     };
     let (lost, lost_per_cpu) = sum(counter::LOST);
     let (proc_events, proc_lost) = procs.map_or((0, 0), ProcessProbe::counters);
+    let (tls_probe_hits, tls_probe_stepped_hits) = tls.map_or_else(Default::default, |_| {
+        crate::tls::read_hits(capture.tls_hits())
+    });
     KernelCounters {
         events: sum(counter::EVENTS).0,
         lost,
@@ -349,10 +352,10 @@ fn read_counters(
         tls_calls: sum(counter::TLS_CALLS).0,
         tls_no_socket: sum(counter::TLS_NO_SOCKET).0,
         tls_no_socket_bytes: sum(counter::TLS_NO_SOCKET_BYTES).0,
-        tls_probe_hits: tls.map_or_else(Default::default, |_| {
-            crate::tls::read_hits(capture.tls_hits())
-        }),
+        tls_probe_hits,
+        tls_probe_stepped_hits,
         tls_probe_hit_ns: tls.and_then(|t| t.hit_ns),
+        tls_probe_stepped_hit_ns: tls.and_then(|t| t.stepped_hit_ns),
     }
 }
 

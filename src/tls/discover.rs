@@ -171,6 +171,46 @@ pub fn internal_sites(path: &Path) -> Option<InternalSites> {
     (read != write).then_some(InternalSites { read, write })
 }
 
+/// Whether the kernel emulates the first instruction of function `name` in the file (a push,
+/// a call or jump, a nop) rather than single-step it out of line, which costs several times
+/// more per hit. Unknown (no such symbol, not x86-64): false, so the cost is not understated.
+pub fn entry_is_emulated(path: &Path, name: &str) -> bool {
+    use object::{Object, ObjectSection, ObjectSymbol};
+    let first = || -> Option<bool> {
+        let file = std::fs::File::open(path).ok()?;
+        // SAFETY: read-only private map of a regular file (see `symbols_of`).
+        let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+        let elf = object::File::parse(&*map).ok()?;
+        if elf.architecture() != object::Architecture::X86_64 {
+            return None;
+        }
+        let sym = elf
+            .dynamic_symbols()
+            .chain(elf.symbols())
+            .find(|s| s.is_definition() && s.name() == Ok(name))?;
+        let sec = elf.section_by_index(sym.section_index()?).ok()?;
+        let start = usize::try_from(sym.address().checked_sub(sec.address())?).ok()?;
+        let code = sec.data().ok()?.get(start..)?;
+        Some(first_instruction_emulated(code.get(..code.len().min(16))?))
+    };
+    first().unwrap_or(false)
+}
+
+/// Whether x86-64 uprobes emulate the instruction `code` begins with (arch/x86/kernel/
+/// uprobes.c: push of a register, call and jmp with a displacement, conditional jumps, nop).
+pub fn first_instruction_emulated(code: &[u8]) -> bool {
+    use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind};
+    let ins = Decoder::new(64, code, DecoderOptions::NONE).decode();
+    if ins.is_invalid() {
+        return false;
+    }
+    match ins.mnemonic() {
+        Mnemonic::Push => ins.op0_kind() == OpKind::Register,
+        Mnemonic::Nop => ins.len() == 1,
+        _ => ins.op0_kind() == OpKind::NearBranch64,
+    }
+}
+
 /// The target of a `call rel32` at `at` whose 4 displacement bytes are `rel`.
 fn call_target(at: u64, rel: &[u8]) -> Option<u64> {
     let rel = i32::from_le_bytes(rel.try_into().ok()?);
@@ -363,6 +403,21 @@ mod tests {
         assert_eq!(internal_sites(&exe), None);
         assert_eq!(call_target(0x1000, &[0x10, 0, 0, 0]), Some(0x1015));
         assert_eq!(call_target(0x1000, &(-0x20i32).to_le_bytes()), Some(0xfe5));
+    }
+
+    #[test]
+    fn emulated_first_instructions_are_told_from_stepped_ones() {
+        assert!(first_instruction_emulated(&[0x55])); // push %rbp
+        assert!(first_instruction_emulated(&[0x41, 0x55])); // push %r13
+        assert!(first_instruction_emulated(&[0xe8, 0, 0, 0, 0])); // call
+        assert!(first_instruction_emulated(&[0xeb, 0x02])); // jmp
+        assert!(first_instruction_emulated(&[0x90])); // nop
+        assert!(!first_instruction_emulated(&[0x48, 0x83, 0xec, 0x18])); // sub $0x18,%rsp
+        assert!(!first_instruction_emulated(&[0x49, 0x3b, 0x66, 0x10])); // cmp (Go's check)
+        assert!(!first_instruction_emulated(&[0xf3, 0x0f, 0x1e, 0xfa])); // endbr64
+        assert!(!first_instruction_emulated(&[0xc3])); // ret
+        assert!(!first_instruction_emulated(&[]));
+        assert!(!entry_is_emulated(Path::new("/nonexistent"), WRITE));
     }
 
     #[test]

@@ -71,7 +71,7 @@ impl<'a> Pclntab<'a> {
             // Go 1.18–1.19, and 1.20 and later.
             0xffff_fff0 | 0xffff_fff1 => {}
             // Go 1.16–1.17 and older.
-            0xffff_fffa | 0xffff_fffb | 0xffff_fff9 => return Err(GoError::TooOld),
+            0xffff_fff9..=0xffff_fffb => return Err(GoError::TooOld),
             _ => return Err(GoError::Table("unknown magic")),
         }
         if data.get(4..8) != Some(&[0, 0, 1, 8][..]) {
@@ -150,6 +150,9 @@ impl<'a> Pclntab<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FuncSites {
     pub entry: u64,
+    /// The entry site is the push after the stack check (the kernel emulates it), not the
+    /// first instruction (which it single-steps).
+    pub entry_emulated: bool,
     pub returns: Vec<u64>,
 }
 
@@ -167,11 +170,11 @@ pub struct GoSites {
 /// check (`cmp 0x10(%r14),%rsp; jbe …`, or `lea -N(%rsp),%r12; cmp 0x10(%r14),%r12; jbe …`)
 /// when the function starts so: the kernel emulates a push (about 1 µs here) but single-steps
 /// a compare out of line (about 5–10 µs), and the arguments are still in their registers
-/// there; else the first instruction. Refused (an error) when the code cannot be decoded, or
+/// there; else None (the first instruction is probed). Refused (an error) when the code cannot be decoded, or
 /// jumps out of the function (a tail call would leave it by no return instruction).
-pub fn function_sites(code: &[u8], addr: u64) -> Result<(u64, Vec<u64>), &'static str> {
+pub fn function_sites(code: &[u8], addr: u64) -> Result<(Option<u64>, Vec<u64>), &'static str> {
     use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind, Register};
-    let end = addr + code.len() as u64;
+    let end = addr.saturating_add(code.len() as u64);
     let mut decoder = Decoder::with_ip(64, code, addr, DecoderOptions::NONE);
     let mut entry = None;
     let mut prologue_open = true;
@@ -209,7 +212,7 @@ pub fn function_sites(code: &[u8], addr: u64) -> Result<(u64, Vec<u64>), &'stati
     if returns.is_empty() {
         return Err("no return instruction");
     }
-    Ok((entry.unwrap_or(addr), returns))
+    Ok((entry, returns))
 }
 
 /// The crypto/tls probe sites of a Go program: None if it is no Go program or has no
@@ -266,7 +269,8 @@ pub fn sites_of(path: &Path) -> Result<Option<GoSites>, GoError> {
             function_sites(code, addr).map_err(|why| GoError::Code(name, why))?;
         let file_off = |a: u64| a - text_addr + text_file_off;
         Ok(FuncSites {
-            entry: file_off(entry),
+            entry: file_off(entry.unwrap_or(addr)),
+            entry_emulated: entry.is_some(),
             returns: returns.into_iter().map(file_off).collect(),
         })
     };
@@ -281,13 +285,52 @@ pub fn sites_of(path: &Path) -> Result<Option<GoSites>, GoError> {
     }))
 }
 
-#[cfg(test)]
-mod tests {
+/// The fuzz target `go_binary` (fuzz/fuzz_targets/go_binary.rs): what ebtop reads from a Go
+/// program's file — its function table, and the code of the functions it probes — from any
+/// bytes.
+pub mod fuzzing {
     use super::*;
+
+    /// The first byte picks the reader: even, the function table (every function, and a
+    /// lookup by name); odd, the code decoder (at an address from the next 8 bytes).
+    pub fn drive(data: &[u8]) {
+        let Some((&mode, rest)) = data.split_first() else {
+            return;
+        };
+        if mode % 2 == 0 {
+            if let Ok(t) = Pclntab::parse(rest) {
+                for i in 0..t.len().min(100_000) + 1 {
+                    let _ = t.function(i);
+                }
+                let _ = t.find(READ);
+            }
+        } else if let Some((addr, code)) = rest.split_first_chunk::<8>() {
+            // Any address, but far enough from the top that the code fits below it.
+            let addr = u64::from_le_bytes(*addr) >> 1;
+            let _ = function_sites(code, addr);
+        }
+    }
+
+    /// Seeds: a function table laid out as Go's linker does, and a function's code with
+    /// Go's stack check, a push, returns and a jump back.
+    pub fn seeds() -> Vec<(String, Vec<u8>)> {
+        let mut t = vec![0u8];
+        t.extend(table(
+            &[("main.main", 0x10), (READ, 0x80), (WRITE, 0x200)],
+            0x300,
+        ));
+        let mut code = vec![1u8];
+        code.extend(0x40_1000u64.to_le_bytes());
+        code.extend([
+            0x49, 0x3b, 0x66, 0x10, 0x76, 0x05, 0x55, 0x48, 0x89, 0xe5, 0xc3, 0xe8, 0, 0, 0, 0,
+            0xeb, 0xee, 0xcc, 0xcc,
+        ]);
+        vec![("pclntab".into(), t), ("code".into(), code)]
+    }
 
     /// A table as Go's linker lays it out: header, function names, function table, _func
     /// records.
-    fn table(funcs: &[(&str, u32)], text_end: u32) -> Vec<u8> {
+    pub fn table(funcs: &[(&str, u32)], text_end: u32) -> Vec<u8> {
         let mut names = Vec::new();
         let mut name_offs = Vec::new();
         for (n, _) in funcs {
@@ -316,6 +359,13 @@ mod tests {
         }
         out
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use super::fuzzing::table;
 
     #[test]
     fn functions_are_found_by_name_with_their_extent() {
@@ -374,7 +424,10 @@ mod tests {
             0xeb, 0xee, // jmp 0x1000 (0x1010)
             0xcc, 0xcc,
         ];
-        assert_eq!(function_sites(&code, 0x1000), Ok((0x1006, vec![0x100a])));
+        assert_eq!(
+            function_sites(&code, 0x1000),
+            Ok((Some(0x1006), vec![0x100a]))
+        );
         // A large frame: lea -0x..(%rsp),%r12; cmp 0x10(%r14),%r12; jbe.
         let code = [
             0x4c, 0x8d, 0x64, 0x24, 0xd0, // lea -0x30(%rsp),%r12
@@ -386,14 +439,14 @@ mod tests {
         ];
         assert_eq!(
             function_sites(&code, 0x1000),
-            Ok((0x100b, vec![0x100c, 0x100d]))
+            Ok((Some(0x100b), vec![0x100c, 0x100d]))
         );
     }
 
     #[test]
     fn code_that_cannot_be_proved_is_refused() {
         // No stack check: the first instruction is the entry site.
-        assert_eq!(function_sites(&[0x90, 0xc3], 0x10), Ok((0x10, vec![0x11])));
+        assert_eq!(function_sites(&[0x90, 0xc3], 0x10), Ok((None, vec![0x11])));
         // A tail call out of the function.
         assert!(function_sites(&[0x55, 0xe9, 0, 0x10, 0, 0, 0xc3], 0x10).is_err());
         // No return at all, and undecodable bytes.

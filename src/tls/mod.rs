@@ -15,7 +15,7 @@
 pub mod discover;
 pub mod golang;
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use discover::{Symbols, Target};
@@ -56,8 +56,10 @@ pub struct TlsProbes {
     status: TlsStatus,
     /// Exec'd processes to look at, and when.
     pending: Vec<(Instant, u32)>,
-    /// What a probe hit costs a process here, measured at start (`calibrate_hit_ns`).
+    /// What a probe hit costs a process here, measured at start (`calibrate_hit_ns`): one at
+    /// a site the kernel emulates, or a return; and one it single-steps out of line.
     pub hit_ns: Option<u64>,
+    pub stepped_hit_ns: Option<u64>,
     /// Go programs probed (the capture programs then look up goroutines' calls).
     go_files: usize,
 }
@@ -86,6 +88,7 @@ impl TlsProbes {
             status: TlsStatus::default(),
             pending: Vec::new(),
             hit_ns: None,
+            stepped_hit_ns: None,
             go_files: 0,
         };
         if t.pids.is_none() {
@@ -97,14 +100,7 @@ impl TlsProbes {
         for pid in running {
             t.scan_process(progs, pid);
         }
-        // Measured at the kind of site most files were probed at.
-        let internal = t
-            .status
-            .files
-            .iter()
-            .filter(|f| f.ends_with("[internal]"))
-            .count();
-        t.hit_ns = calibrate_hit_ns(progs, 2 * internal >= t.status.files.len().max(1));
+        (t.hit_ns, t.stepped_hit_ns) = calibrate_hit_ns(progs);
         t
     }
 
@@ -250,8 +246,16 @@ fn attach(
             let offset = usize::try_from(offset)?;
             for (prog, retprobe) in [(entry, false), (ret, true)] {
                 links.push(
-                    attach_uprobe(prog, retprobe, pid, &target.path, Site::Offset(offset))
-                        .with_context(|| format!("{prog_name} at offset {offset:#x}"))?,
+                    // Both functions begin with a push: emulated (`internal_sites`).
+                    attach_uprobe(
+                        prog,
+                        retprobe,
+                        pid,
+                        &target.path,
+                        Site::Offset(offset),
+                        false,
+                    )
+                    .with_context(|| format!("{prog_name} at offset {offset:#x}"))?,
                 );
             }
         }
@@ -262,10 +266,18 @@ fn attach(
             continue;
         }
         let entry = program(progs, prog_name).context("a TLS entry program is missing")?;
+        let stepped = !discover::entry_is_emulated(&target.path, func);
         for (prog, retprobe) in [(entry, false), (ret, true)] {
             links.push(
-                attach_uprobe(prog, retprobe, pid, &target.path, Site::Function(func))
-                    .with_context(|| (*func).to_owned())?,
+                attach_uprobe(
+                    prog,
+                    retprobe,
+                    pid,
+                    &target.path,
+                    Site::Function(func),
+                    stepped && !retprobe,
+                )
+                .with_context(|| (*func).to_owned())?,
             );
         }
     }
@@ -296,13 +308,15 @@ fn attach_go(
     for (func, enter, ret) in funcs {
         let enter = program(progs, enter).context("a Go TLS program is missing")?;
         let ret = program(progs, ret).context("a Go TLS program is missing")?;
-        // The returns first: an entry that fires is then sure to meet its return.
+        // The returns first: an entry that fires is then sure to meet its return. The kernel
+        // single-steps a `ret`; the entry is emulated where it is the push after the stack
+        // check.
         let at = func
             .returns
             .iter()
-            .map(|r| (ret, *r))
-            .chain(std::iter::once((enter, func.entry)));
-        for (prog, offset) in at {
+            .map(|r| (ret, *r, true))
+            .chain(std::iter::once((enter, func.entry, !func.entry_emulated)));
+        for (prog, offset, stepped) in at {
             links.push(
                 attach_uprobe(
                     prog,
@@ -310,6 +324,7 @@ fn attach_go(
                     pid,
                     &target.path,
                     Site::Offset(usize::try_from(offset)?),
+                    stepped,
                 )
                 .with_context(|| {
                     format!("{} at offset {offset:#x}", prog.name().to_string_lossy())
@@ -330,12 +345,15 @@ enum Site<'a> {
     Offset(usize),
 }
 
+/// `stepped`: the kernel single-steps the probed instruction out of line (its hits are
+/// counted apart, through the attach cookie: they cost more).
 fn attach_uprobe(
     prog: &libbpf_rs::Program,
     retprobe: bool,
     pid: i32,
     path: &std::path::Path,
     at: Site,
+    stepped: bool,
 ) -> anyhow::Result<libbpf_rs::Link> {
     use libbpf_rs::libbpf_sys;
     use libbpf_rs::AsRawLibbpf;
@@ -348,6 +366,7 @@ fn attach_uprobe(
     let opts = libbpf_sys::bpf_uprobe_opts {
         sz: std::mem::size_of::<libbpf_sys::bpf_uprobe_opts>() as _,
         retprobe,
+        bpf_cookie: u64::from(stepped),
         func_name: func.as_ref().map_or(std::ptr::null(), |f| f.as_ptr()),
         ..Default::default()
     };
@@ -369,28 +388,36 @@ fn attach_uprobe(
     }
 }
 
-/// Probe hits per process since the start (the `tls_hits` map: entries and returns). Entries
-/// of processes that are gone are removed from the map (it holds 16384), after being read.
-pub fn read_hits(map: &libbpf_rs::Map) -> std::collections::BTreeMap<u32, u64> {
+/// Probe hits per process since the start (the `tls_hits` map: entries and returns), and those
+/// of them at single-stepped sites (`tls.h` TLS_STEPPED_KEY). Entries of processes that are
+/// gone are removed from the map (it holds 16384), after being read.
+pub fn read_hits(map: &libbpf_rs::Map) -> (BTreeMap<u32, u64>, BTreeMap<u32, u64>) {
     use libbpf_rs::MapCore;
-    let mut out = std::collections::BTreeMap::new();
+    const STEPPED: u32 = 1 << 31;
+    let (mut out, mut stepped) = (BTreeMap::new(), BTreeMap::new());
     for key in map.keys() {
         let Ok(k) = <[u8; 4]>::try_from(key.as_slice()) else {
             continue;
         };
-        let pid = u32::from_ne_bytes(k);
+        let k = u32::from_ne_bytes(k);
         let Ok(Some(v)) = map.lookup(&key, libbpf_rs::MapFlags::ANY) else {
             continue;
         };
         let Ok(v) = <[u8; 8]>::try_from(v.as_slice()) else {
             continue;
         };
-        out.insert(pid, u64::from_ne_bytes(v));
+        let pid = k & !STEPPED;
+        let into = if k & STEPPED != 0 {
+            &mut stepped
+        } else {
+            &mut out
+        };
+        into.insert(pid, u64::from_ne_bytes(v));
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             let _ = map.delete(&key);
         }
     }
-    out
+    (out, stepped)
 }
 
 // Functions like the probe sites, on which what a probe hit costs is measured: one whose first
@@ -436,53 +463,58 @@ extern "C" {
     fn ebtop_tls_probe_calibration_emulated();
 }
 
-/// What one TLS probe hit costs the probed process on this host, in ns, at a site like those
-/// probed (`emulated`: one whose first instruction the kernel emulates): the entry and return
-/// programs are attached to a function of ebtop's own (they return at once for ebtop's own
-/// process, as for any process not selected: the cost is the trap), which is timed with and
-/// without them (the median of 5 rounds each). None if it cannot be measured. Load inflates it, as it
-/// inflates the real probes' cost.
-pub fn calibrate_hit_ns(progs: &[libbpf_rs::Program], emulated: bool) -> Option<u64> {
+/// What one TLS probe hit costs the probed process on this host, in ns: the mean of an entry
+/// at a site the kernel emulates and a return (`push`, as OpenSSL's internal functions and
+/// Go's after the stack check begin, with a uretprobe), and one hit at a site it single-steps
+/// out of line (`sub`, as OpenSSL 3's public functions begin; Go's `ret`). The programs are
+/// attached to functions of ebtop's own (they return at once for ebtop's own process, as for
+/// any process not selected: the cost is the trap), timed with and without them (the median
+/// of 5 rounds each). None if it cannot be measured. Load inflates it, as it inflates the real
+/// probes' cost.
+pub fn calibrate_hit_ns(progs: &[libbpf_rs::Program]) -> (Option<u64>, Option<u64>) {
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     {
-        let target: unsafe extern "C" fn() = if emulated {
-            ebtop_tls_probe_calibration_emulated
-        } else {
-            ebtop_tls_probe_calibration
-        };
-        let addr = target as *const () as usize as u64;
-        let offset = file_offset_of(addr)?;
-        let entry = program(progs, "tls_write_enter")?;
-        let ret = program(progs, RETURN)?;
-        let exe = std::path::Path::new("/proc/self/exe");
-        let me = std::process::id() as i32;
-        const CALLS: u32 = 200;
-        let time = || {
-            let t = std::time::Instant::now();
-            for _ in 0..CALLS {
-                // SAFETY: the function only moves the stack pointer and back, then returns.
-                unsafe { std::hint::black_box(target)() };
+        let measure = |target: unsafe extern "C" fn(), with_return: bool| -> Option<u64> {
+            let addr = target as *const () as usize as u64;
+            let offset = file_offset_of(addr)?;
+            let entry = program(progs, "tls_write_enter")?;
+            let ret = program(progs, RETURN)?;
+            let exe = std::path::Path::new("/proc/self/exe");
+            let me = std::process::id() as i32;
+            const CALLS: u32 = 200;
+            let time = || {
+                let t = std::time::Instant::now();
+                for _ in 0..CALLS {
+                    // SAFETY: the function only moves the stack pointer and back, then returns.
+                    unsafe { std::hint::black_box(target)() };
+                }
+                t.elapsed().as_nanos() as u64
+            };
+            let median = |mut v: Vec<u64>| {
+                v.sort_unstable();
+                v[v.len() / 2]
+            };
+            let off = median((0..5).map(|_| time()).collect());
+            let site = || Site::Offset(offset);
+            let mut links = vec![attach_uprobe(entry, false, me, exe, site(), false).ok()?];
+            if with_return {
+                links.push(attach_uprobe(ret, true, me, exe, site(), false).ok()?);
             }
-            t.elapsed().as_nanos() as u64
+            let on = median((0..5).map(|_| time()).collect());
+            let hits = u64::from(CALLS) * links.len() as u64;
+            // Detaching a uprobe waits for the kernel (~0.2 s): not on the way to the session.
+            std::thread::spawn(move || drop(links));
+            Some(on.saturating_sub(off) / hits)
         };
-        let median = |mut v: Vec<u64>| {
-            v.sort_unstable();
-            v[v.len() / 2]
-        };
-        let off = median((0..5).map(|_| time()).collect());
-        let links = [
-            attach_uprobe(entry, false, me, exe, Site::Offset(offset)).ok()?,
-            attach_uprobe(ret, true, me, exe, Site::Offset(offset)).ok()?,
-        ];
-        let on = median((0..5).map(|_| time()).collect());
-        // Detaching a uprobe waits for the kernel (~0.2 s): not on the way to the session.
-        std::thread::spawn(move || drop(links));
-        Some(on.saturating_sub(off) / u64::from(2 * CALLS))
+        (
+            measure(ebtop_tls_probe_calibration_emulated, true),
+            measure(ebtop_tls_probe_calibration, false),
+        )
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
-        let _ = (progs, emulated);
-        None
+        let _ = progs;
+        (None, None)
     }
 }
 
