@@ -162,6 +162,82 @@ fn curl_prior_knowledge_get_and_404() {
     assert_clean_summary(lines.last().unwrap());
 }
 
+/// `curl --http2` to a server that accepts `Upgrade: h2c` (tests/fixtures/http2/
+/// h2c_upgrade_server.py, Python's `h2`): the HTTP/1.1 request that asks for the upgrade is
+/// answered on HTTP/2 stream 1 and the next URLs go as HTTP/2 streams on the same
+/// connection. Every URL is exactly one `http2` call on each side, with its path and status
+/// (the 101 is no call of its own), and nothing is lost or unparsed.
+#[test]
+fn curl_upgrade_to_h2c_is_handed_to_http2_exactly() {
+    require_root();
+    let port = free_tcp_port();
+    let mut child = Command::new("python3")
+        .arg(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/http2/h2c_upgrade_server.py"),
+        )
+        .arg(port.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("python3 runs");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _server = Peer(child);
+    assert_eq!(
+        line.trim(),
+        "ready",
+        "the h2c server starts (scripts/deps: pip install h2)"
+    );
+    let p = port.to_string();
+    let ebtop = Ebtop::start(&["--json", "--port", &p]);
+    let paths = ["/first", "/second", "/status/404", "/third"];
+    let mut curl = Command::new("curl");
+    curl.args(["-s", "--http2", "-w", "%{http_code} %{http_version}\\n"]);
+    for path in paths {
+        curl.args(["-o", "/dev/null"])
+            .arg(format!("http://127.0.0.1:{port}{path}"));
+    }
+    let out = curl.output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "200 2\n200 2\n404 2\n200 2\n",
+        "curl upgraded to HTTP/2"
+    );
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    for side in ["client", "server"] {
+        let got: Vec<(&str, &str, u64)> = of(&calls, side)
+            .iter()
+            .map(|c| {
+                (
+                    c["proto"].as_str().unwrap(),
+                    c["resource"].as_str().unwrap(),
+                    c["status"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("http2", "/first", 200),
+                ("http2", "/second", 200),
+                ("http2", "/status/404", 404),
+                ("http2", "/third", 200)
+            ],
+            "{side}"
+        );
+        // The bodies: "path=<path>\n".
+        let first = of(&calls, side)[0];
+        assert_eq!(first["resp_bytes"], "path=/first\n".len(), "{first}");
+    }
+    let summary = lines.last().unwrap();
+    assert_clean_summary(summary);
+    assert_eq!(summary["parse"]["unparsed_bytes"], 0, "{summary}");
+}
+
 /// gRPC: 50 unary calls, a server stream of 7 messages, a bidi call of 9 each way and one
 /// NOT_FOUND, on one channel: method names, statuses and message counts exact on both sides;
 /// `--proto grpc` keeps only them.

@@ -4,6 +4,7 @@
 //! Framing follows RFC 9112 §6.3. Headers are parsed with httparse, straight from the syscall's
 //! bytes when they arrive whole, from a bounded buffer when split over syscalls.
 
+use super::http2::{Http2Parser, UpgradeRequest};
 use super::matching::InOrder;
 use super::redact;
 use super::{
@@ -115,6 +116,10 @@ struct Request {
     span: MessageSpan,
     truncated: bool,
     complete: bool,
+    /// Asks to switch to HTTP/2 in clear text (`Upgrade: h2c`).
+    h2c: bool,
+    /// Bytes of its head (the rest of `span.bytes` is its body).
+    head_len: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -125,6 +130,8 @@ struct Response {
     span: MessageSpan,
     truncated: bool,
     tunnel_after: bool,
+    /// Agrees to switch to HTTP/2 in clear text (`101` with `Upgrade: h2c`).
+    h2c: bool,
 }
 
 /// The message a direction is in the middle of.
@@ -194,6 +201,8 @@ struct Head {
     kind: HeadKind,
     content_length: Option<u64>,
     chunked: bool,
+    /// An `Upgrade` header names h2c.
+    h2c: bool,
 }
 
 enum HeadKind {
@@ -251,6 +260,16 @@ fn framing(headers: &[httparse::Header]) -> Option<(Option<u64>, bool)> {
     }
     // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length.
     Some((if chunked { None } else { cl }, chunked))
+}
+
+/// Whether an `Upgrade` header lists `h2c` (HTTP/2 over clear text, RFC 7540 §3.2).
+fn upgrades_to_h2c(headers: &[httparse::Header]) -> bool {
+    headers.iter().any(|h| {
+        h.name.eq_ignore_ascii_case("upgrade")
+            && h.value
+                .split(|&b| b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"h2c"))
+    })
 }
 
 /// Up to `keep` bytes of a head of `len` bytes, with the values of secret headers replaced.
@@ -313,6 +332,7 @@ fn parse_head(kind: Kind, buf: &[u8], depth: ParseDepth, keep: usize) -> HeadPar
                         captured: capture_head(buf, len, keep),
                         content_length,
                         chunked,
+                        h2c: upgrades_to_h2c(req.headers),
                         kind: HeadKind::Request {
                             method: req.method.unwrap_or("").to_owned(),
                             resource: lossy_cut(
@@ -340,6 +360,7 @@ fn parse_head(kind: Kind, buf: &[u8], depth: ParseDepth, keep: usize) -> HeadPar
                         captured: capture_head(buf, len, keep),
                         content_length,
                         chunked,
+                        h2c: upgrades_to_h2c(resp.headers),
                         kind: HeadKind::Response {
                             status: resp.code.unwrap_or(0),
                             version: version_str(resp.version),
@@ -443,6 +464,8 @@ pub struct Http1Parser {
     seg_counter: u64,
     /// Direction requests travel, once a message has shown it.
     request_dir: Option<usize>,
+    /// After `Upgrade: h2c` was agreed: the HTTP/2 parser the connection is handed to.
+    h2: Option<Box<Http2Parser>>,
 }
 
 impl Http1Parser {
@@ -456,6 +479,7 @@ impl Http1Parser {
             orphans: Default::default(),
             seg_counter: 0,
             request_dir: None,
+            h2: None,
         }
     }
 
@@ -543,6 +567,7 @@ impl Http1Parser {
                 span,
                 truncated: false,
                 tunnel_after: false,
+                h2c: false,
             }),
         };
     }
@@ -582,6 +607,8 @@ impl Http1Parser {
                     span,
                     truncated,
                     complete: false,
+                    h2c: head.h2c,
+                    head_len: head.len as u64,
                 });
                 // An open-ended response in the other direction ends where a new request starts.
                 let other = 1 - d;
@@ -629,6 +656,7 @@ impl Http1Parser {
                     r.status = status;
                     r.version = version;
                     r.tunnel_after = tunnel_after;
+                    r.h2c = status == 101 && head.h2c;
                     r.head = captured;
                 }
                 ds.state = if no_body {
@@ -706,6 +734,30 @@ impl Http1Parser {
                     self.finish_open_ended(1 - d, out, stats);
                 }
                 match self.pending.pop() {
+                    Some(req) if tunnel && resp.h2c && req.h2c => {
+                        // The answer to this request comes as HTTP/2, on stream 1: the
+                        // connection is the HTTP/2 parser's from here on, and that request
+                        // is its first call (the 101 is no call of its own).
+                        let body = req.span.bytes.saturating_sub(req.head_len);
+                        let upgrade = UpgradeRequest {
+                            method: req.method,
+                            path: req.resource,
+                            authority: req.host,
+                            span: req.span,
+                            body_bytes: body,
+                        };
+                        let client = if d == 0 {
+                            Direction::Ingress
+                        } else {
+                            Direction::Egress
+                        };
+                        let cfg = ParserConfig {
+                            depth: self.depth,
+                            transport: super::Transport::Stream,
+                            keep_head: self.keep_head,
+                        };
+                        self.h2 = Some(Box::new(Http2Parser::after_upgrade(&cfg, client, upgrade)));
+                    }
                     Some(req) => self.emit(1 - d, req, resp, inferred, out),
                     None => {
                         if self.orphans.len() >= MAX_ORPHANS {
@@ -946,6 +998,9 @@ impl Http1Parser {
 
 impl StreamParser for Http1Parser {
     fn on_segment(&mut self, seg: &Segment<'_>, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
+        if let Some(h2) = self.h2.as_mut() {
+            return h2.on_segment(seg, out, stats);
+        }
         self.seg_counter += 1;
         let d = seg.dir.index();
         match self.dirs[d].state {
@@ -969,6 +1024,20 @@ impl StreamParser for Http1Parser {
             let used = self.step(d, data, seg, out, stats);
             debug_assert!(used > 0 || self.dirs[d].state != before);
             data = &data[used.min(data.len())..];
+            if let Some(h2) = self.h2.as_mut() {
+                // The server's first HTTP/2 frames may share the 101's syscall.
+                let rest = Segment {
+                    payload: data,
+                    total_len: seg
+                        .total_len
+                        .saturating_sub((seg.payload.len() - data.len()) as u64),
+                    ..*seg
+                };
+                if rest.total_len > 0 {
+                    h2.on_segment(&rest, out, stats);
+                }
+                return;
+            }
         }
         let uncaptured = seg.total_len.saturating_sub(seg.payload.len() as u64);
         if uncaptured > 0 {
@@ -987,6 +1056,9 @@ impl StreamParser for Http1Parser {
     }
 
     fn on_gap(&mut self, dir: Direction, len: Option<u64>, stats: &mut ParseStats) {
+        if let Some(h2) = self.h2.as_mut() {
+            return h2.on_gap(dir, len, stats);
+        }
         let d = dir.index();
         let ds = &mut self.dirs[d];
         // A gap strictly inside a body of known length only skips bytes: the message's end is
@@ -1020,6 +1092,9 @@ impl StreamParser for Http1Parser {
     }
 
     fn on_close(&mut self, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
+        if let Some(h2) = self.h2.as_mut() {
+            return h2.on_close(out, stats);
+        }
         for d in 0..2 {
             match self.dirs[d].state {
                 State::UntilClose => self.complete(d, false, out, stats),
@@ -1391,6 +1466,98 @@ mod tests {
         assert_eq!(d.calls.len(), 1);
         assert_eq!(d.calls[0].status, Some(101));
         assert_eq!(d.stats, ParseStats::default());
+    }
+
+    /// An HTTP/2 frame: 9-byte header and payload.
+    fn h2_frame(ty: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        f.extend([ty, flags]);
+        f.extend(stream.to_be_bytes());
+        f.extend(payload);
+        f
+    }
+
+    #[test]
+    fn agreed_h2c_upgrade_hands_the_connection_to_http2() {
+        // curl --http2 http://127.0.0.1:18080/index.html (curl 7.88), answered as RFC 7540
+        // §3.2 says: 101, then the server's SETTINGS and the answer on stream 1 (`:status 200`
+        // from the static table, 0x88), in one syscall.
+        const REQ: &[u8] = b"GET /index.html HTTP/1.1\r\nHost: 127.0.0.1:18080\r\n\
+User-Agent: curl/7.88.1\r\nAccept: */*\r\nConnection: Upgrade, HTTP2-Settings\r\n\
+Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n";
+        let (headers, data, settings) = (1, 0, 4);
+        let (end_stream, end_headers, ack) = (1, 4, 1);
+        let mut answer =
+            b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n"
+                .to_vec();
+        answer.extend(h2_frame(settings, 0, 0, &[]));
+        answer.extend(h2_frame(headers, end_headers, 1, &[0x88]));
+        answer.extend(h2_frame(data, end_stream, 1, b"hello\n"));
+        let mut preface = crate::protocols::http2::PREFACE.to_vec();
+        preface.extend(h2_frame(settings, 0, 0, &[]));
+        preface.extend(h2_frame(settings, ack, 0, &[]));
+        // GET http://…/ on stream 3: :method GET, :scheme http, :path /, :authority literal.
+        let mut block = vec![0x82, 0x86, 0x84, 0x01, 15];
+        block.extend(b"127.0.0.1:18080");
+        let request = h2_frame(headers, end_headers | end_stream, 3, &block);
+        let mut reply = h2_frame(headers, end_headers, 3, &[0x88]);
+        reply.extend(h2_frame(data, end_stream, 3, b"root\n"));
+        let mut d = Driver::new();
+        d.seg(OUT, REQ)
+            .seg(IN, &answer)
+            .seg(OUT, &preface)
+            .seg(IN, &h2_frame(settings, ack, 0, &[]))
+            .seg(OUT, &request)
+            .seg(IN, &reply)
+            .close();
+        let calls: Vec<_> = d
+            .calls
+            .iter()
+            .map(|c| (c.proto, c.method.as_str(), c.resource.as_str(), c.status))
+            .collect();
+        assert_eq!(
+            calls,
+            [
+                (Protocol::Http2, "GET", "/index.html", Some(200)),
+                (Protocol::Http2, "GET", "/", Some(200)),
+            ],
+            "the upgrade request is stream 1's call, the 101 none of its own"
+        );
+        // Stream 1's request is the HTTP/1.1 one (no body); its response is DATA bytes.
+        assert_eq!((d.calls[0].req.bytes, d.calls[0].resp.bytes), (0, 6));
+        assert_eq!(
+            d.calls[0].req.first_start_ns, 1000,
+            "from the HTTP/1.1 request"
+        );
+        assert_eq!(d.stats, ParseStats::default());
+    }
+
+    #[test]
+    fn h2c_upgrade_the_server_declines_stays_http1() {
+        // The server answers in HTTP/1.1 (it ignores the Upgrade header): no hand-over.
+        let mut d = Driver::new();
+        d.seg(
+            OUT,
+            b"GET /a HTTP/1.1\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n\r\n",
+        )
+        .seg(IN, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        .seg(OUT, b"GET /b HTTP/1.1\r\n\r\n")
+        .seg(IN, b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+        let calls: Vec<_> = d.calls.iter().map(|c| (c.proto, c.status)).collect();
+        assert_eq!(
+            calls,
+            [(Protocol::Http, Some(200)), (Protocol::Http, Some(404))]
+        );
+        // A 101 to another protocol (websocket) for an h2c request is a tunnel, as before.
+        let mut d = Driver::new();
+        d.seg(OUT, b"GET /ws HTTP/1.1\r\nUpgrade: h2c, websocket\r\n\r\n")
+            .seg(
+                IN,
+                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n",
+            )
+            .seg(OUT, b"\x81\x05hello");
+        assert_eq!(d.calls.len(), 1);
+        assert_eq!(d.calls[0].status, Some(101));
     }
 
     #[test]

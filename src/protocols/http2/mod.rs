@@ -460,7 +460,47 @@ pub struct Http2Parser {
     fields: Vec<Field>,
 }
 
+/// The HTTP/1.1 request that asked to switch to HTTP/2 in clear text (`Upgrade: h2c`) and was
+/// answered `101 Switching Protocols`: its answer comes as HTTP/2, on stream 1 (RFC 7540
+/// §3.2), so it is that stream's request.
+#[derive(Debug)]
+pub struct UpgradeRequest {
+    pub method: String,
+    pub path: String,
+    pub authority: Option<String>,
+    /// The syscalls that carried it.
+    pub span: MessageSpan,
+    /// Its body's bytes (an HTTP/2 call counts DATA bytes).
+    pub body_bytes: u64,
+}
+
 impl Http2Parser {
+    /// The parser of a connection the HTTP/1 parser hands over after an agreed `Upgrade: h2c`:
+    /// the client's direction goes on with the connection preface, the server's with its
+    /// SETTINGS, both HPACK tables from their start, and stream 1 is the upgrade request.
+    pub fn after_upgrade(cfg: &ParserConfig, client: Direction, req: UpgradeRequest) -> Self {
+        let mut p = Http2Parser::new(cfg);
+        let c = client.index();
+        p.client = Some(c);
+        p.from_start = true;
+        p.dirs[c].st = St::Preface(0);
+        p.dirs[1 - c].st = St::Header;
+        for d in &mut p.dirs {
+            d.synced = true;
+        }
+        let mut s = Stream {
+            method: Some(req.method),
+            path: Some(req.path),
+            authority: req.authority,
+            ..Stream::default()
+        };
+        s.req.span = Some(req.span);
+        s.req.data = req.body_bytes;
+        s.req.ended = true;
+        p.streams.insert(1, s);
+        p
+    }
+
     pub fn new(cfg: &ParserConfig) -> Self {
         Http2Parser {
             depth: cfg.depth,
