@@ -1,4 +1,5 @@
-//! HTTP/2 over cleartext (h2c with prior knowledge) and gRPC over it.
+//! HTTP/2 over cleartext (h2c with prior knowledge, or after `Upgrade: h2c` from HTTP/1.1: see
+//! [`Http2Parser::after_upgrade`]), over TLS (ALPN h2, from the TLS probes), and gRPC over it.
 //!
 //! Framing: each direction is a sequence of frames (a 9-byte header: 24-bit length, type,
 //! flags, 31-bit stream id), after the client's 24-byte preface. Frames are read in capture
