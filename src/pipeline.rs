@@ -24,6 +24,9 @@ use crate::report::IntervalReport;
 use crate::session::{Filters, KernelCounters, SessionMeta, Summary};
 use crate::sink::Sink;
 
+/// Connections whose calls' protocol the pipeline remembers for the flows.
+const MAX_L7_SEEN: usize = 65536;
+
 pub struct Pipeline<S: Sink> {
     tracker: ConnTracker,
     procs: ProcessTable,
@@ -43,6 +46,9 @@ pub struct Pipeline<S: Sink> {
     lost_reported: crate::sink::Loss,
     /// The flow table's report for the interval being closed (live only; see `set_flows`).
     pending_flows: Option<crate::flows::FlowReport>,
+    /// The L7 protocol of the calls seen per connection, for the flows (bounded: cleared
+    /// when it holds `MAX_L7_SEEN` pairs; flows seen again get their name back).
+    l7_seen: crate::flows::L7Seen,
     /// Connection tracking on worker threads (`--threads` > 1, started by `start`); `tracker`
     /// is then unused.
     shards: Option<Shards>,
@@ -95,6 +101,7 @@ impl<S: Sink> Pipeline<S> {
             last_ns: 0,
             lost_reported: crate::sink::Loss::default(),
             pending_flows: None,
+            l7_seen: Default::default(),
             shards: None,
             threads: 1,
             dealt_since_apply: 0,
@@ -350,6 +357,11 @@ impl<S: Sink> Pipeline<S> {
             let line = lines.as_mut().and_then(|l| l.next_line());
             self.endpoints.observe(call);
             self.proc_stats.observe_call(call);
+            if self.l7_seen.len() >= MAX_L7_SEEN {
+                self.l7_seen.clear();
+            }
+            self.l7_seen
+                .insert((call.local, call.peer), (call.l7.proto.name(), call.tls));
             if result.is_err() {
                 continue;
             }
@@ -400,6 +412,10 @@ impl<S: Sink> Pipeline<S> {
         self.apply_steps(Apply::All)?;
         if !self.filters.is_empty() {
             flows.retain_selected(&self.filters);
+        }
+        flows.tag_l7(&self.l7_seen);
+        for f in &flows.ends {
+            self.l7_seen.remove(&(f.local, f.peer));
         }
         if let Some(rec) = &mut self.recorder {
             rec.flows(&flows);

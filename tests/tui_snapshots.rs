@@ -157,6 +157,12 @@ fn flows_view_from_the_flow_table() {
         "flow_table_by_bytes_in",
         &[KeyCode::Char('3'), KeyCode::Char('>'), KeyCode::Char('>')],
     );
+    // Wide enough for every column: L7 names the protocol of the calls seen on each flow.
+    let (w, h) = (200, 16);
+    let mut app = app_of(FLOWS_FIXTURE);
+    app.set_size(w, h);
+    keys(&mut app, &[KeyCode::Char('3')]);
+    insta::assert_snapshot!("flow_table_200x16", screen(&app, w, h));
 }
 
 #[test]

@@ -66,6 +66,10 @@ impl Default for FlowConfig {
     }
 }
 
+/// The L7 protocol of the calls seen per (local, peer) address pair: its name and whether
+/// over TLS (the pipeline keeps it, `FlowReport::tag_l7` reads it).
+pub type L7Seen = rustc_hash::FxHashMap<(SocketAddr, SocketAddr), (&'static str, bool)>;
+
 /// One TCP flow: a `flow` line (active in the interval) or a `flow_end` line (closed).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TcpFlow {
@@ -126,6 +130,12 @@ pub struct TcpFlow {
     pub close_state: Option<String>,
     /// Socket error at close (errno, e.g. 104 ECONNRESET, 110 ETIMEDOUT); `null` if none.
     pub sk_err: Option<i32>,
+    /// The protocol of the calls seen on the flow (as `call` lines name it), and whether they
+    /// were TLS plaintext; absent while no call was seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l7: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tls: bool,
 }
 
 /// One UDP (socket, peer) pair with datagrams in the interval.
@@ -147,6 +157,9 @@ pub struct UdpFlow {
     pub interval_dgrams_in: u64,
     pub interval_bytes_out: u64,
     pub interval_bytes_in: u64,
+    /// As `TcpFlow::l7`: the protocol of the calls seen with this peer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l7: Option<String>,
 }
 
 /// The flow table's own health, since the start (`flow_stats` line).
@@ -189,6 +202,22 @@ pub struct FlowReport {
 impl FlowReport {
     /// Keeps the flows `filters` select (a replay with filters, a filtered copy). The table's
     /// own stats stay whole: they describe the kernel table, not the selection.
+    /// Names each flow's L7 protocol from the calls seen on it (`seen`: by local and peer
+    /// address, the protocol's name and whether over TLS).
+    pub fn tag_l7(&mut self, seen: &L7Seen) {
+        for f in self.flows.iter_mut().chain(self.ends.iter_mut()) {
+            if let Some((proto, tls)) = seen.get(&(f.local, f.peer)) {
+                f.l7 = Some((*proto).to_owned());
+                f.tls = *tls;
+            }
+        }
+        for f in &mut self.udp {
+            if let Some((proto, _)) = f.peer.and_then(|p| seen.get(&(f.local, p))) {
+                f.l7 = Some((*proto).to_owned());
+            }
+        }
+    }
+
     pub fn retain_selected(&mut self, filters: &Filters) {
         let tcp = |f: &TcpFlow| {
             filters.selects(
@@ -563,6 +592,8 @@ impl FlowCollector {
             close_reason: ended.then(|| close_reason(r).to_string()),
             close_state: ended.then(|| raw::state_name(r.close_state).to_string()),
             sk_err: (ended && r.sk_err != 0).then_some(r.sk_err),
+            l7: None,
+            tls: false,
         }
     }
 
@@ -712,6 +743,7 @@ impl FlowCollector {
                     interval_dgrams_in: u.rx_dgrams.saturating_sub(p.rx.0),
                     interval_bytes_out: u.tx_bytes.saturating_sub(p.tx.1),
                     interval_bytes_in: u.rx_bytes.saturating_sub(p.rx.1),
+                    l7: None,
                 };
                 self.udp_prev.insert(
                     key,

@@ -28,6 +28,7 @@ pub const FLOW_TABLE_COLUMNS: &[Column] = &[
     col("RETR", 5, 1, true),
     col("STATE", 11, 3, false),
     col("AGE s", 7, 6, true),
+    col("L7", 9, 8, false),
 ];
 
 /// One flow as the view shows it (TCP or UDP).
@@ -53,6 +54,8 @@ pub struct FlowRow {
     pub retrans_segs: u64,
     /// Retransmits or a reset in the last interval: the row is marked.
     pub trouble: bool,
+    /// The protocol of the calls seen on it, as the Calls view names it (`https`, `redis+tls`).
+    pub l7: Option<String>,
     pub ended_ns: Option<u64>,
     /// Recorded time of its last report.
     pub seen_ns: u64,
@@ -91,6 +94,7 @@ impl FlowRow {
             srtt_us: f.srtt_us,
             retrans_segs: f.retrans_segs,
             trouble: f.interval_retrans_segs > 0 || reset,
+            l7: f.l7.as_deref().map(|p| super::table::l7_label(p, f.tls)),
             ended_ns: f.end_mono_ns,
             seen_ns: now_ns,
             last: Some(Box::new(f.clone())),
@@ -115,6 +119,7 @@ impl FlowRow {
             srtt_us: None,
             retrans_segs: 0,
             trouble: false,
+            l7: f.l7.clone(),
             ended_ns: None,
             seen_ns: now_ns,
             last: None,
@@ -160,6 +165,7 @@ impl FlowRow {
                 },
                 self.state.clone(),
                 format!("{age_s:.1}"),
+                self.l7.clone().unwrap_or_else(|| "-".to_owned()),
             ],
             sort: vec![
                 SortVal::Text(self.local.to_string()),
@@ -174,6 +180,7 @@ impl FlowRow {
                 SortVal::Num(self.retrans_segs as f64),
                 SortVal::Text(self.state.clone()),
                 SortVal::Num(age_s),
+                SortVal::Text(self.l7.clone().unwrap_or_default()),
             ],
             flag: if self.trouble {
                 Flag::Error
@@ -308,6 +315,8 @@ mod tests {
             close_reason: end.map(|_| "fin".into()),
             close_state: None,
             sk_err: None,
+            l7: None,
+            tls: false,
         }
     }
 

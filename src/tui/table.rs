@@ -185,10 +185,15 @@ pub struct Row {
 /// A call's protocol as the Calls view shows it: over TLS, `https` for HTTP/1 and `+tls`
 /// after the others' names.
 pub fn proto_label(c: &Call) -> String {
-    match (c.tls, c.l7.proto) {
-        (false, p) => p.name().to_owned(),
-        (true, crate::protocols::Protocol::Http) => "https".to_owned(),
-        (true, p) => format!("{}+tls", p.name()),
+    l7_label(c.l7.proto.name(), c.tls)
+}
+
+/// A protocol's name as the views show it (`Protocol::name`, and whether over TLS).
+pub fn l7_label(name: &str, tls: bool) -> String {
+    match (tls, name) {
+        (false, p) => p.to_owned(),
+        (true, "http") => "https".to_owned(),
+        (true, p) => format!("{p}+tls"),
     }
 }
 
