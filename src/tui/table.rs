@@ -221,6 +221,16 @@ pub fn human(v: f64) -> String {
     }
 }
 
+/// A rate of events per second (calls, errors): one decimal below 1000, so a column's
+/// values align (`0.0` next to `12.5`, never `0` next to `12.5`), SI-scaled above as `human`.
+pub fn human_rate(v: f64) -> String {
+    if v.abs() < 999.95 {
+        format!("{v:.1}")
+    } else {
+        human(v)
+    }
+}
+
 /// Values as a line of block characters, each scaled to the largest (▁ lowest, █ highest;
 /// a space for zero): a sparkline that fits in a line of text.
 pub fn sparkline(values: impl IntoIterator<Item = f64> + Clone) -> String {
@@ -349,7 +359,7 @@ pub(crate) fn endpoint_row(e: &EndpointSnapshot) -> Row {
             e.method.clone(),
             e.resource.clone(),
             human(e.calls as f64),
-            human(e.calls_per_s),
+            human_rate(e.calls_per_s),
             format!("{:.1}", e.server_error_rate * 100.0),
             format!("{:.1}", e.client_error_rate * 100.0),
             ms(e.latency_p50_ns),
@@ -446,9 +456,9 @@ pub(crate) fn process_row(
             opt(p.rss_bytes.map(|b| b as f64), |v| {
                 format!("{:.1}", v / 1048576.0)
             }),
-            human(p.calls_per_s),
-            format!("{:.1}", per_s(p.server_errors)),
-            format!("{:.1}", per_s(p.client_errors)),
+            human_rate(p.calls_per_s),
+            human_rate(per_s(p.server_errors)),
+            human_rate(per_s(p.client_errors)),
             human(bytes_in_per_s.round()),
             human(bytes_out_per_s.round()),
             conns.to_string(),
@@ -479,6 +489,15 @@ pub(crate) fn process_row(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rates_keep_one_decimal_below_a_thousand() {
+        assert_eq!(human_rate(0.0), "0.0");
+        assert_eq!(human_rate(12.0), "12.0");
+        assert_eq!(human_rate(12.46), "12.5");
+        assert_eq!(human_rate(999.96), "1.0k");
+        assert_eq!(human_rate(7_254_700.0), "7.3M");
+    }
 
     #[test]
     fn numbers_use_one_si_scale() {
