@@ -136,8 +136,9 @@ impl TlsProbes {
         for target in discover::process_candidates(pid) {
             if self.pids.is_some() {
                 // Per process: the same file may be probed for several listed processes.
-                if self.seen.insert((pid, target.file_id())) {
-                    self.attach_for(progs, &target, pid as i32);
+                let key = (pid, target.file_id());
+                if self.seen.insert(key) && !self.attach_for(progs, &target, pid as i32) {
+                    self.seen.remove(&key);
                 }
             } else {
                 self.consider(progs, target);
@@ -147,13 +148,16 @@ impl TlsProbes {
 
     /// Probes a file for all processes, once.
     fn consider(&mut self, progs: &[libbpf_rs::Program], target: Target) {
-        if !self.seen.insert((0, target.file_id())) {
-            return;
+        let key = (0, target.file_id());
+        if self.seen.insert(key) && !self.attach_for(progs, &target, -1) {
+            self.seen.remove(&key);
         }
-        self.attach_for(progs, &target, -1);
     }
 
-    fn attach_for(&mut self, progs: &[libbpf_rs::Program], target: &Target, pid: i32) {
+    /// Probes what the file holds, if anything. False when the file went away meanwhile (a
+    /// process's `/proc/PID/exe` whose process exited): nothing was decided about the file,
+    /// which the next process running it brings back.
+    fn attach_for(&mut self, progs: &[libbpf_rs::Program], target: &Target, pid: i32) -> bool {
         let name = format!(
             "{}{}",
             target.path.display(),
@@ -168,7 +172,7 @@ impl TlsProbes {
             if !target.shared {
                 self.attach_go(progs, target, pid, &name);
             }
-            return;
+            return target.path.exists();
         }
         match attach(progs, target, pid, &symbols) {
             Ok((links, internal)) => {
@@ -177,11 +181,13 @@ impl TlsProbes {
                 let sites = if internal { "internal" } else { "public" };
                 self.status.files.push(format!("{name} [{sites}]"));
             }
+            Err(_) if !target.path.exists() => return false,
             Err(e) => {
                 crate::diag!("ebtop: TLS: cannot probe {name}: {e:#}");
                 self.status.failures.push(format!("{name}: {e:#}"));
             }
         }
+        true
     }
 
     /// A Go program's crypto/tls, if it has it.
@@ -196,6 +202,8 @@ impl TlsProbes {
                 self.go_files += 1;
                 self.status.files.push(format!("{name} [go]"));
             }
+            // The process exited while its program was looked at (`attach_for` says so).
+            Err(_) if !target.path.exists() => {}
             Err(e) => {
                 crate::diag!("ebtop: TLS: cannot probe {name}: {e:#}");
                 self.status.failures.push(format!("{name}: {e:#}"));

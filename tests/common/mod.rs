@@ -388,3 +388,66 @@ pub fn self_signed_cert(dir: &std::path::Path) -> (std::path::PathBuf, std::path
     assert!(out.status.success(), "openssl req: {out:?}");
     (cert, key)
 }
+
+/// A certificate authority and a certificate it signed for `localhost` and 127.0.0.1 (for
+/// clients that verify the chain and the name, as gRPC's do), in `dir`: (CA certificate,
+/// certificate, key).
+pub fn ca_signed_cert(
+    dir: &std::path::Path,
+) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let p = |n: &str| dir.join(n);
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl is installed");
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-nodes",
+        "-newkey",
+        "rsa:2048",
+        "-subj",
+        "/CN=ebtop-test-ca",
+        "-days",
+        "1",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    ]);
+    run(&[
+        "req",
+        "-nodes",
+        "-newkey",
+        "rsa:2048",
+        "-subj",
+        "/CN=localhost",
+        "-keyout",
+        "leaf.key",
+        "-out",
+        "leaf.csr",
+    ]);
+    std::fs::write(p("san.ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "leaf.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        "san.ext",
+        "-out",
+        "leaf.pem",
+    ]);
+    (p("ca.pem"), p("leaf.pem"), p("leaf.key"))
+}
