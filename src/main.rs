@@ -371,6 +371,51 @@ fn replay_session<S: Sink>(
     let mut meta = replay::replay_meta(&reader);
     // What the output holds: the recording's selection narrowed by this run's.
     meta.filters = meta.filters.narrowed_by(&filters(args));
+    // The viewer may go back in time (not while writing a copy: it would hold parts twice).
+    if !sink.can_rewind() || args.write.is_some() {
+        return replay_to_output(args, path, stop, sink);
+    }
+    let mut sink = sink;
+    loop {
+        let mut pipeline = Pipeline::new(tracker_config(args), ProcessTable::new(false), sink)
+            .with_raw_resources(args.raw_resources)
+            .with_filters(filters(args))
+            .with_threads(tracking_threads(args));
+        pipeline.start(&meta)?;
+        let end = replay::run(&mut reader, &mut pipeline, stop)?;
+        if end.rewound && !stop.load(Ordering::Relaxed) {
+            sink = pipeline.into_sink();
+            sink.take_rewind();
+            reader = record::reader::open(path)?;
+            continue;
+        }
+        let stats = reader.stats;
+        let (mut done, _) = pipeline.finish(&end.kernel, end.duration_ns)?;
+        // The last numbers stay on screen; the viewer may still go back.
+        while !stop.load(Ordering::Relaxed) && !done.rewind_requested() {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        if !stop.load(Ordering::Relaxed) {
+            done.take_rewind();
+            sink = done;
+            reader = record::reader::open(path)?;
+            continue;
+        }
+        warn_about_recording(path, stats, end.complete);
+        return Ok(());
+    }
+}
+
+/// A copy of a recording (`-r FILE -w OUT`) or a replay to JSON: replayed once.
+fn replay_to_output<S: Sink>(
+    args: &Args,
+    path: &std::path::Path,
+    stop: &AtomicBool,
+    sink: S,
+) -> Result<()> {
+    let mut reader = record::reader::open(path)?;
+    let mut meta = replay::replay_meta(&reader);
+    meta.filters = meta.filters.narrowed_by(&filters(args));
     let mut pipeline = Pipeline::new(tracker_config(args), ProcessTable::new(false), sink)
         .with_raw_resources(args.raw_resources)
         .with_filters(filters(args));
@@ -395,6 +440,12 @@ fn replay_session<S: Sink>(
     let (_, summary) = pipeline.finish(&end.kernel, end.duration_ns)?;
     report_recording(args, &summary);
     let _ = io::stdout().flush();
+    warn_about_recording(path, stats, end.complete);
+    Ok(())
+}
+
+/// What reading a recording met that the user should know: corrupt frames, a missing end.
+fn warn_about_recording(path: &std::path::Path, stats: record::reader::ReadStats, complete: bool) {
     if stats.corrupt_frames > 0 {
         ebtop::diag!(
             "ebtop: warning: {} corrupt frame(s) in {} skipped ({} bytes); the rest was replayed",
@@ -403,7 +454,7 @@ fn replay_session<S: Sink>(
             stats.skipped_bytes
         );
     }
-    if stats.truncated_bytes > 0 || !end.complete {
+    if stats.truncated_bytes > 0 || !complete {
         ebtop::diag!(
             "ebtop: warning: {} ends before its end record (cut short or still being written); \
              replayed up to its last whole frame, {} trailing bytes not readable",
@@ -411,5 +462,4 @@ fn replay_session<S: Sink>(
             stats.truncated_bytes
         );
     }
-    Ok(())
 }

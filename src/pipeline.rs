@@ -590,6 +590,15 @@ impl<S: Sink> Pipeline<S> {
         Ok((self.sink, self.summary))
     }
 
+    /// The sink, for a replay that starts over (with a new pipeline: the old one's state goes).
+    pub fn into_sink(self) -> S {
+        self.sink
+    }
+
+    pub fn sink(&self) -> &S {
+        &self.sink
+    }
+
     /// First and last kernel timestamps of the records delivered so far (all of them
     /// applied first, with tracking threads).
     pub fn time_span(&mut self) -> io::Result<(u64, u64)> {

@@ -214,6 +214,16 @@ fn tui_in_tmux_replay_pace_and_skip_keys() {
     t.keys(&["Right"]);
     let s = t.wait("the replay's end", |s| s.contains("[ENDED]"));
     assert!(s.contains("calls 62"), "{s}");
+    // Back 10 s: before the recording's start, so it starts over at 0.01x (the last numbers
+    // were kept until then); ahead again: the same 62 calls, none counted twice.
+    t.keys(&["Left"]);
+    let s = t.wait("the replay starts over", |s| {
+        !s.contains("[ENDED]") && s.contains("speed 0.01x")
+    });
+    assert!(!s.contains("calls 62"), "{s}");
+    t.keys(&["Right"]);
+    let s = t.wait("the replay's end again", |s| s.contains("[ENDED]"));
+    assert!(s.contains("calls 62"), "{s}");
     t.keys(&["q"]);
     t.wait_for("ebtop exited 0");
 }

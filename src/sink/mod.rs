@@ -42,6 +42,19 @@ pub trait Sink {
     fn flush(&mut self) -> io::Result<()>;
     /// Once, last.
     fn summary(&mut self, summary: &Summary) -> io::Result<()>;
+    /// The viewer can ask a replay to go back in recorded time (the TUI's): after the end the
+    /// replay waits for that, or the stop.
+    fn can_rewind(&self) -> bool {
+        false
+    }
+    /// A replay's viewer asked to go back in recorded time (the replay stops to start over).
+    fn rewind_requested(&self) -> bool {
+        false
+    }
+    /// The recorded time to go back to, once; the sink forgets what it was shown.
+    fn take_rewind(&mut self) -> Option<u64> {
+        None
+    }
 }
 
 /// What the kernel lost since the previous report.

@@ -17,6 +17,9 @@ pub struct ReplayEnd {
     /// The recording has its end record (the recording run ended normally).
     pub complete: bool,
     pub stopped: bool,
+    /// Stopped because the viewer went back in time (`Sink::rewind_requested`): the replay
+    /// starts over.
+    pub rewound: bool,
 }
 
 #[derive(Debug)]
@@ -50,6 +53,9 @@ pub fn run<S: Sink, R: Read>(
     let result = reader.for_each(|item| {
         match item {
             Item::Event(raw) => {
+                if pipeline.sink().rewind_requested() {
+                    return Err(Stop.into());
+                }
                 pipeline.on_record(raw)?;
                 since_flush += 1;
                 if since_flush >= 4096 {
@@ -76,6 +82,7 @@ pub fn run<S: Sink, R: Read>(
         Err(e) if e.is::<Stop>() => true,
         Err(e) => return Err(e),
     };
+    let rewound = pipeline.sink().rewind_requested();
     pipeline.flush()?;
     pipeline.set_replay_stats(reader.stats);
     let (first, last) = pipeline.time_span()?;
@@ -85,12 +92,14 @@ pub fn run<S: Sink, R: Read>(
             duration_ns: e.duration_ns,
             complete: true,
             stopped,
+            rewound,
         },
         None => ReplayEnd {
             kernel,
             duration_ns: last.saturating_sub(first),
             complete: false,
             stopped,
+            rewound,
         },
     })
 }

@@ -509,6 +509,11 @@ impl App {
                 }
                 d.ended = Some(s);
             }
+            UiMsg::Restart => {
+                // The replay starts over to go back in time: everything shown is rebuilt.
+                *d = Data::default();
+                return Action::Redraw;
+            }
             UiMsg::Key(k) => return self.handle_key(k),
             UiMsg::Resize(w, h) => {
                 self.set_size(w, h);
@@ -974,13 +979,19 @@ impl App {
             }
             KeyCode::Char('f') if self.view == View::Calls => self.follow = !self.follow,
             KeyCode::Char('p') | KeyCode::Char(' ') => self.set_paused(!self.paused()),
-            KeyCode::Char(']') | KeyCode::Char('[') | KeyCode::Right => {
+            KeyCode::Char(']') | KeyCode::Char('[') | KeyCode::Right | KeyCode::Left => {
                 let Some(r) = &self.replay else {
                     return Action::None;
                 };
                 match key.code {
                     KeyCode::Char(']') => r.scale_speed(2.0),
                     KeyCode::Char('[') => r.scale_speed(0.5),
+                    KeyCode::Left => {
+                        let d = &self.data;
+                        let start = d.start_mono_ns().unwrap_or(0);
+                        let at = d.position_ns.max(start);
+                        r.rewind_to(at.saturating_sub(SKIP_NS).max(start));
+                    }
                     _ => {
                         let d = &self.data;
                         let at = d.position_ns.max(d.start_mono_ns().unwrap_or(0));

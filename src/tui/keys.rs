@@ -78,6 +78,10 @@ pub const KEYS: &[KeyHelp] = &[
         action: "replay: skip 10 s ahead (all still counted)",
     },
     KeyHelp {
+        keys: &["Left"],
+        action: "replay: go back 10 s (replayed again from the start)",
+    },
+    KeyHelp {
         keys: &["+", "-"],
         action: "slower / faster display refresh (at least 100 ms)",
     },

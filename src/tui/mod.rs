@@ -48,6 +48,8 @@ pub enum UiMsg {
     /// Calls the sink could not hand over so far (UI behind).
     Dropped(u64),
     Ended(Box<Summary>),
+    /// The replay starts over (to go back in recorded time): what was shown is forgotten.
+    Restart,
     Key(KeyEvent),
     Resize(u16, u16),
     /// The terminal went away (EOF, EIO or hangup on the tty): the UI ends at once.
@@ -69,19 +71,26 @@ const BATCH_AGE: Duration = Duration::from_millis(50);
 pub const MIN_SPEED: f64 = 0.001;
 pub const MAX_SPEED: f64 = 1_000_000.0;
 
-/// What the UI changes in a running replay: its pace, and a point in recorded time the replay
-/// skips to (forward only: the records before it are replayed at once, nothing is lost).
+/// What the UI changes in a running replay: its pace, a point in recorded time the replay
+/// skips to (the records before it are replayed at once, nothing is lost), and a point before
+/// the present it goes back to (the replay starts over and skips to it: every number shown is
+/// then what it was at that point).
 #[derive(Debug)]
 pub struct ReplayControl {
     speed_bits: AtomicU64,
     skip_until_ns: AtomicU64,
+    /// Recorded time to go back to; `NO_REWIND` when none is asked.
+    rewind_ns: AtomicU64,
 }
+
+const NO_REWIND: u64 = u64::MAX;
 
 impl ReplayControl {
     pub fn new(speed: f64) -> ReplayControl {
         ReplayControl {
             speed_bits: AtomicU64::new(speed.clamp(MIN_SPEED, MAX_SPEED).to_bits()),
             skip_until_ns: AtomicU64::new(0),
+            rewind_ns: AtomicU64::new(NO_REWIND),
         }
     }
 
@@ -98,6 +107,25 @@ impl ReplayControl {
     /// Replays everything up to recorded time `ns` without waiting.
     pub fn skip_to(&self, ns: u64) {
         self.skip_until_ns.fetch_max(ns, Ordering::Relaxed);
+    }
+
+    /// Goes back to recorded time `ns`: the replay starts over and skips to it.
+    pub fn rewind_to(&self, ns: u64) {
+        self.rewind_ns
+            .store(ns.min(NO_REWIND - 1), Ordering::Relaxed);
+    }
+
+    pub fn rewind_pending(&self) -> bool {
+        self.rewind_ns.load(Ordering::Relaxed) != NO_REWIND
+    }
+
+    /// The point to go back to, once: the skip restarts there.
+    pub fn take_rewind(&self) -> Option<u64> {
+        let ns = self.rewind_ns.swap(NO_REWIND, Ordering::Relaxed);
+        (ns != NO_REWIND).then(|| {
+            self.skip_until_ns.store(ns, Ordering::Relaxed);
+            ns
+        })
     }
 }
 
@@ -128,7 +156,9 @@ impl Pacer {
 
     /// How long to wait before recorded time `rec_ns` is due (None: now).
     fn wait_for(&mut self, rec_ns: u64) -> Option<Duration> {
-        if rec_ns < self.control.skip_until_ns.load(Ordering::Relaxed) {
+        if self.control.rewind_pending()
+            || rec_ns < self.control.skip_until_ns.load(Ordering::Relaxed)
+        {
             // Skipping: the pace restarts from where the skip ends.
             self.base = None;
             return None;
@@ -148,7 +178,7 @@ impl Pacer {
     /// Sleeps until `rec_ns` is due, in slices, staying responsive to stop and pause.
     fn pace(&mut self, rec_ns: u64) {
         loop {
-            if self.stop.load(Ordering::Relaxed) {
+            if self.stop.load(Ordering::Relaxed) || self.control.rewind_pending() {
                 return;
             }
             if self.paused.load(Ordering::Relaxed) {
@@ -290,6 +320,24 @@ impl TuiSink {
 }
 
 impl Sink for TuiSink {
+    fn can_rewind(&self) -> bool {
+        self.pacer.is_some()
+    }
+
+    fn rewind_requested(&self) -> bool {
+        self.pacer
+            .as_ref()
+            .is_some_and(|p| p.control.rewind_pending())
+    }
+
+    fn take_rewind(&mut self) -> Option<u64> {
+        let at = self.pacer.as_ref()?.control.take_rewind()?;
+        // What was batched belongs to the replay being abandoned.
+        self.batch.clear();
+        self.send(UiMsg::Restart);
+        Some(at)
+    }
+
     fn meta(&mut self, meta: &SessionMeta) -> io::Result<()> {
         self.send(UiMsg::Meta(Box::new(meta.clone())));
         Ok(())
