@@ -76,15 +76,18 @@ struct tls_sock {
 	__u8 raddr[16];
 };
 
-/* Per thread: the SSL call in progress. */
+/* Per thread (per goroutine for Go): the SSL call in progress. */
 struct tls_call {
 	__u64 ssl;
 	__u64 buf;
 	__u64 count_at; /* _ex: the size_t * the byte count is written to; 0: the return value */
 	__u64 start_ns;
+	/* Go's Write: the plaintext's length, known at entry (0 otherwise). */
+	__u64 write_len;
 	__u8 dir;
 	__u8 has_sock; /* 0: no socket I/O seen; 1: `sock`; TLS_UNWATCHED */
-	__u8 _pad[6];
+	__u8 emitted;  /* the plaintext went out already (Go's Write, at its first socket I/O) */
+	__u8 _pad[5];
 	struct tls_sock sock;
 };
 
@@ -206,6 +209,8 @@ static __always_inline struct tls_call *tls_current_call(void)
 	return bpf_map_lookup_elem(&tls_go_calls, &key);
 }
 
+int tls_go_write_out(struct tls_call *c);
+
 static __always_inline bool tls_note_io(struct sock *sk, __u64 sock_id, __u8 family,
 					__u8 sock_type, __u8 *conn_proto)
 {
@@ -229,6 +234,13 @@ static __always_inline bool tls_note_io(struct sock *sk, __u64 sock_id, __u8 fam
 	__builtin_memcpy(c->sock.laddr, tuple.laddr, 16);
 	__builtin_memcpy(c->sock.raddr, tuple.raddr, 16);
 	c->has_sock = 1;
+	if (c->write_len && !c->emitted) {
+		/* Go's Write: its plaintext goes out now, at its first socket I/O, not at its
+		 * return — another goroutine may read the answer before this one returns, and the
+		 * request must come first. */
+		c->emitted = 1;
+		tls_go_write_out(c);
+	}
 	return true;
 }
 
@@ -249,7 +261,7 @@ static __always_inline void tls_note_unwatched_io(void)
 
 /* A call begins: the thread's (`calls` = tls_calls) or the goroutine's (tls_go_calls). */
 static __always_inline int tls_begin(void *ctx, void *calls, void *key, __u64 ssl, __u64 buf,
-				     __u64 count_at, __u8 dir, __u32 tgid)
+				     __u64 count_at, __u64 write_len, __u8 dir, __u32 tgid)
 {
 	if (!task_selected(tgid))
 		return 0;
@@ -265,6 +277,7 @@ static __always_inline int tls_begin(void *ctx, void *calls, void *key, __u64 ss
 	c.ssl = ssl;
 	c.buf = buf;
 	c.count_at = count_at;
+	c.write_len = write_len;
 	c.start_ns = bpf_ktime_get_ns();
 	c.dir = dir;
 	bpf_map_update_elem(calls, key, &c, BPF_ANY);
@@ -280,7 +293,7 @@ static __always_inline int tls_enter(struct pt_regs *ctx, __u8 dir, bool ex)
 	__u64 count_at = ex ? UPROBE_ARG4(ctx) : 0;
 	asm volatile("" : "+r"(ssl), "+r"(buf), "+r"(count_at));
 	__u64 id = bpf_get_current_pid_tgid();
-	return tls_begin(ctx, &tls_calls, &id, ssl, buf, count_at, dir, id >> 32);
+	return tls_begin(ctx, &tls_calls, &id, ssl, buf, count_at, 0, dir, id >> 32);
 }
 
 /* Go: func (c *Conn) Write(b []byte) (int, error), Read likewise (receiver, buffer, length);
@@ -290,10 +303,12 @@ static __always_inline int tls_go_enter(struct pt_regs *ctx, __u8 dir)
 	__u64 g = GO_G(ctx);
 	__u64 conn = GO_ARG1(ctx);
 	__u64 buf = GO_ARG2(ctx);
-	asm volatile("" : "+r"(g), "+r"(conn), "+r"(buf));
+	__u64 len = GO_ARG3(ctx);
+	asm volatile("" : "+r"(g), "+r"(conn), "+r"(buf), "+r"(len));
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	struct tls_go_key key = { .g = g, .tgid = tgid };
-	return tls_begin(ctx, &tls_go_calls, &key, conn, buf, 0, dir, tgid);
+	return tls_begin(ctx, &tls_go_calls, &key, conn, buf, 0,
+			 dir == EBTOP_DIR_EGRESS ? len : 0, dir, tgid);
 }
 
 /*
@@ -379,6 +394,16 @@ static __always_inline int tls_complete(struct tls_call *cp, __u64 len, __u64 id
 	return 0;
 }
 
+/* Go's Write at its first socket I/O (tls_note_io): its whole plaintext, as at a return. A
+ * global function: the verifier checks it once, not inside each capture program that calls
+ * it (together they exceed its budget). */
+__noinline int tls_go_write_out(struct tls_call *c)
+{
+	if (!c)
+		return 0;
+	return tls_complete(c, c->write_len, bpf_get_current_pid_tgid(), bpf_ktime_get_ns());
+}
+
 static __always_inline int tls_exit(struct pt_regs *ctx)
 {
 	long ret = (long)UPROBE_RET(ctx);
@@ -423,8 +448,10 @@ static __always_inline int tls_go_exit(struct pt_regs *ctx, bool handshake)
 	tls_count_hit(ctx, id >> 32);
 	struct tls_call c = *cp;
 	bpf_map_delete_elem(&tls_go_calls, &key);
-	/* The byte count (int64) is the first result; an error comes with it. */
-	return tls_complete(&c, !handshake && ret > 0 ? (__u64)ret : 0, id, now);
+	/* The byte count (int64) is the first result; an error comes with it. A write whose
+	 * plaintext went out at its first socket I/O is done. */
+	__u64 len = !handshake && !c.emitted && ret > 0 ? (__u64)ret : 0;
+	return tls_complete(&c, len, id, now);
 }
 
 /* int SSL_write(SSL *, const void *, int) and int SSL_write_ex(SSL *, const void *, size_t,

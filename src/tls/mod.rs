@@ -16,6 +16,8 @@ pub mod discover;
 pub mod golang;
 
 use std::collections::{BTreeMap, HashSet};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use discover::{Symbols, Target};
@@ -154,7 +156,7 @@ impl TlsProbes {
         }
     }
 
-    /// Probes what the file holds, if anything. False when the file went away meanwhile (a
+    /// Probes what the file holds, if anything. False when it could not be opened (a
     /// process's `/proc/PID/exe` whose process exited): nothing was decided about the file,
     /// which the next process running it brings back.
     fn attach_for(&mut self, progs: &[libbpf_rs::Program], target: &Target, pid: i32) -> bool {
@@ -167,12 +169,24 @@ impl TlsProbes {
                 String::new()
             }
         );
+        // The file is held open while it is read and probed, and reached through that
+        // descriptor: a process that exits meanwhile (a short-lived client) takes its
+        // /proc/PID/exe with it, not the file, and the probes (the inode's) stay for its next
+        // run.
+        let Ok(held) = std::fs::File::open(&target.path) else {
+            return false;
+        };
+        let opened = Target {
+            path: PathBuf::from(format!("/proc/self/fd/{}", held.as_raw_fd())),
+            ..target.clone()
+        };
+        let target = &opened;
         let symbols = discover::symbols_of(&target.path);
         if !discover::probeable(&symbols) {
             if !target.shared {
                 self.attach_go(progs, target, pid, &name);
             }
-            return target.path.exists();
+            return true;
         }
         match attach(progs, target, pid, &symbols) {
             Ok((links, internal)) => {
@@ -181,7 +195,6 @@ impl TlsProbes {
                 let sites = if internal { "internal" } else { "public" };
                 self.status.files.push(format!("{name} [{sites}]"));
             }
-            Err(_) if !target.path.exists() => return false,
             Err(e) => {
                 crate::diag!("ebtop: TLS: cannot probe {name}: {e:#}");
                 self.status.failures.push(format!("{name}: {e:#}"));
@@ -202,8 +215,6 @@ impl TlsProbes {
                 self.go_files += 1;
                 self.status.files.push(format!("{name} [go]"));
             }
-            // The process exited while its program was looked at (`attach_for` says so).
-            Err(_) if !target.path.exists() => {}
             Err(e) => {
                 crate::diag!("ebtop: TLS: cannot probe {name}: {e:#}");
                 self.status.failures.push(format!("{name}: {e:#}"));

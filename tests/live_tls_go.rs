@@ -1,0 +1,661 @@
+//! Live capture of HTTPS from Go programs: the plaintext of Go's own TLS stack (`crypto/tls`,
+//! no OpenSSL), from uprobes on `crypto/tls.(*Conn).Write`/`Read` and the handshakes, found in
+//! the program's `.gopclntab` (so a stripped binary works as well). A Go HTTPS server (built
+//! stripped) and Go clients over HTTP/1.1 and HTTP/2 (tests/fixtures/tls/go, standard library
+//! only), started by the test on free ports, compared with what the clients report; h2load
+//! loads the server while ebtop attaches and detaches. Needs root, a Go toolchain ≥ 1.18 (`go`
+//! on PATH, /usr/local/go/bin/go or /usr/lib/go/bin/go; Debian: golang-go), openssl and h2load
+//! (nghttp2-client).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+/// A child process killed (and reaped) on drop.
+struct Peer(Child);
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The fixture's two builds: the server stripped (`-s -w`: no symbol table, so ebtop finds
+/// crypto/tls through `.gopclntab` alone), the client not.
+struct GoBuilds {
+    server: PathBuf,
+    client: PathBuf,
+}
+
+/// The Go toolchain: `go` on PATH, else where Go's tarball or Debian puts it.
+fn go_tool() -> PathBuf {
+    let on_path: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join("go")).collect())
+        .unwrap_or_default();
+    on_path
+        .into_iter()
+        .chain(["/usr/local/go/bin/go", "/usr/lib/go/bin/go"].map(PathBuf::from))
+        .find(|p| p.is_file())
+        .expect(
+            "a Go toolchain (go ≥ 1.18) is installed: on PATH, /usr/local/go/bin/go or \
+             /usr/lib/go/bin/go (Debian: apt install golang-go; scripts/deps does)",
+        )
+}
+
+/// Builds tests/fixtures/tls/go once per run of this test binary, into target/tmp/gotls (Go's
+/// build cache there too, so later runs only link). Each binary is built under a name of this
+/// process and renamed into place: another run building at the same time never sees half a file.
+fn go_builds() -> &'static GoBuilds {
+    static BUILDS: OnceLock<GoBuilds> = OnceLock::new();
+    BUILDS.get_or_init(|| {
+        let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let out = tmp.join("gotls");
+        std::fs::create_dir_all(&out).unwrap();
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls/go");
+        let go = go_tool();
+        let build = |name: &str, ldflags: &[&str]| -> PathBuf {
+            let bin = out.join(name);
+            let partial = out.join(format!("{name}.{}", std::process::id()));
+            let result = Command::new(&go)
+                .current_dir(&src)
+                .args(["build", "-buildvcs=false"])
+                .args(ldflags)
+                .arg("-o")
+                .arg(&partial)
+                .arg(".")
+                .env("GOTOOLCHAIN", "local")
+                .env("GOFLAGS", "-mod=mod")
+                .env("GOCACHE", tmp.join("go-cache"))
+                .env("GOPATH", tmp.join("go-path"))
+                .env("CGO_ENABLED", "0")
+                .output()
+                .unwrap_or_else(|e| panic!("{} runs: {e}", go.display()));
+            assert!(
+                result.status.success(),
+                "{} build of {}: {}",
+                go.display(),
+                src.display(),
+                String::from_utf8_lossy(&result.stderr)
+            );
+            std::fs::rename(&partial, &bin).unwrap();
+            bin
+        };
+        let builds = GoBuilds {
+            server: build("gotls-server", &["-ldflags=-s -w"]),
+            client: build("gotls-client", &[]),
+        };
+        let nm = Command::new("nm")
+            .arg(&builds.server)
+            .output()
+            .expect("nm is installed");
+        assert!(
+            !String::from_utf8_lossy(&nm.stdout).contains("crypto/tls"),
+            "the server is stripped: {}",
+            String::from_utf8_lossy(&nm.stderr)
+        );
+        builds
+    })
+}
+
+/// A copy of a build in `dir` named `name`: a file of its own (its own inode), so what ebtop
+/// probes for this test is not what other tests, or other ebtops, probed.
+fn copy_of(build: &Path, dir: &Path, name: &str) -> PathBuf {
+    let bin = dir.join(name);
+    std::fs::copy(build, &bin).unwrap();
+    bin
+}
+
+/// The comm of a process started from `path`: its file name, cut at 15 bytes.
+fn comm_of(path: &Path) -> String {
+    let name = path.file_name().unwrap().to_str().unwrap();
+    name.chars().take(15).collect()
+}
+
+/// The fixture's server (`bin`) on a free port with a self-signed certificate made in `dir`;
+/// started once it printed "listening".
+struct GoServer {
+    peer: Peer,
+    port: u16,
+    bin: PathBuf,
+    _out: BufReader<ChildStdout>,
+}
+
+impl GoServer {
+    fn start(bin: &Path, dir: &Path) -> GoServer {
+        let (cert, key) = self_signed_cert(dir);
+        let port = free_tcp_port();
+        let mut child = Command::new(bin)
+            .arg("server")
+            .arg("-addr")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("-cert")
+            .arg(&cert)
+            .arg("-key")
+            .arg(&key)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let peer = Peer(child);
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "listening", "the Go server starts");
+        GoServer {
+            peer,
+            port,
+            bin: bin.to_path_buf(),
+            _out: out,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.peer.0.id()
+    }
+}
+
+/// A run of the fixture's client (`bin`): GETs of `paths` in order on one connection to the
+/// server on `port`, over HTTP/2 with `h2`.
+struct GoClient {
+    peer: Peer,
+    stdin: Option<ChildStdin>,
+    out: BufReader<ChildStdout>,
+}
+
+impl GoClient {
+    fn spawn(bin: &Path, port: u16, h2: bool, wait: bool, paths: &[&str]) -> GoClient {
+        let mut cmd = Command::new(bin);
+        cmd.arg("client")
+            .arg("-base")
+            .arg(format!("https://127.0.0.1:{port}"));
+        if h2 {
+            cmd.arg("-h2");
+        }
+        if wait {
+            cmd.arg("-wait");
+        }
+        let mut child = cmd
+            .args(paths)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        GoClient {
+            peer: Peer(child),
+            stdin,
+            out,
+        }
+    }
+
+    /// Started with `-wait`: running, connected to nothing yet, until `release`.
+    fn waiting(bin: &Path, port: u16, h2: bool, paths: &[&str]) -> GoClient {
+        let mut c = GoClient::spawn(bin, port, h2, true, paths);
+        let mut line = String::new();
+        c.out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "the Go client starts");
+        c
+    }
+
+    fn release(&mut self) {
+        let mut stdin = self.stdin.take().unwrap();
+        stdin.write_all(b"go\n").unwrap();
+    }
+
+    fn pid(&self) -> u32 {
+        self.peer.0.id()
+    }
+
+    /// What the client printed, one "STATUS BODY_BYTES" per request; asserts it exited 0.
+    fn finish(mut self) -> Vec<String> {
+        let lines: Vec<String> = (&mut self.out).lines().map(Result::unwrap).collect();
+        let status = self.peer.0.wait().unwrap();
+        assert!(
+            status.success(),
+            "the Go client: {status}, printed {lines:?}"
+        );
+        lines
+    }
+}
+
+/// One client run to the end (no -wait): its pid and what it printed.
+fn run_client(bin: &Path, port: u16, h2: bool, paths: &[&str]) -> (u32, Vec<String>) {
+    let c = GoClient::spawn(bin, port, h2, false, paths);
+    let pid = c.pid();
+    (pid, c.finish())
+}
+
+/// What the fixture's server answers to `path`: status and body bytes.
+fn expected(path: &str) -> (u64, u64) {
+    if let Some(n) = path.strip_prefix("/size/") {
+        (200, n.parse().unwrap())
+    } else if let Some(s) = path.strip_prefix("/status/") {
+        (s.parse().unwrap(), 0)
+    } else {
+        (200, 2)
+    }
+}
+
+/// The client printed, for each path, the status and body size the server answers with.
+fn assert_printed(printed: &[String], paths: &[&str]) {
+    let want: Vec<String> = paths
+        .iter()
+        .map(|p| {
+            let (status, len) = expected(p);
+            format!("{status} {len}")
+        })
+        .collect();
+    assert_eq!(printed, want, "what the Go client printed");
+}
+
+/// Calls of process `pid` on `side`, in output order.
+fn of<'a>(calls: &[&'a Value], pid: u32, side: &str) -> Vec<&'a Value> {
+    calls
+        .iter()
+        .copied()
+        .filter(|c| c["pid"] == pid && c["side"] == side)
+        .collect()
+}
+
+fn port_of(addr: &Value) -> u16 {
+    addr.as_str()
+        .unwrap()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A GET over TLS of `path` (`proto` "http": HTTP/1.1, "http2") with the status the fixture's
+/// server answers it with.
+fn assert_tls_get(c: &Value, proto: &str, path: &str) {
+    assert_eq!(c["tls"], true, "{c}");
+    assert_eq!(c["proto"], proto, "{c}");
+    assert_eq!(c["method"], "GET", "{c}");
+    assert_eq!(c["resource"], path, "{c}");
+    assert_eq!(c["status"], expected(path).0, "{c}");
+}
+
+/// `client`: a Go client's calls, one per path in order, of its comm; HTTP/1.1 responses
+/// at least the body the client counted (status line and header fields add to it), HTTP/2's
+/// exactly it (DATA bytes) and no request bytes (GETs send no DATA). `summary`: the session's,
+/// shown (its parse counters) should a call be missing.
+fn assert_client_calls(
+    client: &[&Value],
+    proto: &str,
+    paths: &[&str],
+    comm: &str,
+    summary: &Value,
+) {
+    let got: Vec<&str> = client
+        .iter()
+        .map(|c| c["resource"].as_str().unwrap_or("?"))
+        .collect();
+    assert_eq!(
+        got, paths,
+        "one {proto} client call per request, in order (parse counters: {})",
+        summary["parse"]
+    );
+    for (c, p) in client.iter().zip(paths) {
+        assert_tls_get(c, proto, p);
+        assert_eq!(c["comm"], comm, "{c}");
+        let body = expected(p).1;
+        if proto == "http2" {
+            assert_eq!(c["resp_bytes"], body, "{c}");
+            assert_eq!(c["req_bytes"], 0, "{c}");
+        } else {
+            assert!(c["resp_bytes"].as_u64().unwrap() > body, "{c}");
+            assert!(c["req_bytes"].as_u64().unwrap() > 0, "{c}");
+        }
+    }
+}
+
+/// The server's calls are the clients' calls: per connection (client `local` = server `peer`)
+/// the same requests in the same order with the same protocol, status and sizes, so as many on
+/// each side. A server call on a connection of no call in `client` fails it too.
+fn assert_paired(client: &[&Value], server: &[&Value]) {
+    type Sides<'a> = (Vec<&'a Value>, Vec<&'a Value>);
+    let mut conns: BTreeMap<&str, Sides> = BTreeMap::new();
+    for c in client {
+        conns
+            .entry(c["local"].as_str().unwrap())
+            .or_default()
+            .0
+            .push(c);
+    }
+    for s in server {
+        conns
+            .entry(s["peer"].as_str().unwrap())
+            .or_default()
+            .1
+            .push(s);
+    }
+    let what = |c: &Value| {
+        format!(
+            "{} {} {} {} {} {} tls={}",
+            c["proto"],
+            c["method"],
+            c["resource"],
+            c["status"],
+            c["req_bytes"],
+            c["resp_bytes"],
+            c["tls"]
+        )
+    };
+    let differ: Vec<String> = conns
+        .iter()
+        .filter_map(|(conn, (cs, ss))| {
+            let cw: Vec<String> = cs.iter().map(|c| what(c)).collect();
+            let sw: Vec<String> = ss.iter().map(|s| what(s)).collect();
+            (cw != sw).then(|| format!("from {conn}:\n  client {cw:?}\n  server {sw:?}"))
+        })
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "{} of {} connections differ between client and server calls:\n{}",
+        differ.len(),
+        conns.len(),
+        differ[..differ.len().min(5)].join("\n")
+    );
+}
+
+/// The Go files `meta.tls_probed` lists, as the pids in their `/proc/PID/exe [go]` names.
+fn go_probed(meta: &Value) -> Vec<u32> {
+    meta["tls_probed"]
+        .as_array()
+        .map(|files| {
+            files
+                .iter()
+                .filter_map(|f| {
+                    f.as_str()?
+                        .strip_prefix("/proc/")?
+                        .strip_suffix("/exe [go]")?
+                        .parse()
+                        .ok()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `n` GETs of "/" interleaved with 2 of `/size/1000000` (1 MB: far beyond the snaplen, many
+/// TLS records) and 3 of `/status/404`.
+fn mixed_paths(n: usize) -> Vec<&'static str> {
+    let mut paths = Vec::new();
+    for i in 0..n {
+        paths.push("/");
+        if i == n / 4 || i == 3 * n / 4 {
+            paths.push("/size/1000000");
+        }
+        if i == 1 || i == n / 2 || i == n - 2 {
+            paths.push("/status/404");
+        }
+    }
+    paths
+}
+
+/// A stripped Go server and two Go clients (HTTP/1.1 and HTTP/2, each on one keep-alive
+/// connection: small responses, 1 MB ones and 404s, interleaved; the two at the same time),
+/// all running before ebtop starts (the clients wait to be released), so all three are probed
+/// at start: every request
+/// is exactly one client call of the client that made it (`tls: true`, its protocol, path and
+/// status, in order; HTTP/2 response sizes exact to the body the client read) and one server
+/// call of the server on the same connection with the same sizes; `meta.tls_probed` lists the
+/// two Go files; nothing lost, no TLS call without its socket, no other call on the port.
+#[test]
+fn go_server_and_clients_running_before_ebtop_are_exact_on_both_sides() {
+    require_root();
+    let builds = go_builds();
+    let dir = tempfile::tempdir().unwrap();
+    let server_bin = copy_of(&builds.server, dir.path(), "gotls-server");
+    let client_bin = copy_of(&builds.client, dir.path(), "gotls-client");
+    let server = GoServer::start(&server_bin, dir.path());
+    let h1_paths = mixed_paths(40);
+    let h2_paths = mixed_paths(20);
+    let mut h1 = GoClient::waiting(&client_bin, server.port, false, &h1_paths);
+    let mut h2 = GoClient::waiting(&client_bin, server.port, true, &h2_paths);
+    let (h1_pid, h2_pid) = (h1.pid(), h2.pid());
+
+    let p = server.port.to_string();
+    let ebtop = Ebtop::start(&["--json", "--port", &p]);
+    // Both at once: the server serves the two connections side by side.
+    h1.release();
+    h2.release();
+    assert_printed(&h1.finish(), &h1_paths);
+    assert_printed(&h2.finish(), &h2_paths);
+    let lines = ebtop.stop();
+
+    let meta = &lines[0];
+    let probed = go_probed(meta);
+    assert!(
+        probed.contains(&server.pid()),
+        "the stripped server is probed: {meta}"
+    );
+    assert!(
+        probed.contains(&h1_pid) || probed.contains(&h2_pid),
+        "the clients' file is probed (once for both): {meta}"
+    );
+
+    let calls = calls(&lines);
+    let summary = lines.last().unwrap();
+    let comm = comm_of(&client_bin);
+    let c1 = of(&calls, h1_pid, "client");
+    assert_client_calls(&c1, "http", &h1_paths, &comm, summary);
+    let c2 = of(&calls, h2_pid, "client");
+    assert_client_calls(&c2, "http2", &h2_paths, &comm, summary);
+    let clients: Vec<&Value> = [c1, c2].concat();
+    let server_calls = of(&calls, server.pid(), "server");
+    assert_eq!(
+        server_calls.len(),
+        h1_paths.len() + h2_paths.len(),
+        "one server call per request: {server_calls:#?}"
+    );
+    for s in &server_calls {
+        assert_eq!(s["tls"], true, "{s}");
+        assert_eq!(s["comm"], comm_of(&server.bin), "{s}");
+        assert_eq!(port_of(&s["local"]), server.port, "{s}");
+    }
+    assert_paired(&clients, &server_calls);
+    assert_eq!(calls.len(), 2 * clients.len(), "no other calls: {calls:#?}");
+    assert_clean_summary(summary);
+    assert_eq!(summary["kernel"]["tls_no_socket"], 0, "{summary}");
+}
+
+/// A Go client started after ebtop, run twice (20 GETs on one connection each) against a Go
+/// server started before it: the server's 40 calls are all there, and the client's second run
+/// is exact (20 calls, paired with the server's).
+///
+/// The limitation this shows: ebtop probes a program that was not running at its start only
+/// once its exec is reported, so a new Go program's first calls may come before its probes
+/// (the first run shows at most 20, perhaps fewer); but a uprobe belongs to the file, so the
+/// same binary run again is traced from its first call. The second run starts once ebtop has
+/// looked at the first one's exec: after ebtop reported the end of the first run's connection
+/// (`flow_end`, a periodic report: the loop probes the programs exec'd so far before it makes
+/// one), so a slow machine cannot start it while ebtop is still placing the probes.
+#[test]
+fn a_go_client_started_after_ebtop_is_traced_exactly_from_its_second_run() {
+    require_root();
+    let builds = go_builds();
+    let dir = tempfile::tempdir().unwrap();
+    let server_bin = copy_of(&builds.server, dir.path(), "gotls-server");
+    // A file no process ran before: not probed when ebtop starts.
+    let client_bin = copy_of(&builds.client, dir.path(), "gotls-late");
+    let server = GoServer::start(&server_bin, dir.path());
+    let p = server.port.to_string();
+    let mut ebtop = Ebtop::start(&["--json", "--port", &p]);
+
+    let paths = ["/"; 20];
+    let (first, printed) = run_client(&client_bin, server.port, false, &paths);
+    assert_printed(&printed, &paths);
+    let flow_end = ebtop.wait_for(Duration::from_secs(60), |v| {
+        v["type"] == "flow_end" && v["pid"] == first && v["role"] == "client"
+    });
+    assert!(
+        flow_end.is_some(),
+        "ebtop reports the end of the first run's connection"
+    );
+    let (second, printed) = run_client(&client_bin, server.port, false, &paths);
+    assert_printed(&printed, &paths);
+    let lines = ebtop.stop();
+
+    let calls = calls(&lines);
+    let summary = lines.last().unwrap();
+    let comm = comm_of(&client_bin);
+    let server_calls = of(&calls, server.pid(), "server");
+    assert_eq!(
+        server_calls.len(),
+        2 * paths.len(),
+        "the server's calls of both runs: {server_calls:#?}"
+    );
+    for s in &server_calls {
+        assert_tls_get(s, "http", "/");
+    }
+    let run1 = of(&calls, first, "client");
+    assert!(run1.len() <= paths.len(), "{run1:#?}");
+    for c in &run1 {
+        assert_tls_get(c, "http", "/");
+        assert_eq!(c["comm"], comm, "{c}");
+    }
+    let run2 = of(&calls, second, "client");
+    assert_client_calls(&run2, "http", &paths, &comm, summary);
+    let conn2 = &run2[0]["local"];
+    let server2: Vec<&Value> = server_calls
+        .iter()
+        .copied()
+        .filter(|s| &s["peer"] == conn2)
+        .collect();
+    assert_paired(&run2, &server2);
+    assert_eq!(
+        calls.len(),
+        server_calls.len() + run1.len() + run2.len(),
+        "no other calls: {calls:#?}"
+    );
+    // Not assert_clean_summary: the first run may have been picked up mid-way.
+    assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
+}
+
+/// h2load rounds against `url` in a loop (HTTP/2, then HTTP/1.1, and so on) until `stop`: each
+/// of `n` requests on 4 connections, 8 in flight on each, all answered 2xx. The rounds completed
+/// are counted in `done`; the first failure is kept in `failure` and ends the loop.
+fn load_until(
+    url: String,
+    n: usize,
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicUsize>,
+    failure: Arc<Mutex<Option<String>>>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut round = 0usize;
+        while !stop.load(Ordering::Relaxed) {
+            let h1 = round % 2 == 1;
+            let mut cmd = Command::new("h2load");
+            if h1 {
+                cmd.arg("--h1");
+            }
+            let out = cmd
+                .args(["-n", &n.to_string(), "-c", "4", "-m", "8", &url])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .output()
+                .expect("h2load is installed (nghttp2-client)");
+            let text = String::from_utf8_lossy(&out.stdout);
+            let ok = out.status.success()
+                && text.contains(&format!("{n} succeeded, 0 failed, 0 errored, 0 timeout"))
+                && text.contains(&format!("{n} 2xx"));
+            if !ok {
+                *failure.lock().unwrap() = Some(format!(
+                    "h2load round {round} ({}): {}\n{text}\n{}",
+                    if h1 { "--h1" } else { "h2" },
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+                return;
+            }
+            round += 1;
+            done.store(round, Ordering::Relaxed);
+        }
+    })
+}
+
+/// The traced Go program is unharmed by the probes coming and going: h2load loads the Go server
+/// (rounds of 3000 requests over HTTP/2 and HTTP/1.1 in turn, 4 connections, 8 requests in
+/// flight on each) while ebtop starts and stops 3 times (each time the server's calls of both
+/// protocols show before it stops). Every round has all its requests answered 2xx, none
+/// failed or errored, and afterwards the server is still running and answers a Go client's
+/// requests right.
+#[test]
+fn a_loaded_go_server_is_unharmed_as_probes_attach_and_detach() {
+    require_root();
+    let builds = go_builds();
+    let dir = tempfile::tempdir().unwrap();
+    let server_bin = copy_of(&builds.server, dir.path(), "gotls-server");
+    let client_bin = copy_of(&builds.client, dir.path(), "gotls-client");
+    let mut server = GoServer::start(&server_bin, dir.path());
+    let server_pid = server.pid();
+    let url = format!("https://127.0.0.1:{}/", server.port);
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicUsize::new(0));
+    let failure: Arc<Mutex<Option<String>>> = Arc::default();
+    let load = load_until(url, 3000, stop.clone(), done.clone(), failure.clone());
+    // Waits (at most 120 s) until the loop completed more rounds than `than`, or failed.
+    let progressed = |than: usize| {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Some(f) = failure.lock().unwrap().as_ref() {
+                panic!("{f}");
+            }
+            let n = done.load(Ordering::Relaxed);
+            if n > than {
+                return n;
+            }
+            assert!(Instant::now() < deadline, "h2load is stuck at {n} rounds");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let mut rounds = progressed(0);
+
+    let p = server.port.to_string();
+    for session in 0..3 {
+        let mut ebtop = Ebtop::start(&["--json", "--port", &p]);
+        for proto in ["http2", "http"] {
+            let seen = ebtop.wait_for(Duration::from_secs(120), |v| {
+                v["type"] == "call"
+                    && v["side"] == "server"
+                    && v["pid"] == server_pid
+                    && v["proto"] == proto
+            });
+            assert!(
+                seen.is_some(),
+                "session {session}: no {proto} call of the loaded server (h2load: {:?})",
+                failure.lock().unwrap()
+            );
+        }
+        ebtop.stop();
+        rounds = progressed(rounds);
+    }
+    stop.store(true, Ordering::Relaxed);
+    load.join().unwrap();
+    if let Some(f) = failure.lock().unwrap().as_ref() {
+        panic!("{f}");
+    }
+    assert!(
+        server.peer.0.try_wait().unwrap().is_none(),
+        "the Go server is still running"
+    );
+    let paths = ["/size/123457", "/status/503", "/"];
+    let (_, printed) = run_client(&client_bin, server.port, false, &paths);
+    assert_printed(&printed, &paths);
+    let (_, printed) = run_client(&client_bin, server.port, true, &paths);
+    assert_printed(&printed, &paths);
+}
