@@ -3,9 +3,10 @@
 //! the program's `.gopclntab` (so a stripped binary works as well). A Go HTTPS server (built
 //! stripped) and Go clients over HTTP/1.1 and HTTP/2 (tests/fixtures/tls/go, standard library
 //! only), started by the test on free ports, compared with what the clients report; h2load
-//! loads the server while ebtop attaches and detaches. Needs root, a Go toolchain ≥ 1.18 (`go`
-//! on PATH, /usr/local/go/bin/go or /usr/lib/go/bin/go; Debian: golang-go), openssl and h2load
-//! (nghttp2-client).
+//! loads the server while ebtop attaches and detaches; Python's grpcio client calls the same
+//! program serving gRPC over TLS. Needs root, a Go toolchain ≥ 1.18 (`go` on PATH,
+//! /usr/local/go/bin/go or /usr/lib/go/bin/go; Debian: golang-go), openssl, h2load
+//! (nghttp2-client) and grpcio.
 
 mod common;
 
@@ -658,4 +659,88 @@ fn a_loaded_go_server_is_unharmed_as_probes_attach_and_detach() {
     assert_printed(&printed, &paths);
     let (_, printed) = run_client(&client_bin, server.port, true, &paths);
     assert_printed(&printed, &paths);
+}
+
+/// gRPC over TLS (ALPN h2) to a Go server (the fixture's `grpc` mode: Go's HTTP/2 server and
+/// crypto/tls, gRPC's wire format) from Python's grpcio client (tests/fixtures/http2/
+/// grpc_peers.py `client-tls`, its own BoringSSL, which ebtop does not probe: its ciphertext
+/// is counted, its calls not seen). The server's side is exact: 20 unary calls, a server
+/// stream of 7 messages, a bidi call of 9 each way and one NOT_FOUND with its message, each
+/// one `grpc` call with `tls: true`, the method as resource and the message counts.
+#[test]
+fn grpc_over_tls_to_a_go_server_is_exact_on_its_side() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let bin = copy_of(&go_builds().server, dir.path(), "gotls-grpc");
+    let (ca, cert, key) = ca_signed_cert(dir.path());
+    let port = free_tcp_port();
+    let mut child = Command::new(&bin)
+        .arg("grpc")
+        .arg("-addr")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("-cert")
+        .arg(&cert)
+        .arg("-key")
+        .arg(&key)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let server = Peer(child);
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "listening", "the Go gRPC server starts");
+    let p = port.to_string();
+    let ebtop = Ebtop::start(&["--json", "--port", &p]);
+    let peers = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/http2/grpc_peers.py");
+    let client = Command::new("python3")
+        .arg(&peers)
+        .args(["client-tls", &p])
+        .arg(&ca)
+        .args(["20", "7", "9"])
+        .output()
+        .expect("python3 runs");
+    assert!(
+        client.status.success() && String::from_utf8_lossy(&client.stdout).contains("done"),
+        "the grpcio client (scripts/deps: pip install grpcio): {client:?}"
+    );
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    let server_calls = of(&calls, server.0.id(), "server");
+    let got: Vec<(String, String, String, String)> = server_calls
+        .iter()
+        .map(|c| {
+            assert_eq!(c["tls"], true, "{c}");
+            assert_eq!(c["proto"], "grpc", "{c}");
+            let s = |k: &str| c[k].as_str().map_or(c[k].to_string(), str::to_owned);
+            (
+                s("resource"),
+                s("status_text"),
+                s("req_messages"),
+                s("resp_messages"),
+            )
+        })
+        .collect();
+    let method = |m: &str| format!("/ebtop.test.Echo/{m}");
+    let mut want: Vec<(String, String, String, String)> =
+        vec![(method("Unary"), "OK".into(), "1".into(), "1".into()); 20];
+    want.push((method("ServerStream"), "OK".into(), "1".into(), "7".into()));
+    want.push((method("Bidi"), "OK".into(), "9".into(), "9".into()));
+    want.push((
+        method("Missing"),
+        "NOT_FOUND".into(),
+        "1".into(),
+        "0".into(),
+    ));
+    assert_eq!(got, want, "the server's calls, in order");
+    let missing = server_calls.last().unwrap();
+    assert_eq!(missing["grpc_message"], "no such item", "{missing}");
+    assert_eq!(
+        calls.len(),
+        server_calls.len(),
+        "no other calls: {calls:#?}"
+    );
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
+    assert_eq!(summary["kernel"]["tls_no_socket"], 0, "{summary}");
 }

@@ -330,9 +330,8 @@ fn read_counters(
     };
     let (lost, lost_per_cpu) = sum(counter::LOST);
     let (proc_events, proc_lost) = procs.map_or((0, 0), ProcessProbe::counters);
-    let (tls_probe_hits, tls_probe_stepped_hits) = tls.map_or_else(Default::default, |_| {
-        crate::tls::read_hits(capture.tls_hits())
-    });
+    let (tls_probe_hits, tls_probe_stepped_hits) =
+        tls.map_or_else(Default::default, |t| t.hits_since_start(capture.tls_hits()));
     KernelCounters {
         events: sum(counter::EVENTS).0,
         lost,

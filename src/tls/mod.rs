@@ -64,7 +64,13 @@ pub struct TlsProbes {
     pub stepped_hit_ns: Option<u64>,
     /// Go programs probed (the capture programs then look up goroutines' calls).
     go_files: usize,
+    /// Probe hits per process since the start, exited processes included (the kernel's map
+    /// forgets them): all hits, and those at single-stepped sites.
+    hits: std::cell::RefCell<(BTreeMap<u32, u64>, BTreeMap<u32, u64>)>,
 }
+
+/// Exited processes whose hits are remembered at most (then only the running ones are).
+const MAX_HIT_PROCESSES: usize = 65536;
 
 /// The programs of the capture object by name.
 fn program<'a>(
@@ -92,6 +98,7 @@ impl TlsProbes {
             hit_ns: None,
             stepped_hit_ns: None,
             go_files: 0,
+            hits: Default::default(),
         };
         if t.pids.is_none() {
             for lib in discover::system_libraries() {
@@ -220,6 +227,23 @@ impl TlsProbes {
                 self.status.failures.push(format!("{name}: {e:#}"));
             }
         }
+    }
+
+    /// Probe hits per process since the start (`read_hits` of the capture's map), exited
+    /// processes included.
+    pub fn hits_since_start(
+        &self,
+        map: &libbpf_rs::Map,
+    ) -> (BTreeMap<u32, u64>, BTreeMap<u32, u64>) {
+        let (now, stepped_now) = read_hits(map);
+        let mut acc = self.hits.borrow_mut();
+        if acc.0.len() > MAX_HIT_PROCESSES {
+            acc.0.retain(|pid, _| now.contains_key(pid));
+            acc.1.retain(|pid, _| now.contains_key(pid));
+        }
+        acc.0.extend(now);
+        acc.1.extend(stepped_now);
+        acc.clone()
     }
 
     /// Whether a Go program is probed.
