@@ -367,20 +367,14 @@ fn replay_session<S: Sink>(
     stop: &AtomicBool,
     sink: S,
 ) -> Result<()> {
-    let mut reader = record::reader::open(path)?;
-    let mut meta = replay::replay_meta(&reader);
-    // What the output holds: the recording's selection narrowed by this run's.
-    meta.filters = meta.filters.narrowed_by(&filters(args));
     // The viewer may go back in time (not while writing a copy: it would hold parts twice).
     if !sink.can_rewind() || args.write.is_some() {
         return replay_to_output(args, path, stop, sink);
     }
+    let (mut reader, meta) = open_recording(args, path)?;
     let mut sink = sink;
     loop {
-        let mut pipeline = Pipeline::new(tracker_config(args), ProcessTable::new(false), sink)
-            .with_raw_resources(args.raw_resources)
-            .with_filters(filters(args))
-            .with_threads(tracking_threads(args));
+        let mut pipeline = replay_pipeline(args, sink).with_threads(tracking_threads(args));
         pipeline.start(&meta)?;
         let end = replay::run(&mut reader, &mut pipeline, stop)?;
         if end.rewound && !stop.load(Ordering::Relaxed) {
@@ -406,6 +400,28 @@ fn replay_session<S: Sink>(
     }
 }
 
+/// A recording opened, and the `meta` its replay shows: the recording's, its selection
+/// narrowed by this run's filters.
+fn open_recording(
+    args: &Args,
+    path: &std::path::Path,
+) -> Result<(
+    record::reader::RecordingReader<std::fs::File>,
+    ebtop::session::SessionMeta,
+)> {
+    let reader = record::reader::open(path)?;
+    let mut meta = replay::replay_meta(&reader);
+    meta.filters = meta.filters.narrowed_by(&filters(args));
+    Ok((reader, meta))
+}
+
+/// The pipeline a replay feeds (no /proc: the processes are the recording's).
+fn replay_pipeline<S: Sink>(args: &Args, sink: S) -> Pipeline<S> {
+    Pipeline::new(tracker_config(args), ProcessTable::new(false), sink)
+        .with_raw_resources(args.raw_resources)
+        .with_filters(filters(args))
+}
+
 /// A copy of a recording (`-r FILE -w OUT`) or a replay to JSON: replayed once.
 fn replay_to_output<S: Sink>(
     args: &Args,
@@ -413,12 +429,8 @@ fn replay_to_output<S: Sink>(
     stop: &AtomicBool,
     sink: S,
 ) -> Result<()> {
-    let mut reader = record::reader::open(path)?;
-    let mut meta = replay::replay_meta(&reader);
-    meta.filters = meta.filters.narrowed_by(&filters(args));
-    let mut pipeline = Pipeline::new(tracker_config(args), ProcessTable::new(false), sink)
-        .with_raw_resources(args.raw_resources)
-        .with_filters(filters(args));
+    let (mut reader, meta) = open_recording(args, path)?;
+    let mut pipeline = replay_pipeline(args, sink);
     if let Some(out) = &args.write {
         if std::fs::canonicalize(out).ok() == std::fs::canonicalize(path).ok() {
             anyhow::bail!(

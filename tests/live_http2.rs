@@ -48,10 +48,18 @@ fn grpc_peers() -> PathBuf {
 
 /// The Python grpcio server of grpc_peers.py on a free port.
 fn grpc_server() -> (Peer, u16) {
+    python_server(
+        &[grpc_peers().to_str().unwrap(), "server"],
+        "the gRPC server starts (scripts/deps: pip install grpcio)",
+    )
+}
+
+/// A Python server (`args`, then a free port) started once it printed "ready".
+fn python_server(args: &[&str], what: &str) -> (Peer, u16) {
     let port = free_tcp_port();
     let mut child = Command::new("python3")
-        .arg(grpc_peers())
-        .args(["server", &port.to_string()])
+        .args(args)
+        .arg(port.to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -60,11 +68,7 @@ fn grpc_server() -> (Peer, u16) {
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    assert_eq!(
-        line.trim(),
-        "ready",
-        "the gRPC server starts (scripts/deps: pip install grpcio)"
-    );
+    assert_eq!(line.trim(), "ready", "{what}");
     (Peer(child), port)
 }
 
@@ -170,26 +174,11 @@ fn curl_prior_knowledge_get_and_404() {
 #[test]
 fn curl_upgrade_to_h2c_is_handed_to_http2_exactly() {
     require_root();
-    let port = free_tcp_port();
-    let mut child = Command::new("python3")
-        .arg(
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/fixtures/http2/h2c_upgrade_server.py"),
-        )
-        .arg(port.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("python3 runs");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let _server = Peer(child);
-    assert_eq!(
-        line.trim(),
-        "ready",
-        "the h2c server starts (scripts/deps: pip install h2)"
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/http2/h2c_upgrade_server.py");
+    let (_server, port) = python_server(
+        &[script.to_str().unwrap()],
+        "the h2c server starts (scripts/deps: pip install h2)",
     );
     let p = port.to_string();
     let ebtop = Ebtop::start(&["--json", "--port", &p]);

@@ -8,7 +8,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -263,50 +262,11 @@ fn assert_curl_calls(client: &[&Value], transfers: &[Transfer], comm: &str) {
     }
 }
 
-/// The server's calls are the clients' calls: per connection (client `local` = server `peer`)
-/// the same requests in the same order with the same sizes, so as many on each side, and the
-/// server's span inside the client's (it starts after the request was written and ends before
-/// the response was read: causality, on any load). A server call on a connection of no call
-/// in `client` fails it too.
+/// The server's calls are the clients' calls (`common::assert_paired`), and the server's span
+/// inside the client's (it starts after the request was written and ends before the response
+/// was read: causality, on any load).
 fn assert_paired(client: &[&Value], server: &[&Value]) {
-    type Sides<'a> = (Vec<&'a Value>, Vec<&'a Value>);
-    let mut conns: BTreeMap<&str, Sides> = BTreeMap::new();
-    for c in client {
-        conns
-            .entry(c["local"].as_str().unwrap())
-            .or_default()
-            .0
-            .push(c);
-    }
-    for s in server {
-        conns
-            .entry(s["peer"].as_str().unwrap())
-            .or_default()
-            .1
-            .push(s);
-    }
-    let what = |c: &Value| {
-        format!(
-            "{} {} {} {} {} tls={}",
-            c["method"], c["resource"], c["status"], c["req_bytes"], c["resp_bytes"], c["tls"]
-        )
-    };
-    let differ: Vec<String> = conns
-        .iter()
-        .filter_map(|(conn, (cs, ss))| {
-            let cw: Vec<String> = cs.iter().map(|c| what(c)).collect();
-            let sw: Vec<String> = ss.iter().map(|s| what(s)).collect();
-            (cw != sw).then(|| format!("from {conn}:\n  client {cw:?}\n  server {sw:?}"))
-        })
-        .collect();
-    assert!(
-        differ.is_empty(),
-        "{} of {} connections differ between client and server calls:\n{}",
-        differ.len(),
-        conns.len(),
-        differ[..differ.len().min(5)].join("\n")
-    );
-    for (cs, ss) in conns.values() {
+    for (cs, ss) in common::assert_paired(client, server).values() {
         for (c, s) in cs.iter().zip(ss) {
             assert!(
                 s["latency_ns"].as_u64().unwrap() <= c["latency_ns"].as_u64().unwrap(),

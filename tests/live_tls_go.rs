@@ -10,7 +10,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -134,15 +133,20 @@ struct GoServer {
 impl GoServer {
     fn start(bin: &Path, dir: &Path) -> GoServer {
         let (cert, key) = self_signed_cert(dir);
+        GoServer::start_mode(bin, "server", &cert, &key)
+    }
+
+    /// The fixture in `mode` (`server`, or `grpc`) with this certificate.
+    fn start_mode(bin: &Path, mode: &str, cert: &Path, key: &Path) -> GoServer {
         let port = free_tcp_port();
         let mut child = Command::new(bin)
-            .arg("server")
+            .arg(mode)
             .arg("-addr")
             .arg(format!("127.0.0.1:{port}"))
             .arg("-cert")
-            .arg(&cert)
+            .arg(cert)
             .arg("-key")
-            .arg(&key)
+            .arg(key)
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -320,55 +324,6 @@ fn assert_client_calls(
             assert!(c["req_bytes"].as_u64().unwrap() > 0, "{c}");
         }
     }
-}
-
-/// The server's calls are the clients' calls: per connection (client `local` = server `peer`)
-/// the same requests in the same order with the same protocol, status and sizes, so as many on
-/// each side. A server call on a connection of no call in `client` fails it too.
-fn assert_paired(client: &[&Value], server: &[&Value]) {
-    type Sides<'a> = (Vec<&'a Value>, Vec<&'a Value>);
-    let mut conns: BTreeMap<&str, Sides> = BTreeMap::new();
-    for c in client {
-        conns
-            .entry(c["local"].as_str().unwrap())
-            .or_default()
-            .0
-            .push(c);
-    }
-    for s in server {
-        conns
-            .entry(s["peer"].as_str().unwrap())
-            .or_default()
-            .1
-            .push(s);
-    }
-    let what = |c: &Value| {
-        format!(
-            "{} {} {} {} {} {} tls={}",
-            c["proto"],
-            c["method"],
-            c["resource"],
-            c["status"],
-            c["req_bytes"],
-            c["resp_bytes"],
-            c["tls"]
-        )
-    };
-    let differ: Vec<String> = conns
-        .iter()
-        .filter_map(|(conn, (cs, ss))| {
-            let cw: Vec<String> = cs.iter().map(|c| what(c)).collect();
-            let sw: Vec<String> = ss.iter().map(|s| what(s)).collect();
-            (cw != sw).then(|| format!("from {conn}:\n  client {cw:?}\n  server {sw:?}"))
-        })
-        .collect();
-    assert!(
-        differ.is_empty(),
-        "{} of {} connections differ between client and server calls:\n{}",
-        differ.len(),
-        conns.len(),
-        differ[..differ.len().min(5)].join("\n")
-    );
 }
 
 /// The Go files `meta.tls_probed` lists, as the pids in their `/proc/PID/exe [go]` names.
@@ -662,82 +617,99 @@ fn a_loaded_go_server_is_unharmed_as_probes_attach_and_detach() {
 }
 
 /// gRPC over TLS (ALPN h2) to a Go server (the fixture's `grpc` mode: Go's HTTP/2 server and
-/// crypto/tls, gRPC's wire format) from Python's grpcio client (tests/fixtures/http2/
-/// grpc_peers.py `client-tls`, its own BoringSSL, which ebtop does not probe: its ciphertext
-/// is counted, its calls not seen). The server's side is exact: 20 unary calls, a server
-/// stream of 7 messages, a bidi call of 9 each way and one NOT_FOUND with its message, each
-/// one `grpc` call with `tls: true`, the method as resource and the message counts.
+/// crypto/tls, gRPC's wire format), first from the fixture's Go client (`grpc-client`), then
+/// from Python's grpcio client (tests/fixtures/http2/grpc_peers.py `client-tls`: a real gRPC
+/// library, with its own BoringSSL, which ebtop does not probe: its ciphertext is counted, its
+/// calls not seen). Each client makes 20 unary calls, a server stream of 7 messages, a bidi
+/// call of 9 each way and one NOT_FOUND: each one `grpc` call with `tls: true`, the method as
+/// resource, the status and the message counts — on both sides for the Go client, on the
+/// server's for grpcio.
 #[test]
-fn grpc_over_tls_to_a_go_server_is_exact_on_its_side() {
+fn grpc_over_tls_is_exact_on_every_go_side() {
     require_root();
     let dir = tempfile::tempdir().unwrap();
-    let bin = copy_of(&go_builds().server, dir.path(), "gotls-grpc");
+    let server_bin = copy_of(&go_builds().server, dir.path(), "gotls-grpc");
+    let client_bin = copy_of(&go_builds().client, dir.path(), "gotls-grpc-cli");
     let (ca, cert, key) = ca_signed_cert(dir.path());
-    let port = free_tcp_port();
-    let mut child = Command::new(&bin)
-        .arg("grpc")
-        .arg("-addr")
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("-cert")
-        .arg(&cert)
-        .arg("-key")
-        .arg(&key)
+    let server = GoServer::start_mode(&server_bin, "grpc", &cert, &key);
+    let p = server.port.to_string();
+    let addr = format!("127.0.0.1:{p}");
+    let counts = ["20", "7", "9"];
+    // The Go client runs before ebtop starts (probed at start), waiting for a line.
+    let mut go_client = Command::new(&client_bin)
+        .args(["grpc-client", "-wait", "-addr", &addr, "-ca"])
+        .arg(&ca)
+        .args(counts)
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let server = Peer(child);
+    let go_client_pid = go_client.id();
+    let mut go_out = BufReader::new(go_client.stdout.take().unwrap());
     let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "listening", "the Go gRPC server starts");
-    let p = port.to_string();
+    go_out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "the Go gRPC client starts");
     let ebtop = Ebtop::start(&["--json", "--port", &p]);
+    go_client.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let status = go_client.wait().unwrap();
+    let mut printed = String::new();
+    std::io::Read::read_to_string(&mut go_out, &mut printed).unwrap();
+    assert!(
+        status.success() && printed.contains("done"),
+        "the Go gRPC client: {status}, {printed}"
+    );
     let peers = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/http2/grpc_peers.py");
-    let client = Command::new("python3")
+    let grpcio = Command::new("python3")
         .arg(&peers)
         .args(["client-tls", &p])
         .arg(&ca)
-        .args(["20", "7", "9"])
+        .args(counts)
         .output()
         .expect("python3 runs");
     assert!(
-        client.status.success() && String::from_utf8_lossy(&client.stdout).contains("done"),
-        "the grpcio client (scripts/deps: pip install grpcio): {client:?}"
+        grpcio.status.success() && String::from_utf8_lossy(&grpcio.stdout).contains("done"),
+        "the grpcio client (scripts/deps: pip install grpcio): {grpcio:?}"
     );
     let lines = ebtop.stop();
     let calls = calls(&lines);
-    let server_calls = of(&calls, server.0.id(), "server");
-    let got: Vec<(String, String, String, String)> = server_calls
-        .iter()
-        .map(|c| {
-            assert_eq!(c["tls"], true, "{c}");
-            assert_eq!(c["proto"], "grpc", "{c}");
-            let s = |k: &str| c[k].as_str().map_or(c[k].to_string(), str::to_owned);
-            (
-                s("resource"),
-                s("status_text"),
-                s("req_messages"),
-                s("resp_messages"),
-            )
-        })
-        .collect();
+    let rpc = |c: &Value| -> (String, String, String, String) {
+        assert_eq!(c["tls"], true, "{c}");
+        assert_eq!(c["proto"], "grpc", "{c}");
+        let s = |k: &str| c[k].as_str().map_or(c[k].to_string(), str::to_owned);
+        (
+            s("resource"),
+            s("status_text"),
+            s("req_messages"),
+            s("resp_messages"),
+        )
+    };
     let method = |m: &str| format!("/ebtop.test.Echo/{m}");
-    let mut want: Vec<(String, String, String, String)> =
-        vec![(method("Unary"), "OK".into(), "1".into(), "1".into()); 20];
-    want.push((method("ServerStream"), "OK".into(), "1".into(), "7".into()));
-    want.push((method("Bidi"), "OK".into(), "9".into(), "9".into()));
-    want.push((
+    let mut one_client = vec![(method("Unary"), "OK".into(), "1".into(), "1".into()); 20];
+    one_client.push((method("ServerStream"), "OK".into(), "1".into(), "7".into()));
+    one_client.push((method("Bidi"), "OK".into(), "9".into(), "9".into()));
+    one_client.push((
         method("Missing"),
         "NOT_FOUND".into(),
         "1".into(),
         "0".into(),
     ));
-    assert_eq!(got, want, "the server's calls, in order");
-    let missing = server_calls.last().unwrap();
-    assert_eq!(missing["grpc_message"], "no such item", "{missing}");
+    let server_calls = of(&calls, server.pid(), "server");
+    let got: Vec<_> = server_calls.iter().map(|c| rpc(c)).collect();
+    assert_eq!(
+        got,
+        [one_client.clone(), one_client.clone()].concat(),
+        "the server's calls, in order"
+    );
+    let go_calls = of(&calls, go_client_pid, "client");
+    let got: Vec<_> = go_calls.iter().map(|c| rpc(c)).collect();
+    assert_eq!(got, one_client, "the Go client's calls, in order");
+    assert_paired(&go_calls, &server_calls[..go_calls.len()]);
+    for c in [server_calls[22], go_calls[22], server_calls[45]] {
+        assert_eq!(c["grpc_message"], "no such item", "{c}");
+    }
     assert_eq!(
         calls.len(),
-        server_calls.len(),
+        server_calls.len() + go_calls.len(),
         "no other calls: {calls:#?}"
     );
     let summary = lines.last().unwrap();

@@ -451,3 +451,53 @@ pub fn ca_signed_cert(
     ]);
     (p("ca.pem"), p("leaf.pem"), p("leaf.key"))
 }
+
+/// Client and server calls of one connection (client `local` = server `peer`), in order.
+pub type CallsOfConnection<'a> = (Vec<&'a Value>, Vec<&'a Value>);
+
+/// The server's calls are the clients' calls: per connection the same requests in the same
+/// order with the same protocol, status, sizes and `tls`, so as many on each side; a server
+/// call on a connection of no call in `client` fails it too. The calls by connection, for
+/// further checks.
+pub fn assert_paired<'a>(
+    client: &[&'a Value],
+    server: &[&'a Value],
+) -> std::collections::BTreeMap<String, CallsOfConnection<'a>> {
+    let mut conns: std::collections::BTreeMap<String, CallsOfConnection> = Default::default();
+    for c in client {
+        let conn = c["local"].as_str().unwrap().to_owned();
+        conns.entry(conn).or_default().0.push(c);
+    }
+    for s in server {
+        let conn = s["peer"].as_str().unwrap().to_owned();
+        conns.entry(conn).or_default().1.push(s);
+    }
+    let what = |c: &Value| {
+        format!(
+            "{} {} {} {} {} {} tls={}",
+            c["proto"],
+            c["method"],
+            c["resource"],
+            c["status"],
+            c["req_bytes"],
+            c["resp_bytes"],
+            c["tls"]
+        )
+    };
+    let differ: Vec<String> = conns
+        .iter()
+        .filter_map(|(conn, (cs, ss))| {
+            let cw: Vec<String> = cs.iter().map(|c| what(c)).collect();
+            let sw: Vec<String> = ss.iter().map(|s| what(s)).collect();
+            (cw != sw).then(|| format!("from {conn}:\n  client {cw:?}\n  server {sw:?}"))
+        })
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "{} of {} connections differ between client and server calls:\n{}",
+        differ.len(),
+        conns.len(),
+        differ[..differ.len().min(5)].join("\n")
+    );
+    conns
+}
