@@ -7,22 +7,12 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use common::*;
 use serde_json::Value;
 
 const SERVICE: &str = "/ebtop.test.Echo";
-
-/// A child process killed (and reaped) on drop.
-struct Peer(Child);
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// nghttpd --no-tls serving a directory with `index.html` ("hello\n", 6 bytes).
 fn nghttpd() -> (Peer, u16, tempfile::TempDir) {

@@ -11,7 +11,7 @@ mod common;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -21,16 +21,6 @@ use serde_json::Value;
 const INDEX: &str = "<html>hello over TLS</html>\n";
 /// The size of `/big.bin`: far beyond the snaplen, and not a multiple of TLS's 16 KiB records.
 const LARGE_LEN: usize = (1 << 20) + 123;
-
-/// A child process killed (and reaped) on drop.
-struct Peer(Child);
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// nginx (master_process off: one process, the one the test started) serving `www/` with
 /// `index.html` (INDEX) and `big.bin` (LARGE_LEN bytes, `i % 251`) over TLS 1.2/1.3 on two

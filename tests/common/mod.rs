@@ -501,3 +501,13 @@ pub fn assert_paired<'a>(
     );
     conns
 }
+
+/// A child process killed (and reaped) on drop: a test's peer never outlives it.
+pub struct Peer(pub Child);
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
