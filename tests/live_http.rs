@@ -145,15 +145,6 @@ fn http_calls_are_counted_exactly_on_both_sides() {
         .iter()
         .filter_map(|(k, ns)| Some((k.strip_prefix("/slow ")?.parse().ok()?, *ns)))
         .collect();
-    let port_of = |addr: &Value| -> u16 {
-        addr.as_str()
-            .unwrap()
-            .rsplit(':')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
     let sleep_ns = SLOW_MS * 1_000_000;
     let mut checked = 0;
     for (&client_port, &client_ns) in &client_timed {

@@ -203,16 +203,6 @@ fn python_fetch(urls: &[String]) -> (u32, Vec<(u64, usize)>) {
     (pid, got)
 }
 
-fn port_of(addr: &Value) -> u16 {
-    addr.as_str()
-        .unwrap()
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap()
-}
-
 /// Calls of process `pid` on `side`, in output order.
 fn of<'a>(calls: &[&'a Value], pid: u32, side: &str) -> Vec<&'a Value> {
     calls

@@ -262,16 +262,6 @@ fn of<'a>(calls: &[&'a Value], pid: u32, side: &str) -> Vec<&'a Value> {
         .collect()
 }
 
-fn port_of(addr: &Value) -> u16 {
-    addr.as_str()
-        .unwrap()
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap()
-}
-
 /// A GET over TLS of `path` (`proto` "http": HTTP/1.1, "http2") with the status the fixture's
 /// server answers it with.
 fn assert_tls_get(c: &Value, proto: &str, path: &str) {

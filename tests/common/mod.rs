@@ -511,3 +511,14 @@ impl Drop for Peer {
         let _ = self.0.wait();
     }
 }
+
+/// The port of an `ip:port` address of a JSON line.
+pub fn port_of(addr: &Value) -> u16 {
+    addr.as_str()
+        .unwrap()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
