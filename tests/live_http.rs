@@ -349,6 +349,72 @@ fn datagrams_of_sendmmsg_and_recvmmsg_are_captured_whole() {
     assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
 }
 
+/// A client that peeks at its socket before reading (`recv`/`recvmsg` with MSG_PEEK, as curl
+/// does to see whether a kept-alive connection is still open): the peeked bytes are read again
+/// later, so they must not move the stream's position. Every call exact, nothing desynced.
+#[test]
+fn bytes_peeked_at_are_counted_once() {
+    use std::os::fd::AsRawFd;
+    require_root();
+    let server = TestServer::start();
+    let port = server.port.to_string();
+    let ebtop = Ebtop::start(&["--json", "--port", &port]);
+    let s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let fd = s.as_raw_fd();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    for i in 0..6 {
+        w.write_all(get("/").as_bytes()).unwrap();
+        let mut peeked = [0u8; 5];
+        let n = if i % 2 == 0 {
+            // SAFETY: a valid socket and a buffer of the length given; blocks until the
+            // response's first bytes are there.
+            unsafe { libc::recv(fd, peeked.as_mut_ptr().cast(), peeked.len(), libc::MSG_PEEK) }
+        } else {
+            let mut iov = libc::iovec {
+                iov_base: peeked.as_mut_ptr().cast(),
+                iov_len: peeked.len(),
+            };
+            // SAFETY: all-zero is a valid msghdr; its one iovec and buffer outlive the call.
+            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            // SAFETY: as above.
+            unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_PEEK) }
+        };
+        assert!(n > 0, "peek: {}", std::io::Error::last_os_error());
+        assert_eq!(&peeked[..n as usize], &b"HTTP/"[..n as usize]);
+        assert_eq!(read_response(&mut r), (200, 12));
+    }
+    drop((w, r));
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    // What the test server answers to `/` (tests/common: TestServer).
+    let resp_len = "HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n".len() + 12;
+    for side in ["client", "server"] {
+        let got: Vec<_> = calls.iter().filter(|c| c["side"] == side).collect();
+        assert_eq!(got.len(), 6, "{side}: {calls:?}");
+        for c in got {
+            assert_eq!(
+                (
+                    &c["status"],
+                    &c["resource"],
+                    &c["req_bytes"],
+                    &c["resp_bytes"]
+                ),
+                (
+                    &200.into(),
+                    &"/".into(),
+                    &get("/").len().into(),
+                    &resp_len.into()
+                ),
+                "{side}: {c}"
+            );
+        }
+    }
+    assert_clean_summary(lines.last().unwrap());
+}
+
 /// `--only` decides what is loaded: without flow line types no flow table, and the calls are
 /// as exact as with everything loaded.
 #[test]

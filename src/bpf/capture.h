@@ -322,11 +322,13 @@ static __always_inline void fill_tuple(struct ebtop_event *ev, struct sock *sk, 
 #define SYSCALL_ARG0(r) BPF_CORE_READ(r, orig_x0)
 #define SYSCALL_ARG1(r) BPF_CORE_READ(r, regs[1])
 #define SYSCALL_ARG2(r) BPF_CORE_READ(r, regs[2])
+#define SYSCALL_ARG3(r) BPF_CORE_READ(r, regs[3])
 #define SYSCALL_ARG4(r) BPF_CORE_READ(r, regs[4])
 #else
 #define SYSCALL_ARG0(r) BPF_CORE_READ(r, di)
 #define SYSCALL_ARG1(r) BPF_CORE_READ(r, si)
 #define SYSCALL_ARG2(r) BPF_CORE_READ(r, dx)
+#define SYSCALL_ARG3(r) BPF_CORE_READ(r, r10) /* the syscall ABI's 4th argument */
 #define SYSCALL_ARG4(r) BPF_CORE_READ(r, r8)
 #endif
 

@@ -18,6 +18,8 @@
 #include "capture.h"
 #include "tls.h"
 
+#define MSG_PEEK 2
+
 char LICENSE[] SEC("license") = "GPL";
 
 struct inflight {
@@ -264,6 +266,18 @@ static __always_inline int on_recv_exit(long ret, __u8 syscall, const __u8 sourc
 		return 0;
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 	if (!regs)
+		return 0;
+	/*
+	 * MSG_PEEK leaves the bytes queued: the receive that takes them comes later. Counted
+	 * here, they would move the stream position twice (curl peeks one byte to see whether a
+	 * kept-alive connection is still open).
+	 */
+	__u64 flags = 0;
+	if (syscall == EBTOP_SC_RECVMSG)
+		flags = SYSCALL_ARG2(regs);
+	else if (syscall == EBTOP_SC_RECVFROM || syscall == EBTOP_SC_RECVMMSG)
+		flags = SYSCALL_ARG3(regs);
+	if (flags & MSG_PEEK)
 		return 0;
 	struct inflight inf = {};
 	if (!inet_socket((int)SYSCALL_ARG0(regs), &inf))
