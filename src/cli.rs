@@ -225,6 +225,14 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = BpfStatsArg::Sampled)]
     pub bpf_stats: BpfStatsArg,
 
+    /// Scheduling priority (nice value, -20..19) of ebtop's capture threads: the ring reader
+    /// and the tracking threads. On a host saturated by the traced load they must still get
+    /// the CPU they need, or the rings overflow and calls are lost (counted); the CPU they
+    /// take is what the event rate asks for, no more. 0 leaves the priority as it is.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_NICE, allow_hyphen_values = true,
+          value_parser = clap::value_parser!(i32).range(-20..=19))]
+    pub nice: i32,
+
     /// Threads that track connections and parse their payloads (records are dealt out by
     /// connection; the output is the same for any number): a number, or auto (1 below 8
     /// CPUs, else a quarter of the CPUs, at most 8). Applies to replays too.
@@ -258,6 +266,11 @@ pub enum Command {
     },
 }
 
+/// `--nice` by default: the capture threads' CFS weight is ~9x a nice-0 thread's, so a host
+/// whose every core runs the traced load still leaves them the CPU they need (measured on 16
+/// cores: docs/performance.md, "Many cores").
+pub const DEFAULT_NICE: i32 = -10;
+
 /// Options that only a live capture uses (argument ids).
 const LIVE_ONLY: &[&str] = &[
     "snaplen",
@@ -267,6 +280,7 @@ const LIVE_ONLY: &[&str] = &[
     "hooks",
     "tls",
     "bpf_stats",
+    "nice",
     "duration",
     "cgroup",
     "container",

@@ -305,6 +305,8 @@ fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> 
     if !cgroups.is_empty() {
         filters.cgroup = Some(cgroups.iter().map(|c| c.path.clone()).collect());
     }
+    // Before any capture thread starts: they inherit it.
+    ebtop::preflight::set_capture_priority(args.nice);
     let clock = WallClock::live();
     let meta = SessionMeta::this_host("live", args.snaplen, filters.clone(), clock.offset_ns);
     let mut pipeline = Pipeline::new(tracker_config(args), ProcessTable::new(true), sink)

@@ -84,3 +84,20 @@ pub fn ensure_tracefs() -> Result<()> {
         )
     )
 }
+
+/// Sets the calling thread's nice value; threads it starts afterwards inherit it (Linux keeps
+/// the value per thread). A failure (no CAP_SYS_NICE) is one warning: capture goes on.
+pub fn set_capture_priority(nice: i32) {
+    if nice == 0 {
+        return;
+    }
+    // SAFETY: plain syscall on the calling thread (who = 0).
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
+    if rc != 0 {
+        crate::diag!(
+            "ebtop: warning: could not set the capture threads' priority to nice {nice}: {} \
+             (under load they may fall behind: losses are counted)",
+            std::io::Error::last_os_error()
+        );
+    }
+}

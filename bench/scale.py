@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""ebtop on a many-core host at saturation: are all calls counted, is nothing lost, and what
+does it cost? (run by hand, as root; issue 12's "nginx 8 workers + wrk 8 threads" scenario).
+
+    bench/scale.py --ebtop BIN [--nginx nginx] [--wrk wrk] [--workers 8] [--wrk-threads 8]
+                   [--conns 256] [--seconds 8] [--modes base,auto,base,t1,base] [--out FILE]
+
+Needs no package manager and no network (a lent machine may have neither): pass the binaries,
+and set LD_LIBRARY_PATH for their libraries if they come from another host.
+
+nginx (N workers, `return 200 "ok"`, no access log; its request counter on a listener of its
+own) is loaded by `wrk -tT -cC -dS` in runs one after the other. A mode:
+  base      no ebtop
+  auto, tN  `ebtop --json --port P [--threads N] > pipe` started first (the run begins once
+            every probe is attached), wrk, one more second, then SIGINT; the summary line
+            gives calls per side and every loss counter
+  ...-sys   the same on the syscall-tracepoint path (--hooks syscalls)
+  ...-niceN with --nice N (e.g. auto-nice0: the capture threads at the load's priority)
+  ...-bpf   with --bpf-stats full: the BPF programs' run time per span too (statistics on
+            cost every program run ~60-110 ns, so throughput is a little lower in this mode)
+Ground truth per run: wrk's completed requests (each one a client call) and nginx's own
+counter over ebtop's whole session (each one a server call; a request wrk left in flight at
+its end is served but never read, so the client side may be short by up to --conns of those
+and counts them in parse.unanswered_requests). ebtop's user+sys CPU while wrk ran (from
+/proc/PID/stat), per span (two per request); peak RSS from wait4 (ring mappings included).
+Writes a JSON list of runs to --out (default bench/scale-results.json) and a table to stdout.
+"""
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+PORT = 18942
+STATUS_PORT = PORT + 1
+
+
+def requests_total():
+    body = urllib.request.urlopen(f"http://127.0.0.1:{STATUS_PORT}/status").read().decode()
+    return int(body.splitlines()[2].split()[2])
+
+
+def links_of(pid):
+    n = 0
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                n += "link_id:" in f.read()
+        except OSError:
+            pass
+    return n
+
+
+def wait_attached(pid, timeout=30):
+    """Until ebtop's BPF links stop growing (every probe attached)."""
+    last, same, end = -1, 0, time.monotonic() + timeout
+    while same < 3:
+        if time.monotonic() > end:
+            raise RuntimeError("ebtop did not attach its probes in time")
+        time.sleep(0.1)
+        n = links_of(pid)
+        same = same + 1 if n == last and n >= 2 else 0
+        last = n
+
+
+def cpu_seconds(pid):
+    """user + sys CPU of a running process, all its threads."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bpf_run_ns(pid):
+    """Run time of the BPF programs ebtop holds (kernel statistics, /proc/PID/fdinfo)."""
+    total = 0
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                for line in f:
+                    if line.startswith("run_time_ns:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def run_wrk(a):
+    out = subprocess.run([a.wrk, f"-t{a.wrk_threads}", f"-c{a.conns}", f"-d{a.seconds}s",
+                          f"http://127.0.0.1:{PORT}/"], capture_output=True, text=True, check=True)
+    m = re.search(r"(\d+) requests in ([\d.]+)s", out.stdout)
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out.stdout)
+    return int(m.group(1)), float(m.group(2)), out.stdout, int(errors.group(1)) if errors else 0
+
+
+def one_run(a, mode):
+    rec = {"mode": mode, "workers": a.workers, "wrk_threads": a.wrk_threads, "conns": a.conns}
+    ebtop = tail = None
+    if mode != "base":
+        spec, *opts = mode.split("-")
+        cmd = [a.ebtop, "--json", "--port", str(PORT), "--hooks",
+               "syscalls" if "sys" in opts else "socket"]
+        if "bpf" in opts:
+            cmd += ["--bpf-stats", "full"]
+        nice = next((o[4:] for o in opts if o.startswith("nice")), None)
+        if nice is not None:
+            cmd += ["--nice", nice]
+        if spec.startswith("t"):
+            cmd += ["--threads", spec[1:]]
+        # The summary is the last line: keep the tail only (the call lines, ~1M/s, are formatted
+        # and written as with `> /dev/null`, and dropped by tail).
+        tail_out = tempfile.TemporaryFile()
+        ebtop = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        # At ebtop's own priority: a reader slower than ebtop would hold it back.
+        tail = subprocess.Popen(["nice", "-n", nice or "-10", "tail", "-n", "3"],
+                                stdin=ebtop.stdout, stdout=tail_out)
+        ebtop.stdout.close()
+        wait_attached(ebtop.pid)
+    r0 = requests_total()
+    c0 = cpu_seconds(ebtop.pid) if ebtop else 0
+    b0 = bpf_run_ns(ebtop.pid) if ebtop else 0
+    done, secs, text, non2xx = run_wrk(a)
+    c1 = cpu_seconds(ebtop.pid) if ebtop else 0
+    b1 = bpf_run_ns(ebtop.pid) if ebtop else 0
+    rec.update(wrk_requests=done, wrk_seconds=secs, rps=done / secs, non_2xx=non2xx)
+    if ebtop is not None:
+        time.sleep(1.0)
+        ebtop.send_signal(signal.SIGINT)
+        _, status, ru = os.wait4(ebtop.pid, 0)
+        ebtop.returncode = os.waitstatus_to_exitcode(status)
+        tail.wait()
+        tail_out.seek(0)
+        summary = None
+        for line in tail_out.read().decode().splitlines():
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if obj.get("type") == "summary":
+                summary = obj
+        served = requests_total() - r0  # ebtop is gone: no request after its end is counted
+        k, t, p = (summary or {}).get("kernel", {}), (summary or {}).get("tracker", {}), \
+            (summary or {}).get("parse", {})
+        spans = (summary or {}).get("calls", 0)
+        rec.update(
+            exit=ebtop.returncode, nginx_served=served,
+            calls_client=(summary or {}).get("calls_client"),
+            calls_server=(summary or {}).get("calls_server"),
+            kernel_events=k.get("events"), kernel_lost=k.get("lost"),
+            missed_runs=k.get("missed_runs"), gaps=t.get("gaps"),
+            damaged=p.get("damaged_messages"), desyncs=p.get("desyncs"),
+            unmatched=p.get("unmatched_responses"), unanswered=p.get("unanswered_requests"),
+            ebtop_cpu_s_total=ru.ru_utime + ru.ru_stime, ebtop_maxrss_mb=ru.ru_maxrss / 1024,
+            session_s=(summary or {}).get("duration_ns", 0) / 1e9,
+            # While wrk ran (start-up and exit left out); spans: both sides of wrk's requests.
+            ebtop_cpu_s=c1 - c0, spans_per_s=2 * done / secs,
+            cpu_us_per_span=(c1 - c0) / max(2 * done, 1) * 1e6,
+            # Only with statistics on the whole time (-bpf): sampled ones cover a tenth.
+            bpf_us_per_span=(b1 - b0) / 1e3 / max(2 * done, 1) if "-bpf" in mode else None)
+    return rec
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ebtop", required=True)
+    ap.add_argument("--nginx", default="nginx")
+    ap.add_argument("--wrk", default="wrk")
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--wrk-threads", type=int, default=8)
+    ap.add_argument("--conns", type=int, default=256)
+    ap.add_argument("--seconds", type=int, default=8)
+    ap.add_argument("--modes", default="base,auto,base,t1,base")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                  "scale-results.json"))
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("bench/scale.py needs root (ebtop loads eBPF)")
+    d = tempfile.mkdtemp(prefix="ebtop-scale-")
+    os.chmod(d, 0o755)
+    temps = " ".join(f"{k}_temp_path {d}/{k};" for k in ("client_body", "proxy", "fastcgi",
+                                                          "uwsgi", "scgi"))
+    with open(f"{d}/nginx.conf", "w") as f:
+        f.write(f"""worker_processes {a.workers}; daemon off; pid {d}/nginx.pid; error_log {d}/error.log;
+events {{ worker_connections 8192; }}
+http {{ access_log off; keepalive_requests 1000000000; {temps}
+  server {{ listen 127.0.0.1:{STATUS_PORT}; location = /status {{ stub_status; }} }}
+  server {{ listen 127.0.0.1:{PORT}; location / {{ return 200 "ok"; }} }} }}
+""")
+    nginx = subprocess.Popen([a.nginx, "-e", f"{d}/error.log", "-c", f"{d}/nginx.conf", "-p", d])
+    runs = []
+    try:
+        for _ in range(50):
+            try:
+                requests_total()
+                break
+            except OSError:
+                time.sleep(0.1)
+        for mode in a.modes.split(","):
+            rec = one_run(a, mode)
+            runs.append(rec)
+            print(json.dumps(rec), flush=True)
+    finally:
+        nginx.terminate()
+        nginx.wait()
+    with open(a.out, "w") as f:
+        json.dump({"cpus": os.cpu_count(), "kernel": os.uname().release, "runs": runs}, f,
+                  indent=1)
+    base = [r["rps"] for r in runs if r["mode"] == "base"]
+    print(f"\n{os.cpu_count()} CPUs, nginx {a.workers} workers, wrk -t{a.wrk_threads} "
+          f"-c{a.conns} -d{a.seconds}s; baseline RPS {base}")
+    print("| mode | RPS | traced/baseline | wrk requests | client calls | nginx served | "
+          "server calls | lost | gaps | unanswered | ebtop CPU s | CPU µs/span | BPF µs/span | "
+          "max RSS MB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for i, r in enumerate(runs):
+        if r["mode"] == "base":
+            continue
+        around = [runs[j]["rps"] for j in (i - 1, i + 1)
+                  if 0 <= j < len(runs) and runs[j]["mode"] == "base"]
+        ratio = r["rps"] / (sum(around) / len(around)) if around else float("nan")
+        print(f"| {r['mode']} | {r['rps']:.0f} | {ratio:.3f} | {r['wrk_requests']} | "
+              f"{r['calls_client']} | {r['nginx_served']} | {r['calls_server']} | "
+              f"{r['kernel_lost']} | {r['gaps']} | {r['unanswered']} | {r['ebtop_cpu_s']:.2f} | "
+              f"{r['cpu_us_per_span']:.2f} | "
+              f"{'' if r['bpf_us_per_span'] is None else format(r['bpf_us_per_span'], '.2f')} | "
+              f"{r['ebtop_maxrss_mb']:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
