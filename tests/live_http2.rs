@@ -324,9 +324,10 @@ fn a_connection_open_before_ebtop_is_partial_never_invented() {
     assert_eq!(summary["parse"]["damaged_messages"], 0, "{summary}");
 }
 
-/// HTTP/2 over TLS (ALPN h2): nghttpd with a self-signed certificate, h2load and curl, both
-/// linking the system's libssl: the TLS probes hand the plaintext to the HTTP/2 parser, every
-/// request one call per side with `tls: true`, exactly as over h2c.
+/// HTTP/2 over TLS (ALPN h2): nghttpd with a self-signed certificate, h2load (`-n 2000 -c 4
+/// -m 16`, as over h2c) and curl, both linking the system's libssl: the TLS probes hand the
+/// plaintext to the HTTP/2 parser, every request one call per side with `tls: true`, exactly
+/// as over h2c.
 #[test]
 fn http2_over_tls_is_exact_on_both_sides() {
     require_root();
@@ -350,13 +351,13 @@ fn http2_over_tls_is_exact_on_both_sides() {
     let p = port.to_string();
     let ebtop = Ebtop::start(&["--json", "--port", &p]);
     let out = Command::new("h2load")
-        .args(["-n", "500", "-c", "2", "-m", "8"])
+        .args(["-n", "2000", "-c", "4", "-m", "16"])
         .arg(format!("https://127.0.0.1:{port}/index.html"))
         .output()
         .expect("h2load is installed (scripts/deps: nghttp2-client)");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        out.status.success() && text.contains("500 succeeded") && text.contains("h2"),
+        out.status.success() && text.contains("2000 succeeded") && text.contains("h2"),
         "{text}"
     );
     let curl = Command::new("curl")
@@ -380,7 +381,7 @@ fn http2_over_tls_is_exact_on_both_sides() {
             .iter()
             .filter(|c| c["resource"] == "/index.html")
             .collect();
-        assert_eq!(ok.len(), 500, "{side}");
+        assert_eq!(ok.len(), 2000, "{side}");
         for c in &ok {
             assert_eq!(
                 (
@@ -409,7 +410,7 @@ fn http2_over_tls_is_exact_on_both_sides() {
             (&missing[0]["status"], &missing[0]["tls"]),
             (&Value::from(404), &Value::from(true))
         );
-        assert_eq!(side_calls.len(), 501, "no other calls on {side}");
+        assert_eq!(side_calls.len(), 2001, "no other calls on {side}");
     }
     let summary = lines.last().unwrap();
     assert_clean_summary(summary);

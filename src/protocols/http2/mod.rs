@@ -1566,6 +1566,63 @@ mod tests {
         assert!(c.details.is_empty());
     }
 
+    /// A call's times: its request from the segment of the stream's first HEADERS (not the
+    /// preface, not another stream's frames between) to its END_STREAM, its response from its
+    /// HEADERS to the segment carrying END_STREAM; the latency each side derives from them
+    /// (call.rs) is then first HEADERS to the response's END_STREAM.
+    #[test]
+    fn a_call_spans_its_first_headers_to_the_responses_end_stream() {
+        let mut r = Run::new(ParseDepth::Full);
+        r.start(); // t = 10, 20
+        r.seg(C, &frame(HEADERS, END_HEADERS, 1, &get("/t"))); // 30
+        r.seg(
+            C,
+            &frame(HEADERS, END_HEADERS | END_STREAM, 3, &get("/other")),
+        ); // 40
+        r.seg(C, &frame(DATA, END_STREAM, 1, b"body")); // 50
+        r.seg(S, &frame(HEADERS, END_HEADERS | END_STREAM, 3, &[0x88])); // 60
+        r.seg(S, &frame(HEADERS, END_HEADERS, 1, &[0x88])); // 70
+        r.seg(S, &frame(DATA, 0, 1, b"part")); // 80
+        r.seg(S, &frame(DATA, END_STREAM, 1, b"end")); // 90
+        assert_eq!(r.calls.len(), 2);
+        let c = r.calls.iter().find(|c| c.resource == "/t").unwrap();
+        let times = |m: &MessageSpan| (m.first_start_ns, m.last_end_ns);
+        assert_eq!((times(&c.req), times(&c.resp)), ((30, 51), (70, 91)));
+        assert_eq!((c.req.bytes, c.resp.bytes), (4, 7));
+        let o = r.calls.iter().find(|c| c.resource == "/other").unwrap();
+        assert_eq!((times(&o.req), times(&o.resp)), ((40, 41), (60, 61)));
+    }
+
+    /// Shallow depth on gRPC: the method, and the status from the trailers; no details.
+    #[test]
+    fn shallow_grpc_keeps_method_and_trailer_status() {
+        let mut r = Run::new(ParseDepth::Shallow);
+        r.start();
+        let mut h = get("/pkg.Svc/Get");
+        h[0] = 0x83; // POST
+        h.extend_from_slice(b"\x5f\x10application/grpc");
+        r.seg(C, &frame(HEADERS, END_HEADERS, 1, &h));
+        r.seg(C, &frame(DATA, END_STREAM, 1, &grpc_msg(b"q")));
+        let mut h = vec![0x88];
+        h.extend_from_slice(b"\x5f\x10application/grpc");
+        r.seg(S, &frame(HEADERS, END_HEADERS, 1, &h));
+        r.seg(S, &frame(DATA, 0, 1, &grpc_msg(b"r")));
+        let t = b"\x40\x0bgrpc-status\x015".to_vec();
+        r.seg(S, &frame(HEADERS, END_HEADERS | END_STREAM, 1, &t));
+        assert_eq!(r.calls.len(), 1);
+        let c = &r.calls[0];
+        assert_eq!(
+            (c.proto, c.method.as_str(), c.resource.as_str()),
+            (Protocol::Grpc, "POST", "/pkg.Svc/Get")
+        );
+        assert_eq!(
+            (c.status_text.as_deref(), c.outcome),
+            (Some("NOT_FOUND"), Outcome::ClientError)
+        );
+        assert!(c.details.is_empty(), "{:?}", c.details);
+        assert_eq!(r.stats, ParseStats::default());
+    }
+
     /// RST_STREAM from the client ends its stream as the client's error; a GOAWAY refuses the
     /// streams above its last id; streams open at the close are counted.
     #[test]
