@@ -36,6 +36,10 @@ import tempfile
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import HZ, bpf_run_ns, cpu_ticks  # noqa: E402
+from toggle import links_of  # noqa: E402
+
 PORT = 18942
 STATUS_PORT = PORT + 1
 
@@ -43,17 +47,6 @@ STATUS_PORT = PORT + 1
 def requests_total():
     body = urllib.request.urlopen(f"http://127.0.0.1:{STATUS_PORT}/status").read().decode()
     return int(body.splitlines()[2].split()[2])
-
-
-def links_of(pid):
-    n = 0
-    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
-        try:
-            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
-                n += "link_id:" in f.read()
-        except OSError:
-            pass
-    return n
 
 
 def wait_attached(pid, timeout=30):
@@ -66,27 +59,6 @@ def wait_attached(pid, timeout=30):
         n = links_of(pid)
         same = same + 1 if n == last and n >= 2 else 0
         last = n
-
-
-def cpu_seconds(pid):
-    """user + sys CPU of a running process, all its threads."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def bpf_run_ns(pid):
-    """Run time of the BPF programs ebtop holds (kernel statistics, /proc/PID/fdinfo)."""
-    total = 0
-    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
-        try:
-            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
-                for line in f:
-                    if line.startswith("run_time_ns:"):
-                        total += int(line.split()[1])
-        except OSError:
-            pass
-    return total
 
 
 def run_wrk(a):
@@ -121,10 +93,10 @@ def one_run(a, mode):
         ebtop.stdout.close()
         wait_attached(ebtop.pid)
     r0 = requests_total()
-    c0 = cpu_seconds(ebtop.pid) if ebtop else 0
+    c0 = cpu_ticks(ebtop.pid) / HZ if ebtop else 0
     b0 = bpf_run_ns(ebtop.pid) if ebtop else 0
     done, secs, text, non2xx = run_wrk(a)
-    c1 = cpu_seconds(ebtop.pid) if ebtop else 0
+    c1 = cpu_ticks(ebtop.pid) / HZ if ebtop else 0
     b1 = bpf_run_ns(ebtop.pid) if ebtop else 0
     rec.update(wrk_requests=done, wrk_seconds=secs, rps=done / secs, non_2xx=non2xx)
     if ebtop is not None:
