@@ -15,6 +15,7 @@ own) is loaded by `wrk -tT -cC -dS` in runs one after the other. A mode:
             every probe is attached), wrk, one more second, then SIGINT; the summary line
             gives calls per side and every loss counter
   ...-sys   the same on the syscall-tracepoint path (--hooks syscalls)
+  ...-ringN with --ringbuf-mb N (the event ring's size)
   ...-niceN with --nice N (e.g. auto-nice0: the capture threads at the load's priority)
   ...-bpf   with --bpf-stats full: the BPF programs' run time per span too (statistics on
             cost every program run ~60-110 ns, so throughput is a little lower in this mode)
@@ -78,6 +79,7 @@ def one_run(a, mode):
                "syscalls" if "sys" in opts else "socket"]
         if "bpf" in opts:
             cmd += ["--bpf-stats", "full"]
+        cmd += [a for o in opts if o.startswith("ring") for a in ("--ringbuf-mb", o[4:])]
         nice = next((o[4:] for o in opts if o.startswith("nice")), None)
         if nice is not None:
             cmd += ["--nice", nice]
