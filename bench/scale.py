@@ -39,7 +39,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import HZ, bpf_run_ns, cpu_ticks  # noqa: E402
-from toggle import links_of  # noqa: E402
+from toggle import wait_attached  # noqa: E402
 
 PORT = 18942
 STATUS_PORT = PORT + 1
@@ -48,18 +48,6 @@ STATUS_PORT = PORT + 1
 def requests_total():
     body = urllib.request.urlopen(f"http://127.0.0.1:{STATUS_PORT}/status").read().decode()
     return int(body.splitlines()[2].split()[2])
-
-
-def wait_attached(pid, timeout=30):
-    """Until ebtop's BPF links stop growing (every probe attached)."""
-    last, same, end = -1, 0, time.monotonic() + timeout
-    while same < 3:
-        if time.monotonic() > end:
-            raise RuntimeError("ebtop did not attach its probes in time")
-        time.sleep(0.1)
-        n = links_of(pid)
-        same = same + 1 if n == last and n >= 2 else 0
-        last = n
 
 
 def run_wrk(a):

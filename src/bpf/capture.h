@@ -13,6 +13,8 @@
 #define AF_INET6 10
 #define SOCK_STREAM 1
 #define SOCK_DGRAM 2
+/* A receive that leaves the bytes queued: it moves no stream position. */
+#define MSG_PEEK 2
 
 #include "sockaddr.h"
 #include "infer.h"

@@ -30,7 +30,6 @@
 #include "flowtable.h"
 #include "tls.h"
 
-#define MSG_PEEK 2
 #define TCP_CLOSE 7
 #define IPPROTO_TCP 6
 #define PF_IO_WORKER 0x00000010

@@ -18,8 +18,6 @@
 #include "capture.h"
 #include "tls.h"
 
-#define MSG_PEEK 2
-
 char LICENSE[] SEC("license") = "GPL";
 
 struct inflight {
