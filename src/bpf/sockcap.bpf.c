@@ -125,18 +125,57 @@ struct call_args {
 	__u8 source;
 };
 
+/*
+ * Plain loads, not probe reads: tp_btf hands this object BTF pointers (the socket; the task and
+ * its saved user registers come from helpers that return them too), whose fields the verifier
+ * lets a program load directly, fault-safe, at ≈1 ns each instead of ≈35 ns per
+ * bpf_probe_read_kernel (BPF_CORE_READ) — about ten of those per record before. The helpers in
+ * capture.h and sockaddr.h keep probe reads: the syscall path's socket comes from an fd walk.
+ */
+#if defined(__TARGET_ARCH_arm64)
+#define REG_ARG0(r) ((r)->orig_x0)
+#define REG_ARG1(r) ((r)->regs[1])
+#define REG_ARG2(r) ((r)->regs[2])
+#define REG_ARG4(r) ((r)->regs[4])
+#else
+#define REG_ARG0(r) ((r)->di)
+#define REG_ARG1(r) ((r)->si)
+#define REG_ARG2(r) ((r)->dx)
+#define REG_ARG4(r) ((r)->r8)
+#endif
+
+/* The record's ports and addresses, from the socket (plain loads, see above). */
+static __always_inline void fill_tuple_btf(struct ebtop_event *ev, struct sock *sk, __u8 family)
+{
+	ev->lport = sk->__sk_common.skc_num;
+	ev->rport = bpf_ntohs(sk->__sk_common.skc_dport);
+	__builtin_memset(ev->laddr, 0, sizeof(ev->laddr));
+	__builtin_memset(ev->raddr, 0, sizeof(ev->raddr));
+	__u32 *l = (__u32 *)ev->laddr, *r = (__u32 *)ev->raddr;
+	if (family == AF_INET) {
+		l[0] = sk->__sk_common.skc_rcv_saddr;
+		r[0] = sk->__sk_common.skc_daddr;
+	} else {
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			l[i] = sk->__sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32[i];
+			r[i] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[i];
+		}
+	}
+}
+
 /* The syscall number of the current task's syscall in progress (-1: none, a kernel thread). */
 static __always_inline long current_syscall(struct task_struct___cap *task)
 {
-	if (BPF_CORE_READ(task, flags) & (PF_KTHREAD | PF_IO_WORKER))
+	if (task->flags & (PF_KTHREAD | PF_IO_WORKER))
 		return -1;
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs((struct task_struct *)task);
 	if (!regs)
 		return -1;
 #if defined(__TARGET_ARCH_arm64)
-	return BPF_CORE_READ((struct pt_regs___cap *)regs, syscallno);
+	return ((struct pt_regs___cap *)regs)->syscallno;
 #else
-	return BPF_CORE_READ((struct pt_regs___cap *)regs, orig_ax);
+	return ((struct pt_regs___cap *)regs)->orig_ax;
 #endif
 }
 
@@ -239,15 +278,15 @@ static __always_inline void syscall_args(struct call_args *c, __u8 dir, struct s
 		return;
 	c->syscall = sc;
 	c->source = src;
-	c->fd = (__s32)SYSCALL_ARG0(regs);
-	c->arg = SYSCALL_ARG1(regs);
+	c->fd = (__s32)REG_ARG0(regs);
+	c->arg = REG_ARG1(regs);
 	if (src == SRC_IOV)
-		c->arg2 = SYSCALL_ARG2(regs);
+		c->arg2 = REG_ARG2(regs);
 	if (sc == EBTOP_SC_SENDTO || sc == EBTOP_SC_RECVFROM)
-		c->peer_arg = SYSCALL_ARG4(regs);
+		c->peer_arg = REG_ARG4(regs);
 	if (src == SRC_MMSG) {
 		/* This datagram's message of the vector: then as sendmsg/recvmsg. */
-		c->arg = mmsg_entry((struct task_struct *)task, c->arg, (__u32)SYSCALL_ARG2(regs), sk,
+		c->arg = mmsg_entry((struct task_struct *)task, c->arg, (__u32)REG_ARG2(regs), sk,
 				    dir, len);
 		src = SRC_MSG;
 		if (!c->arg) {
@@ -283,7 +322,7 @@ static __always_inline void fill_header(struct ebtop_event *ev, struct sock *sk,
 	ev->sock_type = sock_type;
 	ev->flags = 0;
 	ev->_pad = 0;
-	fill_tuple(ev, sk, family);
+	fill_tuple_btf(ev, sk, family);
 	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
 }
 
@@ -315,23 +354,23 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 		return 0;
 	if (dir == EBTOP_DIR_INGRESS && (flags & MSG_PEEK))
 		return 0; /* the bytes are read again later */
-	__u8 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	__u8 family = sk->__sk_common.skc_family;
 	if (family != AF_INET && family != AF_INET6)
 		return 0;
-	__u8 sock_type = BPF_CORE_READ((struct sock___cap *)sk, sk_type);
+	__u8 sock_type = ((struct sock___cap *)sk)->sk_type;
 	if (sock_type != SOCK_STREAM && sock_type != SOCK_DGRAM)
 		return 0;
 	bool tcp_flow = count_flows && sock_type == SOCK_STREAM;
 	/* The flow table counts every process's datagrams, selected or not. */
 	struct peer_stash dgram_peer = {};
 	if (count_flows && sock_type == SOCK_DGRAM &&
-	    BPF_CORE_READ((struct sock___flows *)sk, sk_protocol) == IPPROTO_UDP)
+	    ((struct sock___flows *)sk)->sk_protocol == IPPROTO_UDP)
 		flow_count_udp(sk, family, ret, dir == EBTOP_DIR_EGRESS, &dgram_peer);
 	__u64 id = bpf_get_current_pid_tgid();
 	bool selected = task_selected(id >> 32);
 	if (selected && filter_port_count) {
-		__u16 lport = BPF_CORE_READ(sk, __sk_common.skc_num);
-		__u16 rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+		__u16 lport = sk->__sk_common.skc_num;
+		__u16 rport = bpf_ntohs(sk->__sk_common.skc_dport);
 		/* An unconnected datagram socket: the port of this datagram's peer. */
 		if (!rport && dgram_peer.family)
 			rport = dgram_peer.port;
@@ -460,7 +499,7 @@ int BPF_PROG(cap_set_state, struct sock *sk, int oldstate, int newstate)
 	if (!s)
 		return 0;
 	struct ebtop_event *ev = &s->ev;
-	__u8 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	__u8 family = sk->__sk_common.skc_family;
 	__u64 now = bpf_ktime_get_ns();
 	fill_header(ev, sk, st, family, SOCK_STREAM, now, now);
 	/* Often in softirq context: the owner is the process that moved the data. */
