@@ -319,19 +319,23 @@ static __always_inline void fill_tuple(struct ebtop_event *ev, struct sock *sk, 
 	sock_remote_addr(sk, family, ev->raddr);
 }
 
-/* A syscall's arguments in the user registers saved at its entry. */
+/*
+ * A syscall's arguments in the user registers saved at its entry. `r` comes from
+ * bpf_task_pt_regs(), a BTF pointer: plain loads (≈1 ns each, fault-safe) instead of probe
+ * reads (≈35 ns each).
+ */
 #if defined(__TARGET_ARCH_arm64)
-#define SYSCALL_ARG0(r) BPF_CORE_READ(r, orig_x0)
-#define SYSCALL_ARG1(r) BPF_CORE_READ(r, regs[1])
-#define SYSCALL_ARG2(r) BPF_CORE_READ(r, regs[2])
-#define SYSCALL_ARG3(r) BPF_CORE_READ(r, regs[3])
-#define SYSCALL_ARG4(r) BPF_CORE_READ(r, regs[4])
+#define REG_ARG0(r) ((r)->orig_x0)
+#define REG_ARG1(r) ((r)->regs[1])
+#define REG_ARG2(r) ((r)->regs[2])
+#define REG_ARG3(r) ((r)->regs[3])
+#define REG_ARG4(r) ((r)->regs[4])
 #else
-#define SYSCALL_ARG0(r) BPF_CORE_READ(r, di)
-#define SYSCALL_ARG1(r) BPF_CORE_READ(r, si)
-#define SYSCALL_ARG2(r) BPF_CORE_READ(r, dx)
-#define SYSCALL_ARG3(r) BPF_CORE_READ(r, r10) /* the syscall ABI's 4th argument */
-#define SYSCALL_ARG4(r) BPF_CORE_READ(r, r8)
+#define REG_ARG0(r) ((r)->di)
+#define REG_ARG1(r) ((r)->si)
+#define REG_ARG2(r) ((r)->dx)
+#define REG_ARG3(r) ((r)->r10) /* the syscall ABI's 4th argument */
+#define REG_ARG4(r) ((r)->r8)
 #endif
 
 #endif

@@ -6,16 +6,24 @@
 #define S_IFMT 00170000
 #define S_IFSOCK 0140000
 
-/* The current task's fd -> struct file via task->files->fdt (CO-RE); NULL if none. */
+/*
+ * The current task's fd -> struct file; NULL if none. task->files->fdt->{max_fds, fd} are plain
+ * loads through the task's BTF pointer (≈1 ns each, the verifier makes them fault-safe) rather
+ * than probe reads (≈35 ns each); the fd array holds pointers to pointers, which the verifier
+ * does not follow, so the slot itself is one probe read.
+ */
 static __always_inline struct file *fd_to_file(int fd)
 {
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct files_struct *files = task->files;
+	if (!files)
+		return NULL;
+	struct fdtable *fdt = files->fdt;
 	struct file *f = NULL;
 
-	if (!fdt || fd < 0 || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds))
+	if (!fdt || fd < 0 || (unsigned int)fd >= fdt->max_fds)
 		return NULL;
-	struct file **fds = BPF_CORE_READ(fdt, fd);
+	struct file **fds = fdt->fd;
 	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]))
 		return NULL;
 	return f;

@@ -130,20 +130,9 @@ struct call_args {
  * its saved user registers come from helpers that return them too), whose fields the verifier
  * lets a program load directly, fault-safe, at ≈1 ns each instead of ≈35 ns per
  * bpf_probe_read_kernel (BPF_CORE_READ) — about ten of those per record before. The helpers in
- * capture.h and sockaddr.h keep probe reads: the syscall path's socket comes from an fd walk.
+ * capture.h and sockaddr.h keep probe reads for the socket: the syscall path's comes from an
+ * fd walk, which the verifier cannot follow.
  */
-#if defined(__TARGET_ARCH_arm64)
-#define REG_ARG0(r) ((r)->orig_x0)
-#define REG_ARG1(r) ((r)->regs[1])
-#define REG_ARG2(r) ((r)->regs[2])
-#define REG_ARG4(r) ((r)->regs[4])
-#else
-#define REG_ARG0(r) ((r)->di)
-#define REG_ARG1(r) ((r)->si)
-#define REG_ARG2(r) ((r)->dx)
-#define REG_ARG4(r) ((r)->r8)
-#endif
-
 /* The record's ports and addresses, from the socket (plain loads, see above). */
 static __always_inline void fill_tuple_btf(struct ebtop_event *ev, struct sock *sk, __u8 family)
 {

@@ -272,13 +272,13 @@ static __always_inline int on_recv_exit(long ret, __u8 syscall, const __u8 sourc
 	 */
 	__u64 flags = 0;
 	if (syscall == EBTOP_SC_RECVMSG)
-		flags = SYSCALL_ARG2(regs);
+		flags = REG_ARG2(regs);
 	else if (syscall == EBTOP_SC_RECVFROM || syscall == EBTOP_SC_RECVMMSG)
-		flags = SYSCALL_ARG3(regs);
+		flags = REG_ARG3(regs);
 	if (flags & MSG_PEEK)
 		return 0;
 	struct inflight inf = {};
-	if (!inet_socket((int)SYSCALL_ARG0(regs), &inf))
+	if (!inet_socket((int)REG_ARG0(regs), &inf))
 		return 0;
 	count(EBTOP_CNT_SOCK_SYSCALLS, 1);
 	__u64 now = bpf_ktime_get_ns();
@@ -286,11 +286,11 @@ static __always_inline int on_recv_exit(long ret, __u8 syscall, const __u8 sourc
 	inf.syscall = syscall;
 	inf.source = source;
 	inf.dir = EBTOP_DIR_INGRESS;
-	inf.arg = SYSCALL_ARG1(regs);
+	inf.arg = REG_ARG1(regs);
 	if (source == SRC_IOV || source == SRC_MMSG)
-		inf.arg2 = SYSCALL_ARG2(regs);
+		inf.arg2 = REG_ARG2(regs);
 	if (syscall == EBTOP_SC_RECVFROM)
-		inf.peer_arg = SYSCALL_ARG4(regs);
+		inf.peer_arg = REG_ARG4(regs);
 	return emit_call_data(&inf, ret, now, source);
 }
 

@@ -205,7 +205,7 @@ static __always_inline struct tls_call *tls_current_call(void)
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 	if (!regs)
 		return NULL;
-	struct tls_go_key key = { .g = BPF_CORE_READ(regs, GO_REG_G), .tgid = id >> 32 };
+	struct tls_go_key key = { .g = regs->GO_REG_G, .tgid = id >> 32 }; /* a BTF pointer: a plain load */
 	return bpf_map_lookup_elem(&tls_go_calls, &key);
 }
 
