@@ -215,9 +215,11 @@ pub struct Args {
     /// TLS plaintext (HTTPS, TLS database connections) from uprobes on OpenSSL's SSL_write and
     /// SSL_read in shared libssl and in programs linking it statically, and on Go's
     /// crypto/tls. Each probed call costs the traced process breakpoint traps (µs): the
-    /// Processes view and `proc` lines show the hits. off: no uprobe is placed.
-    #[arg(long, value_enum, default_value_t = OnOff::On)]
-    pub tls: OnOff,
+    /// Processes view and `proc` lines show the hits. off: no uprobe is placed. Default: on,
+    /// unless no output would use it (--only with flow, overhead lines alone; --proto dns
+    /// alone: DNS over TLS, port 853, is asked for with --tls on).
+    #[arg(long, value_enum)]
+    pub tls: Option<OnOff>,
 
     /// How ebtop measures its own BPF run time: sampled (statistics on for the last tenth of
     /// each interval, scaled; they cost every BPF program on the host ~60-110 ns per run while
@@ -241,7 +243,9 @@ pub struct Args {
 
     /// With --json: write only these line types (comma-separated: proc, call, exit, endpoint,
     /// process, overhead, flow, flow_end, flow_stats); meta, lost and summary are always
-    /// written. Live, the flow table is loaded only if a flow type is chosen.
+    /// written. Live, only what they need is attached: the flow table only if a flow type is
+    /// chosen; the payload capture, process events and TLS probes only if a call-derived type
+    /// (proc, call, exit, endpoint, process) is (flow lines then carry no `l7`).
     #[arg(long, value_name = "TYPES", value_delimiter = ',', requires = "json",
           value_parser = line_type)]
     pub only: Option<Vec<String>>,

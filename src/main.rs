@@ -238,6 +238,35 @@ fn json_lines(args: &Args) -> LineSelection {
     sel
 }
 
+/// Whether any output of the session uses the payload capture (calls and what is derived
+/// from them): the screen and recordings do; `--json --only` with flow or overhead lines
+/// alone does not, and then its programs stay detached.
+fn wants_capture(args: &Args) -> bool {
+    let sel = json_lines(args);
+    !args.json
+        || args.write.is_some()
+        || ["proc", "call", "exit", "endpoint", "process"]
+            .iter()
+            .any(|t| sel.wants(t))
+}
+
+/// Whether the TLS probes are placed: `--tls on|off`, else whenever a captured protocol may
+/// come over TLS — not for `--proto dns` alone (DNS over TLS is rare: `--tls on` asks for it),
+/// never without the payload capture (the plaintext goes out through it).
+fn wants_tls(args: &Args) -> bool {
+    use ebtop::protocols::Protocol;
+    if !wants_capture(args) {
+        return false;
+    }
+    match args.tls {
+        Some(on_off) => on_off == ebtop::cli::OnOff::On,
+        None => args
+            .proto
+            .as_ref()
+            .is_none_or(|ps| ps.iter().any(|p| *p != Protocol::Dns)),
+    }
+}
+
 /// -w alone records without a UI (e.g. under nohup); --tui shows it while recording.
 fn shows_tui(args: &Args) -> bool {
     !args.json && (args.write.is_none() || args.tui)
@@ -339,7 +368,8 @@ fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> 
         verbose: args.verbose,
         max_flows: args.max_flows,
         hooks: args.hooks,
-        tls: args.tls == ebtop::cli::OnOff::On,
+        capture: wants_capture(args),
+        tls: wants_tls(args),
         flow_table: json_lines(args).wants_flows() || !args.json || args.write.is_some(),
         cgroups,
         bpf_stats: args.bpf_stats.into(),

@@ -1,7 +1,7 @@
 //! The flow table against real traffic: byte counts vs iperf3 and `ss -ti`, retransmits vs
 //! `nstat` across a lossy link between two network namespaces, connect latency across a
-//! delayed link, 10K short
-//! connections, UDP datagrams. Needs root (loads BPF, creates network namespaces).
+//! delayed link, 10K short connections, UDP datagrams, and what is attached when only flow
+//! lines are asked for. Needs root (loads BPF, creates network namespaces).
 
 mod common;
 
@@ -699,4 +699,115 @@ fn udp_datagrams_counted_exactly_both_ways() {
         .map(|f| u(f, "interval_dgrams_out"))
         .sum();
     assert_eq!(sum, 1000);
+}
+
+/// What the output asks for decides what is attached: flow lines alone attach the flow table
+/// only (no capture program runs: the kernel writes no record; no process events, no TLS
+/// probe), and its counts are as exact as ever — TCP bytes both ways, UDP datagrams, owners
+/// named from their data by the flow table's own programs.
+#[test]
+fn flow_lines_alone_attach_only_the_flow_table() {
+    require_root();
+    let _g = serial();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let lport = listener.local_addr().unwrap().port();
+    let ebtop = Ebtop::start(&["--json", "--only", "flow,flow_end,flow_stats"]);
+    let meta = ebtop.collected[0].clone();
+    assert_eq!(meta["loaded"], serde_json::json!(["flow_table"]), "{meta}");
+    // An HTTP exchange: the capture would recognise it, were it attached.
+    let srv = thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut req = vec![0u8; 3000];
+        s.read_exact(&mut req).unwrap();
+        s.write_all(&[b'x'; 1500]).unwrap();
+        s.shutdown(Shutdown::Write).unwrap();
+        let _ = s.read_to_end(&mut Vec::new());
+    });
+    let mut c = TcpStream::connect(("127.0.0.1", lport)).unwrap();
+    let cport = c.local_addr().unwrap().port();
+    let mut req = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec();
+    req.resize(3000, b'a');
+    c.write_all(&req).unwrap();
+    let mut got = Vec::new();
+    c.read_to_end(&mut got).unwrap();
+    assert_eq!(got.len(), 1500);
+    drop(c);
+    srv.join().unwrap();
+    let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let pb = b.local_addr().unwrap();
+    let mut buf = [0u8; 256];
+    for i in 0..50usize {
+        a.send_to(&[7u8; 100][..10 + i], pb).unwrap();
+        b.recv_from(&mut buf).unwrap();
+    }
+    thread::sleep(Duration::from_millis(1200));
+    let lines = ebtop.stop();
+
+    let types: std::collections::BTreeSet<&str> =
+        lines.iter().map(|v| v["type"].as_str().unwrap()).collect();
+    assert!(
+        types.is_subset(
+            &["meta", "flow", "flow_end", "flow_stats", "lost", "summary"]
+                .into_iter()
+                .collect()
+        ),
+        "{types:?}"
+    );
+    let summary = lines.last().unwrap();
+    assert_eq!(
+        summary["kernel"]["events"], 0,
+        "no capture record: {summary}"
+    );
+    let ends = of_type(&lines, "flow_end");
+    let client = ends
+        .iter()
+        .find(|f| port_of(&f["local"]) == cport && port_of(&f["peer"]) == lport)
+        .unwrap_or_else(|| panic!("the client's flow_end: {ends:#?}"));
+    assert_eq!(
+        (u(client, "bytes_out"), u(client, "bytes_in")),
+        (3000, 1500)
+    );
+    assert_eq!(client["pid"], std::process::id(), "{client}");
+    assert!(client.get("l7").is_none(), "no call, no l7: {client}");
+    let server = ends
+        .iter()
+        .find(|f| port_of(&f["local"]) == lport && port_of(&f["peer"]) == cport)
+        .unwrap_or_else(|| panic!("the server's flow_end: {ends:#?}"));
+    assert_eq!(
+        (u(server, "bytes_out"), u(server, "bytes_in")),
+        (1500, 3000)
+    );
+    assert_eq!(server["pid"], std::process::id(), "{server}");
+    let udp = of_type(&lines, "flow")
+        .into_iter()
+        .rev()
+        .find(|f| f["proto"] == "udp" && f["peer"] == pb.to_string())
+        .unwrap_or_else(|| panic!("the UDP flow: {lines:#?}"));
+    let want: u64 = (0..50).map(|i| 10 + i).sum();
+    assert_eq!((u(udp, "dgrams_out"), u(udp, "bytes_out")), (50, want));
+}
+
+/// `--proto dns` alone places no TLS probe (no other process pays a breakpoint for it);
+/// `--tls on` still asks for DNS over TLS.
+#[test]
+fn dns_alone_places_no_tls_probe_unless_asked() {
+    require_root();
+    let _g = serial();
+    for (args, tls) in [
+        (&["--json", "--proto", "dns"][..], false),
+        (&["--json", "--proto", "dns", "--tls", "on"][..], true),
+        (&["--json", "--proto", "dns,http"][..], true),
+    ] {
+        let ebtop = Ebtop::start(args);
+        let meta = ebtop.collected[0].clone();
+        let loaded = meta["loaded"].as_array().unwrap().clone();
+        drop(ebtop.stop());
+        assert!(loaded.contains(&"capture".into()), "{args:?}: {meta}");
+        assert_eq!(
+            loaded.contains(&"tls_probes".into()),
+            tls,
+            "{args:?}: {meta}"
+        );
+    }
 }

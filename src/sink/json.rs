@@ -182,9 +182,9 @@ struct MetaLine<'a> {
     /// Live only: "socket" or "syscalls".
     #[serde(skip_serializing_if = "Option::is_none")]
     hooks: Option<&'a str>,
-    /// Live only: the kernel parts loaded.
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    loaded: &'a [String],
+    /// Live only (written there even when empty): the kernel parts loaded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    loaded: Option<&'a [String]>,
     /// Live with TLS probes: the files probed at start, and those that could not be.
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     tls_probed: &'a [String],
@@ -278,7 +278,7 @@ impl<W: Write> Sink for JsonSink<W> {
             snaplen: m.snaplen,
             filters: &m.filters,
             hooks: m.hooks.as_deref(),
-            loaded: &m.loaded,
+            loaded: m.hooks.is_some().then_some(&m.loaded[..]),
             tls_probed: &m.tls_probed,
             tls_probe_failures: &m.tls_probe_failures,
         })?;

@@ -54,8 +54,12 @@ pub struct LiveConfig {
     pub flow_table: bool,
     /// `--cgroup`/`--container`, resolved: compared in the kernel.
     pub cgroups: Vec<crate::cgroups::CgroupFilter>,
-    /// Probe the TLS libraries for plaintext (`--tls on`).
+    /// Probe the TLS libraries for plaintext (`--tls`; never without `capture`).
     pub tls: bool,
+    /// Attach the payload capture (false when no output uses calls: `--json --only` with
+    /// flow or overhead lines alone). Its object is loaded either way — the session's ring
+    /// and counters — but no program of it runs; nor are process events loaded.
+    pub capture: bool,
 }
 
 /// The loaded capture programs: the socket layer or the syscall tracepoints. Both write the
@@ -208,7 +212,7 @@ fn load_socket_layer<'obj>(
         .rodata_data
         .as_deref_mut()
         .ok_or_else(|| anyhow!("BPF object has no .rodata section"))?
-        .count_flows = cfg.flow_table;
+        .count_flows = cfg.flow_table && cfg.capture;
     let mut skel = open.load().map_err(|e| {
         anyhow!(
             "loading the socket-layer programs failed: {e} (needs tp_btf sock_send_length, \
@@ -219,8 +223,8 @@ fn load_socket_layer<'obj>(
     for prog in skel.object_mut().progs_mut() {
         let name = prog.name().to_string_lossy().into_owned();
         let section = prog.section().to_string_lossy().into_owned();
-        if crate::tls::is_tls_program(&section) {
-            continue; // attached to the TLS libraries (src/tls/)
+        if crate::tls::is_tls_program(&section) || !cfg.capture {
+            continue; // attached to the TLS libraries (src/tls/), or not at all
         }
         links.push(
             prog.attach()
@@ -249,8 +253,8 @@ fn load_syscall_hooks<'obj>(
     for prog in skel.object_mut().progs_mut() {
         let name = prog.name().to_string_lossy().into_owned();
         let section = prog.section().to_string_lossy().into_owned();
-        if crate::tls::is_tls_program(&section) {
-            continue; // attached to the TLS libraries (src/tls/)
+        if crate::tls::is_tls_program(&section) || !cfg.capture {
+            continue; // attached to the TLS libraries (src/tls/), or not at all
         }
         if let Some(tp) = section.strip_prefix("tracepoint/") {
             let link = prog
@@ -453,7 +457,8 @@ pub fn run<S: Sink, R>(
                 filters: cfg.filters.clone(),
                 accept_hooks: matches!(capture, Capture::Syscalls(_)),
             },
-            capture.flow_maps(),
+            // Without the capture attached the flow table does its per-send work itself.
+            capture.flow_maps().filter(|_| cfg.capture),
         )
     }) {
         None => None,
@@ -465,9 +470,14 @@ pub fn run<S: Sink, R>(
     };
 
     // Process exec/exit records: optional too; without them processes are read from /proc.
-    let mut procs = match ProcessProbe::start(&cfg.filters, &cfg.cgroups, tls_loaded) {
-        Ok(p) => Some(p),
-        Err(e) => {
+    // They describe the processes of calls: not loaded when no call is captured.
+    let mut procs = match cfg
+        .capture
+        .then(|| ProcessProbe::start(&cfg.filters, &cfg.cgroups, tls_loaded))
+    {
+        None => None,
+        Some(Ok(p)) => Some(p),
+        Some(Err(e)) => {
             crate::diag!("ebtop: warning: process exec/exit tracing unavailable: {e:#}");
             None
         }
@@ -491,7 +501,7 @@ pub fn run<S: Sink, R>(
     }
     let mut meta = meta.clone();
     meta.loaded = [
-        Some("capture"),
+        cfg.capture.then_some("capture"),
         flows.is_some().then_some("flow_table"),
         procs.is_some().then_some("process_events"),
         tls.is_some().then_some("tls_probes"),
