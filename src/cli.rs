@@ -146,7 +146,8 @@ pub struct Args {
     pub port: Option<Vec<u16>>,
 
     /// Trace only processes in these cgroups (v2 paths such as /system.slice/nginx.service,
-    /// or directories of the mounted hierarchy) or beneath them; at most 8 with --container.
+    /// or directories of the mounted hierarchy) or beneath them; at most 8 with --container
+    /// and --pod.
     /// Applied in the kernel to calls and process records; flows are listed by owner as ever.
     #[arg(long, value_name = "PATH", value_delimiter = ',')]
     pub cgroup: Option<Vec<String>>,
@@ -155,6 +156,12 @@ pub struct Args {
     /// cgroups of the processes running now). Applied in the kernel, as --cgroup.
     #[arg(long, value_name = "ID", value_delimiter = ',')]
     pub container: Option<Vec<String>>,
+
+    /// Trace only processes in these Kubernetes pods (NAME or NAMESPACE/NAME, found in the
+    /// kubelet's /var/log/pods; their cgroups from the processes running now). Applied in the
+    /// kernel, as --cgroup.
+    #[arg(long, value_name = "POD", value_delimiter = ',')]
+    pub pod: Option<Vec<String>>,
 
     /// Trace only connections of these application protocols (comma-separated, e.g. http).
     /// Applied in the kernel; flows (TCP/UDP) are not affected.
@@ -288,17 +295,20 @@ const LIVE_ONLY: &[&str] = &[
     "duration",
     "cgroup",
     "container",
+    "pod",
 ];
 
 /// What is wrong with a command line that parsed: a filter with more values than the kernel
 /// compares, or an option that does nothing in this kind of session (a live-only option with
 /// -r, --speed anywhere but the terminal UI's replay) — said, not ignored.
 pub fn usage_problem(m: &ArgMatches) -> Option<String> {
-    let cgroups =
-        m.get_raw("cgroup").map_or(0, |v| v.len()) + m.get_raw("container").map_or(0, |v| v.len());
+    let cgroups: usize = ["cgroup", "container", "pod"]
+        .iter()
+        .map(|id| m.get_raw(id).map_or(0, |v| v.len()))
+        .sum();
     if cgroups > crate::session::MAX_FILTER_VALUES {
         return Some(format!(
-            "--cgroup and --container take at most {} values together (given {cgroups})",
+            "--cgroup, --container and --pod take at most {} values together (given {cgroups})",
             crate::session::MAX_FILTER_VALUES
         ));
     }

@@ -15,6 +15,7 @@ pub mod flows;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod pipeline;
+pub mod pods;
 pub mod preflight;
 pub mod process_events;
 pub mod procinfo;

@@ -194,11 +194,14 @@ fn filters(args: &Args) -> Filters {
     }
 }
 
-/// `--cgroup` and `--container`, resolved to the cgroups the kernel compares.
+/// `--cgroup`, `--container` and `--pod`, resolved to the cgroups the kernel compares.
 fn cgroup_filters(args: &Args) -> Result<Vec<ebtop::cgroups::CgroupFilter>> {
     let mut paths: Vec<String> = args.cgroup.clone().unwrap_or_default();
     for id in args.container.iter().flatten() {
         paths.push(ebtop::cgroups::container_cgroup(id)?);
+    }
+    for pod in args.pod.iter().flatten() {
+        paths.push(ebtop::pods::pod_cgroup(pod)?);
     }
     if paths.is_empty() {
         return Ok(Vec::new());

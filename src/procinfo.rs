@@ -12,6 +12,10 @@ pub struct ProcInfo {
     /// before it was kept, in replays of exec records, and where there is no cgroup v2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<String>,
+    /// Its Kubernetes pod (from the cgroup path and the kubelet's files), resolved live and
+    /// kept in recordings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<crate::pods::Pod>,
 }
 
 impl ProcInfo {
@@ -88,12 +92,14 @@ impl ProcInfo {
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
             .map(|b| split_cmdline(&b))
             .unwrap_or_default();
+        let cgroup = read_cgroup(pid);
         ProcInfo {
             pid,
             comm: comm.to_owned(),
             exe,
             cmdline,
-            cgroup: read_cgroup(pid),
+            pod: cgroup.as_deref().and_then(crate::pods::pod_of_cgroup),
+            cgroup,
         }
     }
 }
@@ -158,6 +164,7 @@ impl ProcessTable {
         if self.read_proc && info.cgroup.is_none() {
             // Live: an exec record says nothing of the cgroup; /proc does while it runs.
             info.cgroup = read_cgroup(info.pid);
+            info.pod = info.cgroup.as_deref().and_then(crate::pods::pod_of_cgroup);
         }
         if let Some(e) = self.procs.get(&info.pid).filter(|e| e.described) {
             if e.info.comm == info.comm && e.info.exe == info.exe {

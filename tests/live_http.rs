@@ -518,6 +518,147 @@ fn list_filters_select_any_of_their_values() {
     assert_clean_summary(lines.last().unwrap());
 }
 
+/// A Kubernetes pod on this host as the kubelet and a CRI runtime lay it out (systemd cgroup
+/// driver: `kubepods.slice/…/kubepods-besteffort-pod<uid>.slice/cri-containerd-<id>.scope`;
+/// the kubelet's `/var/log/pods/<namespace>_<name>_<uid>/`), made by the test and removed
+/// after it.
+struct FakePod {
+    pod_dir: std::path::PathBuf,
+    container_dir: std::path::PathBuf,
+    log_dir: std::path::PathBuf,
+    /// A process that lives in the pod while the test runs (how --pod finds its cgroup).
+    resident: std::process::Child,
+    namespace: String,
+    container_id: String,
+}
+
+impl FakePod {
+    fn new(name: &str) -> FakePod {
+        let mount = ebtop::cgroups::cgroup2_mount().expect("a cgroup v2 hierarchy");
+        let pid = std::process::id();
+        let uid = format!("0b5a7c2e-1f3d-4e6a-9b8c-{pid:012x}");
+        let container_id = format!("{pid:012x}").repeat(5) + "abcd";
+        let pod_dir = mount.join(format!(
+            "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice",
+            uid.replace('-', "_")
+        ));
+        let container_dir = pod_dir.join(format!("cri-containerd-{container_id}.scope"));
+        std::fs::create_dir_all(&container_dir).unwrap();
+        let namespace = format!("ebtop-test-{pid}");
+        let log_dir =
+            std::path::Path::new("/var/log/pods").join(format!("{namespace}_{name}_{uid}"));
+        std::fs::create_dir_all(&log_dir).unwrap();
+        let resident = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "echo $$ > {}/cgroup.procs && exec sleep 120",
+                container_dir.display()
+            ))
+            .spawn()
+            .unwrap();
+        // Until it is in: its cgroup is the container's.
+        let want = format!("cri-containerd-{container_id}.scope");
+        for _ in 0..100 {
+            if ebtop::procinfo::read_cgroup(resident.id()).is_some_and(|c| c.ends_with(&want)) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        FakePod {
+            pod_dir,
+            container_dir,
+            log_dir,
+            resident,
+            namespace,
+            container_id,
+        }
+    }
+
+    /// Runs `cmd` with sh inside the pod's container.
+    fn run(&self, cmd: &str) -> std::process::ExitStatus {
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "echo $$ > {}/cgroup.procs && exec {cmd}",
+                self.container_dir.display()
+            ))
+            .status()
+            .unwrap()
+    }
+}
+
+impl Drop for FakePod {
+    fn drop(&mut self) {
+        let _ = self.resident.kill();
+        let _ = self.resident.wait();
+        // Then the parents the test made, if empty (on a real node they are not).
+        for dir in [self.log_dir.as_path(), self.container_dir.as_path()]
+            .into_iter()
+            .chain(self.pod_dir.ancestors().take(3))
+            .chain(self.log_dir.parent())
+        {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+/// `--pod NAMESPACE/NAME`: calls of the processes in that pod only, found through the
+/// kubelet's files and filtered in the kernel by the pod's cgroup; their `proc` lines name
+/// the pod, its namespace and the container.
+#[test]
+fn pod_filter_selects_the_pods_processes_and_names_them() {
+    require_root();
+    let pod = FakePod::new("web-0");
+    let server = TestServer::start();
+    let ebtop = Ebtop::start(&["--json", "--pod", &format!("{}/web-0", pod.namespace)]);
+    let url = format!("http://127.0.0.1:{}/", server.port);
+    assert!(pod
+        .run(&format!(
+            "curl -s -o /dev/null {url} -o /dev/null {url} -o /dev/null {url}"
+        ))
+        .success());
+    // A call from outside the pod.
+    let s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    w.write_all(get("/").as_bytes()).unwrap();
+    assert_eq!(read_response(&mut r), (200, 12));
+    drop((w, r));
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    assert_eq!(calls.len(), 3, "curl's three calls only: {calls:?}");
+    assert!(calls
+        .iter()
+        .all(|c| c["comm"] == "curl" && c["side"] == "client"));
+    let procs: Vec<&Value> = lines.iter().filter(|v| v["type"] == "proc").collect();
+    assert_eq!(procs.len(), 1, "{procs:?}");
+    assert_eq!(procs[0]["pod"], "web-0", "{}", procs[0]);
+    assert_eq!(
+        procs[0]["namespace"],
+        pod.namespace.as_str(),
+        "{}",
+        procs[0]
+    );
+    assert_eq!(
+        procs[0]["container"],
+        &pod.container_id[..12],
+        "{}",
+        procs[0]
+    );
+    assert_clean_summary(lines.last().unwrap());
+    // A pod that is not there: one line that says so, before anything is loaded.
+    let out = Command::new(env!("CARGO_BIN_EXE_ebtop"))
+        .args(["--json", "--pod", "no-such-namespace/no-such-pod"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("pod no-such-namespace/no-such-pod: not found"),
+        "{err}"
+    );
+}
+
 /// `--cgroup`: calls of processes in that cgroup (a client the test moves there), none of
 /// the processes outside it (the server, the test itself).
 #[test]

@@ -202,6 +202,8 @@ struct ProcLine<'a> {
     cmdline: &'a [String],
     cgroup: Option<&'a str>,
     container: Option<&'a str>,
+    pod: Option<&'a str>,
+    namespace: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -297,6 +299,8 @@ impl<W: Write> Sink for JsonSink<W> {
             cmdline: &p.cmdline,
             cgroup: p.cgroup.as_deref(),
             container: p.container(),
+            pod: p.pod.as_ref().map(|p| p.name.as_str()),
+            namespace: p.pod.as_ref().map(|p| p.namespace.as_str()),
         })
     }
 
@@ -509,6 +513,7 @@ mod tests {
             exe: None,
             cmdline: Vec::new(),
             cgroup: None,
+            pod: None,
         })
         .unwrap();
         sink.lost(0, &super::super::Loss::default()).unwrap();
