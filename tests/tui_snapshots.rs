@@ -239,3 +239,41 @@ fn empty() {
         }
     }
 }
+
+#[test]
+fn live_header_shows_the_wall_clock_and_uptime() {
+    // Live, the first line starts as top's: the local time (to the second) and the uptime.
+    let offset = 1_795_310_000_000_000_000i64;
+    for (w, h) in SIZES {
+        let mut app = App::new("live", Duration::from_secs(1), true);
+        app.set_size(w, h);
+        app.zone = ebtop::clock::Zone {
+            offset_s: 3600,
+            name: "CET".into(),
+        };
+        let mut meta = ebtop::session::SessionMeta::this_host(
+            "live",
+            4096,
+            ebtop::session::Filters::default(),
+            offset,
+        );
+        meta.start_unix_ns = offset + 1_000_000_000_000;
+        app.apply(ebtop::tui::UiMsg::Meta(Box::new(meta)));
+        app.clock_ns = Some(1_000_000_000_000 + 3_725_000_000_000);
+        let s = screen(&app, w, h);
+        assert_eq!(
+            s.lines().next().unwrap(),
+            "ebtop  live  03:32:05 CET  up 1h02m05s  calls 0  lost 0",
+            "{w}x{h}"
+        );
+    }
+}
+
+#[test]
+fn filter_naming_a_field_the_view_lacks() {
+    // Endpoints have no STATUS column: the filter is refused and says which fields there
+    // are (in the prompt line too, which a narrow terminal does not cut first); no row hides.
+    let mut setup = vec![KeyCode::Char('2'), KeyCode::Char('/')];
+    setup.extend("status>=500".chars().map(KeyCode::Char));
+    snap("filter_unknown_field", &setup);
+}

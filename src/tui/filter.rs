@@ -6,13 +6,17 @@
 //! - `field>=N`, `field>N`, `field<=N`, `field<N`, `field=N`: that column's number compares
 //!   (`status>=500`, `lat>100` in the column's own unit, `7.1k` and `2M` understood);
 //! - `!` before a field term negates it too (`!status=200`);
-//! - a word whose field is no column here is plain text (`http://x`, `id=7`).
+//! - a comparison whose field is no column here is an error that names the view's fields
+//!   (`status>=500` in the Endpoints view, `bogus<3`), and so is `field:text` with a field
+//!   of another view (`path:/api` in the Processes view): either would hide every row;
+//! - other words are plain text: `http://x`, `localhost:8080`, `user:1000`, `user=bob`, and
+//!   anything with a character no field name has before its operator (`?id=7`).
 //!
 //! Fields are named by their column's title, lower case, up to its first space or `/`
 //! (`process`, `status`, `lat`, `calls/s` as `calls`), or by a prefix of it; `comm` names the
 //! process column and `path` the resource column.
 
-use super::table::{Column, Row};
+use super::table::{Column, Row, CALL_COLUMNS, CONN_COLUMNS, ENDPOINT_COLUMNS, PROCESS_COLUMNS};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Cmp {
@@ -71,16 +75,43 @@ fn find_field(name: &str, cols: &[Column]) -> Result<usize, String> {
         .collect();
     match prefixed[..] {
         [i] => Ok(i),
-        _ => Err(format!(
-            "no column {name:?} here (fields: {})",
-            names
-                .iter()
-                .filter(|n| !n.is_empty())
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
+        _ => {
+            let mut fields: Vec<&str> = Vec::new();
+            for n in &names {
+                // `CALLS` and `CALLS/s` are both `calls`: named once.
+                if !n.is_empty() && !fields.contains(&n.as_str()) {
+                    fields.push(n);
+                }
+            }
+            Err(format!(
+                "no column {name:?} here (fields: {})",
+                fields.join(", ")
+            ))
+        }
     }
+}
+
+/// Could be a field's name: letters, digits, `_`, a letter first. A word with anything else
+/// before its operator is text (`?id=7`, `10:00`).
+fn is_field_like(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_alphabetic())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// A field of some view (or an alias): `name:text` with it is meant as a field term even
+/// where the view lacks it, while other `word:text` (`user:1000`, `localhost:8080`) is text.
+fn is_known_field(name: &str) -> bool {
+    matches!(name, "comm" | "pid" | "path" | "key" | "query")
+        || [
+            CALL_COLUMNS,
+            ENDPOINT_COLUMNS,
+            CONN_COLUMNS,
+            PROCESS_COLUMNS,
+            super::flows::FLOW_TABLE_COLUMNS,
+        ]
+        .iter()
+        .flat_map(|cols| cols.iter())
+        .any(|c| field_name(c) == name)
 }
 
 /// `12.5`, `7.1k`, `2M`, `1.5G` as numbers; `-` and other text: None.
@@ -119,23 +150,32 @@ fn parse_term(word: &str, cols: &[Column]) -> Result<Term, String> {
         } else {
             (Cmp::Eq, rest.trim_start_matches('=')) // `=` or `==`
         };
-        if let Some(col) = (!name.is_empty())
-            .then(|| find_field(name, cols).ok())
-            .flatten()
-        {
-            let v = number(value).ok_or_else(|| format!("{value:?} is not a number"))?;
-            return Ok(Term {
-                negated,
-                test: Test::Number(col, cmp, v),
-            });
+        if is_field_like(name) {
+            match (find_field(name, cols), number(value)) {
+                (Ok(col), Some(v)) => {
+                    return Ok(Term {
+                        negated,
+                        test: Test::Number(col, cmp, v),
+                    })
+                }
+                (Ok(_), None) => return Err(format!("{value:?} is not a number")),
+                // A number compared with no column: as text it would hide every row.
+                (Err(e), Some(_)) => return Err(e),
+                // `user=bob`: text.
+                (Err(_), None) => {}
+            }
         }
     }
     if let Some((name, text)) = lower.split_once(':') {
-        if let Ok(col) = find_field(name, cols) {
-            return Ok(Term {
-                negated,
-                test: Test::Field(col, text.to_owned()),
-            });
+        match find_field(name, cols) {
+            Ok(col) => {
+                return Ok(Term {
+                    negated,
+                    test: Test::Field(col, text.to_owned()),
+                })
+            }
+            Err(e) if is_known_field(name) => return Err(e),
+            Err(_) => {}
         }
     }
     Ok(Term {
@@ -145,12 +185,13 @@ fn parse_term(word: &str, cols: &[Column]) -> Result<Term, String> {
 }
 
 impl RowFilter {
-    /// Parses what was typed, for a view with these columns; the error says which word is
-    /// wrong and why.
+    /// Parses what was typed, for a view with these columns; the error says why, and which
+    /// word is wrong when there are several (the line is short).
     pub fn parse(text: &str, cols: &[Column]) -> Result<RowFilter, String> {
+        let several = text.split_whitespace().nth(1).is_some();
         let terms = text
             .split_whitespace()
-            .map(|w| parse_term(w, cols).map_err(|e| format!("{w}: {e}")))
+            .map(|w| parse_term(w, cols).map_err(|e| if several { format!("{w}: {e}") } else { e }))
             .collect::<Result<_, _>>()?;
         Ok(RowFilter { terms })
     }
@@ -189,7 +230,7 @@ impl RowFilter {
 
 #[cfg(test)]
 mod tests {
-    use super::super::table::{Flag, CALL_COLUMNS};
+    use super::super::table::Flag;
     use super::*;
 
     fn row(cells: &[&str]) -> Row {
@@ -249,9 +290,12 @@ mod tests {
             [true, false],
             "a prefix names a column"
         );
-        // A field that is no column here: the word is text.
+        // Words that only look like field terms are text.
         assert_eq!(hits("/api/orders=x"), [false, false]);
         assert_eq!(hits("orders"), [false, true]);
+        assert_eq!(hits("/api/orders?x=1"), [false, false]);
+        assert_eq!(hits("user=bob"), [false, false]);
+        assert_eq!(hits("10:00:01"), [false, true]);
         assert!(find_field("bogus", CALL_COLUMNS)
             .unwrap_err()
             .contains("status"));
@@ -260,6 +304,54 @@ mod tests {
         assert!(e.contains("not a number"), "{e}");
         // A lone `!` or `:` is text.
         assert!(RowFilter::parse("! :x", CALL_COLUMNS).is_ok());
+    }
+
+    #[test]
+    fn fields_the_view_lacks_are_errors_that_name_its_fields() {
+        use super::super::flows::FLOW_TABLE_COLUMNS;
+        // Endpoints have no status column: an error naming theirs, not a filter hiding all.
+        let e = RowFilter::parse("status>=500", ENDPOINT_COLUMNS).unwrap_err();
+        assert!(
+            e.starts_with("no column \"status\" here (fields: process,"),
+            "{e}"
+        );
+        assert!(e.contains("serr") && e.contains("p99"), "{e}");
+        assert_eq!(e.matches("calls").count(), 1, "{e}");
+        assert!(RowFilter::parse("serr>=1", ENDPOINT_COLUMNS).is_ok());
+        // Among several words, the wrong one is named.
+        let e = RowFilter::parse("comm:nginx status>=500", ENDPOINT_COLUMNS).unwrap_err();
+        assert!(e.starts_with("status>=500: no column"), "{e}");
+        // An unknown name compared with a number, negated or not.
+        for w in ["bogus>3", "!bogus=0", "id=7", "latency<=1.5k"] {
+            let e = RowFilter::parse(w, CALL_COLUMNS).unwrap_err();
+            assert!(
+                e.contains("no column") && e.contains("resource"),
+                "{w}: {e}"
+            );
+        }
+        // Another view's field with `:`.
+        let e = RowFilter::parse("path:/api", PROCESS_COLUMNS).unwrap_err();
+        assert!(
+            e.contains("no column \"path\"") && e.contains("command"),
+            "{e}"
+        );
+        let e = RowFilter::parse("method:get", FLOW_TABLE_COLUMNS).unwrap_err();
+        assert!(e.contains("proto") && e.contains("local"), "{e}");
+        // Text with `:` or `=` that names no field stays text.
+        for w in [
+            "http://x",
+            "localhost:8080",
+            "[::1]:80",
+            "fe80::1",
+            "user:1000",
+            "session:abc",
+            "?id=7",
+            "user=bob",
+            "x=y",
+        ] {
+            let f = RowFilter::parse(w, FLOW_TABLE_COLUMNS).unwrap();
+            assert!(matches!(f.terms[0].test, Test::Text(_)), "{w}");
+        }
     }
 
     #[test]

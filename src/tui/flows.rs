@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use super::table::{col, flex, human, proc_label, Column, Flag, Row, SortVal};
+use super::table::{col, fit, human, proc_label, Column, Flag, Row, SortVal};
 use crate::flows::{FlowReport, TcpFlow, UdpFlow};
 
 /// Rows kept at most; ended flows go first, then the least recently active.
@@ -14,21 +14,26 @@ pub const MAX_FLOWS_SHOWN: usize = 20_000;
 /// How long (recorded time) an ended flow stays on the board.
 pub const ENDED_KEPT_NS: u64 = 10_000_000_000;
 
-/// Columns of the flow table (index 4, the receive rate, is the view's default sort).
+/// Columns of the flow table (index 4, the receive rate, is the view's default sort). The
+/// addresses as wide as they are, so that PROTO (short, and what a flow is) stays at 80
+/// columns; the spare width goes to the last column, as htop's Command.
 pub const FLOW_TABLE_COLUMNS: &[Column] = &[
-    flex("LOCAL", 21),
-    col("PEER", 21, 0, false),
+    fit("LOCAL", 21),
+    fit("PEER", 21),
     col("PROCESS/PID", 14, 0, false),
-    col("PROTO", 7, 7, false),
+    col("PROTO", 7, 1, false),
     col("IN B/s", 8, 0, true),
     col("OUT B/s", 8, 0, true),
-    col("IN B", 8, 4, true),
-    col("OUT B", 8, 5, true),
-    col("SRTT ms", 7, 2, true),
-    col("RETR", 5, 1, true),
-    col("STATE", 11, 3, false),
-    col("AGE s", 7, 6, true),
-    col("L7", 9, 8, false),
+    col("IN B", 8, 5, true),
+    col("OUT B", 8, 6, true),
+    col("SRTT ms", 7, 3, true),
+    col("RETR", 5, 2, true),
+    col("STATE", 11, 4, false),
+    col("AGE s", 7, 7, true),
+    Column {
+        flex: true,
+        ..col("L7", 9, 8, false)
+    },
 ];
 
 /// One flow as the view shows it (TCP or UDP).

@@ -69,7 +69,69 @@ pub fn draw(f: &mut Frame, app: &App) {
     }
 }
 
-fn draw_header(f: &mut Frame, app: &App, area: Rect) {
+/// How much of the header's first line to write: each step down sheds a detail, so that a
+/// narrow terminal keeps the position and the losses rather than cutting the line's end.
+#[derive(Clone, Copy)]
+struct HeaderDetail {
+    millis: bool,
+    since_start: bool,
+    rate: bool,
+    at: bool,
+    zone: bool,
+    year: bool,
+    date: bool,
+}
+
+impl HeaderDetail {
+    /// From the fullest to the tersest.
+    const STEPS: [HeaderDetail; 8] = {
+        let full = HeaderDetail {
+            millis: true,
+            since_start: true,
+            rate: true,
+            at: true,
+            zone: true,
+            year: true,
+            date: true,
+        };
+        let no_ms = HeaderDetail {
+            millis: false,
+            ..full
+        };
+        let no_since = HeaderDetail {
+            since_start: false,
+            ..no_ms
+        };
+        let no_rate = HeaderDetail {
+            rate: false,
+            ..no_since
+        };
+        let no_at = HeaderDetail {
+            at: false,
+            ..no_rate
+        };
+        let no_zone = HeaderDetail {
+            zone: false,
+            ..no_at
+        };
+        let no_year = HeaderDetail {
+            year: false,
+            ..no_zone
+        };
+        let no_date = HeaderDetail {
+            date: false,
+            ..no_year
+        };
+        [
+            full, no_ms, no_since, no_rate, no_at, no_zone, no_year, no_date,
+        ]
+    };
+}
+
+/// The header's first line at this level of detail, without the sparkline: who, what state,
+/// where in time (a replay's recorded date and position, or live the wall clock and uptime
+/// as top's first line), then the counts with the losses.
+fn header_top(app: &App, k: HeaderDetail) -> Vec<Span<'static>> {
     let d = app.shown();
     let mut top = vec![
         Span::styled(
@@ -94,34 +156,79 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
     if d.ended.is_some() {
         top.push(Span::raw("  [ENDED]"));
     }
-    let start = d.start_mono_ns();
-    let pos = match (app.clock_ns, start) {
-        (Some(now), Some(s)) => format!("  up {}", duration_str(now.saturating_sub(s))),
-        (None, Some(s)) if d.position_ns > 0 => format!(
-            "  at {} {} (+{})",
-            date_time(d.meta.as_ref(), &app.zone, d.position_ns),
-            app.zone.name,
-            duration_str(d.position_ns.saturating_sub(s))
-        ),
-        _ => String::new(),
+    let zone = if k.zone {
+        format!(" {}", app.zone.name)
+    } else {
+        String::new()
     };
-    // Counts first, losses right after them: a narrow terminal cuts the line's end, and
-    // losses must stay in sight.
+    // `YYYY-MM-DD HH:MM:SS.mmm`, cut to what the level keeps.
+    let when = |mono_ns: u64, date: bool| {
+        let s = date_time(d.meta.as_ref(), &app.zone, mono_ns);
+        let from = match (date, k.year) {
+            (false, _) => 11,
+            (true, false) => 5,
+            (true, true) => 0,
+        };
+        let to = if k.millis { s.len() } else { 19 };
+        s.get(from..to).unwrap_or(&s).to_owned()
+    };
+    match (app.clock_ns, d.start_mono_ns()) {
+        (Some(now), Some(s)) => {
+            // Live: today's time, to the second, as top's clock.
+            top.push(Span::raw(format!(
+                "  {}{zone}",
+                when(now, false).get(..8).unwrap_or_default()
+            )));
+            top.push(Span::raw(format!(
+                "  up {}",
+                duration_str(now.saturating_sub(s))
+            )));
+        }
+        (None, Some(s)) if d.position_ns > 0 => {
+            top.push(Span::raw(format!(
+                "  {}{}{zone}",
+                if k.at { "at " } else { "" },
+                when(d.position_ns, k.date)
+            )));
+            if k.since_start {
+                top.push(Span::raw(format!(
+                    " (+{})",
+                    duration_str(d.position_ns.saturating_sub(s))
+                )));
+            }
+        }
+        _ => {}
+    }
+    // Losses right after the counts: they must stay in sight.
     top.push(Span::raw(format!("  calls {}", d.total_calls())));
-    if let Some(r) = d.calls_per_s() {
+    if let Some(r) = d.calls_per_s().filter(|_| k.rate) {
         top.push(Span::raw(format!(" ({r:.1}/s)")));
     }
     top.push(Span::raw(format!("  lost {}", d.total_lost())));
     if d.ui_dropped > 0 {
         top.push(Span::raw(format!("  ui-dropped {}", d.ui_dropped)));
     }
-    if d.rate_history.len() > 1 {
+    top
+}
+
+fn draw_header(f: &mut Frame, app: &App, area: Rect) {
+    let d = app.shown();
+    let width = usize::from(area.width);
+    let steps = HeaderDetail::STEPS;
+    let mut top = steps
+        .iter()
+        .map(|&k| header_top(app, k))
+        .find(|t| Line::from(t.clone()).width() <= width)
+        .unwrap_or_else(|| header_top(app, steps[steps.len() - 1]));
+    // The call-rate sparkline last, in what width is left (its newest values).
+    let left = width.saturating_sub(Line::from(top.clone()).width() + 2);
+    if d.rate_history.len() > 1 && left >= 2 {
+        let skip = d.rate_history.len().saturating_sub(left);
         top.push(Span::raw(format!(
             "  {}",
-            super::table::sparkline(d.rate_history.iter().copied())
+            super::table::sparkline(d.rate_history.iter().skip(skip).copied())
         )));
     }
-    top.push(Span::raw(pos));
     let mut tabs = Vec::new();
     for v in View::ALL {
         let label = format!("{} {}", v.index() + 1, v.title());
@@ -167,9 +274,33 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
 }
 
 /// Which columns fit in `width` (the marker column and spacing included), and their widths.
-fn fit(cols: &[Column], width: u16) -> Vec<(usize, u16)> {
+/// Content-sized columns take their widest cell among `rows` (at most their `width` while
+/// columns are dropped, up to `FIT_MAX` from the spare); the flexible column the rest.
+fn fit_columns(cols: &[Column], rows: &[super::table::Row], width: u16) -> Vec<(usize, u16)> {
+    // Natural width of each content-sized column: its widest cell, or its title and the
+    // sort arrow (so sorting does not move the columns).
+    let natural: Vec<u16> = cols
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            if !c.fit {
+                return c.width;
+            }
+            let widest = rows
+                .iter()
+                .filter_map(|r| r.cells.get(i))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0);
+            let title = c.title.chars().count() + 1;
+            u16::try_from(widest.max(title))
+                .unwrap_or(u16::MAX)
+                .min(super::table::FIT_MAX)
+        })
+        .collect();
+    let base = |i: usize| natural[i].min(cols[i].width);
     let mut keep: Vec<usize> = (0..cols.len()).collect();
-    let need = |keep: &[usize]| -> u16 { 2 + keep.iter().map(|&i| cols[i].width + 1).sum::<u16>() };
+    let need = |keep: &[usize]| -> u16 { 2 + keep.iter().map(|&i| base(i) + 1).sum::<u16>() };
     while need(&keep) > width {
         let victim = keep
             .iter()
@@ -184,13 +315,21 @@ fn fit(cols: &[Column], width: u16) -> Vec<(usize, u16)> {
             None => break,
         }
     }
-    let spare = width.saturating_sub(need(&keep));
-    keep.into_iter()
+    let mut spare = width.saturating_sub(need(&keep));
+    let mut out: Vec<(usize, u16)> = keep
+        .into_iter()
         .map(|i| {
-            let w = cols[i].width + if cols[i].flex { spare } else { 0 };
-            (i, w)
+            let grow = natural[i].saturating_sub(base(i)).min(spare);
+            spare -= grow;
+            (i, base(i) + grow)
         })
-        .collect()
+        .collect();
+    for (i, w) in &mut out {
+        if cols[*i].flex {
+            *w += spare;
+        }
+    }
+    out
 }
 
 /// Below the Flows view: the flow table's health, or why there is no flow table.
@@ -286,7 +425,7 @@ fn draw_table(f: &mut Frame, app: &App, area: Rect) {
     let [title, table] = Layout::vertical([Constraint::Length(1), Constraint::Min(1)]).areas(area);
     f.render_widget(Paragraph::new(Line::from(view_title(app, &rows))), title);
     let cols = app.columns();
-    let fitted = fit(cols, area.width);
+    let fitted = fit_columns(cols, &rows, area.width);
     let st = app.view_state();
     let head_style = style(
         app,
@@ -666,10 +805,15 @@ fn draw_overhead(f: &mut Frame, app: &App, area: Rect) {
 
 fn draw_hint(f: &mut Frame, app: &App, area: Rect) {
     let text = if app.prompt {
-        format!(
-            "/{}_   (Enter/Esc: keep, empty: clear)",
-            app.view_state().filter
-        )
+        // While typing, the reason a filter is refused shows here too: the header's end is
+        // cut on a narrow terminal.
+        match app.filter_error() {
+            Some(e) => format!("/{}_  {e}", app.view_state().filter),
+            None => format!(
+                "/{}_   (Enter/Esc: keep, empty: clear)",
+                app.view_state().filter
+            ),
+        }
     } else if app.detail.is_some() {
         "Esc/Backspace/Enter: back  q: quit".to_owned()
     } else {
@@ -906,4 +1050,60 @@ fn draw_detail(f: &mut Frame, app: &App, area: Rect) {
             ),
         r,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::flows::FLOW_TABLE_COLUMNS;
+    use super::super::table::{Flag, Row};
+    use super::*;
+
+    fn flow_rows(local: &str, peer: &str) -> Vec<Row> {
+        let mut cells = vec![local.to_owned(), peer.to_owned()];
+        cells.extend(FLOW_TABLE_COLUMNS[2..].iter().map(|_| "x".to_owned()));
+        vec![Row {
+            key: "k".into(),
+            cells,
+            sort: Vec::new(),
+            flag: Flag::None,
+        }]
+    }
+
+    fn titles(fitted: &[(usize, u16)]) -> Vec<&'static str> {
+        fitted
+            .iter()
+            .map(|&(i, _)| FLOW_TABLE_COLUMNS[i].title)
+            .collect()
+    }
+
+    #[test]
+    fn addresses_take_the_width_they_need_and_the_last_column_the_rest() {
+        // Loopback IPv4: narrow addresses leave room for PROTO at 80 columns.
+        let rows = flow_rows("127.0.0.1:18482", "127.0.0.1:36406");
+        let f = fit_columns(FLOW_TABLE_COLUMNS, &rows, 80);
+        assert_eq!(
+            titles(&f),
+            ["LOCAL", "PEER", "PROCESS/PID", "PROTO", "IN B/s", "OUT B/s"]
+        );
+        assert_eq!((f[0].1, f[1].1), (15, 15));
+        // Wide: every column, the spare width to the last (L7), none to LOCAL.
+        let f = fit_columns(FLOW_TABLE_COLUMNS, &rows, 200);
+        assert_eq!(f.len(), FLOW_TABLE_COLUMNS.len());
+        assert_eq!(f[0].1, 15);
+        let used: u16 = 2 + f.iter().map(|&(_, w)| w + 1).sum::<u16>();
+        assert_eq!(used, 200);
+        assert!(f[f.len() - 1].1 > 9);
+        // IPv6 grows past 21 where there is room; where there is not, columns are dropped
+        // for 21 and the address takes only what is left after that (21 + 3, cut).
+        let v6 = "[2001:db8:85a3::8a2e:370:7334]:443";
+        let rows = flow_rows(v6, "[2001:db8::1]:55000");
+        let f = fit_columns(FLOW_TABLE_COLUMNS, &rows, 200);
+        assert_eq!((f[0].1, f[1].1), (34, 19));
+        let f = fit_columns(FLOW_TABLE_COLUMNS, &rows, 80);
+        assert_eq!((f[0].1, f[1].1), (24, 19));
+        assert_eq!(
+            titles(&f),
+            ["LOCAL", "PEER", "PROCESS/PID", "IN B/s", "OUT B/s"]
+        );
+    }
 }

@@ -92,6 +92,9 @@ pub struct Column {
     pub drop: u8,
     /// Takes the width left over (at least `width`).
     pub flex: bool,
+    /// As wide as its widest cell, not `width`: narrower when the cells are (IPv4 addresses
+    /// need 9 to 21 characters), wider up to `fit_max` when the line has room (IPv6).
+    pub fit: bool,
     pub right: bool,
 }
 
@@ -101,7 +104,19 @@ pub(crate) const fn col(title: &'static str, width: u16, drop: u8, right: bool) 
         width,
         drop,
         flex: false,
+        fit: false,
         right,
+    }
+}
+
+/// The most a content-sized column grows to: `[` 8 groups of 4 hex digits `]:65535`.
+pub const FIT_MAX: u16 = 47;
+
+/// A column sized to its cells (addresses): at most `width` wide where the line is short.
+pub(crate) const fn fit(title: &'static str, width: u16) -> Column {
+    Column {
+        fit: true,
+        ..col(title, width, 0, false)
     }
 }
 
@@ -111,6 +126,7 @@ pub(crate) const fn flex(title: &'static str, width: u16) -> Column {
         width,
         drop: 0,
         flex: true,
+        fit: false,
         right: false,
     }
 }
@@ -145,8 +161,8 @@ pub const ENDPOINT_COLUMNS: &[Column] = &[
 /// The Flows view without a flow table (a replay of an old recording, flows unavailable):
 /// the connections the calls went over.
 pub const CONN_COLUMNS: &[Column] = &[
-    flex("LOCAL", 21),
-    col("PEER", 21, 0, false),
+    fit("LOCAL", 21),
+    fit("PEER", 21),
     col("PROCESS/PID", 14, 0, false),
     col("SIDE", 6, 3, false),
     col("CALLS", 6, 0, true),
@@ -414,6 +430,31 @@ pub(crate) fn conn_row(c: &ConnEntry) -> Row {
     }
 }
 
+/// A command line as htop shows it: the program's file name, then the arguments
+/// (`python3 server.py --port 8080`, not `/root/.pyenv/versions/3.11.7/bin/python3 ...`),
+/// so that what tells two processes apart is in sight; the details show the full line.
+pub(crate) fn command_line(args: &[String]) -> String {
+    let Some((argv0, rest)) = args.split_first() else {
+        return String::new();
+    };
+    // A program may write its arguments into argv[0] (`nginx: worker process`): the path
+    // is what comes before the first space.
+    let (path, tail) = argv0.split_once(' ').unwrap_or((argv0, ""));
+    let name = match path.rsplit('/').next() {
+        Some(n) if !n.is_empty() => n,
+        _ => path,
+    };
+    let mut out = name.to_owned();
+    for a in std::iter::once(tail)
+        .filter(|t| !t.is_empty())
+        .chain(rest.iter().map(String::as_str))
+    {
+        out.push(' ');
+        out.push_str(a);
+    }
+    out
+}
+
 /// A process's row; `bytes_in_per_s`/`bytes_out_per_s`: its socket throughput; `info`: its
 /// command line and container if known (else its name is shown).
 pub(crate) fn process_row(
@@ -424,7 +465,7 @@ pub(crate) fn process_row(
 ) -> Row {
     let container = info.and_then(|i| i.container()).unwrap_or("-").to_owned();
     let command = match info.map(|i| i.cmdline.as_slice()).filter(|c| !c.is_empty()) {
-        Some(args) => args.join(" "),
+        Some(args) => command_line(args),
         None => p.comm.clone(),
     };
     let command = if p.exited {
@@ -514,6 +555,35 @@ mod tests {
         ] {
             assert_eq!(human(v), want, "{v}");
         }
+    }
+
+    #[test]
+    fn commands_show_the_program_name_then_the_arguments() {
+        let c =
+            |args: &[&str]| command_line(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            c(&[
+                "/root/.pyenv/versions/3.11.7/bin/python3",
+                "server.py",
+                "--port",
+                "8080"
+            ]),
+            "python3 server.py --port 8080"
+        );
+        // Arguments keep their paths; only the program's is shortened.
+        assert_eq!(c(&["curl", "-o", "/dev/null"]), "curl -o /dev/null");
+        assert_eq!(
+            c(&["line_io_tools/binary_backend", "--uid", "0"]),
+            "binary_backend --uid 0"
+        );
+        // argv[0] rewritten by the program, arguments and all.
+        assert_eq!(c(&["nginx: worker process"]), "nginx: worker process");
+        assert_eq!(
+            c(&["/usr/sbin/nginx -c /etc/nginx.conf"]),
+            "nginx -c /etc/nginx.conf"
+        );
+        assert_eq!(c(&["/"]), "/");
+        assert_eq!(c(&[]), "");
     }
 
     #[test]
