@@ -541,8 +541,7 @@ fn process_detail_lines(app: &App, key: &str) -> Vec<Line<'static>> {
             "Cgroup     {}{}",
             info.and_then(|i| i.cgroup.clone())
                 .unwrap_or_else(|| "(not known)".to_owned()),
-            info.and_then(|i| i.container())
-                .map_or(String::new(), |c| format!("  (container {c})"))
+            info.map_or(String::new(), cgroup_owner)
         ),
         format!(
             "CPU        {}   RSS {}",
@@ -810,7 +809,7 @@ fn draw_hint(f: &mut Frame, app: &App, area: Rect) {
         match app.filter_error() {
             Some(e) => format!("/{}_  {e}", app.view_state().filter),
             None => format!(
-                "/{}_   (Enter/Esc: keep, empty: clear)",
+                "/{}_   (Enter: keep, Esc: clear, Ctrl-U: erase)",
                 app.view_state().filter
             ),
         }
@@ -1052,6 +1051,24 @@ fn draw_detail(f: &mut Frame, app: &App, area: Rect) {
     );
 }
 
+/// What a cgroup path says of a process, for its detail: `  (container ID, pod NS/NAME)`.
+fn cgroup_owner(info: &crate::procinfo::ProcInfo) -> String {
+    let parts: Vec<String> = [
+        info.container().map(|c| format!("container {c}")),
+        info.pod
+            .as_ref()
+            .map(|p| format!("pod {}/{}", p.namespace, p.name)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("  ({})", parts.join(", "))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::flows::FLOW_TABLE_COLUMNS;
@@ -1105,5 +1122,27 @@ mod tests {
             titles(&f),
             ["LOCAL", "PEER", "PROCESS/PID", "IN B/s", "OUT B/s"]
         );
+    }
+
+    #[test]
+    fn a_processs_container_and_pod_are_named_in_its_detail() {
+        use crate::procinfo::ProcInfo;
+        let id = "4f0a6b3c2d1e".repeat(5) + "abcd";
+        let mut info = ProcInfo {
+            cgroup: Some(format!(
+                "/kubepods/besteffort/pod0b5a7c2e-1f3d-4e6a-9b8c-7d6e5f4a3b2c/{id}"
+            )),
+            ..Default::default()
+        };
+        assert_eq!(cgroup_owner(&info), "  (container 4f0a6b3c2d1e)");
+        info.pod = Some(crate::pods::Pod {
+            namespace: "shop".into(),
+            name: "web-0".into(),
+        });
+        assert_eq!(
+            cgroup_owner(&info),
+            "  (container 4f0a6b3c2d1e, pod shop/web-0)"
+        );
+        assert_eq!(cgroup_owner(&ProcInfo::default()), "");
     }
 }
