@@ -115,10 +115,23 @@ pub struct TcpFlow {
     pub interval_segs_out: u64,
     pub interval_segs_in: u64,
     pub interval_retrans_segs: u64,
+    /// Smoothed RTT at the interval's end, µs as the kernel keeps it; written (JSON lines,
+    /// recordings) in ns, as every duration ebtop writes.
+    #[serde(rename = "srtt_ns", with = "us_as_ns", default)]
     pub srtt_us: Option<u32>,
     /// SRTT range over the interval (every incoming segment's SRTT, tcp_probe).
+    #[serde(rename = "srtt_min_ns", with = "us_as_ns", default)]
     pub srtt_min_us: Option<u32>,
+    #[serde(rename = "srtt_max_ns", with = "us_as_ns", default)]
     pub srtt_max_us: Option<u32>,
+    /// Recordings made before JSON schema 3 carry the SRTTs in µs under these names: read,
+    /// taken over by `FlowReport::upgrade`, never written.
+    #[serde(rename = "srtt_us", default, skip_serializing)]
+    pub legacy_srtt_us: Option<u32>,
+    #[serde(rename = "srtt_min_us", default, skip_serializing)]
+    pub legacy_srtt_min_us: Option<u32>,
+    #[serde(rename = "srtt_max_us", default, skip_serializing)]
+    pub legacy_srtt_max_us: Option<u32>,
     /// SYN sent → ESTABLISHED (client flows that started while ebtop ran).
     pub connect_latency_ns: Option<u64>,
     /// flow_end only.
@@ -199,7 +212,33 @@ pub struct FlowReport {
     pub stats: FlowStats,
 }
 
+/// SRTTs kept in µs (the kernel's unit) and written in ns: one unit for every duration.
+mod us_as_ns {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(us: &Option<u32>, s: S) -> Result<S::Ok, S::Error> {
+        match us {
+            Some(v) => s.serialize_u64(u64::from(*v) * 1000),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+        Ok(Option::<u64>::deserialize(d)?.map(|ns| (ns / 1000).min(u64::from(u32::MAX)) as u32))
+    }
+}
+
 impl FlowReport {
+    /// A report read from a recording made before schema 3: its SRTTs (µs, old names) moved
+    /// to where newer ones are read.
+    pub fn upgrade(&mut self) {
+        for f in self.flows.iter_mut().chain(self.ends.iter_mut()) {
+            f.srtt_us = f.srtt_us.or(f.legacy_srtt_us.take());
+            f.srtt_min_us = f.srtt_min_us.or(f.legacy_srtt_min_us.take());
+            f.srtt_max_us = f.srtt_max_us.or(f.legacy_srtt_max_us.take());
+        }
+    }
+
     /// Keeps the flows `filters` select (a replay with filters, a filtered copy). The table's
     /// own stats stay whole: they describe the kernel table, not the selection.
     /// Names each flow's L7 protocol from the calls seen on it (`seen`: by local and peer
@@ -583,6 +622,9 @@ impl FlowCollector {
             srtt_us: srtt,
             srtt_min_us: (lo != u32::MAX && lo > 0).then_some(lo),
             srtt_max_us: (hi > 0).then_some(hi),
+            legacy_srtt_us: None,
+            legacy_srtt_min_us: None,
+            legacy_srtt_max_us: None,
             connect_latency_ns: (r.role == raw::ROLE_CLIENT
                 && r.syn_ns > 0
                 && r.established_ns >= r.syn_ns)

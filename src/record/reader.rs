@@ -220,8 +220,11 @@ impl<R: Read> RecordingReader<R> {
                         Ok(v) => f(Item::End(v))?,
                         Err(_) => self.stats.bad_records += 1,
                     },
-                    KIND_FLOWS => match serde_json::from_slice(body) {
-                        Ok(v) => f(Item::Flows(Box::new(v)))?,
+                    KIND_FLOWS => match serde_json::from_slice::<crate::flows::FlowReport>(body) {
+                        Ok(mut v) => {
+                            v.upgrade();
+                            f(Item::Flows(Box::new(v)))?
+                        }
                         Err(_) => self.stats.bad_records += 1,
                     },
                     KIND_PROC_EVENT => f(Item::ProcEvent(body))?,

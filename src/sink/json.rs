@@ -271,7 +271,7 @@ impl<W: Write> Sink for JsonSink<W> {
         self.start_unix_ns = m.start_unix_ns;
         self.line(&MetaLine {
             ty: "meta",
-            schema: 2,
+            schema: 3,
             source: &m.source,
             ebtop_version: &m.ebtop_version,
             host: &m.host,
@@ -524,5 +524,22 @@ mod tests {
             .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["type"].to_string())
             .collect();
         assert_eq!(types, ["\"meta\"", "\"lost\"", "\"summary\""]);
+    }
+
+    /// The schema's version is what docs/json.md says it is (bumped with every rename).
+    #[test]
+    fn meta_names_the_documented_schema() {
+        let mut sink = JsonSink::new(Vec::new());
+        sink.meta(&SessionMeta::this_host("replay", 0, Filters::default(), 0))
+            .unwrap();
+        let out = String::from_utf8(sink.into_inner()).unwrap();
+        let meta: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+        let doc = include_str!("../../docs/json.md");
+        let documented = format!("version of this schema ({};", meta["schema"]);
+        assert!(doc.contains(&documented), "{meta}");
+        assert!(
+            doc.contains(&format!("- **{}**:", meta["schema"])),
+            "{meta}"
+        );
     }
 }
