@@ -201,7 +201,11 @@ impl<S: Sink> Pipeline<S> {
             self.summary.filtered_events += 1;
             return Ok(());
         }
-        if let Some(rec) = &mut self.recorder {
+        if let Some(rec) = self
+            .recorder
+            .as_mut()
+            .filter(|_| ev.kind != ProcEventKind::Loaded)
+        {
             rec.proc_event(raw);
         }
         match ev.kind {
@@ -223,6 +227,8 @@ impl<S: Sink> Pipeline<S> {
                     None => Ok(()),
                 }
             }
+            // Live only (a dlopen, for the TLS probes): nothing a recording or view keeps.
+            ProcEventKind::Loaded => Ok(()),
         }
     }
 

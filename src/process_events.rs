@@ -11,6 +11,9 @@ pub const HEADER_LEN: usize = 56;
 pub enum ProcEventKind {
     Exec,
     Exit,
+    /// A dlopen() returned a library: live only (the TLS probes look at the process's maps
+    /// again), never recorded.
+    Loaded,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -73,6 +76,7 @@ impl<'a> ProcEvent<'a> {
         let kind = match u32_at(b, 8) {
             1 => ProcEventKind::Exec,
             2 => ProcEventKind::Exit,
+            3 => ProcEventKind::Loaded,
             k => return Err(ProcDecodeError::Kind(k)),
         };
         let (filename_len, args_len) = (u32_at(b, 24) as u64, u32_at(b, 28) as u64);
@@ -153,6 +157,7 @@ pub fn build(
     let k: u32 = match kind {
         ProcEventKind::Exec => 1,
         ProcEventKind::Exit => 2,
+        ProcEventKind::Loaded => 3,
     };
     b[8..12].copy_from_slice(&k.to_le_bytes());
     b[12..16].copy_from_slice(&pid.to_le_bytes());

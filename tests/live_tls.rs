@@ -777,6 +777,110 @@ fn libssl_loaded_after_ebtop_started_is_traced() {
     assert_clean_summary(lines.last().unwrap());
 }
 
+/// The BPF links a process holds (one per attached probe).
+fn links_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .map(|dir| {
+            dir.flatten()
+                .filter(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains("link_id:")))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// A running process that loads a libssl from its own directory, outside the library
+/// directories (LD_LIBRARY_PATH, as an application bundling OpenSSL does), after ebtop
+/// started: its dlopen() is seen, the library probed before the process's next step, and
+/// every request it makes after that is a client call with `tls: true`. (`--pid`: the
+/// probes are placed in that process only, so the links ebtop adds are this library's.)
+#[test]
+fn libssl_dlopened_from_a_private_directory_after_start_is_traced() {
+    require_root();
+    let nginx = Nginx::start();
+    let private = tempfile::tempdir().unwrap();
+    for lib in ["libssl.so.3", "libcrypto.so.3"] {
+        std::fs::copy(
+            Path::new("/lib/x86_64-linux-gnu").join(lib),
+            private.path().join(lib),
+        )
+        .unwrap_or_else(|e| panic!("copying {lib}: {e}"));
+    }
+    let paths = ["/index.html", "/big.bin", "/index.html"];
+    let urls: Vec<String> = paths
+        .iter()
+        .map(|p| format!("https://127.0.0.1:{}{p}", nginx.tls))
+        .collect();
+    let mut child = Command::new("python3")
+        .arg(https_client())
+        .args(["fetch", "--wait", "--pause"])
+        .args(&urls)
+        .env("LD_LIBRARY_PATH", private.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let pid = child.id();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut py = Peer(child);
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "waiting");
+
+    let ebtop = Ebtop::start(&["--json", "--pid", &pid.to_string()]);
+    let before = links_of(ebtop.pid());
+    stdin.write_all(b"go\n").unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "imported");
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let private_ssl = private.path().join("libssl.so.3");
+    assert!(
+        maps.contains(private_ssl.to_str().unwrap()),
+        "the private libssl is mapped: {maps}"
+    );
+    // Until ebtop placed its probes in that library (links stop growing).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut last, mut same) = (before, 0);
+    while same < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "ebtop never probed {} ({before} links then {last})",
+            private_ssl.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        let n = links_of(ebtop.pid());
+        same = if n == last && n > before { same + 1 } else { 0 };
+        last = n;
+    }
+    stdin.write_all(b"go\n").unwrap();
+    drop(stdin);
+    let got: Vec<String> = out.lines().map(Result::unwrap).collect();
+    let status = py.0.wait().unwrap();
+    assert!(status.success(), "python: {status}");
+    assert_eq!(got.len(), paths.len(), "{got:?}");
+
+    let lines = ebtop.stop();
+    let probed = lines[0]["tls_probed"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        !probed.iter().any(|p| p
+            .as_str()
+            .unwrap()
+            .contains(private.path().to_str().unwrap())),
+        "not known at start: {probed:?}"
+    );
+    let calls = calls(&lines);
+    let client = of(&calls, pid, "client");
+    assert_eq!(client.len(), paths.len(), "Python's requests: {calls:#?}");
+    for (c, p) in client.iter().zip(&paths) {
+        assert_tls_get(c, p, 200);
+    }
+    assert_clean_summary(lines.last().unwrap());
+}
+
 /// The background client of https_client.py `loop`: asks it how many requests it completed.
 struct Loop {
     peer: Peer,

@@ -128,6 +128,7 @@ _Static_assert(sizeof(struct ebtop_event) == 120, "src/event.rs HEADER_LEN must 
 enum ebtop_proc_kind {
 	EBTOP_PROC_EXEC = 1, /* a process ran execve(); payload: filename NUL argv (NUL-separated) */
 	EBTOP_PROC_EXIT = 2, /* the last thread of a process exited */
+	EBTOP_PROC_LOADED = 3, /* a dlopen() of the process returned a handle: new code mapped */
 };
 
 /* How much of an exec's filename and arguments is copied. */

@@ -156,3 +156,27 @@ int on_exit(void *ctx)
 	emit(s, 0, false);
 	return 0;
 }
+
+/*
+ * A dlopen() returned a library (uretprobe on the C library's dlopen, placed with the TLS
+ * probes): the process may now map a libssl from anywhere — an application's own directory,
+ * a virtualenv — which the TLS probes look at at once. No record when dlopen failed.
+ */
+#if defined(__TARGET_ARCH_arm64)
+#define DLOPEN_RET(c) ((c)->regs[0])
+#else
+#define DLOPEN_RET(c) ((c)->ax)
+#endif
+
+SEC("uretprobe")
+int on_dlopen_return(struct pt_regs *ctx)
+{
+	if (!DLOPEN_RET(ctx))
+		return 0;
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct proc_scratch *s = start_record(EBTOP_PROC_LOADED, task);
+	if (!s)
+		return 0;
+	emit(s, 0, true);
+	return 0;
+}

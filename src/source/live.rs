@@ -378,8 +378,14 @@ fn drain_procs<S: Sink>(
         let mut feed = |r: &[u8]| {
             // A new program may link OpenSSL statically or map a libssl not probed yet.
             if let (Some(t), Ok(ev)) = (tls.as_mut(), ProcEvent::decode(r)) {
-                if ev.kind == ProcEventKind::Exec {
-                    t.on_exec(ev.pid);
+                match ev.kind {
+                    ProcEventKind::Exec => t.on_exec(ev.pid),
+                    // A library loaded at run time: its maps now, before its first calls.
+                    ProcEventKind::Loaded => {
+                        t.on_dlopen(ev.pid);
+                        return Ok(());
+                    }
+                    ProcEventKind::Exit => {}
                 }
             }
             pipeline.borrow_mut().on_proc_record(r)

@@ -13,6 +13,61 @@ use crate::bpf::procs::{ProcsSkel, ProcsSkelBuilder};
 use crate::process_events::{ProcEvent, ProcEventKind};
 use crate::session::Filters;
 
+/// The C libraries whose `dlopen` is watched: glibc (≥ 2.34 defines it in libc.so.6, older
+/// ones in libdl.so.2) and musl (its loader is its C library).
+fn is_dlopen_library(name: &str) -> bool {
+    name == "libc.so.6"
+        || name == "libdl.so.2"
+        || (name.starts_with("ld-musl-") && name.ends_with(".so.1"))
+}
+
+/// Return probes on `dlopen` in the library directories' C libraries, each file once: a
+/// library a running process loads from anywhere is then looked at by the TLS probes at
+/// once, not at the program's next exec. A file that defines no `dlopen` (glibc's stub
+/// libdl) is passed over; if no file takes the probe, that is said once.
+fn watch_dlopen(prog: &libbpf_rs::ProgramMut) -> Vec<Link> {
+    let mut seen = std::collections::HashSet::new();
+    let mut links = Vec::new();
+    let mut failures = Vec::new();
+    for dir in crate::tls::discover::library_dirs() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            if !is_dlopen_library(&e.file_name().to_string_lossy()) {
+                continue;
+            }
+            let Some(t) = crate::tls::discover::target_of(e.path(), true) else {
+                continue;
+            };
+            if !seen.insert(t.file_id()) {
+                continue;
+            }
+            let opts = libbpf_rs::UprobeOpts {
+                retprobe: true,
+                func_name: Some("dlopen".into()),
+                ..Default::default()
+            };
+            match prog.attach_uprobe_with_opts(-1, &t.path, 0, opts) {
+                Ok(l) => links.push(l),
+                Err(err) => failures.push(format!("{}: {err}", t.path.display())),
+            }
+        }
+    }
+    if links.is_empty() {
+        crate::diag!(
+            "ebtop: TLS: dlopen() not watched ({}): a libssl a running program loads from \
+             outside the library directories is probed at its next exec",
+            if failures.is_empty() {
+                "no C library found".to_owned()
+            } else {
+                failures.join("; ")
+            }
+        );
+    }
+    links
+}
+
 /// Process records handed over per pass of the capture loop.
 const PROC_BATCH: usize = 16384;
 
@@ -61,6 +116,13 @@ impl ProcessProbe {
         let mut links = Vec::new();
         for prog in skel.object_mut().progs_mut() {
             let name = prog.name().to_string_lossy().into_owned();
+            if prog.section().to_string_lossy().starts_with("uretprobe") {
+                // on_dlopen_return: for the TLS probes only.
+                if wake_on_exec {
+                    links.extend(watch_dlopen(&prog));
+                }
+                continue;
+            }
             links.push(
                 prog.attach()
                     .map_err(|e| anyhow!("attaching process probe {name} failed: {e}"))?,

@@ -123,6 +123,15 @@ impl TlsProbes {
             .extend(EXEC_RESCANS.iter().map(|d| (now + *d, pid)));
     }
 
+    /// A process's dlopen() returned: a library it loaded (from anywhere: the library
+    /// directories' files are probed already) is looked at now.
+    pub fn on_dlopen(&mut self, pid: u32) {
+        if self.pids.as_ref().is_some_and(|p| !p.contains(&pid)) {
+            return;
+        }
+        self.pending.push((Instant::now(), pid));
+    }
+
     /// Looks at the exec'd processes whose time has come.
     pub fn poll(&mut self, progs: &[libbpf_rs::Program]) {
         if self.pending.is_empty() {
