@@ -698,3 +698,157 @@ fn cgroup_filter_selects_the_processes_inside_it() {
         .all(|c| c["comm"] == "curl" && c["side"] == "client"));
     assert_clean_summary(lines.last().unwrap());
 }
+
+/// `overhead` lines: by default no per-program list; `--overhead-programs` adds
+/// `bpf_programs`, one entry per BPF program ebtop loaded, whose runs add up to the line's
+/// `bpf_runs` (statistics on all the time, so the counts are exact, not scaled).
+#[test]
+fn overhead_lines_list_the_programs_only_when_asked() {
+    require_root();
+    let server = TestServer::start();
+    let port = server.port.to_string();
+    for asked in [false, true] {
+        let mut args = vec!["--json", "--port", &port, "-d", "300ms"];
+        if asked {
+            args.extend(["--overhead-programs", "--bpf-stats", "full"]);
+        }
+        let ebtop = Ebtop::start(&args);
+        let s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        let mut w = s.try_clone().unwrap();
+        let mut r = BufReader::new(s);
+        for _ in 0..5 {
+            w.write_all(get("/").as_bytes()).unwrap();
+            assert_eq!(read_response(&mut r), (200, 12));
+        }
+        drop((w, r));
+        std::thread::sleep(std::time::Duration::from_millis(700));
+        let lines = ebtop.stop();
+        let ov: Vec<&Value> = lines.iter().filter(|v| v["type"] == "overhead").collect();
+        assert!(ov.len() >= 2, "asked {asked}: {ov:?}");
+        for o in &ov {
+            assert_eq!(o["bpf_stats_available"], true, "{o}");
+            if !asked {
+                assert!(o.get("bpf_programs").is_none(), "{o}");
+                continue;
+            }
+            let progs = o["bpf_programs"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{o}"));
+            assert!(!progs.is_empty(), "{o}");
+            let mut ids = std::collections::BTreeSet::new();
+            for p in progs {
+                assert!(!p["name"].as_str().unwrap().is_empty(), "{p}");
+                assert!(ids.insert(p["id"].as_u64().unwrap()), "ids differ: {o}");
+                for k in ["runs", "run_time_ns"] {
+                    assert!(p[k].as_u64().is_some(), "{k}: {p}");
+                }
+                for k in ["runs_per_s", "cpu_pct"] {
+                    assert!(p[k].as_f64().is_some(), "{k}: {p}");
+                }
+            }
+            let runs: u64 = progs.iter().map(|p| p["runs"].as_u64().unwrap()).sum();
+            assert_eq!(runs, o["bpf_runs"].as_u64().unwrap(), "{o}");
+        }
+        if asked {
+            // The traffic ran the capture programs in some interval.
+            assert!(
+                ov.iter().any(|o| o["bpf_runs"].as_u64().unwrap() > 0),
+                "{ov:?}"
+            );
+        }
+    }
+}
+
+/// `--container ID` (12 hex digits, as `docker ps` shows): the calls of the processes in the
+/// container's cgroup as Docker lays it out with systemd (`/system.slice/docker-<id>.scope`),
+/// none of the others; the process's `proc` line names the container. The cgroup is made by
+/// the test and removed after it.
+#[test]
+fn container_filter_selects_the_containers_processes_and_names_it() {
+    struct FakeContainer {
+        dir: std::path::PathBuf,
+        /// `system.slice`, when the test made it (on a systemd host it is there already).
+        made_parent: Option<std::path::PathBuf>,
+        /// A process in the container while the test runs (how --container finds its cgroup).
+        resident: std::process::Child,
+    }
+    impl Drop for FakeContainer {
+        fn drop(&mut self) {
+            let _ = self.resident.kill();
+            let _ = self.resident.wait();
+            let _ = std::fs::remove_dir(&self.dir);
+            if let Some(p) = &self.made_parent {
+                let _ = std::fs::remove_dir(p);
+            }
+        }
+    }
+
+    require_root();
+    let mount = ebtop::cgroups::cgroup2_mount().expect("a cgroup v2 hierarchy");
+    // 64 hex digits, the first 12 this test's own (no other test's fake container shares them).
+    let short = format!("{:06x}d0c4e7", std::process::id() & 0xff_ffff);
+    let id = short.clone() + &"0123456789abcdef".repeat(4)[..52];
+    let parent = mount.join("system.slice");
+    let made_parent = (!parent.exists()).then(|| parent.clone());
+    let dir = parent.join(format!("docker-{id}.scope"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let resident = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo $$ > {}/cgroup.procs && exec sleep 120",
+            dir.display()
+        ))
+        .spawn()
+        .unwrap();
+    let container = FakeContainer {
+        dir,
+        made_parent,
+        resident,
+    };
+    let want = format!("/system.slice/docker-{id}.scope");
+    for _ in 0..100 {
+        if ebtop::procinfo::read_cgroup(container.resident.id()).is_some_and(|c| c == want) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+
+    let server = TestServer::start();
+    let ebtop = Ebtop::start(&["--json", "--container", &short]);
+    assert_eq!(ebtop.collected[0]["filters"]["cgroup"][0], want.as_str());
+    let url = format!("http://127.0.0.1:{}/", server.port);
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo $$ > {}/cgroup.procs && exec curl -s -o /dev/null {url} -o /dev/null {url} -o /dev/null {url}",
+            container.dir.display()
+        ))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // A call from outside the container.
+    let s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    w.write_all(get("/").as_bytes()).unwrap();
+    assert_eq!(read_response(&mut r), (200, 12));
+    drop((w, r));
+    let lines = ebtop.stop();
+    drop(container);
+    let calls = calls(&lines);
+    assert_eq!(calls.len(), 3, "curl's three calls only: {calls:?}");
+    assert!(calls
+        .iter()
+        .all(|c| c["comm"] == "curl" && c["side"] == "client"));
+    let procs: Vec<&Value> = lines.iter().filter(|v| v["type"] == "proc").collect();
+    assert_eq!(procs.len(), 1, "{procs:?}");
+    assert_eq!(procs[0]["comm"], "curl", "{}", procs[0]);
+    assert_eq!(procs[0]["container"], short.as_str(), "{}", procs[0]);
+    assert_clean_summary(lines.last().unwrap());
+    assert!(
+        !mount
+            .join(format!("system.slice/docker-{id}.scope"))
+            .exists(),
+        "the test's cgroup is removed"
+    );
+}

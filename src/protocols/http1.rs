@@ -272,7 +272,8 @@ fn upgrades_to_h2c(headers: &[httparse::Header]) -> bool {
     })
 }
 
-/// Up to `keep` bytes of a head of `len` bytes, with the values of secret headers replaced.
+/// Up to `keep` bytes of a head of `len` bytes, with the values of secret headers and the
+/// secret query values of its URLs replaced.
 fn capture_head(buf: &[u8], len: usize, keep: usize) -> CapturedHead {
     if keep == 0 {
         return CapturedHead::default();
@@ -280,20 +281,20 @@ fn capture_head(buf: &[u8], len: usize, keep: usize) -> CapturedHead {
     let head = &buf[..len.min(buf.len())];
     let mut bytes = Vec::with_capacity(keep.min(head.len()));
     for (i, line) in head.split_inclusive(|&b| b == b'\n').enumerate() {
-        let secret = line
-            .iter()
-            .position(|&b| b == b':')
-            .is_some_and(|colon| redact::is_secret_header(&line[..colon]));
+        let colon = line.iter().position(|&b| b == b':');
         if i == 0 {
             // The request line: its target's secret query values.
             bytes.extend_from_slice(&redact::redact_request_line(line));
-        } else if secret {
-            let colon = line.iter().position(|&b| b == b':').unwrap_or(0);
+        } else if let Some(colon) = colon.filter(|&c| redact::is_secret_header(&line[..c])) {
             bytes.extend_from_slice(&line[..=colon]);
             let value_len = line[colon + 1..].trim_ascii().len();
             bytes.extend_from_slice(format!(" [redacted, {value_len} bytes]\r\n").as_bytes());
         } else {
-            bytes.extend_from_slice(line);
+            // Any other header: the secret query values of URLs in its value (Referer,
+            // Location, Refresh's url=, …).
+            let value_at = colon.map_or(0, |c| c + 1);
+            bytes.extend_from_slice(&line[..value_at]);
+            bytes.extend_from_slice(&redact::redact_urls_in(&line[value_at..]));
         }
         if bytes.len() >= keep {
             bytes.truncate(keep);
@@ -1656,6 +1657,41 @@ Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n";
             .req_head
             .bytes
             .starts_with(b"GET /oauth/cb?code=[redacted]&state=ok HTTP/1.1\r\nHost: x\r\n"));
+    }
+
+    #[test]
+    fn urls_in_header_values_and_secret_looking_headers_are_redacted_in_heads() {
+        let req = b"GET /next HTTP/1.1\r\nHost: x\r\nReferer: https://x/cb?token=Tok1&page=2\r\n\
+            X-CSRF-Token: Csrf2\r\nX-Goog-Api-Key: Key3\r\nKeep-Alive: timeout=5\r\n\
+            X-Original-URL: /admin?api_key=Key4\r\n\r\n";
+        let resp = b"HTTP/1.1 302 Found\r\nLocation: /login?user=ann&password=Pw5\r\n\
+            Content-Location: /r#access_token=Tok6&state=s\r\nRefresh: 0; url=/x?sig=Sig7\r\n\
+            Link: <https://x/?page=3&session=Ses8>; rel=\"next\"\r\nContent-Length: 0\r\n\r\n";
+        let mut d = Driver::keeping(4096);
+        d.seg(OUT, req).seg(IN, resp);
+        let c = &d.calls[0];
+        let head = String::from_utf8_lossy(&c.req_head.bytes).into_owned()
+            + &String::from_utf8_lossy(&c.resp_head.bytes);
+        for secret in [
+            "Tok1", "Csrf2", "Key3", "Key4", "Pw5", "Tok6", "Sig7", "Ses8",
+        ] {
+            assert!(!head.contains(secret), "{secret} in {head}");
+        }
+        for kept in [
+            "Referer: https://x/cb?token=[redacted]&page=2\r\n",
+            "X-CSRF-Token: [redacted, 5 bytes]\r\n",
+            "X-Goog-Api-Key: [redacted, 4 bytes]\r\n",
+            "Keep-Alive: timeout=5\r\n",
+            "X-Original-URL: /admin?api_key=[redacted]\r\n",
+            "Location: /login?user=ann&password=[redacted]\r\n",
+            "Content-Location: /r#access_token=[redacted]&state=s\r\n",
+            "Refresh: 0; url=/x?sig=[redacted]\r\n",
+            "Link: <https://x/?page=3&session=[redacted]>; rel=\"next\"\r\n",
+        ] {
+            assert!(head.contains(kept), "{kept:?} not in {head}");
+        }
+        assert!(head.ends_with("Content-Length: 0\r\n\r\n"), "{head}");
+        assert_eq!(c.req_head.len, req.len() as u64);
     }
 
     #[test]
