@@ -138,13 +138,16 @@ impl TlsProbes {
             return;
         }
         let now = Instant::now();
-        let due: Vec<u32> = self
+        let mut due: Vec<u32> = self
             .pending
             .iter()
             .filter(|(at, _)| *at <= now)
             .map(|(_, pid)| *pid)
             .collect();
         self.pending.retain(|(at, _)| *at > now);
+        // A program importing many extension modules dlopens in bursts: its maps once.
+        due.sort_unstable();
+        due.dedup();
         for pid in due {
             self.scan_process(progs, pid);
         }
