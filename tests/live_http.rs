@@ -518,134 +518,179 @@ fn list_filters_select_any_of_their_values() {
     assert_clean_summary(lines.last().unwrap());
 }
 
-/// A Kubernetes pod on this host as the kubelet and a CRI runtime lay it out (systemd cgroup
-/// driver: `kubepods.slice/…/kubepods-besteffort-pod<uid>.slice/cri-containerd-<id>.scope`;
-/// the kubelet's `/var/log/pods/<namespace>_<name>_<uid>/`), made by the test and removed
-/// after it.
-struct FakePod {
-    pod_dir: std::path::PathBuf,
-    container_dir: std::path::PathBuf,
-    log_dir: std::path::PathBuf,
-    /// A process that lives in the pod while the test runs (how --pod finds its cgroup).
+/// A cgroup made by a test below the cgroup v2 mount, with a process living in it while the
+/// test runs (how --pod and --container find their cgroups: from the processes running now);
+/// the directories the test made are removed after it, deepest first.
+struct FakeCgroup {
+    /// Its path below the mount, as /proc/PID/cgroup writes it.
+    path: String,
+    dir: std::path::PathBuf,
+    made: Vec<std::path::PathBuf>,
     resident: std::process::Child,
-    namespace: String,
-    container_id: String,
 }
 
-impl FakePod {
-    fn new(name: &str) -> FakePod {
+impl FakeCgroup {
+    fn new(path: &str) -> FakeCgroup {
         let mount = ebtop::cgroups::cgroup2_mount().expect("a cgroup v2 hierarchy");
-        let pid = std::process::id();
-        let uid = format!("0b5a7c2e-1f3d-4e6a-9b8c-{pid:012x}");
-        let container_id = format!("{pid:012x}").repeat(5) + "abcd";
-        let pod_dir = mount.join(format!(
-            "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice",
-            uid.replace('-', "_")
-        ));
-        let container_dir = pod_dir.join(format!("cri-containerd-{container_id}.scope"));
-        std::fs::create_dir_all(&container_dir).unwrap();
-        let namespace = format!("ebtop-test-{pid}");
-        let log_dir =
-            std::path::Path::new("/var/log/pods").join(format!("{namespace}_{name}_{uid}"));
-        std::fs::create_dir_all(&log_dir).unwrap();
+        let dir = mount.join(path.trim_start_matches('/'));
+        // The directories this makes (on a real host some parents exist already).
+        let mut made: Vec<std::path::PathBuf> = dir
+            .ancestors()
+            .take_while(|d| !d.exists())
+            .map(std::path::Path::to_path_buf)
+            .collect();
+        made.reverse();
+        std::fs::create_dir_all(&dir).unwrap();
         let resident = Command::new("sh")
             .arg("-c")
             .arg(format!(
                 "echo $$ > {}/cgroup.procs && exec sleep 120",
-                container_dir.display()
+                dir.display()
             ))
             .spawn()
             .unwrap();
-        // Until it is in: its cgroup is the container's.
-        let want = format!("cri-containerd-{container_id}.scope");
         for _ in 0..100 {
-            if ebtop::procinfo::read_cgroup(resident.id()).is_some_and(|c| c.ends_with(&want)) {
+            if ebtop::procinfo::read_cgroup(resident.id()).is_some_and(|c| c == path) {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        FakePod {
-            pod_dir,
-            container_dir,
-            log_dir,
+        FakeCgroup {
+            path: path.to_owned(),
+            dir,
+            made,
             resident,
-            namespace,
-            container_id,
         }
     }
 
-    /// Runs `cmd` with sh inside the pod's container.
-    fn run(&self, cmd: &str) -> std::process::ExitStatus {
-        Command::new("sh")
+    /// ebtop, started with `args` (which select `filter`, this cgroup or one above it), sees
+    /// three calls curl makes inside this cgroup and one call from outside it (this test):
+    /// the lines it wrote, having checked that only curl's three calls are there.
+    fn three_calls_inside_one_outside(&self, args: &[&str], filter: &str) -> Vec<Value> {
+        let server = TestServer::start();
+        let ebtop = Ebtop::start(args);
+        let url = format!("http://127.0.0.1:{}/", server.port);
+        // The shell moves itself into the cgroup, then becomes curl: its calls are inside.
+        let status = Command::new("sh")
             .arg("-c")
             .arg(format!(
-                "echo $$ > {}/cgroup.procs && exec {cmd}",
-                self.container_dir.display()
+                "echo $$ > {}/cgroup.procs && exec curl -s -o /dev/null {url} -o /dev/null {url} -o /dev/null {url}",
+                self.dir.display()
             ))
             .status()
-            .unwrap()
+            .unwrap();
+        assert!(status.success());
+        let s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        let mut w = s.try_clone().unwrap();
+        let mut r = BufReader::new(s);
+        w.write_all(get("/").as_bytes()).unwrap();
+        assert_eq!(read_response(&mut r), (200, 12));
+        drop((w, r));
+        let lines = ebtop.stop();
+        assert_eq!(lines[0]["filters"]["cgroup"][0], filter);
+        let calls = calls(&lines);
+        assert_eq!(calls.len(), 3, "curl's three calls only: {calls:?}");
+        assert!(calls
+            .iter()
+            .all(|c| c["comm"] == "curl" && c["side"] == "client"));
+        assert_clean_summary(lines.last().unwrap());
+        lines
+    }
+
+    /// The `proc` line of the one process described (curl).
+    fn only_proc(lines: &[Value]) -> Value {
+        let procs: Vec<&Value> = lines.iter().filter(|v| v["type"] == "proc").collect();
+        assert_eq!(procs.len(), 1, "{procs:?}");
+        assert_eq!(procs[0]["comm"], "curl", "{}", procs[0]);
+        procs[0].clone()
     }
 }
 
-impl Drop for FakePod {
+impl Drop for FakeCgroup {
     fn drop(&mut self) {
         let _ = self.resident.kill();
         let _ = self.resident.wait();
-        // Then the parents the test made, if empty (on a real node they are not).
-        for dir in [self.log_dir.as_path(), self.container_dir.as_path()]
-            .into_iter()
-            .chain(self.pod_dir.ancestors().take(3))
-            .chain(self.log_dir.parent())
-        {
+        for dir in self.made.iter().rev() {
             let _ = std::fs::remove_dir(dir);
         }
     }
 }
 
+/// `--cgroup`: calls of processes in that cgroup (a client the test moves there), none of
+/// the processes outside it (the server, the test itself).
+#[test]
+fn cgroup_filter_selects_the_processes_inside_it() {
+    require_root();
+    let cg = FakeCgroup::new(&format!("/ebtop-test-{}", std::process::id()));
+    cg.three_calls_inside_one_outside(&["--json", "--cgroup", &cg.path], &cg.path);
+}
+
+/// `--container ID` (12 hex digits, as `docker ps` shows): the calls of the processes in the
+/// container's cgroup as Docker lays it out with systemd (`/system.slice/docker-<id>.scope`),
+/// none of the others; the process's `proc` line names the container.
+#[test]
+fn container_filter_selects_the_containers_processes_and_names_it() {
+    require_root();
+    // 64 hex digits, the first 12 this test's own (no other test's fake container shares them).
+    let short = format!("{:06x}d0c4e7", std::process::id() & 0xff_ffff);
+    let id = short.clone() + &"0123456789abcdef".repeat(4)[..52];
+    let cg = FakeCgroup::new(&format!("/system.slice/docker-{id}.scope"));
+    let lines = cg.three_calls_inside_one_outside(&["--json", "--container", &short], &cg.path);
+    assert_eq!(FakeCgroup::only_proc(&lines)["container"], short.as_str());
+    drop(cg);
+    let mount = ebtop::cgroups::cgroup2_mount().unwrap();
+    assert!(
+        !mount
+            .join(format!("system.slice/docker-{id}.scope"))
+            .exists(),
+        "the test's cgroup is removed"
+    );
+}
+
 /// `--pod NAMESPACE/NAME`: calls of the processes in that pod only, found through the
-/// kubelet's files and filtered in the kernel by the pod's cgroup; their `proc` lines name
-/// the pod, its namespace and the container.
+/// kubelet's files (`/var/log/pods/<namespace>_<name>_<uid>/`, made by the test) and
+/// filtered in the kernel by the pod's cgroup (systemd driver, containerd:
+/// `kubepods.slice/…/kubepods-besteffort-pod<uid>.slice/cri-containerd-<id>.scope`); the
+/// `proc` line names the pod, its namespace and the container.
 #[test]
 fn pod_filter_selects_the_pods_processes_and_names_them() {
     require_root();
-    let pod = FakePod::new("web-0");
-    let server = TestServer::start();
-    let ebtop = Ebtop::start(&["--json", "--pod", &format!("{}/web-0", pod.namespace)]);
-    let url = format!("http://127.0.0.1:{}/", server.port);
-    assert!(pod
-        .run(&format!(
-            "curl -s -o /dev/null {url} -o /dev/null {url} -o /dev/null {url}"
-        ))
-        .success());
-    // A call from outside the pod.
-    let s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
-    let mut w = s.try_clone().unwrap();
-    let mut r = BufReader::new(s);
-    w.write_all(get("/").as_bytes()).unwrap();
-    assert_eq!(read_response(&mut r), (200, 12));
-    drop((w, r));
-    let lines = ebtop.stop();
-    let calls = calls(&lines);
-    assert_eq!(calls.len(), 3, "curl's three calls only: {calls:?}");
-    assert!(calls
-        .iter()
-        .all(|c| c["comm"] == "curl" && c["side"] == "client"));
-    let procs: Vec<&Value> = lines.iter().filter(|v| v["type"] == "proc").collect();
-    assert_eq!(procs.len(), 1, "{procs:?}");
-    assert_eq!(procs[0]["pod"], "web-0", "{}", procs[0]);
-    assert_eq!(
-        procs[0]["namespace"],
-        pod.namespace.as_str(),
-        "{}",
-        procs[0]
+    let pid = std::process::id();
+    let uid = format!("0b5a7c2e-1f3d-4e6a-9b8c-{pid:012x}");
+    let container_id = format!("{pid:012x}").repeat(5) + "abcd";
+    let pod_path = format!(
+        "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice",
+        uid.replace('-', "_")
     );
-    assert_eq!(
-        procs[0]["container"],
-        &pod.container_id[..12],
-        "{}",
-        procs[0]
+    let cg = FakeCgroup::new(&format!("{pod_path}/cri-containerd-{container_id}.scope"));
+    let namespace = format!("ebtop-test-{pid}");
+    // The kubelet's directory of the pod, removed (with /var/log/pods if the test made it)
+    // whatever the outcome.
+    struct PodLogs(Vec<std::path::PathBuf>);
+    impl Drop for PodLogs {
+        fn drop(&mut self) {
+            for d in &self.0 {
+                let _ = std::fs::remove_dir(d);
+            }
+        }
+    }
+    let logs = std::path::Path::new("/var/log/pods");
+    let log_dir = logs.join(format!("{namespace}_web-0_{uid}"));
+    let _logs = PodLogs(if logs.exists() {
+        vec![log_dir.clone()]
+    } else {
+        vec![log_dir.clone(), logs.to_path_buf()]
+    });
+    std::fs::create_dir_all(&log_dir).unwrap();
+
+    let lines = cg.three_calls_inside_one_outside(
+        &["--json", "--pod", &format!("{namespace}/web-0")],
+        &pod_path,
     );
-    assert_clean_summary(lines.last().unwrap());
+    let proc = FakeCgroup::only_proc(&lines);
+    assert_eq!(proc["pod"], "web-0", "{proc}");
+    assert_eq!(proc["namespace"], namespace.as_str(), "{proc}");
+    assert_eq!(proc["container"], &container_id[..12], "{proc}");
     // A pod that is not there: one line that says so, before anything is loaded.
     let out = Command::new(env!("CARGO_BIN_EXE_ebtop"))
         .args(["--json", "--pod", "no-such-namespace/no-such-pod"])
@@ -657,46 +702,6 @@ fn pod_filter_selects_the_pods_processes_and_names_them() {
         err.contains("pod no-such-namespace/no-such-pod: not found"),
         "{err}"
     );
-}
-
-/// `--cgroup`: calls of processes in that cgroup (a client the test moves there), none of
-/// the processes outside it (the server, the test itself).
-#[test]
-fn cgroup_filter_selects_the_processes_inside_it() {
-    require_root();
-    let mount = ebtop::cgroups::cgroup2_mount().expect("a cgroup v2 hierarchy");
-    let name = format!("ebtop-test-{}", std::process::id());
-    let dir = mount.join(&name);
-    std::fs::create_dir(&dir).unwrap();
-    let server = TestServer::start();
-    let ebtop = Ebtop::start(&["--json", "--cgroup", &format!("/{name}")]);
-    let url = format!("http://127.0.0.1:{}/", server.port);
-    // The shell moves itself into the cgroup, then becomes curl: every call of curl is in it.
-    let status = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "echo $$ > {}/cgroup.procs && exec curl -s -o /dev/null {url} {url} {url}",
-            dir.display()
-        ))
-        .status()
-        .unwrap();
-    assert!(status.success());
-    // A call from outside the cgroup.
-    let s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
-    let mut w = s.try_clone().unwrap();
-    let mut r = BufReader::new(s);
-    w.write_all(get("/").as_bytes()).unwrap();
-    assert_eq!(read_response(&mut r), (200, 12));
-    drop((w, r));
-    let lines = ebtop.stop();
-    let _ = std::fs::remove_dir(&dir);
-    assert_eq!(lines[0]["filters"]["cgroup"][0], format!("/{name}"));
-    let calls = calls(&lines);
-    assert_eq!(calls.len(), 3, "curl's three calls only: {calls:?}");
-    assert!(calls
-        .iter()
-        .all(|c| c["comm"] == "curl" && c["side"] == "client"));
-    assert_clean_summary(lines.last().unwrap());
 }
 
 /// `overhead` lines: by default no per-program list; `--overhead-programs` adds
@@ -757,98 +762,4 @@ fn overhead_lines_list_the_programs_only_when_asked() {
             );
         }
     }
-}
-
-/// `--container ID` (12 hex digits, as `docker ps` shows): the calls of the processes in the
-/// container's cgroup as Docker lays it out with systemd (`/system.slice/docker-<id>.scope`),
-/// none of the others; the process's `proc` line names the container. The cgroup is made by
-/// the test and removed after it.
-#[test]
-fn container_filter_selects_the_containers_processes_and_names_it() {
-    struct FakeContainer {
-        dir: std::path::PathBuf,
-        /// `system.slice`, when the test made it (on a systemd host it is there already).
-        made_parent: Option<std::path::PathBuf>,
-        /// A process in the container while the test runs (how --container finds its cgroup).
-        resident: std::process::Child,
-    }
-    impl Drop for FakeContainer {
-        fn drop(&mut self) {
-            let _ = self.resident.kill();
-            let _ = self.resident.wait();
-            let _ = std::fs::remove_dir(&self.dir);
-            if let Some(p) = &self.made_parent {
-                let _ = std::fs::remove_dir(p);
-            }
-        }
-    }
-
-    require_root();
-    let mount = ebtop::cgroups::cgroup2_mount().expect("a cgroup v2 hierarchy");
-    // 64 hex digits, the first 12 this test's own (no other test's fake container shares them).
-    let short = format!("{:06x}d0c4e7", std::process::id() & 0xff_ffff);
-    let id = short.clone() + &"0123456789abcdef".repeat(4)[..52];
-    let parent = mount.join("system.slice");
-    let made_parent = (!parent.exists()).then(|| parent.clone());
-    let dir = parent.join(format!("docker-{id}.scope"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let resident = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "echo $$ > {}/cgroup.procs && exec sleep 120",
-            dir.display()
-        ))
-        .spawn()
-        .unwrap();
-    let container = FakeContainer {
-        dir,
-        made_parent,
-        resident,
-    };
-    let want = format!("/system.slice/docker-{id}.scope");
-    for _ in 0..100 {
-        if ebtop::procinfo::read_cgroup(container.resident.id()).is_some_and(|c| c == want) {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-
-    let server = TestServer::start();
-    let ebtop = Ebtop::start(&["--json", "--container", &short]);
-    assert_eq!(ebtop.collected[0]["filters"]["cgroup"][0], want.as_str());
-    let url = format!("http://127.0.0.1:{}/", server.port);
-    let status = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "echo $$ > {}/cgroup.procs && exec curl -s -o /dev/null {url} -o /dev/null {url} -o /dev/null {url}",
-            container.dir.display()
-        ))
-        .status()
-        .unwrap();
-    assert!(status.success());
-    // A call from outside the container.
-    let s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
-    let mut w = s.try_clone().unwrap();
-    let mut r = BufReader::new(s);
-    w.write_all(get("/").as_bytes()).unwrap();
-    assert_eq!(read_response(&mut r), (200, 12));
-    drop((w, r));
-    let lines = ebtop.stop();
-    drop(container);
-    let calls = calls(&lines);
-    assert_eq!(calls.len(), 3, "curl's three calls only: {calls:?}");
-    assert!(calls
-        .iter()
-        .all(|c| c["comm"] == "curl" && c["side"] == "client"));
-    let procs: Vec<&Value> = lines.iter().filter(|v| v["type"] == "proc").collect();
-    assert_eq!(procs.len(), 1, "{procs:?}");
-    assert_eq!(procs[0]["comm"], "curl", "{}", procs[0]);
-    assert_eq!(procs[0]["container"], short.as_str(), "{}", procs[0]);
-    assert_clean_summary(lines.last().unwrap());
-    assert!(
-        !mount
-            .join(format!("system.slice/docker-{id}.scope"))
-            .exists(),
-        "the test's cgroup is removed"
-    );
 }
