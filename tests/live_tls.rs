@@ -711,6 +711,35 @@ fn a_server_linked_statically_with_openssl_started_after_ebtop_is_traced() {
     assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
 }
 
+/// https_client.py `fetch --wait` of `urls` (`flags` after --wait), started and waiting,
+/// with no libssl mapped yet: its pid, stdin (a line lets it go on), stdout and the process.
+fn waiting_fetch(
+    urls: &[String],
+    flags: &[&str],
+    env: &[(&str, &Path)],
+) -> (u32, ChildStdin, BufReader<ChildStdout>, Peer) {
+    let mut child = Command::new("python3")
+        .arg(https_client())
+        .args(["fetch", "--wait"])
+        .args(flags)
+        .args(urls)
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let pid = child.id();
+    let stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let py = Peer(child);
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "waiting");
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    assert!(!maps.contains("libssl"), "no libssl yet: {maps}");
+    (pid, stdin, out, py)
+}
+
 /// A Python process that loads libssl only after ebtop started (it waits for a line on stdin
 /// before importing ssl; its maps show no libssl until then): each of its requests is a
 /// client call with `tls: true`, paired with nginx's.
@@ -723,23 +752,7 @@ fn libssl_loaded_after_ebtop_started_is_traced() {
         .iter()
         .map(|p| format!("https://127.0.0.1:{}{p}", nginx.tls))
         .collect();
-    let mut child = Command::new("python3")
-        .arg(https_client())
-        .args(["fetch", "--wait"])
-        .args(&urls)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3 runs");
-    let pid = child.id();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut py = Peer(child);
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "waiting");
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
-    assert!(!maps.contains("libssl"), "no libssl yet: {maps}");
+    let (pid, mut stdin, out, mut py) = waiting_fetch(&urls, &[], &[]);
 
     let p = nginx.tls.to_string();
     let ebtop = Ebtop::start(&["--json", "--port", &p]);
@@ -810,22 +823,9 @@ fn libssl_dlopened_from_a_private_directory_after_start_is_traced() {
         .iter()
         .map(|p| format!("https://127.0.0.1:{}{p}", nginx.tls))
         .collect();
-    let mut child = Command::new("python3")
-        .arg(https_client())
-        .args(["fetch", "--wait", "--pause"])
-        .args(&urls)
-        .env("LD_LIBRARY_PATH", private.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3 runs");
-    let pid = child.id();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut py = Peer(child);
+    let (pid, mut stdin, mut out, mut py) =
+        waiting_fetch(&urls, &["--pause"], &[("LD_LIBRARY_PATH", private.path())]);
     let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "waiting");
 
     let ebtop = Ebtop::start(&["--json", "--pid", &pid.to_string()]);
     let before = links_of(ebtop.pid());
