@@ -298,6 +298,22 @@ const LIVE_ONLY: &[&str] = &[
     "pod",
 ];
 
+/// The command line, with the terminal UI's keys after `--help`'s options: a binary copied
+/// onto a host has no man page beside it.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    let width = crate::tui::keys::KEYS
+        .iter()
+        .map(|k| k.keys.join(" ").chars().count())
+        .max()
+        .unwrap_or(0);
+    let mut keys = String::from("Keys (terminal UI):\n");
+    for k in crate::tui::keys::KEYS {
+        keys.push_str(&format!("  {:width$}  {}\n", k.keys.join(" "), k.action));
+    }
+    Args::command().after_long_help(keys)
+}
+
 /// What is wrong with a command line that parsed: a filter with more values than the kernel
 /// compares, or an option that does nothing in this kind of session (a live-only option with
 /// -r, --speed anywhere but the terminal UI's replay) — said, not ignored.

@@ -28,7 +28,7 @@ use ebtop::source::replay;
 static PANICKED: AtomicBool = AtomicBool::new(false);
 
 fn main() -> ExitCode {
-    let matches = Args::command().get_matches();
+    let matches = ebtop::cli::command().get_matches();
     let args = match Args::from_arg_matches(&matches) {
         Ok(a) => a,
         Err(e) => e.exit(),

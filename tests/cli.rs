@@ -121,6 +121,29 @@ fn help_names_no_file_that_a_copied_binary_lacks() {
     }
 }
 
+/// `--help` carries the terminal UI's keys (a copied binary has no man page beside it);
+/// `-h` stays short.
+#[test]
+fn long_help_lists_every_key() {
+    let out = ebtop().arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    let keys = help
+        .split_once("Keys (terminal UI):")
+        .unwrap_or_else(|| panic!("no keys in --help: {help}"))
+        .1;
+    for k in ebtop::tui::keys::KEYS {
+        let line = k.keys.join(" ");
+        assert!(
+            keys.lines()
+                .any(|l| l.trim_start().starts_with(&line) && l.ends_with(k.action)),
+            "--help lacks {line}: {}",
+            k.action
+        );
+    }
+    let short = ebtop().arg("-h").output().unwrap();
+    assert!(!String::from_utf8_lossy(&short.stdout).contains("Keys (terminal UI)"));
+}
+
 #[test]
 fn tui_refuses_when_stdout_is_not_a_terminal() {
     let out = ebtop().stdout(Stdio::piped()).output().unwrap();
