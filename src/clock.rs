@@ -97,6 +97,35 @@ impl Zone {
     }
 }
 
+/// How times are shown: at one fixed offset (UTC), or in the local zone as it was at each
+/// instant shown, so a summer recording replayed in winter shows summer time, and a live
+/// session across a DST change shows each call at its own offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TimeZone {
+    Fixed(Zone),
+    /// `TZ`, else /etc/localtime, asked for each instant.
+    Local,
+}
+
+impl TimeZone {
+    pub fn utc() -> TimeZone {
+        TimeZone::Fixed(Zone::utc())
+    }
+
+    /// The zone (offset and name) in force at Unix time `unix_ns`.
+    pub fn at(&self, unix_ns: i64) -> Zone {
+        match self {
+            TimeZone::Fixed(z) => z.clone(),
+            TimeZone::Local => Zone::local_at(unix_ns.div_euclid(1_000_000_000)),
+        }
+    }
+
+    /// `YYYY-MM-DD HH:MM:SS.mmm` of Unix time `unix_ns`, at the offset of that instant.
+    pub fn date_time(&self, unix_ns: i64) -> String {
+        self.at(unix_ns).date_time(unix_ns)
+    }
+}
+
 /// Converts monotonic timestamps with a fixed offset (live: measured now; replay: recorded).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WallClock {

@@ -247,10 +247,10 @@ fn live_header_shows_the_wall_clock_and_uptime() {
     for (w, h) in SIZES {
         let mut app = App::new("live", Duration::from_secs(1), true);
         app.set_size(w, h);
-        app.zone = ebtop::clock::Zone {
+        app.zone = ebtop::clock::TimeZone::Fixed(ebtop::clock::Zone {
             offset_s: 3600,
             name: "CET".into(),
-        };
+        });
         let mut meta = ebtop::session::SessionMeta::this_host(
             "live",
             4096,
@@ -276,4 +276,49 @@ fn filter_naming_a_field_the_view_lacks() {
     let mut setup = vec![KeyCode::Char('2'), KeyCode::Char('/')];
     setup.extend("status>=500".chars().map(KeyCode::Char));
     snap("filter_unknown_field", &setup);
+}
+
+#[test]
+fn calls_view_held_below_the_newest() {
+    // The selection moved off the top: the title says the view holds it, and how many
+    // calls are newer than the held one.
+    use KeyCode::*;
+    snap("calls_held", &[Down, Down, Down]);
+}
+
+#[test]
+fn search_prompt() {
+    // F3, typing: the words show in the prompt line, the rows are all still there.
+    let mut setup = vec![KeyCode::F(3)];
+    setup.extend("users".chars().map(KeyCode::Char));
+    snap("search_prompt", &setup);
+}
+
+#[test]
+fn endpoints_view_over_the_last_minute() {
+    snap("endpoints_1min", &[KeyCode::Char('2'), KeyCode::Char('c')]);
+}
+
+#[test]
+fn drill_down_into_client_errors() {
+    // An endpoint answering 404: the 4xx line of the drill-down shows it.
+    let mut setup = vec![KeyCode::Char('2'), KeyCode::F(3)];
+    setup.extend("missing".chars().map(KeyCode::Char));
+    setup.extend([KeyCode::Enter, KeyCode::Enter]);
+    snap("drill_down_4xx", &setup);
+}
+
+#[test]
+fn calls_across_midnight_carry_the_date() {
+    // In a zone where the recording (02:02:25..27 UTC) crosses midnight, TIME shows the
+    // month and day too; at 80 columns SIDE makes room for it.
+    for (w, h) in SIZES {
+        let mut app = app_of(FIXTURE);
+        app.set_size(w, h);
+        app.zone = ebtop::clock::TimeZone::Fixed(ebtop::clock::Zone {
+            offset_s: -(2 * 3600 + 2 * 60 + 27),
+            name: "XST".into(),
+        });
+        insta::assert_snapshot!(format!("calls_across_midnight_{w}x{h}"), screen(&app, w, h));
+    }
 }

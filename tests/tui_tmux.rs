@@ -1,5 +1,6 @@
 //! End to end: the TUI in a real terminal (tmux, 120×40, NO_COLOR), replaying the committed
-//! recording: views, sort, filter, drill-down and back, pause, quit with the terminal restored.
+//! recording: views, sort, filter, search, the endpoint window, drill-down and back, flow and
+//! process details, pause, quit with the terminal restored.
 //! Needs tmux (scripts/deps installs it); root only for the live recording status line.
 
 mod common;
@@ -10,6 +11,12 @@ use std::process::Command;
 const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/recordings/http_mix.ebt"
+);
+
+/// A recording with the flow table's reports: flows and processes have details.
+const FLOWS_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/recordings/flows_mix.ebt"
 );
 
 fn selected_line(screen: &str) -> String {
@@ -164,6 +171,18 @@ fn times_are_local_with_the_date_and_utc_on_request() {
     t.keys(&["q"]);
     t.wait_for("ebtop exited 0");
 
+    // A zone with summer time: the November recording shows winter time (EST), whatever
+    // the season it is replayed in.
+    let t = Tmux::new();
+    t.start_ebtop_with_env(
+        "TZ=EST5EDT,M3.2.0,M11.1.0",
+        &format!("-r '{FIXTURE}' --speed 1000"),
+    );
+    let s = t.wait("the replay's end", |s| s.contains("[ENDED]"));
+    assert!(s.contains("at 2026-11-21 21:02:27.584 EST"), "{s}");
+    t.keys(&["q"]);
+    t.wait_for("ebtop exited 0");
+
     let t = Tmux::new();
     t.start_ebtop_with_env("TZ=EST5", &format!("-r '{FIXTURE}' --speed 1000 --utc"));
     let s = t.wait("the replay's end", |s| s.contains("[ENDED]"));
@@ -196,6 +215,97 @@ fn tui_in_tmux_field_filters_and_htop_keys() {
     t.wait_for("PAUSED");
     t.keys(&["Space"]);
     t.wait("resumed", |s| !s.contains("PAUSED"));
+    t.keys(&["q"]);
+    t.wait_for("ebtop exited 0");
+}
+
+#[test]
+fn tui_in_tmux_search_and_endpoint_window_keys() {
+    let t = Tmux::new();
+    t.start_ebtop(&format!("-r '{FIXTURE}' --speed 1000"));
+    t.wait("the replay's end", |s| s.contains("[ENDED]"));
+    // F3: the words typed show in the prompt line; Enter selects the first match below the
+    // selection, hiding no row, and the Calls view holds it.
+    t.keys(&["F3"]);
+    t.literal("missing");
+    t.wait_for("F3 search: missing_");
+    t.keys(&["Enter"]);
+    let s = t.wait("the match selected", |s| {
+        !s.contains("F3 search:") && s.lines().any(|l| l.starts_with('>'))
+    });
+    assert!(selected_line(&s).contains("/missing"), "{s}");
+    assert!(s.contains("[HELD, "), "{s}");
+    assert!(s.contains(": 62 of the last 62"), "nothing hidden:\n{s}");
+    // c cycles the Endpoints view's window: its title says it, and the header (120 columns
+    // have room).
+    t.keys(&["2"]);
+    let s = t.wait_for("Endpoints, last 10 s");
+    assert!(s.contains("window: last 10 s"), "{s}");
+    t.keys(&["c"]);
+    t.wait("the last minute", |s| {
+        s.contains("Endpoints, last 1 min") && s.contains("window: last 1 min")
+    });
+    t.keys(&["c"]);
+    t.wait("since the start", |s| {
+        s.contains("Endpoints, since the start") && s.contains("window: since the start")
+    });
+    t.keys(&["c"]);
+    t.wait("the last interval", |s| {
+        s.contains("Endpoints, last interval") && s.contains("window: last interval")
+    });
+    t.keys(&["c"]);
+    t.wait_for("window: last 10 s");
+    t.keys(&["q"]);
+    t.wait_for("ebtop exited 0");
+}
+
+#[test]
+fn tui_in_tmux_enter_opens_flow_and_process_details() {
+    let t = Tmux::new();
+    t.start_ebtop(&format!("-r '{FLOWS_FIXTURE}' --speed 1000"));
+    t.wait("the replay's end", |s| s.contains("[ENDED]"));
+    // A TCP flow (found with F3): what the flow table said of it; Esc goes back.
+    t.keys(&["3"]);
+    t.wait("the flow table", |s| {
+        s.contains("[3 Flows]")
+            && s.contains("Kernel flow table")
+            && s.lines().any(|l| l.starts_with('>'))
+    });
+    t.keys(&["F3"]);
+    t.literal("tcp");
+    t.keys(&["Enter"]);
+    t.wait("a TCP flow selected", |s| {
+        !s.contains("F3 search:")
+            && s.lines().any(|l| l.starts_with('>'))
+            && selected_line(s).contains(" tcp ")
+    });
+    t.keys(&["Enter"]);
+    let s = t.wait("the flow's details", |s| {
+        s.contains("Flow detail") && s.contains("Closed")
+    });
+    for what in ["Started", "Bytes      in ", "Retransmits", "Connect"] {
+        assert!(s.contains(what), "{what}:\n{s}");
+    }
+    t.keys(&["Escape"]);
+    t.wait("the details closed", |s| {
+        !s.contains("Flow detail") && s.contains("[3 Flows]")
+    });
+    // A process: its command line, endpoints and flows.
+    t.keys(&["4"]);
+    t.wait("the processes", |s| {
+        s.contains("[4 Processes]") && s.lines().any(|l| l.starts_with('>'))
+    });
+    t.keys(&["Enter"]);
+    let s = t.wait("the process's details", |s| {
+        s.contains("Process detail") && s.contains("Flows:")
+    });
+    for what in ["Command", "Executable", "Endpoints of ", "Sockets    in "] {
+        assert!(s.contains(what), "{what}:\n{s}");
+    }
+    t.keys(&["Escape"]);
+    t.wait("the details closed", |s| {
+        !s.contains("Process detail") && s.contains("[4 Processes]")
+    });
     t.keys(&["q"]);
     t.wait_for("ebtop exited 0");
 }

@@ -11,7 +11,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use super::filter::RowFilter;
 use super::table::{
     call_row, conn_row, endpoint_key, endpoint_row, process_row, CallEntry, Column, ConnEntry, Row,
-    SortVal, CALL_COLUMNS, CONN_COLUMNS, ENDPOINT_COLUMNS, PROCESS_COLUMNS,
+    SortVal, CALL_COLUMNS, CALL_COLUMNS_DATED, CONN_COLUMNS, ENDPOINT_COLUMNS, PROCESS_COLUMNS,
 };
 use super::UiMsg;
 use crate::aggregate::endpoints::OTHER_RESOURCE;
@@ -96,9 +96,9 @@ pub struct Data {
     pub position_ns: u64,
     /// Processes described so far (command lines), by pid.
     pub procs: HashMap<u32, crate::procinfo::ProcInfo>,
-    /// Per endpoint (`endpoint_key`): calls/s, p99 ns and server-error share of each of the
-    /// last intervals, oldest first (the drill-down's sparklines).
-    pub endpoint_history: HashMap<String, VecDeque<[f64; 3]>>,
+    /// Per endpoint (`endpoint_key`): calls/s, p99 ns, server- and client-error shares of
+    /// each of the last `RATE_HISTORY` intervals, oldest first (the drill-down's sparklines).
+    pub endpoint_history: HashMap<String, VecDeque<[f64; 4]>>,
     /// Calls per second of the last intervals, oldest first (the header's sparkline).
     pub rate_history: VecDeque<f64>,
     /// Bytes of the heads `calls` holds.
@@ -328,7 +328,7 @@ pub struct App {
     /// A replay's pace and skips (None live).
     pub replay: Option<std::sync::Arc<super::ReplayControl>>,
     /// The time zone times are shown in (local unless `--utc`; tests: UTC).
-    pub zone: crate::clock::Zone,
+    pub zone: crate::clock::TimeZone,
     /// (view, key) of the selected row as last drawn: Enter opens what the user sees, even
     /// when calls arrived since the screen was drawn.
     pub drawn_selection: std::cell::RefCell<Option<(View, String)>>,
@@ -378,7 +378,7 @@ impl App {
             last_search: None,
             search_prompt: false,
             drawn_selection: Default::default(),
-            zone: crate::clock::Zone::utc(),
+            zone: crate::clock::TimeZone::utc(),
             replay: None,
             detail_scroll: 0,
             detail_max_scroll: std::cell::Cell::new(0),
@@ -463,15 +463,19 @@ impl App {
                     return Action::None;
                 }
                 d.report = Some(r);
-                let now: HashMap<String, [f64; 3]> = d
+                let now: HashMap<String, [f64; 4]> = d
                     .report
                     .as_ref()
                     .map(|r| {
                         r.endpoints
                             .iter()
                             .map(|e| {
-                                let v =
-                                    [e.calls_per_s, e.latency_p99_ns as f64, e.server_error_rate];
+                                let v = [
+                                    e.calls_per_s,
+                                    e.latency_p99_ns as f64,
+                                    e.server_error_rate,
+                                    e.client_error_rate,
+                                ];
                                 (endpoint_key(e), v)
                             })
                             .collect()
@@ -600,7 +604,26 @@ impl App {
 
     /// The current view's columns.
     pub fn columns(&self) -> &'static [Column] {
-        columns(self.view, self.shown().flows.active)
+        match self.view {
+            View::Calls if self.calls_dated() => CALL_COLUMNS_DATED,
+            v => columns(v, self.shown().flows.active),
+        }
+    }
+
+    /// Whether the calls kept span more than one local date (a live session across midnight,
+    /// a replay of a night): then their times carry the date. Decided on all the calls kept,
+    /// not those a filter or drill-down shows, so the column does not change as one types.
+    pub fn calls_dated(&self) -> bool {
+        let d = self.shown();
+        let starts = d.calls.iter().map(|e| e.call.start_ns);
+        let (Some(lo), Some(hi)) = (starts.clone().min(), starts.max()) else {
+            return false;
+        };
+        let date = |t: u64| {
+            let s = super::table::date_time(d.meta.as_ref(), &self.zone, t);
+            s.get(..10).unwrap_or_default().to_owned()
+        };
+        date(lo) != date(hi)
     }
 
     /// The current view's state (sort, filter, selection).
@@ -612,12 +635,14 @@ impl App {
     fn build_rows(&self) -> Vec<Row> {
         let d = self.shown();
         match self.view {
-            View::Calls => d
-                .calls
-                .iter()
-                .filter(|e| self.drill.as_ref().is_none_or(|dr| dr.matches(&e.call)))
-                .map(|e| call_row(d.meta.as_ref(), &self.zone, e))
-                .collect(),
+            View::Calls => {
+                let dated = self.calls_dated();
+                d.calls
+                    .iter()
+                    .filter(|e| self.drill.as_ref().is_none_or(|dr| dr.matches(&e.call)))
+                    .map(|e| call_row(d.meta.as_ref(), &self.zone, dated, e))
+                    .collect()
+            }
             View::Endpoints => self.window.rows(d).iter().map(endpoint_row).collect(),
             View::Flows if d.flows.active => d.flows.rows(),
             View::Flows => d.conns.values().map(conn_row).collect(),
@@ -1394,6 +1419,33 @@ mod tests {
             })
             .sum();
         assert!(total >= 200_000, "{total}");
+    }
+
+    #[test]
+    fn call_times_carry_the_date_when_the_calls_span_two_dates() {
+        // In UTC the recording (02:02:25..27) is on one date: times of day only.
+        let mut app = app_with(msgs());
+        assert!(!app.calls_dated());
+        assert_eq!(app.columns()[0].width, 12);
+        assert_eq!(app.rows()[0].cells[0], "02:02:27.142");
+        // Where it crosses midnight, every TIME carries the month and day, and the column
+        // is as wide as they are.
+        app.zone = crate::clock::TimeZone::Fixed(crate::clock::Zone {
+            offset_s: -(2 * 3600 + 2 * 60 + 27),
+            name: "XST".into(),
+        });
+        assert!(app.calls_dated());
+        assert_eq!(app.columns()[0].width, 18);
+        let rows = app.rows();
+        assert_eq!(rows[0].cells[0], "11-22 00:00:00.142");
+        assert_eq!(rows[rows.len() - 1].cells[0].get(..6), Some("11-21 "));
+        // A filter or drill-down does not change the format: all the calls kept decide.
+        typed(&mut app, "/00:00:00");
+        key(&mut app, KeyCode::Enter);
+        let rows = app.rows();
+        assert!(!rows.is_empty() && rows.len() < 62);
+        assert!(rows.iter().all(|r| r.cells[0].starts_with("11-22 ")));
+        assert!(app.calls_dated());
     }
 
     #[test]

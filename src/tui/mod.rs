@@ -425,7 +425,9 @@ pub fn run_ui(
     app.set_raw_resources(opts.raw_resources);
     app.replay = opts.replay.clone();
     if !opts.utc {
-        app.zone = crate::clock::Zone::local_at(crate::clock::now_unix_ns() / 1_000_000_000);
+        // Asked at each instant shown, not once now: a summer recording replayed in winter
+        // shows the summer offset.
+        app.zone = crate::clock::TimeZone::Local;
     }
     let size = term.size()?;
     app.set_size(size.width, size.height);

@@ -9,7 +9,9 @@ use ratatui::Frame;
 
 use super::app::{App, View};
 use super::keys::{FOOTER, KEYS};
-use super::table::{date_time, human, proc_label, Column, Flag, SLOW_NS};
+use super::table::{
+    date_time, date_time_named, human, human_rate, proc_label, unix_ns, Column, Flag, SLOW_NS,
+};
 use crate::call::Call;
 
 fn style(app: &App, s: Style) -> Style {
@@ -19,6 +21,11 @@ fn style(app: &App, s: Style) -> Style {
     } else {
         s
     }
+}
+
+/// A byte count in the details, SI-scaled as the tables' columns (`201.2k B`).
+fn bytes(n: u64) -> String {
+    format!("{} B", human(n as f64))
 }
 
 fn duration_str(ns: u64) -> String {
@@ -55,9 +62,10 @@ pub fn draw(f: &mut Frame, app: &App) {
     match app.view {
         View::Processes => draw_overhead(f, app, panel),
         View::Flows => f.render_widget(Paragraph::new(flow_panel(app)), panel),
-        View::Calls if drilled => {
-            f.render_widget(Paragraph::new(endpoint_panel(app, panel.height)), panel)
-        }
+        View::Calls if drilled => f.render_widget(
+            Paragraph::new(endpoint_panel(app, panel.width, panel.height)),
+            panel,
+        ),
         _ => {}
     }
     draw_hint(f, app, hint);
@@ -156,10 +164,13 @@ fn header_top(app: &App, k: HeaderDetail) -> Vec<Span<'static>> {
     if d.ended.is_some() {
         top.push(Span::raw("  [ENDED]"));
     }
-    let zone = if k.zone {
-        format!(" {}", app.zone.name)
-    } else {
-        String::new()
+    // The zone's name at the instant shown (CET in winter, CEST in summer).
+    let zone = |mono_ns: u64| {
+        if k.zone {
+            format!(" {}", app.zone.at(unix_ns(d.meta.as_ref(), mono_ns)).name)
+        } else {
+            String::new()
+        }
     };
     // `YYYY-MM-DD HH:MM:SS.mmm`, cut to what the level keeps.
     let when = |mono_ns: u64, date: bool| {
@@ -176,8 +187,9 @@ fn header_top(app: &App, k: HeaderDetail) -> Vec<Span<'static>> {
         (Some(now), Some(s)) => {
             // Live: today's time, to the second, as top's clock.
             top.push(Span::raw(format!(
-                "  {}{zone}",
-                when(now, false).get(..8).unwrap_or_default()
+                "  {}{}",
+                when(now, false).get(..8).unwrap_or_default(),
+                zone(now)
             )));
             top.push(Span::raw(format!(
                 "  up {}",
@@ -186,9 +198,10 @@ fn header_top(app: &App, k: HeaderDetail) -> Vec<Span<'static>> {
         }
         (None, Some(s)) if d.position_ns > 0 => {
             top.push(Span::raw(format!(
-                "  {}{}{zone}",
+                "  {}{}{}",
                 if k.at { "at " } else { "" },
-                when(d.position_ns, k.date)
+                when(d.position_ns, k.date),
+                zone(d.position_ns)
             )));
             if k.since_start {
                 top.push(Span::raw(format!(
@@ -251,6 +264,8 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
         let arrow = if st.ascending { "↑" } else { "↓" };
         tabs.push(Span::raw(format!(" sort {}{arrow}", c.title)));
     }
+    // Where the window goes if the line has room for it (the view's title always says it).
+    let window_at = tabs.len();
     if app.search_prompt {
         tabs.push(Span::raw(format!(
             "  search \"{}\" (Enter/F3: next)",
@@ -267,6 +282,12 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
         "  refresh {:.1}s",
         app.refresh.as_secs_f64()
     )));
+    if app.view == View::Endpoints {
+        let window = Span::raw(format!("  window: {}", app.window.label()));
+        if Line::from(tabs.clone()).width() + window.width() <= width {
+            tabs.insert(window_at, window);
+        }
+    }
     f.render_widget(
         Paragraph::new(vec![Line::from(top), Line::from(tabs)]),
         area,
@@ -356,25 +377,43 @@ fn flow_panel(app: &App) -> Vec<Line<'static>> {
     ]
 }
 
-fn view_title(app: &App, rows: &[super::table::Row]) -> String {
+/// The first of `titles` (fullest first) that fits in `width`, else the last.
+fn first_fitting(titles: Vec<String>, width: u16) -> String {
+    let fits = |t: &String| t.chars().count() <= usize::from(width);
+    match titles.iter().position(fits) {
+        Some(i) => titles[i].clone(),
+        None => titles.last().cloned().unwrap_or_default(),
+    }
+}
+
+/// The view's title line; the hints and legends go first where the width is short, so that
+/// a cut never hides the counts or a state (nor shortens a number).
+fn view_title(app: &App, rows: &[super::table::Row], width: u16) -> String {
     let d = app.shown();
     let shown = rows.len();
     match app.view {
         View::Calls => {
-            let what = match &app.drill {
-                Some(dr) => format!("Calls of {} (Backspace: back)", dr.label()),
-                None => "Calls".to_owned(),
-            };
             let state = match app.calls_follow(rows) {
                 Some(super::app::Following::Held { newer }) => {
                     format!("[HELD, {newer} newer: g follows]")
                 }
                 _ => "[FOLLOW]".to_owned(),
             };
-            format!(
-                "{what} {state}: {shown} of the last {}  ! 5xx  ? 4xx  * slow (>= {} ms)",
-                d.calls.len(),
-                SLOW_NS / 1_000_000
+            let legend = format!("  ! 5xx  ? 4xx  * slow (>= {} ms)", SLOW_NS / 1_000_000);
+            let title = |back: bool, legend: &str| {
+                let what = match &app.drill {
+                    Some(dr) if back => format!("Calls of {} (Backspace: back)", dr.label()),
+                    Some(dr) => format!("Calls of {}", dr.label()),
+                    None => "Calls".to_owned(),
+                };
+                format!(
+                    "{what} {state}: {shown} of the last {}{legend}",
+                    d.calls.len()
+                )
+            };
+            first_fitting(
+                vec![title(true, &legend), title(true, ""), title(false, "")],
+                width,
             )
         }
         View::Endpoints => {
@@ -386,9 +425,15 @@ fn view_title(app: &App, rows: &[super::table::Row]) -> String {
                 }
                 (w, Some(_)) => w.label().to_owned(),
             };
-            format!(
-                "Endpoints, {period}: {shown}  (c: 10 s / 1 min / since start / interval, \
-                 Enter: calls)"
+            first_fitting(
+                vec![
+                    format!(
+                        "Endpoints, {period}: {shown}  (c: 10 s / 1 min / since start / \
+                         interval, Enter: calls)"
+                    ),
+                    format!("Endpoints, {period}: {shown}  (c: window, Enter: calls)"),
+                ],
+                width,
             )
         }
         View::Flows if d.flows.active => {
@@ -423,7 +468,10 @@ fn draw_table(f: &mut Frame, app: &App, area: Rect) {
     let sel = app.selected_index(&rows);
     *app.drawn_selection.borrow_mut() = sel.map(|i| (app.view, rows[i].key.clone()));
     let [title, table] = Layout::vertical([Constraint::Length(1), Constraint::Min(1)]).areas(area);
-    f.render_widget(Paragraph::new(Line::from(view_title(app, &rows))), title);
+    f.render_widget(
+        Paragraph::new(Line::from(view_title(app, &rows, area.width))),
+        title,
+    );
     let cols = app.columns();
     let fitted = fit_columns(cols, &rows, area.width);
     let st = app.view_state();
@@ -552,13 +600,16 @@ fn process_detail_lines(app: &App, key: &str) -> Vec<Line<'static>> {
             ))
         ),
         format!(
-            "Calls      {} ({:.1}/s)  server errors {}  client errors {}",
-            p.calls, p.calls_per_s, p.server_errors, p.client_errors
+            "Calls      {} ({}/s)  server errors {}  client errors {}",
+            human(p.calls as f64),
+            human_rate(p.calls_per_s),
+            human(p.server_errors as f64),
+            human(p.client_errors as f64)
         ),
         format!(
-            "Sockets    in {} B  out {} B (traced connections)  open connections {}",
-            p.socket_bytes_in,
-            p.socket_bytes_out,
+            "Sockets    in {}  out {} (traced connections)  open connections {}",
+            bytes(p.socket_bytes_in),
+            bytes(p.socket_bytes_out),
             p.open_connections.unwrap_or(p.connections_active)
         ),
         format!("Endpoints of {} ({}):", p.comm, app.window.label()),
@@ -572,13 +623,20 @@ fn process_detail_lines(app: &App, key: &str) -> Vec<Line<'static>> {
     if eps.is_empty() {
         v.push("  none".to_owned());
     }
+    // Resources as wide as the longest listed (up to 40), so the lines fit at 80 columns.
+    let res_w = eps
+        .iter()
+        .map(|e| e.resource.chars().count())
+        .max()
+        .unwrap_or(0)
+        .min(40);
     for e in eps {
         v.push(format!(
-            "  {:<6} {:<6} {:<40} {:>8.1}/s  p99 {} ms",
+            "  {:<6} {:<6} {:<res_w$} {:>8}/s  p99 {} ms",
             e.side.name(),
             e.method,
             e.resource,
-            e.calls_per_s,
+            human_rate(e.calls_per_s),
             super::table::ms(e.latency_p99_ns)
         ));
     }
@@ -599,12 +657,12 @@ fn process_detail_lines(app: &App, key: &str) -> Vec<Line<'static>> {
     }
     for f in flows {
         v.push(format!(
-            "  {} {} -> {}  in {} B  out {} B  {}",
+            "  {} {} -> {}  in {}  out {}  {}",
             if f.tcp { "tcp" } else { "udp" },
             f.local,
             f.peer.map_or("*".to_owned(), |a| a.to_string()),
-            f.bytes_in,
-            f.bytes_out,
+            bytes(f.bytes_in),
+            bytes(f.bytes_out),
             f.state
         ));
     }
@@ -635,11 +693,14 @@ fn flow_detail_lines(app: &App, key: &str) -> Vec<Line<'static>> {
             }
         ),
         format!(
-            "Started    {} {}",
-            date_time(d.meta.as_ref(), &app.zone, row.start_mono_ns),
-            app.zone.name
+            "Started    {}",
+            date_time_named(d.meta.as_ref(), &app.zone, row.start_mono_ns)
         ),
-        format!("Bytes      in {}  out {}", row.bytes_in, row.bytes_out),
+        format!(
+            "Bytes      in {}  out {}",
+            bytes(row.bytes_in),
+            bytes(row.bytes_out)
+        ),
     ];
     if let Some(f) = &row.last {
         let opt = |o: Option<String>| o.unwrap_or_else(|| "-".to_owned());
@@ -657,11 +718,16 @@ fn flow_detail_lines(app: &App, key: &str) -> Vec<Line<'static>> {
             format!("State      {}", row.state),
             format!(
                 "Segments   out {} (data {})  in {} (data {})",
-                f.segs_out, f.data_segs_out, f.segs_in, f.data_segs_in
+                human(f.segs_out as f64),
+                human(f.data_segs_out as f64),
+                human(f.segs_in as f64),
+                human(f.data_segs_in as f64)
             ),
             format!(
-                "Retransmits {} segments, {} bytes ({} seen by ebtop)",
-                f.retrans_segs, f.retrans_bytes, f.retrans_events
+                "Retransmits {} segments, {} ({} seen by ebtop)",
+                human(f.retrans_segs as f64),
+                bytes(f.retrans_bytes),
+                f.retrans_events
             ),
             format!(
                 "Resets     sent {}  received {}",
@@ -705,25 +771,39 @@ fn short_duration(ns: u64) -> String {
     }
 }
 
-/// The drilled-into endpoint in pictures: rate, p99 and server errors over the last
+/// The drilled-into endpoint in pictures: rate, p99, server and client errors over the last
 /// intervals, and its latency distribution since the start.
-fn endpoint_panel(app: &App, height: u16) -> Vec<Line<'static>> {
+fn endpoint_panel(app: &App, width: u16, height: u16) -> Vec<Line<'static>> {
     let Some(dr) = &app.drill else {
         return Vec::new();
     };
     let mut lines = Vec::new();
     if let Some(h) = app.shown().endpoint_history.get(&dr.endpoint_key()) {
-        let series = |i: usize| h.iter().map(move |v| v[i]);
+        // Two series a line, each as many of the newest intervals as fit (the history holds
+        // `RATE_HISTORY`); the title says how many are drawn, not "the session".
+        let n = h
+            .len()
+            .min((usize::from(width).saturating_sub(46) / 2).max(1));
+        let series = |i: usize| h.iter().skip(h.len() - n).map(move |v| v[i]);
         let max = |i: usize| series(i).fold(0.0f64, f64::max);
+        let cell = |label: &str, i: usize, most: String| {
+            let spark = super::table::sparkline(series(i));
+            format!("{label:<7} {spark:<n$} max {most:<8}")
+        };
+        let pct = |v: f64| format!("{:.1}", v * 100.0);
         lines.push(Line::from(format!(
-            "Last {} intervals: rate {} (max {}/s)  p99 {} (max {} ms)  5xx {} (max {:.1}%)",
-            h.len(),
-            super::table::sparkline(series(0)),
-            human(max(0)),
-            super::table::sparkline(series(1)),
-            super::table::ms(max(1) as u64),
-            super::table::sparkline(series(2)),
-            max(2) * 100.0
+            "Last {n} interval{}, oldest to newest:",
+            if n == 1 { "" } else { "s" }
+        )));
+        lines.push(Line::from(format!(
+            "  {}  {}",
+            cell("calls/s", 0, human_rate(max(0))),
+            cell("p99 ms", 1, super::table::ms(max(1) as u64))
+        )));
+        lines.push(Line::from(format!(
+            "  {}  {}",
+            cell("5xx %", 2, pct(max(2))),
+            cell("4xx %", 3, pct(max(3)))
         )));
     }
     let Some(bins) = app.drill_latency_bins() else {
@@ -744,7 +824,8 @@ fn endpoint_panel(app: &App, height: u16) -> Vec<Line<'static>> {
     let total: u64 = merged.iter().map(|b| b.2).sum();
     let most = merged.iter().map(|b| b.2).max().unwrap_or(0).max(1);
     lines.push(Line::from(format!(
-        "Latency since the start ({total} calls):"
+        "Latency since the start ({total} call{}):",
+        if total == 1 { "" } else { "s" }
     )));
     for (lo, hi, n) in merged {
         let bar = "█".repeat(((n * 40).div_ceil(most)) as usize * usize::from(n > 0));
@@ -813,6 +894,12 @@ fn draw_hint(f: &mut Frame, app: &App, area: Rect) {
                 app.view_state().filter
             ),
         }
+    } else if app.search_prompt {
+        // Here, not only in the header, whose end a narrow terminal cuts.
+        format!(
+            "F3 search: {}_   (Enter/F3: next match, Esc: done)",
+            app.last_search.as_deref().unwrap_or("")
+        )
     } else if app.detail.is_some() {
         "Esc/Backspace/Enter: back  q: quit".to_owned()
     } else {
@@ -905,10 +992,9 @@ fn call_detail_lines(app: &App, c: &Call, seq: u64) -> Vec<Line<'static>> {
             }
         ),
         format!(
-            "Latency    {:.3} ms   started {} {}",
+            "Latency    {:.3} ms   started {}",
             c.latency_ns as f64 / 1e6,
-            date_time(meta, &app.zone, c.start_ns),
-            app.zone.name
+            date_time_named(meta, &app.zone, c.start_ns)
         ),
         format!(
             "Connection {} -> {}  (socket {})",

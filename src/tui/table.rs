@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use crate::aggregate::EndpointSnapshot;
 use crate::call::{Call, Side};
-use crate::clock::Zone;
+use crate::clock::TimeZone;
 use crate::protocols::Outcome;
 use crate::session::SessionMeta;
 
@@ -131,7 +131,9 @@ pub(crate) const fn flex(title: &'static str, width: u16) -> Column {
     }
 }
 
-pub const CALL_COLUMNS: &[Column] = &[
+pub const CALL_COLUMNS: &[Column] = &CALL_COLUMN_ARRAY;
+
+const CALL_COLUMN_ARRAY: [Column; 9] = [
     col("TIME", 12, 3, false),
     col("PROCESS/PID", 14, 0, false),
     col("SIDE", 6, 4, false),
@@ -142,6 +144,14 @@ pub const CALL_COLUMNS: &[Column] = &[
     col("LAT ms", 9, 0, true),
     col("REQ/RESP B", 13, 5, true),
 ];
+
+/// The Calls view when its calls span more than one local date: TIME carries the date
+/// (`11-26 23:59:59.123`); at 80 columns SIDE makes room for it.
+pub const CALL_COLUMNS_DATED: &[Column] = &{
+    let mut c = CALL_COLUMN_ARRAY;
+    c[0] = col("TIME", 18, 3, false);
+    c
+};
 
 pub const ENDPOINT_COLUMNS: &[Column] = &[
     col("PROCESS", 10, 0, false),
@@ -265,16 +275,31 @@ pub fn sparkline(values: impl IntoIterator<Item = f64> + Clone) -> String {
         .collect()
 }
 
-/// Date and time with milliseconds, in `zone`, of a recorded kernel time.
-pub fn date_time(meta: Option<&SessionMeta>, zone: &Zone, mono_ns: u64) -> String {
+/// Unix time (ns) of a recorded kernel time.
+pub fn unix_ns(meta: Option<&SessionMeta>, mono_ns: u64) -> i64 {
     let off = meta.map_or(0, |m| m.wall_offset_ns);
-    zone.date_time((mono_ns as i64).saturating_add(off))
+    (mono_ns as i64).saturating_add(off)
 }
 
-/// Time of day with milliseconds, in `zone`, of a recorded kernel time.
-pub fn time_of_day(meta: Option<&SessionMeta>, zone: &Zone, mono_ns: u64) -> String {
+/// Date and time with milliseconds, in `zone` as it was then, of a recorded kernel time.
+pub fn date_time(meta: Option<&SessionMeta>, zone: &TimeZone, mono_ns: u64) -> String {
+    zone.date_time(unix_ns(meta, mono_ns))
+}
+
+/// `date_time` and the name of the zone then (`2026-07-01 12:00:00.000 CEST`).
+pub fn date_time_named(meta: Option<&SessionMeta>, zone: &TimeZone, mono_ns: u64) -> String {
+    let t = unix_ns(meta, mono_ns);
+    let z = zone.at(t);
+    format!("{} {}", z.date_time(t), z.name)
+}
+
+/// A call's TIME cell: the time of day with milliseconds, after the month and day when
+/// `dated` (the calls shown span more than one date).
+pub fn call_time(meta: Option<&SessionMeta>, zone: &TimeZone, mono_ns: u64, dated: bool) -> String {
     let s = date_time(meta, zone, mono_ns);
-    s.get(11..).unwrap_or(&s).to_owned()
+    s.get(if dated { 5.. } else { 11.. })
+        .unwrap_or(&s)
+        .to_owned()
 }
 
 pub fn proc_label(comm: &str, pid: u32) -> String {
@@ -320,7 +345,13 @@ fn error_flag(server_errors: u64, client_errors: u64) -> Flag {
     }
 }
 
-pub(crate) fn call_row(meta: Option<&SessionMeta>, zone: &Zone, e: &CallEntry) -> Row {
+/// A call's row; `dated`: its TIME with the date (see `call_time`).
+pub(crate) fn call_row(
+    meta: Option<&SessionMeta>,
+    zone: &TimeZone,
+    dated: bool,
+    e: &CallEntry,
+) -> Row {
     let c = &e.call;
     let flag = if c.l7.outcome == Outcome::ServerError {
         Flag::Error
@@ -335,7 +366,7 @@ pub(crate) fn call_row(meta: Option<&SessionMeta>, zone: &Zone, e: &CallEntry) -
     Row {
         key: e.seq.to_string(),
         cells: vec![
-            time_of_day(meta, zone, c.start_ns),
+            call_time(meta, zone, c.start_ns, dated),
             proc_label(&c.comm, c.pid),
             c.side.name().to_owned(),
             proto_label(c),
@@ -584,6 +615,55 @@ mod tests {
         );
         assert_eq!(c(&["/"]), "/");
         assert_eq!(c(&[]), "");
+    }
+
+    #[test]
+    fn times_take_the_local_offset_of_their_own_instant() {
+        // The local zone is the process's TZ, read by the C library: it is set for a child
+        // running this test alone, never here (setenv would race the other tests' threads).
+        const CHILD: &str = "EBTOP_TEST_TZ_CHILD";
+        const NAME: &str = "tui::table::tests::times_take_the_local_offset_of_their_own_instant";
+        if std::env::var_os(CHILD).is_none() {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([NAME, "--exact", "--test-threads=1"])
+                .env(CHILD, "1")
+                // Europe/Berlin's rule, written out: no zone files needed.
+                .env("TZ", "CET-1CEST,M3.5.0,M10.5.0/3")
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && text.contains("1 passed"),
+                "{text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return;
+        }
+        let local = TimeZone::Local;
+        // No meta: kernel time is Unix time. A summer and a winter instant, each shown at
+        // its own offset, whatever the date today.
+        let summer = 1_782_907_200_000_000_000u64; // 2026-07-01 12:00:00 UTC
+        let winter = 1_795_312_947_584_000_000u64; // 2026-11-22 02:02:27.584 UTC
+        assert_eq!(
+            date_time_named(None, &local, summer),
+            "2026-07-01 14:00:00.000 CEST"
+        );
+        assert_eq!(
+            date_time_named(None, &local, winter),
+            "2026-11-22 03:02:27.584 CET"
+        );
+        // Across the change back (2026-10-25 01:00 UTC): 02:59:59 CEST, then 02:00:00 CET.
+        let change = 1_792_890_000_000_000_000u64;
+        assert_eq!(
+            date_time_named(None, &local, change - 1_000_000_000),
+            "2026-10-25 02:59:59.000 CEST"
+        );
+        assert_eq!(
+            date_time_named(None, &local, change),
+            "2026-10-25 02:00:00.000 CET"
+        );
+        assert_eq!(call_time(None, &local, summer, false), "14:00:00.000");
+        assert_eq!(call_time(None, &local, winter, true), "11-22 03:02:27.584");
     }
 
     #[test]
