@@ -113,20 +113,38 @@ struct tcp_probe_ctx {
 };
 
 
-/* Reads the socket's own counters (CO-RE): exact totals, whatever happened in between. */
+/*
+ * A socket known by its address (a map key, a tracepoint's field) is read field by field.
+ * Where the kernel has bpf_rdonly_cast (≥ 6.2) the address becomes a read-only BTF pointer
+ * and each field a plain, fault-safe load (≈1 ns); elsewhere a probe read (≈35 ns). The
+ * snapshot reads a dozen fields of every flow every interval: with 100K flows that is
+ * ~40 ms of probe reads per second.
+ */
+#define PLAIN_LOAD(p, field) ((p)->field)
+#define READ_TCP_COUNTERS(f, tp, READ)                                                     \
+	do {                                                                               \
+		(f)->bytes_acked = READ(tp, bytes_acked);                                  \
+		(f)->bytes_received = READ(tp, bytes_received);                            \
+		(f)->bytes_retrans = READ(tp, bytes_retrans);                              \
+		(f)->segs_in = READ(tp, segs_in);                                          \
+		(f)->segs_out = READ(tp, segs_out);                                        \
+		(f)->data_segs_in = READ(tp, data_segs_in);                                \
+		(f)->data_segs_out = READ(tp, data_segs_out);                              \
+		(f)->total_retrans = READ(tp, total_retrans);                              \
+		(f)->srtt_us = READ(tp, srtt_us) >> 3;                                     \
+		(f)->bytes_sent = READ(tp, bytes_sent);                                    \
+	} while (0)
+
+/* Reads the socket's own counters: exact totals, whatever happened in between. */
 static __always_inline void read_tcp(const void *skaddr, struct ebtop_flow *f, __u64 now)
 {
-	struct tcp_sock *tp = (struct tcp_sock *)skaddr;
-	f->bytes_acked = BPF_CORE_READ(tp, bytes_acked);
-	f->bytes_received = BPF_CORE_READ(tp, bytes_received);
-	f->bytes_retrans = BPF_CORE_READ(tp, bytes_retrans);
-	f->segs_in = BPF_CORE_READ(tp, segs_in);
-	f->segs_out = BPF_CORE_READ(tp, segs_out);
-	f->data_segs_in = BPF_CORE_READ(tp, data_segs_in);
-	f->data_segs_out = BPF_CORE_READ(tp, data_segs_out);
-	f->total_retrans = BPF_CORE_READ(tp, total_retrans);
-	f->srtt_us = BPF_CORE_READ(tp, srtt_us) >> 3;
-	f->bytes_sent = BPF_CORE_READ(tp, bytes_sent);
+	if (bpf_ksym_exists(bpf_rdonly_cast)) {
+		struct tcp_sock *tp = bpf_core_cast(skaddr, struct tcp_sock);
+		READ_TCP_COUNTERS(f, tp, PLAIN_LOAD);
+	} else {
+		struct tcp_sock *tp = (struct tcp_sock *)skaddr;
+		READ_TCP_COUNTERS(f, tp, BPF_CORE_READ);
+	}
 	f->flags |= EBTOP_FLOW_SNAPPED;
 	if (!f->inode)
 		f->inode = sock_inode(skaddr);
@@ -368,10 +386,18 @@ struct snap_ctx {
 static long snap_one(void *map, __u64 *key, struct ebtop_flow *f, struct snap_ctx *c)
 {
 	const void *skaddr = (const void *)*key;
-	struct sock___flows *sk = (struct sock___flows *)skaddr;
 	/* The address must still be this flow's socket (its close could have been missed). */
-	__u16 num = BPF_CORE_READ(sk, __sk_common.skc_num);
-	__u8 st = BPF_CORE_READ(sk, __sk_common.skc_state);
+	__u16 num;
+	__u8 st;
+	if (bpf_ksym_exists(bpf_rdonly_cast)) {
+		struct sock___flows *sk = bpf_core_cast(skaddr, struct sock___flows);
+		num = sk->__sk_common.skc_num;
+		st = sk->__sk_common.skc_state;
+	} else {
+		struct sock___flows *sk = (struct sock___flows *)skaddr;
+		num = BPF_CORE_READ(sk, __sk_common.skc_num);
+		st = BPF_CORE_READ(sk, __sk_common.skc_state);
+	}
 	if (!f->lport)
 		tuple_from_sock(f, skaddr);
 	if (num != f->lport || st == TCP_CLOSE || st == TCP_LISTEN) {
