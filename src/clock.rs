@@ -116,7 +116,26 @@ impl TimeZone {
     pub fn at(&self, unix_ns: i64) -> Zone {
         match self {
             TimeZone::Fixed(z) => z.clone(),
-            TimeZone::Local => Zone::local_at(unix_ns.div_euclid(1_000_000_000)),
+            TimeZone::Local => {
+                // A screen of calls asks thousands of times per redraw. Offsets change only
+                // at instants on a quarter hour of UTC (every zone's offset is a multiple
+                // of 15 minutes and changes at a local :00 or :30), so one answer per
+                // quarter hour is exact.
+                thread_local! {
+                    static LAST: std::cell::RefCell<Option<(i64, Zone)>> =
+                        const { std::cell::RefCell::new(None) };
+                }
+                let unix_s = unix_ns.div_euclid(1_000_000_000);
+                let quarter = unix_s.div_euclid(900);
+                LAST.with_borrow_mut(|last| match last {
+                    Some((q, z)) if *q == quarter => z.clone(),
+                    _ => {
+                        let z = Zone::local_at(unix_s);
+                        *last = Some((quarter, z.clone()));
+                        z
+                    }
+                })
+            }
         }
     }
 
