@@ -320,7 +320,16 @@ fn fit_columns(cols: &[Column], rows: &[super::table::Row], width: u16) -> Vec<(
         })
         .collect();
     let base = |i: usize| natural[i].min(cols[i].width);
-    let mut keep: Vec<usize> = (0..cols.len()).collect();
+    // A column that may be dropped and says nothing in any row ("-": no container, no TLS)
+    // gives its width to the others (the command line, first).
+    let empty = |i: usize| {
+        cols[i].drop > 0
+            && !rows.is_empty()
+            && rows
+                .iter()
+                .all(|r| r.cells.get(i).is_none_or(|s| s == "-" || s.is_empty()))
+    };
+    let mut keep: Vec<usize> = (0..cols.len()).filter(|&i| !empty(i)).collect();
     let need = |keep: &[usize]| -> u16 { 2 + keep.iter().map(|&i| base(i) + 1).sum::<u16>() };
     while need(&keep) > width {
         let victim = keep
