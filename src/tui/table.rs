@@ -196,7 +196,8 @@ pub const PROCESS_COLUMNS: &[Column] = &[
     col("CONNS", 6, 1, true),
     col("SYSC/s", 8, 4, true),
     col("TLS %", 6, 4, true),
-    col("CONTAINER", 12, 3, false),
+    // The pod (`namespace/name`) where there is one, else the container's id.
+    col("POD/CONTAINER", 16, 3, false),
     flex("COMMAND", 12),
 ];
 
@@ -486,6 +487,17 @@ pub(crate) fn command_line(args: &[String]) -> String {
     out
 }
 
+/// The POD/CONTAINER cell: the pod (`namespace/name`) where there is one — what a
+/// Kubernetes user knows it by — else the container's id, else `-`.
+fn pod_or_container(info: Option<&crate::procinfo::ProcInfo>) -> String {
+    match info {
+        Some(crate::procinfo::ProcInfo { pod: Some(pod), .. }) => {
+            format!("{}/{}", pod.namespace, pod.name)
+        }
+        _ => info.and_then(|i| i.container()).unwrap_or("-").to_owned(),
+    }
+}
+
 /// A process's row; `bytes_in_per_s`/`bytes_out_per_s`: its socket throughput; `info`: its
 /// command line and container if known (else its name is shown).
 pub(crate) fn process_row(
@@ -494,7 +506,7 @@ pub(crate) fn process_row(
     bytes_out_per_s: f64,
     info: Option<&crate::procinfo::ProcInfo>,
 ) -> Row {
-    let container = info.and_then(|i| i.container()).unwrap_or("-").to_owned();
+    let container = pod_or_container(info);
     let command = match info.map(|i| i.cmdline.as_slice()).filter(|c| !c.is_empty()) {
         Some(args) => command_line(args),
         None => p.comm.clone(),
@@ -586,6 +598,24 @@ mod tests {
         ] {
             assert_eq!(human(v), want, "{v}");
         }
+    }
+
+    #[test]
+    fn a_process_is_placed_by_its_pod_else_its_container() {
+        use crate::procinfo::ProcInfo;
+        let id = "4f0a6b3c2d1e".repeat(5) + "abcd";
+        let mut info = ProcInfo {
+            cgroup: Some(format!("/system.slice/docker-{id}.scope")),
+            ..Default::default()
+        };
+        assert_eq!(pod_or_container(Some(&info)), "4f0a6b3c2d1e");
+        info.pod = Some(crate::pods::Pod {
+            namespace: "shop".into(),
+            name: "web-0".into(),
+        });
+        assert_eq!(pod_or_container(Some(&info)), "shop/web-0");
+        assert_eq!(pod_or_container(Some(&ProcInfo::default())), "-");
+        assert_eq!(pod_or_container(None), "-");
     }
 
     #[test]
