@@ -69,10 +69,7 @@ pub fn container_cgroup(id: &str) -> Result<String> {
         bail!("container {id:?}: expected its id (at least 4 hex digits, as docker ps shows)");
     }
     let id = id.to_ascii_lowercase();
-    for pid in crate::procinfo::pids() {
-        let Some(path) = crate::procinfo::read_cgroup(pid) else {
-            continue;
-        };
+    for path in crate::procinfo::running_cgroups() {
         if crate::procinfo::container_id(&path).is_some_and(|c| {
             // 12 digits are shown; a longer id given is compared on the path itself.
             c.starts_with(&id[..id.len().min(12)]) && (id.len() <= 12 || path.contains(&id))

@@ -131,10 +131,7 @@ pub fn find_pod(given: &str, pods: &HashMap<String, Pod>) -> Result<String> {
 /// processes running now: the path up to the pod's own segment.
 pub fn pod_cgroup(given: &str) -> Result<String> {
     let uid = find_pod(given, &pods_in(Path::new(POD_LOG_DIR)))?;
-    for pid in crate::procinfo::pids() {
-        let Some(path) = crate::procinfo::read_cgroup(pid) else {
-            continue;
-        };
+    for path in crate::procinfo::running_cgroups() {
         if pod_uid(&path).as_deref() != Some(uid.as_str()) {
             continue;
         }

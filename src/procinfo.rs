@@ -45,6 +45,11 @@ pub fn container_id(cgroup: &str) -> Option<&str> {
     })
 }
 
+/// The cgroup v2 paths of the processes running now (one per process, repeats included).
+pub fn running_cgroups() -> impl Iterator<Item = String> {
+    pids().filter_map(read_cgroup)
+}
+
 /// The pids of /proc (processes that exist now).
 pub fn pids() -> impl Iterator<Item = u32> {
     std::fs::read_dir("/proc")

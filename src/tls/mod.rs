@@ -115,21 +115,23 @@ impl TlsProbes {
 
     /// A process ran execve(): looked at now and again shortly (its libraries).
     pub fn on_exec(&mut self, pid: u32) {
-        if self.pids.as_ref().is_some_and(|p| !p.contains(&pid)) {
-            return;
-        }
-        let now = Instant::now();
-        self.pending
-            .extend(EXEC_RESCANS.iter().map(|d| (now + *d, pid)));
+        self.look_at(pid, &EXEC_RESCANS);
     }
 
     /// A process's dlopen() returned: a library it loaded (from anywhere: the library
     /// directories' files are probed already) is looked at now.
     pub fn on_dlopen(&mut self, pid: u32) {
+        self.look_at(pid, &[Duration::ZERO]);
+    }
+
+    /// Schedules looks at a process's files, `after` each delay from now (a process
+    /// `--pid` leaves out: none).
+    fn look_at(&mut self, pid: u32, after: &[Duration]) {
         if self.pids.as_ref().is_some_and(|p| !p.contains(&pid)) {
             return;
         }
-        self.pending.push((Instant::now(), pid));
+        let now = Instant::now();
+        self.pending.extend(after.iter().map(|d| (now + *d, pid)));
     }
 
     /// Looks at the exec'd processes whose time has come.

@@ -91,49 +91,28 @@ struct HeaderDetail {
 }
 
 impl HeaderDetail {
-    /// From the fullest to the tersest.
+    /// From the fullest to the tersest: step `n` sheds the first `n` details, in this order.
     const STEPS: [HeaderDetail; 8] = {
-        let full = HeaderDetail {
-            millis: true,
-            since_start: true,
-            rate: true,
-            at: true,
-            zone: true,
-            year: true,
-            date: true,
-        };
-        let no_ms = HeaderDetail {
-            millis: false,
-            ..full
-        };
-        let no_since = HeaderDetail {
-            since_start: false,
-            ..no_ms
-        };
-        let no_rate = HeaderDetail {
-            rate: false,
-            ..no_since
-        };
-        let no_at = HeaderDetail {
-            at: false,
-            ..no_rate
-        };
-        let no_zone = HeaderDetail {
-            zone: false,
-            ..no_at
-        };
-        let no_year = HeaderDetail {
-            year: false,
-            ..no_zone
-        };
-        let no_date = HeaderDetail {
-            date: false,
-            ..no_year
-        };
-        [
-            full, no_ms, no_since, no_rate, no_at, no_zone, no_year, no_date,
-        ]
+        let mut steps = [HeaderDetail::shedding(0); 8];
+        let mut n = 1;
+        while n < 8 {
+            steps[n] = HeaderDetail::shedding(n);
+            n += 1;
+        }
+        steps
     };
+
+    const fn shedding(n: usize) -> HeaderDetail {
+        HeaderDetail {
+            millis: n < 1,
+            since_start: n < 2,
+            rate: n < 3,
+            at: n < 4,
+            zone: n < 5,
+            year: n < 6,
+            date: n < 7,
+        }
+    }
 }
 
 /// The header's first line at this level of detail, without the sparkline: who, what state,
