@@ -4,9 +4,12 @@
 //! docs/architecture.md, "Flow table").
 //!
 //! [`FlowCollector::start`] loads and attaches the programs; [`FlowCollector::consume`] drains
-//! the flow-end ring (cheap, call it often); [`FlowCollector::poll`] ends an interval: it runs
-//! the kernel snapshot, reads the tables and returns a [`FlowReport`] with the flows that were
-//! active in the interval and the flows that ended.
+//! the flow-end ring (cheap, call it often); [`FlowCollector::request_poll`] ends an interval:
+//! a thread of the collector's own runs the kernel snapshot, reads the tables and hands back
+//! ([`FlowCollector::try_report`]) a [`FlowReport`] with the flows that were active in the
+//! interval and the flows that ended. The snapshot walks every bucket of the flow hash (5–15
+//! ms at the default size, whatever its population): done on the ring's reader thread, the
+//! capture ring filled up meanwhile.
 
 pub mod listening;
 pub mod owners;
@@ -16,12 +19,13 @@ use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::rc::Rc;
+use std::sync::mpsc;
 
 use anyhow::{anyhow, Context, Result};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, RingBuffer, RingBufferBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, RingBuffer, RingBufferBuilder};
 use serde::{Deserialize, Serialize};
 
 use crate::session::Filters;
@@ -350,12 +354,32 @@ pub fn payload_bytes(r: &RawFlow, active_opener: bool, ended: bool) -> (u64, u64
     )
 }
 
-/// Loaded programs and the user-space half of the table.
+/// Loaded programs, the flow-end ring, and the thread that reads the table.
 pub struct FlowCollector {
     skel: &'static FlowsSkel<'static>,
     links: Vec<Link>,
     ring: RingBuffer<'static>,
     ends: Rc<RefCell<Vec<Vec<u8>>>>,
+    requests: Option<mpsc::SyncSender<PollRequest>>,
+    reports: mpsc::Receiver<FlowReport>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// Polls requested and not yet handed back.
+    outstanding: usize,
+}
+
+/// One interval's end, for the table reader: when, and the flow ends drained since the last.
+struct PollRequest {
+    now_ns: u64,
+    ends: Vec<Vec<u8>>,
+}
+
+/// The user-space half of the table (what was reported, owners), with its own handles on the
+/// kernel maps: it runs on a thread of its own.
+struct FlowTableReader {
+    snapshot: OwnedFd,
+    flows: MapHandle,
+    udp_flows: MapHandle,
+    counters: MapHandle,
     prev: HashMap<u64, Prev>,
     /// Owners resolved from /proc while a flow was open (kept for its flow_end).
     resolved: HashMap<u64, (u32, String)>,
@@ -451,21 +475,52 @@ impl FlowCollector {
         let ring = builder
             .build()
             .context("setting up the flow-end ring failed")?;
-        let mut owners = Owners::default();
-        owners.scan();
+        let handle = |m: &libbpf_rs::Map, what: &str| {
+            MapHandle::try_from(m).with_context(|| format!("opening the flow table's {what} map"))
+        };
+        let reader = FlowTableReader {
+            snapshot: skel
+                .progs
+                .snapshot
+                .as_fd()
+                .try_clone_to_owned()
+                .context("opening the flow table's snapshot program")?,
+            flows: handle(&skel.maps.flows, "flows")?,
+            udp_flows: handle(&skel.maps.udp_flows, "udp_flows")?,
+            counters: handle(&skel.maps.flow_counters, "counters")?,
+            prev: HashMap::new(),
+            resolved: HashMap::new(),
+            udp_prev: HashMap::new(),
+            owners: Owners::default(),
+            next_id: 1,
+            cfg: cfg.clone(),
+            udp_peer_hooks,
+            udp_expired: 0,
+        };
+        // One request in flight at a time (the loop waits for a report before the next).
+        let (requests, jobs) = mpsc::sync_channel::<PollRequest>(1);
+        let (done, reports) = mpsc::sync_channel::<FlowReport>(1);
+        let thread = std::thread::Builder::new()
+            .name("ebtop-flows".into())
+            .spawn(move || {
+                let mut reader = reader;
+                reader.owners.scan();
+                while let Ok(job) = jobs.recv() {
+                    if done.send(reader.poll(job.now_ns, job.ends)).is_err() {
+                        break;
+                    }
+                }
+            })
+            .context("starting the flow table's reader thread failed")?;
         Ok(FlowCollector {
             skel,
             links,
             ring,
             ends,
-            prev: HashMap::new(),
-            resolved: HashMap::new(),
-            udp_prev: HashMap::new(),
-            owners,
-            next_id: 1,
-            cfg: cfg.clone(),
-            udp_peer_hooks,
-            udp_expired: 0,
+            requests: Some(requests),
+            reports,
+            thread: Some(thread),
+            outstanding: 0,
         })
     }
 
@@ -484,10 +539,93 @@ impl FlowCollector {
         let _ = self.ring.consume_raw();
     }
 
+    /// Ends an interval: the reader thread snapshots every flow's counters in the kernel and
+    /// reads the tables; [`FlowCollector::try_report`] or [`FlowCollector::wait_report`] hand
+    /// back what was active since the previous poll and what ended.
+    pub fn request_poll(&mut self, now_ns: u64) -> Result<()> {
+        // Ends drained after this are reported with the next interval.
+        self.consume();
+        let ends = std::mem::take(&mut *self.ends.borrow_mut());
+        let sent = self
+            .requests
+            .as_ref()
+            .is_some_and(|r| r.send(PollRequest { now_ns, ends }).is_ok());
+        if !sent {
+            return Err(self.reader_failed());
+        }
+        self.outstanding += 1;
+        Ok(())
+    }
+
+    /// Whether a poll was requested and its report not yet taken.
+    pub fn poll_pending(&self) -> bool {
+        self.outstanding > 0
+    }
+
+    /// The requested poll's report if it is ready.
+    pub fn try_report(&mut self) -> Result<Option<FlowReport>> {
+        if self.outstanding == 0 {
+            return Ok(None);
+        }
+        match self.reports.try_recv() {
+            Ok(r) => Ok(Some(self.finish(r))),
+            Err(mpsc::TryRecvError::Empty) => Ok(None),
+            Err(mpsc::TryRecvError::Disconnected) => Err(self.reader_failed()),
+        }
+    }
+
+    /// Waits for the requested poll's report (None: none was requested).
+    pub fn wait_report(&mut self) -> Result<Option<FlowReport>> {
+        if self.outstanding == 0 {
+            return Ok(None);
+        }
+        match self.reports.recv() {
+            Ok(r) => Ok(Some(self.finish(r))),
+            Err(_) => Err(self.reader_failed()),
+        }
+    }
+
+    /// Requests a poll and waits for it (the session's last interval). A report requested
+    /// before and not taken is folded in: its flow ends are not lost.
+    pub fn poll(&mut self, now_ns: u64) -> Result<FlowReport> {
+        let earlier = self.wait_report()?;
+        self.request_poll(now_ns)?;
+        let report = self.wait_report()?.unwrap_or_default();
+        Ok(match earlier {
+            Some(e) => merge_reports(e, report),
+            None => report,
+        })
+    }
+
+    fn finish(&mut self, mut r: FlowReport) -> FlowReport {
+        self.outstanding -= 1;
+        r.stats.missed_events = self.recursion_misses();
+        r
+    }
+
+    /// The reader thread is gone: its panic is re-raised here (a bug, reported as one).
+    fn reader_failed(&mut self) -> anyhow::Error {
+        self.requests = None;
+        if let Some(t) = self.thread.take() {
+            if let Err(p) = t.join() {
+                std::panic::resume_unwind(p);
+            }
+        }
+        anyhow!("the flow table's reader thread stopped")
+    }
+
+    /// Hands over the probes' links: dropping them detaches (live.rs detaches all probes of
+    /// the session in parallel).
+    pub fn links(&mut self) -> Vec<Link> {
+        std::mem::take(&mut self.links)
+    }
+}
+
+impl FlowTableReader {
     fn counters(&self) -> [u64; raw::counter::COUNT as usize] {
         let mut out = [0u64; raw::counter::COUNT as usize];
         for (i, slot) in out.iter_mut().enumerate() {
-            *slot = crate::bpf::percpu_u64(&self.skel.maps.flow_counters, i as u32)
+            *slot = crate::bpf::percpu_u64(&self.counters, i as u32)
                 .iter()
                 .sum();
         }
@@ -641,15 +779,10 @@ impl FlowCollector {
 
     /// Ends an interval: snapshots every flow's counters in the kernel, reads the tables and
     /// returns what was active since the previous poll and what ended.
-    pub fn poll(&mut self, now_ns: u64) -> FlowReport {
+    fn poll(&mut self, now_ns: u64, ends: Vec<Vec<u8>>) -> FlowReport {
         let t0 = std::time::Instant::now();
         // The snapshot copies tcp_sock counters into every entry (BPF_PROG_TEST_RUN).
-        let _ = self
-            .skel
-            .progs
-            .snapshot
-            .test_run(libbpf_rs::ProgramInput::default());
-        self.consume();
+        run_program_once(self.snapshot.as_fd());
         self.owners.begin_poll();
         let mut report = FlowReport {
             mono_ns: now_ns,
@@ -657,7 +790,6 @@ impl FlowCollector {
         };
 
         // Ended flows first: a socket address can be reused by a new flow at once.
-        let ends: Vec<Vec<u8>> = std::mem::take(&mut *self.ends.borrow_mut());
         for data in ends {
             let Some(r) = RawFlow::decode(&data) else {
                 continue;
@@ -672,12 +804,7 @@ impl FlowCollector {
 
         let mut seen: HashSet<u64> = HashSet::with_capacity(self.prev.len());
         let mut tcp_count = 0u64;
-        if let Ok(iter) = self
-            .skel
-            .maps
-            .flows
-            .lookup_batch(4096, MapFlags::ANY, MapFlags::ANY)
-        {
+        if let Ok(iter) = self.flows.lookup_batch(4096, MapFlags::ANY, MapFlags::ANY) {
             let rows: Vec<(Vec<u8>, Vec<u8>)> = iter.collect();
             for (_k, v) in rows {
                 let Some(r) = RawFlow::decode(&v) else {
@@ -733,8 +860,6 @@ impl FlowCollector {
         let mut udp_count = 0u64;
         let mut expired: Vec<RawUdpKey> = Vec::new();
         if let Ok(iter) = self
-            .skel
-            .maps
             .udp_flows
             .lookup_batch(4096, MapFlags::ANY, MapFlags::ANY)
         {
@@ -801,7 +926,7 @@ impl FlowCollector {
             }
         }
         for key in expired {
-            let _ = self.skel.maps.udp_flows.delete(&key.encode());
+            let _ = self.udp_flows.delete(&key.encode());
             self.udp_prev.remove(&key);
             self.udp_expired += 1;
             udp_count -= 1;
@@ -822,14 +947,29 @@ impl FlowCollector {
             udp_expired: self.udp_expired,
             udp_peer_hooks: self.udp_peer_hooks,
             poll_ns: t0.elapsed().as_nanos() as u64,
-            missed_events: self.recursion_misses(),
+            // Read by the collector (it holds the programs).
+            missed_events: 0,
         };
         report
     }
+}
 
-    /// Hands over the probes' links: dropping them detaches (live.rs detaches all probes of
-    /// the session in parallel).
-    pub fn links(&mut self) -> Vec<Link> {
-        std::mem::take(&mut self.links)
+/// Runs a program once with an empty context (BPF_PROG_TEST_RUN); a failure leaves the
+/// snapshot's previous values, which the report then shows (no error path worth a line).
+fn run_program_once(prog: BorrowedFd<'_>) {
+    // SAFETY: bpf_test_run_opts is plain data, valid zeroed with its size set; it points to
+    // no buffer, and the fd is a live program for the call's duration.
+    unsafe {
+        let mut opts: libbpf_rs::libbpf_sys::bpf_test_run_opts = std::mem::zeroed();
+        opts.sz = std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_test_run_opts>() as _;
+        libbpf_rs::libbpf_sys::bpf_prog_test_run_opts(prog.as_raw_fd(), &mut opts);
     }
+}
+
+/// Two intervals' reports as one (the later's flows and stats; both intervals' ends).
+fn merge_reports(earlier: FlowReport, mut later: FlowReport) -> FlowReport {
+    let mut ends = earlier.ends;
+    ends.append(&mut later.ends);
+    later.ends = ends;
+    later
 }
