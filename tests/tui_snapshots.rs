@@ -322,3 +322,13 @@ fn calls_across_midnight_carry_the_date() {
         insta::assert_snapshot!(format!("calls_across_midnight_{w}x{h}"), screen(&app, w, h));
     }
 }
+
+#[test]
+fn sort_menu() {
+    use KeyCode::*;
+    // F6: the view's columns down the left, the one sorted by with its arrow, the cursor
+    // moved two rows down; the prompt line says the menu's keys.
+    snap("sort_menu", &[F(6), Down, Down]);
+    // The Processes view's, the longest list, opened on the column it is sorted by.
+    snap("sort_menu_processes", &[Char('4'), F(6)]);
+}

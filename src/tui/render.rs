@@ -72,9 +72,71 @@ pub fn draw(f: &mut Frame, app: &App) {
     if app.detail.is_some() || app.row_detail.is_some() {
         draw_detail(f, app, area);
     }
+    if app.sort_menu.is_some() {
+        draw_sort_menu(f, app, body);
+    }
     if app.help {
         draw_help(f, app, area);
     }
+}
+
+/// F6's "Sort by" menu, as htop's: the view's columns down the left of the table, the cursor
+/// marked `>` (and reversed), the column sorted by now with its arrow.
+fn draw_sort_menu(f: &mut Frame, app: &App, body: Rect) {
+    let Some(cursor) = app.sort_menu else {
+        return;
+    };
+    let cols = app.columns();
+    let cursor = cursor.min(cols.len().saturating_sub(1));
+    let st = app.view_state();
+    let arrow = if st.ascending { "↑" } else { "↓" };
+    let title = " Sort by ";
+    let widest = cols
+        .iter()
+        .map(|c| c.title.chars().count())
+        .max()
+        .unwrap_or(0);
+    // Marker, title, arrow, and the borders; at least the title's width.
+    let w = u16::try_from((widest + 5).max(title.len()) + 2).unwrap_or(u16::MAX);
+    let r = Rect {
+        width: w.min(body.width),
+        height: u16::try_from(cols.len() + 2)
+            .unwrap_or(u16::MAX)
+            .min(body.height),
+        ..body
+    };
+    // Where the columns do not all fit, the list scrolls with the cursor.
+    let visible = usize::from(r.height.saturating_sub(2)).max(1);
+    let first = cursor.saturating_sub(visible - 1);
+    let lines: Vec<Line> = cols
+        .iter()
+        .enumerate()
+        .skip(first)
+        .take(visible)
+        .map(|(i, c)| {
+            let mark = if i == cursor { '>' } else { ' ' };
+            let sorted = if i == st.sort_col { arrow } else { " " };
+            let text = format!("{mark} {:<widest$} {sorted}", c.title);
+            if i == cursor {
+                Line::styled(
+                    text,
+                    style(app, Style::new().add_modifier(Modifier::REVERSED)),
+                )
+            } else {
+                Line::from(text)
+            }
+        })
+        .collect();
+    f.render_widget(Clear, r);
+    f.render_widget(
+        Paragraph::new(lines).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(title)
+                .style(style(app, Style::new())),
+        ),
+        r,
+    );
 }
 
 /// How much of the header's first line to write: each step down sheds a detail, so that a
@@ -882,6 +944,8 @@ fn draw_hint(f: &mut Frame, app: &App, area: Rect) {
                 app.view_state().filter
             ),
         }
+    } else if app.sort_menu.is_some() {
+        "Sort by: Up/Down/j/k move  Enter: sort by it  Esc/F6: cancel".to_owned()
     } else if app.search_prompt {
         // Here, not only in the header, whose end a narrow terminal cuts.
         format!(
@@ -915,7 +979,11 @@ fn draw_help(f: &mut Frame, app: &App, area: Rect) {
     for k in KEYS {
         lines.push(Line::from(format!("{:<22} {}", k.keys.join(" "), k.action)));
     }
-    lines.push(Line::from(""));
+    // The blank line before the legend only where the terminal has a row for it (80×24 has
+    // none).
+    if lines.len() + 5 <= usize::from(area.height) {
+        lines.push(Line::from(""));
+    }
     lines.push(Line::from(format!(
         "Marks: > selected  ! server error  ? client error  * slow (>= {} ms)",
         SLOW_NS / 1_000_000
