@@ -276,6 +276,19 @@ fn filter_naming_a_field_the_view_lacks() {
     let mut setup = vec![KeyCode::Char('2'), KeyCode::Char('/')];
     setup.extend("status>=500".chars().map(KeyCode::Char));
     snap("filter_unknown_field", &setup);
+    // The Processes view has the most fields: at 80 columns the prompt takes two rows, and
+    // every field is in sight.
+    let mut setup = vec![KeyCode::Char('4'), KeyCode::Char('/')];
+    setup.extend("lat>100".chars().map(KeyCode::Char));
+    snap("filter_unknown_field_processes", &setup);
+    let (w, h) = (80, 24);
+    let mut app = app_of(FIXTURE);
+    app.set_size(w, h);
+    keys(&mut app, &setup);
+    let s = screen(&app, w, h);
+    for field in ["pid", "cpu", "calls", "conns", "tls", "pod", "command)"] {
+        assert!(s.contains(field), "{field} not in\n{s}");
+    }
 }
 
 #[test]
@@ -321,4 +334,14 @@ fn calls_across_midnight_carry_the_date() {
         });
         insta::assert_snapshot!(format!("calls_across_midnight_{w}x{h}"), screen(&app, w, h));
     }
+}
+
+#[test]
+fn sort_menu() {
+    use KeyCode::*;
+    // F6: the view's columns down the left, the one sorted by with its arrow, the cursor
+    // moved two rows down; the prompt line says the menu's keys.
+    snap("sort_menu", &[F(6), Down, Down]);
+    // The Processes view's, the longest list, opened on the column it is sorted by.
+    snap("sort_menu_processes", &[Char('4'), F(6)]);
 }

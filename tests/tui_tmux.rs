@@ -1,6 +1,6 @@
 //! End to end: the TUI in a real terminal (tmux, 120×40, NO_COLOR), replaying the committed
-//! recording: views, sort, filter, search, the endpoint window, drill-down and back, flow and
-//! process details, pause, quit with the terminal restored.
+//! recording: views, sort (and F6's menu), filter, search, the endpoint window, drill-down and
+//! back, flow and process details, pause, quit with the terminal restored.
 //! Needs tmux (scripts/deps installs it); root only for the live recording status line.
 
 mod common;
@@ -215,6 +215,36 @@ fn tui_in_tmux_field_filters_and_htop_keys() {
     t.wait_for("PAUSED");
     t.keys(&["Space"]);
     t.wait("resumed", |s| !s.contains("PAUSED"));
+    // F6, htop's "Sort by": a menu of the columns. q does not quit while it is open; Esc
+    // closes it with the sort as it was.
+    let menu_open = |s: &str| s.contains("┌ Sort by") && s.contains("Esc/F6: cancel");
+    t.keys(&["F6"]);
+    let s = t.wait("the sort menu", menu_open);
+    assert!(
+        s.contains("│> TIME        ↓ │"),
+        "the cursor on the sort column:\n{s}"
+    );
+    t.keys(&["q", "Down"]);
+    t.wait("the cursor on PROCESS/PID", |s| {
+        s.contains("│> PROCESS/PID")
+    });
+    t.keys(&["Escape"]);
+    let s = t.wait("the menu closed", |s| !menu_open(s));
+    assert!(
+        s.contains("[1 Calls]") && !s.contains("ebtop exited"),
+        "{s}"
+    );
+    assert!(s.contains("sort TIME↓") && s.contains("TIME↓"), "{s}");
+    // Enter on LAT ms (seven rows down): the header's mark and the column's arrow move there.
+    t.keys(&["F6"]);
+    t.wait("the sort menu", menu_open);
+    t.keys(&["Down"; 7]);
+    t.wait("the cursor on LAT ms", |s| s.contains("│> LAT ms"));
+    t.keys(&["Enter"]);
+    let s = t.wait("sorted by latency", |s| {
+        !menu_open(s) && s.contains("sort LAT ms↓")
+    });
+    assert!(s.contains("LAT ms↓") && !s.contains("TIME↓"), "{s}");
     t.keys(&["q"]);
     t.wait_for("ebtop exited 0");
 }

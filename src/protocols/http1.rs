@@ -273,7 +273,7 @@ fn upgrades_to_h2c(headers: &[httparse::Header]) -> bool {
 }
 
 /// Up to `keep` bytes of a head of `len` bytes, with the values of secret headers and the
-/// secret query values of its URLs replaced.
+/// secrets of its URLs (parameters named like secrets, credentials) replaced.
 fn capture_head(buf: &[u8], len: usize, keep: usize) -> CapturedHead {
     if keep == 0 {
         return CapturedHead::default();
@@ -283,15 +283,15 @@ fn capture_head(buf: &[u8], len: usize, keep: usize) -> CapturedHead {
     for (i, line) in head.split_inclusive(|&b| b == b'\n').enumerate() {
         let colon = line.iter().position(|&b| b == b':');
         if i == 0 {
-            // The request line: its target's secret query values.
+            // The request line: its target's secrets.
             bytes.extend_from_slice(&redact::redact_request_line(line));
         } else if let Some(colon) = colon.filter(|&c| redact::is_secret_header(&line[..c])) {
             bytes.extend_from_slice(&line[..=colon]);
             let value_len = line[colon + 1..].trim_ascii().len();
             bytes.extend_from_slice(format!(" [redacted, {value_len} bytes]\r\n").as_bytes());
         } else {
-            // Any other header: the secret query values of URLs in its value (Referer,
-            // Location, Refresh's url=, …).
+            // Any other header: the secrets of URLs in its value (Referer, Location,
+            // Refresh's url=, …).
             let value_at = colon.map_or(0, |c| c + 1);
             bytes.extend_from_slice(&line[..value_at]);
             bytes.extend_from_slice(&redact::redact_urls_in(&line[value_at..]));
@@ -337,7 +337,7 @@ fn parse_head(kind: Kind, buf: &[u8], depth: ParseDepth, keep: usize) -> HeadPar
                         kind: HeadKind::Request {
                             method: req.method.unwrap_or("").to_owned(),
                             resource: lossy_cut(
-                                &redact::redact_query(req.path.unwrap_or("").as_bytes()),
+                                &redact::redact_target(req.path.unwrap_or("").as_bytes()),
                                 MAX_RESOURCE,
                             ),
                             version: version_str(req.version),

@@ -1,14 +1,17 @@
-//! What a person reading calls must not see: values of secret headers and of query-string
-//! parameters named like secrets (in the request target and in URLs inside header values).
-//! Shared by the HTTP parsers; pure, bytes in and out.
+//! What a person reading ebtop's output must not see: values of headers, query-string and
+//! path parameters named like secrets, the credentials of URLs (`scheme://user:password@host`),
+//! and secret-named arguments of command lines. One notion of a secret-looking name
+//! ([`is_secret_name`]) serves them all. Pure, bytes in and out; applied to what is shown,
+//! never to what is recorded.
 
 use std::borrow::Cow;
+use std::ops::Range;
 
-/// Header names that are secrets wherever they appear in the name (without case):
-/// credentials (`Authorization`, `X-Auth-Token`, `X-Registry-Auth`), session state
-/// (`Cookie`, `Set-Cookie`, `X-Session-Id`) and tokens of every kind (`X-CSRF-Token`,
-/// `X-Amz-Security-Token`, `PRIVATE-TOKEN`, `Cf-Access-Jwt-Assertion`).
-const SECRET_HEADER_PARTS: &[&str] = &[
+/// Parts that make a name secret wherever they occur in it (without case): credentials
+/// (`Authorization`, `X-Auth-Token`, `db_password`, `PGPASSWORD`), session state (`Cookie`,
+/// `jsessionid`, `X-Session-Id`) and tokens and keys of every kind (`access_token`,
+/// `X-CSRF-Token`, `client_secret`, `X-Amz-Signature`, `--api-key`).
+const SECRET_NAME_PARTS: &[&str] = &[
     "auth",
     "token",
     "secret",
@@ -16,6 +19,8 @@ const SECRET_HEADER_PARTS: &[&str] = &[
     "passphrase",
     "pwd",
     "apikey",
+    "api_key",
+    "api-key",
     "signature",
     "credential",
     "session",
@@ -24,6 +29,9 @@ const SECRET_HEADER_PARTS: &[&str] = &[
     "xsrf",
     "jwt",
 ];
+
+/// Names that are secrets only as the whole name (`sig`, but not `design`).
+const SECRET_NAMES: &[&str] = &["sig", "pass", "code", "sid"];
 
 /// Where `auth` in a name is not a credential: a server's challenge (`WWW-Authenticate`,
 /// `Proxy-Authenticate`: the scheme and realm it asks for, what a person debugging a 401
@@ -36,41 +44,40 @@ const NOT_AUTH: &[&str] = &["authenticate", "authority"];
 /// request so a retry is not applied twice.
 const PUBLIC_KEYS: &[&str] = &["sec-websocket-key", "idempotency-key"];
 
+/// What a redacted value becomes.
+pub const REDACTED_TEXT: &str = "[redacted]";
+pub const REDACTED: &[u8] = REDACTED_TEXT.as_bytes();
+
 /// Where `needle` (lower case) occurs in `hay`, compared without case.
 fn find_ci(hay: &[u8], needle: &str, from: usize) -> Option<usize> {
     let n = needle.as_bytes();
     (from..=hay.len().checked_sub(n.len())?).find(|&i| hay[i..i + n.len()].eq_ignore_ascii_case(n))
 }
 
-/// Whether a header's value is a secret (name compared without case). By what the name
-/// says: it contains one of [`SECRET_HEADER_PARTS`] (`auth` not as part of
-/// `authenticate`/`authority`), or it ends in `key` (`X-Api-Key`, `X-Goog-Api-Key`,
-/// `Ocp-Apim-Subscription-Key`, `X-Amz-Server-Side-Encryption-Customer-Key`; not `Keep-Alive`,
-/// nor `Public-Key-Pins`) other than [`PUBLIC_KEYS`]. CORS headers (`Access-Control-*`) name
-/// headers and policies, never carry them (`Access-Control-Allow-Credentials: true`). A
-/// harmless header that looks secret (`X-Auth-Request-User`) is hidden too: a name the rule
+fn starts_ci(hay: &[u8], prefix: &str) -> bool {
+    hay.len() >= prefix.len() && hay[..prefix.len()].eq_ignore_ascii_case(prefix.as_bytes())
+}
+
+/// Whether a name (of a header, a query or path parameter, a command-line option or an
+/// environment variable; without case) says its value is a secret: it contains one of
+/// [`SECRET_NAME_PARTS`] (`auth` not as part of `authenticate`/`authority`), is one of
+/// [`SECRET_NAMES`], or ends in `key` (`X-Api-Key`, `Ocp-Apim-Subscription-Key`, `ssh_key`;
+/// not `Keep-Alive`, nor `Public-Key-Pins`) other than [`PUBLIC_KEYS`]. A harmless name that
+/// looks secret (`X-Auth-Request-User`, `author`, `sort_key`) is hidden too: a name the rule
 /// misses leaks, one it catches only costs a value.
-pub fn is_secret_header(name: &[u8]) -> bool {
-    let name = name.trim_ascii();
-    let starts =
-        |p: &str| name.len() >= p.len() && name[..p.len()].eq_ignore_ascii_case(p.as_bytes());
-    if starts("access-control-")
-        || PUBLIC_KEYS
-            .iter()
-            .any(|k| name.eq_ignore_ascii_case(k.as_bytes()))
-    {
-        return false;
-    }
+pub fn is_secret_name(name: &[u8]) -> bool {
     let ends_in_key = name.len() >= 3 && name[name.len() - 3..].eq_ignore_ascii_case(b"key");
-    ends_in_key
-        || SECRET_HEADER_PARTS.iter().any(|&part| {
+    let public_key = PUBLIC_KEYS
+        .iter()
+        .any(|k| name.eq_ignore_ascii_case(k.as_bytes()));
+    (ends_in_key && !public_key)
+        || SECRET_NAMES
+            .iter()
+            .any(|s| name.eq_ignore_ascii_case(s.as_bytes()))
+        || SECRET_NAME_PARTS.iter().any(|&part| {
             let mut from = 0;
             while let Some(at) = find_ci(name, part, from) {
-                let rest = &name[at..];
-                let benign = part == "auth"
-                    && NOT_AUTH.iter().any(|n| {
-                        rest.len() >= n.len() && rest[..n.len()].eq_ignore_ascii_case(n.as_bytes())
-                    });
+                let benign = part == "auth" && NOT_AUTH.iter().any(|n| starts_ci(&name[at..], n));
                 if !benign {
                     return true;
                 }
@@ -80,56 +87,104 @@ pub fn is_secret_header(name: &[u8]) -> bool {
         })
 }
 
-/// Parameter names that are secrets wherever they appear in a name (`access_token`,
-/// `client_secret`, `X-Amz-Signature`, `db_password`).
-const SECRET_NAME_PARTS: &[&str] = &[
-    "token",
-    "secret",
-    "password",
-    "passwd",
-    "apikey",
-    "api_key",
-    "api-key",
-    "signature",
-    "credential",
-    "session",
-    "auth",
-];
-
-/// Parameter names that are secrets only as the whole name (`sig`, but not `design`).
-const SECRET_NAMES: &[&str] = &["sig", "key", "pwd", "pass", "code", "jwt", "sid"];
-
-/// What a redacted value becomes.
-pub const REDACTED: &[u8] = b"[redacted]";
-
-fn is_secret_param(name: &[u8]) -> bool {
-    let contains = |part: &str| {
-        name.len() >= part.len()
-            && name
-                .windows(part.len())
-                .any(|w| w.eq_ignore_ascii_case(part.as_bytes()))
-    };
-    SECRET_NAMES
-        .iter()
-        .any(|s| name.eq_ignore_ascii_case(s.as_bytes()))
-        || SECRET_NAME_PARTS.iter().any(|p| contains(p))
+/// Whether a header's value is a secret: its name is secret-like ([`is_secret_name`]), but
+/// CORS headers (`Access-Control-*`) name headers and policies, never carry them
+/// (`Access-Control-Allow-Credentials: true`).
+pub fn is_secret_header(name: &[u8]) -> bool {
+    let name = name.trim_ascii();
+    !starts_ci(name, "access-control-") && is_secret_name(name)
 }
 
-/// The values of secret parameters in the URLs `text` holds replaced by `[redacted]`;
-/// borrowed unchanged when there is none. A query starts after `?`, a fragment after `#`
-/// (where OAuth's implicit flow puts `access_token`); both are `&`-separated `name=value`
-/// parameters. `ends(b)`: `b` ends a URL (none ends a request target, one URL whatever bytes
-/// it holds; in a header value, bytes a URL cannot hold end one and a later `?` starts
-/// another).
-fn redact_params(text: &[u8], ends: impl Fn(u8) -> bool) -> Cow<'_, [u8]> {
-    let mut out: Option<Vec<u8>> = None;
-    // What `out` holds of `text`: everything before this.
+/// `text` with each of `ranges` (in order, not overlapping) replaced by [`REDACTED`];
+/// borrowed unchanged when there is none.
+fn replace_ranges<'a>(text: &'a [u8], ranges: &[Range<usize>]) -> Cow<'a, [u8]> {
+    if ranges.is_empty() {
+        return Cow::Borrowed(text);
+    }
+    let mut out = Vec::with_capacity(text.len() + ranges.len() * REDACTED.len());
     let mut copied = 0;
+    for r in ranges {
+        out.extend_from_slice(&text[copied..r.start]);
+        out.extend_from_slice(REDACTED);
+        copied = r.end;
+    }
+    out.extend_from_slice(&text[copied..]);
+    Cow::Owned(out)
+}
+
+/// The value of a `name=value` parameter at `text[at..at + len]` if its name is secret and
+/// its value not empty.
+fn secret_value(text: &[u8], at: usize, len: usize) -> Option<Range<usize>> {
+    let param = &text[at..at + len];
+    let eq = param.iter().position(|&b| b == b'=')?;
+    (eq + 1 < param.len() && is_secret_name(&param[..eq])).then(|| at + eq + 1..at + len)
+}
+
+/// The credentials of the URLs `text` holds (`scheme://userinfo@host`): a password
+/// (`user:[redacted]@`), or a userinfo without one whole (`https://[redacted]@github.com`: a
+/// lone userinfo is most often a token). The authority ends at `/`, `?`, `#` or `ends`.
+fn userinfo_ranges(text: &[u8], ends: &impl Fn(u8) -> bool, out: &mut Vec<Range<usize>>) {
+    let mut from = 0;
+    while let Some(p) = text[from..]
+        .windows(3)
+        .position(|w| w == b"://")
+        .map(|p| p + from)
+    {
+        let host_at = p + 3;
+        let schemed = p > 0 && text[p - 1].is_ascii_alphanumeric();
+        let authority_len = text[host_at..]
+            .iter()
+            .position(|&b| matches!(b, b'/' | b'?' | b'#') || ends(b))
+            .unwrap_or(text.len() - host_at);
+        let authority = &text[host_at..host_at + authority_len];
+        if let Some(at) = authority
+            .iter()
+            .rposition(|&b| b == b'@')
+            .filter(|_| schemed)
+        {
+            let secret = match authority[..at].iter().position(|&b| b == b':') {
+                Some(colon) => host_at + colon + 1..host_at + at,
+                None => host_at..host_at + at,
+            };
+            if !secret.is_empty() {
+                out.push(secret);
+            }
+        }
+        from = host_at + authority_len;
+    }
+}
+
+/// The secret parts of the URLs `text` holds, replaced by `[redacted]`; borrowed unchanged
+/// when there is none:
+/// - the values of secret-named parameters: of the query (after `?`), of the fragment (after
+///   `#`, where OAuth's implicit flow puts `access_token`), both `&`-separated `name=value`,
+///   and of a path segment (`;jsessionid=…`, `;sid=…`: matrix parameters, up to the next `/`,
+///   `;`, `?` or `#`);
+/// - a URL's credentials (`postgres://app:[redacted]@db/shop`).
+///
+/// `ends(b)`: `b` ends a URL (none ends a request target, one URL whatever bytes it holds; in
+/// a header value or an argument, bytes a URL cannot hold end one and a later `?` starts
+/// another).
+fn redact_url_secrets(text: &[u8], ends: impl Fn(u8) -> bool) -> Cow<'_, [u8]> {
+    let mut ranges = Vec::new();
     let mut in_params = false;
     let mut i = 0;
     while i < text.len() {
         if !in_params {
-            in_params = matches!(text[i], b'?' | b'#');
+            match text[i] {
+                b'?' | b'#' => in_params = true,
+                b';' => {
+                    let at = i + 1;
+                    let len = text[at..]
+                        .iter()
+                        .position(|&b| matches!(b, b'/' | b';' | b'?' | b'#') || ends(b))
+                        .unwrap_or(text.len() - at);
+                    ranges.extend(secret_value(text, at, len));
+                    i = at + len;
+                    continue;
+                }
+                _ => {}
+            }
             i += 1;
             continue;
         }
@@ -137,53 +192,55 @@ fn redact_params(text: &[u8], ends: impl Fn(u8) -> bool) -> Cow<'_, [u8]> {
             .iter()
             .position(|&b| b == b'&' || b == b'#' || ends(b))
             .unwrap_or(text.len() - i);
-        let param = &text[i..i + len];
-        if let Some(eq) = param
-            .iter()
-            .position(|&b| b == b'=')
-            .filter(|&eq| eq + 1 < param.len() && is_secret_param(&param[..eq]))
-        {
-            let out = out.get_or_insert_with(|| Vec::with_capacity(text.len()));
-            out.extend_from_slice(&text[copied..=i + eq]);
-            out.extend_from_slice(REDACTED);
-            copied = i + len;
-        }
+        ranges.extend(secret_value(text, i, len));
         i += len;
         if let Some(&b) = text.get(i) {
             in_params = b == b'&' || b == b'#';
             i += 1;
         }
     }
-    match out {
-        None => Cow::Borrowed(text),
-        Some(mut out) => {
-            out.extend_from_slice(&text[copied..]);
-            Cow::Owned(out)
-        }
+    // Credentials inside a redacted value are gone with it.
+    let mut creds = Vec::new();
+    userinfo_ranges(text, &ends, &mut creds);
+    if !creds.is_empty() {
+        ranges.extend(creds);
+        ranges.sort_by_key(|r| (r.start, std::cmp::Reverse(r.end)));
+        let mut end = 0;
+        ranges.retain(|r| {
+            let keep = r.start >= end;
+            end = end.max(r.end);
+            keep
+        });
     }
+    replace_ranges(text, &ranges)
 }
 
-/// A request target with the values of secret query (and fragment) parameters replaced by
-/// `[redacted]` (`/cb?code=[redacted]&state=x`); borrowed unchanged when there is none.
-pub fn redact_query(target: &[u8]) -> Cow<'_, [u8]> {
-    redact_params(target, |_| false)
+/// A request target with its secrets replaced by `[redacted]`: secret query, fragment and
+/// path parameter values (`/cb?code=[redacted]&state=x`, `/app;jsessionid=[redacted]`) and an
+/// absolute target's credentials (`http://user:[redacted]@host/`); borrowed unchanged when
+/// there is none.
+pub fn redact_target(target: &[u8]) -> Cow<'_, [u8]> {
+    redact_url_secrets(target, |_| false)
 }
 
-/// A header value with the secret query values of the URLs in it redacted as the request
-/// target's: `Referer: https://x/cb?token=[redacted]`, `Location`, `Content-Location`,
-/// `Refresh: 0; url=/login?password=[redacted]`, `Link: <…?sig=[redacted]>; rel=next`, and
-/// the URLs proxies forward in headers of their own (`X-Original-URL`, `X-Forwarded-Uri`),
-/// which no list of names would keep up with; so every header's value is read so. A URL ends
-/// at a byte it cannot hold unencoded (white space, control bytes, `"`, `<`, `>`). Borrowed
-/// unchanged when there is nothing to hide.
+/// A byte no URL holds unencoded (white space, control bytes, `"`, `<`, `>`): it ends one
+/// inside a header value or an argument.
+fn ends_url(b: u8) -> bool {
+    b.is_ascii_whitespace() || b.is_ascii_control() || matches!(b, b'"' | b'<' | b'>')
+}
+
+/// A header value with the secrets of the URLs in it redacted as the request target's:
+/// `Referer: https://x/cb?token=[redacted]`, `Location: https://u:[redacted]@x/`,
+/// `Content-Location`, `Refresh: 0; url=/login?password=[redacted]`,
+/// `Link: <…?sig=[redacted]>; rel=next`, and the URLs proxies forward in headers of their own
+/// (`X-Original-URL`, `X-Forwarded-Uri`), which no list of names would keep up with; so every
+/// header's value is read so. Borrowed unchanged when there is nothing to hide.
 pub fn redact_urls_in(value: &[u8]) -> Cow<'_, [u8]> {
-    redact_params(value, |b| {
-        b.is_ascii_whitespace() || b.is_ascii_control() || matches!(b, b'"' | b'<' | b'>')
-    })
+    redact_url_secrets(value, ends_url)
 }
 
-/// An HTTP/1 request line (`GET /x?token=… HTTP/1.1\r\n`) with its target's secret query
-/// values redacted; other lines borrowed unchanged.
+/// An HTTP/1 request line (`GET /x?token=… HTTP/1.1\r\n`) with its target's secrets
+/// redacted; other lines borrowed unchanged.
 pub fn redact_request_line(line: &[u8]) -> Cow<'_, [u8]> {
     let Some(sp) = line.iter().position(|&b| b == b' ') else {
         return Cow::Borrowed(line);
@@ -193,7 +250,7 @@ pub fn redact_request_line(line: &[u8]) -> Cow<'_, [u8]> {
         .iter()
         .position(|&b| b == b' ' || b == b'\r' || b == b'\n')
         .unwrap_or(rest.len());
-    match redact_query(&rest[..target_len]) {
+    match redact_target(&rest[..target_len]) {
         Cow::Borrowed(_) => Cow::Borrowed(line),
         Cow::Owned(t) => {
             let mut out = Vec::with_capacity(line.len());
@@ -205,12 +262,108 @@ pub fn redact_request_line(line: &[u8]) -> Cow<'_, [u8]> {
     }
 }
 
+/// Name endings of options and variables that say where a secret is or how it is read, not
+/// the secret: `--password-file`, `PGPASSFILE`, `--token-path`, `--password-stdin` (a
+/// switch: the word after it is no password).
+const POINTS_TO_SECRET: &[&str] = &["file", "path", "dir", "stdin", "prompt"];
+
+/// Whether a command-line option's or variable's name (dashes stripped) means its value is
+/// a secret.
+fn is_secret_arg_name(name: &[u8]) -> bool {
+    let points_elsewhere = POINTS_TO_SECRET.iter().any(|s| {
+        name.len() >= s.len() && name[name.len() - s.len()..].eq_ignore_ascii_case(s.as_bytes())
+    });
+    is_secret_name(name) && !points_elsewhere
+}
+
+/// A name an option or variable may have (`PGPASSWORD`, `api-key`, `javax.net.ssl.keyStorePassword`).
+fn is_name_like(name: &[u8]) -> bool {
+    !name.is_empty()
+        && name
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+/// A process's arguments as shown, secrets replaced by `[redacted]` (its recording keeps
+/// them as they were):
+/// - the value of a long option named like a secret, joined (`--password=[redacted]`) or
+///   the next word (`--token [redacted]`); short options (`-p…`) are too ambiguous to guess;
+/// - the value of `NAME=value` with a secret-like name (`PGPASSWORD=[redacted]`,
+///   `-Djavax.net.ssl.keyStorePassword=[redacted]`);
+/// - the value of an argument that is a secret header (`curl -H 'Authorization: [redacted]'`);
+/// - the secrets of URLs (`postgres://app:[redacted]@db/shop`, `https://x/?token=[redacted]`).
+///
+/// Arguments are read word by word (split at spaces), so a shell command (`sh -c '… --token
+/// t'`) or a program's rewritten title is read too.
+pub fn redact_args(args: &[String]) -> Vec<String> {
+    // The previous word was a secret long option without its value.
+    let mut value_next = false;
+    args.iter()
+        .map(|arg| {
+            if let Some(header) = redact_header_arg(arg) {
+                value_next = false;
+                return header;
+            }
+            let words: Vec<Cow<'_, str>> = arg
+                .split(' ')
+                .map(|word| redact_word(word, &mut value_next))
+                .collect();
+            words.join(" ")
+        })
+        .collect()
+}
+
+/// An argument that is a whole header with a secret name (`Authorization: Bearer …`, as
+/// `curl -H` takes it), its value redacted.
+fn redact_header_arg(arg: &str) -> Option<String> {
+    let (name, value) = arg.split_once(':')?;
+    let space = value.len() - value.trim_start().len();
+    (is_name_like(name.as_bytes()) && is_secret_header(name.as_bytes()) && !value.trim().is_empty())
+        .then(|| format!("{name}:{}{REDACTED_TEXT}", &value[..space]))
+}
+
+/// One word of a command line with its secrets redacted; `value_next`: the word before was
+/// a secret long option, so this one is its value (set again for the next word).
+fn redact_word<'a>(word: &'a str, value_next: &mut bool) -> Cow<'a, str> {
+    if word.is_empty() {
+        return Cow::Borrowed(word);
+    }
+    if std::mem::take(value_next) && !word.starts_with('-') {
+        return Cow::Borrowed(REDACTED_TEXT);
+    }
+    let bare = word.trim_start_matches('-');
+    let dashes = word.len() - bare.len();
+    match bare.split_once('=') {
+        Some((name, value))
+            if !value.is_empty()
+                && is_name_like(name.as_bytes())
+                && is_secret_arg_name(name.as_bytes()) =>
+        {
+            Cow::Owned(format!("{}{name}={REDACTED_TEXT}", &word[..dashes]))
+        }
+        Some(_) => lossy_owned(redact_urls_in(word.as_bytes()), word),
+        None => {
+            *value_next =
+                dashes == 2 && is_name_like(bare.as_bytes()) && is_secret_arg_name(bare.as_bytes());
+            lossy_owned(redact_urls_in(word.as_bytes()), word)
+        }
+    }
+}
+
+/// `word` itself where nothing was redacted in it, else the redacted text.
+fn lossy_owned<'a>(redacted: Cow<'_, [u8]>, word: &'a str) -> Cow<'a, str> {
+    match redacted {
+        Cow::Borrowed(_) => Cow::Borrowed(word),
+        Cow::Owned(b) => Cow::Owned(String::from_utf8_lossy(&b).into_owned()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn r(t: &str) -> String {
-        String::from_utf8(redact_query(t.as_bytes()).into_owned()).unwrap()
+        String::from_utf8(redact_target(t.as_bytes()).into_owned()).unwrap()
     }
 
     #[test]
@@ -232,7 +385,7 @@ mod tests {
         // Empty values and names without `=` have nothing to hide.
         assert_eq!(r("/x?token=&password"), "/x?token=&password");
         assert_eq!(r("/x?&&token=a&&"), "/x?&&token=[redacted]&&");
-        assert!(matches!(redact_query(b"/a?b=c"), Cow::Borrowed(_)));
+        assert!(matches!(redact_target(b"/a?b=c"), Cow::Borrowed(_)));
     }
 
     #[test]
@@ -358,5 +511,222 @@ mod tests {
         ] {
             assert!(!is_secret_header(public.as_bytes()), "{public}");
         }
+    }
+
+    #[test]
+    fn credentials_in_urls_are_redacted_the_user_kept() {
+        // An absolute request target (to a proxy), and URLs in header values.
+        assert_eq!(
+            r("http://deploy:Tr0ub4dor@registry.internal:5000/v2/_catalog"),
+            "http://deploy:[redacted]@registry.internal:5000/v2/_catalog"
+        );
+        assert_eq!(
+            h(" https://ann:s3cret@app.example/cb?state=1\r\n"),
+            " https://ann:[redacted]@app.example/cb?state=1\r\n"
+        );
+        // A user without a password is most often a token: all of it goes.
+        assert_eq!(
+            h("https://ghp_16C7e42F292c6912E7710c838347Ae178B4a@github.com/org/repo.git"),
+            "https://[redacted]@github.com/org/repo.git"
+        );
+        // Both the credentials and a secret query value; an empty password hides nothing.
+        assert_eq!(
+            h("<ftp://u:p@files/x?sig=1>; rel=alternate, http://a:@b/"),
+            "<ftp://u:[redacted]@files/x?sig=[redacted]>; rel=alternate, http://a:@b/"
+        );
+        // `@` after the authority is the path's or the query's, not a userinfo.
+        for kept in [
+            "https://app.example/users/@ann",
+            "https://app.example/?email=ann@example.com",
+            "mailto:ann@example.com",
+            "://@",
+        ] {
+            assert!(
+                matches!(redact_urls_in(kept.as_bytes()), Cow::Borrowed(_)),
+                "{kept}"
+            );
+        }
+        // A URL inside a query value has its credentials hidden too.
+        assert_eq!(
+            r("/login?next=https://bob:pw@intra/home"),
+            "/login?next=https://bob:[redacted]@intra/home"
+        );
+    }
+
+    #[test]
+    fn secret_path_parameters_are_redacted() {
+        assert_eq!(
+            r("/shop/cart;jsessionid=8E0A5D3B1C7F2A94?item=7"),
+            "/shop/cart;jsessionid=[redacted]?item=7"
+        );
+        assert_eq!(
+            r("/a;sid=abc;lang=en/b;sessionid=xyz/c"),
+            "/a;sid=[redacted];lang=en/b;sessionid=[redacted]/c"
+        );
+        assert_eq!(
+            h("https://app/p;JSESSIONID=0F1E#top"),
+            "https://app/p;JSESSIONID=[redacted]#top"
+        );
+        // Parameters of header values after `;` are no path's: `q`, `charset`, `rel` stay.
+        for kept in [
+            "/a;v=1/b",
+            "text/html;q=0.9,application/xml;q=0.8",
+            "0; url=/next",
+            "attachment;filename=report.pdf",
+        ] {
+            assert!(
+                matches!(redact_urls_in(kept.as_bytes()), Cow::Borrowed(_)),
+                "{kept}"
+            );
+        }
+    }
+
+    #[test]
+    fn one_notion_of_a_secret_name_for_headers_parameters_and_arguments() {
+        for name in [
+            "password",
+            "PGPASSWORD",
+            "db_passwd",
+            "jsessionid",
+            "X-Session-Id",
+            "access_token",
+            "client-secret",
+            "api_key",
+            "sig",
+            "Authorization",
+        ] {
+            assert!(is_secret_name(name.as_bytes()), "{name}");
+        }
+        for name in [
+            "design",
+            "state",
+            "page",
+            "keys",
+            "WWW-Authenticate",
+            "authority",
+        ] {
+            assert!(!is_secret_name(name.as_bytes()), "{name}");
+        }
+        // Names ending in `key`, whatever they name: a header, a parameter, an option.
+        for name in ["X-Goog-Api-Key", "key", "ssh_key", "signing-key"] {
+            assert!(is_secret_name(name.as_bytes()), "{name}");
+        }
+        assert!(!is_secret_name(b"Sec-WebSocket-Key"));
+        // Only headers have CORS names.
+        assert!(is_secret_name(b"Access-Control-Allow-Credentials"));
+        assert!(!is_secret_header(b"Access-Control-Allow-Credentials"));
+    }
+
+    fn args(a: &[&str]) -> Vec<String> {
+        redact_args(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn command_line_secrets_are_redacted() {
+        assert_eq!(
+            args(&[
+                "/usr/bin/app",
+                "--password=hunter2",
+                "--token",
+                "tok-123",
+                "--port",
+                "80"
+            ]),
+            [
+                "/usr/bin/app",
+                "--password=[redacted]",
+                "--token",
+                "[redacted]",
+                "--port",
+                "80"
+            ]
+        );
+        assert_eq!(
+            args(&[
+                "curl",
+                "--api-key",
+                "k",
+                "--client-secret=s",
+                "https://u:pw@h/x?token=t"
+            ]),
+            [
+                "curl",
+                "--api-key",
+                "[redacted]",
+                "--client-secret=[redacted]",
+                "https://u:[redacted]@h/x?token=[redacted]"
+            ]
+        );
+        assert_eq!(
+            args(&[
+                "env",
+                "PGPASSWORD=pg-s3cret",
+                "DATABASE_URL=postgres://app:pw@db:5432/shop",
+                "psql"
+            ]),
+            [
+                "env",
+                "PGPASSWORD=[redacted]",
+                "DATABASE_URL=postgres://app:[redacted]@db:5432/shop",
+                "psql"
+            ]
+        );
+        assert_eq!(
+            args(&[
+                "java",
+                "-Djavax.net.ssl.keyStorePassword=changeit",
+                "-jar",
+                "app.jar"
+            ]),
+            [
+                "java",
+                "-Djavax.net.ssl.keyStorePassword=[redacted]",
+                "-jar",
+                "app.jar"
+            ]
+        );
+        // A header as `curl -H` takes it.
+        assert_eq!(
+            args(&[
+                "curl",
+                "-H",
+                "Authorization: Bearer eyJhbGciOi.x.y",
+                "-H",
+                "Accept: */*"
+            ]),
+            [
+                "curl",
+                "-H",
+                "Authorization: [redacted]",
+                "-H",
+                "Accept: */*"
+            ]
+        );
+        // A shell command is read word by word.
+        assert_eq!(
+            args(&["sh", "-c", "exec worker --secret s3 --queue jobs"]),
+            ["sh", "-c", "exec worker --secret [redacted] --queue jobs"]
+        );
+        // Short options are not guessed; a switch or a file option leaves the next word; a
+        // secret option followed by another option has no value to hide.
+        let kept = [
+            "mysql",
+            "-u",
+            "root",
+            "-pSECRET",
+            "-p",
+            "x",
+            "--password-file",
+            "/run/secrets/db",
+            "--password-stdin",
+            "registry.example",
+            "PASSWORD_FILE=/run/secrets/pw",
+            "--token",
+            "--verbose",
+            "--password=",
+            "a=b",
+        ];
+        assert_eq!(args(&kept), kept);
+        assert!(args(&[]).is_empty());
     }
 }

@@ -291,12 +291,14 @@ impl<W: Write> Sink for JsonSink<W> {
         if !self.select.wants("proc") {
             return Ok(());
         }
+        // Shown with its secrets redacted; a recording keeps the arguments as they were.
+        let cmdline = crate::protocols::redact::redact_args(&p.cmdline);
         self.line(&ProcLine {
             ty: "proc",
             pid: p.pid,
             comm: &p.comm,
             exe: p.exe.as_deref(),
-            cmdline: &p.cmdline,
+            cmdline: &cmdline,
             cgroup: p.cgroup.as_deref(),
             container: p.container(),
             pod: p.pod.as_ref().map(|p| p.name.as_str()),
@@ -541,5 +543,42 @@ mod tests {
             doc.contains(&format!("- **{}**:", meta["schema"])),
             "{meta}"
         );
+    }
+
+    #[test]
+    fn proc_lines_show_command_lines_with_their_secrets_redacted() {
+        let mut sink = JsonSink::new(Vec::new());
+        let args = [
+            "/usr/local/bin/worker",
+            "--db-password=Pa55w0rd",
+            "--api-key",
+            "ak_live_51H8",
+            "--queue=jobs",
+            "DATABASE_URL=postgres://app:Pg5ecret@db:5432/shop",
+        ];
+        let info = ProcInfo {
+            pid: 4242,
+            comm: "worker".into(),
+            exe: Some("/usr/local/bin/worker".into()),
+            cmdline: args.iter().map(|s| s.to_string()).collect(),
+            cgroup: None,
+            pod: None,
+        };
+        sink.process(&info).unwrap();
+        let out = String::from_utf8(sink.into_inner()).unwrap();
+        let line: serde_json::Value = serde_json::from_str(out.trim_end()).unwrap();
+        assert_eq!(
+            line["cmdline"],
+            serde_json::json!([
+                "/usr/local/bin/worker",
+                "--db-password=[redacted]",
+                "--api-key",
+                "[redacted]",
+                "--queue=jobs",
+                "DATABASE_URL=postgres://app:[redacted]@db:5432/shop",
+            ])
+        );
+        // What the sink was given (and a recording keeps) is unchanged.
+        assert_eq!(info.cmdline, args);
     }
 }

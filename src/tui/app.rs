@@ -337,6 +337,8 @@ pub struct App {
     /// The largest useful `detail_scroll`, as the last drawing found it.
     pub detail_max_scroll: std::cell::Cell<u16>,
     pub help: bool,
+    /// F6's "Sort by" menu is open, its cursor on this column of the view.
+    pub sort_menu: Option<usize>,
     /// Typing a filter.
     pub prompt: bool,
     /// What period the Endpoints view's numbers cover.
@@ -383,6 +385,7 @@ impl App {
             detail_scroll: 0,
             detail_max_scroll: std::cell::Cell::new(0),
             help: false,
+            sort_menu: None,
             prompt: false,
             window: EndpointWindow::Last10s,
             follow: false,
@@ -874,6 +877,44 @@ impl App {
         Action::None
     }
 
+    /// Sorts the view by column `col`: text A→Z first, numbers largest first (as htop does);
+    /// the column it is sorted by already keeps its direction. The selection stays on its row
+    /// (it is kept by identity).
+    fn sort_by(&mut self, col: usize) {
+        let cols = self.columns();
+        if col >= cols.len() || col == self.state().sort_col {
+            return;
+        }
+        let text = match self.build_rows().first().and_then(|r| r.sort.get(col)) {
+            Some(v) => matches!(v, SortVal::Text(_)),
+            None => !cols[col].right,
+        };
+        let st = self.state_mut();
+        st.sort_col = col;
+        st.ascending = text;
+    }
+
+    /// A key while the "Sort by" menu is open (cursor on column `at`): it moves the cursor,
+    /// chooses (Enter) or closes the menu (Esc, F6); other keys do nothing, `q` included, so
+    /// a stray key neither quits nor acts on the view behind.
+    fn sort_menu_key(&mut self, code: KeyCode, at: usize) -> Action {
+        let last = self.columns().len().saturating_sub(1);
+        let at = at.min(last);
+        self.sort_menu = match code {
+            KeyCode::Up | KeyCode::Char('k') => Some(at.saturating_sub(1)),
+            KeyCode::Down | KeyCode::Char('j') => Some((at + 1).min(last)),
+            KeyCode::PageUp | KeyCode::Home | KeyCode::Char('g') => Some(0),
+            KeyCode::PageDown | KeyCode::End | KeyCode::Char('G') => Some(last),
+            KeyCode::Enter => {
+                self.sort_by(at);
+                None
+            }
+            KeyCode::Esc | KeyCode::F(6) => None,
+            _ => return Action::None,
+        };
+        Action::Redraw
+    }
+
     pub fn handle_key(&mut self, key: KeyEvent) -> Action {
         if key.kind == KeyEventKind::Release {
             return Action::None;
@@ -926,6 +967,9 @@ impl App {
             }
             return Action::Redraw;
         }
+        if let Some(at) = self.sort_menu {
+            return self.sort_menu_key(key.code, at);
+        }
         if self.help {
             self.help = false;
             return match key.code {
@@ -977,24 +1021,17 @@ impl App {
             KeyCode::Enter => self.enter(),
             KeyCode::Char('/') | KeyCode::F(4) => self.prompt = true,
             KeyCode::F(3) => self.search_prompt = true,
-            KeyCode::Char('<') | KeyCode::Char('>') | KeyCode::F(5) | KeyCode::F(6) => {
-                let cols = self.columns();
-                let n = cols.len();
+            KeyCode::Char('<') | KeyCode::Char('>') | KeyCode::F(5) => {
+                let n = self.columns().len();
                 let cur = self.state().sort_col;
-                let col = if !matches!(key.code, KeyCode::Char('<') | KeyCode::F(5)) {
+                let col = if key.code == KeyCode::Char('>') {
                     (cur + 1) % n
                 } else {
                     (cur + n - 1) % n
                 };
-                // Text sorts A→Z first, numbers largest first (as htop does).
-                let text = match self.build_rows().first().and_then(|r| r.sort.get(col)) {
-                    Some(v) => matches!(v, SortVal::Text(_)),
-                    None => !cols[col].right,
-                };
-                let st = self.state_mut();
-                st.sort_col = col;
-                st.ascending = text;
+                self.sort_by(col);
             }
+            KeyCode::F(6) => self.sort_menu = Some(self.state().sort_col),
             KeyCode::Char('I') => {
                 let st = self.state_mut();
                 st.ascending = !st.ascending;
@@ -1095,6 +1132,77 @@ mod tests {
             key(&mut app, KeyCode::Char('<'));
         }
         assert_eq!(app.view_state().sort_col, 8);
+    }
+
+    #[test]
+    fn f6_menu_enter_sorts_by_the_chosen_column_and_esc_leaves_the_sort() {
+        let mut app = app_with(msgs());
+        // Hold a row: it stays selected whatever the sort.
+        key(&mut app, KeyCode::Down);
+        key(&mut app, KeyCode::Down);
+        let held = app.view_state().selected.clone().unwrap();
+        // F6 opens the menu on the column sorted by; q neither quits nor closes it.
+        key(&mut app, KeyCode::F(6));
+        assert_eq!(app.sort_menu, Some(0));
+        assert_eq!(key(&mut app, KeyCode::Char('q')), Action::None);
+        assert_eq!(app.sort_menu, Some(0));
+        // Esc: the menu closes, the sort is as it was.
+        key(&mut app, KeyCode::Down);
+        key(&mut app, KeyCode::Char('j'));
+        assert_eq!(app.sort_menu, Some(2));
+        key(&mut app, KeyCode::Esc);
+        assert_eq!(app.sort_menu, None);
+        assert_eq!(
+            (app.view_state().sort_col, app.view_state().ascending),
+            (0, false)
+        );
+        // Enter on LAT ms (column 7): largest first; the held row still selected.
+        key(&mut app, KeyCode::F(6));
+        for _ in 0..8 {
+            key(&mut app, KeyCode::Down);
+        }
+        key(&mut app, KeyCode::Char('k'));
+        assert_eq!(app.sort_menu, Some(7));
+        assert_eq!(key(&mut app, KeyCode::Enter), Action::Redraw);
+        assert_eq!(app.sort_menu, None);
+        assert_eq!(
+            (app.view_state().sort_col, app.view_state().ascending),
+            (7, false)
+        );
+        let lat = col_values(&app, 7);
+        assert!(lat.windows(2).all(|w| w[0].cmp(&w[1]) != Ordering::Less));
+        let rows = app.rows();
+        assert_eq!(rows[app.selected_index(&rows).unwrap()].key, held);
+        // Text sorts A→Z; choosing the column sorted by keeps its direction (I inverted it).
+        key(&mut app, KeyCode::F(6));
+        key(&mut app, KeyCode::Home);
+        key(&mut app, KeyCode::Down);
+        key(&mut app, KeyCode::Enter);
+        assert_eq!(
+            (app.view_state().sort_col, app.view_state().ascending),
+            (1, true)
+        );
+        key(&mut app, KeyCode::Char('I'));
+        key(&mut app, KeyCode::F(6));
+        key(&mut app, KeyCode::Enter);
+        assert_eq!(
+            (app.view_state().sort_col, app.view_state().ascending),
+            (1, false)
+        );
+        // F6 closes it too.
+        key(&mut app, KeyCode::F(6));
+        key(&mut app, KeyCode::F(6));
+        assert_eq!(app.sort_menu, None);
+        // Every view with columns: the menu lists them all, the last one chosen with End.
+        for v in ['2', '3', '4'] {
+            key(&mut app, KeyCode::Char(v));
+            let last = app.columns().len() - 1;
+            key(&mut app, KeyCode::F(6));
+            key(&mut app, KeyCode::End);
+            assert_eq!(app.sort_menu, Some(last), "view {v}");
+            key(&mut app, KeyCode::Enter);
+            assert_eq!(app.view_state().sort_col, last, "view {v}");
+        }
     }
 
     #[test]

@@ -50,8 +50,12 @@ pub const KEYS: &[KeyHelp] = &[
         action: "search: select the next match (Enter/F3: next)",
     },
     KeyHelp {
-        keys: &["<", ">", "F5", "F6"],
-        action: "sort column (text A→Z, numbers largest first)",
+        keys: &["F6"],
+        action: "sort by: pick a column from a menu (Esc: cancel)",
+    },
+    KeyHelp {
+        keys: &["<", ">", "F5"],
+        action: "previous / next sort column (F5: previous)",
     },
     KeyHelp {
         keys: &["I"],

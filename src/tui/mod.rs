@@ -344,7 +344,10 @@ impl Sink for TuiSink {
     }
 
     fn process(&mut self, info: &ProcInfo) -> io::Result<()> {
-        self.send(UiMsg::Process(Box::new(info.clone())));
+        // The UI only shows the arguments: it gets them with their secrets redacted.
+        let mut info = info.clone();
+        info.cmdline = crate::protocols::redact::redact_args(&info.cmdline);
+        self.send(UiMsg::Process(Box::new(info)));
         Ok(())
     }
 

@@ -50,11 +50,12 @@ pub fn draw(f: &mut Frame, app: &App) {
     } else {
         0
     };
+    let hint_h = u16::try_from(hint_lines(app, area.width).len()).unwrap_or(1);
     let [header, body, panel, hint] = Layout::vertical([
         Constraint::Length(2),
         Constraint::Min(3),
         Constraint::Length(footer_h),
-        Constraint::Length(1),
+        Constraint::Length(hint_h),
     ])
     .areas(area);
     draw_header(f, app, header);
@@ -72,9 +73,71 @@ pub fn draw(f: &mut Frame, app: &App) {
     if app.detail.is_some() || app.row_detail.is_some() {
         draw_detail(f, app, area);
     }
+    if app.sort_menu.is_some() {
+        draw_sort_menu(f, app, body);
+    }
     if app.help {
         draw_help(f, app, area);
     }
+}
+
+/// F6's "Sort by" menu, as htop's: the view's columns down the left of the table, the cursor
+/// marked `>` (and reversed), the column sorted by now with its arrow.
+fn draw_sort_menu(f: &mut Frame, app: &App, body: Rect) {
+    let Some(cursor) = app.sort_menu else {
+        return;
+    };
+    let cols = app.columns();
+    let cursor = cursor.min(cols.len().saturating_sub(1));
+    let st = app.view_state();
+    let arrow = if st.ascending { "↑" } else { "↓" };
+    let title = " Sort by ";
+    let widest = cols
+        .iter()
+        .map(|c| c.title.chars().count())
+        .max()
+        .unwrap_or(0);
+    // Marker, title, arrow, and the borders; at least the title's width.
+    let w = u16::try_from((widest + 5).max(title.len()) + 2).unwrap_or(u16::MAX);
+    let r = Rect {
+        width: w.min(body.width),
+        height: u16::try_from(cols.len() + 2)
+            .unwrap_or(u16::MAX)
+            .min(body.height),
+        ..body
+    };
+    // Where the columns do not all fit, the list scrolls with the cursor.
+    let visible = usize::from(r.height.saturating_sub(2)).max(1);
+    let first = cursor.saturating_sub(visible - 1);
+    let lines: Vec<Line> = cols
+        .iter()
+        .enumerate()
+        .skip(first)
+        .take(visible)
+        .map(|(i, c)| {
+            let mark = if i == cursor { '>' } else { ' ' };
+            let sorted = if i == st.sort_col { arrow } else { " " };
+            let text = format!("{mark} {:<widest$} {sorted}", c.title);
+            if i == cursor {
+                Line::styled(
+                    text,
+                    style(app, Style::new().add_modifier(Modifier::REVERSED)),
+                )
+            } else {
+                Line::from(text)
+            }
+        })
+        .collect();
+    f.render_widget(Clear, r);
+    f.render_widget(
+        Paragraph::new(lines).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(title)
+                .style(style(app, Style::new())),
+        ),
+        r,
+    );
 }
 
 /// How much of the header's first line to write: each step down sheds a detail, so that a
@@ -871,8 +934,13 @@ fn draw_overhead(f: &mut Frame, app: &App, area: Rect) {
     );
 }
 
-fn draw_hint(f: &mut Frame, app: &App, area: Rect) {
-    let text = if app.prompt {
+/// Rows the prompt line may take: a refused filter names the view's fields, more than 80
+/// columns hold.
+const PROMPT_ROWS_MAX: usize = 3;
+
+/// The bottom line: the keys' hint, or what is being typed.
+fn hint_text(app: &App) -> String {
+    if app.prompt {
         // While typing, the reason a filter is refused shows here too: the header's end is
         // cut on a narrow terminal.
         match app.filter_error() {
@@ -882,6 +950,8 @@ fn draw_hint(f: &mut Frame, app: &App, area: Rect) {
                 app.view_state().filter
             ),
         }
+    } else if app.sort_menu.is_some() {
+        "Sort by: Up/Down/j/k move  Enter: sort by it  Esc/F6: cancel".to_owned()
     } else if app.search_prompt {
         // Here, not only in the header, whose end a narrow terminal cuts.
         format!(
@@ -892,9 +962,75 @@ fn draw_hint(f: &mut Frame, app: &App, area: Rect) {
         "Esc/Backspace/Enter: back  q: quit".to_owned()
     } else {
         FOOTER.to_owned()
-    };
+    }
+}
+
+/// The bottom rows: one for the hint; a filter or search being typed wraps at spaces onto up
+/// to [`PROMPT_ROWS_MAX`] rows (the last cut with `…`), so the fields a refused filter names
+/// are all in sight.
+fn hint_lines(app: &App, width: u16) -> Vec<String> {
+    let text = hint_text(app);
+    if !(app.prompt || app.search_prompt) {
+        return vec![text];
+    }
+    let width = usize::from(width).max(1);
+    let mut lines = wrap_at_spaces(&text, width);
+    if lines.len() > PROMPT_ROWS_MAX {
+        lines.truncate(PROMPT_ROWS_MAX);
+        if let Some(last) = lines.last_mut() {
+            *last = last.chars().take(width - 1).collect::<String>() + "…";
+        }
+    }
+    lines
+}
+
+/// `text` in lines of at most `width` characters, broken at spaces (the spaces at a break
+/// dropped); a word longer than a line is cut where the line ends.
+fn wrap_at_spaces(text: &str, width: usize) -> Vec<String> {
+    let width = width.max(1);
+    let mut lines = vec![String::new()];
+    let mut rest = text;
+    while !rest.is_empty() {
+        // The next word with the spaces before it.
+        let word_at = rest.len() - rest.trim_start_matches(' ').len();
+        let end = rest[word_at..]
+            .find(' ')
+            .map_or(rest.len(), |i| word_at + i);
+        let (token, tail) = rest.split_at(end);
+        rest = tail;
+        let line = lines.last_mut().expect("lines starts with one");
+        if line.chars().count() + token.chars().count() <= width {
+            line.push_str(token);
+            continue;
+        }
+        let mut word = &token[word_at..];
+        if word.is_empty() {
+            continue;
+        }
+        if !line.is_empty() {
+            lines.push(String::new());
+        }
+        while word.chars().count() > width {
+            let cut = word
+                .char_indices()
+                .nth(width)
+                .map_or(word.len(), |(i, _)| i);
+            lines.last_mut().expect("a line").push_str(&word[..cut]);
+            lines.push(String::new());
+            word = &word[cut..];
+        }
+        lines.last_mut().expect("a line").push_str(word);
+    }
+    lines
+}
+
+fn draw_hint(f: &mut Frame, app: &App, area: Rect) {
+    let lines: Vec<Line> = hint_lines(app, area.width)
+        .into_iter()
+        .map(Line::from)
+        .collect();
     f.render_widget(
-        Paragraph::new(text).style(style(app, Style::new().add_modifier(Modifier::REVERSED))),
+        Paragraph::new(lines).style(style(app, Style::new().add_modifier(Modifier::REVERSED))),
         area,
     );
 }
@@ -915,7 +1051,11 @@ fn draw_help(f: &mut Frame, app: &App, area: Rect) {
     for k in KEYS {
         lines.push(Line::from(format!("{:<22} {}", k.keys.join(" "), k.action)));
     }
-    lines.push(Line::from(""));
+    // The blank line before the legend only where the terminal has a row for it (80×24 has
+    // none).
+    if lines.len() + 5 <= usize::from(area.height) {
+        lines.push(Line::from(""));
+    }
     lines.push(Line::from(format!(
         "Marks: > selected  ! server error  ? client error  * slow (>= {} ms)",
         SLOW_NS / 1_000_000
@@ -1218,5 +1358,47 @@ mod tests {
             "  (container 4f0a6b3c2d1e, pod shop/web-0)"
         );
         assert_eq!(cgroup_owner(&ProcInfo::default()), "");
+    }
+
+    #[test]
+    fn prompts_wrap_at_spaces_and_cut_only_past_their_rows() {
+        let fields = "/status>=500_  no column \"status\" here (fields: process, side, method, \
+                      resource, calls, serr, cerr, p50, p90, p99, max)";
+        let lines = wrap_at_spaces(fields, 80);
+        assert_eq!(
+            lines,
+            [
+                "/status>=500_  no column \"status\" here (fields: process, side, method, resource,",
+                "calls, serr, cerr, p50, p90, p99, max)"
+            ]
+        );
+        assert_eq!(
+            lines.join(" "),
+            fields,
+            "nothing lost but the spaces at a break"
+        );
+        assert_eq!(wrap_at_spaces("abc", 80), ["abc"]);
+        assert_eq!(wrap_at_spaces("abcdefgh ij", 3), ["abc", "def", "gh", "ij"]);
+        assert_eq!(wrap_at_spaces("ab  ", 2), ["ab"]);
+        assert_eq!(wrap_at_spaces("", 5), [""]);
+        // Typed past three rows: the third ends with `…`.
+        let mut app = App::new("t", std::time::Duration::from_secs(1), true);
+        app.handle_key(crossterm::event::KeyEvent::from(
+            crossterm::event::KeyCode::Char('/'),
+        ));
+        for c in "x ".repeat(60).chars() {
+            app.handle_key(crossterm::event::KeyEvent::from(
+                crossterm::event::KeyCode::Char(c),
+            ));
+        }
+        let lines = hint_lines(&app, 40);
+        assert_eq!(lines.len(), PROMPT_ROWS_MAX);
+        assert!(lines.iter().all(|l| l.chars().count() <= 40), "{lines:?}");
+        assert!(lines[2].ends_with('…'), "{lines:?}");
+        // The keys' hint is one row, as it was.
+        app.handle_key(crossterm::event::KeyEvent::from(
+            crossterm::event::KeyCode::Enter,
+        ));
+        assert_eq!(hint_lines(&app, 40), [FOOTER]);
     }
 }

@@ -326,8 +326,8 @@ impl Headers {
             let text = || lossy(value, MAX_VALUE);
             match name.as_slice() {
                 b":method" => h.method = Some(text()),
-                // Secret query values never leave the parser (as HTTP/1's).
-                b":path" => h.path = Some(lossy(&super::redact::redact_query(value), MAX_VALUE)),
+                // A path's secrets never leave the parser (as HTTP/1's).
+                b":path" => h.path = Some(lossy(&super::redact::redact_target(value), MAX_VALUE)),
                 b":authority" => h.authority = Some(text()),
                 b":status" => {
                     h.status = std::str::from_utf8(value).ok().and_then(|s| s.parse().ok())
