@@ -7,9 +7,10 @@ nginx (1 worker, `return 200`) under continuous `wrk -t1 -c50` (none with --idle
 `--json --port P > /dev/null` while bpftrace times, on its reader thread (the main thread),
 every stretch between one `epoll_wait` returning and the next one starting: the time the
 reader spends away from the ring (consuming a batch, flushing, and at each interval tick the
-interval's work). Prints per session the number of stretches, the longest, how many were
-over 1 ms and 4 ms, and their sum; then all of it as JSON. A stretch of T at R records/s
-leaves T×R records for the ring to hold.
+interval's work). Prints per session the number of stretches and their sum, the longest, how
+many were over 1 ms and 4 ms, and those over 20 ms (when they ended); then all of it as JSON. A stretch of T at R records/s
+leaves T×R records for the ring to hold. With --exec, large programs are run mid-session:
+ebtop looks at each new program for TLS libraries (its memory map, its symbol tables).
 """
 import argparse, json, os, subprocess, sys, tempfile, time
 
@@ -21,33 +22,54 @@ SCRIPT = r"""
 tracepoint:syscalls:sys_exit_epoll_wait /tid == $1/ { @left = nsecs; }
 tracepoint:syscalls:sys_enter_epoll_wait /tid == $1 && @left/ {
   $d = nsecs - @left;
-  @n = count(); @sum_us = sum($d / 1000); @max_us = max($d / 1000);
-  if ($d > 1000000) { @over_1ms = count(); }
-  if ($d > 4000000) { @over_4ms = count(); }
+  @n = count(); @sum_us = sum($d / 1000);
+  if ($d > 1000000) { printf("{\"us\": %d, \"ended_ms\": %d}\n", $d / 1000, nsecs / 1000000); }
 }
 """
 
 
-def session(binary, seconds):
+def session(binary, seconds, execs=()):
     eb = subprocess.Popen([binary, "--json", "--port", str(PORT)], stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL)
     wait_attached(eb.pid)
+    t0 = time.clock_gettime(time.CLOCK_MONOTONIC)
     bt = subprocess.Popen(["bpftrace", "-f", "json", "-e", SCRIPT, str(eb.pid)],
                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    time.sleep(seconds + 1.5)  # bpftrace attaches in about a second
+    time.sleep(1.5 + seconds / 2)  # bpftrace attaches in about a second
+    res_exec_ms = (time.clock_gettime(time.CLOCK_MONOTONIC) - t0) * 1000
+    for prog in execs:
+        subprocess.run([prog, "--version"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(seconds / 2)
+    stop_ms = (time.clock_gettime(time.CLOCK_MONOTONIC) - t0) * 1000
     bt.send_signal(2)
     out, _ = bt.communicate()
     eb.send_signal(2)
     eb.wait()
-    res = {}
+    res = {"long": []}
     for line in out.splitlines():
         try:
             d = json.loads(line)
         except ValueError:
             continue
-        if d.get("type") == "map":
+        if d.get("type") == "printf":
+            try:
+                res["long"].append(json.loads(d["data"]))
+            except ValueError:
+                pass
+        elif d.get("type") == "map":
             for k, v in d["data"].items():
                 res[k.lstrip("@")] = v
+    # Stretches over 1 ms, as ms since bpftrace started (the execs ran at `exec_ms`); those
+    # ending as bpftrace detaches (its own doing: ~100 ms each) are left out.
+    for x in res["long"]:
+        x["ended_ms"] = round(x["ended_ms"] - t0 * 1000)
+    res["long"] = [x for x in res["long"] if x["ended_ms"] < stop_ms]
+    res["exec_ms"] = round(res_exec_ms)
+    res["max_us"] = max((x["us"] for x in res["long"]), default=0)
+    res["over_1ms"] = len(res["long"])
+    res["over_4ms"] = sum(x["us"] > 4000 for x in res["long"])
+    res["over_20ms"] = [x for x in res["long"] if x["us"] > 20000]
+    res.pop("left", None)
     return res
 
 
@@ -57,6 +79,9 @@ def main():
     ap.add_argument("b")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=6)
+    ap.add_argument("--exec", action="append", default=[], metavar="PROGRAM",
+                    help="run PROGRAM --version in the middle of each session (a large "
+                         "executable ebtop has not seen: its first look reads its symbols)")
     ap.add_argument("--idle", action="store_true",
                     help="no load: each interval tick is then the one long stretch")
     a = ap.parse_args()
@@ -76,9 +101,9 @@ http {{ access_log off; keepalive_requests 1000000000;
     try:
         for _ in range(a.rounds):
             for b in (a.a, a.b):
-                r = session(b, a.seconds)
+                r = session(b, a.seconds, a.exec)
                 results[b].append(r)
-                print(b, r, flush=True)
+                print(b, {k: v for k, v in r.items() if k != "long"}, flush=True)
     finally:
         if wrk:
             wrk.kill()

@@ -224,6 +224,13 @@ pub struct KernelCounters {
     pub tls_no_socket: u64,
     #[serde(default)]
     pub tls_no_socket_bytes: u64,
+    /// Files probed for TLS plaintext since the start (those at start and those found later:
+    /// programs exec'd, libraries dlopen'd), and files that define the functions but could
+    /// not be probed (each also a line on stderr; the `meta` line names those of the start).
+    #[serde(default)]
+    pub tls_files_probed: u64,
+    #[serde(default)]
+    pub tls_probe_failures: u64,
     /// TLS probe hits per process since the start (pid → entries and returns); a process's
     /// hits in an interval are the difference. Absent when no probe fired.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context, Result};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::RingBufferBuilder;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 
 use crate::aggregate::{BpfStats, Overhead, OverheadSnapshot, RingCounters};
 use crate::bpf::counter;
@@ -355,6 +355,8 @@ fn read_counters(
         tls_calls: sum(counter::TLS_CALLS).0,
         tls_no_socket: sum(counter::TLS_NO_SOCKET).0,
         tls_no_socket_bytes: sum(counter::TLS_NO_SOCKET_BYTES).0,
+        tls_files_probed: tls.map_or(0, |t| t.status().files.len() as u64),
+        tls_probe_failures: tls.map_or(0, |t| t.status().failures.len() as u64),
         tls_probe_hits,
         tls_probe_stepped_hits,
         tls_probe_hit_ns: tls.and_then(|t| t.hit_ns),
@@ -507,7 +509,19 @@ pub fn run<S: Sink, R>(
     // Every program of ebtop, for its own-cost figures (and the TLS probes' attachment).
     let programs: Vec<libbpf_rs::Program> = capture.object().progs().collect();
     // TLS plaintext: uprobes on the TLS libraries, placed before the session starts.
-    let mut tls = tls_loaded.then(|| TlsProbes::start(&programs, cfg.filters.pid.clone()));
+    let mut tls = if tls_loaded {
+        match TlsProbes::start(&programs, cfg.filters.pid.clone()) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                crate::diag!(
+                    "ebtop: warning: TLS probes unavailable, going on without TLS plaintext: {e}"
+                );
+                None
+            }
+        }
+    } else {
+        None
+    };
     let mut go_tls_enabled = false;
     if tls.as_ref().is_some_and(TlsProbes::go_probed) {
         capture.enable_go_tls();
@@ -569,27 +583,25 @@ pub fn run<S: Sink, R>(
     let ring = builder
         .build()
         .context("setting up the ring buffer failed")?;
-    if let Some(p) = procs.as_ref() {
-        // The loop waits on the capture ring: process records wake it too (with TLS, an
-        // exec at once, so that a new program is probed before its first calls if it can be).
+    // The loop waits on the capture ring: process records wake it too (with TLS, an exec at
+    // once, so that a new program is probed before its first calls if it can be), and so
+    // does the TLS lookout when it found a file to probe.
+    let also_wake = [
+        procs.as_ref().map(|p| (p.epoll_fd(), "process records")),
+        tls.as_ref()
+            .map(|t| (t.wake_fd().as_raw_fd(), "new TLS probes")),
+    ];
+    for (fd, what) in also_wake.into_iter().flatten() {
         let mut wake = libc::epoll_event {
             events: libc::EPOLLIN as u32,
             // libbpf's own poll (not used here) would read this as ring 0, the capture ring.
             u64: 0,
         };
-        // SAFETY: both descriptors are epoll instances owned by live ring buffers; the event
-        // is copied by the kernel.
-        if unsafe {
-            libc::epoll_ctl(
-                ring.epoll_fd(),
-                libc::EPOLL_CTL_ADD,
-                p.epoll_fd(),
-                &mut wake,
-            )
-        } != 0
-        {
+        // SAFETY: both descriptors are live (an epoll instance of a ring buffer, or the
+        // lookout's eventfd) for the loop's duration; the event is copied by the kernel.
+        if unsafe { libc::epoll_ctl(ring.epoll_fd(), libc::EPOLL_CTL_ADD, fd, &mut wake) } != 0 {
             crate::diag!(
-                "ebtop: warning: process records will wait for the capture ring: {}",
+                "ebtop: warning: {what} will wait for the capture ring: {}",
                 io::Error::last_os_error()
             );
         }

@@ -35,10 +35,6 @@ impl Target {
     }
 }
 
-/// Which of the probed functions a file defines (`[write, read, write_ex, read_ex,
-/// handshake]`).
-pub type Symbols = [bool; 5];
-
 /// Whether a file name is OpenSSL's libssl (`libssl.so`, `libssl.so.3`, `libssl.so.1.1`), not
 /// NSS's `libssl3.so` or anything else that starts alike.
 pub fn is_libssl_name(name: &str) -> bool {
@@ -73,36 +69,6 @@ pub fn mapped_executable_files(maps: &str) -> Vec<&str> {
     out
 }
 
-/// The probed functions a file defines, from its ELF symbol tables (`.dynsym`, then `.symtab`
-/// for a static executable that keeps it). Not an ELF file, or unreadable: none.
-pub fn symbols_of(path: &Path) -> Symbols {
-    use object::{Object, ObjectSymbol};
-    let mut found = [false; 5];
-    let Ok(file) = std::fs::File::open(path) else {
-        return found;
-    };
-    // SAFETY: the map is read-only and private; a file truncated under us could fault, which
-    // is why only regular files of a process's maps or the library directories are read.
-    let Ok(map) = (unsafe { memmap2::Mmap::map(&file) }) else {
-        return found;
-    };
-    let Ok(elf) = object::File::parse(&*map) else {
-        return found;
-    };
-    let names = [WRITE, READ, WRITE_EX, READ_EX, HANDSHAKE];
-    for sym in elf.dynamic_symbols().chain(elf.symbols()) {
-        if !sym.is_definition() {
-            continue;
-        }
-        if let Ok(name) = sym.name() {
-            if let Some(i) = names.iter().position(|n| *n == name) {
-                found[i] = true;
-            }
-        }
-    }
-    found
-}
-
 /// Where a file's plaintext reads and writes pass through one function each that the kernel
 /// can probe cheaply: file offsets of OpenSSL's internal `ssl_read_internal` and
 /// `ssl_write_internal`.
@@ -124,7 +90,7 @@ pub struct InternalSites {
 pub fn internal_sites(path: &Path) -> Option<InternalSites> {
     use object::{Object, ObjectSection, ObjectSymbol};
     let file = std::fs::File::open(path).ok()?;
-    // SAFETY: read-only private map of a regular file (see `symbols_of`).
+    // SAFETY: read-only private map of a regular file (see `ssl_sites`).
     let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
     let elf = object::File::parse(&*map).ok()?;
     if elf.architecture() != object::Architecture::X86_64 {
@@ -171,31 +137,6 @@ pub fn internal_sites(path: &Path) -> Option<InternalSites> {
     (read != write).then_some(InternalSites { read, write })
 }
 
-/// Whether the kernel emulates the first instruction of function `name` in the file (a push,
-/// a call or jump, a nop) rather than single-step it out of line, which costs several times
-/// more per hit. Unknown (no such symbol, not x86-64): false, so the cost is not understated.
-pub fn entry_is_emulated(path: &Path, name: &str) -> bool {
-    use object::{Object, ObjectSection, ObjectSymbol};
-    let first = || -> Option<bool> {
-        let file = std::fs::File::open(path).ok()?;
-        // SAFETY: read-only private map of a regular file (see `symbols_of`).
-        let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
-        let elf = object::File::parse(&*map).ok()?;
-        if elf.architecture() != object::Architecture::X86_64 {
-            return None;
-        }
-        let sym = elf
-            .dynamic_symbols()
-            .chain(elf.symbols())
-            .find(|s| s.is_definition() && s.name() == Ok(name))?;
-        let sec = elf.section_by_index(sym.section_index()?).ok()?;
-        let start = usize::try_from(sym.address().checked_sub(sec.address())?).ok()?;
-        let code = sec.data().ok()?.get(start..)?;
-        Some(first_instruction_emulated(code.get(..code.len().min(16))?))
-    };
-    first().unwrap_or(false)
-}
-
 /// Whether x86-64 uprobes emulate the instruction `code` begins with (arch/x86/kernel/
 /// uprobes.c: push of a register, call and jmp with a displacement, conditional jumps, nop).
 pub fn first_instruction_emulated(code: &[u8]) -> bool {
@@ -217,9 +158,86 @@ fn call_target(at: u64, rel: &[u8]) -> Option<u64> {
     (at + 5).checked_add_signed(i64::from(rel))
 }
 
-/// Whether a file can be probed for TLS plaintext.
-pub fn probeable(s: &Symbols) -> bool {
-    s[0] && s[1]
+/// Where to probe a file for OpenSSL, read from the file once: per function (`[write, read,
+/// write_ex, read_ex, handshake]`) the file offset of its code and whether the kernel
+/// single-steps its first instruction (`first_instruction_emulated`: a single-stepped hit
+/// costs several times more; unknown, as off x86-64, counts as stepped so the cost is not
+/// understated); and OpenSSL's internal sites
+/// where the code proves them (`internal_sites`; not looked for with `want_internal` false).
+/// The offsets let the probes be placed without libbpf reading the symbol table again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SslSites {
+    pub functions: [Option<FunctionSite>; 5],
+    pub internal: Option<InternalSites>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FunctionSite {
+    pub offset: u64,
+    pub stepped: bool,
+}
+
+/// A file's [`SslSites`]; None when it does not define both `SSL_write` and `SSL_read` (or is
+/// no ELF file, or unreadable).
+pub fn ssl_sites(path: &Path, want_internal: bool) -> Option<SslSites> {
+    use object::{Object, ObjectSection, ObjectSymbol};
+    let file = std::fs::File::open(path).ok()?;
+    // SAFETY: the map is read-only and private; a file truncated under us could fault, which
+    // is why only regular files of a process's maps or the library directories are read.
+    let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+    let elf = object::File::parse(&*map).ok()?;
+    let x86 = elf.architecture() == object::Architecture::X86_64;
+    let names = [WRITE, READ, WRITE_EX, READ_EX, HANDSHAKE];
+    let mut functions: [Option<FunctionSite>; 5] = [None; 5];
+    for sym in elf.dynamic_symbols().chain(elf.symbols()) {
+        if !sym.is_definition() {
+            continue;
+        }
+        let Some(i) = sym
+            .name()
+            .ok()
+            .and_then(|n| names.iter().position(|x| *x == n))
+        else {
+            continue;
+        };
+        if functions[i].is_some() {
+            continue;
+        }
+        let Some(sec) = sym
+            .section_index()
+            .and_then(|i| elf.section_by_index(i).ok())
+        else {
+            continue;
+        };
+        let (Some((file_off, _)), Some(rel)) =
+            (sec.file_range(), sym.address().checked_sub(sec.address()))
+        else {
+            continue;
+        };
+        let code = usize::try_from(rel)
+            .ok()
+            .and_then(|r| sec.data().ok()?.get(r..));
+        let stepped = !(x86
+            && code.is_some_and(|c| {
+                first_instruction_emulated(c.get(..c.len().min(16)).unwrap_or(c))
+            }));
+        functions[i] = Some(FunctionSite {
+            offset: file_off + rel,
+            stepped,
+        });
+    }
+    if functions[0].is_none() || functions[1].is_none() {
+        return None;
+    }
+    drop(elf);
+    Some(SslSites {
+        functions,
+        internal: if want_internal {
+            internal_sites(path)
+        } else {
+            None
+        },
+    })
 }
 
 /// The library directories of this host: the usual ones and those of `/etc/ld.so.conf.d`.
@@ -375,18 +393,55 @@ mod tests {
     }
 
     #[test]
-    fn symbols_of_a_file_without_openssl_are_none() {
+    fn a_file_without_openssl_has_no_ssl_sites() {
         // This test binary has no OpenSSL; a text file is no ELF.
         let exe = std::env::current_exe().expect("test binary");
-        assert!(!probeable(&symbols_of(&exe)));
+        assert_eq!(ssl_sites(&exe, true), None);
         let text = std::env::temp_dir().join(format!("ebtop-tls-{}.txt", std::process::id()));
         std::fs::write(&text, b"SSL_write SSL_read").expect("write");
-        assert_eq!(symbols_of(&text), [false; 5]);
+        assert_eq!(ssl_sites(&text, true), None);
         let _ = std::fs::remove_file(&text);
-        assert_eq!(
-            symbols_of(Path::new("/nonexistent/libssl.so.3")),
-            [false; 5]
+        assert_eq!(ssl_sites(Path::new("/nonexistent/libssl.so.3"), true), None);
+    }
+
+    /// The offsets `ssl_sites` gives (from sections) hold each function's code as the loader
+    /// maps it (from the program headers: another way to the same bytes), and a site is
+    /// stepped exactly when its first instruction is not one the kernel emulates.
+    #[test]
+    fn ssl_sites_of_the_system_libssl_point_at_each_functions_code() {
+        use object::{Object, ObjectSegment, ObjectSymbol};
+        let libs = system_libraries();
+        assert!(
+            !libs.is_empty(),
+            "no libssl.so* in the library directories (install libssl3)"
         );
+        for t in libs {
+            let sites = ssl_sites(&t.path, true).expect("libssl defines SSL_write and SSL_read");
+            let data = std::fs::read(&t.path).expect("read libssl");
+            let elf = object::File::parse(&*data).expect("libssl is ELF");
+            let names = [WRITE, READ, WRITE_EX, READ_EX, HANDSHAKE];
+            for (i, name) in names.iter().enumerate() {
+                let sym = elf
+                    .dynamic_symbols()
+                    .find(|s| s.is_definition() && s.name() == Ok(name));
+                let Some(site) = sites.functions[i] else {
+                    assert!(sym.is_none(), "{name} is defined but has no site");
+                    continue;
+                };
+                let sym = sym.unwrap_or_else(|| panic!("{name} has a site but no symbol"));
+                let seg = elf
+                    .segments()
+                    .find(|g| (g.address()..g.address() + g.size()).contains(&sym.address()))
+                    .expect("a segment maps the function");
+                let via_segment = sym.address() - seg.address() + seg.file_range().0;
+                assert_eq!(site.offset, via_segment, "{name}");
+                let code = &data[site.offset as usize..site.offset as usize + 16];
+                assert_eq!(site.stepped, !first_instruction_emulated(code), "{name}");
+            }
+            assert!(sites.functions[..2].iter().all(Option::is_some));
+            assert_eq!(sites.internal, internal_sites(&t.path));
+            assert_eq!(ssl_sites(&t.path, false).map(|s| s.internal), Some(None));
+        }
     }
 
     #[test]
@@ -417,7 +472,6 @@ mod tests {
         assert!(!first_instruction_emulated(&[0xf3, 0x0f, 0x1e, 0xfa])); // endbr64
         assert!(!first_instruction_emulated(&[0xc3])); // ret
         assert!(!first_instruction_emulated(&[]));
-        assert!(!entry_is_emulated(Path::new("/nonexistent"), WRITE));
     }
 
     #[test]
@@ -426,10 +480,11 @@ mod tests {
         // the library directories and defines all four functions (OpenSSL ≥ 1.1.1).
         let libs = system_libraries();
         for t in &libs {
-            let s = symbols_of(&t.path);
+            let s = ssl_sites(&t.path, false);
             assert!(
-                probeable(&s),
-                "{} lacks SSL_write/SSL_read: {s:?}",
+                s.as_ref()
+                    .is_some_and(|s| s.functions[..4].iter().all(Option::is_some)),
+                "{} lacks SSL_write/SSL_read or their _ex: {s:?}",
                 t.path.display()
             );
         }

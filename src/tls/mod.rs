@@ -14,13 +14,13 @@
 
 pub mod discover;
 pub mod golang;
+pub mod lookout;
 
-use std::collections::{BTreeMap, HashSet};
-use std::os::fd::AsRawFd;
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::time::Duration;
 
-use discover::{Symbols, Target};
+use discover::{SslSites, Target};
+use lookout::{Found, Lookout, Plan};
 
 /// The capture object's TLS programs (`tls.h`): entry programs per function and one return.
 const ENTRIES: [(&str, &str); 5] = [
@@ -49,15 +49,10 @@ pub struct TlsStatus {
 }
 
 pub struct TlsProbes {
-    /// `--pid`: probes in these processes only.
-    pids: Option<Vec<u32>>,
-    /// Files looked at already (probed or not), by (device, inode); with `--pid`, per process
-    /// (a process's probes stay through its exec: the kernel filters by task).
-    seen: HashSet<(u32, (u64, u64))>,
+    /// Finds what to probe, on a thread of its own.
+    lookout: Lookout,
     links: Vec<libbpf_rs::Link>,
     status: TlsStatus,
-    /// Exec'd processes to look at, and when.
-    pending: Vec<(Instant, u32)>,
     /// What a probe hit costs a process here, measured at start (`calibrate_hit_ns`): one at
     /// a site the kernel emulates, or a return; and one it single-steps out of line.
     pub hit_ns: Option<u64>,
@@ -87,154 +82,76 @@ pub fn is_tls_program(section: &str) -> bool {
 }
 
 impl TlsProbes {
-    /// Probes the system's libraries and every running process's OpenSSL.
-    pub fn start(progs: &[libbpf_rs::Program], pids: Option<Vec<u32>>) -> TlsProbes {
+    /// Probes the system's libraries and every running process's OpenSSL (`pids`: `--pid`).
+    pub fn start(
+        progs: &[libbpf_rs::Program],
+        pids: Option<Vec<u32>>,
+    ) -> std::io::Result<TlsProbes> {
         let mut t = TlsProbes {
-            pids,
-            seen: HashSet::new(),
+            lookout: Lookout::start(pids)?,
             links: Vec::new(),
             status: TlsStatus::default(),
-            pending: Vec::new(),
             hit_ns: None,
             stepped_hit_ns: None,
             go_files: 0,
             hits: Default::default(),
         };
-        if t.pids.is_none() {
-            for lib in discover::system_libraries() {
-                t.consider(progs, lib);
-            }
-        }
-        let running = t.pids.clone().unwrap_or_else(discover::all_pids);
-        for pid in running {
-            t.scan_process(progs, pid);
+        for found in t.lookout.initial() {
+            t.attach_found(progs, found);
         }
         (t.hit_ns, t.stepped_hit_ns) = calibrate_hit_ns(progs);
-        t
+        Ok(t)
     }
 
     /// A process ran execve(): looked at now and again shortly (its libraries).
     pub fn on_exec(&mut self, pid: u32) {
-        self.look_at(pid, &EXEC_RESCANS);
+        self.lookout.look_at(pid, &EXEC_RESCANS);
     }
 
     /// A process's dlopen() returned: a library it loaded (from anywhere: the library
     /// directories' files are probed already) is looked at now.
     pub fn on_dlopen(&mut self, pid: u32) {
-        self.look_at(pid, &[Duration::ZERO]);
+        self.lookout.look_at(pid, &[Duration::ZERO]);
     }
 
-    /// Schedules looks at a process's files, `after` each delay from now (a process
-    /// `--pid` leaves out: none).
-    fn look_at(&mut self, pid: u32, after: &[Duration]) {
-        if self.pids.as_ref().is_some_and(|p| !p.contains(&pid)) {
-            return;
-        }
-        let now = Instant::now();
-        self.pending.extend(after.iter().map(|d| (now + *d, pid)));
+    /// Readable when the lookout found files to probe: the live loop waits on it with the
+    /// rings, so a new program is probed as soon as it is understood.
+    pub fn wake_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.lookout.wake_fd()
     }
 
-    /// Looks at the exec'd processes whose time has come.
+    /// Probes what the lookout found since the last call (never waits).
     pub fn poll(&mut self, progs: &[libbpf_rs::Program]) {
-        if self.pending.is_empty() {
-            return;
-        }
-        let now = Instant::now();
-        let mut due: Vec<u32> = self
-            .pending
-            .iter()
-            .filter(|(at, _)| *at <= now)
-            .map(|(_, pid)| *pid)
-            .collect();
-        self.pending.retain(|(at, _)| *at > now);
-        // A program importing many extension modules dlopens in bursts: its maps once.
-        due.sort_unstable();
-        due.dedup();
-        for pid in due {
-            self.scan_process(progs, pid);
+        for found in self.lookout.take_found() {
+            self.attach_found(progs, found);
         }
     }
 
-    fn scan_process(&mut self, progs: &[libbpf_rs::Program], pid: u32) {
-        for target in discover::process_candidates(pid) {
-            if self.pids.is_some() {
-                // Per process: the same file may be probed for several listed processes.
-                let key = (pid, target.file_id());
-                if self.seen.insert(key) && !self.attach_for(progs, &target, pid as i32) {
-                    self.seen.remove(&key);
-                }
-            } else {
-                self.consider(progs, target);
-            }
-        }
-    }
-
-    /// Probes a file for all processes, once.
-    fn consider(&mut self, progs: &[libbpf_rs::Program], target: Target) {
-        let key = (0, target.file_id());
-        if self.seen.insert(key) && !self.attach_for(progs, &target, -1) {
-            self.seen.remove(&key);
-        }
-    }
-
-    /// Probes what the file holds, if anything. False when it could not be opened (a
-    /// process's `/proc/PID/exe` whose process exited): nothing was decided about the file,
-    /// which the next process running it brings back.
-    fn attach_for(&mut self, progs: &[libbpf_rs::Program], target: &Target, pid: i32) -> bool {
-        let name = format!(
-            "{}{}",
-            target.path.display(),
-            if pid >= 0 {
-                format!(" (pid {pid})")
-            } else {
-                String::new()
-            }
-        );
-        // The file is held open while it is read and probed, and reached through that
-        // descriptor: a process that exits meanwhile (a short-lived client) takes its
-        // /proc/PID/exe with it, not the file, and the probes (the inode's) stay for its next
-        // run.
-        let Ok(held) = std::fs::File::open(&target.path) else {
-            return false;
-        };
-        let opened = Target {
-            path: PathBuf::from(format!("/proc/self/fd/{}", held.as_raw_fd())),
-            ..target.clone()
-        };
-        let target = &opened;
-        let symbols = discover::symbols_of(&target.path);
-        if !discover::probeable(&symbols) {
-            if !target.shared {
-                self.attach_go(progs, target, pid, &name);
-            }
-            return true;
-        }
-        match attach(progs, target, pid, &symbols) {
-            Ok((links, internal)) => {
-                self.links.extend(links);
+    fn attach_found(&mut self, progs: &[libbpf_rs::Program], found: Found) {
+        let Found {
+            held,
+            target,
+            pid,
+            name,
+            plan,
+        } = found;
+        let result = match &plan {
+            Plan::Ssl(sites) => attach(progs, &target, pid, sites).map(|(links, internal)| {
                 // Which sites: OpenSSL's internal read/write, or the public functions.
-                let sites = if internal { "internal" } else { "public" };
-                self.status.files.push(format!("{name} [{sites}]"));
-            }
-            Err(e) => {
-                crate::diag!("ebtop: TLS: cannot probe {name}: {e:#}");
-                self.status.failures.push(format!("{name}: {e:#}"));
-            }
-        }
-        true
-    }
-
-    /// A Go program's crypto/tls, if it has it.
-    fn attach_go(&mut self, progs: &[libbpf_rs::Program], target: &Target, pid: i32, name: &str) {
-        let result = golang::sites_of(&target.path)
-            .map_err(anyhow::Error::from)
-            .and_then(|sites| sites.map(|s| attach_go(progs, target, pid, &s)).transpose());
+                (links, if internal { "internal" } else { "public" })
+            }),
+            Plan::Go(sites) => attach_go(progs, &target, pid, sites).map(|links| (links, "go")),
+            Plan::GoFailed(e) => Err(anyhow::anyhow!("{e}")),
+        };
+        // The file stays open until its probes are placed (the path is its descriptor).
+        drop(held);
         match result {
-            Ok(None) => {}
-            Ok(Some(links)) => {
+            Ok((links, sites)) => {
                 self.links.extend(links);
-                self.go_files += 1;
-                self.status.files.push(format!("{name} [go]"));
+                if sites == "go" {
+                    self.go_files += 1;
+                }
+                self.status.files.push(format!("{name} [{sites}]"));
             }
             Err(e) => {
                 crate::diag!("ebtop: TLS: cannot probe {name}: {e:#}");
@@ -281,49 +198,39 @@ fn attach(
     progs: &[libbpf_rs::Program],
     target: &Target,
     pid: i32,
-    symbols: &Symbols,
+    sites: &SslSites,
 ) -> anyhow::Result<(Vec<libbpf_rs::Link>, bool)> {
     use anyhow::Context;
     let ret = program(progs, RETURN).context("the TLS return program is missing")?;
     let mut links = Vec::new();
     // Reads and writes through OpenSSL's internal functions where the code proves it (the
     // same data, ~7x cheaper per call: see `discover::internal_sites`), else the public ones.
-    // EBTOP_TLS_SITES=public keeps to the public functions (troubleshooting; the tests cover
-    // both kinds of site with it).
-    let public_only = std::env::var_os("EBTOP_TLS_SITES").is_some_and(|v| v == "public");
-    let internal = (!public_only)
-        .then(|| discover::internal_sites(&target.path))
-        .flatten();
-    if let Some(sites) = internal {
+    if let Some(internal) = sites.internal {
         for (offset, prog_name) in [
-            (sites.read, "tls_read_ex_enter"),
-            (sites.write, "tls_write_ex_enter"),
+            (internal.read, "tls_read_ex_enter"),
+            (internal.write, "tls_write_ex_enter"),
         ] {
             let entry = program(progs, prog_name).context("a TLS entry program is missing")?;
             let offset = usize::try_from(offset)?;
             for (prog, retprobe) in [(entry, false), (ret, true)] {
                 links.push(
                     // Both functions begin with a push: emulated (`internal_sites`).
-                    attach_uprobe(
-                        prog,
-                        retprobe,
-                        pid,
-                        &target.path,
-                        Site::Offset(offset),
-                        false,
-                    )
-                    .with_context(|| format!("{prog_name} at offset {offset:#x}"))?,
+                    attach_uprobe(prog, retprobe, pid, &target.path, offset, false)
+                        .with_context(|| format!("{prog_name} at offset {offset:#x}"))?,
                 );
             }
         }
     }
     for (i, (func, prog_name)) in ENTRIES.iter().enumerate() {
         // With the internal sites, only the handshake is probed by name.
-        if !symbols[i] || (internal.is_some() && *func != discover::HANDSHAKE) {
+        let Some(site) = sites.functions[i] else {
+            continue;
+        };
+        if sites.internal.is_some() && *func != discover::HANDSHAKE {
             continue;
         }
         let entry = program(progs, prog_name).context("a TLS entry program is missing")?;
-        let stepped = !discover::entry_is_emulated(&target.path, func);
+        let offset = usize::try_from(site.offset)?;
         for (prog, retprobe) in [(entry, false), (ret, true)] {
             links.push(
                 attach_uprobe(
@@ -331,14 +238,14 @@ fn attach(
                     retprobe,
                     pid,
                     &target.path,
-                    Site::Function(func),
-                    stepped && !retprobe,
+                    offset,
+                    site.stepped && !retprobe,
                 )
-                .with_context(|| (*func).to_owned())?,
+                .with_context(|| format!("{func} at offset {offset:#x}"))?,
             );
         }
     }
-    Ok((links, internal.is_some()))
+    Ok((links, sites.internal.is_some()))
 }
 
 /// Entry probes on a Go program's crypto/tls functions and on each of their return
@@ -380,7 +287,7 @@ fn attach_go(
                     false,
                     pid,
                     &target.path,
-                    Site::Offset(usize::try_from(offset)?),
+                    usize::try_from(offset)?,
                     stepped,
                 )
                 .with_context(|| {
@@ -392,16 +299,11 @@ fn attach_go(
     Ok(links)
 }
 
-/// libbpf's uprobe attach by function name (libbpf resolves the symbol in the file), on a
-/// program of the loaded capture object. libbpf-rs offers it only on a mutably borrowed
-/// program, which the live loop (holding the object's programs for the overhead figures)
-/// cannot lend; attaching does not change the program, so it is called on the shared one.
-/// `at`: a function name (libbpf finds it in the file's symbols) or a file offset.
-enum Site<'a> {
-    Function(&'a str),
-    Offset(usize),
-}
-
+/// libbpf's uprobe attach at a file offset, on a program of the loaded capture object.
+/// libbpf-rs offers it only on a mutably borrowed program, which the live loop (holding the
+/// object's programs for the overhead figures) cannot lend; attaching does not change the
+/// program, so it is called on the shared one. Offsets, not function names: the lookout read
+/// the symbols already (libbpf would read the whole symbol table again, on the reader).
 /// `stepped`: the kernel single-steps the probed instruction out of line (its hits are
 /// counted apart, through the attach cookie: they cost more).
 fn attach_uprobe(
@@ -409,22 +311,17 @@ fn attach_uprobe(
     retprobe: bool,
     pid: i32,
     path: &std::path::Path,
-    at: Site,
+    offset: usize,
     stepped: bool,
 ) -> anyhow::Result<libbpf_rs::Link> {
     use libbpf_rs::libbpf_sys;
     use libbpf_rs::AsRawLibbpf;
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(path.as_os_str().as_bytes())?;
-    let (func, offset) = match at {
-        Site::Function(f) => (Some(std::ffi::CString::new(f)?), 0),
-        Site::Offset(o) => (None, o),
-    };
     let opts = libbpf_sys::bpf_uprobe_opts {
         sz: std::mem::size_of::<libbpf_sys::bpf_uprobe_opts>() as _,
         retprobe,
         bpf_cookie: u64::from(stepped),
-        func_name: func.as_ref().map_or(std::ptr::null(), |f| f.as_ptr()),
         ..Default::default()
     };
     // SAFETY: the program pointer is valid while the object lives (the caller's borrow), the
@@ -552,7 +449,7 @@ pub fn calibrate_hit_ns(progs: &[libbpf_rs::Program]) -> (Option<u64>, Option<u6
                 v[v.len() / 2]
             };
             let off = median((0..5).map(|_| time()).collect());
-            let site = || Site::Offset(offset);
+            let site = || offset;
             let mut links = vec![attach_uprobe(entry, false, me, exe, site(), false).ok()?];
             if with_return {
                 links.push(attach_uprobe(ret, true, me, exe, site(), false).ok()?);

@@ -1,0 +1,343 @@
+//! The TLS lookout: a thread of its own that decides what to probe. Reading a process's memory
+//! map and a file's symbol tables and code takes from microseconds to well over 100 ms (a
+//! large executable exec'd for the first time): done on the ring's reader thread, the capture
+//! ring filled up meanwhile. The reader only attaches what the lookout found
+//! ([`Lookout::take_found`]); it is woken through [`Lookout::wake_fd`].
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use super::discover::{self, SslSites, Target};
+use super::golang::{self, GoSites};
+
+/// What a file offers to probe.
+#[derive(Debug)]
+pub enum Plan {
+    Ssl(SslSites),
+    Go(GoSites),
+    /// A Go program whose crypto/tls could not be located: the reason.
+    GoFailed(String),
+}
+
+/// A file to probe, held open (its `target.path` is `/proc/self/fd/N` of `held`): a process
+/// that exits meanwhile takes its `/proc/PID/exe` with it, not the file.
+#[derive(Debug)]
+pub struct Found {
+    pub held: File,
+    pub target: Target,
+    /// The process the probes are for (`--pid`), or -1: every process.
+    pub pid: i32,
+    /// How the file is named in messages: its path (and the process).
+    pub name: String,
+    pub plan: Plan,
+}
+
+enum Job {
+    /// The system's libraries and every running process (`--pid`: those).
+    Start,
+    /// A process to look at after each delay.
+    Look {
+        pid: u32,
+        after: &'static [Duration],
+    },
+}
+
+enum Message {
+    Found(Found),
+    StartDone,
+}
+
+pub struct Lookout {
+    jobs: Option<mpsc::Sender<Job>>,
+    found: mpsc::Receiver<Message>,
+    /// Readable while found files wait (an eventfd).
+    wake: OwnedFd,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// The lookout thread's state.
+struct Scout {
+    /// `--pid`: probes in these processes only.
+    pids: Option<Vec<u32>>,
+    /// Files looked at already (probed or not), by (device, inode); with `--pid`, per process
+    /// (a process's probes stay through its exec: the kernel filters by task).
+    seen: HashSet<(u32, (u64, u64))>,
+    /// Processes to look at, and when.
+    pending: Vec<(Instant, u32)>,
+    public_only: bool,
+    out: mpsc::Sender<Message>,
+    wake: BorrowedFd<'static>,
+}
+
+impl Lookout {
+    /// Starts the thread. `pids`: `--pid`.
+    pub fn start(pids: Option<Vec<u32>>) -> std::io::Result<Lookout> {
+        // SAFETY: eventfd takes no pointer; the result is checked before use.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a descriptor eventfd just returned, owned by nobody else.
+        let wake = unsafe { OwnedFd::from_raw_fd(fd) };
+        // The thread writes to the eventfd through its own duplicate (it may outlive a
+        // Lookout that is being dropped by a few instructions).
+        let thread_wake: &'static OwnedFd = Box::leak(Box::new(wake.try_clone()?));
+        let (jobs, job_rx) = mpsc::channel::<Job>();
+        let (out, found) = mpsc::channel::<Message>();
+        // EBTOP_TLS_SITES=public keeps to OpenSSL's public functions (troubleshooting; the
+        // tests cover both kinds of site with it).
+        let public_only = std::env::var_os("EBTOP_TLS_SITES").is_some_and(|v| v == "public");
+        let thread = std::thread::Builder::new()
+            .name("ebtop-tls".into())
+            .spawn(move || {
+                let mut scout = Scout {
+                    pids,
+                    seen: HashSet::new(),
+                    pending: Vec::new(),
+                    public_only,
+                    out,
+                    wake: thread_wake.as_fd(),
+                };
+                scout.run(job_rx);
+            })?;
+        Ok(Lookout {
+            jobs: Some(jobs),
+            found,
+            wake,
+            thread: Some(thread),
+        })
+    }
+
+    /// What the system's libraries and the running processes offer, found before this
+    /// returns: the probes are then in place before the session's first record.
+    pub fn initial(&mut self) -> Vec<Found> {
+        let mut all = Vec::new();
+        if self.send(Job::Start) {
+            while let Ok(m) = self.found.recv() {
+                match m {
+                    Message::Found(f) => all.push(f),
+                    Message::StartDone => break,
+                }
+            }
+        }
+        self.clear_wake();
+        all
+    }
+
+    /// Looks at a process after each delay (`--pid` leaving it out: not at all).
+    pub fn look_at(&mut self, pid: u32, after: &'static [Duration]) {
+        self.send(Job::Look { pid, after });
+    }
+
+    /// What was found since the last call; never waits.
+    pub fn take_found(&mut self) -> Vec<Found> {
+        self.clear_wake();
+        let mut all = Vec::new();
+        loop {
+            match self.found.try_recv() {
+                Ok(Message::Found(f)) => all.push(f),
+                Ok(Message::StartDone) => {}
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    self.check_thread();
+                    break;
+                }
+            }
+        }
+        all
+    }
+
+    /// Readable while found files wait to be taken.
+    pub fn wake_fd(&self) -> BorrowedFd<'_> {
+        self.wake.as_fd()
+    }
+
+    fn send(&mut self, job: Job) -> bool {
+        let sent = self.jobs.as_ref().is_some_and(|j| j.send(job).is_ok());
+        if !sent {
+            self.check_thread();
+        }
+        sent
+    }
+
+    /// The thread is gone: only a panic ends it while the Lookout lives (re-raised here: a
+    /// bug, reported as one).
+    fn check_thread(&mut self) {
+        self.jobs = None;
+        if let Some(t) = self.thread.take() {
+            if let Err(p) = t.join() {
+                std::panic::resume_unwind(p);
+            }
+        }
+    }
+
+    fn clear_wake(&self) {
+        let mut n = 0u64;
+        // SAFETY: reads 8 bytes into a local u64 from the eventfd this Lookout owns; EAGAIN
+        // (nothing signalled) is expected and ignored.
+        unsafe {
+            libc::read(
+                self.wake.as_raw_fd(),
+                (&mut n as *mut u64).cast(),
+                std::mem::size_of::<u64>(),
+            );
+        }
+    }
+}
+
+impl Scout {
+    fn run(&mut self, jobs: mpsc::Receiver<Job>) {
+        loop {
+            let now = Instant::now();
+            let next = self.pending.iter().map(|(at, _)| *at).min();
+            let job = match next {
+                Some(at) if at <= now => None,
+                Some(at) => match jobs.recv_timeout(at - now) {
+                    Ok(j) => Some(j),
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                },
+                None => match jobs.recv() {
+                    Ok(j) => Some(j),
+                    Err(_) => return,
+                },
+            };
+            match job {
+                Some(Job::Start) => {
+                    self.start();
+                    if self.out.send(Message::StartDone).is_err() {
+                        return;
+                    }
+                }
+                Some(Job::Look { pid, after })
+                    if self.pids.as_ref().is_none_or(|p| p.contains(&pid)) =>
+                {
+                    let now = Instant::now();
+                    self.pending.extend(after.iter().map(|d| (now + *d, pid)));
+                }
+                Some(Job::Look { .. }) | None => {}
+            }
+            if !self.look_due() {
+                return;
+            }
+        }
+    }
+
+    fn start(&mut self) {
+        if self.pids.is_none() {
+            for lib in discover::system_libraries() {
+                self.consider(lib, None);
+            }
+        }
+        let running = self.pids.clone().unwrap_or_else(discover::all_pids);
+        for pid in running {
+            self.scan_process(pid);
+        }
+    }
+
+    /// Looks at the processes whose time has come. False: the reader is gone.
+    fn look_due(&mut self) -> bool {
+        let now = Instant::now();
+        let mut due: Vec<u32> = self
+            .pending
+            .iter()
+            .filter(|(at, _)| *at <= now)
+            .map(|(_, pid)| *pid)
+            .collect();
+        if due.is_empty() {
+            return true;
+        }
+        self.pending.retain(|(at, _)| *at > now);
+        // A program importing many extension modules dlopens in bursts: its maps once.
+        due.sort_unstable();
+        due.dedup();
+        let mut found = false;
+        for pid in due {
+            found |= self.scan_process(pid);
+        }
+        if found {
+            let one = 1u64;
+            // SAFETY: writes 8 bytes from a local u64 to the eventfd (a counter: it cannot
+            // overflow at this rate; EAGAIN would only mean it is readable already).
+            unsafe {
+                libc::write(
+                    self.wake.as_raw_fd(),
+                    (&one as *const u64).cast(),
+                    std::mem::size_of::<u64>(),
+                );
+            }
+        }
+        true
+    }
+
+    /// Whether anything was found to probe.
+    fn scan_process(&mut self, pid: u32) -> bool {
+        let mut found = false;
+        for target in discover::process_candidates(pid) {
+            let per_process = self.pids.is_some().then_some(pid);
+            found |= self.consider(target, per_process);
+        }
+        found
+    }
+
+    /// Looks at a file once (for all processes, or per process with `--pid`). Whether it
+    /// offers anything to probe.
+    fn consider(&mut self, target: Target, pid: Option<u32>) -> bool {
+        let key = (pid.unwrap_or(0), target.file_id());
+        if !self.seen.insert(key) {
+            return false;
+        }
+        match self.plan(&target, pid) {
+            Opened::No => {
+                // A process's /proc/PID/exe whose process exited: nothing was decided about
+                // the file, which the next process running it brings back.
+                self.seen.remove(&key);
+                false
+            }
+            Opened::Nothing => false,
+            Opened::Found(f) => self.out.send(Message::Found(f)).is_ok(),
+        }
+    }
+
+    fn plan(&self, target: &Target, pid: Option<u32>) -> Opened {
+        let name = match pid {
+            Some(p) => format!("{} (pid {p})", target.path.display()),
+            None => target.path.display().to_string(),
+        };
+        let Ok(held) = File::open(&target.path) else {
+            return Opened::No;
+        };
+        let opened = Target {
+            path: PathBuf::from(format!("/proc/self/fd/{}", held.as_raw_fd())),
+            ..target.clone()
+        };
+        let plan = match discover::ssl_sites(&opened.path, !self.public_only) {
+            Some(sites) => Plan::Ssl(sites),
+            None if opened.shared => return Opened::Nothing,
+            None => match golang::sites_of(&opened.path) {
+                Ok(None) => return Opened::Nothing,
+                Ok(Some(sites)) => Plan::Go(sites),
+                Err(e) => Plan::GoFailed(e.to_string()),
+            },
+        };
+        Opened::Found(Found {
+            held,
+            target: opened,
+            pid: pid.map_or(-1, |p| p as i32),
+            name,
+            plan,
+        })
+    }
+}
+
+enum Opened {
+    /// The file could not be opened.
+    No,
+    /// Nothing to probe in it.
+    Nothing,
+    Found(Found),
+}
