@@ -503,6 +503,7 @@ impl FlowCollector {
         let thread = std::thread::Builder::new()
             .name("ebtop-flows".into())
             .spawn(move || {
+                crate::preflight::set_helper_priority();
                 let mut reader = reader;
                 reader.owners.scan();
                 while let Ok(job) = jobs.recv() {

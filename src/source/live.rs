@@ -677,7 +677,7 @@ pub fn run<S: Sink, R>(
             f.consume();
         }
         if let Some(t) = tls.as_mut() {
-            t.poll(&programs);
+            t.poll();
             if !go_tls_enabled && t.go_probed() {
                 capture.enable_go_tls();
                 go_tls_enabled = true;

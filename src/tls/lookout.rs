@@ -1,8 +1,9 @@
-//! The TLS lookout: a thread of its own that decides what to probe. Reading a process's memory
-//! map and a file's symbol tables and code takes from microseconds to well over 100 ms (a
-//! large executable exec'd for the first time): done on the ring's reader thread, the capture
-//! ring filled up meanwhile. The reader only attaches what the lookout found
-//! ([`Lookout::take_found`]); it is woken through [`Lookout::wake_fd`].
+//! The TLS lookout: a thread of its own that finds what to probe and places the probes. Reading
+//! a process's memory map and a file's symbol tables and code takes from microseconds to well
+//! over 100 ms (a large executable exec'd for the first time), placing a Go program's probes
+//! tens of ms: done on the ring's reader thread, the capture ring filled up meanwhile. The
+//! reader only takes in the links and what was probed ([`Lookout::take_probed`]); it is woken
+//! through [`Lookout::wake_fd`].
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use super::discover::{self, SslSites, Target};
 use super::golang::{self, GoSites};
+use super::TlsPrograms;
 
 /// What a file offers to probe.
 #[derive(Debug)]
@@ -46,8 +48,15 @@ enum Job {
     },
 }
 
+/// A file probed, or not: its links, how it is named, which sites (or why not).
+pub struct Probed {
+    pub links: Vec<libbpf_rs::Link>,
+    pub name: String,
+    pub result: Result<&'static str, String>,
+}
+
 enum Message {
-    Found(Found),
+    Probed(Probed),
     StartDone,
 }
 
@@ -69,13 +78,14 @@ struct Scout {
     /// Processes to look at, and when.
     pending: Vec<(Instant, u32)>,
     public_only: bool,
+    programs: TlsPrograms,
     out: mpsc::Sender<Message>,
     wake: BorrowedFd<'static>,
 }
 
 impl Lookout {
     /// Starts the thread. `pids`: `--pid`.
-    pub fn start(pids: Option<Vec<u32>>) -> std::io::Result<Lookout> {
+    pub fn start(pids: Option<Vec<u32>>, programs: TlsPrograms) -> std::io::Result<Lookout> {
         // SAFETY: eventfd takes no pointer; the result is checked before use.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if fd < 0 {
@@ -94,11 +104,13 @@ impl Lookout {
         let thread = std::thread::Builder::new()
             .name("ebtop-tls".into())
             .spawn(move || {
+                crate::preflight::set_helper_priority();
                 let mut scout = Scout {
                     pids,
                     seen: HashSet::new(),
                     pending: Vec::new(),
                     public_only,
+                    programs,
                     out,
                     wake: thread_wake.as_fd(),
                 };
@@ -112,14 +124,14 @@ impl Lookout {
         })
     }
 
-    /// What the system's libraries and the running processes offer, found before this
-    /// returns: the probes are then in place before the session's first record.
-    pub fn initial(&mut self) -> Vec<Found> {
+    /// The system's libraries and the running processes, probed before this returns: the
+    /// probes are then in place before the session's first record.
+    pub fn initial(&mut self) -> Vec<Probed> {
         let mut all = Vec::new();
         if self.send(Job::Start) {
             while let Ok(m) = self.found.recv() {
                 match m {
-                    Message::Found(f) => all.push(f),
+                    Message::Probed(p) => all.push(p),
                     Message::StartDone => break,
                 }
             }
@@ -133,13 +145,13 @@ impl Lookout {
         self.send(Job::Look { pid, after });
     }
 
-    /// What was found since the last call; never waits.
-    pub fn take_found(&mut self) -> Vec<Found> {
+    /// What was probed since the last call; never waits.
+    pub fn take_probed(&mut self) -> Vec<Probed> {
         self.clear_wake();
         let mut all = Vec::new();
         loop {
             match self.found.try_recv() {
-                Ok(Message::Found(f)) => all.push(f),
+                Ok(Message::Probed(p)) => all.push(p),
                 Ok(Message::StartDone) => {}
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => {
@@ -151,7 +163,24 @@ impl Lookout {
         all
     }
 
-    /// Readable while found files wait to be taken.
+    /// Stops the thread (it finishes the look it is in) and hands back what it probed since
+    /// the last take.
+    pub fn stop(&mut self) -> Vec<Probed> {
+        self.jobs = None;
+        if let Some(t) = self.thread.take() {
+            // A panic was reported by the thread's own hook; nothing to add at the end.
+            let _ = t.join();
+        }
+        let mut all = Vec::new();
+        while let Ok(m) = self.found.try_recv() {
+            if let Message::Probed(p) = m {
+                all.push(p);
+            }
+        }
+        all
+    }
+
+    /// Readable while probed files wait to be taken.
     pub fn wake_fd(&self) -> BorrowedFd<'_> {
         self.wake.as_fd()
     }
@@ -186,6 +215,13 @@ impl Lookout {
                 std::mem::size_of::<u64>(),
             );
         }
+    }
+}
+
+impl Drop for Lookout {
+    /// The thread uses the capture object's programs: it ends before the object does.
+    fn drop(&mut self) {
+        drop(self.stop());
     }
 }
 
@@ -299,7 +335,10 @@ impl Scout {
                 false
             }
             Opened::Nothing => false,
-            Opened::Found(f) => self.out.send(Message::Found(f)).is_ok(),
+            Opened::Found(f) => {
+                let probed = super::attach_found(&self.programs, f);
+                self.out.send(Message::Probed(probed)).is_ok()
+            }
         }
     }
 

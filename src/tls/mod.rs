@@ -17,10 +17,11 @@ pub mod golang;
 pub mod lookout;
 
 use std::collections::BTreeMap;
+use std::ptr::NonNull;
 use std::time::Duration;
 
 use discover::{SslSites, Target};
-use lookout::{Found, Lookout, Plan};
+use lookout::{Found, Lookout, Plan, Probed};
 
 /// The capture object's TLS programs (`tls.h`): entry programs per function and one return.
 const ENTRIES: [(&str, &str); 5] = [
@@ -67,12 +68,47 @@ pub struct TlsProbes {
 /// Exited processes whose hits are remembered at most (then only the running ones are).
 const MAX_HIT_PROCESSES: usize = 65536;
 
-/// The programs of the capture object by name.
-fn program<'a>(
-    progs: &'a [libbpf_rs::Program<'a>],
-    name: &str,
-) -> Option<&'a libbpf_rs::Program<'a>> {
-    progs.iter().find(|p| p.name() == name)
+/// The capture object's TLS programs, by name, as libbpf knows them: what the lookout thread
+/// attaches (libbpf-rs's `Program` is not `Send`).
+pub struct TlsPrograms(Vec<(String, NonNull<libbpf_rs::libbpf_sys::bpf_program>)>);
+
+// SAFETY: the pointers are to programs of the capture object, which outlives every holder:
+// `TlsProbes` (declared after the object in `source::live::run`, so dropped first) joins its
+// lookout thread when dropped. libbpf's uprobe attach only reads a program (its fd, name and
+// type) and may fill the object's feature cache, which nothing else writes meanwhile: the
+// reader calls libbpf on the object only through the ring, maps and program fds.
+unsafe impl Send for TlsPrograms {}
+
+impl TlsPrograms {
+    pub fn of(progs: &[libbpf_rs::Program]) -> TlsPrograms {
+        use libbpf_rs::AsRawLibbpf;
+        TlsPrograms(
+            progs
+                .iter()
+                .map(|p| {
+                    (
+                        p.name().to_string_lossy().into_owned(),
+                        p.as_libbpf_object(),
+                    )
+                })
+                .collect(),
+        )
+    }
+}
+
+/// A program of the capture object, by name.
+#[derive(Clone, Copy)]
+struct Prog<'a> {
+    name: &'a str,
+    ptr: NonNull<libbpf_rs::libbpf_sys::bpf_program>,
+}
+
+fn program<'a>(progs: &'a TlsPrograms, name: &str) -> Option<Prog<'a>> {
+    progs
+        .0
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(name, ptr)| Prog { name, ptr: *ptr })
 }
 
 /// Whether a program of the capture object is one of the TLS probes (attached here, not with
@@ -88,7 +124,7 @@ impl TlsProbes {
         pids: Option<Vec<u32>>,
     ) -> std::io::Result<TlsProbes> {
         let mut t = TlsProbes {
-            lookout: Lookout::start(pids)?,
+            lookout: Lookout::start(pids, TlsPrograms::of(progs))?,
             links: Vec::new(),
             status: TlsStatus::default(),
             hit_ns: None,
@@ -96,10 +132,11 @@ impl TlsProbes {
             go_files: 0,
             hits: Default::default(),
         };
-        for found in t.lookout.initial() {
-            t.attach_found(progs, found);
+        for probed in t.lookout.initial() {
+            t.note(probed);
         }
-        (t.hit_ns, t.stepped_hit_ns) = calibrate_hit_ns(progs);
+        // The lookout is idle until the first exec: nothing else attaches meanwhile.
+        (t.hit_ns, t.stepped_hit_ns) = calibrate_hit_ns(&TlsPrograms::of(progs));
         Ok(t)
     }
 
@@ -120,42 +157,25 @@ impl TlsProbes {
         self.lookout.wake_fd()
     }
 
-    /// Probes what the lookout found since the last call (never waits).
-    pub fn poll(&mut self, progs: &[libbpf_rs::Program]) {
-        for found in self.lookout.take_found() {
-            self.attach_found(progs, found);
+    /// Takes in what the lookout probed since the last call (never waits).
+    pub fn poll(&mut self) {
+        for probed in self.lookout.take_probed() {
+            self.note(probed);
         }
     }
 
-    fn attach_found(&mut self, progs: &[libbpf_rs::Program], found: Found) {
-        let Found {
-            held,
-            target,
-            pid,
-            name,
-            plan,
-        } = found;
-        let result = match &plan {
-            Plan::Ssl(sites) => attach(progs, &target, pid, sites).map(|(links, internal)| {
-                // Which sites: OpenSSL's internal read/write, or the public functions.
-                (links, if internal { "internal" } else { "public" })
-            }),
-            Plan::Go(sites) => attach_go(progs, &target, pid, sites).map(|links| (links, "go")),
-            Plan::GoFailed(e) => Err(anyhow::anyhow!("{e}")),
-        };
-        // The file stays open until its probes are placed (the path is its descriptor).
-        drop(held);
-        match result {
-            Ok((links, sites)) => {
-                self.links.extend(links);
+    fn note(&mut self, probed: Probed) {
+        match probed.result {
+            Ok(sites) => {
+                self.links.extend(probed.links);
                 if sites == "go" {
                     self.go_files += 1;
                 }
-                self.status.files.push(format!("{name} [{sites}]"));
+                self.status.files.push(format!("{} [{sites}]", probed.name));
             }
             Err(e) => {
-                crate::diag!("ebtop: TLS: cannot probe {name}: {e:#}");
-                self.status.failures.push(format!("{name}: {e:#}"));
+                crate::diag!("ebtop: TLS: cannot probe {}: {e}", probed.name);
+                self.status.failures.push(format!("{}: {e}", probed.name));
             }
         }
     }
@@ -186,16 +206,52 @@ impl TlsProbes {
         &self.status
     }
 
-    /// The probes' links, to detach with the rest at the end.
+    /// The probes' links, to detach with the rest at the end (the lookout stopped first).
     pub fn links(&mut self) -> Vec<libbpf_rs::Link> {
+        for probed in self.lookout.stop() {
+            self.links.extend(probed.links);
+        }
         std::mem::take(&mut self.links)
+    }
+}
+
+/// Places the probes the lookout found a file to need (on the lookout's thread).
+pub(crate) fn attach_found(progs: &TlsPrograms, found: Found) -> Probed {
+    let Found {
+        held,
+        target,
+        pid,
+        name,
+        plan,
+    } = found;
+    let result = match &plan {
+        Plan::Ssl(sites) => attach(progs, &target, pid, sites).map(|(links, internal)| {
+            // Which sites: OpenSSL's internal read/write, or the public functions.
+            (links, if internal { "internal" } else { "public" })
+        }),
+        Plan::Go(sites) => attach_go(progs, &target, pid, sites).map(|links| (links, "go")),
+        Plan::GoFailed(e) => Err(anyhow::anyhow!("{e}")),
+    };
+    // The file stays open until its probes are placed (the path is its descriptor).
+    drop(held);
+    match result {
+        Ok((links, sites)) => Probed {
+            links,
+            name,
+            result: Ok(sites),
+        },
+        Err(e) => Probed {
+            links: Vec::new(),
+            name,
+            result: Err(format!("{e:#}")),
+        },
     }
 }
 
 /// Entry and return probes on each function the file defines (or on OpenSSL's internal read
 /// and write, and the handshake); all or nothing. Says whether the internal sites were used.
 fn attach(
-    progs: &[libbpf_rs::Program],
+    progs: &TlsPrograms,
     target: &Target,
     pid: i32,
     sites: &SslSites,
@@ -251,7 +307,7 @@ fn attach(
 /// Entry probes on a Go program's crypto/tls functions and on each of their return
 /// instructions (never uretprobes: see `golang`); all or nothing.
 fn attach_go(
-    progs: &[libbpf_rs::Program],
+    progs: &TlsPrograms,
     target: &Target,
     pid: i32,
     sites: &golang::GoSites,
@@ -290,9 +346,7 @@ fn attach_go(
                     usize::try_from(offset)?,
                     stepped,
                 )
-                .with_context(|| {
-                    format!("{} at offset {offset:#x}", prog.name().to_string_lossy())
-                })?,
+                .with_context(|| format!("{} at offset {offset:#x}", prog.name))?,
             );
         }
     }
@@ -307,7 +361,7 @@ fn attach_go(
 /// `stepped`: the kernel single-steps the probed instruction out of line (its hits are
 /// counted apart, through the attach cookie: they cost more).
 fn attach_uprobe(
-    prog: &libbpf_rs::Program,
+    prog: Prog,
     retprobe: bool,
     pid: i32,
     path: &std::path::Path,
@@ -315,7 +369,6 @@ fn attach_uprobe(
     stepped: bool,
 ) -> anyhow::Result<libbpf_rs::Link> {
     use libbpf_rs::libbpf_sys;
-    use libbpf_rs::AsRawLibbpf;
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(path.as_os_str().as_bytes())?;
     let opts = libbpf_sys::bpf_uprobe_opts {
@@ -324,11 +377,11 @@ fn attach_uprobe(
         bpf_cookie: u64::from(stepped),
         ..Default::default()
     };
-    // SAFETY: the program pointer is valid while the object lives (the caller's borrow), the
+    // SAFETY: the program pointer is valid while the object lives (`TlsPrograms`), the
     // strings and options outlive the call, and libbpf copies what it keeps.
     let link = unsafe {
         libbpf_sys::bpf_program__attach_uprobe_opts(
-            prog.as_libbpf_object().as_ptr(),
+            prog.ptr.as_ptr(),
             pid,
             path.as_ptr(),
             offset as _,
@@ -425,7 +478,7 @@ extern "C" {
 /// any process not selected: the cost is the trap), timed with and without them (the median
 /// of 5 rounds each). None if it cannot be measured. Load inflates it, as it inflates the real
 /// probes' cost.
-pub fn calibrate_hit_ns(progs: &[libbpf_rs::Program]) -> (Option<u64>, Option<u64>) {
+pub fn calibrate_hit_ns(progs: &TlsPrograms) -> (Option<u64>, Option<u64>) {
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     {
         let measure = |target: unsafe extern "C" fn(), with_return: bool| -> Option<u64> {
