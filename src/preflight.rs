@@ -103,9 +103,9 @@ pub fn set_capture_priority(nice: i32) {
 }
 
 /// Gives the calling thread the load's priority (nice 0) where the capture threads run above
-/// it. For helper threads whose work can wait (the flow table's reader, the TLS lookout): at
-/// the capture's priority, one woken on the ring reader's CPU ran first and held the reader
-/// up for its whole run (5 ms of flow snapshot at every tick on a 2-CPU host).
+/// it. For a helper thread whose work can wait (the flow table's reader): at the capture's
+/// priority, woken on the ring reader's CPU it ran first and held the reader up for its whole
+/// run (5 ms of flow snapshot at every tick on a 2-CPU host).
 pub fn set_helper_priority() {
     // SAFETY: plain syscalls on the calling thread (who = 0); getpriority's -1 is a value, so
     // an error shows only in errno, cleared first.

@@ -28,6 +28,14 @@ struct GoBuilds {
 }
 
 /// The Go toolchain: `go` on PATH, else where Go's tarball or Debian puts it.
+/// The tests of this file run one at a time: one of them waits for ebtop to have probed the
+/// one new program it runs, which another test's new program would count as.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn go_tool() -> PathBuf {
     let on_path: Vec<PathBuf> = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).map(|d| d.join("go")).collect())
@@ -352,6 +360,7 @@ fn mixed_paths(n: usize) -> Vec<&'static str> {
 #[test]
 fn go_server_and_clients_running_before_ebtop_are_exact_on_both_sides() {
     require_root();
+    let _g = serial();
     let builds = go_builds();
     let dir = tempfile::tempdir().unwrap();
     let server_bin = copy_of(&builds.server, dir.path(), "gotls-server");
@@ -416,12 +425,13 @@ fn go_server_and_clients_running_before_ebtop_are_exact_on_both_sides() {
 /// once its exec is reported, so a new Go program's first calls may come before its probes
 /// (the first run shows at most 20, perhaps fewer); but a uprobe belongs to the file, so the
 /// same binary run again is traced from its first call. The second run starts once ebtop has
-/// looked at the first one's exec: after ebtop reported the end of the first run's connection
-/// (`flow_end`, a periodic report: the loop probes the programs exec'd so far before it makes
-/// one), so a slow machine cannot start it while ebtop is still placing the probes.
+/// probed the first one's file: an `overhead` line counts one more file probed than at the
+/// start (the tests of this file run one at a time, so no other new program is probed
+/// meanwhile), and a slow machine cannot start it while ebtop is still placing the probes.
 #[test]
 fn a_go_client_started_after_ebtop_is_traced_exactly_from_its_second_run() {
     require_root();
+    let _g = serial();
     let builds = go_builds();
     let dir = tempfile::tempdir().unwrap();
     let server_bin = copy_of(&builds.server, dir.path(), "gotls-server");
@@ -430,16 +440,19 @@ fn a_go_client_started_after_ebtop_is_traced_exactly_from_its_second_run() {
     let server = GoServer::start(&server_bin, dir.path());
     let p = server.port.to_string();
     let mut ebtop = Ebtop::start(&["--json", "--port", &p]);
+    let at_start = ebtop.collected[0]["tls_probed"]
+        .as_array()
+        .map_or(0, Vec::len) as u64;
 
     let paths = ["/"; 20];
     let (first, printed) = run_client(&client_bin, server.port, false, &paths);
     assert_printed(&printed, &paths);
-    let flow_end = ebtop.wait_for(Duration::from_secs(60), |v| {
-        v["type"] == "flow_end" && v["pid"] == first && v["role"] == "client"
+    let probed = ebtop.wait_for(Duration::from_secs(60), |v| {
+        v["type"] == "overhead" && v["tls_files_probed"].as_u64() > Some(at_start)
     });
     assert!(
-        flow_end.is_some(),
-        "ebtop reports the end of the first run's connection"
+        probed.is_some(),
+        "ebtop reports the first run's program probed ({at_start} files at start)"
     );
     let (second, printed) = run_client(&client_bin, server.port, false, &paths);
     assert_printed(&printed, &paths);
@@ -533,6 +546,7 @@ fn load_until(
 #[test]
 fn a_loaded_go_server_is_unharmed_as_probes_attach_and_detach() {
     require_root();
+    let _g = serial();
     let builds = go_builds();
     let dir = tempfile::tempdir().unwrap();
     let server_bin = copy_of(&builds.server, dir.path(), "gotls-server");
@@ -607,6 +621,7 @@ fn a_loaded_go_server_is_unharmed_as_probes_attach_and_detach() {
 #[test]
 fn grpc_over_tls_is_exact_on_every_go_side() {
     require_root();
+    let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let server_bin = copy_of(&go_builds().server, dir.path(), "gotls-grpc");
     let client_bin = copy_of(&go_builds().client, dir.path(), "gotls-grpc-cli");

@@ -286,6 +286,12 @@ pub struct OverheadSnapshot {
     pub ring_events_per_s: f64,
     pub ring_lost: u64,
     pub ring_lost_per_s: f64,
+    /// Files probed for TLS plaintext so far (at start and since: programs exec'd, libraries
+    /// dlopen'd) and those that could not be; absent without TLS probes (and in replay).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_files_probed: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_probe_failures: Option<u64>,
     /// user_cpu_pct + bpf_cpu_pct (the BPF part counted as 0 when unavailable: then a lower
     /// bound, as `bpf_stats_available` says).
     pub ebtop_cpu_pct: Option<f64>,
@@ -387,6 +393,8 @@ impl Overhead {
             ring_events_per_s: per_s(ring_events, period_ns),
             ring_lost,
             ring_lost_per_s: per_s(ring_lost, period_ns),
+            tls_files_probed: None,
+            tls_probe_failures: None,
             ebtop_cpu_pct: user_cpu_pct.map(|u| u + bpf.as_ref().map_or(0.0, |b| b.cpu_pct)),
             bpf_programs: bpf.map(|b| b.programs).unwrap_or_default(),
         }

@@ -726,13 +726,17 @@ pub fn run<S: Sink, R>(
             let k = read_counters(&capture, procs.as_ref(), tls.as_ref());
             let mono = crate::clock::monotonic_ns();
             window_at = next_tick - stats_window;
-            let ov = overhead.end_interval(
+            let mut ov = overhead.end_interval(
                 &prog_fds,
                 RingCounters {
                     events: k.events,
                     lost: k.lost,
                 },
             );
+            if tls.is_some() {
+                ov.tls_files_probed = Some(k.tls_files_probed);
+                ov.tls_probe_failures = Some(k.tls_probe_failures);
+            }
             if let Some(f) = flows.as_mut() {
                 f.request_poll(mono)?;
                 pending_tick = Some((mono, k, ov));

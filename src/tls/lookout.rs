@@ -104,7 +104,8 @@ impl Lookout {
         let thread = std::thread::Builder::new()
             .name("ebtop-tls".into())
             .spawn(move || {
-                crate::preflight::set_helper_priority();
+                // At the capture's priority (inherited): a new program's first calls wait on
+                // it. It wakes only at execs and dlopens.
                 let mut scout = Scout {
                     pids,
                     seen: HashSet::new(),
