@@ -109,6 +109,13 @@ fn assert_no_secret(what: &str, text: &str) {
     }
 }
 
+/// The screen shows each of `shown` (redacted forms, where the secret was).
+fn assert_shows(screen: &str, shown: &[&str]) {
+    for x in shown {
+        assert!(screen.contains(x), "{x:?} not in\n{screen}");
+    }
+}
+
 /// The lines of one run: the two requests seen from both sides, their resource redacted,
 /// curl's command line too.
 fn assert_calls(what: &str, lines: &[Value], port: u16) {
@@ -222,16 +229,17 @@ fn secrets_in_queries_and_headers_reach_no_output() {
         s.contains("Request head") && s.contains("Content-Length: 0")
     });
     assert_no_secret("the call details", &s);
-    for shown in [
-        "GET /cb;jsessionid=[redacted]?token=[redacted]&sig=[redacted] HTTP/1.1",
-        "X-Api-Key: [redacted, 7 bytes]",
-        "X-CSRF-Token: [redacted, 8 bytes]",
-        "Referer: http://ann:[redacted]@app/cb?password=[redacted]",
-        "Location: /login?password=[redacted]",
-        "Set-Cookie: [redacted, 14 bytes]",
-    ] {
-        assert!(s.contains(shown), "{shown:?} not in\n{s}");
-    }
+    assert_shows(
+        &s,
+        &[
+            "GET /cb;jsessionid=[redacted]?token=[redacted]&sig=[redacted] HTTP/1.1",
+            "X-Api-Key: [redacted, 7 bytes]",
+            "X-CSRF-Token: [redacted, 8 bytes]",
+            "Referer: http://ann:[redacted]@app/cb?password=[redacted]",
+            "Location: /login?password=[redacted]",
+            "Set-Cookie: [redacted, 14 bytes]",
+        ],
+    );
     // curl's command line in the Processes view and in its details.
     t.keys(&["Escape", "4"]);
     let s = t.wait("the processes", |s| {
@@ -245,13 +253,14 @@ fn secrets_in_queries_and_headers_reach_no_output() {
         s.contains("Process detail") && s.contains("Command")
     });
     assert_no_secret("the process details", &s);
-    for shown in [
-        "--oauth2-bearer [redacted]",
-        "--pass [redacted]",
-        "ann:[redacted]@",
-    ] {
-        assert!(s.contains(shown), "{shown:?} not in\n{s}");
-    }
+    assert_shows(
+        &s,
+        &[
+            "--oauth2-bearer [redacted]",
+            "--pass [redacted]",
+            "ann:[redacted]@",
+        ],
+    );
     t.keys(&["q"]);
     t.wait_exit();
 }
