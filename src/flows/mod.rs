@@ -558,11 +558,6 @@ impl FlowCollector {
         Ok(())
     }
 
-    /// Whether a poll was requested and its report not yet taken.
-    pub fn poll_pending(&self) -> bool {
-        self.outstanding > 0
-    }
-
     /// The requested poll's report if it is ready.
     pub fn try_report(&mut self) -> Result<Option<FlowReport>> {
         if self.outstanding == 0 {

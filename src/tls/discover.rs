@@ -88,11 +88,15 @@ pub struct InternalSites {
 /// the same X (so probing X sees both, once); likewise for the writes. Else None, and the
 /// public functions are probed.
 pub fn internal_sites(path: &Path) -> Option<InternalSites> {
-    use object::{Object, ObjectSection, ObjectSymbol};
     let file = std::fs::File::open(path).ok()?;
     // SAFETY: read-only private map of a regular file (see `ssl_sites`).
     let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
-    let elf = object::File::parse(&*map).ok()?;
+    internal_sites_in(&object::File::parse(&*map).ok()?)
+}
+
+/// [`internal_sites`] of a file already parsed.
+fn internal_sites_in(elf: &object::File) -> Option<InternalSites> {
+    use object::{Object, ObjectSection, ObjectSymbol};
     if elf.architecture() != object::Architecture::X86_64 {
         return None;
     }
@@ -229,14 +233,9 @@ pub fn ssl_sites(path: &Path, want_internal: bool) -> Option<SslSites> {
     if functions[0].is_none() || functions[1].is_none() {
         return None;
     }
-    drop(elf);
     Some(SslSites {
         functions,
-        internal: if want_internal {
-            internal_sites(path)
-        } else {
-            None
-        },
+        internal: want_internal.then(|| internal_sites_in(&elf)).flatten(),
     })
 }
 

@@ -18,7 +18,7 @@ use super::TlsPrograms;
 
 /// What a file offers to probe.
 #[derive(Debug)]
-pub enum Plan {
+pub(super) enum Plan {
     Ssl(SslSites),
     Go(GoSites),
     /// A Go program whose crypto/tls could not be located: the reason.
@@ -28,7 +28,7 @@ pub enum Plan {
 /// A file to probe, held open (its `target.path` is `/proc/self/fd/N` of `held`): a process
 /// that exits meanwhile takes its `/proc/PID/exe` with it, not the file.
 #[derive(Debug)]
-pub struct Found {
+pub(super) struct Found {
     pub held: File,
     pub target: Target,
     /// The process the probes are for (`--pid`), or -1: every process.
@@ -62,8 +62,8 @@ enum Message {
 
 pub struct Lookout {
     jobs: Option<mpsc::Sender<Job>>,
-    found: mpsc::Receiver<Message>,
-    /// Readable while found files wait (an eventfd).
+    probed: mpsc::Receiver<Message>,
+    /// Readable while probed files wait to be taken (an eventfd).
     wake: OwnedFd,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -80,7 +80,8 @@ struct Scout {
     public_only: bool,
     programs: TlsPrograms,
     out: mpsc::Sender<Message>,
-    wake: BorrowedFd<'static>,
+    /// The Lookout's eventfd (a duplicate).
+    wake: OwnedFd,
 }
 
 impl Lookout {
@@ -93,11 +94,9 @@ impl Lookout {
         }
         // SAFETY: a descriptor eventfd just returned, owned by nobody else.
         let wake = unsafe { OwnedFd::from_raw_fd(fd) };
-        // The thread writes to the eventfd through its own duplicate (it may outlive a
-        // Lookout that is being dropped by a few instructions).
-        let thread_wake: &'static OwnedFd = Box::leak(Box::new(wake.try_clone()?));
+        let thread_wake = wake.try_clone()?;
         let (jobs, job_rx) = mpsc::channel::<Job>();
-        let (out, found) = mpsc::channel::<Message>();
+        let (out, probed) = mpsc::channel::<Message>();
         // EBTOP_TLS_SITES=public keeps to OpenSSL's public functions (troubleshooting; the
         // tests cover both kinds of site with it).
         let public_only = std::env::var_os("EBTOP_TLS_SITES").is_some_and(|v| v == "public");
@@ -113,13 +112,13 @@ impl Lookout {
                     public_only,
                     programs,
                     out,
-                    wake: thread_wake.as_fd(),
+                    wake: thread_wake,
                 };
                 scout.run(job_rx);
             })?;
         Ok(Lookout {
             jobs: Some(jobs),
-            found,
+            probed,
             wake,
             thread: Some(thread),
         })
@@ -130,7 +129,7 @@ impl Lookout {
     pub fn initial(&mut self) -> Vec<Probed> {
         let mut all = Vec::new();
         if self.send(Job::Start) {
-            while let Ok(m) = self.found.recv() {
+            while let Ok(m) = self.probed.recv() {
                 match m {
                     Message::Probed(p) => all.push(p),
                     Message::StartDone => break,
@@ -151,7 +150,7 @@ impl Lookout {
         self.clear_wake();
         let mut all = Vec::new();
         loop {
-            match self.found.try_recv() {
+            match self.probed.try_recv() {
                 Ok(Message::Probed(p)) => all.push(p),
                 Ok(Message::StartDone) => {}
                 Err(mpsc::TryRecvError::Empty) => break,
@@ -173,7 +172,7 @@ impl Lookout {
             let _ = t.join();
         }
         let mut all = Vec::new();
-        while let Ok(m) = self.found.try_recv() {
+        while let Ok(m) = self.probed.try_recv() {
             if let Message::Probed(p) = m {
                 all.push(p);
             }

@@ -123,20 +123,21 @@ impl TlsProbes {
         progs: &[libbpf_rs::Program],
         pids: Option<Vec<u32>>,
     ) -> std::io::Result<TlsProbes> {
+        let programs = TlsPrograms::of(progs);
+        // Before the lookout starts: no two threads attach at once.
+        let (hit_ns, stepped_hit_ns) = calibrate_hit_ns(&programs);
         let mut t = TlsProbes {
-            lookout: Lookout::start(pids, TlsPrograms::of(progs))?,
+            lookout: Lookout::start(pids, programs)?,
             links: Vec::new(),
             status: TlsStatus::default(),
-            hit_ns: None,
-            stepped_hit_ns: None,
+            hit_ns,
+            stepped_hit_ns,
             go_files: 0,
             hits: Default::default(),
         };
         for probed in t.lookout.initial() {
             t.note(probed);
         }
-        // The lookout is idle until the first exec: nothing else attaches meanwhile.
-        (t.hit_ns, t.stepped_hit_ns) = calibrate_hit_ns(&TlsPrograms::of(progs));
         Ok(t)
     }
 
@@ -151,8 +152,8 @@ impl TlsProbes {
         self.lookout.look_at(pid, &[Duration::ZERO]);
     }
 
-    /// Readable when the lookout found files to probe: the live loop waits on it with the
-    /// rings, so a new program is probed as soon as it is understood.
+    /// Readable when the lookout probed files: the live loop waits on it with the rings, so
+    /// what was probed is taken in at once.
     pub fn wake_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.lookout.wake_fd()
     }
@@ -215,8 +216,8 @@ impl TlsProbes {
     }
 }
 
-/// Places the probes the lookout found a file to need (on the lookout's thread).
-pub(crate) fn attach_found(progs: &TlsPrograms, found: Found) -> Probed {
+/// Places the probes a file needs, as the lookout found them (on the lookout's thread).
+fn attach_found(progs: &TlsPrograms, found: Found) -> Probed {
     let Found {
         held,
         target,
