@@ -398,7 +398,10 @@ static long snap_one(void *map, __u64 *key, struct ebtop_flow *f, struct snap_ct
 		num = BPF_CORE_READ(sk, __sk_common.skc_num);
 		st = BPF_CORE_READ(sk, __sk_common.skc_state);
 	}
-	if (!f->lport)
+	/* A client's port is bound after SYN_SENT (inet_hash_connect) and the ESTABLISHED
+	 * transition writes the tuple; while the socket has no port yet, writing it here could
+	 * land after that and put port 0 back. */
+	if (!f->lport && num)
 		tuple_from_sock(f, skaddr);
 	if (num != f->lport || st == TCP_CLOSE || st == TCP_LISTEN) {
 		bpf_map_delete_elem(map, key);
