@@ -17,6 +17,7 @@ own) is loaded by `wrk -tT -cC -dS` in runs one after the other. A mode:
   ...-sys   the same on the syscall-tracepoint path (--hooks syscalls)
   ...-ringN with --ringbuf-mb N (the event ring's size)
   ...-niceN with --nice N (e.g. auto-nice0: the capture threads at the load's priority)
+  ...-old   the binary given by --ebtop-old instead (paired A/B of two builds)
   ...-bpf   with --bpf-stats full: the BPF programs' run time per span too (statistics on
             cost every program run ~60-110 ns, so throughput is a little lower in this mode)
 Ground truth per run: wrk's completed requests (each one a client call) and nginx's own
@@ -53,9 +54,10 @@ def requests_total():
 def run_wrk(a):
     out = subprocess.run([a.wrk, f"-t{a.wrk_threads}", f"-c{a.conns}", f"-d{a.seconds}s",
                           f"http://127.0.0.1:{PORT}/"], capture_output=True, text=True, check=True)
-    m = re.search(r"(\d+) requests in ([\d.]+)s", out.stdout)
+    m = re.search(r"(\d+) requests in ([\d.]+)(ms|s|m)\b", out.stdout)
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out.stdout)
-    return int(m.group(1)), float(m.group(2)), out.stdout, int(errors.group(1)) if errors else 0
+    secs = float(m.group(2)) * {"ms": 1e-3, "s": 1.0, "m": 60.0}[m.group(3)]
+    return int(m.group(1)), secs, out.stdout, int(errors.group(1)) if errors else 0
 
 
 def one_run(a, mode):
@@ -63,7 +65,7 @@ def one_run(a, mode):
     ebtop = tail = None
     if mode != "base":
         spec, *opts = mode.split("-")
-        cmd = [a.ebtop, "--json", "--port", str(PORT), "--hooks",
+        cmd = [a.ebtop_old if "old" in opts else a.ebtop, "--json", "--port", str(PORT), "--hooks",
                "syscalls" if "sys" in opts else "socket"]
         if "bpf" in opts:
             cmd += ["--bpf-stats", "full"]
@@ -129,6 +131,7 @@ def one_run(a, mode):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ebtop", required=True)
+    ap.add_argument("--ebtop-old", help="the binary of the modes ending in -old")
     ap.add_argument("--nginx", default="nginx")
     ap.add_argument("--wrk", default="wrk")
     ap.add_argument("--workers", type=int, default=8)

@@ -174,9 +174,11 @@ pub struct Args {
           value_parser = clap::value_parser!(u32).range(0..=16384))]
     pub snaplen: u32,
 
-    /// Ring buffer size in MiB (power of two). Larger absorbs longer bursts.
-    #[arg(long, value_name = "MIB", default_value_t = 16, value_parser = ringbuf_mb)]
-    pub ringbuf_mb: u32,
+    /// Event ring size in MiB (power of two), shared by the rings of the tracking threads
+    /// (one each). Larger absorbs longer bursts. Default: 16, and 8 per tracking thread with
+    /// more than one.
+    #[arg(long, value_name = "MIB", value_parser = ringbuf_mb)]
+    pub ringbuf_mb: Option<u32>,
 
     /// Copy payload of every TCP/UDP connection, not only connections whose first bytes the
     /// kernel recognises as a supported protocol.
@@ -365,8 +367,7 @@ pub enum Threads {
     Count(usize),
 }
 
-/// Most tracking threads accepted (beyond this the single thread applying their results is
-/// the limit anyway).
+/// Most tracking threads accepted (a replay's; live, at most 16 read rings of their own).
 pub const MAX_THREADS: usize = 64;
 
 impl Threads {
@@ -377,7 +378,9 @@ impl Threads {
             // Small hosts: the traced applications need the CPUs more than ebtop needs a
             // second thread (one thread takes > 1M records/s).
             Threads::Auto if cpus < 8 => 1,
-            Threads::Auto => (cpus / 4).clamp(1, 8),
+            // A thread per two CPUs: 8 on 16 CPUs took ~1M spans/s (nginx 8 workers) with
+            // nothing lost (docs/performance.md, "Many cores").
+            Threads::Auto => (cpus / 2).clamp(1, 16),
         }
     }
 }
@@ -430,8 +433,9 @@ mod tests {
         assert_eq!(t("3"), Threads::Count(3));
         assert_eq!(t("AUTO"), Threads::Auto);
         assert_eq!(Threads::Auto.resolve(2), 1);
-        assert_eq!(Threads::Auto.resolve(16), 4);
-        assert_eq!(Threads::Auto.resolve(128), 8);
+        assert_eq!(Threads::Auto.resolve(8), 4);
+        assert_eq!(Threads::Auto.resolve(16), 8);
+        assert_eq!(Threads::Auto.resolve(128), 16);
         assert_eq!(Threads::Count(3).resolve(2), 3);
         assert_eq!(
             Args::try_parse_from(["ebtop", "--proto", "HTTP"])

@@ -11,6 +11,7 @@ pub mod clock;
 pub mod conntrack;
 pub mod diag;
 pub mod event;
+pub mod eventfd;
 pub mod flows;
 #[doc(hidden)]
 pub mod fuzzing;

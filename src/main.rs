@@ -365,7 +365,7 @@ fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> 
     let pipeline = pipeline.with_threads(tracking_threads(args));
     let live_cfg = LiveConfig {
         snaplen: args.snaplen,
-        ringbuf_bytes: args.ringbuf_mb * 1024 * 1024,
+        ringbuf_bytes: args.ringbuf_mb.map(|mb| mb * 1024 * 1024),
         capture_all: args.capture_all,
         filters,
         verbose: args.verbose,
@@ -376,6 +376,7 @@ fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> 
         flow_table: json_lines(args).wants_flows() || !args.json || args.write.is_some(),
         cgroups,
         bpf_stats: args.bpf_stats.into(),
+        tracking_threads: tracking_threads(args),
     };
     let start = monotonic_ns();
     live::run(

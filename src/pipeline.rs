@@ -5,11 +5,14 @@
 use std::collections::BTreeMap;
 use std::io;
 
+mod fed;
 #[doc(hidden)]
 pub mod fuzzing;
 mod shards;
 
-use shards::{Outcome, Ready, Shards, Step, TrackerState};
+pub use fed::RecordFeed;
+use fed::{Barrier, FedShards, FromWorker};
+use shards::{Outcome, Processed, Ready, Shards, Step, TrackerState};
 
 use crate::aggregate::process::DEFAULT_MAX_PROCESSES;
 use crate::aggregate::{EndpointTable, OverheadSnapshot, ProcessStats};
@@ -52,6 +55,13 @@ pub struct Pipeline<S: Sink> {
     /// Connection tracking on worker threads (`--threads` > 1, started by `start`); `tracker`
     /// is then unused.
     shards: Option<Shards>,
+    /// Tracking threads that read their own sources (live with `--threads` > 1: a ring
+    /// each), started by `start` from `feeds`; `tracker` and `shards` are then unused.
+    fed: Option<FedShards>,
+    feeds: Vec<Box<dyn RecordFeed>>,
+    /// Process exits held until the fed workers applied every record read before them (the
+    /// next barrier), so the process's last calls still find it.
+    held_exits: Vec<Vec<u8>>,
     /// Tracking threads asked for.
     threads: usize,
     /// Records dealt to workers since their results were last looked for.
@@ -103,6 +113,9 @@ impl<S: Sink> Pipeline<S> {
             pending_flows: None,
             l7_seen: Default::default(),
             shards: None,
+            fed: None,
+            feeds: Vec::new(),
+            held_exits: Vec::new(),
             threads: 1,
             dealt_since_apply: 0,
             tracker_state: TrackerState::default(),
@@ -115,6 +128,24 @@ impl<S: Sink> Pipeline<S> {
     pub fn with_threads(mut self, threads: usize) -> Self {
         self.threads = threads.max(1);
         self
+    }
+
+    /// Tracking threads asked for (`with_threads`).
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Tracks connections on one worker thread per feed, each reading its own feed (live:
+    /// a kernel ring per worker). Started by [`Pipeline::start`]; `on_record` is then unused.
+    pub fn with_feeds(mut self, feeds: Vec<Box<dyn RecordFeed>>) -> Self {
+        self.threads = feeds.len().max(1);
+        self.feeds = feeds;
+        self
+    }
+
+    /// Readable while the fed workers' results may wait (for the source's epoll set).
+    pub fn results_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.fed.as_ref().map(FedShards::ready_fd)
     }
 
     /// Endpoints keyed on raw resources (`--raw-resources`).
@@ -145,7 +176,14 @@ impl<S: Sink> Pipeline<S> {
         // intervals are the live run's).
         self.interval_start_ns = Some(meta.start_mono_ns());
         self.sink.meta(meta)?;
-        if self.threads > 1 && self.shards.is_none() {
+        if !self.feeds.is_empty() && self.fed.is_none() {
+            let feeds = std::mem::take(&mut self.feeds);
+            let fed = FedShards::start(feeds, self.tracker.config(), &self.filters)?;
+            if let Some(f) = self.sink.call_formatter() {
+                fed.set_formatter(&f)?;
+            }
+            self.fed = Some(fed);
+        } else if self.threads > 1 && self.shards.is_none() {
             let mut sh = Shards::start(self.threads, self.tracker.config(), &self.filters)?;
             // The sink knows its clock now: the workers can write the call lines.
             if let Some(f) = self.sink.call_formatter() {
@@ -178,6 +216,26 @@ impl<S: Sink> Pipeline<S> {
     /// One process exec/exit record as the kernel delivered it (live: read before the socket
     /// records of the same pass, so an exec usually precedes the new program's calls).
     pub fn on_proc_record(&mut self, raw: &[u8]) -> io::Result<()> {
+        if self.fed.is_some() {
+            return match ProcEvent::decode(raw) {
+                Ok(ev) if ev.kind == ProcEventKind::Exit => {
+                    self.held_exits.push(raw.to_vec());
+                    Ok(())
+                }
+                Ok(ev) => {
+                    // A pid used again: the old process's exit first.
+                    if self
+                        .held_exits
+                        .iter()
+                        .any(|r| ProcEvent::decode(r).is_ok_and(|held| held.pid == ev.pid))
+                    {
+                        self.apply_held_exits()?;
+                    }
+                    self.apply_proc_record(raw)
+                }
+                Err(_) => self.apply_proc_record(raw),
+            };
+        }
         match &mut self.shards {
             // In order with the socket records delivered before it.
             Some(sh) => {
@@ -232,8 +290,130 @@ impl<S: Sink> Pipeline<S> {
         }
     }
 
+    fn apply_held_exits(&mut self) -> io::Result<()> {
+        for raw in std::mem::take(&mut self.held_exits) {
+            self.apply_proc_record(&raw)?;
+        }
+        Ok(())
+    }
+
+    /// Applies what the fed workers sent; with `barrier`, first asks each of them for it and
+    /// applies until all answered (then the held exits), returning their merged state.
+    fn apply_fed(&mut self, barrier: Option<Barrier>) -> io::Result<TrackerState> {
+        let Some(fed) = self.fed.take() else {
+            return Ok(TrackerState::default());
+        };
+        let result = self.apply_fed_from(&fed, barrier);
+        self.fed = Some(fed);
+        let state = result?;
+        if barrier.is_some() {
+            self.apply_held_exits()?;
+        }
+        Ok(state)
+    }
+
+    fn apply_fed_from(
+        &mut self,
+        fed: &FedShards,
+        barrier: Option<Barrier>,
+    ) -> io::Result<TrackerState> {
+        let mut waiting = match barrier {
+            Some(b) => fed.ask_all(b)?,
+            None => 0,
+        };
+        let mut state = TrackerState::default();
+        let mut result = Ok(());
+        // Without a barrier, what is there now at most: workers that read as fast as this
+        // thread applies must not keep it from the loop's ticks and signals.
+        let mut budget = fed.queue_bound();
+        while waiting > 0 || budget > 0 {
+            let Some((k, msg)) = fed.next(waiting > 0)? else {
+                break;
+            };
+            budget = budget.saturating_sub(1);
+            match msg {
+                FromWorker::Records(mut p) => {
+                    // After an output error the rest is still taken in, so the barrier ends.
+                    if result.is_ok() {
+                        result = self.apply_processed(&mut p);
+                    }
+                    fed.recycle(k, p);
+                }
+                FromWorker::State(s) => {
+                    state.add(s);
+                    waiting -= 1;
+                    if waiting == 0 {
+                        break;
+                    }
+                }
+                FromWorker::Gone => unreachable!("FedShards::next turns it into an error"),
+            }
+        }
+        result.map(|()| state)
+    }
+
+    /// A fed worker's batch, record by record.
+    fn apply_processed(&mut self, p: &mut Processed) -> io::Result<()> {
+        let mut first = 0usize;
+        for i in 0..p.outcomes.len() {
+            let outcome = p.outcomes[i];
+            let n = match outcome {
+                Outcome::Tracked { calls, .. } => calls as usize,
+                _ => 0,
+            };
+            let calls = p.calls.get(first..first + n).unwrap_or(&[]);
+            first += n;
+            self.apply_outcome(p.batch.record(i), outcome, calls, &mut p.lines)?;
+        }
+        Ok(())
+    }
+
+    /// Everything after a worker's tracking for one record.
+    fn apply_outcome(
+        &mut self,
+        raw: &[u8],
+        outcome: Outcome,
+        calls: &[Call],
+        lines: &mut shards::Lines,
+    ) -> io::Result<()> {
+        self.summary.events += 1;
+        match outcome {
+            Outcome::DecodeError => {
+                self.summary.decode_errors += 1;
+                Ok(())
+            }
+            Outcome::Filtered => {
+                self.summary.filtered_events += 1;
+                Ok(())
+            }
+            Outcome::Tracked { verdict, .. } => match Event::decode(raw) {
+                Ok(ev) => self.apply(&ev, raw, verdict, calls, Some(lines)),
+                // The worker decoded these very bytes.
+                Err(_) => {
+                    self.summary.decode_errors += 1;
+                    Ok(())
+                }
+            },
+        }
+    }
+
+    /// The session stops (live): the fed workers read what their sources hold now (bounded)
+    /// and everything is applied.
+    pub fn drain_sources(&mut self) -> io::Result<()> {
+        if self.fed.is_some() {
+            self.apply_fed(Some(Barrier::Drain))?;
+        }
+        Ok(())
+    }
+
     /// One record as the kernel delivered it. Undecodable records are counted and skipped.
     pub fn on_record(&mut self, raw: &[u8]) -> io::Result<()> {
+        if self.fed.is_some() {
+            // The fed workers read their own sources: nothing else may deliver records.
+            return Err(io::Error::other(
+                "a record was delivered to a pipeline whose workers read their own sources",
+            ));
+        }
         if let Some(sh) = &mut self.shards {
             sh.dispatch(raw)?;
             return self.after_step();
@@ -279,6 +459,10 @@ impl<S: Sink> Pipeline<S> {
 
     /// Applies the workers' results in delivery order (see [`Apply`]).
     fn apply_steps(&mut self, how: Apply) -> io::Result<()> {
+        if self.fed.is_some() {
+            // Whatever the fed workers sent so far; barriers wait for the rest.
+            return self.apply_fed(None).map(drop);
+        }
         let Some(mut sh) = self.shards.take() else {
             return Ok(());
         };
@@ -316,27 +500,7 @@ impl<S: Sink> Pipeline<S> {
                     outcome,
                     calls,
                     lines,
-                } => {
-                    self.summary.events += 1;
-                    match outcome {
-                        Outcome::DecodeError => {
-                            self.summary.decode_errors += 1;
-                            Ok(())
-                        }
-                        Outcome::Filtered => {
-                            self.summary.filtered_events += 1;
-                            Ok(())
-                        }
-                        Outcome::Tracked { verdict, .. } => match Event::decode(raw) {
-                            Ok(ev) => self.apply(&ev, raw, verdict, calls, Some(lines)),
-                            // The worker decoded these very bytes.
-                            Err(_) => {
-                                self.summary.decode_errors += 1;
-                                Ok(())
-                            }
-                        },
-                    }
-                }
+                } => self.apply_outcome(raw, outcome, calls, lines),
             };
         }
         debug_assert!(!wait || half || result.is_err() || sh.pending_steps() == 0);
@@ -440,13 +604,29 @@ impl<S: Sink> Pipeline<S> {
     ) -> io::Result<()> {
         // Every record delivered before the interval's end is applied (and recorded) first.
         self.apply_steps(Apply::All)?;
+        let state = self.interval_state(now_ns)?;
         if let Some(rec) = &mut self.recorder {
             rec.interval(&IntervalRecord {
                 mono_ns: now_ns,
                 kernel: kernel.clone(),
             });
         }
-        self.report_interval(now_ns, kernel, overhead)
+        self.report_interval(now_ns, kernel, overhead, state)
+    }
+
+    /// The trackers at an interval's end (idle connections expired); fed workers apply
+    /// what they read before it first.
+    fn interval_state(&mut self, now_ns: u64) -> io::Result<TrackerState> {
+        if self.fed.is_some() {
+            return self.apply_fed(Some(Barrier::Interval(now_ns)));
+        }
+        Ok(match &mut self.shards {
+            Some(sh) => sh.interval(now_ns)?,
+            None => {
+                self.tracker.expire(now_ns);
+                TrackerState::of(&self.tracker)
+            }
+        })
     }
 
     fn report_interval(
@@ -454,15 +634,9 @@ impl<S: Sink> Pipeline<S> {
         now_ns: u64,
         kernel: &KernelCounters,
         overhead: Option<OverheadSnapshot>,
+        state: TrackerState,
     ) -> io::Result<()> {
         self.calls_in_interval = 0;
-        let state = match &mut self.shards {
-            Some(sh) => sh.interval(now_ns)?,
-            None => {
-                self.tracker.expire(now_ns);
-                TrackerState::of(&self.tracker)
-            }
-        };
         self.procs.purge_exited();
         self.proc_stats.set_open_connections(&state.open_per_pid);
         let open_connections = state.open_conns as u64;
@@ -568,14 +742,21 @@ impl<S: Sink> Pipeline<S> {
             || self.pending_flows.is_some()
         {
             let end = self.last_ns.max(self.interval_start_ns.unwrap_or(0));
-            self.report_interval(end, kernel, None)?;
+            let state = self.interval_state(end)?;
+            self.report_interval(end, kernel, None, state)?;
         }
         self.summary.kernel = kernel.clone();
-        let state = match &mut self.shards {
-            Some(sh) => sh.finish()?,
-            None => {
-                self.tracker.end_session();
-                TrackerState::of(&self.tracker)
+        let state = if self.fed.is_some() {
+            let state = self.apply_fed(Some(Barrier::Finish))?;
+            self.fed = None; // joins the workers
+            state
+        } else {
+            match &mut self.shards {
+                Some(sh) => sh.finish()?,
+                None => {
+                    self.tracker.end_session();
+                    TrackerState::of(&self.tracker)
+                }
             }
         };
         self.summary.endpoints = self.endpoints.cumulative();

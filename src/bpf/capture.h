@@ -57,10 +57,36 @@ struct scratch {
 	__u8 data[2 * EBTOP_MAX_SNAPLEN];
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 16 * 1024 * 1024);
-} events SEC(".maps");
+/*
+ * The event rings: one per tracking thread (`--threads`), each read by its own thread. A
+ * socket's records all go to one ring (its id hashed, as user space's `shard_of` does), so a
+ * connection's records stay in order and no thread reads for another. User space sizes the
+ * `n_shards` rings in use and gives the others one page.
+ */
+#define EBTOP_MAX_SHARDS 16
+const volatile __u32 n_shards = 1;
+
+#define EVENT_RING(name)                                                                           \
+	struct {                                                                                   \
+		__uint(type, BPF_MAP_TYPE_RINGBUF);                                                \
+		__uint(max_entries, 16 * 1024 * 1024);                                             \
+	} name SEC(".maps")
+EVENT_RING(events);
+EVENT_RING(events_1);
+EVENT_RING(events_2);
+EVENT_RING(events_3);
+EVENT_RING(events_4);
+EVENT_RING(events_5);
+EVENT_RING(events_6);
+EVENT_RING(events_7);
+EVENT_RING(events_8);
+EVENT_RING(events_9);
+EVENT_RING(events_10);
+EVENT_RING(events_11);
+EVENT_RING(events_12);
+EVENT_RING(events_13);
+EVENT_RING(events_14);
+EVENT_RING(events_15);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -80,10 +106,42 @@ struct {
 	__type(value, struct scratch);
 } scratch_buf SEC(".maps");
 
-static __always_inline __u64 ringbuf_flags(void)
+/* Wake the ring's reader only once `wakeup_bytes` wait (see above). */
+#define RING_OUTPUT(ring, data, size)                                                              \
+	bpf_ringbuf_output(&ring, data, size,                                                      \
+			   bpf_ringbuf_query(&ring, BPF_RB_AVAIL_DATA) >= wakeup_bytes             \
+				   ? BPF_RB_FORCE_WAKEUP                                           \
+				   : BPF_RB_NO_WAKEUP)
+
+/* The ring of a socket's records: src/pipeline/shards.rs `shard_of` computes the same. */
+static __always_inline __u32 shard_of(__u64 sock_id)
 {
-	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
-									       : BPF_RB_NO_WAKEUP;
+	if (n_shards <= 1)
+		return 0;
+	return (__u32)((sock_id * 0x9E3779B97F4A7C15ULL) >> 32) % n_shards;
+}
+
+/* Sends a record (its header first) to its socket's ring; 0 or a negative error. */
+static __always_inline long emit_record(struct ebtop_event *ev, __u64 size)
+{
+	switch (shard_of(ev->sock_id)) {
+	case 1: return RING_OUTPUT(events_1, ev, size);
+	case 2: return RING_OUTPUT(events_2, ev, size);
+	case 3: return RING_OUTPUT(events_3, ev, size);
+	case 4: return RING_OUTPUT(events_4, ev, size);
+	case 5: return RING_OUTPUT(events_5, ev, size);
+	case 6: return RING_OUTPUT(events_6, ev, size);
+	case 7: return RING_OUTPUT(events_7, ev, size);
+	case 8: return RING_OUTPUT(events_8, ev, size);
+	case 9: return RING_OUTPUT(events_9, ev, size);
+	case 10: return RING_OUTPUT(events_10, ev, size);
+	case 11: return RING_OUTPUT(events_11, ev, size);
+	case 12: return RING_OUTPUT(events_12, ev, size);
+	case 13: return RING_OUTPUT(events_13, ev, size);
+	case 14: return RING_OUTPUT(events_14, ev, size);
+	case 15: return RING_OUTPUT(events_15, ev, size);
+	default: return RING_OUTPUT(events, ev, size);
+	}
 }
 
 static __always_inline void count(__u32 idx, __u64 n)
@@ -300,7 +358,7 @@ static __always_inline void submit_data(struct scratch *s, __u8 proto, __u64 seq
 	__u64 size = sizeof(*ev) + (cap & (2 * EBTOP_MAX_SNAPLEN - 1));
 	if (size > sizeof(*s))
 		return;
-	if (bpf_ringbuf_output(&events, ev, size, ringbuf_flags())) {
+	if (emit_record(ev, size)) {
 		count(EBTOP_CNT_LOST, 1);
 		count(EBTOP_CNT_LOST_BYTES, len);
 	} else {

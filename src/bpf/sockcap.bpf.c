@@ -505,7 +505,7 @@ int BPF_PROG(cap_set_state, struct sock *sk, int oldstate, int newstate)
 	ev->seq = 0;
 	ev->total_len = 0;
 	ev->cap_len = 0;
-	if (bpf_ringbuf_output(&events, ev, sizeof(*ev), ringbuf_flags()))
+	if (emit_record(ev, sizeof(*ev)))
 		count(EBTOP_CNT_LOST, 1);
 	else
 		count(EBTOP_CNT_EVENTS, 1);

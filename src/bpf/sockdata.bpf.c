@@ -190,7 +190,7 @@ static __always_inline int emit_lifecycle(const struct inflight *inf, __u8 kind,
 	ev->seq = 0;
 	ev->total_len = (__u64)ret;
 	ev->cap_len = 0;
-	if (bpf_ringbuf_output(&events, ev, sizeof(*ev), ringbuf_flags()))
+	if (emit_record(ev, sizeof(*ev)))
 		count(EBTOP_CNT_LOST, 1);
 	else
 		count(EBTOP_CNT_EVENTS, 1);

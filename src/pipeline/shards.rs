@@ -26,10 +26,10 @@ use crate::sink::call_line::CallFormatter;
 
 /// Records per batch handed to a worker (fewer at a flush): large enough that the channel
 /// costs little per record, small enough that a worker starts soon after a burst begins.
-const BATCH_RECORDS: usize = 256;
+pub(super) const BATCH_RECORDS: usize = 256;
 /// A batch is also sent once its records take this many bytes (a record may be up to 16 KiB
 /// live, and a recording's up to a frame).
-const BATCH_BYTES: usize = 1 << 20;
+pub(super) const BATCH_BYTES: usize = 1 << 20;
 /// Steps delivered and not yet applied, at most (beyond, the pipeline thread catches up
 /// before taking more)…
 pub(super) const MAX_PENDING_STEPS: usize = 65536;
@@ -37,17 +37,26 @@ pub(super) const MAX_PENDING_STEPS: usize = 65536;
 pub(super) const MAX_PENDING_BYTES: usize = 64 << 20;
 /// Batches a worker may have queued before the source waits (back-pressure: the kernel ring
 /// then fills and counts its losses, as it would with one thread).
-const QUEUED_BATCHES: usize = 16;
+pub(super) const QUEUED_BATCHES: usize = 16;
 
 /// Records back to back, as delivered, and where each ends.
 #[derive(Default)]
-struct RawBatch {
-    buf: Vec<u8>,
-    ends: Vec<u32>,
+pub(super) struct RawBatch {
+    pub buf: Vec<u8>,
+    pub ends: Vec<u32>,
 }
 
 impl RawBatch {
-    fn record(&self, i: usize) -> &[u8] {
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn clear(&mut self) {
+        self.buf.clear();
+        self.ends.clear();
+    }
+
+    pub fn record(&self, i: usize) -> &[u8] {
         let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
         &self.buf[start..self.ends[i] as usize]
     }
@@ -67,23 +76,23 @@ pub(super) enum Outcome {
 }
 
 /// A worker's results for one batch, consumed in order by the pipeline.
-struct Processed {
-    batch: RawBatch,
-    outcomes: Vec<Outcome>,
+pub(super) struct Processed {
+    pub batch: RawBatch,
+    pub outcomes: Vec<Outcome>,
     next: usize,
     /// The batch's calls in order; `call_next` is the first not yet applied. They go back to
     /// their worker to be dropped there: glibc frees memory of another thread's arena under
     /// that arena's lock, which cost more than the tracking saved.
-    calls: Vec<Call>,
+    pub calls: Vec<Call>,
     call_next: usize,
     /// Each call's output line, when the sink gave a formatter.
-    lines: Lines,
+    pub lines: Lines,
 }
 
 /// Call lines back to back, and where each ends; read in order.
 #[derive(Default)]
 pub(super) struct Lines {
-    buf: Vec<u8>,
+    pub buf: Vec<u8>,
     ends: Vec<u32>,
     next: usize,
 }
@@ -120,7 +129,7 @@ impl TrackerState {
         }
     }
 
-    fn add(&mut self, o: TrackerState) {
+    pub fn add(&mut self, o: TrackerState) {
         self.stats.add(&o.stats);
         self.parse.add(&o.parse);
         self.open_conns += o.open_conns;
@@ -186,8 +195,9 @@ pub(super) struct Shards {
     spare: Vec<RawBatch>,
 }
 
-/// The worker a socket's records go to.
-fn shard_of(raw: &[u8], n: usize) -> usize {
+/// The worker a socket's records go to (live, the kernel puts them in that worker's ring by the
+/// same hash: `shard_of` in src/bpf/capture.h).
+pub(super) fn shard_of(raw: &[u8], n: usize) -> usize {
     if raw.len() < HEADER_LEN {
         // Undecodable: any worker counts it the same.
         return 0;
@@ -197,7 +207,7 @@ fn shard_of(raw: &[u8], n: usize) -> usize {
     (sock.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % n
 }
 
-fn worker_error() -> io::Error {
+pub(super) fn worker_error() -> io::Error {
     io::Error::other("a connection-tracking worker thread stopped (see the message above)")
 }
 
@@ -418,6 +428,76 @@ impl Drop for Shards {
     }
 }
 
+/// What a worker keeps between batches: the call-line formatter and emptied buffers.
+#[derive(Default)]
+pub(super) struct BatchWork {
+    formatter: Option<CallFormatter>,
+    // Emptied call vectors and line buffers, reused.
+    spare_calls: Vec<Vec<Call>>,
+    spare_lines: Vec<Vec<u8>>,
+}
+
+impl BatchWork {
+    pub fn set_formatter(&mut self, f: CallFormatter) {
+        self.formatter = Some(f);
+    }
+
+    /// Takes back an applied batch's calls and line buffer.
+    pub fn recycle(&mut self, mut calls: Vec<Call>, mut lines: Vec<u8>) {
+        calls.clear();
+        lines.clear();
+        self.spare_calls.push(calls);
+        self.spare_lines.push(lines);
+    }
+
+    /// Decodes, filters and tracks a batch's records; each call's line written if asked for.
+    pub fn process(
+        &mut self,
+        tracker: &mut ConnTracker,
+        filters: &Filters,
+        batch: RawBatch,
+    ) -> Processed {
+        if crate::diag::debug_panic_requested("tracker") {
+            panic!("injected panic in a tracking thread (EBTOP_DEBUG_PANIC=tracker)");
+        }
+        let mut outcomes = Vec::with_capacity(batch.ends.len());
+        let mut calls = self.spare_calls.pop().unwrap_or_default();
+        let mut lines = Lines {
+            buf: self.spare_lines.pop().unwrap_or_default(),
+            ..Lines::default()
+        };
+        for i in 0..batch.ends.len() {
+            let outcome = match Event::decode(batch.record(i)) {
+                Err(_) => Outcome::DecodeError,
+                Ok(ev) if !super::passes(filters, &ev) => Outcome::Filtered,
+                Ok(ev) => {
+                    let before = calls.len();
+                    let verdict = tracker.handle(&ev, &mut |c| calls.push(c));
+                    Outcome::Tracked {
+                        verdict,
+                        calls: (calls.len() - before) as u32,
+                    }
+                }
+            };
+            outcomes.push(outcome);
+        }
+        if let Some(f) = &mut self.formatter {
+            for c in &calls {
+                f.write(&mut lines.buf, c);
+                lines.ends.push(lines.buf.len() as u32);
+            }
+        }
+        Processed {
+            batch,
+            outcomes,
+            next: 0,
+            calls,
+            call_next: 0,
+            lines,
+        }
+    }
+}
+
 /// A worker: tracks its share of the connections until its channel closes or `Finish`.
 fn work(
     mut tracker: ConnTracker,
@@ -425,62 +505,19 @@ fn work(
     rx: &Receiver<ToWorker>,
     tx: &mpsc::Sender<FromWorker>,
 ) {
-    let mut formatter: Option<CallFormatter> = None;
-    // Emptied call vectors and line buffers, reused.
-    let mut spare_calls: Vec<Vec<Call>> = Vec::new();
-    let mut spare_lines: Vec<Vec<u8>> = Vec::new();
+    let mut work = BatchWork::default();
     while let Ok(msg) = rx.recv() {
         let reply = match msg {
             ToWorker::Formatter(f) => {
-                formatter = Some(f);
+                work.set_formatter(f);
                 continue;
             }
-            ToWorker::Recycle(mut calls, mut lines) => {
-                calls.clear();
-                lines.clear();
-                spare_calls.push(calls);
-                spare_lines.push(lines);
+            ToWorker::Recycle(calls, lines) => {
+                work.recycle(calls, lines);
                 continue;
             }
             ToWorker::Records(batch) => {
-                if crate::diag::debug_panic_requested("tracker") {
-                    panic!("injected panic in a tracking thread (EBTOP_DEBUG_PANIC=tracker)");
-                }
-                let mut outcomes = Vec::with_capacity(batch.ends.len());
-                let mut calls = spare_calls.pop().unwrap_or_default();
-                let mut lines = Lines {
-                    buf: spare_lines.pop().unwrap_or_default(),
-                    ..Lines::default()
-                };
-                for i in 0..batch.ends.len() {
-                    let outcome = match Event::decode(batch.record(i)) {
-                        Err(_) => Outcome::DecodeError,
-                        Ok(ev) if !super::passes(filters, &ev) => Outcome::Filtered,
-                        Ok(ev) => {
-                            let before = calls.len();
-                            let verdict = tracker.handle(&ev, &mut |c| calls.push(c));
-                            Outcome::Tracked {
-                                verdict,
-                                calls: (calls.len() - before) as u32,
-                            }
-                        }
-                    };
-                    outcomes.push(outcome);
-                }
-                if let Some(f) = &mut formatter {
-                    for c in &calls {
-                        f.write(&mut lines.buf, c);
-                        lines.ends.push(lines.buf.len() as u32);
-                    }
-                }
-                FromWorker::Records(Processed {
-                    batch,
-                    outcomes,
-                    next: 0,
-                    calls,
-                    call_next: 0,
-                    lines,
-                })
+                FromWorker::Records(work.process(&mut tracker, filters, batch))
             }
             ToWorker::Interval(now) => {
                 tracker.expire(now);

@@ -23,6 +23,7 @@ use crate::process_events::{ProcEvent, ProcEventKind};
 use crate::session::{Filters, KernelCounters, SessionMeta};
 use crate::sink::Sink;
 use crate::source::process_probe::ProcessProbe;
+use crate::source::ring_feed::RingFeed;
 use crate::tls::TlsProbes;
 
 /// Records consumed per loop pass before ticks, signals and the deadline are checked again.
@@ -40,7 +41,8 @@ const EXIT_ATTACHMENTS: &[(&str, &[&str])] = &[
 #[derive(Debug, Clone)]
 pub struct LiveConfig {
     pub snaplen: u32,
-    pub ringbuf_bytes: u32,
+    /// `--ringbuf-mb`: all event rings together (None: the default, `ring_layout`).
+    pub ringbuf_bytes: Option<u32>,
     pub capture_all: bool,
     pub filters: Filters,
     pub verbose: bool,
@@ -60,6 +62,89 @@ pub struct LiveConfig {
     /// flow or overhead lines alone). Its object is loaded either way — the session's ring
     /// and counters — but no program of it runs; nor are process events loaded.
     pub capture: bool,
+    /// Connection-tracking threads (`--threads`): with more than one, each reads its own
+    /// event ring (`ring_layout`).
+    pub tracking_threads: usize,
+}
+
+/// Event rings the capture objects have (`EBTOP_MAX_SHARDS` in src/bpf/capture.h): at most
+/// this many tracking threads read their own ring.
+pub const MAX_SHARDS: usize = 16;
+
+/// The event rings of a skeleton's maps (or their open counterparts), shard 0 first.
+macro_rules! event_rings {
+    (mut $maps:expr) => {{
+        let m = &mut $maps;
+        [
+            &mut m.events,
+            &mut m.events_1,
+            &mut m.events_2,
+            &mut m.events_3,
+            &mut m.events_4,
+            &mut m.events_5,
+            &mut m.events_6,
+            &mut m.events_7,
+            &mut m.events_8,
+            &mut m.events_9,
+            &mut m.events_10,
+            &mut m.events_11,
+            &mut m.events_12,
+            &mut m.events_13,
+            &mut m.events_14,
+            &mut m.events_15,
+        ]
+    }};
+    ($maps:expr) => {{
+        let m = &$maps;
+        [
+            &m.events,
+            &m.events_1,
+            &m.events_2,
+            &m.events_3,
+            &m.events_4,
+            &m.events_5,
+            &m.events_6,
+            &m.events_7,
+            &m.events_8,
+            &m.events_9,
+            &m.events_10,
+            &m.events_11,
+            &m.events_12,
+            &m.events_13,
+            &m.events_14,
+            &m.events_15,
+        ]
+    }};
+}
+
+impl LiveConfig {
+    /// The event rings in use and each one's size (`ring_layout`).
+    pub fn ring_layout(&self) -> (usize, u32) {
+        ring_layout(self.capture, self.tracking_threads, self.ringbuf_bytes)
+    }
+}
+
+/// The event rings in use and each one's size: one ring of `--ringbuf-mb` (16 MiB by default)
+/// with one tracking thread (or without the capture); with more, one per thread (up to
+/// `MAX_SHARDS`), sharing `--ringbuf-mb` (each a power of two, at least 256 KiB) or, by
+/// default, 8 MiB each: 2 MiB each lost 0.06% of the records of ~1M spans/s over 60 s on 16
+/// cores, 8 MiB nothing (docs/performance.md, "Many cores").
+fn ring_layout(capture: bool, threads: usize, ringbuf_bytes: Option<u32>) -> (usize, u32) {
+    const DEFAULT_ONE: u32 = 16 << 20;
+    const DEFAULT_EACH: u32 = 8 << 20;
+    let shards = if capture {
+        threads.clamp(1, MAX_SHARDS)
+    } else {
+        1
+    };
+    match (shards, ringbuf_bytes) {
+        (1, bytes) => (1, bytes.unwrap_or(DEFAULT_ONE)),
+        (n, None) => (n, DEFAULT_EACH),
+        (n, Some(bytes)) => {
+            let each = (bytes / n as u32).max(256 * 1024);
+            (n, 1 << (31 - each.leading_zeros()))
+        }
+    }
 }
 
 /// The loaded capture programs: the socket layer or the syscall tracepoints. Both write the
@@ -78,9 +163,14 @@ impl Capture<'_> {
     }
 
     fn events(&self) -> &libbpf_rs::Map<'_> {
+        self.event_rings()[0]
+    }
+
+    /// The event rings, one per shard (`events` is shard 0; src/bpf/capture.h).
+    fn event_rings(&self) -> [&libbpf_rs::Map<'_>; MAX_SHARDS] {
         match self {
-            Capture::Socket(s) => &s.maps.events,
-            Capture::Syscalls(s) => &s.maps.events,
+            Capture::Socket(s) => event_rings!(s.maps),
+            Capture::Syscalls(s) => event_rings!(s.maps),
         }
     }
 
@@ -141,6 +231,7 @@ macro_rules! configure_capture {
     ($open:expr, $cfg:expr) => {{
         let open = &mut $open;
         let cfg: &LiveConfig = $cfg;
+        let (shards, ring_bytes) = cfg.ring_layout();
         let ro = open
             .maps
             .rodata_data
@@ -172,7 +263,8 @@ macro_rules! configure_capture {
         ro.snaplen = cfg.snaplen;
         ro.capture_all = cfg.capture_all;
         ro.tls_capture = cfg.tls;
-        ro.wakeup_bytes = (cfg.ringbuf_bytes / 16) as u64;
+        ro.wakeup_bytes = (ring_bytes / 16) as u64;
+        ro.n_shards = shards as u32;
         // Without TLS the probes are not even loaded.
         if !cfg.tls {
             for mut prog in open.open_object_mut().progs_mut() {
@@ -186,10 +278,12 @@ macro_rules! configure_capture {
             .scratch_buf
             .set_max_entries(cpus as u32)
             .context("sizing the scratch map failed")?;
-        open.maps
-            .events
-            .set_max_entries(cfg.ringbuf_bytes)
-            .context("sizing the ring buffer failed")?;
+        // SAFETY: sysconf takes no pointer.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u32;
+        for (k, ring) in event_rings!(mut open.maps).into_iter().enumerate() {
+            ring.set_max_entries(if k < shards { ring_bytes } else { page })
+                .context("sizing the ring buffer failed")?;
+        }
     }};
 }
 
@@ -418,6 +512,21 @@ fn end_interval<S: Sink>(
     p.on_interval(mono, kernel, Some(overhead))
 }
 
+/// An epoll instance of the loop's own (when the tracking threads read the rings).
+fn new_epoll() -> Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: epoll_create1 takes no pointer; the result is checked before use.
+    let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if fd < 0 {
+        return Err(anyhow!(
+            "creating an epoll instance failed: {}",
+            io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: a descriptor epoll_create1 just returned, owned by nobody else.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
 /// Detaching waits for an RCU grace period per tracepoint; in parallel threads the kernel
 /// overlaps part of it (measured here: 2.2 s sequential, 1.2 s parallel for 29 links).
 fn detach_all(links: Vec<libbpf_rs::Link>) {
@@ -534,6 +643,17 @@ pub fn run<S: Sink, R>(
     if procs.is_some() {
         pipeline.use_exit_records();
     }
+    // More than one tracking thread: each reads the ring its sockets' records go to.
+    let (shards, ring_bytes) = cfg.ring_layout();
+    if shards > 1 {
+        let mut feeds: Vec<Box<dyn crate::pipeline::RecordFeed>> = Vec::with_capacity(shards);
+        for ring in capture.event_rings().into_iter().take(shards) {
+            let map = libbpf_rs::MapHandle::try_from(ring)
+                .context("opening an event ring for its tracking thread failed")?;
+            feeds.push(Box::new(RingFeed::new(map, ring_bytes as usize)));
+        }
+        pipeline = pipeline.with_feeds(feeds);
+    }
     let mut meta = meta.clone();
     meta.loaded = [
         cfg.capture.then_some("capture"),
@@ -559,30 +679,49 @@ pub fn run<S: Sink, R>(
     // closed recording): it is caught here and resumed from Rust code below.
     let panicked: RefCell<Option<Box<dyn std::any::Any + Send>>> = RefCell::new(None);
     let mut builder = RingBufferBuilder::new();
-    builder
-        .add(capture.events(), |data: &[u8]| {
-            let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                if crate::diag::debug_panic_requested("collector") {
-                    panic!("injected panic in the collector (EBTOP_DEBUG_PANIC=collector)");
+    if shards == 1 {
+        builder
+            .add(capture.events(), |data: &[u8]| {
+                let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    if crate::diag::debug_panic_requested("collector") {
+                        panic!("injected panic in the collector (EBTOP_DEBUG_PANIC=collector)");
+                    }
+                    pipeline.borrow_mut().on_record(data)
+                }));
+                match handled {
+                    Ok(Ok(())) => 0,
+                    Ok(Err(e)) => {
+                        *failure.borrow_mut() = Some(e);
+                        -1
+                    }
+                    Err(p) => {
+                        *panicked.borrow_mut() = Some(p);
+                        -1
+                    }
                 }
-                pipeline.borrow_mut().on_record(data)
-            }));
-            match handled {
-                Ok(Ok(())) => 0,
-                Ok(Err(e)) => {
-                    *failure.borrow_mut() = Some(e);
-                    -1
-                }
-                Err(p) => {
-                    *panicked.borrow_mut() = Some(p);
-                    -1
-                }
-            }
-        })
+            })
+            .context("setting up the ring buffer failed")?;
+    }
+    // One ring: read here. Several: each by its tracking thread, whose results wake the loop.
+    let ring = (shards == 1)
+        .then(|| builder.build())
+        .transpose()
         .context("setting up the ring buffer failed")?;
-    let ring = builder
-        .build()
-        .context("setting up the ring buffer failed")?;
+    let own_epoll = match &ring {
+        Some(_) => None,
+        None => Some(new_epoll()?),
+    };
+    let epfd = match (&ring, &own_epoll) {
+        (Some(r), _) => r.epoll_fd(),
+        (None, Some(e)) => e.as_raw_fd(),
+        (None, None) => unreachable!("one or the other"),
+    };
+    if ring.is_none() {
+        if let Some(fd) = pipeline.borrow().results_fd() {
+            crate::eventfd::epoll_add(epfd, fd, 0)
+                .context("waiting for the tracking threads failed")?;
+        }
+    }
     // The loop waits on the capture ring: process records wake it too (with TLS, an exec at
     // once, so that a new program is probed before its first calls if it can be), and so
     // does the TLS lookout when it found a file to probe.
@@ -599,7 +738,7 @@ pub fn run<S: Sink, R>(
         };
         // SAFETY: both descriptors are live (an epoll instance of a ring buffer, or the
         // lookout's eventfd) for the loop's duration; the event is copied by the kernel.
-        if unsafe { libc::epoll_ctl(ring.epoll_fd(), libc::EPOLL_CTL_ADD, fd, &mut wake) } != 0 {
+        if unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut wake) } != 0 {
             crate::diag!(
                 "ebtop: warning: {what} will wait for the capture ring: {}",
                 io::Error::last_os_error()
@@ -647,9 +786,7 @@ pub fn run<S: Sink, R>(
         // records: under a flood the loop still gets back to ticks and signals.
         let mut ev = libc::epoll_event { events: 0, u64: 0 };
         // SAFETY: epoll_wait on the ring's own epoll fd with one valid output slot.
-        let waited = unsafe {
-            libc::epoll_wait(ring.epoll_fd(), &mut ev, 1, wait.as_millis().max(1) as i32)
-        };
+        let waited = unsafe { libc::epoll_wait(epfd, &mut ev, 1, wait.as_millis().max(1) as i32) };
         // errno now, before anything else makes a syscall: a signal's EINTR read after
         // draining the process records (which read /proc) came back as their ENOENT.
         let wait_errno = (waited < 0).then(|| io::Error::last_os_error().raw_os_error());
@@ -658,7 +795,7 @@ pub fn run<S: Sink, R>(
         let rc = if let Some(errno) = wait_errno.filter(|e| *e != Some(libc::EINTR)) {
             -errno.unwrap_or(libc::EIO)
         } else {
-            ring.consume_raw_n(CONSUME_BATCH)
+            ring.as_ref().map_or(0, |r| r.consume_raw_n(CONSUME_BATCH))
         };
         drain_procs(&mut procs, &pipeline, &failure, false, &mut tls);
         if let Some(p) = panicked.borrow_mut().take() {
@@ -688,6 +825,13 @@ pub fn run<S: Sink, R>(
             if let Some(r) = check(&failure)? {
                 break r;
             }
+        }
+        // With a ring per tracking thread, the collector's first record is its first result.
+        if ring.is_none()
+            && crate::diag::debug_panic_requested("collector")
+            && pipeline.borrow().summary().events > 0
+        {
+            panic!("injected panic in the collector (EBTOP_DEBUG_PANIC=collector)");
         }
         if stop.load(Ordering::Relaxed) {
             break StopReason::Signal;
@@ -768,13 +912,23 @@ pub fn run<S: Sink, R>(
     // at least a record header).
     if reason != StopReason::OutputClosed {
         drain_procs(&mut procs, &pipeline, &failure, true, &mut tls);
-        let mut left = cfg.ringbuf_bytes as usize / (crate::event::HEADER_LEN + 8);
-        while left > 0 {
-            let want = CONSUME_BATCH.min(left);
-            if ring.consume_raw_n(want) < want as i32 {
-                break; // empty (or a callback stopped it: `check` below says why)
+        let mut left = cfg.ring_layout().1 as usize / (crate::event::HEADER_LEN + 8);
+        match &ring {
+            Some(ring) => {
+                while left > 0 {
+                    let want = CONSUME_BATCH.min(left);
+                    if ring.consume_raw_n(want) < want as i32 {
+                        break; // empty (or a callback stopped it: `check` below says why)
+                    }
+                    left -= want;
+                }
             }
-            left -= want;
+            // Each tracking thread reads its own ring, as far as it held records now.
+            None => {
+                if let Err(e) = pipeline.borrow_mut().drain_sources() {
+                    *failure.borrow_mut() = Some(e);
+                }
+            }
         }
         drain_procs(&mut procs, &pipeline, &failure, false, &mut tls);
         if let Some(r) = check(&failure)? {
@@ -807,4 +961,23 @@ pub fn run<S: Sink, R>(
     }
     detach_all(links);
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_tracking_thread_gets_a_ring_of_a_power_of_two_bytes() {
+        const MIB: u32 = 1 << 20;
+        assert_eq!(ring_layout(true, 1, None), (1, 16 * MIB));
+        assert_eq!(ring_layout(true, 1, Some(4 * MIB)), (1, 4 * MIB));
+        assert_eq!(ring_layout(true, 8, None), (8, 8 * MIB));
+        // A given size is shared out, rounded down to a power of two, at least 256 KiB.
+        assert_eq!(ring_layout(true, 3, Some(16 * MIB)), (3, 4 * MIB));
+        assert_eq!(ring_layout(true, 16, Some(MIB)), (16, 256 * 1024));
+        // More threads than rings: at most MAX_SHARDS rings; without the capture, one.
+        assert_eq!(ring_layout(true, 64, None).0, MAX_SHARDS);
+        assert_eq!(ring_layout(false, 8, None), (1, 16 * MIB));
+    }
 }

@@ -3,3 +3,4 @@
 pub mod live;
 pub mod process_probe;
 pub mod replay;
+pub mod ring_feed;
