@@ -244,9 +244,10 @@ pub struct Args {
           value_parser = clap::value_parser!(i32).range(-20..=19))]
     pub nice: i32,
 
-    /// Threads that track connections and parse their payloads (records are dealt out by
-    /// connection; the output is the same for any number): a number, or auto (1 below 8
-    /// CPUs, else a quarter of the CPUs, at most 8). Applies to replays too.
+    /// Threads that track connections and parse their payloads, each taking a share of the
+    /// connections: a number, or auto (1 below 8 CPUs, else half the CPUs, at most 16). Live,
+    /// each reads its own event ring (at most 16), their results merged back in time. Replays
+    /// give the same output for any number.
     #[arg(long, value_name = "N|auto", default_value = "auto", value_parser = threads)]
     pub threads: Threads,
 

@@ -11,8 +11,8 @@ pub mod fuzzing;
 mod shards;
 
 pub use fed::RecordFeed;
-use fed::{Barrier, FedShards, FromWorker};
-use shards::{Outcome, Processed, Ready, Shards, Step, TrackerState};
+use fed::{Barrier, FedShards};
+use shards::{Outcome, Ready, Shards, Step, TrackerState};
 
 use crate::aggregate::process::DEFAULT_MAX_PROCESSES;
 use crate::aggregate::{EndpointTable, OverheadSnapshot, ProcessStats};
@@ -229,7 +229,7 @@ impl<S: Sink> Pipeline<S> {
                         .iter()
                         .any(|r| ProcEvent::decode(r).is_ok_and(|held| held.pid == ev.pid))
                     {
-                        self.apply_held_exits()?;
+                        self.apply_held_exits(u64::MAX)?;
                     }
                     self.apply_proc_record(raw)
                 }
@@ -290,31 +290,44 @@ impl<S: Sink> Pipeline<S> {
         }
     }
 
-    fn apply_held_exits(&mut self) -> io::Result<()> {
-        for raw in std::mem::take(&mut self.held_exits) {
+    /// Applies the held exits that ended before `up_to` (all: `u64::MAX`), in time order.
+    fn apply_held_exits(&mut self, up_to: u64) -> io::Result<()> {
+        if self.held_exits.is_empty() {
+            return Ok(());
+        }
+        let (mut due, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held_exits)
+            .into_iter()
+            .partition(|raw| ProcEvent::decode(raw).map_or(true, |ev| ev.ts_ns < up_to));
+        self.held_exits = keep;
+        due.sort_by_key(|raw| ProcEvent::decode(raw).map_or(0, |ev| ev.ts_ns));
+        for raw in due {
             self.apply_proc_record(&raw)?;
         }
         Ok(())
     }
 
-    /// Applies what the fed workers sent; with `barrier`, first asks each of them for it and
-    /// applies until all answered (then the held exits), returning their merged state.
+    /// Applies what the fed workers sent, merged in time (see `fed.rs`); with `barrier`,
+    /// first asks each of them for it and applies everything until all answered (then the
+    /// held exits), returning their merged state.
     fn apply_fed(&mut self, barrier: Option<Barrier>) -> io::Result<TrackerState> {
-        let Some(fed) = self.fed.take() else {
+        let Some(mut fed) = self.fed.take() else {
             return Ok(TrackerState::default());
         };
-        let result = self.apply_fed_from(&fed, barrier);
+        let result = self.apply_fed_from(&mut fed, barrier);
+        let up_to = if barrier.is_some() {
+            u64::MAX
+        } else {
+            fed.applied_up_to()
+        };
         self.fed = Some(fed);
         let state = result?;
-        if barrier.is_some() {
-            self.apply_held_exits()?;
-        }
+        self.apply_held_exits(up_to)?;
         Ok(state)
     }
 
     fn apply_fed_from(
         &mut self,
-        fed: &FedShards,
+        fed: &mut FedShards,
         barrier: Option<Barrier>,
     ) -> io::Result<TrackerState> {
         let mut waiting = match barrier {
@@ -322,50 +335,36 @@ impl<S: Sink> Pipeline<S> {
             None => 0,
         };
         let mut state = TrackerState::default();
-        let mut result = Ok(());
-        // Without a barrier, what is there now at most: workers that read as fast as this
-        // thread applies must not keep it from the loop's ticks and signals.
-        let mut budget = fed.queue_bound();
-        while waiting > 0 || budget > 0 {
-            let Some((k, msg)) = fed.next(waiting > 0)? else {
-                break;
-            };
-            budget = budget.saturating_sub(1);
-            match msg {
-                FromWorker::Records(mut p) => {
-                    // After an output error the rest is still taken in, so the barrier ends.
-                    if result.is_ok() {
-                        result = self.apply_processed(&mut p);
-                    }
-                    fed.recycle(k, p);
+        loop {
+            // What has come, without waiting (bounded: workers that send as fast as this
+            // thread applies must not keep it from the loop's ticks and signals).
+            for _ in 0..fed.queue_bound() {
+                if barrier.is_some() && waiting == 0 {
+                    break; // after the session's end the workers are gone
                 }
-                FromWorker::State(s) => {
+                let Some((k, msg)) = fed.next(false)? else {
+                    break;
+                };
+                if let Some(s) = fed.take_in(k, msg) {
                     state.add(s);
                     waiting -= 1;
-                    if waiting == 0 {
-                        break;
-                    }
                 }
-                FromWorker::Gone => unreachable!("FedShards::next turns it into an error"),
+            }
+            // A barrier answered by all: everything they read before it is in.
+            let all = barrier.is_some() && waiting == 0;
+            while let Some(r) = fed.next_record(all) {
+                self.apply_outcome(r.raw, r.outcome, r.calls, r.lines)?;
+            }
+            if waiting == 0 {
+                return Ok(state);
+            }
+            if let Some((k, msg)) = fed.next(true)? {
+                if let Some(s) = fed.take_in(k, msg) {
+                    state.add(s);
+                    waiting -= 1;
+                }
             }
         }
-        result.map(|()| state)
-    }
-
-    /// A fed worker's batch, record by record.
-    fn apply_processed(&mut self, p: &mut Processed) -> io::Result<()> {
-        let mut first = 0usize;
-        for i in 0..p.outcomes.len() {
-            let outcome = p.outcomes[i];
-            let n = match outcome {
-                Outcome::Tracked { calls, .. } => calls as usize,
-                _ => 0,
-            };
-            let calls = p.calls.get(first..first + n).unwrap_or(&[]);
-            first += n;
-            self.apply_outcome(p.batch.record(i), outcome, calls, &mut p.lines)?;
-        }
-        Ok(())
     }
 
     /// Everything after a worker's tracking for one record.
@@ -899,6 +898,7 @@ mod tests {
             loaded: Vec::new(),
             tls_probed: Vec::new(),
             tls_probe_failures: Vec::new(),
+            event_rings: None,
         }
     }
 

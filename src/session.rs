@@ -145,6 +145,9 @@ pub struct SessionMeta {
     pub tls_probed: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tls_probe_failures: Vec<String>,
+    /// Live: the event rings read, one per tracking thread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_rings: Option<u32>,
 }
 
 impl SessionMeta {
@@ -170,6 +173,7 @@ impl SessionMeta {
             loaded: Vec::new(),
             tls_probed: Vec::new(),
             tls_probe_failures: Vec::new(),
+            event_rings: None,
         }
     }
 }

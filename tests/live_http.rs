@@ -763,3 +763,82 @@ fn overhead_lines_list_the_programs_only_when_asked() {
         }
     }
 }
+
+/// With several tracking threads, each reads the event ring its sockets' records go to: many
+/// connections at once, spread over the rings, give every call once, and each connection's
+/// calls come in the order they were made.
+#[test]
+fn a_ring_per_tracking_thread_keeps_every_call_and_each_connections_order() {
+    require_root();
+    const CLIENTS: usize = 4;
+    const CONNS: usize = 8; // per client thread, one after another
+    const REQS: usize = 25; // per connection, keep-alive
+    let server = TestServer::start();
+    let port = server.port.to_string();
+    let mut args = vec!["--json", "--port", &port];
+    // Three threads unless the suite's environment gives a number already.
+    if !hooks_args().iter().any(|a| a == "--threads") {
+        args.extend(["--threads", "3"]);
+    }
+    let ebtop = Ebtop::start(&args);
+    let meta = ebtop
+        .collected
+        .iter()
+        .find(|v| v["type"] == "meta")
+        .expect("the meta line comes first")
+        .clone();
+    let rings = meta["event_rings"]
+        .as_u64()
+        .expect("meta.event_rings, live");
+    assert!(rings >= 2, "one ring per tracking thread: {meta}");
+
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|t| {
+            let port = server.port;
+            std::thread::spawn(move || {
+                for c in 0..CONNS {
+                    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                    let mut w = s.try_clone().unwrap();
+                    let mut r = BufReader::new(s);
+                    for i in 0..REQS {
+                        w.write_all(get(&format!("/sleep/0/{t}/{c}/{i}")).as_bytes())
+                            .unwrap();
+                        assert_eq!(read_response(&mut r), (200, 2));
+                    }
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+
+    let lines = ebtop.stop();
+    let summary = lines.last().unwrap();
+    assert_clean_summary(summary);
+    let calls = calls(&lines);
+    for side in ["client", "server"] {
+        // Each connection (by the client's port) with its calls' request numbers, in output
+        // order.
+        let mut per_conn: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+        for c in calls.iter().filter(|c| c["side"] == side) {
+            let client_port = port_of(if side == "client" {
+                &c["local"]
+            } else {
+                &c["peer"]
+            });
+            let resource = c["resource"].as_str().unwrap();
+            let i = resource.rsplit('/').next().unwrap().parse().unwrap();
+            per_conn.entry(client_port).or_default().push(i);
+        }
+        assert_eq!(per_conn.len(), CLIENTS * CONNS, "{side}: connections");
+        for (p, seq) in &per_conn {
+            assert_eq!(
+                seq,
+                &(0..REQS).collect::<Vec<_>>(),
+                "{side}: the calls of the connection from port {p}, in output order"
+            );
+        }
+    }
+    assert_eq!(summary["calls"], 2 * CLIENTS * CONNS * REQS);
+}

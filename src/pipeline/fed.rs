@@ -4,10 +4,13 @@
 //!
 //! Unlike the dealt workers (`shards.rs`), no thread reads for the others: each worker reads,
 //! decodes, tracks and parses its records and sends the results, batch by batch, to the
-//! pipeline, which applies each batch as a whole when it comes. A connection's calls keep
-//! their order; calls of different workers interleave by batch (the live order between
-//! sockets was never more than the ring's). Interval ends, the stop's drain and the session's
-//! end are barriers: every worker sends what it read before and then its tracker's state.
+//! pipeline. The pipeline merges the workers' records by their kernel end time: a worker says
+//! how far it has read (its progress: every record that ended before then, give or take
+//! `LATE_SLACK_NS`, is in what it sent), and a record is applied once every other worker has
+//! a later one waiting or has read past it — the output comes in the order one ring would give.
+//! A connection's records stay in their worker's order whatever their times. Interval ends,
+//! the stop's drain and the session's end are barriers: every worker sends what it read
+//! before and then its tracker's state, and everything received is applied.
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -15,9 +18,11 @@ use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use std::collections::VecDeque;
+
 use super::shards::{
-    worker_error, BatchWork, Processed, RawBatch, TrackerState, BATCH_BYTES, BATCH_RECORDS,
-    QUEUED_BATCHES,
+    worker_error, BatchWork, Lines, Outcome, Processed, RawBatch, TrackerState, BATCH_BYTES,
+    BATCH_RECORDS, QUEUED_BATCHES,
 };
 use crate::call::Call;
 use crate::conntrack::{ConnTracker, TrackerConfig};
@@ -27,13 +32,23 @@ use crate::sink::call_line::CallFormatter;
 
 /// How long an idle worker waits for records before it looks again (its ring wakes it
 /// sooner once enough data waits; a little data waits at most this long).
-const IDLE_WAIT: Duration = Duration::from_millis(100);
+const IDLE_WAIT: Duration = Duration::from_millis(50);
+
+/// How much earlier than a read began a record may have ended and still not be in the ring
+/// then (its program stamped it and had not committed it yet: a TCP send is stamped at its
+/// start). A record later than that is applied late, never lost.
+const LATE_SLACK_NS: u64 = 2_000_000;
+
+/// Records waiting for other workers' progress, at most: beyond, they are applied anyway
+/// (order given up for memory, should a worker stall).
+const MAX_HELD_RECORDS: usize = 1 << 16;
 
 /// A source of raw records that one worker reads on its own thread.
 pub trait RecordFeed: Send {
     /// Waits up to `timeout` for records (or for `wake` to become readable), then appends at
     /// most `max` of those ready to `buf`, back to back, each one's end offset in `ends`.
-    /// Returns how many it appended.
+    /// Returns how many it appended and the kernel time (CLOCK_MONOTONIC) it began taking
+    /// them: with fewer than `max`, every record written before then was taken.
     fn read(
         &mut self,
         wake: BorrowedFd,
@@ -41,7 +56,7 @@ pub trait RecordFeed: Send {
         max: usize,
         buf: &mut Vec<u8>,
         ends: &mut Vec<u32>,
-    ) -> io::Result<usize>;
+    ) -> io::Result<(usize, u64)>;
 
     /// Records a drain reads at most (a source still being written must not keep it going):
     /// what a full source holds.
@@ -68,7 +83,10 @@ enum ToWorker {
 }
 
 pub(super) enum FromWorker {
-    Records(Processed),
+    /// A batch's results, and how far the worker had read after it (see `Progress`).
+    Records(Processed, u64),
+    /// Every record of this worker that ended before this kernel time has been sent.
+    Progress(u64),
     State(TrackerState),
     /// The worker stopped (an error it reported, or a panic).
     Gone,
@@ -86,6 +104,19 @@ pub(super) struct FedShards {
     results: Option<Receiver<(u16, FromWorker)>>,
     /// Readable while results may wait.
     ready: Doorbell,
+    /// Per worker: results received and not yet applied, and its progress.
+    queues: Vec<VecDeque<Processed>>,
+    progress: Vec<u64>,
+    /// Records in `queues` not yet applied.
+    held: usize,
+}
+
+/// One record to apply, with what its worker made of it.
+pub(super) struct FedRecord<'a> {
+    pub raw: &'a [u8],
+    pub outcome: Outcome,
+    pub calls: &'a [crate::call::Call],
+    pub lines: &'a mut Lines,
 }
 
 impl FedShards {
@@ -118,6 +149,8 @@ impl FedShards {
                 batch: RawBatch::default(),
                 spare: Vec::new(),
                 drained: false,
+                progress: 0,
+                progress_sent: 0,
             };
             let handle = std::thread::Builder::new()
                 .name(format!("ebtop-track-{k}"))
@@ -129,6 +162,9 @@ impl FedShards {
             });
         }
         Ok(FedShards {
+            queues: (0..workers.len()).map(|_| VecDeque::new()).collect(),
+            progress: vec![0; workers.len()],
+            held: 0,
             workers,
             results: Some(results),
             ready,
@@ -191,12 +227,86 @@ impl FedShards {
         }
     }
 
-    /// An applied batch's buffers go back to their worker.
-    pub fn recycle(&self, k: usize, p: Processed) {
-        // A worker that is gone shows up at the next barrier or receive.
-        let _ = self.workers[k]
-            .ctl
-            .send(ToWorker::Recycle(p.calls, p.lines.buf, p.batch));
+    /// Takes a worker's message in: results are queued, progress noted; a state is returned.
+    pub fn take_in(&mut self, k: usize, msg: FromWorker) -> Option<TrackerState> {
+        match msg {
+            FromWorker::Records(p, progress) => {
+                self.held += p.outcomes.len();
+                self.queues[k].push_back(p);
+                self.progress[k] = self.progress[k].max(progress);
+                None
+            }
+            FromWorker::Progress(t) => {
+                self.progress[k] = self.progress[k].max(t);
+                None
+            }
+            FromWorker::State(s) => Some(s),
+            FromWorker::Gone => None, // `next` turns it into an error
+        }
+    }
+
+    /// The next record in time that may be applied now (`all`: whatever the other workers'
+    /// progress): the earliest of the workers' next records, once every worker with none
+    /// waiting has read past it.
+    pub fn next_record(&mut self, all: bool) -> Option<FedRecord<'_>> {
+        let mut first: Option<(u64, usize)> = None;
+        for k in 0..self.queues.len() {
+            // Batches applied in full go back to their worker.
+            while self.queues[k]
+                .front()
+                .is_some_and(|p| p.next == p.outcomes.len())
+            {
+                let p = self.queues[k].pop_front().expect("checked");
+                // A worker that is gone shows up at the next barrier or receive.
+                let _ = self.workers[k]
+                    .ctl
+                    .send(ToWorker::Recycle(p.calls, p.lines.buf, p.batch));
+            }
+            if let Some(p) = self.queues[k].front() {
+                let t = p.ends_ns[p.next];
+                if first.is_none_or(|(ft, _)| t < ft) {
+                    first = Some((t, k));
+                }
+            }
+        }
+        let (t, k) = first?;
+        let free = all || self.held > MAX_HELD_RECORDS;
+        if !free
+            && (0..self.queues.len()).any(|j| self.queues[j].is_empty() && self.progress[j] < t)
+        {
+            return None;
+        }
+        self.held -= 1;
+        let p = self.queues[k].front_mut().expect("chosen above");
+        let i = p.next;
+        p.next += 1;
+        let outcome = p.outcomes[i];
+        let n = match outcome {
+            Outcome::Tracked { calls, .. } => calls as usize,
+            _ => 0,
+        };
+        let first_call = p.call_next;
+        p.call_next += n;
+        Some(FedRecord {
+            raw: p.batch.record(i),
+            outcome,
+            calls: p.calls.get(first_call..first_call + n).unwrap_or(&[]),
+            lines: &mut p.lines,
+        })
+    }
+
+    /// Every record that ended before this kernel time has been applied or is waiting to be
+    /// (what a process exit must wait for).
+    pub fn applied_up_to(&self) -> u64 {
+        (0..self.queues.len())
+            .map(
+                |k| match self.queues[k].iter().find(|p| p.next < p.outcomes.len()) {
+                    Some(p) => p.ends_ns[p.next].min(self.progress[k]),
+                    None => self.progress[k],
+                },
+            )
+            .min()
+            .unwrap_or(0)
     }
 
     fn stop(&mut self) {
@@ -240,6 +350,9 @@ struct FedWorker {
     spare: Vec<RawBatch>,
     /// The stop's drain is done: the source is not read again.
     drained: bool,
+    /// How far this worker has read (see `FromWorker::Progress`), and what it last said.
+    progress: u64,
+    progress_sent: u64,
 }
 
 /// Why a worker's loop ended.
@@ -314,10 +427,17 @@ impl FedWorker {
                     more = n == want;
                     let full =
                         self.batch.len() >= BATCH_RECORDS || self.batch.buf.len() >= BATCH_BYTES;
-                    if (full || !more) && self.batch.len() > 0 {
-                        if let Err(end) = self.send_batch() {
-                            return end;
-                        }
+                    let sent = if (full || !more) && self.batch.len() > 0 {
+                        self.send_batch()
+                    } else if !more && self.progress > self.progress_sent {
+                        // Nothing to send but how far it read: the others' records wait on it.
+                        self.progress_sent = self.progress;
+                        self.send(FromWorker::Progress(self.progress))
+                    } else {
+                        Ok(())
+                    };
+                    if let Err(end) = sent {
+                        return end;
                     }
                 }
                 Err(e) => {
@@ -328,10 +448,23 @@ impl FedWorker {
         }
     }
 
+    /// Reads up to `max` records; a read that took fewer found the source empty, so every
+    /// record that ended well before it began (LATE_SLACK_NS) is in hand: the progress.
     fn read(&mut self, timeout: Duration, max: usize) -> io::Result<usize> {
         let b = &mut self.batch;
-        self.feed
-            .read(self.wake.as_fd(), timeout, max, &mut b.buf, &mut b.ends)
+        let (n, began_ns) =
+            self.feed
+                .read(self.wake.as_fd(), timeout, max, &mut b.buf, &mut b.ends)?;
+        if n < max {
+            self.progress = self.progress.max(began_ns.saturating_sub(LATE_SLACK_NS));
+        }
+        Ok(n)
+    }
+
+    fn send(&mut self, msg: FromWorker) -> Result<(), End> {
+        self.out.send((self.k, msg)).map_err(|_| End::Quiet)?;
+        self.ready.ring();
+        Ok(())
     }
 
     /// Processes the records read so far and sends the results (waiting while the pipeline
@@ -340,11 +473,8 @@ impl FedWorker {
         let fresh = self.spare.pop().unwrap_or_default();
         let batch = std::mem::replace(&mut self.batch, fresh);
         let p = self.work.process(&mut self.tracker, &self.filters, batch);
-        self.out
-            .send((self.k, FromWorker::Records(p)))
-            .map_err(|_| End::Quiet)?;
-        self.ready.ring();
-        Ok(())
+        self.progress_sent = self.progress;
+        self.send(FromWorker::Records(p, self.progress))
     }
 
     /// Answers a barrier; false once the session ended.
@@ -377,10 +507,7 @@ impl FedWorker {
         if matches!(b, Barrier::Finish) {
             self.tracker.end_session();
         }
-        self.out
-            .send((self.k, FromWorker::State(TrackerState::of(&self.tracker))))
-            .map_err(|_| End::Quiet)?;
-        self.ready.ring();
+        self.send(FromWorker::State(TrackerState::of(&self.tracker)))?;
         Ok(!matches!(b, Barrier::Finish))
     }
 }
@@ -403,24 +530,81 @@ mod tests {
             max: usize,
             buf: &mut Vec<u8>,
             ends: &mut Vec<u32>,
-        ) -> io::Result<usize> {
+        ) -> io::Result<(usize, u64)> {
+            let began = crate::clock::monotonic_ns();
             let mut r = self.records.lock().unwrap();
             if r.is_empty() && !timeout.is_zero() {
                 drop(r);
                 std::thread::sleep(Duration::from_millis(1));
-                return Ok(0);
+                return Ok((0, began));
             }
             let n = r.len().min(max);
             for rec in r.drain(..n) {
                 buf.extend_from_slice(&rec);
                 ends.push(buf.len() as u32);
             }
-            Ok(n)
+            Ok((n, began))
         }
 
         fn drain_budget(&self) -> usize {
             1 << 20
         }
+    }
+
+    /// A worker's results as the pipeline gets them: one-byte records (their ids) that
+    /// ended at `ends`.
+    fn results(ids: &[u8], ends: &[u64]) -> Processed {
+        let mut batch = RawBatch::default();
+        for id in ids {
+            batch.buf.push(*id);
+            batch.ends.push(batch.buf.len() as u32);
+        }
+        Processed {
+            batch,
+            outcomes: vec![Outcome::DecodeError; ids.len()],
+            ends_ns: ends.to_vec(),
+            next: 0,
+            calls: Vec::new(),
+            call_next: 0,
+            lines: Lines::default(),
+        }
+    }
+
+    fn idle_feed() -> Box<dyn RecordFeed> {
+        Box::new(Scripted {
+            records: Arc::new(Mutex::new(Vec::new())),
+        })
+    }
+
+    #[test]
+    fn records_are_applied_in_time_once_every_worker_has_read_past_them() {
+        let mut sh = FedShards::start(
+            vec![idle_feed(), idle_feed()],
+            &TrackerConfig::default(),
+            &Filters::default(),
+        )
+        .unwrap();
+        sh.take_in(
+            0,
+            FromWorker::Records(results(&[1, 3, 5], &[10, 30, 50]), 60),
+        );
+        sh.take_in(1, FromWorker::Records(results(&[2, 4], &[20, 40]), 45));
+        let mut order = Vec::new();
+        while let Some(r) = sh.next_record(false) {
+            order.push(r.raw[0]);
+        }
+        // Record 5 (at 50) waits: worker 1 has read only up to 45.
+        assert_eq!(order, [1, 2, 3, 4]);
+        assert_eq!(sh.applied_up_to(), 45);
+        sh.take_in(1, FromWorker::Progress(55));
+        assert_eq!(sh.next_record(false).map(|r| r.raw[0]), Some(5));
+        assert!(sh.next_record(false).is_none());
+        // A worker's own order is kept whatever the times.
+        sh.take_in(0, FromWorker::Records(results(&[7, 6], &[70, 65]), 80));
+        sh.take_in(1, FromWorker::Progress(90));
+        let rest: Vec<u8> =
+            std::iter::from_fn(|| sh.next_record(false).map(|r| r.raw[0])).collect();
+        assert_eq!(rest, [7, 6]);
     }
 
     #[test]
@@ -429,25 +613,25 @@ mod tests {
         let feed = Scripted {
             records: Arc::new(Mutex::new(records)),
         };
-        let sh = FedShards::start(
+        let mut sh = FedShards::start(
             vec![Box::new(feed)],
             &TrackerConfig::default(),
             &Filters::default(),
         )
         .unwrap();
         sh.ask_all(Barrier::Drain).unwrap();
-        let mut records = 0;
         loop {
-            match sh.next(true).unwrap() {
-                Some((0, FromWorker::Records(p))) => {
-                    records += p.outcomes.len();
-                    sh.recycle(0, p);
-                }
-                Some((0, FromWorker::State(_))) => break,
-                _ => panic!("unexpected message"),
+            let (k, msg) = sh.next(true).unwrap().expect("a message");
+            if sh.take_in(k, msg).is_some() {
+                break;
             }
         }
-        // Three-byte records are too short to decode: each is one outcome all the same.
+        let mut records = 0;
+        while let Some(r) = sh.next_record(true) {
+            // Three-byte records are too short to decode.
+            assert!(matches!(r.outcome, Outcome::DecodeError));
+            records += 1;
+        }
         assert_eq!(records, 1000);
     }
 }

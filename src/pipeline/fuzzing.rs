@@ -292,6 +292,7 @@ fn drive_with(data: &[u8], threads: usize) -> (Outcome, Vec<u8>) {
         loaded: Vec::new(),
         tls_probed: Vec::new(),
         tls_probe_failures: Vec::new(),
+        event_rings: None,
     };
     let cfg = TrackerConfig {
         depth: if c0 & 1 != 0 {

@@ -79,12 +79,15 @@ pub(super) enum Outcome {
 pub(super) struct Processed {
     pub batch: RawBatch,
     pub outcomes: Vec<Outcome>,
-    next: usize,
+    /// Each record's kernel end time (0: undecodable), for merging workers' results in time.
+    pub ends_ns: Vec<u64>,
+    /// The first record not yet applied.
+    pub next: usize,
     /// The batch's calls in order; `call_next` is the first not yet applied. They go back to
     /// their worker to be dropped there: glibc frees memory of another thread's arena under
     /// that arena's lock, which cost more than the tracking saved.
     pub calls: Vec<Call>,
-    call_next: usize,
+    pub call_next: usize,
     /// Each call's output line, when the sink gave a formatter.
     pub lines: Lines,
 }
@@ -461,13 +464,16 @@ impl BatchWork {
             panic!("injected panic in a tracking thread (EBTOP_DEBUG_PANIC=tracker)");
         }
         let mut outcomes = Vec::with_capacity(batch.ends.len());
+        let mut ends_ns = Vec::with_capacity(batch.ends.len());
         let mut calls = self.spare_calls.pop().unwrap_or_default();
         let mut lines = Lines {
             buf: self.spare_lines.pop().unwrap_or_default(),
             ..Lines::default()
         };
         for i in 0..batch.ends.len() {
-            let outcome = match Event::decode(batch.record(i)) {
+            let ev = Event::decode(batch.record(i));
+            ends_ns.push(ev.as_ref().map_or(0, |ev| ev.end_ns));
+            let outcome = match ev {
                 Err(_) => Outcome::DecodeError,
                 Ok(ev) if !super::passes(filters, &ev) => Outcome::Filtered,
                 Ok(ev) => {
@@ -490,6 +496,7 @@ impl BatchWork {
         Processed {
             batch,
             outcomes,
+            ends_ns,
             next: 0,
             calls,
             call_next: 0,

@@ -185,6 +185,9 @@ struct MetaLine<'a> {
     /// Live only (written there even when empty): the kernel parts loaded.
     #[serde(skip_serializing_if = "Option::is_none")]
     loaded: Option<&'a [String]>,
+    /// Live only: the event rings read, one per tracking thread.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    event_rings: Option<u32>,
     /// Live with TLS probes: the files probed at start, and those that could not be.
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     tls_probed: &'a [String],
@@ -281,6 +284,7 @@ impl<W: Write> Sink for JsonSink<W> {
             filters: &m.filters,
             hooks: m.hooks.as_deref(),
             loaded: m.hooks.is_some().then_some(&m.loaded[..]),
+            event_rings: m.event_rings,
             tls_probed: &m.tls_probed,
             tls_probe_failures: &m.tls_probe_failures,
         })?;

@@ -665,6 +665,7 @@ pub fn run<S: Sink, R>(
     .flatten()
     .map(str::to_owned)
     .collect();
+    meta.event_rings = Some(shards as u32);
     if let Some(t) = tls.as_ref() {
         meta.tls_probed = t.status().files.clone();
         meta.tls_probe_failures = t.status().failures.clone();

@@ -65,7 +65,7 @@ impl RecordFeed for RingFeed {
         max: usize,
         buf: &mut Vec<u8>,
         ends: &mut Vec<u32>,
-    ) -> io::Result<usize> {
+    ) -> io::Result<(usize, u64)> {
         let ring = self.ring(wake)?;
         if !timeout.is_zero() {
             let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
@@ -83,12 +83,13 @@ impl RecordFeed for RingFeed {
             })
         };
         swap(buf, ends);
+        let began = crate::clock::monotonic_ns();
         let rc = ring.consume_raw_n(max);
         swap(buf, ends);
         if rc < 0 && rc != -libc::EINTR {
             return Err(io::Error::from_raw_os_error(-rc));
         }
-        Ok(rc.max(0) as usize)
+        Ok((rc.max(0) as usize, began))
     }
 
     fn drain_budget(&self) -> usize {

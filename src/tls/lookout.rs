@@ -7,7 +7,7 @@
 
 use std::collections::HashSet;
 use std::fs::File;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use super::discover::{self, SslSites, Target};
 use super::golang::{self, GoSites};
 use super::TlsPrograms;
+use crate::eventfd::Doorbell;
 
 /// What a file offers to probe.
 #[derive(Debug)]
@@ -64,7 +65,7 @@ pub struct Lookout {
     jobs: Option<mpsc::Sender<Job>>,
     probed: mpsc::Receiver<Message>,
     /// Readable while probed files wait to be taken (an eventfd).
-    wake: OwnedFd,
+    wake: Doorbell,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -81,19 +82,13 @@ struct Scout {
     programs: TlsPrograms,
     out: mpsc::Sender<Message>,
     /// The Lookout's eventfd (a duplicate).
-    wake: OwnedFd,
+    wake: Doorbell,
 }
 
 impl Lookout {
     /// Starts the thread. `pids`: `--pid`.
     pub fn start(pids: Option<Vec<u32>>, programs: TlsPrograms) -> std::io::Result<Lookout> {
-        // SAFETY: eventfd takes no pointer; the result is checked before use.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: a descriptor eventfd just returned, owned by nobody else.
-        let wake = unsafe { OwnedFd::from_raw_fd(fd) };
+        let wake = Doorbell::new()?;
         let thread_wake = wake.try_clone()?;
         let (jobs, job_rx) = mpsc::channel::<Job>();
         let (out, probed) = mpsc::channel::<Message>();
@@ -205,16 +200,7 @@ impl Lookout {
     }
 
     fn clear_wake(&self) {
-        let mut n = 0u64;
-        // SAFETY: reads 8 bytes into a local u64 from the eventfd this Lookout owns; EAGAIN
-        // (nothing signalled) is expected and ignored.
-        unsafe {
-            libc::read(
-                self.wake.as_raw_fd(),
-                (&mut n as *mut u64).cast(),
-                std::mem::size_of::<u64>(),
-            );
-        }
+        self.wake.clear();
     }
 }
 
@@ -296,16 +282,7 @@ impl Scout {
             found |= self.scan_process(pid);
         }
         if found {
-            let one = 1u64;
-            // SAFETY: writes 8 bytes from a local u64 to the eventfd (a counter: it cannot
-            // overflow at this rate; EAGAIN would only mean it is readable already).
-            unsafe {
-                libc::write(
-                    self.wake.as_raw_fd(),
-                    (&one as *const u64).cast(),
-                    std::mem::size_of::<u64>(),
-                );
-            }
+            self.wake.ring();
         }
         true
     }
