@@ -319,10 +319,20 @@ impl<S: Sink> Pipeline<S> {
         } else {
             fed.applied_up_to()
         };
+        let state = result;
+        let applied = state.is_ok().then(|| self.apply_held_exits(up_to));
+        // Exits still held wait for workers at rest to say how far they read.
+        if let Some(last) = self
+            .held_exits
+            .iter()
+            .filter_map(|raw| ProcEvent::decode(raw).ok().map(|ev| ev.ts_ns))
+            .max()
+        {
+            fed.want_progress(last);
+        }
         self.fed = Some(fed);
-        let state = result?;
-        self.apply_held_exits(up_to)?;
-        Ok(state)
+        applied.transpose()?;
+        state
     }
 
     fn apply_fed_from(

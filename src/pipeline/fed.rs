@@ -14,7 +14,9 @@
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -32,7 +34,7 @@ use crate::sink::call_line::CallFormatter;
 
 /// How long an idle worker waits for records before it looks again (its ring wakes it
 /// sooner once enough data waits; a little data waits at most this long).
-const IDLE_WAIT: Duration = Duration::from_millis(50);
+const IDLE_WAIT: Duration = Duration::from_millis(100);
 
 /// How much earlier than a read began a record may have ended and still not be in the ring
 /// then (its program stamped it and had not committed it yet: a TCP send is stamped at its
@@ -93,6 +95,9 @@ pub(super) enum FromWorker {
 }
 
 struct Worker {
+    /// A record of another worker that ended at this kernel time waits for this worker to
+    /// have read past it (0: none): the worker then says how far it read.
+    wanted: Arc<AtomicU64>,
     ctl: Sender<ToWorker>,
     /// Rung after each message, so a worker waiting on its source looks at once.
     wake: Doorbell,
@@ -134,6 +139,7 @@ impl FedShards {
         for (k, feed) in feeds.into_iter().enumerate() {
             let (ctl, ctl_rx) = mpsc::channel();
             let wake = Doorbell::new()?;
+            let wanted = Arc::new(AtomicU64::new(0));
             let mut cfg = *cfg;
             cfg.max_conns = cfg.max_conns.div_ceil(n).max(1);
             let worker = FedWorker {
@@ -150,12 +156,13 @@ impl FedShards {
                 spare: Vec::new(),
                 drained: false,
                 progress: 0,
-                progress_sent: 0,
+                wanted: Arc::clone(&wanted),
             };
             let handle = std::thread::Builder::new()
                 .name(format!("ebtop-track-{k}"))
                 .spawn(move || worker.run())?;
             workers.push(Worker {
+                wanted,
                 ctl,
                 wake,
                 handle: Some(handle),
@@ -274,6 +281,7 @@ impl FedShards {
         if !free
             && (0..self.queues.len()).any(|j| self.queues[j].is_empty() && self.progress[j] < t)
         {
+            self.want_progress(t);
             return None;
         }
         self.held -= 1;
@@ -293,6 +301,19 @@ impl FedShards {
             calls: p.calls.get(first_call..first_call + n).unwrap_or(&[]),
             lines: &mut p.lines,
         })
+    }
+
+    /// Asks the workers that have not said they read past `t` (and have nothing waiting) to
+    /// say so once they have: a worker at rest speaks only when asked.
+    pub fn want_progress(&self, t: u64) {
+        for (j, w) in self.workers.iter().enumerate() {
+            if self.queues[j].is_empty()
+                && self.progress[j] < t
+                && w.wanted.fetch_max(t, Ordering::AcqRel) < t
+            {
+                w.wake.ring();
+            }
+        }
     }
 
     /// Every record that ended before this kernel time has been applied or is waiting to be
@@ -350,9 +371,10 @@ struct FedWorker {
     spare: Vec<RawBatch>,
     /// The stop's drain is done: the source is not read again.
     drained: bool,
-    /// How far this worker has read (see `FromWorker::Progress`), and what it last said.
+    /// How far this worker has read (see `FromWorker::Progress`).
     progress: u64,
-    progress_sent: u64,
+    /// The time the pipeline waits for this worker to have read past (0: none).
+    wanted: Arc<AtomicU64>,
 }
 
 /// Why a worker's loop ended.
@@ -420,18 +442,38 @@ impl FedWorker {
                     Err(TryRecvError::Disconnected) => return End::Quiet,
                 }
             }
-            let timeout = if more { Duration::ZERO } else { IDLE_WAIT };
+            let wanted = self.wanted.load(Ordering::Acquire);
+            let timeout = if more {
+                Duration::ZERO
+            } else if wanted > self.progress {
+                // Asked about a moment: it reads again as soon as a read can vouch for it
+                // (LATE_SLACK_NS after it).
+                let now = crate::clock::monotonic_ns();
+                Duration::from_nanos((wanted + LATE_SLACK_NS).saturating_sub(now)).min(IDLE_WAIT)
+            } else {
+                IDLE_WAIT
+            };
             let want = BATCH_RECORDS.saturating_sub(self.batch.len()).max(1);
             match self.read(timeout, want) {
                 Ok(n) => {
                     more = n == want;
                     let full =
                         self.batch.len() >= BATCH_RECORDS || self.batch.buf.len() >= BATCH_BYTES;
+                    let wanted = self.wanted.load(Ordering::Acquire);
+                    let answers = !more && wanted > 0 && self.progress >= wanted;
+                    if answers {
+                        // A later request (fetch_max) stays for the next pass.
+                        let _ = self.wanted.compare_exchange(
+                            wanted,
+                            0,
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        );
+                    }
                     let sent = if (full || !more) && self.batch.len() > 0 {
                         self.send_batch()
-                    } else if !more && self.progress > self.progress_sent {
-                        // Nothing to send but how far it read: the others' records wait on it.
-                        self.progress_sent = self.progress;
+                    } else if answers {
+                        // Nothing to send but how far it read: another's record waits on it.
                         self.send(FromWorker::Progress(self.progress))
                     } else {
                         Ok(())
@@ -473,7 +515,6 @@ impl FedWorker {
         let fresh = self.spare.pop().unwrap_or_default();
         let batch = std::mem::replace(&mut self.batch, fresh);
         let p = self.work.process(&mut self.tracker, &self.filters, batch);
-        self.progress_sent = self.progress;
         self.send(FromWorker::Records(p, self.progress))
     }
 
