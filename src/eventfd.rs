@@ -58,8 +58,19 @@ impl AsFd for Doorbell {
     }
 }
 
+/// A new epoll instance.
+pub fn new_epoll() -> io::Result<OwnedFd> {
+    // SAFETY: epoll_create1 takes no pointer; the result is checked before use.
+    let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor epoll_create1 just returned, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// Adds `fd` to the epoll set `epfd` for reading (`tag`: the event's data).
-pub fn epoll_add(epfd: i32, fd: BorrowedFd, tag: u64) -> io::Result<()> {
+pub fn epoll_add(epfd: i32, fd: impl AsRawFd, tag: u64) -> io::Result<()> {
     let mut ev = libc::epoll_event {
         events: libc::EPOLLIN as u32,
         u64: tag,
@@ -91,11 +102,7 @@ mod tests {
     #[test]
     fn a_rung_doorbell_wakes_an_epoll_wait_until_cleared() {
         let bell = Doorbell::new().unwrap();
-        // SAFETY: epoll_create1 takes no pointer; the result is checked.
-        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        assert!(ep >= 0);
-        // SAFETY: a descriptor just returned, owned here.
-        let ep = unsafe { OwnedFd::from_raw_fd(ep) };
+        let ep = new_epoll().unwrap();
         epoll_add(ep.as_raw_fd(), bell.as_fd(), 7).unwrap();
         assert!(!epoll_wait(ep.as_raw_fd(), 0).unwrap());
         bell.try_clone().unwrap().ring();

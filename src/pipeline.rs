@@ -61,7 +61,7 @@ pub struct Pipeline<S: Sink> {
     feeds: Vec<Box<dyn RecordFeed>>,
     /// Process exits held until the fed workers applied every record read before them (the
     /// next barrier), so the process's last calls still find it.
-    held_exits: Vec<Vec<u8>>,
+    held_exits: Vec<HeldExit>,
     /// Tracking threads asked for.
     threads: usize,
     /// Records dealt to workers since their results were last looked for.
@@ -70,6 +70,13 @@ pub struct Pipeline<S: Sink> {
     tracker_state: TrackerState,
     /// Calls of the record being handled (serial tracking), reused.
     call_scratch: Vec<Call>,
+}
+
+/// A process exit record held back (see `Pipeline::held_exits`), with what is asked of it.
+struct HeldExit {
+    ts_ns: u64,
+    pid: u32,
+    raw: Vec<u8>,
 }
 
 /// A flush waits for the tracking threads' results if at most this many are pending.
@@ -219,16 +226,16 @@ impl<S: Sink> Pipeline<S> {
         if self.fed.is_some() {
             return match ProcEvent::decode(raw) {
                 Ok(ev) if ev.kind == ProcEventKind::Exit => {
-                    self.held_exits.push(raw.to_vec());
+                    self.held_exits.push(HeldExit {
+                        ts_ns: ev.ts_ns,
+                        pid: ev.pid,
+                        raw: raw.to_vec(),
+                    });
                     Ok(())
                 }
                 Ok(ev) => {
                     // A pid used again: the old process's exit first.
-                    if self
-                        .held_exits
-                        .iter()
-                        .any(|r| ProcEvent::decode(r).is_ok_and(|held| held.pid == ev.pid))
-                    {
+                    if self.held_exits.iter().any(|held| held.pid == ev.pid) {
                         self.apply_held_exits(u64::MAX)?;
                     }
                     self.apply_proc_record(raw)
@@ -297,11 +304,11 @@ impl<S: Sink> Pipeline<S> {
         }
         let (mut due, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held_exits)
             .into_iter()
-            .partition(|raw| ProcEvent::decode(raw).map_or(true, |ev| ev.ts_ns < up_to));
+            .partition(|held| held.ts_ns < up_to);
         self.held_exits = keep;
-        due.sort_by_key(|raw| ProcEvent::decode(raw).map_or(0, |ev| ev.ts_ns));
-        for raw in due {
-            self.apply_proc_record(&raw)?;
+        due.sort_by_key(|held| held.ts_ns);
+        for held in due {
+            self.apply_proc_record(&held.raw)?;
         }
         Ok(())
     }
@@ -322,12 +329,7 @@ impl<S: Sink> Pipeline<S> {
         let state = result;
         let applied = state.is_ok().then(|| self.apply_held_exits(up_to));
         // Exits still held wait for workers at rest to say how far they read.
-        if let Some(last) = self
-            .held_exits
-            .iter()
-            .filter_map(|raw| ProcEvent::decode(raw).ok().map(|ev| ev.ts_ns))
-            .max()
-        {
+        if let Some(last) = self.held_exits.iter().map(|held| held.ts_ns).max() {
             fed.want_progress(last);
         }
         self.fed = Some(fed);

@@ -512,21 +512,6 @@ fn end_interval<S: Sink>(
     p.on_interval(mono, kernel, Some(overhead))
 }
 
-/// An epoll instance of the loop's own (when the tracking threads read the rings).
-fn new_epoll() -> Result<std::os::fd::OwnedFd> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: epoll_create1 takes no pointer; the result is checked before use.
-    let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-    if fd < 0 {
-        return Err(anyhow!(
-            "creating an epoll instance failed: {}",
-            io::Error::last_os_error()
-        ));
-    }
-    // SAFETY: a descriptor epoll_create1 just returned, owned by nobody else.
-    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
-}
-
 /// Detaching waits for an RCU grace period per tracepoint; in parallel threads the kernel
 /// overlaps part of it (measured here: 2.2 s sequential, 1.2 s parallel for 29 links).
 fn detach_all(links: Vec<libbpf_rs::Link>) {
@@ -710,7 +695,9 @@ pub fn run<S: Sink, R>(
         .context("setting up the ring buffer failed")?;
     let own_epoll = match &ring {
         Some(_) => None,
-        None => Some(new_epoll()?),
+        None => {
+            Some(crate::eventfd::new_epoll().context("waiting for the tracking threads failed")?)
+        }
     };
     let epfd = match (&ring, &own_epoll) {
         (Some(r), _) => r.epoll_fd(),
@@ -732,18 +719,9 @@ pub fn run<S: Sink, R>(
             .map(|t| (t.wake_fd().as_raw_fd(), "new TLS probes")),
     ];
     for (fd, what) in also_wake.into_iter().flatten() {
-        let mut wake = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            // libbpf's own poll (not used here) would read this as ring 0, the capture ring.
-            u64: 0,
-        };
-        // SAFETY: both descriptors are live (an epoll instance of a ring buffer, or the
-        // lookout's eventfd) for the loop's duration; the event is copied by the kernel.
-        if unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut wake) } != 0 {
-            crate::diag!(
-                "ebtop: warning: {what} will wait for the capture ring: {}",
-                io::Error::last_os_error()
-            );
+        // Tag 0: libbpf's own poll (not used here) would read it as ring 0, the capture ring.
+        if let Err(e) = crate::eventfd::epoll_add(epfd, fd, 0) {
+            crate::diag!("ebtop: warning: {what} will wait for the capture ring: {e}");
         }
     }
 
