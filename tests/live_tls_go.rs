@@ -175,7 +175,8 @@ struct GoClient {
 }
 
 impl GoClient {
-    fn spawn(bin: &Path, port: u16, h2: bool, wait: bool, paths: &[&str]) -> GoClient {
+    /// `flags`: the client's `-wait`, `-hold`.
+    fn spawn(bin: &Path, port: u16, h2: bool, flags: &[&str], paths: &[&str]) -> GoClient {
         let mut cmd = Command::new(bin);
         cmd.arg("client")
             .arg("-base")
@@ -183,10 +184,8 @@ impl GoClient {
         if h2 {
             cmd.arg("-h2");
         }
-        if wait {
-            cmd.arg("-wait");
-        }
         let mut child = cmd
+            .args(flags)
             .args(paths)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -203,11 +202,26 @@ impl GoClient {
 
     /// Started with `-wait`: running, connected to nothing yet, until `release`.
     fn waiting(bin: &Path, port: u16, h2: bool, paths: &[&str]) -> GoClient {
-        let mut c = GoClient::spawn(bin, port, h2, true, paths);
+        let mut c = GoClient::spawn(bin, port, h2, &["-wait"], paths);
         let mut line = String::new();
         c.out.read_line(&mut line).unwrap();
         assert_eq!(line.trim(), "ready", "the Go client starts");
         c
+    }
+
+    /// Started with `-hold`: the lines it printed for its requests, once it made them all;
+    /// it runs on until `finish`.
+    fn printed_until_held(&mut self) -> Vec<String> {
+        let mut printed = Vec::new();
+        loop {
+            let mut line = String::new();
+            let n = self.out.read_line(&mut line).unwrap();
+            assert!(n > 0, "the Go client ended before \"held\": {printed:?}");
+            if line.trim() == "held" {
+                return printed;
+            }
+            printed.push(line.trim().to_owned());
+        }
     }
 
     fn release(&mut self) {
@@ -220,7 +234,9 @@ impl GoClient {
     }
 
     /// What the client printed, one "STATUS BODY_BYTES" per request; asserts it exited 0.
+    /// Its stdin ends first (a `-hold` client exits then).
     fn finish(mut self) -> Vec<String> {
+        drop(self.stdin.take());
         let lines: Vec<String> = (&mut self.out).lines().map(Result::unwrap).collect();
         let status = self.peer.0.wait().unwrap();
         assert!(
@@ -233,7 +249,7 @@ impl GoClient {
 
 /// One client run to the end (no -wait): its pid and what it printed.
 fn run_client(bin: &Path, port: u16, h2: bool, paths: &[&str]) -> (u32, Vec<String>) {
-    let c = GoClient::spawn(bin, port, h2, false, paths);
+    let c = GoClient::spawn(bin, port, h2, &[], paths);
     let pid = c.pid();
     (pid, c.finish())
 }
@@ -428,6 +444,8 @@ fn go_server_and_clients_running_before_ebtop_are_exact_on_both_sides() {
 /// probed the first one's file: an `overhead` line counts one more file probed than at the
 /// start (the tests of this file run one at a time, so no other new program is probed
 /// meanwhile), and a slow machine cannot start it while ebtop is still placing the probes.
+/// The first run stays (`-hold`, its requests made) until then: a program that exits before
+/// ebtop looked at it takes `/proc/PID/exe` with it, and nothing is probed.
 #[test]
 fn a_go_client_started_after_ebtop_is_traced_exactly_from_its_second_run() {
     require_root();
@@ -445,14 +463,20 @@ fn a_go_client_started_after_ebtop_is_traced_exactly_from_its_second_run() {
         .map_or(0, Vec::len) as u64;
 
     let paths = ["/"; 20];
-    let (first, printed) = run_client(&client_bin, server.port, false, &paths);
-    assert_printed(&printed, &paths);
+    let mut first_run = GoClient::spawn(&client_bin, server.port, false, &["-hold"], &paths);
+    let first = first_run.pid();
+    assert_printed(&first_run.printed_until_held(), &paths);
     let probed = ebtop.wait_for(Duration::from_secs(60), |v| {
         v["type"] == "overhead" && v["tls_files_probed"].as_u64() > Some(at_start)
     });
     assert!(
         probed.is_some(),
         "ebtop reports the first run's program probed ({at_start} files at start)"
+    );
+    assert_eq!(
+        first_run.finish(),
+        Vec::<String>::new(),
+        "nothing after \"held\""
     );
     let (second, printed) = run_client(&client_bin, server.port, false, &paths);
     assert_printed(&printed, &paths);

@@ -150,6 +150,16 @@ static __always_inline void read_tcp(const void *skaddr, struct ebtop_flow *f, _
 		f->inode = sock_inode(skaddr);
 }
 
+/* The socket's sock_flag() bits, wherever this kernel keeps them. */
+static __always_inline unsigned long sock_flags(const void *skaddr)
+{
+	struct sock___flags_new *sn = (struct sock___flags_new *)skaddr;
+	if (bpf_core_field_exists(sn->__sk_common.skc_flags))
+		return BPF_CORE_READ(sn, __sk_common.skc_flags);
+	struct sock___flags_old *so = (struct sock___flags_old *)skaddr;
+	return BPF_CORE_READ(so, sk_flags);
+}
+
 /* Tuple from the socket itself (CO-RE), for entries created outside inet_sock_set_state. */
 static __always_inline void tuple_from_sock(struct ebtop_flow *f, const void *skaddr)
 {
@@ -282,6 +292,13 @@ int flow_set_state(__u64 *args)
 	f->close_state = (__u8)os;
 	struct sock___flows *sk = (struct sock___flows *)ctx->skaddr;
 	f->sk_err = BPF_CORE_READ(sk, sk_err);
+	/*
+	 * Whether bytes_received counts the peer's FIN: tcp_fin() sets SOCK_DONE as the FIN
+	 * takes its sequence number. The state left does not say: an orphaned socket goes from
+	 * FIN_WAIT2 to CLOSE (into time-wait) when its own FIN is acknowledged, FIN or not.
+	 */
+	if (sock_flags(ctx->skaddr) & (1UL << bpf_core_enum_value(enum sock_flags, SOCK_DONE)))
+		f->flags |= EBTOP_FLOW_PEER_FIN;
 	/* ESTABLISHED/CLOSE_WAIT -> CLOSE with no error and no reset received: the owner's
 	 * close() aborted the connection (unread data, SO_LINGER 0; the reset follows). */
 	if ((os == TCP_ESTABLISHED || os == TCP_CLOSE_WAIT) && !f->sk_err && !f->rst_received &&

@@ -31,6 +31,7 @@ enum ebtop_flow_role {
 enum ebtop_flow_flags {
 	EBTOP_FLOW_PREEXISTING = 1 << 0, /* open before ebtop started (no SYN seen) */
 	EBTOP_FLOW_SNAPPED = 1 << 1,     /* tcp_sock counters were read at least once */
+	EBTOP_FLOW_PEER_FIN = 1 << 2,    /* at close: the peer's FIN was received (SOCK_DONE) */
 };
 
 struct ebtop_flow {

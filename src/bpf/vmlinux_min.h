@@ -231,6 +231,24 @@ struct sock___flows {
 	__u16 sk_protocol;
 } __attribute__((preserve_access_index));
 
+/* sock_flag() bits: in struct sock until 6.17, in sock_common (skc_flags) since. */
+struct sock___flags_old {
+	unsigned long sk_flags;
+} __attribute__((preserve_access_index));
+
+struct sock_common___flags_new {
+	unsigned long skc_flags;
+} __attribute__((preserve_access_index));
+
+struct sock___flags_new {
+	struct sock_common___flags_new __sk_common;
+} __attribute__((preserve_access_index));
+
+enum sock_flags {
+	SOCK_DEAD = 0,
+	SOCK_DONE = 1,
+};
+
 struct tcp_sock {
 	__u64 bytes_acked;
 	__u64 bytes_received;

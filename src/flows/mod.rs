@@ -333,17 +333,17 @@ pub fn close_reason(r: &RawFlow) -> &'static str {
 
 /// Payload bytes (sent and acknowledged, received) from tcp_sock's bytes_acked and
 /// bytes_received, which also count the sequence numbers SYN and FIN occupy: the active
-/// opener's SYN (acknowledged once established) and each direction's FIN once it is acked or
-/// received, judged from the state. `ss -ti` shows the raw counters.
+/// opener's SYN (acknowledged once established), our FIN once acknowledged (judged from the
+/// state) and the peer's FIN once received (at the end, the kernel's own flag: a socket
+/// closed first goes FIN_WAIT2 → CLOSE whether the peer's FIN came or not). `ss -ti` shows
+/// the raw counters.
 pub fn payload_bytes(r: &RawFlow, active_opener: bool, ended: bool) -> (u64, u64) {
     let syn = u64::from(active_opener && r.bytes_acked > 0);
     let (fin_out, fin_in) = if ended {
-        let fin = close_reason(r) == "fin";
-        // FIN_WAIT2/LAST_ACK/CLOSING → CLOSE: our FIN was acknowledged; LAST_ACK/CLOSING/
-        // FIN_WAIT2 (into TIME_WAIT) → CLOSE: the peer's FIN arrived.
+        // FIN_WAIT2/LAST_ACK/CLOSING → CLOSE without an error: our FIN was acknowledged.
         (
-            fin && matches!(r.close_state, 5 | 9 | 11),
-            fin && matches!(r.close_state, 5 | 9 | 11),
+            close_reason(r) == "fin" && matches!(r.close_state, 5 | 9 | 11),
+            r.flags & raw::FLAG_PEER_FIN != 0,
         )
     } else {
         (matches!(r.state, 5 | 6), matches!(r.state, 6 | 8 | 9 | 11))

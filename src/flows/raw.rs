@@ -9,6 +9,8 @@ pub const ROLE_CLIENT: u8 = 1;
 pub const ROLE_SERVER: u8 = 2;
 pub const FLAG_PREEXISTING: u8 = 1;
 pub const FLAG_SNAPPED: u8 = 2;
+/// At close: the peer's FIN was received (and counted in `bytes_received`).
+pub const FLAG_PEER_FIN: u8 = 4;
 
 /// Indexes of the per-CPU `flow_counters` array.
 pub mod counter {
