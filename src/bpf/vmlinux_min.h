@@ -231,7 +231,7 @@ struct sock___flows {
 	__u16 sk_protocol;
 } __attribute__((preserve_access_index));
 
-/* sock_flag() bits: in struct sock until 6.17, in sock_common (skc_flags) since. */
+/* sock_flag() bits: struct sock's sk_flags on older kernels, sock_common's skc_flags on newer ones (6.18). */
 struct sock___flags_old {
 	unsigned long sk_flags;
 } __attribute__((preserve_access_index));
