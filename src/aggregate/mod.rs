@@ -6,6 +6,7 @@
 pub mod distinct;
 pub mod endpoints;
 pub mod normalize;
+pub mod normalize_memo;
 pub mod overhead;
 pub mod process;
 pub mod procfs;

@@ -84,7 +84,7 @@ pub fn normalize_kind(kind: ResourceKind, method: &str, resource: &str) -> Strin
     }
 }
 
-fn truncated(s: &str) -> &str {
+pub(crate) fn truncated(s: &str) -> &str {
     if s.len() <= MAX_RESOURCE_LEN {
         return s;
     }

@@ -232,7 +232,12 @@ fn version_str(v: Option<u8>) -> &'static str {
 }
 
 fn lossy_cut(b: &[u8], max: usize) -> String {
-    String::from_utf8_lossy(&b[..b.len().min(max)]).into_owned()
+    let b = &b[..b.len().min(max)];
+    // Valid UTF-8 (nearly always ASCII) is checked a word at a time; the lossy walk is slower.
+    match std::str::from_utf8(b) {
+        Ok(s) => s.to_owned(),
+        Err(_) => String::from_utf8_lossy(b).into_owned(),
+    }
 }
 
 /// Content-Length and chunked framing from headers; None when they contradict (damaged).

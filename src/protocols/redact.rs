@@ -166,6 +166,11 @@ fn userinfo_ranges(text: &[u8], ends: &impl Fn(u8) -> bool, out: &mut Vec<Range<
 /// a header value or an argument, bytes a URL cannot hold end one and a later `?` starts
 /// another).
 fn redact_url_secrets(text: &[u8], ends: impl Fn(u8) -> bool) -> Cow<'_, [u8]> {
+    // A secret is a parameter's value (after `?`, `#` or `;`) or userinfo (before `@`): most
+    // targets have neither, and one scan for those bytes settles it.
+    if !text.iter().any(|&b| matches!(b, b'?' | b'#' | b';' | b'@')) {
+        return Cow::Borrowed(text);
+    }
     let mut ranges = Vec::new();
     let mut in_params = false;
     let mut i = 0;
