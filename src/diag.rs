@@ -25,6 +25,20 @@ pub fn write_line(args: std::fmt::Arguments<'_>) {
     }
 }
 
+/// Debug builds only: `EBTOP_DEBUG_LOOKOUT_DELAY_MS=<ms>` holds every look of the TLS lookout
+/// back by that long, so the tests can have a new program exit before it is looked at.
+/// Always zero in release builds.
+pub fn debug_lookout_delay() -> std::time::Duration {
+    if !cfg!(debug_assertions) {
+        return std::time::Duration::ZERO;
+    }
+    let ms = std::env::var("EBTOP_DEBUG_LOOKOUT_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    std::time::Duration::from_millis(ms)
+}
+
 /// Debug builds only: `EBTOP_DEBUG_PANIC=<place>` makes that place panic (`collector`: the
 /// first ring-buffer record; `ui`: the UI thread; `input`: the key reader; `tracker`: a
 /// tracking thread of `--threads`, at its first batch), so the tests can

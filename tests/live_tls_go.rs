@@ -518,6 +518,61 @@ fn a_go_client_started_after_ebtop_is_traced_exactly_from_its_second_run() {
     assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
 }
 
+/// A Go client started after ebtop that exited before ebtop looked at it is probed all the
+/// same, from its executable opened when its exec was reported, and its next run is traced
+/// exactly from its first call. The lookout is held back 3 s (`EBTOP_DEBUG_LOOKOUT_DELAY_MS`,
+/// a hook of debug builds), so the first run (5 GETs) has nearly always ended by then; the
+/// file must be probed whichever came first.
+#[test]
+fn a_go_client_gone_before_ebtop_looked_is_probed_from_its_executable() {
+    require_root();
+    let _g = serial();
+    let builds = go_builds();
+    let dir = tempfile::tempdir().unwrap();
+    let server_bin = copy_of(&builds.server, dir.path(), "gotls-server");
+    let client_bin = copy_of(&builds.client, dir.path(), "gotls-brief");
+    let server = GoServer::start(&server_bin, dir.path());
+    let p = server.port.to_string();
+    let mut ebtop = Ebtop::start_with_env(
+        &["--json", "--port", &p],
+        &[("EBTOP_DEBUG_LOOKOUT_DELAY_MS", "3000")],
+    );
+    let at_start = ebtop.collected[0]["tls_probed"]
+        .as_array()
+        .map_or(0, Vec::len) as u64;
+
+    let (first, printed) = run_client(&client_bin, server.port, false, &["/"; 5]);
+    assert_printed(&printed, &["/"; 5]);
+    let probed = ebtop.wait_for(Duration::from_secs(60), |v| {
+        v["type"] == "overhead" && v["tls_files_probed"].as_u64() > Some(at_start)
+    });
+    assert!(
+        probed.is_some(),
+        "ebtop reports the exited program's file probed ({at_start} files at start)"
+    );
+    let paths = ["/"; 20];
+    let (second, printed) = run_client(&client_bin, server.port, false, &paths);
+    assert_printed(&printed, &paths);
+    let lines = ebtop.stop();
+
+    let calls = calls(&lines);
+    let summary = lines.last().unwrap();
+    let comm = comm_of(&client_bin);
+    let run2 = of(&calls, second, "client");
+    assert_client_calls(&run2, "http", &paths, &comm, summary);
+    let server_calls = of(&calls, server.pid(), "server");
+    let conn2 = &run2[0]["local"];
+    let server2: Vec<&Value> = server_calls
+        .iter()
+        .copied()
+        .filter(|s| &s["peer"] == conn2)
+        .collect();
+    assert_paired(&run2, &server2);
+    assert_eq!(server_calls.len(), 5 + paths.len(), "{server_calls:#?}");
+    assert!(of(&calls, first, "client").len() <= 5);
+    assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
+}
+
 /// h2load rounds against `url` in a loop (HTTP/2, then HTTP/1.1, and so on) until `stop`: each
 /// of `n` requests on 4 connections, 8 in flight on each, all answered 2xx. The rounds completed
 /// are counted in `done`; the first failure is kept in `failure` and ends the loop.

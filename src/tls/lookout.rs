@@ -5,11 +5,12 @@
 //! reader only takes in the links and what was probed ([`Lookout::take_probed`]); it is woken
 //! through [`Lookout::wake_fd`].
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::PathBuf;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use super::discover::{self, SslSites, Target};
@@ -42,11 +43,34 @@ pub(super) struct Found {
 enum Job {
     /// The system's libraries and every running process (`--pid`: those).
     Start,
-    /// A process to look at after each delay.
+    /// A process to look at after each delay; `exe`: its executable, opened at its exec.
     Look {
         pid: u32,
         after: &'static [Duration],
+        exe: Option<HeldExe>,
     },
+}
+
+/// Executables held at once, at most.
+pub const MAX_HELD_EXES: usize = 64;
+
+/// A new program's executable, opened when its exec was reported: a program that has exited
+/// by the time the lookout gets to it took its `/proc/PID/exe` with it, but not this file, so
+/// a short-lived program is still probed (its next runs then traced from their first call).
+struct HeldExe {
+    file: File,
+    /// Where it was (`/proc/PID/exe`'s link), for messages.
+    path: PathBuf,
+}
+
+impl HeldExe {
+    /// `/proc/PID/exe` opened now; None if the process is gone already.
+    fn open(pid: u32) -> Option<HeldExe> {
+        let link = format!("/proc/{pid}/exe");
+        let file = File::open(&link).ok()?;
+        let path = std::fs::read_link(&link).unwrap_or_else(|_| PathBuf::from(link));
+        Some(HeldExe { file, path })
+    }
 }
 
 /// A file probed, or not: its links, how it is named, which sites (or why not).
@@ -62,6 +86,8 @@ enum Message {
 }
 
 pub struct Lookout {
+    /// Executables opened at an exec and not yet looked at (see [`HeldExe`]).
+    exes_held: Arc<AtomicUsize>,
     jobs: Option<mpsc::Sender<Job>>,
     probed: mpsc::Receiver<Message>,
     /// Readable while probed files wait to be taken (an eventfd).
@@ -78,6 +104,12 @@ struct Scout {
     seen: HashSet<(u32, (u64, u64))>,
     /// Processes to look at, and when.
     pending: Vec<(Instant, u32)>,
+    /// Executables held from their exec until their process's first look.
+    held_exes: HashMap<u32, HeldExe>,
+    /// How many are held (shared with the Lookout, which holds no more past [`MAX_HELD_EXES`]).
+    exes_held: Arc<AtomicUsize>,
+    /// Added to every look's delay (a test hook: `diag::debug_lookout_delay`).
+    extra_delay: Duration,
     public_only: bool,
     programs: TlsPrograms,
     out: mpsc::Sender<Message>,
@@ -91,6 +123,8 @@ impl Lookout {
         let wake = Doorbell::new()?;
         let thread_wake = wake.try_clone()?;
         let (jobs, job_rx) = mpsc::channel::<Job>();
+        let exes_held = Arc::new(AtomicUsize::new(0));
+        let thread_exes_held = Arc::clone(&exes_held);
         let (out, probed) = mpsc::channel::<Message>();
         // EBTOP_TLS_SITES=public keeps to OpenSSL's public functions (troubleshooting; the
         // tests cover both kinds of site with it).
@@ -104,6 +138,9 @@ impl Lookout {
                     pids,
                     seen: HashSet::new(),
                     pending: Vec::new(),
+                    held_exes: HashMap::new(),
+                    exes_held: thread_exes_held,
+                    extra_delay: crate::diag::debug_lookout_delay(),
                     public_only,
                     programs,
                     out,
@@ -112,6 +149,7 @@ impl Lookout {
                 scout.run(job_rx);
             })?;
         Ok(Lookout {
+            exes_held,
             jobs: Some(jobs),
             probed,
             wake,
@@ -136,8 +174,19 @@ impl Lookout {
     }
 
     /// Looks at a process after each delay (`--pid` leaving it out: not at all).
-    pub fn look_at(&mut self, pid: u32, after: &'static [Duration]) {
-        self.send(Job::Look { pid, after });
+    /// Looks at a process after each delay; `with_exe`: its executable is opened now, for a
+    /// process that may be gone by then (at most [`MAX_HELD_EXES`] at a time: a burst of
+    /// execs while the lookout is busy holds no more descriptors than that).
+    pub fn look_at(&mut self, pid: u32, after: &'static [Duration], with_exe: bool) {
+        let exe = if with_exe && self.exes_held.load(Ordering::Relaxed) < MAX_HELD_EXES {
+            HeldExe::open(pid)
+        } else {
+            None
+        };
+        if exe.is_some() {
+            self.exes_held.fetch_add(1, Ordering::Relaxed);
+        }
+        self.send(Job::Look { pid, after, exe });
     }
 
     /// What was probed since the last call; never waits.
@@ -235,13 +284,25 @@ impl Scout {
                         return;
                     }
                 }
-                Some(Job::Look { pid, after })
+                Some(Job::Look { pid, after, exe })
                     if self.pids.as_ref().is_none_or(|p| p.contains(&pid)) =>
                 {
-                    let now = Instant::now();
+                    let now = Instant::now() + self.extra_delay;
                     self.pending.extend(after.iter().map(|d| (now + *d, pid)));
+                    // A second exec before the first look: the newer program is held.
+                    if let Some(exe) = exe {
+                        if self.held_exes.insert(pid, exe).is_some() {
+                            self.exes_held.fetch_sub(1, Ordering::Relaxed);
+                        }
+                    }
                 }
-                Some(Job::Look { .. }) | None => {}
+                Some(Job::Look { exe, .. }) => {
+                    // Not a process of `--pid`.
+                    if exe.is_some() {
+                        self.exes_held.fetch_sub(1, Ordering::Relaxed);
+                    }
+                }
+                None => {}
             }
             if !self.look_due() {
                 return;
@@ -252,7 +313,7 @@ impl Scout {
     fn start(&mut self) {
         if self.pids.is_none() {
             for lib in discover::system_libraries() {
-                self.consider(lib, None);
+                self.consider(lib, None, None);
             }
         }
         let running = self.pids.clone().unwrap_or_else(discover::all_pids);
@@ -278,8 +339,16 @@ impl Scout {
         due.sort_unstable();
         due.dedup();
         let mut found = false;
+        let due_pids = due.clone();
         for pid in due {
             found |= self.scan_process(pid);
+        }
+        // An executable is held until its process's first look: then the process was either
+        // looked at through /proc or gone and looked at through the held file.
+        for pid in &due_pids {
+            if self.held_exes.remove(pid).is_some() {
+                self.exes_held.fetch_sub(1, Ordering::Relaxed);
+            }
         }
         if found {
             self.wake.ring();
@@ -290,21 +359,30 @@ impl Scout {
     /// Whether anything was found to probe.
     fn scan_process(&mut self, pid: u32) -> bool {
         let mut found = false;
-        for target in discover::process_candidates(pid) {
-            let per_process = self.pids.is_some().then_some(pid);
-            found |= self.consider(target, per_process);
+        let per_process = self.pids.is_some().then_some(pid);
+        let candidates = discover::process_candidates(pid);
+        if candidates.is_empty() {
+            // Gone already (or never readable): its executable, if it was held at its exec.
+            if let Some(target) = self.held_exes.get(&pid).and_then(held_target) {
+                let name = self.held_exes[&pid].path.display().to_string();
+                return self.consider(target, per_process, Some(name));
+            }
+        }
+        for target in candidates {
+            found |= self.consider(target, per_process, None);
         }
         found
     }
 
     /// Looks at a file once (for all processes, or per process with `--pid`). Whether it
     /// offers anything to probe.
-    fn consider(&mut self, target: Target, pid: Option<u32>) -> bool {
+    /// `name`: how to call it in messages, where its path does not say (a held file).
+    fn consider(&mut self, target: Target, pid: Option<u32>, name: Option<String>) -> bool {
         let key = (pid.unwrap_or(0), target.file_id());
         if !self.seen.insert(key) {
             return false;
         }
-        match self.plan(&target, pid) {
+        match self.plan(&target, pid, name) {
             Opened::No => {
                 // A process's /proc/PID/exe whose process exited: nothing was decided about
                 // the file, which the next process running it brings back.
@@ -319,10 +397,11 @@ impl Scout {
         }
     }
 
-    fn plan(&self, target: &Target, pid: Option<u32>) -> Opened {
+    fn plan(&self, target: &Target, pid: Option<u32>, name: Option<String>) -> Opened {
+        let name = name.unwrap_or_else(|| target.path.display().to_string());
         let name = match pid {
-            Some(p) => format!("{} (pid {p})", target.path.display()),
-            None => target.path.display().to_string(),
+            Some(p) => format!("{name} (pid {p})"),
+            None => name,
         };
         let Ok(held) = File::open(&target.path) else {
             return Opened::No;
@@ -348,6 +427,14 @@ impl Scout {
             plan,
         })
     }
+}
+
+/// A held executable as a file to consider (opened again through this process's descriptor).
+fn held_target(exe: &HeldExe) -> Option<Target> {
+    discover::target_of(
+        PathBuf::from(format!("/proc/self/fd/{}", exe.file.as_raw_fd())),
+        false,
+    )
 }
 
 enum Opened {

@@ -141,15 +141,17 @@ impl TlsProbes {
         Ok(t)
     }
 
-    /// A process ran execve(): looked at now and again shortly (its libraries).
+    /// A process ran execve(): looked at now and again shortly (its libraries). Its
+    /// executable is opened here, at once, for the lookout: a short-lived program may be gone
+    /// before the lookout gets to it (a few µs on this thread, once per exec).
     pub fn on_exec(&mut self, pid: u32) {
-        self.lookout.look_at(pid, &EXEC_RESCANS);
+        self.lookout.look_at(pid, &EXEC_RESCANS, true);
     }
 
     /// A process's dlopen() returned: a library it loaded (from anywhere: the library
     /// directories' files are probed already) is looked at now.
     pub fn on_dlopen(&mut self, pid: u32) {
-        self.lookout.look_at(pid, &[Duration::ZERO]);
+        self.lookout.look_at(pid, &[Duration::ZERO], false);
     }
 
     /// Readable when the lookout probed files: the live loop waits on it with the rings, so
