@@ -296,13 +296,11 @@ impl Scout {
                         }
                     }
                 }
-                Some(Job::Look { exe, .. }) => {
-                    // Not a process of `--pid`.
-                    if exe.is_some() {
-                        self.exes_held.fetch_sub(1, Ordering::Relaxed);
-                    }
+                // Not a process of `--pid`.
+                Some(Job::Look { exe: Some(_), .. }) => {
+                    self.exes_held.fetch_sub(1, Ordering::Relaxed);
                 }
-                None => {}
+                Some(Job::Look { exe: None, .. }) | None => {}
             }
             if !self.look_due() {
                 return;
