@@ -18,7 +18,7 @@ use crate::aggregate::process::DEFAULT_MAX_PROCESSES;
 use crate::aggregate::{EndpointTable, OverheadSnapshot, ProcessStats};
 use crate::call::{Call, Side};
 use crate::conntrack::{ConnTracker, TrackerConfig, Verdict};
-use crate::event::{Direction, Event, EventKind};
+use crate::event::{Direction, Event, EventHead, EventKind};
 use crate::process_events::{ProcEvent, ProcEventKind, ProcessExit};
 use crate::procinfo::{ProcInfo, ProcessTable};
 use crate::record::writer::Recorder;
@@ -205,7 +205,7 @@ impl<S: Sink> Pipeline<S> {
     pub fn know_process(&mut self, info: ProcInfo) -> io::Result<()> {
         match &mut self.shards {
             Some(sh) => {
-                sh.push_step(Step::Know(info));
+                sh.push_step(Step::Know(Box::new(info)));
                 self.after_step()
             }
             None => {
@@ -397,10 +397,10 @@ impl<S: Sink> Pipeline<S> {
                 self.summary.filtered_events += 1;
                 Ok(())
             }
-            Outcome::Tracked { verdict, .. } => match Event::decode(raw) {
-                Ok(ev) => self.apply(&ev, raw, verdict, calls, Some(lines)),
-                // The worker decoded these very bytes.
-                Err(_) => {
+            // The worker decoded these very bytes: only what applying needs is read again.
+            Outcome::Tracked { verdict, .. } => match EventHead::read(raw) {
+                Some(head) => self.apply(&head, raw, verdict, calls, Some(lines)),
+                None => {
                     self.summary.decode_errors += 1;
                     Ok(())
                 }
@@ -443,7 +443,7 @@ impl<S: Sink> Pipeline<S> {
         }
         let mut calls = std::mem::take(&mut self.call_scratch);
         let verdict = self.tracker.handle(&ev, &mut |call| calls.push(call));
-        let result = self.apply(&ev, raw, verdict, &calls, None);
+        let result = self.apply(&EventHead::from(&ev), raw, verdict, &calls, None);
         calls.clear();
         self.call_scratch = calls;
         result
@@ -503,7 +503,7 @@ impl<S: Sink> Pipeline<S> {
             result = match ready {
                 Ready::Proc(raw) => self.apply_proc_record(&raw),
                 Ready::Know(info) => {
-                    self.procs.insert(info);
+                    self.procs.insert(*info);
                     Ok(())
                 }
                 Ready::Record {
@@ -524,7 +524,7 @@ impl<S: Sink> Pipeline<S> {
     /// selected protocols' connections; `raw` is the record as delivered) and the counts.
     fn apply(
         &mut self,
-        ev: &Event,
+        ev: &EventHead,
         raw: &[u8],
         verdict: Verdict,
         calls: &[Call],

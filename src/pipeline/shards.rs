@@ -165,8 +165,9 @@ pub(super) enum Step {
     Record(u16),
     /// A process exec/exit record (kernel layout).
     Proc(Vec<u8>),
-    /// A process description known in advance (a recording's).
-    Know(ProcInfo),
+    /// A process description known in advance (a recording's). Boxed: a step is moved
+    /// into and out of the log for every record, and a description is ~200 bytes.
+    Know(Box<ProcInfo>),
 }
 
 /// One step ready to apply.
@@ -178,7 +179,7 @@ pub(super) enum Ready<'a> {
         lines: &'a mut Lines,
     },
     Proc(Vec<u8>),
-    Know(ProcInfo),
+    Know(Box<ProcInfo>),
 }
 
 struct Worker {
