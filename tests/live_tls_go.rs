@@ -433,6 +433,46 @@ fn go_server_and_clients_running_before_ebtop_are_exact_on_both_sides() {
     assert_eq!(summary["kernel"]["tls_no_socket"], 0, "{summary}");
 }
 
+/// How many files ebtop listed as probed at its start (`meta.tls_probed`).
+fn files_probed_at_start(ebtop: &Ebtop) -> u64 {
+    ebtop.collected[0]["tls_probed"]
+        .as_array()
+        .map_or(0, Vec::len) as u64
+}
+
+/// Waits for an `overhead` line that counts one more file probed than at the start (the tests
+/// of this file run one at a time, so no other new program is probed meanwhile).
+fn assert_one_more_file_probed(ebtop: &mut Ebtop, at_start: u64, what: &str) {
+    let probed = ebtop.wait_for(Duration::from_secs(60), |v| {
+        v["type"] == "overhead" && v["tls_files_probed"].as_u64() > Some(at_start)
+    });
+    assert!(
+        probed.is_some(),
+        "ebtop reports {what} ({at_start} files at start)"
+    );
+}
+
+/// The client run `pid` is exact: a GET of each of `paths` on one connection, each paired with
+/// the server's call on that connection.
+fn assert_run_exact(
+    calls: &[&Value],
+    pid: u32,
+    server_calls: &[&Value],
+    paths: &[&str],
+    comm: &str,
+    summary: &Value,
+) {
+    let run = of(calls, pid, "client");
+    assert_client_calls(&run, "http", paths, comm, summary);
+    let conn = &run[0]["local"];
+    let server: Vec<&Value> = server_calls
+        .iter()
+        .copied()
+        .filter(|s| &s["peer"] == conn)
+        .collect();
+    assert_paired(&run, &server);
+}
+
 /// A Go client started after ebtop, run twice (20 GETs on one connection each) against a Go
 /// server started before it: the server's 40 calls are all there, and the client's second run
 /// is exact (20 calls, paired with the server's).
@@ -441,9 +481,8 @@ fn go_server_and_clients_running_before_ebtop_are_exact_on_both_sides() {
 /// once its exec is reported, so a new Go program's first calls may come before its probes
 /// (the first run shows at most 20, perhaps fewer); but a uprobe belongs to the file, so the
 /// same binary run again is traced from its first call. The second run starts once ebtop has
-/// probed the first one's file: an `overhead` line counts one more file probed than at the
-/// start (the tests of this file run one at a time, so no other new program is probed
-/// meanwhile), and a slow machine cannot start it while ebtop is still placing the probes.
+/// probed the first one's file (an `overhead` line counts one more file probed than at the
+/// start), so a slow machine cannot start it while ebtop is still placing the probes.
 /// The first run stays (`-hold`, its requests made) until then: a program that exits before
 /// ebtop looked at it takes `/proc/PID/exe` with it, and nothing is probed.
 #[test]
@@ -458,21 +497,13 @@ fn a_go_client_started_after_ebtop_is_traced_exactly_from_its_second_run() {
     let server = GoServer::start(&server_bin, dir.path());
     let p = server.port.to_string();
     let mut ebtop = Ebtop::start(&["--json", "--port", &p]);
-    let at_start = ebtop.collected[0]["tls_probed"]
-        .as_array()
-        .map_or(0, Vec::len) as u64;
+    let at_start = files_probed_at_start(&ebtop);
 
     let paths = ["/"; 20];
     let mut first_run = GoClient::spawn(&client_bin, server.port, false, &["-hold"], &paths);
     let first = first_run.pid();
     assert_printed(&first_run.printed_until_held(), &paths);
-    let probed = ebtop.wait_for(Duration::from_secs(60), |v| {
-        v["type"] == "overhead" && v["tls_files_probed"].as_u64() > Some(at_start)
-    });
-    assert!(
-        probed.is_some(),
-        "ebtop reports the first run's program probed ({at_start} files at start)"
-    );
+    assert_one_more_file_probed(&mut ebtop, at_start, "the first run's program probed");
     assert_eq!(
         first_run.finish(),
         Vec::<String>::new(),
@@ -500,18 +531,10 @@ fn a_go_client_started_after_ebtop_is_traced_exactly_from_its_second_run() {
         assert_tls_get(c, "http", "/");
         assert_eq!(c["comm"], comm, "{c}");
     }
-    let run2 = of(&calls, second, "client");
-    assert_client_calls(&run2, "http", &paths, &comm, summary);
-    let conn2 = &run2[0]["local"];
-    let server2: Vec<&Value> = server_calls
-        .iter()
-        .copied()
-        .filter(|s| &s["peer"] == conn2)
-        .collect();
-    assert_paired(&run2, &server2);
+    assert_run_exact(&calls, second, &server_calls, &paths, &comm, summary);
     assert_eq!(
         calls.len(),
-        server_calls.len() + run1.len() + run2.len(),
+        server_calls.len() + run1.len() + paths.len(),
         "no other calls: {calls:#?}"
     );
     // Not assert_clean_summary: the first run may have been picked up mid-way.
@@ -537,19 +560,11 @@ fn a_go_client_gone_before_ebtop_looked_is_probed_from_its_executable() {
         &["--json", "--port", &p],
         &[("EBTOP_DEBUG_LOOKOUT_DELAY_MS", "3000")],
     );
-    let at_start = ebtop.collected[0]["tls_probed"]
-        .as_array()
-        .map_or(0, Vec::len) as u64;
+    let at_start = files_probed_at_start(&ebtop);
 
     let (first, printed) = run_client(&client_bin, server.port, false, &["/"; 5]);
     assert_printed(&printed, &["/"; 5]);
-    let probed = ebtop.wait_for(Duration::from_secs(60), |v| {
-        v["type"] == "overhead" && v["tls_files_probed"].as_u64() > Some(at_start)
-    });
-    assert!(
-        probed.is_some(),
-        "ebtop reports the exited program's file probed ({at_start} files at start)"
-    );
+    assert_one_more_file_probed(&mut ebtop, at_start, "the exited program's file probed");
     let paths = ["/"; 20];
     let (second, printed) = run_client(&client_bin, server.port, false, &paths);
     assert_printed(&printed, &paths);
@@ -558,16 +573,8 @@ fn a_go_client_gone_before_ebtop_looked_is_probed_from_its_executable() {
     let calls = calls(&lines);
     let summary = lines.last().unwrap();
     let comm = comm_of(&client_bin);
-    let run2 = of(&calls, second, "client");
-    assert_client_calls(&run2, "http", &paths, &comm, summary);
     let server_calls = of(&calls, server.pid(), "server");
-    let conn2 = &run2[0]["local"];
-    let server2: Vec<&Value> = server_calls
-        .iter()
-        .copied()
-        .filter(|s| &s["peer"] == conn2)
-        .collect();
-    assert_paired(&run2, &server2);
+    assert_run_exact(&calls, second, &server_calls, &paths, &comm, summary);
     assert_eq!(server_calls.len(), 5 + paths.len(), "{server_calls:#?}");
     assert!(of(&calls, first, "client").len() <= 5);
     assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
