@@ -433,6 +433,17 @@ fn go_server_and_clients_running_before_ebtop_are_exact_on_both_sides() {
     assert_eq!(summary["kernel"]["tls_no_socket"], 0, "{summary}");
 }
 
+/// A Go server running, and a copy of the client named `name` that no process ran before (not
+/// probed when ebtop starts), in a directory removed on drop.
+fn server_and_new_client(name: &str) -> (tempfile::TempDir, GoServer, PathBuf) {
+    let builds = go_builds();
+    let dir = tempfile::tempdir().unwrap();
+    let server_bin = copy_of(&builds.server, dir.path(), "gotls-server");
+    let client_bin = copy_of(&builds.client, dir.path(), name);
+    let server = GoServer::start(&server_bin, dir.path());
+    (dir, server, client_bin)
+}
+
 /// How many files ebtop listed as probed at its start (`meta.tls_probed`).
 fn files_probed_at_start(ebtop: &Ebtop) -> u64 {
     ebtop.collected[0]["tls_probed"]
@@ -489,12 +500,7 @@ fn assert_run_exact(
 fn a_go_client_started_after_ebtop_is_traced_exactly_from_its_second_run() {
     require_root();
     let _g = serial();
-    let builds = go_builds();
-    let dir = tempfile::tempdir().unwrap();
-    let server_bin = copy_of(&builds.server, dir.path(), "gotls-server");
-    // A file no process ran before: not probed when ebtop starts.
-    let client_bin = copy_of(&builds.client, dir.path(), "gotls-late");
-    let server = GoServer::start(&server_bin, dir.path());
+    let (_dir, server, client_bin) = server_and_new_client("gotls-late");
     let p = server.port.to_string();
     let mut ebtop = Ebtop::start(&["--json", "--port", &p]);
     let at_start = files_probed_at_start(&ebtop);
@@ -550,11 +556,7 @@ fn a_go_client_started_after_ebtop_is_traced_exactly_from_its_second_run() {
 fn a_go_client_gone_before_ebtop_looked_is_probed_from_its_executable() {
     require_root();
     let _g = serial();
-    let builds = go_builds();
-    let dir = tempfile::tempdir().unwrap();
-    let server_bin = copy_of(&builds.server, dir.path(), "gotls-server");
-    let client_bin = copy_of(&builds.client, dir.path(), "gotls-brief");
-    let server = GoServer::start(&server_bin, dir.path());
+    let (_dir, server, client_bin) = server_and_new_client("gotls-brief");
     let p = server.port.to_string();
     let mut ebtop = Ebtop::start_with_env(
         &["--json", "--port", &p],
