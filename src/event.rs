@@ -190,6 +190,26 @@ fn arr16(b: &[u8], off: usize) -> [u8; 16] {
     a
 }
 
+/// A record's kind byte.
+fn kind_of(b: u8) -> Option<EventKind> {
+    match b {
+        1 => Some(EventKind::Data),
+        2 => Some(EventKind::Connect),
+        3 => Some(EventKind::Accept),
+        4 => Some(EventKind::Close),
+        _ => None,
+    }
+}
+
+/// A record's direction byte (bit 0: ingress).
+fn dir_of(b: u8) -> Direction {
+    if b & 1 == 0 {
+        Direction::Egress
+    } else {
+        Direction::Ingress
+    }
+}
+
 /// What applying a record's results needs of the record (its times, process and size): read
 /// by the pipeline thread from a record a tracking thread decoded in full already.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,24 +229,13 @@ impl EventHead {
         if b.len() < HEADER_LEN {
             return None;
         }
-        let kind = match b[56] {
-            1 => EventKind::Data,
-            2 => EventKind::Connect,
-            3 => EventKind::Accept,
-            4 => EventKind::Close,
-            _ => return None,
-        };
         Some(EventHead {
             start_ns: u64_at(b, 0),
             end_ns: u64_at(b, 8),
             total_len: u64_at(b, 32),
             pid: u32_at(b, 40),
-            kind,
-            dir: if b[57] & 1 == 0 {
-                Direction::Egress
-            } else {
-                Direction::Ingress
-            },
+            kind: kind_of(b[56])?,
+            dir: dir_of(b[57]),
             comm: arr16(b, 104),
         })
     }
@@ -261,18 +270,8 @@ impl<'a> Event<'a> {
                 cap_len,
                 have: b.len() - HEADER_LEN,
             })?;
-        let kind = match b[56] {
-            1 => EventKind::Data,
-            2 => EventKind::Connect,
-            3 => EventKind::Accept,
-            4 => EventKind::Close,
-            k => return Err(DecodeError::Kind(k)),
-        };
-        let dir = if b[57] & 1 == 0 {
-            Direction::Egress
-        } else {
-            Direction::Ingress
-        };
+        let kind = kind_of(b[56]).ok_or(DecodeError::Kind(b[56]))?;
+        let dir = dir_of(b[57]);
         let syscall = Syscall::from_raw(b[58]).ok_or(DecodeError::Syscall(b[58]))?;
         let family = b[59];
         if family != AF_INET && family != AF_INET6 {

@@ -326,15 +326,14 @@ impl<S: Sink> Pipeline<S> {
         } else {
             fed.applied_up_to()
         };
-        let state = result;
-        let applied = state.is_ok().then(|| self.apply_held_exits(up_to));
+        let applied = result.is_ok().then(|| self.apply_held_exits(up_to));
         // Exits still held wait for workers at rest to say how far they read.
         if let Some(last) = self.held_exits.iter().map(|held| held.ts_ns).max() {
             fed.want_progress(last);
         }
         self.fed = Some(fed);
         applied.transpose()?;
-        state
+        result
     }
 
     fn apply_fed_from(

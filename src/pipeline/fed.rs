@@ -285,21 +285,15 @@ impl FedShards {
             return None;
         }
         self.held -= 1;
-        let p = self.queues[k].front_mut().expect("chosen above");
-        let i = p.next;
-        p.next += 1;
-        let outcome = p.outcomes[i];
-        let n = match outcome {
-            Outcome::Tracked { calls, .. } => calls as usize,
-            _ => 0,
-        };
-        let first_call = p.call_next;
-        p.call_next += n;
+        let taken = self.queues[k]
+            .front_mut()
+            .expect("chosen above")
+            .take_next();
         Some(FedRecord {
-            raw: p.batch.record(i),
-            outcome,
-            calls: p.calls.get(first_call..first_call + n).unwrap_or(&[]),
-            lines: &mut p.lines,
+            raw: taken.raw,
+            outcome: taken.outcome,
+            calls: taken.calls.unwrap_or(&[]),
+            lines: taken.lines,
         })
     }
 

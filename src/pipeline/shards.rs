@@ -92,6 +92,36 @@ pub(super) struct Processed {
     pub lines: Lines,
 }
 
+/// One record's results, taken from its batch in order.
+pub(super) struct TakenRecord<'a> {
+    pub raw: &'a [u8],
+    pub outcome: Outcome,
+    /// None: the batch holds fewer calls than its outcomes say (a worker's bug).
+    pub calls: Option<&'a [Call]>,
+    pub lines: &'a mut Lines,
+}
+
+impl Processed {
+    /// The next record not yet applied, with its calls; the caller knows there is one.
+    pub fn take_next(&mut self) -> TakenRecord<'_> {
+        let i = self.next;
+        self.next += 1;
+        let outcome = self.outcomes[i];
+        let n = match outcome {
+            Outcome::Tracked { calls, .. } => calls as usize,
+            _ => 0,
+        };
+        let first = self.call_next;
+        self.call_next += n;
+        TakenRecord {
+            raw: self.batch.record(i),
+            outcome,
+            calls: self.calls.get(first..first + n),
+            lines: &mut self.lines,
+        }
+    }
+}
+
 /// Call lines back to back, and where each ends; read in order.
 #[derive(Default)]
 pub(super) struct Lines {
@@ -346,23 +376,13 @@ impl Shards {
             }
         }
         self.log.pop_front();
-        let p = w.ready.front_mut().ok_or_else(worker_error)?;
-        let i = p.next;
-        p.next += 1;
-        let outcome = p.outcomes[i];
-        let n = match outcome {
-            Outcome::Tracked { calls, .. } => calls as usize,
-            _ => 0,
-        };
-        let first = p.call_next;
-        p.call_next += n;
-        let raw = p.batch.record(i);
-        self.pending_bytes = self.pending_bytes.saturating_sub(raw.len());
+        let taken = w.ready.front_mut().ok_or_else(worker_error)?.take_next();
+        self.pending_bytes = self.pending_bytes.saturating_sub(taken.raw.len());
         Ok(Some(Ready::Record {
-            raw,
-            outcome,
-            calls: p.calls.get(first..first + n).ok_or_else(worker_error)?,
-            lines: &mut p.lines,
+            raw: taken.raw,
+            outcome: taken.outcome,
+            calls: taken.calls.ok_or_else(worker_error)?,
+            lines: taken.lines,
         }))
     }
 

@@ -104,7 +104,7 @@ struct Scout {
     seen: HashSet<(u32, (u64, u64))>,
     /// Processes to look at, and when.
     pending: Vec<(Instant, u32)>,
-    /// Executables held from their exec until their process's first look.
+    /// Executables held from their exec until their process's first look (`scan_process`).
     held_exes: HashMap<u32, HeldExe>,
     /// How many are held (shared with the Lookout, which holds no more past [`MAX_HELD_EXES`]).
     exes_held: Arc<AtomicUsize>,
@@ -173,8 +173,7 @@ impl Lookout {
         all
     }
 
-    /// Looks at a process after each delay (`--pid` leaving it out: not at all).
-    /// Looks at a process after each delay; `with_exe`: its executable is opened now, for a
+    /// Looks at a process after each delay (`--pid` leaving it out: not at all); `with_exe`: its executable is opened now, for a
     /// process that may be gone by then (at most [`MAX_HELD_EXES`] at a time: a burst of
     /// execs while the lookout is busy holds no more descriptors than that).
     pub fn look_at(&mut self, pid: u32, after: &'static [Duration], with_exe: bool) {
@@ -337,16 +336,8 @@ impl Scout {
         due.sort_unstable();
         due.dedup();
         let mut found = false;
-        let due_pids = due.clone();
         for pid in due {
             found |= self.scan_process(pid);
-        }
-        // An executable is held until its process's first look: then the process was either
-        // looked at through /proc or gone and looked at through the held file.
-        for pid in &due_pids {
-            if self.held_exes.remove(pid).is_some() {
-                self.exes_held.fetch_sub(1, Ordering::Relaxed);
-            }
         }
         if found {
             self.wake.ring();
@@ -356,13 +347,19 @@ impl Scout {
 
     /// Whether anything was found to probe.
     fn scan_process(&mut self, pid: u32) -> bool {
+        // An executable held at its exec serves this first look only: the process is then
+        // looked at through /proc, or it is gone and looked at through the held file.
+        let exe = self.held_exes.remove(&pid);
+        if exe.is_some() {
+            self.exes_held.fetch_sub(1, Ordering::Relaxed);
+        }
         let mut found = false;
         let per_process = self.pids.is_some().then_some(pid);
         let candidates = discover::process_candidates(pid);
         if candidates.is_empty() {
-            // Gone already (or never readable): its executable, if it was held at its exec.
-            if let Some(target) = self.held_exes.get(&pid).and_then(held_target) {
-                let name = self.held_exes[&pid].path.display().to_string();
+            // Gone already (or never readable): its executable, if it was held.
+            if let Some((exe, target)) = exe.as_ref().and_then(|e| Some((e, held_target(e)?))) {
+                let name = exe.path.display().to_string();
                 return self.consider(target, per_process, Some(name));
             }
         }
