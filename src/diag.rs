@@ -29,10 +29,21 @@ pub fn write_line(args: std::fmt::Arguments<'_>) {
 /// back by that long, so the tests can have a new program exit before it is looked at.
 /// Always zero in release builds.
 pub fn debug_lookout_delay() -> std::time::Duration {
+    debug_ms("EBTOP_DEBUG_LOOKOUT_DELAY_MS")
+}
+
+/// Debug builds only: `EBTOP_DEBUG_EXEC_LAG_MS=<ms>` has the capture thread sleep that long
+/// before it hands an exec to the TLS lookout, so the tests can have a new program exit before
+/// its exec is handled. Always zero in release builds.
+pub fn debug_exec_lag() -> std::time::Duration {
+    debug_ms("EBTOP_DEBUG_EXEC_LAG_MS")
+}
+
+fn debug_ms(var: &str) -> std::time::Duration {
     if !cfg!(debug_assertions) {
         return std::time::Duration::ZERO;
     }
-    let ms = std::env::var("EBTOP_DEBUG_LOOKOUT_DELAY_MS")
+    let ms = std::env::var(var)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);

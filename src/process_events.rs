@@ -7,6 +7,28 @@ use crate::procinfo::ProcInfo;
 /// Size of `struct ebtop_proc_event`, the fixed header in front of an exec's strings.
 pub const HEADER_LEN: usize = 56;
 
+/// Size of `struct ebtop_exe_id`, after an exec's strings (absent from older records).
+pub const EXE_ID_LEN: usize = 16;
+
+/// The file a process exec'd, as the kernel knew it then: inode number and device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExeId {
+    pub ino: u64,
+    /// The kernel's encoding (`major << 20 | minor`), not `st_dev`'s.
+    pub dev: u32,
+}
+
+impl ExeId {
+    /// Whether `meta` is this file.
+    pub fn is(&self, meta: &std::fs::Metadata) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let st_dev = meta.dev();
+        meta.ino() == self.ino
+            && u64::from(libc::major(st_dev)) == u64::from(self.dev >> 20)
+            && u64::from(libc::minor(st_dev)) == u64::from(self.dev & 0xf_ffff)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProcEventKind {
     Exec,
@@ -44,6 +66,8 @@ pub struct ProcEvent<'a> {
     pub args: &'a [u8],
     /// Exec: the whole argument area was longer than what was copied.
     pub args_cut: bool,
+    /// Exec: the file it runs (None from an older ebtop's recording).
+    pub exe_id: Option<ExeId>,
     pub comm: [u8; 16],
 }
 
@@ -80,16 +104,21 @@ impl<'a> ProcEvent<'a> {
             k => return Err(ProcDecodeError::Kind(k)),
         };
         let (filename_len, args_len) = (u32_at(b, 24) as u64, u32_at(b, 28) as u64);
-        let (filename, args) = if kind == ProcEventKind::Exec {
-            // filename, its NUL, then the arguments (as procs.bpf.c lays them out).
+        let (filename, args, exe_id) = if kind == ProcEventKind::Exec {
+            // filename, its NUL, the arguments, then the file's identity (as procs.bpf.c lays
+            // them out).
             let strings = filename_len + 1 + args_len;
             if strings > payload.len() as u64 {
                 return Err(ProcDecodeError::Strings(strings));
             }
-            let f = filename_len as usize;
-            (&payload[..f], &payload[f + 1..f + 1 + args_len as usize])
+            let (f, s) = (filename_len as usize, strings as usize);
+            let exe_id = (payload.len() - s == EXE_ID_LEN).then(|| ExeId {
+                ino: u64::from_le_bytes(payload[s..s + 8].try_into().expect("8 bytes")),
+                dev: u32_at(payload, s + 8),
+            });
+            (&payload[..f], &payload[f + 1..s], exe_id)
         } else {
-            (&payload[..0], &payload[..0])
+            (&payload[..0], &payload[..0], None)
         };
         let mut comm = [0u8; 16];
         comm.copy_from_slice(&b[40..56]);
@@ -102,6 +131,7 @@ impl<'a> ProcEvent<'a> {
             filename,
             args,
             args_cut: (u32_at(b, 32) as u64) > args_len,
+            exe_id,
             comm,
         })
     }
@@ -177,6 +207,15 @@ pub fn build(
     b
 }
 
+/// Adds an exec record's file identity (which [`build`] leaves out, as older versions did).
+pub fn add_exe_id(raw: &mut Vec<u8>, id: ExeId) {
+    raw.extend_from_slice(&id.ino.to_le_bytes());
+    raw.extend_from_slice(&id.dev.to_le_bytes());
+    raw.extend_from_slice(&[0; 4]);
+    let cap = (raw.len() - HEADER_LEN) as u32;
+    raw[36..40].copy_from_slice(&cap.to_le_bytes());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,6 +264,42 @@ mod tests {
             }
         );
         assert!(st(11 | 0x80).core_dumped);
+    }
+
+    #[test]
+    fn an_exec_carries_its_files_identity_or_none_from_an_older_version() {
+        let mut raw = build(ProcEventKind::Exec, 5, 42, "curl", 0, b"/bin/x", b"x\0");
+        assert_eq!(ProcEvent::decode(&raw).unwrap().exe_id, None);
+        let id = ExeId {
+            ino: 0x0123_4567_89ab_cdef,
+            dev: (259 << 20) | 7,
+        };
+        add_exe_id(&mut raw, id);
+        let ev = ProcEvent::decode(&raw).unwrap();
+        assert_eq!(ev.exe_id, Some(id));
+        assert_eq!((ev.filename, ev.args), (&b"/bin/x"[..], &b"x\0"[..]));
+    }
+
+    #[test]
+    fn an_exe_id_is_the_file_stat_names() {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata("/proc/self/exe").unwrap();
+        let (major, minor) = (libc::major(meta.dev()), libc::minor(meta.dev()));
+        let id = ExeId {
+            ino: meta.ino(),
+            dev: (major << 20) | minor,
+        };
+        assert!(id.is(&meta));
+        assert!(!ExeId {
+            ino: id.ino + 1,
+            ..id
+        }
+        .is(&meta));
+        assert!(!ExeId {
+            dev: id.dev ^ 1,
+            ..id
+        }
+        .is(&meta));
     }
 
     #[test]

@@ -126,7 +126,9 @@ _Static_assert(sizeof(struct ebtop_event) == 120, "src/event.rs HEADER_LEN must 
 
 /* Process lifecycle records (procs.bpf.c, their own ring buffer `proc_events`). */
 enum ebtop_proc_kind {
-	EBTOP_PROC_EXEC = 1, /* a process ran execve(); payload: filename NUL argv (NUL-separated) */
+	/* a process ran execve(); payload: filename NUL argv (NUL-separated), then struct
+	 * ebtop_exe_id (which records of older versions lack) */
+	EBTOP_PROC_EXEC = 1,
 	EBTOP_PROC_EXIT = 2, /* the last thread of a process exited */
 	EBTOP_PROC_LOADED = 3, /* a dlopen() of the process returned a handle: new code mapped */
 };
@@ -156,5 +158,15 @@ struct ebtop_proc_event {
 };
 
 _Static_assert(sizeof(struct ebtop_proc_event) == 56, "src/procevent.rs HEADER_LEN must match");
+
+/* The file an exec runs (the trailer of an exec record's payload): a program gone before user
+ * space handled its exec is probed from the file its path names, if that is the same one. */
+struct ebtop_exe_id {
+	__u64 ino;
+	__u32 dev; /* the kernel's encoding: major << 20 | minor */
+	__u32 pad;
+};
+
+_Static_assert(sizeof(struct ebtop_exe_id) == 16, "src/process_events.rs EXE_ID_LEN must match");
 
 #endif

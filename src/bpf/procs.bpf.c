@@ -42,8 +42,9 @@ struct {
 
 struct proc_scratch {
 	struct ebtop_proc_event ev;
-	/* The filename at 0 (offset of the arguments bounded by 2 * MAX_FILENAME for the verifier). */
-	char data[2 * EBTOP_PROC_MAX_FILENAME + EBTOP_PROC_MAX_ARGS];
+	/* The filename at 0 (offset of the arguments bounded by 2 * MAX_FILENAME for the verifier),
+	 * the arguments, then the file's identity. */
+	char data[2 * EBTOP_PROC_MAX_FILENAME + EBTOP_PROC_MAX_ARGS + sizeof(struct ebtop_exe_id)];
 };
 
 struct {
@@ -137,8 +138,18 @@ int on_exec(struct trace_event_raw_sched_process_exec *ctx)
 		len = 0;
 	ev->args_len = len;
 	ev->args_total = total > 0xffffffff ? 0xffffffff : (__u32)total;
-	ev->cap_len = off + len;
-	emit(s, off + len, wake_on_exec);
+
+	struct inode *inode = BPF_CORE_READ(mm, exe_file, f_inode);
+	struct ebtop_exe_id id = {
+		.ino = BPF_CORE_READ(inode, i_ino),
+		.dev = BPF_CORE_READ(inode, i_sb, s_dev),
+	};
+	__u32 cap = off + len;
+	if (cap > 2 * EBTOP_PROC_MAX_FILENAME + EBTOP_PROC_MAX_ARGS)
+		return 0; /* never: for the verifier */
+	__builtin_memcpy(s->data + cap, &id, sizeof(id));
+	ev->cap_len = cap + sizeof(id);
+	emit(s, cap + sizeof(id), wake_on_exec);
 	return 0;
 }
 

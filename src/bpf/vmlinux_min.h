@@ -106,9 +106,14 @@ struct socket {
 	struct sock *sk;
 } __attribute__((preserve_access_index));
 
+struct super_block {
+	unsigned int s_dev;
+} __attribute__((preserve_access_index));
+
 struct inode {
 	unsigned short i_mode;
 	unsigned long i_ino;
+	struct super_block *i_sb;
 } __attribute__((preserve_access_index));
 
 struct file {
@@ -138,6 +143,7 @@ struct signal_struct {
 struct mm_struct {
 	unsigned long arg_start;
 	unsigned long arg_end;
+	struct file *exe_file;
 } __attribute__((preserve_access_index));
 
 struct task_struct {

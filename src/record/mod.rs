@@ -25,8 +25,9 @@ pub const FRAME_MAGIC: &[u8; 4] = b"EBFR";
 pub const MAJOR: u16 = 1;
 /// 1: kind 5 (the flow table's report per interval). 2: kind 6 (process exec/exit records).
 /// 3: kind 1 records may name syscall 16 (`other`: socket-layer capture, length only), the
-/// interval's kernel counters carry `missed_runs`.
-pub const MINOR: u16 = 3;
+/// interval's kernel counters carry `missed_runs`. 4: an exec's kind 6 record ends with the
+/// file's identity (`struct ebtop_exe_id`).
+pub const MINOR: u16 = 4;
 pub const FILE_HEADER_LEN: usize = 16;
 pub const FRAME_HEADER_LEN: usize = 16;
 /// Largest frame a reader accepts (a corrupt length must not allocate gigabytes).

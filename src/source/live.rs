@@ -475,7 +475,7 @@ fn drain_procs<S: Sink>(
             // A new program may link OpenSSL statically or map a libssl not probed yet.
             if let (Some(t), Ok(ev)) = (tls.as_mut(), ProcEvent::decode(r)) {
                 match ev.kind {
-                    ProcEventKind::Exec => t.on_exec(ev.pid),
+                    ProcEventKind::Exec => t.on_exec(&ev),
                     // A library loaded at run time: its maps now, before its first calls.
                     ProcEventKind::Loaded => {
                         t.on_dlopen(ev.pid);

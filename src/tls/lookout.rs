@@ -8,6 +8,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
@@ -17,6 +18,7 @@ use super::discover::{self, SslSites, Target};
 use super::golang::{self, GoSites};
 use super::TlsPrograms;
 use crate::eventfd::Doorbell;
+use crate::process_events::ExeId;
 
 /// What a file offers to probe.
 #[derive(Debug)]
@@ -59,17 +61,36 @@ pub const MAX_HELD_EXES: usize = 64;
 /// a short-lived program is still probed (its next runs then traced from their first call).
 struct HeldExe {
     file: File,
-    /// Where it was (`/proc/PID/exe`'s link), for messages.
+    /// Where it was (`/proc/PID/exe`'s link, or the exec's path), for messages.
     path: PathBuf,
 }
 
+/// What an exec record tells of the file a process runs.
+pub struct ExecdFile<'a> {
+    /// As given to execve().
+    pub path: &'a [u8],
+    /// The file the kernel ran (None from a record without it).
+    pub id: Option<ExeId>,
+}
+
 impl HeldExe {
-    /// `/proc/PID/exe` opened now; None if the process is gone already.
-    fn open(pid: u32) -> Option<HeldExe> {
+    /// `/proc/PID/exe` opened now. A program gone already (its exec handled late, on a busy
+    /// host: a few ms are enough for a short one) is opened by the exec's path, if that is
+    /// absolute and still names the very file the kernel ran (not one replaced since, nor one
+    /// of another mount namespace). None: neither.
+    fn open(pid: u32, execd: &ExecdFile) -> Option<HeldExe> {
         let link = format!("/proc/{pid}/exe");
-        let file = File::open(&link).ok()?;
-        let path = std::fs::read_link(&link).unwrap_or_else(|_| PathBuf::from(link));
-        Some(HeldExe { file, path })
+        if let Ok(file) = File::open(&link) {
+            let path = std::fs::read_link(&link).unwrap_or_else(|_| PathBuf::from(link));
+            return Some(HeldExe { file, path });
+        }
+        let path = PathBuf::from(std::ffi::OsStr::from_bytes(execd.path));
+        if !path.is_absolute() {
+            return None;
+        }
+        let file = File::open(&path).ok()?;
+        let meta = file.metadata().ok()?;
+        execd.id?.is(&meta).then_some(HeldExe { file, path })
     }
 }
 
@@ -173,14 +194,16 @@ impl Lookout {
         all
     }
 
-    /// Looks at a process after each delay (`--pid` leaving it out: not at all); `with_exe`: its executable is opened now, for a
-    /// process that may be gone by then (at most [`MAX_HELD_EXES`] at a time: a burst of
-    /// execs while the lookout is busy holds no more descriptors than that).
-    pub fn look_at(&mut self, pid: u32, after: &'static [Duration], with_exe: bool) {
-        let exe = if with_exe && self.exes_held.load(Ordering::Relaxed) < MAX_HELD_EXES {
-            HeldExe::open(pid)
-        } else {
-            None
+    /// Looks at a process after each delay (`--pid` leaving it out: not at all). `execd`: the
+    /// file it exec'd, opened now for a process that may be gone by then (at most
+    /// [`MAX_HELD_EXES`] at a time: a burst of execs while the lookout is busy holds no more
+    /// descriptors than that).
+    pub fn look_at(&mut self, pid: u32, after: &'static [Duration], execd: Option<ExecdFile>) {
+        let exe = match execd {
+            Some(e) if self.exes_held.load(Ordering::Relaxed) < MAX_HELD_EXES => {
+                HeldExe::open(pid, &e)
+            }
+            _ => None,
         };
         if exe.is_some() {
             self.exes_held.fetch_add(1, Ordering::Relaxed);
@@ -438,4 +461,57 @@ enum Opened {
     /// Nothing to probe in it.
     Nothing,
     Found(Found),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    /// No process has this pid (above the kernel's PID_MAX_LIMIT): `/proc/PID/exe` fails.
+    const GONE: u32 = 1 << 23;
+
+    fn id_of(path: &std::path::Path) -> ExeId {
+        let m = std::fs::metadata(path).unwrap();
+        ExeId {
+            ino: m.ino(),
+            dev: (libc::major(m.dev()) << 20) | libc::minor(m.dev()),
+        }
+    }
+
+    #[test]
+    fn a_gone_program_is_held_by_its_path_only_where_that_names_the_file_it_ran() {
+        let dir = tempfile::tempdir().unwrap();
+        let ran = dir.path().join("ran");
+        std::fs::write(&ran, b"\x7fELF").unwrap();
+        let other = dir.path().join("other");
+        std::fs::write(&other, b"\x7fELF").unwrap();
+        let path = ran.as_os_str().as_bytes();
+        let held = |path: &[u8], id: Option<ExeId>| HeldExe::open(GONE, &ExecdFile { path, id });
+
+        let exe = held(path, Some(id_of(&ran))).expect("the same file");
+        assert_eq!(exe.path, ran);
+        assert_eq!(exe.file.metadata().unwrap().ino(), id_of(&ran).ino);
+        assert!(held(path, Some(id_of(&other))).is_none(), "another file");
+        assert!(held(path, None).is_none(), "nothing to check it by");
+        assert!(held(b"ran", Some(id_of(&ran))).is_none(), "a relative path");
+        // Replaced since the exec: the path names a new file.
+        let ran_id = id_of(&ran);
+        std::fs::rename(&other, &ran).unwrap();
+        assert!(held(path, Some(ran_id)).is_none(), "a file replaced");
+    }
+
+    #[test]
+    fn a_running_program_is_held_by_its_proc_link() {
+        let me = std::process::id();
+        let exe = HeldExe::open(
+            me,
+            &ExecdFile {
+                path: b"",
+                id: None,
+            },
+        )
+        .expect("this test");
+        assert_eq!(exe.path, std::fs::read_link("/proc/self/exe").unwrap());
+    }
 }

@@ -21,7 +21,9 @@ use std::ptr::NonNull;
 use std::time::Duration;
 
 use discover::{SslSites, Target};
-use lookout::{Found, Lookout, Plan, Probed};
+use lookout::{ExecdFile, Found, Lookout, Plan, Probed};
+
+use crate::process_events::ProcEvent;
 
 /// The capture object's TLS programs (`tls.h`): entry programs per function and one return.
 const ENTRIES: [(&str, &str); 5] = [
@@ -63,6 +65,8 @@ pub struct TlsProbes {
     /// Probe hits per process since the start, exited processes included (the kernel's map
     /// forgets them): all hits, and those at single-stepped sites.
     hits: std::cell::RefCell<(BTreeMap<u32, u64>, BTreeMap<u32, u64>)>,
+    /// Slept before an exec is handed over (a test hook: `diag::debug_exec_lag`).
+    exec_lag: Duration,
 }
 
 /// Exited processes whose hits are remembered at most (then only the running ones are).
@@ -134,6 +138,7 @@ impl TlsProbes {
             stepped_hit_ns,
             go_files: 0,
             hits: Default::default(),
+            exec_lag: crate::diag::debug_exec_lag(),
         };
         for probed in t.lookout.initial() {
             t.note(probed);
@@ -144,14 +149,21 @@ impl TlsProbes {
     /// A process ran execve(): looked at now and again shortly (its libraries). Its
     /// executable is opened here, at once, for the lookout: a short-lived program may be gone
     /// before the lookout gets to it (a few µs on this thread, once per exec).
-    pub fn on_exec(&mut self, pid: u32) {
-        self.lookout.look_at(pid, &EXEC_RESCANS, true);
+    pub fn on_exec(&mut self, exec: &ProcEvent) {
+        if !self.exec_lag.is_zero() {
+            std::thread::sleep(self.exec_lag);
+        }
+        let file = ExecdFile {
+            path: exec.filename,
+            id: exec.exe_id,
+        };
+        self.lookout.look_at(exec.pid, &EXEC_RESCANS, Some(file));
     }
 
     /// A process's dlopen() returned: a library it loaded (from anywhere: the library
     /// directories' files are probed already) is looked at now.
     pub fn on_dlopen(&mut self, pid: u32) {
-        self.lookout.look_at(pid, &[Duration::ZERO], false);
+        self.lookout.look_at(pid, &[Duration::ZERO], None);
     }
 
     /// Readable when the lookout probed files: the live loop waits on it with the rings, so
