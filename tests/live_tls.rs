@@ -1,7 +1,8 @@
 //! Live capture of HTTPS: the plaintext of TLS connections, from uprobes on OpenSSL's
 //! `SSL_read`/`SSL_write` and their `_ex` forms. A real nginx with a self-signed certificate,
 //! curl over TLS 1.2 and 1.3, h2load, Python's urllib (the system libssl, `_ex` calls), a server
-//! linked statically with OpenSSL (tests/fixtures/tls/static_server.c) and a process that loads
+//! linked statically with OpenSSL 3 or 1.1.1 (tests/fixtures/tls/static_server.c; 1.1.1 built
+//! from source by tests/fixtures/tls/openssl111, with perl and make) and a process that loads
 //! libssl after ebtop started, all started by the test on free ports and compared with what the
 //! peers report. Needs root, nginx (nginx-light), curl, h2load, openssl, python3, cc and
 //! libssl-dev.
@@ -553,10 +554,42 @@ fn comm_of(path: &Path) -> String {
     name.chars().take(15).collect()
 }
 
+/// The OpenSSL a static server is linked with.
+#[derive(Clone, Copy, Debug)]
+enum StaticOpenssl {
+    /// The system's static archives (libssl-dev: OpenSSL 3 on Debian 12).
+    System,
+    /// OpenSSL 1.1.1w, built from source once per target dir (tests/fixtures/tls/openssl111).
+    V111,
+}
+
+/// Where OpenSSL 1.1.1 was built (`include/`, `lib/`): `cargo run` of the fixture crate that
+/// builds it (the openssl-src crate; minutes the first time, then cached in target/).
+fn openssl111_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let out = Command::new(env!("CARGO"))
+            .args(["run", "--quiet", "--locked", "--manifest-path"])
+            .arg(root.join("tests/fixtures/tls/openssl111/Cargo.toml"))
+            .arg("--target-dir")
+            .arg(root.join("target/fixtures/openssl111"))
+            .output()
+            .expect("cargo runs");
+        assert!(
+            out.status.success(),
+            "building OpenSSL 1.1.1 (tests/fixtures/tls/openssl111): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    })
+    .clone()
+}
+
 /// Compiles tests/fixtures/tls/static_server.c against OpenSSL's static archives into `dir`,
 /// and checks that the result has SSL_read/SSL_write of its own and maps no libssl.
-fn build_static_server(dir: &Path) -> PathBuf {
-    let archive = |name: &str| -> String {
+fn build_static_server(dir: &Path, openssl: StaticOpenssl) -> PathBuf {
+    let system_archive = |name: &str| -> PathBuf {
         let out = Command::new("cc")
             .arg(format!("-print-file-name={name}"))
             .output()
@@ -566,16 +599,35 @@ fn build_static_server(dir: &Path) -> PathBuf {
             Path::new(&path).is_absolute(),
             "{name} not found: libssl-dev is installed"
         );
-        path
+        PathBuf::from(path)
+    };
+    let (include, ssl, crypto) = match openssl {
+        StaticOpenssl::System => (
+            None,
+            system_archive("libssl.a"),
+            system_archive("libcrypto.a"),
+        ),
+        StaticOpenssl::V111 => {
+            let d = openssl111_dir();
+            (
+                Some(d.join("include")),
+                d.join("lib/libssl.a"),
+                d.join("lib/libcrypto.a"),
+            )
+        }
     };
     let bin = dir.join("static_tls_srv");
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls/static_server.c");
-    let out = Command::new("cc")
+    let mut cc = Command::new("cc");
+    if let Some(include) = include {
+        cc.arg("-I").arg(include);
+    }
+    let out = cc
         .args(["-O2", "-o"])
         .arg(&bin)
         .arg(&src)
-        .arg(archive("libssl.a"))
-        .arg(archive("libcrypto.a"))
+        .arg(ssl)
+        .arg(crypto)
         .args(["-lpthread", "-ldl"])
         .output()
         .unwrap();
@@ -594,10 +646,18 @@ fn build_static_server(dir: &Path) -> PathBuf {
             "{sym} is defined in the executable"
         );
     }
+    if let StaticOpenssl::V111 = openssl {
+        let strings = Command::new("strings").arg(&bin).output().unwrap();
+        assert!(
+            String::from_utf8_lossy(&strings.stdout).contains("OpenSSL 1.1.1w"),
+            "{} is linked with OpenSSL 1.1.1w",
+            bin.display()
+        );
+    }
     bin
 }
 
-/// A server linked statically with OpenSSL (no libssl.so: its SSL_read_ex / SSL_write /
+/// A server linked statically with OpenSSL 3 (no libssl.so: its SSL_read_ex / SSL_write /
 /// SSL_write_ex are in the executable), started after ebtop: its calls show under its comm,
 /// and once they do, curl's requests on one keep-alive connection and h2load's 100 requests
 /// on 2 connections (a thread each) are exact on both sides.
@@ -607,10 +667,22 @@ fn build_static_server(dir: &Path) -> PathBuf {
 /// counts, run until the first server call shows (bounded).
 #[test]
 fn a_server_linked_statically_with_openssl_started_after_ebtop_is_traced() {
+    static_server_started_after_ebtop_is_traced(StaticOpenssl::System);
+}
+
+/// The same with OpenSSL 1.1.1 (the last 1.1 release, built from source: no distribution
+/// here ships it): its `SSL_read`/`SSL_write` and `_ex` forms, and the internal functions
+/// they share, in the executable.
+#[test]
+fn a_server_linked_statically_with_openssl_1_1_started_after_ebtop_is_traced() {
+    static_server_started_after_ebtop_is_traced(StaticOpenssl::V111);
+}
+
+fn static_server_started_after_ebtop_is_traced(openssl: StaticOpenssl) {
     require_root();
     const BIG: usize = 300_001;
     let dir = tempfile::tempdir().unwrap();
-    let bin = build_static_server(dir.path());
+    let bin = build_static_server(dir.path(), openssl);
     let (cert, key) = self_signed_cert(dir.path());
     let port = free_tcp_port();
     let p = port.to_string();
@@ -709,6 +781,20 @@ fn a_server_linked_statically_with_openssl_started_after_ebtop_is_traced() {
     // Not assert_clean_summary: a warm-up connection may have been picked up mid-way.
     let summary = lines.last().unwrap();
     assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
+
+    // Running at the start of another ebtop, the server is listed with the sites probed: the
+    // internal read and write functions, whose wrappers both builds compile to a shape
+    // `internal_sites` proves (OpenSSL 1.1.1 built with frame pointers).
+    let again = Ebtop::start(&["--json", "--port", &p]);
+    let meta = again.collected[0].clone();
+    drop(again.stop());
+    let listed = format!("/proc/{server_pid}/exe [internal]");
+    assert!(
+        meta["tls_probed"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|f| f == listed.as_str())),
+        "{openssl:?}: {listed} in {meta}"
+    );
 }
 
 /// https_client.py `fetch --wait` of `urls` (`flags` after --wait), started and waiting,

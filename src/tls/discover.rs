@@ -78,13 +78,25 @@ pub struct InternalSites {
     pub write: u64,
 }
 
+/// How `SSL_read_ex`/`SSL_write_ex` begin (after an `endbr64`, if any) when all they do before
+/// calling the internal function is align the stack: `sub $8,%rsp; call`, or with frame
+/// pointers (distributions that build with them, OpenSSL built by the `cc` crate)
+/// `push %rbp; mov %rsp,%rbp; call` (either encoding of the `mov`). None of them touches the
+/// argument registers. Each ends with the call's opcode, 4 bytes from its start.
+const WRAPPER_PROLOGUES: [&[u8]; 3] = [
+    &[0x48, 0x83, 0xec, 0x08, 0xe8],
+    &[0x55, 0x48, 0x89, 0xe5, 0xe8],
+    &[0x55, 0x48, 0x8b, 0xec, 0xe8],
+];
+
 /// OpenSSL (1.1.1, 3.x) implements `SSL_read`/`SSL_read_ex` (and the writes) as thin wrappers
 /// around one internal function taking `(SSL *, buf, num, size_t *count)` and returning > 0
 /// on success. Probing that function instead of the four public ones is the same data for
 /// much less: the public ones begin with `sub $N,%rsp`, which the kernel single-steps out of
 /// line (~10 µs per call with its return here), the internal ones with `push` (emulated:
 /// ~1.5 µs). Taken only when the code proves it: `SSL_read_ex` is `[endbr64] sub $8,%rsp;
-/// call X` (its arguments reach X untouched: X has the `_ex` contract), and `SSL_read` calls
+/// call X` or its frame-pointer form ([`WRAPPER_PROLOGUES`]: its arguments reach X untouched,
+/// so X has the `_ex` contract), and `SSL_read` calls
 /// the same X (so probing X sees both, once); likewise for the writes. Else None, and the
 /// public functions are probed.
 pub fn internal_sites(path: &Path) -> Option<InternalSites> {
@@ -121,14 +133,7 @@ fn internal_sites_in(elf: &object::File) -> Option<InternalSites> {
     };
     let internal = |plain: &str, ex: &str| -> Option<u64> {
         let (ex_addr, ex_code) = func(ex)?;
-        let body = ex_code
-            .strip_prefix(&[0xf3, 0x0f, 0x1e, 0xfa])
-            .unwrap_or(ex_code);
-        let call_at = ex_addr + (ex_code.len() - body.len()) as u64 + 4;
-        let rel = body
-            .strip_prefix(&[0x48, 0x83, 0xec, 0x08, 0xe8])?
-            .get(..4)?;
-        let target = call_target(call_at, rel)?;
+        let target = wrapped_call(ex_addr, ex_code)?;
         let (plain_addr, plain_code) = func(plain)?;
         let plain_calls_it = (0..plain_code.len().saturating_sub(4)).any(|i| {
             plain_code[i] == 0xe8
@@ -139,6 +144,19 @@ fn internal_sites_in(elf: &object::File) -> Option<InternalSites> {
     let read = file_offset(internal(READ, READ_EX)?)?;
     let write = file_offset(internal(WRITE, WRITE_EX)?)?;
     (read != write).then_some(InternalSites { read, write })
+}
+
+/// The function a wrapper at `addr` whose code is `code` calls right away, having only aligned
+/// the stack ([`WRAPPER_PROLOGUES`]); None if it does anything else first.
+fn wrapped_call(addr: u64, code: &[u8]) -> Option<u64> {
+    let body = code.strip_prefix(&[0xf3, 0x0f, 0x1e, 0xfa]).unwrap_or(code);
+    let rel = WRAPPER_PROLOGUES
+        .iter()
+        .find_map(|p| body.strip_prefix(*p))?
+        .get(..4)?;
+    // The call's opcode is the byte before its displacement.
+    let call_at = addr + (code.len() - body.len()) as u64 + 4;
+    call_target(call_at, rel)
 }
 
 /// Whether x86-64 uprobes emulate the instruction `code` begins with (arch/x86/kernel/
@@ -457,6 +475,39 @@ mod tests {
         assert_eq!(internal_sites(&exe), None);
         assert_eq!(call_target(0x1000, &[0x10, 0, 0, 0]), Some(0x1015));
         assert_eq!(call_target(0x1000, &(-0x20i32).to_le_bytes()), Some(0xfe5));
+    }
+
+    #[test]
+    fn wrappers_that_only_align_the_stack_are_seen_through() {
+        let call = |disp: i32| -> Vec<u8> {
+            let mut c = vec![0xe8];
+            c.extend_from_slice(&disp.to_le_bytes());
+            c
+        };
+        let with = |prefix: &[u8], disp: i32| -> Vec<u8> {
+            let mut c = prefix.to_vec();
+            c.extend(call(disp));
+            c.extend_from_slice(&[0x31, 0xd2, 0xc3]); // xor %edx,%edx; ret
+            c
+        };
+        const ENDBR: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
+        // OpenSSL 3 on Debian 12: endbr64; sub $8,%rsp; call X.
+        let debian = with(&[&ENDBR[..], &[0x48, 0x83, 0xec, 0x08]].concat(), 0x100);
+        assert_eq!(wrapped_call(0x1000, &debian), Some(0x1000 + 8 + 5 + 0x100));
+        // OpenSSL 1.1.1 built with frame pointers (seen here): push %rbp; mov %rsp,%rbp; call X.
+        let fp = with(&[0x55, 0x48, 0x89, 0xe5], -0x189);
+        assert_eq!(wrapped_call(0x5a210, &fp), Some(0x5a090));
+        let fp_endbr = with(&[&ENDBR[..], &[0x55, 0x48, 0x8b, 0xec]].concat(), 0);
+        assert_eq!(wrapped_call(0x2000, &fp_endbr), Some(0x2000 + 13));
+        // Anything done to the arguments first: not a wrapper of this kind.
+        let moves = with(&[0x55, 0x48, 0x89, 0xe5, 0x48, 0x89, 0xf7], 0); // mov %rsi,%rdi
+        assert_eq!(wrapped_call(0x1000, &moves), None);
+        let sub16 = with(&[0x48, 0x83, 0xec, 0x10], 0);
+        assert_eq!(wrapped_call(0x1000, &sub16), None);
+        assert_eq!(
+            wrapped_call(0x1000, &[0x55, 0x48, 0x89, 0xe5, 0xe8, 0]),
+            None
+        );
     }
 
     #[test]
