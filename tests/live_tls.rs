@@ -374,8 +374,10 @@ fn nginx_over_tls_1_2_and_1_3_matches_curl_and_python_exactly() {
 }
 
 /// OpenSSL's public functions as the probe sites (`EBTOP_TLS_SITES=public`: what ebtop uses
-/// where it cannot prove the internal read/write functions, e.g. BoringSSL or other builds):
-/// curl (`SSL_read`/`SSL_write`) and Python (`_ex`) exact on both sides, as with the default.
+/// where it cannot prove the internal read/write functions, e.g. BoringSSL or other builds),
+/// each a link of its own (`EBTOP_UPROBE_LINKS=single`: what ebtop does on kernels without
+/// multi-uprobe links): curl (`SSL_read`/`SSL_write`) and Python (`_ex`) exact on both sides,
+/// as with the default.
 #[test]
 fn public_function_sites_are_exact_too() {
     require_root();
@@ -383,7 +385,10 @@ fn public_function_sites_are_exact_too() {
     let port = nginx.tls.to_string();
     let ebtop = Ebtop::start_with_env(
         &["--json", "--port", &port],
-        &[("EBTOP_TLS_SITES", "public")],
+        &[
+            ("EBTOP_TLS_SITES", "public"),
+            ("EBTOP_UPROBE_LINKS", "single"),
+        ],
     );
     let (curl_pid, transfers) = curl(
         nginx.tls,

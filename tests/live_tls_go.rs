@@ -373,6 +373,8 @@ fn mixed_paths(n: usize) -> Vec<&'static str> {
 /// status, in order; HTTP/2 response sizes exact to the body the client read) and one server
 /// call of the server on the same connection with the same sizes; `meta.tls_probed` lists the
 /// two Go files; nothing lost, no TLS call without its socket, no other call on the port.
+/// Each probe site a link of its own (`EBTOP_UPROBE_LINKS=single`, as on kernels without
+/// multi-uprobe links; the other tests use those).
 #[test]
 fn go_server_and_clients_running_before_ebtop_are_exact_on_both_sides() {
     require_root();
@@ -389,7 +391,10 @@ fn go_server_and_clients_running_before_ebtop_are_exact_on_both_sides() {
     let (h1_pid, h2_pid) = (h1.pid(), h2.pid());
 
     let p = server.port.to_string();
-    let ebtop = Ebtop::start(&["--json", "--port", &p]);
+    let ebtop = Ebtop::start_with_env(
+        &["--json", "--port", &p],
+        &[("EBTOP_UPROBE_LINKS", "single")],
+    );
     // Both at once: the server serves the two connections side by side.
     h1.release();
     h2.release();
@@ -444,11 +449,12 @@ fn server_and_new_client(name: &str) -> (tempfile::TempDir, GoServer, PathBuf) {
     (dir, server, client_bin)
 }
 
-/// How many files ebtop listed as probed at its start (`meta.tls_probed`).
-fn files_probed_at_start(ebtop: &Ebtop) -> u64 {
-    ebtop.collected[0]["tls_probed"]
-        .as_array()
-        .map_or(0, Vec::len) as u64
+/// How many files ebtop probed at its start, installed programs included (once it looked at
+/// them all).
+fn files_probed_at_start(ebtop: &mut Ebtop) -> u64 {
+    ebtop.installed_scanned()["tls_files_probed"]
+        .as_u64()
+        .expect("tls_files_probed")
 }
 
 /// Waits for an `overhead` line that counts one more file probed than at the start (the tests
@@ -503,7 +509,7 @@ fn a_go_client_started_after_ebtop_is_traced_exactly_from_its_second_run() {
     let (_dir, server, client_bin) = server_and_new_client("gotls-late");
     let p = server.port.to_string();
     let mut ebtop = Ebtop::start(&["--json", "--port", &p]);
-    let at_start = files_probed_at_start(&ebtop);
+    let at_start = files_probed_at_start(&mut ebtop);
 
     let paths = ["/"; 20];
     let mut first_run = GoClient::spawn(&client_bin, server.port, false, &["-hold"], &paths);
@@ -577,7 +583,7 @@ fn short_run_then_exact_run(name: &str, hook: (&str, &str)) {
     let (_dir, server, client_bin) = server_and_new_client(name);
     let p = server.port.to_string();
     let mut ebtop = Ebtop::start_with_env(&["--json", "--port", &p], &[hook]);
-    let at_start = files_probed_at_start(&ebtop);
+    let at_start = files_probed_at_start(&mut ebtop);
 
     let (first, printed) = run_client(&client_bin, server.port, false, &["/"; 5]);
     assert_printed(&printed, &["/"; 5]);
@@ -595,6 +601,48 @@ fn short_run_then_exact_run(name: &str, hook: (&str, &str)) {
     assert_eq!(server_calls.len(), 5 + paths.len(), "{server_calls:#?}");
     assert!(of(&calls, first, "client").len() <= 5);
     assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
+}
+
+/// A Go client installed in a directory on ebtop's `PATH`, run for the first time after ebtop
+/// looked at the installed programs: probed before it ever ran (no exec to wait for), so its
+/// first run is exact from its first call, on both sides.
+#[test]
+fn a_go_client_installed_on_path_is_traced_from_its_first_call() {
+    require_root();
+    let _g = serial();
+    let (dir, server, client_bin) = server_and_new_client("gotls-onpath");
+    let p = server.port.to_string();
+    let path = std::env::join_paths(std::iter::once(dir.path().to_path_buf()).chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
+    .unwrap();
+    let mut ebtop = Ebtop::start_with_env(
+        &["--json", "--port", &p],
+        &[("PATH", path.to_str().unwrap())],
+    );
+    let at_start = files_probed_at_start(&mut ebtop);
+    assert!(
+        at_start >= 2,
+        "the server and the installed client: {at_start}"
+    );
+
+    let paths = ["/"; 20];
+    let (pid, printed) = run_client(&client_bin, server.port, false, &paths);
+    assert_printed(&printed, &paths);
+    let lines = ebtop.stop();
+
+    let calls = calls(&lines);
+    let summary = lines.last().unwrap();
+    let comm = comm_of(&client_bin);
+    let server_calls = of(&calls, server.pid(), "server");
+    assert_eq!(server_calls.len(), paths.len(), "{server_calls:#?}");
+    assert_run_exact(&calls, pid, &server_calls, &paths, &comm, summary);
+    assert_eq!(calls.len(), 2 * paths.len(), "no other calls: {calls:#?}");
+    assert_eq!(
+        summary["kernel"]["tls_files_probed"], at_start,
+        "nothing probed at the exec: the file was, before"
+    );
+    assert_clean_summary(summary);
 }
 
 /// h2load rounds against `url` in a loop (HTTP/2, then HTTP/1.1, and so on) until `stop`: each

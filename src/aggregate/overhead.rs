@@ -292,6 +292,10 @@ pub struct OverheadSnapshot {
     pub tls_files_probed: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls_probe_failures: Option<u64>,
+    /// Whether every installed program (those of the program directories and `PATH`, looked
+    /// at after the start, between the looks at new processes) was looked at; absent as above.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_installed_scanned: Option<bool>,
     /// user_cpu_pct + bpf_cpu_pct (the BPF part counted as 0 when unavailable: then a lower
     /// bound, as `bpf_stats_available` says).
     pub ebtop_cpu_pct: Option<f64>,
@@ -395,6 +399,7 @@ impl Overhead {
             ring_lost_per_s: per_s(ring_lost, period_ns),
             tls_files_probed: None,
             tls_probe_failures: None,
+            tls_installed_scanned: None,
             ebtop_cpu_pct: user_cpu_pct.map(|u| u + bpf.as_ref().map_or(0.0, |b| b.cpu_pct)),
             bpf_programs: bpf.map(|b| b.programs).unwrap_or_default(),
         }

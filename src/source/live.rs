@@ -272,6 +272,8 @@ macro_rules! configure_capture {
                     prog.set_autoload(false);
                 }
             }
+        } else {
+            crate::tls::prefer_multi_links(open.open_object_mut().progs_mut());
         }
         let cpus = libbpf_rs::num_possible_cpus().context("reading the possible CPUs failed")?;
         open.maps
@@ -857,9 +859,10 @@ pub fn run<S: Sink, R>(
                     lost: k.lost,
                 },
             );
-            if tls.is_some() {
+            if let Some(t) = tls.as_ref() {
                 ov.tls_files_probed = Some(k.tls_files_probed);
                 ov.tls_probe_failures = Some(k.tls_probe_failures);
+                ov.tls_installed_scanned = Some(t.installed_done());
             }
             if let Some(f) = flows.as_mut() {
                 f.request_poll(mono)?;

@@ -288,6 +288,76 @@ pub fn library_dirs() -> Vec<PathBuf> {
     dirs
 }
 
+/// Where installed programs live: the usual directories, then those of ebtop's own `PATH`
+/// (under sudo, its secure path: much the same).
+pub fn program_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = [
+        "/usr/local/sbin",
+        "/usr/local/bin",
+        "/usr/sbin",
+        "/usr/bin",
+        "/sbin",
+        "/bin",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .collect();
+    if let Some(path) = std::env::var_os("PATH") {
+        dirs.extend(std::env::split_paths(&path).filter(|d| d.is_absolute()));
+    }
+    let mut seen = HashSet::new();
+    // /bin and /usr/bin are often one directory: each is read once.
+    dirs.retain(|d| std::fs::metadata(d).is_ok_and(|m| seen.insert((m.dev(), m.ino()))));
+    dirs
+}
+
+/// The executable files of the program directories ([`program_dirs`]) that may hold a copy of
+/// OpenSSL or Go's `crypto/tls`: regular files with an execute bit and the ELF magic, one
+/// target per file (symbolic links resolved by the inode). Probed at start, a program run
+/// later is traced from its first call, not from when its exec was handled (a short command
+/// such as a CLI client can be over by then).
+pub fn installed_programs() -> Vec<Target> {
+    programs_in(&program_dirs())
+}
+
+/// The ELF executables of `dirs` (see [`installed_programs`]).
+fn programs_in(dirs: &[PathBuf]) -> Vec<Target> {
+    let mut out: Vec<Target> = Vec::new();
+    let mut ids = HashSet::new();
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let Some(t) = target_of(e.path(), false) else {
+                continue;
+            };
+            if !ids.insert(t.file_id()) || !is_elf_executable(&t.path) {
+                continue;
+            }
+            out.push(t);
+        }
+    }
+    out
+}
+
+/// A file with an execute bit that begins with the ELF magic.
+fn is_elf_executable(path: &Path) -> bool {
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return false;
+    };
+    if !f
+        .metadata()
+        .is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
+    {
+        return false;
+    }
+    let mut magic = [0u8; 4];
+    f.read_exact(&mut magic).is_ok() && magic == *b"\x7fELF"
+}
+
 /// A regular file's target, or None.
 pub fn target_of(path: PathBuf, shared: bool) -> Option<Target> {
     let md = std::fs::metadata(&path).ok()?;
@@ -475,6 +545,47 @@ mod tests {
         assert_eq!(internal_sites(&exe), None);
         assert_eq!(call_target(0x1000, &[0x10, 0, 0, 0]), Some(0x1015));
         assert_eq!(call_target(0x1000, &(-0x20i32).to_le_bytes()), Some(0xfe5));
+    }
+
+    #[test]
+    fn installed_programs_are_the_elf_executables_once_each() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let elf = d.join("tool");
+        std::fs::copy("/proc/self/exe", &elf).unwrap();
+        std::os::unix::fs::symlink(&elf, d.join("tool-link")).unwrap();
+        let script = d.join("script");
+        std::fs::write(&script, b"#!/bin/sh\nexit 0\n").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let not_exec = d.join("data.elf");
+        std::fs::copy("/proc/self/exe", &not_exec).unwrap();
+        std::fs::set_permissions(&not_exec, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::create_dir(d.join("subdir")).unwrap();
+        std::fs::write(d.join("empty"), b"").unwrap();
+
+        // The directory twice (as /bin and /usr/bin often are): each file still once.
+        let found = programs_in(&[d.to_path_buf(), d.to_path_buf()]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        let t = &found[0];
+        assert!(t.path == elf || t.path == d.join("tool-link"), "{t:?}");
+        assert!(!t.shared);
+        assert_eq!(t.file_id(), target_of(elf, false).unwrap().file_id());
+        assert!(programs_in(&[d.join("nonexistent")]).is_empty());
+    }
+
+    #[test]
+    fn program_dirs_are_each_read_once() {
+        let dirs = program_dirs();
+        let ids: HashSet<(u64, u64)> = dirs
+            .iter()
+            .map(|d| {
+                let m = std::fs::metadata(d).unwrap();
+                (m.dev(), m.ino())
+            })
+            .collect();
+        assert_eq!(ids.len(), dirs.len(), "{dirs:?}");
+        assert!(dirs.iter().any(|d| d.ends_with("bin")), "{dirs:?}");
     }
 
     #[test]

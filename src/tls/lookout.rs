@@ -5,12 +5,12 @@
 //! reader only takes in the links and what was probed ([`Lookout::take_probed`]); it is woken
 //! through [`Lookout::wake_fd`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -109,6 +109,8 @@ enum Message {
 pub struct Lookout {
     /// Executables opened at an exec and not yet looked at (see [`HeldExe`]).
     exes_held: Arc<AtomicUsize>,
+    /// Every installed program was looked at (see [`Lookout::installed_done`]).
+    installed_done: Arc<AtomicBool>,
     jobs: Option<mpsc::Sender<Job>>,
     probed: mpsc::Receiver<Message>,
     /// Readable while probed files wait to be taken (an eventfd).
@@ -131,6 +133,10 @@ struct Scout {
     exes_held: Arc<AtomicUsize>,
     /// Added to every look's delay (a test hook: `diag::debug_lookout_delay`).
     extra_delay: Duration,
+    /// The installed programs' look ([`discover::installed_programs`]), after the start's.
+    installed: Installed,
+    /// Set once every installed program was looked at (shared with the Lookout).
+    installed_done: Arc<AtomicBool>,
     public_only: bool,
     programs: TlsPrograms,
     out: mpsc::Sender<Message>,
@@ -146,6 +152,8 @@ impl Lookout {
         let (jobs, job_rx) = mpsc::channel::<Job>();
         let exes_held = Arc::new(AtomicUsize::new(0));
         let thread_exes_held = Arc::clone(&exes_held);
+        let installed_done = Arc::new(AtomicBool::new(false));
+        let thread_installed_done = Arc::clone(&installed_done);
         let (out, probed) = mpsc::channel::<Message>();
         // EBTOP_TLS_SITES=public keeps to OpenSSL's public functions (troubleshooting; the
         // tests cover both kinds of site with it).
@@ -162,6 +170,8 @@ impl Lookout {
                     held_exes: HashMap::new(),
                     exes_held: thread_exes_held,
                     extra_delay: crate::diag::debug_lookout_delay(),
+                    installed: Installed::Waiting,
+                    installed_done: thread_installed_done,
                     public_only,
                     programs,
                     out,
@@ -171,6 +181,7 @@ impl Lookout {
             })?;
         Ok(Lookout {
             exes_held,
+            installed_done,
             jobs: Some(jobs),
             probed,
             wake,
@@ -209,6 +220,13 @@ impl Lookout {
             self.exes_held.fetch_add(1, Ordering::Relaxed);
         }
         self.send(Job::Look { pid, after, exe });
+    }
+
+    /// Whether every installed program (those of the program directories and `PATH`) was
+    /// looked at: after the start, the lookout probes them one at a time between the looks at
+    /// new processes, so a program run later is traced from its first call.
+    pub fn installed_done(&self) -> bool {
+        self.installed_done.load(Ordering::Relaxed)
     }
 
     /// What was probed since the last call; never waits.
@@ -287,8 +305,18 @@ impl Scout {
         loop {
             let now = Instant::now();
             let next = self.pending.iter().map(|(at, _)| *at).min();
+            let scanning = matches!(self.installed, Installed::ToList | Installed::Left(_));
             let job = match next {
                 Some(at) if at <= now => None,
+                // Installed programs wait: one of them whenever no job waits.
+                _ if scanning => match jobs.try_recv() {
+                    Ok(j) => Some(j),
+                    Err(mpsc::TryRecvError::Empty) => {
+                        self.scan_installed();
+                        None
+                    }
+                    Err(mpsc::TryRecvError::Disconnected) => return,
+                },
                 Some(at) => match jobs.recv_timeout(at - now) {
                     Ok(j) => Some(j),
                     Err(mpsc::RecvTimeoutError::Timeout) => None,
@@ -339,6 +367,62 @@ impl Scout {
         let running = self.pids.clone().unwrap_or_else(discover::all_pids);
         for pid in running {
             self.scan_process(pid);
+        }
+        // Then the installed programs, a file at a time between the looks (`scan_installed`);
+        // with `--pid`, none: probes are placed per process.
+        self.installed = if self.pids.is_none() {
+            Installed::ToList
+        } else {
+            self.installed_done.store(true, Ordering::Relaxed);
+            Installed::Done
+        };
+    }
+
+    /// One step of the look at the installed programs: their list, or one of them (probed if
+    /// it holds OpenSSL or Go's crypto/tls; a file that cannot be probed is left for its first
+    /// exec to report, not reported for a program that may never run).
+    fn scan_installed(&mut self) {
+        match &mut self.installed {
+            Installed::ToList => {
+                self.installed = Installed::Left(discover::installed_programs().into());
+            }
+            Installed::Left(left) => match left.pop_front() {
+                Some(target) => {
+                    if self.consider_installed(target) {
+                        self.wake.ring();
+                    }
+                }
+                None => {
+                    self.installed = Installed::Done;
+                    self.installed_done.store(true, Ordering::Relaxed);
+                    // The reader learns of it at its next interval; a ring makes it look now.
+                    self.wake.ring();
+                }
+            },
+            Installed::Waiting | Installed::Done => {}
+        }
+    }
+
+    /// [`Scout::consider`] for an installed program: only what could be probed is reported.
+    fn consider_installed(&mut self, target: Target) -> bool {
+        let key = (0, target.file_id());
+        if !self.seen.insert(key) {
+            return false;
+        }
+        match self.plan(&target, None, None) {
+            Opened::Found(f) if !matches!(f.plan, Plan::GoFailed(_)) => {
+                let probed = super::attach_found(&self.programs, f);
+                if probed.result.is_err() {
+                    self.seen.remove(&key);
+                    return false;
+                }
+                self.out.send(Message::Probed(probed)).is_ok()
+            }
+            Opened::Nothing => false,
+            Opened::No | Opened::Found(_) => {
+                self.seen.remove(&key);
+                false
+            }
         }
     }
 
@@ -453,6 +537,15 @@ fn held_target(exe: &HeldExe) -> Option<Target> {
         PathBuf::from(format!("/proc/self/fd/{}", exe.file.as_raw_fd())),
         false,
     )
+}
+
+/// Where the look at the installed programs is.
+enum Installed {
+    /// Until the start's look is done.
+    Waiting,
+    ToList,
+    Left(VecDeque<Target>),
+    Done,
 }
 
 enum Opened {

@@ -121,6 +121,82 @@ pub fn is_tls_program(section: &str) -> bool {
     section.starts_with("uprobe") || section.starts_with("uretprobe")
 }
 
+/// Whether the kernel attaches a program to many uprobes with one link (`BPF_TRACE_UPROBE_MULTI`,
+/// Linux 6.6), tried as libbpf tries it: a two-instruction program loaded for that attach
+/// type, linked to offset 0 of `/` (a directory: `EBADF` from a kernel that has such links).
+/// With them a file's probes are a few links, not one perf event per site: each perf event's
+/// release waits for an RCU grace period under a global mutex (measured here: ~70 ms each,
+/// serialised, so 300 sites took 20 s to detach), a link's waits once for all its sites.
+pub fn uprobe_multi_supported() -> bool {
+    use libbpf_rs::libbpf_sys as sys;
+    static SUPPORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SUPPORTED.get_or_init(|| {
+        // SAFETY: a plain-data struct; all zero is a valid instruction (r0 = r0 + 0, patched).
+        let mut insns: [sys::bpf_insn; 2] = unsafe { std::mem::zeroed() };
+        insns[0].code = 0xb7; // r0 = 0
+        insns[1].code = 0x95; // exit
+        let mut load = sys::bpf_prog_load_opts {
+            sz: std::mem::size_of::<sys::bpf_prog_load_opts>() as _,
+            expected_attach_type: sys::BPF_TRACE_UPROBE_MULTI,
+            ..Default::default()
+        };
+        // SAFETY: the instructions, the licence string and the options outlive the call.
+        let prog = unsafe {
+            sys::bpf_prog_load(
+                sys::BPF_PROG_TYPE_KPROBE,
+                std::ptr::null(),
+                c"GPL".as_ptr(),
+                insns.as_ptr(),
+                insns.len() as _,
+                &mut load,
+            )
+        };
+        if prog < 0 {
+            return false;
+        }
+        let offset: std::os::raw::c_ulong = 0;
+        let mut opts = sys::bpf_link_create_opts {
+            sz: std::mem::size_of::<sys::bpf_link_create_opts>() as _,
+            ..Default::default()
+        };
+        opts.__bindgen_anon_1.uprobe_multi =
+            sys::bpf_link_create_opts__bindgen_ty_1__bindgen_ty_3 {
+                cnt: 1,
+                path: c"/".as_ptr(),
+                offsets: &offset,
+                ..Default::default()
+            };
+        // SAFETY: the program descriptor is ours, and the options and what they point to
+        // outlive the call.
+        let link = unsafe { sys::bpf_link_create(prog, -1, sys::BPF_TRACE_UPROBE_MULTI, &opts) };
+        let err = std::io::Error::last_os_error().raw_os_error();
+        // SAFETY: descriptors this function opened, closed once.
+        unsafe {
+            if link >= 0 {
+                libc::close(link);
+            }
+            libc::close(prog);
+        }
+        link >= 0 || err == Some(libc::EBADF)
+    })
+}
+
+/// Has the TLS programs of a capture object about to be loaded attached by multi-uprobe links
+/// where the kernel has them ([`uprobe_multi_supported`]): the attach type is fixed at load.
+/// `EBTOP_UPROBE_LINKS=single` keeps to a link per site, as on kernels without them
+/// (troubleshooting; the tests cover both).
+pub fn prefer_multi_links<'a>(progs: impl Iterator<Item = libbpf_rs::OpenProgramMut<'a>>) {
+    let single = std::env::var_os("EBTOP_UPROBE_LINKS").is_some_and(|v| v == "single");
+    if single || !uprobe_multi_supported() {
+        return;
+    }
+    for mut prog in progs {
+        if is_tls_program(&prog.section().to_string_lossy()) {
+            prog.set_attach_type(libbpf_rs::ProgramAttachType::TraceUprobeMulti);
+        }
+    }
+}
+
 impl TlsProbes {
     /// Probes the system's libraries and every running process's OpenSSL (`pids`: `--pid`).
     pub fn start(
@@ -170,6 +246,11 @@ impl TlsProbes {
     /// what was probed is taken in at once.
     pub fn wake_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.lookout.wake_fd()
+    }
+
+    /// Whether every installed program was looked at (see `Lookout::installed_done`).
+    pub fn installed_done(&self) -> bool {
+        self.lookout.installed_done()
     }
 
     /// Takes in what the lookout probed since the last call (never waits).
@@ -273,7 +354,7 @@ fn attach(
 ) -> anyhow::Result<(Vec<libbpf_rs::Link>, bool)> {
     use anyhow::Context;
     let ret = program(progs, RETURN).context("the TLS return program is missing")?;
-    let mut links = Vec::new();
+    let mut probes = Probes::default();
     // Reads and writes through OpenSSL's internal functions where the code proves it (the
     // same data, ~7x cheaper per call: see `discover::internal_sites`), else the public ones.
     if let Some(internal) = sites.internal {
@@ -283,13 +364,9 @@ fn attach(
         ] {
             let entry = program(progs, prog_name).context("a TLS entry program is missing")?;
             let offset = usize::try_from(offset)?;
-            for (prog, retprobe) in [(entry, false), (ret, true)] {
-                links.push(
-                    // Both functions begin with a push: emulated (`internal_sites`).
-                    attach_uprobe(prog, retprobe, pid, &target.path, offset, false)
-                        .with_context(|| format!("{prog_name} at offset {offset:#x}"))?,
-                );
-            }
+            // Both functions begin with a push: emulated (`internal_sites`).
+            probes.add(entry, false, offset, false);
+            probes.add(ret, true, offset, false);
         }
     }
     for (i, (func, prog_name)) in ENTRIES.iter().enumerate() {
@@ -302,21 +379,10 @@ fn attach(
         }
         let entry = program(progs, prog_name).context("a TLS entry program is missing")?;
         let offset = usize::try_from(site.offset)?;
-        for (prog, retprobe) in [(entry, false), (ret, true)] {
-            links.push(
-                attach_uprobe(
-                    prog,
-                    retprobe,
-                    pid,
-                    &target.path,
-                    offset,
-                    site.stepped && !retprobe,
-                )
-                .with_context(|| format!("{func} at offset {offset:#x}"))?,
-            );
-        }
+        probes.add(entry, false, offset, site.stepped);
+        probes.add(ret, true, offset, false);
     }
-    Ok((links, sites.internal.is_some()))
+    Ok((probes.place(pid, &target.path)?, sites.internal.is_some()))
 }
 
 /// Entry probes on a Go program's crypto/tls functions and on each of their return
@@ -328,7 +394,6 @@ fn attach_go(
     sites: &golang::GoSites,
 ) -> anyhow::Result<Vec<libbpf_rs::Link>> {
     use anyhow::Context;
-    let mut links = Vec::new();
     let funcs = [
         (&sites.write, "tls_go_write_enter", "tls_go_return"),
         (&sites.read, "tls_go_read_enter", "tls_go_return"),
@@ -340,32 +405,86 @@ fn attach_go(
             .iter()
             .map(|h| (h, "tls_go_handshake_enter", "tls_go_handshake_return")),
     );
+    // The returns first: an entry that fires is then sure to meet its return. The kernel
+    // single-steps a `ret`; the entry is emulated where it is the push after the stack check.
+    let (mut returns, mut entries) = (Probes::default(), Probes::default());
     for (func, enter, ret) in funcs {
         let enter = program(progs, enter).context("a Go TLS program is missing")?;
         let ret = program(progs, ret).context("a Go TLS program is missing")?;
-        // The returns first: an entry that fires is then sure to meet its return. The kernel
-        // single-steps a `ret`; the entry is emulated where it is the push after the stack
-        // check.
-        let at = func
-            .returns
-            .iter()
-            .map(|r| (ret, *r, true))
-            .chain(std::iter::once((enter, func.entry, !func.entry_emulated)));
-        for (prog, offset, stepped) in at {
-            links.push(
-                attach_uprobe(
-                    prog,
-                    false,
-                    pid,
-                    &target.path,
-                    usize::try_from(offset)?,
-                    stepped,
-                )
-                .with_context(|| format!("{} at offset {offset:#x}", prog.name))?,
-            );
+        for r in &func.returns {
+            returns.add(ret, false, usize::try_from(*r)?, true);
+        }
+        entries.add(
+            enter,
+            false,
+            usize::try_from(func.entry)?,
+            !func.entry_emulated,
+        );
+    }
+    let mut links = returns.place(pid, &target.path)?;
+    links.extend(entries.place(pid, &target.path)?);
+    Ok(links)
+}
+
+/// Uprobes to place on one file: per program and kind (entry, or return: a uretprobe), the
+/// file offsets and whether the kernel single-steps each (the attach cookie: such hits are
+/// counted apart, they cost more), in the order they were added.
+#[derive(Default)]
+struct Probes<'a> {
+    groups: Vec<(Prog<'a>, bool, Vec<usize>, Vec<u64>)>,
+}
+
+impl<'a> Probes<'a> {
+    fn add(&mut self, prog: Prog<'a>, retprobe: bool, offset: usize, stepped: bool) {
+        let cookie = u64::from(stepped);
+        match self
+            .groups
+            .iter_mut()
+            .find(|(p, r, ..)| p.ptr == prog.ptr && *r == retprobe)
+        {
+            Some((_, _, offsets, cookies)) => {
+                offsets.push(offset);
+                cookies.push(cookie);
+            }
+            None => self
+                .groups
+                .push((prog, retprobe, vec![offset], vec![cookie])),
         }
     }
-    Ok(links)
+
+    /// Places them on `path` (for process `pid`, or -1: all): one link per program and kind
+    /// where the programs were loaded for multi-uprobe links, else one per site. All or
+    /// nothing: on an error the links made are dropped (detached).
+    fn place(self, pid: i32, path: &std::path::Path) -> anyhow::Result<Vec<libbpf_rs::Link>> {
+        use anyhow::Context;
+        let mut links = Vec::new();
+        for (prog, retprobe, offsets, cookies) in self.groups {
+            if prog.multi() {
+                links.push(
+                    attach_uprobe_multi(prog, retprobe, pid, path, &offsets, &cookies)
+                        .with_context(|| format!("{} at offsets {offsets:#x?}", prog.name))?,
+                );
+                continue;
+            }
+            for (offset, cookie) in offsets.into_iter().zip(cookies) {
+                links.push(
+                    attach_uprobe(prog, retprobe, pid, path, offset, cookie)
+                        .with_context(|| format!("{} at offset {offset:#x}", prog.name))?,
+                );
+            }
+        }
+        Ok(links)
+    }
+}
+
+impl Prog<'_> {
+    /// Loaded for multi-uprobe links ([`prefer_multi_links`]).
+    fn multi(&self) -> bool {
+        // SAFETY: the program pointer is valid while the object lives (`TlsPrograms`).
+        let t =
+            unsafe { libbpf_rs::libbpf_sys::bpf_program__expected_attach_type(self.ptr.as_ptr()) };
+        t == libbpf_rs::libbpf_sys::BPF_TRACE_UPROBE_MULTI
+    }
 }
 
 /// libbpf's uprobe attach at a file offset, on a program of the loaded capture object.
@@ -373,15 +492,13 @@ fn attach_go(
 /// object's programs for the overhead figures) cannot lend; attaching does not change the
 /// program, so it is called on the shared one. Offsets, not function names: the lookout read
 /// the symbols already (libbpf would read the whole symbol table again, on the reader).
-/// `stepped`: the kernel single-steps the probed instruction out of line (its hits are
-/// counted apart, through the attach cookie: they cost more).
 fn attach_uprobe(
     prog: Prog,
     retprobe: bool,
     pid: i32,
     path: &std::path::Path,
     offset: usize,
-    stepped: bool,
+    cookie: u64,
 ) -> anyhow::Result<libbpf_rs::Link> {
     use libbpf_rs::libbpf_sys;
     use std::os::unix::ffi::OsStrExt;
@@ -389,7 +506,7 @@ fn attach_uprobe(
     let opts = libbpf_sys::bpf_uprobe_opts {
         sz: std::mem::size_of::<libbpf_sys::bpf_uprobe_opts>() as _,
         retprobe,
-        bpf_cookie: u64::from(stepped),
+        bpf_cookie: cookie,
         ..Default::default()
     };
     // SAFETY: the program pointer is valid while the object lives (`TlsPrograms`), the
@@ -403,6 +520,47 @@ fn attach_uprobe(
             &opts,
         )
     };
+    link_of(link)
+}
+
+/// [`attach_uprobe`] at many offsets of one file with one link (`offsets` and `cookies` alike
+/// long), on a program loaded for multi-uprobe links.
+fn attach_uprobe_multi(
+    prog: Prog,
+    retprobe: bool,
+    pid: i32,
+    path: &std::path::Path,
+    offsets: &[usize],
+    cookies: &[u64],
+) -> anyhow::Result<libbpf_rs::Link> {
+    use libbpf_rs::libbpf_sys;
+    use std::os::unix::ffi::OsStrExt;
+    assert_eq!(offsets.len(), cookies.len());
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes())?;
+    let opts = libbpf_sys::bpf_uprobe_multi_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_uprobe_multi_opts>() as _,
+        offsets: offsets.as_ptr().cast(),
+        cookies: cookies.as_ptr(),
+        cnt: offsets.len() as _,
+        retprobe,
+        ..Default::default()
+    };
+    // SAFETY: as in `attach_uprobe`; the offset and cookie arrays outlive the call (the kernel
+    // copies them).
+    let link = unsafe {
+        libbpf_sys::bpf_program__attach_uprobe_multi(
+            prog.ptr.as_ptr(),
+            pid,
+            path.as_ptr(),
+            std::ptr::null(),
+            &opts,
+        )
+    };
+    link_of(link)
+}
+
+/// A link libbpf returned, or the error it left in errno.
+fn link_of(link: *mut libbpf_rs::libbpf_sys::bpf_link) -> anyhow::Result<libbpf_rs::Link> {
     match std::ptr::NonNull::new(link) {
         // SAFETY: a link libbpf just made, owned by nobody else.
         Some(ptr) => Ok(unsafe { libbpf_rs::Link::from_ptr(ptr) }),
@@ -517,11 +675,12 @@ pub fn calibrate_hit_ns(progs: &TlsPrograms) -> (Option<u64>, Option<u64>) {
                 v[v.len() / 2]
             };
             let off = median((0..5).map(|_| time()).collect());
-            let site = || offset;
-            let mut links = vec![attach_uprobe(entry, false, me, exe, site(), false).ok()?];
+            let mut probes = Probes::default();
+            probes.add(entry, false, offset, false);
             if with_return {
-                links.push(attach_uprobe(ret, true, me, exe, site(), false).ok()?);
+                probes.add(ret, true, offset, false);
             }
+            let links = probes.place(me, exe).ok()?;
             let on = median((0..5).map(|_| time()).collect());
             let hits = u64::from(CALLS) * links.len() as u64;
             // Detaching a uprobe waits for the kernel (~0.2 s): not on the way to the session.

@@ -306,6 +306,16 @@ impl Ebtop {
         }
     }
 
+    /// The first `overhead` line after the TLS lookout looked at every installed program (it
+    /// does after the start, between its looks at new processes): from then on the count of
+    /// files probed (`tls_files_probed`) changes only with new programs and libraries.
+    pub fn installed_scanned(&mut self) -> Value {
+        self.wait_for(Duration::from_secs(60), |v| {
+            v["type"] == "overhead" && v["tls_installed_scanned"] == true
+        })
+        .expect("ebtop looks at the installed programs within 60 s")
+    }
+
     /// SIGINT, then everything up to and including the summary; asserts a clean exit.
     pub fn stop(mut self) -> Vec<Value> {
         // Give the last records time to reach the ring buffer consumer.
