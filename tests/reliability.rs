@@ -341,9 +341,16 @@ fn assert_resting(pid: u32, state: &str) {
 fn a_tui_at_rest_uses_no_cpu() {
     require_root();
     let _g = serial();
-    // Live, on a port nobody uses: nothing to show but the clock.
+    // Live, on a port nobody uses: nothing to show but the clock, once ebtop is done starting
+    // (the TLS lookout looks at the installed programs after the start: the Processes view's
+    // overhead line says when that is over).
     let t = Tmux::new();
     let (pid, _) = live_tui(&t, "", "--port 1");
+    t.keys(&["4"]);
+    t.wait("the installed programs looked at", |s| {
+        s.lines()
+            .any(|l| l.contains("TLS: ") && l.trim_end().ends_with(" files probed"))
+    });
     assert_resting(pid, "live TUI, idle");
     t.keys(&["p"]);
     t.wait_for("PAUSED");

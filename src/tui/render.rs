@@ -904,8 +904,15 @@ fn draw_overhead(f: &mut Frame, app: &App, area: Rect) {
                 (None, Some(_)) => "n/a (no BPF stats)".to_owned(),
                 (None, None) => "n/a".to_owned(),
             };
+            // With TLS probes: the files probed, and whether the installed programs were all
+            // looked at (until then ebtop is still busy starting).
+            let tls = match (o.tls_files_probed, o.tls_installed_scanned) {
+                (Some(n), Some(true)) => format!("  TLS: {n} files probed"),
+                (Some(n), _) => format!("  TLS: {n} files probed, scanning programs"),
+                (None, _) => String::new(),
+            };
             format!(
-                "BPF {} ns/run  BPF CPU {}  ebtop CPU {}  RSS {} MiB  events {}/s  lost {}",
+                "BPF {} ns/run  BPF CPU {}  ebtop CPU {}  RSS {} MiB  events {}/s  lost {}{tls}",
                 o.bpf_ns_per_run
                     .map_or("n/a".to_owned(), |v| format!("{v:.0}")),
                 bpf_cpu,
