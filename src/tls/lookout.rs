@@ -409,7 +409,18 @@ impl Scout {
         if !self.seen.insert(key) {
             return false;
         }
-        match self.plan(&target, None, None) {
+        // Not running, such a file can be rewritten in place while it is read: held under a
+        // read lease meanwhile, or skipped while someone has it open for writing.
+        let lease = match ReadLease::take(&target.path) {
+            ReadLease::Writing => {
+                self.seen.remove(&key);
+                return false;
+            }
+            lease => lease,
+        };
+        let plan = self.plan(&target, None, None);
+        drop(lease);
+        match plan {
             Opened::Found(f) if !matches!(f.plan, Plan::GoFailed(_)) => {
                 let probed = super::attach_found(&self.programs, f);
                 if probed.result.is_err() {
@@ -539,6 +550,45 @@ fn held_target(exe: &HeldExe) -> Option<Target> {
     )
 }
 
+/// A read lease on a file (`fcntl(F_SETLEASE, F_RDLCK)`): while it is held, another process's
+/// open for writing or truncation of the file waits (up to the kernel's lease-break time, 45 s
+/// by default) until it is let go, so a file cannot shrink under the lookout's mapping of it
+/// (which would raise SIGBUS). Let go when dropped (the descriptor closed).
+enum ReadLease {
+    /// The descriptor the lease is on: let go when it is closed.
+    Held(#[allow(dead_code)] File),
+    /// Someone has the file open for writing now.
+    Writing,
+    /// The file system or the file gives no lease (NFS, no `CAP_LEASE`…): read as it is.
+    Unavailable,
+}
+
+/// fcntl's F_SETSIG (10 on every Linux architecture; not in the libc crate).
+const F_SETSIG: libc::c_int = 10;
+
+impl ReadLease {
+    fn take(path: &std::path::Path) -> ReadLease {
+        let Ok(file) = File::open(path) else {
+            return ReadLease::Unavailable;
+        };
+        let fd = file.as_raw_fd();
+        // A writer's open makes the kernel signal the lease holder (SIGIO by default, which
+        // would end ebtop): SIGURG instead, which is ignored unless handled (ebtop does not).
+        // SAFETY: fcntl on a descriptor this function owns, with integer arguments.
+        if unsafe { libc::fcntl(fd, F_SETSIG, libc::SIGURG) } != 0 {
+            return ReadLease::Unavailable;
+        }
+        // SAFETY: as above.
+        if unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_RDLCK) } == 0 {
+            return ReadLease::Held(file);
+        }
+        match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::EAGAIN) => ReadLease::Writing,
+            _ => ReadLease::Unavailable,
+        }
+    }
+}
+
 /// Where the look at the installed programs is.
 enum Installed {
     /// Until the start's look is done.
@@ -592,6 +642,44 @@ mod tests {
         let ran_id = id_of(&ran);
         std::fs::rename(&other, &ran).unwrap();
         assert!(held(path, Some(ran_id)).is_none(), "a file replaced");
+    }
+
+    #[test]
+    fn an_installed_file_open_for_writing_is_not_read_and_one_leased_cannot_be_rewritten() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tool");
+        std::fs::write(&path, b"\x7fELF and the rest").unwrap();
+        let writer = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        assert!(matches!(ReadLease::take(&path), ReadLease::Writing));
+        drop(writer);
+        let lease = ReadLease::take(&path);
+        assert!(
+            matches!(lease, ReadLease::Held(_)),
+            "a lease on a file nobody writes"
+        );
+        // Another process rewrites the file in place (`: > FILE`, an open with O_TRUNC): it
+        // waits for the lease to be let go (however long it sleeps here, the file is whole).
+        let len = std::fs::metadata(&path).unwrap().len();
+        let mut child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(": > '{}'", path.display()))
+            .spawn()
+            .expect("sh runs");
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            len,
+            "not truncated while leased"
+        );
+        drop(lease);
+        assert!(child.wait().unwrap().success());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+        let mut w = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        w.write_all(b"x").unwrap();
     }
 
     #[test]
