@@ -60,6 +60,29 @@ def run_wrk(a):
     return int(m.group(1)), secs, out.stdout, int(errors.group(1)) if errors else 0
 
 
+def thread_ticks(pid):
+    """{thread id: (name, user+sys ticks)} of a process's threads."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                head, rest = f.read().rsplit(")", 1)
+            fields = rest.split()
+            out[tid] = (head.split("(", 1)[1], int(fields[11]) + int(fields[12]))
+        except (OSError, IndexError):
+            pass
+    return out
+
+
+def busiest(before, after, secs):
+    """Per thread name, the cores each thread of that name used over `secs` (highest first)."""
+    per = {}
+    for tid, (name, t1) in after.items():
+        t0 = before.get(tid, (name, 0))[1]
+        per.setdefault(name, []).append(round((t1 - t0) / HZ / secs, 2))
+    return {k: sorted(v, reverse=True) for k, v in sorted(per.items())}
+
+
 def one_run(a, mode):
     rec = {"mode": mode, "workers": a.workers, "wrk_threads": a.wrk_threads, "conns": a.conns}
     ebtop = tail = None
@@ -87,7 +110,11 @@ def one_run(a, mode):
     r0 = requests_total()
     c0 = cpu_ticks(ebtop.pid) / HZ if ebtop else 0
     b0 = bpf_run_ns(ebtop.pid) if ebtop else 0
+    th0 = thread_ticks(ebtop.pid) if ebtop else {}
+    tail0 = cpu_ticks(tail.pid) if tail else 0
     done, secs, text, non2xx = run_wrk(a)
+    th1 = thread_ticks(ebtop.pid) if ebtop else {}
+    tail1 = cpu_ticks(tail.pid) if tail else 0
     c1 = cpu_ticks(ebtop.pid) / HZ if ebtop else 0
     b1 = bpf_run_ns(ebtop.pid) if ebtop else 0
     rec.update(wrk_requests=done, wrk_seconds=secs, rps=done / secs, non_2xx=non2xx)
@@ -122,6 +149,9 @@ def one_run(a, mode):
             session_s=(summary or {}).get("duration_ns", 0) / 1e9,
             # While wrk ran (start-up and exit left out); spans: both sides of wrk's requests.
             ebtop_cpu_s=c1 - c0, spans_per_s=2 * done / secs,
+            # Cores each of ebtop's threads used while wrk ran (the pipeline thread is "ebtop",
+            # the tracking threads "ebtop-track-N"), and the output's reader (`tail`).
+            thread_cores=busiest(th0, th1, secs), tail_cores=round((tail1 - tail0) / HZ / secs, 2),
             cpu_us_per_span=(c1 - c0) / max(2 * done, 1) * 1e6,
             # Only with statistics on the whole time (-bpf): sampled ones cover a tenth.
             bpf_us_per_span=(b1 - b0) / 1e3 / max(2 * done, 1) if "-bpf" in mode else None)

@@ -51,12 +51,6 @@ enum payload_source {
 	SRC_MMSG,     /* arg = struct mmsghdr *, arg2 = vlen */
 };
 
-struct scratch {
-	struct ebtop_event ev;
-	/* Twice the largest copy, so `offset < MAX && len <= MAX` is provably in bounds. */
-	__u8 data[2 * EBTOP_MAX_SNAPLEN];
-};
-
 /*
  * The event rings: one per tracking thread (`--threads`), each read by its own thread. A
  * socket's records all go to one ring (its id hashed, as user space's `shard_of` does), so a
@@ -65,6 +59,14 @@ struct scratch {
  */
 #define EBTOP_MAX_SHARDS 16
 const volatile __u32 n_shards = 1;
+
+struct scratch {
+	struct ebtop_event ev;
+	/* Twice the largest copy, so `offset < MAX && len <= MAX` is provably in bounds. */
+	__u8 data[2 * EBTOP_MAX_SNAPLEN];
+	/* Bytes this CPU put in each ring since it last asked how full that ring is. */
+	__u32 unqueried[EBTOP_MAX_SHARDS];
+};
 
 #define EVENT_RING(name)                                                                           \
 	struct {                                                                                   \
@@ -106,12 +108,14 @@ struct {
 	__type(value, struct scratch);
 } scratch_buf SEC(".maps");
 
-/* Wake the ring's reader only once `wakeup_bytes` wait (see above). */
-#define RING_OUTPUT(ring, data, size)                                                              \
-	bpf_ringbuf_output(&ring, data, size,                                                      \
-			   bpf_ringbuf_query(&ring, BPF_RB_AVAIL_DATA) >= wakeup_bytes             \
-				   ? BPF_RB_FORCE_WAKEUP                                           \
-				   : BPF_RB_NO_WAKEUP)
+/*
+ * How often a CPU asks a ring how much data waits: bpf_ringbuf_query reads the positions that
+ * the reader and every other CPU write, a shared cache line that cost more per record than the
+ * record's copy. Asked once per this many bytes a CPU put in that ring, at most (CPUs × this)
+ * bytes go unnoticed; user space sets it to a fraction of `wakeup_bytes` (half of it over all
+ * CPUs), and the reader polls on a timeout besides.
+ */
+const volatile __u32 query_every_bytes = 16 * 1024;
 
 /* The ring of a socket's records: src/pipeline/shards.rs `shard_of` computes the same. */
 static __always_inline __u32 shard_of(__u64 sock_id)
@@ -121,26 +125,64 @@ static __always_inline __u32 shard_of(__u64 sock_id)
 	return (__u32)((sock_id * 0x9E3779B97F4A7C15ULL) >> 32) % n_shards;
 }
 
-/* Sends a record (its header first) to its socket's ring; 0 or a negative error. */
-static __always_inline long emit_record(struct ebtop_event *ev, __u64 size)
+/*
+ * The wakeup flag of a record for ring `shard`: whether `wakeup_bytes` wait in it, asked only
+ * when `ask` (see query_every_bytes). A global function, verified once rather than on every
+ * path to each place a record is sent.
+ */
+__noinline __u64 ring_wake_flags(__u32 shard, __u64 ask)
 {
-	switch (shard_of(ev->sock_id)) {
-	case 1: return RING_OUTPUT(events_1, ev, size);
-	case 2: return RING_OUTPUT(events_2, ev, size);
-	case 3: return RING_OUTPUT(events_3, ev, size);
-	case 4: return RING_OUTPUT(events_4, ev, size);
-	case 5: return RING_OUTPUT(events_5, ev, size);
-	case 6: return RING_OUTPUT(events_6, ev, size);
-	case 7: return RING_OUTPUT(events_7, ev, size);
-	case 8: return RING_OUTPUT(events_8, ev, size);
-	case 9: return RING_OUTPUT(events_9, ev, size);
-	case 10: return RING_OUTPUT(events_10, ev, size);
-	case 11: return RING_OUTPUT(events_11, ev, size);
-	case 12: return RING_OUTPUT(events_12, ev, size);
-	case 13: return RING_OUTPUT(events_13, ev, size);
-	case 14: return RING_OUTPUT(events_14, ev, size);
-	case 15: return RING_OUTPUT(events_15, ev, size);
-	default: return RING_OUTPUT(events, ev, size);
+	__u64 avail;
+	if (!ask)
+		return BPF_RB_NO_WAKEUP;
+	switch (shard) {
+	case 1: avail = bpf_ringbuf_query(&events_1, BPF_RB_AVAIL_DATA); break;
+	case 2: avail = bpf_ringbuf_query(&events_2, BPF_RB_AVAIL_DATA); break;
+	case 3: avail = bpf_ringbuf_query(&events_3, BPF_RB_AVAIL_DATA); break;
+	case 4: avail = bpf_ringbuf_query(&events_4, BPF_RB_AVAIL_DATA); break;
+	case 5: avail = bpf_ringbuf_query(&events_5, BPF_RB_AVAIL_DATA); break;
+	case 6: avail = bpf_ringbuf_query(&events_6, BPF_RB_AVAIL_DATA); break;
+	case 7: avail = bpf_ringbuf_query(&events_7, BPF_RB_AVAIL_DATA); break;
+	case 8: avail = bpf_ringbuf_query(&events_8, BPF_RB_AVAIL_DATA); break;
+	case 9: avail = bpf_ringbuf_query(&events_9, BPF_RB_AVAIL_DATA); break;
+	case 10: avail = bpf_ringbuf_query(&events_10, BPF_RB_AVAIL_DATA); break;
+	case 11: avail = bpf_ringbuf_query(&events_11, BPF_RB_AVAIL_DATA); break;
+	case 12: avail = bpf_ringbuf_query(&events_12, BPF_RB_AVAIL_DATA); break;
+	case 13: avail = bpf_ringbuf_query(&events_13, BPF_RB_AVAIL_DATA); break;
+	case 14: avail = bpf_ringbuf_query(&events_14, BPF_RB_AVAIL_DATA); break;
+	case 15: avail = bpf_ringbuf_query(&events_15, BPF_RB_AVAIL_DATA); break;
+	default: avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA); break;
+	}
+	return avail >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
+
+/* Sends the CPU's scratch record (its header first) to its socket's ring; 0 or an error. */
+static __always_inline long emit_record(struct scratch *s, __u64 size)
+{
+	__u32 shard = shard_of(s->ev.sock_id) & (EBTOP_MAX_SHARDS - 1);
+	__u64 unqueried = (__u64)s->unqueried[shard] + (__u32)size;
+	/* All ones while under the step, else 0: no branch here (one per place a record is
+	 * sent would multiply the verifier's paths). */
+	__u64 under = (__u64)((__s64)(unqueried - query_every_bytes) >> 63);
+	s->unqueried[shard] = (__u32)(unqueried & under);
+	__u64 flags = ring_wake_flags(shard, ~under & 1);
+	switch (shard) {
+	case 1: return bpf_ringbuf_output(&events_1, &s->ev, size, flags);
+	case 2: return bpf_ringbuf_output(&events_2, &s->ev, size, flags);
+	case 3: return bpf_ringbuf_output(&events_3, &s->ev, size, flags);
+	case 4: return bpf_ringbuf_output(&events_4, &s->ev, size, flags);
+	case 5: return bpf_ringbuf_output(&events_5, &s->ev, size, flags);
+	case 6: return bpf_ringbuf_output(&events_6, &s->ev, size, flags);
+	case 7: return bpf_ringbuf_output(&events_7, &s->ev, size, flags);
+	case 8: return bpf_ringbuf_output(&events_8, &s->ev, size, flags);
+	case 9: return bpf_ringbuf_output(&events_9, &s->ev, size, flags);
+	case 10: return bpf_ringbuf_output(&events_10, &s->ev, size, flags);
+	case 11: return bpf_ringbuf_output(&events_11, &s->ev, size, flags);
+	case 12: return bpf_ringbuf_output(&events_12, &s->ev, size, flags);
+	case 13: return bpf_ringbuf_output(&events_13, &s->ev, size, flags);
+	case 14: return bpf_ringbuf_output(&events_14, &s->ev, size, flags);
+	case 15: return bpf_ringbuf_output(&events_15, &s->ev, size, flags);
+	default: return bpf_ringbuf_output(&events, &s->ev, size, flags);
 	}
 }
 
@@ -149,6 +191,37 @@ static __always_inline void count(__u32 idx, __u64 n)
 	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
 	if (v)
 		*v += n; /* per-CPU slot: no other writer */
+}
+
+/*
+ * A word of a task name with the bytes from its first NUL on zeroed (little-endian), without
+ * a branch: the lowest flag of the zero-byte test is exact (bit 8k+7 for the first zero byte
+ * k), and no flag leaves the word whole.
+ */
+static __always_inline __u64 comm_word_mask(__u64 w)
+{
+	__u64 zero = (w - 0x0101010101010101ULL) & ~w & 0x8080808080808080ULL;
+	return ((zero & -zero) >> 7) - 1;
+}
+
+/*
+ * The current task's name as bpf_get_current_comm gives it (zeroed after its NUL), read with
+ * two plain loads through the task's BTF pointer: the helper's strscpy and padding cost about
+ * as much as the rest of a record's header.
+ */
+static __always_inline void current_comm(char *dst)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	const __u64 *name = (const __u64 *)task->comm;
+	__u64 lo = name[0], hi = name[1];
+	__u64 lo_mask = comm_word_mask(lo);
+	/* The second word counts only if the first held no NUL (its mask all ones, bit 63 set:
+	 * a NUL at byte k leaves bits 8k and up clear). */
+	__u64 hi_mask = comm_word_mask(hi) & (__u64)((__s64)lo_mask >> 63);
+	lo &= lo_mask;
+	hi &= hi_mask;
+	__builtin_memcpy(dst, &lo, 8);
+	__builtin_memcpy(dst + 8, &hi, 8);
 }
 
 static __always_inline bool task_selected(__u32 tgid)
@@ -358,7 +431,7 @@ static __always_inline void submit_data(struct scratch *s, __u8 proto, __u64 seq
 	__u64 size = sizeof(*ev) + (cap & (2 * EBTOP_MAX_SNAPLEN - 1));
 	if (size > sizeof(*s))
 		return;
-	if (emit_record(ev, size)) {
+	if (emit_record(s, size)) {
 		count(EBTOP_CNT_LOST, 1);
 		count(EBTOP_CNT_LOST_BYTES, len);
 	} else {

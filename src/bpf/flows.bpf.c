@@ -384,8 +384,13 @@ int flow_probe(__u64 *args)
 		if (!f)
 			return 0;
 	}
-	struct tcp_sock *tp = (struct tcp_sock *)key;
-	__u32 srtt = BPF_CORE_READ(tp, srtt_us) >> 3; /* microseconds */
+	/* Once per received segment: a plain load where the kernel can cast (≈1 ns, against
+	 * ≈35 for a probe read). */
+	__u32 srtt; /* microseconds */
+	if (bpf_ksym_exists(bpf_rdonly_cast))
+		srtt = bpf_core_cast((const void *)key, struct tcp_sock)->srtt_us >> 3;
+	else
+		srtt = BPF_CORE_READ((struct tcp_sock *)key, srtt_us) >> 3;
 	if (srtt) {
 		if (srtt < f->srtt_min_us)
 			f->srtt_min_us = srtt;

@@ -312,7 +312,7 @@ static __always_inline void fill_header(struct ebtop_event *ev, struct sock *sk,
 	ev->flags = 0;
 	ev->_pad = 0;
 	fill_tuple_btf(ev, sk, family);
-	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
+	current_comm(ev->comm);
 }
 
 /*
@@ -396,7 +396,7 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 		if (tls_note_io(sk, st->sock_id, family, sock_type, &st->proto) && !st->delivered) {
 			st->delivered = 1;
 			st->pid = id >> 32;
-			bpf_get_current_comm(st->comm, sizeof(st->comm));
+			current_comm(st->comm);
 		}
 		if (st->proto == EBTOP_PROTO_TLS) {
 			count(EBTOP_CNT_TLS_CIPHER, 1);
@@ -417,7 +417,7 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	if (!st->delivered) {
 		st->delivered = 1;
 		st->pid = id >> 32;
-		bpf_get_current_comm(st->comm, sizeof(st->comm));
+		current_comm(st->comm);
 	}
 
 	__u32 cpu = bpf_get_smp_processor_id();
@@ -505,7 +505,7 @@ int BPF_PROG(cap_set_state, struct sock *sk, int oldstate, int newstate)
 	ev->seq = 0;
 	ev->total_len = 0;
 	ev->cap_len = 0;
-	if (emit_record(ev, sizeof(*ev)))
+	if (emit_record(s, sizeof(*ev)))
 		count(EBTOP_CNT_LOST, 1);
 	else
 		count(EBTOP_CNT_EVENTS, 1);

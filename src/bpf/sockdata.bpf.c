@@ -129,7 +129,7 @@ static __always_inline void fill_common(struct ebtop_event *ev, const struct inf
 	ev->flags = 0;
 	ev->_pad = 0;
 	fill_tuple(ev, sk, inf->family);
-	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
+	current_comm(ev->comm);
 }
 
 /*
@@ -190,7 +190,7 @@ static __always_inline int emit_lifecycle(const struct inflight *inf, __u8 kind,
 	ev->seq = 0;
 	ev->total_len = (__u64)ret;
 	ev->cap_len = 0;
-	if (emit_record(ev, sizeof(*ev)))
+	if (emit_record(s, sizeof(*ev)))
 		count(EBTOP_CNT_LOST, 1);
 	else
 		count(EBTOP_CNT_EVENTS, 1);

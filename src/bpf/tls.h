@@ -389,7 +389,7 @@ static __always_inline int tls_complete(struct tls_call *cp, __u64 len, __u64 id
 	ev->rport = conn->sock.rport;
 	__builtin_memcpy(ev->laddr, conn->sock.laddr, 16);
 	__builtin_memcpy(ev->raddr, conn->sock.raddr, 16);
-	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
+	current_comm(ev->comm);
 	submit_data(s, proto, seq, len, cap);
 	return 0;
 }

@@ -226,12 +226,19 @@ impl Capture<'_> {
     }
 }
 
+/// How many bytes a CPU puts in a ring between two looks at how full it is (`query_every_bytes`
+/// in src/bpf/capture.h): all CPUs together leave at most half of `wakeup_bytes` unnoticed.
+fn query_every_bytes(wakeup_bytes: u64, cpus: usize) -> u32 {
+    (wakeup_bytes / (2 * cpus.max(1) as u64)).clamp(256, 64 * 1024) as u32
+}
+
 /// The settings both capture objects take before load (same rodata and map names).
 macro_rules! configure_capture {
     ($open:expr, $cfg:expr) => {{
         let open = &mut $open;
         let cfg: &LiveConfig = $cfg;
         let (shards, ring_bytes) = cfg.ring_layout();
+        let cpus = libbpf_rs::num_possible_cpus().context("reading the possible CPUs failed")?;
         let ro = open
             .maps
             .rodata_data
@@ -264,6 +271,7 @@ macro_rules! configure_capture {
         ro.capture_all = cfg.capture_all;
         ro.tls_capture = cfg.tls;
         ro.wakeup_bytes = (ring_bytes / 16) as u64;
+        ro.query_every_bytes = query_every_bytes(ro.wakeup_bytes, cpus);
         ro.n_shards = shards as u32;
         // Without TLS the probes are not even loaded.
         if !cfg.tls {
@@ -275,7 +283,6 @@ macro_rules! configure_capture {
         } else {
             crate::tls::prefer_multi_links(open.open_object_mut().progs_mut());
         }
-        let cpus = libbpf_rs::num_possible_cpus().context("reading the possible CPUs failed")?;
         open.maps
             .scratch_buf
             .set_max_entries(cpus as u32)
@@ -948,6 +955,19 @@ pub fn run<S: Sink, R>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rings_are_asked_how_full_they_are_often_enough_and_rarely() {
+        // One 16 MiB ring (1 MiB wakeups) on 2 CPUs: 256 KiB each, held to 64 KiB.
+        assert_eq!(query_every_bytes(1 << 20, 2), 64 * 1024);
+        // 8 MiB rings on 16 CPUs: all CPUs together leave at most half of 512 KiB unnoticed.
+        let q = query_every_bytes(512 << 10, 16);
+        assert_eq!(q, 16 * 1024);
+        assert!(u64::from(q) * 16 <= (512 << 10) / 2);
+        // The smallest ring (256 KiB, 16 KiB wakeups) on many CPUs: asked every few records.
+        assert_eq!(query_every_bytes(16 << 10, 256), 256);
+        assert_eq!(query_every_bytes(0, 0), 256);
+    }
 
     #[test]
     fn each_tracking_thread_gets_a_ring_of_a_power_of_two_bytes() {
