@@ -34,9 +34,19 @@ pub fn debug_lookout_delay() -> std::time::Duration {
 
 /// Debug builds only: `EBTOP_DEBUG_EXEC_LAG_MS=<ms>` has the capture thread sleep that long
 /// before it hands an exec to the TLS lookout, so the tests can have a new program exit before
-/// its exec is handled. Always zero in release builds.
-pub fn debug_exec_lag() -> std::time::Duration {
-    debug_ms("EBTOP_DEBUG_EXEC_LAG_MS")
+/// its exec is handled; with `EBTOP_DEBUG_EXEC_LAG_NAME=<file name>`, only the execs of files
+/// of that name (other tests' programs running meanwhile must not stall the capture thread for
+/// a second each). Always zero in release builds.
+pub fn debug_exec_lag() -> (std::time::Duration, Option<Vec<u8>>) {
+    let name = if cfg!(debug_assertions) {
+        std::env::var_os("EBTOP_DEBUG_EXEC_LAG_NAME").map(|n| {
+            use std::os::unix::ffi::OsStringExt as _;
+            n.into_vec()
+        })
+    } else {
+        None
+    };
+    (debug_ms("EBTOP_DEBUG_EXEC_LAG_MS"), name)
 }
 
 fn debug_ms(var: &str) -> std::time::Duration {

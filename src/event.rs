@@ -210,8 +210,9 @@ fn dir_of(b: u8) -> Direction {
     }
 }
 
-/// What applying a record's results needs of the record (its times, process and size): read
-/// by the pipeline thread from a record a tracking thread decoded in full already.
+/// What applying a record's results needs of the record (its times, process and size): taken
+/// by a tracking thread from the record it decoded, and handed to the pipeline thread with the
+/// results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EventHead {
     pub start_ns: u64,
@@ -221,24 +222,6 @@ pub struct EventHead {
     pub kind: EventKind,
     pub dir: Direction,
     pub comm: [u8; 16],
-}
-
-impl EventHead {
-    /// The head of a record [`Event::decode`] accepts (None where it would not).
-    pub fn read(b: &[u8]) -> Option<EventHead> {
-        if b.len() < HEADER_LEN {
-            return None;
-        }
-        Some(EventHead {
-            start_ns: u64_at(b, 0),
-            end_ns: u64_at(b, 8),
-            total_len: u64_at(b, 32),
-            pid: u32_at(b, 40),
-            kind: kind_of(b[56])?,
-            dir: dir_of(b[57]),
-            comm: arr16(b, 104),
-        })
-    }
 }
 
 impl From<&Event<'_>> for EventHead {
@@ -427,32 +410,6 @@ impl EventBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_head_is_what_the_full_decode_says_of_those_fields() {
-        let records = [
-            EventBuilder::data(Direction::Ingress, 77, 10, 5)
-                .times(100, 200)
-                .process(42, 43, "nginx")
-                .build(b"GET /"),
-            EventBuilder::data(Direction::Egress, 1, 0, 1 << 40)
-                .times(u64::MAX - 1, u64::MAX)
-                .process(u32::MAX, 1, "a-fifteen-chars")
-                .build(b""),
-            EventBuilder::lifecycle(EventKind::Close, 9)
-                .times(5, 6)
-                .build(b""),
-        ];
-        for raw in &records {
-            let ev = Event::decode(raw).unwrap();
-            assert_eq!(EventHead::read(raw), Some(EventHead::from(&ev)));
-        }
-        let mut bad_kind = records[0].clone();
-        bad_kind[56] = 9;
-        assert!(Event::decode(&bad_kind).is_err());
-        assert_eq!(EventHead::read(&bad_kind), None);
-        assert_eq!(EventHead::read(&records[0][..HEADER_LEN - 1]), None);
-    }
 
     #[test]
     fn round_trip() {

@@ -396,14 +396,10 @@ impl<S: Sink> Pipeline<S> {
                 self.summary.filtered_events += 1;
                 Ok(())
             }
-            // The worker decoded these very bytes: only what applying needs is read again.
-            Outcome::Tracked { verdict, .. } => match EventHead::read(raw) {
-                Some(head) => self.apply(&head, raw, verdict, calls, Some(lines)),
-                None => {
-                    self.summary.decode_errors += 1;
-                    Ok(())
-                }
-            },
+            // The worker decoded these very bytes and passed on what applying needs.
+            Outcome::Tracked { verdict, head, .. } => {
+                self.apply(&head, raw, verdict, calls, Some(lines))
+            }
         }
     }
 

@@ -18,7 +18,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::call::Call;
 use crate::conntrack::{ConnTracker, TrackerConfig, TrackerStats, Verdict};
-use crate::event::{Event, HEADER_LEN};
+use crate::event::{Event, EventHead, HEADER_LEN};
 use crate::procinfo::ProcInfo;
 use crate::protocols::ParseStats;
 use crate::session::Filters;
@@ -68,10 +68,13 @@ pub(super) enum Outcome {
     DecodeError,
     /// Left out by the user-space filters (a replay's `--pid`, `--comm`, `--port`).
     Filtered,
-    /// Tracked; `calls` of the batch's calls (in order) completed with it.
+    /// Tracked; `calls` of the batch's calls (in order) completed with it. `head`: what
+    /// applying needs of the record, so the pipeline thread need not read the record itself
+    /// (written on the worker's core: a cache miss per record there).
     Tracked {
         verdict: Verdict,
         calls: u32,
+        head: EventHead,
     },
 }
 
@@ -503,6 +506,7 @@ impl BatchWork {
                     Outcome::Tracked {
                         verdict,
                         calls: (calls.len() - before) as u32,
+                        head: EventHead::from(&ev),
                     }
                 }
             };

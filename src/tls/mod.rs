@@ -65,8 +65,9 @@ pub struct TlsProbes {
     /// Probe hits per process since the start, exited processes included (the kernel's map
     /// forgets them): all hits, and those at single-stepped sites.
     hits: std::cell::RefCell<(BTreeMap<u32, u64>, BTreeMap<u32, u64>)>,
-    /// Slept before an exec is handed over (a test hook: `diag::debug_exec_lag`).
-    exec_lag: Duration,
+    /// Slept before an exec (of files of that name, if given) is handed over (a test hook:
+    /// `diag::debug_exec_lag`).
+    exec_lag: (Duration, Option<Vec<u8>>),
 }
 
 /// Exited processes whose hits are remembered at most (then only the running ones are).
@@ -226,8 +227,10 @@ impl TlsProbes {
     /// executable is opened here, at once, for the lookout: a short-lived program may be gone
     /// before the lookout gets to it (a few µs on this thread, once per exec).
     pub fn on_exec(&mut self, exec: &ProcEvent) {
-        if !self.exec_lag.is_zero() {
-            std::thread::sleep(self.exec_lag);
+        let (lag, lagged_name) = &self.exec_lag;
+        let named = |n: &[u8]| exec.filename.rsplit(|&b| b == b'/').next() == Some(n);
+        if !lag.is_zero() && lagged_name.as_deref().is_none_or(named) {
+            std::thread::sleep(*lag);
         }
         let file = ExecdFile {
             path: exec.filename,
