@@ -40,6 +40,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import HZ, bpf_run_ns, cpu_ticks  # noqa: E402
+from replay_threads import thread_cpu  # noqa: E402
 from toggle import wait_attached  # noqa: E402
 
 PORT = 18942
@@ -60,26 +61,13 @@ def run_wrk(a):
     return int(m.group(1)), secs, out.stdout, int(errors.group(1)) if errors else 0
 
 
-def thread_ticks(pid):
-    """{thread id: (name, user+sys ticks)} of a process's threads."""
-    out = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                head, rest = f.read().rsplit(")", 1)
-            fields = rest.split()
-            out[tid] = (head.split("(", 1)[1], int(fields[11]) + int(fields[12]))
-        except (OSError, IndexError):
-            pass
-    return out
-
-
 def busiest(before, after, secs):
-    """Per thread name, the cores each thread of that name used over `secs` (highest first)."""
+    """Per thread name, the cores each thread of that name used over `secs` (highest first),
+    from two `thread_cpu` readings."""
     per = {}
     for tid, (name, t1) in after.items():
         t0 = before.get(tid, (name, 0))[1]
-        per.setdefault(name, []).append(round((t1 - t0) / HZ / secs, 2))
+        per.setdefault(name, []).append(round((t1 - t0) / secs, 2))
     return {k: sorted(v, reverse=True) for k, v in sorted(per.items())}
 
 
@@ -110,10 +98,10 @@ def one_run(a, mode):
     r0 = requests_total()
     c0 = cpu_ticks(ebtop.pid) / HZ if ebtop else 0
     b0 = bpf_run_ns(ebtop.pid) if ebtop else 0
-    th0 = thread_ticks(ebtop.pid) if ebtop else {}
+    th0 = thread_cpu(ebtop.pid) if ebtop else {}
     tail0 = cpu_ticks(tail.pid) if tail else 0
     done, secs, text, non2xx = run_wrk(a)
-    th1 = thread_ticks(ebtop.pid) if ebtop else {}
+    th1 = thread_cpu(ebtop.pid) if ebtop else {}
     tail1 = cpu_ticks(tail.pid) if tail else 0
     c1 = cpu_ticks(ebtop.pid) / HZ if ebtop else 0
     b1 = bpf_run_ns(ebtop.pid) if ebtop else 0
