@@ -14,6 +14,7 @@ pub use fed::RecordFeed;
 use fed::{Barrier, FedShards};
 use shards::{Outcome, Ready, Shards, Step, TrackerState};
 
+use crate::aggregate::endpoints::KeyRows;
 use crate::aggregate::process::DEFAULT_MAX_PROCESSES;
 use crate::aggregate::{EndpointTable, OverheadSnapshot, ProcessStats};
 use crate::call::{Call, Side};
@@ -38,6 +39,10 @@ pub struct Pipeline<S: Sink> {
     filters: Filters,
     recorder: Option<Recorder>,
     endpoints: EndpointTable,
+    /// Endpoints keyed on raw resources (`--raw-resources`).
+    raw_resources: bool,
+    /// Per tracking thread, the rows of the endpoint key numbers it gave (`EndpointKeys`).
+    key_rows: Vec<KeyRows>,
     proc_stats: ProcessStats,
     /// Kernel time the current interval started, and calls since.
     interval_start_ns: Option<u64>,
@@ -106,6 +111,8 @@ impl<S: Sink> Pipeline<S> {
         Pipeline {
             tracker: ConnTracker::new(cfg),
             endpoints: EndpointTable::default(),
+            raw_resources: false,
+            key_rows: Vec::new(),
             proc_stats: ProcessStats::new(DEFAULT_MAX_PROCESSES, read_proc),
             interval_start_ns: None,
             calls_in_interval: 0,
@@ -157,6 +164,7 @@ impl<S: Sink> Pipeline<S> {
 
     /// Endpoints keyed on raw resources (`--raw-resources`).
     pub fn with_raw_resources(mut self, raw: bool) -> Self {
+        self.raw_resources = raw;
         if raw {
             self.endpoints =
                 EndpointTable::new(crate::aggregate::endpoints::DEFAULT_MAX_ENDPOINTS, true);
@@ -185,13 +193,23 @@ impl<S: Sink> Pipeline<S> {
         self.sink.meta(meta)?;
         if !self.feeds.is_empty() && self.fed.is_none() {
             let feeds = std::mem::take(&mut self.feeds);
-            let fed = FedShards::start(feeds, self.tracker.config(), &self.filters)?;
+            let fed = FedShards::start(
+                feeds,
+                self.tracker.config(),
+                &self.filters,
+                self.raw_resources,
+            )?;
             if let Some(f) = self.sink.call_formatter() {
                 fed.set_formatter(&f)?;
             }
             self.fed = Some(fed);
         } else if self.threads > 1 && self.shards.is_none() {
-            let mut sh = Shards::start(self.threads, self.tracker.config(), &self.filters)?;
+            let mut sh = Shards::start(
+                self.threads,
+                self.tracker.config(),
+                &self.filters,
+                self.raw_resources,
+            )?;
             // The sink knows its clock now: the workers can write the call lines.
             if let Some(f) = self.sink.call_formatter() {
                 sh.set_formatter(&f)?;
@@ -364,7 +382,7 @@ impl<S: Sink> Pipeline<S> {
             // A barrier answered by all: everything they read before it is in.
             let all = barrier.is_some() && waiting == 0;
             while let Some(r) = fed.next_record(all) {
-                self.apply_outcome(r.raw, r.outcome, r.calls, r.lines)?;
+                self.apply_outcome(r.raw, r.outcome, r.calls, r.lines, (r.worker, r.keyed))?;
             }
             if waiting == 0 {
                 return Ok(state);
@@ -378,13 +396,15 @@ impl<S: Sink> Pipeline<S> {
         }
     }
 
-    /// Everything after a worker's tracking for one record.
+    /// Everything after a worker's tracking for one record (`keyed`: the worker and its
+    /// calls' endpoint key numbers).
     fn apply_outcome(
         &mut self,
         raw: &[u8],
         outcome: Outcome,
         calls: &[Call],
         lines: &mut shards::Lines,
+        keyed: (usize, shards::Keyed),
     ) -> io::Result<()> {
         self.summary.events += 1;
         match outcome {
@@ -398,7 +418,7 @@ impl<S: Sink> Pipeline<S> {
             }
             // The worker decoded these very bytes and passed on what applying needs.
             Outcome::Tracked { verdict, head, .. } => {
-                self.apply(&head, raw, verdict, calls, Some(lines))
+                self.apply(&head, raw, verdict, calls, Some(lines), Some(keyed))
             }
         }
     }
@@ -438,7 +458,7 @@ impl<S: Sink> Pipeline<S> {
         }
         let mut calls = std::mem::take(&mut self.call_scratch);
         let verdict = self.tracker.handle(&ev, &mut |call| calls.push(call));
-        let result = self.apply(&EventHead::from(&ev), raw, verdict, &calls, None);
+        let result = self.apply(&EventHead::from(&ev), raw, verdict, &calls, None, None);
         calls.clear();
         self.call_scratch = calls;
         result
@@ -506,7 +526,9 @@ impl<S: Sink> Pipeline<S> {
                     outcome,
                     calls,
                     lines,
-                } => self.apply_outcome(raw, outcome, calls, lines),
+                    worker,
+                    keyed,
+                } => self.apply_outcome(raw, outcome, calls, lines, (worker, keyed)),
             };
         }
         debug_assert!(!wait || half || result.is_err() || sh.pending_steps() == 0);
@@ -517,6 +539,7 @@ impl<S: Sink> Pipeline<S> {
     /// Everything after tracking for one record: its calls (aggregates, process identity,
     /// sink), the recorder (after the tracker's verdict, so a `--proto` copy holds only the
     /// selected protocols' connections; `raw` is the record as delivered) and the counts.
+    /// `keyed`: the tracking thread and its numbers of the calls' endpoint keys.
     fn apply(
         &mut self,
         ev: &EventHead,
@@ -524,14 +547,15 @@ impl<S: Sink> Pipeline<S> {
         verdict: Verdict,
         calls: &[Call],
         mut lines: Option<&mut shards::Lines>,
+        mut keyed: Option<(usize, shards::Keyed)>,
     ) -> io::Result<()> {
         let mut result = Ok(());
         let mut n = 0u64;
-        for call in calls {
+        for (i, call) in calls.iter().enumerate() {
             n += 1;
             // Taken whatever happens below, so the next call gets its own line.
             let line = lines.as_mut().and_then(|l| l.next_line());
-            self.endpoints.observe(call);
+            self.observe_endpoint(call, keyed.as_mut().map(|(k, keyed)| (*k, i, keyed)));
             self.proc_stats.observe_call(call);
             if self.l7_seen.len() >= MAX_L7_SEEN {
                 self.l7_seen.clear();
@@ -578,6 +602,24 @@ impl<S: Sink> Pipeline<S> {
                 .observe_bytes(ev.pid, comm, ev.dir == Direction::Egress, ev.total_len);
         }
         result
+    }
+
+    /// Accounts `call` in the endpoint table: by the number its tracking thread gave its key
+    /// (`keyed`: the thread, the call's place in the record's calls, the numbers), else by
+    /// its key.
+    fn observe_endpoint(&mut self, call: &Call, keyed: Option<(usize, usize, &mut shards::Keyed)>) {
+        if let Some((worker, i, keyed)) = keyed {
+            if let Some(&id) = keyed.ids.get(i) {
+                if worker >= self.key_rows.len() {
+                    self.key_rows.resize_with(worker + 1, KeyRows::default);
+                }
+                if self.key_rows[worker].record(&mut self.endpoints, id, keyed.fresh, call) {
+                    return;
+                }
+            }
+            debug_assert!(false, "a call without its endpoint key's number");
+        }
+        self.endpoints.observe(call);
     }
 
     /// The flow table's report, handed to the sink with the next interval (call before

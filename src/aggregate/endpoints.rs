@@ -40,8 +40,9 @@ pub const ANY_COMM: &str = "*";
 /// Longest method kept in a key (HTTP methods are short; a garbage token must not be large).
 const MAX_METHOD_LEN: usize = 32;
 
+/// What calls are counted by (see the module's description).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct EndpointKey {
+pub struct EndpointKey {
     comm: String,
     side: Side,
     proto: Protocol,
@@ -82,6 +83,11 @@ impl EndpointKeyRef<'_> {
         }
     }
 }
+
+/// A row of one [`EndpointTable`]: where the calls of a key go, found once per key
+/// ([`EndpointTable::row_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowRef(u32);
 
 /// `comm: None` is the global row of a (side, protocol).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -294,8 +300,11 @@ pub struct EndpointTableStats {
 }
 
 pub struct EndpointTable {
-    endpoints: HashMap<EndpointKey, Row>,
-    others: HashMap<OtherKey, Row>,
+    /// Endpoint rows by key and "other" rows by (comm, side, protocol): their places in
+    /// `rows`, so a call whose key was looked up once (a [`RowRef`]) goes straight to its row.
+    endpoints: HashMap<EndpointKey, u32>,
+    others: HashMap<OtherKey, u32>,
+    rows: Vec<Row>,
     max_endpoints: usize,
     max_other_rows: usize,
     keep_raw: bool,
@@ -321,6 +330,7 @@ impl EndpointTable {
         EndpointTable {
             endpoints: HashMap::new(),
             others: HashMap::new(),
+            rows: Vec::new(),
             max_endpoints,
             max_other_rows: (max_endpoints / 10).max(16),
             keep_raw,
@@ -357,7 +367,7 @@ impl EndpointTable {
             method,
             resource,
         };
-        let row = self.endpoints.get(&key)?;
+        let row = &self.rows[*self.endpoints.get(&key)? as usize];
         let mut bins = [0u64; 64];
         let hists = std::iter::once(&*row.total_hist).chain(row.interval_hist.as_deref());
         for h in hists {
@@ -383,8 +393,7 @@ impl EndpointTable {
         let since = self.elapsed_ns.saturating_sub(window_ns);
         let period_ns = window_ns.min(self.elapsed_ns);
         let mut hist: Histogram<u64> = new_histogram();
-        let endpoints = self.endpoints.iter().map(|(k, r)| (Label::Endpoint(k), r));
-        let others = self.others.iter().map(|(k, r)| (Label::Other(k), r));
+        let (endpoints, others) = self.labelled_rows();
         let mut out = Vec::new();
         for (label, row) in endpoints.chain(others) {
             let mut counts = Counts::default();
@@ -422,6 +431,25 @@ impl EndpointTable {
         self.endpoints.is_empty() && self.others.is_empty()
     }
 
+    /// The endpoint rows and the "other" rows, each with its label.
+    #[allow(clippy::type_complexity)]
+    fn labelled_rows(
+        &self,
+    ) -> (
+        impl Iterator<Item = (Label<'_>, &Row)>,
+        impl Iterator<Item = (Label<'_>, &Row)>,
+    ) {
+        let rows = &self.rows;
+        (
+            self.endpoints
+                .iter()
+                .map(move |(k, &i)| (Label::Endpoint(k), &rows[i as usize])),
+            self.others
+                .iter()
+                .map(move |(k, &i)| (Label::Other(k), &rows[i as usize])),
+        )
+    }
+
     /// Accounts one completed call.
     pub fn observe(&mut self, call: &Call) {
         let method = truncate(&call.l7.method, MAX_METHOD_LEN);
@@ -435,20 +463,31 @@ impl EndpointTable {
             method,
             resource: &resource,
         };
-        if let Some(row) = self.endpoints.get_mut(&key) {
-            row.record(call);
-            return;
+        let at = match self.endpoints.get(&key) {
+            Some(&i) => RowRef(i),
+            None => {
+                let key = key.to_owned_key();
+                self.row_of(key)
+            }
+        };
+        self.record(at, call);
+    }
+
+    /// The row a key's calls are counted in, added if the key is new: its own row while
+    /// the table has room, else its process's "other" row (the global one once those are
+    /// full too). Rows are never evicted, so the answer holds for every later call of the key.
+    pub fn row_of(&mut self, key: EndpointKey) -> RowRef {
+        if let Some(&i) = self.endpoints.get(&key) {
+            return RowRef(i);
         }
         if self.endpoints.len() < self.max_endpoints {
-            self.endpoints
-                .entry(key.to_owned_key())
-                .or_insert(Row::new(false))
-                .record(call);
-            return;
+            let i = self.push_row(false);
+            self.endpoints.insert(key, i);
+            return RowRef(i);
         }
-        let key = key.to_owned_key();
+        // Distinct keys folded are counted by their hash: once per key is the same as
+        // once per call.
         let key_hash = hash64(&key);
-        self.folded_calls += 1;
         self.folded_keys.insert_hash(key_hash);
         let mut other = OtherKey {
             comm: Some(key.comm),
@@ -458,11 +497,36 @@ impl EndpointTable {
         if !self.others.contains_key(&other) && self.others.len() >= self.max_other_rows {
             other.comm = None;
         }
-        let row = self.others.entry(other).or_insert_with(|| Row::new(true));
-        row.record(call);
-        row.interval.folded_calls += 1;
-        if let Some(d) = &mut row.folded_keys {
+        let i = match self.others.get(&other) {
+            Some(&i) => i,
+            None => {
+                let i = self.push_row(true);
+                self.others.insert(other, i);
+                i
+            }
+        };
+        if let Some(d) = &mut self.rows[i as usize].folded_keys {
             d.insert_hash(key_hash);
+        }
+        RowRef(i)
+    }
+
+    fn push_row(&mut self, folded: bool) -> u32 {
+        self.rows.push(Row::new(folded));
+        (self.rows.len() - 1) as u32
+    }
+
+    /// Accounts one completed call in the row `at` (from [`EndpointTable::row_of`] of the
+    /// call's key, `EndpointKeys` on a tracking thread).
+    pub fn record(&mut self, at: RowRef, call: &Call) {
+        let Some(row) = self.rows.get_mut(at.0 as usize) else {
+            debug_assert!(false, "a row reference from another table");
+            return;
+        };
+        row.record(call);
+        if row.folded_keys.is_some() {
+            row.interval.folded_calls += 1;
+            self.folded_calls += 1;
         }
     }
 
@@ -470,21 +534,12 @@ impl EndpointTable {
     /// the interval's numbers join the since-start ones.
     pub fn end_interval(&mut self, interval_ns: u64) -> Vec<EndpointSnapshot> {
         let mut out = Vec::new();
-        for (key, row) in &self.endpoints {
+        let (endpoints, others) = self.labelled_rows();
+        for (label, row) in endpoints.chain(others) {
             if row.interval.calls > 0 {
+                // Only "other" rows count folded keys.
                 out.push(snapshot(
-                    Label::Endpoint(key),
-                    &row.interval,
-                    row.interval_hist.as_deref(),
-                    None,
-                    interval_ns,
-                ));
-            }
-        }
-        for (key, row) in &self.others {
-            if row.interval.calls > 0 {
-                out.push(snapshot(
-                    Label::Other(key),
+                    label,
                     &row.interval,
                     row.interval_hist.as_deref(),
                     row.folded_keys.as_ref(),
@@ -495,7 +550,7 @@ impl EndpointTable {
         // Saturating: a recording's interval times may jump by anything.
         self.elapsed_ns = self.elapsed_ns.saturating_add(interval_ns);
         let (end_ns, history_ns) = (self.elapsed_ns, self.history_ns);
-        for row in self.endpoints.values_mut().chain(self.others.values_mut()) {
+        for row in &mut self.rows {
             row.roll_interval(end_ns, history_ns);
         }
         sort(&mut out);
@@ -505,8 +560,7 @@ impl EndpointTable {
     /// Every row since the start up to the last [`end_interval`](Self::end_interval) (call
     /// it first for a final partial interval), busiest first.
     pub fn cumulative(&self) -> Vec<EndpointSnapshot> {
-        let endpoints = self.endpoints.iter().map(|(k, r)| (Label::Endpoint(k), r));
-        let others = self.others.iter().map(|(k, r)| (Label::Other(k), r));
+        let (endpoints, others) = self.labelled_rows();
         let mut out: Vec<EndpointSnapshot> = endpoints
             .chain(others)
             .filter(|(_, row)| row.total.calls > 0)
@@ -525,8 +579,9 @@ impl EndpointTable {
     }
 
     pub fn stats(&self) -> EndpointTableStats {
-        let rows = self.endpoints.values().chain(self.others.values());
-        let clamped = rows
+        let clamped = self
+            .rows
+            .iter()
             .map(|r| r.total.latency_clamped + r.interval.latency_clamped)
             .sum();
         EndpointTableStats {
@@ -540,23 +595,118 @@ impl EndpointTable {
         }
     }
 
-    /// Rough heap use: rows, their histograms and keys, and the maps' slots.
+    /// Rough heap use: rows, their histograms and keys, and the maps' slots. Not the memo of
+    /// normalised resources (bounded, and with tracking threads theirs, not the table's), so
+    /// the figure is the same whatever the number of threads.
     pub fn approx_bytes(&self) -> usize {
         let key_bytes =
             |k: &EndpointKey| k.comm.capacity() + k.method.capacity() + k.resource.capacity();
-        let endpoints: usize = self
-            .endpoints
-            .iter()
-            .map(|(k, r)| key_bytes(k) + r.bytes())
-            .sum();
-        let others: usize = self
-            .others
-            .iter()
-            .map(|(k, r)| k.comm.as_ref().map_or(0, String::capacity) + r.bytes())
-            .sum();
-        let slots = self.endpoints.capacity() * std::mem::size_of::<(EndpointKey, usize)>()
-            + self.others.capacity() * std::mem::size_of::<(OtherKey, usize)>();
-        endpoints + others + slots + DistinctCounter::BYTES + self.memo.approx_bytes()
+        let keys: usize = self.endpoints.keys().map(key_bytes).sum::<usize>()
+            + self
+                .others
+                .keys()
+                .map(|k| k.comm.as_ref().map_or(0, String::capacity))
+                .sum::<usize>();
+        let rows: usize = self.rows.iter().map(Row::bytes).sum();
+        let slots = self.endpoints.capacity() * std::mem::size_of::<(EndpointKey, u32)>()
+            + self.others.capacity() * std::mem::size_of::<(OtherKey, u32)>();
+        keys + rows + slots + DistinctCounter::BYTES
+    }
+}
+
+/// A tracking thread's numbering of the endpoint keys of the calls it completes
+/// (`--threads`): it normalises each call's resource and looks its key up here, so the
+/// pipeline thread, which applies every call in order, finds the call's row by number
+/// (a [`RowRef`] per number, kept per thread) instead of normalising and hashing again.
+///
+/// A key's first call is marked [`EndpointKeys::NEW`] and its key handed over; the pipeline
+/// looks the key up in its table then, in the order calls are applied, so rows are admitted
+/// in the same order as with one thread. Past `MAX_KEYS` keys the numbering starts over
+/// (a number marked new replaces what the pipeline held for it and every number after it).
+pub struct EndpointKeys {
+    memo: NormalizeMemo,
+    keep_raw: bool,
+    ids: HashMap<EndpointKey, u32>,
+}
+
+impl EndpointKeys {
+    /// Set on the number of a key's first call (since the numbering started over).
+    pub const NEW: u32 = 1 << 31;
+    /// Keys numbered at most before the numbering starts over: bounds the memory a thread
+    /// and the pipeline spend on keys that do not repeat.
+    pub const MAX_KEYS: usize = 4 * DEFAULT_MAX_ENDPOINTS;
+
+    /// `keep_raw`: as the table's (`--raw-resources`).
+    pub fn new(keep_raw: bool) -> EndpointKeys {
+        EndpointKeys {
+            memo: NormalizeMemo::default(),
+            keep_raw,
+            ids: HashMap::new(),
+        }
+    }
+
+    /// The number of `call`'s key; the key's first call pushes the key to `fresh` and is
+    /// marked `NEW`.
+    pub fn number(&mut self, call: &Call, fresh: &mut Vec<EndpointKey>) -> u32 {
+        let method = truncate(&call.l7.method, MAX_METHOD_LEN);
+        let resource = self
+            .memo
+            .normalize(call.l7.proto, method, &call.l7.resource, self.keep_raw);
+        let key = EndpointKeyRef {
+            comm: &call.comm,
+            side: call.side,
+            proto: call.l7.proto,
+            method,
+            resource: &resource,
+        };
+        if let Some(&id) = self.ids.get(&key) {
+            return id;
+        }
+        if self.ids.len() >= Self::MAX_KEYS {
+            self.ids.clear();
+        }
+        let id = self.ids.len() as u32;
+        let key = key.to_owned_key();
+        fresh.push(key.clone());
+        self.ids.insert(key, id);
+        id | Self::NEW
+    }
+}
+
+/// The pipeline's side of one tracking thread's [`EndpointKeys`]: its numbers' rows.
+#[derive(Default)]
+pub struct KeyRows {
+    rows: Vec<RowRef>,
+}
+
+impl KeyRows {
+    /// Accounts `call`, numbered `id` by the thread, in `table`; `fresh` gives the key of a
+    /// number marked new (the thread's keys in the order it numbered them). Returns false,
+    /// having counted nothing, for a number this thread did not give (a bug).
+    pub fn record(
+        &mut self,
+        table: &mut EndpointTable,
+        id: u32,
+        fresh: &mut impl Iterator<Item = EndpointKey>,
+        call: &Call,
+    ) -> bool {
+        let at = if id & EndpointKeys::NEW != 0 {
+            let n = (id & !EndpointKeys::NEW) as usize;
+            let (true, Some(key)) = (n <= self.rows.len(), fresh.next()) else {
+                return false;
+            };
+            self.rows.truncate(n);
+            let at = table.row_of(key);
+            self.rows.push(at);
+            at
+        } else {
+            match self.rows.get(id as usize) {
+                Some(&at) => at,
+                None => return false,
+            }
+        };
+        table.record(at, call);
+        true
     }
 }
 
@@ -916,7 +1066,7 @@ pub(crate) mod tests {
             // Non-numeric segments: normalisation keeps them all distinct.
             t.observe(&call("svc", 1, "GET", &format!("/a/x{i}y"), 1_000_000));
             if i == DEFAULT_MAX_ENDPOINTS as u32 {
-                bytes_at_cap = t.approx_bytes() - t.memo.approx_bytes();
+                bytes_at_cap = t.approx_bytes();
             }
         }
         assert_eq!(t.len(), DEFAULT_MAX_ENDPOINTS);
@@ -926,7 +1076,7 @@ pub(crate) mod tests {
         let est = st.folded_keys_approx as f64;
         assert!((est / 99_000.0 - 1.0).abs() < 0.2, "estimate {est}");
         // Nothing grows past the cap (the memo of normalised resources is bounded by its own).
-        assert_eq!(t.approx_bytes() - t.memo.approx_bytes(), bytes_at_cap);
+        assert_eq!(t.approx_bytes(), bytes_at_cap);
         assert!(
             bytes_at_cap < 30 << 20,
             "{bytes_at_cap} bytes for 1000 rows"
@@ -1028,5 +1178,52 @@ pub(crate) mod tests {
         assert!(t
             .latency_bins(&c.comm, c.side, c.l7.proto, "GET", "/b")
             .is_none());
+    }
+
+    /// Calls numbered on two tracking threads (keys repeating, past the table's cap and past
+    /// the numbering's restart) and applied in one order give the table that observing the
+    /// same calls in that order gives: same rows, "other" rows, folded counts, percentiles.
+    #[test]
+    fn numbered_keys_fill_the_table_as_observing_does() {
+        let mut serial = EndpointTable::new(300, false);
+        let mut table = EndpointTable::new(300, false);
+        let mut threads = [EndpointKeys::new(false), EndpointKeys::new(false)];
+        let mut rows = [KeyRows::default(), KeyRows::default()];
+        let calls = EndpointKeys::MAX_KEYS * 3;
+        let mut numbered = [0u64; 2];
+        for interval in 0..3u64 {
+            for i in 0..calls {
+                // Non-numeric segments keep keys distinct; every fifth call repeats a few.
+                let path = if i % 5 == 0 {
+                    format!("/hot/x{}y", i % 7)
+                } else {
+                    format!("/p/x{}y{interval}", i / 2)
+                };
+                let comm = ["api", "web", "db", "cache"][i % 4];
+                let c = call(comm, 1, "GET", &path, 1_000 + (i as u64 * 37) % 90_000);
+                serial.observe(&c);
+                let k = (i / 3) % 2;
+                let mut fresh = Vec::new();
+                let id = threads[k].number(&c, &mut fresh);
+                numbered[k] += u64::from(id & EndpointKeys::NEW != 0);
+                assert!(rows[k].record(&mut table, id, &mut fresh.into_iter(), &c));
+            }
+            let (a, b) = (serial.end_interval(1_000), table.end_interval(1_000));
+            assert_eq!(a, b, "interval {interval}");
+        }
+        assert_eq!(serial.cumulative(), table.cumulative());
+        assert_eq!(serial.stats(), table.stats());
+        assert!(serial.stats().folded_calls > 0 && serial.stats().other_rows > 1);
+        // Both threads started their numbering over.
+        assert!(
+            numbered.iter().all(|&n| n > EndpointKeys::MAX_KEYS as u64),
+            "{numbered:?}"
+        );
+        // A number no thread gave is refused, nothing counted.
+        let c = call("api", 1, "GET", "/x", 5_000);
+        let mut none = std::iter::empty();
+        assert!(!KeyRows::default().record(&mut table, 7, &mut none, &c));
+        assert!(!KeyRows::default().record(&mut table, 3 | EndpointKeys::NEW, &mut none, &c));
+        assert_eq!(table.stats(), serial.stats());
     }
 }

@@ -23,7 +23,7 @@ use std::time::Duration;
 use std::collections::VecDeque;
 
 use super::shards::{
-    worker_error, BatchWork, Lines, Outcome, Processed, RawBatch, TrackerState, BATCH_BYTES,
+    worker_error, BatchWork, Keyed, Lines, Outcome, Processed, RawBatch, TrackerState, BATCH_BYTES,
     BATCH_RECORDS, QUEUED_BATCHES,
 };
 use crate::call::Call;
@@ -122,15 +122,19 @@ pub(super) struct FedRecord<'a> {
     pub outcome: Outcome,
     pub calls: &'a [crate::call::Call],
     pub lines: &'a mut Lines,
+    /// The worker that tracked it, and its calls' endpoint key numbers.
+    pub worker: usize,
+    pub keyed: Keyed<'a>,
 }
 
 impl FedShards {
     /// One worker per feed, each with a tracker of `cfg` (its connection cap shared out) and
-    /// the user-space `filters`.
+    /// the user-space `filters`, numbering endpoint keys on raw resources if `raw_resources`.
     pub fn start(
         feeds: Vec<Box<dyn RecordFeed>>,
         cfg: &TrackerConfig,
         filters: &Filters,
+        raw_resources: bool,
     ) -> io::Result<FedShards> {
         let n = feeds.len().max(1);
         let (out, results) = mpsc::sync_channel(QUEUED_BATCHES * n);
@@ -151,7 +155,7 @@ impl FedShards {
                 wake: wake.try_clone()?,
                 out: out.clone(),
                 ready: ready.try_clone()?,
-                work: BatchWork::default(),
+                work: BatchWork::new(raw_resources),
                 batch: RawBatch::default(),
                 spare: Vec::new(),
                 drained: false,
@@ -294,6 +298,8 @@ impl FedShards {
             outcome: taken.outcome,
             calls: taken.calls.unwrap_or(&[]),
             lines: taken.lines,
+            worker: k,
+            keyed: taken.keyed,
         })
     }
 
@@ -602,6 +608,8 @@ mod tests {
             calls: Vec::new(),
             call_next: 0,
             lines: Lines::default(),
+            key_ids: Vec::new(),
+            fresh_keys: Vec::new().into_iter(),
         }
     }
 
@@ -617,6 +625,7 @@ mod tests {
             vec![idle_feed(), idle_feed()],
             &TrackerConfig::default(),
             &Filters::default(),
+            false,
         )
         .unwrap();
         sh.take_in(
@@ -652,6 +661,7 @@ mod tests {
             vec![Box::new(feed)],
             &TrackerConfig::default(),
             &Filters::default(),
+            false,
         )
         .unwrap();
         sh.ask_all(Barrier::Drain).unwrap();

@@ -16,6 +16,7 @@ use std::thread::JoinHandle;
 
 use rustc_hash::FxHashMap as HashMap;
 
+use crate::aggregate::endpoints::{EndpointKey, EndpointKeys};
 use crate::call::Call;
 use crate::conntrack::{ConnTracker, TrackerConfig, TrackerStats, Verdict};
 use crate::event::{Event, EventHead, HEADER_LEN};
@@ -93,6 +94,17 @@ pub(super) struct Processed {
     pub call_next: usize,
     /// Each call's output line, when the sink gave a formatter.
     pub lines: Lines,
+    /// Each call's endpoint key number (`EndpointKeys`), in call order.
+    pub key_ids: Vec<u32>,
+    /// The keys of the numbers marked new, in order.
+    pub fresh_keys: std::vec::IntoIter<EndpointKey>,
+}
+
+/// A record's calls' endpoint key numbers, and its batch's keys not yet taken (the pipeline
+/// takes one per number marked new).
+pub(super) struct Keyed<'a> {
+    pub ids: &'a [u32],
+    pub fresh: &'a mut std::vec::IntoIter<EndpointKey>,
 }
 
 /// One record's results, taken from its batch in order.
@@ -102,6 +114,7 @@ pub(super) struct TakenRecord<'a> {
     /// None: the batch holds fewer calls than its outcomes say (a worker's bug).
     pub calls: Option<&'a [Call]>,
     pub lines: &'a mut Lines,
+    pub keyed: Keyed<'a>,
 }
 
 impl Processed {
@@ -121,6 +134,10 @@ impl Processed {
             outcome,
             calls: self.calls.get(first..first + n),
             lines: &mut self.lines,
+            keyed: Keyed {
+                ids: self.key_ids.get(first..first + n).unwrap_or_default(),
+                fresh: &mut self.fresh_keys,
+            },
         }
     }
 }
@@ -210,6 +227,9 @@ pub(super) enum Ready<'a> {
         outcome: Outcome,
         calls: &'a [Call],
         lines: &'a mut Lines,
+        /// The worker that tracked it, and its calls' endpoint key numbers.
+        worker: usize,
+        keyed: Keyed<'a>,
     },
     Proc(Vec<u8>),
     Know(Box<ProcInfo>),
@@ -250,8 +270,13 @@ pub(super) fn worker_error() -> io::Error {
 
 impl Shards {
     /// `n` workers, each with a tracker of `cfg` (its connection cap shared out) and the
-    /// user-space `filters`.
-    pub fn start(n: usize, cfg: &TrackerConfig, filters: &Filters) -> io::Result<Shards> {
+    /// user-space `filters`, numbering endpoint keys on raw resources if `raw_resources`.
+    pub fn start(
+        n: usize,
+        cfg: &TrackerConfig,
+        filters: &Filters,
+        raw_resources: bool,
+    ) -> io::Result<Shards> {
         let mut workers = Vec::with_capacity(n);
         for i in 0..n {
             let (tx, wrx) = mpsc::sync_channel::<ToWorker>(QUEUED_BATCHES);
@@ -261,7 +286,10 @@ impl Shards {
             let filters = filters.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("ebtop-track-{i}"))
-                .spawn(move || work(ConnTracker::new(cfg), &filters, &wrx, &wtx))?;
+                .spawn(move || {
+                    let batches = BatchWork::new(raw_resources);
+                    work(ConnTracker::new(cfg), batches, &filters, &wrx, &wtx)
+                })?;
             workers.push(Worker {
                 tx: Some(tx),
                 rx,
@@ -386,6 +414,8 @@ impl Shards {
             outcome: taken.outcome,
             calls: taken.calls.ok_or_else(worker_error)?,
             lines: taken.lines,
+            worker: k,
+            keyed: taken.keyed,
         }))
     }
 
@@ -455,16 +485,27 @@ impl Drop for Shards {
     }
 }
 
-/// What a worker keeps between batches: the call-line formatter and emptied buffers.
-#[derive(Default)]
+/// What a worker keeps between batches: the call-line formatter, its endpoint key numbers
+/// and emptied buffers.
 pub(super) struct BatchWork {
     formatter: Option<CallFormatter>,
+    keys: EndpointKeys,
     // Emptied call vectors and line buffers, reused.
     spare_calls: Vec<Vec<Call>>,
     spare_lines: Vec<Vec<u8>>,
 }
 
 impl BatchWork {
+    /// `raw_resources`: endpoint keys on raw resources (`--raw-resources`).
+    pub fn new(raw_resources: bool) -> BatchWork {
+        BatchWork {
+            formatter: None,
+            keys: EndpointKeys::new(raw_resources),
+            spare_calls: Vec::new(),
+            spare_lines: Vec::new(),
+        }
+    }
+
     pub fn set_formatter(&mut self, f: CallFormatter) {
         self.formatter = Some(f);
     }
@@ -518,6 +559,11 @@ impl BatchWork {
                 lines.ends.push(lines.buf.len() as u32);
             }
         }
+        let mut fresh = Vec::new();
+        let key_ids = calls
+            .iter()
+            .map(|c| self.keys.number(c, &mut fresh))
+            .collect();
         Processed {
             batch,
             outcomes,
@@ -526,6 +572,8 @@ impl BatchWork {
             calls,
             call_next: 0,
             lines,
+            key_ids,
+            fresh_keys: fresh.into_iter(),
         }
     }
 }
@@ -533,11 +581,11 @@ impl BatchWork {
 /// A worker: tracks its share of the connections until its channel closes or `Finish`.
 fn work(
     mut tracker: ConnTracker,
+    mut work: BatchWork,
     filters: &Filters,
     rx: &Receiver<ToWorker>,
     tx: &mpsc::Sender<FromWorker>,
 ) {
-    let mut work = BatchWork::default();
     while let Ok(msg) = rx.recv() {
         let reply = match msg {
             ToWorker::Formatter(f) => {
