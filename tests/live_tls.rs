@@ -2,10 +2,11 @@
 //! `SSL_read`/`SSL_write` and their `_ex` forms. A real nginx with a self-signed certificate,
 //! curl over TLS 1.2 and 1.3, h2load, Python's urllib (the system libssl, `_ex` calls), a server
 //! linked statically with OpenSSL 3 or 1.1.1 (tests/fixtures/tls/static_server.c; 1.1.1 built
-//! from source by tests/fixtures/tls/openssl111, with perl and make) and a process that loads
-//! libssl after ebtop started, all started by the test on free ports and compared with what the
-//! peers report. Needs root, nginx (nginx-light), curl, h2load, openssl, python3, cc and
-//! libssl-dev.
+//! from source by tests/fixtures/tls/openssl111, with perl and make), a Rust server linked with
+//! BoringSSL (tests/fixtures/tls/boringssl; cmake, clang and libclang build it) and a process
+//! that loads libssl after ebtop started, all started by the test on free ports and compared
+//! with what the peers report. Needs root, nginx (nginx-light), curl, h2load, openssl, python3,
+//! cc and libssl-dev.
 
 mod common;
 
@@ -566,6 +567,39 @@ enum StaticOpenssl {
     System,
     /// OpenSSL 1.1.1w, built from source once per target dir (tests/fixtures/tls/openssl111).
     V111,
+    /// BoringSSL (no `_ex` functions, none of OpenSSL's internal ones), in a Rust server
+    /// (tests/fixtures/tls/boringssl) whose SSL_read/SSL_write are local symbols.
+    BoringSsl,
+}
+
+/// The BoringSSL server of tests/fixtures/tls/boringssl, built once per target dir (the
+/// boring-sys crate builds BoringSSL with cmake: minutes the first time).
+fn boringssl_server() -> PathBuf {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let target = root.join("target/fixtures/boringssl");
+        let out = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "--quiet",
+                "--locked",
+                "--release",
+                "--manifest-path",
+            ])
+            .arg(root.join("tests/fixtures/tls/boringssl/Cargo.toml"))
+            .arg("--target-dir")
+            .arg(&target)
+            .output()
+            .expect("cargo runs");
+        assert!(
+            out.status.success(),
+            "building the BoringSSL server (tests/fixtures/tls/boringssl): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        target.join("release/boringssl-server")
+    })
+    .clone()
 }
 
 /// Where OpenSSL 1.1.1 was built (`include/`, `lib/`): `cargo run` of the fixture crate that
@@ -594,6 +628,9 @@ fn openssl111_dir() -> PathBuf {
 /// Compiles tests/fixtures/tls/static_server.c against OpenSSL's static archives into `dir`,
 /// and checks that the result has SSL_read/SSL_write of its own and maps no libssl.
 fn build_static_server(dir: &Path, openssl: StaticOpenssl) -> PathBuf {
+    if let StaticOpenssl::BoringSsl = openssl {
+        return check_boringssl_server(dir);
+    }
     let system_archive = |name: &str| -> PathBuf {
         let out = Command::new("cc")
             .arg(format!("-print-file-name={name}"))
@@ -612,6 +649,7 @@ fn build_static_server(dir: &Path, openssl: StaticOpenssl) -> PathBuf {
             system_archive("libssl.a"),
             system_archive("libcrypto.a"),
         ),
+        StaticOpenssl::BoringSsl => unreachable!("built above"),
         StaticOpenssl::V111 => {
             let d = openssl111_dir();
             (
@@ -662,6 +700,34 @@ fn build_static_server(dir: &Path, openssl: StaticOpenssl) -> PathBuf {
     bin
 }
 
+/// A copy in `dir` of the BoringSSL server, checked: no libssl mapped, SSL_read and
+/// SSL_write defined in it (local symbols, as in most programs that link BoringSSL), no `_ex`
+/// forms, BoringSSL's own (`bssl::`) code in it.
+fn check_boringssl_server(dir: &Path) -> PathBuf {
+    let bin = dir.join("boringssl-server");
+    std::fs::copy(boringssl_server(), &bin).unwrap();
+    let ldd = Command::new("ldd").arg(&bin).output().unwrap();
+    let ldd = String::from_utf8_lossy(&ldd.stdout);
+    assert!(
+        !ldd.contains("libssl") && !ldd.contains("libcrypto"),
+        "linked statically: {ldd}"
+    );
+    let nm = Command::new("nm").arg(&bin).output().unwrap();
+    let nm = String::from_utf8_lossy(&nm.stdout);
+    let defined = |sym: &str| {
+        nm.lines()
+            .any(|l| l.ends_with(&format!(" t {sym}")) || l.ends_with(&format!(" T {sym}")))
+    };
+    assert!(
+        defined("SSL_read") && defined("SSL_write"),
+        "{}",
+        bin.display()
+    );
+    assert!(!defined("SSL_read_ex") && !defined("SSL_write_ex"));
+    assert!(nm.contains("_ZN4bssl"), "BoringSSL's C++ code is linked in");
+    bin
+}
+
 /// A server linked statically with OpenSSL 3 (no libssl.so: its SSL_read_ex / SSL_write /
 /// SSL_write_ex are in the executable), started after ebtop: its calls show under its comm,
 /// and once they do, curl's requests on one keep-alive connection and h2load's 100 requests
@@ -681,6 +747,13 @@ fn a_server_linked_statically_with_openssl_started_after_ebtop_is_traced() {
 #[test]
 fn a_server_linked_statically_with_openssl_1_1_started_after_ebtop_is_traced() {
     static_server_started_after_ebtop_is_traced(StaticOpenssl::V111);
+}
+
+/// The same with BoringSSL, linked into a Rust program: only SSL_read/SSL_write exist, as
+/// local symbols, and their public entry points are probed.
+#[test]
+fn a_server_linked_statically_with_boringssl_started_after_ebtop_is_traced() {
+    static_server_started_after_ebtop_is_traced(StaticOpenssl::BoringSsl);
 }
 
 fn static_server_started_after_ebtop_is_traced(openssl: StaticOpenssl) {
@@ -788,12 +861,17 @@ fn static_server_started_after_ebtop_is_traced(openssl: StaticOpenssl) {
     assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
 
     // Running at the start of another ebtop, the server is listed with the sites probed: the
-    // internal read and write functions, whose wrappers both builds compile to a shape
-    // `internal_sites` proves (OpenSSL 1.1.1 built with frame pointers).
+    // internal read and write functions, whose wrappers both OpenSSL builds compile to a
+    // shape `internal_sites` proves (OpenSSL 1.1.1 built with frame pointers); BoringSSL's
+    // public functions.
     let again = Ebtop::start(&["--json", "--port", &p]);
     let meta = again.collected[0].clone();
     drop(again.stop());
-    let listed = format!("/proc/{server_pid}/exe [internal]");
+    let sites = match openssl {
+        StaticOpenssl::BoringSsl => "public",
+        _ => "internal",
+    };
+    let listed = format!("/proc/{server_pid}/exe [{sites}]");
     assert!(
         meta["tls_probed"]
             .as_array()
