@@ -30,7 +30,7 @@ pub struct Call {
     pub side: Side,
     pub pid: u32,
     pub tid: u32,
-    pub comm: String,
+    pub comm: std::sync::Arc<str>,
     pub sock_id: u64,
     /// The call's bytes are TLS plaintext, from the TLS library probes.
     pub tls: bool,
@@ -49,7 +49,7 @@ impl Call {
         l7: L7Call,
         pid: u32,
         tid: u32,
-        comm: String,
+        comm: std::sync::Arc<str>,
         sock_id: u64,
         local: SocketAddr,
         peer: SocketAddr,

@@ -92,8 +92,10 @@ struct Conn {
     pid: u32,
     tid: u32,
     comm: [u8; 16],
-    /// `comm` as text, converted when it changes rather than once per call.
-    comm_text: String,
+    /// `comm` as text, converted when it changes rather than once per call, and shared by
+    /// the connection's calls: no allocation per call, and a reader of the calls (the
+    /// pipeline thread) finds the same bytes in its cache call after call.
+    comm_text: std::sync::Arc<str>,
     local: SocketAddr,
     peer: SocketAddr,
     transport: Transport,
@@ -226,7 +228,7 @@ impl ConnTracker {
         conn.tid = ev.tid;
         if conn.comm != ev.comm {
             conn.comm = ev.comm;
-            conn.comm_text = crate::event::comm_to_string(&ev.comm);
+            conn.comm_text = crate::event::comm_to_string(&ev.comm).into();
         }
         conn.last_seen_ns = conn.last_seen_ns.max(ev.end_ns);
         if conn.transport == Transport::Datagram {
@@ -298,7 +300,7 @@ impl ConnTracker {
             pid: ev.pid,
             tid: ev.tid,
             comm: ev.comm,
-            comm_text: crate::event::comm_to_string(&ev.comm),
+            comm_text: crate::event::comm_to_string(&ev.comm).into(),
             local: ev.local(),
             peer: ev.peer(),
             transport: if ev.sock_type == SOCK_DGRAM {

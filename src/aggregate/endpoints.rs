@@ -864,7 +864,7 @@ pub(crate) mod tests {
             details: Vec::new(),
         };
         let addr = "127.0.0.1:80".parse().unwrap();
-        Call::new(l7, pid, pid, comm.to_owned(), 1, addr, addr)
+        Call::new(l7, pid, pid, comm.into(), 1, addr, addr)
     }
 
     fn with_outcome(mut c: Call, outcome: Outcome) -> Call {

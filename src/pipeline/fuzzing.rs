@@ -151,8 +151,8 @@ impl Checked {
     fn check_call(&mut self, call: &Call) {
         self.live();
         assert_eq!(
-            self.described.get(&call.pid),
-            Some(&call.comm),
+            self.described.get(&call.pid).map(String::as_str),
+            Some(&*call.comm),
             "a call of a process not described (as it is now) before it"
         );
         self.calls += 1;

@@ -191,9 +191,9 @@ impl Drill {
         }
         if self.other {
             // A folded row: every call of that process (all processes for "*").
-            return self.comm == crate::aggregate::endpoints::ANY_COMM || c.comm == self.comm;
+            return self.comm == crate::aggregate::endpoints::ANY_COMM || *c.comm == *self.comm;
         }
-        c.comm == self.comm
+        *c.comm == *self.comm
             && c.l7.method == self.method
             && normalize(c.l7.proto, &c.l7.method, &c.l7.resource, self.raw) == self.resource
     }
@@ -549,7 +549,7 @@ impl App {
         }
         let conn = d.conns.entry(key).or_insert_with(|| ConnEntry {
             pid: call.pid,
-            comm: call.comm.clone(),
+            comm: call.comm.to_string(),
             sock_id: call.sock_id,
             side: call.side,
             local: call.local,
@@ -567,7 +567,9 @@ impl App {
         conn.req_bytes += call.l7.req.bytes;
         conn.resp_bytes += call.l7.resp.bytes;
         conn.last_seq = seq;
-        conn.comm.clone_from(&call.comm);
+        if *conn.comm != *call.comm {
+            conn.comm = call.comm.to_string();
+        }
         if d.calls.len() >= CALL_RING {
             if let Some(old) = d.calls.pop_front() {
                 if d.heads_dropped > 0 {
