@@ -403,38 +403,10 @@ impl Scout {
         }
     }
 
-    /// [`Scout::consider`] for an installed program: only what could be probed is reported.
+    /// [`Scout::consider`] for an installed program, not running: only what could be probed
+    /// is reported (a failure is looked at again when a process runs the file).
     fn consider_installed(&mut self, target: Target) -> bool {
-        let key = (0, target.file_id());
-        if !self.seen.insert(key) {
-            return false;
-        }
-        // Not running, such a file can be rewritten in place while it is read: held under a
-        // read lease meanwhile, or skipped while someone has it open for writing.
-        let lease = match ReadLease::take(&target.path) {
-            ReadLease::Writing => {
-                self.seen.remove(&key);
-                return false;
-            }
-            lease => lease,
-        };
-        let plan = self.plan(&target, None, None);
-        drop(lease);
-        match plan {
-            Opened::Found(f) if !matches!(f.plan, Plan::GoFailed(_)) => {
-                let probed = super::attach_found(&self.programs, f);
-                if probed.result.is_err() {
-                    self.seen.remove(&key);
-                    return false;
-                }
-                self.out.send(Message::Probed(probed)).is_ok()
-            }
-            Opened::Nothing => false,
-            Opened::No | Opened::Found(_) => {
-                self.seen.remove(&key);
-                false
-            }
-        }
+        self.look_at(target, None, None, true)
     }
 
     /// Looks at the processes whose time has come. False: the reader is gone.
@@ -491,32 +463,71 @@ impl Scout {
     /// offers anything to probe.
     /// `name`: how to call it in messages, where its path does not say (a held file).
     fn consider(&mut self, target: Target, pid: Option<u32>, name: Option<String>) -> bool {
+        self.look_at(target, pid, name, false)
+    }
+
+    /// [`Scout::consider`], and with `installed` for a program no process runs yet.
+    fn look_at(
+        &mut self,
+        target: Target,
+        pid: Option<u32>,
+        name: Option<String>,
+        installed: bool,
+    ) -> bool {
         let key = (pid.unwrap_or(0), target.file_id());
         if !self.seen.insert(key) {
             return false;
         }
-        match self.plan(&target, pid, name) {
-            Opened::No => {
-                // A process's /proc/PID/exe whose process exited: nothing was decided about
-                // the file, which the next process running it brings back.
+        // Not running, a file can be rewritten in place while it is read: it is read under a
+        // read lease (the lease's descriptor is the one read and probed through), or skipped
+        // while someone has it open for writing.
+        let leased = if installed {
+            match ReadLease::take(&target.path) {
+                ReadLease::Writing => {
+                    self.seen.remove(&key);
+                    return false;
+                }
+                ReadLease::Held(file) => Some(file),
+                ReadLease::Unavailable => None,
+            }
+        } else {
+            None
+        };
+        match self.plan(&target, pid, name, leased) {
+            Opened::Nothing => false,
+            // An installed program's failures are not reported: the file is looked at
+            // again when a process runs it.
+            Opened::Found(f) if !(installed && matches!(f.plan, Plan::GoFailed(_))) => {
+                let probed = super::attach_found(&self.programs, f);
+                if installed && probed.result.is_err() {
+                    self.seen.remove(&key);
+                    return false;
+                }
+                self.out.send(Message::Probed(probed)).is_ok()
+            }
+            // Not opened (a process's /proc/PID/exe whose process exited): nothing was
+            // decided about the file, which the next process running it brings back.
+            Opened::No | Opened::Found(_) => {
                 self.seen.remove(&key);
                 false
-            }
-            Opened::Nothing => false,
-            Opened::Found(f) => {
-                let probed = super::attach_found(&self.programs, f);
-                self.out.send(Message::Probed(probed)).is_ok()
             }
         }
     }
 
-    fn plan(&self, target: &Target, pid: Option<u32>, name: Option<String>) -> Opened {
+    /// What `target` offers to probe, read through `opened` if given (else opened here).
+    fn plan(
+        &self,
+        target: &Target,
+        pid: Option<u32>,
+        name: Option<String>,
+        opened: Option<File>,
+    ) -> Opened {
         let name = name.unwrap_or_else(|| target.path.display().to_string());
         let name = match pid {
             Some(p) => format!("{name} (pid {p})"),
             None => name,
         };
-        let Ok(held) = File::open(&target.path) else {
+        let Some(held) = opened.or_else(|| File::open(&target.path).ok()) else {
             return Opened::No;
         };
         let opened = Target {
