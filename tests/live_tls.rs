@@ -675,14 +675,7 @@ fn build_static_server(dir: &Path, openssl: StaticOpenssl) -> PathBuf {
         .output()
         .unwrap();
     assert!(out.status.success(), "cc static_server.c: {out:?}");
-    let ldd = Command::new("ldd").arg(&bin).output().unwrap();
-    let ldd = String::from_utf8_lossy(&ldd.stdout);
-    assert!(
-        !ldd.contains("libssl") && !ldd.contains("libcrypto"),
-        "linked statically: {ldd}"
-    );
-    let nm = Command::new("nm").arg(&bin).output().unwrap();
-    let nm = String::from_utf8_lossy(&nm.stdout);
+    let nm = symbols_of_static(&bin);
     for sym in ["SSL_read", "SSL_read_ex", "SSL_write", "SSL_write_ex"] {
         assert!(
             nm.lines().any(|l| l.ends_with(&format!(" T {sym}"))),
@@ -700,20 +693,25 @@ fn build_static_server(dir: &Path, openssl: StaticOpenssl) -> PathBuf {
     bin
 }
 
+/// `nm`'s list of `bin`'s symbols, once `ldd` shows it maps no libssl or libcrypto.
+fn symbols_of_static(bin: &Path) -> String {
+    let ldd = Command::new("ldd").arg(bin).output().unwrap();
+    let ldd = String::from_utf8_lossy(&ldd.stdout);
+    assert!(
+        !ldd.contains("libssl") && !ldd.contains("libcrypto"),
+        "linked statically: {ldd}"
+    );
+    let nm = Command::new("nm").arg(bin).output().unwrap();
+    String::from_utf8_lossy(&nm.stdout).into_owned()
+}
+
 /// A copy in `dir` of the BoringSSL server, checked: no libssl mapped, SSL_read and
 /// SSL_write defined in it (local symbols, as in most programs that link BoringSSL), no `_ex`
 /// forms, BoringSSL's own (`bssl::`) code in it.
 fn check_boringssl_server(dir: &Path) -> PathBuf {
     let bin = dir.join("boringssl-server");
     std::fs::copy(boringssl_server(), &bin).unwrap();
-    let ldd = Command::new("ldd").arg(&bin).output().unwrap();
-    let ldd = String::from_utf8_lossy(&ldd.stdout);
-    assert!(
-        !ldd.contains("libssl") && !ldd.contains("libcrypto"),
-        "linked statically: {ldd}"
-    );
-    let nm = Command::new("nm").arg(&bin).output().unwrap();
-    let nm = String::from_utf8_lossy(&nm.stdout);
+    let nm = symbols_of_static(&bin);
     let defined = |sym: &str| {
         nm.lines()
             .any(|l| l.ends_with(&format!(" t {sym}")) || l.ends_with(&format!(" T {sym}")))

@@ -452,24 +452,11 @@ impl EndpointTable {
 
     /// Accounts one completed call.
     pub fn observe(&mut self, call: &Call) {
-        let method = truncate(&call.l7.method, MAX_METHOD_LEN);
-        let resource = self
-            .memo
-            .normalize(call.l7.proto, method, &call.l7.resource, self.keep_raw);
-        let key = EndpointKeyRef {
-            comm: &call.comm,
-            side: call.side,
-            proto: call.l7.proto,
-            method,
-            resource: &resource,
-        };
-        let at = match self.endpoints.get(&key) {
-            Some(&i) => RowRef(i),
-            None => {
-                let key = key.to_owned_key();
-                self.row_of(key)
-            }
-        };
+        let endpoints = &self.endpoints;
+        let found = find_key(&mut self.memo, self.keep_raw, call, |key| {
+            endpoints.get(key).map(|&i| RowRef(i))
+        });
+        let at = found.unwrap_or_else(|key| self.row_of(key));
         self.record(at, call);
     }
 
@@ -648,29 +635,41 @@ impl EndpointKeys {
     /// The number of `call`'s key; the key's first call pushes the key to `fresh` and is
     /// marked `NEW`.
     pub fn number(&mut self, call: &Call, fresh: &mut Vec<EndpointKey>) -> u32 {
-        let method = truncate(&call.l7.method, MAX_METHOD_LEN);
-        let resource = self
-            .memo
-            .normalize(call.l7.proto, method, &call.l7.resource, self.keep_raw);
-        let key = EndpointKeyRef {
-            comm: &call.comm,
-            side: call.side,
-            proto: call.l7.proto,
-            method,
-            resource: &resource,
+        let ids = &self.ids;
+        let key = match find_key(&mut self.memo, self.keep_raw, call, |key| {
+            ids.get(key).copied()
+        }) {
+            Ok(id) => return id,
+            Err(key) => key,
         };
-        if let Some(&id) = self.ids.get(&key) {
-            return id;
-        }
         if self.ids.len() >= Self::MAX_KEYS {
             self.ids.clear();
         }
         let id = self.ids.len() as u32;
-        let key = key.to_owned_key();
         fresh.push(key.clone());
         self.ids.insert(key, id);
         id | Self::NEW
     }
+}
+
+/// `call`'s key (method cut, resource normalised through `memo`) looked up by `find`; the key,
+/// owned, when `find` has nothing for it.
+fn find_key<T>(
+    memo: &mut NormalizeMemo,
+    keep_raw: bool,
+    call: &Call,
+    find: impl FnOnce(&EndpointKeyRef<'_>) -> Option<T>,
+) -> Result<T, EndpointKey> {
+    let method = truncate(&call.l7.method, MAX_METHOD_LEN);
+    let resource = memo.normalize(call.l7.proto, method, &call.l7.resource, keep_raw);
+    let key = EndpointKeyRef {
+        comm: &call.comm,
+        side: call.side,
+        proto: call.l7.proto,
+        method,
+        resource: &resource,
+    };
+    find(&key).ok_or_else(|| key.to_owned_key())
 }
 
 /// The pipeline's side of one tracking thread's [`EndpointKeys`]: its numbers' rows.
