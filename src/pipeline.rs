@@ -39,8 +39,6 @@ pub struct Pipeline<S: Sink> {
     filters: Filters,
     recorder: Option<Recorder>,
     endpoints: EndpointTable,
-    /// Endpoints keyed on raw resources (`--raw-resources`).
-    raw_resources: bool,
     /// Per tracking thread, the rows of the endpoint key numbers it gave (`EndpointKeys`).
     key_rows: Vec<KeyRows>,
     proc_stats: ProcessStats,
@@ -111,7 +109,6 @@ impl<S: Sink> Pipeline<S> {
         Pipeline {
             tracker: ConnTracker::new(cfg),
             endpoints: EndpointTable::default(),
-            raw_resources: false,
             key_rows: Vec::new(),
             proc_stats: ProcessStats::new(DEFAULT_MAX_PROCESSES, read_proc),
             interval_start_ns: None,
@@ -164,7 +161,6 @@ impl<S: Sink> Pipeline<S> {
 
     /// Endpoints keyed on raw resources (`--raw-resources`).
     pub fn with_raw_resources(mut self, raw: bool) -> Self {
-        self.raw_resources = raw;
         if raw {
             self.endpoints =
                 EndpointTable::new(crate::aggregate::endpoints::DEFAULT_MAX_ENDPOINTS, true);
@@ -197,7 +193,7 @@ impl<S: Sink> Pipeline<S> {
                 feeds,
                 self.tracker.config(),
                 &self.filters,
-                self.raw_resources,
+                self.endpoints.keeps_raw(),
             )?;
             if let Some(f) = self.sink.call_formatter() {
                 fed.set_formatter(&f)?;
@@ -208,7 +204,7 @@ impl<S: Sink> Pipeline<S> {
                 self.threads,
                 self.tracker.config(),
                 &self.filters,
-                self.raw_resources,
+                self.endpoints.keeps_raw(),
             )?;
             // The sink knows its clock now: the workers can write the call lines.
             if let Some(f) = self.sink.call_formatter() {
@@ -382,7 +378,7 @@ impl<S: Sink> Pipeline<S> {
             // A barrier answered by all: everything they read before it is in.
             let all = barrier.is_some() && waiting == 0;
             while let Some(r) = fed.next_record(all) {
-                self.apply_outcome(r.raw, r.outcome, r.calls, r.lines, (r.worker, r.keyed))?;
+                self.apply_outcome(r.raw, r.outcome, r.calls, r.lines, r.keyed)?;
             }
             if waiting == 0 {
                 return Ok(state);
@@ -396,15 +392,15 @@ impl<S: Sink> Pipeline<S> {
         }
     }
 
-    /// Everything after a worker's tracking for one record (`keyed`: the worker and its
-    /// calls' endpoint key numbers).
+    /// Everything after a worker's tracking for one record (`keyed`: its calls' endpoint key
+    /// numbers).
     fn apply_outcome(
         &mut self,
         raw: &[u8],
         outcome: Outcome,
         calls: &[Call],
         lines: &mut shards::Lines,
-        keyed: (usize, shards::Keyed),
+        keyed: shards::Keyed,
     ) -> io::Result<()> {
         self.summary.events += 1;
         match outcome {
@@ -526,9 +522,8 @@ impl<S: Sink> Pipeline<S> {
                     outcome,
                     calls,
                     lines,
-                    worker,
                     keyed,
-                } => self.apply_outcome(raw, outcome, calls, lines, (worker, keyed)),
+                } => self.apply_outcome(raw, outcome, calls, lines, keyed),
             };
         }
         debug_assert!(!wait || half || result.is_err() || sh.pending_steps() == 0);
@@ -539,7 +534,7 @@ impl<S: Sink> Pipeline<S> {
     /// Everything after tracking for one record: its calls (aggregates, process identity,
     /// sink), the recorder (after the tracker's verdict, so a `--proto` copy holds only the
     /// selected protocols' connections; `raw` is the record as delivered) and the counts.
-    /// `keyed`: the tracking thread and its numbers of the calls' endpoint keys.
+    /// `keyed`: the tracking thread's numbers of the calls' endpoint keys.
     fn apply(
         &mut self,
         ev: &EventHead,
@@ -547,7 +542,7 @@ impl<S: Sink> Pipeline<S> {
         verdict: Verdict,
         calls: &[Call],
         mut lines: Option<&mut shards::Lines>,
-        mut keyed: Option<(usize, shards::Keyed)>,
+        mut keyed: Option<shards::Keyed>,
     ) -> io::Result<()> {
         let mut result = Ok(());
         let mut n = 0u64;
@@ -555,7 +550,7 @@ impl<S: Sink> Pipeline<S> {
             n += 1;
             // Taken whatever happens below, so the next call gets its own line.
             let line = lines.as_mut().and_then(|l| l.next_line());
-            self.observe_endpoint(call, keyed.as_mut().map(|(k, keyed)| (*k, i, keyed)));
+            self.observe_endpoint(call, keyed.as_mut().map(|keyed| (i, keyed)));
             self.proc_stats.observe_call(call);
             if self.l7_seen.len() >= MAX_L7_SEEN {
                 self.l7_seen.clear();
@@ -605,11 +600,11 @@ impl<S: Sink> Pipeline<S> {
     }
 
     /// Accounts `call` in the endpoint table: by the number its tracking thread gave its key
-    /// (`keyed`: the thread, the call's place in the record's calls, the numbers), else by
-    /// its key.
-    fn observe_endpoint(&mut self, call: &Call, keyed: Option<(usize, usize, &mut shards::Keyed)>) {
-        if let Some((worker, i, keyed)) = keyed {
+    /// (`keyed`: the call's place in the record's calls, the numbers), else by its key.
+    fn observe_endpoint(&mut self, call: &Call, keyed: Option<(usize, &mut shards::Keyed)>) {
+        if let Some((i, keyed)) = keyed {
             if let Some(&id) = keyed.ids.get(i) {
+                let worker = keyed.worker;
                 if worker >= self.key_rows.len() {
                     self.key_rows.resize_with(worker + 1, KeyRows::default);
                 }

@@ -418,6 +418,11 @@ impl EndpointTable {
         out
     }
 
+    /// Whether keys hold raw resources (`--raw-resources`), not normalised ones.
+    pub fn keeps_raw(&self) -> bool {
+        self.keep_raw
+    }
+
     pub fn max_other_rows(&self) -> usize {
         self.max_other_rows
     }

@@ -122,8 +122,7 @@ pub(super) struct FedRecord<'a> {
     pub outcome: Outcome,
     pub calls: &'a [crate::call::Call],
     pub lines: &'a mut Lines,
-    /// The worker that tracked it, and its calls' endpoint key numbers.
-    pub worker: usize,
+    /// Its calls' endpoint key numbers.
     pub keyed: Keyed<'a>,
 }
 
@@ -292,13 +291,12 @@ impl FedShards {
         let taken = self.queues[k]
             .front_mut()
             .expect("chosen above")
-            .take_next();
+            .take_next(k);
         Some(FedRecord {
             raw: taken.raw,
             outcome: taken.outcome,
             calls: taken.calls.unwrap_or(&[]),
             lines: taken.lines,
-            worker: k,
             keyed: taken.keyed,
         })
     }

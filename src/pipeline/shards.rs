@@ -100,9 +100,10 @@ pub(super) struct Processed {
     pub fresh_keys: std::vec::IntoIter<EndpointKey>,
 }
 
-/// A record's calls' endpoint key numbers, and its batch's keys not yet taken (the pipeline
-/// takes one per number marked new).
+/// A record's calls' endpoint key numbers, given by tracking thread `worker`, and its batch's
+/// keys not yet taken (the pipeline takes one per number marked new).
 pub(super) struct Keyed<'a> {
+    pub worker: usize,
     pub ids: &'a [u32],
     pub fresh: &'a mut std::vec::IntoIter<EndpointKey>,
 }
@@ -119,7 +120,8 @@ pub(super) struct TakenRecord<'a> {
 
 impl Processed {
     /// The next record not yet applied, with its calls; the caller knows there is one.
-    pub fn take_next(&mut self) -> TakenRecord<'_> {
+    /// `worker`: the tracking thread that sent this batch.
+    pub fn take_next(&mut self, worker: usize) -> TakenRecord<'_> {
         let i = self.next;
         self.next += 1;
         let outcome = self.outcomes[i];
@@ -135,6 +137,7 @@ impl Processed {
             calls: self.calls.get(first..first + n),
             lines: &mut self.lines,
             keyed: Keyed {
+                worker,
                 ids: self.key_ids.get(first..first + n).unwrap_or_default(),
                 fresh: &mut self.fresh_keys,
             },
@@ -227,8 +230,7 @@ pub(super) enum Ready<'a> {
         outcome: Outcome,
         calls: &'a [Call],
         lines: &'a mut Lines,
-        /// The worker that tracked it, and its calls' endpoint key numbers.
-        worker: usize,
+        /// Its calls' endpoint key numbers.
         keyed: Keyed<'a>,
     },
     Proc(Vec<u8>),
@@ -407,14 +409,13 @@ impl Shards {
             }
         }
         self.log.pop_front();
-        let taken = w.ready.front_mut().ok_or_else(worker_error)?.take_next();
+        let taken = w.ready.front_mut().ok_or_else(worker_error)?.take_next(k);
         self.pending_bytes = self.pending_bytes.saturating_sub(taken.raw.len());
         Ok(Some(Ready::Record {
             raw: taken.raw,
             outcome: taken.outcome,
             calls: taken.calls.ok_or_else(worker_error)?,
             lines: taken.lines,
-            worker: k,
             keyed: taken.keyed,
         }))
     }
