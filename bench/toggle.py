@@ -59,10 +59,11 @@ def links_of(pid):
     return n
 
 
-def wait_attached(pid):
-    """Until ebtop's BPF links stop growing (every probe attached)."""
-    last, same = -1, 0
-    while same < 3:
+def wait_attached(pid, limit_s=10):
+    """Until ebtop's BPF links stop growing (every probe attached); at most limit_s (e.g.
+    `--only=overhead` attaches nothing)."""
+    last, same, end = -1, 0, time.monotonic() + limit_s
+    while same < 3 and time.monotonic() < end:
         time.sleep(0.1)
         n = links_of(pid)
         same = same + 1 if n == last and n >= 4 else 0
@@ -103,7 +104,8 @@ def main():
     ap.add_argument("--modes", default="socket,syscalls",
                     help="comma-separated: socket, syscalls, socket-fullstats, socket-t2 (2 tracking "
                     "threads), socket-early (the window starts at attach, the TLS scan not "
-                    "waited for), …")
+                    "waited for), socket:--only=flow+--nice=0 (after ':', more ebtop "
+                    "arguments joined by '+'; NAME=VALUE sets an environment variable), …")
     ap.add_argument("--other-binary", help="the ebtop that modes ending in @other run")
     ap.add_argument("--https", action="store_true", help="nginx over TLS (see above)")
     ap.add_argument("--go", action="store_true", help="the Go HTTPS server (see above)")
@@ -165,9 +167,11 @@ http {{ access_log off; keepalive_requests 1000000000;
             for mode in modes:
                 windows.append(("off", rate_over(a.window)))
                 # Every call captured and written as JSON to /dev/null.
-                # mode: HOOKS[-fullstats][-tN][@other] (N tracking threads; @other: run
-                # --other-binary instead, e.g. the previous release, for a paired comparison).
-                spec, _, which = mode.partition("@")
+                # mode: HOOKS[-fullstats][-tN][@other][:ARG+ARG…] (N tracking threads; @other:
+                # run --other-binary instead, e.g. the previous release, for a paired
+                # comparison; ARGs: more ebtop arguments, e.g. --only=flow).
+                mode_spec, _, more = mode.partition(":")
+                spec, _, which = mode_spec.partition("@")
                 exe = a.other_binary if which == "other" else binary
                 hooks, *opts = spec.split("-")
                 extra = ["--bpf-stats", "full"] if "fullstats" in opts else []
@@ -180,13 +184,21 @@ http {{ access_log off; keepalive_requests 1000000000;
                     extra.append("--overhead-programs")
                 extra += [a for o in opts if o.startswith("t") and o[1:].isdigit()
                           for a in ("--threads", o[1:])]
+                # NAME=VALUE (no leading dash) goes to ebtop's environment instead.
+                env = dict(os.environ)
+                for arg in filter(None, more.split("+")):
+                    name, eq, value = arg.partition("=")
+                    if eq and not arg.startswith("-"):
+                        env[name] = value
+                    else:
+                        extra.append(arg)
                 # With full statistics the output is kept: its overhead lines give the BPF run
                 # time of the whole session, divided by the requests nginx served meanwhile.
                 keep = "fullstats" in opts or a.https
                 out = tempfile.TemporaryFile() if keep else subprocess.DEVNULL
                 r_start = requests_total()
                 e = subprocess.Popen([exe, "--json", "--hooks", hooks, "--port", str(PORT)] + extra,
-                                     stdout=out, stderr=subprocess.DEVNULL)
+                                     stdout=out, stderr=subprocess.DEVNULL, env=env)
                 if a.https:
                     # The meta line is written once every probe is attached, the TLS ones
                     # last (their links do not grow steadily: wait_attached could stop early).

@@ -323,6 +323,8 @@ const volatile bool count_flows = false;
 
 static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 dir)
 {
+	if (bench_cut == 1)
+		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	__u64 start = now;
 	if (dir == EBTOP_DIR_EGRESS) {
@@ -388,7 +390,7 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 		st->sock_id = sock_inode(sk);
 	__u64 len = (__u64)ret;
 	__u64 seq = __sync_fetch_and_add(&st->seq[dir & 1], len);
-	if (st->proto == EBTOP_PROTO_FILTERED)
+	if (st->proto == EBTOP_PROTO_FILTERED || bench_cut == 2)
 		return 0;
 	if (tls_may_be(st->proto)) {
 		/* Inside an SSL call of this thread: a TLS socket, whose plaintext the TLS probes
@@ -412,7 +414,7 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	bool deliver;
 	__u8 proto = select_protocol(&st->proto, c.source, c.arg, c.arg2, limit, len,
 				     sock_type == SOCK_DGRAM, seq, &deliver);
-	if (!deliver)
+	if (!deliver || bench_cut == 3)
 		return 0;
 	if (!st->delivered) {
 		st->delivered = 1;

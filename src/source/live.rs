@@ -316,6 +316,10 @@ fn load_socket_layer<'obj>(
         .as_deref_mut()
         .ok_or_else(|| anyhow!("BPF object has no .rodata section"))?
         .count_flows = cfg.flow_table && cfg.capture;
+    #[cfg(feature = "bench-cuts")]
+    if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
+        rodata.bench_cut = super::bench_cuts::kernel_cut();
+    }
     let mut skel = open.load().map_err(|e| {
         anyhow!(
             "loading the socket-layer programs failed: {e} (needs tp_btf sock_send_length, \
@@ -673,10 +677,17 @@ pub fn run<S: Sink, R>(
     // A panic must not unwind through libbpf's C frames (that aborts: no clean detach, no
     // closed recording): it is caught here and resumed from Rust code below.
     let panicked: RefCell<Option<Box<dyn std::any::Any + Send>>> = RefCell::new(None);
+    #[cfg(feature = "bench-cuts")]
+    let drop_records = super::bench_cuts::drops_records();
+    #[cfg(not(feature = "bench-cuts"))]
+    let drop_records = false;
     let mut builder = RingBufferBuilder::new();
     if shards == 1 {
         builder
             .add(capture.events(), |data: &[u8]| {
+                if drop_records {
+                    return 0; // read, not decoded (a benchmark build's cut)
+                }
                 let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     if crate::diag::debug_panic_requested("collector") {
                         panic!("injected panic in the collector (EBTOP_DEBUG_PANIC=collector)");
