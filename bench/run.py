@@ -107,6 +107,55 @@ def hwm_kb(pid):
         return int(re.search(r"VmHWM:\s+(\d+)", f.read()).group(1))
 
 
+def links_of(pid):
+    n = 0
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                n += "link_id:" in f.read()
+        except OSError:
+            pass
+    return n
+
+
+def wait_attached(pid, limit_s=10):
+    """Until ebtop's BPF links stop growing (every probe attached); at most limit_s (e.g.
+    `--only=overhead` attaches nothing)."""
+    last, same, end = -1, 0, time.monotonic() + limit_s
+    while same < 3 and time.monotonic() < end:
+        time.sleep(0.1)
+        n = links_of(pid)
+        same = same + 1 if n == last and n >= 4 else 0
+        last = n
+
+
+def thread_ticks(pid, name):
+    """CPU ticks (user + system) of the threads of `pid` called `name`."""
+    ticks = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if stat[stat.index("(") + 1:stat.rindex(")")] == name:
+            fields = stat[stat.rindex(")") + 2:].split()
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks
+
+
+def wait_tls_scan(pid, limit_s=15):
+    """Until ebtop's TLS lookout thread is at rest: at start it reads the installed programs
+    (the program directories' ELF files) on that thread, a second or more of CPU on this VM,
+    which would otherwise fall into the first "on" window."""
+    last, same, end = -1, 0, time.monotonic() + limit_s
+    while same < 5 and time.monotonic() < end:
+        time.sleep(0.1)
+        t = thread_ticks(pid, "ebtop-tls")
+        same = same + 1 if t == last else 0
+        last = t
+
+
 class Ebtop:
     """ebtop in one of the modes: json, tui, record."""
 
@@ -125,7 +174,10 @@ class Ebtop:
             sh(f"tmux new-session -d -s ebtopbench -x 120 -y 40 '{binary} {' '.join(args)}'")
             time.sleep(0.3)
             self.pid = int(sh("tmux list-panes -t ebtopbench -F '#{pane_pid}'").split()[0])
-        time.sleep(1.5)  # attach
+        # Measured from once every probe is attached and the TLS lookout has read the installed
+        # programs (a second or more of CPU at start on this VM, not a cost per span).
+        wait_attached(self.pid)
+        wait_tls_scan(self.pid)
         self.t0, self.b0 = cpu_ticks(self.pid), bpf_run_ns(self.pid)
 
     def sample(self):

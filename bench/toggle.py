@@ -27,7 +27,7 @@ bench/go-tls-toggle-results.json.
 import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, time, urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import apt, build  # noqa: E402
+from run import apt, build, wait_attached, wait_tls_scan  # noqa: E402
 
 PORT = 18932
 
@@ -46,55 +46,6 @@ def rate_over(seconds):
     time.sleep(seconds)
     r1, t1 = requests_total(), time.monotonic()
     return (r1 - r0) / (t1 - t0)
-
-
-def links_of(pid):
-    n = 0
-    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
-        try:
-            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
-                n += "link_id:" in f.read()
-        except OSError:
-            pass
-    return n
-
-
-def wait_attached(pid, limit_s=10):
-    """Until ebtop's BPF links stop growing (every probe attached); at most limit_s (e.g.
-    `--only=overhead` attaches nothing)."""
-    last, same, end = -1, 0, time.monotonic() + limit_s
-    while same < 3 and time.monotonic() < end:
-        time.sleep(0.1)
-        n = links_of(pid)
-        same = same + 1 if n == last and n >= 4 else 0
-        last = n
-
-
-def thread_ticks(pid, name):
-    """CPU ticks (user + system) of the threads of `pid` called `name`."""
-    ticks = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        if stat[stat.index("(") + 1:stat.rindex(")")] == name:
-            fields = stat[stat.rindex(")") + 2:].split()
-            ticks += int(fields[11]) + int(fields[12])
-    return ticks
-
-
-def wait_tls_scan(pid, limit_s=15):
-    """Until ebtop's TLS lookout thread is at rest: at start it reads the installed programs
-    (the program directories' ELF files) on that thread, a second or more of CPU on this VM,
-    which would otherwise fall into the first "on" window."""
-    last, same, end = -1, 0, time.monotonic() + limit_s
-    while same < 5 and time.monotonic() < end:
-        time.sleep(0.1)
-        t = thread_ticks(pid, "ebtop-tls")
-        same = same + 1 if t == last else 0
-        last = t
 
 
 def main():
