@@ -49,11 +49,6 @@ pub const REDACTED_TEXT: &str = "[redacted]";
 pub const REDACTED: &[u8] = REDACTED_TEXT.as_bytes();
 
 /// Where `needle` (lower case) occurs in `hay`, compared without case.
-fn find_ci(hay: &[u8], needle: &str, from: usize) -> Option<usize> {
-    let n = needle.as_bytes();
-    (from..=hay.len().checked_sub(n.len())?).find(|&i| hay[i..i + n.len()].eq_ignore_ascii_case(n))
-}
-
 fn starts_ci(hay: &[u8], prefix: &str) -> bool {
     hay.len() >= prefix.len() && hay[..prefix.len()].eq_ignore_ascii_case(prefix.as_bytes())
 }
@@ -74,17 +69,23 @@ pub fn is_secret_name(name: &[u8]) -> bool {
         || SECRET_NAMES
             .iter()
             .any(|s| name.eq_ignore_ascii_case(s.as_bytes()))
-        || SECRET_NAME_PARTS.iter().any(|&part| {
-            let mut from = 0;
-            while let Some(at) = find_ci(name, part, from) {
-                let benign = part == "auth" && NOT_AUTH.iter().any(|n| starts_ci(&name[at..], n));
-                if !benign {
-                    return true;
-                }
-                from = at + 1;
-            }
-            false
+        || secret_parts().find_overlapping_iter(name).any(|m| {
+            let part = SECRET_NAME_PARTS[m.pattern().as_usize()];
+            !(part == "auth" && NOT_AUTH.iter().any(|n| starts_ci(&name[m.start()..], n)))
         })
+}
+
+/// [`SECRET_NAME_PARTS`] as one automaton: every name of every captured header (and query
+/// parameter) is looked at once, in one pass, instead of once per part (a substring search
+/// for each of 16 parts was 15% of the terminal UI's CPU at saturation).
+fn secret_parts() -> &'static aho_corasick::AhoCorasick {
+    static PARTS: std::sync::OnceLock<aho_corasick::AhoCorasick> = std::sync::OnceLock::new();
+    PARTS.get_or_init(|| {
+        aho_corasick::AhoCorasick::builder()
+            .ascii_case_insensitive(true)
+            .build(SECRET_NAME_PARTS)
+            .expect("the secret name parts make an automaton")
+    })
 }
 
 /// Whether a header's value is a secret: its name is secret-like ([`is_secret_name`]), but
@@ -366,6 +367,78 @@ fn lossy_owned<'a>(redacted: Cow<'_, [u8]>, word: &'a str) -> Cow<'a, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The definition the automaton implements, searched part by part.
+    fn is_secret_name_by_part(name: &[u8]) -> bool {
+        let ends_in_key = name.len() >= 3 && name[name.len() - 3..].eq_ignore_ascii_case(b"key");
+        let public_key = PUBLIC_KEYS
+            .iter()
+            .any(|k| name.eq_ignore_ascii_case(k.as_bytes()));
+        let has_part = SECRET_NAME_PARTS.iter().any(|part| {
+            let n = part.len();
+            (0..(name.len() + 1).saturating_sub(n)).any(|at| {
+                name[at..at + n].eq_ignore_ascii_case(part.as_bytes())
+                    && !(*part == "auth" && NOT_AUTH.iter().any(|b| starts_ci(&name[at..], b)))
+            })
+        });
+        (ends_in_key && !public_key)
+            || SECRET_NAMES
+                .iter()
+                .any(|s| name.eq_ignore_ascii_case(s.as_bytes()))
+            || has_part
+    }
+
+    #[test]
+    fn the_automaton_says_what_a_search_part_by_part_says() {
+        let pieces = [
+            "",
+            "x-",
+            "Auth",
+            "AUTHENTICATE",
+            "authority",
+            "-",
+            "_",
+            "token",
+            "Session",
+            "pass",
+            "passw",
+            "pwd",
+            "key",
+            "Api",
+            "api_key",
+            "sig",
+            "design",
+            "cookie",
+            "csrf",
+            "jwt",
+            "author",
+            "www-",
+            "proxy-",
+            "secret",
+            "credential",
+            "signature",
+            "idempotency-key",
+            "sec-websocket-key",
+            "content-type",
+            "host",
+            "a",
+        ];
+        let mut checked = 0;
+        for a in pieces {
+            for b in pieces {
+                for c in ["", "auth", "-id", "ization", "enticate-token"] {
+                    let name = format!("{a}{b}{c}");
+                    assert_eq!(
+                        is_secret_name(name.as_bytes()),
+                        is_secret_name_by_part(name.as_bytes()),
+                        "{name}"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(checked, pieces.len() * pieces.len() * 5);
+    }
 
     fn r(t: &str) -> String {
         String::from_utf8(redact_target(t.as_bytes()).into_owned()).unwrap()
