@@ -75,6 +75,14 @@ pub struct Pipeline<S: Sink> {
     call_scratch: Vec<Call>,
 }
 
+/// A record's calls as `apply` gets them: owned where the pipeline thread tracked them itself
+/// (handed on to the sink, which may keep them without a copy), borrowed from a tracking
+/// thread's batch otherwise.
+enum Calls<'a> {
+    Owned(&'a mut Vec<Call>),
+    Shared(&'a [Call]),
+}
+
 /// A process exit record held back (see `Pipeline::held_exits`), with what is asked of it.
 struct HeldExit {
     ts_ns: u64,
@@ -413,9 +421,14 @@ impl<S: Sink> Pipeline<S> {
                 Ok(())
             }
             // The worker decoded these very bytes and passed on what applying needs.
-            Outcome::Tracked { verdict, head, .. } => {
-                self.apply(&head, raw, verdict, calls, Some(lines), Some(keyed))
-            }
+            Outcome::Tracked { verdict, head, .. } => self.apply(
+                &head,
+                raw,
+                verdict,
+                Calls::Shared(calls),
+                Some(lines),
+                Some(keyed),
+            ),
         }
     }
 
@@ -454,7 +467,14 @@ impl<S: Sink> Pipeline<S> {
         }
         let mut calls = std::mem::take(&mut self.call_scratch);
         let verdict = self.tracker.handle(&ev, &mut |call| calls.push(call));
-        let result = self.apply(&EventHead::from(&ev), raw, verdict, &calls, None, None);
+        let result = self.apply(
+            &EventHead::from(&ev),
+            raw,
+            verdict,
+            Calls::Owned(&mut calls),
+            None,
+            None,
+        );
         calls.clear();
         self.call_scratch = calls;
         result
@@ -540,43 +560,33 @@ impl<S: Sink> Pipeline<S> {
         ev: &EventHead,
         raw: &[u8],
         verdict: Verdict,
-        calls: &[Call],
+        calls: Calls<'_>,
         mut lines: Option<&mut shards::Lines>,
         mut keyed: Option<shards::Keyed>,
     ) -> io::Result<()> {
         let mut result = Ok(());
         let mut n = 0u64;
-        for (i, call) in calls.iter().enumerate() {
-            n += 1;
-            // Taken whatever happens below, so the next call gets its own line.
-            let line = lines.as_mut().and_then(|l| l.next_line());
-            self.observe_endpoint(call, keyed.as_mut().map(|keyed| (i, keyed)));
-            self.proc_stats.observe_call(call);
-            if self.l7_seen.len() >= MAX_L7_SEEN {
-                self.l7_seen.clear();
-            }
-            self.l7_seen
-                .insert((call.local, call.peer), (call.l7.proto.name(), call.tls));
-            if result.is_err() {
-                continue;
-            }
-            self.summary.calls += 1;
-            match call.side {
-                Side::Client => self.summary.calls_client += 1,
-                Side::Server => self.summary.calls_server += 1,
-            }
-            let (info, fresh) = self.procs.lookup(call.pid, &call.comm);
-            if fresh {
-                if let Some(rec) = self.recorder.as_mut() {
-                    rec.process(info);
+        match calls {
+            Calls::Shared(calls) => {
+                for (i, call) in calls.iter().enumerate() {
+                    n += 1;
+                    // Taken whatever happens below, so the next call gets its own line.
+                    let line = lines.as_mut().and_then(|l| l.next_line());
+                    if self.account_call(call, i, &mut keyed, &mut result) {
+                        result = match line {
+                            Some(line) => self.sink.call_formatted(call, line),
+                            None => self.sink.call(call),
+                        };
+                    }
                 }
-                result = self.sink.process(info);
             }
-            if result.is_ok() {
-                result = match line {
-                    Some(line) => self.sink.call_formatted(call, line),
-                    None => self.sink.call(call),
-                };
+            Calls::Owned(calls) => {
+                for (i, call) in calls.drain(..).enumerate() {
+                    n += 1;
+                    if self.account_call(&call, i, &mut keyed, &mut result) {
+                        result = self.sink.call_owned(call);
+                    }
+                }
             }
         }
         self.calls_in_interval += n;
@@ -597,6 +607,41 @@ impl<S: Sink> Pipeline<S> {
                 .observe_bytes(ev.pid, comm, ev.dir == Direction::Egress, ev.total_len);
         }
         result
+    }
+
+    /// A call's aggregates, counts and process identity (its process described to the sink and
+    /// the recorder the first time); whether it is then handed to the sink (not after an
+    /// output error, in `result`).
+    fn account_call(
+        &mut self,
+        call: &Call,
+        i: usize,
+        keyed: &mut Option<shards::Keyed>,
+        result: &mut io::Result<()>,
+    ) -> bool {
+        self.observe_endpoint(call, keyed.as_mut().map(|keyed| (i, keyed)));
+        self.proc_stats.observe_call(call);
+        if self.l7_seen.len() >= MAX_L7_SEEN {
+            self.l7_seen.clear();
+        }
+        self.l7_seen
+            .insert((call.local, call.peer), (call.l7.proto.name(), call.tls));
+        if result.is_err() {
+            return false;
+        }
+        self.summary.calls += 1;
+        match call.side {
+            Side::Client => self.summary.calls_client += 1,
+            Side::Server => self.summary.calls_server += 1,
+        }
+        let (info, fresh) = self.procs.lookup(call.pid, &call.comm);
+        if fresh {
+            if let Some(rec) = self.recorder.as_mut() {
+                rec.process(info);
+            }
+            *result = self.sink.process(info);
+        }
+        result.is_ok()
     }
 
     /// Accounts `call` in the endpoint table: by the number its tracking thread gave its key

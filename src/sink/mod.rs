@@ -18,6 +18,11 @@ pub trait Sink {
     /// A process seen for the first time (before its first call).
     fn process(&mut self, info: &ProcInfo) -> io::Result<()>;
     fn call(&mut self, call: &Call) -> io::Result<()>;
+    /// A call the caller no longer needs: a sink that keeps calls (the terminal UI) takes it
+    /// instead of a copy.
+    fn call_owned(&mut self, call: Call) -> io::Result<()> {
+        self.call(&call)
+    }
     /// A formatter for `call` lines that other threads may use (after `meta`): the sink then
     /// gets each call with its line already written (`call_formatted`). None: sinks that
     /// write no such lines.

@@ -352,8 +352,12 @@ impl Sink for TuiSink {
     }
 
     fn call(&mut self, call: &Call) -> io::Result<()> {
-        self.pace(call_time(call));
-        self.batch.push(call.clone());
+        self.call_owned(call.clone())
+    }
+
+    fn call_owned(&mut self, call: Call) -> io::Result<()> {
+        self.pace(call_time(&call));
+        self.batch.push(call);
         if self.batch.len() >= BATCH_MAX || self.batch_since.elapsed() >= BATCH_AGE {
             self.send_batch();
         }
