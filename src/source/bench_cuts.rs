@@ -9,21 +9,23 @@
 /// reads each record and drops it; one ring only, i.e. one tracking thread).
 const CUTS: [&str; 5] = ["hook", "state", "select", "copy", "read"];
 
+/// The stage named by `EBTOP_BENCH_CUT` (its index in [`CUTS`]), read and reported once.
 fn cut() -> Option<usize> {
-    let name = std::env::var("EBTOP_BENCH_CUT").ok()?;
-    match CUTS.iter().position(|c| *c == name) {
-        Some(i) => {
-            eprintln!("ebtop: benchmark build: records cut at \"{name}\" (EBTOP_BENCH_CUT)");
-            Some(i)
-        }
-        None => {
-            eprintln!(
+    static CUT: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *CUT.get_or_init(|| {
+        let name = std::env::var("EBTOP_BENCH_CUT").ok()?;
+        let found = CUTS.iter().position(|c| *c == name);
+        match found {
+            Some(_) => {
+                eprintln!("ebtop: benchmark build: records cut at \"{name}\" (EBTOP_BENCH_CUT)")
+            }
+            None => eprintln!(
                 "ebtop: EBTOP_BENCH_CUT={name:?} ignored: one of {}",
                 CUTS.join(", ")
-            );
-            None
+            ),
         }
-    }
+        found
+    })
 }
 
 /// `bench_cut` of src/bpf/capture.h: 1 to 4 for the kernel's stages, else 0.
@@ -34,7 +36,7 @@ pub fn kernel_cut() -> u32 {
     }
 }
 
-/// Whether user space drops each record as it is read.
+/// Whether user space drops each record as it is read (the last stage, `read`).
 pub fn drops_records() -> bool {
-    std::env::var("EBTOP_BENCH_CUT").is_ok_and(|v| v == "read")
+    cut() == Some(CUTS.len() - 1)
 }
