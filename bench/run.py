@@ -268,8 +268,24 @@ def scenario_d(binary, examples, tmp, conns, seconds):
     r = json.loads(out)
     r.update(user_s=e.user_s(), bpf_s=e.bpf_s(), rss_kb=e.hwm, seconds=seconds, lost=s["kernel"]["lost"],
              rss_now_kb=e.rss_now, rss_rings_kb=e.rss_rings)
+    r.update(server_flows_owned(e.out))
     print(json.dumps(r), file=sys.stderr)
     return r
+
+
+def server_flows_owned(jsonl):
+    """Server-side TCP flows in a --json output, and how many of them were never given an owner
+    (named neither in any `flow` line nor in their `flow_end`)."""
+    owned = {}
+    with open(jsonl) as f:
+        for line in f:
+            if '"role":"server"' not in line or '"proto":"tcp"' not in line:
+                continue
+            o = json.loads(line)
+            if o.get("type") not in ("flow", "flow_end"):
+                continue
+            owned[o["flow_id"]] = owned.get(o["flow_id"], False) or o.get("pid") is not None
+    return {"server_flows": len(owned), "server_flows_unowned": sum(1 for v in owned.values() if not v)}
 
 
 def scenario_f(binary, examples, tmp, seconds):
@@ -389,14 +405,22 @@ def micro():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="1 repetition, short runs")
+    ap.add_argument("--only-d", action="store_true",
+                    help="scenario D alone, printed (bench/results.json is left as it is)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/run.py needs root (it loads eBPF): sudo bench/run.py")
-    apt("nginx-light", "wrk", "tmux")
     # BPF time from fdinfo needs the kernel's statistics on; put the setting back afterwards.
     before = open("/proc/sys/kernel/bpf_stats_enabled").read().strip()
     atexit.register(lambda: subprocess.run(["sysctl", "-qw", f"kernel.bpf_stats_enabled={before}"]))
     sh("sysctl -qw kernel.bpf_stats_enabled=1")
+    if args.only_d:
+        binary, examples = build()
+        tmp = tempfile.mkdtemp(prefix="ebtop-bench-")
+        print(json.dumps(scenario_d(binary, examples, tmp, 20000 if args.quick else 100000, 20)))
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    apt("nginx-light", "wrk", "tmux")
     binary, examples = build()
     reps, secs = (1, 5) if args.quick else (3, 10)
     tmp = tempfile.mkdtemp(prefix="ebtop-bench-")

@@ -887,3 +887,309 @@ fn dns_alone_places_no_tls_probe_unless_asked() {
         );
     }
 }
+
+/// A server of its own process: listens on a port it prints, then takes commands on stdin
+/// (`accept N`, `send I`, `close`), answering each with a line once done.
+const HOLDING_SERVER: &str = r#"
+import socket, sys
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen(64)
+print(srv.getsockname()[1], flush=True)
+conns = []
+for line in sys.stdin:
+    cmd = line.split()
+    if cmd[0] == "accept":
+        conns += [srv.accept()[0] for _ in range(int(cmd[1]))]
+    elif cmd[0] == "send":
+        conns[int(cmd[1])].sendall(b"x" * 100)
+    elif cmd[0] == "close":
+        for c in conns:
+            c.close()
+        conns = []
+    print("ok", flush=True)
+"#;
+
+struct HoldingServer {
+    peer: Peer,
+    out: std::io::BufReader<std::process::ChildStdout>,
+    port: u16,
+}
+
+impl HoldingServer {
+    fn start() -> HoldingServer {
+        let mut child = Command::new("python3")
+            .args(["-c", HOLDING_SERVER])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 runs");
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        let port = line.trim().parse().expect("the server's port");
+        HoldingServer {
+            peer: Peer(child),
+            out,
+            port,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.peer.0.id()
+    }
+
+    fn command(&mut self, cmd: &str) {
+        let stdin = self.peer.0.stdin.as_mut().unwrap();
+        writeln!(stdin, "{cmd}").unwrap();
+        stdin.flush().unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut self.out, &mut line).unwrap();
+        assert_eq!(line.trim(), "ok", "{cmd}");
+    }
+}
+
+/// Owners of flows no hook names: a connection open before ebtop started whose client never
+/// makes a syscall on it (found through its packets), and a server's accepted connections
+/// that never move data themselves. Run with the kernel's owner iterator (the default) and
+/// with the /proc walk (`EBTOP_FLOW_OWNERS=procfs`).
+fn flows_no_hook_names_get_their_owners(env: &[(&str, &str)]) {
+    require_root();
+    let _g = serial();
+    let mut server = HoldingServer::start();
+    let lport = server.port;
+    let pre = TcpStream::connect(("127.0.0.1", lport)).unwrap();
+    server.command("accept 1");
+    let pre_port = pre.local_addr().unwrap().port();
+    let mut ebtop = Ebtop::start_with_env(&["--json", "--only", "flow,flow_end"], env);
+    for _ in 0..3 {
+        server.command("send 0");
+        thread::sleep(Duration::from_millis(300));
+    }
+    let idle: Vec<TcpStream> = (0..10)
+        .map(|_| TcpStream::connect(("127.0.0.1", lport)).unwrap())
+        .collect();
+    server.command("accept 10");
+    let idle_ports: Vec<u16> = idle
+        .iter()
+        .map(|c| c.local_addr().unwrap().port())
+        .collect();
+    // A few intervals: the walks are at least 0.5 s apart.
+    let pid = std::process::id();
+    let pre_named = ebtop.wait_for(Duration::from_secs(10), |v| {
+        v["type"] == "flow" && port_of(&v["local"]) == pre_port && v["pid"] == pid
+    });
+    thread::sleep(Duration::from_millis(2500));
+    // A byte to each server socket, which it never reads: its flow is reported again (its
+    // counters moved), named by then, and no syscall of the server named it.
+    for mut c in &idle {
+        c.write_all(b"x").unwrap();
+    }
+    thread::sleep(Duration::from_millis(1500));
+    server.command("close");
+    drop(idle);
+    drop(pre);
+    thread::sleep(Duration::from_millis(1500));
+    let lines = ebtop.stop();
+
+    let pre_named =
+        pre_named.unwrap_or_else(|| panic!("the pre-existing client flow named: {lines:#?}"));
+    assert_eq!(pre_named["preexisting"], true, "{pre_named}");
+    assert!(pre_named["sock_id"].as_u64().is_some(), "{pre_named}");
+    let server_pid = server.pid();
+    for port in idle_ports {
+        let of_flow: Vec<&Value> = lines
+            .iter()
+            .filter(|v| {
+                (v["type"] == "flow" || v["type"] == "flow_end")
+                    && port_of(&v["local"]) == lport
+                    && port_of(&v["peer"]) == port
+            })
+            .collect();
+        assert!(
+            of_flow.iter().any(|v| v["type"] == "flow_end"),
+            "the idle server flow from port {port} ended: {of_flow:#?}"
+        );
+        let named = of_flow
+            .iter()
+            .find(|v| v["type"] == "flow" && u(v, "bytes_in") == 1)
+            .unwrap_or_else(|| panic!("server flow from port {port} with its byte: {of_flow:#?}"));
+        assert_eq!(named["pid"], server_pid, "named before its close: {named}");
+        assert_eq!(named["comm"], "python3", "{named}");
+        assert!(named["sock_id"].as_u64().is_some(), "{named}");
+        assert!(
+            of_flow
+                .iter()
+                .all(|v| v["pid"].is_null() || v["pid"] == server_pid),
+            "one owner: {of_flow:#?}"
+        );
+    }
+}
+
+#[test]
+fn flows_no_hook_names_get_owners_from_the_kernel_iterator() {
+    flows_no_hook_names_get_their_owners(&[]);
+}
+
+#[test]
+fn flows_no_hook_names_get_owners_from_proc_without_the_iterator() {
+    flows_no_hook_names_get_their_owners(&[("EBTOP_FLOW_OWNERS", "procfs")]);
+}
+
+/// Reading a hash map whole: every entry once, however the kernel cuts the batches (it
+/// returns a short batch whenever the next bucket does not fit in the rest of one).
+#[test]
+fn a_hash_map_is_read_whole_in_batches() {
+    require_root();
+    use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
+    const N: u64 = 50_000;
+    let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
+        ..Default::default()
+    };
+    let map = MapHandle::create(MapType::Hash, Some("readwhole"), 8, 16, 2 * N as u32, &opts)
+        .expect("a BPF hash map");
+    for k in 0..N {
+        let v = [k.to_ne_bytes(), (!k).to_ne_bytes()].concat();
+        map.update(&k.to_ne_bytes(), &v, MapFlags::ANY).unwrap();
+    }
+    for batch in [1, 7, 512, 4096, 100_000] {
+        let (keys, values) = ebtop::bpf::read_hash_map(&map, batch);
+        assert_eq!(keys.len(), 8 * N as usize, "batch {batch}");
+        let mut seen = vec![false; N as usize];
+        for (k, v) in keys.chunks_exact(8).zip(values.chunks_exact(16)) {
+            let k = u64::from_ne_bytes(k.try_into().unwrap());
+            assert_eq!(
+                v,
+                [k.to_ne_bytes(), (!k).to_ne_bytes()].concat(),
+                "its own value"
+            );
+            assert!(!std::mem::replace(&mut seen[k as usize], true), "{k} once");
+        }
+    }
+}
+
+/// Raises this process's open-file limit to at least `want`, within the hard limit.
+fn allow_open_files(want: u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid struct.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        assert!(
+            lim.rlim_max >= want,
+            "this test needs {want} open files; the hard limit is {}",
+            lim.rlim_max
+        );
+        if lim.rlim_cur < want {
+            lim.rlim_cur = want;
+            assert_eq!(
+                libc::setrlimit(libc::RLIMIT_NOFILE, &lim),
+                0,
+                "RLIMIT_NOFILE"
+            );
+        }
+    }
+}
+
+/// With more flows than one batch of the table's read and sockets reused by new connections
+/// between polls, a flow keeps the id of its first line to its end, and the bytes its lines
+/// report per interval add up to its totals: nothing counted twice.
+#[test]
+fn a_flow_keeps_its_id_and_its_interval_bytes_add_up() {
+    require_root();
+    let _g = serial();
+    const HELD: usize = 5000;
+    allow_open_files(2 * HELD as u64 + 2000);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let lport = listener.local_addr().unwrap().port();
+    // A table of 16,384 buckets, over half full: the table's read comes in several
+    // batches, some cut short where the next bucket holds more entries than fit.
+    let ebtop = Ebtop::start(&[
+        "--json",
+        "--only",
+        "flow,flow_end,flow_stats",
+        "--max-flows",
+        "16384",
+    ]);
+    const SHORT_PER_ROUND: usize = 300;
+    const ROUNDS: usize = 4;
+    let (accepted_tx, accepted_rx) = std::sync::mpsc::channel();
+    let srv = thread::spawn(move || {
+        // Held connections are kept; the short ones closed at once.
+        let mut held = Vec::new();
+        for _ in 0..HELD {
+            held.push(listener.accept().unwrap().0);
+        }
+        accepted_tx.send(()).unwrap();
+        for _ in 0..ROUNDS * SHORT_PER_ROUND {
+            drop(listener.accept().unwrap());
+        }
+        held
+    });
+    let mut clients: Vec<TcpStream> = (0..HELD)
+        .map(|_| TcpStream::connect(("127.0.0.1", lport)).unwrap())
+        .collect();
+    accepted_rx.recv().unwrap();
+    for round in 0..ROUNDS {
+        for (i, c) in clients.iter_mut().enumerate() {
+            if i % 2 == round % 2 {
+                c.write_all(&[b'x'; 10]).unwrap();
+            }
+        }
+        for _ in 0..SHORT_PER_ROUND {
+            drop(TcpStream::connect(("127.0.0.1", lport)).unwrap());
+        }
+        thread::sleep(Duration::from_millis(700));
+    }
+    let held = srv.join().unwrap();
+    drop(clients);
+    drop(held);
+    thread::sleep(Duration::from_millis(1500));
+    let lines = ebtop.stop();
+
+    let mut by_flow: HashMap<(String, String, u64), Vec<&Value>> = HashMap::new();
+    for v in &lines {
+        if (v["type"] == "flow" || v["type"] == "flow_end")
+            && v["proto"] == "tcp"
+            && (port_of(&v["local"]) == lport || port_of(&v["peer"]) == lport)
+        {
+            let key = (
+                v["local"].as_str().unwrap().to_string(),
+                v["peer"].as_str().unwrap().to_string(),
+                u(v, "start_mono_ns"),
+            );
+            by_flow.entry(key).or_default().push(v);
+        }
+    }
+    let mut ended_with_bytes = 0;
+    for (key, seen) in &by_flow {
+        let id = u(seen[0], "flow_id");
+        assert!(
+            seen.iter().all(|v| u(v, "flow_id") == id),
+            "one id for {key:?}: {seen:#?}"
+        );
+        let Some(end) = seen.iter().find(|v| v["type"] == "flow_end") else {
+            continue;
+        };
+        let sum = |k: &str| seen.iter().map(|v| u(v, k)).sum::<u64>();
+        assert_eq!(
+            (sum("interval_bytes_out"), sum("interval_bytes_in")),
+            (u(end, "bytes_out"), u(end, "bytes_in")),
+            "interval bytes add up for {key:?}: {seen:#?}"
+        );
+        if u(end, "bytes_out") + u(end, "bytes_in") > 0 {
+            ended_with_bytes += 1;
+        }
+    }
+    // Every held connection moved 20 bytes, counted on both sides (a few may be missed by
+    // the kernel's recursion guard, counted; see ten_thousand_short_connections_each_end_once).
+    let stats = of_type(&lines, "flow_stats");
+    let missed = u(stats.last().unwrap(), "missed_events") as usize;
+    assert!(
+        ended_with_bytes + missed >= 2 * HELD,
+        "{ended_with_bytes} held flows ended with bytes, {missed} missed"
+    );
+}

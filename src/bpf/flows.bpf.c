@@ -584,3 +584,48 @@ int flow_accept_exit(struct ebtop_sys_exit_ctx *ctx)
 {
 	return note_accepted(ctx->ret);
 }
+
+/*
+ * The context of a task_file iterator (kernel/bpf/task_iter.c): one run per open file of every
+ * process (threads sharing their files are visited once).
+ */
+struct bpf_iter_meta {
+	void *seq;
+} __attribute__((preserve_access_index));
+
+struct bpf_iter__task_file {
+	struct bpf_iter_meta *meta;
+	struct task_struct *task;
+	__u32 fd;
+	struct file *file;
+} __attribute__((preserve_access_index));
+
+/*
+ * Names the owners of flows no hook has named: user space runs this iterator (never attached
+ * to an event) when open flows have no owner, instead of reading every /proc/PID/fd. On the
+ * socket-layer path an accepted connection that has not moved data yet has no owner otherwise.
+ * The first process found holding the socket (the lowest pid, as in /proc) owns it.
+ */
+SEC("iter/task_file")
+int name_owners(struct bpf_iter__task_file *ctx)
+{
+	struct task_struct *task = ctx->task;
+	struct file *file = ctx->file;
+	if (!task || !file)
+		return 0;
+	struct socket *sock = bpf_sock_from_file(file);
+	if (!sock)
+		return 0;
+	__u64 key = (__u64)sock->sk;
+	struct ebtop_flow *f = bpf_map_lookup_elem(&flows, &key);
+	if (!f || f->pid)
+		return 0;
+	f->pid = task->tgid;
+	const __u64 *name = (const __u64 *)task->comm;
+	__u64 lo = name[0], hi = name[1];
+	__builtin_memcpy(f->comm, &lo, 8);
+	__builtin_memcpy(f->comm + 8, &hi, 8);
+	if (!f->inode)
+		f->inode = file->f_inode->i_ino;
+	return 0;
+}

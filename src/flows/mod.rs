@@ -16,7 +16,7 @@ pub mod owners;
 pub mod raw;
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -286,6 +286,8 @@ impl FlowReport {
 #[derive(Debug, Clone, Copy)]
 struct Prev {
     id: u64,
+    /// The poll that last read the flow in the table.
+    seen: u64,
     start_ns: u64,
     raw_out: u64,
     raw_in: u64,
@@ -381,14 +383,17 @@ struct FlowTableReader {
     udp_flows: MapHandle,
     counters: MapHandle,
     prev: HashMap<u64, Prev>,
-    /// Owners resolved from /proc while a flow was open (kept for its flow_end).
-    resolved: HashMap<u64, (u32, String)>,
+    /// Owners resolved from /proc while a flow was open (kept for its flow_end), by socket
+    /// address, with the flow's start (the address may be another flow's since).
+    resolved: HashMap<u64, (u64, u32, String)>,
     udp_prev: HashMap<RawUdpKey, UdpPrev>,
     owners: Owners,
     next_id: u64,
     cfg: FlowConfig,
     udp_peer_hooks: bool,
     udp_expired: u64,
+    /// Polls so far.
+    polls: u64,
 }
 
 fn cgroup2_root() -> Option<std::fs::File> {
@@ -401,38 +406,60 @@ fn cgroup2_root() -> Option<std::fs::File> {
     std::fs::File::open(dir).ok()
 }
 
+/// Opens and loads the flow table's BPF object (leaked: one per run, it lives as long as
+/// the process), with or without the owner iterator.
+fn load_flows(
+    cfg: &FlowConfig,
+    shared: Option<SharedFlowMaps>,
+    owner_iterator: bool,
+) -> Result<&'static mut FlowsSkel<'static>> {
+    let storage = Box::leak(Box::new(MaybeUninit::uninit()));
+    let mut open = FlowsSkelBuilder::default()
+        .open(storage)
+        .context("opening the flows BPF object failed")?;
+    open.maps
+        .flows
+        .set_max_entries(cfg.max_flows.max(1))
+        .context("sizing the flow table failed")?;
+    if let Some(maps) = shared {
+        for (map, fd) in [
+            (&mut open.maps.flows, maps.flows),
+            (&mut open.maps.udp_flows, maps.udp_flows),
+            (&mut open.maps.udp_peer, maps.udp_peer),
+            (&mut open.maps.flow_counters, maps.counters),
+        ] {
+            map.reuse_fd(fd)
+                .context("sharing the flow table's maps with the capture failed")?;
+        }
+    }
+    if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+        ro.owner_from_data = !cfg.accept_hooks && shared.is_none();
+    }
+    if !owner_iterator {
+        open.progs.name_owners.set_autoload(false);
+    }
+    let skel = open
+        .load()
+        .map_err(|e| anyhow!("loading the flows BPF programs failed: {e}"))?;
+    Ok(Box::leak(Box::new(skel)))
+}
+
 impl FlowCollector {
     /// Loads and attaches the flow programs. The skeleton lives as long as the process (one
     /// collector per run); dropping the collector detaches every probe.
     pub fn start(cfg: &FlowConfig, shared: Option<SharedFlowMaps>) -> Result<FlowCollector> {
-        let storage = Box::leak(Box::new(MaybeUninit::uninit()));
-        let mut open = FlowsSkelBuilder::default()
-            .open(storage)
-            .context("opening the flows BPF object failed")?;
-        open.maps
-            .flows
-            .set_max_entries(cfg.max_flows.max(1))
-            .context("sizing the flow table failed")?;
-        if let Some(maps) = shared {
-            for (map, fd) in [
-                (&mut open.maps.flows, maps.flows),
-                (&mut open.maps.udp_flows, maps.udp_flows),
-                (&mut open.maps.udp_peer, maps.udp_peer),
-                (&mut open.maps.flow_counters, maps.counters),
-            ] {
-                map.reuse_fd(fd)
-                    .context("sharing the flow table's maps with the capture failed")?;
-            }
-        }
-        if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
-            ro.owner_from_data = !cfg.accept_hooks && shared.is_none();
-        }
-        let skel: &'static mut FlowsSkel<'static> =
-            Box::leak(Box::new(open.load().map_err(|e| {
-                anyhow!("loading the flows BPF programs failed: {e}")
-            })?));
+        // The owner iterator needs task-file iterators and bpf_sock_from_file (Linux 5.11):
+        // where the kernel refuses it, the same object is loaded without it.
+        // `EBTOP_FLOW_OWNERS=procfs` keeps to /proc (comparisons; the tests cover both).
+        let procfs_owners = std::env::var_os("EBTOP_FLOW_OWNERS").is_some_and(|v| v == "procfs");
+        let skel = match load_flows(cfg, shared, !procfs_owners) {
+            Ok(skel) => skel,
+            Err(_) if !procfs_owners => load_flows(cfg, shared, false)?,
+            Err(e) => return Err(e),
+        };
         let mut links = Vec::new();
         let mut udp_peer_hooks = false;
+        let mut owner_iterator = None;
         let cgroup = cgroup2_root();
         for prog in skel.object_mut().progs_mut() {
             let name = prog.name().to_string_lossy().into_owned();
@@ -458,6 +485,16 @@ impl FlowCollector {
                         links.push(l);
                         udp_peer_hooks = true;
                     }
+                }
+            } else if section.starts_with("iter/") {
+                // Run on demand by the reader thread; without it, owners come from /proc.
+                if let Ok(link) = prog.attach_iter_with_opts(libbpf_rs::IterOpts::None) {
+                    owner_iterator = link
+                        .as_fd()
+                        .try_clone_to_owned()
+                        .ok()
+                        .map(owners::OwnerIterator::new);
+                    links.push(link);
                 }
             }
             // `snapshot` (raw_tp) is run on demand, never attached.
@@ -491,11 +528,12 @@ impl FlowCollector {
             prev: HashMap::new(),
             resolved: HashMap::new(),
             udp_prev: HashMap::new(),
-            owners: Owners::default(),
+            owners: owner_iterator.map(Owners::in_kernel).unwrap_or_default(),
             next_id: 1,
             cfg: cfg.clone(),
             udp_peer_hooks,
             udp_expired: 0,
+            polls: 0,
         };
         // One request in flight at a time (the loop waits for a report before the next).
         let (requests, jobs) = mpsc::sync_channel::<PollRequest>(1);
@@ -674,13 +712,25 @@ impl FlowTableReader {
             (None, None)
         };
         if pid.is_none() {
-            if let Some((p, c)) = self.resolved.get(&r.sk) {
+            if let Some((_, p, c)) = self.resolved.get(&r.sk).filter(|o| o.0 == r.start_ns) {
                 pid = Some(*p);
                 comm = Some(c.clone());
             }
         }
-        // An ended flow's socket is gone from /proc: only the cache can name it.
-        if r.inode != 0 && pid.is_none() {
+        let mut inode = r.inode;
+        if pid.is_none() && !ended && self.owners.names_in_kernel() {
+            // Named in the kernel's entry, if the iterator ran since the table was read.
+            if self.owners.unnamed_in_kernel() {
+                if let Some(fresh) = self.reread(r) {
+                    if fresh.pid != 0 {
+                        pid = Some(fresh.pid);
+                        comm = Some(raw::comm_str(&fresh.comm));
+                        inode = fresh.inode;
+                    }
+                }
+            }
+        } else if r.inode != 0 && pid.is_none() {
+            // An ended flow's socket is gone from /proc: only the cache can name it.
             let hit = if ended {
                 self.owners.cached(r.inode)
             } else {
@@ -688,7 +738,7 @@ impl FlowTableReader {
             };
             if let Some((p, c)) = hit {
                 if !ended {
-                    self.resolved.insert(r.sk, (p, c.clone()));
+                    self.resolved.insert(r.sk, (r.start_ns, p, c.clone()));
                 }
                 pid = Some(p);
                 comm = Some(c);
@@ -696,6 +746,7 @@ impl FlowTableReader {
         }
         let p = prev.unwrap_or(Prev {
             id,
+            seen: self.polls,
             start_ns: r.start_ns,
             raw_out: 0,
             raw_in: 0,
@@ -733,7 +784,7 @@ impl FlowTableReader {
             state: raw::state_name(r.state).into(),
             pid,
             comm,
-            sock_id: (r.inode != 0).then_some(r.inode),
+            sock_id: (inode != 0).then_some(inode),
             start_mono_ns: r.start_ns,
             age_ns: end_ns.unwrap_or(now_ns).saturating_sub(r.start_ns),
             bytes_out,
@@ -773,10 +824,21 @@ impl FlowTableReader {
         }
     }
 
+    /// The table's entry for the same flow as `r` now (None: gone, or another flow since).
+    fn reread(&self, r: &RawFlow) -> Option<RawFlow> {
+        let v = self
+            .flows
+            .lookup(&r.sk.to_ne_bytes(), MapFlags::ANY)
+            .ok()
+            .flatten()?;
+        RawFlow::decode(&v).filter(|fresh| fresh.start_ns == r.start_ns)
+    }
+
     /// Ends an interval: snapshots every flow's counters in the kernel, reads the tables and
     /// returns what was active since the previous poll and what ended.
     fn poll(&mut self, now_ns: u64, ends: Vec<Vec<u8>>) -> FlowReport {
         let t0 = std::time::Instant::now();
+        self.polls += 1;
         // The snapshot copies tcp_sock counters into every entry (BPF_PROG_TEST_RUN).
         run_program_once(self.snapshot.as_fd());
         self.owners.begin_poll();
@@ -791,28 +853,37 @@ impl FlowTableReader {
                 continue;
             };
             let f = self.tcp_flow(&r, now_ns, true);
-            self.prev.remove(&r.sk);
-            self.resolved.remove(&r.sk);
+            // Unless the address is already a newer flow's.
+            if self
+                .prev
+                .get(&r.sk)
+                .is_some_and(|p| p.start_ns == r.start_ns)
+            {
+                self.prev.remove(&r.sk);
+            }
+            if self.resolved.get(&r.sk).is_some_and(|o| o.0 == r.start_ns) {
+                self.resolved.remove(&r.sk);
+            }
             if self.selected(&f.local, Some(&f.peer), f.pid, f.comm.as_deref()) {
                 report.ends.push(f);
             }
         }
 
-        let mut seen: HashSet<u64> = HashSet::with_capacity(self.prev.len());
         let mut tcp_count = 0u64;
-        if let Ok(iter) = self.flows.lookup_batch(4096, MapFlags::ANY, MapFlags::ANY) {
-            let rows: Vec<(Vec<u8>, Vec<u8>)> = iter.collect();
-            for (_k, v) in rows {
-                let Some(r) = RawFlow::decode(&v) else {
+        {
+            let (_, values) = crate::bpf::read_hash_map(&self.flows, 4096);
+            for v in values.chunks_exact(self.flows.value_size() as usize) {
+                let Some(r) = RawFlow::decode(v) else {
                     continue;
                 };
                 tcp_count += 1;
-                seen.insert(r.sk);
-                let prev = self
-                    .prev
-                    .get(&r.sk)
-                    .copied()
-                    .filter(|p| p.start_ns == r.start_ns);
+                let prev = match self.prev.get_mut(&r.sk) {
+                    Some(p) if p.start_ns == r.start_ns => {
+                        p.seen = self.polls;
+                        Some(*p)
+                    }
+                    _ => None,
+                };
                 let changed = match prev {
                     None => true,
                     Some(p) => {
@@ -832,6 +903,7 @@ impl FlowTableReader {
                     r.sk,
                     Prev {
                         id: f.flow_id,
+                        seen: self.polls,
                         start_ns: r.start_ns,
                         raw_out: r.bytes_acked,
                         raw_in: r.bytes_received,
@@ -849,19 +921,23 @@ impl FlowTableReader {
                 }
             }
         }
-        self.prev.retain(|sk, _| seen.contains(sk));
-        self.resolved.retain(|sk, _| seen.contains(sk));
+        // A flow gone from the table is forgotten a poll later, not at once: its end record
+        // may reach the next poll (the ring is drained on another thread), and must carry the
+        // flow's id.
+        let polls = self.polls;
+        self.prev.retain(|_, p| polls - p.seen <= 1);
+        self.resolved.retain(|sk, _| self.prev.contains_key(sk));
 
         // UDP pairs.
         let mut udp_count = 0u64;
         let mut expired: Vec<RawUdpKey> = Vec::new();
-        if let Ok(iter) = self
-            .udp_flows
-            .lookup_batch(4096, MapFlags::ANY, MapFlags::ANY)
         {
-            let rows: Vec<(Vec<u8>, Vec<u8>)> = iter.collect();
+            let (keys, values) = crate::bpf::read_hash_map(&self.udp_flows, 4096);
+            let rows = keys
+                .chunks_exact(self.udp_flows.key_size() as usize)
+                .zip(values.chunks_exact(self.udp_flows.value_size() as usize));
             for (k, v) in rows {
-                let (Some(key), Some(u)) = (RawUdpKey::decode(&k), RawUdp::decode(&v)) else {
+                let (Some(key), Some(u)) = (RawUdpKey::decode(k), RawUdp::decode(v)) else {
                     continue;
                 };
                 udp_count += 1;
