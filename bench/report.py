@@ -90,8 +90,11 @@ if f:
       f"over {f['seconds']} s; lost {f['lost']}; datagrams of no known protocol skipped in the kernel: {f['skipped_unknown']}.\n")
 if d:
     w("## D: many flows\n")
-    w(f"{d['held']} connections held, {d['short_connections']} short connections, {d['trickle_writes']} trickle writes in {d['seconds']} s: "
-      f"ebtop CPU {d['user_s']:.2f} s + BPF {d['bpf_s']:.2f} s, peak RSS {d['rss_kb'] / 1024:.1f} MB, lost {d['lost']}.\n")
+    when = f" (measured {d['measured']}, `bench/run.py --only-d --update`)" if d.get("measured") else ""
+    owners = (f"; server-side flows {d['server_flows']}, never given an owner {d['server_flows_unowned']}"
+              if "server_flows" in d else "")
+    w(f"{d['held']} connections held, {d['short_connections']} short connections, {d['trickle_writes']} trickle writes in {d['seconds']} s{when}: "
+      f"ebtop CPU {d['user_s']:.2f} s + BPF {d['bpf_s']:.2f} s, peak RSS {d['rss_kb'] / 1024:.1f} MB, lost {d['lost']}{owners}.\n")
 peer = r.get("peer_bpftrace", {})
 w("## Peers\n")
 if "error" in peer:

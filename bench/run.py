@@ -407,6 +407,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="1 repetition, short runs")
     ap.add_argument("--only-d", action="store_true",
                     help="scenario D alone, printed (bench/results.json is left as it is)")
+    ap.add_argument("--update", action="store_true",
+                    help="with --only-d: put the result in bench/results.json (dated) and regenerate the report")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/run.py needs root (it loads eBPF): sudo bench/run.py")
@@ -417,8 +419,18 @@ def main():
     if args.only_d:
         binary, examples = build()
         tmp = tempfile.mkdtemp(prefix="ebtop-bench-")
-        print(json.dumps(scenario_d(binary, examples, tmp, 20000 if args.quick else 100000, 20)))
+        d = scenario_d(binary, examples, tmp, 20000 if args.quick else 100000, 20)
+        print(json.dumps(d))
         shutil.rmtree(tmp, ignore_errors=True)
+        if args.update:
+            path = os.path.join(ROOT, "bench/results.json")
+            with open(path) as f:
+                res = json.load(f)
+            d["measured"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+            res["d_many_flows"] = d
+            with open(path, "w") as f:
+                json.dump(res, f, indent=1)
+            subprocess.run([sys.executable, os.path.join(ROOT, "bench/report.py")], check=True)
         return
     apt("nginx-light", "wrk", "tmux")
     binary, examples = build()

@@ -67,7 +67,8 @@ struct ebtop_flow {
 	__u8 flags;
 	__u8 close_state;     /* state the socket left for TCP_CLOSE */
 	__u8 _pad1;
-	__u16 _pad2;
+	__u16 touched;        /* snapshots begun (low bits) when a segment, retransmit or reset
+			       * last touched the flow: the snapshot reads it while recent */
 	__u8 laddr[16];
 	__u8 raddr[16];
 	char comm[EBTOP_TASK_COMM_LEN];

@@ -17,6 +17,8 @@ pub mod raw;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+
+use rustc_hash::FxHashMap;
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -361,7 +363,8 @@ pub struct FlowCollector {
     skel: &'static FlowsSkel<'static>,
     links: Vec<Link>,
     ring: RingBuffer<'static>,
-    ends: Rc<RefCell<Vec<Vec<u8>>>>,
+    /// Flow-end records drained since the last poll, back to back (each `raw::FLOW_LEN`).
+    ends: Rc<RefCell<Vec<u8>>>,
     requests: Option<mpsc::SyncSender<PollRequest>>,
     reports: mpsc::Receiver<FlowReport>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -369,10 +372,53 @@ pub struct FlowCollector {
     outstanding: usize,
 }
 
+/// Every this many polls the snapshot reads every flow and the table is read whole (and the
+/// first time); in between only the flows touched lately are read, and come through the
+/// `flow_reads` ring. The whole read also forgets flows that left the table without an end.
+const FULL_READ_EVERY: u64 = 8;
+
+/// The `flow_reads` ring on the table reader's thread: what the last snapshot copied to it.
+struct FlowReads<'a> {
+    ring: RingBuffer<'a>,
+    read: Rc<RefCell<Vec<u8>>>,
+}
+
+impl FlowReads<'_> {
+    fn new(map: &MapHandle) -> Result<FlowReads<'_>> {
+        let read: Rc<RefCell<Vec<u8>>> = Rc::default();
+        let sink = read.clone();
+        let mut builder = RingBufferBuilder::new();
+        builder.add(map, move |data: &[u8]| {
+            sink.borrow_mut().extend_from_slice(data);
+            0
+        })?;
+        Ok(FlowReads {
+            ring: builder.build()?,
+            read,
+        })
+    }
+
+    /// Empties the ring into memory (after each snapshot: the ring is then empty for the next).
+    fn drain(&self) {
+        self.read.borrow_mut().clear();
+        let _ = self.ring.consume_raw();
+    }
+
+    fn take(&self) -> Vec<u8> {
+        std::mem::take(&mut *self.read.borrow_mut())
+    }
+
+    /// The buffer back, for its capacity.
+    fn give_back(&self, mut buf: Vec<u8>) {
+        buf.clear();
+        *self.read.borrow_mut() = buf;
+    }
+}
+
 /// One interval's end, for the table reader: when, and the flow ends drained since the last.
 struct PollRequest {
     now_ns: u64,
-    ends: Vec<Vec<u8>>,
+    ends: Vec<u8>,
 }
 
 /// The user-space half of the table (what was reported, owners), with its own handles on the
@@ -382,10 +428,12 @@ struct FlowTableReader {
     flows: MapHandle,
     udp_flows: MapHandle,
     counters: MapHandle,
-    prev: HashMap<u64, Prev>,
+    /// By socket address (FxHash: the table is probed for every flow read, SipHash was a
+    /// fifth of the reader's time with 200,000 flows).
+    prev: FxHashMap<u64, Prev>,
     /// Owners resolved from /proc while a flow was open (kept for its flow_end), by socket
     /// address, with the flow's start (the address may be another flow's since).
-    resolved: HashMap<u64, (u64, u32, String)>,
+    resolved: FxHashMap<u64, (u64, u32, String)>,
     udp_prev: HashMap<RawUdpKey, UdpPrev>,
     owners: Owners,
     next_id: u64,
@@ -394,6 +442,10 @@ struct FlowTableReader {
     udp_expired: u64,
     /// Polls so far.
     polls: u64,
+    /// The poll that last read the whole table.
+    last_whole_read: u64,
+    /// The `flow_reads` ring's map, until the reader's thread opens it.
+    reads_map: Option<MapHandle>,
 }
 
 fn cgroup2_root() -> Option<std::fs::File> {
@@ -500,12 +552,15 @@ impl FlowCollector {
             // `snapshot` (raw_tp) is run on demand, never attached.
         }
         let skel: &'static FlowsSkel<'static> = skel;
-        let ends: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
+        let ends: Rc<RefCell<Vec<u8>>> = Rc::default();
         let sink = ends.clone();
         let mut builder = RingBufferBuilder::new();
         builder
             .add(&skel.maps.flow_ends, move |data: &[u8]| {
-                sink.borrow_mut().push(data.to_vec());
+                // One allocation for all the ends, not one each (100,000 at a teardown).
+                if data.len() == raw::FLOW_LEN {
+                    sink.borrow_mut().extend_from_slice(data);
+                }
                 0
             })
             .context("setting up the flow-end ring failed")?;
@@ -525,8 +580,8 @@ impl FlowCollector {
             flows: handle(&skel.maps.flows, "flows")?,
             udp_flows: handle(&skel.maps.udp_flows, "udp_flows")?,
             counters: handle(&skel.maps.flow_counters, "counters")?,
-            prev: HashMap::new(),
-            resolved: HashMap::new(),
+            prev: FxHashMap::default(),
+            resolved: FxHashMap::default(),
             udp_prev: HashMap::new(),
             owners: owner_iterator.map(Owners::in_kernel).unwrap_or_default(),
             next_id: 1,
@@ -534,6 +589,8 @@ impl FlowCollector {
             udp_peer_hooks,
             udp_expired: 0,
             polls: 0,
+            last_whole_read: 0,
+            reads_map: MapHandle::try_from(&skel.maps.flow_reads).ok(),
         };
         // One request in flight at a time (the loop waits for a report before the next).
         let (requests, jobs) = mpsc::sync_channel::<PollRequest>(1);
@@ -544,8 +601,14 @@ impl FlowCollector {
                 crate::preflight::set_helper_priority();
                 let mut reader = reader;
                 reader.owners.scan();
+                // Without the ring, every snapshot reads every flow and the table is read whole.
+                let reads_map = reader.reads_map.take();
+                let reads = reads_map.as_ref().and_then(|m| FlowReads::new(m).ok());
                 while let Ok(job) = jobs.recv() {
-                    if done.send(reader.poll(job.now_ns, job.ends)).is_err() {
+                    if done
+                        .send(reader.poll(job.now_ns, job.ends, reads.as_ref()))
+                        .is_err()
+                    {
                         break;
                     }
                 }
@@ -824,6 +887,56 @@ impl FlowTableReader {
         }
     }
 
+    /// One flow's entry as read from the table: reported if its counters moved since its last
+    /// report (or it is new).
+    fn read_flow(&mut self, v: &[u8], now_ns: u64, report: &mut FlowReport) {
+        let Some(r) = RawFlow::decode(v) else {
+            return;
+        };
+        let prev = match self.prev.get_mut(&r.sk) {
+            Some(p) if p.start_ns == r.start_ns => {
+                p.seen = self.polls;
+                Some(*p)
+            }
+            _ => None,
+        };
+        let changed = match prev {
+            None => true,
+            Some(p) => {
+                p.raw_out != r.bytes_acked
+                    || p.raw_in != r.bytes_received
+                    || p.segs_out != r.segs_out as u64
+                    || p.segs_in != r.segs_in as u64
+                    || p.retrans_events != r.retrans_events as u64
+                    || p.rst != (r.rst_sent + r.rst_received) as u64
+            }
+        };
+        if !changed {
+            return;
+        }
+        let f = self.tcp_flow(&r, now_ns, false);
+        self.prev.insert(
+            r.sk,
+            Prev {
+                id: f.flow_id,
+                seen: self.polls,
+                start_ns: r.start_ns,
+                raw_out: r.bytes_acked,
+                raw_in: r.bytes_received,
+                bytes_out: f.bytes_out,
+                bytes_in: f.bytes_in,
+                segs_out: r.segs_out as u64,
+                segs_in: r.segs_in as u64,
+                retrans: r.total_retrans as u64,
+                retrans_events: r.retrans_events as u64,
+                rst: (r.rst_sent + r.rst_received) as u64,
+            },
+        );
+        if self.selected(&f.local, Some(&f.peer), f.pid, f.comm.as_deref()) {
+            report.flows.push(f);
+        }
+    }
+
     /// The table's entry for the same flow as `r` now (None: gone, or another flow since).
     fn reread(&self, r: &RawFlow) -> Option<RawFlow> {
         let v = self
@@ -836,11 +949,19 @@ impl FlowTableReader {
 
     /// Ends an interval: snapshots every flow's counters in the kernel, reads the tables and
     /// returns what was active since the previous poll and what ended.
-    fn poll(&mut self, now_ns: u64, ends: Vec<Vec<u8>>) -> FlowReport {
+    fn poll(&mut self, now_ns: u64, ends: Vec<u8>, reads: Option<&FlowReads<'_>>) -> FlowReport {
         let t0 = std::time::Instant::now();
         self.polls += 1;
-        // The snapshot copies tcp_sock counters into every entry (BPF_PROG_TEST_RUN).
-        run_program_once(self.snapshot.as_fd());
+        // The snapshot copies tcp_sock counters into the entries of the flows that may have
+        // changed (every one at times), and copies those entries to the `flow_reads` ring.
+        let all = reads.is_none() || self.polls % FULL_READ_EVERY == 1;
+        let snapped = run_snapshot(self.snapshot.as_fd(), all);
+        let mut tcp_count = snapped.map_or(0, |n| u64::from(n & 0x7fff_ffff));
+        // The ring had no room, or the snapshot did not run: the table is read whole.
+        let reads_lost = snapped.is_none_or(|n| n & 0x8000_0000 != 0);
+        if let Some(reads) = reads {
+            reads.drain();
+        }
         self.owners.begin_poll();
         let mut report = FlowReport {
             mono_ns: now_ns,
@@ -848,8 +969,9 @@ impl FlowTableReader {
         };
 
         // Ended flows first: a socket address can be reused by a new flow at once.
-        for data in ends {
-            let Some(r) = RawFlow::decode(&data) else {
+        report.ends.reserve_exact(ends.len() / raw::FLOW_LEN);
+        for data in ends.chunks_exact(raw::FLOW_LEN) {
+            let Some(r) = RawFlow::decode(data) else {
                 continue;
             };
             let f = self.tcp_flow(&r, now_ns, true);
@@ -869,73 +991,50 @@ impl FlowTableReader {
             }
         }
 
-        let mut tcp_count = 0u64;
-        {
-            let (_, values) = crate::bpf::read_hash_map(&self.flows, 4096);
-            for v in values.chunks_exact(self.flows.value_size() as usize) {
-                let Some(r) = RawFlow::decode(v) else {
-                    continue;
-                };
-                tcp_count += 1;
-                let prev = match self.prev.get_mut(&r.sk) {
-                    Some(p) if p.start_ns == r.start_ns => {
-                        p.seen = self.polls;
-                        Some(*p)
-                    }
-                    _ => None,
-                };
-                let changed = match prev {
-                    None => true,
-                    Some(p) => {
-                        p.raw_out != r.bytes_acked
-                            || p.raw_in != r.bytes_received
-                            || p.segs_out != r.segs_out as u64
-                            || p.segs_in != r.segs_in as u64
-                            || p.retrans_events != r.retrans_events as u64
-                            || p.rst != (r.rst_sent + r.rst_received) as u64
-                    }
-                };
-                if !changed {
-                    continue;
+        let flow_len = self.flows.value_size() as usize;
+        match reads {
+            Some(reads) if !all && !reads_lost => {
+                let read = reads.take();
+                report.flows.reserve_exact(read.len() / flow_len);
+                for v in read.chunks_exact(flow_len) {
+                    self.read_flow(v, now_ns, &mut report);
                 }
-                let f = self.tcp_flow(&r, now_ns, false);
-                self.prev.insert(
-                    r.sk,
-                    Prev {
-                        id: f.flow_id,
-                        seen: self.polls,
-                        start_ns: r.start_ns,
-                        raw_out: r.bytes_acked,
-                        raw_in: r.bytes_received,
-                        bytes_out: f.bytes_out,
-                        bytes_in: f.bytes_in,
-                        segs_out: r.segs_out as u64,
-                        segs_in: r.segs_in as u64,
-                        retrans: r.total_retrans as u64,
-                        retrans_events: r.retrans_events as u64,
-                        rst: (r.rst_sent + r.rst_received) as u64,
-                    },
-                );
-                if self.selected(&f.local, Some(&f.peer), f.pid, f.comm.as_deref()) {
-                    report.flows.push(f);
+                reads.give_back(read);
+            }
+            _ => {
+                let mut batches = crate::bpf::HashMapBatches::new(&self.flows, 4096);
+                let mut read = 0;
+                while let Some((_, values)) = batches.next_batch() {
+                    for v in values.chunks_exact(flow_len) {
+                        self.read_flow(v, now_ns, &mut report);
+                        read += 1;
+                    }
+                }
+                if snapped.is_none() {
+                    tcp_count = read;
+                }
+                if all {
+                    // Flows gone from the table since the last whole read: their end
+                    // records came meanwhile (the ring is drained on another thread; an end
+                    // seen first would have found its id), unless lost.
+                    let since = self.last_whole_read;
+                    self.prev.retain(|_, p| p.seen >= since);
+                    self.resolved.retain(|sk, _| self.prev.contains_key(sk));
+                    self.last_whole_read = self.polls;
                 }
             }
         }
-        // A flow gone from the table is forgotten a poll later, not at once: its end record
-        // may reach the next poll (the ring is drained on another thread), and must carry the
-        // flow's id.
-        let polls = self.polls;
-        self.prev.retain(|_, p| polls - p.seen <= 1);
-        self.resolved.retain(|sk, _| self.prev.contains_key(sk));
 
         // UDP pairs.
         let mut udp_count = 0u64;
         let mut expired: Vec<RawUdpKey> = Vec::new();
-        {
-            let (keys, values) = crate::bpf::read_hash_map(&self.udp_flows, 4096);
-            let rows = keys
-                .chunks_exact(self.udp_flows.key_size() as usize)
-                .zip(values.chunks_exact(self.udp_flows.value_size() as usize));
+        let (key_len, udp_len) = (
+            self.udp_flows.key_size() as usize,
+            self.udp_flows.value_size() as usize,
+        );
+        let mut batches = crate::bpf::HashMapBatches::new(&self.udp_flows, 4096);
+        while let Some((keys, values)) = batches.next_batch() {
+            let rows = keys.chunks_exact(key_len).zip(values.chunks_exact(udp_len));
             for (k, v) in rows {
                 let (Some(key), Some(u)) = (RawUdpKey::decode(k), RawUdp::decode(v)) else {
                     continue;
@@ -1028,13 +1127,23 @@ impl FlowTableReader {
 
 /// Runs a program once with an empty context (BPF_PROG_TEST_RUN); a failure leaves the
 /// snapshot's previous values, which the report then shows (no error path worth a line).
-fn run_program_once(prog: BorrowedFd<'_>) {
-    // SAFETY: bpf_test_run_opts is plain data, valid zeroed with its size set; it points to
-    // no buffer, and the fd is a live program for the call's duration.
+/// Runs the snapshot program once (BPF_PROG_TEST_RUN); `all`: every flow, not only the recent
+/// ones. Its return value: the number of flows, bit 31 set if the ring of flows read was full
+/// (None if the run failed).
+fn run_snapshot(prog: BorrowedFd<'_>, all: bool) -> Option<u32> {
+    let args: [u64; 1] = [u64::from(all)];
+    // SAFETY: bpf_test_run_opts is plain data, valid zeroed with its size set; its context
+    // points to `args`, which outlives the call, and the fd is a live program for the call's
+    // duration.
     unsafe {
         let mut opts: libbpf_rs::libbpf_sys::bpf_test_run_opts = std::mem::zeroed();
         opts.sz = std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_test_run_opts>() as _;
-        libbpf_rs::libbpf_sys::bpf_prog_test_run_opts(prog.as_raw_fd(), &mut opts);
+        opts.ctx_in = args.as_ptr().cast();
+        opts.ctx_size_in = std::mem::size_of_val(&args) as _;
+        if libbpf_rs::libbpf_sys::bpf_prog_test_run_opts(prog.as_raw_fd(), &mut opts) != 0 {
+            return None;
+        }
+        Some(opts.retval)
     }
 }
 
