@@ -1193,3 +1193,53 @@ fn a_flow_keeps_its_id_and_its_interval_bytes_add_up() {
         "{ended_with_bytes} held flows ended with bytes, {missed} missed"
     );
 }
+
+/// Most snapshots read only the flows touched lately (the others' counters cannot have
+/// moved); an idle connection that moves again is reported with its new counters in the
+/// interval of the move or the next, never only at the next snapshot of every flow (every
+/// 8th). Counted in intervals (`flow_stats` lines), not seconds: five moves two intervals
+/// apart fall at different places between two full snapshots.
+#[test]
+fn an_idle_flow_that_moves_again_is_reported_at_once() {
+    require_root();
+    let _g = serial();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let lport = listener.local_addr().unwrap().port();
+    let mut ebtop = Ebtop::start(&["--json", "--only", "flow,flow_end,flow_stats"]);
+    let mut client = TcpStream::connect(("127.0.0.1", lport)).unwrap();
+    let (server, _) = listener.accept().unwrap();
+    let cport = client.local_addr().unwrap().port();
+    // Idle for a few intervals: read once, then no longer touched.
+    for _ in 0..3 {
+        ebtop
+            .wait_for(Duration::from_secs(10), |v| v["type"] == "flow_stats")
+            .expect("an interval");
+    }
+    for i in 1..=5u64 {
+        // Right after an interval's report: that interval ended before the write.
+        ebtop
+            .wait_for(Duration::from_secs(10), |v| v["type"] == "flow_stats")
+            .expect("an interval");
+        client.write_all(&[b'x'; 100]).unwrap();
+        let intervals = std::cell::Cell::new(0u32);
+        let line = ebtop.wait_for(Duration::from_secs(30), |v| {
+            if v["type"] == "flow_stats" {
+                intervals.set(intervals.get() + 1);
+            }
+            v["type"] == "flow"
+                && port_of(&v["local"]) == cport
+                && v["bytes_out"].as_u64() == Some(100 * i)
+        });
+        assert!(line.is_some(), "move {i} reported");
+        // The write's interval and the next; one more if the reader lagged an interval
+        // behind (a full snapshot would come up to 7 intervals later).
+        assert!(
+            intervals.get() <= 2,
+            "move {i} reported after {} intervals",
+            intervals.get()
+        );
+    }
+    drop(client);
+    drop(server);
+    ebtop.stop();
+}
