@@ -952,6 +952,8 @@ impl FlowTableReader {
     fn poll(&mut self, now_ns: u64, ends: Vec<u8>, reads: Option<&FlowReads<'_>>) -> FlowReport {
         let t0 = std::time::Instant::now();
         self.polls += 1;
+        // Owners first: the snapshot copies entries as they are then.
+        self.owners.begin_poll();
         // The snapshot copies tcp_sock counters into the entries of the flows that may have
         // changed (every one at times), and copies those entries to the `flow_reads` ring.
         let all = reads.is_none() || self.polls % FULL_READ_EVERY == 1;
@@ -962,7 +964,6 @@ impl FlowTableReader {
         if let Some(reads) = reads {
             reads.drain();
         }
-        self.owners.begin_poll();
         let mut report = FlowReport {
             mono_ns: now_ns,
             ..Default::default()

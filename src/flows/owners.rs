@@ -154,8 +154,8 @@ impl Owners {
         }
     }
 
-    /// Start of a poll, before the table is read: rescan if something was missing last time
-    /// and the cache is old enough.
+    /// Start of a poll, before the table is snapshot and read: rescan if something was missing
+    /// last time and the cache is old enough.
     pub fn begin_poll(&mut self) {
         self.scanned_this_poll = false;
         self.named_since_read = false;
