@@ -49,6 +49,21 @@ pub fn debug_exec_lag() -> (std::time::Duration, Option<Vec<u8>>) {
     (debug_ms("EBTOP_DEBUG_EXEC_LAG_MS"), name)
 }
 
+/// Debug builds only: `EBTOP_DEBUG_FLOW_READS_KIB=<KiB>` sizes the ring of changed flows
+/// (`flow_reads`, 8 MiB) down, so the tests can have it overflow with a few hundred flows and
+/// the table read whole instead. None in release builds.
+pub fn debug_flow_reads_bytes() -> Option<u32> {
+    if !cfg!(debug_assertions) {
+        return None;
+    }
+    let kib: u32 = std::env::var("EBTOP_DEBUG_FLOW_READS_KIB")
+        .ok()?
+        .parse()
+        .ok()?;
+    // A ring is a power of two pages.
+    Some((kib.max(4) * 1024).next_power_of_two())
+}
+
 fn debug_ms(var: &str) -> std::time::Duration {
     if !cfg!(debug_assertions) {
         return std::time::Duration::ZERO;

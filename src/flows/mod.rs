@@ -444,6 +444,8 @@ struct FlowTableReader {
     polls: u64,
     /// The poll that last read the whole table.
     last_whole_read: u64,
+    /// Polls before this one read the whole table (the ring of changed flows overflowed).
+    whole_reads_until: u64,
     /// The `flow_reads` ring's map, until the reader's thread opens it.
     reads_map: Option<MapHandle>,
 }
@@ -489,6 +491,12 @@ fn load_flows(
     }
     if !owner_iterator {
         open.progs.name_owners.set_autoload(false);
+    }
+    if let Some(bytes) = crate::diag::debug_flow_reads_bytes() {
+        open.maps
+            .flow_reads
+            .set_max_entries(bytes)
+            .context("sizing the ring of changed flows failed")?;
     }
     let skel = open
         .load()
@@ -590,6 +598,7 @@ impl FlowCollector {
             udp_expired: 0,
             polls: 0,
             last_whole_read: 0,
+            whole_reads_until: 0,
             reads_map: MapHandle::try_from(&skel.maps.flow_reads).ok(),
         };
         // One request in flight at a time (the loop waits for a report before the next).
@@ -956,11 +965,18 @@ impl FlowTableReader {
         self.owners.begin_poll();
         // The snapshot copies tcp_sock counters into the entries of the flows that may have
         // changed (every one at times), and copies those entries to the `flow_reads` ring.
-        let all = reads.is_none() || self.polls % FULL_READ_EVERY == 1;
+        let all = reads.is_none()
+            || self.polls % FULL_READ_EVERY == 1
+            || self.polls < self.whole_reads_until;
         let snapped = run_snapshot(self.snapshot.as_fd(), all);
         let mut tcp_count = snapped.map_or(0, |n| u64::from(n & 0x7fff_ffff));
-        // The ring had no room, or the snapshot did not run: the table is read whole.
+        // The ring had no room, or the snapshot did not run: the table is read whole. After
+        // a full ring, so are the next polls for a while (more flows change per interval than
+        // the ring holds: copying them to it would be work thrown away).
         let reads_lost = snapped.is_none_or(|n| n & 0x8000_0000 != 0);
+        if reads_lost && !all {
+            self.whole_reads_until = self.polls + FULL_READ_EVERY;
+        }
         if let Some(reads) = reads {
             reads.drain();
         }
