@@ -1189,9 +1189,18 @@ fn a_flow_keeps_its_id_and_its_interval_bytes_add_up_with(env: &[(&str, &str)]) 
         .map(|p| (p, latest_out.get(&p)))
         .filter(|(_, out)| *out != Some(&20))
         .collect();
+    // A probe the kernel skipped (its recursion guard, counted in `missed_events`) can leave
+    // a flow unread until the next snapshot of every flow.
+    let missed_so_far = ebtop
+        .collected
+        .iter()
+        .rev()
+        .find(|v| v["type"] == "flow_stats")
+        .map_or(0, |v| u(v, "missed_events") as usize);
     assert!(
-        behind.is_empty(),
-        "{} of {HELD} held flows not reported with their 20 bytes, e.g. {:?}",
+        behind.len() <= missed_so_far,
+        "{} of {HELD} held flows not reported with their 20 bytes ({missed_so_far} probe runs \
+         missed), e.g. {:?}",
         behind.len(),
         &behind[..behind.len().min(5)]
     );
@@ -1266,14 +1275,16 @@ fn an_idle_flow_that_moves_again_is_reported_at_once() {
             .expect("an interval");
     }
     for i in 1..=5u64 {
-        // Right after an interval's report: that interval ended before the write.
         ebtop
             .wait_for(Duration::from_secs(10), |v| v["type"] == "flow_stats")
             .expect("an interval");
+        let written = unix_now_ns();
         client.write_all(&[b'x'; 100]).unwrap();
+        // Intervals that ended after the write (their `ts`: lines still queued from before
+        // it do not count).
         let intervals = std::cell::Cell::new(0u32);
         let line = ebtop.wait_for(Duration::from_secs(30), |v| {
-            if v["type"] == "flow_stats" {
+            if v["type"] == "flow_stats" && ts_unix_ns(&v["ts"]) > written {
                 intervals.set(intervals.get() + 1);
             }
             v["type"] == "flow"
@@ -1281,10 +1292,10 @@ fn an_idle_flow_that_moves_again_is_reported_at_once() {
                 && v["bytes_out"].as_u64() == Some(100 * i)
         });
         assert!(line.is_some(), "move {i} reported");
-        // The write's interval and the next; one more if the reader lagged an interval
-        // behind (a full snapshot would come up to 7 intervals later).
+        // In the first interval ending after the move or the next (a full snapshot would come
+        // up to 7 intervals later): at most one such interval's report before the line.
         assert!(
-            intervals.get() <= 2,
+            intervals.get() <= 1,
             "move {i} reported after {} intervals",
             intervals.get()
         );
@@ -1292,4 +1303,31 @@ fn an_idle_flow_that_moves_again_is_reported_at_once() {
     drop(client);
     drop(server);
     ebtop.stop();
+}
+
+/// Now, in ns since the Unix epoch.
+fn unix_now_ns() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i128
+}
+
+/// A line's `ts` (`YYYY-MM-DDTHH:MM:SS.fffffffffZ`, UTC) in ns since the Unix epoch.
+fn ts_unix_ns(ts: &Value) -> i128 {
+    let t = ts.as_str().unwrap_or_else(|| panic!("ts {ts}"));
+    let num = |a: usize, b: usize| -> i128 { t[a..b].parse().unwrap_or_else(|_| panic!("ts {t}")) };
+    let (y, m, d) = (num(0, 4), num(5, 7), num(8, 10));
+    // Days from 1970-01-01 to y-m-d (proleptic Gregorian; March-based years).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + num(11, 13) * 3600 + num(14, 16) * 60 + num(17, 19);
+    let frac = &t[20..t.len() - 1];
+    let nanos: i128 = format!("{frac:0<9}")[..9].parse().unwrap();
+    secs * 1_000_000_000 + nanos
 }

@@ -182,6 +182,8 @@ pub struct HashMapBatches {
     /// Where the next batch starts (a bucket index), None before the first.
     from: Option<u32>,
     done: bool,
+    /// The map was read to its end (not cut short by an error).
+    complete: bool,
 }
 
 impl HashMapBatches {
@@ -196,6 +198,7 @@ impl HashMapBatches {
             values: Vec::new(),
             from: None,
             done: false,
+            complete: false,
         }
     }
 
@@ -243,6 +246,7 @@ impl HashMapBatches {
                 // The end of the map, with the last entries.
                 Some(Some(libc::ENOENT)) => {
                     self.done = true;
+                    self.complete = true;
                     count as usize
                 }
                 // A bucket holds more entries than a batch: a larger one, same start.
@@ -262,6 +266,13 @@ impl HashMapBatches {
                 &self.values[..got * self.value_size],
             ));
         }
+    }
+}
+
+impl HashMapBatches {
+    /// Whether the map was read to its end: false while batches remain, or after an error.
+    pub fn complete(&self) -> bool {
+        self.complete
     }
 }
 

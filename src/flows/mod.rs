@@ -431,6 +431,9 @@ struct FlowTableReader {
     /// By socket address (FxHash: the table is probed for every flow read, SipHash was a
     /// fifth of the reader's time with 200,000 flows).
     prev: FxHashMap<u64, Prev>,
+    /// Previous counters of flows whose socket address a newer flow took before their end
+    /// record came (by address and start): the end still finds its flow's id.
+    replaced: FxHashMap<(u64, u64), Prev>,
     /// Owners resolved from /proc while a flow was open (kept for its flow_end), by socket
     /// address, with the flow's start (the address may be another flow's since).
     resolved: FxHashMap<u64, (u64, u32, String)>,
@@ -589,6 +592,7 @@ impl FlowCollector {
             udp_flows: handle(&skel.maps.udp_flows, "udp_flows")?,
             counters: handle(&skel.maps.flow_counters, "counters")?,
             prev: FxHashMap::default(),
+            replaced: FxHashMap::default(),
             resolved: FxHashMap::default(),
             udp_prev: HashMap::new(),
             owners: owner_iterator.map(Owners::in_kernel).unwrap_or_default(),
@@ -755,7 +759,12 @@ impl FlowTableReader {
             .prev
             .get(&r.sk)
             .copied()
-            .filter(|p| p.start_ns == r.start_ns);
+            .filter(|p| p.start_ns == r.start_ns)
+            .or_else(|| {
+                ended
+                    .then(|| self.replaced.remove(&(r.sk, r.start_ns)))
+                    .flatten()
+            });
         let id = match prev {
             Some(p) => p.id,
             None => {
@@ -793,12 +802,13 @@ impl FlowTableReader {
         if pid.is_none() && !ended && self.owners.names_in_kernel() {
             // Named in the kernel's entry, if the iterator ran since the table was read.
             if self.owners.unnamed_in_kernel() {
-                if let Some(fresh) = self.reread(r) {
-                    if fresh.pid != 0 {
-                        pid = Some(fresh.pid);
-                        comm = Some(raw::comm_str(&fresh.comm));
-                        inode = fresh.inode;
-                    }
+                if let Some(fresh) = self.reread(r).filter(|f| f.pid != 0) {
+                    pid = Some(fresh.pid);
+                    comm = Some(raw::comm_str(&fresh.comm));
+                    inode = fresh.inode;
+                } else {
+                    // Not accepted yet, say: the next poll walks again (within its share).
+                    self.owners.still_unnamed();
                 }
             }
         } else if r.inode != 0 && pid.is_none() {
@@ -924,7 +934,7 @@ impl FlowTableReader {
             return;
         }
         let f = self.tcp_flow(&r, now_ns, false);
-        self.prev.insert(
+        let earlier = self.prev.insert(
             r.sk,
             Prev {
                 id: f.flow_id,
@@ -941,6 +951,10 @@ impl FlowTableReader {
                 rst: (r.rst_sent + r.rst_received) as u64,
             },
         );
+        // Another flow's counters at this address: its end has not come yet.
+        if let Some(p) = earlier.filter(|p| p.start_ns != r.start_ns) {
+            self.replaced.insert((r.sk, p.start_ns), p);
+        }
         if self.selected(&f.local, Some(&f.peer), f.pid, f.comm.as_deref()) {
             report.flows.push(f);
         }
@@ -1030,12 +1044,14 @@ impl FlowTableReader {
                 if snapped.is_none() {
                     tcp_count = read;
                 }
-                if all {
+                // Only a read that reached the table's end may forget flows it did not see.
+                if all && batches.complete() {
                     // Flows gone from the table since the last whole read: their end
                     // records came meanwhile (the ring is drained on another thread; an end
                     // seen first would have found its id), unless lost.
                     let since = self.last_whole_read;
                     self.prev.retain(|_, p| p.seen >= since);
+                    self.replaced.retain(|_, p| p.seen >= since);
                     self.resolved.retain(|sk, _| self.prev.contains_key(sk));
                     self.last_whole_read = self.polls;
                 }

@@ -201,6 +201,11 @@ impl Owners {
         self.named_since_read
     }
 
+    /// A flow the walk of this poll did not name: the next poll walks again, if it may.
+    pub fn still_unnamed(&mut self) {
+        self.missed = true;
+    }
+
     pub fn listens(&self, port: u16) -> bool {
         self.listening.contains(&port)
     }
