@@ -1054,7 +1054,12 @@ fn a_hash_map_is_read_whole_in_batches() {
         map.update(&k.to_ne_bytes(), &v, MapFlags::ANY).unwrap();
     }
     for batch in [1, 7, 512, 4096, 100_000] {
-        let (keys, values) = ebtop::bpf::read_hash_map(&map, batch);
+        let (mut keys, mut values) = (Vec::new(), Vec::new());
+        let mut batches = ebtop::bpf::HashMapBatches::new(&map, batch);
+        while let Some((k, v)) = batches.next_batch() {
+            keys.extend_from_slice(k);
+            values.extend_from_slice(v);
+        }
         assert_eq!(keys.len(), 8 * N as usize, "batch {batch}");
         let mut seen = vec![false; N as usize];
         for (k, v) in keys.chunks_exact(8).zip(values.chunks_exact(16)) {

@@ -276,17 +276,6 @@ impl HashMapBatches {
     }
 }
 
-/// Every entry of a hash map: keys and values each as one array (see [`HashMapBatches`]).
-pub fn read_hash_map(map: &impl libbpf_rs::MapCore, batch: usize) -> (Vec<u8>, Vec<u8>) {
-    let (mut keys, mut values) = (Vec::new(), Vec::new());
-    let mut batches = HashMapBatches::new(map, batch);
-    while let Some((k, v)) = batches.next_batch() {
-        keys.extend_from_slice(k);
-        values.extend_from_slice(v);
-    }
-    (keys, values)
-}
-
 /// Counter indexes (`enum ebtop_counter` in ebtop.h).
 pub mod counter {
     pub const EVENTS: u32 = 0;
