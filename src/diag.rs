@@ -64,6 +64,13 @@ pub fn debug_flow_reads_bytes() -> Option<u32> {
     Some((kib.max(4) * 1024).next_power_of_two())
 }
 
+/// Debug builds only: `EBTOP_DEBUG_SKIP_CLOSE=1` has the flow table miss every socket's change
+/// to CLOSE, as it misses one when the kernel skips a program run, so the tests can check that
+/// such flows still end exactly. Always false in release builds.
+pub fn debug_skip_close() -> bool {
+    cfg!(debug_assertions) && std::env::var_os("EBTOP_DEBUG_SKIP_CLOSE").is_some_and(|v| v == "1")
+}
+
 fn debug_ms(var: &str) -> std::time::Duration {
     if !cfg!(debug_assertions) {
         return std::time::Duration::ZERO;

@@ -50,6 +50,7 @@
 #define TCP_SYN_SENT 2
 #define TCP_SYN_RECV 3
 #define TCP_FIN_WAIT1 4
+#define TCP_FIN_WAIT2 5
 #define TCP_CLOSE 7
 #define TCP_LAST_ACK 9
 #define TCP_CLOSE_WAIT 8
@@ -197,14 +198,45 @@ static __always_inline struct ebtop_flow *new_flow(__u64 key, __u64 now, __u8 ro
 	return bpf_map_lookup_elem(&flows, &key);
 }
 
-/* A flow is over: its last numbers go to user space (or are counted lost), its entry goes. */
+/*
+ * A flow is over: its last numbers go to user space (or are counted lost), its entry goes.
+ * Whoever deletes the entry reports it, once: a snapshot may find a missed close just as the
+ * socket's destruction ends it on another CPU.
+ */
 static __always_inline void end_flow(struct ebtop_flow *f, __u64 key)
 {
-	if (bpf_ringbuf_output(&flow_ends, f, sizeof(*f), 0))
-		fcount(FC_ENDS_LOST);
-	else
+	struct ebtop_flow *rec = bpf_ringbuf_reserve(&flow_ends, sizeof(*f), 0);
+	if (rec)
+		__builtin_memcpy(rec, f, sizeof(*f));
+	if (bpf_map_delete_elem(&flows, &key)) {
+		if (rec)
+			bpf_ringbuf_discard(rec, BPF_RB_NO_WAKEUP);
+		return;
+	}
+	if (rec) {
+		bpf_ringbuf_submit(rec, 0);
 		fcount(FC_ENDS);
-	bpf_map_delete_elem(&flows, &key);
+	} else {
+		fcount(FC_ENDS_LOST);
+	}
+}
+
+/* The socket reached TCP_CLOSE from `close_state`: its final numbers go into the flow. */
+static __always_inline void close_flow(struct ebtop_flow *f, const void *skaddr, __u64 now,
+				       __u8 close_state)
+{
+	read_tcp(skaddr, f, now);
+	f->end_ns = now;
+	f->close_state = close_state;
+	struct sock___flows *sk = (struct sock___flows *)skaddr;
+	f->sk_err = BPF_CORE_READ(sk, sk_err);
+	/*
+	 * Whether bytes_received counts the peer's FIN: tcp_fin() sets SOCK_DONE as the FIN
+	 * takes its sequence number. The state left does not say: an orphaned socket goes from
+	 * FIN_WAIT2 to CLOSE (into time-wait) when its own FIN is acknowledged, FIN or not.
+	 */
+	if (sock_flags(skaddr) & (1UL << bpf_core_enum_value(enum sock_flags, SOCK_DONE)))
+		f->flags |= EBTOP_FLOW_PEER_FIN;
 }
 
 /*
@@ -215,6 +247,10 @@ static __always_inline void end_flow(struct ebtop_flow *f, __u64 key)
  * when the same program is interrupted by itself; those misses are read from the kernel
  * (bpf_prog_info.recursion_misses) and reported as `missed_events`.
  */
+/* Tests only (debug builds, EBTOP_DEBUG_SKIP_CLOSE): every change to CLOSE goes unseen, as
+ * the kernel's skipped runs leave it, so every flow ends through end_unseen_close. */
+const volatile bool debug_skip_close = false;
+
 SEC("tp_btf/inet_sock_set_state")
 int flow_set_state(__u64 *args)
 {
@@ -231,6 +267,8 @@ int flow_set_state(__u64 *args)
 	int os = ctx->oldstate, ns = ctx->newstate;
 	if (os == TCP_LISTEN || ns == TCP_LISTEN)
 		return 0; /* listeners are not flows */
+	if (debug_skip_close && ns == TCP_CLOSE)
+		return 0;
 	__u64 key = (__u64)ctx->skaddr;
 	__u64 now = bpf_ktime_get_ns();
 	struct ebtop_flow *f = bpf_map_lookup_elem(&flows, &key);
@@ -244,6 +282,7 @@ int flow_set_state(__u64 *args)
 		 */
 		f->end_ns = now;
 		f->close_state = f->state;
+		f->flags |= EBTOP_FLOW_CLOSE_UNSEEN;
 		fcount(FC_STALE);
 		end_flow(f, key);
 		f = NULL;
@@ -287,24 +326,47 @@ int flow_set_state(__u64 *args)
 	if (ns != TCP_CLOSE)
 		return 0;
 
-	read_tcp(ctx->skaddr, f, now);
-	f->end_ns = now;
-	f->close_state = (__u8)os;
-	struct sock___flows *sk = (struct sock___flows *)ctx->skaddr;
-	f->sk_err = BPF_CORE_READ(sk, sk_err);
-	/*
-	 * Whether bytes_received counts the peer's FIN: tcp_fin() sets SOCK_DONE as the FIN
-	 * takes its sequence number. The state left does not say: an orphaned socket goes from
-	 * FIN_WAIT2 to CLOSE (into time-wait) when its own FIN is acknowledged, FIN or not.
-	 */
-	if (sock_flags(ctx->skaddr) & (1UL << bpf_core_enum_value(enum sock_flags, SOCK_DONE)))
-		f->flags |= EBTOP_FLOW_PEER_FIN;
+	close_flow(f, ctx->skaddr, now, (__u8)os);
 	/* ESTABLISHED/CLOSE_WAIT -> CLOSE with no error and no reset received: the owner's
 	 * close() aborted the connection (unread data, SO_LINGER 0; the reset follows). */
 	if ((os == TCP_ESTABLISHED || os == TCP_CLOSE_WAIT) && !f->sk_err && !f->rst_received &&
 	    !f->pid)
 		note_owner(f);
 	end_flow(f, key);
+	return 0;
+}
+
+/*
+ * The socket reached TCP_CLOSE unseen: the kernel skips a tp_btf program that interrupts
+ * itself on a CPU, e.g. a softirq acknowledging an orphaned socket's FIN (FIN_WAIT1 ->
+ * FIN_WAIT2 -> CLOSE of a server closing first) while flow_set_state runs in a syscall there.
+ * A closed socket's counters are final, so the flow still ends exactly. The states it went
+ * through unseen were changes made by incoming segments; the one its byte counts depend on is
+ * whether its own FIN was acknowledged, which the sequence numbers say.
+ */
+static __always_inline void end_unseen_close(struct ebtop_flow *f, __u64 key, __u64 now)
+{
+	__u8 close_state = f->state;
+	struct tcp_sock *tp = (struct tcp_sock *)key;
+	/* FIN_WAIT1 with its FIN acknowledged went on through FIN_WAIT2 or CLOSING, the states
+	 * that say so (a FIN sent but unacknowledged keeps FIN_WAIT1). */
+	if (close_state == TCP_FIN_WAIT1 && BPF_CORE_READ(tp, snd_una) == BPF_CORE_READ(tp, write_seq))
+		close_state = TCP_FIN_WAIT2;
+	close_flow(f, (const void *)key, now, close_state);
+	f->state = TCP_CLOSE;
+	fcount(FC_CLOSES_RECOVERED);
+	end_flow(f, key);
+}
+
+/* Every TCP socket is destroyed after it reached TCP_CLOSE, so a flow still in the table here
+ * is one whose close flow_set_state never saw. */
+SEC("tp_btf/tcp_destroy_sock")
+int flow_destroy(__u64 *args)
+{
+	__u64 key = args[0];
+	struct ebtop_flow *f = bpf_map_lookup_elem(&flows, &key);
+	if (f)
+		end_unseen_close(f, key, bpf_ktime_get_ns());
 	return 0;
 }
 
@@ -469,6 +531,12 @@ static long snap_one(void *map, __u64 *key, struct ebtop_flow *f, struct snap_ct
 	 * land after that and put port 0 back. */
 	if (!f->lport && num)
 		tuple_from_sock(f, skaddr);
+	if (st == TCP_CLOSE && num == f->lport && num) {
+		/* Its close was missed and its process still holds it (else its destruction
+		 * would have ended it). */
+		end_unseen_close(f, *key, c->now);
+		return 0;
+	}
 	if (num != f->lport || st == TCP_CLOSE || st == TCP_LISTEN) {
 		bpf_map_delete_elem(map, key);
 		fcount(FC_STALE);

@@ -32,6 +32,9 @@ enum ebtop_flow_flags {
 	EBTOP_FLOW_PREEXISTING = 1 << 0, /* open before ebtop started (no SYN seen) */
 	EBTOP_FLOW_SNAPPED = 1 << 1,     /* tcp_sock counters were read at least once */
 	EBTOP_FLOW_PEER_FIN = 1 << 2,    /* at close: the peer's FIN was received (SOCK_DONE) */
+	EBTOP_FLOW_CLOSE_UNSEEN = 1 << 3, /* ended when a new socket took its address: its close
+					   * and its socket's destruction were both missed, its
+					   * counters are as last read */
 };
 
 struct ebtop_flow {
@@ -115,6 +118,7 @@ enum ebtop_flow_counter {
 	FC_ENDS_LOST,     /* flow_end records the ring had no room for */
 	FC_STALE,         /* entries dropped by the snapshot: socket no longer that flow */
 	FC_UDP_FULL,      /* UDP updates that failed */
+	FC_CLOSES_RECOVERED, /* flows whose close was missed, ended exactly from their closed socket */
 	FC__MAX,
 };
 

@@ -266,6 +266,8 @@ struct tcp_sock {
 	__u32 data_segs_out;
 	__u32 total_retrans;
 	__u32 srtt_us;
+	__u32 snd_una;
+	__u32 write_seq;
 } __attribute__((preserve_access_index));
 
 /* UAPI context of cgroup/sendmsg* and cgroup/recvmsg* programs (fixed layout, linux/bpf.h). */

@@ -197,6 +197,10 @@ pub struct FlowStats {
     pub ends_lost: u64,
     /// Entries dropped because their socket was gone (a missed close).
     pub stale: u64,
+    /// Flows whose close the kernel skipped (see `missed_events`), ended exactly from their
+    /// closed socket: at its destruction, or at the next snapshot that read it.
+    #[serde(default)]
+    pub closes_recovered: u64,
     pub udp_update_failures: u64,
     /// UDP pairs dropped after being idle 60 s.
     pub udp_expired: u64,
@@ -315,7 +319,10 @@ pub fn close_reason(r: &RawFlow) -> &'static str {
     const ECONNRESET: i32 = 104;
     const ETIMEDOUT: i32 = 110;
     const ECONNREFUSED: i32 = 111;
-    if r.rst_received > 0 || matches!(r.sk_err, ECONNRESET | EPIPE | ECONNREFUSED) {
+    if r.flags & raw::FLAG_CLOSE_UNSEEN != 0 {
+        // Its socket's close and destruction were both missed; what is known ends earlier.
+        "unseen"
+    } else if r.rst_received > 0 || matches!(r.sk_err, ECONNRESET | EPIPE | ECONNREFUSED) {
         "rst_received"
     } else if r.rst_sent > 0 {
         "rst_sent"
@@ -491,6 +498,7 @@ fn load_flows(
     }
     if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
         ro.owner_from_data = !cfg.accept_hooks && shared.is_none();
+        ro.debug_skip_close = crate::diag::debug_skip_close();
     }
     if !owner_iterator {
         open.progs.name_owners.set_autoload(false);
@@ -1147,6 +1155,7 @@ impl FlowTableReader {
             ends: c[raw::counter::ENDS as usize],
             ends_lost: c[raw::counter::ENDS_LOST as usize],
             stale: c[raw::counter::STALE as usize],
+            closes_recovered: c[raw::counter::CLOSES_RECOVERED as usize],
             udp_update_failures: c[raw::counter::UDP_FULL as usize],
             udp_expired: self.udp_expired,
             udp_peer_hooks: self.udp_peer_hooks,

@@ -11,6 +11,9 @@ pub const FLAG_PREEXISTING: u8 = 1;
 pub const FLAG_SNAPPED: u8 = 2;
 /// At close: the peer's FIN was received (and counted in `bytes_received`).
 pub const FLAG_PEER_FIN: u8 = 4;
+/// Ended when a new socket took its address: its close was never seen, its counters are as
+/// last read.
+pub const FLAG_CLOSE_UNSEEN: u8 = 8;
 
 /// Indexes of the per-CPU `flow_counters` array.
 pub mod counter {
@@ -21,7 +24,8 @@ pub mod counter {
     pub const ENDS_LOST: u32 = 4;
     pub const STALE: u32 = 5;
     pub const UDP_FULL: u32 = 6;
-    pub const COUNT: u32 = 7;
+    pub const CLOSES_RECOVERED: u32 = 7;
+    pub const COUNT: u32 = 8;
 }
 
 fn u64_at(b: &[u8], o: usize) -> u64 {

@@ -422,8 +422,8 @@ fn flow_panel(app: &App) -> Vec<Line<'static>> {
             s.tcp_flows, s.max_flows, s.udp_flows, s.created, s.preexisting, s.ends
         )),
         Line::from(format!(
-            "Not counted: table full {}, ends lost {}, stale {}, missed probe hits {}; rows evicted {}",
-            s.table_full, s.ends_lost, s.stale, s.missed_events, b.evicted
+            "Not counted: table full {}, ends lost {}, stale {}, missed probe hits {} ({} closes recovered); rows evicted {}",
+            s.table_full, s.ends_lost, s.stale, s.missed_events, s.closes_recovered, b.evicted
         )),
     ]
 }
