@@ -12,6 +12,7 @@
 //! capture ring filled up meanwhile.
 
 pub mod listening;
+pub mod names;
 pub mod owners;
 pub mod raw;
 
@@ -31,6 +32,8 @@ use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, RingBuffer, RingBufferBuilde
 use serde::{Deserialize, Serialize};
 
 use crate::session::Filters;
+use compact_str::CompactString;
+use names::{CloseReason, Role, TcpProto, TcpState};
 use owners::Owners;
 use raw::{RawFlow, RawUdp, RawUdpKey};
 
@@ -79,20 +82,21 @@ pub type L7Seen = rustc_hash::FxHashMap<(SocketAddr, SocketAddr), (&'static str,
 /// One TCP flow: a `flow` line (active in the interval) or a `flow_end` line (closed).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TcpFlow {
-    pub proto: String,
+    pub proto: TcpProto,
     /// Assigned by ebtop, unique within the session.
     pub flow_id: u64,
     pub local: SocketAddr,
     pub peer: SocketAddr,
     /// `client` (sent the SYN) or `server`; `null` if unknown.
-    pub role: Option<String>,
+    pub role: Option<Role>,
     /// The role was inferred (flow open before ebtop started: server if the local port listens).
     pub role_inferred: bool,
     /// Open before ebtop started: no handshake seen, counters are still since the flow began.
     pub preexisting: bool,
-    pub state: String,
+    pub state: TcpState,
     pub pid: Option<u32>,
-    pub comm: Option<String>,
+    /// Inline up to 24 bytes (a task name is at most 15): no allocation per flow.
+    pub comm: Option<CompactString>,
     /// Socket inode (as in /proc/PID/fd → socket:[N]); `null` before accept().
     pub sock_id: Option<u64>,
     /// Kernel (CLOCK_MONOTONIC) time the flow started (SYN) or was first seen.
@@ -143,16 +147,15 @@ pub struct TcpFlow {
     /// flow_end only.
     pub end_mono_ns: Option<u64>,
     pub duration_ns: Option<u64>,
-    /// `fin`, `rst_received`, `rst_sent`, `timeout`, `error`, `other`.
-    pub close_reason: Option<String>,
+    pub close_reason: Option<CloseReason>,
     /// State the socket left for CLOSE.
-    pub close_state: Option<String>,
+    pub close_state: Option<TcpState>,
     /// Socket error at close (errno, e.g. 104 ECONNRESET, 110 ETIMEDOUT); `null` if none.
     pub sk_err: Option<i32>,
     /// The protocol of the calls seen on the flow (as `call` lines name it), and whether they
     /// were TLS plaintext; absent while no call was seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub l7: Option<String>,
+    pub l7: Option<CompactString>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tls: bool,
 }
@@ -256,7 +259,7 @@ impl FlowReport {
     pub fn tag_l7(&mut self, seen: &L7Seen) {
         for f in self.flows.iter_mut().chain(self.ends.iter_mut()) {
             if let Some((proto, tls)) = seen.get(&(f.local, f.peer)) {
-                f.l7 = Some((*proto).to_owned());
+                f.l7 = Some(CompactString::const_new(proto));
                 f.tls = *tls;
             }
         }
@@ -314,31 +317,31 @@ struct UdpPrev {
 }
 
 /// Why a flow closed, from its counters and the socket error at close.
-pub fn close_reason(r: &RawFlow) -> &'static str {
+pub fn close_reason(r: &RawFlow) -> CloseReason {
     const EPIPE: i32 = 32;
     const ECONNRESET: i32 = 104;
     const ETIMEDOUT: i32 = 110;
     const ECONNREFUSED: i32 = 111;
     if r.flags & raw::FLAG_CLOSE_UNSEEN != 0 {
         // Its socket's close and destruction were both missed; what is known ends earlier.
-        "unseen"
+        CloseReason::Unseen
     } else if r.rst_received > 0 || matches!(r.sk_err, ECONNRESET | EPIPE | ECONNREFUSED) {
-        "rst_received"
+        CloseReason::RstReceived
     } else if r.rst_sent > 0 {
-        "rst_sent"
+        CloseReason::RstSent
     } else if r.sk_err == ETIMEDOUT {
-        "timeout"
+        CloseReason::Timeout
     } else if r.sk_err != 0 {
-        "error"
+        CloseReason::Error
     } else if matches!(r.close_state, 4 | 5 | 6 | 9 | 11) {
         // FIN_WAIT1/2, TIME_WAIT, LAST_ACK, CLOSING: FINs exchanged.
-        "fin"
+        CloseReason::Fin
     } else if matches!(r.close_state, 1 | 8) {
         // ESTABLISHED/CLOSE_WAIT → CLOSE without an error: aborted by close() (unread data,
         // SO_LINGER 0); the kernel sends the reset right after the state change.
-        "rst_sent"
+        CloseReason::RstSent
     } else {
-        "other"
+        CloseReason::Other
     }
 }
 
@@ -353,7 +356,7 @@ pub fn payload_bytes(r: &RawFlow, active_opener: bool, ended: bool) -> (u64, u64
     let (fin_out, fin_in) = if ended {
         // FIN_WAIT2/LAST_ACK/CLOSING → CLOSE without an error: our FIN was acknowledged.
         (
-            close_reason(r) == "fin" && matches!(r.close_state, 5 | 9 | 11),
+            close_reason(r) == CloseReason::Fin && matches!(r.close_state, 5 | 9 | 11),
             r.flags & raw::FLAG_PEER_FIN != 0,
         )
     } else {
@@ -443,7 +446,7 @@ struct FlowTableReader {
     replaced: FxHashMap<(u64, u64), Prev>,
     /// Owners resolved from /proc while a flow was open (kept for its flow_end), by socket
     /// address, with the flow's start (the address may be another flow's since).
-    resolved: FxHashMap<u64, (u64, u32, String)>,
+    resolved: FxHashMap<u64, (u64, u32, CompactString)>,
     udp_prev: HashMap<RawUdpKey, UdpPrev>,
     owners: Owners,
     next_id: u64,
@@ -783,16 +786,16 @@ impl FlowTableReader {
         let local = raw::addr(r.family, &r.laddr, r.lport);
         let peer = raw::addr(r.family, &r.raddr, r.rport);
         let (mut role, mut role_inferred) = match r.role {
-            raw::ROLE_CLIENT => (Some("client"), false),
-            raw::ROLE_SERVER => (Some("server"), false),
+            raw::ROLE_CLIENT => (Some(Role::Client), false),
+            raw::ROLE_SERVER => (Some(Role::Server), false),
             _ => (None, false),
         };
         if role.is_none() {
             role_inferred = true;
             role = Some(if self.owners.listens(r.lport) {
-                "server"
+                Role::Server
             } else {
-                "client"
+                Role::Client
             });
         }
         let (mut pid, mut comm) = if r.pid != 0 {
@@ -827,6 +830,7 @@ impl FlowTableReader {
                 self.owners.lookup(r.inode)
             };
             if let Some((p, c)) = hit {
+                let c = CompactString::from(c);
                 if !ended {
                     self.resolved.insert(r.sk, (r.start_ns, p, c.clone()));
                 }
@@ -862,16 +866,16 @@ impl FlowTableReader {
             (r.iv_srtt_min_us, r.iv_srtt_max_us)
         };
         let end_ns = ended.then_some(r.end_ns);
-        let (bytes_out, bytes_in) = payload_bytes(r, role == Some("client"), ended);
+        let (bytes_out, bytes_in) = payload_bytes(r, role == Some(Role::Client), ended);
         TcpFlow {
-            proto: "tcp".into(),
+            proto: TcpProto::Tcp,
             flow_id: id,
             local,
             peer,
-            role: role.map(String::from),
+            role,
             role_inferred,
             preexisting: r.flags & raw::FLAG_PREEXISTING != 0,
-            state: raw::state_name(r.state).into(),
+            state: TcpState::from_kernel(r.state),
             pid,
             comm,
             sock_id: (inode != 0).then_some(inode),
@@ -906,8 +910,8 @@ impl FlowTableReader {
                 .then(|| r.established_ns - r.syn_ns),
             end_mono_ns: end_ns,
             duration_ns: end_ns.map(|e| e.saturating_sub(r.start_ns)),
-            close_reason: ended.then(|| close_reason(r).to_string()),
-            close_state: ended.then(|| raw::state_name(r.close_state).to_string()),
+            close_reason: ended.then(|| close_reason(r)),
+            close_state: ended.then(|| TcpState::from_kernel(r.close_state)),
             sk_err: (ended && r.sk_err != 0).then_some(r.sk_err),
             l7: None,
             tls: false,
@@ -1041,6 +1045,10 @@ impl FlowTableReader {
                 reads.give_back(read);
             }
             _ => {
+                // Room for every flow the snapshot counted, once: a burst of new connections
+                // reports them all, and growing by doubling would copy them and hold both.
+                // Unused room is never touched, so it is not resident.
+                report.flows.reserve_exact(tcp_count as usize);
                 let mut batches = crate::bpf::HashMapBatches::new(&self.flows, 4096);
                 let mut read = 0;
                 while let Some((_, values)) = batches.next_batch() {
@@ -1105,7 +1113,7 @@ impl FlowTableReader {
                 };
                 let local = raw::addr(u.family, &u.laddr, u.lport);
                 let peer = (key.family != 0).then(|| raw::addr(key.family, &key.raddr, key.rport));
-                let comm = raw::comm_str(&u.comm);
+                let comm = raw::comm_str(&u.comm).into_string();
                 let f = UdpFlow {
                     proto: "udp".into(),
                     flow_id: p.id,

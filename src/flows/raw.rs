@@ -205,25 +205,7 @@ pub fn addr(family: u8, a: &[u8; 16], port: u16) -> std::net::SocketAddr {
     SocketAddr::new(ip, port)
 }
 
-pub fn comm_str(c: &[u8; 16]) -> String {
+pub fn comm_str(c: &[u8; 16]) -> compact_str::CompactString {
     let n = c.iter().position(|&b| b == 0).unwrap_or(16);
-    String::from_utf8_lossy(&c[..n]).into_owned()
-}
-
-pub fn state_name(s: u8) -> &'static str {
-    match s {
-        1 => "ESTABLISHED",
-        2 => "SYN_SENT",
-        3 => "SYN_RECV",
-        4 => "FIN_WAIT1",
-        5 => "FIN_WAIT2",
-        6 => "TIME_WAIT",
-        7 => "CLOSE",
-        8 => "CLOSE_WAIT",
-        9 => "LAST_ACK",
-        10 => "LISTEN",
-        11 => "CLOSING",
-        12 => "NEW_SYN_RECV",
-        _ => "UNKNOWN",
-    }
+    compact_str::CompactString::from_utf8_lossy(&c[..n])
 }

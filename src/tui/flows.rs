@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 
 use super::table::{col, fit, human, proc_label, Column, Flag, Row, SortVal};
+use crate::flows::names::CloseReason;
 use crate::flows::{FlowReport, TcpFlow, UdpFlow};
 
 /// Rows kept at most; ended flows go first, then the least recently active.
@@ -71,25 +72,22 @@ pub struct FlowRow {
 impl FlowRow {
     fn from_tcp(f: &TcpFlow, per_s: impl Fn(u64) -> f64, now_ns: u64) -> FlowRow {
         let ended = f.end_mono_ns.is_some();
-        let state = match (f.close_reason.as_deref(), ended) {
-            (Some("rst_received"), true) => "END rst in".to_owned(),
-            (Some("rst_sent"), true) => "END rst out".to_owned(),
+        let state = match (f.close_reason, ended) {
+            (Some(CloseReason::RstReceived), true) => "END rst in".to_owned(),
+            (Some(CloseReason::RstSent), true) => "END rst out".to_owned(),
             (Some(r), true) => format!("END {r}"),
             (None, true) => "END".to_owned(),
-            _ => f.state.clone(),
+            _ => f.state.to_string(),
         };
-        let reset = ended
-            && f.close_reason
-                .as_deref()
-                .is_some_and(|r| r.starts_with("rst"));
+        let reset = ended && f.close_reason.is_some_and(CloseReason::is_reset);
         FlowRow {
             tcp: true,
             id: f.flow_id,
             local: f.local,
             peer: Some(f.peer),
             pid: f.pid,
-            comm: f.comm.clone(),
-            role: f.role.clone(),
+            comm: f.comm.as_ref().map(|c| c.to_string()),
+            role: f.role.map(|r| r.as_str().to_owned()),
             state,
             start_mono_ns: f.start_mono_ns,
             bytes_in: f.bytes_in,
@@ -281,14 +279,14 @@ mod tests {
 
     fn tcp(id: u64, bytes_in: u64, interval_in: u64, end: Option<u64>) -> TcpFlow {
         TcpFlow {
-            proto: "tcp".into(),
+            proto: crate::flows::names::TcpProto::Tcp,
             flow_id: id,
             local: "127.0.0.1:5000".parse().unwrap(),
             peer: format!("127.0.0.1:{}", 40000 + id).parse().unwrap(),
-            role: Some("server".into()),
+            role: Some(crate::flows::names::Role::Server),
             role_inferred: false,
             preexisting: false,
-            state: "ESTABLISHED".into(),
+            state: crate::flows::names::TcpState::Established,
             pid: Some(7),
             comm: Some("srv".into()),
             sock_id: Some(99),
@@ -320,7 +318,7 @@ mod tests {
             connect_latency_ns: None,
             end_mono_ns: end,
             duration_ns: None,
-            close_reason: end.map(|_| "fin".into()),
+            close_reason: end.map(|_| CloseReason::Fin),
             close_state: None,
             sk_err: None,
             l7: None,

@@ -758,7 +758,7 @@ fn flow_detail_lines(app: &App, key: &str) -> Vec<Line<'static>> {
         v.extend([
             format!(
                 "Role       {}{}{}",
-                f.role.as_deref().unwrap_or("unknown"),
+                f.role.map_or("unknown", |r| r.as_str()),
                 if f.role_inferred { " (inferred)" } else { "" },
                 if f.preexisting {
                     ", open before ebtop started"
@@ -800,7 +800,7 @@ fn flow_detail_lines(app: &App, key: &str) -> Vec<Line<'static>> {
             ),
             format!(
                 "Closed     {}{}",
-                opt(f.close_reason.clone()),
+                opt(f.close_reason.map(|r| r.to_string())),
                 match (&f.close_state, f.sk_err) {
                     (Some(s), Some(e)) => format!(" from {s}, socket error {e}"),
                     (Some(s), None) => format!(" from {s}"),
