@@ -95,6 +95,11 @@ if d:
               if "server_flows" in d else "")
     w(f"{d['held']} connections held, {d['short_connections']} short connections, {d['trickle_writes']} trickle writes in {d['seconds']} s{when}: "
       f"ebtop CPU {d['user_s']:.2f} s + BPF {d['bpf_s']:.2f} s, peak RSS {d['rss_kb'] / 1024:.1f} MB, lost {d['lost']}{owners}.\n")
+    if d.get("flow_created") is not None:
+        w(f"Flow table: {d['flow_created']} TCP flows entered, {d['flow_ends']} ended, flow ends lost {d['flow_ends_lost']}, "
+          f"stale {d['flow_stale']}, closes the kernel skipped and ebtop recovered {d['flow_closes_recovered']} "
+          f"(missed program runs {d['flow_missed_events']}); flows reported under more than one id "
+          f"{d['flows_under_several_ids']}.\n")
 peer = r.get("peer_bpftrace", {})
 w("## Peers\n")
 if "error" in peer:

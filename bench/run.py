@@ -269,8 +269,26 @@ def scenario_d(binary, examples, tmp, conns, seconds):
     r.update(user_s=e.user_s(), bpf_s=e.bpf_s(), rss_kb=e.hwm, seconds=seconds, lost=s["kernel"]["lost"],
              rss_now_kb=e.rss_now, rss_rings_kb=e.rss_rings)
     r.update(server_flows_owned(e.out))
+    r.update(flow_table_health(e.out))
     print(json.dumps(r), file=sys.stderr)
     return r
+
+
+def flow_table_health(jsonl):
+    """The last `flow_stats` line's loss counters, and how many TCP flows (local, peer, start)
+    were reported under more than one `flow_id` (each must keep one)."""
+    last, ids = {}, {}
+    with open(jsonl) as f:
+        for line in f:
+            if '"type":"flow_stats"' in line:
+                last = json.loads(line)
+            elif '"proto":"tcp"' in line and ('"type":"flow"' in line or '"type":"flow_end"' in line):
+                o = json.loads(line)
+                ids.setdefault((o["local"], o["peer"], o["start_mono_ns"]), set()).add(o["flow_id"])
+    keys = ("created", "ends", "ends_lost", "stale", "closes_recovered", "missed_events")
+    out = {f"flow_{k}": last.get(k) for k in keys}
+    out["flows_under_several_ids"] = sum(1 for v in ids.values() if len(v) > 1)
+    return out
 
 
 def server_flows_owned(jsonl):

@@ -71,6 +71,26 @@ pub fn debug_skip_close() -> bool {
     cfg!(debug_assertions) && std::env::var_os("EBTOP_DEBUG_SKIP_CLOSE").is_some_and(|v| v == "1")
 }
 
+/// Debug builds only: `EBTOP_DEBUG_FLOW_ENDS_KIB=<KiB>` sizes the flow-end ring (4 MiB)
+/// down, and `EBTOP_DEBUG_INTERVAL_STALL_MS=<ms>` has the session's loop stop that long at
+/// each interval's end (as writing a huge report does), so the tests can see that ends do not
+/// wait for that loop. None and zero in release builds.
+pub fn debug_flow_ends_bytes() -> Option<u32> {
+    if !cfg!(debug_assertions) {
+        return None;
+    }
+    let kib: u32 = std::env::var("EBTOP_DEBUG_FLOW_ENDS_KIB")
+        .ok()?
+        .parse()
+        .ok()?;
+    Some((kib.max(4) * 1024).next_power_of_two())
+}
+
+/// See [`debug_flow_ends_bytes`].
+pub fn debug_interval_stall() -> std::time::Duration {
+    debug_ms("EBTOP_DEBUG_INTERVAL_STALL_MS")
+}
+
 fn debug_ms(var: &str) -> std::time::Duration {
     if !cfg!(debug_assertions) {
         return std::time::Duration::ZERO;

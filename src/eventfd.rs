@@ -71,10 +71,17 @@ pub fn new_epoll() -> io::Result<OwnedFd> {
 
 /// Adds `fd` to the epoll set `epfd` for reading (`tag`: the event's data).
 pub fn epoll_add(epfd: i32, fd: impl AsRawFd, tag: u64) -> io::Result<()> {
-    let mut ev = libc::epoll_event {
-        events: libc::EPOLLIN as u32,
-        u64: tag,
-    };
+    epoll_add_events(epfd, fd, tag, libc::EPOLLIN as u32)
+}
+
+/// As [`epoll_add`], edge-triggered: `fd` wakes the waiter when it is signalled, not for as
+/// long as it has data (a ring whose writers ask for a wakeup only now and then).
+pub fn epoll_add_edge(epfd: i32, fd: impl AsRawFd, tag: u64) -> io::Result<()> {
+    epoll_add_events(epfd, fd, tag, (libc::EPOLLIN | libc::EPOLLET) as u32)
+}
+
+fn epoll_add_events(epfd: i32, fd: impl AsRawFd, tag: u64, events: u32) -> io::Result<()> {
+    let mut ev = libc::epoll_event { events, u64: tag };
     // SAFETY: epfd and fd are open descriptors (the caller's borrow); the kernel copies the
     // event.
     if unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd.as_raw_fd(), &mut ev) } != 0 {

@@ -627,6 +627,65 @@ fn flow_end_bytes_are_exact(env: &[(&str, &str)]) -> Vec<Value> {
     of_type(&lines, "flow_stats").into_iter().cloned().collect()
 }
 
+/// Flow ends do not wait for the session's loop: when it is busy (a report of 200,000 flows
+/// to write takes it a second), a thread drains the flow-end ring as the kernel asks (a
+/// wakeup once a quarter of it waits). Here the ring holds ~2,500 ends and the loop stops
+/// 3 s at every interval's end; 6,000 ends come in batches of 1,000, 300 ms apart, so the
+/// loop alone would lose thousands, and the ring holds two and a half batches.
+#[test]
+fn flow_ends_do_not_wait_for_a_busy_loop() {
+    require_root();
+    let _g = serial();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let lport = listener.local_addr().unwrap().port();
+    let ebtop = Ebtop::start_with_env(
+        &["--json"],
+        &[
+            ("EBTOP_DEBUG_FLOW_ENDS_KIB", "512"),
+            ("EBTOP_DEBUG_INTERVAL_STALL_MS", "3000"),
+        ],
+    );
+    const N: usize = 3_000;
+    const BATCH: usize = 500;
+    let srv = thread::spawn(move || {
+        (0..N)
+            .map(|_| listener.accept().unwrap().0)
+            .collect::<Vec<_>>()
+    });
+    let clients: Vec<TcpStream> = (0..N)
+        .map(|_| TcpStream::connect(("127.0.0.1", lport)).unwrap())
+        .collect();
+    let servers = srv.join().unwrap();
+    let ports: Vec<u16> = clients
+        .iter()
+        .map(|c| c.local_addr().unwrap().port())
+        .collect();
+    let mut pairs = clients.into_iter().zip(servers);
+    for _ in 0..N / BATCH {
+        for (c, s) in pairs.by_ref().take(BATCH) {
+            drop(c);
+            drop(s);
+        }
+        thread::sleep(Duration::from_millis(300));
+    }
+    // Two interval ends (each stalled) report what was drained.
+    thread::sleep(Duration::from_secs(8));
+    let lines = ebtop.stop();
+    let stats = of_type(&lines, "flow_stats");
+    let last = stats.last().expect("flow_stats lines");
+    assert_eq!(u(last, "ends_lost"), 0, "{last}");
+    let ends = of_type(&lines, "flow_end");
+    for port in &ports {
+        for (local, peer) in [(*port, lport), (lport, *port)] {
+            let n = ends
+                .iter()
+                .filter(|f| port_of(&f["local"]) == local && port_of(&f["peer"]) == peer)
+                .count();
+            assert_eq!(n, 1, "flow ends {local} -> {peer}; {last}");
+        }
+    }
+}
+
 #[test]
 fn ten_thousand_short_connections_each_end_once() {
     require_root();

@@ -198,6 +198,10 @@ static __always_inline struct ebtop_flow *new_flow(__u64 key, __u64 now, __u8 ro
 	return bpf_map_lookup_elem(&flows, &key);
 }
 
+/* A quarter of the flow-end ring (4 MiB): ~5,000 ends waiting (user space sets it for a ring
+ * sized otherwise). */
+const volatile __u32 ends_wake_bytes = 1024 * 1024;
+
 /*
  * A flow is over: its last numbers go to user space (or are counted lost), its entry goes.
  * Whoever deletes the entry reports it, once: a snapshot may find a missed close just as the
@@ -214,7 +218,13 @@ static __always_inline void end_flow(struct ebtop_flow *f, __u64 key)
 		return;
 	}
 	if (rec) {
-		bpf_ringbuf_submit(rec, 0);
+		/* User space drains the ring on its own timer (100 ms); a burst of closes (100,000
+		 * connections torn down at once) wakes it before the ring fills. Not every end: a
+		 * wakeup per short connection would cost the reader more than the end itself. */
+		__u64 wake = bpf_ringbuf_query(&flow_ends, BPF_RB_AVAIL_DATA) > ends_wake_bytes
+				     ? BPF_RB_FORCE_WAKEUP
+				     : BPF_RB_NO_WAKEUP;
+		bpf_ringbuf_submit(rec, wake);
 		fcount(FC_ENDS);
 	} else {
 		fcount(FC_ENDS_LOST);
@@ -515,25 +525,29 @@ static long snap_one(void *map, __u64 *key, struct ebtop_flow *f, struct snap_ct
 	}
 	const void *skaddr = (const void *)*key;
 	/* The address must still be this flow's socket (its close could have been missed). */
-	__u16 num;
+	__u16 num, dport;
 	__u8 st;
 	if (bpf_ksym_exists(bpf_rdonly_cast)) {
 		struct sock___flows *sk = bpf_core_cast(skaddr, struct sock___flows);
 		num = sk->__sk_common.skc_num;
 		st = sk->__sk_common.skc_state;
+		dport = sk->__sk_common.skc_dport;
 	} else {
 		struct sock___flows *sk = (struct sock___flows *)skaddr;
 		num = BPF_CORE_READ(sk, __sk_common.skc_num);
 		st = BPF_CORE_READ(sk, __sk_common.skc_state);
+		dport = BPF_CORE_READ(sk, __sk_common.skc_dport);
 	}
 	/* A client's port is bound after SYN_SENT (inet_hash_connect) and the ESTABLISHED
 	 * transition writes the tuple; while the socket has no port yet, writing it here could
 	 * land after that and put port 0 back. */
 	if (!f->lport && num)
 		tuple_from_sock(f, skaddr);
-	if (st == TCP_CLOSE && num == f->lport && num) {
+	if (st == TCP_CLOSE && (num == f->lport || !num) && f->rport &&
+	    bpf_ntohs(dport) == f->rport) {
 		/* Its close was missed and its process still holds it (else its destruction
-		 * would have ended it). */
+		 * would have ended it). Closing gave its local port back (0 here) but kept the
+		 * peer's: a new socket at this address has neither. */
 		end_unseen_close(f, *key, c->now);
 		return 0;
 	}

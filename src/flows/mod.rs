@@ -24,7 +24,9 @@ use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::rc::Rc;
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
+
+use crate::eventfd::Doorbell;
 
 use anyhow::{anyhow, Context, Result};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
@@ -372,14 +374,81 @@ pub fn payload_bytes(r: &RawFlow, active_opener: bool, ended: bool) -> (u64, u64
 pub struct FlowCollector {
     skel: &'static FlowsSkel<'static>,
     links: Vec<Link>,
-    ring: RingBuffer<'static>,
+    ring: Arc<Mutex<EndsRing>>,
     /// Flow-end records drained since the last poll, back to back (each `raw::FLOW_LEN`).
-    ends: Rc<RefCell<Vec<u8>>>,
+    ends: Arc<Mutex<Vec<u8>>>,
     requests: Option<mpsc::SyncSender<PollRequest>>,
     reports: mpsc::Receiver<FlowReport>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Stops the thread that drains the flow-end ring in a burst.
+    burst_drain: Option<(Doorbell, std::thread::JoinHandle<()>)>,
     /// Polls requested and not yet handed back.
     outstanding: usize,
+}
+
+/// The flow-end ring. The session's loop drains it between its other work; in a burst of
+/// closes (100,000 connections torn down at once: more ends in a second than the ring holds)
+/// that loop may be busy for that long writing the interval's report, so a thread of its own
+/// drains it whenever the kernel says it is filling (a wakeup at a quarter full).
+struct EndsRing(RingBuffer<'static>);
+
+// SAFETY: libbpf's ring_buffer is memory mappings, descriptors and callbacks with no tie to
+// the thread that made it (the callback appends to an `Arc<Mutex<_>>`); every use is under
+// the `Mutex` that holds it, so one thread at a time consumes.
+unsafe impl Send for EndsRing {}
+
+impl EndsRing {
+    fn consume(ring: &Mutex<EndsRing>) {
+        let r = ring.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = r.0.consume_raw();
+    }
+}
+
+/// The burst drain thread: waits for the ring's wakeups (edge-triggered: ends written without
+/// one keep the ring readable, and the loop drains those) or `stop`.
+fn drain_bursts(ring: Arc<Mutex<EndsRing>>, stop: Doorbell) -> Result<std::thread::JoinHandle<()>> {
+    let epoll = crate::eventfd::new_epoll().context("waiting for flow ends")?;
+    let ring_fd = ring.lock().unwrap_or_else(|e| e.into_inner()).0.epoll_fd();
+    crate::eventfd::epoll_add_edge(epoll.as_raw_fd(), ring_fd, 0)
+        .context("waiting for flow ends")?;
+    crate::eventfd::epoll_add(epoll.as_raw_fd(), stop.as_fd(), 1)
+        .context("waiting for flow ends")?;
+    std::thread::Builder::new()
+        .name("ebtop-flow-ends".into())
+        .spawn(move || loop {
+            match crate::eventfd::epoll_wait(epoll.as_raw_fd(), -1) {
+                Err(e) if e.kind() != std::io::ErrorKind::Interrupted => return,
+                _ => {}
+            }
+            if stopped(&stop) {
+                return;
+            }
+            EndsRing::consume(&ring);
+        })
+        .context("starting the flow-end reader thread failed")
+}
+
+/// Whether `stop` was rung (a non-blocking read of the eventfd).
+fn stopped(stop: &Doorbell) -> bool {
+    let mut n = 0u64;
+    // SAFETY: reads 8 bytes into a local u64 from the eventfd `stop` owns (non-blocking).
+    let got = unsafe {
+        libc::read(
+            stop.as_fd().as_raw_fd(),
+            (&mut n as *mut u64).cast(),
+            std::mem::size_of::<u64>(),
+        )
+    };
+    got == 8 && n > 0
+}
+
+impl Drop for FlowCollector {
+    fn drop(&mut self) {
+        if let Some((stop, thread)) = self.burst_drain.take() {
+            stop.ring();
+            let _ = thread.join();
+        }
+    }
 }
 
 /// Every this many polls the snapshot reads every flow and the table is read whole (and the
@@ -506,6 +575,15 @@ fn load_flows(
     if !owner_iterator {
         open.progs.name_owners.set_autoload(false);
     }
+    if let Some(bytes) = crate::diag::debug_flow_ends_bytes() {
+        open.maps
+            .flow_ends
+            .set_max_entries(bytes)
+            .context("sizing the flow-end ring failed")?;
+        if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+            ro.ends_wake_bytes = bytes / 4;
+        }
+    }
     if let Some(bytes) = crate::diag::debug_flow_reads_bytes() {
         open.maps
             .flow_reads
@@ -574,21 +652,30 @@ impl FlowCollector {
             // `snapshot` (raw_tp) is run on demand, never attached.
         }
         let skel: &'static FlowsSkel<'static> = skel;
-        let ends: Rc<RefCell<Vec<u8>>> = Rc::default();
+        let ends: Arc<Mutex<Vec<u8>>> = Arc::default();
         let sink = ends.clone();
         let mut builder = RingBufferBuilder::new();
         builder
             .add(&skel.maps.flow_ends, move |data: &[u8]| {
                 // One allocation for all the ends, not one each (100,000 at a teardown).
                 if data.len() == raw::FLOW_LEN {
-                    sink.borrow_mut().extend_from_slice(data);
+                    sink.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .extend_from_slice(data);
                 }
                 0
             })
             .context("setting up the flow-end ring failed")?;
-        let ring = builder
-            .build()
-            .context("setting up the flow-end ring failed")?;
+        let ring = Arc::new(Mutex::new(EndsRing(
+            builder
+                .build()
+                .context("setting up the flow-end ring failed")?,
+        )));
+        let stop = crate::eventfd::Doorbell::new().context("waiting for flow ends")?;
+        let burst_drain = Some((
+            stop.try_clone().context("waiting for flow ends")?,
+            drain_bursts(ring.clone(), stop)?,
+        ));
         let handle = |m: &libbpf_rs::Map, what: &str| {
             MapHandle::try_from(m).with_context(|| format!("opening the flow table's {what} map"))
         };
@@ -646,6 +733,7 @@ impl FlowCollector {
             requests: Some(requests),
             reports,
             thread: Some(thread),
+            burst_drain,
             outstanding: 0,
         })
     }
@@ -662,7 +750,7 @@ impl FlowCollector {
     /// Drains the flow-end ring into memory (cheap; call it every loop iteration so bursts of
     /// short connections do not fill the ring between intervals).
     pub fn consume(&mut self) {
-        let _ = self.ring.consume_raw();
+        EndsRing::consume(&self.ring);
     }
 
     /// Ends an interval: the reader thread snapshots every flow's counters in the kernel and
@@ -671,7 +759,7 @@ impl FlowCollector {
     pub fn request_poll(&mut self, now_ns: u64) -> Result<()> {
         // Ends drained after this are reported with the next interval.
         self.consume();
-        let ends = std::mem::take(&mut *self.ends.borrow_mut());
+        let ends = std::mem::take(&mut *self.ends.lock().unwrap_or_else(|e| e.into_inner()));
         let sent = self
             .requests
             .as_ref()
@@ -695,14 +783,22 @@ impl FlowCollector {
         }
     }
 
-    /// Waits for the requested poll's report (None: none was requested).
+    /// Waits for the requested poll's report (None: none was requested). The flow-end ring
+    /// is drained meanwhile: a poll of a table torn down at once (100,000 ends to report)
+    /// takes a second, in which more ends come than the ring holds.
     pub fn wait_report(&mut self) -> Result<Option<FlowReport>> {
         if self.outstanding == 0 {
             return Ok(None);
         }
-        match self.reports.recv() {
-            Ok(r) => Ok(Some(self.finish(r))),
-            Err(_) => Err(self.reader_failed()),
+        loop {
+            match self
+                .reports
+                .recv_timeout(std::time::Duration::from_millis(10))
+            {
+                Ok(r) => return Ok(Some(self.finish(r))),
+                Err(mpsc::RecvTimeoutError::Timeout) => self.consume(),
+                Err(mpsc::RecvTimeoutError::Disconnected) => return Err(self.reader_failed()),
+            }
         }
     }
 

@@ -522,6 +522,7 @@ fn end_interval<S: Sink>(
     if let Some(report) = flows {
         p.set_flows(report)?;
     }
+    std::thread::sleep(crate::diag::debug_interval_stall());
     p.on_interval(mono, kernel, Some(overhead))
 }
 
