@@ -53,15 +53,7 @@ pub fn debug_exec_lag() -> (std::time::Duration, Option<Vec<u8>>) {
 /// (`flow_reads`, 8 MiB) down, so the tests can have it overflow with a few hundred flows and
 /// the table read whole instead. None in release builds.
 pub fn debug_flow_reads_bytes() -> Option<u32> {
-    if !cfg!(debug_assertions) {
-        return None;
-    }
-    let kib: u32 = std::env::var("EBTOP_DEBUG_FLOW_READS_KIB")
-        .ok()?
-        .parse()
-        .ok()?;
-    // A ring is a power of two pages.
-    Some((kib.max(4) * 1024).next_power_of_two())
+    debug_ring_bytes("EBTOP_DEBUG_FLOW_READS_KIB")
 }
 
 /// Debug builds only: `EBTOP_DEBUG_SKIP_CLOSE=1` has the flow table miss every socket's change
@@ -76,14 +68,16 @@ pub fn debug_skip_close() -> bool {
 /// each interval's end (as writing a huge report does), so the tests can see that ends do not
 /// wait for that loop. None and zero in release builds.
 pub fn debug_flow_ends_bytes() -> Option<u32> {
+    debug_ring_bytes("EBTOP_DEBUG_FLOW_ENDS_KIB")
+}
+
+/// A ring size in KiB from `var` (debug builds), as a ring must be: a power of two pages.
+fn debug_ring_bytes(var: &str) -> Option<u32> {
     if !cfg!(debug_assertions) {
         return None;
     }
-    let kib: u32 = std::env::var("EBTOP_DEBUG_FLOW_ENDS_KIB")
-        .ok()?
-        .parse()
-        .ok()?;
-    Some((kib.max(4) * 1024).next_power_of_two())
+    let kib: u32 = std::env::var(var).ok()?.parse().ok()?;
+    Some((kib.clamp(4, 1 << 20) * 1024).next_power_of_two())
 }
 
 /// See [`debug_flow_ends_bytes`].
