@@ -225,6 +225,22 @@ pub struct FlowReport {
     pub ends: Vec<TcpFlow>,
     pub udp: Vec<UdpFlow>,
     pub stats: FlowStats,
+    /// In a recording: this is one part of the interval's report and more parts follow (see
+    /// [`FlowReport::parts`]). Never set on a whole report.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub more: bool,
+}
+
+/// A part of a [`FlowReport`] as a recording stores it: the same fields, borrowed.
+#[derive(Debug, Serialize)]
+pub struct FlowReportPart<'a> {
+    mono_ns: u64,
+    flows: &'a [TcpFlow],
+    ends: &'a [TcpFlow],
+    udp: &'a [UdpFlow],
+    stats: &'a FlowStats,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    more: bool,
 }
 
 /// SRTTs kept in µs (the kernel's unit) and written in ns: one unit for every duration.
@@ -244,6 +260,50 @@ mod us_as_ns {
 }
 
 impl FlowReport {
+    /// The report in parts of at most `max` flows each (TCP, ended, UDP; at least one part),
+    /// every part but the last marked `more`. A recording stores a report of 200,000 flows
+    /// (a burst of connections) this way: as one record it made a frame larger than a reader
+    /// accepts, and held its whole JSON text in memory twice over.
+    pub fn parts(&self, max: usize) -> Vec<FlowReportPart<'_>> {
+        let max = max.max(1);
+        let total = self.flows.len() + self.ends.len() + self.udp.len();
+        let part = |flows, ends, udp, more| FlowReportPart {
+            mono_ns: self.mono_ns,
+            flows,
+            ends,
+            udp,
+            stats: &self.stats,
+            more,
+        };
+        if total <= max {
+            return vec![part(&self.flows[..], &self.ends[..], &self.udp[..], false)];
+        }
+        let mut parts: Vec<FlowReportPart<'_>> = Vec::with_capacity(total.div_ceil(max) + 2);
+        for c in self.flows.chunks(max) {
+            parts.push(part(c, &[], &[], true));
+        }
+        for c in self.ends.chunks(max) {
+            parts.push(part(&[], c, &[], true));
+        }
+        for c in self.udp.chunks(max) {
+            parts.push(part(&[], &[], c, true));
+        }
+        if let Some(last) = parts.last_mut() {
+            last.more = false;
+        }
+        parts
+    }
+
+    /// Appends a later part of the same interval's report (see [`FlowReport::parts`]).
+    pub fn append_part(&mut self, mut later: FlowReport) {
+        self.flows.append(&mut later.flows);
+        self.ends.append(&mut later.ends);
+        self.udp.append(&mut later.udp);
+        self.mono_ns = later.mono_ns;
+        self.stats = later.stats;
+        self.more = later.more;
+    }
+
     /// A report read from a recording made before schema 3: its SRTTs (µs, old names) moved
     /// to where newer ones are read.
     pub fn upgrade(&mut self) {

@@ -26,8 +26,9 @@ pub const MAJOR: u16 = 1;
 /// 1: kind 5 (the flow table's report per interval). 2: kind 6 (process exec/exit records).
 /// 3: kind 1 records may name syscall 16 (`other`: socket-layer capture, length only), the
 /// interval's kernel counters carry `missed_runs`. 4: an exec's kind 6 record ends with the
-/// file's identity (`struct ebtop_exe_id`).
-pub const MINOR: u16 = 4;
+/// file's identity (`struct ebtop_exe_id`). 5: an interval's kind 5 report may come in parts
+/// (`more: true` on all but the last), read back as one.
+pub const MINOR: u16 = 5;
 pub const FILE_HEADER_LEN: usize = 16;
 pub const FRAME_HEADER_LEN: usize = 16;
 /// Largest frame a reader accepts (a corrupt length must not allocate gigabytes).
@@ -235,6 +236,89 @@ mod tests {
         }));
         let (events, _, stats) = read(&std::fs::read(dir.path().join("b.ebt")).unwrap()).unwrap();
         assert_eq!((events.len(), stats.unknown_records), (2, 1));
+    }
+
+    /// A flow report of more flows than a record holds is stored in parts and read back as
+    /// the one report it was (a burst of 200,000 connections made a single record larger than
+    /// any frame a reader accepts: the replay skipped it as corrupt).
+    #[test]
+    fn a_large_flow_report_is_recorded_in_parts_and_read_back_whole() {
+        // Real flows: those of the committed fixture.
+        let fixture = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/recordings/flows_mix.ebt"
+        );
+        let mut rd = reader::open(std::path::Path::new(fixture)).unwrap();
+        let mut reports = Vec::new();
+        rd.for_each(|it| {
+            if let Item::Flows(r) = it {
+                reports.push(*r);
+            }
+            Ok(())
+        })
+        .unwrap();
+        let tcp = reports
+            .iter()
+            .find_map(|r| r.flows.first())
+            .unwrap()
+            .clone();
+        let end = reports.iter().find_map(|r| r.ends.first()).unwrap().clone();
+        let udp = reports.iter().find_map(|r| r.udp.first()).unwrap().clone();
+        let numbered = |f: &crate::flows::TcpFlow, id: u64| {
+            let mut f = f.clone();
+            f.flow_id = id;
+            f
+        };
+        let big = crate::flows::FlowReport {
+            mono_ns: 77,
+            flows: (0..2500).map(|i| numbered(&tcp, i)).collect(),
+            ends: (0..1200).map(|i| numbered(&end, 10_000 + i)).collect(),
+            udp: (0..30)
+                .map(|i| {
+                    let mut u = udp.clone();
+                    u.flow_id = 20_000 + i;
+                    u
+                })
+                .collect(),
+            stats: reports.last().unwrap().stats.clone(),
+            more: false,
+        };
+        let parts = big.parts(writer::FLOWS_PER_RECORD);
+        assert!(parts.len() > 3, "{} parts", parts.len());
+        for p in &parts {
+            assert!(serde_json::to_vec(p).unwrap().len() < MAX_FRAME / 16);
+        }
+        let small = &reports[0];
+        assert_eq!(
+            serde_json::to_string(&small.parts(writer::FLOWS_PER_RECORD)[0]).unwrap(),
+            serde_json::to_string(small).unwrap(),
+            "a report that fits one record is stored as before"
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.ebt");
+        let mut r = Recorder::create(&path, &header(), false).unwrap();
+        r.flows(small);
+        r.flows(&big);
+        r.event(&[1]);
+        drop(r.finish(&EndRecord {
+            duration_ns: 0,
+            kernel: KernelCounters::default(),
+            dropped_events: 0,
+        }));
+        let mut rd = reader::open(&path).unwrap();
+        let mut back = Vec::new();
+        rd.for_each(|it| {
+            if let Item::Flows(r) = it {
+                back.push(*r);
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(back.len(), 2);
+        assert_eq!(&back[0], small);
+        assert_eq!(back[1], big);
+        assert_eq!(rd.stats.bad_records, 0);
     }
 
     #[test]

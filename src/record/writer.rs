@@ -16,6 +16,8 @@ use super::*;
 /// A frame is cut at this many raw bytes or this age, whichever comes first: bounds what a
 /// crash can lose and what replay must buffer.
 const FRAME_BYTES: usize = 1 << 20;
+/// Flows per kind-5 record: ~1 KB of JSON each, so a record stays near a frame's size.
+pub const FLOWS_PER_RECORD: usize = 1024;
 const FRAME_AGE: Duration = Duration::from_millis(500);
 /// Frames in flight to the writer thread (×1 MiB).
 const CHANNEL_FRAMES: usize = 64;
@@ -158,9 +160,13 @@ impl Recorder {
         }
     }
 
+    /// The interval's flow report, in parts of at most [`FLOWS_PER_RECORD`] flows (a reader
+    /// puts them back together).
     pub fn flows(&mut self, report: &crate::flows::FlowReport) {
-        if let Ok(j) = serde_json::to_vec(report) {
-            self.push(KIND_FLOWS, &j);
+        for part in report.parts(FLOWS_PER_RECORD) {
+            if let Ok(j) = serde_json::to_vec(&part) {
+                self.push(KIND_FLOWS, &j);
+            }
         }
     }
 
