@@ -38,17 +38,19 @@ impl Doorbell {
         }
     }
 
-    /// Makes it unreadable again (EAGAIN, nothing rung, is expected and ignored).
-    pub fn clear(&self) {
+    /// Makes it unreadable again; whether it had been rung (EAGAIN, nothing rung, is expected:
+    /// false).
+    pub fn clear(&self) -> bool {
         let mut n = 0u64;
         // SAFETY: reads 8 bytes into a local u64 from an eventfd this handle owns.
-        unsafe {
+        let got = unsafe {
             libc::read(
                 self.0.as_raw_fd(),
                 (&mut n as *mut u64).cast(),
                 std::mem::size_of::<u64>(),
-            );
-        }
+            )
+        };
+        got == 8 && n > 0
     }
 }
 
@@ -114,7 +116,7 @@ mod tests {
         assert!(!epoll_wait(ep.as_raw_fd(), 0).unwrap());
         bell.try_clone().unwrap().ring();
         assert!(epoll_wait(ep.as_raw_fd(), 0).unwrap());
-        bell.clear();
+        let _ = bell.clear();
         assert!(!epoll_wait(ep.as_raw_fd(), 0).unwrap());
     }
 }

@@ -249,6 +249,10 @@ static __always_inline void close_flow(struct ebtop_flow *f, const void *skaddr,
 		f->flags |= EBTOP_FLOW_PEER_FIN;
 }
 
+/* Tests only (debug builds, EBTOP_DEBUG_SKIP_CLOSE): every change to CLOSE goes unseen, as
+ * the kernel's skipped runs leave it, so every flow ends through end_unseen_close. */
+const volatile bool debug_skip_close = false;
+
 /*
  * All TCP/UDP hooks are tp_btf (BTF-typed raw tracepoints), not classic tracepoints: a classic
  * tracepoint program is skipped whenever any other BPF program is running on the CPU (the
@@ -257,10 +261,6 @@ static __always_inline void close_flow(struct ebtop_flow *f, const void *skaddr,
  * when the same program is interrupted by itself; those misses are read from the kernel
  * (bpf_prog_info.recursion_misses) and reported as `missed_events`.
  */
-/* Tests only (debug builds, EBTOP_DEBUG_SKIP_CLOSE): every change to CLOSE goes unseen, as
- * the kernel's skipped runs leave it, so every flow ends through end_unseen_close. */
-const volatile bool debug_skip_close = false;
-
 SEC("tp_btf/inet_sock_set_state")
 int flow_set_state(__u64 *args)
 {

@@ -480,26 +480,12 @@ fn drain_bursts(ring: Arc<Mutex<EndsRing>>, stop: Doorbell) -> Result<std::threa
                 Err(e) if e.kind() != std::io::ErrorKind::Interrupted => return,
                 _ => {}
             }
-            if stopped(&stop) {
+            if stop.clear() {
                 return;
             }
             EndsRing::consume(&ring);
         })
         .context("starting the flow-end reader thread failed")
-}
-
-/// Whether `stop` was rung (a non-blocking read of the eventfd).
-fn stopped(stop: &Doorbell) -> bool {
-    let mut n = 0u64;
-    // SAFETY: reads 8 bytes into a local u64 from the eventfd `stop` owns (non-blocking).
-    let got = unsafe {
-        libc::read(
-            stop.as_fd().as_raw_fd(),
-            (&mut n as *mut u64).cast(),
-            std::mem::size_of::<u64>(),
-        )
-    };
-    got == 8 && n > 0
 }
 
 impl Drop for FlowCollector {
@@ -731,7 +717,7 @@ impl FlowCollector {
                 .build()
                 .context("setting up the flow-end ring failed")?,
         )));
-        let stop = crate::eventfd::Doorbell::new().context("waiting for flow ends")?;
+        let stop = Doorbell::new().context("waiting for flow ends")?;
         let burst_drain = Some((
             stop.try_clone().context("waiting for flow ends")?,
             drain_bursts(ring.clone(), stop)?,
@@ -843,22 +829,15 @@ impl FlowCollector {
         }
     }
 
-    /// Waits for the requested poll's report (None: none was requested). The flow-end ring
-    /// is drained meanwhile: a poll of a table torn down at once (100,000 ends to report)
-    /// takes a second, in which more ends come than the ring holds.
+    /// Waits for the requested poll's report (None: none was requested). Flow ends that come
+    /// meanwhile in a burst are drained by the burst thread (`drain_bursts`).
     pub fn wait_report(&mut self) -> Result<Option<FlowReport>> {
         if self.outstanding == 0 {
             return Ok(None);
         }
-        loop {
-            match self
-                .reports
-                .recv_timeout(std::time::Duration::from_millis(10))
-            {
-                Ok(r) => return Ok(Some(self.finish(r))),
-                Err(mpsc::RecvTimeoutError::Timeout) => self.consume(),
-                Err(mpsc::RecvTimeoutError::Disconnected) => return Err(self.reader_failed()),
-            }
+        match self.reports.recv() {
+            Ok(r) => Ok(Some(self.finish(r))),
+            Err(_) => Err(self.reader_failed()),
         }
     }
 

@@ -416,7 +416,7 @@ impl FedWorker {
         // Whether the last read filled what it asked for: more may be ready at once.
         let mut more = false;
         loop {
-            self.wake.clear();
+            let _ = self.wake.clear();
             loop {
                 // Once drained, the session has ended: the source is not read again.
                 let msg = if self.drained {

@@ -248,15 +248,7 @@ mod tests {
             env!("CARGO_MANIFEST_DIR"),
             "/tests/fixtures/recordings/flows_mix.ebt"
         );
-        let mut rd = reader::open(std::path::Path::new(fixture)).unwrap();
-        let mut reports = Vec::new();
-        rd.for_each(|it| {
-            if let Item::Flows(r) = it {
-                reports.push(*r);
-            }
-            Ok(())
-        })
-        .unwrap();
+        let (reports, _) = flow_reports(std::path::Path::new(fixture));
         let tcp = reports
             .iter()
             .find_map(|r| r.flows.first())
@@ -306,19 +298,25 @@ mod tests {
             kernel: KernelCounters::default(),
             dropped_events: 0,
         }));
-        let mut rd = reader::open(&path).unwrap();
-        let mut back = Vec::new();
+        let (back, stats) = flow_reports(&path);
+        assert_eq!(back.len(), 2);
+        assert_eq!(&back[0], small);
+        assert_eq!(back[1], big);
+        assert_eq!(stats.bad_records, 0);
+    }
+
+    /// The flow reports of the recording at `path`, with its read statistics.
+    fn flow_reports(path: &std::path::Path) -> (Vec<crate::flows::FlowReport>, reader::ReadStats) {
+        let mut rd = reader::open(path).unwrap();
+        let mut reports = Vec::new();
         rd.for_each(|it| {
             if let Item::Flows(r) = it {
-                back.push(*r);
+                reports.push(*r);
             }
             Ok(())
         })
         .unwrap();
-        assert_eq!(back.len(), 2);
-        assert_eq!(&back[0], small);
-        assert_eq!(back[1], big);
-        assert_eq!(rd.stats.bad_records, 0);
+        (reports, rd.stats)
     }
 
     #[test]

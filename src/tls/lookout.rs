@@ -289,7 +289,7 @@ impl Lookout {
     }
 
     fn clear_wake(&self) {
-        self.wake.clear();
+        let _ = self.wake.clear();
     }
 }
 
