@@ -197,12 +197,15 @@ impl ConnTracker {
     fn on_data(&mut self, ev: &Event, emit: &mut dyn FnMut(Call)) -> Verdict {
         let all = self.cfg.protocols.is_all();
         let key = ev.conn_key();
-        if let Some(c) = self.conns.get_mut(&key) {
-            if matches!(c.parser, ParserSlot::NotSelected) {
+        let known = match self.conns.get_mut(&key) {
+            Some(c) if matches!(c.parser, ParserSlot::NotSelected) => {
                 c.last_seen_ns = c.last_seen_ns.max(ev.end_ns);
                 return Verdict::NotSelected;
             }
-        } else if !all {
+            Some(_) => true,
+            None => false,
+        };
+        if !known && !all {
             // Decide before anything is counted: a connection not (yet) known to be of a
             // selected protocol is not part of this session. Undecided ones are not tracked:
             // tracking starts with the first message of a selected protocol.
@@ -219,7 +222,7 @@ impl ConnTracker {
         // Wrapping: the numbers come from the kernel or a recording, which may be crafted.
         self.stats.data_bytes = self.stats.data_bytes.wrapping_add(ev.total_len);
         self.stats.uncaptured_bytes = self.stats.uncaptured_bytes.wrapping_add(ev.uncaptured());
-        if !self.conns.contains_key(&key) {
+        if !known {
             self.stats.conns_opened += 1;
             self.insert_conn(ev);
         }
@@ -279,7 +282,6 @@ impl ConnTracker {
             };
             p.on_segment(&seg, &mut self.scratch, &mut self.parse);
         }
-        let conn = &self.conns[&key];
         Self::flush(
             &mut self.scratch,
             conn,

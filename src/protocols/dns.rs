@@ -714,10 +714,7 @@ impl DnsParser {
         }
         let mut bytes = t.into_bytes();
         bytes.truncate(self.keep_head);
-        CapturedHead {
-            bytes,
-            len: m.len() as u64,
-        }
+        CapturedHead::redacted(bytes, m.len() as u64)
     }
 
     fn on_tcp(&mut self, seg: &Segment, out: &mut Vec<L7Call>, stats: &mut ParseStats) {

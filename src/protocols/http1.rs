@@ -8,8 +8,8 @@ use super::http2::{Http2Parser, UpgradeRequest};
 use super::matching::InOrder;
 use super::redact;
 use super::{
-    CapturedHead, L7Call, MessageSpan, Outcome, ParseDepth, ParseStats, ParserConfig, Protocol,
-    ProtocolSpec, Segment, StreamParser,
+    CapturedHead, HeadSecrets, L7Call, MessageSpan, Outcome, ParseDepth, ParseStats, ParserConfig,
+    Protocol, ProtocolSpec, Segment, StreamParser,
 };
 use crate::event::Direction;
 
@@ -241,6 +241,16 @@ fn lossy_cut(b: &[u8], max: usize) -> String {
 }
 
 /// Content-Length and chunked framing from headers; None when they contradict (damaged).
+/// A request target as shown: its secrets redacted, cut at `MAX_RESOURCE` bytes. httparse
+/// has checked the target's text already; it is only read again when something was redacted
+/// or cut.
+fn request_resource(target: &str) -> String {
+    match redact::redact_target(target.as_bytes()) {
+        std::borrow::Cow::Borrowed(_) if target.len() <= MAX_RESOURCE => target.to_owned(),
+        redacted => lossy_cut(&redacted, MAX_RESOURCE),
+    }
+}
+
 fn framing(headers: &[httparse::Header]) -> Option<(Option<u64>, bool)> {
     let mut cl: Option<u64> = None;
     let mut chunked = false;
@@ -279,12 +289,23 @@ fn upgrades_to_h2c(headers: &[httparse::Header]) -> bool {
 
 /// Up to `keep` bytes of a head of `len` bytes, with the values of secret headers and the
 /// secrets of its URLs (parameters named like secrets, credentials) replaced.
+/// The first `keep` bytes of a head, as sent: their secrets are redacted when shown
+/// (`redact_head`).
 fn capture_head(buf: &[u8], len: usize, keep: usize) -> CapturedHead {
     if keep == 0 {
         return CapturedHead::default();
     }
-    let head = &buf[..len.min(buf.len())];
-    let mut bytes = Vec::with_capacity(keep.min(head.len()));
+    CapturedHead {
+        bytes: buf[..len.min(buf.len()).min(keep)].to_vec(),
+        len: len as u64,
+        secrets: HeadSecrets::Http1,
+    }
+}
+
+/// An HTTP/1 head with its secrets redacted: the request target's, secret headers' values,
+/// and those of URLs in any other header's value.
+pub fn redact_head(head: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(head.len());
     for (i, line) in head.split_inclusive(|&b| b == b'\n').enumerate() {
         let colon = line.iter().position(|&b| b == b':');
         if i == 0 {
@@ -301,15 +322,8 @@ fn capture_head(buf: &[u8], len: usize, keep: usize) -> CapturedHead {
             bytes.extend_from_slice(&line[..value_at]);
             bytes.extend_from_slice(&redact::redact_urls_in(&line[value_at..]));
         }
-        if bytes.len() >= keep {
-            bytes.truncate(keep);
-            break;
-        }
     }
-    CapturedHead {
-        bytes,
-        len: len as u64,
-    }
+    bytes
 }
 
 fn parse_head(kind: Kind, buf: &[u8], depth: ParseDepth, keep: usize) -> HeadParse {
@@ -341,10 +355,7 @@ fn parse_head(kind: Kind, buf: &[u8], depth: ParseDepth, keep: usize) -> HeadPar
                         h2c: upgrades_to_h2c(req.headers),
                         kind: HeadKind::Request {
                             method: req.method.unwrap_or("").to_owned(),
-                            resource: lossy_cut(
-                                &redact::redact_target(req.path.unwrap_or("").as_bytes()),
-                                MAX_RESOURCE,
-                            ),
+                            resource: request_resource(req.path.unwrap_or("")),
                             version: version_str(req.version),
                             host,
                         },
@@ -1616,7 +1627,7 @@ Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n";
         let mut d = Driver::keeping(4096);
         d.seg(OUT, req).seg(IN, resp);
         let c = &d.calls[0];
-        let text = String::from_utf8_lossy(&c.req_head.bytes);
+        let text = String::from_utf8_lossy(&c.req_head.shown()).into_owned();
         assert!(text.starts_with("GET /a HTTP/1.1\r\nHost: x\r\n"), "{text}");
         assert!(
             !text.contains("s3cr3t") && !text.contains("id=42"),
@@ -1627,7 +1638,7 @@ Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n";
             "{text}"
         );
         assert_eq!(c.req_head.len, req.len() as u64);
-        let text = String::from_utf8_lossy(&c.resp_head.bytes);
+        let text = String::from_utf8_lossy(&c.resp_head.shown()).into_owned();
         assert!(
             text.contains("Set-Cookie: [redacted") && !text.contains("abc"),
             "{text}"
@@ -1653,15 +1664,18 @@ Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n";
             d.seg(OUT, req).seg(IN, resp);
             let c = &d.calls[0];
             assert_eq!(c.resource, "/oauth/cb?code=[redacted]&state=ok");
-            let head = String::from_utf8_lossy(&c.req_head.bytes);
+            let head = String::from_utf8_lossy(&c.req_head.shown()).into_owned();
             assert!(!head.contains("AbC123"), "{head}");
         }
         let mut d = Driver::keeping(4096);
         d.seg(OUT, req).seg(IN, resp);
-        assert!(d.calls[0]
-            .req_head
-            .bytes
+        let head = &d.calls[0].req_head;
+        assert!(head
+            .shown()
             .starts_with(b"GET /oauth/cb?code=[redacted]&state=ok HTTP/1.1\r\nHost: x\r\n"));
+        // Kept as sent, redacted when shown: nothing else reads a head.
+        assert_eq!(head.secrets, HeadSecrets::Http1);
+        assert!(head.bytes.starts_with(b"GET /oauth/cb?code=AbC123"));
     }
 
     #[test]
@@ -1675,8 +1689,8 @@ Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n";
         let mut d = Driver::keeping(4096);
         d.seg(OUT, req).seg(IN, resp);
         let c = &d.calls[0];
-        let head = String::from_utf8_lossy(&c.req_head.bytes).into_owned()
-            + &String::from_utf8_lossy(&c.resp_head.bytes);
+        let head = String::from_utf8_lossy(&c.req_head.shown()).into_owned()
+            + &String::from_utf8_lossy(&c.resp_head.shown());
         for secret in [
             "Tok1", "Csrf2", "Key3", "Key4", "Pw5", "Tok6", "Sig7", "Ses8",
         ] {

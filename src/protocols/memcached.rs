@@ -705,10 +705,7 @@ impl MemcachedParser {
     }
 
     fn take_head(&mut self, d: usize, len: u64) -> CapturedHead {
-        CapturedHead {
-            bytes: std::mem::take(&mut self.dirs[d].head),
-            len,
-        }
+        CapturedHead::redacted(std::mem::take(&mut self.dirs[d].head), len)
     }
 
     /// Makes `seg` part of direction d's current message span.

@@ -166,13 +166,45 @@ pub struct ParserConfig {
     pub keep_head: usize,
 }
 
-/// The start of a message as captured: the head (e.g. HTTP request line and headers) with
-/// secret header values replaced, cut at `keep_head` bytes.
+/// The start of a message as captured: the head (e.g. HTTP request line and headers), cut
+/// at `keep_head` bytes, shown with its secrets redacted (`shown`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CapturedHead {
     pub bytes: Vec<u8>,
     /// Length of the whole head on the wire (`bytes` may be shorter).
     pub len: u64,
+    pub secrets: HeadSecrets,
+}
+
+/// Where a captured head's secrets are hidden.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum HeadSecrets {
+    /// By the parser: `bytes` hold none.
+    #[default]
+    Redacted,
+    /// When shown: `bytes` are an HTTP/1 head as sent. Redacting every head of every call
+    /// (each header name against the secret names, each value's URLs) cost more than the
+    /// rest of the call's parse, for heads that are nearly never looked at.
+    Http1,
+}
+
+impl CapturedHead {
+    /// A head whose secrets the parser has already taken out.
+    pub fn redacted(bytes: Vec<u8>, len: u64) -> CapturedHead {
+        CapturedHead {
+            bytes,
+            len,
+            secrets: HeadSecrets::Redacted,
+        }
+    }
+
+    /// The head as shown: without its secrets.
+    pub fn shown(&self) -> std::borrow::Cow<'_, [u8]> {
+        match self.secrets {
+            HeadSecrets::Redacted => std::borrow::Cow::Borrowed(&self.bytes),
+            HeadSecrets::Http1 => std::borrow::Cow::Owned(http1::redact_head(&self.bytes)),
+        }
+    }
 }
 
 /// One syscall's bytes in one direction. `payload` is the captured prefix of the `total_len`

@@ -1163,10 +1163,7 @@ impl MysqlParser {
         if self.keep_head == 0 {
             return CapturedHead::default();
         }
-        CapturedHead {
-            bytes: text[..text.len().min(self.keep_head)].to_vec(),
-            len,
-        }
+        CapturedHead::redacted(text[..text.len().min(self.keep_head)].to_vec(), len)
     }
 
     /// `n` bytes of direction d were moved but not captured (snaplen).

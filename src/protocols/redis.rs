@@ -1336,7 +1336,7 @@ impl Dir {
         }
         bytes.extend_from_slice(b"\r\n");
         bytes.truncate(keep);
-        CapturedHead { bytes, len }
+        CapturedHead::redacted(bytes, len)
     }
 }
 
@@ -1651,10 +1651,7 @@ impl RedisParser {
         } else if m.inline {
             ds.inline_head(keep, m.span.bytes)
         } else {
-            CapturedHead {
-                bytes: std::mem::take(&mut ds.head),
-                len: m.span.bytes,
-            }
+            CapturedHead::redacted(std::mem::take(&mut ds.head), m.span.bytes)
         };
         Some(Framed {
             span: m.span,
@@ -1954,10 +1951,7 @@ impl RedisParser {
             }
         }
         let resp_head = if req.secret_reply && !acc.first.head.bytes.is_empty() {
-            CapturedHead {
-                bytes: b"[not kept: may hold secrets]".to_vec(),
-                len: acc.first.head.len,
-            }
+            CapturedHead::redacted(b"[not kept: may hold secrets]".to_vec(), acc.first.head.len)
         } else {
             acc.first.head
         };

@@ -106,6 +106,10 @@ impl Formatter for RoundedFloats {
     }
 }
 
+/// Pending `call` lines are handed to the output in pieces at least this large (see
+/// `JsonSink::buf`); main's `BufWriter` holds 64 KiB.
+const CALL_LINES_BYTES: usize = 64 * 1024;
+
 pub struct JsonSink<W: Write> {
     out: W,
     select: LineSelection,
@@ -114,7 +118,9 @@ pub struct JsonSink<W: Write> {
     clock: WallClock,
     /// Unix time the session started (recorded time when replaying).
     start_unix_ns: i64,
-    /// Reused for each call line.
+    /// `call` lines not yet handed to `out`: written to it in pieces of at least
+    /// `CALL_LINES_BYTES` (larger than a `BufWriter`'s buffer, so it passes them straight to
+    /// the file instead of copying each line once more), and before any other line.
     buf: Vec<u8>,
     /// Writes the call lines, with `clock`.
     calls: super::call_line::CallFormatter,
@@ -126,7 +132,7 @@ impl<W: Write> JsonSink<W> {
             out,
             clock: WallClock { offset_ns: 0 },
             start_unix_ns: 0,
-            buf: Vec::with_capacity(1024),
+            buf: Vec::with_capacity(CALL_LINES_BYTES + 1024),
             calls: Default::default(),
             select: LineSelection::default(),
             write_calls: true,
@@ -138,7 +144,17 @@ impl<W: Write> JsonSink<W> {
         self.write_calls = select.wants("call");
         self
     }
+    /// Hands the pending `call` lines to `out`.
+    fn write_call_lines(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let written = self.out.write_all(&self.buf);
+        self.buf.clear();
+        written
+    }
     fn line<T: Serialize>(&mut self, v: &T) -> io::Result<()> {
+        self.write_call_lines()?;
         let mut ser = serde_json::Serializer::with_formatter(&mut self.out, RoundedFloats);
         v.serialize(&mut ser).map_err(io::Error::from)?;
         self.out.write_all(b"\n")
@@ -162,7 +178,10 @@ impl<W: Write> JsonSink<W> {
             body: f,
         })
     }
-    pub fn into_inner(self) -> W {
+    /// The output, with every line written to it (an error writing the last `call` lines is
+    /// dropped: this is for outputs that cannot fail, such as a `Vec`).
+    pub fn into_inner(mut self) -> W {
+        let _ = self.write_call_lines();
         self.out
     }
 }
@@ -314,9 +333,11 @@ impl<W: Write> Sink for JsonSink<W> {
         if !self.write_calls {
             return Ok(());
         }
-        self.buf.clear();
         self.calls.write(&mut self.buf, c);
-        self.out.write_all(&self.buf)
+        if self.buf.len() >= CALL_LINES_BYTES {
+            self.write_call_lines()?;
+        }
+        Ok(())
     }
 
     fn call_formatter(&self) -> Option<super::call_line::CallFormatter> {
@@ -330,7 +351,11 @@ impl<W: Write> Sink for JsonSink<W> {
         if !self.write_calls {
             return Ok(());
         }
-        self.out.write_all(line)
+        self.buf.extend_from_slice(line);
+        if self.buf.len() >= CALL_LINES_BYTES {
+            self.write_call_lines()?;
+        }
+        Ok(())
     }
 
     fn process_exit(&mut self, e: &crate::process_events::ProcessExit) -> io::Result<()> {
@@ -427,6 +452,7 @@ impl<W: Write> Sink for JsonSink<W> {
     }
 
     fn flush(&mut self) -> io::Result<()> {
+        self.write_call_lines()?;
         self.out.flush()
     }
 

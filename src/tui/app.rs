@@ -4,14 +4,16 @@
 
 use std::cmp::Ordering;
 use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
 use std::time::Duration;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use super::filter::RowFilter;
 use super::table::{
-    call_row, conn_row, endpoint_key, endpoint_row, process_row, CallEntry, Column, ConnEntry, Row,
-    SortVal, CALL_COLUMNS, CALL_COLUMNS_DATED, CONN_COLUMNS, ENDPOINT_COLUMNS, PROCESS_COLUMNS,
+    call_row_cached, conn_row, endpoint_key, endpoint_row, process_row, CallEntry, Column,
+    ConnEntry, SharedRow, SortVal, CALL_COLUMNS, CALL_COLUMNS_DATED, CONN_COLUMNS,
+    ENDPOINT_COLUMNS, PROCESS_COLUMNS,
 };
 use super::UiMsg;
 use crate::aggregate::endpoints::OTHER_RESOURCE;
@@ -580,7 +582,7 @@ impl App {
             }
         }
         d.head_bytes += heads_len(&call);
-        d.calls.push_back(CallEntry { seq, call });
+        d.calls.push_back(CallEntry::new(seq, call));
         while d.head_bytes > HEAD_BUDGET && d.heads_dropped < d.calls.len() {
             let e = &mut d.calls[d.heads_dropped];
             d.head_bytes -= heads_len(&e.call);
@@ -637,7 +639,7 @@ impl App {
     }
 
     /// The current view's rows, unfiltered and unsorted.
-    fn build_rows(&self) -> Vec<Row> {
+    fn build_rows(&self) -> Vec<SharedRow> {
         let d = self.shown();
         match self.view {
             View::Calls => {
@@ -645,12 +647,17 @@ impl App {
                 d.calls
                     .iter()
                     .filter(|e| self.drill.as_ref().is_none_or(|dr| dr.matches(&e.call)))
-                    .map(|e| call_row(d.meta.as_ref(), &self.zone, dated, e))
+                    .map(|e| call_row_cached(d.meta.as_ref(), &self.zone, dated, e))
                     .collect()
             }
-            View::Endpoints => self.window.rows(d).iter().map(endpoint_row).collect(),
-            View::Flows if d.flows.active => d.flows.rows(),
-            View::Flows => d.conns.values().map(conn_row).collect(),
+            View::Endpoints => self
+                .window
+                .rows(d)
+                .iter()
+                .map(|e| Rc::new(endpoint_row(e)))
+                .collect(),
+            View::Flows if d.flows.active => d.flows.rows().into_iter().map(Rc::new).collect(),
+            View::Flows => d.conns.values().map(|c| Rc::new(conn_row(c))).collect(),
             View::Processes => {
                 let Some(r) = d.report.as_ref() else {
                     return Vec::new();
@@ -674,7 +681,7 @@ impl App {
                                 .map_or((0.0, 0.0), |&(i, o)| (per_s(i), per_s(o))),
                             None => (p.socket_bytes_in_per_s, p.socket_bytes_out_per_s),
                         };
-                        process_row(p, bytes_in, bytes_out, d.procs.get(&p.pid))
+                        Rc::new(process_row(p, bytes_in, bytes_out, d.procs.get(&p.pid)))
                     })
                     .collect()
             }
@@ -682,11 +689,11 @@ impl App {
     }
 
     /// The current view's rows as shown: filtered, then sorted.
-    pub fn rows(&self) -> Vec<Row> {
+    pub fn rows(&self) -> Vec<SharedRow> {
         let st = self.state();
         // A filter that does not parse filters nothing (the header says why).
         let filter = RowFilter::parse(&st.filter, self.columns()).unwrap_or_default();
-        let mut rows: Vec<Row> = self
+        let mut rows: Vec<SharedRow> = self
             .build_rows()
             .into_iter()
             .filter(|r| filter.is_empty() || filter.matches(r))
@@ -725,7 +732,7 @@ impl App {
 
     /// Whether the Calls view follows the newest call, or holds a row with `newer` calls
     /// above it (None outside the Calls view).
-    pub fn calls_follow(&self, rows: &[Row]) -> Option<Following> {
+    pub fn calls_follow(&self, rows: &[SharedRow]) -> Option<Following> {
         if self.view != View::Calls {
             return None;
         }
@@ -743,7 +750,7 @@ impl App {
     }
 
     /// Index of the selected row in `rows`.
-    pub fn selected_index(&self, rows: &[Row]) -> Option<usize> {
+    pub fn selected_index(&self, rows: &[SharedRow]) -> Option<usize> {
         if rows.is_empty() {
             return None;
         }

@@ -339,7 +339,7 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
 /// Which columns fit in `width` (the marker column and spacing included), and their widths.
 /// Content-sized columns take their widest cell among `rows` (at most their `width` while
 /// columns are dropped, up to `FIT_MAX` from the spare); the flexible column the rest.
-fn fit_columns(cols: &[Column], rows: &[super::table::Row], width: u16) -> Vec<(usize, u16)> {
+fn fit_columns(cols: &[Column], rows: &[super::table::SharedRow], width: u16) -> Vec<(usize, u16)> {
     // Natural width of each content-sized column: its widest cell, or its title and the
     // sort arrow (so sorting does not move the columns).
     let natural: Vec<u16> = cols
@@ -439,7 +439,7 @@ fn first_fitting(titles: Vec<String>, width: u16) -> String {
 
 /// The view's title line; the hints and legends go first where the width is short, so that
 /// a cut never hides the counts or a state (nor shortens a number).
-fn view_title(app: &App, rows: &[super::table::Row], width: u16) -> String {
+fn view_title(app: &App, rows: &[super::table::SharedRow], width: u16) -> String {
     let d = app.shown();
     let shown = rows.len();
     match app.view {
@@ -1174,9 +1174,10 @@ fn head_lines(what: &str, head: &crate::protocols::CapturedHead, msg_bytes: u64)
     if head.bytes.is_empty() {
         return vec![format!("{what:<10} head not captured")];
     }
-    let shown = head.bytes.len() as u64;
-    let cut = if shown < head.len {
-        format!(", cut at {shown}")
+    // Bytes of the head as sent that were kept; shown with its secrets redacted.
+    let kept = head.bytes.len() as u64;
+    let cut = if kept < head.len {
+        format!(", cut at {kept}")
     } else {
         String::new()
     };
@@ -1185,13 +1186,13 @@ fn head_lines(what: &str, head: &crate::protocols::CapturedHead, msg_bytes: u64)
         head.len,
         msg_bytes.saturating_sub(head.len)
     )];
-    let printable = head
-        .bytes
+    let bytes = head.shown();
+    let printable = bytes
         .iter()
         .filter(|&&b| b == b'\r' || b == b'\n' || b == b'\t' || (0x20..0x7f).contains(&b))
         .count();
-    let body: Vec<String> = if printable * 10 >= head.bytes.len() * 9 {
-        head.bytes
+    let body: Vec<String> = if printable * 10 >= bytes.len() * 9 {
+        bytes
             .split(|&b| b == b'\n')
             .map(|line| {
                 let line = line.strip_suffix(b"\r").unwrap_or(line);
@@ -1201,7 +1202,7 @@ fn head_lines(what: &str, head: &crate::protocols::CapturedHead, msg_bytes: u64)
             .filter(|l| l.trim() != "")
             .collect()
     } else {
-        head.bytes
+        bytes
             .chunks(16)
             .enumerate()
             .map(|(i, chunk)| {
@@ -1296,15 +1297,15 @@ mod tests {
     use super::super::table::{Flag, Row};
     use super::*;
 
-    fn flow_rows(local: &str, peer: &str) -> Vec<Row> {
+    fn flow_rows(local: &str, peer: &str) -> Vec<super::super::table::SharedRow> {
         let mut cells = vec![local.to_owned(), peer.to_owned()];
         cells.extend(FLOW_TABLE_COLUMNS[2..].iter().map(|_| "x".to_owned()));
-        vec![Row {
+        vec![std::rc::Rc::new(Row {
             key: "k".into(),
             cells,
             sort: Vec::new(),
             flag: Flag::None,
-        }]
+        })]
     }
 
     fn titles(fitted: &[(usize, u16)]) -> Vec<&'static str> {

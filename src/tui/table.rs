@@ -1,8 +1,10 @@
 //! The views' tables: columns, the rows built from calls, endpoints, connections and
 //! processes, their marks and sort keys, and how numbers and times are written in them.
 
+use std::cell::RefCell;
 use std::cmp::Ordering;
 use std::net::SocketAddr;
+use std::rc::Rc;
 
 use crate::aggregate::EndpointSnapshot;
 use crate::call::{Call, Side};
@@ -18,6 +20,61 @@ pub struct CallEntry {
     /// Arrival number: the call's identity in the UI.
     pub seq: u64,
     pub call: Call,
+    /// The call's row, built once for the time format it was built with (`call_row_cached`):
+    /// the Calls view lists up to `CALL_RING` calls at every frame, and building each row
+    /// anew (about twenty strings) was the UI thread's largest cost under load.
+    row: RefCell<Option<(RowTimeFormat, SharedRow)>>,
+}
+
+impl CallEntry {
+    pub fn new(seq: u64, call: Call) -> CallEntry {
+        CallEntry {
+            seq,
+            call,
+            row: RefCell::new(None),
+        }
+    }
+}
+
+/// A row as views hand it around: shared, so a row kept from one frame to the next is not
+/// copied.
+pub type SharedRow = Rc<Row>;
+
+/// What a call's TIME cell depends on besides the call: the session's wall-clock offset,
+/// the zone, and whether the date is shown.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowTimeFormat {
+    pub wall_offset_ns: i64,
+    pub zone: TimeZone,
+    pub dated: bool,
+}
+
+/// `call_row`, kept in the entry while the time format stays the same.
+pub(crate) fn call_row_cached(
+    meta: Option<&SessionMeta>,
+    zone: &TimeZone,
+    dated: bool,
+    e: &CallEntry,
+) -> SharedRow {
+    let wall_offset_ns = unix_ns(meta, 0);
+    let mut cached = e.row.borrow_mut();
+    match cached.as_ref() {
+        Some((f, row))
+            if f.wall_offset_ns == wall_offset_ns && f.dated == dated && f.zone == *zone =>
+        {
+            row.clone()
+        }
+        _ => {
+            let row = Rc::new(call_row(meta, zone, dated, e));
+            let format = RowTimeFormat {
+                wall_offset_ns,
+                zone: zone.clone(),
+                dated,
+            };
+            *cached = Some((format, row.clone()));
+            row
+        }
+    }
 }
 
 /// A connection as the calls show it (the Flows view when the source has no flow table).

@@ -1032,7 +1032,7 @@ impl Http2Parser {
         }
         let mut bytes = text.into_bytes();
         bytes.truncate(self.keep_head);
-        CapturedHead { bytes, len }
+        CapturedHead::redacted(bytes, len)
     }
 
     fn emit(
