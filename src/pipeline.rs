@@ -774,7 +774,8 @@ impl<S: Sink> Pipeline<S> {
             open_connections,
             flows: self.pending_flows.take(),
         };
-        self.sink.interval(&report)
+        // The sink is the report's last user (the recorder got the flows in `set_flows`).
+        self.sink.interval_owned(report)
     }
 
     fn loss_of(kernel: &KernelCounters) -> crate::sink::Loss {

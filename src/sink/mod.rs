@@ -43,6 +43,11 @@ pub trait Sink {
     fn interval(&mut self, _report: &IntervalReport) -> io::Result<()> {
         Ok(())
     }
+    /// A report the caller no longer needs: a sink that keeps reports (the terminal UI) takes
+    /// it instead of a copy (a burst's report holds up to 200,000 flows).
+    fn interval_owned(&mut self, report: IntervalReport) -> io::Result<()> {
+        self.interval(&report)
+    }
     /// End of a batch of events: make what was written visible.
     fn flush(&mut self) -> io::Result<()>;
     /// Once, last.
@@ -71,4 +76,69 @@ pub struct Loss {
     pub bytes: u64,
     /// Capture program runs the kernel skipped (`KernelCounters::missed_runs`).
     pub missed_runs: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conntrack::TrackerConfig;
+    use crate::pipeline::Pipeline;
+    use crate::procinfo::ProcessTable;
+    use crate::session::KernelCounters;
+
+    /// Takes interval reports only by value.
+    #[derive(Default)]
+    struct ReportsByValue {
+        /// Per report: whether it carried a flow table report.
+        with_flows: Vec<bool>,
+    }
+
+    impl Sink for ReportsByValue {
+        fn meta(&mut self, _: &SessionMeta) -> io::Result<()> {
+            Ok(())
+        }
+        fn process(&mut self, _: &ProcInfo) -> io::Result<()> {
+            Ok(())
+        }
+        fn call(&mut self, _: &Call) -> io::Result<()> {
+            Ok(())
+        }
+        fn lost(&mut self, _: u64, _: &Loss) -> io::Result<()> {
+            Ok(())
+        }
+        fn interval(&mut self, _: &IntervalReport) -> io::Result<()> {
+            panic!("the pipeline lent its report: a sink that keeps it would have to copy it");
+        }
+        fn interval_owned(&mut self, report: IntervalReport) -> io::Result<()> {
+            self.with_flows.push(report.flows.is_some());
+            Ok(())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+        fn summary(&mut self, _: &Summary) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_pipeline_hands_over_its_interval_reports_by_value() {
+        let mut pipeline = Pipeline::new(
+            TrackerConfig::default(),
+            ProcessTable::new(false),
+            ReportsByValue::default(),
+        );
+        let kernel = KernelCounters::default();
+        pipeline.on_interval(1_000_000_000, &kernel, None).unwrap();
+        let flows = crate::flows::FlowReport {
+            mono_ns: 2_000_000_000,
+            ..Default::default()
+        };
+        pipeline.set_flows(flows.clone()).unwrap();
+        pipeline.on_interval(2_000_000_000, &kernel, None).unwrap();
+        // The session's last, partial interval too.
+        pipeline.set_flows(flows).unwrap();
+        let (sink, _) = pipeline.finish(&kernel, 3_000_000_000).unwrap();
+        assert_eq!(sink.with_flows, vec![false, true, true]);
+    }
 }

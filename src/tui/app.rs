@@ -85,7 +85,13 @@ pub struct Data {
     pub lost_bytes: u64,
     /// Call batches the collector could not hand over because the UI was behind.
     pub ui_dropped: u64,
+    /// The last interval's report without its flows: they moved into `flows`, and what the
+    /// Processes view needs of them is in `flow_bytes_by_pid` (a burst's report holds up to
+    /// 200,000 flows; kept here they would be a second copy).
     pub report: Option<Box<IntervalReport>>,
+    /// Bytes each process's flows moved in `report`'s interval (in, out); None when that
+    /// interval came without a flow table report.
+    pub flow_bytes_by_pid: Option<BytesByPid>,
     /// Since-start endpoint numbers up to the last interval.
     pub cumulative: Vec<EndpointSnapshot>,
     /// Endpoint numbers over the last 10 s and the last minute (`EndpointWindow`).
@@ -222,9 +228,12 @@ pub fn columns(view: View, flow_table: bool) -> &'static [Column] {
     }
 }
 
+/// Per pid, bytes (in, out).
+pub type BytesByPid = HashMap<u32, (u64, u64)>;
+
 /// Bytes each process's flows moved in the interval (in, out), from the flow table.
-fn flow_bytes_by_pid(fr: &crate::flows::FlowReport) -> HashMap<u32, (u64, u64)> {
-    let mut m: HashMap<u32, (u64, u64)> = HashMap::new();
+fn flow_bytes_by_pid(fr: &crate::flows::FlowReport) -> BytesByPid {
+    let mut m = BytesByPid::new();
     let tcp = fr.flows.iter().chain(&fr.ends).filter_map(|f| {
         f.pid
             .map(|pid| (pid, f.interval_bytes_in, f.interval_bytes_out))
@@ -450,22 +459,27 @@ impl App {
                     self.add_call(c);
                 }
             }
-            UiMsg::Interval(r) => {
+            UiMsg::Interval(mut r) => {
                 self.endpoints.end_interval(r.period_ns);
                 d.cumulative = self.endpoints.cumulative();
                 d.last_10s = self.endpoints.window(EndpointWindow::Last10s.ns());
                 d.last_1m = self.endpoints.window(EndpointWindow::Last1m.ns());
                 d.position_ns = d.position_ns.max(r.mono_ns);
-                if let Some(fr) = &r.flows {
-                    d.flows.apply(fr, r.period_ns);
-                }
+                let flows = r.flows.take();
                 if r.period_ns == 0 && d.report.is_some() {
                     // An interval of no time (a replay ending on an interval's boundary):
                     // the last real interval's numbers stay on screen, not zeros.
+                    if let Some(fr) = flows {
+                        d.flows.apply(fr, r.period_ns);
+                    }
                     if let Some(prev) = d.report.as_mut() {
                         prev.totals = r.totals;
                     }
                     return Action::None;
+                }
+                d.flow_bytes_by_pid = flows.as_ref().map(flow_bytes_by_pid);
+                if let Some(fr) = flows {
+                    d.flows.apply(fr, r.period_ns);
                 }
                 d.report = Some(r);
                 let now: HashMap<String, [f64; 4]> = d
@@ -662,7 +676,6 @@ impl App {
                 let Some(r) = d.report.as_ref() else {
                     return Vec::new();
                 };
-                let flow_bytes = r.flows.as_ref().map(flow_bytes_by_pid);
                 r.processes
                     .iter()
                     .map(|p| {
@@ -675,7 +688,7 @@ impl App {
                         };
                         // Socket throughput: every flow of the process from the flow table,
                         // else the bytes of its traced connections as they moved.
-                        let (bytes_in, bytes_out) = match &flow_bytes {
+                        let (bytes_in, bytes_out) = match &d.flow_bytes_by_pid {
                             Some(m) => m
                                 .get(&p.pid)
                                 .map_or((0.0, 0.0), |&(i, o)| (per_s(i), per_s(o))),
@@ -1498,24 +1511,42 @@ mod tests {
         );
         let mut app = App::new("t", Duration::from_secs(1), true);
         let mut checked = 0;
+        // The sums of the report on screen and its interval's length: an interval of no time
+        // leaves the one before on screen.
+        let mut shown: Option<(BytesByPid, u64)> = None;
+        let mut reported = false;
         for m in collect_replay(flows.as_ref()).unwrap() {
-            let is_interval = matches!(m, UiMsg::Interval(_));
-            app.apply(m);
-            if !is_interval {
+            let UiMsg::Interval(r) = &m else {
+                app.apply(m);
                 continue;
+            };
+            if r.period_ns > 0 || !reported {
+                shown = r
+                    .flows
+                    .as_ref()
+                    .map(|fr| (flow_bytes_by_pid(fr), r.period_ns));
             }
-            let r = app.shown().report.clone().unwrap();
-            let Some(fr) = &r.flows else { continue };
-            let want = flow_bytes_by_pid(fr);
+            reported = true;
+            app.apply(m);
+            assert!(
+                app.shown()
+                    .report
+                    .as_ref()
+                    .is_some_and(|r| r.flows.is_none()),
+                "the flows went to the Flows view, not into the kept report"
+            );
+            let Some((want, period_ns)) = &shown else {
+                continue;
+            };
             app.view = View::Processes;
             for row in app.rows() {
                 let pid: u32 = row.cells[0].parse().unwrap();
                 let (i, o) = want.get(&pid).copied().unwrap_or_default();
                 let rate = |n: u64| {
-                    if r.period_ns == 0 {
+                    if *period_ns == 0 {
                         0.0
                     } else {
-                        n as f64 * 1e9 / r.period_ns as f64
+                        n as f64 * 1e9 / *period_ns as f64
                     }
                 };
                 assert_eq!(row.sort[6], SortVal::Num(rate(i)), "pid {pid} in");

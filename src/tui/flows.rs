@@ -6,6 +6,8 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
+use compact_str::{format_compact, CompactString};
+
 use super::table::{col, fit, human, proc_label, Column, Flag, Row, SortVal};
 use crate::flows::names::CloseReason;
 use crate::flows::{FlowReport, TcpFlow, UdpFlow};
@@ -36,6 +38,19 @@ pub const FLOW_TABLE_COLUMNS: &[Column] = &[
         ..col("L7", 9, 8, false)
     },
 ];
+
+/// A row's key: `t` or `u` (TCP or UDP) and the flow id.
+fn row_key(tcp: bool, id: u64) -> String {
+    format!("{}{id}", row_key_prefix(tcp))
+}
+
+fn row_key_prefix(tcp: bool) -> &'static str {
+    if tcp {
+        "t"
+    } else {
+        "u"
+    }
+}
 
 /// One flow as the view shows it (TCP or UDP).
 #[derive(Debug, Clone, PartialEq)]
@@ -70,7 +85,7 @@ pub struct FlowRow {
 }
 
 impl FlowRow {
-    fn from_tcp(f: &TcpFlow, per_s: impl Fn(u64) -> f64, now_ns: u64) -> FlowRow {
+    fn from_tcp(f: TcpFlow, per_s: impl Fn(u64) -> f64, now_ns: u64) -> FlowRow {
         let ended = f.end_mono_ns.is_some();
         let state = match (f.close_reason, ended) {
             (Some(CloseReason::RstReceived), true) => "END rst in".to_owned(),
@@ -100,18 +115,18 @@ impl FlowRow {
             l7: f.l7.as_deref().map(|p| super::table::l7_label(p, f.tls)),
             ended_ns: f.end_mono_ns,
             seen_ns: now_ns,
-            last: Some(Box::new(f.clone())),
+            last: Some(Box::new(f)),
         }
     }
 
-    fn from_udp(f: &UdpFlow, per_s: impl Fn(u64) -> f64, now_ns: u64) -> FlowRow {
+    fn from_udp(f: UdpFlow, per_s: impl Fn(u64) -> f64, now_ns: u64) -> FlowRow {
         FlowRow {
             tcp: false,
             id: f.flow_id,
             local: f.local,
             peer: f.peer,
             pid: Some(f.pid),
-            comm: Some(f.comm.clone()),
+            comm: Some(f.comm),
             role: None,
             state: String::new(),
             start_mono_ns: f.start_mono_ns,
@@ -122,7 +137,7 @@ impl FlowRow {
             srtt_us: None,
             retrans_segs: 0,
             trouble: false,
-            l7: f.l7.clone(),
+            l7: f.l7,
             ended_ns: None,
             seen_ns: now_ns,
             last: None,
@@ -130,7 +145,7 @@ impl FlowRow {
     }
 
     fn key(&self) -> String {
-        format!("{}{}", if self.tcp { "t" } else { "u" }, self.id)
+        row_key(self.tcp, self.id)
     }
 
     pub fn row(&self, now_ns: u64) -> Row {
@@ -209,11 +224,22 @@ pub struct FlowBoard {
 
 impl FlowBoard {
     /// Folds one interval's report in; `period_ns` is the interval's length (for the rates).
-    pub fn apply(&mut self, report: &FlowReport, period_ns: u64) {
+    /// The report's flows move into the rows. Which of them get a row is decided before any
+    /// is made: a burst reports up to 200,000 flows and the board keeps [`MAX_FLOWS_SHOWN`]
+    /// (making every row and then evicting held a row and a copy of every reported flow at
+    /// once, and left the map that large).
+    pub fn apply(&mut self, report: FlowReport, period_ns: u64) {
         self.active = true;
         let now = report.mono_ns;
         self.now_ns = now;
-        self.stats = report.stats.clone();
+        let FlowReport {
+            flows,
+            ends,
+            udp,
+            stats,
+            ..
+        } = report;
+        self.stats = stats;
         let per_s = |n: u64| {
             if period_ns == 0 {
                 0.0
@@ -221,37 +247,76 @@ impl FlowBoard {
                 n as f64 * 1e9 / period_ns as f64
             }
         };
+        let kept =
+            |ended_ns: Option<u64>| ended_ns.is_none_or(|e| now.saturating_sub(e) < ENDED_KEPT_NS);
         // Flows not in this report were idle in the interval.
         for f in self.flows.values_mut() {
             f.in_per_s = 0.0;
             f.out_per_s = 0.0;
             f.trouble = false;
         }
-        let rows = report
-            .flows
+        // The report's flows in row order: (TCP, id), when ended.
+        let reported: Vec<((bool, u64), Option<u64>)> = flows
             .iter()
-            .chain(&report.ends)
-            .map(|f| FlowRow::from_tcp(f, per_s, now))
-            .chain(report.udp.iter().map(|f| FlowRow::from_udp(f, per_s, now)));
-        for r in rows {
-            self.flows.insert(r.key(), r);
+            .chain(&ends)
+            .map(|f| ((true, f.flow_id), f.end_mono_ns))
+            .chain(udp.iter().map(|f| ((false, f.flow_id), None)))
+            .collect();
+        // A flow reported twice gets its last entry's row; a reported flow replaces its row.
+        let mut last: HashMap<(bool, u64), usize> = HashMap::with_capacity(reported.len());
+        for (i, (id, _)) in reported.iter().enumerate() {
+            last.insert(*id, i);
         }
-        self.flows.retain(|_, f| {
-            f.ended_ns
-                .is_none_or(|e| now.saturating_sub(e) < ENDED_KEPT_NS)
-        });
-        if self.flows.len() > MAX_FLOWS_SHOWN {
-            let mut order: Vec<(bool, u64, String)> = self
+        for &(tcp, id) in last.keys() {
+            self.flows.remove(&row_key(tcp, id));
+        }
+        let mut make: Vec<bool> = reported
+            .iter()
+            .enumerate()
+            .map(|(i, (id, ended_ns))| last.get(id) == Some(&i) && kept(*ended_ns))
+            .collect();
+        drop(last);
+        self.flows.retain(|_, f| kept(f.ended_ns));
+        let rows = self.flows.len() + make.iter().filter(|m| **m).count();
+        if rows > MAX_FLOWS_SHOWN {
+            // Ended rows go first, then the least recently reported (then by key).
+            let excess = rows - MAX_FLOWS_SHOWN;
+            let mut order: Vec<(bool, u64, CompactString, Option<usize>)> = self
                 .flows
                 .iter()
-                .map(|(k, f)| (f.ended_ns.is_none(), f.seen_ns, k.clone()))
+                .map(|(k, f)| (f.ended_ns.is_none(), f.seen_ns, k.into(), None))
+                .chain(reported.iter().enumerate().filter(|(i, _)| make[*i]).map(
+                    |(i, ((tcp, id), ended_ns))| {
+                        let key = format_compact!("{}{id}", row_key_prefix(*tcp));
+                        (ended_ns.is_none(), now, key, Some(i))
+                    },
+                ))
                 .collect();
-            order.sort();
-            let excess = self.flows.len() - MAX_FLOWS_SHOWN;
-            for (_, _, k) in order.into_iter().take(excess) {
-                self.flows.remove(&k);
+            order.select_nth_unstable(excess - 1);
+            for (_, _, key, reported_at) in order.drain(..excess) {
+                match reported_at {
+                    Some(i) => make[i] = false,
+                    None => {
+                        self.flows.remove(key.as_str());
+                    }
+                }
                 self.evicted += 1;
             }
+        }
+        let (make_tcp, make_udp) = make.split_at(flows.len() + ends.len());
+        let tcp = flows
+            .into_iter()
+            .chain(ends)
+            .zip(make_tcp)
+            .filter(|(_, make)| **make)
+            .map(|(f, _)| FlowRow::from_tcp(f, per_s, now));
+        let udp = udp
+            .into_iter()
+            .zip(make_udp)
+            .filter(|(_, make)| **make)
+            .map(|(f, _)| FlowRow::from_udp(f, per_s, now));
+        for r in tcp.chain(udp) {
+            self.flows.insert(r.key(), r);
         }
     }
 
@@ -340,7 +405,7 @@ mod tests {
         let mut b = FlowBoard::default();
         let s = 1_000_000_000;
         b.apply(
-            &report(
+            report(
                 2 * s,
                 vec![tcp(1, 5000, 5000, None), tcp(2, 10, 10, None)],
                 vec![],
@@ -349,13 +414,132 @@ mod tests {
         );
         assert_eq!(b.flows["t1"].in_per_s, 5000.0);
         // Flow 1 idle, flow 2 ends.
-        b.apply(&report(3 * s, vec![], vec![tcp(2, 10, 0, Some(3 * s))]), s);
+        b.apply(report(3 * s, vec![], vec![tcp(2, 10, 0, Some(3 * s))]), s);
         assert_eq!(b.counts(), (1, 1));
         assert_eq!(b.flows["t1"].in_per_s, 0.0);
         assert_eq!(b.flows["t1"].bytes_in, 5000);
         assert_eq!(b.flows["t2"].state, "END fin");
-        b.apply(&report(3 * s + ENDED_KEPT_NS, vec![], vec![]), s);
+        b.apply(report(3 * s + ENDED_KEPT_NS, vec![], vec![]), s);
         assert_eq!(b.counts(), (1, 0));
+    }
+
+    fn udp(id: u64, interval_in: u64) -> UdpFlow {
+        UdpFlow {
+            proto: "udp".to_owned(),
+            flow_id: id,
+            local: "127.0.0.1:53".parse().unwrap(),
+            peer: None,
+            pid: 8,
+            comm: "dns".to_owned(),
+            start_mono_ns: 1_000_000_000,
+            dgrams_out: 0,
+            dgrams_in: 1,
+            bytes_out: 0,
+            bytes_in: interval_in,
+            interval_dgrams_out: 0,
+            interval_dgrams_in: 1,
+            interval_bytes_out: 0,
+            interval_bytes_in: interval_in,
+            l7: Some("dns".to_owned()),
+        }
+    }
+
+    /// The board as it was folded before rows were chosen ahead: every reported flow made a
+    /// row, then the old ended ones and the excess went.
+    fn apply_making_every_row(b: &mut FlowBoard, report: FlowReport, period_ns: u64) {
+        b.active = true;
+        let now = report.mono_ns;
+        b.now_ns = now;
+        b.stats = report.stats;
+        let per_s = |n: u64| n as f64 * 1e9 / period_ns as f64;
+        for f in b.flows.values_mut() {
+            f.in_per_s = 0.0;
+            f.out_per_s = 0.0;
+            f.trouble = false;
+        }
+        let rows = report
+            .flows
+            .into_iter()
+            .chain(report.ends)
+            .map(|f| FlowRow::from_tcp(f, per_s, now))
+            .chain(
+                report
+                    .udp
+                    .into_iter()
+                    .map(|f| FlowRow::from_udp(f, per_s, now)),
+            );
+        for r in rows {
+            b.flows.insert(r.key(), r);
+        }
+        b.flows.retain(|_, f| {
+            f.ended_ns
+                .is_none_or(|e| now.saturating_sub(e) < ENDED_KEPT_NS)
+        });
+        if b.flows.len() > MAX_FLOWS_SHOWN {
+            let mut order: Vec<(bool, u64, String)> = b
+                .flows
+                .iter()
+                .map(|(k, f)| (f.ended_ns.is_none(), f.seen_ns, k.clone()))
+                .collect();
+            order.sort();
+            let excess = b.flows.len() - MAX_FLOWS_SHOWN;
+            for (_, _, k) in order.into_iter().take(excess) {
+                b.flows.remove(&k);
+                b.evicted += 1;
+            }
+        }
+    }
+
+    #[test]
+    fn rows_chosen_before_they_are_made_are_the_rows_kept_after_making_all() {
+        // xorshift: the same reports every run.
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let s: u64 = 1_000_000_000;
+        let (mut chosen, mut all) = (FlowBoard::default(), FlowBoard::default());
+        for step in 2..14 {
+            let now = step * s;
+            // Bursts past the bound, flows reported twice (open and ended), ends older than
+            // the time ended flows stay, UDP pairs with the same ids as TCP flows.
+            let burst = if step % 4 == 0 { 15_000 } else { 4_000 };
+            let mut flows = Vec::new();
+            let mut ends = Vec::new();
+            for _ in 0..burst {
+                let id = next(25_000);
+                match next(10) {
+                    0..=5 => flows.push(tcp(id, next(1000), next(1000), None)),
+                    6 | 7 => {
+                        let end = now.saturating_sub(next(3) * ENDED_KEPT_NS / 2);
+                        ends.push(tcp(id, next(1000), next(1000), Some(end)));
+                    }
+                    _ => {
+                        flows.push(tcp(id, 1, 1, None));
+                        ends.push(tcp(id, 2, 2, Some(now)));
+                    }
+                }
+            }
+            let udp_flows = (0..burst / 10)
+                .map(|_| udp(next(25_000), next(100)))
+                .collect();
+            let r = FlowReport {
+                mono_ns: now,
+                flows,
+                ends,
+                udp: udp_flows,
+                ..FlowReport::default()
+            };
+            chosen.apply(r.clone(), s);
+            apply_making_every_row(&mut all, r, s);
+            assert_eq!(chosen.flows, all.flows, "step {step}");
+            assert_eq!(chosen.evicted, all.evicted, "step {step}");
+        }
+        assert!(chosen.evicted > 0, "the bound was reached");
+        assert!(chosen.flows.len() <= MAX_FLOWS_SHOWN);
     }
 
     #[test]
@@ -368,7 +552,7 @@ mod tests {
         let ended: Vec<TcpFlow> = (0..10)
             .map(|i| tcp(MAX_FLOWS_SHOWN as u64 + i, 1, 1, Some(2 * s)))
             .collect();
-        b.apply(&report(2 * s, open, ended), s);
+        b.apply(report(2 * s, open, ended), s);
         assert_eq!(b.flows.len(), MAX_FLOWS_SHOWN);
         assert_eq!(b.evicted, 10);
         assert_eq!(b.counts(), (MAX_FLOWS_SHOWN, 0));

@@ -376,8 +376,12 @@ impl Sink for TuiSink {
     }
 
     fn interval(&mut self, report: &IntervalReport) -> io::Result<()> {
+        self.interval_owned(report.clone())
+    }
+
+    fn interval_owned(&mut self, report: IntervalReport) -> io::Result<()> {
         self.pace(report.mono_ns);
-        self.send_report(report.clone());
+        self.send_report(report);
         Ok(())
     }
 
@@ -645,6 +649,41 @@ mod tests {
         sink.call(&call).unwrap();
         sink.flush().unwrap();
         assert_eq!(sink.dropped(), 9);
+    }
+
+    #[test]
+    fn a_report_handed_over_by_value_reaches_the_ui_without_a_copy() {
+        let flows = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/recordings/flows_mix.ebt"
+        );
+        let mut with_flows = collect_replay(flows.as_ref())
+            .unwrap()
+            .into_iter()
+            .filter_map(|m| match m {
+                UiMsg::Interval(r) if r.flows.as_ref().is_some_and(|f| !f.flows.is_empty()) => {
+                    Some(*r)
+                }
+                _ => None,
+            });
+        let report = with_flows.next().expect("the fixture reports flows");
+        let flows_at = |r: &IntervalReport| r.flows.as_ref().map(|f| f.flows.as_ptr());
+        let sent_at = flows_at(&report);
+        let (tx, rx) = std::sync::mpsc::sync_channel(4);
+        let mut sink = TuiSink::new(tx);
+        sink.interval(&report).unwrap();
+        sink.interval_owned(report).unwrap();
+        let got: Vec<IntervalReport> = rx
+            .try_iter()
+            .filter_map(|m| match m {
+                UiMsg::Interval(r) => Some(*r),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0], got[1], "the same report either way");
+        assert_ne!(flows_at(&got[0]), sent_at, "by reference: a copy");
+        assert_eq!(flows_at(&got[1]), sent_at, "by value: the flows themselves");
     }
 
     #[test]

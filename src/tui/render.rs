@@ -503,7 +503,7 @@ fn view_title(app: &App, rows: &[super::table::SharedRow], width: u16) -> String
             Some(r) => format!(
                 "Processes, last interval ({:.2}s): {shown}  IN/OUT: socket bytes ({})",
                 r.period_ns as f64 / 1e9,
-                if r.flows.is_some() {
+                if d.flow_bytes_by_pid.is_some() {
                     "all flows, from the flow table"
                 } else {
                     "traced connections"
