@@ -32,9 +32,11 @@ use crate::eventfd::Doorbell;
 use crate::session::Filters;
 use crate::sink::call_line::CallFormatter;
 
-/// How long an idle worker waits for records before it looks again (its ring wakes it
-/// sooner once enough data waits; a little data waits at most this long).
-const IDLE_WAIT: Duration = Duration::from_millis(100);
+/// How long a worker waits for records before it looks again (its ring wakes it sooner once
+/// enough data waits; a little data waits at most this long): short while records come, so
+/// that a look's work is a short stretch (see `source::live::BUSY_DRAIN_EVERY`).
+const BUSY_WAIT: Duration = crate::source::live::BUSY_DRAIN_EVERY;
+const IDLE_WAIT: Duration = crate::source::live::IDLE_DRAIN_EVERY;
 
 /// How much earlier than a read began a record may have ended and still not be in the ring
 /// then (its program stamped it and had not committed it yet: a TCP send is stamped at its
@@ -415,6 +417,8 @@ impl FedWorker {
     fn work_loop(&mut self) -> End {
         // Whether the last read filled what it asked for: more may be ready at once.
         let mut more = false;
+        // Records the last read found: the wait before the next is short while they come.
+        let mut read_last = 0;
         loop {
             let _ = self.wake.clear();
             loop {
@@ -441,19 +445,21 @@ impl FedWorker {
                 }
             }
             let wanted = self.wanted.load(Ordering::Acquire);
+            let wait = if read_last > 0 { BUSY_WAIT } else { IDLE_WAIT };
             let timeout = if more {
                 Duration::ZERO
             } else if wanted > self.progress {
                 // Asked about a moment: it reads again as soon as a read can vouch for it
                 // (LATE_SLACK_NS after it).
                 let now = crate::clock::monotonic_ns();
-                Duration::from_nanos((wanted + LATE_SLACK_NS).saturating_sub(now)).min(IDLE_WAIT)
+                Duration::from_nanos((wanted + LATE_SLACK_NS).saturating_sub(now)).min(wait)
             } else {
-                IDLE_WAIT
+                wait
             };
             let want = BATCH_RECORDS.saturating_sub(self.batch.len()).max(1);
             match self.read(timeout, want) {
                 Ok(n) => {
+                    read_last = n;
                     more = n == want;
                     let full =
                         self.batch.len() >= BATCH_RECORDS || self.batch.buf.len() >= BATCH_BYTES;
