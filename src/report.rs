@@ -20,7 +20,8 @@ pub struct IntervalReport {
     pub totals: Summary,
     /// Connections the tracker holds now.
     pub open_connections: u64,
-    /// The flow table's interval (live, when the flows programs loaded): active flows, flows
-    /// that ended, UDP pairs, table health. `None` in a replay and when flows are unavailable.
+    /// The flow table's interval (live when the flows programs loaded, or as a recording kept
+    /// it): active flows, flows that ended, UDP pairs, table health. `None` when flows are
+    /// unavailable (not loaded, or a recording made without them).
     pub flows: Option<crate::flows::FlowReport>,
 }
