@@ -196,7 +196,7 @@ impl DirStream {
 /// What a parsed header block says.
 struct Head {
     len: usize,
-    /// The head's bytes as kept (`keep_head`), redacted.
+    /// The head's bytes as kept (`keep_head`), redacted now or when shown.
     captured: CapturedHead,
     kind: HeadKind,
     content_length: Option<u64>,
@@ -240,7 +240,6 @@ fn lossy_cut(b: &[u8], max: usize) -> String {
     }
 }
 
-/// Content-Length and chunked framing from headers; None when they contradict (damaged).
 /// A request target as shown: its secrets redacted, cut at `MAX_RESOURCE` bytes. httparse
 /// has checked the target's text already; it is only read again when something was redacted
 /// or cut.
@@ -251,6 +250,7 @@ fn request_resource(target: &str) -> String {
     }
 }
 
+/// Content-Length and chunked framing from headers; None when they contradict (damaged).
 fn framing(headers: &[httparse::Header]) -> Option<(Option<u64>, bool)> {
     let mut cl: Option<u64> = None;
     let mut chunked = false;
@@ -287,16 +287,22 @@ fn upgrades_to_h2c(headers: &[httparse::Header]) -> bool {
     })
 }
 
-/// Up to `keep` bytes of a head of `len` bytes, with the values of secret headers and the
-/// secrets of its URLs (parameters named like secrets, credentials) replaced.
-/// The first `keep` bytes of a head, as sent: their secrets are redacted when shown
-/// (`redact_head`).
+/// Up to `keep` bytes of a head of `len` bytes. A head that fits is kept as sent, its secrets
+/// redacted when shown (`redact_head`). A longer one is redacted whole before it is cut: a cut
+/// may fall inside a secret that is only recognised by what follows it (`user:pass@` of a
+/// URL needs its `@`).
 fn capture_head(buf: &[u8], len: usize, keep: usize) -> CapturedHead {
     if keep == 0 {
         return CapturedHead::default();
     }
+    let head = &buf[..len.min(buf.len())];
+    if head.len() > keep {
+        let mut bytes = redact_head(head);
+        bytes.truncate(keep);
+        return CapturedHead::redacted(bytes, len as u64);
+    }
     CapturedHead {
-        bytes: buf[..len.min(buf.len()).min(keep)].to_vec(),
+        bytes: head.to_vec(),
         len: len as u64,
         secrets: HeadSecrets::Http1,
     }
@@ -1676,6 +1682,36 @@ Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n";
         // Kept as sent, redacted when shown: nothing else reads a head.
         assert_eq!(head.secrets, HeadSecrets::Http1);
         assert!(head.bytes.starts_with(b"GET /oauth/cb?code=AbC123"));
+    }
+
+    #[test]
+    fn a_head_cut_inside_a_urls_credentials_shows_none_of_them() {
+        // The cut falls between the password and the `@` that makes it one.
+        let req = b"GET http://bob:s3cr3t@x/ HTTP/1.1\r\nHost: x\r\n\
+            Referer: https://alice:hunter2@x/\r\n\r\n";
+        let resp = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+        let text = |c: &L7Call| String::from_utf8_lossy(&c.req_head.shown()).into_owned();
+        let referer = req.windows(5).position(|w| w == b"@x/\r\n").unwrap();
+        for keep in [20, referer - 1, referer] {
+            let mut d = Driver::keeping(keep);
+            d.seg(OUT, req).seg(IN, resp);
+            let head = text(&d.calls[0]);
+            assert!(
+                !head.contains("s3cr3t") && !head.contains("hunter2"),
+                "{keep}: {head}"
+            );
+            assert!(head.len() <= keep, "{keep}: {head}");
+        }
+        // Whole, it is kept as sent and redacted when shown.
+        let mut d = Driver::keeping(4096);
+        d.seg(OUT, req).seg(IN, resp);
+        assert_eq!(d.calls[0].req_head.secrets, HeadSecrets::Http1);
+        let head = text(&d.calls[0]);
+        assert!(
+            head.contains("Referer: https://alice:[redacted]@x/"),
+            "{head}"
+        );
+        assert!(!head.contains("s3cr3t"), "{head}");
     }
 
     #[test]

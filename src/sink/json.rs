@@ -111,7 +111,8 @@ impl Formatter for RoundedFloats {
 const CALL_LINES_BYTES: usize = 64 * 1024;
 
 pub struct JsonSink<W: Write> {
-    out: W,
+    /// Taken only by `into_inner` (which consumes the sink).
+    out: Option<W>,
     select: LineSelection,
     /// `select.wants("call")`, looked up once: it is asked per call.
     write_calls: bool,
@@ -129,7 +130,7 @@ pub struct JsonSink<W: Write> {
 impl<W: Write> JsonSink<W> {
     pub fn new(out: W) -> Self {
         JsonSink {
-            out,
+            out: Some(out),
             clock: WallClock { offset_ns: 0 },
             start_unix_ns: 0,
             buf: Vec::with_capacity(CALL_LINES_BYTES + 1024),
@@ -149,15 +150,19 @@ impl<W: Write> JsonSink<W> {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let written = self.out.write_all(&self.buf);
+        let out = self
+            .out
+            .as_mut()
+            .expect("the output is taken only by into_inner, which consumes the sink");
+        let written = out.write_all(&self.buf);
         self.buf.clear();
         written
     }
     fn line<T: Serialize>(&mut self, v: &T) -> io::Result<()> {
         self.write_call_lines()?;
-        let mut ser = serde_json::Serializer::with_formatter(&mut self.out, RoundedFloats);
+        let mut ser = serde_json::Serializer::with_formatter(self.out(), RoundedFloats);
         v.serialize(&mut ser).map_err(io::Error::from)?;
-        self.out.write_all(b"\n")
+        self.out().write_all(b"\n")
     }
     /// A `flow` line (an active flow, TCP or UDP) of the interval ending at `ts_mono_ns`.
     fn flow_line<T: Serialize>(
@@ -182,7 +187,13 @@ impl<W: Write> JsonSink<W> {
     /// dropped: this is for outputs that cannot fail, such as a `Vec`).
     pub fn into_inner(mut self) -> W {
         let _ = self.write_call_lines();
+        self.out.take().expect("the output is taken once")
+    }
+
+    fn out(&mut self) -> &mut W {
         self.out
+            .as_mut()
+            .expect("the output is taken only by into_inner, which consumes the sink")
     }
 }
 
@@ -284,6 +295,17 @@ struct SummaryLine<'a> {
     summary: &'a Summary,
 }
 
+/// Call lines still gathered are handed to the output when the sink goes: a session that
+/// ends on an error (a damaged recording, a failed write of the recording) shows every call
+/// made before it, as when each line went to the output at once.
+impl<W: Write> Drop for JsonSink<W> {
+    fn drop(&mut self) {
+        if self.out.is_some() {
+            let _ = self.write_call_lines();
+        }
+    }
+}
+
 impl<W: Write> Sink for JsonSink<W> {
     fn meta(&mut self, m: &SessionMeta) -> io::Result<()> {
         self.clock = WallClock {
@@ -307,7 +329,7 @@ impl<W: Write> Sink for JsonSink<W> {
             tls_probed: &m.tls_probed,
             tls_probe_failures: &m.tls_probe_failures,
         })?;
-        self.out.flush()
+        self.out().flush()
     }
 
     fn process(&mut self, p: &ProcInfo) -> io::Result<()> {
@@ -453,7 +475,7 @@ impl<W: Write> Sink for JsonSink<W> {
 
     fn flush(&mut self) -> io::Result<()> {
         self.write_call_lines()?;
-        self.out.flush()
+        self.out().flush()
     }
 
     fn summary(&mut self, s: &Summary) -> io::Result<()> {
@@ -467,13 +489,44 @@ impl<W: Write> Sink for JsonSink<W> {
             ),
             summary: s,
         })?;
-        self.out.flush()
+        self.out().flush()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn call_lines_gathered_reach_the_output_when_the_sink_goes() {
+        let call = crate::aggregate::endpoints::tests::call("curl", 1, "GET", "/a", 5_000);
+        let mut out = Vec::new();
+        {
+            let mut sink = JsonSink::new(&mut out);
+            sink.call(&call).unwrap();
+            sink.call(&call).unwrap();
+            // Dropped without a flush or a summary, as on an error.
+        }
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text.lines().count(), 2, "{text}");
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert_eq!(
+                (v["type"].as_str(), v["resource"].as_str()),
+                (Some("call"), Some("/a"))
+            );
+        }
+        // And before any other line: a line written after the calls comes after them.
+        let mut sink = JsonSink::new(Vec::new());
+        sink.call(&call).unwrap();
+        sink.lost(0, &crate::sink::Loss::default()).unwrap();
+        let text = String::from_utf8(sink.into_inner()).unwrap();
+        let types: Vec<String> = text
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["type"].to_string())
+            .collect();
+        assert_eq!(types, ["\"call\"", "\"lost\""], "{text}");
+    }
 
     #[test]
     fn any_start_and_duration_give_a_summary_line() {
