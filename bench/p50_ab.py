@@ -18,11 +18,10 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import apt, build, wait_attached, wait_tls_scan  # noqa: E402
+from run import apt, build, pinned_ok_nginx, wait_attached, wait_tls_scan  # noqa: E402
 
 PORT = 18935
 PERCENTILES = ("p50_ns", "p90_ns", "p99_ns")
@@ -63,16 +62,7 @@ def main():
         sys.exit("bench/p50_ab.py needs root (ebtop loads eBPF)")
     apt("nginx")
     _, examples = build()
-    d = tempfile.mkdtemp(prefix="ebtop-p50-ab-")
-    with open(f"{d}/nginx.conf", "w") as f:
-        f.write(f"""worker_processes 1; daemon off; pid {d}/nginx.pid; error_log {d}/error.log;
-worker_cpu_affinity {1 << (os.cpu_count() - 1):b};
-events {{ worker_connections 4096; }}
-http {{ access_log off; keepalive_requests 1000000000;
-  server {{ listen 127.0.0.1:{PORT}; location / {{ return 200 "ok"; }} }} }}
-""")
-    nginx = subprocess.Popen(["nginx", "-c", f"{d}/nginx.conf", "-p", d])
-    time.sleep(0.5)
+    nginx = pinned_ok_nginx(PORT, "ebtop-p50-ab-")
     rows = []
     try:
         for r in range(a.rounds):

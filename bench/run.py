@@ -43,6 +43,22 @@ def build():
     return os.path.join(ROOT, binary), os.path.join(ROOT, "target/release/examples")
 
 
+def pinned_ok_nginx(port, prefix):
+    """nginx, 1 worker pinned to the last CPU, answering `200 ok` on 127.0.0.1:port (the paired
+    benchmarks' server): the process, started."""
+    d = tempfile.mkdtemp(prefix=prefix)
+    with open(f"{d}/nginx.conf", "w") as f:
+        f.write(f"""worker_processes 1; daemon off; pid {d}/nginx.pid; error_log {d}/error.log;
+worker_cpu_affinity {1 << (os.cpu_count() - 1):b};
+events {{ worker_connections 4096; }}
+http {{ access_log off; keepalive_requests 1000000000;
+  server {{ listen 127.0.0.1:{port}; location / {{ return 200 "ok"; }} }} }}
+""")
+    nginx = subprocess.Popen(["nginx", "-c", f"{d}/nginx.conf", "-p", d])
+    time.sleep(0.5)
+    return nginx
+
+
 class Nginx:
     def __init__(self):
         self.dir = tempfile.mkdtemp(prefix="ebtop-bench-nginx-")

@@ -10,10 +10,10 @@ P`, in a 160×45 tmux session) traces it; the two binaries alternate (ABBA…). 
 loadgen ends, divided by the spans (2 per request). Prints each binary's median and the ratio
 of the medians.
 """
-import argparse, json, os, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, statistics, subprocess, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import HZ, apt, build, cpu_ticks, wait_attached, wait_tls_scan  # noqa: E402
+from run import HZ, apt, build, cpu_ticks, pinned_ok_nginx, wait_attached, wait_tls_scan  # noqa: E402
 
 PORT = 18934
 
@@ -30,16 +30,7 @@ def main():
         sys.exit("bench/tui_ab.py needs root (ebtop loads eBPF)")
     apt("nginx", "tmux")
     _, examples = build()
-    d = tempfile.mkdtemp(prefix="ebtop-tui-ab-")
-    with open(f"{d}/nginx.conf", "w") as f:
-        f.write(f"""worker_processes 1; daemon off; pid {d}/nginx.pid; error_log {d}/error.log;
-worker_cpu_affinity {1 << (os.cpu_count() - 1):b};
-events {{ worker_connections 4096; }}
-http {{ access_log off; keepalive_requests 1000000000;
-  server {{ listen 127.0.0.1:{PORT}; location / {{ return 200 "ok"; }} }} }}
-""")
-    nginx = subprocess.Popen(["nginx", "-c", f"{d}/nginx.conf", "-p", d])
-    time.sleep(0.5)
+    nginx = pinned_ok_nginx(PORT, "ebtop-tui-ab-")
     per_span = {a.a: [], a.b: []}
     try:
         for r in range(a.rounds):
