@@ -150,12 +150,11 @@ impl<W: Write> JsonSink<W> {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let out = self
-            .out
-            .as_mut()
-            .expect("the output is taken only by into_inner, which consumes the sink");
-        let written = out.write_all(&self.buf);
-        self.buf.clear();
+        // Taken for the write (it and the output are both fields), its room kept.
+        let mut lines = std::mem::take(&mut self.buf);
+        let written = self.out().write_all(&lines);
+        lines.clear();
+        self.buf = lines;
         written
     }
     fn line<T: Serialize>(&mut self, v: &T) -> io::Result<()> {

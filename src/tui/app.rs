@@ -465,21 +465,21 @@ impl App {
                 d.last_10s = self.endpoints.window(EndpointWindow::Last10s.ns());
                 d.last_1m = self.endpoints.window(EndpointWindow::Last1m.ns());
                 d.position_ns = d.position_ns.max(r.mono_ns);
+                // An interval of no time (a replay ending on an interval's boundary): the
+                // last real interval's numbers stay on screen, not zeros.
+                let no_time = r.period_ns == 0 && d.report.is_some();
                 let flows = r.flows.take();
-                if r.period_ns == 0 && d.report.is_some() {
-                    // An interval of no time (a replay ending on an interval's boundary):
-                    // the last real interval's numbers stay on screen, not zeros.
-                    if let Some(fr) = flows {
-                        d.flows.apply(fr, r.period_ns);
-                    }
+                if !no_time {
+                    d.flow_bytes_by_pid = flows.as_ref().map(flow_bytes_by_pid);
+                }
+                if let Some(fr) = flows {
+                    d.flows.apply(fr, r.period_ns);
+                }
+                if no_time {
                     if let Some(prev) = d.report.as_mut() {
                         prev.totals = r.totals;
                     }
                     return Action::None;
-                }
-                d.flow_bytes_by_pid = flows.as_ref().map(flow_bytes_by_pid);
-                if let Some(fr) = flows {
-                    d.flows.apply(fr, r.period_ns);
                 }
                 d.report = Some(r);
                 let now: HashMap<String, [f64; 4]> = d

@@ -39,17 +39,9 @@ pub const FLOW_TABLE_COLUMNS: &[Column] = &[
     },
 ];
 
-/// A row's key: `t` or `u` (TCP or UDP) and the flow id.
-fn row_key(tcp: bool, id: u64) -> String {
-    format!("{}{id}", row_key_prefix(tcp))
-}
-
-fn row_key_prefix(tcp: bool) -> &'static str {
-    if tcp {
-        "t"
-    } else {
-        "u"
-    }
+/// A row's key: `t` or `u` (TCP or UDP) and the flow id (inline: no allocation).
+fn row_key(tcp: bool, id: u64) -> CompactString {
+    format_compact!("{}{id}", if tcp { "t" } else { "u" })
 }
 
 /// One flow as the view shows it (TCP or UDP).
@@ -145,7 +137,7 @@ impl FlowRow {
     }
 
     fn key(&self) -> String {
-        row_key(self.tcp, self.id)
+        row_key(self.tcp, self.id).into()
     }
 
     pub fn row(&self, now_ns: u64) -> Row {
@@ -268,7 +260,7 @@ impl FlowBoard {
             last.insert(*id, i);
         }
         for &(tcp, id) in last.keys() {
-            self.flows.remove(&row_key(tcp, id));
+            self.flows.remove(row_key(tcp, id).as_str());
         }
         let mut make: Vec<bool> = reported
             .iter()
@@ -287,8 +279,7 @@ impl FlowBoard {
                 .map(|(k, f)| (f.ended_ns.is_none(), f.seen_ns, k.into(), None))
                 .chain(reported.iter().enumerate().filter(|(i, _)| make[*i]).map(
                     |(i, ((tcp, id), ended_ns))| {
-                        let key = format_compact!("{}{id}", row_key_prefix(*tcp));
-                        (ended_ns.is_none(), now, key, Some(i))
+                        (ended_ns.is_none(), now, row_key(*tcp, *id), Some(i))
                     },
                 ))
                 .collect();

@@ -42,11 +42,11 @@ pub type SharedRow = Rc<Row>;
 
 /// What a call's TIME cell depends on besides the call: the session's wall-clock offset,
 /// the zone, and whether the date is shown.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RowTimeFormat {
-    pub wall_offset_ns: i64,
-    pub zone: TimeZone,
-    pub dated: bool,
+#[derive(Debug, Clone)]
+struct RowTimeFormat {
+    wall_offset_ns: i64,
+    zone: TimeZone,
+    dated: bool,
 }
 
 /// `call_row`, kept in the entry while the time format stays the same.
