@@ -50,8 +50,12 @@ pub struct Pipeline<S: Sink> {
     last_ns: u64,
     /// Kernel losses up to the last `lost` line.
     lost_reported: crate::sink::Loss,
-    /// The flow table's report for the interval being closed (live only; see `set_flows`).
+    /// The flow table's report for the interval being closed (see `set_flows`): its parts so
+    /// far.
     pending_flows: Option<crate::flows::FlowReport>,
+    /// An interval handed to the sink with part of its flow report: the interval's time and
+    /// the table's stats as last known, until the last part has followed.
+    flows_following: Option<(u64, crate::flows::FlowStats)>,
     /// The L7 protocol of the calls seen per connection, for the flows (bounded: cleared
     /// when it holds `MAX_L7_SEEN` pairs; flows seen again get their name back).
     l7_seen: crate::flows::L7Seen,
@@ -130,6 +134,7 @@ impl<S: Sink> Pipeline<S> {
             last_ns: 0,
             lost_reported: crate::sink::Loss::default(),
             pending_flows: None,
+            flows_following: None,
             l7_seen: Default::default(),
             shards: None,
             fed: None,
@@ -662,8 +667,10 @@ impl<S: Sink> Pipeline<S> {
         self.endpoints.observe(call);
     }
 
-    /// The flow table's report, handed to the sink with the next interval (call before
-    /// `on_interval`; `finish` reports one still pending).
+    /// The flow table's report, or a part of it (`more`: parts follow), in order. Before the
+    /// interval's end (`on_interval`) it is handed to the sink with the interval; a part that
+    /// comes after it goes to the sink at once (`Sink::flow_part`), so a report of 200,000
+    /// flows is never held whole. (`finish` reports one still pending.)
     /// Recorded as it is handed to the sink (after the filters), so a replay shows the same.
     pub fn set_flows(&mut self, mut flows: crate::flows::FlowReport) -> io::Result<()> {
         // Recorded after every record delivered before it, as the serial pipeline does.
@@ -678,7 +685,21 @@ impl<S: Sink> Pipeline<S> {
         if let Some(rec) = &mut self.recorder {
             rec.flows(&flows);
         }
-        self.pending_flows = Some(flows);
+        if let Some((mono_ns, stats)) = &mut self.flows_following {
+            flows.mono_ns = *mono_ns;
+            if flows.more {
+                *stats = flows.stats.clone();
+            } else {
+                self.flows_following = None;
+            }
+            return self.sink.flow_part(flows);
+        }
+        match &mut self.pending_flows {
+            // A report recorded whole before parts were streamed: all its parts come before
+            // the interval's record.
+            Some(earlier) => earlier.append_part(flows),
+            None => self.pending_flows = Some(flows),
+        }
         Ok(())
     }
 
@@ -774,6 +795,9 @@ impl<S: Sink> Pipeline<S> {
             open_connections,
             flows: self.pending_flows.take(),
         };
+        if let Some(f) = report.flows.as_ref().filter(|f| f.more) {
+            self.flows_following = Some((now_ns, f.stats.clone()));
+        }
         // The sink is the report's last user (the recorder got the flows in `set_flows`).
         self.sink.interval_owned(report)
     }
@@ -826,6 +850,15 @@ impl<S: Sink> Pipeline<S> {
         // the last event, which a replay knows as well as the live run did. Losses since the
         // last report are reported either way.
         self.apply_steps(Apply::All)?;
+        // A report whose last part never came (a recording cut short): closed with what is
+        // known of the table.
+        if let Some((mono_ns, stats)) = self.flows_following.take() {
+            self.sink.flow_part(crate::flows::FlowReport {
+                mono_ns,
+                stats,
+                ..Default::default()
+            })?;
+        }
         if self.calls_in_interval > 0
             || Self::loss_of(kernel) != self.lost_reported
             || self.pending_flows.is_some()
@@ -1055,5 +1088,100 @@ mod tests {
             ]
         );
         assert_eq!(summary.kernel.missed_runs, 4);
+    }
+
+    /// The `flow`, `flow_end` and `flow_stats` lines of a JSON output, in order.
+    fn flow_lines(out: &[u8]) -> Vec<String> {
+        String::from_utf8(out.to_vec())
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains(r#""type":"flow"#))
+            .map(String::from)
+            .collect()
+    }
+
+    fn json_pipeline(out: &mut Vec<u8>) -> Pipeline<crate::sink::json::JsonSink<&mut Vec<u8>>> {
+        Pipeline::new(
+            TrackerConfig::default(),
+            ProcessTable::new(false),
+            crate::sink::json::JsonSink::new(out),
+        )
+    }
+
+    /// A flow report handed on in parts (the first before the interval's end, the others
+    /// after it, as the live loop does) writes the lines of the report whole, with its one
+    /// `flow_stats` line last; and its recording replays to the same lines in the same order.
+    #[test]
+    fn a_flow_report_in_parts_writes_what_the_report_whole_does() {
+        use crate::flows::{test_reports, FLOWS_PER_PART};
+        let kernel = KernelCounters::default();
+        let at = 2_000_000_000;
+        let whole = test_reports::numbered(at, 6_000, 3_000, 20);
+
+        let mut once = Vec::new();
+        let mut p = json_pipeline(&mut once);
+        p.set_flows(whole.clone()).unwrap();
+        p.on_interval(at, &kernel, None).unwrap();
+        drop(p.finish(&kernel, at).unwrap());
+        let once = flow_lines(&once);
+        assert_eq!(once.len(), 6_000 + 3_000 + 20 + 1);
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("parts.ebt");
+        let header = crate::record::RecordingHeader {
+            meta: SessionMeta::this_host("live", 4096, Filters::default(), 0),
+            options: crate::record::RecordOptions::default(),
+            processes: vec![],
+            sockets: vec![],
+        };
+        let rec = crate::record::writer::Recorder::create(&path, &header, false).unwrap();
+        let mut streamed = Vec::new();
+        let mut p = json_pipeline(&mut streamed).with_recorder(rec);
+        let parts = test_reports::owned_parts(&whole, FLOWS_PER_PART);
+        assert_eq!(parts.len(), 4);
+        let mut parts = parts.into_iter();
+        p.set_flows(parts.next().unwrap()).unwrap();
+        p.on_interval(at, &kernel, None).unwrap();
+        for part in parts {
+            p.set_flows(part).unwrap();
+        }
+        drop(p.finish(&kernel, at).unwrap());
+        let streamed = flow_lines(&streamed);
+        assert!(streamed.last().unwrap().contains(r#""type":"flow_stats""#));
+        let sorted = |mut v: Vec<String>| {
+            v.sort();
+            v
+        };
+        assert_eq!(sorted(streamed.clone()), sorted(once));
+
+        let mut replayed = Vec::new();
+        let mut reader = crate::record::reader::open(&path).unwrap();
+        let mut p = json_pipeline(&mut replayed);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let end = crate::source::replay::run(&mut reader, &mut p, &stop).unwrap();
+        drop(p.finish(&end.kernel, end.duration_ns).unwrap());
+        assert_eq!(flow_lines(&replayed), streamed);
+    }
+
+    /// A report whose last part never comes (a recording cut short) still ends with the
+    /// interval's `flow_stats` line.
+    #[test]
+    fn a_flow_report_cut_short_still_ends_with_its_stats() {
+        use crate::flows::{test_reports, FLOWS_PER_PART};
+        let kernel = KernelCounters::default();
+        let at = 2_000_000_000;
+        let whole = test_reports::numbered(at, 5_000, 0, 0);
+        let mut out = Vec::new();
+        let mut p = json_pipeline(&mut out);
+        let first = test_reports::owned_parts(&whole, FLOWS_PER_PART).remove(0);
+        assert!(first.more);
+        p.set_flows(first).unwrap();
+        p.on_interval(at, &kernel, None).unwrap();
+        drop(p.finish(&kernel, at).unwrap());
+        let lines = flow_lines(&out);
+        assert_eq!(lines.len(), FLOWS_PER_PART + 1);
+        let stats: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+        assert_eq!(stats["type"], "flow_stats");
+        assert_eq!(stats["created"], whole.stats.created);
     }
 }

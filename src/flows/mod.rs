@@ -261,7 +261,8 @@ mod us_as_ns {
 
 impl FlowReport {
     /// The report in parts of at most `max` flows each (TCP, ended, UDP; at least one part),
-    /// every part but the last marked `more`. A recording stores a report of 200,000 flows
+    /// every part but the last marked `more` (the last as the report itself: it may be a
+    /// part too). A recording stores a report of 200,000 flows
     /// (a burst of connections) this way: as one record it made a frame larger than a reader
     /// accepts, and held its whole JSON text in memory twice over.
     pub fn parts(&self, max: usize) -> Vec<FlowReportPart<'_>> {
@@ -276,7 +277,12 @@ impl FlowReport {
             more,
         };
         if total <= max {
-            return vec![part(&self.flows[..], &self.ends[..], &self.udp[..], false)];
+            return vec![part(
+                &self.flows[..],
+                &self.ends[..],
+                &self.udp[..],
+                self.more,
+            )];
         }
         let mut parts: Vec<FlowReportPart<'_>> = Vec::with_capacity(total.div_ceil(max) + 2);
         for c in self.flows.chunks(max) {
@@ -289,7 +295,7 @@ impl FlowReport {
             parts.push(part(&[], &[], c, true));
         }
         if let Some(last) = parts.last_mut() {
-            last.more = false;
+            last.more = self.more;
         }
         parts
     }
@@ -435,15 +441,101 @@ pub struct FlowCollector {
     skel: &'static FlowsSkel<'static>,
     links: Vec<Link>,
     ring: Arc<Mutex<EndsRing>>,
-    /// Flow-end records drained since the last poll, back to back (each `raw::FLOW_LEN`).
-    ends: Arc<Mutex<Vec<u8>>>,
+    /// Flow-end records drained since the last poll.
+    ends: Arc<Mutex<EndsBuf>>,
     requests: Option<mpsc::SyncSender<PollRequest>>,
     reports: mpsc::Receiver<FlowReport>,
     thread: Option<std::thread::JoinHandle<()>>,
     /// Stops the thread that drains the flow-end ring in a burst.
     burst_drain: Option<(Doorbell, std::thread::JoinHandle<()>)>,
-    /// Polls requested and not yet handed back.
+    /// Polls requested whose last part has not been handed back yet.
     outstanding: usize,
+}
+
+/// Flow-end records drained since the last poll, back to back (each `raw::FLOW_LEN`), in
+/// chunks: a teardown's 200,000 ends grow it a chunk at a time, not by doubling one buffer
+/// (which held both copies while it moved them), and the poll frees each chunk once read.
+#[derive(Default)]
+struct EndsBuf(Vec<Vec<u8>>);
+
+/// Flow-end records per chunk of [`EndsBuf`].
+const ENDS_PER_CHUNK: usize = 4096;
+
+impl EndsBuf {
+    fn push(&mut self, record: &[u8]) {
+        match self.0.last_mut() {
+            Some(c) if c.len() + record.len() <= c.capacity() => c.extend_from_slice(record),
+            _ => {
+                let mut c = Vec::with_capacity(raw::FLOW_LEN * ENDS_PER_CHUNK);
+                c.extend_from_slice(record);
+                self.0.push(c);
+            }
+        }
+    }
+}
+
+/// Flows (TCP, ended and UDP together) per part of an interval's report: the reader thread
+/// hands the report on in parts of at most this many as it makes it, so a burst of 200,000
+/// new or ended flows is never held whole (a `TcpFlow` is ~400 bytes).
+pub const FLOWS_PER_PART: usize = 4096;
+
+/// An interval's report as the reader thread makes it: full parts are sent on at once
+/// (`more` set), the last one with the table's stats when the poll is done.
+struct Parts<'a> {
+    part: FlowReport,
+    send: &'a mut dyn FnMut(FlowReport) -> bool,
+    /// The receiver went away (the session is ending): parts are dropped.
+    gone: bool,
+}
+
+impl<'a> Parts<'a> {
+    fn new(mono_ns: u64, send: &'a mut dyn FnMut(FlowReport) -> bool) -> Parts<'a> {
+        Parts {
+            part: FlowReport {
+                mono_ns,
+                ..Default::default()
+            },
+            send,
+            gone: false,
+        }
+    }
+
+    fn tcp(&mut self, f: TcpFlow) {
+        self.part.flows.push(f);
+        self.sent_if_full();
+    }
+
+    fn end(&mut self, f: TcpFlow) {
+        self.part.ends.push(f);
+        self.sent_if_full();
+    }
+
+    fn udp(&mut self, f: UdpFlow) {
+        self.part.udp.push(f);
+        self.sent_if_full();
+    }
+
+    fn sent_if_full(&mut self) {
+        let p = &self.part;
+        if p.flows.len() + p.ends.len() + p.udp.len() < FLOWS_PER_PART {
+            return;
+        }
+        let next = FlowReport {
+            mono_ns: p.mono_ns,
+            ..Default::default()
+        };
+        let mut full = std::mem::replace(&mut self.part, next);
+        full.more = true;
+        if !self.gone && !(self.send)(full) {
+            self.gone = true;
+        }
+    }
+
+    /// Sends the last part, with the table's stats; false if nobody took it.
+    fn finish(mut self, stats: FlowStats) -> bool {
+        self.part.stats = stats;
+        !self.gone && (self.send)(self.part)
+    }
 }
 
 /// The flow-end ring. The session's loop drains it between its other work; in a burst of
@@ -502,6 +594,9 @@ impl Drop for FlowCollector {
 /// `flow_reads` ring. The whole read also forgets flows that left the table without an end.
 const FULL_READ_EVERY: u64 = 8;
 
+/// Flows read from the `flow_reads` ring at a time.
+const READS_PER_BATCH: usize = 4096;
+
 /// The `flow_reads` ring on the table reader's thread: what the last snapshot copied to it.
 struct FlowReads<'a> {
     ring: RingBuffer<'a>,
@@ -523,10 +618,19 @@ impl FlowReads<'_> {
         })
     }
 
-    /// Empties the ring into memory (after each snapshot: the ring is then empty for the next).
-    fn drain(&self) {
+    /// Reads up to `n` more of what the snapshot copied into memory (`take`); false when the
+    /// ring is empty. A batch at a time: the ring holds up to 8 MiB, and copied whole its
+    /// buffer grew by doubling to 16 MiB.
+    fn next_batch(&self, n: usize) -> bool {
         self.read.borrow_mut().clear();
-        let _ = self.ring.consume_raw();
+        self.ring.consume_raw_n(n) > 0
+    }
+
+    /// Empties the ring unread (the table is read whole instead): the next snapshot starts
+    /// with an empty ring.
+    fn discard(&self) {
+        while self.next_batch(READS_PER_BATCH) {}
+        self.read.borrow_mut().clear();
     }
 
     fn take(&self) -> Vec<u8> {
@@ -543,7 +647,7 @@ impl FlowReads<'_> {
 /// One interval's end, for the table reader: when, and the flow ends drained since the last.
 struct PollRequest {
     now_ns: u64,
-    ends: Vec<u8>,
+    ends: EndsBuf,
 }
 
 /// The user-space half of the table (what was reported, owners), with its own handles on the
@@ -698,16 +802,14 @@ impl FlowCollector {
             // `snapshot` (raw_tp) is run on demand, never attached.
         }
         let skel: &'static FlowsSkel<'static> = skel;
-        let ends: Arc<Mutex<Vec<u8>>> = Arc::default();
+        let ends: Arc<Mutex<EndsBuf>> = Arc::default();
         let sink = ends.clone();
         let mut builder = RingBufferBuilder::new();
         builder
             .add(&skel.maps.flow_ends, move |data: &[u8]| {
-                // One allocation for all the ends, not one each (100,000 at a teardown).
+                // Back to back in chunks, not an allocation each (200,000 at a teardown).
                 if data.len() == raw::FLOW_LEN {
-                    sink.lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .extend_from_slice(data);
+                    sink.lock().unwrap_or_else(|e| e.into_inner()).push(data);
                 }
                 0
             })
@@ -749,9 +851,11 @@ impl FlowCollector {
             whole_reads_until: 0,
             reads_map: MapHandle::try_from(&skel.maps.flow_reads).ok(),
         };
-        // One request in flight at a time (the loop waits for a report before the next).
+        // One request in flight at a time (the loop waits for a report's last part before
+        // the next). Two parts in the channel at most: the reader waits for the session to
+        // take them, so no more of a large report than that is held.
         let (requests, jobs) = mpsc::sync_channel::<PollRequest>(1);
-        let (done, reports) = mpsc::sync_channel::<FlowReport>(1);
+        let (done, reports) = mpsc::sync_channel::<FlowReport>(2);
         let thread = std::thread::Builder::new()
             .name("ebtop-flows".into())
             .spawn(move || {
@@ -761,11 +865,10 @@ impl FlowCollector {
                 // Without the ring, every snapshot reads every flow and the table is read whole.
                 let reads_map = reader.reads_map.take();
                 let reads = reads_map.as_ref().and_then(|m| FlowReads::new(m).ok());
+                let mut send = |part: FlowReport| done.send(part).is_ok();
                 while let Ok(job) = jobs.recv() {
-                    if done
-                        .send(reader.poll(job.now_ns, job.ends, reads.as_ref()))
-                        .is_err()
-                    {
+                    let parts = Parts::new(job.now_ns, &mut send);
+                    if !reader.poll(job.ends, reads.as_ref(), parts) {
                         break;
                     }
                 }
@@ -800,8 +903,9 @@ impl FlowCollector {
     }
 
     /// Ends an interval: the reader thread snapshots every flow's counters in the kernel and
-    /// reads the tables; [`FlowCollector::try_report`] or [`FlowCollector::wait_report`] hand
-    /// back what was active since the previous poll and what ended.
+    /// reads the tables; [`FlowCollector::try_part`] or [`FlowCollector::wait_part`] hand back
+    /// what was active since the previous poll and what ended, in parts (`more` set on all but
+    /// the last, which has the table's stats).
     pub fn request_poll(&mut self, now_ns: u64) -> Result<()> {
         // Ends drained after this are reported with the next interval.
         self.consume();
@@ -817,8 +921,13 @@ impl FlowCollector {
         Ok(())
     }
 
-    /// The requested poll's report if it is ready.
-    pub fn try_report(&mut self) -> Result<Option<FlowReport>> {
+    /// Whether a requested poll has parts still to come.
+    pub fn polling(&self) -> bool {
+        self.outstanding > 0
+    }
+
+    /// The requested poll's next part if it is ready.
+    pub fn try_part(&mut self) -> Result<Option<FlowReport>> {
         if self.outstanding == 0 {
             return Ok(None);
         }
@@ -829,9 +938,9 @@ impl FlowCollector {
         }
     }
 
-    /// Waits for the requested poll's report (None: none was requested). Flow ends that come
-    /// meanwhile in a burst are drained by the burst thread (`drain_bursts`).
-    pub fn wait_report(&mut self) -> Result<Option<FlowReport>> {
+    /// Waits for the requested poll's next part (None: no part is to come). Flow ends that
+    /// come meanwhile in a burst are drained by the burst thread (`drain_bursts`).
+    pub fn wait_part(&mut self) -> Result<Option<FlowReport>> {
         if self.outstanding == 0 {
             return Ok(None);
         }
@@ -841,21 +950,33 @@ impl FlowCollector {
         }
     }
 
-    /// Requests a poll and waits for it (the session's last interval). A report requested
-    /// before and not taken is folded in: its flow ends are not lost.
-    pub fn poll(&mut self, now_ns: u64) -> Result<FlowReport> {
-        let earlier = self.wait_report()?;
-        self.request_poll(now_ns)?;
-        let report = self.wait_report()?.unwrap_or_default();
-        Ok(match earlier {
-            Some(e) => merge_reports(e, report),
-            None => report,
-        })
+    /// Requests a poll (the session's last interval) and hands `each` its parts in order,
+    /// after those of a poll requested before and not taken (its flow ends are not lost).
+    pub fn poll(
+        &mut self,
+        now_ns: u64,
+        mut each: impl FnMut(FlowReport) -> std::io::Result<()>,
+    ) -> Result<std::io::Result<()>> {
+        let mut requested = false;
+        loop {
+            while let Some(part) = self.wait_part()? {
+                if let Err(e) = each(part) {
+                    return Ok(Err(e));
+                }
+            }
+            if requested {
+                return Ok(Ok(()));
+            }
+            self.request_poll(now_ns)?;
+            requested = true;
+        }
     }
 
     fn finish(&mut self, mut r: FlowReport) -> FlowReport {
-        self.outstanding -= 1;
-        r.stats.missed_events = self.recursion_misses();
+        if !r.more {
+            self.outstanding -= 1;
+            r.stats.missed_events = self.recursion_misses();
+        }
         r
     }
 
@@ -1055,7 +1176,7 @@ impl FlowTableReader {
 
     /// One flow's entry as read from the table: reported if its counters moved since its last
     /// report (or it is new).
-    fn read_flow(&mut self, v: &[u8], now_ns: u64, report: &mut FlowReport) {
+    fn read_flow(&mut self, v: &[u8], now_ns: u64, parts: &mut Parts<'_>) {
         let Some(r) = RawFlow::decode(v) else {
             return;
         };
@@ -1103,7 +1224,29 @@ impl FlowTableReader {
             self.replaced.insert((r.sk, p.start_ns), p);
         }
         if self.selected(&f.local, Some(&f.peer), f.pid, f.comm.as_deref()) {
-            report.flows.push(f);
+            parts.tcp(f);
+        }
+    }
+
+    /// One flow-end record: the flow's last report; its address forgotten unless a newer
+    /// flow has it.
+    fn end_flow(&mut self, data: &[u8], now_ns: u64, parts: &mut Parts<'_>) {
+        let Some(r) = RawFlow::decode(data) else {
+            return;
+        };
+        let f = self.tcp_flow(&r, now_ns, true);
+        if self
+            .prev
+            .get(&r.sk)
+            .is_some_and(|p| p.start_ns == r.start_ns)
+        {
+            self.prev.remove(&r.sk);
+        }
+        if self.resolved.get(&r.sk).is_some_and(|o| o.0 == r.start_ns) {
+            self.resolved.remove(&r.sk);
+        }
+        if self.selected(&f.local, Some(&f.peer), f.pid, f.comm.as_deref()) {
+            parts.end(f);
         }
     }
 
@@ -1118,9 +1261,11 @@ impl FlowTableReader {
     }
 
     /// Ends an interval: snapshots every flow's counters in the kernel, reads the tables and
-    /// returns what was active since the previous poll and what ended.
-    fn poll(&mut self, now_ns: u64, ends: Vec<u8>, reads: Option<&FlowReads<'_>>) -> FlowReport {
+    /// hands `parts` what was active since the previous poll and what ended. False if the
+    /// parts' receiver is gone.
+    fn poll(&mut self, ends: EndsBuf, reads: Option<&FlowReads<'_>>, mut parts: Parts<'_>) -> bool {
         let t0 = std::time::Instant::now();
+        let now_ns = parts.part.mono_ns;
         self.polls += 1;
         // Owners first: the snapshot copies entries as they are then.
         self.owners.begin_poll();
@@ -1138,57 +1283,34 @@ impl FlowTableReader {
         if reads_lost && !all {
             self.whole_reads_until = self.polls + FULL_READ_EVERY;
         }
-        if let Some(reads) = reads {
-            reads.drain();
-        }
-        let mut report = FlowReport {
-            mono_ns: now_ns,
-            ..Default::default()
-        };
-
-        // Ended flows first: a socket address can be reused by a new flow at once.
-        report.ends.reserve_exact(ends.len() / raw::FLOW_LEN);
-        for data in ends.chunks_exact(raw::FLOW_LEN) {
-            let Some(r) = RawFlow::decode(data) else {
-                continue;
-            };
-            let f = self.tcp_flow(&r, now_ns, true);
-            // Unless the address is already a newer flow's.
-            if self
-                .prev
-                .get(&r.sk)
-                .is_some_and(|p| p.start_ns == r.start_ns)
-            {
-                self.prev.remove(&r.sk);
-            }
-            if self.resolved.get(&r.sk).is_some_and(|o| o.0 == r.start_ns) {
-                self.resolved.remove(&r.sk);
-            }
-            if self.selected(&f.local, Some(&f.peer), f.pid, f.comm.as_deref()) {
-                report.ends.push(f);
+        // Ended flows first: a socket address can be reused by a new flow at once. Each chunk
+        // of records is freed once read.
+        for chunk in ends.0 {
+            for data in chunk.chunks_exact(raw::FLOW_LEN) {
+                self.end_flow(data, now_ns, &mut parts);
             }
         }
 
         let flow_len = self.flows.value_size() as usize;
         match reads {
             Some(reads) if !all && !reads_lost => {
-                let read = reads.take();
-                report.flows.reserve_exact(read.len() / flow_len);
-                for v in read.chunks_exact(flow_len) {
-                    self.read_flow(v, now_ns, &mut report);
+                while reads.next_batch(READS_PER_BATCH) {
+                    let read = reads.take();
+                    for v in read.chunks_exact(flow_len) {
+                        self.read_flow(v, now_ns, &mut parts);
+                    }
+                    reads.give_back(read);
                 }
-                reads.give_back(read);
             }
             _ => {
-                // Room for every flow the snapshot counted, once: a burst of new connections
-                // reports them all, and growing by doubling would copy them and hold both.
-                // Unused room is never touched, so it is not resident.
-                report.flows.reserve_exact(tcp_count as usize);
+                if let Some(reads) = reads {
+                    reads.discard();
+                }
                 let mut batches = crate::bpf::HashMapBatches::new(&self.flows, 4096);
                 let mut read = 0;
                 while let Some((_, values)) = batches.next_batch() {
                     for v in values.chunks_exact(flow_len) {
-                        self.read_flow(v, now_ns, &mut report);
+                        self.read_flow(v, now_ns, &mut parts);
                         read += 1;
                     }
                 }
@@ -1276,7 +1398,7 @@ impl FlowTableReader {
                     },
                 );
                 if self.selected(&f.local, f.peer.as_ref(), Some(f.pid), Some(&f.comm)) {
-                    report.udp.push(f);
+                    parts.udp(f);
                 }
             }
         }
@@ -1288,7 +1410,7 @@ impl FlowTableReader {
         }
 
         let c = self.counters();
-        report.stats = FlowStats {
+        let stats = FlowStats {
             max_flows: self.cfg.max_flows as u64,
             tcp_flows: tcp_count,
             udp_flows: udp_count,
@@ -1306,7 +1428,7 @@ impl FlowTableReader {
             // Read by the collector (it holds the programs).
             missed_events: 0,
         };
-        report
+        parts.finish(stats)
     }
 }
 
@@ -1332,10 +1454,136 @@ fn run_snapshot(prog: BorrowedFd<'_>, all: bool) -> Option<u32> {
     }
 }
 
-/// Two intervals' reports as one (the later's flows and stats; both intervals' ends).
-fn merge_reports(earlier: FlowReport, mut later: FlowReport) -> FlowReport {
-    let mut ends = earlier.ends;
-    ends.append(&mut later.ends);
-    later.ends = ends;
-    later
+/// Flow reports for tests: real flows (those of the committed recording flows_mix.ebt),
+/// copied and renumbered to any size.
+#[cfg(test)]
+pub(crate) mod test_reports {
+    use super::*;
+    use crate::record::reader::{self, Item};
+
+    /// The flow reports of the recording at `path` (each put together from its parts).
+    pub fn recorded(path: &std::path::Path) -> (Vec<FlowReport>, reader::ReadStats) {
+        let mut rd = reader::open(path).unwrap();
+        let mut reports: Vec<FlowReport> = Vec::new();
+        rd.for_each(|it| {
+            if let Item::Flows(r) = it {
+                match reports.last_mut().filter(|last| last.more) {
+                    Some(last) => last.append_part(*r),
+                    None => reports.push(*r),
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+        (reports, rd.stats)
+    }
+
+    /// The fixture's reports.
+    pub fn fixture() -> Vec<FlowReport> {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/recordings/flows_mix.ebt"
+        );
+        recorded(std::path::Path::new(path)).0
+    }
+
+    /// A report at `mono_ns` of `tcp` active flows, `ends` ended ones and `udp` UDP pairs,
+    /// each a fixture flow under an id of its own, with the fixture's last stats.
+    pub fn numbered(mono_ns: u64, tcp: usize, ends: usize, udp: usize) -> FlowReport {
+        let reports = fixture();
+        let tcp_flow = reports.iter().find_map(|r| r.flows.first()).unwrap();
+        let end_flow = reports.iter().find_map(|r| r.ends.first()).unwrap();
+        let udp_flow = reports.iter().find_map(|r| r.udp.first()).unwrap();
+        let renumbered = |f: &TcpFlow, id: usize| TcpFlow {
+            flow_id: id as u64,
+            ..f.clone()
+        };
+        FlowReport {
+            mono_ns,
+            flows: (0..tcp).map(|i| renumbered(tcp_flow, i)).collect(),
+            ends: (0..ends)
+                .map(|i| renumbered(end_flow, 100_000 + i))
+                .collect(),
+            udp: (0..udp)
+                .map(|i| UdpFlow {
+                    flow_id: 200_000 + i as u64,
+                    ..udp_flow.clone()
+                })
+                .collect(),
+            stats: reports.last().unwrap().stats.clone(),
+            more: false,
+        }
+    }
+
+    /// `report` in parts of at most `max` flows, owned (as a recording reads them back).
+    pub fn owned_parts(report: &FlowReport, max: usize) -> Vec<FlowReport> {
+        report
+            .parts(max)
+            .iter()
+            .map(|p| serde_json::from_slice(&serde_json::to_vec(p).unwrap()).unwrap())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_reports::numbered;
+    use super::*;
+
+    /// The reader thread's parts: full ones sent as they fill (`more`), the last with the
+    /// stats; in order, nothing lost or repeated.
+    #[test]
+    fn a_report_is_sent_in_parts_as_they_fill() {
+        let whole = numbered(5, 9_000, 1_000, 10);
+        let mut sent: Vec<FlowReport> = Vec::new();
+        let mut send = |p: FlowReport| {
+            sent.push(p);
+            true
+        };
+        let mut parts = Parts::new(5, &mut send);
+        for f in whole.ends.iter().cloned() {
+            parts.end(f);
+        }
+        for f in whole.flows.iter().cloned() {
+            parts.tcp(f);
+        }
+        for f in whole.udp.iter().cloned() {
+            parts.udp(f);
+        }
+        assert!(parts.finish(whole.stats.clone()));
+        let sizes: Vec<usize> = sent
+            .iter()
+            .map(|p| p.flows.len() + p.ends.len() + p.udp.len())
+            .collect();
+        assert_eq!(sizes, vec![4096, 4096, 10_010 - 2 * 4096]);
+        let more: Vec<bool> = sent.iter().map(|p| p.more).collect();
+        assert_eq!(more, vec![true, true, false]);
+        assert!(sent.iter().all(|p| p.mono_ns == 5));
+        assert_eq!(sent[2].stats, whole.stats);
+        let mut back = FlowReport {
+            more: true,
+            ..Default::default()
+        };
+        for p in sent {
+            back.append_part(p);
+        }
+        assert_eq!(back, whole);
+    }
+
+    /// Once nobody takes the parts (the session ends), the rest are dropped, not sent.
+    #[test]
+    fn parts_nobody_takes_are_dropped() {
+        let whole = numbered(5, 10_000, 0, 0);
+        let mut offered = 0;
+        let mut send = |_: FlowReport| {
+            offered += 1;
+            false
+        };
+        let mut parts = Parts::new(5, &mut send);
+        for f in whole.flows {
+            parts.tcp(f);
+        }
+        assert!(!parts.finish(FlowStats::default()));
+        assert_eq!(offered, 1);
+    }
 }

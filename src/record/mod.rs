@@ -27,8 +27,9 @@ pub const MAJOR: u16 = 1;
 /// 3: kind 1 records may name syscall 16 (`other`: socket-layer capture, length only), the
 /// interval's kernel counters carry `missed_runs`. 4: an exec's kind 6 record ends with the
 /// file's identity (`struct ebtop_exe_id`). 5: an interval's kind 5 report may come in parts
-/// (`more: true` on all but the last), read back as one.
-pub const MINOR: u16 = 5;
+/// (`more: true` on all but the last). 6: the parts after the first may follow the interval's
+/// kind 3 record (a large report is streamed, not held whole).
+pub const MINOR: u16 = 6;
 pub const FILE_HEADER_LEN: usize = 16;
 pub const FRAME_HEADER_LEN: usize = 16;
 /// Largest frame a reader accepts (a corrupt length must not allocate gigabytes).
@@ -238,49 +239,19 @@ mod tests {
         assert_eq!((events.len(), stats.unknown_records), (2, 1));
     }
 
-    /// A flow report of more flows than a record holds is stored in parts and read back as
-    /// the one report it was (a burst of 200,000 connections made a single record larger than
-    /// any frame a reader accepts: the replay skipped it as corrupt).
+    /// A flow report of more flows than a record holds is stored in parts and read back in
+    /// parts that make the report it was (a burst of 200,000 connections made a single record
+    /// larger than any frame a reader accepts: the replay skipped it as corrupt).
     #[test]
     fn a_large_flow_report_is_recorded_in_parts_and_read_back_whole() {
-        // Real flows: those of the committed fixture.
-        let fixture = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/recordings/flows_mix.ebt"
-        );
-        let (reports, _) = flow_reports(std::path::Path::new(fixture));
-        let tcp = reports
-            .iter()
-            .find_map(|r| r.flows.first())
-            .unwrap()
-            .clone();
-        let end = reports.iter().find_map(|r| r.ends.first()).unwrap().clone();
-        let udp = reports.iter().find_map(|r| r.udp.first()).unwrap().clone();
-        let numbered = |f: &crate::flows::TcpFlow, id: u64| {
-            let mut f = f.clone();
-            f.flow_id = id;
-            f
-        };
-        let big = crate::flows::FlowReport {
-            mono_ns: 77,
-            flows: (0..2500).map(|i| numbered(&tcp, i)).collect(),
-            ends: (0..1200).map(|i| numbered(&end, 10_000 + i)).collect(),
-            udp: (0..30)
-                .map(|i| {
-                    let mut u = udp.clone();
-                    u.flow_id = 20_000 + i;
-                    u
-                })
-                .collect(),
-            stats: reports.last().unwrap().stats.clone(),
-            more: false,
-        };
+        use crate::flows::test_reports;
+        let big = test_reports::numbered(77, 2500, 1200, 30);
         let parts = big.parts(writer::FLOWS_PER_RECORD);
         assert!(parts.len() > 3, "{} parts", parts.len());
         for p in &parts {
             assert!(serde_json::to_vec(p).unwrap().len() < MAX_FRAME / 16);
         }
-        let small = &reports[0];
+        let small = &test_reports::fixture()[0];
         assert_eq!(
             serde_json::to_string(&small.parts(writer::FLOWS_PER_RECORD)[0]).unwrap(),
             serde_json::to_string(small).unwrap(),
@@ -298,25 +269,11 @@ mod tests {
             kernel: KernelCounters::default(),
             dropped_events: 0,
         }));
-        let (back, stats) = flow_reports(&path);
+        let (back, stats) = test_reports::recorded(&path);
         assert_eq!(back.len(), 2);
         assert_eq!(&back[0], small);
         assert_eq!(back[1], big);
         assert_eq!(stats.bad_records, 0);
-    }
-
-    /// The flow reports of the recording at `path`, with its read statistics.
-    fn flow_reports(path: &std::path::Path) -> (Vec<crate::flows::FlowReport>, reader::ReadStats) {
-        let mut rd = reader::open(path).unwrap();
-        let mut reports = Vec::new();
-        rd.for_each(|it| {
-            if let Item::Flows(r) = it {
-                reports.push(*r);
-            }
-            Ok(())
-        })
-        .unwrap();
-        (reports, rd.stats)
     }
 
     #[test]

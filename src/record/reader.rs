@@ -30,7 +30,9 @@ pub enum Item<'a> {
     Process(ProcInfo),
     Interval(IntervalRecord),
     End(EndRecord),
-    /// The flow table's report of the interval that follows.
+    /// The flow table's report of an interval, or a part of it (`more`: parts follow). Parts
+    /// before the interval's record belong to it; since reports are streamed, those after it
+    /// too, up to the part without `more`.
     Flows(Box<crate::flows::FlowReport>),
     /// A process exec/exit record as the kernel delivered it.
     ProcEvent(&'a [u8]),
@@ -44,8 +46,6 @@ pub struct RecordingReader<R: Read> {
     pos: usize,
     eof: bool,
     pub stats: ReadStats,
-    /// The parts of a flow report read so far (minor 5: a report may span several records).
-    flow_parts: Option<crate::flows::FlowReport>,
 }
 
 /// Opens `path` and reads its header; one clear error per way a file can be wrong.
@@ -98,7 +98,6 @@ impl<R: Read> RecordingReader<R> {
             pos: 0,
             eof: false,
             stats: ReadStats::default(),
-            flow_parts: None,
         })
     }
 
@@ -226,18 +225,7 @@ impl<R: Read> RecordingReader<R> {
                     KIND_FLOWS => match serde_json::from_slice::<crate::flows::FlowReport>(body) {
                         Ok(mut v) => {
                             v.upgrade();
-                            let v = match self.flow_parts.take() {
-                                Some(mut earlier) => {
-                                    earlier.append_part(v);
-                                    earlier
-                                }
-                                None => v,
-                            };
-                            if v.more {
-                                self.flow_parts = Some(v);
-                            } else {
-                                f(Item::Flows(Box::new(v)))?
-                            }
+                            f(Item::Flows(Box::new(v)))?
                         }
                         Err(_) => self.stats.bad_records += 1,
                     },
@@ -245,11 +233,6 @@ impl<R: Read> RecordingReader<R> {
                     _ => self.stats.unknown_records += 1,
                 }
             }
-        }
-        // A recording cut short inside a report: the parts that were read.
-        if let Some(mut v) = self.flow_parts.take() {
-            v.more = false;
-            f(Item::Flows(Box::new(v)))?
         }
         Ok(())
     }

@@ -160,8 +160,8 @@ impl Recorder {
         }
     }
 
-    /// The interval's flow report, in parts of at most [`FLOWS_PER_RECORD`] flows (a reader
-    /// puts them back together).
+    /// The interval's flow report or a part of it, in parts of at most [`FLOWS_PER_RECORD`]
+    /// flows (`more` set on all but a report's last).
     pub fn flows(&mut self, report: &crate::flows::FlowReport) {
         for part in report.parts(FLOWS_PER_RECORD) {
             if let Ok(j) = serde_json::to_vec(&part) {

@@ -305,6 +305,48 @@ impl<W: Write> Drop for JsonSink<W> {
     }
 }
 
+impl<W: Write> JsonSink<W> {
+    /// The `flow`, `flow_end` and (after a report's last part) `flow_stats` lines of a flow
+    /// report or a part of one, at the interval's end (`mono_ns`, `ts`).
+    fn flow_lines(
+        &mut self,
+        ts: &str,
+        mono_ns: u64,
+        fr: &crate::flows::FlowReport,
+    ) -> io::Result<()> {
+        let select = self.select;
+        let flows = select.wants("flow");
+        for f in fr.flows.iter().filter(|_| flows) {
+            self.flow_line(ts, mono_ns, f.start_mono_ns, f)?;
+        }
+        for f in fr.udp.iter().filter(|_| flows) {
+            self.flow_line(ts, mono_ns, f.start_mono_ns, f)?;
+        }
+        for f in fr.ends.iter().filter(|_| select.wants("flow_end")) {
+            let start = self.clock.rfc3339(match f.end_mono_ns {
+                Some(e) => f.start_mono_ns.min(e),
+                None => f.start_mono_ns,
+            });
+            let end_time = f.end_mono_ns.map(|e| self.clock.rfc3339(e));
+            self.line(&FlowLine {
+                ty: "flow_end",
+                ts,
+                start,
+                end_time,
+                body: f,
+            })?;
+        }
+        if !fr.more && select.wants("flow_stats") {
+            self.line(&TaggedLine {
+                ty: "flow_stats",
+                ts,
+                body: &fr.stats,
+            })?;
+        }
+        Ok(())
+    }
+}
+
 impl<W: Write> Sink for JsonSink<W> {
     fn meta(&mut self, m: &SessionMeta) -> io::Result<()> {
         self.clock = WallClock {
@@ -439,37 +481,15 @@ impl<W: Write> Sink for JsonSink<W> {
                 })?;
             }
         }
-        if let Some(fr) = &r.flows {
-            let flows = select.wants("flow");
-            for f in fr.flows.iter().filter(|_| flows) {
-                self.flow_line(&ts, r.mono_ns, f.start_mono_ns, f)?;
-            }
-            for f in fr.udp.iter().filter(|_| flows) {
-                self.flow_line(&ts, r.mono_ns, f.start_mono_ns, f)?;
-            }
-            for f in fr.ends.iter().filter(|_| select.wants("flow_end")) {
-                let start = self.clock.rfc3339(match f.end_mono_ns {
-                    Some(e) => f.start_mono_ns.min(e),
-                    None => f.start_mono_ns,
-                });
-                let end_time = f.end_mono_ns.map(|e| self.clock.rfc3339(e));
-                self.line(&FlowLine {
-                    ty: "flow_end",
-                    ts: &ts,
-                    start,
-                    end_time,
-                    body: f,
-                })?;
-            }
-            if select.wants("flow_stats") {
-                self.line(&TaggedLine {
-                    ty: "flow_stats",
-                    ts: &ts,
-                    body: &fr.stats,
-                })?;
-            }
+        match &r.flows {
+            Some(fr) => self.flow_lines(&ts, r.mono_ns, fr),
+            None => Ok(()),
         }
-        Ok(())
+    }
+
+    fn flow_part(&mut self, part: crate::flows::FlowReport) -> io::Result<()> {
+        let ts = self.clock.rfc3339(part.mono_ns);
+        self.flow_lines(&ts, part.mono_ns, &part)
     }
 
     fn flush(&mut self) -> io::Result<()> {

@@ -48,6 +48,12 @@ pub trait Sink {
     fn interval_owned(&mut self, report: IntervalReport) -> io::Result<()> {
         self.interval(&report)
     }
+    /// A later part of the flow report of the interval last handed over, whose `flows`
+    /// had `more` set (a large report comes in parts: `crate::flows::FLOWS_PER_PART`); the
+    /// last part has `more` unset and the table's stats. A sink that shows flows takes them.
+    fn flow_part(&mut self, _part: crate::flows::FlowReport) -> io::Result<()> {
+        Ok(())
+    }
     /// End of a batch of events: make what was written visible.
     fn flush(&mut self) -> io::Result<()>;
     /// Once, last.

@@ -214,6 +214,9 @@ pub struct TuiSink {
     pacer: Option<Pacer>,
     /// Messages other than calls that did not fit yet.
     pending: std::collections::VecDeque<UiMsg>,
+    /// An interval whose flow report's later parts are still to come (`Sink::flow_part`):
+    /// the UI gets the interval whole, its flows with it.
+    held: Option<IntervalReport>,
 }
 
 impl TuiSink {
@@ -226,6 +229,7 @@ impl TuiSink {
             dropped_reported: 0,
             pacer: None,
             pending: std::collections::VecDeque::new(),
+            held: None,
         }
     }
 
@@ -338,6 +342,7 @@ impl Sink for TuiSink {
         let at = self.pacer.as_ref()?.control.take_rewind()?;
         // What was batched belongs to the replay being abandoned.
         self.batch.clear();
+        self.held = None;
         self.send(UiMsg::Restart);
         Some(at)
     }
@@ -385,7 +390,30 @@ impl Sink for TuiSink {
 
     fn interval_owned(&mut self, report: IntervalReport) -> io::Result<()> {
         self.pace(report.mono_ns);
-        self.send_report(report);
+        if let Some(earlier) = self.held.take() {
+            self.send_report(earlier);
+        }
+        if report.flows.as_ref().is_some_and(|f| f.more) {
+            self.held = Some(report);
+        } else {
+            self.send_report(report);
+        }
+        Ok(())
+    }
+
+    fn flow_part(&mut self, part: crate::flows::FlowReport) -> io::Result<()> {
+        let Some(held) = self.held.as_mut() else {
+            return Ok(());
+        };
+        let last = !part.more;
+        if let Some(flows) = held.flows.as_mut() {
+            flows.append_part(part);
+        }
+        if last {
+            if let Some(report) = self.held.take() {
+                self.send_report(report);
+            }
+        }
         Ok(())
     }
 
@@ -395,6 +423,9 @@ impl Sink for TuiSink {
     }
 
     fn summary(&mut self, summary: &Summary) -> io::Result<()> {
+        if let Some(report) = self.held.take() {
+            self.send_report(report);
+        }
         self.send_batch();
         self.send(UiMsg::Ended(Box::new(summary.clone())));
         Ok(())
@@ -688,6 +719,48 @@ mod tests {
         assert_eq!(got[0], got[1], "the same report either way");
         assert_ne!(flows_at(&got[0]), sent_at, "by reference: a copy");
         assert_eq!(flows_at(&got[1]), sent_at, "by value: the flows themselves");
+    }
+
+    /// An interval whose flow report comes in parts reaches the UI once, whole, when its last
+    /// part is in (the Flows view gets every flow of the interval at once).
+    #[test]
+    fn an_interval_whose_flows_come_in_parts_reaches_the_ui_whole() {
+        use crate::flows::{test_reports, FLOWS_PER_PART};
+        let whole = test_reports::numbered(7, 5_000, 2_000, 3);
+        let mut parts = test_reports::owned_parts(&whole, FLOWS_PER_PART).into_iter();
+        let report = IntervalReport {
+            mono_ns: 7,
+            period_ns: 1,
+            endpoints: vec![],
+            processes: vec![],
+            overhead: None,
+            totals: Summary::default(),
+            open_connections: 0,
+            flows: parts.next(),
+        };
+        let (tx, rx) = std::sync::mpsc::sync_channel(8);
+        let mut sink = TuiSink::new(tx);
+        sink.interval_owned(report.clone()).unwrap();
+        let rest: Vec<_> = parts.collect();
+        let n = rest.len();
+        assert!(n >= 2);
+        for (i, part) in rest.into_iter().enumerate() {
+            assert!(rx.try_recv().is_err(), "nothing before the last part");
+            assert_eq!(part.more, i + 1 < n);
+            sink.flow_part(part).unwrap();
+        }
+        let got: Vec<IntervalReport> = rx
+            .try_iter()
+            .filter_map(|m| match m {
+                UiMsg::Interval(r) => Some(*r),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].flows.as_ref(), Some(&whole));
+        // A part with no interval held (after a rewind, say) is dropped.
+        sink.flow_part(whole).unwrap();
+        assert!(rx.try_recv().is_err());
     }
 
     #[test]
