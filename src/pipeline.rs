@@ -53,9 +53,12 @@ pub struct Pipeline<S: Sink> {
     /// The flow table's report for the interval being closed (see `set_flows`): its parts so
     /// far.
     pending_flows: Option<crate::flows::FlowReport>,
-    /// An interval handed to the sink with part of its flow report: the interval's time and
-    /// the table's stats as last known, until the last part has followed.
-    flows_following: Option<(u64, crate::flows::FlowStats)>,
+    /// An interval was handed to the sink with the first part of its flow report: the
+    /// report's time, until its last part has followed.
+    flows_following: Option<u64>,
+    /// The flow table's stats of the last report handed on whole (they close a report whose
+    /// last part never came).
+    last_flow_stats: Option<crate::flows::FlowStats>,
     /// The L7 protocol of the calls seen per connection, for the flows (bounded: cleared
     /// when it holds `MAX_L7_SEEN` pairs; flows seen again get their name back).
     l7_seen: crate::flows::L7Seen,
@@ -135,6 +138,7 @@ impl<S: Sink> Pipeline<S> {
             lost_reported: crate::sink::Loss::default(),
             pending_flows: None,
             flows_following: None,
+            last_flow_stats: None,
             l7_seen: Default::default(),
             shards: None,
             fed: None,
@@ -668,9 +672,9 @@ impl<S: Sink> Pipeline<S> {
     }
 
     /// The flow table's report, or a part of it (`more`: parts follow), in order. Before the
-    /// interval's end (`on_interval`) it is handed to the sink with the interval; a part that
-    /// comes after it goes to the sink at once (`Sink::flow_part`), so a report of 200,000
-    /// flows is never held whole. (`finish` reports one still pending.)
+    /// interval's end (`on_interval`) it is handed to the sink with the interval; a part of
+    /// the same report that comes after it goes to the sink at once (`Sink::flow_part`), so a
+    /// report of 200,000 flows is never held whole. (`finish` reports one still pending.)
     /// Recorded as it is handed to the sink (after the filters), so a replay shows the same.
     pub fn set_flows(&mut self, mut flows: crate::flows::FlowReport) -> io::Result<()> {
         // Recorded after every record delivered before it, as the serial pipeline does.
@@ -682,25 +686,52 @@ impl<S: Sink> Pipeline<S> {
         for f in &flows.ends {
             self.l7_seen.remove(&(f.local, f.peer));
         }
-        if let Some(rec) = &mut self.recorder {
-            rec.flows(&flows);
-        }
-        if let Some((mono_ns, stats)) = &mut self.flows_following {
-            flows.mono_ns = *mono_ns;
-            if flows.more {
-                *stats = flows.stats.clone();
-            } else {
-                self.flows_following = None;
+        if let Some(mono_ns) = self.flows_following {
+            if flows.mono_ns == mono_ns {
+                if let Some(rec) = &mut self.recorder {
+                    rec.flows_later(&flows);
+                }
+                if !flows.more {
+                    self.flows_following = None;
+                    self.last_flow_stats = Some(flows.stats.clone());
+                }
+                return self.sink.flow_part(flows);
             }
-            return self.sink.flow_part(flows);
+            // Another interval's report: the last part of the one followed never came (a
+            // frame of a recording lost).
+            self.close_following_flows()?;
         }
         match &mut self.pending_flows {
-            // A report recorded whole before parts were streamed: all its parts come before
-            // the interval's record.
-            Some(earlier) => earlier.append_part(flows),
-            None => self.pending_flows = Some(flows),
+            // A report recorded whole before parts were streamed: its parts come before the
+            // interval's record.
+            Some(earlier) if earlier.more && earlier.mono_ns == flows.mono_ns => {
+                earlier.append_part(flows)
+            }
+            // Else an earlier report whose interval never came (a lost frame) is replaced.
+            _ => self.pending_flows = Some(flows),
         }
         Ok(())
+    }
+
+    /// Ends a report whose parts were being followed and whose last part never came, with
+    /// the table's stats as last known.
+    fn close_following_flows(&mut self) -> io::Result<()> {
+        let Some(mono_ns) = self.flows_following.take() else {
+            return Ok(());
+        };
+        self.sink.flow_part(crate::flows::FlowReport {
+            mono_ns,
+            stats: self.last_flow_stats.clone().unwrap_or_default(),
+            ..Default::default()
+        })
+    }
+
+    /// The pending flow report to the recorder (before the interval's record: a replay
+    /// hands it on with that interval).
+    fn record_pending_flows(&mut self) {
+        if let (Some(rec), Some(flows)) = (&mut self.recorder, &self.pending_flows) {
+            rec.flows(flows);
+        }
     }
 
     /// Periodic work: expire idle connections, report new kernel-side losses, hand the
@@ -714,6 +745,7 @@ impl<S: Sink> Pipeline<S> {
         // Every record delivered before the interval's end is applied (and recorded) first.
         self.apply_steps(Apply::All)?;
         let state = self.interval_state(now_ns)?;
+        self.record_pending_flows();
         if let Some(rec) = &mut self.recorder {
             rec.interval(&IntervalRecord {
                 mono_ns: now_ns,
@@ -745,6 +777,8 @@ impl<S: Sink> Pipeline<S> {
         overhead: Option<OverheadSnapshot>,
         state: TrackerState,
     ) -> io::Result<()> {
+        // The last interval's report never got its last part (a frame of a recording lost).
+        self.close_following_flows()?;
         self.calls_in_interval = 0;
         self.procs.purge_exited();
         self.proc_stats.set_open_connections(&state.open_per_pid);
@@ -795,8 +829,10 @@ impl<S: Sink> Pipeline<S> {
             open_connections,
             flows: self.pending_flows.take(),
         };
-        if let Some(f) = report.flows.as_ref().filter(|f| f.more) {
-            self.flows_following = Some((now_ns, f.stats.clone()));
+        match report.flows.as_ref() {
+            Some(f) if f.more => self.flows_following = Some(f.mono_ns),
+            Some(f) => self.last_flow_stats = Some(f.stats.clone()),
+            None => {}
         }
         // The sink is the report's last user (the recorder got the flows in `set_flows`).
         self.sink.interval_owned(report)
@@ -850,23 +886,18 @@ impl<S: Sink> Pipeline<S> {
         // the last event, which a replay knows as well as the live run did. Losses since the
         // last report are reported either way.
         self.apply_steps(Apply::All)?;
-        // A report whose last part never came (a recording cut short): closed with what is
-        // known of the table.
-        if let Some((mono_ns, stats)) = self.flows_following.take() {
-            self.sink.flow_part(crate::flows::FlowReport {
-                mono_ns,
-                stats,
-                ..Default::default()
-            })?;
-        }
         if self.calls_in_interval > 0
             || Self::loss_of(kernel) != self.lost_reported
             || self.pending_flows.is_some()
         {
             let end = self.last_ns.max(self.interval_start_ns.unwrap_or(0));
             let state = self.interval_state(end)?;
+            self.record_pending_flows();
             self.report_interval(end, kernel, None, state)?;
         }
+        // A report whose last part never came (a recording cut short, or its first part is
+        // the last interval's): closed with what is known of the table.
+        self.close_following_flows()?;
         self.summary.kernel = kernel.clone();
         let state = if self.fed.is_some() {
             let state = self.apply_fed(Some(Barrier::Finish))?;
@@ -1163,25 +1194,56 @@ mod tests {
         assert_eq!(flow_lines(&replayed), streamed);
     }
 
-    /// A report whose last part never comes (a recording cut short) still ends with the
-    /// interval's `flow_stats` line.
+    /// A report whose last part never comes (a recording cut short, a frame of it lost)
+    /// still ends with a `flow_stats` line, the table's as last known; and a part of the next
+    /// interval's report is never taken for one of the report followed.
     #[test]
     fn a_flow_report_cut_short_still_ends_with_its_stats() {
         use crate::flows::{test_reports, FLOWS_PER_PART};
         let kernel = KernelCounters::default();
-        let at = 2_000_000_000;
-        let whole = test_reports::numbered(at, 5_000, 0, 0);
+        let s = 1_000_000_000;
+        let mut known = test_reports::numbered(s, 10, 0, 0);
+        known.stats.created = 41;
+        let streamed = |at: u64, created: u64| {
+            let mut r = test_reports::numbered(at, 5_000, 0, 0);
+            r.stats.created = created;
+            test_reports::owned_parts(&r, FLOWS_PER_PART)
+        };
+        let (second, third) = (streamed(2 * s, 42), streamed(3 * s, 43));
+        assert!(second[0].more && third[0].more);
         let mut out = Vec::new();
         let mut p = json_pipeline(&mut out);
-        let first = test_reports::owned_parts(&whole, FLOWS_PER_PART).remove(0);
-        assert!(first.more);
-        p.set_flows(first).unwrap();
-        p.on_interval(at, &kernel, None).unwrap();
-        drop(p.finish(&kernel, at).unwrap());
-        let lines = flow_lines(&out);
-        assert_eq!(lines.len(), FLOWS_PER_PART + 1);
-        let stats: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
-        assert_eq!(stats["type"], "flow_stats");
-        assert_eq!(stats["created"], whole.stats.created);
+        p.set_flows(known).unwrap();
+        p.on_interval(s, &kernel, None).unwrap();
+        // Interval 2: its first part only (the rest lost).
+        p.set_flows(second[0].clone()).unwrap();
+        p.on_interval(2 * s, &kernel, None).unwrap();
+        // Interval 3's first part comes before its interval: it is not interval 2's.
+        p.set_flows(third[0].clone()).unwrap();
+        p.on_interval(3 * s, &kernel, None).unwrap();
+        // The session ends before the rest of interval 3's report.
+        drop(p.finish(&kernel, 3 * s).unwrap());
+        let lines: Vec<serde_json::Value> = flow_lines(&out)
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let flows_at = |ts: &serde_json::Value| {
+            lines
+                .iter()
+                .filter(|l| l["type"] == "flow" && l["ts"] == *ts)
+                .count()
+        };
+        let stats: Vec<&serde_json::Value> =
+            lines.iter().filter(|l| l["type"] == "flow_stats").collect();
+        assert_eq!(stats.len(), 3, "one per interval");
+        let created: Vec<u64> = stats
+            .iter()
+            .map(|l| l["created"].as_u64().unwrap())
+            .collect();
+        assert_eq!(created, vec![41, 41, 41], "the last stats known");
+        assert_eq!(flows_at(&stats[0]["ts"]), 10);
+        assert_eq!(flows_at(&stats[1]["ts"]), FLOWS_PER_PART);
+        assert_eq!(flows_at(&stats[2]["ts"]), FLOWS_PER_PART);
+        assert_ne!(stats[1]["ts"], stats[2]["ts"]);
     }
 }

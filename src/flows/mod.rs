@@ -6,8 +6,8 @@
 //! [`FlowCollector::start`] loads and attaches the programs; [`FlowCollector::consume`] drains
 //! the flow-end ring (cheap, call it often); [`FlowCollector::request_poll`] ends an interval:
 //! a thread of the collector's own runs the kernel snapshot, reads the tables and hands back
-//! ([`FlowCollector::try_report`]) a [`FlowReport`] with the flows that were active in the
-//! interval and the flows that ended. The snapshot walks every bucket of the flow hash (5–15
+//! ([`FlowCollector::try_part`]) a [`FlowReport`], in parts, with the flows that were active
+//! in the interval and the flows that ended. The snapshot walks every bucket of the flow hash (5–15
 //! ms at the default size, whatever its population): done on the ring's reader thread, the
 //! capture ring filled up meanwhile.
 
@@ -225,8 +225,9 @@ pub struct FlowReport {
     pub ends: Vec<TcpFlow>,
     pub udp: Vec<UdpFlow>,
     pub stats: FlowStats,
-    /// In a recording: this is one part of the interval's report and more parts follow (see
-    /// [`FlowReport::parts`]). Never set on a whole report.
+    /// This is a part of the interval's report and more parts follow: the reader thread
+    /// hands a report on in parts ([`FLOWS_PER_PART`]), a recording stores it in parts
+    /// ([`FlowReport::parts`]). Never set on a whole report or its last part.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub more: bool,
 }
@@ -241,6 +242,10 @@ pub struct FlowReportPart<'a> {
     stats: &'a FlowStats,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     more: bool,
+    /// Its report goes on after the interval's record (the recording's kind 7): said apart
+    /// from `more` so that an older reader takes the part for the whole report.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    continued: bool,
 }
 
 /// SRTTs kept in µs (the kernel's unit) and written in ns: one unit for every duration.
@@ -260,7 +265,7 @@ mod us_as_ns {
 }
 
 impl FlowReport {
-    /// The report in parts of at most `max` flows each (TCP, ended, UDP; at least one part),
+    /// The report in parts of at most `max` flows each (TCP, UDP, ended; at least one part),
     /// every part but the last marked `more` (the last as the report itself: it may be a
     /// part too). A recording stores a report of 200,000 flows
     /// (a burst of connections) this way: as one record it made a frame larger than a reader
@@ -275,6 +280,7 @@ impl FlowReport {
             udp,
             stats: &self.stats,
             more,
+            continued: false,
         };
         if total <= max {
             return vec![part(
@@ -285,17 +291,30 @@ impl FlowReport {
             )];
         }
         let mut parts: Vec<FlowReportPart<'_>> = Vec::with_capacity(total.div_ceil(max) + 2);
+        // In the order the JSON lines of a report are written (a replay writes the same).
         for c in self.flows.chunks(max) {
             parts.push(part(c, &[], &[], true));
-        }
-        for c in self.ends.chunks(max) {
-            parts.push(part(&[], c, &[], true));
         }
         for c in self.udp.chunks(max) {
             parts.push(part(&[], &[], c, true));
         }
+        for c in self.ends.chunks(max) {
+            parts.push(part(&[], c, &[], true));
+        }
         if let Some(last) = parts.last_mut() {
             last.more = self.more;
+        }
+        parts
+    }
+
+    /// The report's first part as a recording stores it before the interval's record: in
+    /// parts like [`FlowReport::parts`], the last one `continued` rather than `more` (the
+    /// report's other parts follow the interval's record).
+    pub fn first_parts(&self, max: usize) -> Vec<FlowReportPart<'_>> {
+        let mut parts = self.parts(max);
+        if let Some(last) = parts.last_mut() {
+            last.continued = last.more;
+            last.more = false;
         }
         parts
     }
@@ -486,6 +505,8 @@ struct Parts<'a> {
     send: &'a mut dyn FnMut(FlowReport) -> bool,
     /// The receiver went away (the session is ending): parts are dropped.
     gone: bool,
+    /// Time spent handing parts on (waiting for the session to take them): not the poll's.
+    sending: std::time::Duration,
 }
 
 impl<'a> Parts<'a> {
@@ -497,6 +518,7 @@ impl<'a> Parts<'a> {
             },
             send,
             gone: false,
+            sending: std::time::Duration::ZERO,
         }
     }
 
@@ -526,9 +548,11 @@ impl<'a> Parts<'a> {
         };
         let mut full = std::mem::replace(&mut self.part, next);
         full.more = true;
+        let t = std::time::Instant::now();
         if !self.gone && !(self.send)(full) {
             self.gone = true;
         }
+        self.sending += t.elapsed();
     }
 
     /// Sends the last part, with the table's stats; false if nobody took it.
@@ -1424,7 +1448,7 @@ impl FlowTableReader {
             udp_update_failures: c[raw::counter::UDP_FULL as usize],
             udp_expired: self.udp_expired,
             udp_peer_hooks: self.udp_peer_hooks,
-            poll_ns: t0.elapsed().as_nanos() as u64,
+            poll_ns: t0.elapsed().saturating_sub(parts.sending).as_nanos() as u64,
             // Read by the collector (it holds the programs).
             missed_events: 0,
         };

@@ -27,8 +27,9 @@ pub const MAJOR: u16 = 1;
 /// 3: kind 1 records may name syscall 16 (`other`: socket-layer capture, length only), the
 /// interval's kernel counters carry `missed_runs`. 4: an exec's kind 6 record ends with the
 /// file's identity (`struct ebtop_exe_id`). 5: an interval's kind 5 report may come in parts
-/// (`more: true` on all but the last). 6: the parts after the first may follow the interval's
-/// kind 3 record (a large report is streamed, not held whole).
+/// (`more: true` on all but the last), read back as one. 6: a report streamed in parts: its
+/// first part as kind 5 (the last record `continued: true` in place of `more`, so an older
+/// reader takes it for the whole report), the others after the interval's kind 3, as kind 7.
 pub const MINOR: u16 = 6;
 pub const FILE_HEADER_LEN: usize = 16;
 pub const FRAME_HEADER_LEN: usize = 16;
@@ -44,6 +45,9 @@ pub const KIND_END: u8 = 4;
 pub const KIND_FLOWS: u8 = 5;
 /// A process lifecycle record (exec, exit) as `procs.bpf.c` delivered it.
 pub const KIND_PROC_EVENT: u8 = 6;
+/// A later part of the flow report of the interval recorded last (kind 5 `continued`); the
+/// same form as kind 5. Older readers skip it (an unknown kind): they show the first part.
+pub const KIND_FLOWS_LATER: u8 = 7;
 
 /// The options of the recording run.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -274,6 +278,26 @@ mod tests {
         assert_eq!(&back[0], small);
         assert_eq!(back[1], big);
         assert_eq!(stats.bad_records, 0);
+    }
+
+    /// The first part of a streamed report, as recorded before its interval's record, reads
+    /// as a whole report to a reader that knows nothing of `continued` (minor 5: it then skips
+    /// the later parts, kind 7, rather than adding them to the next interval's report).
+    #[test]
+    fn a_streamed_reports_first_part_is_a_whole_report_to_older_readers() {
+        use crate::flows::{test_reports, FlowReport};
+        let mut first = test_reports::numbered(5, 2_500, 0, 0);
+        first.more = true;
+        let records = first.first_parts(writer::FLOWS_PER_RECORD);
+        assert_eq!(records.len(), 3);
+        let as_read: Vec<FlowReport> = records
+            .iter()
+            .map(|p| serde_json::from_slice(&serde_json::to_vec(p).unwrap()).unwrap())
+            .collect();
+        let more: Vec<bool> = as_read.iter().map(|r| r.more).collect();
+        assert_eq!(more, vec![true, true, false]);
+        let last = serde_json::to_value(records.last().unwrap()).unwrap();
+        assert_eq!(last["continued"], true);
     }
 
     #[test]

@@ -38,6 +38,16 @@ pub enum Item<'a> {
     ProcEvent(&'a [u8]),
 }
 
+/// A kind 5 or 7 record: a flow report or a part of one (`continued`: see
+/// [`crate::flows::FlowReport::first_parts`]).
+#[derive(serde::Deserialize)]
+struct RecordedFlows {
+    #[serde(flatten)]
+    report: crate::flows::FlowReport,
+    #[serde(default)]
+    continued: bool,
+}
+
 pub struct RecordingReader<R: Read> {
     pub header: RecordingHeader,
     pub minor: u16,
@@ -222,13 +232,19 @@ impl<R: Read> RecordingReader<R> {
                         Ok(v) => f(Item::End(v))?,
                         Err(_) => self.stats.bad_records += 1,
                     },
-                    KIND_FLOWS => match serde_json::from_slice::<crate::flows::FlowReport>(body) {
-                        Ok(mut v) => {
-                            v.upgrade();
-                            f(Item::Flows(Box::new(v)))?
+                    KIND_FLOWS | KIND_FLOWS_LATER => {
+                        match serde_json::from_slice::<RecordedFlows>(body) {
+                            Ok(RecordedFlows {
+                                mut report,
+                                continued,
+                            }) => {
+                                report.upgrade();
+                                report.more |= continued;
+                                f(Item::Flows(Box::new(report)))?
+                            }
+                            Err(_) => self.stats.bad_records += 1,
                         }
-                        Err(_) => self.stats.bad_records += 1,
-                    },
+                    }
                     KIND_PROC_EVENT => f(Item::ProcEvent(body))?,
                     _ => self.stats.unknown_records += 1,
                 }

@@ -160,12 +160,21 @@ impl Recorder {
         }
     }
 
-    /// The interval's flow report or a part of it, in parts of at most [`FLOWS_PER_RECORD`]
-    /// flows (`more` set on all but a report's last).
+    /// The interval's flow report, or its first part (`more`: the others follow the
+    /// interval's record, `flows_later`), in records of at most [`FLOWS_PER_RECORD`] flows.
     pub fn flows(&mut self, report: &crate::flows::FlowReport) {
-        for part in report.parts(FLOWS_PER_RECORD) {
+        for part in report.first_parts(FLOWS_PER_RECORD) {
             if let Ok(j) = serde_json::to_vec(&part) {
                 self.push(KIND_FLOWS, &j);
+            }
+        }
+    }
+
+    /// A later part of the flow report of the interval recorded last (kind 7).
+    pub fn flows_later(&mut self, part: &crate::flows::FlowReport) {
+        for part in part.parts(FLOWS_PER_RECORD) {
+            if let Ok(j) = serde_json::to_vec(&part) {
+                self.push(KIND_FLOWS_LATER, &j);
             }
         }
     }

@@ -307,7 +307,8 @@ impl<W: Write> Drop for JsonSink<W> {
 
 impl<W: Write> JsonSink<W> {
     /// The `flow`, `flow_end` and (after a report's last part) `flow_stats` lines of a flow
-    /// report or a part of one, at the interval's end (`mono_ns`, `ts`).
+    /// report or a part of one, at the interval's end (`mono_ns`, `ts`): TCP flows, UDP pairs,
+    /// ended flows, the order a recording stores a part in (a replay writes the same).
     fn flow_lines(
         &mut self,
         ts: &str,

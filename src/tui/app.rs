@@ -92,6 +92,9 @@ pub struct Data {
     /// Bytes each process's flows moved in `report`'s interval (in, out); None when that
     /// interval came without a flow table report.
     pub flow_bytes_by_pid: Option<BytesByPid>,
+    /// The last interval's flow report has parts still to come (`UiMsg::FlowPart`), and
+    /// whether their bytes count in `flow_bytes_by_pid` (not for an interval of no time).
+    flow_parts_follow: Option<bool>,
     /// Since-start endpoint numbers up to the last interval.
     pub cumulative: Vec<EndpointSnapshot>,
     /// Endpoint numbers over the last 10 s and the last minute (`EndpointWindow`).
@@ -234,6 +237,12 @@ pub type BytesByPid = HashMap<u32, (u64, u64)>;
 /// Bytes each process's flows moved in the interval (in, out), from the flow table.
 fn flow_bytes_by_pid(fr: &crate::flows::FlowReport) -> BytesByPid {
     let mut m = BytesByPid::new();
+    add_flow_bytes(&mut m, fr);
+    m
+}
+
+/// Adds the bytes each process's flows in `fr` moved in the interval (in, out).
+fn add_flow_bytes(m: &mut BytesByPid, fr: &crate::flows::FlowReport) {
     let tcp = fr.flows.iter().chain(&fr.ends).filter_map(|f| {
         f.pid
             .map(|pid| (pid, f.interval_bytes_in, f.interval_bytes_out))
@@ -247,7 +256,6 @@ fn flow_bytes_by_pid(fr: &crate::flows::FlowReport) -> BytesByPid {
         e.0 = e.0.saturating_add(i);
         e.1 = e.1.saturating_add(o);
     }
-    m
 }
 
 /// Bytes of kept heads a call holds.
@@ -472,6 +480,7 @@ impl App {
                 if !no_time {
                     d.flow_bytes_by_pid = flows.as_ref().map(flow_bytes_by_pid);
                 }
+                d.flow_parts_follow = flows.as_ref().filter(|f| f.more).map(|_| !no_time);
                 if let Some(fr) = flows {
                     d.flows.apply(fr, r.period_ns);
                 }
@@ -518,6 +527,15 @@ impl App {
                         d.rate_history.pop_front();
                     }
                     d.rate_history.push_back(rate);
+                }
+            }
+            UiMsg::FlowPart(part) => {
+                if let Some(counted) = d.flow_parts_follow {
+                    d.flow_parts_follow = part.more.then_some(counted);
+                    if let Some(by_pid) = d.flow_bytes_by_pid.as_mut().filter(|_| counted) {
+                        add_flow_bytes(by_pid, &part);
+                    }
+                    d.flows.apply_part(*part);
                 }
             }
             UiMsg::Lost { events, bytes } => {

@@ -212,6 +212,8 @@ pub struct FlowBoard {
     /// Rows dropped to stay under [`MAX_FLOWS_SHOWN`].
     pub evicted: u64,
     pub stats: crate::flows::FlowStats,
+    /// The length of the last report's interval (for the rates of its later parts).
+    period_ns: u64,
 }
 
 impl FlowBoard {
@@ -220,18 +222,37 @@ impl FlowBoard {
     /// is made: a burst reports up to 200,000 flows and the board keeps [`MAX_FLOWS_SHOWN`]
     /// (making every row and then evicting held a row and a copy of every reported flow at
     /// once, and left the map that large).
+    /// A report whose flows come in parts (`more`) gets its later ones through
+    /// [`FlowBoard::apply_part`].
     pub fn apply(&mut self, report: FlowReport, period_ns: u64) {
         self.active = true;
-        let now = report.mono_ns;
-        self.now_ns = now;
+        self.now_ns = report.mono_ns;
+        self.period_ns = period_ns;
+        // Flows not in this report were idle in the interval.
+        for f in self.flows.values_mut() {
+            f.in_per_s = 0.0;
+            f.out_per_s = 0.0;
+            f.trouble = false;
+        }
+        self.apply_part(report);
+    }
+
+    /// Folds in a later part of the report last applied (a report of many flows comes in
+    /// parts: the board then never holds more than a part's flows besides its rows).
+    pub fn apply_part(&mut self, part: FlowReport) {
+        let now = self.now_ns;
+        let period_ns = self.period_ns;
         let FlowReport {
             flows,
             ends,
             udp,
             stats,
+            more,
             ..
-        } = report;
-        self.stats = stats;
+        } = part;
+        if !more {
+            self.stats = stats;
+        }
         let per_s = |n: u64| {
             if period_ns == 0 {
                 0.0
@@ -241,12 +262,6 @@ impl FlowBoard {
         };
         let kept =
             |ended_ns: Option<u64>| ended_ns.is_none_or(|e| now.saturating_sub(e) < ENDED_KEPT_NS);
-        // Flows not in this report were idle in the interval.
-        for f in self.flows.values_mut() {
-            f.in_per_s = 0.0;
-            f.out_per_s = 0.0;
-            f.trouble = false;
-        }
         // The report's flows in row order: (TCP, id), when ended.
         let reported: Vec<((bool, u64), Option<u64>)> = flows
             .iter()
@@ -531,6 +546,57 @@ mod tests {
         }
         assert!(chosen.evicted > 0, "the bound was reached");
         assert!(chosen.flows.len() <= MAX_FLOWS_SHOWN);
+    }
+
+    /// A report applied in parts (its first part, then the others) leaves the board as the
+    /// report whole does, where the bound is not reached (past it, which rows are evicted
+    /// is decided per part).
+    #[test]
+    fn a_report_in_parts_makes_the_rows_the_report_whole_makes() {
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let s: u64 = 1_000_000_000;
+        let (mut whole, mut in_parts) = (FlowBoard::default(), FlowBoard::default());
+        for step in 2..8 {
+            let now = step * s;
+            let (mut flows, mut ends) = (Vec::new(), Vec::new());
+            for _ in 0..3_000 {
+                let id = next(9_000);
+                match next(10) {
+                    0..=5 => flows.push(tcp(id, next(1000), next(1000), None)),
+                    6 | 7 => ends.push(tcp(id, next(1000), next(1000), Some(now - s / 2))),
+                    _ => {
+                        flows.push(tcp(id, 1, 1, None));
+                        ends.push(tcp(id, 2, 2, Some(now)));
+                    }
+                }
+            }
+            let r = FlowReport {
+                mono_ns: now,
+                flows,
+                ends,
+                udp: (0..300).map(|_| udp(next(9_000), next(100))).collect(),
+                stats: crate::flows::FlowStats {
+                    created: step,
+                    ..Default::default()
+                },
+                more: false,
+            };
+            let mut parts = crate::flows::test_reports::owned_parts(&r, 700).into_iter();
+            in_parts.apply(parts.next().unwrap(), s);
+            for p in parts {
+                in_parts.apply_part(p);
+            }
+            whole.apply(r, s);
+            assert_eq!(in_parts.flows, whole.flows, "step {step}");
+            assert_eq!(in_parts.stats, whole.stats, "step {step}");
+            assert_eq!(in_parts.evicted, 0);
+        }
     }
 
     #[test]

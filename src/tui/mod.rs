@@ -41,6 +41,8 @@ pub enum UiMsg {
     Process(Box<ProcInfo>),
     Calls(Vec<Call>),
     Interval(Box<IntervalReport>),
+    /// A later part of the last interval's flow report (its flows had `more` set).
+    FlowPart(Box<crate::flows::FlowReport>),
     Lost {
         events: u64,
         bytes: u64,
@@ -214,9 +216,9 @@ pub struct TuiSink {
     pacer: Option<Pacer>,
     /// Messages other than calls that did not fit yet.
     pending: std::collections::VecDeque<UiMsg>,
-    /// An interval whose flow report's later parts are still to come (`Sink::flow_part`):
-    /// the UI gets the interval whole, its flows with it.
-    held: Option<IntervalReport>,
+    /// The last interval's flow report has parts still to come (`Sink::flow_part`): they
+    /// follow it to the UI.
+    parts_follow: bool,
 }
 
 impl TuiSink {
@@ -229,7 +231,7 @@ impl TuiSink {
             dropped_reported: 0,
             pacer: None,
             pending: std::collections::VecDeque::new(),
-            held: None,
+            parts_follow: false,
         }
     }
 
@@ -342,7 +344,7 @@ impl Sink for TuiSink {
         let at = self.pacer.as_ref()?.control.take_rewind()?;
         // What was batched belongs to the replay being abandoned.
         self.batch.clear();
-        self.held = None;
+        self.parts_follow = false;
         self.send(UiMsg::Restart);
         Some(at)
     }
@@ -390,29 +392,15 @@ impl Sink for TuiSink {
 
     fn interval_owned(&mut self, report: IntervalReport) -> io::Result<()> {
         self.pace(report.mono_ns);
-        if let Some(earlier) = self.held.take() {
-            self.send_report(earlier);
-        }
-        if report.flows.as_ref().is_some_and(|f| f.more) {
-            self.held = Some(report);
-        } else {
-            self.send_report(report);
-        }
+        self.parts_follow = report.flows.as_ref().is_some_and(|f| f.more);
+        self.send_report(report);
         Ok(())
     }
 
     fn flow_part(&mut self, part: crate::flows::FlowReport) -> io::Result<()> {
-        let Some(held) = self.held.as_mut() else {
-            return Ok(());
-        };
-        let last = !part.more;
-        if let Some(flows) = held.flows.as_mut() {
-            flows.append_part(part);
-        }
-        if last {
-            if let Some(report) = self.held.take() {
-                self.send_report(report);
-            }
+        if self.parts_follow {
+            self.parts_follow = part.more;
+            self.send(UiMsg::FlowPart(Box::new(part)));
         }
         Ok(())
     }
@@ -423,9 +411,6 @@ impl Sink for TuiSink {
     }
 
     fn summary(&mut self, summary: &Summary) -> io::Result<()> {
-        if let Some(report) = self.held.take() {
-            self.send_report(report);
-        }
         self.send_batch();
         self.send(UiMsg::Ended(Box::new(summary.clone())));
         Ok(())
@@ -721,10 +706,10 @@ mod tests {
         assert_eq!(flows_at(&got[1]), sent_at, "by value: the flows themselves");
     }
 
-    /// An interval whose flow report comes in parts reaches the UI once, whole, when its last
-    /// part is in (the Flows view gets every flow of the interval at once).
+    /// An interval whose flow report comes in parts reaches the UI at once with its first
+    /// part, and the others follow it in order.
     #[test]
-    fn an_interval_whose_flows_come_in_parts_reaches_the_ui_whole() {
+    fn an_interval_whose_flows_come_in_parts_reaches_the_ui_part_by_part() {
         use crate::flows::{test_reports, FLOWS_PER_PART};
         let whole = test_reports::numbered(7, 5_000, 2_000, 3);
         let mut parts = test_reports::owned_parts(&whole, FLOWS_PER_PART).into_iter();
@@ -740,25 +725,23 @@ mod tests {
         };
         let (tx, rx) = std::sync::mpsc::sync_channel(8);
         let mut sink = TuiSink::new(tx);
-        sink.interval_owned(report.clone()).unwrap();
-        let rest: Vec<_> = parts.collect();
-        let n = rest.len();
-        assert!(n >= 2);
-        for (i, part) in rest.into_iter().enumerate() {
-            assert!(rx.try_recv().is_err(), "nothing before the last part");
-            assert_eq!(part.more, i + 1 < n);
+        sink.interval_owned(report).unwrap();
+        for part in parts {
             sink.flow_part(part).unwrap();
         }
-        let got: Vec<IntervalReport> = rx
-            .try_iter()
-            .filter_map(|m| match m {
-                UiMsg::Interval(r) => Some(*r),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(got.len(), 1);
-        assert_eq!(got[0].flows.as_ref(), Some(&whole));
-        // A part with no interval held (after a rewind, say) is dropped.
+        let mut got = rx.try_iter();
+        let mut back = match got.next() {
+            Some(UiMsg::Interval(r)) => r.flows.unwrap(),
+            _ => panic!("the interval first"),
+        };
+        for m in got {
+            match m {
+                UiMsg::FlowPart(p) => back.append_part(*p),
+                _ => panic!("only parts after the interval"),
+            }
+        }
+        assert_eq!(back, whole);
+        // A part after the last (or with no interval before it: after a rewind) is dropped.
         sink.flow_part(whole).unwrap();
         assert!(rx.try_recv().is_err());
     }
