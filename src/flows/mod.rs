@@ -7,9 +7,9 @@
 //! the flow-end ring (cheap, call it often); [`FlowCollector::request_poll`] ends an interval:
 //! a thread of the collector's own runs the kernel snapshot, reads the tables and hands back
 //! ([`FlowCollector::try_part`]) a [`FlowReport`], in parts, with the flows that were active
-//! in the interval and the flows that ended. The snapshot walks every bucket of the flow hash (5–15
-//! ms at the default size, whatever its population): done on the ring's reader thread, the
-//! capture ring filled up meanwhile.
+//! in the interval and the flows that ended. The snapshot walks every bucket of the flow hash
+//! (5–15 ms at the default size, whatever its population): done on the ring's reader thread,
+//! the capture ring filled up meanwhile.
 
 pub mod listening;
 pub mod names;
@@ -524,20 +524,20 @@ impl<'a> Parts<'a> {
 
     fn tcp(&mut self, f: TcpFlow) {
         self.part.flows.push(f);
-        self.sent_if_full();
+        self.send_if_full();
     }
 
     fn end(&mut self, f: TcpFlow) {
         self.part.ends.push(f);
-        self.sent_if_full();
+        self.send_if_full();
     }
 
     fn udp(&mut self, f: UdpFlow) {
         self.part.udp.push(f);
-        self.sent_if_full();
+        self.send_if_full();
     }
 
-    fn sent_if_full(&mut self) {
+    fn send_if_full(&mut self) {
         let p = &self.part;
         if p.flows.len() + p.ends.len() + p.udp.len() < FLOWS_PER_PART {
             return;
@@ -981,19 +981,25 @@ impl FlowCollector {
         now_ns: u64,
         mut each: impl FnMut(FlowReport) -> std::io::Result<()>,
     ) -> Result<std::io::Result<()>> {
-        let mut requested = false;
-        loop {
-            while let Some(part) = self.wait_part()? {
-                if let Err(e) = each(part) {
-                    return Ok(Err(e));
-                }
-            }
-            if requested {
-                return Ok(Ok(()));
-            }
-            self.request_poll(now_ns)?;
-            requested = true;
+        let earlier = self.hand_on_parts(&mut each)?;
+        if earlier.is_err() {
+            return Ok(earlier);
         }
+        self.request_poll(now_ns)?;
+        self.hand_on_parts(&mut each)
+    }
+
+    /// Waits for every part still to come and hands each to `each` (its error stops it).
+    fn hand_on_parts(
+        &mut self,
+        each: &mut impl FnMut(FlowReport) -> std::io::Result<()>,
+    ) -> Result<std::io::Result<()>> {
+        while let Some(part) = self.wait_part()? {
+            if let Err(e) = each(part) {
+                return Ok(Err(e));
+            }
+        }
+        Ok(Ok(()))
     }
 
     fn finish(&mut self, mut r: FlowReport) -> FlowReport {
@@ -1259,6 +1265,7 @@ impl FlowTableReader {
             return;
         };
         let f = self.tcp_flow(&r, now_ns, true);
+        // Unless the address is already a newer flow's.
         if self
             .prev
             .get(&r.sk)

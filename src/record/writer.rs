@@ -163,18 +163,18 @@ impl Recorder {
     /// The interval's flow report, or its first part (`more`: the others follow the
     /// interval's record, `flows_later`), in records of at most [`FLOWS_PER_RECORD`] flows.
     pub fn flows(&mut self, report: &crate::flows::FlowReport) {
-        for part in report.first_parts(FLOWS_PER_RECORD) {
-            if let Ok(j) = serde_json::to_vec(&part) {
-                self.push(KIND_FLOWS, &j);
-            }
-        }
+        self.push_flow_records(KIND_FLOWS, report.first_parts(FLOWS_PER_RECORD));
     }
 
     /// A later part of the flow report of the interval recorded last (kind 7).
     pub fn flows_later(&mut self, part: &crate::flows::FlowReport) {
-        for part in part.parts(FLOWS_PER_RECORD) {
-            if let Ok(j) = serde_json::to_vec(&part) {
-                self.push(KIND_FLOWS_LATER, &j);
+        self.push_flow_records(KIND_FLOWS_LATER, part.parts(FLOWS_PER_RECORD));
+    }
+
+    fn push_flow_records(&mut self, kind: u8, records: Vec<crate::flows::FlowReportPart<'_>>) {
+        for record in records {
+            if let Ok(j) = serde_json::to_vec(&record) {
+                self.push(kind, &j);
             }
         }
     }

@@ -496,16 +496,19 @@ mod tests {
         }
     }
 
-    #[test]
-    fn rows_chosen_before_they_are_made_are_the_rows_kept_after_making_all() {
-        // xorshift: the same reports every run.
-        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = move |n: u64| {
+    /// Numbers below `n` from a seeded xorshift: the same reports every run.
+    fn below(mut seed: u64) -> impl FnMut(u64) -> u64 {
+        move |n| {
             seed ^= seed << 13;
             seed ^= seed >> 7;
             seed ^= seed << 17;
             seed % n
-        };
+        }
+    }
+
+    #[test]
+    fn rows_chosen_before_they_are_made_are_the_rows_kept_after_making_all() {
+        let mut next = below(0x9e37_79b9_7f4a_7c15);
         let s: u64 = 1_000_000_000;
         let (mut chosen, mut all) = (FlowBoard::default(), FlowBoard::default());
         for step in 2..14 {
@@ -553,13 +556,7 @@ mod tests {
     /// is decided per part).
     #[test]
     fn a_report_in_parts_makes_the_rows_the_report_whole_makes() {
-        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut next = below(0x2545_f491_4f6c_dd1d);
         let s: u64 = 1_000_000_000;
         let (mut whole, mut in_parts) = (FlowBoard::default(), FlowBoard::default());
         for step in 2..8 {
