@@ -18,6 +18,7 @@ own) is loaded by `wrk -tT -cC -dS` in runs one after the other. A mode:
   ...-ringN with --ringbuf-mb N (the event ring's size)
   ...-niceN with --nice N (e.g. auto-nice0: the capture threads at the load's priority)
   ...-old   the binary given by --ebtop-old instead (paired A/B of two builds)
+  ...-dN    with --delay N (seconds between interval reports)
   ...-bpf   with --bpf-stats full: the BPF programs' run time per span too (statistics on
             cost every program run ~60-110 ns, so throughput is a little lower in this mode)
 Ground truth per run: wrk's completed requests (each one a client call) and nginx's own
@@ -25,6 +26,9 @@ counter over ebtop's whole session (each one a server call; a request wrk left i
 its end is served but never read, so the client side may be short by up to --conns of those
 and counts them in parse.unanswered_requests). ebtop's user+sys CPU while wrk ran (from
 /proc/PID/stat), per span (two per request); peak RSS from wait4 (ring mappings included).
+--sample-hz N samples ebtop's threads (state, wchan, system call) while wrk runs, with the
+scheduler's run and run-queue times (bench/threadstates.py); --timeline DIR keeps each traced
+run's output but its call lines (every interval's loss and overhead) as DIR/NN-MODE.jsonl.
 Writes a JSON list of runs to --out (default bench/scale-results.json) and a table to stdout.
 """
 import argparse
@@ -41,6 +45,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import HZ, bpf_run_ns, cpu_ticks  # noqa: E402
 from replay_threads import thread_cpu  # noqa: E402
+from threadstates import ThreadSampler  # noqa: E402
 from toggle import wait_attached  # noqa: E402
 
 PORT = 18942
@@ -81,17 +86,26 @@ def one_run(a, mode):
         if "bpf" in opts:
             cmd += ["--bpf-stats", "full"]
         cmd += [a for o in opts if o.startswith("ring") for a in ("--ringbuf-mb", o[4:])]
+        cmd += [a for o in opts if o.startswith("d") and o[1:].isdigit()
+                for a in ("--delay", o[1:] + "s")]
         nice = next((o[4:] for o in opts if o.startswith("nice")), None)
         if nice is not None:
             cmd += ["--nice", nice]
         if spec.startswith("t"):
             cmd += ["--threads", spec[1:]]
         # The summary is the last line: keep the tail only (the call lines, ~1M/s, are formatted
-        # and written as with `> /dev/null`, and dropped by tail).
-        tail_out = tempfile.TemporaryFile()
+        # and written as with `> /dev/null`, and dropped by tail). With --timeline, every line
+        # but the calls is kept (each interval's loss, overhead and stats).
+        if a.timeline:
+            os.makedirs(a.timeline, exist_ok=True)
+            tail_out = open(os.path.join(a.timeline, f"{a.run_index:02d}-{mode}.jsonl"), "w+b")
+            keep = ["grep", "-v", "-F", '{"type":"call",']
+        else:
+            tail_out = tempfile.TemporaryFile()
+            keep = ["tail", "-n", "3"]
         ebtop = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         # At ebtop's own priority: a reader slower than ebtop would hold it back.
-        tail = subprocess.Popen(["nice", "-n", nice or "-10", "tail", "-n", "3"],
+        tail = subprocess.Popen(["nice", "-n", nice or "-10", *keep],
                                 stdin=ebtop.stdout, stdout=tail_out)
         ebtop.stdout.close()
         wait_attached(ebtop.pid)
@@ -100,7 +114,10 @@ def one_run(a, mode):
     b0 = bpf_run_ns(ebtop.pid) if ebtop else 0
     th0 = thread_cpu(ebtop.pid) if ebtop else {}
     tail0 = cpu_ticks(tail.pid) if tail else 0
+    sampler = ThreadSampler(ebtop.pid, a.sample_hz) if ebtop and a.sample_hz else None
     done, secs, text, non2xx = run_wrk(a)
+    if sampler:
+        rec["threads"] = sampler.stop(secs)
     th1 = thread_cpu(ebtop.pid) if ebtop else {}
     tail1 = cpu_ticks(tail.pid) if tail else 0
     c1 = cpu_ticks(ebtop.pid) / HZ if ebtop else 0
@@ -157,6 +174,10 @@ def main():
     ap.add_argument("--conns", type=int, default=256)
     ap.add_argument("--seconds", type=int, default=8)
     ap.add_argument("--modes", default="base,auto,base,t1,base")
+    ap.add_argument("--sample-hz", type=int, default=0,
+                    help="sample ebtop's threads' states this often while wrk runs (0: off)")
+    ap.add_argument("--timeline", help="keep every output line but the calls of each traced run "
+                    "in this folder (NN-MODE.jsonl)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                   "scale-results.json"))
     a = ap.parse_args()
@@ -182,7 +203,7 @@ http {{ access_log off; keepalive_requests 1000000000; {temps}
                 break
             except OSError:
                 time.sleep(0.1)
-        for mode in a.modes.split(","):
+        for a.run_index, mode in enumerate(a.modes.split(",")):
             rec = one_run(a, mode)
             runs.append(rec)
             print(json.dumps(rec), flush=True)

@@ -379,18 +379,26 @@ impl<S: Sink> Pipeline<S> {
         let mut state = TrackerState::default();
         loop {
             // What has come, without waiting (bounded: workers that send as fast as this
-            // thread applies must not keep it from the loop's ticks and signals).
+            // thread applies must not keep it from the loop's ticks and signals; what is left
+            // rings the doorbell again, so the loop comes back for it).
+            fed.clear_ready();
+            let mut taken_all = false;
             for _ in 0..fed.queue_bound() {
                 if barrier.is_some() && waiting == 0 {
+                    taken_all = true;
                     break; // after the session's end the workers are gone
                 }
                 let Some((k, msg)) = fed.next(false)? else {
+                    taken_all = true;
                     break;
                 };
                 if let Some(s) = fed.take_in(k, msg) {
                     state.add(s);
                     waiting -= 1;
                 }
+            }
+            if !taken_all {
+                fed.ring_ready();
             }
             // A barrier answered by all: everything they read before it is in.
             let all = barrier.is_some() && waiting == 0;
