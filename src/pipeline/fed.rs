@@ -23,8 +23,8 @@ use std::time::Duration;
 use std::collections::VecDeque;
 
 use super::shards::{
-    worker_error, BatchWork, Keyed, Lines, Outcome, Processed, RawBatch, TrackerState, BATCH_BYTES,
-    BATCH_RECORDS, QUEUED_BATCHES,
+    keep_spare, worker_error, BatchWork, Keyed, Lines, Outcome, Processed, RawBatch, TrackerState,
+    BATCH_BYTES, BATCH_RECORDS, QUEUED_BATCHES,
 };
 use crate::call::Call;
 use crate::conntrack::{ConnTracker, TrackerConfig};
@@ -504,7 +504,7 @@ impl FedWorker {
                     Ok(ToWorker::Recycle(calls, lines, mut batch)) => {
                         self.work.recycle(calls, lines);
                         batch.clear();
-                        self.spare.push(batch);
+                        keep_spare(&mut self.spare, batch);
                     }
                     Ok(ToWorker::Barrier(b)) => match self.barrier(b) {
                         Ok(true) => {}

@@ -40,6 +40,19 @@ pub(super) const MAX_PENDING_BYTES: usize = 64 << 20;
 /// then fills and counts its losses, as it would with one thread).
 pub(super) const QUEUED_BATCHES: usize = 16;
 
+/// Applied batches' buffers a thread keeps for reuse, at most (each kind): the rest are
+/// freed. Buffers keep the room their largest batch took, and a pipeline waiting on one
+/// worker's progress holds many small batches of the others (up to `MAX_HELD_RECORDS` in
+/// fed.rs): kept all, they were hundreds of MB on 16 CPUs, never given back.
+pub(super) const SPARE_BUFFERS: usize = 2 * QUEUED_BATCHES;
+
+/// Keeps `item` in `pool` for reuse unless the pool holds `SPARE_BUFFERS` already.
+pub(super) fn keep_spare<T>(pool: &mut Vec<T>, item: T) {
+    if pool.len() < SPARE_BUFFERS {
+        pool.push(item);
+    }
+}
+
 /// Records back to back, as delivered, and where each ends.
 #[derive(Default)]
 pub(super) struct RawBatch {
@@ -428,7 +441,7 @@ impl Shards {
             let mut p = w.ready.pop_front().expect("checked");
             p.batch.buf.clear();
             p.batch.ends.clear();
-            self.spare.push(p.batch);
+            keep_spare(&mut self.spare, p.batch);
             if let Some(tx) = &w.tx {
                 // A worker that is gone shows up at the next send or receive.
                 let _ = tx.send(ToWorker::Recycle(p.calls, p.lines.buf));
@@ -515,8 +528,8 @@ impl BatchWork {
     pub fn recycle(&mut self, mut calls: Vec<Call>, mut lines: Vec<u8>) {
         calls.clear();
         lines.clear();
-        self.spare_calls.push(calls);
-        self.spare_lines.push(lines);
+        keep_spare(&mut self.spare_calls, calls);
+        keep_spare(&mut self.spare_lines, lines);
     }
 
     /// Decodes, filters and tracks a batch's records; each call's line written if asked for.
@@ -613,5 +626,29 @@ fn work(
         if tx.send(reply).is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_keeps_a_bounded_number_of_applied_batches_buffers() {
+        let mut work = BatchWork::new(false);
+        for _ in 0..10 * SPARE_BUFFERS {
+            work.recycle(Vec::with_capacity(64), Vec::with_capacity(64 << 10));
+        }
+        assert_eq!(work.spare_calls.len(), SPARE_BUFFERS);
+        assert_eq!(work.spare_lines.len(), SPARE_BUFFERS);
+        // A kept buffer is reused, emptied, with its room.
+        let p = work.process(
+            &mut ConnTracker::new(TrackerConfig::default()),
+            &Filters::default(),
+            RawBatch::default(),
+        );
+        assert!(p.calls.is_empty() && p.calls.capacity() >= 64);
+        assert!(p.lines.buf.is_empty() && p.lines.buf.capacity() >= 64 << 10);
+        assert_eq!(work.spare_lines.len(), SPARE_BUFFERS - 1);
     }
 }
