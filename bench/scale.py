@@ -5,8 +5,8 @@ does it cost? (run by hand, as root; issue 12's "nginx 8 workers + wrk 8 threads
     bench/scale.py --ebtop BIN [--nginx nginx] [--wrk wrk] [--workers 8] [--wrk-threads 8]
                    [--conns 256] [--seconds 8] [--modes base,auto,base,t1,base] [--out FILE]
 
-Needs no package manager and no network (a lent machine may have neither): pass the binaries,
-and set LD_LIBRARY_PATH for their libraries if they come from another host.
+Needs no package manager and no network (a lent machine may have neither): pass the binaries
+(bench/device_pack.sh packs ebtop, nginx and wrk with their libraries into one folder).
 
 nginx (N workers, `return 200 "ok"`, no access log; its request counter on a listener of its
 own) is loaded by `wrk -tT -cC -dS` in runs one after the other. A mode:
