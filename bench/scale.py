@@ -28,7 +28,8 @@ and counts them in parse.unanswered_requests). ebtop's user+sys CPU while wrk ra
 /proc/PID/stat), per span (two per request); peak RSS from wait4 (ring mappings included).
 --sample-hz N samples ebtop's threads (state, wchan, system call) while wrk runs, with the
 scheduler's run and run-queue times (bench/threadstates.py); --timeline DIR keeps each traced
-run's output but its call lines (every interval's loss and overhead) as DIR/NN-MODE.jsonl.
+run's output but its call lines (every interval's loss and overhead) as DIR/NN-MODE.jsonl,
+and each interval's ring records, records lost and RSS in the run's result (`intervals`).
 Writes a JSON list of runs to --out (default bench/scale-results.json) and a table to stdout.
 """
 import argparse
@@ -130,7 +131,7 @@ def one_run(a, mode):
         ebtop.returncode = os.waitstatus_to_exitcode(status)
         tail.wait()
         tail_out.seek(0)
-        summary = None
+        summary, intervals = None, []
         for line in tail_out.read().decode().splitlines():
             try:
                 obj = json.loads(line)
@@ -138,6 +139,13 @@ def one_run(a, mode):
                 continue
             if obj.get("type") == "summary":
                 summary = obj
+            elif obj.get("type") == "overhead":
+                # With --timeline: when records were lost, and how ebtop's memory went.
+                intervals.append({"ring_events": obj.get("ring_events"),
+                                  "ring_lost": obj.get("ring_lost"),
+                                  "rss_mb": round(obj.get("rss_bytes", 0) / 2**20)})
+        if intervals:
+            rec["intervals"] = intervals
         served = requests_total() - r0  # ebtop is gone: no request after its end is counted
         k, t, p = (summary or {}).get("kernel", {}), (summary or {}).get("tracker", {}), \
             (summary or {}).get("parse", {})
