@@ -385,7 +385,6 @@ impl<S: Sink> Pipeline<S> {
             let mut taken_all = false;
             for _ in 0..fed.queue_bound() {
                 if barrier.is_some() && waiting == 0 {
-                    taken_all = true;
                     break; // after the session's end the workers are gone
                 }
                 let Some((k, msg)) = fed.next(false)? else {

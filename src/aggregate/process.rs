@@ -220,32 +220,31 @@ impl ProcessStats {
     }
 
     fn entry(&mut self, pid: u32, comm: &str) -> &mut Entry {
-        if !self.procs.contains_key(&pid) {
-            if self.procs.len() >= self.max_processes {
-                self.evict_one();
-            }
-            let sample = if self.read_proc {
+        // One lookup per record or call below the cap (this runs for every one of them on
+        // the thread that applies them all); at the cap a new pid evicts another first.
+        if self.procs.len() >= self.max_processes && !self.procs.contains_key(&pid) {
+            self.evict_one();
+        }
+        let (read_proc, interval_no) = (self.read_proc, self.interval_no);
+        let e = self.procs.entry(pid).or_insert_with(|| {
+            let sample = if read_proc {
                 ProcSample::read(pid).ok()
             } else {
                 None
             };
-            self.procs.insert(
-                pid,
-                Entry {
-                    comm: String::new(),
-                    interval: Activity::default(),
-                    conns: HashSet::default(),
-                    open_connections: None,
-                    last_sample: sample,
-                    cpu_pct: None,
-                    rss_bytes: sample.map(|s| s.rss_bytes),
-                    exited: false,
-                    exit_reported: false,
-                    last_active: self.interval_no,
-                },
-            );
-        }
-        let e = self.procs.get_mut(&pid).expect("inserted above");
+            Entry {
+                comm: String::new(),
+                interval: Activity::default(),
+                conns: HashSet::default(),
+                open_connections: None,
+                last_sample: sample,
+                cpu_pct: None,
+                rss_bytes: sample.map(|s| s.rss_bytes),
+                exited: false,
+                exit_reported: false,
+                last_active: interval_no,
+            }
+        });
         if e.comm != comm {
             // New process or exec'd into another program.
             e.comm = comm.chars().take(MAX_COMM_LEN).collect();
