@@ -240,6 +240,40 @@ http {{ access_log off; keepalive_requests 1000000000; {temps}
               f"{r['cpu_us_per_span']:.2f} | "
               f"{'' if r['bpf_us_per_span'] is None else format(r['bpf_us_per_span'], '.2f')} | "
               f"{r['ebtop_maxrss_mb']:.1f} |")
+    sampled = [r for r in runs if r.get("threads")]
+    if sampled:
+        print("\n| mode | pipeline thread: on a CPU / waiting for one (cores) | its samples "
+              "running or runnable | tracking threads: blocked sending / waiting on their ring / "
+              "running or runnable |")
+        print("|---|---|---|---|")
+        for r in sampled:
+            print(f"| {r['mode']} | {thread_summary(r['threads'])} |")
+
+
+def thread_summary(threads):
+    """The pipeline thread's scheduler times and share of samples running, and the range over
+    the tracking threads of their shares blocked on the results channel (a futex), waiting on
+    their ring (epoll) and running."""
+    # The pipeline thread is the main one (results from before "main" was noted: the one
+    # named as the binary, ebtop or ebtop-old).
+    pipe = next((v for v in threads.values() if v.get("main")), None) or next(
+        (v for k, v in threads.items() if k in ("ebtop", "ebtop-old")), None)
+    track = [v["states"] for k, v in threads.items() if k.startswith("ebtop-track")]
+
+    def share(states, call):
+        return sum(v for k, v in states.items() if k == call or k.endswith(" " + call))
+
+    def spread(call):
+        vals = [share(st, call) for st in track]
+        return f"{min(vals):.0%}–{max(vals):.0%}" if vals else "–"
+
+    if pipe:
+        sc = pipe["sched"][0]
+        head = (f"{sc['run_cores']:.2f} / {sc['runqueue_wait_cores']:.2f} | "
+                f"{pipe['states'].get('R', 0):.0%}")
+    else:
+        head = "– | –"
+    return f"{head} | {spread('futex')} / {spread('epoll_wait')} / {spread('R')}"
 
 
 if __name__ == "__main__":

@@ -94,6 +94,8 @@ class ThreadSampler:
         out = {}
         for tid, (name, (r1, w1, v1, n1)) in sched1.items():
             r0, w0, v0, n0 = self._sched0.get(tid, (name, (0, 0, 0, 0)))[1]
+            if tid == str(self.pid):
+                out.setdefault(name, {"sched": []})["main"] = True  # ebtop's pipeline thread
             out.setdefault(name, {"sched": []})["sched"].append({
                 "run_cores": round((r1 - r0) / 1e9 / secs, 3),
                 "runqueue_wait_cores": round((w1 - w0) / 1e9 / secs, 3),
