@@ -100,7 +100,6 @@ struct Worker {
     /// A record of another worker that ended at this kernel time waits for this worker to
     /// have read past it (0: none): the worker then says how far it read.
     wanted: Arc<AtomicU64>,
-
     ctl: Sender<ToWorker>,
     /// Rung after each message, so a worker waiting on its source looks at once.
     wake: Doorbell,
