@@ -28,7 +28,7 @@ def _schedstat(pid, tid):
     return run_ns, wait_ns, sw["voluntary_ctxt_switches"], sw["nonvoluntary_ctxt_switches"]
 
 
-SYSCALLS = {0: "read", 1: "write", 7: "poll", 202: "futex", 232: "epoll_wait", 230: "nanosleep",
+SYSCALLS = {0: "read", 1: "write", 7: "poll", 202: "futex", 232: "epoll_wait", 230: "clock_nanosleep",
             281: "epoll_pwait", 441: "epoll_pwait2", 20: "writev", 17: "pread64", 16: "ioctl",
             321: "bpf", 35: "nanosleep"}
 

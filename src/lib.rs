@@ -27,6 +27,8 @@ pub mod segfile;
 pub mod session;
 pub mod sink;
 pub mod source;
+#[cfg(test)]
+mod test_rng;
 pub mod tls;
 pub mod tty;
 pub mod tui;

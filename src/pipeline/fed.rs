@@ -295,12 +295,15 @@ impl FedShards {
     /// waiting has read past it.
     pub fn next_record(&mut self, all: bool) -> Option<FedRecord<'_>> {
         let free = all || self.held > MAX_HELD_RECORDS;
-        let k = match self.run.filter(|run| {
+        // The run's worker while its next record still comes first: the choice the scan
+        // below would make, without it.
+        let in_run = self.run.and_then(|run| {
             self.recycle_applied(run.k);
-            self.head(run.k).is_some_and(|t| run.allows(t, free))
-        }) {
-            // The same choice the scan below would make, without it.
-            Some(run) => run.k,
+            let t = self.head(run.k)?;
+            run.allows(t, free).then_some(run.k)
+        });
+        let k = match in_run {
+            Some(k) => k,
             None => {
                 self.run = None;
                 for k in 0..self.queues.len() {
@@ -760,13 +763,7 @@ mod tests {
             queues: vec![VecDeque::new(); WORKERS],
             progress: vec![0; WORKERS],
         };
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut rand = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rand = crate::test_rng::below(0x2545_f491_4f6c_dd1d);
         let mut clock = [0u64; WORKERS];
         let (mut next_id, mut asked) = (0u16, 0);
         for _ in 0..3000 {

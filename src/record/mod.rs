@@ -306,13 +306,11 @@ mod tests {
         let path = dir.path().join("a.ebt");
         write(&path, 2);
         let good = std::fs::read(&path).unwrap();
-        let mut x = 0x1234_5678_9abc_def0u64;
+        let mut next = crate::test_rng::xorshift(0x1234_5678_9abc_def0);
         for _ in 0..400 {
             let mut b = good.clone();
             for _ in 0..4 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                let x = next();
                 let i = (x as usize) % b.len();
                 b[i] = (x >> 32) as u8;
             }

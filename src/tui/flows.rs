@@ -347,6 +347,7 @@ impl FlowBoard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_rng::below;
 
     fn tcp(id: u64, bytes_in: u64, interval_in: u64, end: Option<u64>) -> TcpFlow {
         TcpFlow {
@@ -493,16 +494,6 @@ mod tests {
                 b.flows.remove(&k);
                 b.evicted += 1;
             }
-        }
-    }
-
-    /// Numbers below `n` from a seeded xorshift: the same reports every run.
-    fn below(mut seed: u64) -> impl FnMut(u64) -> u64 {
-        move |n| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
         }
     }
 
