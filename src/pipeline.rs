@@ -617,10 +617,12 @@ impl<S: Sink> Pipeline<S> {
         self.interval_start_ns.get_or_insert(ev.start_ns);
         self.last_ns = self.last_ns.max(ev.end_ns);
         if ev.kind == EventKind::Data {
-            let n = ev.comm.iter().position(|&c| c == 0).unwrap_or(16);
-            let comm = std::str::from_utf8(&ev.comm[..n]).unwrap_or("?");
-            self.proc_stats
-                .observe_bytes(ev.pid, comm, ev.dir == Direction::Egress, ev.total_len);
+            self.proc_stats.observe_bytes(
+                ev.pid,
+                &ev.comm,
+                ev.dir == Direction::Egress,
+                ev.total_len,
+            );
         }
         result
     }

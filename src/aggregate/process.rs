@@ -18,6 +18,25 @@ pub const DEFAULT_MAX_PROCESSES: usize = 4096;
 const MAX_CONNS_PER_INTERVAL: usize = 4096;
 const MAX_COMM_LEN: usize = 64;
 
+/// A process name's bytes, zero-padded to 16 (the kernel's names fit): what `entry` compares
+/// per record and call, as two words, before it looks at the name itself (a string compare
+/// and, for a record, its UTF-8 check there were a tenth of the applying thread's time).
+type CommKey = [u8; 16];
+
+fn comm_key(name: &[u8]) -> Option<CommKey> {
+    (name.len() <= 16).then(|| {
+        let mut key = [0; 16];
+        key[..name.len()].copy_from_slice(name);
+        key
+    })
+}
+
+/// A kernel process name (NUL-padded, 16 bytes) as text ("?" if it is not UTF-8).
+fn kernel_comm(raw: &[u8; 16]) -> &str {
+    let n = raw.iter().position(|&c| c == 0).unwrap_or(16);
+    std::str::from_utf8(&raw[..n]).unwrap_or("?")
+}
+
 #[derive(Debug, Clone, Copy, Default)]
 struct Activity {
     calls: u64,
@@ -34,6 +53,8 @@ struct Activity {
 
 struct Entry {
     comm: String,
+    /// The key of the name `comm` was last given as (None: a longer name, compared in full).
+    comm_key: Option<CommKey>,
     interval: Activity,
     /// Connections that completed a call this interval.
     conns: HashSet<u64>,
@@ -151,7 +172,7 @@ impl ProcessStats {
     }
 
     pub fn observe_call(&mut self, call: &Call) {
-        let e = self.entry(call.pid, &call.comm);
+        let e = self.entry(call.pid, comm_key(call.comm.as_bytes()), || &call.comm);
         let a = &mut e.interval;
         a.calls += 1;
         match call.l7.outcome {
@@ -201,8 +222,9 @@ impl ProcessStats {
     }
 
     /// One traced syscall of `pid` that moved `n` socket bytes (`dir_out`: sent).
-    pub fn observe_bytes(&mut self, pid: u32, comm: &str, dir_out: bool, n: u64) {
-        let a = &mut self.entry(pid, comm).interval;
+    /// `comm`: the kernel's name of the process (NUL-padded).
+    pub fn observe_bytes(&mut self, pid: u32, comm: &[u8; 16], dir_out: bool, n: u64) {
+        let a = &mut self.entry(pid, Some(*comm), || kernel_comm(comm)).interval;
         a.traced_syscalls += 1;
         if dir_out {
             a.socket_bytes_out = a.socket_bytes_out.saturating_add(n);
@@ -219,7 +241,13 @@ impl ProcessStats {
         }
     }
 
-    fn entry(&mut self, pid: u32, comm: &str) -> &mut Entry {
+    /// `pid`'s entry, named `name()` unless `key` says it already is.
+    fn entry<'n>(
+        &mut self,
+        pid: u32,
+        key: Option<CommKey>,
+        name: impl FnOnce() -> &'n str,
+    ) -> &mut Entry {
         // One lookup per record or call below the cap (this runs for every one of them on
         // the thread that applies them all); at the cap a new pid evicts another first.
         if self.procs.len() >= self.max_processes && !self.procs.contains_key(&pid) {
@@ -234,6 +262,7 @@ impl ProcessStats {
             };
             Entry {
                 comm: String::new(),
+                comm_key: None,
                 interval: Activity::default(),
                 conns: HashSet::default(),
                 open_connections: None,
@@ -245,9 +274,13 @@ impl ProcessStats {
                 last_active: interval_no,
             }
         });
-        if e.comm != comm {
-            // New process or exec'd into another program.
-            e.comm = comm.chars().take(MAX_COMM_LEN).collect();
+        if key.is_none() || e.comm_key != key {
+            let name = name();
+            if e.comm != name {
+                // New process or exec'd into another program.
+                e.comm = name.chars().take(MAX_COMM_LEN).collect();
+            }
+            e.comm_key = key;
         }
         e.last_active = self.interval_no;
         e
@@ -343,6 +376,40 @@ mod tests {
     use crate::aggregate::endpoints::tests::call;
     use std::time::Duration;
 
+    fn name16(name: &str) -> [u8; 16] {
+        comm_key(name.as_bytes()).expect("a kernel-sized name")
+    }
+
+    #[test]
+    fn a_process_takes_the_name_of_its_latest_record_or_call() {
+        let mut ps = ProcessStats::new(16, false);
+        let names = |ps: &mut ProcessStats| {
+            let snap = ps.end_interval(1_000_000_000);
+            snap.iter().map(|s| s.comm.clone()).collect::<Vec<_>>()
+        };
+        ps.observe_bytes(1, &name16("bash"), true, 1);
+        ps.observe_bytes(1, &name16("bash"), true, 1);
+        assert_eq!(names(&mut ps), ["bash"]);
+        // exec: the next record names the new program, a call the one after it.
+        ps.observe_bytes(1, &name16("nginx"), true, 1);
+        assert_eq!(names(&mut ps), ["nginx"]);
+        ps.observe_call(&call("nginx: worker", 1, "GET", "/", 1_000));
+        ps.observe_bytes(1, &name16("nginx: worker"), false, 1);
+        assert_eq!(names(&mut ps), ["nginx: worker"]);
+        // A name longer than the kernel's is compared in full.
+        let long = "a-name-longer-than-sixteen-bytes";
+        ps.observe_call(&call(long, 1, "GET", "/", 1_000));
+        assert_eq!(names(&mut ps), [long]);
+        ps.observe_call(&call("short", 1, "GET", "/", 1_000));
+        assert_eq!(names(&mut ps), ["short"]);
+        // A kernel name that is not UTF-8 shows as "?".
+        let mut raw = [0u8; 16];
+        raw[..2].copy_from_slice(&[0xff, 0xfe]);
+        ps.observe_bytes(1, &raw, true, 1);
+        ps.observe_bytes(1, &raw, true, 1);
+        assert_eq!(names(&mut ps), ["?"]);
+    }
+
     #[test]
     fn measures_own_cpu_and_memory() {
         let _serial = crate::aggregate::cpu_test_serial();
@@ -352,8 +419,8 @@ mod tests {
         c.sock_id = 7;
         ps.observe_call(&c);
         ps.observe_call(&c);
-        ps.observe_bytes(me, "tester", true, 500);
-        ps.observe_bytes(me, "tester", false, 4000);
+        ps.observe_bytes(me, &name16("tester"), true, 500);
+        ps.observe_bytes(me, &name16("tester"), false, 4000);
         burn_cpu(Duration::from_millis(250));
         let snap = ps.end_interval(250_000_000);
         let s = snap.iter().find(|s| s.pid == me).expect("own process");
@@ -380,7 +447,7 @@ mod tests {
             .expect("spawn sleep");
         let pid = child.id();
         let mut ps = ProcessStats::new(16, true);
-        ps.observe_bytes(pid, "sleep", false, 1);
+        ps.observe_bytes(pid, &name16("sleep"), false, 1);
         ps.set_open_connections(&[(pid, 3)].into_iter().collect());
         let alive = ps.end_interval(1_000_000_000);
         assert!(!alive[0].exited);
@@ -403,10 +470,10 @@ mod tests {
     #[test]
     fn bounded_with_stalest_evicted_and_server_bytes_reversed() {
         let mut ps = ProcessStats::new(2, false);
-        ps.observe_bytes(1, "a", true, 1);
-        ps.observe_bytes(2, "b", true, 1);
+        ps.observe_bytes(1, &name16("a"), true, 1);
+        ps.observe_bytes(2, &name16("b"), true, 1);
         ps.end_interval(1_000_000_000);
-        ps.observe_bytes(2, "b", true, 1); // 1 is now the stalest
+        ps.observe_bytes(2, &name16("b"), true, 1); // 1 is now the stalest
         let mut server = call("c", 3, "GET", "/", 1_000_000);
         server.side = Side::Server;
         ps.observe_call(&server);
