@@ -102,6 +102,29 @@ pub fn set_capture_priority(nice: i32) {
     }
 }
 
+/// How far above the tracking threads the thread that applies their results runs.
+const APPLYING_PRIORITY_STEP: i32 = 5;
+
+/// Puts the calling thread (the one that merges and applies what the tracking threads send)
+/// a step above the capture's priority, where that was raised: it is the one stage all of them
+/// wait on, and at the same priority it waited for a CPU a third of its time under load on 16
+/// CPUs (docs/performance.md, "Many cores IV"). A failure changes nothing.
+pub fn raise_applying_priority() {
+    // SAFETY: plain syscalls on the calling thread (who = 0); getpriority's -1 is a value, so
+    // an error shows only in errno, cleared first.
+    unsafe {
+        *libc::__errno_location() = 0;
+        let now = libc::getpriority(libc::PRIO_PROCESS, 0);
+        if now < 0 && *libc::__errno_location() == 0 {
+            libc::setpriority(
+                libc::PRIO_PROCESS,
+                0,
+                (now - APPLYING_PRIORITY_STEP).max(-20),
+            );
+        }
+    }
+}
+
 /// Gives the calling thread the load's priority (nice 0) where the capture threads run above
 /// it. For a helper thread whose work can wait (the flow table's reader): at the capture's
 /// priority, woken on the ring reader's CPU it ran first and held the reader up for its whole

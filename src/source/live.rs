@@ -707,6 +707,11 @@ pub fn run<S: Sink, R>(
     }
     let meta = &meta;
     pipeline.start(meta).context("writing output failed")?;
+    if shards > 1 {
+        // The tracking threads started (at the capture's priority): this thread applies what
+        // they send.
+        crate::preflight::raise_applying_priority();
+    }
     let started = Instant::now();
     let deadline = duration.map(|d| started + d);
     let pipeline = RefCell::new(pipeline);
