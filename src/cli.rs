@@ -239,7 +239,8 @@ pub struct Args {
     /// Scheduling priority (nice value, -20..19) of ebtop's capture threads: the ring reader
     /// and the tracking threads. On a host saturated by the traced load they must still get
     /// the CPU they need, or the rings overflow and calls are lost (counted); the CPU they
-    /// take is what the event rate asks for, no more. 0 leaves the priority as it is.
+    /// take is what the event rate asks for, no more. With several tracking threads, the thread
+    /// that applies their results runs 5 steps above them. 0 leaves the priority as it is.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_NICE, allow_hyphen_values = true,
           value_parser = clap::value_parser!(i32).range(-20..=19))]
     pub nice: i32,
