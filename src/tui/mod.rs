@@ -9,6 +9,7 @@
 //! data arrived.
 
 pub mod app;
+pub mod data;
 pub mod filter;
 pub mod flows;
 pub mod input;
@@ -563,7 +564,7 @@ pub fn run_ui(
 /// what the UI would have received: for tests and for rendering a recording without a terminal.
 /// Bytes of each request and response head the TUI keeps for the call details: the whole
 /// captured head (the largest snaplen). What the Calls view holds in all is bounded by
-/// `app::HEAD_BUDGET`.
+/// `data::HEAD_BUDGET`.
 pub const KEEP_HEAD_BYTES: usize = 16384;
 
 pub fn collect_replay(path: &std::path::Path) -> anyhow::Result<Vec<UiMsg>> {

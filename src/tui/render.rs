@@ -1159,7 +1159,7 @@ fn call_detail_lines(app: &App, c: &Call, seq: u64) -> Vec<Line<'static>> {
         if dropped && head.bytes.is_empty() && head.len > 0 {
             v.push(format!(
                 "{what:<10} head dropped: the Calls view keeps {} MiB of heads, newest first",
-                super::app::HEAD_BUDGET >> 20
+                super::data::HEAD_BUDGET >> 20
             ));
         } else {
             v.extend(head_lines(what, head, body));

@@ -1,0 +1,220 @@
+//! An HTTP/1 header block: parsed with httparse, its framing (Content-Length, chunked), what a
+//! call shows of it (method, resource, status, host), and the head as kept for the details,
+//! its secrets redacted.
+
+use super::super::redact;
+use super::super::{CapturedHead, HeadSecrets, ParseDepth};
+
+const MAX_HEADERS: usize = 128;
+/// Longest resource kept per call (bytes); longer ones are cut (memory stays bounded).
+const MAX_RESOURCE: usize = 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    Request,
+    Response,
+}
+
+/// What a parsed header block says.
+pub(super) struct Head {
+    pub(super) len: usize,
+    /// The head's bytes as kept (`keep_head`), redacted now or when shown.
+    pub(super) captured: CapturedHead,
+    pub(super) kind: HeadKind,
+    pub(super) content_length: Option<u64>,
+    pub(super) chunked: bool,
+    /// An `Upgrade` header names h2c.
+    pub(super) h2c: bool,
+}
+
+pub(super) enum HeadKind {
+    Request {
+        method: String,
+        resource: String,
+        version: &'static str,
+        host: Option<String>,
+    },
+    Response {
+        status: u16,
+        version: &'static str,
+    },
+}
+
+pub(super) enum HeadParse {
+    Complete(Head),
+    Partial,
+    Invalid,
+}
+
+fn version_str(v: Option<u8>) -> &'static str {
+    match v {
+        Some(0) => "1.0",
+        _ => "1.1",
+    }
+}
+
+fn lossy_cut(b: &[u8], max: usize) -> String {
+    let b = &b[..b.len().min(max)];
+    // Valid UTF-8 (nearly always ASCII) is checked a word at a time; the lossy walk is slower.
+    match std::str::from_utf8(b) {
+        Ok(s) => s.to_owned(),
+        Err(_) => String::from_utf8_lossy(b).into_owned(),
+    }
+}
+
+/// A request target as shown: its secrets redacted, cut at `MAX_RESOURCE` bytes. httparse
+/// has checked the target's text already; it is only read again when something was redacted
+/// or cut.
+fn request_resource(target: &str) -> String {
+    match redact::redact_target(target.as_bytes()) {
+        std::borrow::Cow::Borrowed(_) if target.len() <= MAX_RESOURCE => target.to_owned(),
+        redacted => lossy_cut(&redacted, MAX_RESOURCE),
+    }
+}
+
+/// Content-Length and chunked framing from headers; None when they contradict (damaged).
+fn framing(headers: &[httparse::Header]) -> Option<(Option<u64>, bool)> {
+    let mut cl: Option<u64> = None;
+    let mut chunked = false;
+    for h in headers {
+        if h.name.eq_ignore_ascii_case("content-length") {
+            let v = std::str::from_utf8(h.value.trim_ascii())
+                .ok()?
+                .parse::<u64>()
+                .ok()?;
+            if cl.is_some_and(|old| old != v) {
+                return None;
+            }
+            cl = Some(v);
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            // Chunked is framing only when it is the final coding.
+            chunked = h
+                .value
+                .rsplit(|&b| b == b',')
+                .next()
+                .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+        }
+    }
+    // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length.
+    Some((if chunked { None } else { cl }, chunked))
+}
+
+/// Whether an `Upgrade` header lists `h2c` (HTTP/2 over clear text, RFC 7540 §3.2).
+fn upgrades_to_h2c(headers: &[httparse::Header]) -> bool {
+    headers.iter().any(|h| {
+        h.name.eq_ignore_ascii_case("upgrade")
+            && h.value
+                .split(|&b| b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"h2c"))
+    })
+}
+
+/// Up to `keep` bytes of a head of `len` bytes. A head that fits is kept as sent, its secrets
+/// redacted when shown (`redact_head`). A longer one is redacted whole before it is cut: a cut
+/// may fall inside a secret that is only recognised by what follows it (`user:pass@` of a
+/// URL needs its `@`).
+fn capture_head(buf: &[u8], len: usize, keep: usize) -> CapturedHead {
+    if keep == 0 {
+        return CapturedHead::default();
+    }
+    let head = &buf[..len.min(buf.len())];
+    if head.len() > keep {
+        let mut bytes = redact_head(head);
+        bytes.truncate(keep);
+        return CapturedHead::redacted(bytes, len as u64);
+    }
+    CapturedHead {
+        bytes: head.to_vec(),
+        len: len as u64,
+        secrets: HeadSecrets::Http1,
+    }
+}
+
+/// An HTTP/1 head with its secrets redacted: the request target's, secret headers' values,
+/// and those of URLs in any other header's value.
+pub fn redact_head(head: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(head.len());
+    for (i, line) in head.split_inclusive(|&b| b == b'\n').enumerate() {
+        let colon = line.iter().position(|&b| b == b':');
+        if i == 0 {
+            // The request line: its target's secrets.
+            bytes.extend_from_slice(&redact::redact_request_line(line));
+        } else if let Some(colon) = colon.filter(|&c| redact::is_secret_header(&line[..c])) {
+            bytes.extend_from_slice(&line[..=colon]);
+            let value_len = line[colon + 1..].trim_ascii().len();
+            bytes.extend_from_slice(format!(" [redacted, {value_len} bytes]\r\n").as_bytes());
+        } else {
+            // Any other header: the secrets of URLs in its value (Referer, Location,
+            // Refresh's url=, …).
+            let value_at = colon.map_or(0, |c| c + 1);
+            bytes.extend_from_slice(&line[..value_at]);
+            bytes.extend_from_slice(&redact::redact_urls_in(&line[value_at..]));
+        }
+    }
+    bytes
+}
+
+pub(super) fn parse_head(kind: Kind, buf: &[u8], depth: ParseDepth, keep: usize) -> HeadParse {
+    // Left uninitialised: httparse writes the headers it finds, and zeroing 128 of them
+    // (4 KiB) was the largest single cost of a parse.
+    let mut headers = [const { std::mem::MaybeUninit::<httparse::Header>::uninit() }; MAX_HEADERS];
+    let config = httparse::ParserConfig::default();
+    match kind {
+        Kind::Request => {
+            let mut req = httparse::Request::new(&mut []);
+            match config.parse_request_with_uninit_headers(&mut req, buf, &mut headers) {
+                Ok(httparse::Status::Complete(len)) => {
+                    let Some((content_length, chunked)) = framing(req.headers) else {
+                        return HeadParse::Invalid;
+                    };
+                    let host = if depth == ParseDepth::Full {
+                        req.headers
+                            .iter()
+                            .find(|h| h.name.eq_ignore_ascii_case("host"))
+                            .map(|h| lossy_cut(h.value, 256))
+                    } else {
+                        None
+                    };
+                    HeadParse::Complete(Head {
+                        len,
+                        captured: capture_head(buf, len, keep),
+                        content_length,
+                        chunked,
+                        h2c: upgrades_to_h2c(req.headers),
+                        kind: HeadKind::Request {
+                            method: req.method.unwrap_or("").to_owned(),
+                            resource: request_resource(req.path.unwrap_or("")),
+                            version: version_str(req.version),
+                            host,
+                        },
+                    })
+                }
+                Ok(httparse::Status::Partial) => HeadParse::Partial,
+                Err(_) => HeadParse::Invalid,
+            }
+        }
+        Kind::Response => {
+            let mut resp = httparse::Response::new(&mut []);
+            match config.parse_response_with_uninit_headers(&mut resp, buf, &mut headers) {
+                Ok(httparse::Status::Complete(len)) => {
+                    let Some((content_length, chunked)) = framing(resp.headers) else {
+                        return HeadParse::Invalid;
+                    };
+                    HeadParse::Complete(Head {
+                        len,
+                        captured: capture_head(buf, len, keep),
+                        content_length,
+                        chunked,
+                        h2c: upgrades_to_h2c(resp.headers),
+                        kind: HeadKind::Response {
+                            status: resp.code.unwrap_or(0),
+                            version: version_str(resp.version),
+                        },
+                    })
+                }
+                Ok(httparse::Status::Partial) => HeadParse::Partial,
+                Err(_) => HeadParse::Invalid,
+            }
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! What the terminal UI was sent, as it shows it: the newest calls with their kept heads
+//! (bounded), connections, endpoint numbers per window, the flow table's rows, interval
+//! reports, process descriptions. Nothing here knows a view, a key or a terminal (`app.rs`).
+
+use std::collections::{HashMap, VecDeque};
+
+use super::table::{endpoint_key, CallEntry, ConnEntry};
+use super::UiMsg;
+use crate::aggregate::{EndpointSnapshot, EndpointTable};
+use crate::call::Call;
+use crate::protocols::Outcome;
+use crate::report::IntervalReport;
+use crate::session::{SessionMeta, Summary};
+
+/// Calls kept for the calls view (the newest).
+pub const CALL_RING: usize = 10_000;
+
+/// Bytes of message heads the Calls view keeps in all; past it the oldest calls' heads go
+/// (their details say so), so memory stays bounded whatever the heads' size.
+pub const HEAD_BUDGET: usize = 8 << 20;
+
+/// Intervals of call rate the header's sparkline shows.
+pub const RATE_HISTORY: usize = 30;
+
+/// Processes whose command lines the UI keeps (as many as the process table).
+pub const PROCS_MAX: usize = 16384;
+
+/// Endpoints whose recent intervals are kept for the drill-down's sparklines.
+pub const ENDPOINT_HISTORY_MAX: usize = 2048;
+
+/// Connections kept for the flows view (the least recently used go first).
+pub const MAX_CONNS: usize = 4096;
+
+/// The rolling windows of the Endpoints view's numbers (besides the interval and the
+/// session).
+pub const WINDOW_10S_NS: u64 = 10_000_000_000;
+pub const WINDOW_1M_NS: u64 = 60_000_000_000;
+
+/// What taking a message in did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taken {
+    Added,
+    /// Everything shown was dropped: a replay starts over to go back in time.
+    StartedOver,
+}
+
+/// Everything the collector sent, as shown (a frozen copy while paused).
+#[derive(Debug, Clone, Default)]
+pub struct Data {
+    pub meta: Option<SessionMeta>,
+    /// Oldest first.
+    pub calls: VecDeque<CallEntry>,
+    pub next_seq: u64,
+    pub lost_events: u64,
+    pub lost_bytes: u64,
+    /// Call batches the collector could not hand over because the UI was behind.
+    pub ui_dropped: u64,
+    /// The last interval's report without its flows: they moved into `flows`, and what the
+    /// Processes view needs of them is in `flow_bytes_by_pid` (a burst's report holds up to
+    /// 200,000 flows; kept here they would be a second copy).
+    pub report: Option<Box<IntervalReport>>,
+    /// Bytes each process's flows moved in `report`'s interval (in, out); None when that
+    /// interval came without a flow table report.
+    pub flow_bytes_by_pid: Option<BytesByPid>,
+    /// The last interval's flow report has parts still to come (`UiMsg::FlowPart`), and
+    /// whether their bytes count in `flow_bytes_by_pid` (not for an interval of no time).
+    flow_parts_follow: Option<bool>,
+    /// Since-start endpoint numbers up to the last interval.
+    pub cumulative: Vec<EndpointSnapshot>,
+    /// Endpoint numbers over the last 10 s and the last minute (`app::EndpointWindow`).
+    pub last_10s: Vec<EndpointSnapshot>,
+    pub last_1m: Vec<EndpointSnapshot>,
+    pub conns: HashMap<(u32, u64), ConnEntry>,
+    /// The kernel flow table's flows, from the interval reports.
+    pub flows: super::flows::FlowBoard,
+    /// Latest recorded (kernel) time seen.
+    pub position_ns: u64,
+    /// Processes described so far (command lines), by pid.
+    pub procs: HashMap<u32, crate::procinfo::ProcInfo>,
+    /// Per endpoint (`endpoint_key`): calls/s, p99 ns, server- and client-error shares of
+    /// each of the last `RATE_HISTORY` intervals, oldest first (the drill-down's sparklines).
+    pub endpoint_history: HashMap<String, VecDeque<[f64; 4]>>,
+    /// Calls per second of the last intervals, oldest first (the header's sparkline).
+    pub rate_history: VecDeque<f64>,
+    /// Bytes of the heads `calls` holds.
+    pub head_bytes: usize,
+    /// Leading entries of `calls` whose heads were dropped for `HEAD_BUDGET`.
+    heads_dropped: usize,
+    /// Calls before this arrival number had their heads dropped.
+    pub heads_dropped_before: u64,
+    pub ended: Option<Box<Summary>>,
+}
+
+impl Data {
+    /// Takes in what the collector sent (`endpoints`: the UI's endpoint table, which the
+    /// calls feed). Keys, resizes and the terminal's loss are the app's, not data: ignored.
+    pub fn take_in(&mut self, msg: UiMsg, endpoints: &mut EndpointTable) -> Taken {
+        let d = self;
+        match msg {
+            UiMsg::Meta(m) => d.meta = Some(*m),
+            UiMsg::Process(p) => {
+                if d.procs.len() >= PROCS_MAX && !d.procs.contains_key(&p.pid) {
+                    // Bounded as the process table is: start over (rows show the name meanwhile).
+                    d.procs.clear();
+                }
+                d.procs.insert(p.pid, *p);
+            }
+            UiMsg::Calls(calls) => {
+                for c in calls {
+                    endpoints.observe(&c);
+                    d.add_call(c);
+                }
+            }
+            UiMsg::Interval(mut r) => {
+                endpoints.end_interval(r.period_ns);
+                d.cumulative = endpoints.cumulative();
+                d.last_10s = endpoints.window(WINDOW_10S_NS);
+                d.last_1m = endpoints.window(WINDOW_1M_NS);
+                d.position_ns = d.position_ns.max(r.mono_ns);
+                // An interval of no time (a replay ending on an interval's boundary): the
+                // last real interval's numbers stay on screen, not zeros.
+                let no_time = r.period_ns == 0 && d.report.is_some();
+                let flows = r.flows.take();
+                if !no_time {
+                    d.flow_bytes_by_pid = flows.as_ref().map(flow_bytes_by_pid);
+                }
+                d.flow_parts_follow = flows.as_ref().filter(|f| f.more).map(|_| !no_time);
+                if let Some(fr) = flows {
+                    d.flows.apply(fr, r.period_ns);
+                }
+                if no_time {
+                    if let Some(prev) = d.report.as_mut() {
+                        prev.totals = r.totals;
+                    }
+                    return Taken::Added;
+                }
+                d.report = Some(r);
+                let now: HashMap<String, [f64; 4]> = d
+                    .report
+                    .as_ref()
+                    .map(|r| {
+                        r.endpoints
+                            .iter()
+                            .map(|e| {
+                                let v = [
+                                    e.calls_per_s,
+                                    e.latency_p99_ns as f64,
+                                    e.server_error_rate,
+                                    e.client_error_rate,
+                                ];
+                                (endpoint_key(e), v)
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                for (k, h) in d.endpoint_history.iter_mut() {
+                    if h.len() >= RATE_HISTORY {
+                        h.pop_front();
+                    }
+                    h.push_back(now.get(k).copied().unwrap_or_default());
+                }
+                for (k, v) in now {
+                    if d.endpoint_history.len() < ENDPOINT_HISTORY_MAX {
+                        d.endpoint_history
+                            .entry(k)
+                            .or_insert_with(|| VecDeque::from([v]));
+                    }
+                }
+                if let Some(rate) = d.calls_per_s() {
+                    if d.rate_history.len() >= RATE_HISTORY {
+                        d.rate_history.pop_front();
+                    }
+                    d.rate_history.push_back(rate);
+                }
+            }
+            UiMsg::FlowPart(part) => {
+                if let Some(counted) = d.flow_parts_follow {
+                    d.flow_parts_follow = part.more.then_some(counted);
+                    if let Some(by_pid) = d.flow_bytes_by_pid.as_mut().filter(|_| counted) {
+                        add_flow_bytes(by_pid, &part);
+                    }
+                    d.flows.apply_part(*part);
+                }
+            }
+            UiMsg::Lost { events, bytes } => {
+                d.lost_events += events;
+                d.lost_bytes += bytes;
+            }
+            UiMsg::Dropped(n) => d.ui_dropped = n,
+            UiMsg::Ended(s) => {
+                if !s.endpoints.is_empty() {
+                    // Exact since-start numbers.
+                    d.cumulative = s.endpoints.clone();
+                }
+                d.ended = Some(s);
+            }
+            UiMsg::Restart => {
+                // The replay starts over to go back in time: everything shown is rebuilt.
+                *d = Data::default();
+                return Taken::StartedOver;
+            }
+            UiMsg::Key(_) | UiMsg::Resize(..) | UiMsg::TerminalLost(_) | UiMsg::InputFailed(_) => {}
+        }
+        Taken::Added
+    }
+
+    fn add_call(&mut self, call: Call) {
+        let d = self;
+        let seq = d.next_seq;
+        d.next_seq += 1;
+        d.position_ns = d.position_ns.max(super::call_time(&call));
+        let key = (call.pid, call.sock_id);
+        if !d.conns.contains_key(&key) && d.conns.len() >= MAX_CONNS {
+            if let Some(old) = d
+                .conns
+                .iter()
+                .min_by_key(|(_, c)| c.last_seq)
+                .map(|(k, _)| *k)
+            {
+                d.conns.remove(&old);
+            }
+        }
+        let conn = d.conns.entry(key).or_insert_with(|| ConnEntry {
+            pid: call.pid,
+            comm: call.comm.to_string(),
+            sock_id: call.sock_id,
+            side: call.side,
+            local: call.local,
+            peer: call.peer,
+            calls: 0,
+            server_errors: 0,
+            client_errors: 0,
+            req_bytes: 0,
+            resp_bytes: 0,
+            last_seq: seq,
+        });
+        conn.calls += 1;
+        conn.server_errors += u64::from(call.l7.outcome == Outcome::ServerError);
+        conn.client_errors += u64::from(call.l7.outcome == Outcome::ClientError);
+        conn.req_bytes += call.l7.req.bytes;
+        conn.resp_bytes += call.l7.resp.bytes;
+        conn.last_seq = seq;
+        if *conn.comm != *call.comm {
+            conn.comm = call.comm.to_string();
+        }
+        if d.calls.len() >= CALL_RING {
+            if let Some(old) = d.calls.pop_front() {
+                if d.heads_dropped > 0 {
+                    d.heads_dropped -= 1;
+                } else {
+                    d.head_bytes -= heads_len(&old.call);
+                }
+            }
+        }
+        d.head_bytes += heads_len(&call);
+        d.calls.push_back(CallEntry::new(seq, call));
+        while d.head_bytes > HEAD_BUDGET && d.heads_dropped < d.calls.len() {
+            let e = &mut d.calls[d.heads_dropped];
+            d.head_bytes -= heads_len(&e.call);
+            e.call.l7.req_head.bytes = Vec::new();
+            e.call.l7.resp_head.bytes = Vec::new();
+            d.heads_dropped += 1;
+            d.heads_dropped_before = e.seq + 1;
+        }
+    }
+
+    /// Kernel time the session started (from the meta).
+    pub fn start_mono_ns(&self) -> Option<u64> {
+        self.meta.as_ref().map(SessionMeta::start_mono_ns)
+    }
+
+    pub fn total_calls(&self) -> u64 {
+        match (&self.ended, &self.report) {
+            (Some(s), _) => s.calls,
+            (None, Some(r)) => r.totals.calls.max(self.next_seq),
+            _ => self.next_seq,
+        }
+    }
+
+    pub fn total_lost(&self) -> u64 {
+        let lost = |k: &crate::session::KernelCounters| k.lost + k.missed_runs;
+        let reported = self.report.as_ref().map_or(0, |r| lost(&r.totals.kernel));
+        let ended = self.ended.as_ref().map_or(0, |s| lost(&s.kernel));
+        self.lost_events.max(reported).max(ended)
+    }
+
+    /// Calls per second over the last interval.
+    pub fn calls_per_s(&self) -> Option<f64> {
+        let r = self.report.as_ref()?;
+        let calls: u64 = r.endpoints.iter().map(|e| e.calls).sum();
+        (r.period_ns > 0).then(|| calls as f64 * 1e9 / r.period_ns as f64)
+    }
+
+    pub fn find_call(&self, seq: u64) -> Option<&Call> {
+        let first = self.calls.front()?.seq;
+        let idx = seq.checked_sub(first)? as usize;
+        self.calls
+            .get(idx)
+            .filter(|e| e.seq == seq)
+            .map(|e| &e.call)
+    }
+}
+
+/// Per pid, bytes (in, out).
+pub type BytesByPid = HashMap<u32, (u64, u64)>;
+
+/// Bytes each process's flows moved in the interval (in, out), from the flow table.
+pub(super) fn flow_bytes_by_pid(fr: &crate::flows::FlowReport) -> BytesByPid {
+    let mut m = BytesByPid::new();
+    add_flow_bytes(&mut m, fr);
+    m
+}
+
+/// Adds the bytes each process's flows in `fr` moved in the interval (in, out).
+fn add_flow_bytes(m: &mut BytesByPid, fr: &crate::flows::FlowReport) {
+    let tcp = fr.flows.iter().chain(&fr.ends).filter_map(|f| {
+        f.pid
+            .map(|pid| (pid, f.interval_bytes_in, f.interval_bytes_out))
+    });
+    let udp = fr
+        .udp
+        .iter()
+        .map(|f| (f.pid, f.interval_bytes_in, f.interval_bytes_out));
+    for (pid, i, o) in tcp.chain(udp) {
+        let e = m.entry(pid).or_default();
+        e.0 = e.0.saturating_add(i);
+        e.1 = e.1.saturating_add(o);
+    }
+}
+
+/// Bytes of kept heads a call holds.
+fn heads_len(c: &Call) -> usize {
+    c.l7.req_head.bytes.len() + c.l7.resp_head.bytes.len()
+}
