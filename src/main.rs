@@ -22,7 +22,10 @@ use ebtop::sink::json::{JsonSink, LineSelection};
 /// mimalloc, not glibc's malloc: calls are made on the capture threads and dropped on others
 /// (the terminal UI's, the pipeline thread's), and glibc then frees each through the arena of
 /// the thread that made it, under its lock, while the making thread's cache runs empty — in
-/// the terminal UI at saturation, malloc and free were a quarter of ebtop's CPU.
+/// the terminal UI at saturation, malloc and free were a quarter of ebtop's CPU. Built
+/// without its transparent-huge-page advice (Cargo feature `no_thp`): with it, every thread's
+/// first touch of its part of an arena made a 2 MiB page resident, ~9 MB of RSS per tracking
+/// thread under load (bench/notes.md, "Memory with several tracking threads").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use ebtop::sink::null::NullSink;
