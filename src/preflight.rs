@@ -140,3 +140,51 @@ pub fn set_helper_priority() {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn own_nice() -> i32 {
+        // SAFETY: plain syscall on the calling thread; -1 is a valid value here (errno unused:
+        // the tests set the values they read).
+        unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }
+    }
+
+    /// On a thread of its own: nice values are per thread on Linux.
+    fn on_a_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        std::thread::spawn(f).join().expect("the test thread")
+    }
+
+    #[test]
+    fn the_applying_thread_runs_a_step_above_the_capture_threads_and_never_below_the_load() {
+        // SAFETY: plain syscall.
+        let root = unsafe { libc::geteuid() } == 0;
+        assert!(
+            root,
+            "raising a thread's priority needs root (CAP_SYS_NICE): run as root"
+        );
+        let (capture, applying) = on_a_thread(|| {
+            set_capture_priority(-10);
+            let capture = own_nice();
+            raise_applying_priority();
+            (capture, own_nice())
+        });
+        assert_eq!((capture, applying), (-10, -15));
+        // Near the top it stops at -20.
+        let top = on_a_thread(|| {
+            set_capture_priority(-18);
+            raise_applying_priority();
+            own_nice()
+        });
+        assert_eq!(top, -20);
+        // Where the capture keeps the load's priority (`--nice 0`), so does the applying thread.
+        let load = on_a_thread(|| {
+            // SAFETY: plain syscall on the calling thread.
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 0) };
+            raise_applying_priority();
+            own_nice()
+        });
+        assert_eq!(load, 0);
+    }
+}
