@@ -91,9 +91,7 @@ pub fn set_capture_priority(nice: i32) {
     if nice == 0 {
         return;
     }
-    // SAFETY: plain syscall on the calling thread (who = 0).
-    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
-    if rc != 0 {
+    if !set_thread_nice(nice) {
         crate::diag!(
             "ebtop: warning: could not set the capture threads' priority to nice {nice}: {} \
              (under load they may fall behind: losses are counted)",
@@ -110,18 +108,8 @@ const APPLYING_PRIORITY_STEP: i32 = 5;
 /// wait on, and at the same priority it waited for a CPU a third of its time under load on 16
 /// CPUs (docs/performance.md, "Many cores IV"). A failure changes nothing.
 pub fn raise_applying_priority() {
-    // SAFETY: plain syscalls on the calling thread (who = 0); getpriority's -1 is a value, so
-    // an error shows only in errno, cleared first.
-    unsafe {
-        *libc::__errno_location() = 0;
-        let now = libc::getpriority(libc::PRIO_PROCESS, 0);
-        if now < 0 && *libc::__errno_location() == 0 {
-            libc::setpriority(
-                libc::PRIO_PROCESS,
-                0,
-                (now - APPLYING_PRIORITY_STEP).max(-20),
-            );
-        }
+    if let Some(now) = thread_nice().filter(|&n| n < 0) {
+        set_thread_nice((now - APPLYING_PRIORITY_STEP).max(-20));
     }
 }
 
@@ -130,15 +118,26 @@ pub fn raise_applying_priority() {
 /// priority, woken on the ring reader's CPU it ran first and held the reader up for its whole
 /// run (5 ms of flow snapshot at every tick on a 2-CPU host).
 pub fn set_helper_priority() {
-    // SAFETY: plain syscalls on the calling thread (who = 0); getpriority's -1 is a value, so
+    if thread_nice().is_some_and(|n| n < 0) {
+        set_thread_nice(0);
+    }
+}
+
+/// The calling thread's nice value (None: it could not be read).
+fn thread_nice() -> Option<i32> {
+    // SAFETY: plain syscall on the calling thread (who = 0); getpriority's -1 is a value, so
     // an error shows only in errno, cleared first.
     unsafe {
         *libc::__errno_location() = 0;
         let now = libc::getpriority(libc::PRIO_PROCESS, 0);
-        if now < 0 && *libc::__errno_location() == 0 {
-            libc::setpriority(libc::PRIO_PROCESS, 0, 0);
-        }
+        (*libc::__errno_location() == 0).then_some(now)
     }
+}
+
+/// Sets the calling thread's nice value; whether it could.
+fn set_thread_nice(nice: i32) -> bool {
+    // SAFETY: plain syscall on the calling thread (who = 0).
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) == 0 }
 }
 
 #[cfg(test)]
@@ -146,9 +145,7 @@ mod tests {
     use super::*;
 
     fn own_nice() -> i32 {
-        // SAFETY: plain syscall on the calling thread; -1 is a valid value here (errno unused:
-        // the tests set the values they read).
-        unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }
+        thread_nice().expect("the thread's nice value")
     }
 
     /// On a thread of its own: nice values are per thread on Linux.
@@ -180,8 +177,7 @@ mod tests {
         assert_eq!(top, -20);
         // Where the capture keeps the load's priority (`--nice 0`), so does the applying thread.
         let load = on_a_thread(|| {
-            // SAFETY: plain syscall on the calling thread.
-            unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 0) };
+            set_thread_nice(0);
             raise_applying_priority();
             own_nice()
         });

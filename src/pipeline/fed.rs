@@ -297,18 +297,7 @@ impl FedShards {
         let free = all || self.held > MAX_HELD_RECORDS;
         // The last record's worker goes first while its next record is still the earliest
         // (a tie with a worker before it goes to that one): the heap is not touched.
-        let own = self.taken.take().and_then(|k| {
-            self.recycle_applied(k);
-            match self.head(k) {
-                Some(t) => Some((t, k)),
-                None => {
-                    // Nothing waits from k now: its progress counts.
-                    let p = self.progress[k];
-                    self.read_up_to = self.read_up_to.map(|r| r.min(p));
-                    None
-                }
-            }
-        });
+        let own = self.taken.take().and_then(|k| self.next_head_of(k));
         let (t, k) = match (own, self.heads.peek()) {
             (Some(own), Some(&Reverse(top))) if top < own => {
                 self.heads.push(Reverse(own));
@@ -318,14 +307,15 @@ impl FedShards {
             (None, Some(&Reverse(top))) => top,
             (None, None) => return None,
         };
+        let in_heap = own != Some((t, k));
         if !free && t > self.least_read_up_to() {
-            if own.is_some_and(|o| o == (t, k)) {
+            if !in_heap {
                 self.heads.push(Reverse((t, k)));
             }
             self.want_progress(t);
             return None;
         }
-        if own != Some((t, k)) {
+        if in_heap {
             self.heads.pop();
         }
         self.taken = Some(k);
@@ -346,16 +336,21 @@ impl FedShards {
     /// Puts the worker of the record handed out last back among the heads (its record is
     /// applied by now), recycling its applied batches.
     fn settle(&mut self) {
-        if let Some(k) = self.taken.take() {
-            self.recycle_applied(k);
-            match self.head(k) {
-                Some(t) => self.heads.push(Reverse((t, k))),
-                None => {
-                    let p = self.progress[k];
-                    self.read_up_to = self.read_up_to.map(|r| r.min(p));
-                }
-            }
+        if let Some(head) = self.taken.take().and_then(|k| self.next_head_of(k)) {
+            self.heads.push(Reverse(head));
         }
+    }
+
+    /// The next head of worker `k`, whose last record handed out is applied (its applied
+    /// batches recycled first); None: nothing waits from it, so its progress counts.
+    fn next_head_of(&mut self, k: usize) -> Option<(u64, usize)> {
+        self.recycle_applied(k);
+        let head = self.head(k).map(|t| (t, k));
+        if head.is_none() {
+            let p = self.progress[k];
+            self.read_up_to = self.read_up_to.map(|r| r.min(p));
+        }
+        head
     }
 
     /// The least progress of the workers with nothing waiting (u64::MAX: none).

@@ -22,6 +22,15 @@ pub(super) enum ChunkState {
     },
 }
 
+impl ChunkState {
+    /// Where a chunked body, and each chunk after the previous one's data, starts.
+    pub(super) const FIRST_SIZE: ChunkState = ChunkState::Size {
+        size: 0,
+        digits: 0,
+        in_ext: false,
+    };
+}
+
 /// Runs the chunked-body state machine over `data`. Returns (bytes consumed, new state,
 /// finished); `Err(consumed)` when the bytes are not chunked encoding.
 pub(super) fn chunk_step(
@@ -76,13 +85,7 @@ pub(super) fn chunk_step(
                 i += 1;
                 match c {
                     b'\r' => {}
-                    b'\n' => {
-                        st = ChunkState::Size {
-                            size: 0,
-                            digits: 0,
-                            in_ext: false,
-                        }
-                    }
+                    b'\n' => st = ChunkState::FIRST_SIZE,
                     _ => return Err(i),
                 }
             }

@@ -333,11 +333,7 @@ impl Http1Parser {
                 }
                 let ds = &mut self.dirs[d];
                 ds.state = if head.chunked {
-                    State::Chunked(ChunkState::Size {
-                        size: 0,
-                        digits: 0,
-                        in_ext: false,
-                    })
+                    State::Chunked(ChunkState::FIRST_SIZE)
                 } else {
                     match head.content_length {
                         Some(n) if n > 0 => State::Body { remaining: n },
@@ -378,11 +374,7 @@ impl Http1Parser {
                 ds.state = if no_body {
                     State::Start
                 } else if head.chunked {
-                    State::Chunked(ChunkState::Size {
-                        size: 0,
-                        digits: 0,
-                        in_ext: false,
-                    })
+                    State::Chunked(ChunkState::FIRST_SIZE)
                 } else {
                     match head.content_length {
                         Some(0) => State::Start,
