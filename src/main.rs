@@ -136,6 +136,7 @@ fn tui_session(args: &Args, stop: &Arc<AtomicBool>) -> Result<()> {
     let (tx, rx) = std::sync::mpsc::sync_channel(tui::CHANNEL_CAP);
     let paused = Arc::new(AtomicBool::new(false));
     let mut sink = tui::TuiSink::new(tx.clone());
+    let call_returner = Some(sink.call_returner());
     let control = replay.then(|| Arc::new(tui::ReplayControl::new(args.speed)));
     if let Some(c) = &control {
         sink = sink.with_pacer(tui::Pacer::new(
@@ -159,6 +160,7 @@ fn tui_session(args: &Args, stop: &Arc<AtomicBool>) -> Result<()> {
         raw_resources: args.raw_resources,
         utc: args.utc,
         replay: control,
+        call_returner,
     };
     std::thread::scope(|s| {
         let collector = s.spawn(|| {

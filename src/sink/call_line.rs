@@ -3,9 +3,10 @@
 //! ebtop's user-space time. Same bytes as the serde struct of docs/json.md (tested against it).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
-use crate::call::Call;
-use crate::protocols::Outcome;
+use crate::call::{Call, Side};
+use crate::protocols::{Outcome, Protocol};
 
 /// The date-and-seconds part of the last timestamp written: calls arrive in time order, so
 /// most share it and only the nanoseconds change.
@@ -111,11 +112,12 @@ fn addr(out: &mut Vec<u8>, a: &SocketAddr) {
     }
 }
 
-fn outcome_name(o: Outcome) -> &'static str {
+/// The outcome as a JSON string, quotes included.
+fn outcome_json(o: Outcome) -> &'static [u8] {
     match o {
-        Outcome::Ok => "ok",
-        Outcome::ClientError => "client_error",
-        Outcome::ServerError => "server_error",
+        Outcome::Ok => b"\"ok\"",
+        Outcome::ClientError => b"\"client_error\"",
+        Outcome::ServerError => b"\"server_error\"",
     }
 }
 
@@ -123,47 +125,83 @@ fn boolean(out: &mut Vec<u8>, b: bool) {
     out.extend_from_slice(if b { b"true" } else { b"false" });
 }
 
-/// Writes `call` lines with a session's clock: what a tracking thread uses to format the
-/// lines of the calls it completes (`--threads`), so the JSON sink only copies them.
-#[derive(Debug, Default)]
-pub struct CallFormatter {
-    pub clock: crate::clock::WallClock,
-    ts: TimestampCache,
+/// What a connection's calls have in common on their lines: the fields from `"proto"` to
+/// `"peer"`. Two calls with equal keys get the same bytes there.
+#[derive(Debug, Clone)]
+struct ConnFieldsKey {
+    sock_id: u64,
+    pid: u32,
+    tid: u32,
+    side: Side,
+    proto: Protocol,
+    tls: bool,
+    local: SocketAddr,
+    peer: SocketAddr,
+    comm: Arc<str>,
 }
 
-impl CallFormatter {
-    pub fn new(clock: crate::clock::WallClock) -> CallFormatter {
-        CallFormatter {
-            clock,
-            ts: TimestampCache::default(),
+impl ConnFieldsKey {
+    fn of(c: &Call) -> ConnFieldsKey {
+        ConnFieldsKey {
+            sock_id: c.sock_id,
+            pid: c.pid,
+            tid: c.tid,
+            side: c.side,
+            proto: c.l7.proto,
+            tls: c.tls,
+            local: c.local,
+            peer: c.peer,
+            comm: Arc::clone(&c.comm),
         }
     }
 
-    /// Appends `c`'s line (with its newline).
-    pub fn write(&mut self, out: &mut Vec<u8>, c: &Call) {
-        let unix_ns = self.clock.unix_ns(c.start_ns);
-        write(out, &mut self.ts, c, unix_ns);
+    fn matches(&self, c: &Call) -> bool {
+        self.sock_id == c.sock_id
+            && self.pid == c.pid
+            && self.tid == c.tid
+            && self.side == c.side
+            && self.proto == c.l7.proto
+            && self.tls == c.tls
+            && self.local == c.local
+            && self.peer == c.peer
+            // A connection's calls share one name (pointer equal); a renamed process not.
+            && (Arc::ptr_eq(&self.comm, &c.comm) || *self.comm == *c.comm)
     }
 }
 
-/// Appends one `call` line (with its newline) for `c`, whose start is `unix_ns`.
-fn write(out: &mut Vec<u8>, ts: &mut TimestampCache, c: &Call, unix_ns: i64) {
-    // The fixed part of a line is under 512 bytes: one capacity check instead of one per
-    // field's growth.
-    let details: usize =
-        c.l7.details
-            .iter()
-            .map(|(k, v)| k.len() + v.len() + 8)
-            .sum();
-    out.reserve(
-        512 + c.comm.len()
-            + c.l7.method.len()
-            + c.l7.resource.len()
-            + details
-            + c.l7.status_text.as_ref().map_or(0, String::len),
-    );
-    out.extend_from_slice(b"{\"type\":\"call\",\"ts\":");
-    ts.write(out, unix_ns);
+/// Slots of [`ConnFieldsCache`]: a power of two.
+const CONN_FIELDS_SLOTS: usize = 256;
+
+/// The connection fields of recent calls, already written: formatting them (two addresses,
+/// three integers, the process name) was about a third of a line's cost, and a connection
+/// carries many calls in a row. A slot per (socket, thread) hash; a collision just writes the
+/// fields again.
+#[derive(Debug, Default)]
+struct ConnFieldsCache {
+    slots: Vec<Option<(ConnFieldsKey, Vec<u8>)>>,
+}
+
+impl ConnFieldsCache {
+    fn write(&mut self, out: &mut Vec<u8>, c: &Call) {
+        if self.slots.is_empty() {
+            self.slots.resize_with(CONN_FIELDS_SLOTS, || None);
+        }
+        let hash = (c.sock_id ^ (u64::from(c.tid) << 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let slot = &mut self.slots[(hash >> 56) as usize % CONN_FIELDS_SLOTS];
+        match slot {
+            Some((key, bytes)) if key.matches(c) => out.extend_from_slice(bytes),
+            _ => {
+                let mut bytes = Vec::with_capacity(160 + c.comm.len());
+                conn_fields(&mut bytes, c);
+                out.extend_from_slice(&bytes);
+                *slot = Some((ConnFieldsKey::of(c), bytes));
+            }
+        }
+    }
+}
+
+/// `,"proto":…` through `,"peer":…`: the fields [`ConnFieldsKey`] holds.
+fn conn_fields(out: &mut Vec<u8>, c: &Call) {
     out.extend_from_slice(b",\"proto\":");
     string(out, c.l7.proto.name());
     if c.tls {
@@ -183,6 +221,58 @@ fn write(out: &mut Vec<u8>, ts: &mut TimestampCache, c: &Call, unix_ns: i64) {
     addr(out, &c.local);
     out.extend_from_slice(b",\"peer\":");
     addr(out, &c.peer);
+}
+
+/// Writes `call` lines with a session's clock: what a tracking thread uses to format the
+/// lines of the calls it completes (`--threads`), so the JSON sink only copies them.
+#[derive(Debug, Default)]
+pub struct CallFormatter {
+    pub clock: crate::clock::WallClock,
+    ts: TimestampCache,
+    conns: ConnFieldsCache,
+}
+
+impl CallFormatter {
+    pub fn new(clock: crate::clock::WallClock) -> CallFormatter {
+        CallFormatter {
+            clock,
+            ts: TimestampCache::default(),
+            conns: ConnFieldsCache::default(),
+        }
+    }
+
+    /// Appends `c`'s line (with its newline).
+    pub fn write(&mut self, out: &mut Vec<u8>, c: &Call) {
+        let unix_ns = self.clock.unix_ns(c.start_ns);
+        write(out, &mut self.ts, &mut self.conns, c, unix_ns);
+    }
+}
+
+/// Appends one `call` line (with its newline) for `c`, whose start is `unix_ns`.
+fn write(
+    out: &mut Vec<u8>,
+    ts: &mut TimestampCache,
+    conns: &mut ConnFieldsCache,
+    c: &Call,
+    unix_ns: i64,
+) {
+    // The fixed part of a line is under 512 bytes: one capacity check instead of one per
+    // field's growth.
+    let details: usize =
+        c.l7.details
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 8)
+            .sum();
+    out.reserve(
+        512 + c.comm.len()
+            + c.l7.method.len()
+            + c.l7.resource.len()
+            + details
+            + c.l7.status_text.as_ref().map_or(0, String::len),
+    );
+    out.extend_from_slice(b"{\"type\":\"call\",\"ts\":");
+    ts.write(out, unix_ns);
+    conns.write(out, c);
     out.extend_from_slice(b",\"method\":");
     string(out, &c.l7.method);
     out.extend_from_slice(b",\"resource\":");
@@ -199,7 +289,7 @@ fn write(out: &mut Vec<u8>, ts: &mut TimestampCache, c: &Call, unix_ns: i64) {
         string(out, text);
     }
     out.extend_from_slice(b",\"outcome\":");
-    string(out, outcome_name(c.l7.outcome));
+    out.extend_from_slice(outcome_json(c.l7.outcome));
     out.extend_from_slice(b",\"latency_ns\":");
     number(out, c.latency_ns);
     out.extend_from_slice(b",\"req_bytes\":");
@@ -287,6 +377,51 @@ mod tests {
         assert_eq!(r["outcome"], "server_error");
         assert_eq!(r["reply"], "error");
         assert_eq!(r["error"], "WRONGTYPE Operation against a key \"x\"");
+    }
+
+    #[test]
+    fn a_connections_fields_are_written_anew_when_any_of_them_changes() {
+        // Each call differs from the one before it in one of the fields kept per connection
+        // (or in none): every line must be what a formatter that never saw a call writes.
+        let base = crate::aggregate::endpoints::tests::call("app", 7, "GET", "/a", 5_000);
+        let mut calls = vec![base.clone(), base.clone()];
+        let mut next = |f: &dyn Fn(&mut Call)| {
+            let mut c = calls.last().unwrap().clone();
+            f(&mut c);
+            calls.push(c);
+        };
+        next(&|c| c.sock_id += 1);
+        next(&|c| c.pid += 1);
+        next(&|c| c.tid += 1);
+        next(&|c| c.side = Side::Server);
+        next(&|c| c.l7.proto = Protocol::Redis);
+        next(&|c| c.tls = true);
+        next(&|c| c.local.set_port(c.local.port() + 1));
+        next(&|c| c.peer = "[2001:db8::1]:443".parse().unwrap());
+        // The same name in another allocation: same bytes; then another name.
+        next(&|c| c.comm = Arc::from(c.comm.to_string()));
+        next(&|c| c.comm = Arc::from("other\"name"));
+        next(&|c| c.l7.resource = "/b".to_owned());
+        // Back to the first connection, and many sockets sharing slots.
+        calls.push(base.clone());
+        for i in 0..(4 * CONN_FIELDS_SLOTS as u64) {
+            let mut c = base.clone();
+            c.sock_id = i * 977;
+            calls.push(c);
+        }
+        calls.push(base);
+        let mut cached = CallFormatter::default();
+        for (i, c) in calls.iter().enumerate() {
+            let mut got = Vec::new();
+            cached.write(&mut got, c);
+            let mut want = Vec::new();
+            CallFormatter::default().write(&mut want, c);
+            assert_eq!(
+                String::from_utf8(got).unwrap(),
+                String::from_utf8(want).unwrap(),
+                "call {i}"
+            );
+        }
     }
 
     #[test]

@@ -14,7 +14,7 @@ use super::table::{
     call_row_cached, conn_row, endpoint_key, endpoint_row, process_row, Column, SharedRow, SortVal,
     CALL_COLUMNS, CALL_COLUMNS_DATED, CONN_COLUMNS, ENDPOINT_COLUMNS, PROCESS_COLUMNS,
 };
-use super::UiMsg;
+use super::{CallReturner, UiMsg};
 use crate::aggregate::endpoints::OTHER_RESOURCE;
 use crate::aggregate::{normalize, EndpointSnapshot, EndpointTable};
 use crate::call::{Call, Side};
@@ -240,6 +240,8 @@ pub struct App {
     frozen: Option<Box<Data>>,
     endpoints: EndpointTable,
     raw_resources: bool,
+    /// Where calls pushed out of the list go (freed on the thread that made them).
+    call_returner: CallReturner,
 }
 
 impl App {
@@ -283,7 +285,13 @@ impl App {
             frozen: None,
             endpoints: EndpointTable::default().with_history(EndpointWindow::Last1m.ns()),
             raw_resources: false,
+            call_returner: CallReturner::default(),
         }
+    }
+
+    /// Calls pushed out of the list are handed back through `r`.
+    pub fn set_call_returner(&mut self, r: CallReturner) {
+        self.call_returner = r;
     }
 
     /// Endpoints keyed on raw resources, as the pipeline's (`--raw-resources`).
@@ -325,7 +333,10 @@ impl App {
                 Action::Redraw
             }
             UiMsg::TerminalLost(_) | UiMsg::InputFailed(_) => Action::Quit,
-            msg => match self.data.take_in(msg, &mut self.endpoints) {
+            msg => match self
+                .data
+                .take_in(msg, &mut self.endpoints, &mut self.call_returner)
+            {
                 Taken::Added => Action::None,
                 Taken::StartedOver => Action::Redraw,
             },

@@ -5,7 +5,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::table::{endpoint_key, CallEntry, ConnEntry};
-use super::UiMsg;
+use super::{CallReturner, UiMsg};
 use crate::aggregate::{EndpointSnapshot, EndpointTable};
 use crate::call::Call;
 use crate::protocols::Outcome;
@@ -94,7 +94,12 @@ pub struct Data {
 impl Data {
     /// Takes in what the collector sent (`endpoints`: the UI's endpoint table, which the
     /// calls feed). Keys, resizes and the terminal's loss are the app's, not data: ignored.
-    pub fn take_in(&mut self, msg: UiMsg, endpoints: &mut EndpointTable) -> Taken {
+    pub fn take_in(
+        &mut self,
+        msg: UiMsg,
+        endpoints: &mut EndpointTable,
+        returner: &mut CallReturner,
+    ) -> Taken {
         let d = self;
         match msg {
             UiMsg::Meta(m) => d.meta = Some(*m),
@@ -105,11 +110,12 @@ impl Data {
                 }
                 d.procs.insert(p.pid, *p);
             }
-            UiMsg::Calls(calls) => {
-                for c in calls {
+            UiMsg::Calls(mut calls) => {
+                for c in calls.drain(..) {
                     endpoints.observe(&c);
-                    d.add_call(c);
+                    d.add_call(c, returner);
                 }
+                returner.spare(calls);
             }
             UiMsg::Interval(mut r) => {
                 endpoints.end_interval(r.period_ns);
@@ -204,7 +210,7 @@ impl Data {
         Taken::Added
     }
 
-    fn add_call(&mut self, call: Call) {
+    fn add_call(&mut self, call: Call, returner: &mut CallReturner) {
         let d = self;
         let seq = d.next_seq;
         d.next_seq += 1;
@@ -250,6 +256,8 @@ impl Data {
                 } else {
                     d.head_bytes -= heads_len(&old.call);
                 }
+                let CallEntry { call: old, .. } = old;
+                returner.give_back(old);
             }
         }
         d.head_bytes += heads_len(&call);

@@ -69,6 +69,8 @@ const PENDING_MAX: usize = 64;
 const BATCH_MAX: usize = 512;
 /// A batch is sent at least this often while calls arrive.
 const BATCH_AGE: Duration = Duration::from_millis(50);
+/// Calls between two looks at a batch's age (a pass over the ring flushes it anyway).
+const AGE_CHECK_EVERY: usize = 16;
 
 /// Slowest and fastest replay pace the keys reach (as `--speed` accepts).
 pub const MIN_SPEED: f64 = 0.001;
@@ -220,6 +222,67 @@ pub struct TuiSink {
     /// The last interval's flow report has parts still to come (`Sink::flow_part`): they
     /// follow it to the UI.
     parts_follow: bool,
+    /// Calls the UI is done with, handed back to be freed here (see [`CallReturner`]).
+    returned: Option<Receiver<Vec<Call>>>,
+}
+
+/// Batches of calls the UI handed back, in flight at most (past that the UI frees them).
+const RETURNED_CAP: usize = 8;
+
+/// The UI's end of the way back for calls it no longer keeps (pushed out of its list of the
+/// last `CALL_RING`). A call's strings and heads (about six blocks) are made on the
+/// collector's thread; freed on the UI's, each block went back to its page through the
+/// allocator's cross-thread list and was collected again by the making thread: dropping calls
+/// was an eighth of ebtop's CPU under load in the terminal UI. Handed back in batches, they are
+/// freed where they were made, and the batches' buffers carry the next calls.
+#[derive(Debug, Default)]
+pub struct CallReturner {
+    tx: Option<SyncSender<Vec<Call>>>,
+    held: Vec<Call>,
+    /// An emptied batch of the collector's, to hold the next calls handed back.
+    spare: Option<Vec<Call>>,
+}
+
+impl CallReturner {
+    pub fn new(tx: SyncSender<Vec<Call>>) -> CallReturner {
+        CallReturner {
+            tx: Some(tx),
+            held: Vec::new(),
+            spare: None,
+        }
+    }
+
+    /// `call` is no longer shown: handed back (without a way back, freed here).
+    pub fn give_back(&mut self, call: Call) {
+        if self.tx.is_none() {
+            return;
+        }
+        if self.held.capacity() == 0 {
+            self.held = self.spare.take().unwrap_or_default();
+        }
+        self.held.push(call);
+        if self.held.len() >= BATCH_MAX {
+            self.send();
+        }
+    }
+
+    /// An emptied batch buffer, to carry calls back.
+    pub fn spare(&mut self, mut batch: Vec<Call>) {
+        if self.tx.is_some() && self.spare.is_none() && batch.capacity() >= BATCH_MAX {
+            batch.clear();
+            self.spare = Some(batch);
+        }
+    }
+
+    fn send(&mut self) {
+        let Some(tx) = &self.tx else { return };
+        let calls = std::mem::take(&mut self.held);
+        match tx.try_send(calls) {
+            // Full: the collector is behind; these are freed here.
+            Ok(()) | Err(TrySendError::Full(_)) => {}
+            Err(TrySendError::Disconnected(_)) => self.tx = None,
+        }
+    }
 }
 
 impl TuiSink {
@@ -233,7 +296,27 @@ impl TuiSink {
             pacer: None,
             pending: std::collections::VecDeque::new(),
             parts_follow: false,
+            returned: None,
         }
+    }
+
+    /// The way back for the calls the UI is done with (see [`CallReturner`]): for the UI's
+    /// `UiOptions::call_returner`.
+    pub fn call_returner(&mut self) -> SyncSender<Vec<Call>> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(RETURNED_CAP);
+        self.returned = Some(rx);
+        tx
+    }
+
+    /// Frees the calls the UI handed back; one of their emptied buffers, if any came.
+    fn free_returned(&mut self) -> Option<Vec<Call>> {
+        let rx = self.returned.as_ref()?;
+        let mut buffer = None;
+        while let Ok(mut calls) = rx.try_recv() {
+            calls.clear();
+            buffer = Some(calls);
+        }
+        buffer
     }
 
     /// Replays at the recorded pace.
@@ -299,12 +382,16 @@ impl TuiSink {
     }
 
     fn send_batch(&mut self) {
+        let returned = self.free_returned();
         if !self.batch.is_empty() {
             // The next batch gets the room this one needed: grown from empty by doubling, a
             // batch of 408-byte calls was reallocated up to nine times, which showed as a
             // tenth of the capture thread's samples with a flush every 10 ms.
             let room = self.batch.len().min(BATCH_MAX);
-            let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(room));
+            let next = returned
+                .filter(|b| b.capacity() >= room)
+                .unwrap_or_else(|| Vec::with_capacity(room));
+            let batch = std::mem::replace(&mut self.batch, next);
             self.send(UiMsg::Calls(batch));
         }
         self.batch_since = Instant::now();
@@ -370,7 +457,11 @@ impl Sink for TuiSink {
     fn call_owned(&mut self, call: Call) -> io::Result<()> {
         self.pace(call_time(&call));
         self.batch.push(call);
-        if self.batch.len() >= BATCH_MAX || self.batch_since.elapsed() >= BATCH_AGE {
+        // The clock is read every few calls: at every call it was 2% of the UI's CPU.
+        if self.batch.len() >= BATCH_MAX
+            || (self.batch.len().is_multiple_of(AGE_CHECK_EVERY)
+                && self.batch_since.elapsed() >= BATCH_AGE)
+        {
             self.send_batch();
         }
         Ok(())
@@ -435,6 +526,8 @@ pub struct UiOptions {
     pub replay: Option<Arc<ReplayControl>>,
     /// Times in UTC instead of the local zone (`--utc`).
     pub utc: bool,
+    /// Where the calls the UI is done with go (`TuiSink::call_returner`).
+    pub call_returner: Option<SyncSender<Vec<Call>>>,
 }
 
 pub use terminal::{restore_terminal, TerminalGuard};
@@ -454,6 +547,9 @@ pub fn run_ui(
     let backend = ratatui::backend::CrosstermBackend::new(out);
     let mut term = ratatui::Terminal::new(backend)?;
     let mut app = App::new(&opts.source_label, opts.refresh, opts.no_color);
+    if let Some(tx) = opts.call_returner.clone() {
+        app.set_call_returner(CallReturner::new(tx));
+    }
     app.set_raw_resources(opts.raw_resources);
     app.replay = opts.replay.clone();
     if !opts.utc {
@@ -670,6 +766,59 @@ mod tests {
         sink.call(&call).unwrap();
         sink.flush().unwrap();
         assert_eq!(sink.dropped(), 9);
+    }
+
+    #[test]
+    fn calls_pushed_out_of_the_list_go_back_to_the_collector_to_be_freed() {
+        let call = collect_replay(FIXTURE.as_ref())
+            .unwrap()
+            .into_iter()
+            .find_map(|m| match m {
+                UiMsg::Calls(c) => c.into_iter().next(),
+                _ => None,
+            })
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::sync_channel(CHANNEL_CAP);
+        let mut sink = TuiSink::new(tx);
+        let mut app = app::App::new("test", Duration::from_secs(1), true);
+        app.set_call_returner(CallReturner::new(sink.call_returner()));
+        let ring = data::CALL_RING;
+        let n = ring + 3 * BATCH_MAX + 7;
+        for _ in 0..n {
+            sink.call(&call).unwrap();
+        }
+        sink.flush().unwrap();
+        for m in rx.try_iter() {
+            app.apply(m);
+        }
+        assert_eq!(app.shown().calls.len(), ring);
+        assert_eq!(app.shown().total_calls(), n as u64);
+        // Every call pushed out is on its way back, in full batches (7 wait for more).
+        let back: Vec<usize> = sink
+            .returned
+            .as_ref()
+            .unwrap()
+            .try_iter()
+            .map(|b| b.len())
+            .collect();
+        assert_eq!(back, vec![BATCH_MAX; 3]);
+        // The buffers go round: a batch the UI emptied carries calls back, and the collector
+        // frees those calls and fills the buffer with new ones.
+        let batch = vec![call.clone(); BATCH_MAX];
+        let batch_at = batch.as_ptr() as usize;
+        app.apply(UiMsg::Calls(batch));
+        app.apply(UiMsg::Calls(vec![call.clone(); BATCH_MAX]));
+        app.apply(UiMsg::Calls(vec![call.clone(); BATCH_MAX]));
+        sink.call(&call).unwrap();
+        sink.flush().unwrap();
+        assert!(sink.returned.as_ref().unwrap().try_recv().is_err());
+        assert_eq!(sink.batch.as_ptr() as usize, batch_at);
+        assert!(sink.batch.is_empty() && sink.batch.capacity() >= BATCH_MAX);
+        // The collector gone: the UI frees what it pushes out itself, and goes on.
+        drop(sink);
+        drop(rx);
+        app.apply(UiMsg::Calls(vec![call; 2 * BATCH_MAX]));
+        assert_eq!(app.shown().calls.len(), ring);
     }
 
     #[test]
