@@ -1192,7 +1192,7 @@ mod tests {
 
     #[test]
     fn calls_follow_the_newest_until_a_row_is_held_and_enter_opens_what_was_drawn() {
-        let calls: Vec<Call> = msgs()
+        let calls: Vec<Box<Call>> = msgs()
             .into_iter()
             .filter_map(|m| match m {
                 UiMsg::Calls(c) => Some(c),

@@ -70,7 +70,7 @@ pub struct Data {
     /// Endpoint numbers over the last 10 s and the last minute (`app::EndpointWindow`).
     pub last_10s: Vec<EndpointSnapshot>,
     pub last_1m: Vec<EndpointSnapshot>,
-    pub conns: HashMap<(u32, u64), ConnEntry>,
+    pub conns: rustc_hash::FxHashMap<(u32, u64), ConnEntry>,
     /// The kernel flow table's flows, from the interval reports.
     pub flows: super::flows::FlowBoard,
     /// Latest recorded (kernel) time seen.
@@ -210,7 +210,7 @@ impl Data {
         Taken::Added
     }
 
-    fn add_call(&mut self, call: Call, returner: &mut CallReturner) {
+    fn add_call(&mut self, call: Box<Call>, returner: &mut CallReturner) {
         let d = self;
         let seq = d.next_seq;
         d.next_seq += 1;
@@ -305,7 +305,7 @@ impl Data {
         self.calls
             .get(idx)
             .filter(|e| e.seq == seq)
-            .map(|e| &e.call)
+            .map(|e| &*e.call)
     }
 }
 

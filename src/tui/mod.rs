@@ -40,7 +40,8 @@ pub enum UiMsg {
     Meta(Box<SessionMeta>),
     /// A process described for the first time (its command line for the Processes view).
     Process(Box<ProcInfo>),
-    Calls(Vec<Call>),
+    /// Boxed: a call moves from batch to list to the way back, 424 bytes at each move.
+    Calls(Vec<Box<Call>>),
     Interval(Box<IntervalReport>),
     /// A later part of the last interval's flow report (its flows had `more` set).
     FlowPart(Box<crate::flows::FlowReport>),
@@ -211,7 +212,7 @@ pub fn call_time(call: &Call) -> u64 {
 /// without ever blocking.
 pub struct TuiSink {
     tx: SyncSender<UiMsg>,
-    batch: Vec<Call>,
+    batch: Vec<Box<Call>>,
     batch_since: Instant,
     /// Calls not handed over (UI behind or gone).
     dropped: u64,
@@ -223,7 +224,7 @@ pub struct TuiSink {
     /// follow it to the UI.
     parts_follow: bool,
     /// Calls the UI is done with, handed back to be freed here (see [`CallReturner`]).
-    returned: Option<Receiver<Vec<Call>>>,
+    returned: Option<Receiver<Vec<Box<Call>>>>,
 }
 
 /// Batches of calls the UI handed back, in flight at most (past that the UI frees them).
@@ -237,14 +238,14 @@ const RETURNED_CAP: usize = 8;
 /// freed where they were made, and the batches' buffers carry the next calls.
 #[derive(Debug, Default)]
 pub struct CallReturner {
-    tx: Option<SyncSender<Vec<Call>>>,
-    held: Vec<Call>,
+    tx: Option<SyncSender<Vec<Box<Call>>>>,
+    held: Vec<Box<Call>>,
     /// An emptied batch of the collector's, to hold the next calls handed back.
-    spare: Option<Vec<Call>>,
+    spare: Option<Vec<Box<Call>>>,
 }
 
 impl CallReturner {
-    pub fn new(tx: SyncSender<Vec<Call>>) -> CallReturner {
+    pub fn new(tx: SyncSender<Vec<Box<Call>>>) -> CallReturner {
         CallReturner {
             tx: Some(tx),
             held: Vec::new(),
@@ -253,7 +254,7 @@ impl CallReturner {
     }
 
     /// `call` is no longer shown: handed back (without a way back, freed here).
-    pub fn give_back(&mut self, call: Call) {
+    pub fn give_back(&mut self, call: Box<Call>) {
         if self.tx.is_none() {
             return;
         }
@@ -267,7 +268,7 @@ impl CallReturner {
     }
 
     /// An emptied batch buffer, to carry calls back.
-    pub fn spare(&mut self, mut batch: Vec<Call>) {
+    pub fn spare(&mut self, mut batch: Vec<Box<Call>>) {
         if self.tx.is_some() && self.spare.is_none() && batch.capacity() >= BATCH_MAX {
             batch.clear();
             self.spare = Some(batch);
@@ -302,14 +303,14 @@ impl TuiSink {
 
     /// The way back for the calls the UI is done with (see [`CallReturner`]): for the UI's
     /// `UiOptions::call_returner`.
-    pub fn call_returner(&mut self) -> SyncSender<Vec<Call>> {
+    pub fn call_returner(&mut self) -> SyncSender<Vec<Box<Call>>> {
         let (tx, rx) = std::sync::mpsc::sync_channel(RETURNED_CAP);
         self.returned = Some(rx);
         tx
     }
 
     /// Frees the calls the UI handed back; one of their emptied buffers, if any came.
-    fn free_returned(&mut self) -> Option<Vec<Call>> {
+    fn free_returned(&mut self) -> Option<Vec<Box<Call>>> {
         let rx = self.returned.as_ref()?;
         let mut buffer = None;
         while let Ok(mut calls) = rx.try_recv() {
@@ -456,7 +457,7 @@ impl Sink for TuiSink {
 
     fn call_owned(&mut self, call: Call) -> io::Result<()> {
         self.pace(call_time(&call));
-        self.batch.push(call);
+        self.batch.push(Box::new(call));
         // The clock is read every few calls: at every call it was 2% of the UI's CPU.
         if self.batch.len() >= BATCH_MAX
             || (self.batch.len().is_multiple_of(AGE_CHECK_EVERY)
@@ -527,7 +528,7 @@ pub struct UiOptions {
     /// Times in UTC instead of the local zone (`--utc`).
     pub utc: bool,
     /// Where the calls the UI is done with go (`TuiSink::call_returner`).
-    pub call_returner: Option<SyncSender<Vec<Call>>>,
+    pub call_returner: Option<SyncSender<Vec<Box<Call>>>>,
 }
 
 pub use terminal::{restore_terminal, TerminalGuard};

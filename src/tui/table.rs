@@ -19,7 +19,7 @@ pub const SLOW_NS: u64 = 50_000_000;
 pub struct CallEntry {
     /// Arrival number: the call's identity in the UI.
     pub seq: u64,
-    pub call: Call,
+    pub call: Box<Call>,
     /// The call's row, built once for the time format it was built with (`call_row_cached`):
     /// the Calls view lists up to `CALL_RING` calls at every frame, and building each row
     /// anew (about twenty strings) was the UI thread's largest cost under load.
@@ -27,7 +27,7 @@ pub struct CallEntry {
 }
 
 impl CallEntry {
-    pub fn new(seq: u64, call: Call) -> CallEntry {
+    pub fn new(seq: u64, call: Box<Call>) -> CallEntry {
         CallEntry {
             seq,
             call,
