@@ -210,6 +210,8 @@ pub fn call_time(call: &Call) -> u64 {
 
 /// The pipeline's sink when the TUI runs: batches calls and hands everything to the UI thread
 /// without ever blocking.
+// Calls are boxed on purpose (see `UiMsg::Calls`).
+#[allow(clippy::vec_box)]
 pub struct TuiSink {
     tx: SyncSender<UiMsg>,
     batch: Vec<Box<Call>>,
@@ -237,6 +239,7 @@ const RETURNED_CAP: usize = 8;
 /// was an eighth of ebtop's CPU under load in the terminal UI. Handed back in batches, they are
 /// freed where they were made, and the batches' buffers carry the next calls.
 #[derive(Debug, Default)]
+#[allow(clippy::vec_box)] // see `UiMsg::Calls`
 pub struct CallReturner {
     tx: Option<SyncSender<Vec<Box<Call>>>>,
     held: Vec<Box<Call>>,
@@ -310,6 +313,7 @@ impl TuiSink {
     }
 
     /// Frees the calls the UI handed back; one of their emptied buffers, if any came.
+    #[allow(clippy::vec_box)] // see `UiMsg::Calls`
     fn free_returned(&mut self) -> Option<Vec<Box<Call>>> {
         let rx = self.returned.as_ref()?;
         let mut buffer = None;
