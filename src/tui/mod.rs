@@ -725,16 +725,21 @@ mod tests {
         assert_eq!(in_reports, 62, "every call is in exactly one interval");
     }
 
-    #[test]
-    fn a_full_channel_drops_and_counts_call_batches_without_blocking() {
-        let call = collect_replay(FIXTURE.as_ref())
+    /// The first call of the fixture recording.
+    fn first_fixture_call() -> Box<Call> {
+        collect_replay(FIXTURE.as_ref())
             .unwrap()
             .into_iter()
             .find_map(|m| match m {
                 UiMsg::Calls(c) => c.into_iter().next(),
                 _ => None,
             })
-            .unwrap();
+            .unwrap()
+    }
+
+    #[test]
+    fn a_full_channel_drops_and_counts_call_batches_without_blocking() {
+        let call = first_fixture_call();
         let (tx, rx) = std::sync::mpsc::sync_channel(2);
         let mut sink = TuiSink::new(tx);
         for _ in 0..10 {
@@ -775,14 +780,7 @@ mod tests {
 
     #[test]
     fn calls_pushed_out_of_the_list_go_back_to_the_collector_to_be_freed() {
-        let call = collect_replay(FIXTURE.as_ref())
-            .unwrap()
-            .into_iter()
-            .find_map(|m| match m {
-                UiMsg::Calls(c) => c.into_iter().next(),
-                _ => None,
-            })
-            .unwrap();
+        let call = first_fixture_call();
         let (tx, rx) = std::sync::mpsc::sync_channel(CHANNEL_CAP);
         let mut sink = TuiSink::new(tx);
         let mut app = app::App::new("test", Duration::from_secs(1), true);
