@@ -151,10 +151,10 @@ impl ConnTracker {
         }
     }
 
-    /// Feeds one event; completed calls go to `emit`. With a protocol selection, events of
+    /// Feeds one event; completed calls are pushed on `emit`. With a protocol selection, events of
     /// connections not (yet) known to be of a selected protocol are `NotSelected` and leave
     /// no trace in the counts (the caller counts them as filtered).
-    pub fn handle(&mut self, ev: &Event, emit: &mut dyn FnMut(Call)) -> Verdict {
+    pub fn handle(&mut self, ev: &Event, emit: &mut Vec<Call>) -> Verdict {
         let all = self.cfg.protocols.is_all();
         match ev.kind {
             EventKind::Data => self.on_data(ev, emit),
@@ -194,7 +194,7 @@ impl ConnTracker {
         }
     }
 
-    fn on_data(&mut self, ev: &Event, emit: &mut dyn FnMut(Call)) -> Verdict {
+    fn on_data(&mut self, ev: &Event, emit: &mut Vec<Call>) -> Verdict {
         let all = self.cfg.protocols.is_all();
         let key = ev.conn_key();
         let known = match self.conns.get_mut(&key) {
@@ -324,7 +324,7 @@ impl ConnTracker {
         key: u64,
         selected: ProtoSet,
         filtered: &mut u64,
-        emit: &mut dyn FnMut(Call),
+        emit: &mut Vec<Call>,
     ) {
         for l7 in scratch.drain(..) {
             if !selected.contains(l7.proto) {
@@ -341,7 +341,7 @@ impl ConnTracker {
                 c.peer,
             );
             call.tls = key & TLS_STREAM_BIT != 0;
-            emit(call);
+            emit.push(call);
         }
     }
 
@@ -420,12 +420,12 @@ mod tests {
             protocols,
             ..TrackerConfig::default()
         });
-        let mut calls = 0;
+        let mut calls = Vec::new();
         let verdicts = traffic()
             .iter()
-            .map(|raw| t.handle(&Event::decode(raw).unwrap(), &mut |_| calls += 1))
+            .map(|raw| t.handle(&Event::decode(raw).unwrap(), &mut calls))
             .collect();
-        (verdicts, calls, t)
+        (verdicts, calls.len(), t)
     }
 
     #[test]
@@ -465,7 +465,7 @@ mod tests {
         let mut t = ConnTracker::new(TrackerConfig::default());
         for seq in [0, u64::MAX / 2, u64::MAX - 1, 0, u64::MAX] {
             let raw = EventBuilder::data(Direction::Egress, 1, seq, 1).build(b"x");
-            t.handle(&Event::decode(&raw).unwrap(), &mut |_| {});
+            t.handle(&Event::decode(&raw).unwrap(), &mut Vec::new());
         }
         assert_eq!(t.stats.gaps, 4);
         assert_eq!(t.stats.gap_bytes, u64::MAX);

@@ -482,7 +482,7 @@ impl<S: Sink> Pipeline<S> {
             return Ok(());
         }
         let mut calls = std::mem::take(&mut self.call_scratch);
-        let verdict = self.tracker.handle(&ev, &mut |call| calls.push(call));
+        let verdict = self.tracker.handle(&ev, &mut calls);
         let result = self.apply(
             &EventHead::from(&ev),
             raw,
@@ -596,13 +596,22 @@ impl<S: Sink> Pipeline<S> {
                     }
                 }
             }
-            Calls::Owned(calls) => {
+            Calls::Owned(calls) if self.sink.keeps_calls() => {
                 for (i, call) in calls.drain(..).enumerate() {
                     n += 1;
                     if self.account_call(&call, i, &mut keyed, &mut result) {
                         result = self.sink.call_owned(call);
                     }
                 }
+            }
+            Calls::Owned(calls) => {
+                for (i, call) in calls.iter().enumerate() {
+                    n += 1;
+                    if self.account_call(call, i, &mut keyed, &mut result) {
+                        result = self.sink.call(call);
+                    }
+                }
+                calls.clear();
             }
         }
         self.calls_in_interval += n;

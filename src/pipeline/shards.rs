@@ -557,7 +557,7 @@ impl BatchWork {
                 Ok(ev) if !super::passes(filters, &ev) => Outcome::Filtered,
                 Ok(ev) => {
                     let before = calls.len();
-                    let verdict = tracker.handle(&ev, &mut |c| calls.push(c));
+                    let verdict = tracker.handle(&ev, &mut calls);
                     Outcome::Tracked {
                         verdict,
                         calls: (calls.len() - before) as u32,

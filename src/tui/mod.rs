@@ -459,6 +459,10 @@ impl Sink for TuiSink {
         self.call_owned(call.clone())
     }
 
+    fn keeps_calls(&self) -> bool {
+        true
+    }
+
     fn call_owned(&mut self, call: Call) -> io::Result<()> {
         self.pace(call_time(&call));
         self.batch.push(Box::new(call));
