@@ -21,7 +21,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import apt, build, pinned_ok_nginx, wait_attached, wait_tls_scan  # noqa: E402
+from run import apt, build, pinned_ok_nginx, wait_attached, wait_tls_scan, warn_if_bpf_stats_on  # noqa: E402
 
 PORT = 18935
 PERCENTILES = ("p50_ns", "p90_ns", "p99_ns")
@@ -60,6 +60,7 @@ def main():
     a.extra = extra
     if os.geteuid() != 0:
         sys.exit("bench/p50_ab.py needs root (ebtop loads eBPF)")
+    warn_if_bpf_stats_on()
     apt("nginx")
     _, examples = build()
     nginx = pinned_ok_nginx(PORT, "ebtop-p50-ab-")

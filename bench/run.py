@@ -26,6 +26,40 @@ PORT = 18931
 HZ = os.sysconf("SC_CLK_TCK")
 
 
+STATS_SYSCTL = "/proc/sys/kernel/bpf_stats_enabled"
+
+
+def bpf_stats_sysctl_on():
+    """Turns kernel.bpf_stats_enabled on for this run and puts the previous value back at the
+    exit, after an exception, and on SIGINT, SIGTERM or SIGHUP: a benchmark killed by a
+    timeout once left it on for a day, and every BPF program on the host (ebtop's included, in
+    every later measurement) then paid for run-time statistics."""
+    before = open(STATS_SYSCTL).read().strip()
+
+    def restore():
+        with open(STATS_SYSCTL, "w") as f:
+            f.write(before)
+
+    atexit.register(restore)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda n, _f: sys.exit(128 + n))
+    with open(STATS_SYSCTL, "w") as f:
+        f.write("1")
+
+
+def warn_if_bpf_stats_on():
+    """Says so when kernel.bpf_stats_enabled is on before a measurement: every BPF program on
+    the host then pays ~60-110 ns per run (two clock reads) for statistics."""
+    try:
+        on = open(STATS_SYSCTL).read().strip() == "1"
+    except OSError:
+        return
+    if on:
+        print("warning: kernel.bpf_stats_enabled is 1 (someone else's setting, or left by a "
+              "killed benchmark): every BPF program on this host pays for run-time statistics; "
+              "`sysctl -w kernel.bpf_stats_enabled=0` unless that is wanted", file=sys.stderr)
+
+
 def sh(cmd, **kw):
     return subprocess.run(cmd, shell=True, check=True, text=True, capture_output=True, **kw).stdout
 
@@ -447,9 +481,7 @@ def main():
     if os.geteuid() != 0:
         sys.exit("bench/run.py needs root (it loads eBPF): sudo bench/run.py")
     # BPF time from fdinfo needs the kernel's statistics on; put the setting back afterwards.
-    before = open("/proc/sys/kernel/bpf_stats_enabled").read().strip()
-    atexit.register(lambda: subprocess.run(["sysctl", "-qw", f"kernel.bpf_stats_enabled={before}"]))
-    sh("sysctl -qw kernel.bpf_stats_enabled=1")
+    bpf_stats_sysctl_on()
     if args.only_d:
         binary, examples = build()
         tmp = tempfile.mkdtemp(prefix="ebtop-bench-")

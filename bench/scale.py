@@ -44,7 +44,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import HZ, bpf_run_ns, cpu_ticks  # noqa: E402
+from run import HZ, bpf_run_ns, cpu_ticks, warn_if_bpf_stats_on  # noqa: E402
 from replay_threads import thread_cpu  # noqa: E402
 from threadstates import ThreadSampler  # noqa: E402
 from toggle import wait_attached  # noqa: E402
@@ -191,6 +191,7 @@ def main():
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/scale.py needs root (ebtop loads eBPF)")
+    warn_if_bpf_stats_on()
     d = tempfile.mkdtemp(prefix="ebtop-scale-")
     os.chmod(d, 0o755)
     temps = " ".join(f"{k}_temp_path {d}/{k};" for k in ("client_body", "proxy", "fastcgi",

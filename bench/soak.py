@@ -14,7 +14,8 @@ events, and calls counted against the clients' own counts; writes bench/soak-res
 import argparse, json, os, signal, subprocess, sys, tempfile, threading, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import HZ, PORT, Nginx, apt, bpf_run_ns, build, cpu_ticks, rss_split_kb  # noqa: E402
+from run import (HZ, PORT, Nginx, apt, bpf_run_ns, bpf_stats_sysctl_on, build, cpu_ticks,  # noqa: E402
+                 rss_split_kb)
 
 SAMPLE_S = 10
 
@@ -61,8 +62,7 @@ def main():
     out_path = os.path.join(tmp, "lines.jsonl")
     # ebtop's own figures (--bpf-stats full) need no sysctl; BPF time for the samples below
     # is read from fdinfo, which needs statistics on: restored afterwards.
-    stats_before = open("/proc/sys/kernel/bpf_stats_enabled").read().strip()
-    subprocess.run(["sysctl", "-q", "kernel.bpf_stats_enabled=1"], check=False)
+    bpf_stats_sysctl_on()
     nginx = Nginx()
     with open(out_path, "w") as out:
         ebtop = subprocess.Popen([binary, "--json", "--port", str(PORT), *a.ebtop_args.split()],
@@ -90,7 +90,6 @@ def main():
         ebtop.wait(timeout=120)
         grep.wait(timeout=60)
     nginx.stop()
-    subprocess.run(["sysctl", "-q", f"kernel.bpf_stats_enabled={stats_before}"], check=False)
     lines = [json.loads(l) for l in open(out_path)]
     summary = next(l for l in reversed(lines) if l["type"] == "summary")
     lost_lines = [l for l in lines if l["type"] == "lost"]

@@ -27,7 +27,7 @@ bench/go-tls-toggle-results.json.
 import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, time, urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import apt, build, wait_attached, wait_tls_scan  # noqa: E402
+from run import apt, build, wait_attached, wait_tls_scan, warn_if_bpf_stats_on  # noqa: E402
 
 PORT = 18932
 
@@ -65,6 +65,7 @@ def main():
     global STATUS_PORT
     if os.geteuid() != 0:
         sys.exit("bench/toggle.py needs root (ebtop loads eBPF)")
+    warn_if_bpf_stats_on()
     modes = a.modes.split(",")
     apt("nginx", "wrk")
     binary, _ = build()

@@ -13,7 +13,8 @@ of the medians.
 import argparse, json, os, statistics, subprocess, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import HZ, apt, build, cpu_ticks, pinned_ok_nginx, wait_attached, wait_tls_scan  # noqa: E402
+from run import (HZ, apt, build, cpu_ticks, pinned_ok_nginx, wait_attached,  # noqa: E402
+                 wait_tls_scan, warn_if_bpf_stats_on)
 
 PORT = 18934
 
@@ -28,6 +29,7 @@ def main():
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/tui_ab.py needs root (ebtop loads eBPF)")
+    warn_if_bpf_stats_on()
     apt("nginx", "tmux")
     _, examples = build()
     nginx = pinned_ok_nginx(PORT, "ebtop-tui-ab-")
