@@ -151,7 +151,8 @@ impl ConnTracker {
         }
     }
 
-    /// Feeds one event; completed calls are pushed on `emit`. With a protocol selection, events of
+    /// Feeds one event; completed calls are appended to `emit` (what it holds is kept: a
+    /// caller may gather several records' calls in it). With a protocol selection, events of
     /// connections not (yet) known to be of a selected protocol are `NotSelected` and leave
     /// no trace in the counts (the caller counts them as filtered).
     pub fn handle(&mut self, ev: &Event, emit: &mut Vec<Call>) -> Verdict {

@@ -93,7 +93,8 @@ pub struct Data {
 
 impl Data {
     /// Takes in what the collector sent (`endpoints`: the UI's endpoint table, which the
-    /// calls feed). Keys, resizes and the terminal's loss are the app's, not data: ignored.
+    /// calls feed; `returner`: where the calls pushed out of the list go). Keys, resizes and
+    /// the terminal's loss are the app's, not data: ignored.
     pub fn take_in(
         &mut self,
         msg: UiMsg,
@@ -201,7 +202,11 @@ impl Data {
                 d.ended = Some(s);
             }
             UiMsg::Restart => {
-                // The replay starts over to go back in time: everything shown is rebuilt.
+                // The replay starts over to go back in time: everything shown is rebuilt (the
+                // calls it held go back like those pushed out).
+                for e in d.calls.drain(..) {
+                    returner.give_back(e.call);
+                }
                 *d = Data::default();
                 return Taken::StartedOver;
             }

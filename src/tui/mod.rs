@@ -68,9 +68,12 @@ pub const CHANNEL_CAP: usize = 1024;
 const PENDING_MAX: usize = 64;
 /// Calls per batch at most.
 const BATCH_MAX: usize = 512;
-/// A batch is sent at least this often while calls arrive.
+/// A batch is sent about this often while calls arrive: its age is looked at every
+/// `AGE_CHECK_EVERY` calls, so a batch of fewer waits for the next flush (after each pass over
+/// the ring live, every 4096 records or a pacing wait in a replay), a report or more calls.
 const BATCH_AGE: Duration = Duration::from_millis(50);
-/// Calls between two looks at a batch's age (a pass over the ring flushes it anyway).
+/// Calls between two looks at a batch's age (reading the clock at every call was 2% of the
+/// terminal UI's CPU).
 const AGE_CHECK_EVERY: usize = 16;
 
 /// Slowest and fastest replay pace the keys reach (as `--speed` accepts).
@@ -237,7 +240,8 @@ const RETURNED_CAP: usize = 8;
 /// collector's thread; freed on the UI's, each block went back to its page through the
 /// allocator's cross-thread list and was collected again by the making thread: dropping calls
 /// was an eighth of ebtop's CPU under load in the terminal UI. Handed back in batches, they are
-/// freed where they were made, and the batches' buffers carry the next calls.
+/// freed where they were made, and the batches' buffers carry the next calls (a buffer
+/// the UI had to grow itself, now and then, is the one thing freed across).
 #[derive(Debug, Default)]
 #[allow(clippy::vec_box)] // see `UiMsg::Calls`
 pub struct CallReturner {
@@ -389,9 +393,10 @@ impl TuiSink {
     fn send_batch(&mut self) {
         let returned = self.free_returned();
         if !self.batch.is_empty() {
-            // The next batch gets the room this one needed: grown from empty by doubling, a
-            // batch of 408-byte calls was reallocated up to nine times, which showed as a
-            // tenth of the capture thread's samples with a flush every 10 ms.
+            // The next batch gets at least the room this one needed (a buffer the UI handed
+            // back, else a new one): grown from empty by doubling, a batch was reallocated up
+            // to nine times, which showed as a tenth of the capture thread's samples with a
+            // flush every 10 ms (when calls were moved into it whole).
             let room = self.batch.len().min(BATCH_MAX);
             let next = returned
                 .filter(|b| b.capacity() >= room)
@@ -466,7 +471,6 @@ impl Sink for TuiSink {
     fn call_owned(&mut self, call: Call) -> io::Result<()> {
         self.pace(call_time(&call));
         self.batch.push(Box::new(call));
-        // The clock is read every few calls: at every call it was 2% of the UI's CPU.
         if self.batch.len() >= BATCH_MAX
             || (self.batch.len().is_multiple_of(AGE_CHECK_EVERY)
                 && self.batch_since.elapsed() >= BATCH_AGE)
