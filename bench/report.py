@@ -66,7 +66,10 @@ w("|---|---|---|")
 w(f"| ≤ 1 µs ebtop CPU (user + BPF) per span (json) | {cpu_span:.2f} µs | {verdict(cpu_span <= 1)} |")
 w(f"| traced nginx ≥ 0.90× baseline RPS at saturation (json) | {ratio:.3f} | {verdict(ratio >= 0.90)} |")
 for rate, inc in p50_incr:
-    w(f"| p50 RT +≤ 5% at {rate:.0f} RPS | {inc:+.1f}% | {verdict(inc <= 5)} |")
+    # One untraced and one traced run: the untraced p50 alone moves ±15% between runs here,
+    # so a result under +5% is not taken as met (bench/p50_ab.py's paired figure decides).
+    ok = "**not met**" if inc > 5 else "one run each, within noise: see the paired p50 in bench/notes.md"
+    w(f"| p50 RT +≤ 5% at {rate:.0f} RPS | {inc:+.1f}% | {ok} |")
 lost = med(json_rows, "lost")
 w(f"| 0 lost events at saturation ({med(json_rows, 'spans') / 10 if json_rows else 0:.0f} spans/s) | {lost} | {verdict(lost == 0)} |")
 rss = med(json_rows, "rss_kb") / 1024
