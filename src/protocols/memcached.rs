@@ -1731,59 +1731,21 @@ impl StreamParser for MemcachedParser {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocols::Transport;
+    use crate::protocols::test_driver::stream_config;
     use crate::segfile::SegFile;
 
     const OUT: Direction = Direction::Egress;
     const IN: Direction = Direction::Ingress;
 
     /// Drives a parser with a fake clock (1 µs per syscall).
-    struct Driver {
-        p: MemcachedParser,
-        calls: Vec<L7Call>,
-        stats: ParseStats,
-        now: u64,
-    }
+    type Driver = crate::protocols::test_driver::Driver<MemcachedParser>;
 
     impl Driver {
         fn new() -> Self {
             Driver::with(0)
         }
         fn with(keep_head: usize) -> Self {
-            Driver {
-                p: MemcachedParser::new(&ParserConfig {
-                    depth: ParseDepth::Full,
-                    transport: Transport::Stream,
-                    keep_head,
-                }),
-                calls: Vec::new(),
-                stats: ParseStats::default(),
-                now: 0,
-            }
-        }
-        fn seg_cut(&mut self, dir: Direction, bytes: &[u8], total: u64) -> &mut Self {
-            self.now += 1000;
-            let seg = Segment {
-                dir,
-                payload: bytes,
-                total_len: total,
-                start_ns: self.now,
-                end_ns: self.now + 500,
-                peer: None,
-            };
-            self.p.on_segment(&seg, &mut self.calls, &mut self.stats);
-            self
-        }
-        fn seg(&mut self, dir: Direction, bytes: &[u8]) -> &mut Self {
-            self.seg_cut(dir, bytes, bytes.len() as u64)
-        }
-        fn gap(&mut self, dir: Direction, len: Option<u64>) -> &mut Self {
-            self.p.on_gap(dir, len, &mut self.stats);
-            self
-        }
-        fn close(&mut self) -> &mut Self {
-            self.p.on_close(&mut self.calls, &mut self.stats);
-            self
+            Driver::with_parser(MemcachedParser::new(&stream_config(keep_head)))
         }
         fn play(&mut self, f: &SegFile) -> &mut Self {
             for e in &f.entries {
@@ -1798,13 +1760,6 @@ mod tests {
                 .iter()
                 .map(|c| (c.method.clone(), c.resource.clone(), c.status_text.clone()))
                 .collect()
-        }
-        fn detail(&self, i: usize, key: &str) -> Option<&str> {
-            self.calls[i]
-                .details
-                .iter()
-                .find(|(k, _)| *k == key)
-                .map(|(_, v)| v.as_str())
         }
         fn bytes(&self) -> u64 {
             self.calls.iter().map(|c| c.req.bytes + c.resp.bytes).sum()

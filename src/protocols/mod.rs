@@ -18,6 +18,8 @@ pub mod mysql;
 pub mod postgres;
 pub mod redact;
 pub mod redis;
+#[cfg(test)]
+pub(crate) mod test_driver;
 
 use crate::event::Direction;
 

@@ -1347,56 +1347,19 @@ impl StreamParser for MysqlParser {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocols::Transport;
+    use crate::protocols::test_driver::stream_config;
 
     const OUT: Direction = Direction::Egress;
     const IN: Direction = Direction::Ingress;
     /// Capabilities a MariaDB client negotiates (no DEPRECATE_EOF, no SSL, no compression).
     const CAPS: u32 = 0x80be_a28e;
 
-    struct Driver {
-        p: MysqlParser,
-        calls: Vec<L7Call>,
-        stats: ParseStats,
-        now: u64,
-    }
+    /// Drives a parser with a fake clock (1 µs per syscall).
+    type Driver = crate::protocols::test_driver::Driver<MysqlParser>;
 
     impl Driver {
         fn new() -> Self {
-            Driver {
-                p: MysqlParser::new(&ParserConfig {
-                    depth: ParseDepth::Full,
-                    transport: Transport::Stream,
-                    keep_head: 0,
-                }),
-                calls: Vec::new(),
-                stats: ParseStats::default(),
-                now: 0,
-            }
-        }
-        fn seg_cut(&mut self, dir: Direction, bytes: &[u8], total: u64) -> &mut Self {
-            self.now += 1000;
-            let seg = Segment {
-                dir,
-                payload: bytes,
-                total_len: total,
-                start_ns: self.now,
-                end_ns: self.now + 500,
-                peer: None,
-            };
-            self.p.on_segment(&seg, &mut self.calls, &mut self.stats);
-            self
-        }
-        fn seg(&mut self, dir: Direction, bytes: &[u8]) -> &mut Self {
-            self.seg_cut(dir, bytes, bytes.len() as u64)
-        }
-        fn gap(&mut self, dir: Direction, len: Option<u64>) -> &mut Self {
-            self.p.on_gap(dir, len, &mut self.stats);
-            self
-        }
-        fn close(&mut self) -> &mut Self {
-            self.p.on_close(&mut self.calls, &mut self.stats);
-            self
+            Driver::with_parser(MysqlParser::new(&stream_config(0)))
         }
         /// The handshake of a connection with these client capabilities.
         fn connected(caps: u32) -> Self {
@@ -1420,13 +1383,6 @@ mod tests {
                     )
                 })
                 .collect()
-        }
-        fn detail(&self, i: usize, key: &str) -> Option<&str> {
-            self.calls[i]
-                .details
-                .iter()
-                .find(|(k, _)| *k == key)
-                .map(|(_, v)| v.as_str())
         }
     }
 

@@ -1,55 +1,21 @@
 //! The HTTP/1 parser driven as a connection would drive it, on real clients' and servers' bytes.
 
 use super::*;
+use crate::protocols::test_driver::stream_config;
 use crate::protocols::HeadSecrets;
-use crate::protocols::Transport;
 
 const OUT: Direction = Direction::Egress;
 const IN: Direction = Direction::Ingress;
 
 /// Drives a parser from the client's point of view with a fake clock (1 µs per syscall).
-struct Driver {
-    p: Http1Parser,
-    calls: Vec<L7Call>,
-    stats: ParseStats,
-    now: u64,
-}
+type Driver = crate::protocols::test_driver::Driver<Http1Parser>;
 
 impl Driver {
     fn new() -> Self {
         Driver::keeping(0)
     }
     fn keeping(keep_head: usize) -> Self {
-        Driver {
-            p: Http1Parser::new(&ParserConfig {
-                depth: ParseDepth::Full,
-                transport: Transport::Stream,
-                keep_head,
-            }),
-            calls: Vec::new(),
-            stats: ParseStats::default(),
-            now: 0,
-        }
-    }
-    fn seg_cut(&mut self, dir: Direction, bytes: &[u8], total: u64) -> &mut Self {
-        self.now += 1000;
-        let seg = Segment {
-            dir,
-            payload: bytes,
-            total_len: total,
-            start_ns: self.now,
-            end_ns: self.now + 500,
-            peer: None,
-        };
-        self.p.on_segment(&seg, &mut self.calls, &mut self.stats);
-        self
-    }
-    fn seg(&mut self, dir: Direction, bytes: &[u8]) -> &mut Self {
-        self.seg_cut(dir, bytes, bytes.len() as u64)
-    }
-    fn close(&mut self) -> &mut Self {
-        self.p.on_close(&mut self.calls, &mut self.stats);
-        self
+        Driver::with_parser(Http1Parser::new(&stream_config(keep_head)))
     }
     fn summary(&self) -> Vec<(String, String, Option<u32>, u64, u64)> {
         self.calls
