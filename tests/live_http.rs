@@ -349,6 +349,70 @@ fn datagrams_of_sendmmsg_and_recvmmsg_are_captured_whole() {
     assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
 }
 
+/// Requests written with one writev(2) each, in 1 to 8 pieces cut inside the method, the
+/// path, the blank line ending the head and a body longer than the snaplen: the capture reads
+/// the first two entries of the array in one copy and the others one by one, so each piece must
+/// land in order and each call be exact on both sides.
+#[test]
+fn requests_written_in_pieces_with_writev_are_copied_in_order() {
+    require_root();
+    let server = TestServer::start();
+    let port = server.port.to_string();
+    let ebtop = Ebtop::start(&["--json", "--port", &port]);
+    let s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    const BODY: usize = 9000;
+    let piece_counts = [1usize, 2, 3, 5, 8];
+    let mut sizes = std::collections::HashMap::new();
+    for pieces in piece_counts {
+        let path = format!("/sleep/0/w{pieces}");
+        let mut msg =
+            format!("POST {path} HTTP/1.1\r\nHost: test\r\nContent-Length: {BODY}\r\n\r\n")
+                .into_bytes();
+        let head = msg.len();
+        msg.extend(std::iter::repeat_n(b'b', BODY));
+        let cuts = [
+            3,
+            12,
+            head - 1,
+            head + 100,
+            head + 3000,
+            head + 5000,
+            head + 8000,
+        ];
+        let mut bounds = vec![0];
+        bounds.extend_from_slice(&cuts[..pieces - 1]);
+        bounds.push(msg.len());
+        let slices: Vec<std::io::IoSlice> = bounds
+            .windows(2)
+            .map(|b| std::io::IoSlice::new(&msg[b[0]..b[1]]))
+            .collect();
+        assert_eq!(slices.len(), pieces);
+        let sent = w.write_vectored(&slices).unwrap();
+        assert_eq!(sent, msg.len(), "one writev sent the whole request");
+        assert_eq!(read_response(&mut r), (200, 2));
+        sizes.insert(path, msg.len() as u64);
+    }
+    drop((w, r));
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    for side in ["client", "server"] {
+        let mut seen = 0;
+        for c in calls.iter().filter(|c| c["side"] == side) {
+            let path = c["resource"].as_str().unwrap();
+            let want = sizes.get(path).unwrap_or_else(|| panic!("{side} call {c}"));
+            assert_eq!(c["method"], "POST", "{c}");
+            assert_eq!(c["status"], 200, "{c}");
+            assert_eq!(c["req_bytes"].as_u64().unwrap(), *want, "{c}");
+            seen += 1;
+        }
+        assert_eq!(seen, piece_counts.len(), "{side} calls: {calls:#?}");
+    }
+    let summary = lines.last().unwrap();
+    assert_clean_summary(summary);
+}
+
 /// A client that peeks at its socket before reading (`recv`/`recvmsg` with MSG_PEEK, as curl
 /// does to see whether a kept-alive connection is still open): the peeked bytes are read again
 /// later, so they must not move the stream's position. Every call exact, nothing desynced.

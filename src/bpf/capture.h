@@ -61,11 +61,12 @@ enum payload_source {
 const volatile __u32 n_shards = 1;
 
 struct scratch {
+	/* Bytes this CPU put in each ring since it last asked how full that ring is. Before the
+	 * record, on its page: behind the 32 KiB of data it cost a TLB miss per record. */
+	__u32 unqueried[EBTOP_MAX_SHARDS];
 	struct ebtop_event ev;
 	/* Twice the largest copy, so `offset < MAX && len <= MAX` is provably in bounds. */
 	__u8 data[2 * EBTOP_MAX_SNAPLEN];
-	/* Bytes this CPU put in each ring since it last asked how full that ring is. */
-	__u32 unqueried[EBTOP_MAX_SHARDS];
 };
 
 #define EVENT_RING(name)                                                                           \
@@ -172,7 +173,8 @@ static __always_inline long emit_record(struct scratch *s, __u64 size)
 	 * sent would multiply the verifier's paths). */
 	__u64 under = (__u64)((__s64)(unqueried - query_every_bytes) >> 63);
 	s->unqueried[shard] = (__u32)(unqueried & under);
-	__u64 flags = ring_wake_flags(shard, ~under & 1);
+	/* The call only when asking: most records skip it (a BPF-to-BPF call and its return). */
+	__u64 flags = under ? BPF_RB_NO_WAKEUP : ring_wake_flags(shard, 1);
 	switch (shard) {
 	case 1: return bpf_ringbuf_output(&events_1, &s->ev, size, flags);
 	case 2: return bpf_ringbuf_output(&events_2, &s->ev, size, flags);
@@ -212,13 +214,12 @@ static __always_inline __u64 comm_word_mask(__u64 w)
 }
 
 /*
- * The current task's name as bpf_get_current_comm gives it (zeroed after its NUL), read with
- * two plain loads through the task's BTF pointer: the helper's strscpy and padding cost about
- * as much as the rest of a record's header.
+ * The task's name as bpf_get_current_comm gives it (zeroed after its NUL), read with two plain
+ * loads through the task's BTF pointer: the helper's strscpy and padding cost about as much as
+ * the rest of a record's header.
  */
-static __always_inline void current_comm(char *dst)
+static __always_inline void task_comm(struct task_struct *task, char *dst)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
 	const __u64 *name = (const __u64 *)task->comm;
 	__u64 lo = name[0], hi = name[1];
 	__u64 lo_mask = comm_word_mask(lo);
@@ -229,6 +230,12 @@ static __always_inline void current_comm(char *dst)
 	hi &= hi_mask;
 	__builtin_memcpy(dst, &lo, 8);
 	__builtin_memcpy(dst + 8, &hi, 8);
+}
+
+/* The current task's name (see task_comm). */
+static __always_inline void current_comm(char *dst)
+{
+	task_comm(bpf_get_current_task_btf(), dst);
 }
 
 static __always_inline bool task_selected(__u32 tgid)
@@ -279,11 +286,17 @@ static __always_inline __u64 verifier_mask(__u64 v, __u64 mask)
  * Reads the first (up to 15) payload bytes of the first buffer and recognises the protocol.
  * A first iovec of exactly 2 bytes (a length prefix written apart, as DNS-over-TCP clients do
  * with writev) is read together with the start of the second. `pos` is the stream position
- * of these bytes.
+ * of these bytes. A global function: verified once on its own, not again on every path that
+ * reaches it (it runs once per connection; inlined, its literal matches were most of what the
+ * verifier walked in the capture programs, which sit near its million-instruction limit).
  */
-static __always_inline __u8 infer_protocol_at(__u8 source, __u64 ptr, __u64 cnt, __u32 limit,
-					      bool dgram, __u64 pos)
+__noinline __u32 infer_protocol_at_packed(__u64 ptr, __u64 cnt, __u32 how, __u64 pos)
 {
+	/* Five arguments at most: `how` holds the limit (bits 0–15), the source (16–23) and
+	 * whether it is a datagram (bit 24). */
+	__u32 limit = how & 0xffff;
+	__u8 source = (how >> 16) & 0xff;
+	bool dgram = (how >> 24) & 1;
 	__u8 head[32] = {}; /* room for 2 + a masked 15 */
 	__u64 base = ptr;
 	__u64 n = limit < 15 ? limit : 15;
@@ -348,12 +361,59 @@ static long copy_one_iov(__u64 i, void *ctx)
 	return 0;
 }
 
-/* Copies up to `limit` bytes spread over an iovec array into the CPU's scratch record. */
-static __always_inline __u32 copy_iov(__u32 cpu, const struct ebtop_iovec *iovp, __u64 iovcnt,
-				      __u32 limit)
+/*
+ * One buffer of an iovec whose entry is already read, at `off` of the data; the new offset,
+ * or `off` + EBTOP_MAX_SNAPLEN + 1 (past any limit) when the copy failed.
+ */
+static __always_inline __u32 copy_iov_entry(__u8 *data, const struct ebtop_iovec *iov, __u32 off,
+					    __u32 limit)
 {
-	struct iov_walk w = { .iovp = iovp, .iovcnt = iovcnt, .limit = limit, .off = 0, .cpu = cpu };
-	bpf_loop(EBTOP_MAX_IOV, copy_one_iov, &w, 0);
+	if (off >= limit || off >= EBTOP_MAX_SNAPLEN)
+		return off;
+	__u64 n = limit - off;
+	if (iov->iov_len < n)
+		n = iov->iov_len;
+	if (n > EBTOP_MAX_SNAPLEN)
+		n = EBTOP_MAX_SNAPLEN;
+	if (n == 0)
+		return off;
+	if (bpf_probe_read_user(data + verifier_mask(off, EBTOP_MAX_SNAPLEN - 1), n, iov->iov_base))
+		return EBTOP_MAX_SNAPLEN + 1;
+	return off + n;
+}
+
+/*
+ * Copies up to `limit` bytes spread over an iovec array into the CPU's scratch record. The
+ * first two entries (a server's writev of a response's head and body) are read in one user
+ * copy and handled here; only longer arrays go on in a bpf_loop, entry by entry: each user copy
+ * and each callback costs about 100 ns, most of a small writev's capture.
+ */
+static __always_inline __u32 copy_iov(__u32 cpu, __u8 *data, const struct ebtop_iovec *iovp,
+				      __u64 iovcnt, __u32 limit)
+{
+	struct ebtop_iovec first[2];
+	if (iovcnt == 0)
+		return 0;
+	if (iovcnt == 1) {
+		if (bpf_probe_read_user(&first[0], sizeof(first[0]), iovp))
+			return 0;
+	} else if (bpf_probe_read_user(first, sizeof(first), iovp)) {
+		return 0;
+	}
+	__u32 off = copy_iov_entry(data, &first[0], 0, limit);
+	if (off > EBTOP_MAX_SNAPLEN)
+		return 0;
+	if (iovcnt == 1)
+		return off;
+	__u32 after_first = off;
+	off = copy_iov_entry(data, &first[1], off, limit);
+	if (off > EBTOP_MAX_SNAPLEN)
+		return after_first;
+	if (iovcnt == 2 || off >= limit)
+		return off;
+	struct iov_walk w = { .iovp = iovp + 2, .iovcnt = iovcnt - 2, .limit = limit, .off = off,
+			      .cpu = cpu };
+	bpf_loop(EBTOP_MAX_IOV - 2, copy_one_iov, &w, 0);
 	return w.off;
 }
 
@@ -372,7 +432,7 @@ static __always_inline __u32 copy_payload(__u32 cpu, __u8 *data, __u8 source, __
 		return (__u32)n;
 	}
 	if (source == SRC_IOV)
-		return copy_iov(cpu, (const struct ebtop_iovec *)ptr, cnt, limit);
+		return copy_iov(cpu, data, (const struct ebtop_iovec *)ptr, cnt, limit);
 	return 0;
 }
 
@@ -396,7 +456,10 @@ static __always_inline __u8 select_protocol(__u8 *conn_proto, __u8 source, __u64
 		return proto;
 	}
 	if (!capture_all && proto == EBTOP_PROTO_UNKNOWN) {
-		proto = infer_protocol_at(source, ptr, cnt, limit, dgram, pos);
+		proto = infer_protocol_at_packed(ptr, cnt,
+						 (limit & 0xffff) | ((__u32)source << 16) |
+							 ((__u32)dgram << 24),
+						 pos);
 		if (proto == EBTOP_PROTO_UNKNOWN) {
 			count(EBTOP_CNT_SKIPPED_UNKNOWN, 1);
 			count(EBTOP_CNT_SKIPPED_BYTES, len);
@@ -436,7 +499,7 @@ static __always_inline void submit_data(struct scratch *s, __u8 proto, __u64 seq
 		count(EBTOP_CNT_TRUNCATED, 1);
 	}
 	__u64 size = sizeof(*ev) + (cap & (2 * EBTOP_MAX_SNAPLEN - 1));
-	if (size > sizeof(*s))
+	if (size > sizeof(s->ev) + sizeof(s->data))
 		return;
 	if (bench_cut == 4)
 		return;

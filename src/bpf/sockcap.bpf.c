@@ -153,12 +153,20 @@ static __always_inline void fill_tuple_btf(struct ebtop_event *ev, struct sock *
 	}
 }
 
-/* The syscall number of the current task's syscall in progress (-1: none, a kernel thread). */
-static __always_inline long current_syscall(struct task_struct___cap *task)
+/*
+ * The current task's saved user registers, or NULL where no syscall of ours can be in progress
+ * (a kernel thread, an io_uring worker).
+ */
+static __always_inline struct pt_regs *syscall_regs(struct task_struct___cap *task)
 {
 	if (task->flags & (PF_KTHREAD | PF_IO_WORKER))
-		return -1;
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs((struct task_struct *)task);
+		return NULL;
+	return (struct pt_regs *)bpf_task_pt_regs((struct task_struct *)task);
+}
+
+/* The number of the syscall whose registers these are (-1: none). */
+static __always_inline long syscall_nr(struct pt_regs *regs)
+{
 	if (!regs)
 		return -1;
 #if defined(__TARGET_ARCH_arm64)
@@ -173,14 +181,13 @@ static __always_inline long current_syscall(struct task_struct___cap *task)
  * vector moves the cursor on; a failure, or anything outside sendmmsg/recvmmsg, restarts it.
  * Only tasks that made such a call have a cursor; for the rest this is one failed lookup.
  */
-static __always_inline void mmsg_cursor_on_nothing_moved(int ret)
+static __always_inline void mmsg_cursor_on_nothing_moved(struct task_struct___cap *task, int ret)
 {
-	struct task_struct___cap *task = (struct task_struct___cap *)bpf_get_current_task_btf();
 	struct mmsg_cursor *cur = bpf_task_storage_get(&mmsg_cursors, (struct task_struct *)task,
 						       0, 0);
 	if (!cur || !cur->vec)
 		return;
-	long nr = ret == 0 ? current_syscall(task) : -1;
+	long nr = ret == 0 ? syscall_nr(syscall_regs(task)) : -1;
 	if (nr == NR_SENDMMSG || nr == NR_RECVMMSG)
 		cur->next++;
 	else
@@ -218,17 +225,16 @@ static __always_inline __u64 mmsg_entry(struct task_struct *task, __u64 vec, __u
 	return vec + (__u64)idx * sizeof(struct ebtop_mmsghdr);
 }
 
-static __always_inline void syscall_args(struct call_args *c, __u8 dir, struct sock *sk,
-					 __u64 len)
+static __always_inline void syscall_args(struct call_args *c, struct task_struct___cap *task,
+					 __u8 dir, struct sock *sk, __u64 len)
 {
-	struct task_struct___cap *task = (struct task_struct___cap *)bpf_get_current_task_btf();
 	c->fd = -1;
 	c->syscall = EBTOP_SC_OTHER;
 	c->source = SRC_NONE;
-	long nr = current_syscall(task);
-	if (nr < 0)
+	struct pt_regs *regs = syscall_regs(task);
+	long nr = syscall_nr(regs);
+	if (nr < 0 || !regs)
 		return;
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs((struct task_struct *)task);
 	__u8 sc = 0, src = SRC_NONE;
 	bool tx = dir == EBTOP_DIR_EGRESS;
 	switch (nr) {
@@ -297,11 +303,10 @@ static __always_inline void syscall_args(struct call_args *c, __u8 dir, struct s
 	}
 }
 
-static __always_inline void fill_header(struct ebtop_event *ev, struct sock *sk,
-					const struct sk_state *st, __u8 family, __u8 sock_type,
-					__u64 start_ns, __u64 end_ns)
+static __always_inline void fill_header(struct ebtop_event *ev, struct task_struct *task,
+					__u64 id, struct sock *sk, const struct sk_state *st,
+					__u8 family, __u8 sock_type, __u64 start_ns, __u64 end_ns)
 {
-	__u64 id = bpf_get_current_pid_tgid();
 	ev->start_ns = start_ns;
 	ev->end_ns = end_ns;
 	ev->sock_id = st->sock_id;
@@ -312,7 +317,7 @@ static __always_inline void fill_header(struct ebtop_event *ev, struct sock *sk,
 	ev->flags = 0;
 	ev->_pad = 0;
 	fill_tuple_btf(ev, sk, family);
-	current_comm(ev->comm);
+	task_comm(task, ev->comm);
 }
 
 /*
@@ -327,9 +332,12 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	__u64 start = now;
+	/* Helpers taken once per run: each call is a return through this VM's (and any
+	 * SRSO-mitigated CPU's) return thunk. */
+	struct task_struct___cap *task = (struct task_struct___cap *)bpf_get_current_task_btf();
 	if (dir == EBTOP_DIR_EGRESS) {
 		/* Taken whatever the outcome, so a failed send leaves no stale start behind. */
-		struct send_start *ss = bpf_task_storage_get(&send_starts, bpf_get_current_task_btf(),
+		struct send_start *ss = bpf_task_storage_get(&send_starts, (struct task_struct *)task,
 							     0, 0);
 		if (ss) {
 			if (ss->sk == (__u64)sk && ss->ns && ss->ns <= now)
@@ -338,7 +346,7 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 		}
 	}
 	if (ret <= 0) {
-		mmsg_cursor_on_nothing_moved(ret);
+		mmsg_cursor_on_nothing_moved(task, ret);
 		return 0;
 	}
 	if (!sk)
@@ -398,7 +406,7 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 		if (tls_note_io(sk, st->sock_id, family, sock_type, &st->proto) && !st->delivered) {
 			st->delivered = 1;
 			st->pid = id >> 32;
-			current_comm(st->comm);
+			task_comm((struct task_struct *)task, st->comm);
 		}
 		if (st->proto == EBTOP_PROTO_TLS) {
 			count(EBTOP_CNT_TLS_CIPHER, 1);
@@ -408,7 +416,7 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	}
 
 	struct call_args c = {};
-	syscall_args(&c, dir, sk, len);
+	syscall_args(&c, task, dir, sk, len);
 	__u32 limit = len < snaplen ? (__u32)len : snaplen;
 	/* A length-only first send cannot be recognised: counted as skipped. */
 	bool deliver;
@@ -419,7 +427,7 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	if (!st->delivered) {
 		st->delivered = 1;
 		st->pid = id >> 32;
-		current_comm(st->comm);
+		task_comm((struct task_struct *)task, st->comm);
 	}
 
 	__u32 cpu = bpf_get_smp_processor_id();
@@ -428,7 +436,7 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 		return 0;
 	struct ebtop_event *ev = &s->ev;
 	__u32 cap = copy_payload(cpu, s->data, c.source, c.arg, c.arg2, limit);
-	fill_header(ev, sk, st, family, sock_type, start, now);
+	fill_header(ev, (struct task_struct *)task, id, sk, st, family, sock_type, start, now);
 	ev->dir = dir;
 	ev->syscall = c.syscall;
 	ev->fd = c.fd;
@@ -492,7 +500,8 @@ int BPF_PROG(cap_set_state, struct sock *sk, int oldstate, int newstate)
 	struct ebtop_event *ev = &s->ev;
 	__u8 family = sk->__sk_common.skc_family;
 	__u64 now = bpf_ktime_get_ns();
-	fill_header(ev, sk, st, family, SOCK_STREAM, now, now);
+	fill_header(ev, bpf_get_current_task_btf(), bpf_get_current_pid_tgid(), sk, st, family,
+		    SOCK_STREAM, now, now);
 	/* Often in softirq context: the owner is the process that moved the data. */
 	ev->pid = st->pid;
 	ev->tid = st->pid;
