@@ -72,41 +72,75 @@ fn request_resource(target: &str) -> String {
     }
 }
 
-/// Content-Length and chunked framing from headers; None when they contradict (damaged).
-fn framing(headers: &[httparse::Header]) -> Option<(Option<u64>, bool)> {
-    let mut cl: Option<u64> = None;
-    let mut chunked = false;
+/// What a head's headers say that the parser acts on, found in one walk over them.
+struct HeaderFacts<'h> {
+    content_length: Option<u64>,
+    chunked: bool,
+    /// The first `Host` header's value.
+    host: Option<&'h [u8]>,
+    /// An `Upgrade` header lists h2c (HTTP/2 over clear text, RFC 7540 §3.2).
+    h2c: bool,
+}
+
+/// A Content-Length value: digits only (optional whitespace around them), as RFC 9110 §8.6
+/// allows; None otherwise or past u64.
+fn content_length_value(v: &[u8]) -> Option<u64> {
+    let v = v.trim_ascii();
+    if v.is_empty() {
+        return None;
+    }
+    v.iter().try_fold(0u64, |n, &b| {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        n.checked_mul(10)?.checked_add(u64::from(b - b'0'))
+    })
+}
+
+/// The framing (Content-Length, chunked), host and h2c upgrade of a head; None when its
+/// framing headers contradict each other or a length is not a number (damaged). Names are told
+/// apart by length first: most headers are none of these four.
+fn header_facts<'h>(headers: &[httparse::Header<'h>]) -> Option<HeaderFacts<'h>> {
+    let mut facts = HeaderFacts {
+        content_length: None,
+        chunked: false,
+        host: None,
+        h2c: false,
+    };
     for h in headers {
-        if h.name.eq_ignore_ascii_case("content-length") {
-            let v = std::str::from_utf8(h.value.trim_ascii())
-                .ok()?
-                .parse::<u64>()
-                .ok()?;
-            if cl.is_some_and(|old| old != v) {
-                return None;
+        match h.name.len() {
+            4 if facts.host.is_none() && h.name.eq_ignore_ascii_case("host") => {
+                facts.host = Some(h.value);
             }
-            cl = Some(v);
-        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            // Chunked is framing only when it is the final coding.
-            chunked = h
-                .value
-                .rsplit(|&b| b == b',')
-                .next()
-                .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+            7 if h.name.eq_ignore_ascii_case("upgrade") => {
+                facts.h2c |= h
+                    .value
+                    .split(|&b| b == b',')
+                    .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"h2c"));
+            }
+            14 if h.name.eq_ignore_ascii_case("content-length") => {
+                let v = content_length_value(h.value)?;
+                if facts.content_length.is_some_and(|old| old != v) {
+                    return None;
+                }
+                facts.content_length = Some(v);
+            }
+            17 if h.name.eq_ignore_ascii_case("transfer-encoding") => {
+                // Chunked is framing only when it is the final coding.
+                facts.chunked = h
+                    .value
+                    .rsplit(|&b| b == b',')
+                    .next()
+                    .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+            }
+            _ => {}
         }
     }
     // RFC 9112 §6.3: Transfer-Encoding overrides Content-Length.
-    Some((if chunked { None } else { cl }, chunked))
-}
-
-/// Whether an `Upgrade` header lists `h2c` (HTTP/2 over clear text, RFC 7540 §3.2).
-fn upgrades_to_h2c(headers: &[httparse::Header]) -> bool {
-    headers.iter().any(|h| {
-        h.name.eq_ignore_ascii_case("upgrade")
-            && h.value
-                .split(|&b| b == b',')
-                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"h2c"))
-    })
+    if facts.chunked {
+        facts.content_length = None;
+    }
+    Some(facts)
 }
 
 /// Up to `keep` bytes of a head of `len` bytes. A head that fits is kept as sent, its secrets
@@ -164,23 +198,20 @@ pub(super) fn parse_head(kind: Kind, buf: &[u8], depth: ParseDepth, keep: usize)
             let mut req = httparse::Request::new(&mut []);
             match config.parse_request_with_uninit_headers(&mut req, buf, &mut headers) {
                 Ok(httparse::Status::Complete(len)) => {
-                    let Some((content_length, chunked)) = framing(req.headers) else {
+                    let Some(facts) = header_facts(req.headers) else {
                         return HeadParse::Invalid;
                     };
                     let host = if depth == ParseDepth::Full {
-                        req.headers
-                            .iter()
-                            .find(|h| h.name.eq_ignore_ascii_case("host"))
-                            .map(|h| lossy_cut(h.value, 256))
+                        facts.host.map(|h| lossy_cut(h, 256))
                     } else {
                         None
                     };
                     HeadParse::Complete(Head {
                         len,
                         captured: capture_head(buf, len, keep),
-                        content_length,
-                        chunked,
-                        h2c: upgrades_to_h2c(req.headers),
+                        content_length: facts.content_length,
+                        chunked: facts.chunked,
+                        h2c: facts.h2c,
                         kind: HeadKind::Request {
                             method: req.method.unwrap_or("").to_owned(),
                             resource: request_resource(req.path.unwrap_or("")),
@@ -197,15 +228,15 @@ pub(super) fn parse_head(kind: Kind, buf: &[u8], depth: ParseDepth, keep: usize)
             let mut resp = httparse::Response::new(&mut []);
             match config.parse_response_with_uninit_headers(&mut resp, buf, &mut headers) {
                 Ok(httparse::Status::Complete(len)) => {
-                    let Some((content_length, chunked)) = framing(resp.headers) else {
+                    let Some(facts) = header_facts(resp.headers) else {
                         return HeadParse::Invalid;
                     };
                     HeadParse::Complete(Head {
                         len,
                         captured: capture_head(buf, len, keep),
-                        content_length,
-                        chunked,
-                        h2c: upgrades_to_h2c(resp.headers),
+                        content_length: facts.content_length,
+                        chunked: facts.chunked,
+                        h2c: facts.h2c,
                         kind: HeadKind::Response {
                             status: resp.code.unwrap_or(0),
                             version: version_str(resp.version),
@@ -216,5 +247,56 @@ pub(super) fn parse_head(kind: Kind, buf: &[u8], depth: ParseDepth, keep: usize)
                 Err(_) => HeadParse::Invalid,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts_of(head: &str) -> Option<(Option<u64>, bool, Option<String>, bool)> {
+        let mut headers = [httparse::EMPTY_HEADER; 16];
+        let mut req = httparse::Request::new(&mut headers);
+        assert!(
+            req.parse(head.as_bytes()).unwrap().is_complete(),
+            "{head:?}"
+        );
+        header_facts(req.headers).map(|f| {
+            let host = f.host.map(|h| String::from_utf8_lossy(h).into_owned());
+            (f.content_length, f.chunked, host, f.h2c)
+        })
+    }
+
+    #[test]
+    fn one_walk_finds_framing_host_and_upgrade() {
+        let got = facts_of(
+            "POST / HTTP/1.1\r\nhost: a\r\nHost: b\r\nContent-Length:  12 \r\n\
+             Upgrade: websocket, H2C\r\n\r\n",
+        );
+        assert_eq!(got, Some((Some(12), false, Some("a".into()), true)));
+        // Transfer-Encoding overrides Content-Length; chunked counts only as the last coding.
+        let got = facts_of(
+            "POST / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+        );
+        assert_eq!(got, Some((None, true, None, false)));
+        let got = facts_of("POST / HTTP/1.1\r\nTransfer-Encoding: chunked, gzip\r\n\r\n");
+        assert_eq!(got, Some((None, false, None, false)));
+        // Repeated lengths that agree are one length.
+        let got = facts_of("POST / HTTP/1.1\r\nContent-Length: 7\r\ncontent-length: 7\r\n\r\n");
+        assert_eq!(got, Some((Some(7), false, None, false)));
+    }
+
+    #[test]
+    fn a_length_that_is_not_digits_or_contradicts_damages_the_head() {
+        for value in ["+5", "-1", "", "5 5", "0x10", "18446744073709551616"] {
+            let head = format!("POST / HTTP/1.1\r\nContent-Length: {value}\r\n\r\n");
+            assert_eq!(facts_of(&head), None, "{value:?}");
+        }
+        assert_eq!(
+            facts_of("POST / HTTP/1.1\r\nContent-Length: 7\r\nContent-Length: 8\r\n\r\n"),
+            None
+        );
+        let max = format!("POST / HTTP/1.1\r\nContent-Length: {}\r\n\r\n", u64::MAX);
+        assert_eq!(facts_of(&max).unwrap().0, Some(u64::MAX));
     }
 }
