@@ -164,6 +164,29 @@ __noinline __u64 ring_wake_flags(__u32 shard, __u64 ask)
 	return avail >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 }
 
+/* Puts `size` bytes at `data` in ring `shard`; 0 or an error. */
+static __always_inline long ring_output(__u32 shard, void *data, __u64 size, __u64 flags)
+{
+	switch (shard) {
+	case 1: return bpf_ringbuf_output(&events_1, data, size, flags);
+	case 2: return bpf_ringbuf_output(&events_2, data, size, flags);
+	case 3: return bpf_ringbuf_output(&events_3, data, size, flags);
+	case 4: return bpf_ringbuf_output(&events_4, data, size, flags);
+	case 5: return bpf_ringbuf_output(&events_5, data, size, flags);
+	case 6: return bpf_ringbuf_output(&events_6, data, size, flags);
+	case 7: return bpf_ringbuf_output(&events_7, data, size, flags);
+	case 8: return bpf_ringbuf_output(&events_8, data, size, flags);
+	case 9: return bpf_ringbuf_output(&events_9, data, size, flags);
+	case 10: return bpf_ringbuf_output(&events_10, data, size, flags);
+	case 11: return bpf_ringbuf_output(&events_11, data, size, flags);
+	case 12: return bpf_ringbuf_output(&events_12, data, size, flags);
+	case 13: return bpf_ringbuf_output(&events_13, data, size, flags);
+	case 14: return bpf_ringbuf_output(&events_14, data, size, flags);
+	case 15: return bpf_ringbuf_output(&events_15, data, size, flags);
+	default: return bpf_ringbuf_output(&events, data, size, flags);
+	}
+}
+
 /* Sends the CPU's scratch record (its header first) to its socket's ring; 0 or an error. */
 static __always_inline long emit_record(struct scratch *s, __u64 size)
 {
@@ -175,24 +198,19 @@ static __always_inline long emit_record(struct scratch *s, __u64 size)
 	s->unqueried[shard] = (__u32)(unqueried & under);
 	/* The call only when asking: most records skip it (a BPF-to-BPF call and its return). */
 	__u64 flags = under ? BPF_RB_NO_WAKEUP : ring_wake_flags(shard, 1);
-	switch (shard) {
-	case 1: return bpf_ringbuf_output(&events_1, &s->ev, size, flags);
-	case 2: return bpf_ringbuf_output(&events_2, &s->ev, size, flags);
-	case 3: return bpf_ringbuf_output(&events_3, &s->ev, size, flags);
-	case 4: return bpf_ringbuf_output(&events_4, &s->ev, size, flags);
-	case 5: return bpf_ringbuf_output(&events_5, &s->ev, size, flags);
-	case 6: return bpf_ringbuf_output(&events_6, &s->ev, size, flags);
-	case 7: return bpf_ringbuf_output(&events_7, &s->ev, size, flags);
-	case 8: return bpf_ringbuf_output(&events_8, &s->ev, size, flags);
-	case 9: return bpf_ringbuf_output(&events_9, &s->ev, size, flags);
-	case 10: return bpf_ringbuf_output(&events_10, &s->ev, size, flags);
-	case 11: return bpf_ringbuf_output(&events_11, &s->ev, size, flags);
-	case 12: return bpf_ringbuf_output(&events_12, &s->ev, size, flags);
-	case 13: return bpf_ringbuf_output(&events_13, &s->ev, size, flags);
-	case 14: return bpf_ringbuf_output(&events_14, &s->ev, size, flags);
-	case 15: return bpf_ringbuf_output(&events_15, &s->ev, size, flags);
-	default: return bpf_ringbuf_output(&events, &s->ev, size, flags);
-	}
+	return ring_output(shard, &s->ev, size, flags);
+}
+
+/*
+ * Sends a header-only record made on the program's stack. A program that can run in softirq
+ * (a TCP close on a received segment) may interrupt a capture program between the header it
+ * wrote in the CPU's scratch record and that record's output: it must not write there. Such
+ * records never wake the reader (it also polls on a timeout).
+ */
+static __always_inline long emit_stack_record(struct ebtop_event *ev)
+{
+	__u32 shard = shard_of(ev->sock_id) & (EBTOP_MAX_SHARDS - 1);
+	return ring_output(shard, ev, sizeof(*ev), BPF_RB_NO_WAKEUP);
 }
 
 static __always_inline void count(__u32 idx, __u64 n)

@@ -483,7 +483,11 @@ int BPF_PROG(cap_tcp_send_start, struct sock *sk)
 	return 0;
 }
 
-/* A TCP connection whose data user space saw is over: one close record. */
+/*
+ * A TCP connection whose data user space saw is over: one close record. Often in softirq, so
+ * possibly inside a capture program of this CPU: the record is made on the stack, never in the
+ * CPU's scratch record (emit_stack_record).
+ */
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(cap_set_state, struct sock *sk, int oldstate, int newstate)
 {
@@ -493,30 +497,26 @@ int BPF_PROG(cap_set_state, struct sock *sk, int oldstate, int newstate)
 	if (!st || !st->delivered || st->proto == EBTOP_PROTO_FILTERED)
 		return 0;
 	st->delivered = 0;
-	__u32 cpu = bpf_get_smp_processor_id();
-	struct scratch *s = bpf_map_lookup_elem(&scratch_buf, &cpu);
-	if (!s)
-		return 0;
-	struct ebtop_event *ev = &s->ev;
+	struct ebtop_event ev = {};
 	__u8 family = sk->__sk_common.skc_family;
 	__u64 now = bpf_ktime_get_ns();
-	fill_header(ev, bpf_get_current_task_btf(), bpf_get_current_pid_tgid(), sk, st, family,
+	fill_header(&ev, bpf_get_current_task_btf(), bpf_get_current_pid_tgid(), sk, st, family,
 		    SOCK_STREAM, now, now);
 	/* Often in softirq context: the owner is the process that moved the data. */
-	ev->pid = st->pid;
-	ev->tid = st->pid;
-	__builtin_memcpy(ev->comm, st->comm, sizeof(ev->comm));
-	ev->kind = EBTOP_EV_CLOSE;
-	ev->dir = 0;
-	ev->syscall = EBTOP_SC_CLOSE;
-	ev->fd = -1;
-	ev->proto = EBTOP_PROTO_UNKNOWN;
+	ev.pid = st->pid;
+	ev.tid = st->pid;
+	__builtin_memcpy(ev.comm, st->comm, sizeof(ev.comm));
+	ev.kind = EBTOP_EV_CLOSE;
+	ev.dir = 0;
+	ev.syscall = EBTOP_SC_CLOSE;
+	ev.fd = -1;
+	ev.proto = EBTOP_PROTO_UNKNOWN;
 	if (st->proto == EBTOP_PROTO_TLS)
-		ev->flags |= EBTOP_F_TLS; /* ends the connection's plaintext stream */
-	ev->seq = 0;
-	ev->total_len = 0;
-	ev->cap_len = 0;
-	if (emit_record(s, sizeof(*ev)))
+		ev.flags |= EBTOP_F_TLS; /* ends the connection's plaintext stream */
+	ev.seq = 0;
+	ev.total_len = 0;
+	ev.cap_len = 0;
+	if (emit_stack_record(&ev))
 		count(EBTOP_CNT_LOST, 1);
 	else
 		count(EBTOP_CNT_EVENTS, 1);
