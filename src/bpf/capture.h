@@ -216,8 +216,11 @@ static __always_inline long emit_stack_record(struct ebtop_event *ev)
 static __always_inline void count(__u32 idx, __u64 n)
 {
 	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
+	/* Atomic although the slot is this CPU's: a program that runs in softirq (the close of
+	 * cap_set_state) can interrupt another between its load and its store, and a count lost
+	 * so would be a loss or an event not counted. An uncontended locked add costs a few ns. */
 	if (v)
-		*v += n; /* per-CPU slot: no other writer */
+		__sync_fetch_and_add(v, n);
 }
 
 /*

@@ -159,8 +159,10 @@ struct {
 static __always_inline void fcount(__u32 idx)
 {
 	__u64 *v = bpf_map_lookup_elem(&flow_counters, &idx);
+	/* Atomic: the flow programs run in softirq and in process context, one inside the other
+	 * on a CPU (see count() in capture.h). */
 	if (v)
-		*v += 1;
+		__sync_fetch_and_add(v, 1);
 }
 
 static __always_inline __u64 sock_inode(const void *skaddr)
