@@ -109,8 +109,10 @@ def main():
     ap.add_argument("b")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--window", type=float, default=4.0)
-    ap.add_argument("extra", nargs="*", help="after --: more ebtop arguments")
-    args = ap.parse_args()
+    argv = sys.argv[1:]
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []  # more ebtop arguments
+    args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    args.extra = extra
     if os.geteuid() != 0:
         sys.exit("bpf_ab.py: needs root (loads BPF, sets kernel.bpf_stats_enabled)")
     apt("nginx", "wrk")
