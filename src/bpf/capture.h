@@ -357,34 +357,10 @@ struct iov_walk {
 	__u32 cpu;
 };
 
-/* One iovec entry: bpf_loop verifies this once instead of once per unrolled iteration. */
-static long copy_one_iov(__u64 i, void *ctx)
-{
-	struct iov_walk *w = ctx;
-	struct ebtop_iovec iov;
-	__u32 off = w->off;
-
-	if (i >= w->iovcnt || off >= w->limit || off >= EBTOP_MAX_SNAPLEN)
-		return 1;
-	struct scratch *s = bpf_map_lookup_elem(&scratch_buf, &w->cpu);
-	if (!s || bpf_probe_read_user(&iov, sizeof(iov), &w->iovp[i]))
-		return 1;
-	__u64 n = w->limit - off;
-	if (iov.iov_len < n)
-		n = iov.iov_len;
-	if (n > EBTOP_MAX_SNAPLEN)
-		n = EBTOP_MAX_SNAPLEN;
-	if (n == 0)
-		return 0;
-	if (bpf_probe_read_user(s->data + verifier_mask(off, EBTOP_MAX_SNAPLEN - 1), n, iov.iov_base))
-		return 1;
-	w->off = off + n;
-	return 0;
-}
-
 /*
- * One buffer of an iovec whose entry is already read, at `off` of the data; the new offset,
- * or `off` + EBTOP_MAX_SNAPLEN + 1 (past any limit) when the copy failed.
+ * One buffer of an iovec whose entry is already read, at `off` of the data: the new offset (at
+ * most `limit`, which is at most EBTOP_MAX_SNAPLEN), or EBTOP_MAX_SNAPLEN + 1 when the copy
+ * failed.
  */
 static __always_inline __u32 copy_iov_entry(__u8 *data, const struct ebtop_iovec *iov, __u32 off,
 					    __u32 limit)
@@ -401,6 +377,24 @@ static __always_inline __u32 copy_iov_entry(__u8 *data, const struct ebtop_iovec
 	if (bpf_probe_read_user(data + verifier_mask(off, EBTOP_MAX_SNAPLEN - 1), n, iov->iov_base))
 		return EBTOP_MAX_SNAPLEN + 1;
 	return off + n;
+}
+
+/* One iovec entry: bpf_loop verifies this once instead of once per unrolled iteration. */
+static long copy_one_iov(__u64 i, void *ctx)
+{
+	struct iov_walk *w = ctx;
+	struct ebtop_iovec iov;
+
+	if (i >= w->iovcnt || w->off >= w->limit || w->off >= EBTOP_MAX_SNAPLEN)
+		return 1;
+	struct scratch *s = bpf_map_lookup_elem(&scratch_buf, &w->cpu);
+	if (!s || bpf_probe_read_user(&iov, sizeof(iov), &w->iovp[i]))
+		return 1;
+	__u32 off = copy_iov_entry(s->data, &iov, w->off, w->limit);
+	if (off > EBTOP_MAX_SNAPLEN)
+		return 1;
+	w->off = off;
+	return 0;
 }
 
 /*
