@@ -187,30 +187,43 @@ static __always_inline long ring_output(__u32 shard, void *data, __u64 size, __u
 	}
 }
 
-/* Sends the CPU's scratch record (its header first) to its socket's ring; 0 or an error. */
-static __always_inline long emit_record(struct scratch *s, __u64 size)
+/*
+ * The wakeup flag for a record of `size` bytes to ring `shard`, counting it in this CPU's bytes
+ * put there since the ring was last asked how full it is (see query_every_bytes).
+ */
+static __always_inline __u64 ring_flags_for(struct scratch *s, __u32 shard, __u64 size)
 {
-	__u32 shard = shard_of(s->ev.sock_id) & (EBTOP_MAX_SHARDS - 1);
 	__u64 unqueried = (__u64)s->unqueried[shard] + (__u32)size;
 	/* All ones while under the step, else 0: no branch here (one per place a record is
 	 * sent would multiply the verifier's paths). */
 	__u64 under = (__u64)((__s64)(unqueried - query_every_bytes) >> 63);
 	s->unqueried[shard] = (__u32)(unqueried & under);
 	/* The call only when asking: most records skip it (a BPF-to-BPF call and its return). */
-	__u64 flags = under ? BPF_RB_NO_WAKEUP : ring_wake_flags(shard, 1);
-	return ring_output(shard, &s->ev, size, flags);
+	return under ? BPF_RB_NO_WAKEUP : ring_wake_flags(shard, 1);
+}
+
+/* Sends the CPU's scratch record (its header first) to its socket's ring; 0 or an error. */
+static __always_inline long emit_record(struct scratch *s, __u64 size)
+{
+	__u32 shard = shard_of(s->ev.sock_id) & (EBTOP_MAX_SHARDS - 1);
+	return ring_output(shard, &s->ev, size, ring_flags_for(s, shard, size));
 }
 
 /*
  * Sends a header-only record made on the program's stack. A program that can run in softirq
  * (a TCP close on a received segment) may interrupt a capture program between the header it
- * wrote in the CPU's scratch record and that record's output: it must not write there. Such
- * records never wake the reader (it also polls on a timeout).
+ * wrote in the CPU's scratch record and that record's output: it must not write that record.
+ * It still counts its bytes toward the reader's wakeup (a burst of closes alone must wake it
+ * before the ring fills); an interrupted program's own count may then overwrite this one,
+ * which only moves the next question a record later.
  */
 static __always_inline long emit_stack_record(struct ebtop_event *ev)
 {
 	__u32 shard = shard_of(ev->sock_id) & (EBTOP_MAX_SHARDS - 1);
-	return ring_output(shard, ev, sizeof(*ev), BPF_RB_NO_WAKEUP);
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct scratch *s = bpf_map_lookup_elem(&scratch_buf, &cpu);
+	__u64 flags = s ? ring_flags_for(s, shard, sizeof(*ev)) : BPF_RB_NO_WAKEUP;
+	return ring_output(shard, ev, sizeof(*ev), flags);
 }
 
 static __always_inline void count(__u32 idx, __u64 n)
