@@ -19,7 +19,6 @@ few per cent: a change of 20 ns per run shows in 4–6 rounds on this VM.
 """
 import argparse
 import ctypes
-import glob
 import os
 import signal
 import statistics
@@ -29,7 +28,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import STATS_SYSCTL, apt, bpf_stats_sysctl_on, pinned_ok_nginx, wait_attached, wait_tls_scan  # noqa: E402
+from run import (STATS_SYSCTL, apt, bpf_stats_sysctl_on, pinned_ok_nginx, prog_stats,  # noqa: E402
+                 wait_attached, wait_tls_scan)
 
 PORT = 18937
 NR_BPF = {"x86_64": 321, "aarch64": 280}[os.uname().machine]
@@ -51,20 +51,6 @@ def prog_name(prog_id):
         return info.raw[64:80].split(b"\0")[0].decode() or str(prog_id)
     finally:
         os.close(fd)
-
-
-def prog_stats(pid):
-    """{program id: (run_time_ns, run_cnt)} of the BPF programs `pid` holds."""
-    out = {}
-    for path in glob.glob(f"/proc/{pid}/fdinfo/*"):
-        try:
-            with open(path) as f:
-                kv = dict(line.split(":", 1) for line in f if ":" in line)
-        except OSError:
-            continue
-        if "prog_id" in kv and "run_time_ns" in kv:
-            out[int(kv["prog_id"])] = (int(kv["run_time_ns"]), int(kv["run_cnt"]))
-    return out
 
 
 def split_env(spec):

@@ -123,17 +123,23 @@ def cpu_ticks(pid):
     return int(fields[11]) + int(fields[12])
 
 
-def bpf_run_ns(pid):
-    total = 0
-    for fd in glob.glob(f"/proc/{pid}/fdinfo/*"):
+def prog_stats(pid):
+    """{program id: (run_time_ns, run_cnt)} of the BPF programs `pid` holds (/proc/PID/fdinfo;
+    the times grow only while kernel.bpf_stats_enabled is 1)."""
+    out = {}
+    for path in glob.glob(f"/proc/{pid}/fdinfo/*"):
         try:
-            with open(fd) as f:
-                m = re.search(r"run_time_ns:\s+(\d+)", f.read())
-            if m:
-                total += int(m.group(1))
+            with open(path) as f:
+                kv = dict(line.split(":", 1) for line in f if ":" in line)
         except OSError:
-            pass
-    return total
+            continue
+        if "prog_id" in kv and "run_time_ns" in kv:
+            out[int(kv["prog_id"])] = (int(kv["run_time_ns"]), int(kv["run_cnt"]))
+    return out
+
+
+def bpf_run_ns(pid):
+    return sum(ns for ns, _ in prog_stats(pid).values())
 
 
 def rss_split_kb(pid):

@@ -134,15 +134,13 @@ static __always_inline __u32 shard_of(__u64 sock_id)
 }
 
 /*
- * The wakeup flag of a record for ring `shard`: whether `wakeup_bytes` wait in it, asked only
- * when `ask` (see query_every_bytes). A global function, verified once rather than on every
- * path to each place a record is sent.
+ * The wakeup flag of a record for ring `shard`: whether `wakeup_bytes` wait in it (asked once
+ * per query_every_bytes, see ring_flags_for). A global function, verified once rather than on
+ * every path to each place a record is sent.
  */
-__noinline __u64 ring_wake_flags(__u32 shard, __u64 ask)
+__noinline __u64 ring_wake_flags(__u32 shard)
 {
 	__u64 avail;
-	if (!ask)
-		return BPF_RB_NO_WAKEUP;
 	switch (shard) {
 	case 1: avail = bpf_ringbuf_query(&events_1, BPF_RB_AVAIL_DATA); break;
 	case 2: avail = bpf_ringbuf_query(&events_2, BPF_RB_AVAIL_DATA); break;
@@ -199,7 +197,7 @@ static __always_inline __u64 ring_flags_for(struct scratch *s, __u32 shard, __u6
 	__u64 under = (__u64)((__s64)(unqueried - query_every_bytes) >> 63);
 	s->unqueried[shard] = (__u32)(unqueried & under);
 	/* The call only when asking: most records skip it (a BPF-to-BPF call and its return). */
-	return under ? BPF_RB_NO_WAKEUP : ring_wake_flags(shard, 1);
+	return under ? BPF_RB_NO_WAKEUP : ring_wake_flags(shard);
 }
 
 /* Sends the CPU's scratch record (its header first) to its socket's ring; 0 or an error. */

@@ -233,7 +233,7 @@ static __always_inline void syscall_args(struct call_args *c, struct task_struct
 	c->source = SRC_NONE;
 	struct pt_regs *regs = syscall_regs(task);
 	long nr = syscall_nr(regs);
-	if (nr < 0 || !regs)
+	if (nr < 0 || !regs) /* !regs implies nr < 0; the verifier needs it said */
 		return;
 	__u8 sc = 0, src = SRC_NONE;
 	bool tx = dir == EBTOP_DIR_EGRESS;
@@ -506,16 +506,13 @@ int BPF_PROG(cap_set_state, struct sock *sk, int oldstate, int newstate)
 	ev.pid = st->pid;
 	ev.tid = st->pid;
 	__builtin_memcpy(ev.comm, st->comm, sizeof(ev.comm));
+	/* Direction, position and lengths stay 0 (the record starts zeroed). */
 	ev.kind = EBTOP_EV_CLOSE;
-	ev.dir = 0;
 	ev.syscall = EBTOP_SC_CLOSE;
 	ev.fd = -1;
 	ev.proto = EBTOP_PROTO_UNKNOWN;
 	if (st->proto == EBTOP_PROTO_TLS)
 		ev.flags |= EBTOP_F_TLS; /* ends the connection's plaintext stream */
-	ev.seq = 0;
-	ev.total_len = 0;
-	ev.cap_len = 0;
 	if (emit_stack_record(&ev))
 		count(EBTOP_CNT_LOST, 1);
 	else

@@ -2216,56 +2216,18 @@ mod tests {
     const IN: Direction = Direction::Ingress;
 
     /// Drives a parser with a fake clock (1 µs per syscall).
-    struct Driver {
-        p: RedisParser,
-        calls: Vec<L7Call>,
-        stats: ParseStats,
-        now: u64,
-        /// Bytes fed per direction (captured or not).
-        fed: [u64; 2],
-    }
+    type Driver = crate::protocols::test_driver::Driver<RedisParser>;
 
     impl Driver {
         fn new() -> Self {
             Driver::with(ParseDepth::Full, 0)
         }
         fn with(depth: ParseDepth, keep_head: usize) -> Self {
-            Driver {
-                p: RedisParser::new(&ParserConfig {
-                    depth,
-                    transport: Transport::Stream,
-                    keep_head,
-                }),
-                calls: Vec::new(),
-                stats: ParseStats::default(),
-                now: 0,
-                fed: [0; 2],
-            }
-        }
-        fn seg_cut(&mut self, dir: Direction, bytes: &[u8], total: u64) -> &mut Self {
-            self.now += 1000;
-            let seg = Segment {
-                dir,
-                payload: bytes,
-                total_len: total,
-                start_ns: self.now,
-                end_ns: self.now + 500,
-                peer: None,
-            };
-            self.fed[dir.index()] = self.fed[dir.index()].saturating_add(total);
-            self.p.on_segment(&seg, &mut self.calls, &mut self.stats);
-            self
-        }
-        fn seg(&mut self, dir: Direction, bytes: &[u8]) -> &mut Self {
-            self.seg_cut(dir, bytes, bytes.len() as u64)
-        }
-        fn gap(&mut self, dir: Direction, len: Option<u64>) -> &mut Self {
-            self.p.on_gap(dir, len, &mut self.stats);
-            self
-        }
-        fn close(&mut self) -> &mut Self {
-            self.p.on_close(&mut self.calls, &mut self.stats);
-            self
+            Driver::with_parser(RedisParser::new(&ParserConfig {
+                depth,
+                transport: Transport::Stream,
+                keep_head,
+            }))
         }
         /// Plays a fixture's syscalls as the traced side saw them.
         fn play(&mut self, f: &SegFile) -> &mut Self {
@@ -2281,13 +2243,6 @@ mod tests {
                 .iter()
                 .map(|c| (c.method.clone(), c.resource.clone(), c.status_text.clone()))
                 .collect()
-        }
-        fn detail(&self, i: usize, key: &str) -> Option<&str> {
-            self.calls[i]
-                .details
-                .iter()
-                .find(|(k, _)| *k == key)
-                .map(|(_, v)| v.as_str())
         }
         /// Bytes the calls claim per direction (requests and replies).
         fn claimed(&self) -> [u64; 2] {

@@ -18,6 +18,8 @@ pub(crate) struct Driver<P> {
     pub calls: Vec<L7Call>,
     pub stats: ParseStats,
     pub now: u64,
+    /// Bytes fed per direction (captured or not).
+    pub fed: [u64; 2],
 }
 
 impl<P: StreamParser> Driver<P> {
@@ -27,6 +29,7 @@ impl<P: StreamParser> Driver<P> {
             calls: Vec::new(),
             stats: ParseStats::default(),
             now: 0,
+            fed: [0; 2],
         }
     }
 
@@ -41,6 +44,7 @@ impl<P: StreamParser> Driver<P> {
             end_ns: self.now + 500,
             peer: None,
         };
+        self.fed[dir.index()] = self.fed[dir.index()].saturating_add(total);
         self.p.on_segment(&seg, &mut self.calls, &mut self.stats);
         self
     }
