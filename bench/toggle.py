@@ -9,6 +9,9 @@ release build) is started and stopped in turns: off, socket, off, syscalls, off,
 starts once ebtop's BPF links stop growing (all probes attached) and its TLS lookout has read
 the installed programs (its thread at rest: `-early` modes skip that wait), and lasts --window
 seconds; the request rate comes from nginx's own counter (stub_status) at the window's edges.
+A mode `bpftrace=NAME` runs bpftrace with bench/NAME.bt instead of ebtop (the floor of a
+hook: `peer_floor`, the syscall tracepoints with a per-thread map; `sock_floor`, the socket
+layer's events with a count), its window starting a second after bpftrace says it attached.
 Each on/off ratio divides an on window's rate by the mean of the off windows on either side;
 the report is the median (and quartiles) per mode. Modes with `-fullstats` also report ebtop's
 BPF run time per request served (kernel statistics over the whole session, median over the
@@ -48,6 +51,24 @@ def rate_over(seconds):
     return (r1 - r0) / (t1 - t0)
 
 
+def bpftrace_window(script, seconds):
+    """The request rate over `seconds` with bench/SCRIPT.bt attached by bpftrace."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), script + ".bt")
+    if not os.path.isdir("/sys/kernel/tracing/events"):  # bpftrace needs tracefs, a fresh host may lack it
+        subprocess.run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"], check=True)
+    p = subprocess.Popen(["bpftrace", path], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        if not p.stdout.readline().startswith(b"Attaching"):
+            sys.exit(f"bpftrace {path}: {p.stderr.read().decode()[:300]}")
+        time.sleep(1)  # "Attaching N probes..." comes before the attaching
+        if p.poll() is not None:
+            sys.exit(f"bpftrace {path}: {p.stderr.read().decode()[:300]}")
+        return rate_over(seconds)
+    finally:
+        p.send_signal(signal.SIGINT)
+        p.wait()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cycles", type=int, default=10)
@@ -68,6 +89,8 @@ def main():
     warn_if_bpf_stats_on()
     modes = a.modes.split(",")
     apt("nginx", "wrk")
+    if any(m.startswith("bpftrace=") for m in modes):
+        apt("bpftrace")
     binary, _ = build()
     ncpu = os.cpu_count()
     d = tempfile.mkdtemp(prefix="ebtop-toggle-")
@@ -122,6 +145,9 @@ http {{ access_log off; keepalive_requests 1000000000;
                 # mode: HOOKS[-fullstats][-tN][@other][:ARG+ARG…] (N tracking threads; @other:
                 # run --other-binary instead, e.g. the previous release, for a paired
                 # comparison; ARGs: more ebtop arguments, e.g. --only=flow).
+                if mode.startswith("bpftrace="):
+                    windows.append((mode, bpftrace_window(mode.partition("=")[2], a.window)))
+                    continue
                 mode_spec, _, more = mode.partition(":")
                 spec, _, which = mode_spec.partition("@")
                 exe = a.other_binary if which == "other" else binary

@@ -204,6 +204,10 @@ static __always_inline __u64 ring_flags_for(struct scratch *s, __u32 shard, __u6
 static __always_inline long emit_record(struct scratch *s, __u64 size)
 {
 	__u32 shard = shard_of(s->ev.sock_id) & (EBTOP_MAX_SHARDS - 1);
+	/* A benchmark build's `read-cpu` cut: the CPU's ring, whatever the socket (no order kept:
+	 * user space drops the records), to measure what sharing a ring between CPUs costs. */
+	if (bench_cut == 6 && n_shards > 1)
+		shard = (bpf_get_smp_processor_id() % n_shards) & (EBTOP_MAX_SHARDS - 1);
 	return ring_output(shard, &s->ev, size, ring_flags_for(s, shard, size));
 }
 
