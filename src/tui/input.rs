@@ -11,7 +11,11 @@
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyEventState, KeyModifiers};
 
@@ -106,8 +110,33 @@ fn to_crossterm(k: terminput::KeyEvent) -> Option<KeyEvent> {
     })
 }
 
+/// How often a key waiting for room in a full channel looks whether the UI is leaving.
+const ROOM_POLL: Duration = Duration::from_millis(2);
+
+/// Sends `msg`, waiting for room while the channel is full (keys are never dropped), until
+/// `ending` says the UI is leaving: it will not read again, and it waits for this thread, so a
+/// send that blocked would hang ebtop (a UI that panicked at start with the channel filled by
+/// the collector, or one that quit while keys came in). False then, or once nobody listens.
+pub fn send_waiting<M>(tx: &SyncSender<M>, mut msg: M, ending: &AtomicBool) -> bool {
+    loop {
+        match tx.try_send(msg) {
+            Ok(()) => return true,
+            Err(TrySendError::Disconnected(_)) => return false,
+            Err(TrySendError::Full(back)) => {
+                if ending.load(Ordering::Acquire) {
+                    return false;
+                }
+                msg = back;
+                std::thread::sleep(ROOM_POLL);
+            }
+        }
+    }
+}
+
 /// The input thread; [`TtyInput::stop`] (or dropping it) ends and joins it.
 pub struct TtyInput {
+    /// Set before the thread is woken to end: a delivery waiting for room gives up.
+    ending: Arc<AtomicBool>,
     wake: UnixStream,
     winch: Option<signal_hook::SigId>,
     thread: Option<JoinHandle<()>>,
@@ -142,8 +171,12 @@ impl TtyFd {
 }
 
 impl TtyInput {
-    /// Starts the thread; `deliver` gets every input and returns false once nobody listens.
-    pub fn spawn(mut deliver: impl FnMut(Input) -> bool + Send + 'static) -> io::Result<TtyInput> {
+    /// Starts the thread; `deliver` gets every input and returns false once nobody listens. It
+    /// may wait (for room to pass the input on) but must give up once its flag is set: the
+    /// thread is then being ended and joined ([`send_waiting`] does both).
+    pub fn spawn(
+        mut deliver: impl FnMut(Input, &AtomicBool) -> bool + Send + 'static,
+    ) -> io::Result<TtyInput> {
         let tty = TtyFd::open()?;
         let (wake, wake_rx) = UnixStream::pair()?;
         let (winch_tx, winch_rx) = UnixStream::pair()?;
@@ -151,10 +184,14 @@ impl TtyInput {
         winch_rx.set_nonblocking(true)?;
         wake_rx.set_nonblocking(true)?;
         let winch = signal_hook::low_level::pipe::register(libc::SIGWINCH, winch_tx)?;
+        let ending = Arc::new(AtomicBool::new(false));
+        let ending_here = Arc::clone(&ending);
         let thread = std::thread::Builder::new()
             .name("ebtop-input".into())
             .spawn(move || {
                 // A panic here must end the UI, not leave it without keys.
+                let ending = &*ending_here;
+                let mut deliver = |i: Input| deliver(i, ending);
                 let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     read_loop(&tty, &wake_rx, &winch_rx, &mut deliver)
                 }));
@@ -169,6 +206,7 @@ impl TtyInput {
                 }
             })?;
         Ok(TtyInput {
+            ending,
             wake,
             winch: Some(winch),
             thread: Some(thread),
@@ -184,6 +222,7 @@ impl TtyInput {
         if let Some(id) = self.winch.take() {
             signal_hook::low_level::unregister(id);
         }
+        self.ending.store(true, Ordering::Release);
         let _ = self.wake.write_all(b"x");
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -369,10 +408,8 @@ mod tests {
         assert_eq!(keys.last(), Some(&key(KeyCode::Char('q'))));
     }
 
-    #[test]
-    fn eof_on_the_tty_ends_the_thread_with_terminal_lost() {
-        // A pty whose master is closed reads as EOF/EIO: the thread must report it once and end
-        // (crossterm's reader spins here).
+    /// A pty in raw mode, as the UI sets it: (master, slave).
+    fn raw_pty() -> (OwnedFd, OwnedFd) {
         let mut master = 0;
         let mut slave = 0;
         // SAFETY: openpty writes two descriptors into the given locations; the rest are null.
@@ -399,6 +436,14 @@ mod tests {
             libc::cfmakeraw(&mut t);
             assert_eq!(libc::tcsetattr(slave.as_raw_fd(), libc::TCSANOW, &t), 0);
         }
+        (master, slave)
+    }
+
+    #[test]
+    fn eof_on_the_tty_ends_the_thread_with_terminal_lost() {
+        // A pty whose master is closed reads as EOF/EIO: the thread must report it once and end
+        // (crossterm's reader spins here).
+        let (master, slave) = raw_pty();
         let (wake, wake_rx) = UnixStream::pair().unwrap();
         let (_winch_tx, winch_rx) = UnixStream::pair().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
@@ -415,5 +460,48 @@ mod tests {
         let end = t.join().unwrap();
         assert!(end.is_err(), "{end:?}");
         drop(wake);
+    }
+
+    #[test]
+    fn a_key_waits_for_room_and_gives_up_when_the_ui_leaves() {
+        // The UI's channel full and nobody reading it: a key waits (it is not dropped) and
+        // comes once there is room; when the UI leaves without reading, the thread must end
+        // (a send that blocked hung ebtop at every UI panic or quit with the channel full).
+        let (master, slave) = raw_pty();
+        let (wake, wake_rx) = UnixStream::pair().unwrap();
+        let (_winch_tx, winch_rx) = UnixStream::pair().unwrap();
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        tx.send(Input::Resize(1, 1)).unwrap();
+        let ending = Arc::new(AtomicBool::new(false));
+        let ending_there = Arc::clone(&ending);
+        let t = std::thread::spawn(move || {
+            let tty = TtyFd::Opened(slave);
+            let mut deliver = |i: Input| send_waiting(&tx, i, &ending_there);
+            read_loop(&tty, &wake_rx, &winch_rx, &mut deliver)
+        });
+        let mut m = std::fs::File::from(master);
+        m.write_all(b"j").unwrap();
+        let long = Duration::from_secs(30); // liveness bounds, not timing checks
+        assert_eq!(rx.recv_timeout(long).unwrap(), Input::Resize(1, 1));
+        assert_eq!(
+            rx.recv_timeout(long).unwrap(),
+            Input::Key(key(KeyCode::Char('j')))
+        );
+        // 'k' fills the channel again, 'l' waits for room that never comes.
+        m.write_all(b"kl").unwrap();
+        ending.store(true, Ordering::Release);
+        (&wake).write_all(b"x").unwrap();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || done_tx.send(t.join().unwrap()).unwrap());
+        let end = done_rx
+            .recv_timeout(long)
+            .expect("the input thread ends while its channel is full");
+        assert_eq!(end, Ok(()));
+        // Nothing was lost before the end: what was read in time is there, in order.
+        let rest: Vec<Input> = rx.try_iter().collect();
+        assert!(
+            rest.is_empty() || rest == [Input::Key(key(KeyCode::Char('k')))],
+            "{rest:?}"
+        );
     }
 }

@@ -573,15 +573,15 @@ pub fn run_ui(
     let size = term.size()?;
     app.set_size(size.width, size.height);
 
-    // Keys are never dropped: the input thread waits for room.
-    let input = input::TtyInput::spawn(move |i| {
+    // Keys are never dropped: the input thread waits for room, until the UI leaves.
+    let input = input::TtyInput::spawn(move |i, ending| {
         let msg = match i {
             input::Input::Key(k) => UiMsg::Key(k),
             input::Input::Resize(w, h) => UiMsg::Resize(w, h),
             input::Input::TerminalLost(why) => UiMsg::TerminalLost(why),
             input::Input::Failed(why) => UiMsg::InputFailed(why),
         };
-        tx_for_input.send(msg).is_ok()
+        input::send_waiting(&tx_for_input, msg, ending)
     })?;
 
     let result = (|| -> anyhow::Result<()> {
