@@ -390,12 +390,15 @@ impl FedShards {
     }
 
     /// Asks the workers that have not said they read past `t` (and have nothing waiting) to
-    /// say so once they have: a worker at rest speaks only when asked.
+    /// say so once they have: a worker at rest speaks only when asked. A worker is woken only
+    /// for a first request: one already asked about an earlier time wakes for that one and
+    /// then sees the later time (ringing for each later time woke each worker ~7,000 times a
+    /// second at 100K spans/s on 2 CPUs, each wakeup preempting the traced load).
     pub fn want_progress(&self, t: u64) {
         for (j, w) in self.workers.iter().enumerate() {
             if self.queues[j].is_empty()
                 && self.progress[j] < t
-                && w.wanted.fetch_max(t, Ordering::AcqRel) < t
+                && w.wanted.fetch_max(t, Ordering::AcqRel) == 0
             {
                 w.wake.ring();
             }
