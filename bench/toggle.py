@@ -81,6 +81,8 @@ def main():
     ap.add_argument("--other-binary", help="the ebtop that modes ending in @other run")
     ap.add_argument("--https", action="store_true", help="nginx over TLS (see above)")
     ap.add_argument("--go", action="store_true", help="the Go HTTPS server (see above)")
+    ap.add_argument("--out", help="where the raw results go (default: bench/toggle-results.json, "
+                    "or the --https / --go file named above); name a file of its own to keep a run")
     a = ap.parse_args()
     a.https = a.https or a.go
     global STATUS_PORT
@@ -247,7 +249,7 @@ http {{ access_log off; keepalive_requests 1000000000;
             (1 / r - 1) / report["off_rps_median"] * 1e6, 2) if r > 0 else None
     name = ("go-tls-toggle-results.json" if a.go else
             "tls-toggle-results.json" if a.https else "toggle-results.json")
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
+    path = a.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
     with open(path, "w") as f:
         json.dump({"report": report, "windows": windows, "bpf_costs": bpf_costs}, f, indent=1)
     print(json.dumps(report, indent=1))
