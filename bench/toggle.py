@@ -54,8 +54,6 @@ def rate_over(seconds):
 def bpftrace_window(script, seconds):
     """The request rate over `seconds` with bench/SCRIPT.bt attached by bpftrace."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), script + ".bt")
-    if not os.path.isdir("/sys/kernel/tracing/events"):  # bpftrace needs tracefs, a fresh host may lack it
-        subprocess.run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"], check=True)
     p = subprocess.Popen(["bpftrace", path], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         if not p.stdout.readline().startswith(b"Attaching"):
@@ -93,6 +91,8 @@ def main():
     apt("nginx", "wrk")
     if any(m.startswith("bpftrace=") for m in modes):
         apt("bpftrace")
+        if not os.path.isdir("/sys/kernel/tracing/events"):  # bpftrace needs tracefs, a fresh host may lack it
+            subprocess.run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"], check=True)
     binary, _ = build()
     ncpu = os.cpu_count()
     d = tempfile.mkdtemp(prefix="ebtop-toggle-")

@@ -719,10 +719,7 @@ pub fn run<S: Sink, R>(
     // A panic must not unwind through libbpf's C frames (that aborts: no clean detach, no
     // closed recording): it is caught here and resumed from Rust code below.
     let panicked: RefCell<Option<Box<dyn std::any::Any + Send>>> = RefCell::new(None);
-    #[cfg(feature = "bench-cuts")]
-    let drop_records = super::bench_cuts::drops_records();
-    #[cfg(not(feature = "bench-cuts"))]
-    let drop_records = false;
+    let drop_records = super::bench_drops_records();
     let mut builder = RingBufferBuilder::new();
     if shards == 1 {
         builder

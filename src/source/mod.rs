@@ -6,3 +6,12 @@ pub mod live;
 pub mod process_probe;
 pub mod replay;
 pub mod ring_feed;
+
+/// Whether a benchmark build's cut (`read`, `read-cpu`) has user space drop each record as it
+/// is read; never in a normal build.
+fn bench_drops_records() -> bool {
+    #[cfg(feature = "bench-cuts")]
+    return bench_cuts::drops_records();
+    #[cfg(not(feature = "bench-cuts"))]
+    false
+}

@@ -37,10 +37,7 @@ impl RingFeed {
 
     fn ring(&mut self, wake: BorrowedFd) -> io::Result<&RingBuffer<'static>> {
         if self.ring.is_none() {
-            #[cfg(feature = "bench-cuts")]
-            let drop_records = super::bench_cuts::drops_records();
-            #[cfg(not(feature = "bench-cuts"))]
-            let drop_records = false;
+            let drop_records = super::bench_drops_records();
             let mut b = RingBufferBuilder::new();
             b.add(&self.map, move |data: &[u8]| {
                 if drop_records {
