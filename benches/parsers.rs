@@ -1,5 +1,5 @@
-//! Micro-benchmarks: each protocol parser (HTTP/1, Redis, Memcached, DNS) and the whole user-space path
-//! (decode → tracker → parser → call) on real captured traffic (tests/fixtures).
+//! Micro-benchmarks: each protocol parser on the fixtures its descriptor names (and DNS on a recording), and the whole user-space path
+//! (decode → tracker → parser → call) on real captured traffic (src/protocols/<folder>/fixtures).
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
@@ -9,7 +9,10 @@ use ebtop::protocols::{self, ParseDepth, ParseStats, ParserConfig, Protocol, Seg
 use ebtop::segfile::SegFile;
 
 fn fixture(name: &str) -> SegFile {
-    let p = format!("{}/tests/fixtures/http/{name}", env!("CARGO_MANIFEST_DIR"));
+    let p = format!(
+        "{}/src/protocols/http1/fixtures/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
     SegFile::parse(&std::fs::read(p).unwrap()).unwrap()
 }
 
@@ -34,7 +37,7 @@ fn parser(c: &mut Criterion) {
     for depth in [ParseDepth::Shallow, ParseDepth::Full] {
         g.bench_function(format!("parse 20 calls ({depth:?})"), |b| {
             b.iter(|| {
-                let mut p = (protocols::spec(Protocol::Http).new_parser)(&ParserConfig {
+                let mut p = (Protocol::Http.descriptor().new_parser)(&ParserConfig {
                     depth,
                     transport: Transport::Stream,
                     keep_head: 0,
@@ -95,7 +98,7 @@ fn run(
     transport: Transport,
     segs: &[(Direction, Vec<u8>, u64, Option<std::net::SocketAddr>)],
 ) -> usize {
-    let mut p = (protocols::spec(proto).new_parser)(&ParserConfig {
+    let mut p = (proto.descriptor().new_parser)(&ParserConfig {
         depth: ParseDepth::Full,
         transport,
         keep_head: 0,
@@ -116,83 +119,39 @@ fn run(
     out.len()
 }
 
-/// Parsing one `.seg` fixture of `proto` whole, per pass; returns the calls it makes.
-fn bench_seg_fixture(c: &mut Criterion, proto: Protocol, fixture: &str, name: &str) -> usize {
-    let p = format!("{}/tests/fixtures/{fixture}", env!("CARGO_MANIFEST_DIR"));
-    let f = SegFile::parse(&std::fs::read(p).unwrap()).unwrap();
-    let segs: Vec<_> = seg_entries(&f)
-        .into_iter()
-        .map(|(d, b, t)| (d, b, t, None))
-        .collect();
-    let calls = run(proto, Transport::Stream, &segs);
-    let mut g = c.benchmark_group(proto.name());
-    g.throughput(Throughput::Elements(calls as u64));
-    g.bench_function(name, |b| b.iter(|| run(proto, Transport::Stream, &segs)));
-    g.finish();
-    calls
-}
-
-fn redis(c: &mut Criterion) {
-    let calls = bench_seg_fixture(
-        c,
-        Protocol::Redis,
-        "redis/benchmark_p16.server.seg",
-        "parse redis-benchmark -P 16",
-    );
-    assert_eq!(calls, 49); // AUTH and 48 pipelined SETs
-}
-
-fn memcached(c: &mut Criterion) {
-    let calls = bench_seg_fixture(
-        c,
-        Protocol::Memcached,
-        "memcached/text.server.seg",
-        "parse a text-protocol session",
-    );
-    assert!(calls > 20, "{calls}");
-}
-
-fn postgres(c: &mut Criterion) {
-    let calls = bench_seg_fixture(
-        c,
-        Protocol::Postgres,
-        "postgres/pgbench_prepared.seg",
-        "parse pgbench -S -M prepared",
-    );
-    assert_eq!(calls, 20);
-}
-
-fn mysql(c: &mut Criterion) {
-    let calls = bench_seg_fixture(
-        c,
-        Protocol::Mysql,
-        "mysql/perl_prepared.seg",
-        "parse DBD::MariaDB prepared statements",
-    );
-    assert!(calls > 10, "{calls}");
-}
-
-fn http2(c: &mut Criterion) {
-    let calls = bench_seg_fixture(
-        c,
-        Protocol::Http2,
-        "http2/h2load_nghttpd.seg",
-        "parse h2load -m 4 (HPACK, 4 streams at a time)",
-    );
-    assert_eq!(calls, 25);
-    let calls = bench_seg_fixture(
-        c,
-        Protocol::Grpc,
-        "http2/grpc_python.seg",
-        "parse grpcio unary, streaming and bidi calls",
-    );
-    assert_eq!(calls, 8);
+/// Every protocol's benchmark fixtures (its descriptor's `benches`), each parsed whole per
+/// pass, in a group named for the kind of calls it holds.
+fn fixtures(c: &mut Criterion) {
+    for d in protocols::REGISTRY {
+        for bench in d.benches {
+            let p = format!(
+                "{}/src/protocols/{}/fixtures/{}",
+                env!("CARGO_MANIFEST_DIR"),
+                d.folder,
+                bench.file
+            );
+            let f = SegFile::parse(&std::fs::read(&p).unwrap()).unwrap();
+            let segs: Vec<_> = seg_entries(&f)
+                .into_iter()
+                .map(|(d, b, t)| (d, b, t, None))
+                .collect();
+            let proto = bench.proto;
+            let calls = run(proto, Transport::Stream, &segs);
+            assert_eq!(calls, bench.calls, "{p}");
+            let mut g = c.benchmark_group(proto.name());
+            g.throughput(Throughput::Elements(calls as u64));
+            g.bench_function(bench.what, |b| {
+                b.iter(|| run(proto, Transport::Stream, &segs))
+            });
+            g.finish();
+        }
+    }
 }
 
 fn dns(c: &mut Criterion) {
     // dnsmasq's UDP socket in the DNS recording: queries in, answers out.
     let path = format!(
-        "{}/tests/fixtures/recordings/dns_mix.ebt",
+        "{}/src/protocols/dns/fixtures/dns_mix.ebt",
         env!("CARGO_MANIFEST_DIR")
     );
     let mut reader = ebtop::record::reader::open(std::path::Path::new(&path)).unwrap();
@@ -226,5 +185,5 @@ fn dns(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, parser, redis, memcached, dns, postgres, mysql, http2, tracker);
+criterion_group!(benches, parser, fixtures, dns, tracker);
 criterion_main!(benches);

@@ -14,8 +14,8 @@ fn main() -> Result<()> {
         eprintln!("fuzz_seeds: no seeds for {target} (not in ebtop::fuzzing::TARGETS)");
         return Ok(());
     }
-    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-    let seeds = ebtop::fuzzing::seeds(&target, &fixtures).context("reading the fixtures")?;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let seeds = ebtop::fuzzing::seeds(&target, root).context("reading the fixtures")?;
     std::fs::create_dir_all(&dir).with_context(|| dir.clone())?;
     for (name, bytes) in &seeds {
         let path = std::path::Path::new(&dir).join(format!("seed-{name}"));

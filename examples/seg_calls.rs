@@ -1,7 +1,7 @@
 //! Prints the calls ebtop finds in a `.seg` fixture (real traffic captured per syscall) as JSON
 //! lines, optionally with the payload cut at a snaplen — handy when adding a fixture or a parser.
 //!
-//!     cargo run --example seg_calls -- tests/fixtures/http/wrk_nginx.seg [SNAPLEN]
+//!     cargo run --example seg_calls -- src/protocols/http1/fixtures/wrk_nginx.seg [SNAPLEN]
 
 use anyhow::{Context, Result};
 

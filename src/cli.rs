@@ -37,7 +37,7 @@ fn speed(s: &str) -> Result<f64, String> {
 fn protocol(s: &str) -> Result<crate::protocols::Protocol, String> {
     use crate::protocols::Protocol;
     Protocol::from_name(s).ok_or_else(|| {
-        let known: Vec<&str> = Protocol::ALL.iter().map(|p| p.name()).collect();
+        let known: Vec<&str> = Protocol::all().map(|p| p.name()).collect();
         format!("unknown protocol (known: {})", known.join(", "))
     })
 }

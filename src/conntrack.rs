@@ -211,7 +211,7 @@ impl ConnTracker {
             // selected protocol is not part of this session. Undecided ones are not tracked:
             // tracking starts with the first message of a selected protocol.
             match protocols::detect(ev.payload) {
-                Some(spec) if self.cfg.protocols.wants_parser(spec.proto) => {}
+                Some(spec) if self.cfg.protocols.wants_parser(spec) => {}
                 Some(_) => {
                     self.insert_conn(ev).parser = ParserSlot::NotSelected;
                     return Verdict::NotSelected;
@@ -258,7 +258,7 @@ impl ConnTracker {
 
         if let ParserSlot::Undecided = conn.parser {
             match protocols::detect(ev.payload) {
-                Some(spec) if self.cfg.protocols.wants_parser(spec.proto) => {
+                Some(spec) if self.cfg.protocols.wants_parser(spec) => {
                     conn.parser = ParserSlot::Active((spec.new_parser)(&ParserConfig {
                         depth: self.cfg.depth,
                         transport: conn.transport,

@@ -59,17 +59,27 @@ pub fn target(name: &str) -> Option<&'static Target> {
     TARGETS.iter().find(|t| t.name == name)
 }
 
-/// Directories of `.seg` fixtures under tests/fixtures, one per protocol.
-pub const SEG_DIRS: &[&str] = &["http", "redis", "memcached", "http2"];
+/// The fixtures folder of each protocol in the registry (`src/protocols/<folder>/fixtures`
+/// under the repository's root `root`), those that have one.
+fn protocol_fixture_dirs(root: &Path) -> Vec<std::path::PathBuf> {
+    crate::protocols::REGISTRY
+        .iter()
+        .map(|d| root.join("src/protocols").join(d.folder).join("fixtures"))
+        .filter(|dir| dir.is_dir())
+        .collect()
+}
 
-/// The `.seg` fixtures (real traffic) under `fixtures`/{http,redis,memcached,http2}, by file name (names are
-/// unique across the directories).
-pub fn seg_files(fixtures: &Path) -> io::Result<Vec<(String, SegFile)>> {
+/// The `.seg` fixtures (real traffic) of every protocol under the repository's root `root`,
+/// by file name (names are unique across the protocols).
+pub fn seg_files(root: &Path) -> io::Result<Vec<(String, SegFile)>> {
     let mut out = Vec::new();
-    for dir in SEG_DIRS {
-        for (name, bytes) in files_with(fixtures, dir, "seg")? {
+    for dir in protocol_fixture_dirs(root) {
+        for (name, bytes) in files_with(&dir, "seg")? {
             let seg = SegFile::parse(&bytes).map_err(|e| {
-                io::Error::new(io::ErrorKind::InvalidData, format!("{dir}/{name}: {e}"))
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{}/{name}: {e}", dir.display()),
+                )
             })?;
             out.push((name, seg));
         }
@@ -77,14 +87,20 @@ pub fn seg_files(fixtures: &Path) -> io::Result<Vec<(String, SegFile)>> {
     Ok(out)
 }
 
-/// The `.ebt` recordings under `fixtures`/recordings, by file name.
-pub fn recordings(fixtures: &Path) -> io::Result<Vec<(String, Vec<u8>)>> {
-    files_with(fixtures, "recordings", "ebt")
+/// The `.ebt` recordings under the repository's root `root`: tests/fixtures/recordings and
+/// the protocols' fixtures, by file name.
+pub fn recordings(root: &Path) -> io::Result<Vec<(String, Vec<u8>)>> {
+    let mut out = files_with(&root.join("tests/fixtures/recordings"), "ebt")?;
+    for dir in protocol_fixture_dirs(root) {
+        out.extend(files_with(&dir, "ebt")?);
+    }
+    out.sort();
+    Ok(out)
 }
 
-fn files_with(fixtures: &Path, dir: &str, ext: &str) -> io::Result<Vec<(String, Vec<u8>)>> {
+fn files_with(dir: &Path, ext: &str) -> io::Result<Vec<(String, Vec<u8>)>> {
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(fixtures.join(dir))? {
+    for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
         if path.extension().is_some_and(|e| e == ext) {
             let name = path
@@ -100,18 +116,18 @@ fn files_with(fixtures: &Path, dir: &str, ext: &str) -> io::Result<Vec<(String, 
 }
 
 /// Seed inputs of `target` (named, in its driver's input format) from the committed fixtures
-/// in `fixtures` (tests/fixtures). Empty for a target that has none.
-pub fn seeds(target: &str, fixtures: &Path) -> io::Result<Vec<(String, Vec<u8>)>> {
+/// under the repository's root `root`. Empty for a target that has none.
+pub fn seeds(target: &str, root: &Path) -> io::Result<Vec<(String, Vec<u8>)>> {
     let mut out = Vec::new();
     match target {
         "parsers" => {
-            for (name, seg) in seg_files(fixtures)? {
+            for (name, seg) in seg_files(root)? {
                 out.push((name, crate::protocols::fuzzing::seed_from_seg(&seg, 8192)));
             }
         }
-        "recording" => out = recordings(fixtures)?,
+        "recording" => out = recordings(root)?,
         "pipeline" => {
-            let segs = seg_files(fixtures)?;
+            let segs = seg_files(root)?;
             for (name, seg) in &segs {
                 out.push((
                     name.clone(),
@@ -129,7 +145,7 @@ pub fn seeds(target: &str, fixtures: &Path) -> io::Result<Vec<(String, Vec<u8>)>
                 "interleaved".into(),
                 crate::pipeline::fuzzing::seed_from_segs(&small, 5),
             ));
-            for (name, bytes) in recordings(fixtures)? {
+            for (name, bytes) in recordings(root)? {
                 if let Some(seed) = crate::pipeline::fuzzing::seed_from_recording(&bytes) {
                     out.push((name, seed));
                 }

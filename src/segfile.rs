@@ -1,4 +1,4 @@
-//! Reader for `.seg` fixtures: real traffic captured per syscall (tests/fixtures/http/README.md).
+//! Reader for `.seg` fixtures: real traffic captured per syscall (src/protocols/http1/fixtures/README.md).
 //!
 //! Header lines `# ...` (one says `# side: client|server`), then per syscall a line
 //! `<C|S> <total_len> <captured_len>` followed by the captured bytes and a newline. `C` is

@@ -1,4 +1,4 @@
-//! The DNS parser on real traffic: tests/fixtures/recordings/dns_mix.ebt (dnsmasq asked by dig
+//! The DNS parser on real traffic: src/protocols/dns/fixtures/dns_mix.ebt (dnsmasq asked by dig
 //! over UDP and TCP and by Python clients; how it was made: regenerate.sh there). Replayed whole
 //! it must print the calls the live run printed; its DNS records fed to the parser directly,
 //! split at every byte, merged, cut by a snaplen, with bytes lost or garbage in between, it must
@@ -16,11 +16,11 @@ use ebtop::protocols::{
 
 const RECORDING: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/tests/fixtures/recordings/dns_mix.ebt"
+    "/src/protocols/dns/fixtures/dns_mix.ebt"
 );
 const LIVE_CALLS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/tests/fixtures/recordings/dns_mix.lines.jsonl"
+    "/src/protocols/dns/fixtures/dns_mix.lines.jsonl"
 );
 
 /// One data record of the recording, owned.
@@ -80,7 +80,7 @@ enum Step {
 }
 
 fn parse_steps(transport: Transport, steps: &[Step]) -> (Vec<L7Call>, ParseStats) {
-    let mut p = (protocols::spec(Protocol::Dns).new_parser)(&ParserConfig {
+    let mut p = (Protocol::Dns.descriptor().new_parser)(&ParserConfig {
         depth: ParseDepth::Full,
         transport,
         keep_head: 512,

@@ -85,7 +85,7 @@ fn crash_inputs_found_by_fuzzing_replay_cleanly() {
 }
 
 fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
-    let seeds = fuzzing::seeds(target, &fixtures()).unwrap();
+    let seeds = fuzzing::seeds(target, &root()).unwrap();
     assert!(!seeds.is_empty(), "no seeds for {target}");
     seeds
 }
@@ -120,7 +120,7 @@ fn recorded_calls() -> u64 {
 
 #[test]
 fn parsers_driver_finds_the_calls_of_real_traffic() {
-    let segs = fuzzing::seg_files(&fixtures()).unwrap();
+    let segs = fuzzing::seg_files(&root()).unwrap();
     let mut whole = 0;
     for (name, seed) in seeds("parsers") {
         let calls = ebtop::protocols::fuzzing::drive(&seed);
@@ -162,7 +162,7 @@ fn recording_driver_replays_the_recordings() {
 
 #[test]
 fn pipeline_driver_counts_agree_with_the_fixtures() {
-    let segs = fuzzing::seg_files(&fixtures()).unwrap();
+    let segs = fuzzing::seg_files(&root()).unwrap();
     let mut per_file = std::collections::HashMap::new();
     let mut seen = 0;
     for (name, seed) in seeds("pipeline") {

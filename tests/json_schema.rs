@@ -6,7 +6,13 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const RECORDINGS: &[&str] = &["http_mix", "flows_mix", "procs_mix", "dns_mix"];
+/// Recordings, by path from the repository's root.
+const RECORDINGS: &[&str] = &[
+    "tests/fixtures/recordings/http_mix.ebt",
+    "tests/fixtures/recordings/flows_mix.ebt",
+    "tests/fixtures/recordings/procs_mix.ebt",
+    "src/protocols/dns/fixtures/dns_mix.ebt",
+];
 
 /// The text of each `## \`type\`` section of docs/json.md.
 fn sections() -> BTreeMap<String, String> {
@@ -44,10 +50,7 @@ fn every_field_written_is_documented_for_its_line_type() {
     let docs = sections();
     let mut seen: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for name in RECORDINGS {
-        let path = format!(
-            "{}/tests/fixtures/recordings/{name}.ebt",
-            env!("CARGO_MANIFEST_DIR")
-        );
+        let path = format!("{}/{name}", env!("CARGO_MANIFEST_DIR"));
         let out = Command::new(env!("CARGO_BIN_EXE_ebtop"))
             .args(["-r", &path, "--json"])
             .output()

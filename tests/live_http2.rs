@@ -1,5 +1,5 @@
 //! Live capture of HTTP/2 and gRPC: nghttpd (h2c) with h2load and curl, and a Python grpcio
-//! server and client (tests/fixtures/http2/grpc_peers.py), all started by the test on free
+//! server and client (src/protocols/http2/fixtures/grpc_peers.py), all started by the test on free
 //! ports, compared with what the peers report. Needs root, nghttpd/h2load (nghttp2-server,
 //! nghttp2-client) and Python's grpcio (scripts/deps installs them).
 
@@ -33,7 +33,7 @@ fn nghttpd() -> (Peer, u16, tempfile::TempDir) {
 }
 
 fn grpc_peers() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/http2/grpc_peers.py")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/protocols/http2/fixtures/grpc_peers.py")
 }
 
 /// The Python grpcio server of grpc_peers.py on a free port.
@@ -156,7 +156,7 @@ fn curl_prior_knowledge_get_and_404() {
     assert_clean_summary(lines.last().unwrap());
 }
 
-/// `curl --http2` to a server that accepts `Upgrade: h2c` (tests/fixtures/http2/
+/// `curl --http2` to a server that accepts `Upgrade: h2c` (src/protocols/http2/fixtures/
 /// h2c_upgrade_server.py, Python's `h2`): the HTTP/1.1 request that asks for the upgrade is
 /// answered on HTTP/2 stream 1 and the next URLs go as HTTP/2 streams on the same
 /// connection. Every URL is exactly one `http2` call on each side, with its path and status
@@ -165,7 +165,7 @@ fn curl_prior_knowledge_get_and_404() {
 fn curl_upgrade_to_h2c_is_handed_to_http2_exactly() {
     require_root();
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/http2/h2c_upgrade_server.py");
+        .join("src/protocols/http2/fixtures/h2c_upgrade_server.py");
     let (_server, port) = python_server(
         &[script.to_str().unwrap()],
         "the h2c server starts (scripts/deps: pip install h2)",

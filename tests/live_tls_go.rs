@@ -771,7 +771,7 @@ fn a_loaded_go_server_is_unharmed_as_probes_attach_and_detach() {
 
 /// gRPC over TLS (ALPN h2) to a Go server (the fixture's `grpc` mode: Go's HTTP/2 server and
 /// crypto/tls, gRPC's wire format), first from the fixture's Go client (`grpc-client`), then
-/// from Python's grpcio client (tests/fixtures/http2/grpc_peers.py `client-tls`: a real gRPC
+/// from Python's grpcio client (src/protocols/http2/fixtures/grpc_peers.py `client-tls`: a real gRPC
 /// library, with its own BoringSSL, which ebtop does not probe: its ciphertext is counted, its
 /// calls not seen). Each client makes 20 unary calls, a server stream of 7 messages, a bidi
 /// call of 9 each way and one NOT_FOUND: each one `grpc` call with `tls: true`, the method as
@@ -812,7 +812,8 @@ fn grpc_over_tls_is_exact_on_every_go_side() {
         status.success() && printed.contains("done"),
         "the Go gRPC client: {status}, {printed}"
     );
-    let peers = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/http2/grpc_peers.py");
+    let peers =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/protocols/http2/fixtures/grpc_peers.py");
     let grpcio = Command::new("python3")
         .arg(&peers)
         .args(["client-tls", &p])

@@ -103,11 +103,8 @@ fn no_first_payload_is_taken_for_another_protocol() {
         for r in &rows {
             let expected = supported(&r.label);
             let k = kernel(&r.bytes, r.dgram, 0).expect("test run");
-            let k_proto = Protocol::ALL
-                .iter()
-                .find(|p| p.kernel_id() == Some(k))
-                .copied();
-            let user = detect(&r.bytes).map(|s| s.proto);
+            let k_proto = Protocol::all().find(|p| p.kernel_id() == Some(k));
+            let user = detect(&r.bytes).map(|d| d.calls[0].proto);
             *matrix
                 .entry((r.label.clone(), format!("kernel:{k}:{k_proto:?}")))
                 .or_default() += 1;
@@ -167,7 +164,7 @@ fn random_bytes_are_recognised_as_nothing() {
         for _ in 0..20_000 {
             let len = 1 + (rng.next() % 16) as usize;
             let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
-            let user = detect(&bytes).map(|s| s.proto);
+            let user = detect(&bytes).map(|d| d.calls[0].proto);
             for dgram in [false, true] {
                 let k = kernel(&bytes, dgram, 0).expect("test run");
                 if k != KERNEL_UNKNOWN || user.is_some() {

@@ -14,33 +14,11 @@ pub const ID: &str = "{id}";
 /// huge URL cannot make a key arbitrarily large.
 pub const MAX_RESOURCE_LEN: usize = 256;
 
-/// How a protocol's resource is shaped, which decides the normalisation applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResourceKind {
-    /// A URL path (HTTP): identifier segments → `{id}`, query dropped.
-    UrlPath,
-    /// SQL text: literals → `?`, lists collapsed.
-    Sql,
-    /// A command and its key (Redis, Memcached): `COMMAND key-template`.
-    Command,
-    /// A DNS question, `TYPE name`: names are kept (they are what is looked up), except the
-    /// address labels of reverse lookups (`PTR {addr}.in-addr.arpa`).
-    DnsQuestion,
-    /// An RPC method (gRPC `/package.Service/Method`): a name from a schema, never an id, kept
-    /// as it is (`grpc.health.v1.Health` is no identifier).
-    RpcMethod,
-}
+pub use crate::protocols::ResourceKind;
 
-/// The resource shape of each protocol. Exhaustive on purpose: a new protocol does not compile
-/// until someone decides how its resources normalise.
+/// The resource shape of each protocol (its descriptor's).
 pub fn resource_kind(proto: Protocol) -> ResourceKind {
-    match proto {
-        Protocol::Http | Protocol::Http2 => ResourceKind::UrlPath,
-        Protocol::Grpc => ResourceKind::RpcMethod,
-        Protocol::Redis | Protocol::Memcached => ResourceKind::Command,
-        Protocol::Dns => ResourceKind::DnsQuestion,
-        Protocol::Postgres | Protocol::Mysql => ResourceKind::Sql,
-    }
+    proto.resource_kind()
 }
 
 /// The endpoint resource for a call: normalised per `proto`, or the raw resource if `keep_raw`

@@ -1,7 +1,7 @@
 //! Drives every protocol parser from arbitrary bytes: the cargo-fuzz targets (fuzz/) and a
 //! stable-toolchain randomized test share it, so "no input panics a parser" is checked in CI too.
 
-use super::{ParseDepth, ParseStats, ParserConfig, Segment, Transport, PROTOCOLS};
+use super::{ParseDepth, ParseStats, ParserConfig, Segment, Transport, REGISTRY};
 use crate::event::Direction;
 
 /// Splits `data` into segments, gaps and uncaptured tails by its own bytes, feeds them to a
@@ -9,14 +9,15 @@ use crate::event::Direction;
 /// Returns the calls the parsers emitted (all protocols and depths).
 pub fn drive(data: &[u8]) -> usize {
     let mut calls = 0;
-    for spec in PROTOCOLS {
-        // Datagram framing only means something to DNS: each segment is a whole message.
+    for spec in REGISTRY {
+        // Datagram framing only means something to datagram protocols: each segment is a whole
+        // message.
         for (depth, transport) in [
             (ParseDepth::Shallow, Transport::Stream),
             (ParseDepth::Full, Transport::Stream),
             (ParseDepth::Full, Transport::Datagram),
         ] {
-            if transport == Transport::Datagram && spec.proto != super::Protocol::Dns {
+            if transport == Transport::Datagram && !spec.datagrams {
                 continue;
             }
             let mut p = (spec.new_parser)(&ParserConfig {

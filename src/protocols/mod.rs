@@ -1,13 +1,22 @@
-//! Protocol parsers: one file per protocol, all behind [`StreamParser`].
+//! Protocol parsers: one folder per protocol, all behind [`StreamParser`].
 //!
 //! The connection tracker hands a parser each syscall's bytes in order per direction
 //! ([`Segment`]), the bytes it did not see ([`StreamParser::on_gap`]), and the connection's end.
 //! The parser frames messages, pairs requests with responses — in order (HTTP/1, Redis, Memcached,
-//! PostgreSQL, MySQL), by id (DNS, Kafka: see [`matching`]) or by stream (HTTP/2) — and emits
-//! [`L7Call`]s. Adding a protocol
-//! means one file here, an entry in [`PROTOCOLS`], and its tests.
+//! PostgreSQL, MySQL), by id (DNS: see [`matching`]) or by stream (HTTP/2) — and emits
+//! [`L7Call`]s.
+//!
+//! A protocol is its folder, `src/protocols/<folder>/`: the parser (`mod.rs`) with its
+//! [`ProtocolDescriptor`], the kernel's recognition rule (`infer.h`, gathered by build.rs into
+//! one generated header in [`REGISTRY`] order), fixtures of real traffic (`fixtures/`) and the
+//! tests that run them (`fixture_tests.rs`). [`REGISTRY`] lists the descriptors; everything
+//! else that needs the list of protocols (`--proto` names, resource kinds, the kernel's
+//! recognition order and ids, the fuzzers' seeds, the benchmarks, the docs' test) reads it from
+//! there. docs/architecture.md walks through adding one.
 
 pub mod dns;
+#[cfg(test)]
+mod fixture_support;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http1;
@@ -19,11 +28,89 @@ pub mod postgres;
 pub mod redact;
 pub mod redis;
 #[cfg(test)]
+mod registry_tests;
+#[cfg(test)]
 pub(crate) mod test_driver;
 
 use crate::event::Direction;
 
-/// Application protocols ebtop parses.
+/// Every protocol ebtop knows, tried in this order on a connection's first bytes (by the
+/// kernel's rules and by user space's `detect`): a new protocol's folder and one line here.
+pub const REGISTRY: &[ProtocolDescriptor] = &[
+    http1::DESCRIPTOR,
+    redis::DESCRIPTOR,
+    memcached::DESCRIPTOR,
+    dns::DESCRIPTOR,
+    postgres::DESCRIPTOR,
+    mysql::DESCRIPTOR,
+    // Last: its mid-connection frame rule is the loosest.
+    http2::DESCRIPTOR,
+];
+
+/// What the rest of ebtop knows of one protocol: all of it is here.
+#[derive(Clone, Copy)]
+pub struct ProtocolDescriptor {
+    /// Its folder under src/protocols/ (parser, kernel rule `infer.h`, `fixtures/`).
+    pub folder: &'static str,
+    /// Its name as the docs write it ("PostgreSQL").
+    pub title: &'static str,
+    /// The kinds of calls its parser makes (HTTP/2's: `http2` and `grpc`).
+    pub calls: &'static [CallKind],
+    /// The kernel's id for its connections (`enum ebtop_l7_proto`, the `id=` of its
+    /// `infer.h`), None when the kernel has no rule for it.
+    pub kernel_id: Option<u8>,
+    /// Whether it runs over datagram sockets too (DNS), not only streams.
+    pub datagrams: bool,
+    /// Does this payload (the first a connection shows in some direction) start this protocol?
+    pub detect: fn(&[u8]) -> bool,
+    pub new_parser: fn(&ParserConfig) -> Box<dyn StreamParser>,
+    /// Its fixtures (`<folder>/fixtures/*.seg`) that benches/parsers.rs times.
+    pub benches: &'static [BenchFixture],
+}
+
+/// A `.seg` fixture the parser benchmarks time whole, per pass.
+#[derive(Debug, Clone, Copy)]
+pub struct BenchFixture {
+    /// File name in the protocol's `fixtures/`.
+    pub file: &'static str,
+    /// The benchmark's name: what the fixture holds.
+    pub what: &'static str,
+    /// The kind of call it holds (the benchmark's group).
+    pub proto: Protocol,
+    /// Calls the parser makes of it (the benchmark checks it measures them).
+    pub calls: usize,
+}
+
+/// One kind of call a parser makes.
+#[derive(Debug, Clone, Copy)]
+pub struct CallKind {
+    pub proto: Protocol,
+    /// Its name in `--proto`, the JSON `proto` field and the views.
+    pub name: &'static str,
+    /// How its resources are shaped, which decides how endpoints are normalised.
+    pub resource: ResourceKind,
+}
+
+/// How a protocol's resource is shaped, which decides the normalisation applied
+/// (`aggregate::normalize`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResourceKind {
+    /// A URL path (HTTP): identifier segments → `{id}`, query dropped.
+    UrlPath,
+    /// SQL text: literals → `?`, lists collapsed.
+    Sql,
+    /// A command and its key (Redis, Memcached): `COMMAND key-template`.
+    Command,
+    /// A DNS question, `TYPE name`: names are kept (they are what is looked up), except the
+    /// address labels of reverse lookups (`PTR {addr}.in-addr.arpa`).
+    DnsQuestion,
+    /// An RPC method (gRPC `/package.Service/Method`): a name from a schema, never an id, kept
+    /// as it is (`grpc.health.v1.Health` is no identifier).
+    RpcMethod,
+}
+
+/// Kinds of calls ebtop makes: one per [`CallKind`] of the [`REGISTRY`] (checked when
+/// compiling: [`KIND_INDEX`]).
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]
@@ -42,58 +129,72 @@ pub enum Protocol {
     Grpc,
 }
 
+/// Number of [`Protocol`] variants (the last one's value plus one).
+const PROTOCOL_COUNT: usize = Protocol::Grpc as usize + 1;
+
+/// For each [`Protocol`] (by value), where its [`CallKind`] is in the [`REGISTRY`]: (descriptor,
+/// call kind). Built when compiling, which fails if a variant has no kind, or two.
+const KIND_INDEX: [(u8, u8); PROTOCOL_COUNT] = {
+    let mut index = [(u8::MAX, u8::MAX); PROTOCOL_COUNT];
+    let mut d = 0;
+    while d < REGISTRY.len() {
+        let mut k = 0;
+        while k < REGISTRY[d].calls.len() {
+            let p = REGISTRY[d].calls[k].proto as usize;
+            assert!(
+                index[p].0 == u8::MAX,
+                "a Protocol has two CallKinds in REGISTRY"
+            );
+            index[p] = (d as u8, k as u8);
+            k += 1;
+        }
+        d += 1;
+    }
+    let mut p = 0;
+    while p < PROTOCOL_COUNT {
+        assert!(
+            index[p].0 != u8::MAX,
+            "a Protocol has no CallKind in REGISTRY"
+        );
+        p += 1;
+    }
+    index
+};
+
 impl Protocol {
-    pub const ALL: &'static [Protocol] = &[
-        Protocol::Http,
-        Protocol::Redis,
-        Protocol::Memcached,
-        Protocol::Dns,
-        Protocol::Postgres,
-        Protocol::Mysql,
-        Protocol::Http2,
-        Protocol::Grpc,
-    ];
+    /// Every kind of call, in [`REGISTRY`] order.
+    pub fn all() -> impl Iterator<Item = Protocol> {
+        REGISTRY
+            .iter()
+            .flat_map(|d| d.calls.iter().map(|k| k.proto))
+    }
+
+    /// Its entry in the registry.
+    pub fn kind(self) -> &'static CallKind {
+        let (d, k) = KIND_INDEX[self as usize];
+        &REGISTRY[d as usize].calls[k as usize]
+    }
+
+    /// The descriptor of the protocol whose parser makes these calls (gRPC: HTTP/2's).
+    pub fn descriptor(self) -> &'static ProtocolDescriptor {
+        &REGISTRY[KIND_INDEX[self as usize].0 as usize]
+    }
 
     pub fn name(self) -> &'static str {
-        match self {
-            Protocol::Http => "http",
-            Protocol::Redis => "redis",
-            Protocol::Memcached => "memcached",
-            Protocol::Dns => "dns",
-            Protocol::Postgres => "postgres",
-            Protocol::Mysql => "mysql",
-            Protocol::Http2 => "http2",
-            Protocol::Grpc => "grpc",
-        }
+        self.kind().name
+    }
+
+    pub fn resource_kind(self) -> ResourceKind {
+        self.kind().resource
     }
 
     pub fn from_name(name: &str) -> Option<Protocol> {
-        Protocol::ALL
-            .iter()
-            .copied()
-            .find(|p| p.name().eq_ignore_ascii_case(name))
+        Protocol::all().find(|p| p.name().eq_ignore_ascii_case(name))
     }
 
     /// The kernel's id for it (`enum ebtop_l7_proto`), if the kernel recognises it.
     pub fn kernel_id(self) -> Option<u8> {
-        match self {
-            Protocol::Http => Some(1),
-            Protocol::Redis => Some(2),
-            Protocol::Memcached => Some(3),
-            Protocol::Dns => Some(4),
-            Protocol::Postgres => Some(5),
-            Protocol::Mysql => Some(6),
-            // gRPC is HTTP/2 to the kernel: the calls are told apart in user space.
-            Protocol::Http2 | Protocol::Grpc => Some(7),
-        }
-    }
-
-    /// The protocol whose parser reads its connections (gRPC: HTTP/2's).
-    pub fn parser_protocol(self) -> Protocol {
-        match self {
-            Protocol::Grpc => Protocol::Http2,
-            p => p,
-        }
+        self.descriptor().kernel_id
     }
 }
 
@@ -122,10 +223,8 @@ impl ProtoSet {
 
     /// Whether connections that `p`'s parser reads are wanted (HTTP/2 ones for `grpc` too);
     /// their calls are then filtered by [`ProtoSet::contains`].
-    pub fn wants_parser(self, p: Protocol) -> bool {
-        Protocol::ALL
-            .iter()
-            .any(|q| q.parser_protocol() == p && self.contains(*q))
+    pub fn wants_parser(self, d: &ProtocolDescriptor) -> bool {
+        d.calls.iter().any(|k| self.contains(k.proto))
     }
 
     /// No selection: every protocol, and connections of none ebtop knows (`--capture-all`).
@@ -135,9 +234,8 @@ impl ProtoSet {
 
     /// The kernel's mask (bit = `enum ebtop_l7_proto` id) of the protocols it recognises.
     pub fn kernel_mask(self) -> u32 {
-        Protocol::ALL
-            .iter()
-            .filter(|p| self.contains(**p))
+        Protocol::all()
+            .filter(|p| self.contains(*p))
             .filter_map(|p| p.kernel_id())
             .fold(0, |m, id| m | 1 << id)
     }
@@ -396,36 +494,7 @@ pub trait StreamParser: Send {
     fn on_close(&mut self, out: &mut Vec<L7Call>, stats: &mut ParseStats);
 }
 
-/// A protocol's entry point: recognition of a connection's first bytes and a parser factory.
-#[derive(Clone, Copy)]
-pub struct ProtocolSpec {
-    pub proto: Protocol,
-    /// Does this payload (the first a connection shows in some direction) start this protocol?
-    pub detect: fn(&[u8]) -> bool,
-    pub new_parser: fn(&ParserConfig) -> Box<dyn StreamParser>,
-}
-
-/// Every protocol ebtop knows, tried in order.
-pub static PROTOCOLS: &[ProtocolSpec] = &[
-    http1::SPEC,
-    redis::SPEC,
-    memcached::SPEC,
-    dns::SPEC,
-    postgres::SPEC,
-    mysql::SPEC,
-    // Last: its mid-connection frame rule is the loosest.
-    http2::SPEC,
-];
-
 /// The protocol whose start `payload` looks like, if any.
-pub fn detect(payload: &[u8]) -> Option<&'static ProtocolSpec> {
-    PROTOCOLS.iter().find(|p| (p.detect)(payload))
-}
-
-pub fn spec(proto: Protocol) -> &'static ProtocolSpec {
-    let proto = proto.parser_protocol();
-    PROTOCOLS
-        .iter()
-        .find(|p| p.proto == proto)
-        .expect("every Protocol has a spec")
+pub fn detect(payload: &[u8]) -> Option<&'static ProtocolDescriptor> {
+    REGISTRY.iter().find(|p| (p.detect)(payload))
 }

@@ -1,7 +1,6 @@
 //! Shared helpers for integration tests: root check, a real HTTP/1.1 server, running ebtop.
 #![allow(dead_code)]
 
-pub mod fixtures;
 pub mod tmux;
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -12,18 +12,33 @@ mod head;
 use super::http2::{Http2Parser, UpgradeRequest};
 use super::matching::InOrder;
 use super::{
-    CapturedHead, L7Call, MessageSpan, Outcome, ParseDepth, ParseStats, ParserConfig, Protocol,
-    ProtocolSpec, Segment, StreamParser,
+    BenchFixture, CallKind, CapturedHead, L7Call, MessageSpan, Outcome, ParseDepth, ParseStats,
+    ParserConfig, Protocol, ProtocolDescriptor, ResourceKind, Segment, StreamParser,
 };
 use crate::event::Direction;
 use chunked::{chunk_step, ChunkState, LAST_CHUNK_TAIL};
 pub use head::redact_head;
 use head::{parse_head, Head, HeadKind, HeadParse, Kind};
 
-pub static SPEC: ProtocolSpec = ProtocolSpec {
-    proto: Protocol::Http,
+/// The protocol's entry in [`super::REGISTRY`].
+pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
+    folder: "http1",
+    title: "HTTP/1.x",
+    calls: &[CallKind {
+        proto: Protocol::Http,
+        name: "http",
+        resource: ResourceKind::UrlPath,
+    }],
+    kernel_id: Some(1),
+    datagrams: false,
     detect: is_message_start,
     new_parser: |cfg| Box::new(Http1Parser::new(cfg)),
+    benches: &[BenchFixture {
+        file: "wrk_nginx.seg",
+        what: "parse wrk against nginx",
+        proto: Protocol::Http,
+        calls: 20,
+    }],
 };
 
 const METHODS: &[&[u8]] = &[
@@ -819,5 +834,7 @@ impl StreamParser for Http1Parser {
     }
 }
 
+#[cfg(test)]
+mod fixture_tests;
 #[cfg(test)]
 mod tests;

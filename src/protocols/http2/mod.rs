@@ -33,16 +33,47 @@ pub mod hpack;
 use std::collections::BTreeMap;
 
 use super::{
-    CapturedHead, L7Call, MessageSpan, Outcome, ParseDepth, ParseStats, ParserConfig, Protocol,
-    ProtocolSpec, Segment, StreamParser,
+    BenchFixture, CallKind, CapturedHead, L7Call, MessageSpan, Outcome, ParseDepth, ParseStats,
+    ParserConfig, Protocol, ProtocolDescriptor, ResourceKind, Segment, StreamParser,
 };
 use crate::event::Direction;
 use hpack::Field;
 
-pub static SPEC: ProtocolSpec = ProtocolSpec {
-    proto: Protocol::Http2,
+/// The protocol's entry in [`super::REGISTRY`].
+pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
+    folder: "http2",
+    title: "HTTP/2",
+    calls: &[
+        CallKind {
+            proto: Protocol::Http2,
+            name: "http2",
+            resource: ResourceKind::UrlPath,
+        },
+        // gRPC is HTTP/2 to the kernel: its calls are told apart per stream.
+        CallKind {
+            proto: Protocol::Grpc,
+            name: "grpc",
+            resource: ResourceKind::RpcMethod,
+        },
+    ],
+    kernel_id: Some(7),
+    datagrams: false,
     detect: is_connection_start,
     new_parser: |cfg| Box::new(Http2Parser::new(cfg)),
+    benches: &[
+        BenchFixture {
+            file: "h2load_nghttpd.seg",
+            what: "parse h2load -m 4 (HPACK, 4 streams at a time)",
+            proto: Protocol::Http2,
+            calls: 25,
+        },
+        BenchFixture {
+            file: "grpc_python.seg",
+            what: "parse grpcio unary, streaming and bidi calls",
+            proto: Protocol::Grpc,
+            calls: 8,
+        },
+    ],
 };
 
 /// The client connection preface.
@@ -1292,6 +1323,8 @@ impl StreamParser for Http2Parser {
     }
 }
 
+#[cfg(test)]
+mod fixture_tests;
 #[cfg(test)]
 mod tests {
     use super::*;

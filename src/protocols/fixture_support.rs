@@ -1,0 +1,67 @@
+//! Test support for the protocols' fixture tests (`<protocol>/fixture_tests.rs`): a protocol's
+//! captured traffic (`src/protocols/<protocol>/fixtures/*.seg`) run through the whole user-space
+//! pipeline.
+
+use std::io;
+
+use crate::call::Call;
+use crate::conntrack::TrackerConfig;
+use crate::event::{EventBuilder, EventKind};
+use crate::pipeline::Pipeline;
+use crate::procinfo::{ProcInfo, ProcessTable};
+use crate::segfile::SegFile;
+use crate::session::{KernelCounters, SessionMeta, Summary};
+use crate::sink::Sink;
+
+/// A sink that keeps the calls.
+#[derive(Default)]
+pub struct Collect(pub Vec<Call>);
+
+impl Sink for Collect {
+    fn meta(&mut self, _: &SessionMeta) -> io::Result<()> {
+        Ok(())
+    }
+    fn process(&mut self, _: &ProcInfo) -> io::Result<()> {
+        Ok(())
+    }
+    fn call(&mut self, c: &Call) -> io::Result<()> {
+        self.0.push(c.clone());
+        Ok(())
+    }
+    fn lost(&mut self, _: u64, _: &crate::sink::Loss) -> io::Result<()> {
+        Ok(())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+    fn summary(&mut self, _: &Summary) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The fixture `name` of the protocol whose folder is `folder` (src/protocols/`folder`/fixtures/).
+pub fn load(folder: &str, name: &str) -> SegFile {
+    let path = format!(
+        "{}/src/protocols/{folder}/fixtures/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    SegFile::parse(&std::fs::read(&path).unwrap()).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// Runs a fixture (then a close) through the pipeline with an optional snaplen cut.
+pub fn run(f: &SegFile, snaplen: Option<usize>) -> (Vec<Call>, Summary) {
+    let mut p = Pipeline::new(
+        TrackerConfig::default(),
+        ProcessTable::new(false),
+        Collect::default(),
+    );
+    for rec in f.records(7, snaplen) {
+        p.on_record(&rec).unwrap();
+    }
+    let close = EventBuilder::lifecycle(EventKind::Close, 7)
+        .times(u64::MAX / 4, u64::MAX / 4)
+        .build(b"");
+    p.on_record(&close).unwrap();
+    let (sink, summary) = p.finish(&KernelCounters::default(), 1).unwrap();
+    (sink.0, summary)
+}

@@ -1,0 +1,2140 @@
+//! PostgreSQL: the frontend/backend protocol, version 3, over a byte stream, both directions.
+//!
+//! Framing: every message is a type byte and an int32 length (the length counts itself, not
+//! the type byte); the startup-family messages a client sends first (StartupMessage,
+//! SSLRequest, GSSENCRequest, CancelRequest) have no type byte, and the server answers an
+//! SSLRequest or GSSENCRequest with one bare byte (`N`, `S` or `G`). Bodies are kept up to
+//! [`MAX_KEEP`] bytes; the rest, and anything beyond the snaplen, is skipped by count.
+//!
+//! Startup and authentication make no call. An SSLRequest answered `S` (or a GSSENCRequest
+//! answered `G`) means the rest of the connection is encrypted: it is counted once in
+//! [`ParseStats::desyncs`] and every byte from then on in `unparsed_bytes`.
+//!
+//! Calls:
+//! - Simple query (`Q`): one call per `Q` message, whatever the number of statements in its
+//!   text, ending at ReadyForQuery (`Z`). The SQL is not split (that needs a full lexer of
+//!   quotes, dollar quotes and comments): the call's `statements` detail counts the results
+//!   (CommandComplete and EmptyQueryResponse), `rows` sums their row counts, `tag` is the last
+//!   tag. An error stops the server's run of the text: the call fails with its SQLSTATE.
+//! - Extended query: one call per Execute (`E`), with the SQL its portal's statement was
+//!   parsed from (statement name → SQL and portal → SQL kept per connection, across Syncs,
+//!   until a Close or a reuse of the name). It ends at CommandComplete, EmptyQueryResponse,
+//!   PortalSuspended or ErrorResponse. A Parse, Bind or Describe that fails makes a call too
+//!   (the statement's SQL, the error), or a bad SQL text would never show; after any error the
+//!   server skips every message until Sync: the Executes it skipped make no call and are
+//!   counted in [`ParseStats::unreplied_requests`].
+//! - `method` is the SQL's first keyword in upper case (`SELECT`, `INSERT`, `WITH`, `BEGIN`),
+//!   `resource` the SQL text (cut at [`MAX_SQL`] bytes; the endpoint layer normalises it),
+//!   `version` `3.0`. Parameters (Bind values) and rows are never kept.
+//! - Errors: `status_text` is the SQLSTATE (`42P01`), the outcome `server_error` for the
+//!   classes that are the server's (08 connection, 53 resources, 57 operator intervention,
+//!   58 system, XX internal) and `client_error` for the rest (syntax, constraints, data).
+//!
+//! Asynchronous backend messages (ParameterStatus `S`, NoticeResponse `N`,
+//! NotificationResponse `A`) answer nothing; a NotificationResponse (LISTEN/NOTIFY) is counted
+//! in [`ParseStats::pushes`]. COPY data (`d`, `c`, `f` both ways) belongs to the command that
+//! started the COPY.
+//!
+//! Large results: rows in writes longer than the snaplen hide their headers. The server's place
+//! is then lost inside a response whose request is known, so its bytes still count into it and
+//! what is captured is searched for the ReadyForQuery that ends it (with the CommandComplete
+//! before it, for the row count); if that end too lies beyond the snaplen, the call ends where
+//! the reply to the client's next request starts, or at the close (`end_inferred`).
+//!
+//! Pairing is in order: each frontend message that gets an answer (Parse, Bind, Describe,
+//! Execute, Close, Sync, Query, FunctionCall, startup) queues an expectation; backend messages
+//! answer the oldest. Connections already open when ebtop started are picked up at the first
+//! segment that starts with a plausible message (a type byte valid for its direction, a
+//! plausible length, and after it the segment's end or another plausible header).
+
+use std::collections::HashMap;
+
+use super::matching::InOrder;
+use super::{
+    BenchFixture, BytesSince, CallKind, CapturedHead, L7Call, MessageSpan, Outcome, ParseDepth,
+    ParseStats, ParserConfig, Protocol, ProtocolDescriptor, ResourceKind, Segment, StreamParser,
+};
+use crate::event::Direction;
+
+/// The protocol's entry in [`super::REGISTRY`].
+pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
+    folder: "postgres",
+    title: "PostgreSQL",
+    calls: &[CallKind {
+        proto: Protocol::Postgres,
+        name: "postgres",
+        resource: ResourceKind::Sql,
+    }],
+    kernel_id: Some(5),
+    datagrams: false,
+    detect: is_connection_start,
+    new_parser: |cfg| Box::new(PostgresParser::new(cfg)),
+    benches: &[BenchFixture {
+        file: "pgbench_prepared.seg",
+        what: "parse pgbench -S -M prepared",
+        proto: Protocol::Postgres,
+        calls: 20,
+    }],
+};
+
+/// Expectations waiting for the server on one connection (deeper pipelining is evicted).
+const MAX_PENDING: usize = 1024;
+/// Body bytes of a message kept for parsing; the rest is skipped by count.
+const MAX_KEEP: usize = 8 * 1024;
+/// Longest SQL text kept as a resource.
+pub const MAX_SQL: usize = 4096;
+/// Prepared statements and portals remembered per connection (beyond: the oldest names are
+/// forgotten and their Executes show `EXECUTE name`).
+const MAX_NAMES: usize = 1024;
+/// Largest message length believed (the server refuses messages over 1 GiB).
+const MAX_LEN: u32 = 1 << 30;
+/// Largest length believed when resynchronising or recognising a connection.
+const MAX_LEN_RESYNC: u32 = 64 << 20;
+const MAX_ERROR_DETAIL: usize = 256;
+const PROTOCOL_3_0: u32 = 0x0003_0000;
+const SSL_REQUEST: u32 = 80877103;
+const GSSENC_REQUEST: u32 = 80877104;
+const CANCEL_REQUEST: u32 = 80877102;
+
+/// Message types a client sends.
+const FRONTEND_TYPES: &[u8] = b"QPBEDCHSFXdcfp";
+/// Message types a server sends.
+const BACKEND_TYPES: &[u8] = b"RKSZTDCEINA123ntsGHWdcVv";
+/// Types only a client sends (they decide which direction is the client's).
+const FRONTEND_ONLY: &[u8] = b"QPBFXfp";
+/// Types only a server sends.
+const BACKEND_ONLY: &[u8] = b"RKZTIA123ntsGWVv";
+
+/// Does `p`, the first bytes of a connection in some direction, start a PostgreSQL client's
+/// conversation: a StartupMessage for protocol 3.0, an SSLRequest or GSSENCRequest, or a
+/// simple-query or Parse message with a plausible length and SQL that starts printable? A
+/// server's message alone never is.
+pub fn is_connection_start(p: &[u8]) -> bool {
+    if p.len() >= 8 {
+        let len = be32(&p[0..4]);
+        let code = be32(&p[4..8]);
+        if (code == SSL_REQUEST || code == GSSENC_REQUEST) && len == 8 {
+            return true;
+        }
+        // StartupMessage: "user\0" comes first in practice, and the parameters end with \0.
+        if code == PROTOCOL_3_0 && (9..=10_000).contains(&len) {
+            return p.len() < 9 || p[8].is_ascii_lowercase();
+        }
+    }
+    if p.len() >= 6 && p[0] == b'B' {
+        return is_bind(p);
+    }
+    if p.len() < 6 || !matches!(p[0], b'Q' | b'P') {
+        return false;
+    }
+    let len = be32(&p[1..5]);
+    if !(6..=MAX_LEN_RESYNC).contains(&len) {
+        return false;
+    }
+    // Q: the SQL; P: the statement name (may be empty), then the SQL.
+    let mut body = &p[5..p.len().min(len as usize + 1)];
+    if p[0] == b'P' {
+        match body.iter().position(|&c| c == 0) {
+            Some(i) if body[..i].iter().all(|c| c.is_ascii_graphic()) => body = &body[i + 1..],
+            _ => return false,
+        }
+    }
+    let start: Vec<u8> = body
+        .iter()
+        .copied()
+        .skip_while(|c| c.is_ascii_whitespace())
+        .take(4)
+        .collect();
+    start.len() >= 2
+        && start
+            .iter()
+            .all(|&c| c.is_ascii_alphabetic() || c == b'(' || c == b'-' || c == b'/')
+        && start[0] != b'-'
+}
+
+/// A Bind (`B`) message: what a client that prepared its statements earlier (pgbench `-M
+/// prepared`, JDBC, pgx) sends first once connected: a plausible length (≥ 12), a portal name
+/// and a statement name (printable, each ended by NUL), then, if captured, a parameter format
+/// count under 4096.
+fn is_bind(p: &[u8]) -> bool {
+    let len = be32(&p[1..5]);
+    if !(12..=MAX_LEN_RESYNC).contains(&len) {
+        return false;
+    }
+    let body = &p[5..p.len().min(len as usize + 1)];
+    let mut at = 0;
+    for _ in 0..2 {
+        match body[at..].iter().position(|&c| c == 0) {
+            Some(i) if body[at..at + i].iter().all(|c| c.is_ascii_graphic()) => at += i + 1,
+            // The capture ends inside a name: what there is looks right.
+            None if body.len() < len as usize - 4 => {
+                return body[at..].iter().all(|c| c.is_ascii_graphic())
+            }
+            _ => return false,
+        }
+    }
+    body.len() < at + 2 || body[at] < 0x10
+}
+
+/// What a Describe or Close names: `S` (statement) or `P` (portal), and the name.
+fn target_of(body: &[u8]) -> (u8, String) {
+    let kind = body.first().copied().unwrap_or(b'S');
+    let name = cstr(body, &mut 1)
+        .map(|n| lossy(n, 256))
+        .unwrap_or_default();
+    (kind, name)
+}
+
+fn be32(b: &[u8]) -> u32 {
+    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}
+
+/// Could a message of type `ty` and length `len` come this way?
+fn plausible_header(ty: u8, len: u32, frontend: Option<bool>) -> bool {
+    let types = match frontend {
+        Some(true) => FRONTEND_TYPES,
+        Some(false) => BACKEND_TYPES,
+        None => b"QPBEDCHSFXdcfpRKZTINA123nstGWVv",
+    };
+    types.contains(&ty) && (4..=MAX_LEN_RESYNC).contains(&len)
+}
+
+/// Does `p` (a segment's start) begin with a plausible message, followed by the segment's end
+/// or another plausible header?
+fn plausible_start(p: &[u8], frontend: Option<bool>) -> bool {
+    if frontend != Some(false) && p.len() >= 8 && p[0] == 0 {
+        return is_connection_start(p);
+    }
+    if p.len() < 5 || !plausible_header(p[0], be32(&p[1..5]), frontend) {
+        return false;
+    }
+    let next = 1 + be32(&p[1..5]) as usize;
+    next >= p.len()
+        || (p.len() - next >= 5
+            && plausible_header(p[next], be32(&p[next + 1..next + 5]), frontend))
+        || (p.len() - next < 5 && p.len() > next && plausible_header(p[next], 4, frontend))
+}
+
+/// The first keyword of an SQL text, upper case (`QUERY` when it has none).
+pub(crate) fn sql_keyword(sql: &str) -> String {
+    let mut s = sql.trim_start();
+    // Leading comments and parentheses: `/* app */ SELECT`, `(SELECT 1) UNION …`.
+    loop {
+        if let Some(rest) = s.strip_prefix("--") {
+            s = rest.split_once('\n').map_or("", |(_, r)| r).trim_start();
+        } else if let Some(rest) = s.strip_prefix("/*") {
+            s = rest.split_once("*/").map_or("", |(_, r)| r).trim_start();
+        } else if let Some(rest) = s.strip_prefix('(') {
+            s = rest.trim_start();
+        } else {
+            break;
+        }
+    }
+    let word: String = s
+        .chars()
+        .take_while(|c| c.is_ascii_alphabetic() || *c == '_')
+        .take(32)
+        .collect();
+    if word.is_empty() {
+        "QUERY".to_owned()
+    } else {
+        word.to_ascii_uppercase()
+    }
+}
+
+/// `SELECT 7`, `INSERT 0 3`, `UPDATE 3` → the row count (the tag's last number), if any.
+fn tag_rows(tag: &str) -> Option<u64> {
+    let last = tag.rsplit(' ').next()?;
+    if tag.contains(' ') {
+        last.parse().ok()
+    } else {
+        None
+    }
+}
+
+/// The outcome an SQLSTATE means (see the module doc).
+pub(crate) fn sqlstate_outcome(code: &str) -> Outcome {
+    match code.get(..2) {
+        Some("08" | "53" | "57" | "58" | "XX") => Outcome::ServerError,
+        _ => Outcome::ClientError,
+    }
+}
+
+/// Reads a NUL-terminated string at `*at`, advancing past it (None if it does not end).
+fn cstr<'a>(body: &'a [u8], at: &mut usize) -> Option<&'a [u8]> {
+    let rest = body.get(*at..)?;
+    let end = rest.iter().position(|&c| c == 0)?;
+    *at += end + 1;
+    Some(&rest[..end])
+}
+
+pub(crate) fn lossy(b: &[u8], max: usize) -> String {
+    let b = &b[..b.len().min(max)];
+    let s = String::from_utf8_lossy(b);
+    // A cut inside a multi-byte character leaves a replacement char at the end: drop it.
+    s.trim_end_matches('\u{fffd}').to_owned()
+}
+
+/// ErrorResponse fields: (SQLSTATE, severity, message).
+fn error_fields(body: &[u8]) -> (String, String, String) {
+    let (mut code, mut sev, mut sev_v, mut msg) = (String::new(), String::new(), None, None);
+    let mut at = 0;
+    while at < body.len() && body[at] != 0 {
+        let f = body[at];
+        at += 1;
+        let Some(v) = cstr(body, &mut at) else { break };
+        match f {
+            b'C' => code = lossy(v, 16),
+            b'S' => sev = lossy(v, 16),
+            b'V' => sev_v = Some(lossy(v, 16)),
+            b'M' => msg = Some(lossy(v, MAX_ERROR_DETAIL)),
+            _ => {}
+        }
+    }
+    if code.is_empty() {
+        code = "ERROR".to_owned();
+    }
+    (code, sev_v.unwrap_or(sev), msg.unwrap_or_default())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pairing
+
+/// What a frontend message waits for.
+#[derive(Debug)]
+enum Expect {
+    /// Startup (or an SSL/GSS request) until the first ReadyForQuery or error.
+    Startup,
+    /// SSLRequest/GSSENCRequest: one bare byte.
+    EncryptionAnswer,
+    Parse {
+        sql: String,
+        /// The request so far (the call's, should this step fail).
+        req: MessageSpan,
+    },
+    Bind {
+        sql: String,
+        /// The request so far (the call's, should this step fail).
+        req: MessageSpan,
+    },
+    Describe {
+        sql: String,
+        /// The request so far (the call's, should this step fail).
+        req: MessageSpan,
+    },
+    Close,
+    Execute(Box<Query>),
+    Sync,
+    Query(Box<Query>),
+    FunctionCall,
+}
+
+/// A call in the making.
+#[derive(Debug)]
+struct Query {
+    sql: String,
+    /// The named prepared statement it runs (extended protocol).
+    statement: Option<String>,
+    simple: bool,
+    req: MessageSpan,
+    truncated: bool,
+    /// Response so far.
+    resp: Option<MessageSpan>,
+    rows: u64,
+    data_rows: u64,
+    statements: u64,
+    tag: Option<String>,
+    error: Option<(String, String, String)>,
+    suspended: bool,
+}
+
+impl Query {
+    fn new(
+        sql: String,
+        statement: Option<String>,
+        simple: bool,
+        req: MessageSpan,
+        truncated: bool,
+    ) -> Query {
+        Query {
+            sql,
+            statement,
+            simple,
+            req,
+            truncated,
+            resp: None,
+            rows: 0,
+            data_rows: 0,
+            statements: 0,
+            tag: None,
+            error: None,
+            suspended: false,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Framing state per direction
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum St {
+    /// Reading a header: 5 bytes, or 8 for an untyped startup-family message.
+    Header,
+    /// Inside a body: `left` bytes to go.
+    Body { left: u64 },
+    /// The server's one-byte answer to an SSLRequest or GSSENCRequest.
+    EncryptionAnswer,
+    /// Out of sync: waiting for a segment that starts with a message.
+    Lost,
+    /// The server's place lost inside the response to a known request (a message header
+    /// beyond the snaplen: rows of a large result): its bytes still count into that response,
+    /// and what is captured is searched for the response's end (ReadyForQuery).
+    SeekEnd,
+}
+
+#[derive(Debug)]
+struct Dir {
+    st: St,
+    hdr: Vec<u8>,
+    ty: u8,
+    body: Vec<u8>,
+    acc: BytesSince,
+    /// The body is kept (only messages whose contents matter: not rows, not parameters).
+    keep_body: bool,
+    /// The current message is the first of the bytes `acc` holds.
+    opened_acc: bool,
+    /// Pending expectations when this direction lost its place (server side).
+    lost_with: usize,
+}
+
+impl Default for Dir {
+    fn default() -> Self {
+        Dir {
+            st: St::Header,
+            hdr: Vec::new(),
+            ty: 0,
+            body: Vec::new(),
+            acc: BytesSince::default(),
+            keep_body: false,
+            opened_acc: false,
+            lost_with: 0,
+        }
+    }
+}
+
+pub struct PostgresParser {
+    depth: ParseDepth,
+    keep_head: usize,
+    dirs: [Dir; 2],
+    /// Index of the direction the client's messages travel, once known.
+    frontend: Option<usize>,
+    pending: InOrder<Expect>,
+    statements: HashMap<String, String>,
+    portals: HashMap<String, String>,
+    seg_counter: u64,
+    /// The connection switched to TLS or GSS encryption: nothing more is parsed.
+    encrypted: bool,
+    /// Skipping the client's messages until Sync after an error (the server does).
+    skipping_to_sync: bool,
+}
+
+impl PostgresParser {
+    pub fn new(cfg: &ParserConfig) -> Self {
+        PostgresParser {
+            depth: cfg.depth,
+            keep_head: cfg.keep_head,
+            dirs: [Dir::default(), Dir::default()],
+            frontend: None,
+            pending: InOrder::new(MAX_PENDING),
+            statements: HashMap::new(),
+            portals: HashMap::new(),
+            seg_counter: 0,
+            encrypted: false,
+            skipping_to_sync: false,
+        }
+    }
+
+    fn is_frontend(&self, d: usize) -> Option<bool> {
+        self.frontend.map(|f| f == d)
+    }
+
+    fn lose_sync(&mut self, d: usize, stats: &mut ParseStats) {
+        let pending = self.pending.len();
+        let ds = &mut self.dirs[d];
+        if ds.st != St::Lost {
+            stats.desyncs += 1;
+            ds.lost_with = pending;
+        }
+        ds.st = St::Lost;
+        ds.hdr.clear();
+        ds.body.clear();
+        ds.acc = BytesSince::default();
+    }
+
+    /// Nothing pending can be paired any more (messages may have been lost in any number).
+    fn distrust_pairing(&mut self, stats: &mut ParseStats) {
+        stats.damaged_messages += self.pending.len() as u64;
+        self.pending.drain().for_each(drop);
+        self.skipping_to_sync = false;
+        for ds in &mut self.dirs {
+            ds.lost_with = 0;
+        }
+    }
+
+    /// The server's side came back after a loss: what it was answering when it lost its
+    /// place ended somewhere out of sight.
+    fn resync_server(&mut self, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
+        let n = std::mem::take(&mut self.dirs[d].lost_with);
+        for _ in 0..n {
+            match self.pending.pop() {
+                Some(Expect::Query(q) | Expect::Execute(q)) => {
+                    stats.inferred_ends += 1;
+                    self.emit(*q, true, out);
+                }
+                Some(_) => {}
+                None => break,
+            }
+        }
+        self.skipping_to_sync = false;
+    }
+
+    /// The connection is encrypted from here on: not a loss (its TLS plaintext, when ebtop's
+    /// TLS probes see it, is a connection of its own); what still arrives here is counted in
+    /// `unparsed_bytes`.
+    fn encrypted(&mut self) {
+        self.encrypted = true;
+        self.pending.drain().for_each(drop);
+        for ds in &mut self.dirs {
+            *ds = Dir::default();
+        }
+    }
+
+    /// Frames the captured bytes of one segment in direction d.
+    fn frame(
+        &mut self,
+        d: usize,
+        seg: &Segment,
+        mut data: &[u8],
+        out: &mut Vec<L7Call>,
+        stats: &mut ParseStats,
+    ) {
+        while !data.is_empty() && !self.encrypted {
+            match self.dirs[d].st {
+                St::Lost | St::SeekEnd => {
+                    stats.skipped(data.len() as u64);
+                    return;
+                }
+                St::EncryptionAnswer => {
+                    let b = data[0];
+                    data = &data[1..];
+                    self.dirs[d].st = St::Header;
+                    if matches!(self.pending.front(), Some(Expect::EncryptionAnswer)) {
+                        self.pending.pop();
+                    }
+                    match b {
+                        b'N' => {}
+                        b'S' | b'G' => {
+                            self.encrypted();
+                            stats.skipped(data.len() as u64);
+                            return;
+                        }
+                        _ => {
+                            // Not an answer: maybe an error message (old servers).
+                            self.dirs[d].st = St::Header;
+                            self.dirs[d].hdr.push(b);
+                        }
+                    }
+                }
+                St::Header => {
+                    let ds = &mut self.dirs[d];
+                    if ds.hdr.is_empty() {
+                        ds.opened_acc = ds.acc.span.is_none();
+                        ds.acc.touch(self.seg_counter, seg);
+                    }
+                    let untyped = ds.hdr.first() == Some(&0) || (ds.hdr.is_empty() && data[0] == 0);
+                    let need = if untyped { 8 } else { 5 };
+                    let take = (need - ds.hdr.len()).min(data.len());
+                    ds.hdr.extend_from_slice(&data[..take]);
+                    ds.acc.add(take as u64);
+                    data = &data[take..];
+                    if self.dirs[d].hdr.len() == need && !self.on_header(d, untyped, stats) {
+                        self.lose_sync(d, stats);
+                        self.distrust_pairing(stats);
+                        stats.skipped(data.len() as u64);
+                        return;
+                    }
+                    if self.dirs[d].st == (St::Body { left: 0 }) {
+                        self.message_done(d, out, stats);
+                    }
+                }
+                St::Body { left } => {
+                    let take = left.min(data.len() as u64) as usize;
+                    let ds = &mut self.dirs[d];
+                    ds.acc.touch(self.seg_counter, seg);
+                    ds.acc.add(take as u64);
+                    if ds.keep_body {
+                        let room = MAX_KEEP.saturating_sub(ds.body.len()).min(take);
+                        ds.body.extend_from_slice(&data[..room]);
+                    }
+                    ds.st = St::Body {
+                        left: left - take as u64,
+                    };
+                    data = &data[take..];
+                    if left == take as u64 {
+                        self.message_done(d, out, stats);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A whole header in direction d: checks it and starts the body. False: not PostgreSQL.
+    fn on_header(&mut self, d: usize, untyped: bool, _stats: &mut ParseStats) -> bool {
+        let ds = &mut self.dirs[d];
+        let (ty, len, body_left) = if untyped {
+            let len = be32(&ds.hdr[0..4]);
+            if !(8..=10_000).contains(&len) {
+                return false;
+            }
+            (0, len, len as u64 - 8)
+        } else {
+            let len = be32(&ds.hdr[1..5]);
+            if !(4..=MAX_LEN).contains(&len) {
+                return false;
+            }
+            (ds.hdr[0], len, len as u64 - 4)
+        };
+        let _ = len;
+        let role = self.frontend.map(|f| f == d);
+        let ok = match (ty, role) {
+            (0, Some(false)) => false,
+            (0, _) => true,
+            (t, Some(true)) => FRONTEND_TYPES.contains(&t),
+            (t, Some(false)) => BACKEND_TYPES.contains(&t),
+            (t, None) => FRONTEND_TYPES.contains(&t) || BACKEND_TYPES.contains(&t),
+        };
+        if !ok {
+            return false;
+        }
+        if self.frontend.is_none() {
+            if ty == 0 || FRONTEND_ONLY.contains(&ty) {
+                self.frontend = Some(d);
+            } else if BACKEND_ONLY.contains(&ty) {
+                self.frontend = Some(1 - d);
+            }
+        }
+        let frontend = self.frontend == Some(d);
+        let ds = &mut self.dirs[d];
+        ds.ty = ty;
+        ds.keep_body = if frontend {
+            matches!(ty, 0 | b'Q' | b'P' | b'B' | b'D' | b'C' | b'E')
+        } else {
+            matches!(ty, b'C' | b'E')
+        };
+        ds.body.clear();
+        if untyped {
+            // The code is part of the body for the startup family.
+            let code = ds.hdr[4..8].to_vec();
+            ds.body.extend_from_slice(&code);
+        }
+        ds.hdr.clear();
+        ds.st = St::Body { left: body_left };
+        true
+    }
+
+    /// A whole message (body kept up to MAX_KEEP) in direction d.
+    fn message_done(&mut self, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
+        let ds = &mut self.dirs[d];
+        ds.st = St::Header;
+        let ty = ds.ty;
+        let body = std::mem::take(&mut ds.body);
+        match self.is_frontend(d) {
+            Some(true) => self.frontend_message(d, ty, &body, stats),
+            Some(false) => self.backend_message(d, ty, &body, out, stats),
+            // Direction unknown (picked up in the middle of a session): framing only.
+            None => self.dirs[d].acc = BytesSince::default(),
+        }
+        let ds = &mut self.dirs[d];
+        if ds.body.is_empty() {
+            ds.body = body;
+            ds.body.clear();
+        }
+    }
+
+    fn frontend_message(&mut self, d: usize, ty: u8, body: &[u8], stats: &mut ParseStats) {
+        let mut at = 0;
+        if self.skipping_to_sync && ty != b'S' && ty != b'Q' {
+            // The server discards it: an Execute skipped so makes no call.
+            if ty == b'E' {
+                stats.unreplied_requests += 1;
+            }
+            self.dirs[d].acc = BytesSince::default();
+            return;
+        }
+        match ty {
+            0 => {
+                let code = if body.len() >= 4 {
+                    be32(&body[0..4])
+                } else {
+                    0
+                };
+                self.dirs[d].acc = BytesSince::default();
+                match code {
+                    SSL_REQUEST | GSSENC_REQUEST => {
+                        self.pending.push(Expect::EncryptionAnswer);
+                        let sd = 1 - d;
+                        if self.dirs[sd].st == St::Header && self.dirs[sd].hdr.is_empty() {
+                            self.dirs[sd].st = St::EncryptionAnswer;
+                        }
+                    }
+                    CANCEL_REQUEST => {}
+                    _ => self.pending.push(Expect::Startup),
+                }
+            }
+            b'Q' => {
+                let sql = lossy(cstr(body, &mut at).unwrap_or(body), MAX_SQL);
+                self.skipping_to_sync = false;
+                let q = self.new_query(d, sql, None, true);
+                self.pending.push(Expect::Query(Box::new(q)));
+            }
+            b'P' => {
+                let name = cstr(body, &mut at)
+                    .map(|n| lossy(n, 256))
+                    .unwrap_or_default();
+                let sql = lossy(
+                    cstr(body, &mut at).unwrap_or(&body[at.min(body.len())..]),
+                    MAX_SQL,
+                );
+                remember(&mut self.statements, name, sql.clone());
+                let req = self.dirs[d].acc.span.unwrap_or_default();
+                self.pending.push(Expect::Parse { sql, req });
+            }
+            b'B' => {
+                let portal = cstr(body, &mut at)
+                    .map(|n| lossy(n, 256))
+                    .unwrap_or_default();
+                let stmt = cstr(body, &mut at)
+                    .map(|n| lossy(n, 256))
+                    .unwrap_or_default();
+                let sql = self.statement_sql(&stmt);
+                remember(&mut self.portals, portal, stmt);
+                let req = self.dirs[d].acc.span.unwrap_or_default();
+                self.pending.push(Expect::Bind { sql, req });
+            }
+            b'D' => {
+                let (kind, name) = target_of(body);
+                let sql = if kind == b'P' {
+                    let stmt = self.portals.get(&name).cloned().unwrap_or_default();
+                    self.statement_sql(&stmt)
+                } else {
+                    self.statement_sql(&name)
+                };
+                let req = self.dirs[d].acc.span.unwrap_or_default();
+                self.pending.push(Expect::Describe { sql, req });
+            }
+            b'C' => {
+                let (kind, name) = target_of(body);
+                if kind == b'P' {
+                    self.portals.remove(&name);
+                } else {
+                    self.statements.remove(&name);
+                }
+                self.pending.push(Expect::Close);
+            }
+            b'E' => {
+                let portal = cstr(body, &mut at)
+                    .map(|n| lossy(n, 256))
+                    .unwrap_or_default();
+                let stmt = self.portals.get(&portal).cloned();
+                let (sql, statement) = match &stmt {
+                    Some(s) => (self.statement_sql(s), (!s.is_empty()).then(|| s.clone())),
+                    None if portal.is_empty() => ("EXECUTE <unnamed>".to_owned(), None),
+                    None => (format!("EXECUTE {portal}"), None),
+                };
+                let q = self.new_query(d, sql, statement, false);
+                self.pending.push(Expect::Execute(Box::new(q)));
+            }
+            b'S' => {
+                self.skipping_to_sync = false;
+                self.dirs[d].acc = BytesSince::default();
+                self.pending.push(Expect::Sync);
+            }
+            b'F' => {
+                self.dirs[d].acc = BytesSince::default();
+                self.pending.push(Expect::FunctionCall);
+            }
+            b'X' => {
+                self.dirs[d].acc = BytesSince::default();
+            }
+            // Flush, COPY data, password/SASL messages: nothing answers them alone.
+            _ => {
+                if matches!(ty, b'd' | b'c' | b'f' | b'p') {
+                    self.dirs[d].acc = BytesSince::default();
+                }
+            }
+        }
+    }
+
+    /// The SQL of a prepared statement (`EXECUTE name` when it was prepared out of sight).
+    fn statement_sql(&self, name: &str) -> String {
+        match self.statements.get(name) {
+            Some(sql) => sql.clone(),
+            None if name.is_empty() => "EXECUTE <unnamed>".to_owned(),
+            None => format!("EXECUTE {name}"),
+        }
+    }
+
+    fn new_query(
+        &mut self,
+        d: usize,
+        sql: String,
+        statement: Option<String>,
+        simple: bool,
+    ) -> Query {
+        let (req, truncated) = self.dirs[d].acc.take();
+        Query::new(sql, statement, simple, req, truncated)
+    }
+
+    fn backend_message(
+        &mut self,
+        d: usize,
+        ty: u8,
+        body: &[u8],
+        out: &mut Vec<L7Call>,
+        stats: &mut ParseStats,
+    ) {
+        match ty {
+            // Asynchronous: answer nothing.
+            b'A' => {
+                stats.pushes += 1;
+                self.async_done(d);
+                return;
+            }
+            b'S' | b'N' => {
+                self.async_done(d);
+                return;
+            }
+            _ => {}
+        }
+        if matches!(self.pending.front(), Some(Expect::Startup)) {
+            match ty {
+                b'Z' | b'E' => {
+                    self.pending.pop();
+                }
+                _ => {}
+            }
+            self.dirs[d].acc = BytesSince::default();
+            return;
+        }
+        if matches!(self.pending.front(), Some(Expect::EncryptionAnswer)) {
+            // The answer byte went unseen; what follows answers the startup.
+            self.pending.pop();
+        }
+        let Some(front) = self.pending.front_mut() else {
+            if !matches!(ty, b'd' | b'c' | b'G' | b'H' | b'W' | b'K' | b'R' | b'v') {
+                stats.unmatched_responses += 1;
+            }
+            self.dirs[d].acc = BytesSince::default();
+            return;
+        };
+        match (ty, front) {
+            (b'1', Expect::Parse { .. })
+            | (b'2', Expect::Bind { .. })
+            | (b'n' | b'T', Expect::Describe { .. })
+            | (b'3', Expect::Close) => {
+                self.pending.pop();
+            }
+            (b't', Expect::Describe { .. }) => {}
+            (b'T' | b'n' | b't', Expect::Query(_) | Expect::Execute(_)) => {}
+            (b'D', Expect::Query(q) | Expect::Execute(q)) => q.data_rows += 1,
+            (b'C', Expect::Query(q)) => {
+                let tag = lossy(cstr(body, &mut 0).unwrap_or(body), 64);
+                q.rows += tag_rows(&tag).unwrap_or(0);
+                q.statements += 1;
+                q.tag = Some(tag);
+            }
+            (b'I', Expect::Query(q)) => q.statements += 1,
+            (b'E', Expect::Query(q)) => q.error = Some(error_fields(body)),
+            (b'Z', Expect::Query(_)) => {
+                if let Some(Expect::Query(mut q)) = self.pending.pop() {
+                    let (resp, truncated) = self.dirs[d].acc.take();
+                    q.resp = Some(resp);
+                    q.truncated |= truncated;
+                    self.emit(*q, false, out);
+                }
+                return;
+            }
+            (b'C' | b'I' | b's' | b'E', Expect::Execute(_)) => {
+                if let Some(Expect::Execute(mut q)) = self.pending.pop() {
+                    match ty {
+                        b'C' => {
+                            let tag = lossy(cstr(body, &mut 0).unwrap_or(body), 64);
+                            q.rows = tag_rows(&tag).unwrap_or(q.data_rows);
+                            q.tag = Some(tag);
+                        }
+                        b's' => {
+                            q.suspended = true;
+                            q.rows = q.data_rows;
+                        }
+                        b'E' => {
+                            q.error = Some(error_fields(body));
+                            self.skip_to_sync(stats);
+                        }
+                        _ => {}
+                    }
+                    let (resp, truncated) = self.dirs[d].acc.take();
+                    q.resp = Some(resp);
+                    q.truncated |= truncated;
+                    self.emit(*q, false, out);
+                }
+                return;
+            }
+            (b'E', Expect::Parse { .. } | Expect::Bind { .. } | Expect::Describe { .. }) => {
+                // A failed step of an extended query: a call for its statement.
+                if let Some(
+                    Expect::Parse { sql, req }
+                    | Expect::Bind { sql, req }
+                    | Expect::Describe { sql, req },
+                ) = self.pending.pop()
+                {
+                    // The client's bytes stay where they are: later messages may be in them.
+                    let mut q = Query::new(sql, None, false, req, false);
+                    q.error = Some(error_fields(body));
+                    let (resp, truncated) = self.dirs[d].acc.take();
+                    q.resp = Some(resp);
+                    q.truncated |= truncated;
+                    self.emit(q, false, out);
+                }
+                self.skip_to_sync(stats);
+                return;
+            }
+            // An error at Sync (a deferred constraint failing at commit) or in a function
+            // call: the ReadyForQuery that follows still ends it.
+            (b'E', Expect::Sync | Expect::FunctionCall) => {}
+            (b'E', _) => {
+                self.pending.pop();
+                self.skip_to_sync(stats);
+            }
+            (b'Z', _) => {
+                // Ends a Sync (or a function call); anything still before it went unanswered.
+                while let Some(e) = self.pending.pop() {
+                    match e {
+                        Expect::Sync | Expect::FunctionCall => break,
+                        Expect::Execute(_) | Expect::Query(_) => stats.unanswered_requests += 1,
+                        _ => {}
+                    }
+                }
+                self.dirs[d].acc = BytesSince::default();
+                return;
+            }
+            (b'V', Expect::FunctionCall) => {}
+            // COPY: the command's own data.
+            (b'G' | b'H' | b'W' | b'd' | b'c', Expect::Query(_) | Expect::Execute(_)) => {}
+            _ => {
+                stats.unmatched_responses += 1;
+            }
+        }
+        if self.pending.is_empty() {
+            self.dirs[d].acc = BytesSince::default();
+        }
+    }
+
+    /// An asynchronous message: it starts no response (inside one, its bytes count).
+    fn async_done(&mut self, d: usize) {
+        if self.dirs[d].opened_acc {
+            self.dirs[d].acc = BytesSince::default();
+        }
+    }
+
+    /// After an error the server skips the client's messages up to Sync: those still queued
+    /// are answered by nothing.
+    fn skip_to_sync(&mut self, stats: &mut ParseStats) {
+        let mut kept = Vec::new();
+        let mut found_sync = false;
+        while let Some(e) = self.pending.pop() {
+            match e {
+                Expect::Sync => {
+                    kept.push(e);
+                    found_sync = true;
+                    break;
+                }
+                Expect::Execute(_) => stats.unreplied_requests += 1,
+                Expect::Query(_) | Expect::FunctionCall => {
+                    // A simple query cannot follow unsynced extended messages; keep it.
+                    kept.push(e);
+                    found_sync = true;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let rest: Vec<Expect> = self.pending.drain().collect();
+        for e in kept.into_iter().chain(rest) {
+            self.pending.push(e);
+        }
+        // The client may not have sent its Sync yet.
+        self.skipping_to_sync = !found_sync;
+    }
+
+    fn emit(&mut self, q: Query, end_inferred: bool, out: &mut Vec<L7Call>) {
+        let mut details = Vec::new();
+        let (status_text, outcome) = match &q.error {
+            Some((code, sev, msg)) => {
+                if self.depth == ParseDepth::Full {
+                    if !sev.is_empty() {
+                        details.push(("severity", sev.clone()));
+                    }
+                    if !msg.is_empty() {
+                        details.push(("error", msg.clone()));
+                    }
+                }
+                (Some(code.clone()), sqlstate_outcome(code))
+            }
+            None => (None, Outcome::Ok),
+        };
+        if q.error.is_none() && !end_inferred {
+            details.push(("rows", q.rows.to_string()));
+        }
+        if self.depth == ParseDepth::Full {
+            if let Some(tag) = &q.tag {
+                details.push(("tag", tag.clone()));
+            }
+            if q.simple {
+                details.push(("statements", q.statements.to_string()));
+            }
+            if let Some(s) = &q.statement {
+                details.push(("statement", s.clone()));
+            }
+            if q.suspended {
+                details.push(("suspended", "true".to_owned()));
+            }
+            details.push((
+                "query_protocol",
+                if q.simple { "simple" } else { "extended" }.to_owned(),
+            ));
+        }
+        let fe = self.frontend.unwrap_or(0);
+        // Heads show what a person needs and nothing the wire had besides: the SQL (never the
+        // Bind parameters) and the outcome (never rows).
+        let resp_text = match (&q.error, &q.tag) {
+            (Some((code, sev, msg)), _) => format!("{sev} {code}: {msg}"),
+            (None, Some(tag)) => tag.clone(),
+            (None, None) if q.suspended => "PortalSuspended".to_owned(),
+            (None, None) => String::new(),
+        };
+        let req_head = self.head(q.sql.as_bytes(), q.req.bytes);
+        let resp_head = self.head(resp_text.as_bytes(), q.resp.map_or(0, |r| r.bytes));
+        out.push(L7Call {
+            proto: Protocol::Postgres,
+            request_dir: if fe == 0 {
+                Direction::Egress
+            } else {
+                Direction::Ingress
+            },
+            method: sql_keyword(&q.sql),
+            resource: q.sql,
+            version: "3.0",
+            status: None,
+            status_text,
+            outcome,
+            req: q.req,
+            resp: q.resp.unwrap_or_default(),
+            truncated: q.truncated,
+            end_inferred,
+            details,
+            req_head,
+            resp_head,
+        });
+    }
+
+    fn head(&self, text: &[u8], len: u64) -> CapturedHead {
+        if self.keep_head == 0 {
+            return CapturedHead::default();
+        }
+        CapturedHead::redacted(text[..text.len().min(self.keep_head)].to_vec(), len)
+    }
+
+    /// `n` bytes of direction d were moved but not captured (snaplen).
+    fn skip(&mut self, d: usize, n: u64, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
+        if let St::Body { left } = self.dirs[d].st {
+            if n <= left {
+                let ds = &mut self.dirs[d];
+                ds.st = St::Body { left: left - n };
+                ds.acc.add(n);
+                ds.acc.truncated = true;
+                if n == left {
+                    // The message ends with the syscall: parsed from what was kept.
+                    self.message_done(d, out, stats);
+                }
+                return;
+            }
+        }
+        // A header went unseen: the next message's place is unknown.
+        stats.skipped(n);
+        if self.is_frontend(d) == Some(false) && self.call_in_progress() {
+            let ds = &mut self.dirs[d];
+            ds.st = St::SeekEnd;
+            ds.hdr.clear();
+            ds.body.clear();
+            ds.acc.add(n);
+            ds.acc.truncated = true;
+            return;
+        }
+        self.lose_sync(d, stats);
+        // Client messages unseen: the server's answers can no longer be paired.
+        if self.is_frontend(d) == Some(true) {
+            self.distrust_pairing(stats);
+        }
+    }
+}
+
+impl PostgresParser {
+    /// The oldest expectation is a query or an Execute (its response may be under way).
+    fn call_in_progress(&self) -> bool {
+        matches!(
+            self.pending.front(),
+            Some(Expect::Query(_) | Expect::Execute(_))
+        )
+    }
+
+    /// A server segment while its place is lost inside a response (`St::SeekEnd`). Returns
+    /// where in the captured bytes framing starts again, if it does in this segment.
+    fn seek_end(
+        &mut self,
+        d: usize,
+        seg: &Segment,
+        out: &mut Vec<L7Call>,
+        stats: &mut ParseStats,
+    ) -> Option<usize> {
+        // A segment that starts like a reply after the client sent its next request is that
+        // request's reply: the end of the one in progress went unseen (beyond the snaplen).
+        // Without a next request, the response in progress goes on (its CommandComplete may
+        // start a segment) up to its ReadyForQuery.
+        let starts_reply = !matches!(seg.payload.first(), Some(b'D' | b'd'))
+            && plausible_start(seg.payload, Some(false));
+        if starts_reply && self.request_after_call_in_progress() {
+            self.end_unseen(d, out, stats);
+            self.dirs[d].st = St::Header;
+            return Some(0);
+        }
+        if let Some(at) = response_end(seg.payload, seg.total_len) {
+            let ds = &mut self.dirs[d];
+            ds.acc.touch(self.seg_counter, seg);
+            ds.acc.add(at as u64);
+            ds.st = St::Header;
+            stats.skipped(at as u64);
+            return Some(at);
+        }
+        let ds = &mut self.dirs[d];
+        ds.acc.touch(self.seg_counter, seg);
+        ds.acc.add(seg.total_len);
+        stats.skipped(seg.total_len);
+        None
+    }
+
+    /// Has the client sent a request beyond the batch of the call in progress (a simple query:
+    /// anything after it; an Execute: anything after its Sync)?
+    fn request_after_call_in_progress(&self) -> bool {
+        let mut rest = self.pending.iter();
+        match rest.next() {
+            Some(Expect::Query(_)) => rest.next().is_some(),
+            Some(Expect::Execute(_)) => rest
+                .skip_while(|e| !matches!(e, Expect::Sync))
+                .nth(1)
+                .is_some(),
+            _ => false,
+        }
+    }
+
+    /// The response in progress ended out of sight: its call ends where its bytes were last
+    /// seen; an extended query's batch is over up to its Sync.
+    fn end_unseen(&mut self, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
+        let extended = match self.pending.pop() {
+            Some(Expect::Query(mut q)) => {
+                let (resp, _) = self.dirs[d].acc.take();
+                q.resp = Some(resp);
+                q.truncated = true;
+                stats.inferred_ends += 1;
+                self.emit(*q, true, out);
+                false
+            }
+            Some(Expect::Execute(mut q)) => {
+                let (resp, _) = self.dirs[d].acc.take();
+                q.resp = Some(resp);
+                q.truncated = true;
+                stats.inferred_ends += 1;
+                self.emit(*q, true, out);
+                true
+            }
+            _ => false,
+        };
+        if extended {
+            loop {
+                match self.pending.pop() {
+                    None | Some(Expect::Sync) => break,
+                    Some(Expect::Execute(_) | Expect::Query(_)) => stats.damaged_messages += 1,
+                    Some(_) => {}
+                }
+            }
+        }
+        self.dirs[d].acc = BytesSince::default();
+    }
+}
+
+/// Where the end of a response (a ReadyForQuery, with the CommandComplete or ErrorResponse
+/// right before it when captured) lies in `p`, the captured start of a server segment of
+/// `total` bytes: a ReadyForQuery (`Z`, length 5, status I/T/E) that ends the segment, or is
+/// followed by a plausible server message. Row data may hold those 6 bytes too; only followed
+/// by the segment's end or a message header is it taken.
+fn response_end(p: &[u8], total: u64) -> Option<usize> {
+    const READY: [u8; 5] = [b'Z', 0, 0, 0, 5];
+    let mut from = 0;
+    while let Some(i) = p[from..]
+        .windows(6)
+        .position(|w| w[..5] == READY && matches!(w[5], b'I' | b'T' | b'E'))
+        .map(|i| from + i)
+    {
+        let after = &p[i + 6..];
+        let ends = if after.is_empty() {
+            p.len() as u64 == total
+        } else if after.len() >= 5 {
+            plausible_header(after[0], be32(&after[1..5]), Some(false))
+        } else {
+            BACKEND_TYPES.contains(&after[0])
+        };
+        if ends {
+            return Some(completion_before(p, i).unwrap_or(i));
+        }
+        from = i + 1;
+    }
+    None
+}
+
+/// The start of a CommandComplete (`C`, tag ≤ 64 bytes) or ErrorResponse (`E`, ≤ 2 KiB)
+/// ending exactly at `end` in `p`, if one is captured whole.
+fn completion_before(p: &[u8], end: usize) -> Option<usize> {
+    if end == 0 || p[end - 1] != 0 {
+        return None;
+    }
+    (6..=end.min(2048)).map(|n| end - n).find(|&at| {
+        let len = be32(&p[at + 1..at + 5]) as usize;
+        len + 1 == end - at && (p[at] == b'E' || (p[at] == b'C' && len <= 69))
+    })
+}
+
+/// Keeps `name → value`, bounded: beyond MAX_NAMES, names are forgotten.
+fn remember(map: &mut HashMap<String, String>, name: String, value: String) {
+    if map.len() >= MAX_NAMES && !map.contains_key(&name) {
+        map.clear();
+    }
+    map.insert(name, value);
+}
+
+impl StreamParser for PostgresParser {
+    fn on_segment(&mut self, seg: &Segment<'_>, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
+        if self.encrypted {
+            stats.skipped(seg.total_len);
+            return;
+        }
+        self.seg_counter += 1;
+        let d = seg.dir.index();
+        let mut payload = seg.payload;
+        if self.dirs[d].st == St::SeekEnd {
+            match self.seek_end(d, seg, out, stats) {
+                Some(at) => payload = &payload[at..],
+                None => return,
+            }
+        } else if self.dirs[d].st == St::Lost {
+            if plausible_start(seg.payload, self.is_frontend(d)) {
+                self.dirs[d].st = St::Header;
+                if self.is_frontend(d) == Some(false) {
+                    self.resync_server(d, out, stats);
+                }
+            } else {
+                stats.skipped(seg.total_len);
+                return;
+            }
+        }
+        self.frame(d, seg, payload, out, stats);
+        let uncaptured = seg.total_len.saturating_sub(seg.payload.len() as u64);
+        if uncaptured > 0 && !self.encrypted {
+            if matches!(self.dirs[d].st, St::Lost | St::SeekEnd) {
+                stats.skipped(uncaptured);
+            } else {
+                self.skip(d, uncaptured, out, stats);
+            }
+        }
+    }
+
+    fn on_gap(&mut self, dir: Direction, len: Option<u64>, stats: &mut ParseStats) {
+        if self.encrypted {
+            stats.skipped(len.unwrap_or(0));
+            return;
+        }
+        let d = dir.index();
+        // A gap strictly inside a body of known length only skips bytes.
+        if let (Some(n), St::Body { left }) = (len, self.dirs[d].st) {
+            if n < left {
+                let ds = &mut self.dirs[d];
+                ds.st = St::Body { left: left - n };
+                ds.acc.add(n);
+                ds.acc.truncated = true;
+                return;
+            }
+        }
+        stats.skipped(len.unwrap_or(0));
+        if self.dirs[d].st != St::Lost
+            && (!self.dirs[d].hdr.is_empty() || matches!(self.dirs[d].st, St::Body { .. }))
+        {
+            stats.damaged_messages += 1;
+        }
+        self.lose_sync(d, stats);
+        // Client messages lost: the server's answers can no longer be paired.
+        if self.is_frontend(d) != Some(false) {
+            self.distrust_pairing(stats);
+        }
+    }
+
+    fn on_close(&mut self, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
+        // A response whose end went unseen ended by the close at the latest.
+        if let Some(d) = (0..2).find(|&d| self.dirs[d].st == St::SeekEnd) {
+            self.end_unseen(d, out, stats);
+        }
+        for e in self.pending.drain() {
+            if matches!(e, Expect::Query(_) | Expect::Execute(_)) {
+                stats.unanswered_requests += 1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod fixture_tests;
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocols::test_driver::stream_config;
+
+    const OUT: Direction = Direction::Egress;
+    const IN: Direction = Direction::Ingress;
+
+    /// Drives a parser with a fake clock (1 µs per syscall).
+    type Driver = crate::protocols::test_driver::Driver<PostgresParser>;
+
+    impl Driver {
+        fn new() -> Self {
+            Driver::with_parser(PostgresParser::new(&stream_config(0)))
+        }
+        /// (method, resource, status text, rows) of each call.
+        fn summary(&self) -> Vec<(String, String, Option<String>, Option<String>)> {
+            self.calls
+                .iter()
+                .map(|c| {
+                    let rows = c.details.iter().find(|(k, _)| *k == "rows");
+                    (
+                        c.method.clone(),
+                        c.resource.clone(),
+                        c.status_text.clone(),
+                        rows.map(|r| r.1.clone()),
+                    )
+                })
+                .collect()
+        }
+    }
+
+    fn msg(ty: u8, body: &[u8]) -> Vec<u8> {
+        let mut m = vec![ty];
+        m.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+        m.extend_from_slice(body);
+        m
+    }
+    fn cs(parts: &[&[u8]]) -> Vec<u8> {
+        let mut b = Vec::new();
+        for p in parts {
+            b.extend_from_slice(p);
+            b.push(0);
+        }
+        b
+    }
+    fn startup() -> Vec<u8> {
+        let mut body = PROTOCOL_3_0.to_be_bytes().to_vec();
+        body.extend(cs(&[b"user", b"app", b"database", b"shop", b""]));
+        let mut m = (body.len() as u32 + 4).to_be_bytes().to_vec();
+        m.extend(body);
+        m
+    }
+    fn startup_reply() -> Vec<u8> {
+        [
+            msg(b'R', &0u32.to_be_bytes()),
+            msg(b'S', &cs(&[b"server_version", b"15.4"])),
+            msg(b'K', &[0, 0, 0, 1, 0, 0, 0, 2]),
+            msg(b'Z', b"I"),
+        ]
+        .concat()
+    }
+    fn q(sql: &str) -> Vec<u8> {
+        msg(b'Q', &cs(&[sql.as_bytes()]))
+    }
+    fn complete(tag: &str) -> Vec<u8> {
+        msg(b'C', &cs(&[tag.as_bytes()]))
+    }
+    fn row() -> Vec<u8> {
+        msg(b'D', &[0, 1, 0, 0, 0, 1, b'7'])
+    }
+    fn rowdesc() -> Vec<u8> {
+        msg(
+            b'T',
+            &[
+                0, 1, b'x', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 23, 0, 4, 0, 0, 0, 0, 0, 0,
+            ],
+        )
+    }
+    fn ready() -> Vec<u8> {
+        msg(b'Z', b"I")
+    }
+    fn error(code: &str, text: &str) -> Vec<u8> {
+        let mut b = Vec::new();
+        for (f, v) in [(b'S', "ERROR"), (b'V', "ERROR"), (b'C', code), (b'M', text)] {
+            b.push(f);
+            b.extend_from_slice(v.as_bytes());
+            b.push(0);
+        }
+        b.push(0);
+        msg(b'E', &b)
+    }
+    fn parse(name: &str, sql: &str) -> Vec<u8> {
+        msg(
+            b'P',
+            &[cs(&[name.as_bytes(), sql.as_bytes()]), vec![0, 0]].concat(),
+        )
+    }
+    fn bind(portal: &str, stmt: &str) -> Vec<u8> {
+        // One text parameter, "42": never shown.
+        let mut b = cs(&[portal.as_bytes(), stmt.as_bytes()]);
+        b.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 2, b'4', b'2', 0, 0]);
+        msg(b'B', &b)
+    }
+    fn execute(portal: &str) -> Vec<u8> {
+        msg(b'E', &[cs(&[portal.as_bytes()]), vec![0, 0, 0, 0]].concat())
+    }
+    fn describe_portal(portal: &str) -> Vec<u8> {
+        msg(b'D', &[vec![b'P'], cs(&[portal.as_bytes()])].concat())
+    }
+    fn sync() -> Vec<u8> {
+        msg(b'S', b"")
+    }
+    fn simple_session() -> (Vec<u8>, Vec<u8>) {
+        let client = [
+            startup(),
+            q("SELECT x FROM t WHERE id = 7"),
+            q("UPDATE t SET x = 1"),
+        ]
+        .concat();
+        let server = [
+            startup_reply(),
+            rowdesc(),
+            row(),
+            row(),
+            complete("SELECT 2"),
+            ready(),
+            complete("UPDATE 3"),
+            ready(),
+        ]
+        .concat();
+        (client, server)
+    }
+
+    fn s(
+        m: &str,
+        r: &str,
+        st: Option<&str>,
+        rows: Option<&str>,
+    ) -> (String, String, Option<String>, Option<String>) {
+        (m.into(), r.into(), st.map(Into::into), rows.map(Into::into))
+    }
+
+    #[test]
+    fn detection() {
+        assert!(is_connection_start(&startup()));
+        assert!(is_connection_start(&[0, 0, 0, 8, 4, 0xd2, 0x16, 0x2f]));
+        assert!(is_connection_start(&q("SELECT 1")));
+        assert!(is_connection_start(&parse("", "select 1")));
+        assert!(is_connection_start(&bind("", "P0_1")));
+        assert!(is_connection_start(&bind("", "")));
+        assert!(is_connection_start(&bind("", "P0_1")[..9]));
+        assert!(!is_connection_start(&msg(b'B', b"a b\0\0\0\0\0\0\0\0")));
+        assert!(!is_connection_start(&msg(b'B', b"\0\0\xff\xff\0\0\0\0")));
+        assert!(!is_connection_start(b"BEGIN;\n"));
+        assert!(is_connection_start(&parse(
+            "S_1",
+            "  INSERT INTO t VALUES ($1)"
+        )));
+        assert!(!is_connection_start(&ready()));
+        assert!(!is_connection_start(&startup_reply()));
+        assert!(!is_connection_start(&complete("SELECT 1")));
+        assert!(!is_connection_start(&msg(b'Q', &[0xff, 0xfe, 0])));
+        assert!(!is_connection_start(b"QUIT\r\n"));
+        assert!(!is_connection_start(b"GET / HTTP/1.1\r\n"));
+        assert!(!is_connection_start(b"PING\r\n"));
+    }
+
+    #[test]
+    fn simple_queries_with_startup() {
+        let (c, sv) = simple_session();
+        let mut d = Driver::new();
+        d.seg(OUT, &c[..startup().len()])
+            .seg(IN, &startup_reply())
+            .seg(OUT, &c[startup().len()..])
+            .seg(IN, &sv[startup_reply().len()..])
+            .close();
+        assert_eq!(
+            d.summary(),
+            vec![
+                s("SELECT", "SELECT x FROM t WHERE id = 7", None, Some("2")),
+                s("UPDATE", "UPDATE t SET x = 1", None, Some("3")),
+            ]
+        );
+        assert_eq!(
+            d.calls[0].req.bytes,
+            q("SELECT x FROM t WHERE id = 7").len() as u64
+        );
+        let resp = [rowdesc(), row(), row(), complete("SELECT 2"), ready()].concat();
+        assert_eq!(d.calls[0].resp.bytes, resp.len() as u64);
+        assert_eq!(d.detail(0, "tag"), Some("SELECT 2"));
+        assert_eq!(d.calls[0].version, "3.0");
+        assert_eq!(d.stats, ParseStats::default());
+    }
+
+    /// Every split of both directions' bytes gives the same calls.
+    #[test]
+    fn every_byte_split() {
+        let (c, sv) = simple_session();
+        let want = {
+            let mut d = Driver::new();
+            d.seg(OUT, &c).seg(IN, &sv).close();
+            d.summary()
+        };
+        assert_eq!(want.len(), 2);
+        for i in 0..=c.len() {
+            for j in (0..=sv.len()).step_by(3) {
+                let mut d = Driver::new();
+                d.seg(OUT, &c[..i])
+                    .seg(OUT, &c[i..])
+                    .seg(IN, &sv[..j])
+                    .seg(IN, &sv[j..])
+                    .close();
+                assert_eq!(d.summary(), want, "split {i} {j}");
+                assert_eq!(d.stats, ParseStats::default());
+            }
+        }
+    }
+
+    #[test]
+    fn two_statements_in_one_query_make_one_call() {
+        let mut d = Driver::new();
+        d.seg(OUT, &q("INSERT INTO t VALUES (1); SELECT 1"))
+            .seg(
+                IN,
+                &[
+                    complete("INSERT 0 1"),
+                    rowdesc(),
+                    row(),
+                    complete("SELECT 1"),
+                    ready(),
+                ]
+                .concat(),
+            )
+            .close();
+        assert_eq!(
+            d.summary(),
+            vec![s(
+                "INSERT",
+                "INSERT INTO t VALUES (1); SELECT 1",
+                None,
+                Some("2")
+            )]
+        );
+        assert_eq!(d.detail(0, "statements"), Some("2"));
+        assert_eq!(d.detail(0, "tag"), Some("SELECT 1"));
+    }
+
+    #[test]
+    fn simple_query_error() {
+        let mut d = Driver::new();
+        d.seg(OUT, &q("SELECT * FROM nope"))
+            .seg(
+                IN,
+                &[error("42P01", "relation \"nope\" does not exist"), ready()].concat(),
+            )
+            .seg(OUT, &q("SELECT 1"))
+            .seg(
+                IN,
+                &[rowdesc(), row(), complete("SELECT 1"), ready()].concat(),
+            );
+        assert_eq!(
+            d.summary(),
+            vec![
+                s("SELECT", "SELECT * FROM nope", Some("42P01"), None),
+                s("SELECT", "SELECT 1", None, Some("1")),
+            ]
+        );
+        assert_eq!(d.calls[0].outcome, Outcome::ClientError);
+        assert_eq!(d.detail(0, "severity"), Some("ERROR"));
+        assert_eq!(
+            d.detail(0, "error"),
+            Some("relation \"nope\" does not exist")
+        );
+        assert_eq!(sqlstate_outcome("57P01"), Outcome::ServerError);
+    }
+
+    /// Pipelined extended protocol: named statements prepared once, executed across Syncs.
+    #[test]
+    fn pipelined_extended_named_statements() {
+        let client1 = [
+            parse("s1", "SELECT abalance FROM accounts WHERE aid = $1"),
+            parse(
+                "s2",
+                "UPDATE accounts SET abalance = abalance + $1 WHERE aid = $2",
+            ),
+            bind("", "s1"),
+            describe_portal(""),
+            execute(""),
+            bind("p2", "s2"),
+            execute("p2"),
+            sync(),
+        ]
+        .concat();
+        let server1 = [
+            msg(b'1', b""),
+            msg(b'1', b""),
+            msg(b'2', b""),
+            rowdesc(),
+            row(),
+            complete("SELECT 1"),
+            msg(b'2', b""),
+            complete("UPDATE 1"),
+            ready(),
+        ]
+        .concat();
+        // Later cycle: the statements by name only, and the unnamed statement.
+        let client2 = [
+            bind("", "s2"),
+            execute(""),
+            parse("", "DELETE FROM t"),
+            bind("", ""),
+            execute(""),
+            sync(),
+        ]
+        .concat();
+        let server2 = [
+            msg(b'2', b""),
+            complete("UPDATE 1"),
+            msg(b'1', b""),
+            msg(b'2', b""),
+            complete("DELETE 4"),
+            ready(),
+        ]
+        .concat();
+        let mut d = Driver::new();
+        d.seg(OUT, &client1)
+            .seg(IN, &server1)
+            .seg(OUT, &client2)
+            .seg(IN, &server2)
+            .close();
+        assert_eq!(
+            d.summary(),
+            vec![
+                s(
+                    "SELECT",
+                    "SELECT abalance FROM accounts WHERE aid = $1",
+                    None,
+                    Some("1")
+                ),
+                s(
+                    "UPDATE",
+                    "UPDATE accounts SET abalance = abalance + $1 WHERE aid = $2",
+                    None,
+                    Some("1")
+                ),
+                s(
+                    "UPDATE",
+                    "UPDATE accounts SET abalance = abalance + $1 WHERE aid = $2",
+                    None,
+                    Some("1")
+                ),
+                s("DELETE", "DELETE FROM t", None, Some("4")),
+            ]
+        );
+        assert_eq!(d.detail(0, "statement"), Some("s1"));
+        assert_eq!(d.detail(0, "query_protocol"), Some("extended"));
+        // Parameters never show.
+        assert!(d.calls.iter().all(|c| !c.resource.contains("42")));
+        assert_eq!(d.stats, ParseStats::default());
+        // Every byte belongs to a call except the Syncs and ReadyForQuerys.
+        let req: u64 = d.calls.iter().map(|c| c.req.bytes).sum();
+        assert_eq!(
+            req,
+            (client1.len() + client2.len() - 2 * sync().len()) as u64
+        );
+    }
+
+    /// An error in the middle of a pipeline: the server skips the rest until Sync.
+    #[test]
+    fn error_in_pipeline_skips_to_sync() {
+        let client = [
+            parse("", "INSERT INTO t VALUES ($1)"),
+            bind("", ""),
+            execute(""),
+            bind("", ""),
+            execute(""),
+            bind("", ""),
+            execute(""),
+            sync(),
+            parse("", "SELECT 1"),
+            bind("", ""),
+            execute(""),
+            sync(),
+        ]
+        .concat();
+        let server = [
+            msg(b'1', b""),
+            msg(b'2', b""),
+            complete("INSERT 0 1"),
+            msg(b'2', b""),
+            error(
+                "23505",
+                "duplicate key value violates unique constraint \"t_pkey\"",
+            ),
+            ready(),
+            msg(b'1', b""),
+            msg(b'2', b""),
+            row(),
+            complete("SELECT 1"),
+            ready(),
+        ]
+        .concat();
+        let mut d = Driver::new();
+        d.seg(OUT, &client).seg(IN, &server).close();
+        assert_eq!(
+            d.summary(),
+            vec![
+                s("INSERT", "INSERT INTO t VALUES ($1)", None, Some("1")),
+                s("INSERT", "INSERT INTO t VALUES ($1)", Some("23505"), None),
+                s("SELECT", "SELECT 1", None, Some("1")),
+            ]
+        );
+        assert_eq!(d.stats.unreplied_requests, 1);
+        assert_eq!(d.stats.unmatched_responses, 0);
+    }
+
+    #[test]
+    fn failed_parse_is_a_call() {
+        let client = [parse("", "SELEC 1"), bind("", ""), execute(""), sync()].concat();
+        let server = [error("42601", "syntax error at or near \"SELEC\""), ready()].concat();
+        let mut d = Driver::new();
+        d.seg(OUT, &client).seg(IN, &server).close();
+        assert_eq!(
+            d.summary(),
+            vec![s("SELEC", "SELEC 1", Some("42601"), None)]
+        );
+        assert_eq!(d.stats.unreplied_requests, 1);
+    }
+
+    #[test]
+    fn notify_is_a_push_and_notices_answer_nothing() {
+        let notification = msg(
+            b'A',
+            &[vec![0, 0, 0, 9], cs(&[b"jobs", b"payload"])].concat(),
+        );
+        let mut d = Driver::new();
+        d.seg(OUT, &q("LISTEN jobs"))
+            .seg(IN, &[complete("LISTEN"), ready()].concat())
+            .seg(IN, &notification)
+            .seg(IN, &msg(b'N', &cs(&[b"SWARNING", b""])))
+            .seg(OUT, &q("SELECT 1"))
+            .seg(
+                IN,
+                &[
+                    msg(b'S', &cs(&[b"TimeZone", b"UTC"])),
+                    notification.clone(),
+                    row(),
+                    complete("SELECT 1"),
+                    ready(),
+                ]
+                .concat(),
+            )
+            .close();
+        assert_eq!(
+            d.summary(),
+            vec![
+                s("LISTEN", "LISTEN jobs", None, Some("0")),
+                s("SELECT", "SELECT 1", None, Some("1"))
+            ]
+        );
+        assert_eq!(d.stats.pushes, 2);
+        assert_eq!(d.stats.unmatched_responses, 0);
+    }
+
+    #[test]
+    fn ssl_request_answered_s_stops_parsing() {
+        let ssl = [0, 0, 0, 8, 4, 0xd2, 0x16, 0x2f];
+        let mut d = Driver::new();
+        d.seg(OUT, &ssl)
+            .seg(IN, b"S")
+            .seg(OUT, b"\x16\x03\x01 tls hello")
+            .seg(OUT, &q("SELECT 1"));
+        assert!(d.calls.is_empty());
+        assert_eq!(d.stats.desyncs, 0, "TLS is no loss");
+        assert!(d.stats.unparsed_bytes > 0);
+        // Answered N: a plain startup follows.
+        let mut d = Driver::new();
+        d.seg(OUT, &ssl)
+            .seg(IN, b"N")
+            .seg(OUT, &startup())
+            .seg(IN, &startup_reply());
+        d.seg(OUT, &q("SELECT 1"))
+            .seg(IN, &[row(), complete("SELECT 1"), ready()].concat());
+        assert_eq!(d.summary(), vec![s("SELECT", "SELECT 1", None, Some("1"))]);
+        assert_eq!(d.stats, ParseStats::default());
+    }
+
+    #[test]
+    fn large_data_rows_and_query_skipped_by_length() {
+        // A query of 100 kB captured 64 bytes, a 1 MB DataRow captured 64 bytes.
+        let sql = format!("SELECT '{}'", "x".repeat(100_000));
+        let big_q = q(&sql);
+        let big_row = msg(b'D', &vec![b'y'; 1_000_000]);
+        let resp = [big_row.clone(), complete("SELECT 1"), ready()].concat();
+        let mut d = Driver::new();
+        d.seg_cut(OUT, &big_q[..64], big_q.len() as u64)
+            .seg_cut(IN, &big_row[..64], big_row.len() as u64)
+            .seg(IN, &resp[big_row.len()..])
+            .close();
+        assert_eq!(d.calls.len(), 1);
+        assert!(d.calls[0].truncated);
+        assert!(d.calls[0].resource.starts_with("SELECT 'xxx"));
+        assert_eq!(d.calls[0].req.bytes, big_q.len() as u64);
+        assert_eq!(d.calls[0].resp.bytes, resp.len() as u64);
+        assert_eq!(d.detail(0, "rows"), Some("1"));
+        assert_eq!(d.stats, ParseStats::default());
+    }
+
+    /// `rows` DataRows of `width` bytes each as a server sends them: RowDescription, the rows,
+    /// CommandComplete, ReadyForQuery.
+    fn result_set(rows: usize, width: usize) -> Vec<u8> {
+        let row = msg(
+            b'D',
+            &[
+                &[0, 1][..],
+                &(width as u32).to_be_bytes(),
+                &vec![b'x'; width],
+            ]
+            .concat(),
+        );
+        let mut r = rowdesc();
+        for _ in 0..rows {
+            r.extend_from_slice(&row);
+        }
+        r.extend([complete(&format!("SELECT {rows}")), ready()].concat());
+        r
+    }
+
+    /// Feeds `bytes` as server writes of `write` bytes, each captured up to `snap`.
+    fn server_writes(d: &mut Driver, bytes: &[u8], write: usize, snap: usize) {
+        for w in bytes.chunks(write) {
+            d.seg_cut(IN, &w[..w.len().min(snap)], w.len() as u64);
+        }
+    }
+
+    #[test]
+    fn rows_whose_headers_are_beyond_the_snaplen_still_end_at_their_ready_for_query() {
+        // 1011-byte rows in 8 KiB writes captured 4 KiB: most row headers go unseen. The
+        // last write (its end captured) holds CommandComplete and ReadyForQuery.
+        let resp = result_set(1000, 1000);
+        let last = resp.len() % 8192;
+        assert!(last < 4096, "the test needs the last write captured whole");
+        let mut d = Driver::new();
+        d.seg(
+            OUT,
+            &q("SELECT repeat('x', 1000) FROM generate_series(1, 1000)"),
+        );
+        server_writes(&mut d, &resp, 8192, 4096);
+        d.seg(OUT, &q("SELECT 1"))
+            .seg(IN, &result_set(1, 1))
+            .close();
+        assert_eq!(d.calls.len(), 2);
+        assert_eq!(d.detail(0, "rows"), Some("1000"));
+        assert_eq!(d.detail(0, "tag"), Some("SELECT 1000"));
+        assert!(!d.calls[0].end_inferred);
+        assert!(d.calls[0].truncated);
+        assert_eq!(d.calls[0].resp.bytes, resp.len() as u64);
+        assert_eq!(d.detail(1, "rows"), Some("1"));
+        assert_eq!((d.stats.desyncs, d.stats.damaged_messages), (0, 0));
+        assert_eq!(d.stats.unmatched_responses, 0);
+    }
+
+    #[test]
+    fn an_extended_query_s_rows_beyond_the_snaplen_end_at_command_complete() {
+        let sql = "SELECT x FROM t";
+        let req = [
+            parse("", sql),
+            bind("", ""),
+            describe_portal(""),
+            execute(""),
+            sync(),
+        ]
+        .concat();
+        // ParseComplete, BindComplete, then the rows (RowDescription answers Describe).
+        let resp = [msg(b'1', &[]), msg(b'2', &[]), result_set(500, 2000)].concat();
+        let mut d = Driver::new();
+        d.seg(OUT, &req);
+        // The rows in 16 KiB writes captured 1 KiB, CommandComplete and ReadyForQuery apart.
+        let tail = complete("SELECT 500").len() + ready().len();
+        server_writes(&mut d, &resp[..resp.len() - tail], 16384, 1024);
+        d.seg(IN, &resp[resp.len() - tail..]).close();
+        assert_eq!(
+            d.summary(),
+            vec![s("SELECT", sql, None, Some("500"))],
+            "{:?}",
+            d.stats
+        );
+        assert!(!d.calls[0].end_inferred);
+        assert_eq!((d.stats.desyncs, d.stats.unmatched_responses), (0, 0));
+    }
+
+    #[test]
+    fn a_response_end_beyond_the_snaplen_is_inferred_at_the_next_reply() {
+        // The whole response in one write captured 100 bytes: its end is out of sight until
+        // the next reply starts a segment (or the connection closes).
+        let resp = result_set(20, 100);
+        let mut d = Driver::new();
+        d.seg(OUT, &q("SELECT a"))
+            .seg_cut(IN, &resp[..100], resp.len() as u64)
+            .seg(OUT, &q("SELECT b"))
+            .seg(IN, &result_set(2, 3))
+            .seg(OUT, &q("SELECT c"))
+            .seg_cut(IN, &resp[..100], resp.len() as u64)
+            .close();
+        assert_eq!(d.calls.len(), 3);
+        assert!(d.calls[0].end_inferred && d.calls[2].end_inferred);
+        assert_eq!(d.calls[0].resp.bytes, resp.len() as u64);
+        assert_eq!(d.calls[2].resp.bytes, resp.len() as u64);
+        assert_eq!(d.detail(0, "rows"), None);
+        assert!(!d.calls[1].end_inferred);
+        assert_eq!(d.detail(1, "rows"), Some("2"));
+        assert_eq!(d.stats.inferred_ends, 2);
+        assert_eq!(d.stats.unmatched_responses, 0);
+    }
+
+    #[test]
+    fn ready_for_query_bytes_inside_row_data_do_not_end_a_response() {
+        // A bytea row holding `Z 0 0 0 5 I` in its middle: not followed by a message header.
+        let mut value = vec![b'x'; 3000];
+        value[2000..2006].copy_from_slice(b"Z\0\0\0\x05I");
+        let row = msg(
+            b'D',
+            &[&[0, 1][..], &3000u32.to_be_bytes(), &value].concat(),
+        );
+        let resp = [rowdesc(), row.clone(), row, complete("SELECT 2"), ready()].concat();
+        let mut d = Driver::new();
+        d.seg(OUT, &q("SELECT b FROM blobs"));
+        assert!(resp.len() % 2500 <= 1200, "the last write captured whole");
+        server_writes(&mut d, &resp, 2500, 1200);
+        d.close();
+        assert_eq!(
+            d.summary(),
+            vec![s("SELECT", "SELECT b FROM blobs", None, Some("2"))]
+        );
+        assert!(!d.calls[0].end_inferred);
+        assert_eq!(d.calls[0].resp.bytes, resp.len() as u64);
+    }
+
+    #[test]
+    fn gap_inside_a_row_only_skips() {
+        let big_row = msg(b'D', &vec![b'y'; 10_000]);
+        let mut d = Driver::new();
+        d.seg(OUT, &q("SELECT y FROM t"))
+            .seg(IN, &big_row[..100])
+            .gap(IN, Some(9000))
+            .seg(
+                IN,
+                &[big_row[9100..].to_vec(), complete("SELECT 1"), ready()].concat(),
+            );
+        assert_eq!(
+            d.summary(),
+            vec![s("SELECT", "SELECT y FROM t", None, Some("1"))]
+        );
+        assert!(d.calls[0].truncated);
+    }
+
+    #[test]
+    fn unknown_gap_resyncs_at_next_message() {
+        let mut d = Driver::new();
+        d.seg(OUT, &q("SELECT 1"))
+            .gap(IN, None)
+            .seg(IN, &[0x33, 0x44, 0x55, 0x99, 0x01, 0x02].repeat(3))
+            .seg(IN, &[complete("SELECT 1"), ready()].concat())
+            .seg(OUT, &q("SELECT 2"))
+            .seg(IN, &[row(), complete("SELECT 1"), ready()].concat());
+        // The first query's answer is partly lost: its end is inferred at the resync.
+        assert_eq!(d.calls.len(), 2);
+        assert!(d.calls[0].end_inferred);
+        assert_eq!(d.summary()[1], s("SELECT", "SELECT 2", None, Some("1")));
+        assert_eq!(d.stats.desyncs, 1);
+        assert_eq!(d.stats.inferred_ends, 1);
+        // A known gap on the client side: what is pending cannot be paired.
+        let mut d = Driver::new();
+        d.seg(OUT, &q("SELECT 1"))
+            .gap(OUT, Some(100))
+            .seg(OUT, &q("SELECT 2"));
+        d.seg(IN, &[complete("SELECT 1"), ready()].concat());
+        assert_eq!(d.summary(), vec![s("SELECT", "SELECT 2", None, Some("1"))]);
+    }
+
+    #[test]
+    fn picked_up_mid_session() {
+        let mut d = Driver::new();
+        // The tail of a reply, then a whole cycle.
+        d.seg(IN, b"ome tail of a row\x00\x00")
+            .seg(IN, &[complete("SELECT 1"), ready()].concat())
+            .seg(OUT, &q("SELECT 2"))
+            .seg(IN, &[row(), complete("SELECT 1"), ready()].concat())
+            .seg(
+                OUT,
+                &[bind("", "known_before"), execute(""), sync()].concat(),
+            )
+            .seg(
+                IN,
+                &[msg(b'2', b""), complete("SELECT 0"), ready()].concat(),
+            );
+        assert_eq!(
+            d.summary(),
+            vec![
+                s("SELECT", "SELECT 2", None, Some("1")),
+                s("EXECUTE", "EXECUTE known_before", None, Some("0")),
+            ]
+        );
+    }
+
+    #[test]
+    fn garbage_never_makes_calls() {
+        let mut d = Driver::new();
+        d.seg(OUT, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .seg(IN, b"HTTP/1.1 200 OK\r\n\r\n")
+            .close();
+        assert!(d.calls.is_empty());
+        assert!(d.stats.desyncs >= 1);
+    }
+
+    #[test]
+    fn merged_messages_in_one_segment() {
+        let (c, sv) = simple_session();
+        let mut d = Driver::new();
+        d.seg(OUT, &c).seg(IN, &sv).close();
+        assert_eq!(d.calls.len(), 2);
+        assert_eq!(d.calls[0].req.syscalls, 1);
+        assert_eq!(d.stats, ParseStats::default());
+    }
+
+    #[test]
+    fn copy_from_stdin() {
+        let mut d = Driver::new();
+        d.seg(OUT, &q("COPY t FROM STDIN"))
+            .seg(IN, &msg(b'G', &[0, 0, 1, 0, 0]))
+            .seg(
+                OUT,
+                &[msg(b'd', b"1\tx\n"), msg(b'd', b"2\ty\n"), msg(b'c', b"")].concat(),
+            )
+            .seg(IN, &[complete("COPY 2"), ready()].concat());
+        assert_eq!(
+            d.summary(),
+            vec![s("COPY", "COPY t FROM STDIN", None, Some("2"))]
+        );
+        assert_eq!(d.stats, ParseStats::default());
+    }
+
+    #[test]
+    fn notification_before_a_reply_does_not_start_it() {
+        let notification = msg(b'A', &[vec![0, 0, 0, 9], cs(&[b"jobs", b""])].concat());
+        let mut d = Driver::new();
+        d.seg(OUT, &q("SELECT 1"))
+            .seg(IN, &notification)
+            .seg(IN, &[row(), complete("SELECT 1"), ready()].concat());
+        assert_eq!(d.calls.len(), 1);
+        assert_eq!(d.calls[0].resp.first_start_ns, 3000);
+        assert_eq!(d.calls[0].resp.syscalls, 1);
+        assert_eq!(d.stats.pushes, 1);
+    }
+
+    #[test]
+    fn error_at_sync_ends_with_its_ready_for_query() {
+        let client = [
+            parse("", "INSERT INTO t VALUES (1)"),
+            bind("", ""),
+            execute(""),
+            sync(),
+        ]
+        .concat();
+        let server = [
+            msg(b'1', b""),
+            msg(b'2', b""),
+            complete("INSERT 0 1"),
+            error("23503", "deferred constraint"),
+            ready(),
+        ]
+        .concat();
+        let mut d = Driver::new();
+        d.seg(OUT, &client)
+            .seg(IN, &server)
+            .seg(OUT, &q("SELECT 1"));
+        d.seg(IN, &[row(), complete("SELECT 1"), ready()].concat())
+            .close();
+        assert_eq!(d.calls.len(), 2);
+        assert_eq!(d.stats, ParseStats::default());
+    }
+
+    /// The extended protocol split at every byte of both directions gives the same calls.
+    #[test]
+    fn every_byte_split_extended() {
+        let client = [
+            parse("s1", "SELECT 1"),
+            bind("", "s1"),
+            describe_portal(""),
+            execute(""),
+            sync(),
+        ]
+        .concat();
+        let server = [
+            msg(b'1', b""),
+            msg(b'2', b""),
+            rowdesc(),
+            row(),
+            complete("SELECT 1"),
+            ready(),
+        ]
+        .concat();
+        for i in 0..=client.len() {
+            for j in 0..=server.len() {
+                let mut d = Driver::new();
+                d.seg(OUT, &client[..i]).seg(OUT, &client[i..]);
+                d.seg(IN, &server[..j]).seg(IN, &server[j..]).close();
+                assert_eq!(
+                    d.summary(),
+                    vec![s("SELECT", "SELECT 1", None, Some("1"))],
+                    "{i} {j}"
+                );
+                assert_eq!(d.calls[0].req.bytes, (client.len() - sync().len()) as u64);
+                assert_eq!(d.stats, ParseStats::default());
+            }
+        }
+    }
+
+    #[test]
+    fn keywords() {
+        assert_eq!(sql_keyword("  /* app */ select 1"), "SELECT");
+        assert_eq!(sql_keyword("-- c\n(SELECT 1)"), "SELECT");
+        assert_eq!(sql_keyword(""), "QUERY");
+        assert_eq!(tag_rows("INSERT 0 3"), Some(3));
+        assert_eq!(tag_rows("BEGIN"), None);
+    }
+}
