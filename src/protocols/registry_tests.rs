@@ -86,3 +86,36 @@ fn the_kernel_mask_holds_the_ids_of_the_protocols_chosen() {
         }
     }
 }
+
+/// The calls each benchmark fixture gives its parser (what benches/parsers.rs asserts before
+/// timing it), checked here so a benchmark never times a parser that finds nothing.
+#[test]
+fn benchmark_fixtures_give_the_calls_their_descriptors_say() {
+    use super::{ParseDepth, ParseStats, ParserConfig, Segment, Transport};
+    use crate::segfile::SegFile;
+    for d in REGISTRY {
+        for b in d.benches {
+            let path = protocols_dir().join(d.folder).join("fixtures").join(b.file);
+            let f = SegFile::parse(&std::fs::read(&path).unwrap()).unwrap();
+            let mut p = (d.new_parser)(&ParserConfig {
+                depth: ParseDepth::Full,
+                transport: Transport::Stream,
+                keep_head: 0,
+            });
+            let (mut out, mut stats) = (Vec::new(), ParseStats::default());
+            for (i, e) in f.entries.iter().enumerate() {
+                let seg = Segment {
+                    dir: crate::fuzzing::seg_direction(&f, e.to_server),
+                    payload: &e.bytes,
+                    total_len: e.total_len,
+                    start_ns: i as u64 * 1000,
+                    end_ns: i as u64 * 1000 + 10,
+                    peer: None,
+                };
+                p.on_segment(&seg, &mut out, &mut stats);
+            }
+            p.on_close(&mut out, &mut stats);
+            assert_eq!(out.len(), b.calls, "{}", path.display());
+        }
+    }
+}

@@ -54,7 +54,7 @@ pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
         file: "text.server.seg",
         what: "parse a text-protocol session",
         proto: Protocol::Memcached,
-        calls: 0,
+        calls: 27,
     }],
 };
 

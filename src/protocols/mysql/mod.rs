@@ -68,7 +68,7 @@ pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
         file: "perl_prepared.seg",
         what: "parse DBD::MariaDB prepared statements",
         proto: Protocol::Mysql,
-        calls: 0,
+        calls: 17,
     }],
 };
 
