@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Turns bench/results.json into docs/performance.md (targets met, or their measured distance)."""
+"""Turns bench/results.json into docs/performance-history.md (targets met, or their measured distance),
+followed by the dated sections of bench/notes.md. docs/performance.md, the newest figure of each
+scenario, is kept by hand from this file and the paired benchmarks' results."""
 import json, os, statistics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -18,6 +20,10 @@ def verdict(ok):
 
 
 m = r["machine"]
+w("> **The dated history.** This file keeps every measurement as it was made: the tables `bench/run.py`")
+w(f"> last wrote ({m['date']}) and then each dated step (from 2026-11-23) with what it changed and why.")
+w("> Later sections often supersede earlier ones and the tables at the top. The newest figure of each")
+w("> scenario, with its date, host and script, is in [performance.md](performance.md).\n")
 w("# Performance\n")
 w(f"Measured {m['date']} on `{m['host']}`: {m['cpus']} × {m['cpu']}, kernel {m['kernel']}. "
   f"Release binary {r['binary_bytes'] / 1e6:.1f} MB. Regenerate: `sudo bench/run.py` (raw numbers: bench/results.json).\n")
@@ -155,5 +161,5 @@ if prof and "error" not in prof:
 notes = os.path.join(ROOT, "bench/notes.md")
 if os.path.exists(notes):
     w(open(notes).read())
-open(os.path.join(ROOT, "docs/performance.md"), "w").write("\n".join(out) + "\n")
-print("wrote docs/performance.md")
+open(os.path.join(ROOT, "docs/performance-history.md"), "w").write("\n".join(out) + "\n")
+print("wrote docs/performance-history.md (docs/performance.md, the newest figures, is kept by hand)")

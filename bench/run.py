@@ -2,8 +2,8 @@
 """ebtop benchmark harness (issue: DeepFlow scenario tables, ebtop against baseline and peers).
 
 Run as root on an otherwise idle machine:  sudo bench/run.py [--quick]
-Writes docs/performance.md (one markdown report with the machine and date) and
-bench/results.json (raw numbers). Scenarios:
+Writes docs/performance-history.md (its tables, with the machine and date, then bench/notes.md) and
+bench/results.json (raw numbers); docs/performance.md, the newest figures, is updated by hand. Scenarios:
   B  nginx (1 worker, small page) on loopback:
      (a) saturation with wrk: baseline vs ebtop --json >/dev/null, the TUI (tmux), -w recording,
          alternating runs, N repetitions;
