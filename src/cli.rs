@@ -283,7 +283,7 @@ pub enum Command {
 
 /// `--nice` by default: the capture threads' CFS weight is ~9x a nice-0 thread's, so a host
 /// whose every core runs the traced load still leaves them the CPU they need (measured on 16
-/// cores: docs/performance.md, "Many cores").
+/// cores: docs/performance-history.md, "Many cores").
 pub const DEFAULT_NICE: i32 = -10;
 
 /// Options that only a live capture uses (argument ids).
@@ -381,7 +381,7 @@ impl Threads {
             // second thread (one thread takes > 1M records/s).
             Threads::Auto if cpus < 8 => 1,
             // A thread per two CPUs: 8 on 16 CPUs took ~1M spans/s (nginx 8 workers) with
-            // nothing lost (docs/performance.md, "Many cores").
+            // nothing lost (docs/performance-history.md, "Many cores II").
             Threads::Auto => (cpus / 2).clamp(1, 16),
         }
     }

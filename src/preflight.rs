@@ -106,7 +106,7 @@ const APPLYING_PRIORITY_STEP: i32 = 5;
 /// Puts the calling thread (the one that merges and applies what the tracking threads send)
 /// a step above the capture's priority, where that was raised: it is the one stage all of them
 /// wait on, and at the same priority it waited for a CPU a third of its time under load on 16
-/// CPUs (docs/performance.md, "Many cores IV"). A failure changes nothing.
+/// CPUs (docs/performance-history.md, "Many cores IV"). A failure changes nothing.
 pub fn raise_applying_priority() {
     if let Some(now) = thread_nice().filter(|&n| n < 0) {
         set_thread_nice((now - APPLYING_PRIORITY_STEP).max(-20));

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Records the "mixed" HTTP traffic the replay benchmarks of docs/performance.md use ("User
+# Records the "mixed" HTTP traffic the replay benchmarks of docs/performance-history.md use ("User
 # space per call II"): nginx (1 worker) answering four kinds of request, loaded by
 # `wrk -t1 -c32 -s mixed.lua` for 8 s while `ebtop -w` records. Run as root, by hand:
 #   bench/mixed/record.sh [EBTOP_BINARY] [OUT.rec]

@@ -1,7 +1,8 @@
 //! Cut points of a benchmark build (`cargo build --release --features bench-cuts`): the
 //! capture stops each data record at the stage `EBTOP_BENCH_CUT` names, so `bench/toggle.py`
 //! can measure what each stage costs the traced load (docs/performance.md, "The capture's
-//! cost, stage by stage"). A normal build has none of this: `bench_cut` stays 0 in the kernel.
+//! floor, stage by stage"; earlier runs: docs/performance-history.md). A normal build has
+//! none of this: `bench_cut` stays 0 in the kernel.
 
 /// The stages, in capture order: `hook` returns at the tracepoint's entry, `state` after the
 /// socket's storage and byte positions, `select` after the protocol is chosen, `copy` after the

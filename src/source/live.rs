@@ -139,7 +139,7 @@ impl LiveConfig {
 /// with one tracking thread (or without the capture); with more, one per thread (up to
 /// `MAX_SHARDS`), sharing `--ringbuf-mb` (each a power of two, at least 256 KiB) or, by
 /// default, 8 MiB each: 2 MiB each lost 0.06% of the records of ~1M spans/s over 60 s on 16
-/// cores, 8 MiB nothing (docs/performance.md, "Many cores").
+/// cores, 8 MiB nothing (docs/performance-history.md, "Many cores II").
 fn ring_layout(capture: bool, threads: usize, ringbuf_bytes: Option<u32>) -> (usize, u32) {
     const DEFAULT_ONE: u32 = 16 << 20;
     const DEFAULT_EACH: u32 = 8 << 20;
