@@ -12,9 +12,11 @@ pub mod conntrack;
 pub mod diag;
 pub mod event;
 pub mod eventfd;
+pub mod filters;
 pub mod flows;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod kernel_counters;
 pub mod pipeline;
 pub mod pods;
 pub mod preflight;
@@ -25,8 +27,10 @@ pub mod record;
 pub mod report;
 pub mod segfile;
 pub mod session;
+pub mod session_meta;
 pub mod sink;
 pub mod source;
+pub mod summary;
 #[cfg(test)]
 mod test_rng;
 pub mod tls;

@@ -505,7 +505,7 @@ fn replay_to_output<S: Sink>(
 }
 
 /// What reading a recording met that the user should know: corrupt frames, a missing end.
-fn warn_about_recording(path: &std::path::Path, stats: record::reader::ReadStats, complete: bool) {
+fn warn_about_recording(path: &std::path::Path, stats: record::ReadStats, complete: bool) {
     if stats.corrupt_frames > 0 {
         ebtop::diag!(
             "ebtop: warning: {} corrupt frame(s) in {} skipped ({} bytes); the rest was replayed",

@@ -965,7 +965,7 @@ impl<S: Sink> Pipeline<S> {
     }
 
     /// Counts what reading a recording met (corrupt frames, truncation) into the summary.
-    pub fn set_replay_stats(&mut self, stats: crate::record::reader::ReadStats) {
+    pub fn set_replay_stats(&mut self, stats: crate::record::ReadStats) {
         self.summary.replay = Some(stats);
     }
 }

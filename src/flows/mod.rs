@@ -33,7 +33,7 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, RingBuffer, RingBufferBuilder};
 use serde::{Deserialize, Serialize};
 
-use crate::session::Filters;
+use crate::filters::Filters;
 use compact_str::CompactString;
 use names::{CloseReason, Role, TcpProto, TcpState};
 use owners::Owners;
@@ -1493,7 +1493,7 @@ pub(crate) mod test_reports {
     use crate::record::reader::{self, Item};
 
     /// The flow reports of the recording at `path` (each put together from its parts).
-    pub fn recorded(path: &std::path::Path) -> (Vec<FlowReport>, reader::ReadStats) {
+    pub fn recorded(path: &std::path::Path) -> (Vec<FlowReport>, crate::record::ReadStats) {
         let mut rd = reader::open(path).unwrap();
         let mut reports: Vec<FlowReport> = Vec::new();
         rd.for_each(|it| {

@@ -30,7 +30,7 @@ use super::shards::{
 use crate::call::Call;
 use crate::conntrack::{ConnTracker, TrackerConfig};
 use crate::eventfd::Doorbell;
-use crate::session::Filters;
+use crate::filters::Filters;
 use crate::sink::call_line::CallFormatter;
 
 /// How long a worker waits for records before it looks again (its ring wakes it sooner once

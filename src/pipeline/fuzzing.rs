@@ -45,13 +45,16 @@ use super::Pipeline;
 use crate::call::{Call, Side};
 use crate::conntrack::TrackerConfig;
 use crate::event::{Direction, EventBuilder, EventKind, AF_INET6, SOCK_DGRAM};
+use crate::filters::Filters;
+use crate::kernel_counters::KernelCounters;
 use crate::process_events::{self, ProcEventKind, ProcessExit};
 use crate::procinfo::{ProcInfo, ProcessTable};
 use crate::protocols::{ParseDepth, Protocol};
 use crate::report::IntervalReport;
-use crate::session::{Filters, KernelCounters, SessionMeta, Summary};
+use crate::session_meta::SessionMeta;
 use crate::sink::json::JsonSink;
 use crate::sink::Sink;
+use crate::summary::Summary;
 
 /// Operation tags (the low 3 bits of a tag byte).
 pub mod op {
