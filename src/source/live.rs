@@ -216,9 +216,9 @@ impl Capture<'_> {
     }
 
     /// The flow table's maps, when the capture program does the flow table's per-send work.
-    fn flow_maps(&self) -> Option<crate::flows::SharedFlowMaps<'_>> {
+    fn flow_maps(&self) -> Option<crate::source::flow_table::SharedFlowMaps<'_>> {
         match self {
-            Capture::Socket(s) => Some(crate::flows::SharedFlowMaps {
+            Capture::Socket(s) => Some(crate::source::flow_table::SharedFlowMaps {
                 flows: s.maps.flows.as_fd(),
                 udp_flows: s.maps.udp_flows.as_fd(),
                 udp_peer: s.maps.udp_peer.as_fd(),
@@ -541,7 +541,7 @@ fn end_interval<S: Sink>(
 /// the pipeline: a tick's first part ends its interval in the output (`pending_tick`), the
 /// others follow it. Not waiting, two parts at most: the ring is read between them.
 fn deliver_flow_parts<S: Sink>(
-    f: &mut crate::flows::FlowCollector,
+    f: &mut crate::source::flow_table::FlowCollector,
     wait: bool,
     pipeline: &RefCell<Pipeline<S>>,
     pending_tick: &mut Option<(u64, KernelCounters, OverheadSnapshot)>,
@@ -618,8 +618,8 @@ pub fn run<S: Sink, R>(
 
     // The flow table: optional. If it cannot load, HTTP capture goes on without it.
     let mut flows = match cfg.flow_table.then(|| {
-        crate::flows::FlowCollector::start(
-            &crate::flows::FlowConfig {
+        crate::source::flow_table::FlowCollector::start(
+            &crate::source::flow_table::FlowConfig {
                 max_flows: cfg.max_flows,
                 filters: cfg.filters.clone(),
                 accept_hooks: matches!(capture, Capture::Syscalls(_)),

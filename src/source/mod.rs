@@ -2,6 +2,7 @@
 
 #[cfg(feature = "bench-cuts")]
 mod bench_cuts;
+pub mod flow_table;
 pub mod live;
 pub mod process_probe;
 pub mod replay;
