@@ -10,6 +10,7 @@ pub mod cli;
 pub mod clock;
 pub mod conntrack;
 pub mod diag;
+pub mod driver;
 pub mod event;
 pub mod eventfd;
 pub mod filters;

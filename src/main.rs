@@ -28,11 +28,11 @@ use ebtop::sink::json::{JsonSink, LineSelection};
 /// thread under load (bench/notes.md, "Memory with several tracking threads").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+use ebtop::driver::live::{self, LiveConfig, StopReason};
+use ebtop::driver::replay;
 use ebtop::sink::null::NullSink;
 use ebtop::sink::status::RecordingStatus;
 use ebtop::sink::Sink;
-use ebtop::source::live::{self, LiveConfig, StopReason};
-use ebtop::source::replay;
 
 /// Set by the panic hook: whatever way ebtop then ends, it is not a clean exit.
 static PANICKED: AtomicBool = AtomicBool::new(false);

@@ -12,6 +12,7 @@ mod shards;
 
 pub use fed::RecordFeed;
 use fed::{Barrier, FedShards};
+pub(crate) use fed::{BUSY_DRAIN_EVERY, IDLE_DRAIN_EVERY};
 use shards::{Outcome, Ready, Shards, Step, TrackerState};
 
 use crate::aggregate::endpoints::KeyRows;
