@@ -37,3 +37,5 @@ mod test_rng;
 pub mod tls;
 pub mod tty;
 pub mod tui;
+#[doc(hidden)]
+pub mod xorshift;

@@ -670,7 +670,7 @@ pub fn seed_from_segs(files: &[crate::segfile::SegFile], tick_every: usize) -> V
             let Some(e) = f.entries.get(i) else {
                 continue;
             };
-            let dir = crate::fuzzing::seg_direction(f, e.to_server);
+            let dir = crate::segfile::seg_direction(f, e.to_server);
             enc.data(sock as u8, dir, &e.bytes, e.total_len, 1);
             n += 1;
             if tick_every > 0 && n % tick_every == 0 {
@@ -690,7 +690,7 @@ pub fn seed_from_segs(files: &[crate::segfile::SegFile], tick_every: usize) -> V
 mod tests {
     use super::*;
 
-    use crate::fuzzing::XorShift as Rng;
+    use crate::xorshift::XorShift as Rng;
 
     fn http_session(c0: u8) -> Vec<u8> {
         let mut e = Encoder::new(c0, 0, None);
