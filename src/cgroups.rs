@@ -69,7 +69,7 @@ pub fn container_cgroup(id: &str) -> Result<String> {
         bail!("container {id:?}: expected its id (at least 4 hex digits, as docker ps shows)");
     }
     let id = id.to_ascii_lowercase();
-    for path in crate::procinfo::running_cgroups() {
+    for path in crate::procfs::running_cgroups() {
         if crate::procinfo::container_id(&path).is_some_and(|c| {
             // 12 digits are shown; a longer id given is compared on the path itself.
             c.starts_with(&id[..id.len().min(12)]) && (id.len() <= 12 || path.contains(&id))
@@ -94,7 +94,7 @@ mod tests {
         let mount = cgroup2_mount().unwrap();
         let root = resolve("/", &mount).unwrap();
         assert_eq!((root.path.as_str(), root.level), ("/", 0));
-        let own = crate::procinfo::read_cgroup(std::process::id()).unwrap();
+        let own = crate::procfs::read_cgroup(std::process::id()).unwrap();
         let mine = resolve(&own, &mount).unwrap();
         assert_eq!(
             mine.path,

@@ -22,6 +22,7 @@ pub mod pipeline;
 pub mod pods;
 pub mod preflight;
 pub mod process_events;
+pub mod procfs;
 pub mod procinfo;
 pub mod protocols;
 pub mod record;

@@ -101,9 +101,9 @@ pub struct EndRecord {
 pub fn scan_proc(max_procs: usize) -> (Vec<ProcInfo>, Vec<OpenSocket>) {
     let mut procs = Vec::new();
     let mut sockets = Vec::new();
-    for pid in crate::procinfo::pids().take(max_procs) {
-        procs.push(ProcInfo::read(pid, &crate::procinfo::read_comm(pid)));
-        sockets.extend(crate::procinfo::socket_inodes(pid).map(|inode| OpenSocket { pid, inode }));
+    for pid in crate::procfs::pids().take(max_procs) {
+        procs.push(ProcInfo::read(pid, &crate::procfs::read_comm(pid)));
+        sockets.extend(crate::procfs::socket_inodes(pid).map(|inode| OpenSocket { pid, inode }));
     }
     (procs, sockets)
 }

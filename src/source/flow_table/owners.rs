@@ -106,10 +106,10 @@ impl Owners {
             self.last_scan_took = now - began;
             return;
         }
-        for pid in crate::procinfo::pids() {
+        for pid in crate::procfs::pids() {
             let mut comm: Option<String> = None;
-            for ino in crate::procinfo::socket_inodes(pid) {
-                let c = comm.get_or_insert_with(|| crate::procinfo::read_comm(pid));
+            for ino in crate::procfs::socket_inodes(pid) {
+                let c = comm.get_or_insert_with(|| crate::procfs::read_comm(pid));
                 self.by_inode.entry(ino).or_insert((pid, c.clone()));
             }
         }
