@@ -720,15 +720,38 @@ fn a_cycle(start: usize, comp: &BTreeSet<usize>, adj: &[Vec<usize>]) -> Vec<usiz
     vec![start]
 }
 
+/// Edges left out of the graph, each with why: an edge of a file another branch is moving
+/// (src/protocols/ moves each protocol into a folder of its own). Each must still exist; once it
+/// is gone, take it off this list.
+const PENDING: &[(&str, &str, &str)] = &[(
+    "protocols/fuzzing.rs",
+    "fuzzing.rs",
+    "its driver names `crate::fuzzing::seg_direction`, the registry's re-export of \
+     `crate::segfile::seg_direction`: to import that once src/protocols/ has moved",
+)];
+
 #[test]
-#[ignore = "issue 41: the four circles are being broken on this branch"]
 fn no_import_circle_in_src() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let g = build_graph(&src);
     let n = g.files.len();
     let mut adj = vec![Vec::new(); n];
+    let pending = |a: usize, b: usize| {
+        PENDING
+            .iter()
+            .any(|(from, to, _)| g.files[a] == *from && g.files[b] == *to)
+    };
     for &(a, b) in g.edges.keys() {
-        adj[a].push(b);
+        if !pending(a, b) {
+            adj[a].push(b);
+        }
+    }
+    for (from, to, why) in PENDING {
+        let gone = !g
+            .edges
+            .keys()
+            .any(|&(a, b)| g.files[a] == *from && g.files[b] == *to);
+        assert!(!gone, "{from} → {to} is gone: take it off PENDING ({why})");
     }
     assert!(
         n > 50 && g.edges.len() > 100,
