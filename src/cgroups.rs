@@ -19,8 +19,8 @@ pub struct CgroupFilter {
 
 /// Where cgroup v2 is mounted (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on hybrid hosts).
 pub fn cgroup2_mount() -> Result<PathBuf> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo")
-        .context("reading /proc/self/mountinfo failed")?;
+    let info =
+        crate::procfs::read_self("mountinfo").context("reading /proc/self/mountinfo failed")?;
     info.lines()
         .find_map(|l| {
             let (left, right) = l.split_once(" - ")?;

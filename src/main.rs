@@ -338,7 +338,7 @@ fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> 
     ebtop::preflight::check_privileges()?;
     let cgroups = cgroup_filters(args)?;
     for pid in args.pid.iter().flatten() {
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        if !ebtop::procfs::exists(*pid) {
             ebtop::diag!(
                 "ebtop: warning: no process {pid} is running: nothing is traced unless a process \
                  with that id starts"

@@ -1,5 +1,10 @@
 //! Reads of /proc: the processes that exist, and what one of them is (its name, executable,
-//! command line, cgroup, open sockets).
+//! command line, cgroup, open sockets, mappings); ebtop's own entries (`/proc/self`); the
+//! network namespace's sockets (`/proc/net`). The CPU and memory samples of src/aggregate/
+//! read /proc on their own still.
+
+use std::io;
+use std::path::{Path, PathBuf};
 
 /// `/proc/PID/cgroup`'s cgroup v2 path (the `0::` line).
 pub fn read_cgroup(pid: u32) -> Option<String> {
@@ -51,6 +56,47 @@ pub fn read_exe(pid: u32) -> Option<String> {
 }
 
 /// `/proc/PID/cmdline`: the arguments, NUL-separated.
-pub fn read_cmdline(pid: u32) -> std::io::Result<Vec<u8>> {
+pub fn read_cmdline(pid: u32) -> io::Result<Vec<u8>> {
     std::fs::read(format!("/proc/{pid}/cmdline"))
+}
+
+/// `/proc/PID/maps`: what the process maps.
+pub fn read_maps(pid: u32) -> io::Result<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+}
+
+/// A path in a process's entry (`/proc/PID/exe`, `/proc/PID/root`), to open or go through.
+pub fn pid_path(pid: u32, entry: &str) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/{entry}"))
+}
+
+/// Whether process `pid` exists now.
+pub fn exists(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// One of ebtop's own entries as text: `/proc/self/ENTRY` (`status`, `maps`, `mounts`,
+/// `mountinfo`).
+pub fn read_self(entry: &str) -> io::Result<String> {
+    std::fs::read_to_string(format!("/proc/self/{entry}"))
+}
+
+/// A path in ebtop's own entry (`/proc/self/exe`).
+pub fn self_path(entry: &str) -> PathBuf {
+    PathBuf::from(format!("/proc/self/{entry}"))
+}
+
+/// ebtop's descriptor `fd` as a path (`/proc/self/fd/FD`): the open file, whatever its name.
+pub fn fd_path(fd: i32) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{fd}"))
+}
+
+/// What ebtop's descriptor `fd` is open on (`/proc/self/fd/FD`).
+pub fn fd_target(fd: i32) -> io::Result<PathBuf> {
+    std::fs::read_link(format!("/proc/self/fd/{fd}"))
+}
+
+/// A table of ebtop's network namespace as text: `/proc/net/ENTRY` (`tcp`, `tcp6`).
+pub fn read_net(entry: &str) -> io::Result<String> {
+    std::fs::read_to_string(format!("/proc/net/{entry}"))
 }

@@ -396,7 +396,7 @@ struct FlowTableReader {
 }
 
 fn cgroup2_root() -> Option<std::fs::File> {
-    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    let mounts = crate::procfs::read_self("mounts").ok()?;
     let dir = mounts
         .lines()
         .map(|l| l.split_whitespace().collect::<Vec<_>>())

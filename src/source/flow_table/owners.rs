@@ -134,8 +134,8 @@ impl Owners {
     /// Listening ports from /proc/net/tcp{,6}: where sock_diag netlink is not available
     /// (slow with many sockets: the kernel formats every one).
     fn scan_listening_procfs(&mut self) {
-        for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
-            let Ok(text) = std::fs::read_to_string(file) else {
+        for file in ["tcp", "tcp6"] {
+            let Ok(text) = crate::procfs::read_net(file) else {
                 continue;
             };
             for line in text.lines().skip(1) {
