@@ -822,3 +822,30 @@ fn the_graph_sees_each_kind_of_reference() {
         .collect();
     assert_eq!(bound, ["a=crate::a", "D=crate::a::b::C", "e=crate::a::e"]);
 }
+
+/// The graph of src/ has the edges of each kind of reference (a parser that sees none would
+/// find no circle either).
+#[test]
+fn the_graph_of_src_has_each_kind_of_edge() {
+    let g = build_graph(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    let has = |from: &str, to: &str| {
+        g.edges
+            .keys()
+            .any(|&(a, b)| g.files[a] == from && g.files[b] == to)
+    };
+    for (from, to, kind) in [
+        ("driver/live.rs", "pipeline.rs", "use crate::"),
+        ("pipeline.rs", "flows/mod.rs", "crate:: path in code"),
+        ("record/reader.rs", "record/mod.rs", "use super::*"),
+        ("pipeline.rs", "pipeline/fed.rs", "a child module by name"),
+        (
+            "record/mod.rs",
+            "record/read_stats.rs",
+            "pub use of a child",
+        ),
+    ] {
+        assert!(has(from, to), "no edge {from} → {to} ({kind})");
+    }
+    // Test-only files are no nodes.
+    assert!(!g.files.iter().any(|f| f == "test_rng.rs"));
+}
