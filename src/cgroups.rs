@@ -19,8 +19,8 @@ pub struct CgroupFilter {
 
 /// Where cgroup v2 is mounted (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on hybrid hosts).
 pub fn cgroup2_mount() -> Result<PathBuf> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo")
-        .context("reading /proc/self/mountinfo failed")?;
+    let info =
+        crate::procfs::read_self("mountinfo").context("reading /proc/self/mountinfo failed")?;
     info.lines()
         .find_map(|l| {
             let (left, right) = l.split_once(" - ")?;
@@ -69,7 +69,7 @@ pub fn container_cgroup(id: &str) -> Result<String> {
         bail!("container {id:?}: expected its id (at least 4 hex digits, as docker ps shows)");
     }
     let id = id.to_ascii_lowercase();
-    for path in crate::procinfo::running_cgroups() {
+    for path in crate::procfs::running_cgroups() {
         if crate::procinfo::container_id(&path).is_some_and(|c| {
             // 12 digits are shown; a longer id given is compared on the path itself.
             c.starts_with(&id[..id.len().min(12)]) && (id.len() <= 12 || path.contains(&id))
@@ -94,7 +94,7 @@ mod tests {
         let mount = cgroup2_mount().unwrap();
         let root = resolve("/", &mount).unwrap();
         assert_eq!((root.path.as_str(), root.level), ("/", 0));
-        let own = crate::procinfo::read_cgroup(std::process::id()).unwrap();
+        let own = crate::procfs::read_cgroup(std::process::id()).unwrap();
         let mine = resolve(&own, &mount).unwrap();
         assert_eq!(
             mine.path,

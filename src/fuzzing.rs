@@ -6,23 +6,12 @@
 use std::io;
 use std::path::Path;
 
-use crate::event::Direction;
-use crate::segfile::{SegFile, Side};
+use crate::segfile::SegFile;
 
-/// xorshift64: deterministic pseudo-random numbers for tests (failures reproduce; no
-/// dependency). The seed must not be 0.
-pub struct XorShift(pub u64);
-
-impl XorShift {
-    // Not an Iterator: an endless stream with no `None` (and the tests' name for it).
-    #[allow(clippy::should_implement_trait)]
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+// The per-module drivers' shared helpers, by their former paths (the drivers import them from
+// their own modules, never this registry back).
+pub use crate::segfile::seg_direction;
+pub use crate::xorshift::XorShift;
 
 /// One fuzz target: `fuzz/fuzz_targets/<name>.rs` calls `drive`.
 pub struct Target {
@@ -155,13 +144,4 @@ pub fn seeds(target: &str, root: &Path) -> io::Result<Vec<(String, Vec<u8>)>> {
         _ => {}
     }
     Ok(out)
-}
-
-/// Whether the traced side sent a `.seg` entry.
-pub fn seg_direction(seg: &SegFile, to_server: bool) -> Direction {
-    if to_server == (seg.side == Side::Client) {
-        Direction::Egress
-    } else {
-        Direction::Ingress
-    }
 }

@@ -10,25 +10,33 @@ pub mod cli;
 pub mod clock;
 pub mod conntrack;
 pub mod diag;
+pub mod driver;
 pub mod event;
 pub mod eventfd;
+pub mod filters;
 pub mod flows;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod kernel_counters;
 pub mod pipeline;
 pub mod pods;
 pub mod preflight;
 pub mod process_events;
+pub mod procfs;
 pub mod procinfo;
 pub mod protocols;
 pub mod record;
 pub mod report;
 pub mod segfile;
 pub mod session;
+pub mod session_meta;
 pub mod sink;
 pub mod source;
+pub mod summary;
 #[cfg(test)]
 mod test_rng;
 pub mod tls;
 pub mod tty;
 pub mod tui;
+#[doc(hidden)]
+pub mod xorshift;

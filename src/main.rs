@@ -28,11 +28,11 @@ use ebtop::sink::json::{JsonSink, LineSelection};
 /// thread under load (bench/notes.md, "Memory with several tracking threads").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+use ebtop::driver::live::{self, LiveConfig, StopReason};
+use ebtop::driver::replay;
 use ebtop::sink::null::NullSink;
 use ebtop::sink::status::RecordingStatus;
 use ebtop::sink::Sink;
-use ebtop::source::live::{self, LiveConfig, StopReason};
-use ebtop::source::replay;
 
 /// Set by the panic hook: whatever way ebtop then ends, it is not a clean exit.
 static PANICKED: AtomicBool = AtomicBool::new(false);
@@ -338,7 +338,7 @@ fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> 
     ebtop::preflight::check_privileges()?;
     let cgroups = cgroup_filters(args)?;
     for pid in args.pid.iter().flatten() {
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        if !ebtop::procfs::exists(*pid) {
             ebtop::diag!(
                 "ebtop: warning: no process {pid} is running: nothing is traced unless a process \
                  with that id starts"
@@ -505,7 +505,7 @@ fn replay_to_output<S: Sink>(
 }
 
 /// What reading a recording met that the user should know: corrupt frames, a missing end.
-fn warn_about_recording(path: &std::path::Path, stats: record::reader::ReadStats, complete: bool) {
+fn warn_about_recording(path: &std::path::Path, stats: record::ReadStats, complete: bool) {
     if stats.corrupt_frames > 0 {
         ebtop::diag!(
             "ebtop: warning: {} corrupt frame(s) in {} skipped ({} bytes); the rest was replayed",

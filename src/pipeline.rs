@@ -12,6 +12,7 @@ mod shards;
 
 pub use fed::RecordFeed;
 use fed::{Barrier, FedShards};
+pub(crate) use fed::{BUSY_DRAIN_EVERY, IDLE_DRAIN_EVERY};
 use shards::{Outcome, Ready, Shards, Step, TrackerState};
 
 use crate::aggregate::endpoints::KeyRows;
@@ -965,7 +966,7 @@ impl<S: Sink> Pipeline<S> {
     }
 
     /// Counts what reading a recording met (corrupt frames, truncation) into the summary.
-    pub fn set_replay_stats(&mut self, stats: crate::record::reader::ReadStats) {
+    pub fn set_replay_stats(&mut self, stats: crate::record::ReadStats) {
         self.summary.replay = Some(stats);
     }
 }

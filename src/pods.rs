@@ -131,7 +131,7 @@ pub fn find_pod(given: &str, pods: &HashMap<String, Pod>) -> Result<String> {
 /// processes running now: the path up to the pod's own segment.
 pub fn pod_cgroup(given: &str) -> Result<String> {
     let uid = find_pod(given, &pods_in(Path::new(POD_LOG_DIR)))?;
-    for path in crate::procinfo::running_cgroups() {
+    for path in crate::procfs::running_cgroups() {
         if pod_uid(&path).as_deref() != Some(uid.as_str()) {
             continue;
         }

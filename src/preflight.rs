@@ -9,7 +9,7 @@ const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
 
 fn effective_caps() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+    crate::procfs::read_self("status")
         .ok()
         .and_then(|s| {
             s.lines()

@@ -2,6 +2,8 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
+use crate::procfs;
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ProcInfo {
     pub pid: u32,
@@ -26,14 +28,6 @@ impl ProcInfo {
     }
 }
 
-/// `/proc/PID/cgroup`'s cgroup v2 path (the `0::` line).
-pub fn read_cgroup(pid: u32) -> Option<String> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("0::"))
-        .map(str::to_owned)
-}
-
 /// The container id in a cgroup path, first 12 hex digits: Docker (`docker-<id>.scope`,
 /// `/docker/<id>`), containerd/CRI-O/Podman (`cri-containerd-<id>.scope`, `crio-<id>.scope`,
 /// `libpod-<id>.scope`) and Kubernetes' cgroupfs layout (`/kubepods/…/pod<uid>/<id>`).
@@ -43,40 +37,6 @@ pub fn container_id(cgroup: &str) -> Option<&str> {
         let id = seg.rsplit(['-', ':']).next()?;
         (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| &id[..12])
     })
-}
-
-/// The cgroup v2 paths of the processes running now (one per process, repeats included).
-pub fn running_cgroups() -> impl Iterator<Item = String> {
-    pids().filter_map(read_cgroup)
-}
-
-/// The pids of /proc (processes that exist now).
-pub fn pids() -> impl Iterator<Item = u32> {
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
-}
-
-/// The socket inodes `pid` holds open (its `/proc/PID/fd` links `socket:[N]`).
-pub fn socket_inodes(pid: u32) -> impl Iterator<Item = u64> {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|fd| {
-            let target = std::fs::read_link(fd.path()).ok()?;
-            let t = target.to_str()?;
-            t.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
-        })
-}
-
-/// `/proc/PID/comm` without its newline (empty if unreadable).
-pub fn read_comm(pid: u32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .map(|s| s.trim_end().to_string())
-        .unwrap_or_default()
 }
 
 /// NUL-separated arguments as strings: at most 64, each cut at 512 bytes.
@@ -91,13 +51,11 @@ pub fn split_cmdline(b: &[u8]) -> Vec<String> {
 impl ProcInfo {
     /// Reads /proc/PID; fields the process took with it (it exited) stay empty.
     pub fn read(pid: u32, comm: &str) -> ProcInfo {
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
-            .ok()
-            .map(|p| p.to_string_lossy().into_owned());
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+        let exe = procfs::read_exe(pid);
+        let cmdline = procfs::read_cmdline(pid)
             .map(|b| split_cmdline(&b))
             .unwrap_or_default();
-        let cgroup = read_cgroup(pid);
+        let cgroup = procfs::read_cgroup(pid);
         ProcInfo {
             pid,
             comm: comm.to_owned(),
@@ -168,7 +126,7 @@ impl ProcessTable {
     pub fn exec(&mut self, mut info: ProcInfo) {
         if self.read_proc && info.cgroup.is_none() {
             // Live: an exec record says nothing of the cgroup; /proc does while it runs.
-            info.cgroup = read_cgroup(info.pid);
+            info.cgroup = procfs::read_cgroup(info.pid);
             info.pod = info.cgroup.as_deref().and_then(crate::pods::pod_of_cgroup);
         }
         if let Some(e) = self.procs.get(&info.pid).filter(|e| e.described) {
@@ -248,7 +206,7 @@ mod tests {
         );
         assert_eq!(container_id("/system.slice/nginx.service"), None);
         // This process has a cgroup v2 line (hybrid or unified hosts).
-        assert!(read_cgroup(std::process::id()).is_some());
+        assert!(procfs::read_cgroup(std::process::id()).is_some());
     }
 
     #[test]

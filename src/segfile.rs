@@ -144,6 +144,15 @@ impl SegFile {
     }
 }
 
+/// Whether the traced side sent a `.seg` entry.
+pub fn seg_direction(seg: &SegFile, to_server: bool) -> Direction {
+    if to_server == (seg.side == Side::Client) {
+        Direction::Egress
+    } else {
+        Direction::Ingress
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

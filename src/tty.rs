@@ -22,7 +22,7 @@ pub fn reopen_nonblocking(fd: i32) -> Option<OwnedFd> {
     if unsafe { libc::isatty(fd) } != 1 {
         return None;
     }
-    let path = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
+    let path = crate::procfs::fd_target(fd).ok()?;
     use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new()
         .write(true)

@@ -614,7 +614,7 @@ impl FakeCgroup {
             .spawn()
             .unwrap();
         for _ in 0..100 {
-            if ebtop::procinfo::read_cgroup(resident.id()).is_some_and(|c| c == path) {
+            if ebtop::procfs::read_cgroup(resident.id()).is_some_and(|c| c == path) {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(20));

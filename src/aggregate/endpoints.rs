@@ -884,7 +884,7 @@ pub(crate) mod tests {
 
     /// Deterministic pseudo-random numbers (xorshift) so failures reproduce.
     fn rng(seed: u64) -> impl FnMut() -> u64 {
-        let mut x = crate::fuzzing::XorShift(seed);
+        let mut x = crate::xorshift::XorShift(seed);
         move || x.next()
     }
 

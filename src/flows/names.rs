@@ -99,7 +99,7 @@ impl fmt::Display for TcpState {
     }
 }
 
-/// Why a flow closed (`close_reason`; how it is judged: `super::close_reason`).
+/// Why a flow closed (`close_reason`; how it is judged: `crate::source::flow_table::close_reason`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CloseReason {

@@ -45,13 +45,16 @@ use super::Pipeline;
 use crate::call::{Call, Side};
 use crate::conntrack::TrackerConfig;
 use crate::event::{Direction, EventBuilder, EventKind, AF_INET6, SOCK_DGRAM};
+use crate::filters::Filters;
+use crate::kernel_counters::KernelCounters;
 use crate::process_events::{self, ProcEventKind, ProcessExit};
 use crate::procinfo::{ProcInfo, ProcessTable};
 use crate::protocols::{ParseDepth, Protocol};
 use crate::report::IntervalReport;
-use crate::session::{Filters, KernelCounters, SessionMeta, Summary};
+use crate::session_meta::SessionMeta;
 use crate::sink::json::JsonSink;
 use crate::sink::Sink;
+use crate::summary::Summary;
 
 /// Operation tags (the low 3 bits of a tag byte).
 pub mod op {
@@ -667,7 +670,7 @@ pub fn seed_from_segs(files: &[crate::segfile::SegFile], tick_every: usize) -> V
             let Some(e) = f.entries.get(i) else {
                 continue;
             };
-            let dir = crate::fuzzing::seg_direction(f, e.to_server);
+            let dir = crate::segfile::seg_direction(f, e.to_server);
             enc.data(sock as u8, dir, &e.bytes, e.total_len, 1);
             n += 1;
             if tick_every > 0 && n % tick_every == 0 {
@@ -687,7 +690,7 @@ pub fn seed_from_segs(files: &[crate::segfile::SegFile], tick_every: usize) -> V
 mod tests {
     use super::*;
 
-    use crate::fuzzing::XorShift as Rng;
+    use crate::xorshift::XorShift as Rng;
 
     fn http_session(c0: u8) -> Vec<u8> {
         let mut e = Encoder::new(c0, 0, None);

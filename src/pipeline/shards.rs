@@ -20,9 +20,9 @@ use crate::aggregate::endpoints::{EndpointKey, EndpointKeys};
 use crate::call::Call;
 use crate::conntrack::{ConnTracker, TrackerConfig, TrackerStats, Verdict};
 use crate::event::{Event, EventHead, HEADER_LEN};
+use crate::filters::Filters;
 use crate::procinfo::ProcInfo;
 use crate::protocols::ParseStats;
-use crate::session::Filters;
 use crate::sink::call_line::CallFormatter;
 
 /// Records per batch handed to a worker (fewer at a flush): large enough that the channel

@@ -112,7 +112,7 @@ pub fn seed_from_seg(seg: &crate::segfile::SegFile, max_len: usize) -> Vec<u8> {
         if out.len() >= max_len {
             break;
         }
-        let dir = crate::fuzzing::seg_direction(seg, e.to_server) as u8;
+        let dir = crate::segfile::seg_direction(seg, e.to_server) as u8;
         for piece in e.bytes.chunks(63) {
             out.push((piece.len() as u8) << 1 | dir);
             out.extend_from_slice(piece);
@@ -129,7 +129,7 @@ pub fn seed_from_seg(seg: &crate::segfile::SegFile, max_len: usize) -> Vec<u8> {
 mod tests {
     use super::*;
 
-    use crate::fuzzing::XorShift as Rng;
+    use crate::xorshift::XorShift as Rng;
 
     #[test]
     fn random_and_mutated_inputs_never_panic() {

@@ -105,7 +105,7 @@ fn benchmark_fixtures_give_the_calls_their_descriptors_say() {
             let (mut out, mut stats) = (Vec::new(), ParseStats::default());
             for (i, e) in f.entries.iter().enumerate() {
                 let seg = Segment {
-                    dir: crate::fuzzing::seg_direction(&f, e.to_server),
+                    dir: crate::segfile::seg_direction(&f, e.to_server),
                     payload: &e.bytes,
                     total_len: e.total_len,
                     start_ns: i as u64 * 1000,

@@ -8,10 +8,12 @@ use super::reader::RecordingReader;
 use super::writer::{encode_frame, encode_header};
 use super::{RecordOptions, RecordingHeader};
 use crate::conntrack::TrackerConfig;
+use crate::filters::Filters;
 use crate::pipeline::Pipeline;
 use crate::procinfo::ProcessTable;
-use crate::session::{Filters, SessionMeta, Summary};
+use crate::session_meta::SessionMeta;
 use crate::sink::json::JsonSink;
+use crate::summary::Summary;
 
 /// Replays `data` three ways: as a whole file; as the records of one well-formed frame (so the
 /// CRC and zstd layers pass and the record, JSON and event decoders see the bytes); and as

@@ -12,13 +12,18 @@
 //! frame is skipped and counted.
 
 pub mod fuzzing;
+pub mod read_stats;
 pub mod reader;
 pub mod writer;
 
+pub use read_stats::ReadStats;
+
 use serde::{Deserialize, Serialize};
 
+use crate::filters::Filters;
+use crate::kernel_counters::KernelCounters;
 use crate::procinfo::ProcInfo;
-use crate::session::{Filters, KernelCounters, SessionMeta};
+use crate::session_meta::SessionMeta;
 
 pub const MAGIC: &[u8; 8] = b"EBTOPREC";
 pub const FRAME_MAGIC: &[u8; 4] = b"EBFR";
@@ -96,9 +101,9 @@ pub struct EndRecord {
 pub fn scan_proc(max_procs: usize) -> (Vec<ProcInfo>, Vec<OpenSocket>) {
     let mut procs = Vec::new();
     let mut sockets = Vec::new();
-    for pid in crate::procinfo::pids().take(max_procs) {
-        procs.push(ProcInfo::read(pid, &crate::procinfo::read_comm(pid)));
-        sockets.extend(crate::procinfo::socket_inodes(pid).map(|inode| OpenSocket { pid, inode }));
+    for pid in crate::procfs::pids().take(max_procs) {
+        procs.push(ProcInfo::read(pid, &crate::procfs::read_comm(pid)));
+        sockets.extend(crate::procfs::socket_inodes(pid).map(|inode| OpenSocket { pid, inode }));
     }
     (procs, sockets)
 }
@@ -108,7 +113,7 @@ mod tests {
     use super::reader::{Item, RecordingReader};
     use super::writer::Recorder;
     use super::*;
-    use crate::session::SessionMeta;
+    use crate::session_meta::SessionMeta;
 
     fn header() -> RecordingHeader {
         RecordingHeader {
@@ -138,7 +143,7 @@ mod tests {
         assert_eq!(stats.events, frames as u64 * 10);
     }
 
-    fn read(bytes: &[u8]) -> anyhow::Result<(Vec<Vec<u8>>, bool, reader::ReadStats)> {
+    fn read(bytes: &[u8]) -> anyhow::Result<(Vec<Vec<u8>>, bool, ReadStats)> {
         let mut rd = RecordingReader::new(bytes)?;
         let mut events = Vec::new();
         let mut end = false;

@@ -10,8 +10,8 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, RingBuffer, RingBufferBuilder};
 
 use crate::bpf::procs::{ProcsSkel, ProcsSkelBuilder};
+use crate::filters::Filters;
 use crate::process_events::{ProcEvent, ProcEventKind};
-use crate::session::Filters;
 
 /// The C libraries whose `dlopen` is watched: glibc (≥ 2.34 defines it in libc.so.6, older
 /// ones in libdl.so.2) and musl (its loader is its C library).

@@ -395,10 +395,10 @@ pub fn system_libraries() -> Vec<Target> {
 /// executable (a program that links OpenSSL statically maps no libssl). Paths go through
 /// `/proc/PID/root`, so a container's files are the container's.
 pub fn process_candidates(pid: u32) -> Vec<Target> {
-    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+    let Ok(maps) = crate::procfs::read_maps(pid) else {
         return Vec::new();
     };
-    let root = PathBuf::from(format!("/proc/{pid}/root"));
+    let root = crate::procfs::pid_path(pid, "root");
     let files = mapped_executable_files(&maps);
     let libs: Vec<Target> = files
         .iter()
@@ -413,20 +413,14 @@ pub fn process_candidates(pid: u32) -> Vec<Target> {
         return libs;
     }
     // The executable: the first file mapped executable is the program itself.
-    target_of(PathBuf::from(format!("/proc/{pid}/exe")), false)
+    target_of(crate::procfs::pid_path(pid, "exe"), false)
         .into_iter()
         .collect()
 }
 
 /// The processes running now.
 pub fn all_pids() -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect()
+    crate::procfs::pids().collect()
 }
 
 #[cfg(test)]

@@ -79,9 +79,9 @@ impl HeldExe {
     /// absolute and still names the very file the kernel ran (not one replaced since, nor one
     /// of another mount namespace). None: neither.
     fn open(pid: u32, execd: &ExecdFile) -> Option<HeldExe> {
-        let link = format!("/proc/{pid}/exe");
+        let link = crate::procfs::pid_path(pid, "exe");
         if let Ok(file) = File::open(&link) {
-            let path = std::fs::read_link(&link).unwrap_or_else(|_| PathBuf::from(link));
+            let path = std::fs::read_link(&link).unwrap_or(link);
             return Some(HeldExe { file, path });
         }
         let path = PathBuf::from(std::ffi::OsStr::from_bytes(execd.path));
@@ -531,7 +531,7 @@ impl Scout {
             return Opened::No;
         };
         let opened = Target {
-            path: PathBuf::from(format!("/proc/self/fd/{}", held.as_raw_fd())),
+            path: crate::procfs::fd_path(held.as_raw_fd()),
             ..target.clone()
         };
         let plan = match discover::ssl_sites(&opened.path, !self.public_only) {
@@ -555,10 +555,7 @@ impl Scout {
 
 /// A held executable as a file to consider (opened again through this process's descriptor).
 fn held_target(exe: &HeldExe) -> Option<Target> {
-    discover::target_of(
-        PathBuf::from(format!("/proc/self/fd/{}", exe.file.as_raw_fd())),
-        false,
-    )
+    discover::target_of(crate::procfs::fd_path(exe.file.as_raw_fd()), false)
 }
 
 /// A read lease on a file (`fcntl(F_SETLEASE, F_RDLCK)`): while it is held, another process's

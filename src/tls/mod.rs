@@ -596,7 +596,7 @@ pub fn read_hits(map: &libbpf_rs::Map) -> (BTreeMap<u32, u64>, BTreeMap<u32, u64
             &mut out
         };
         into.insert(pid, u64::from_ne_bytes(v));
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        if !crate::procfs::exists(pid) {
             let _ = map.delete(&key);
         }
     }
@@ -662,7 +662,7 @@ pub fn calibrate_hit_ns(progs: &TlsPrograms) -> (Option<u64>, Option<u64>) {
             let offset = file_offset_of(addr)?;
             let entry = program(progs, "tls_write_enter")?;
             let ret = program(progs, RETURN)?;
-            let exe = std::path::Path::new("/proc/self/exe");
+            let exe = crate::procfs::self_path("exe");
             let me = std::process::id() as i32;
             const CALLS: u32 = 200;
             let time = || {
@@ -683,7 +683,7 @@ pub fn calibrate_hit_ns(progs: &TlsPrograms) -> (Option<u64>, Option<u64>) {
             if with_return {
                 probes.add(ret, true, offset, false);
             }
-            let links = probes.place(me, exe).ok()?;
+            let links = probes.place(me, &exe).ok()?;
             let on = median((0..5).map(|_| time()).collect());
             let hits = u64::from(CALLS) * links.len() as u64;
             // Detaching a uprobe waits for the kernel (~0.2 s): not on the way to the session.
@@ -704,7 +704,7 @@ pub fn calibrate_hit_ns(progs: &TlsPrograms) -> (Option<u64>, Option<u64>) {
 
 /// The offset in ebtop's executable file of the code at `addr` (from /proc/self/maps).
 fn file_offset_of(addr: u64) -> Option<usize> {
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let maps = crate::procfs::read_self("maps").ok()?;
     maps.lines().find_map(|line| {
         let mut f = line.split_whitespace();
         let (range, _perms, off) = (f.next()?, f.next()?, f.next()?);

@@ -1771,7 +1771,7 @@ mod tests {
 
     #[test]
     fn garbage_never_panics_and_memory_stays_flat() {
-        let mut rng = crate::fuzzing::XorShift(0x4242);
+        let mut rng = crate::xorshift::XorShift(0x4242);
         for _ in 0..300 {
             let mut r = Run::new(ParseDepth::Full);
             r.start();

@@ -1766,7 +1766,7 @@ mod tests {
         }
         fn play(&mut self, f: &SegFile) -> &mut Self {
             for e in &f.entries {
-                let dir = crate::fuzzing::seg_direction(f, e.to_server);
+                let dir = crate::segfile::seg_direction(f, e.to_server);
                 self.seg_cut(dir, &e.bytes, e.total_len);
             }
             self
@@ -1985,7 +1985,7 @@ mod tests {
             // One byte per segment (the snaplen cut stays on the last piece).
             let mut bytewise = Driver::new();
             for e in &f.entries {
-                let dir = crate::fuzzing::seg_direction(&f, e.to_server);
+                let dir = crate::segfile::seg_direction(&f, e.to_server);
                 let n = e.bytes.len();
                 for i in 0..n {
                     let extra = if i + 1 == n {
@@ -2020,7 +2020,7 @@ mod tests {
                     buf.extend_from_slice(&f.entries[i].bytes);
                     total += f.entries[i].total_len;
                 }
-                let dir = crate::fuzzing::seg_direction(&f, e.to_server);
+                let dir = crate::segfile::seg_direction(&f, e.to_server);
                 merged.seg_cut(dir, &buf, total);
                 i += 1;
             }
@@ -2132,7 +2132,7 @@ mod tests {
 
     #[test]
     fn garbage_never_panics_and_resyncs() {
-        let mut rng = crate::fuzzing::XorShift(0x3e3c_ac4e);
+        let mut rng = crate::xorshift::XorShift(0x3e3c_ac4e);
         for _ in 0..300 {
             let mut d = Driver::with(64);
             for _ in 0..20 {

@@ -2249,7 +2249,7 @@ mod tests {
         /// Plays a fixture's syscalls as the traced side saw them.
         fn play(&mut self, f: &SegFile) -> &mut Self {
             for e in &f.entries {
-                let dir = crate::fuzzing::seg_direction(f, e.to_server);
+                let dir = crate::segfile::seg_direction(f, e.to_server);
                 self.seg_cut(dir, &e.bytes, e.total_len);
             }
             self
@@ -2802,7 +2802,7 @@ mod tests {
             for step in [1, 2, 3, 7] {
                 let mut d = Driver::new();
                 for e in &f.entries {
-                    let dir = crate::fuzzing::seg_direction(&f, e.to_server);
+                    let dir = crate::segfile::seg_direction(&f, e.to_server);
                     for piece in e.bytes.chunks(step) {
                         d.seg(dir, piece);
                     }
@@ -2867,7 +2867,7 @@ mod tests {
         for p in no {
             assert!(!is_connection_start(p), "{:?}", String::from_utf8_lossy(p));
         }
-        let mut rng = crate::fuzzing::XorShift(7);
+        let mut rng = crate::xorshift::XorShift(7);
         for _ in 0..10_000 {
             let junk: Vec<u8> = (0..32).map(|_| rng.next() as u8).collect();
             assert!(!is_connection_start(&junk));

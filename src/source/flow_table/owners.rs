@@ -106,10 +106,10 @@ impl Owners {
             self.last_scan_took = now - began;
             return;
         }
-        for pid in crate::procinfo::pids() {
+        for pid in crate::procfs::pids() {
             let mut comm: Option<String> = None;
-            for ino in crate::procinfo::socket_inodes(pid) {
-                let c = comm.get_or_insert_with(|| crate::procinfo::read_comm(pid));
+            for ino in crate::procfs::socket_inodes(pid) {
+                let c = comm.get_or_insert_with(|| crate::procfs::read_comm(pid));
                 self.by_inode.entry(ino).or_insert((pid, c.clone()));
             }
         }
@@ -134,8 +134,8 @@ impl Owners {
     /// Listening ports from /proc/net/tcp{,6}: where sock_diag netlink is not available
     /// (slow with many sockets: the kernel formats every one).
     fn scan_listening_procfs(&mut self) {
-        for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
-            let Ok(text) = std::fs::read_to_string(file) else {
+        for file in ["tcp", "tcp6"] {
+            let Ok(text) = crate::procfs::read_net(file) else {
                 continue;
             };
             for line in text.lines().skip(1) {

@@ -5,9 +5,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Result;
 
+use crate::kernel_counters::KernelCounters;
 use crate::pipeline::Pipeline;
 use crate::record::reader::{Item, RecordingReader};
-use crate::session::{KernelCounters, SessionMeta};
+use crate::session_meta::SessionMeta;
 use crate::sink::Sink;
 
 /// How a replay ended and what it knows about the recorded session.

@@ -1,425 +1,30 @@
-//! Live capture: loads the socket-data BPF programs (the socket layer, or the syscall
-//! tracepoints: `--hooks`), the flow table and the process probe, and feeds ring-buffer records
-//! to the pipeline until stopped.
+//! The live session's driver: loads the capture (src/source/capture.rs), the flow table, the
+//! process probe and the TLS probes, and feeds their records to the pipeline until stopped.
 
 use std::cell::RefCell;
 use std::io;
 use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
-use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::RingBufferBuilder;
-use std::os::fd::{AsFd, AsRawFd};
 
 use crate::aggregate::{BpfStats, Overhead, OverheadSnapshot, RingCounters};
-use crate::bpf::counter;
-use crate::bpf::sockcap::{SockcapSkel, SockcapSkelBuilder};
-use crate::bpf::sockdata::{SockdataSkel, SockdataSkelBuilder};
-use crate::cli::Hooks;
-use crate::pipeline::Pipeline;
+use crate::kernel_counters::KernelCounters;
+use crate::pipeline::{Pipeline, BUSY_DRAIN_EVERY, IDLE_DRAIN_EVERY};
 use crate::process_events::{ProcEvent, ProcEventKind};
-use crate::session::{Filters, KernelCounters, SessionMeta};
+use crate::session_meta::SessionMeta;
 use crate::sink::Sink;
+use crate::source::capture::{detach_all, load_capture, quiet_libbpf, read_counters, Capture};
+pub use crate::source::capture::{LiveConfig, MAX_SHARDS};
 use crate::source::process_probe::ProcessProbe;
 use crate::source::ring_feed::RingFeed;
 use crate::tls::TlsProbes;
 
 /// Records consumed per loop pass before ticks, signals and the deadline are checked again.
 const CONSUME_BATCH: usize = 4096;
-
-/// How long the reader sleeps between looks at the ring while records are coming (the ring
-/// wakes it sooner once `wakeup_bytes` wait). The reader runs at the capture's priority: at a
-/// look every 100 ms, the records of 100 ms (~1.2 ms of work at 10,000 requests/s on the
-/// development VM) held a CPU from the traced services in one stretch, which tripled their
-/// p99 response time. Every 10 ms cut the p99 a little more than 25 ms but cost the terminal
-/// UI 13% more CPU per span (each look starts on cold caches); 25 ms cost nothing measurable.
-pub(crate) const BUSY_DRAIN_EVERY: Duration = Duration::from_millis(25);
-
-/// … and while none came at the last look (an idle host wakes ebtop 10 times a second).
-pub(crate) const IDLE_DRAIN_EVERY: Duration = Duration::from_millis(100);
-
-/// The sys_exit_* tracepoints each shared exit program handles (see sockdata.bpf.c).
-const EXIT_ATTACHMENTS: &[(&str, &[&str])] = &[
-    ("exit_buf", &["write", "sendto"]),
-    ("exit_iov", &["writev"]),
-    ("exit_msg", &["sendmsg"]),
-    ("exit_mmsg", &["sendmmsg"]),
-    ("exit_none", &["sendfile64"]),
-];
-
-#[derive(Debug, Clone)]
-pub struct LiveConfig {
-    pub snaplen: u32,
-    /// `--ringbuf-mb`: all event rings together (None: the default, `ring_layout`).
-    pub ringbuf_bytes: Option<u32>,
-    pub capture_all: bool,
-    pub filters: Filters,
-    pub verbose: bool,
-    /// Capacity of the kernel flow table (`--max-flows`).
-    pub max_flows: u32,
-    /// Where socket data is captured (`--hooks`).
-    pub hooks: Hooks,
-    /// How ebtop's BPF run time is measured (`--bpf-stats`).
-    pub bpf_stats: crate::aggregate::StatsMode,
-    /// Load the flow table (false when no output shows flows: `--json --only` without them).
-    pub flow_table: bool,
-    /// `--cgroup`/`--container`, resolved: compared in the kernel.
-    pub cgroups: Vec<crate::cgroups::CgroupFilter>,
-    /// Probe the TLS libraries for plaintext (`--tls`; never without `capture`).
-    pub tls: bool,
-    /// Attach the payload capture (false when no output uses calls: `--json --only` with
-    /// flow or overhead lines alone). Its object is loaded either way — the session's ring
-    /// and counters — but no program of it runs; nor are process events loaded.
-    pub capture: bool,
-    /// Connection-tracking threads (`--threads`): with more than one, each reads its own
-    /// event ring (`ring_layout`).
-    pub tracking_threads: usize,
-}
-
-/// Event rings the capture objects have (`EBTOP_MAX_SHARDS` in src/bpf/capture.h): at most
-/// this many tracking threads read their own ring.
-pub const MAX_SHARDS: usize = 16;
-
-/// The event rings of a skeleton's maps (or their open counterparts), shard 0 first.
-macro_rules! event_rings {
-    (mut $maps:expr) => {{
-        let m = &mut $maps;
-        [
-            &mut m.events,
-            &mut m.events_1,
-            &mut m.events_2,
-            &mut m.events_3,
-            &mut m.events_4,
-            &mut m.events_5,
-            &mut m.events_6,
-            &mut m.events_7,
-            &mut m.events_8,
-            &mut m.events_9,
-            &mut m.events_10,
-            &mut m.events_11,
-            &mut m.events_12,
-            &mut m.events_13,
-            &mut m.events_14,
-            &mut m.events_15,
-        ]
-    }};
-    ($maps:expr) => {{
-        let m = &$maps;
-        [
-            &m.events,
-            &m.events_1,
-            &m.events_2,
-            &m.events_3,
-            &m.events_4,
-            &m.events_5,
-            &m.events_6,
-            &m.events_7,
-            &m.events_8,
-            &m.events_9,
-            &m.events_10,
-            &m.events_11,
-            &m.events_12,
-            &m.events_13,
-            &m.events_14,
-            &m.events_15,
-        ]
-    }};
-}
-
-impl LiveConfig {
-    /// The event rings in use and each one's size (`ring_layout`).
-    pub fn ring_layout(&self) -> (usize, u32) {
-        ring_layout(self.capture, self.tracking_threads, self.ringbuf_bytes)
-    }
-}
-
-/// The event rings in use and each one's size: one ring of `--ringbuf-mb` (16 MiB by default)
-/// with one tracking thread (or without the capture); with more, one per thread (up to
-/// `MAX_SHARDS`), sharing `--ringbuf-mb` (each a power of two, at least 256 KiB) or, by
-/// default, 8 MiB each: 2 MiB each lost 0.06% of the records of ~1M spans/s over 60 s on 16
-/// cores, 8 MiB nothing (docs/performance-history.md, "Many cores II").
-fn ring_layout(capture: bool, threads: usize, ringbuf_bytes: Option<u32>) -> (usize, u32) {
-    const DEFAULT_ONE: u32 = 16 << 20;
-    const DEFAULT_EACH: u32 = 8 << 20;
-    let shards = if capture {
-        threads.clamp(1, MAX_SHARDS)
-    } else {
-        1
-    };
-    match (shards, ringbuf_bytes) {
-        (1, bytes) => (1, bytes.unwrap_or(DEFAULT_ONE)),
-        (n, None) => (n, DEFAULT_EACH),
-        (n, Some(bytes)) => {
-            let each = (bytes / n as u32).max(256 * 1024);
-            (n, 1 << (31 - each.leading_zeros()))
-        }
-    }
-}
-
-/// The loaded capture programs: the socket layer or the syscall tracepoints. Both write the
-/// same records into maps of the same names, with the same settings (src/bpf/capture.h).
-enum Capture<'obj> {
-    Socket(Box<SockcapSkel<'obj>>),
-    Syscalls(Box<SockdataSkel<'obj>>),
-}
-
-impl Capture<'_> {
-    fn object(&self) -> &libbpf_rs::Object {
-        match self {
-            Capture::Socket(s) => s.object(),
-            Capture::Syscalls(s) => s.object(),
-        }
-    }
-
-    fn events(&self) -> &libbpf_rs::Map<'_> {
-        self.event_rings()[0]
-    }
-
-    /// The event rings, one per shard (`events` is shard 0; src/bpf/capture.h).
-    fn event_rings(&self) -> [&libbpf_rs::Map<'_>; MAX_SHARDS] {
-        match self {
-            Capture::Socket(s) => event_rings!(s.maps),
-            Capture::Syscalls(s) => event_rings!(s.maps),
-        }
-    }
-
-    fn tls_hits(&self) -> &libbpf_rs::Map<'_> {
-        match self {
-            Capture::Socket(s) => &s.maps.tls_hits,
-            Capture::Syscalls(s) => &s.maps.tls_hits,
-        }
-    }
-
-    /// Once a Go program is probed, the capture programs look up goroutines' TLS calls too.
-    fn enable_go_tls(&self) {
-        use libbpf_rs::MapCore;
-        let map = match self {
-            Capture::Socket(s) => &s.maps.tls_go_probed,
-            Capture::Syscalls(s) => &s.maps.tls_go_probed,
-        };
-        if let Err(e) = map.update(
-            &0u32.to_ne_bytes(),
-            &1u32.to_ne_bytes(),
-            libbpf_rs::MapFlags::ANY,
-        ) {
-            crate::diag!("ebtop: warning: Go TLS calls will not be placed on their sockets: {e}");
-        }
-    }
-
-    fn counters(&self) -> &libbpf_rs::Map<'_> {
-        match self {
-            Capture::Socket(s) => &s.maps.counters,
-            Capture::Syscalls(s) => &s.maps.counters,
-        }
-    }
-
-    /// The flow table's maps, when the capture program does the flow table's per-send work.
-    fn flow_maps(&self) -> Option<crate::flows::SharedFlowMaps<'_>> {
-        match self {
-            Capture::Socket(s) => Some(crate::flows::SharedFlowMaps {
-                flows: s.maps.flows.as_fd(),
-                udp_flows: s.maps.udp_flows.as_fd(),
-                udp_peer: s.maps.udp_peer.as_fd(),
-                counters: s.maps.flow_counters.as_fd(),
-            }),
-            Capture::Syscalls(_) => None,
-        }
-    }
-
-    /// As the `meta` line names it.
-    fn hooks(&self) -> &'static str {
-        match self {
-            Capture::Socket(_) => "socket",
-            Capture::Syscalls(_) => "syscalls",
-        }
-    }
-}
-
-/// How many bytes a CPU puts in a ring between two looks at how full it is (`query_every_bytes`
-/// in src/bpf/capture.h): all CPUs together leave at most half of `wakeup_bytes` unnoticed.
-fn query_every_bytes(wakeup_bytes: u64, cpus: usize) -> u32 {
-    (wakeup_bytes / (2 * cpus.max(1) as u64)).clamp(256, 64 * 1024) as u32
-}
-
-/// The settings both capture objects take before load (same rodata and map names).
-macro_rules! configure_capture {
-    ($open:expr, $cfg:expr) => {{
-        let open = &mut $open;
-        let cfg: &LiveConfig = $cfg;
-        let (shards, ring_bytes) = cfg.ring_layout();
-        let cpus = libbpf_rs::num_possible_cpus().context("reading the possible CPUs failed")?;
-        let ro = open
-            .maps
-            .rodata_data
-            .as_deref_mut()
-            .ok_or_else(|| anyhow!("BPF object has no .rodata section"))?;
-        ro.self_tgid = std::process::id();
-        if let Some(pids) = &cfg.filters.pid {
-            crate::bpf::set_list_filter(&mut ro.filter_tgids, &mut ro.filter_tgid_count, pids);
-        }
-        if let Some(ports) = &cfg.filters.port {
-            crate::bpf::set_list_filter(&mut ro.filter_ports, &mut ro.filter_port_count, ports);
-        }
-        let protos = cfg.filters.protocols();
-        if !protos.is_all() {
-            // A protocol the kernel does not recognise is picked out in user space
-            // (capture_all); a mask of 0 would mean "all", so an empty selection keeps a bit
-            // no protocol uses.
-            ro.proto_mask = protos.kernel_mask().max(1);
-        }
-        if let Some(comms) = &cfg.filters.comm {
-            crate::bpf::set_comm_filters(&mut ro.filter_comms, &mut ro.filter_comm_count, comms);
-        }
-        crate::bpf::set_cgroup_filters(
-            &mut ro.filter_cgroup_ids,
-            &mut ro.filter_cgroup_levels,
-            &mut ro.filter_cgroup_count,
-            &cfg.cgroups,
-        );
-        ro.snaplen = cfg.snaplen;
-        ro.capture_all = cfg.capture_all;
-        ro.tls_capture = cfg.tls;
-        ro.wakeup_bytes = (ring_bytes / 16) as u64;
-        ro.query_every_bytes = query_every_bytes(ro.wakeup_bytes, cpus);
-        ro.n_shards = shards as u32;
-        // Without TLS the probes are not even loaded.
-        if !cfg.tls {
-            for mut prog in open.open_object_mut().progs_mut() {
-                if crate::tls::is_tls_program(&prog.section().to_string_lossy()) {
-                    prog.set_autoload(false);
-                }
-            }
-        } else {
-            crate::tls::prefer_multi_links(open.open_object_mut().progs_mut());
-        }
-        open.maps
-            .scratch_buf
-            .set_max_entries(cpus as u32)
-            .context("sizing the scratch map failed")?;
-        // SAFETY: sysconf takes no pointer.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u32;
-        for (k, ring) in event_rings!(mut open.maps).into_iter().enumerate() {
-            ring.set_max_entries(if k < shards { ring_bytes } else { page })
-                .context("sizing the ring buffer failed")?;
-        }
-    }};
-}
-
-/// Loads and attaches the socket-layer capture (sockcap.bpf.c: tp_btf only).
-fn load_socket_layer<'obj>(
-    cfg: &LiveConfig,
-    storage: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
-) -> Result<(Capture<'obj>, Vec<libbpf_rs::Link>)> {
-    let mut open = SockcapSkelBuilder::default()
-        .open(storage)
-        .context("opening the socket-layer BPF object failed")?;
-    configure_capture!(open, cfg);
-    // The flow table's per-send work runs in the capture program, on the flow table's maps
-    // (handed to the flow collector after load): one program per send or receive, not two.
-    open.maps
-        .flows
-        .set_max_entries(cfg.max_flows.max(1))
-        .context("sizing the flow table failed")?;
-    open.maps
-        .rodata_data
-        .as_deref_mut()
-        .ok_or_else(|| anyhow!("BPF object has no .rodata section"))?
-        .count_flows = cfg.flow_table && cfg.capture;
-    #[cfg(feature = "bench-cuts")]
-    if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
-        rodata.bench_cut = super::bench_cuts::kernel_cut();
-    }
-    let mut skel = open.load().map_err(|e| {
-        anyhow!(
-            "loading the socket-layer programs failed: {e} (needs tp_btf sock_send_length, \
-             Linux >= 6.3 with BTF; --hooks syscalls works on older kernels)"
-        )
-    })?;
-    let mut links = Vec::new();
-    for prog in skel.object_mut().progs_mut() {
-        let name = prog.name().to_string_lossy().into_owned();
-        let section = prog.section().to_string_lossy().into_owned();
-        if crate::tls::is_tls_program(&section) || !cfg.capture {
-            continue; // attached to the TLS libraries (src/tls/), or not at all
-        }
-        links.push(
-            prog.attach()
-                .map_err(|e| anyhow!("attaching probe {name} to {section} failed: {e}"))?,
-        );
-    }
-    Ok((Capture::Socket(Box::new(skel)), links))
-}
-
-/// Loads and attaches the syscall-tracepoint capture (sockdata.bpf.c).
-fn load_syscall_hooks<'obj>(
-    cfg: &LiveConfig,
-    storage: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
-) -> Result<(Capture<'obj>, Vec<libbpf_rs::Link>)> {
-    let mut open = SockdataSkelBuilder::default()
-        .open(storage)
-        .context("opening the BPF object failed")?;
-    configure_capture!(open, cfg);
-    let mut skel = open.load().map_err(|e| {
-        anyhow!(
-            "loading the BPF programs failed: {e} (a kernel ≥ 5.8 with BTF is needed; \
-             run with --verbose for the verifier's log)"
-        )
-    })?;
-    let mut links = Vec::new();
-    for prog in skel.object_mut().progs_mut() {
-        let name = prog.name().to_string_lossy().into_owned();
-        let section = prog.section().to_string_lossy().into_owned();
-        if crate::tls::is_tls_program(&section) || !cfg.capture {
-            continue; // attached to the TLS libraries (src/tls/), or not at all
-        }
-        if let Some(tp) = section.strip_prefix("tracepoint/") {
-            let link = prog
-                .attach()
-                .map_err(|e| anyhow!("attaching probe {name} to {tp} failed: {e}"))?;
-            links.push(link);
-            continue;
-        }
-        // Shared exit programs: attached to each syscall whose payload they understand.
-        let exits = EXIT_ATTACHMENTS
-            .iter()
-            .find(|(prog_name, _)| *prog_name == name)
-            .map(|(_, syscalls)| *syscalls)
-            .ok_or_else(|| anyhow!("BPF program {name} has no attachment point"))?;
-        for syscall in exits {
-            let tp = format!("sys_exit_{syscall}");
-            let link = prog
-                .attach_tracepoint(libbpf_rs::TracepointCategory::Syscalls, &tp)
-                .map_err(|e| anyhow!("attaching probe {name} to syscalls/{tp} failed: {e}"))?;
-            links.push(link);
-        }
-    }
-    Ok((Capture::Syscalls(Box::new(skel)), links))
-}
-
-/// Loads and attaches the capture programs `--hooks` asks for.
-fn load_capture<'obj>(
-    cfg: &LiveConfig,
-    socket_storage: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
-    syscall_storage: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
-) -> Result<(Capture<'obj>, Vec<libbpf_rs::Link>)> {
-    Ok(match cfg.hooks {
-        Hooks::Socket => load_socket_layer(cfg, socket_storage)?,
-        Hooks::Syscalls => load_syscall_hooks(cfg, syscall_storage)?,
-        // Probing is loading: a kernel without the socket-layer tracepoints (< 6.3) or their
-        // BTF refuses the programs, and the syscall hooks take over.
-        Hooks::Auto => match load_socket_layer(cfg, socket_storage) {
-            Ok(c) => c,
-            Err(e) => {
-                if cfg.verbose {
-                    crate::diag!("ebtop: socket-layer capture unavailable ({e:#}): syscall hooks");
-                }
-                load_syscall_hooks(cfg, syscall_storage)?
-            }
-        },
-    })
-}
 
 /// Why the capture loop ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -428,58 +33,6 @@ pub enum StopReason {
     Duration,
     /// The output went away (e.g. `| head`): not an error for the user.
     OutputClosed,
-}
-
-fn quiet_libbpf(verbose: bool) {
-    if verbose {
-        libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Info, |_lvl, msg: String| {
-            use std::io::Write as _;
-            let _ = write!(std::io::stderr(), "{msg}");
-        })));
-    } else {
-        libbpf_rs::set_print(None);
-    }
-}
-
-fn read_counters(
-    capture: &Capture,
-    procs: Option<&ProcessProbe>,
-    tls: Option<&TlsProbes>,
-) -> KernelCounters {
-    let sum = |idx: u32| -> (u64, Vec<u64>) {
-        let per_cpu = crate::bpf::percpu_u64(capture.counters(), idx);
-        (per_cpu.iter().sum(), per_cpu)
-    };
-    let (lost, lost_per_cpu) = sum(counter::LOST);
-    let (proc_events, proc_lost) = procs.map_or((0, 0), ProcessProbe::counters);
-    let (tls_probe_hits, tls_probe_stepped_hits) =
-        tls.map_or_else(Default::default, |t| t.hits_since_start(capture.tls_hits()));
-    KernelCounters {
-        events: sum(counter::EVENTS).0,
-        lost,
-        lost_bytes: sum(counter::LOST_BYTES).0,
-        skipped_unknown_proto: sum(counter::SKIPPED_UNKNOWN).0,
-        skipped_unknown_bytes: sum(counter::SKIPPED_BYTES).0,
-        inflight_full: sum(counter::INFLIGHT_FULL).0,
-        socket_syscalls: sum(counter::SOCK_SYSCALLS).0,
-        truncated: sum(counter::TRUNCATED).0,
-        lost_per_cpu,
-        proc_events,
-        proc_lost,
-        missed_runs: crate::bpf::recursion_misses(capture.object())
-            + procs.map_or(0, ProcessProbe::missed_runs),
-        tls_cipher_events: sum(counter::TLS_CIPHER).0,
-        tls_cipher_bytes: sum(counter::TLS_CIPHER_BYTES).0,
-        tls_calls: sum(counter::TLS_CALLS).0,
-        tls_no_socket: sum(counter::TLS_NO_SOCKET).0,
-        tls_no_socket_bytes: sum(counter::TLS_NO_SOCKET_BYTES).0,
-        tls_files_probed: tls.map_or(0, |t| t.status().files.len() as u64),
-        tls_probe_failures: tls.map_or(0, |t| t.status().failures.len() as u64),
-        tls_probe_hits,
-        tls_probe_stepped_hits,
-        tls_probe_hit_ns: tls.and_then(|t| t.hit_ns),
-        tls_probe_stepped_hit_ns: tls.and_then(|t| t.stepped_hit_ns),
-    }
 }
 
 /// Feeds process records to the pipeline: the execs waiting in the ring (`execs`, before the
@@ -541,7 +94,7 @@ fn end_interval<S: Sink>(
 /// the pipeline: a tick's first part ends its interval in the output (`pending_tick`), the
 /// others follow it. Not waiting, two parts at most: the ring is read between them.
 fn deliver_flow_parts<S: Sink>(
-    f: &mut crate::flows::FlowCollector,
+    f: &mut crate::source::flow_table::FlowCollector,
     wait: bool,
     pipeline: &RefCell<Pipeline<S>>,
     pending_tick: &mut Option<(u64, KernelCounters, OverheadSnapshot)>,
@@ -560,16 +113,6 @@ fn deliver_flow_parts<S: Sink>(
         }
     }
     Ok(Ok(()))
-}
-
-/// Detaching waits for an RCU grace period per tracepoint; in parallel threads the kernel
-/// overlaps part of it (measured here: 2.2 s sequential, 1.2 s parallel for 29 links).
-fn detach_all(links: Vec<libbpf_rs::Link>) {
-    std::thread::scope(|scope| {
-        for link in links {
-            scope.spawn(move || drop(link));
-        }
-    });
 }
 
 /// Loads, attaches and runs until `stop` is set, `duration` passes or the sink fails.
@@ -618,8 +161,8 @@ pub fn run<S: Sink, R>(
 
     // The flow table: optional. If it cannot load, HTTP capture goes on without it.
     let mut flows = match cfg.flow_table.then(|| {
-        crate::flows::FlowCollector::start(
-            &crate::flows::FlowConfig {
+        crate::source::flow_table::FlowCollector::start(
+            &crate::source::flow_table::FlowConfig {
                 max_flows: cfg.max_flows,
                 filters: cfg.filters.clone(),
                 accept_hooks: matches!(capture, Capture::Syscalls(_)),
@@ -719,7 +262,7 @@ pub fn run<S: Sink, R>(
     // A panic must not unwind through libbpf's C frames (that aborts: no clean detach, no
     // closed recording): it is caught here and resumed from Rust code below.
     let panicked: RefCell<Option<Box<dyn std::any::Any + Send>>> = RefCell::new(None);
-    let drop_records = super::bench_drops_records();
+    let drop_records = crate::source::bench_drops_records();
     let mut builder = RingBufferBuilder::new();
     if shards == 1 {
         builder
@@ -1001,36 +544,4 @@ pub fn run<S: Sink, R>(
     }
     detach_all(links);
     result
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rings_are_asked_how_full_they_are_often_enough_and_rarely() {
-        // One 16 MiB ring (1 MiB wakeups) on 2 CPUs: 256 KiB each, held to 64 KiB.
-        assert_eq!(query_every_bytes(1 << 20, 2), 64 * 1024);
-        // 8 MiB rings on 16 CPUs: all CPUs together leave at most half of 512 KiB unnoticed.
-        let q = query_every_bytes(512 << 10, 16);
-        assert_eq!(q, 16 * 1024);
-        assert!(u64::from(q) * 16 <= (512 << 10) / 2);
-        // The smallest ring (256 KiB, 16 KiB wakeups) on many CPUs: asked every few records.
-        assert_eq!(query_every_bytes(16 << 10, 256), 256);
-        assert_eq!(query_every_bytes(0, 0), 256);
-    }
-
-    #[test]
-    fn each_tracking_thread_gets_a_ring_of_a_power_of_two_bytes() {
-        const MIB: u32 = 1 << 20;
-        assert_eq!(ring_layout(true, 1, None), (1, 16 * MIB));
-        assert_eq!(ring_layout(true, 1, Some(4 * MIB)), (1, 4 * MIB));
-        assert_eq!(ring_layout(true, 8, None), (8, 8 * MIB));
-        // A given size is shared out, rounded down to a power of two, at least 256 KiB.
-        assert_eq!(ring_layout(true, 3, Some(16 * MIB)), (3, 4 * MIB));
-        assert_eq!(ring_layout(true, 16, Some(MIB)), (16, 256 * 1024));
-        // More threads than rings: at most MAX_SHARDS rings; without the capture, one.
-        assert_eq!(ring_layout(true, 64, None).0, MAX_SHARDS);
-        assert_eq!(ring_layout(false, 8, None), (1, 16 * MIB));
-    }
 }

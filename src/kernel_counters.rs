@@ -1,0 +1,60 @@
+//! The kernel side's counters, per interval and for the whole session.
+
+/// Counters the kernel side keeps (per-CPU array `counters`, summed; lost also per CPU).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KernelCounters {
+    pub events: u64,
+    pub lost: u64,
+    pub lost_bytes: u64,
+    pub skipped_unknown_proto: u64,
+    pub skipped_unknown_bytes: u64,
+    pub inflight_full: u64,
+    pub socket_syscalls: u64,
+    pub truncated: u64,
+    pub lost_per_cpu: Vec<u64>,
+    /// Process exec/exit records written to their own ring buffer, and those it had no room
+    /// for (absent in recordings made before they existed).
+    #[serde(default)]
+    pub proc_events: u64,
+    #[serde(default)]
+    pub proc_lost: u64,
+    /// Runs of the capture programs (socket data, process exec/exit) the kernel skipped
+    /// (`crate::bpf::recursion_misses`): each may be a send, receive or exec/exit never seen.
+    #[serde(default)]
+    pub missed_runs: u64,
+    /// Sends and receives of TLS ciphertext (and their bytes): counted, never copied.
+    #[serde(default)]
+    pub tls_cipher_events: u64,
+    #[serde(default)]
+    pub tls_cipher_bytes: u64,
+    /// SSL_write/SSL_read calls that moved plaintext (TLS probes).
+    #[serde(default)]
+    pub tls_calls: u64,
+    /// Of those, calls on no socket ebtop could name (a custom BIO): counted, not delivered.
+    #[serde(default)]
+    pub tls_no_socket: u64,
+    #[serde(default)]
+    pub tls_no_socket_bytes: u64,
+    /// Files probed for TLS plaintext since the start (those at start and those found later:
+    /// programs exec'd, libraries dlopen'd), and files that define the functions but could
+    /// not be probed (each also a line on stderr; the `meta` line names those of the start).
+    #[serde(default)]
+    pub tls_files_probed: u64,
+    #[serde(default)]
+    pub tls_probe_failures: u64,
+    /// TLS probe hits per process since the start (pid → entries and returns); a process's
+    /// hits in an interval are the difference. Absent when no probe fired.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tls_probe_hits: std::collections::BTreeMap<u32, u64>,
+    /// Of those, hits at sites the kernel single-steps out of line (pid → hits): OpenSSL's
+    /// public functions, Go's return instructions.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tls_probe_stepped_hits: std::collections::BTreeMap<u32, u64>,
+    /// What one TLS probe hit costs a process on this host (ns), measured at start: at a site
+    /// the kernel emulates, or a return.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_probe_hit_ns: Option<u64>,
+    /// What one hit at a site the kernel single-steps costs (ns), measured at start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_probe_stepped_hit_ns: Option<u64>,
+}

@@ -1,0 +1,36 @@
+//! How a session ended: the last JSON line (`summary`).
+
+use crate::conntrack::TrackerStats;
+use crate::kernel_counters::KernelCounters;
+use crate::protocols::ParseStats;
+
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Summary {
+    pub duration_ns: u64,
+    pub calls: u64,
+    pub calls_client: u64,
+    pub calls_server: u64,
+    /// Records received from the kernel (or the recording).
+    pub events: u64,
+    /// Records that did not decode (corrupt recording).
+    pub decode_errors: u64,
+    /// Records the user-space filters dropped (replay with --pid/--comm/--port).
+    pub filtered_events: u64,
+    pub kernel: KernelCounters,
+    pub tracker: TrackerStats,
+    pub parse: ParseStats,
+    /// Since-start numbers of every endpoint (the RED table of the whole session).
+    pub endpoints: Vec<crate::aggregate::EndpointSnapshot>,
+    pub endpoint_table: crate::aggregate::EndpointTableStats,
+    /// Process exec and exit records (after filters).
+    pub process_execs: u64,
+    pub process_exits: u64,
+    /// Times the process table (16384 processes) was full and started over.
+    pub process_table_resets: u64,
+    /// With -w: events the recording thread could not keep up with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recording_dropped_events: Option<u64>,
+    /// With -r: what reading the recording met.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay: Option<crate::record::read_stats::ReadStats>,
+}
