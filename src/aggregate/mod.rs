@@ -11,7 +11,9 @@ pub mod overhead;
 pub mod process;
 pub mod procfs;
 
-pub use endpoints::{EndpointSnapshot, EndpointTable, EndpointTableStats};
+pub use endpoints::{
+    EndpointSnapshot, EndpointTable, EndpointTableStats, EndpointWindows, LatencyBins, RowRef,
+};
 pub use normalize::normalize;
 pub use overhead::{BpfStats, Overhead, OverheadSnapshot, RingCounters, StatsMode};
 pub use process::{ProcessSnapshot, ProcessStats};

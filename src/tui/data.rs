@@ -1,12 +1,14 @@
 //! What the terminal UI was sent, as it shows it: the newest calls with their kept heads
-//! (bounded), connections, endpoint numbers per window, the flow table's rows, interval
-//! reports, process descriptions. Nothing here knows a view, a key or a terminal (`app.rs`).
+//! (bounded), connections, the pipeline's endpoint numbers per window, the flow table's rows,
+//! interval reports, process descriptions. Nothing here knows a view, a key or a terminal
+//! (`app.rs`). No endpoint number is counted here: each interval report carries them all
+//! (`IntervalReport::windows`), so calls the UI had no time to take change none of them.
 
 use std::collections::{HashMap, VecDeque};
 
 use super::table::{endpoint_key, CallEntry, ConnEntry};
 use super::{CallReturner, UiMsg};
-use crate::aggregate::{EndpointSnapshot, EndpointTable};
+use crate::aggregate::{EndpointWindows, RowRef};
 use crate::call::Call;
 use crate::protocols::Outcome;
 use crate::report::IntervalReport;
@@ -32,9 +34,8 @@ pub const ENDPOINT_HISTORY_MAX: usize = 2048;
 pub const MAX_CONNS: usize = 4096;
 
 /// The rolling windows of the Endpoints view's numbers (besides the interval and the
-/// session).
-pub const WINDOW_10S_NS: u64 = 10_000_000_000;
-pub const WINDOW_1M_NS: u64 = 60_000_000_000;
+/// session), as the pipeline keeps them.
+pub use crate::aggregate::endpoints::{WINDOW_10S_NS, WINDOW_1M_NS};
 
 /// What taking a message in did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,11 +66,9 @@ pub struct Data {
     /// The last interval's flow report has parts still to come (`UiMsg::FlowPart`), and
     /// whether their bytes count in `flow_bytes_by_pid` (not for an interval of no time).
     flow_parts_follow: Option<bool>,
-    /// Since-start endpoint numbers up to the last interval.
-    pub cumulative: Vec<EndpointSnapshot>,
-    /// Endpoint numbers over the last 10 s and the last minute (`app::EndpointWindow`).
-    pub last_10s: Vec<EndpointSnapshot>,
-    pub last_1m: Vec<EndpointSnapshot>,
+    /// The pipeline's endpoint numbers since the start, over the last 10 s and the last
+    /// minute, with latency bins, as of the last interval report (`app::EndpointWindow`).
+    pub windows: std::rc::Rc<EndpointWindows>,
     pub conns: rustc_hash::FxHashMap<(u32, u64), ConnEntry>,
     /// The kernel flow table's flows, from the interval reports.
     pub flows: super::flows::FlowBoard,
@@ -92,15 +91,9 @@ pub struct Data {
 }
 
 impl Data {
-    /// Takes in what the collector sent (`endpoints`: the UI's endpoint table, which the
-    /// calls feed; `returner`: where the calls pushed out of the list go). Keys, resizes and
-    /// the terminal's loss are the app's, not data: ignored.
-    pub fn take_in(
-        &mut self,
-        msg: UiMsg,
-        endpoints: &mut EndpointTable,
-        returner: &mut CallReturner,
-    ) -> Taken {
+    /// Takes in what the collector sent (`returner`: where the calls pushed out of the list
+    /// go). Keys, resizes and the terminal's loss are the app's, not data: ignored.
+    pub fn take_in(&mut self, msg: UiMsg, returner: &mut CallReturner) -> Taken {
         let d = self;
         match msg {
             UiMsg::Meta(m) => d.meta = Some(*m),
@@ -111,18 +104,17 @@ impl Data {
                 }
                 d.procs.insert(p.pid, *p);
             }
-            UiMsg::Calls(mut calls) => {
+            UiMsg::Calls(mut calls, rows) => {
+                let mut rows = rows.into_iter();
                 for c in calls.drain(..) {
-                    endpoints.observe(&c);
-                    d.add_call(c, returner);
+                    d.add_call(c, rows.next().flatten(), returner);
                 }
                 returner.spare(calls);
             }
             UiMsg::Interval(mut r) => {
-                endpoints.end_interval(r.period_ns);
-                d.cumulative = endpoints.cumulative();
-                d.last_10s = endpoints.window(WINDOW_10S_NS);
-                d.last_1m = endpoints.window(WINDOW_1M_NS);
+                if let Some(w) = r.windows.take() {
+                    d.windows = (*w).into();
+                }
                 d.position_ns = d.position_ns.max(r.mono_ns);
                 // An interval of no time (a replay ending on an interval's boundary): the
                 // last real interval's numbers stay on screen, not zeros.
@@ -194,13 +186,7 @@ impl Data {
                 d.lost_bytes += bytes;
             }
             UiMsg::Dropped(n) => d.ui_dropped = n,
-            UiMsg::Ended(s) => {
-                if !s.endpoints.is_empty() {
-                    // Exact since-start numbers.
-                    d.cumulative = s.endpoints.clone();
-                }
-                d.ended = Some(s);
-            }
+            UiMsg::Ended(s) => d.ended = Some(s),
             UiMsg::Restart => {
                 // The replay starts over to go back in time: everything shown is rebuilt (the
                 // calls it held go back like those pushed out).
@@ -215,7 +201,7 @@ impl Data {
         Taken::Added
     }
 
-    fn add_call(&mut self, call: Box<Call>, returner: &mut CallReturner) {
+    fn add_call(&mut self, call: Box<Call>, row: Option<RowRef>, returner: &mut CallReturner) {
         let d = self;
         let seq = d.next_seq;
         d.next_seq += 1;
@@ -266,7 +252,7 @@ impl Data {
             }
         }
         d.head_bytes += heads_len(&call);
-        d.calls.push_back(CallEntry::new(seq, call));
+        d.calls.push_back(CallEntry::new(seq, call, row));
         while d.head_bytes > HEAD_BUDGET && d.heads_dropped < d.calls.len() {
             let e = &mut d.calls[d.heads_dropped];
             d.head_bytes -= heads_len(&e.call);

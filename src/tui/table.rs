@@ -20,6 +20,9 @@ pub struct CallEntry {
     /// Arrival number: the call's identity in the UI.
     pub seq: u64,
     pub call: Box<Call>,
+    /// The pipeline's endpoint row the call was counted in (None: not given): a drill-down
+    /// lists the calls of its row by it, never normalising a call again.
+    pub endpoint: Option<crate::aggregate::RowRef>,
     /// The call's row, built once for the time format it was built with (`call_row_cached`):
     /// the Calls view lists up to `CALL_RING` calls at every frame, and building each row
     /// anew (about twenty strings) was the UI thread's largest cost under load.
@@ -27,10 +30,11 @@ pub struct CallEntry {
 }
 
 impl CallEntry {
-    pub fn new(seq: u64, call: Box<Call>) -> CallEntry {
+    pub fn new(seq: u64, call: Box<Call>, endpoint: Option<crate::aggregate::RowRef>) -> CallEntry {
         CallEntry {
             seq,
             call,
+            endpoint,
             row: RefCell::new(None),
         }
     }
