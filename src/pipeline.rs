@@ -40,6 +40,8 @@ pub struct Pipeline<S: Sink> {
     filters: Filters,
     recorder: Option<Recorder>,
     endpoints: EndpointTable,
+    /// Each connection's calls, for a sink that lists them (`Sink::wants_windows`).
+    conns: Option<crate::aggregate::conns::ConnTable>,
     /// Per tracking thread, the rows of the endpoint key numbers it gave (`EndpointKeys`).
     key_rows: Vec<KeyRows>,
     proc_stats: ProcessStats,
@@ -125,6 +127,7 @@ impl<S: Sink> Pipeline<S> {
         Pipeline {
             tracker: ConnTracker::new(cfg),
             endpoints: Self::endpoint_table(&sink, false),
+            conns: sink.wants_windows().then(Default::default),
             key_rows: Vec::new(),
             proc_stats: ProcessStats::new(DEFAULT_MAX_PROCESSES, read_proc),
             interval_start_ns: None,
@@ -661,6 +664,9 @@ impl<S: Sink> Pipeline<S> {
         result: &mut io::Result<()>,
     ) -> Option<RowRef> {
         let row = self.observe_endpoint(call, keyed.as_mut().map(|keyed| (i, keyed)));
+        if let Some(conns) = &mut self.conns {
+            conns.observe(call);
+        }
         self.proc_stats.observe_call(call);
         if self.l7_seen.len() >= MAX_L7_SEEN {
             self.l7_seen.clear();
@@ -866,6 +872,7 @@ impl<S: Sink> Pipeline<S> {
             period_ns,
             endpoints,
             windows,
+            conns: self.conns.as_ref().map(|c| c.snapshot()),
             processes: self.proc_stats.end_interval(period_ns),
             overhead,
             totals: self.totals(),

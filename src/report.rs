@@ -29,4 +29,8 @@ pub struct IntervalReport {
     /// made by the same table as `endpoints`, so no view counts calls of its own.
     #[serde(skip)]
     pub windows: Option<Box<EndpointWindows>>,
+    /// Each connection's calls (the most recent `conns::MAX_CONNS`), for the same sinks: a
+    /// list of connections without a flow table counts no call itself either.
+    #[serde(skip)]
+    pub conns: Option<Vec<crate::aggregate::conns::ConnStats>>,
 }

@@ -3,6 +3,7 @@
 //! ([`overhead`]). Pure bookkeeping: the pipeline feeds calls in and asks for snapshots at each
 //! interval; sinks decide how to show them.
 
+pub mod conns;
 pub mod distinct;
 pub mod endpoints;
 pub mod normalize;

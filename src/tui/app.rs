@@ -378,7 +378,7 @@ impl App {
                 .map(|e| Rc::new(endpoint_row(e)))
                 .collect(),
             View::Flows if d.flows.active => d.flows.rows().into_iter().map(Rc::new).collect(),
-            View::Flows => d.conns.values().map(|c| Rc::new(conn_row(c))).collect(),
+            View::Flows => d.conns.iter().map(|c| Rc::new(conn_row(c))).collect(),
             View::Processes => {
                 let Some(r) = d.report.as_ref() else {
                     return Vec::new();
@@ -1021,11 +1021,12 @@ mod tests {
         assert_eq!(rows[app.selected_index(&rows).unwrap()].key, last);
     }
 
-    /// The Endpoints view's numbers, in every window, are the pipeline's: a UI that got none
-    /// of the call batches (all dropped, UI behind) shows the same rows as one that got them
-    /// all, and since the start they add up to the summary's calls.
+    /// The Endpoints view's numbers, in every window, and the connections' are the
+    /// pipeline's: a UI that got none of the call batches (all dropped, UI behind) shows the
+    /// same rows as one that got them all, and since the start they add up to the summary's
+    /// calls.
     #[test]
-    fn calls_the_ui_never_got_change_no_endpoint_number() {
+    fn calls_the_ui_never_got_change_no_number() {
         let mut full = app_with(msgs());
         let mut starved = app_with(
             msgs()
@@ -1050,7 +1051,15 @@ mod tests {
                 key(app, KeyCode::Char('c'));
             }
         }
+        // The Flows view of a source without a flow table: its connections.
+        for app in [&mut full, &mut starved] {
+            key(app, KeyCode::Char('3'));
+        }
+        let conns = cells(&full);
+        assert!(!conns.is_empty());
+        assert_eq!(conns, cells(&starved));
         let d = starved.shown();
+        assert_eq!(d.conns.iter().map(|c| c.calls).sum::<u64>(), 62);
         let summary = d.ended.as_ref().unwrap();
         let since_start: u64 = d.windows.since_start.iter().map(|e| e.calls).sum();
         assert_eq!((since_start, summary.calls), (62, 62));

@@ -1,8 +1,8 @@
 //! What the terminal UI was sent, as it shows it: the newest calls with their kept heads
-//! (bounded), connections, the pipeline's endpoint numbers per window, the flow table's rows,
-//! interval reports, process descriptions. Nothing here knows a view, a key or a terminal
-//! (`app.rs`). No endpoint number is counted here: each interval report carries them all
-//! (`IntervalReport::windows`), so calls the UI had no time to take change none of them.
+//! (bounded), the pipeline's endpoint numbers per window and connections, the flow table's
+//! rows, interval reports, process descriptions. Nothing here knows a view, a key or a
+//! terminal (`app.rs`). No call is counted here: each interval report carries the numbers
+//! (`IntervalReport::windows`, `conns`), so calls the UI had no time to take change none.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -10,7 +10,6 @@ use super::table::{endpoint_key, CallEntry, ConnEntry};
 use super::{CallReturner, UiMsg};
 use crate::aggregate::{EndpointWindows, RowRef};
 use crate::call::Call;
-use crate::protocols::Outcome;
 use crate::report::IntervalReport;
 use crate::session::{SessionMeta, Summary};
 
@@ -30,8 +29,8 @@ pub const PROCS_MAX: usize = 16384;
 /// Endpoints whose recent intervals are kept for the drill-down's sparklines.
 pub const ENDPOINT_HISTORY_MAX: usize = 2048;
 
-/// Connections kept for the flows view (the least recently used go first).
-pub const MAX_CONNS: usize = 4096;
+/// Connections kept for the flows view (the least recently used go first), by the pipeline.
+pub use crate::aggregate::conns::MAX_CONNS;
 
 /// The rolling windows of the Endpoints view's numbers (besides the interval and the
 /// session), as the pipeline keeps them.
@@ -69,7 +68,9 @@ pub struct Data {
     /// The pipeline's endpoint numbers since the start, over the last 10 s and the last
     /// minute, with latency bins, as of the last interval report (`app::EndpointWindow`).
     pub windows: std::rc::Rc<EndpointWindows>,
-    pub conns: rustc_hash::FxHashMap<(u32, u64), ConnEntry>,
+    /// The pipeline's connections and their calls, as of the last interval report (the Flows
+    /// view without a flow table).
+    pub conns: std::rc::Rc<[ConnEntry]>,
     /// The kernel flow table's flows, from the interval reports.
     pub flows: super::flows::FlowBoard,
     /// Latest recorded (kernel) time seen.
@@ -114,6 +115,9 @@ impl Data {
             UiMsg::Interval(mut r) => {
                 if let Some(w) = r.windows.take() {
                     d.windows = (*w).into();
+                }
+                if let Some(c) = r.conns.take() {
+                    d.conns = c.into();
                 }
                 d.position_ns = d.position_ns.max(r.mono_ns);
                 // An interval of no time (a replay ending on an interval's boundary): the
@@ -206,40 +210,6 @@ impl Data {
         let seq = d.next_seq;
         d.next_seq += 1;
         d.position_ns = d.position_ns.max(super::call_time(&call));
-        let key = (call.pid, call.sock_id);
-        if !d.conns.contains_key(&key) && d.conns.len() >= MAX_CONNS {
-            if let Some(old) = d
-                .conns
-                .iter()
-                .min_by_key(|(_, c)| c.last_seq)
-                .map(|(k, _)| *k)
-            {
-                d.conns.remove(&old);
-            }
-        }
-        let conn = d.conns.entry(key).or_insert_with(|| ConnEntry {
-            pid: call.pid,
-            comm: call.comm.to_string(),
-            sock_id: call.sock_id,
-            side: call.side,
-            local: call.local,
-            peer: call.peer,
-            calls: 0,
-            server_errors: 0,
-            client_errors: 0,
-            req_bytes: 0,
-            resp_bytes: 0,
-            last_seq: seq,
-        });
-        conn.calls += 1;
-        conn.server_errors += u64::from(call.l7.outcome == Outcome::ServerError);
-        conn.client_errors += u64::from(call.l7.outcome == Outcome::ClientError);
-        conn.req_bytes += call.l7.req.bytes;
-        conn.resp_bytes += call.l7.resp.bytes;
-        conn.last_seq = seq;
-        if *conn.comm != *call.comm {
-            conn.comm = call.comm.to_string();
-        }
         if d.calls.len() >= CALL_RING {
             if let Some(old) = d.calls.pop_front() {
                 if d.heads_dropped > 0 {

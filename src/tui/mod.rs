@@ -910,6 +910,7 @@ mod tests {
             open_connections: 0,
             flows: parts.next(),
             windows: None,
+            conns: None,
         };
         let (tx, rx) = std::sync::mpsc::sync_channel(8);
         let mut sink = TuiSink::new(tx);

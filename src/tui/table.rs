@@ -3,7 +3,6 @@
 
 use std::cell::RefCell;
 use std::cmp::Ordering;
-use std::net::SocketAddr;
 use std::rc::Rc;
 
 use crate::aggregate::EndpointSnapshot;
@@ -81,22 +80,8 @@ pub(crate) fn call_row_cached(
     }
 }
 
-/// A connection as the calls show it (the Flows view when the source has no flow table).
-#[derive(Debug, Clone)]
-pub struct ConnEntry {
-    pub pid: u32,
-    pub comm: String,
-    pub sock_id: u64,
-    pub side: Side,
-    pub local: SocketAddr,
-    pub peer: SocketAddr,
-    pub calls: u64,
-    pub server_errors: u64,
-    pub client_errors: u64,
-    pub req_bytes: u64,
-    pub resp_bytes: u64,
-    pub last_seq: u64,
-}
+/// A connection's row of the Flows view without a flow table: the pipeline's numbers.
+pub use crate::aggregate::conns::ConnStats as ConnEntry;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flag {
