@@ -17,6 +17,7 @@ use shards::{Outcome, Ready, Shards, Step, TrackerState};
 
 use crate::aggregate::endpoints::KeyRows;
 use crate::aggregate::process::DEFAULT_MAX_PROCESSES;
+use crate::aggregate::RowRef;
 use crate::aggregate::{EndpointTable, OverheadSnapshot, ProcessStats};
 use crate::call::{Call, Side};
 use crate::conntrack::{ConnTracker, TrackerConfig, Verdict};
@@ -40,6 +41,8 @@ pub struct Pipeline<S: Sink> {
     filters: Filters,
     recorder: Option<Recorder>,
     endpoints: EndpointTable,
+    /// Each connection's calls, for a sink that lists them (`Sink::wants_windows`).
+    conns: Option<crate::aggregate::conns::ConnTable>,
     /// Per tracking thread, the rows of the endpoint key numbers it gave (`EndpointKeys`).
     key_rows: Vec<KeyRows>,
     proc_stats: ProcessStats,
@@ -124,7 +127,8 @@ impl<S: Sink> Pipeline<S> {
         let read_proc = procs.reads_proc();
         Pipeline {
             tracker: ConnTracker::new(cfg),
-            endpoints: EndpointTable::default(),
+            endpoints: Self::endpoint_table(&sink, false),
+            conns: sink.wants_windows().then(Default::default),
             key_rows: Vec::new(),
             proc_stats: ProcessStats::new(DEFAULT_MAX_PROCESSES, read_proc),
             interval_start_ns: None,
@@ -180,10 +184,20 @@ impl<S: Sink> Pipeline<S> {
     /// Endpoints keyed on raw resources (`--raw-resources`).
     pub fn with_raw_resources(mut self, raw: bool) -> Self {
         if raw {
-            self.endpoints =
-                EndpointTable::new(crate::aggregate::endpoints::DEFAULT_MAX_ENDPOINTS, true);
+            self.endpoints = Self::endpoint_table(&self.sink, true);
         }
         self
+    }
+
+    /// The endpoint table: keeping its rows' last minute for the rolling windows only when
+    /// the sink shows them (`Sink::wants_windows`).
+    fn endpoint_table(sink: &S, raw: bool) -> EndpointTable {
+        let table = EndpointTable::new(crate::aggregate::endpoints::DEFAULT_MAX_ENDPOINTS, raw);
+        if sink.wants_windows() {
+            table.with_history(crate::aggregate::endpoints::WINDOW_1M_NS)
+        } else {
+            table
+        }
     }
 
     /// Filters applied to every record. The protocol selection is the tracker's: it is
@@ -589,10 +603,10 @@ impl<S: Sink> Pipeline<S> {
                     n += 1;
                     // Taken whatever happens below, so the next call gets its own line.
                     let line = lines.as_mut().and_then(|l| l.next_line());
-                    if self.account_call(call, i, &mut keyed, &mut result) {
+                    if let Some(row) = self.account_call(call, i, &mut keyed, &mut result) {
                         result = match line {
                             Some(line) => self.sink.call_formatted(call, line),
-                            None => self.sink.call(call),
+                            None => self.sink.call_in(call, row),
                         };
                     }
                 }
@@ -600,15 +614,18 @@ impl<S: Sink> Pipeline<S> {
             Calls::Owned(calls) if self.sink.keeps_calls() => {
                 for (i, call) in calls.drain(..).enumerate() {
                     n += 1;
-                    if self.account_call(&call, i, &mut keyed, &mut result) {
-                        result = self.sink.call_owned(call);
+                    if let Some(row) = self.account_call(&call, i, &mut keyed, &mut result) {
+                        result = self.sink.call_owned_in(call, row);
                     }
                 }
             }
             Calls::Owned(calls) => {
                 for (i, call) in calls.iter().enumerate() {
                     n += 1;
-                    if self.account_call(call, i, &mut keyed, &mut result) {
+                    if self
+                        .account_call(call, i, &mut keyed, &mut result)
+                        .is_some()
+                    {
                         result = self.sink.call(call);
                     }
                 }
@@ -638,16 +655,19 @@ impl<S: Sink> Pipeline<S> {
     }
 
     /// A call's aggregates, counts and process identity (its process described to the sink and
-    /// the recorder the first time); whether it is then handed to the sink (not after an
-    /// output error, in `result`).
+    /// the recorder the first time); the endpoint row it was counted in when it is then
+    /// handed to the sink (None after an output error, in `result`).
     fn account_call(
         &mut self,
         call: &Call,
         i: usize,
         keyed: &mut Option<shards::Keyed>,
         result: &mut io::Result<()>,
-    ) -> bool {
-        self.observe_endpoint(call, keyed.as_mut().map(|keyed| (i, keyed)));
+    ) -> Option<RowRef> {
+        let row = self.observe_endpoint(call, keyed.as_mut().map(|keyed| (i, keyed)));
+        if let Some(conns) = &mut self.conns {
+            conns.observe(call);
+        }
         self.proc_stats.observe_call(call);
         if self.l7_seen.len() >= MAX_L7_SEEN {
             self.l7_seen.clear();
@@ -655,7 +675,7 @@ impl<S: Sink> Pipeline<S> {
         self.l7_seen
             .insert((call.local, call.peer), (call.l7.proto.name(), call.tls));
         if result.is_err() {
-            return false;
+            return None;
         }
         self.summary.calls += 1;
         match call.side {
@@ -669,25 +689,32 @@ impl<S: Sink> Pipeline<S> {
             }
             *result = self.sink.process(info);
         }
-        result.is_ok()
+        result.is_ok().then_some(row)
     }
 
     /// Accounts `call` in the endpoint table: by the number its tracking thread gave its key
-    /// (`keyed`: the call's place in the record's calls, the numbers), else by its key.
-    fn observe_endpoint(&mut self, call: &Call, keyed: Option<(usize, &mut shards::Keyed)>) {
+    /// (`keyed`: the call's place in the record's calls, the numbers), else by its key. The
+    /// row it was counted in.
+    fn observe_endpoint(
+        &mut self,
+        call: &Call,
+        keyed: Option<(usize, &mut shards::Keyed)>,
+    ) -> RowRef {
         if let Some((i, keyed)) = keyed {
             if let Some(&id) = keyed.ids.get(i) {
                 let worker = keyed.worker;
                 if worker >= self.key_rows.len() {
                     self.key_rows.resize_with(worker + 1, KeyRows::default);
                 }
-                if self.key_rows[worker].record(&mut self.endpoints, id, keyed.fresh, call) {
-                    return;
+                if let Some(row) =
+                    self.key_rows[worker].record(&mut self.endpoints, id, keyed.fresh, call)
+                {
+                    return row;
                 }
             }
             debug_assert!(false, "a call without its endpoint key's number");
         }
-        self.endpoints.observe(call);
+        self.endpoints.observe(call)
     }
 
     /// The flow table's report, or a part of it (`more`: parts follow), in order. Before the
@@ -838,10 +865,15 @@ impl<S: Sink> Pipeline<S> {
         self.summary.kernel = kernel.clone();
         let start = self.interval_start_ns.replace(now_ns).unwrap_or(now_ns);
         let period_ns = now_ns.saturating_sub(start);
+        let endpoints = self.endpoints.end_interval(period_ns);
+        // Made only for a sink that shows them (the table keeps history only then).
+        let windows = (self.endpoints.history_ns() > 0).then(|| Box::new(self.endpoints.windows()));
         let report = IntervalReport {
             mono_ns: now_ns,
             period_ns,
-            endpoints: self.endpoints.end_interval(period_ns),
+            endpoints,
+            windows,
+            conns: self.conns.as_ref().map(|c| c.snapshot()),
             processes: self.proc_stats.end_interval(period_ns),
             overhead,
             totals: self.totals(),

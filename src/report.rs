@@ -1,7 +1,7 @@
 //! What the pipeline hands sinks once per interval (`--delay`): the aggregates that make ebtop
 //! a *top*. JSON prints them as `endpoint`, `process` and `overhead` lines; the TUI renders them.
 
-use crate::aggregate::{EndpointSnapshot, OverheadSnapshot, ProcessSnapshot};
+use crate::aggregate::{EndpointSnapshot, EndpointWindows, OverheadSnapshot, ProcessSnapshot};
 use crate::session::Summary;
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -24,4 +24,13 @@ pub struct IntervalReport {
     /// it): active flows, flows that ended, UDP pairs, table health. `None` when flows are
     /// unavailable (not loaded, or a recording made without them).
     pub flows: Option<crate::flows::FlowReport>,
+    /// Every endpoint row over the last 10 s, the last minute and since the start, with its
+    /// latency bins: only for a sink that shows them (`Sink::wants_windows`, the terminal UI),
+    /// made by the same table as `endpoints`, so no view counts calls of its own.
+    #[serde(skip)]
+    pub windows: Option<Box<EndpointWindows>>,
+    /// Each connection's calls (the most recent `conns::MAX_CONNS`), for the same sinks: a
+    /// list of connections without a flow table counts no call itself either.
+    #[serde(skip)]
+    pub conns: Option<Vec<crate::aggregate::conns::ConnStats>>,
 }

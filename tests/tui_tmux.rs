@@ -388,3 +388,176 @@ fn recording_on_a_terminal_shows_a_live_status_line() {
     );
     assert!(path.exists());
 }
+
+/// The Endpoints view's rows as (side, method, resource) → CALLS cell, read off the screen.
+fn endpoint_calls(screen: &str) -> std::collections::BTreeMap<(String, String, String), String> {
+    let mut out = std::collections::BTreeMap::new();
+    for line in screen.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let Some(i) = words.iter().position(|w| *w == "server" || *w == "client") else {
+            continue;
+        };
+        let (Some(method), Some(resource), Some(calls)) =
+            (words.get(i + 1), words.get(i + 2), words.get(i + 3))
+        else {
+            continue;
+        };
+        let key = (
+            words[i].to_owned(),
+            method.to_string(),
+            resource.to_string(),
+        );
+        assert!(
+            out.insert(key, calls.to_string()).is_none(),
+            "one row per endpoint:\n{screen}"
+        );
+    }
+    out
+}
+
+/// A count as the TUI's columns write it (below 1000 as is, then k, M with one decimal).
+fn human(n: u64) -> String {
+    let v = n as f64;
+    if v < 999.95 {
+        format!("{n}")
+    } else if v < 999_950.0 {
+        format!("{:.1}k", v / 1e3)
+    } else {
+        format!("{:.1}M", v / 1e6)
+    }
+}
+
+/// At saturation the TUI shows `--json`'s numbers: keep-alive HTTP load as fast as the test
+/// server answers is recorded, then the recording is replayed into the TUI as fast as the
+/// replay goes (the UI may fall behind and drop call batches: only its Calls list may miss
+/// them) and to `--json`. The header shows the summary's calls; every window of the
+/// Endpoints view (10 s and 1 min when the recording is that short, since the start always)
+/// shows each endpoint's count as the JSON summary has it, and the server endpoint's
+/// drill-down its exact count since the start.
+#[test]
+fn tui_endpoint_counts_equal_json_at_saturation() {
+    use std::io::{BufReader, Write};
+    use std::time::{Duration, Instant};
+    common::require_root();
+    let server = common::TestServer::start();
+    let port = server.port.to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("load.ebt");
+    let rec_s = rec.to_str().unwrap().to_owned();
+    let live = common::Ebtop::start(&[
+        "--json", "--only", "endpoint", "--port", &port, "-w", &rec_s,
+    ]);
+    // 4 keep-alive clients, each until 4000 requests or 3 s (a bound that holds under load).
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let port = server.port;
+            std::thread::spawn(move || {
+                let s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+                let mut w = s.try_clone().unwrap();
+                let mut r = BufReader::new(s);
+                let start = Instant::now();
+                let mut n = 0u64;
+                while n < 4000 && start.elapsed() < Duration::from_secs(3) {
+                    w.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+                    common::read_response(&mut r);
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let sent: u64 = clients.into_iter().map(|c| c.join().unwrap()).sum();
+    live.stop();
+
+    let out = Command::new(env!("CARGO_BIN_EXE_ebtop"))
+        .args(["-r", &rec_s, "--json", "--only", "endpoint"])
+        .args(common::replay_args())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(summary["type"], "summary");
+    let mut want = std::collections::BTreeMap::new();
+    for e in summary["endpoints"].as_array().unwrap() {
+        let key = (
+            e["side"].as_str().unwrap().to_owned(),
+            e["method"].as_str().unwrap().to_owned(),
+            e["resource"].as_str().unwrap().to_owned(),
+        );
+        let calls = e["calls"].as_u64().unwrap();
+        assert!(want.insert(key, calls).is_none(), "one process: {summary}");
+    }
+    let root = ("server".to_owned(), "GET".to_owned(), "/".to_owned());
+    let root_calls = want.get(&root).copied().unwrap_or(0);
+    assert!(
+        root_calls > 0 && root_calls <= sent,
+        "{sent} sent: {want:?}"
+    );
+    let want_cells: std::collections::BTreeMap<_, _> =
+        want.iter().map(|(k, &n)| (k.clone(), human(n))).collect();
+    let calls = summary["calls"].as_u64().unwrap();
+    let duration_ns = summary["duration_ns"].as_u64().unwrap();
+
+    let t = Tmux::new();
+    t.start_ebtop(&format!("-r '{rec_s}' --speed 1000000"));
+    // A liveness bound for a debug build under load, not a timing check.
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let s = loop {
+        let s = t.screen();
+        if s.contains("[ENDED]") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "no end:\n{s}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        s.contains(&format!("calls {calls} (")),
+        "{calls} calls:\n{s}"
+    );
+    if let Some(w) = s.split("ui-dropped ").nth(1) {
+        eprintln!(
+            "the UI dropped {} calls",
+            w.split_whitespace().next().unwrap()
+        );
+    }
+    t.keys(&["2"]);
+    for (window, applies) in [
+        ("last 10 s", duration_ns <= 10_000_000_000),
+        ("last 1 min", duration_ns <= 60_000_000_000),
+        ("since the start", true),
+    ] {
+        let title = format!("Endpoints, {window}");
+        let s = t.wait(&title, |s| {
+            s.contains(&title) && s.lines().any(|l| l.starts_with('>'))
+        });
+        if applies {
+            assert_eq!(endpoint_calls(&s), want_cells, "{window}:\n{s}");
+        }
+        if window != "since the start" {
+            t.keys(&["c"]);
+        }
+    }
+    // The server endpoint's calls since the start, exactly: its drill-down's latency bins.
+    for _ in 0..want.len() {
+        let s = t.screen();
+        let line = selected_line(&s);
+        if line.contains(" server ") && line.contains(" / ") {
+            break;
+        }
+        t.keys(&["Down"]);
+        t.wait("the selection moved", |s2| selected_line(s2) != line);
+    }
+    t.keys(&["Enter"]);
+    let s = t.wait_for("Latency since the start (");
+    assert!(
+        s.contains(&format!("Latency since the start ({root_calls} calls)")),
+        "{root_calls} calls:\n{s}"
+    );
+    t.keys(&["q"]);
+    t.wait_for("ebtop exited 0");
+}

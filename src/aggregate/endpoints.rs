@@ -85,8 +85,10 @@ impl EndpointKeyRef<'_> {
 }
 
 /// A row of one [`EndpointTable`]: where the calls of a key go, found once per key
-/// ([`EndpointTable::row_of`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// ([`EndpointTable::row_of`]). Rows are never evicted, so a row's number names it for the
+/// whole session: the terminal UI matches a call to the row it was counted in by it
+/// ([`EndpointSnapshot::row`]) instead of normalising the call's resource again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct RowRef(u32);
 
 /// `comm: None` is the global row of a (side, protocol).
@@ -225,6 +227,21 @@ impl Row {
         }
     }
 
+    /// Latencies since the start up to the last interval's end in power-of-2 bins.
+    fn latency_bins(&self) -> Option<LatencyBins> {
+        let mut bins = [0u64; 64];
+        for v in self.total_hist.iter_recorded() {
+            let bin = 63 - v.value_iterated_to().max(1).leading_zeros() as usize;
+            bins[bin] += u64::from(v.count_at_value());
+        }
+        let first = bins.iter().position(|&n| n > 0)?;
+        let last = bins.iter().rposition(|&n| n > 0)?;
+        Some(LatencyBins {
+            first: first as u8,
+            calls: bins[first..=last].into(),
+        })
+    }
+
     fn bytes(&self) -> usize {
         let hist = |h: &Histogram<u32>| {
             h.distinct_values() * std::mem::size_of::<u32>() + std::mem::size_of::<Histogram<u32>>()
@@ -247,6 +264,9 @@ impl Row {
 /// One row of the endpoint table for one period (an interval or since the start).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct EndpointSnapshot {
+    /// The table's row these numbers are of (not in JSON: a number of this session).
+    #[serde(skip)]
+    pub row: RowRef,
     pub comm: String,
     pub side: Side,
     pub proto: Protocol,
@@ -299,6 +319,58 @@ pub struct EndpointTableStats {
     pub approx_bytes: u64,
 }
 
+/// The rolling windows of the terminal UI's Endpoints view (besides the interval and the
+/// session): rows keep their intervals of the longest ([`EndpointTable::with_history`]).
+pub const WINDOW_10S_NS: u64 = 10_000_000_000;
+pub const WINDOW_1M_NS: u64 = 60_000_000_000;
+
+/// Every row's numbers over the windows a viewer shows, up to an interval's end, made by the
+/// pipeline's table (the one `--json` reports from) for a sink that shows them
+/// (`Sink::wants_windows`): the terminal UI keeps no table of its own, so its numbers are
+/// the pipeline's whatever calls it had no time to take.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EndpointWindows {
+    /// Since the start, busiest first (`EndpointTable::cumulative`).
+    pub since_start: Vec<EndpointSnapshot>,
+    /// The intervals that ended in the last 10 s and the last minute (`EndpointTable::window`).
+    pub last_10s: Vec<EndpointSnapshot>,
+    pub last_1m: Vec<EndpointSnapshot>,
+    /// The latency bins of each row of `since_start`, in its order (None for "other" rows).
+    pub latency_bins: Vec<Option<LatencyBins>>,
+}
+
+impl EndpointWindows {
+    /// The latency bins since the start of row `row`; None for a row without them ("other").
+    pub fn latency_bins_of(&self, row: RowRef) -> Option<&LatencyBins> {
+        let i = self.since_start.iter().position(|e| e.row == row)?;
+        self.latency_bins.get(i)?.as_ref()
+    }
+}
+
+/// A row's latencies in power-of-2 bins, from its fastest bin to its slowest (empty bins
+/// between kept): a few hundred bytes a row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LatencyBins {
+    /// Bin of the fastest: [2^first, 2^(first+1)) ns.
+    first: u8,
+    calls: Box<[u64]>,
+}
+
+impl LatencyBins {
+    /// (low ns, high ns, calls) per bin.
+    pub fn bins(&self) -> Vec<(u64, u64, u64)> {
+        let first = u32::from(self.first);
+        self.calls
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                let low = 1u64 << (first + i as u32);
+                (low, low.saturating_mul(2), n)
+            })
+            .collect()
+    }
+}
+
 pub struct EndpointTable {
     /// Endpoint rows by key and "other" rows by (comm, side, protocol): their places in
     /// `rows`, so a call whose key was looked up once (a [`RowRef`]) goes straight to its row.
@@ -349,40 +421,30 @@ impl EndpointTable {
         self
     }
 
-    /// An endpoint's latencies since the start (the current interval included) in power-of-2
-    /// bins: (low ns, high ns, calls) from its fastest bin to its slowest, empty bins between
-    /// kept. None for an endpoint the table does not hold by itself (folded into "other").
-    pub fn latency_bins(
-        &self,
-        comm: &str,
-        side: Side,
-        proto: Protocol,
-        method: &str,
-        resource: &str,
-    ) -> Option<Vec<(u64, u64, u64)>> {
-        let key = EndpointKeyRef {
-            comm,
-            side,
-            proto,
-            method,
-            resource,
-        };
-        let row = &self.rows[*self.endpoints.get(&key)? as usize];
-        let mut bins = [0u64; 64];
-        let hists = std::iter::once(&*row.total_hist).chain(row.interval_hist.as_deref());
-        for h in hists {
-            for v in h.iter_recorded() {
-                let bin = 63 - v.value_iterated_to().max(1).leading_zeros() as usize;
-                bins[bin] += u64::from(v.count_at_value());
-            }
+    /// The rolling windows, since-start numbers and latency bins of every row up to the last
+    /// [`end_interval`](Self::end_interval): what a sink that shows them gets with each
+    /// interval ([`EndpointWindows`]). Empty windows without history (`with_history`).
+    pub fn windows(&self) -> EndpointWindows {
+        let since_start = self.cumulative();
+        let latency_bins = since_start
+            .iter()
+            .map(|e| {
+                (!e.other)
+                    .then(|| self.rows.get(e.row.0 as usize)?.latency_bins())
+                    .flatten()
+            })
+            .collect();
+        EndpointWindows {
+            last_10s: self.window(WINDOW_10S_NS),
+            last_1m: self.window(WINDOW_1M_NS),
+            since_start,
+            latency_bins,
         }
-        let first = bins.iter().position(|&n| n > 0)?;
-        let last = bins.iter().rposition(|&n| n > 0)?;
-        Some(
-            (first..=last)
-                .map(|b| (1u64 << b, (1u64 << b).saturating_mul(2), bins[b]))
-                .collect(),
-        )
+    }
+
+    /// How far back rows keep their intervals (`with_history`; 0: not at all).
+    pub fn history_ns(&self) -> u64 {
+        self.history_ns
     }
 
     /// Every row over the intervals that ended in the last `window_ns` (at most the history
@@ -395,10 +457,18 @@ impl EndpointTable {
         let mut hist: Histogram<u64> = new_histogram();
         let (endpoints, others) = self.labelled_rows();
         let mut out = Vec::new();
-        for (label, row) in endpoints.chain(others) {
+        let mut used = false;
+        for (label, row, at) in endpoints.chain(others) {
+            let mut recent = row.recent.iter().filter(|r| r.end_ns > since).peekable();
+            if recent.peek().is_none() {
+                continue;
+            }
+            if used {
+                hist.reset();
+            }
+            used = true;
             let mut counts = Counts::default();
-            hist.reset();
-            for r in row.recent.iter().filter(|r| r.end_ns > since) {
+            for r in recent {
                 counts.add(&r.counts);
                 for &(v, n) in &r.buckets {
                     hist.saturating_record_n(v, n);
@@ -407,6 +477,7 @@ impl EndpointTable {
             if counts.calls > 0 {
                 out.push(snapshot(
                     label,
+                    at,
                     &counts,
                     Some(&hist),
                     row.folded_keys.as_ref(),
@@ -436,33 +507,34 @@ impl EndpointTable {
         self.endpoints.is_empty() && self.others.is_empty()
     }
 
-    /// The endpoint rows and the "other" rows, each with its label.
+    /// The endpoint rows and the "other" rows, each with its label and number.
     #[allow(clippy::type_complexity)]
     fn labelled_rows(
         &self,
     ) -> (
-        impl Iterator<Item = (Label<'_>, &Row)>,
-        impl Iterator<Item = (Label<'_>, &Row)>,
+        impl Iterator<Item = (Label<'_>, &Row, RowRef)>,
+        impl Iterator<Item = (Label<'_>, &Row, RowRef)>,
     ) {
         let rows = &self.rows;
         (
             self.endpoints
                 .iter()
-                .map(move |(k, &i)| (Label::Endpoint(k), &rows[i as usize])),
+                .map(move |(k, &i)| (Label::Endpoint(k), &rows[i as usize], RowRef(i))),
             self.others
                 .iter()
-                .map(move |(k, &i)| (Label::Other(k), &rows[i as usize])),
+                .map(move |(k, &i)| (Label::Other(k), &rows[i as usize], RowRef(i))),
         )
     }
 
-    /// Accounts one completed call.
-    pub fn observe(&mut self, call: &Call) {
+    /// Accounts one completed call; the row it was counted in.
+    pub fn observe(&mut self, call: &Call) -> RowRef {
         let endpoints = &self.endpoints;
         let found = find_key(&mut self.memo, self.keep_raw, call, |key| {
             endpoints.get(key).map(|&i| RowRef(i))
         });
         let at = found.unwrap_or_else(|key| self.row_of(key));
         self.record(at, call);
+        at
     }
 
     /// The row a key's calls are counted in, added if the key is new: its own row while
@@ -527,11 +599,12 @@ impl EndpointTable {
     pub fn end_interval(&mut self, interval_ns: u64) -> Vec<EndpointSnapshot> {
         let mut out = Vec::new();
         let (endpoints, others) = self.labelled_rows();
-        for (label, row) in endpoints.chain(others) {
+        for (label, row, at) in endpoints.chain(others) {
             if row.interval.calls > 0 {
                 // Only "other" rows count folded keys.
                 out.push(snapshot(
                     label,
+                    at,
                     &row.interval,
                     row.interval_hist.as_deref(),
                     row.folded_keys.as_ref(),
@@ -555,10 +628,11 @@ impl EndpointTable {
         let (endpoints, others) = self.labelled_rows();
         let mut out: Vec<EndpointSnapshot> = endpoints
             .chain(others)
-            .filter(|(_, row)| row.total.calls > 0)
-            .map(|(label, row)| {
+            .filter(|(_, row, _)| row.total.calls > 0)
+            .map(|(label, row, at)| {
                 snapshot(
                     label,
+                    at,
                     &row.total,
                     Some(&*row.total_hist),
                     row.folded_keys.as_ref(),
@@ -685,32 +759,30 @@ pub struct KeyRows {
 
 impl KeyRows {
     /// Accounts `call`, numbered `id` by the thread, in `table`; `fresh` gives the key of a
-    /// number marked new (the thread's keys in the order it numbered them). Returns false,
-    /// having counted nothing, for a number this thread did not give (a bug).
+    /// number marked new (the thread's keys in the order it numbered them). Returns the row it
+    /// was counted in; None, having counted nothing, for a number this thread did not give (a
+    /// bug).
     pub fn record(
         &mut self,
         table: &mut EndpointTable,
         id: u32,
         fresh: &mut impl Iterator<Item = EndpointKey>,
         call: &Call,
-    ) -> bool {
+    ) -> Option<RowRef> {
         let at = if id & EndpointKeys::NEW != 0 {
             let n = (id & !EndpointKeys::NEW) as usize;
             let (true, Some(key)) = (n <= self.rows.len(), fresh.next()) else {
-                return false;
+                return None;
             };
             self.rows.truncate(n);
             let at = table.row_of(key);
             self.rows.push(at);
             at
         } else {
-            match self.rows.get(id as usize) {
-                Some(&at) => at,
-                None => return false,
-            }
+            *self.rows.get(id as usize)?
         };
         table.record(at, call);
-        true
+        Some(at)
     }
 }
 
@@ -749,6 +821,7 @@ fn percentiles<T: Counter>(h: &Histogram<T>, max_ns: u64) -> [u64; 4] {
 
 fn snapshot(
     label: Label<'_>,
+    row: RowRef,
     c: &Counts,
     hist: Option<&Histogram<impl Counter>>,
     folded_keys: Option<&DistinctCounter>,
@@ -774,6 +847,7 @@ fn snapshot(
     };
     let [p50, p90, p99, p999] = hist.map_or([0; 4], |h| percentiles(h, c.latency_max_ns));
     EndpointSnapshot {
+        row,
         comm,
         side,
         proto,
@@ -1170,18 +1244,93 @@ pub(crate) mod tests {
             t.observe(&call("api", 1, "GET", "/a", ns));
         }
         t.end_interval(1_000_000_000);
-        t.observe(&call("api", 1, "GET", "/a", 3_200)); // the current interval counts too
-        let c = call("api", 1, "GET", "/a", 0);
-        let bins = t
-            .latency_bins(&c.comm, c.side, c.l7.proto, "GET", "/a")
-            .unwrap();
-        assert_eq!(bins.first().unwrap(), &(2048, 4096, 3));
+        let b = t.observe(&call("api", 1, "GET", "/b", 3_200));
+        // Up to the last interval's end, as the since-start numbers beside them.
+        assert_eq!(t.windows().latency_bins_of(b), None);
+        t.end_interval(1_000_000_000);
+        let w = t.windows();
+        let a = w
+            .since_start
+            .iter()
+            .find(|e| e.resource == "/a")
+            .unwrap()
+            .row;
+        let bins = w.latency_bins_of(a).unwrap().bins();
+        assert_eq!(bins.first().unwrap(), &(2048, 4096, 2));
         assert_eq!(bins.last().unwrap(), &(4_194_304, 8_388_608, 1));
-        assert_eq!(bins.iter().map(|b| b.2).sum::<u64>(), 5);
+        assert_eq!(bins.iter().map(|b| b.2).sum::<u64>(), 4);
         assert!(bins.windows(2).all(|w| w[0].1 == w[1].0), "contiguous");
-        assert!(t
-            .latency_bins(&c.comm, c.side, c.l7.proto, "GET", "/b")
-            .is_none());
+        assert_eq!(w.latency_bins_of(b).unwrap().bins(), vec![(2048, 4096, 1)]);
+        assert_eq!(w.latency_bins.len(), w.since_start.len());
+    }
+
+    /// The windows a viewer gets with each interval count every call exactly: across
+    /// interval boundaries, with intervals of uneven lengths, as the 10 s and the 1 min
+    /// windows roll intervals off, and since the start.
+    #[test]
+    fn windows_count_every_call_of_their_intervals_exactly() {
+        const MS: u64 = 1_000_000;
+        let mut t = EndpointTable::default().with_history(WINDOW_1M_NS);
+        // Interval i lasts 700 ms or 1300 ms in turn and has i % 7 + 1 calls to /a and,
+        // every third interval, 2 to /b: (end ns, calls to /a, calls to /b) per interval.
+        let mut ended: Vec<(u64, u64, u64)> = Vec::new();
+        let mut elapsed = 0u64;
+        for i in 0..150u64 {
+            let (a, b) = (i % 7 + 1, if i % 3 == 0 { 2 } else { 0 });
+            for k in 0..a {
+                t.observe(&call("api", 1, "GET", "/a", 1_000 + k * 7_000));
+            }
+            for _ in 0..b {
+                t.observe(&call("api", 1, "GET", "/b", 50_000));
+            }
+            let len = if i % 2 == 0 { 700 * MS } else { 1300 * MS };
+            t.end_interval(len);
+            elapsed += len;
+            ended.push((elapsed, a, b));
+            let w = t.windows();
+            // An interval is in a window when it ended inside it.
+            let want = |window: u64, of: fn(&(u64, u64, u64)) -> u64| -> u64 {
+                ended
+                    .iter()
+                    .filter(|e| e.0 + window > elapsed)
+                    .map(of)
+                    .sum()
+            };
+            let got = |rows: &[EndpointSnapshot], r: &str| -> u64 {
+                rows.iter().find(|e| e.resource == r).map_or(0, |e| e.calls)
+            };
+            for (rows, window) in [(&w.last_10s, WINDOW_10S_NS), (&w.last_1m, WINDOW_1M_NS)] {
+                assert_eq!(got(rows, "/a"), want(window, |e| e.1), "/a, interval {i}");
+                assert_eq!(got(rows, "/b"), want(window, |e| e.2), "/b, interval {i}");
+                let period = rows.first().map_or(window.min(elapsed), |e| e.period_ns);
+                assert_eq!(period, window.min(elapsed), "interval {i}");
+            }
+            let all = |of: fn(&(u64, u64, u64)) -> u64| ended.iter().map(of).sum::<u64>();
+            assert_eq!(got(&w.since_start, "/a"), all(|e| e.1));
+            assert_eq!(got(&w.since_start, "/b"), all(|e| e.2));
+            assert_eq!(w.since_start, t.cumulative());
+            // Each since-start row's bins hold its calls.
+            for (e, bins) in w.since_start.iter().zip(&w.latency_bins) {
+                let n: u64 = bins.as_ref().unwrap().bins().iter().map(|b| b.2).sum();
+                assert_eq!(n, e.calls);
+            }
+        }
+        // Past a minute of intervals without calls both windows are empty; since the start
+        // keeps everything.
+        for _ in 0..60 {
+            t.end_interval(1_000 * MS);
+        }
+        let w = t.windows();
+        assert!(w.last_10s.is_empty() && w.last_1m.is_empty());
+        let total: u64 = ended.iter().map(|e| e.1 + e.2).sum();
+        assert_eq!(w.since_start.iter().map(|e| e.calls).sum::<u64>(), total);
+        // A table without history (JSON's) makes no windows.
+        let mut plain = EndpointTable::default();
+        plain.observe(&call("api", 1, "GET", "/a", 5_000));
+        plain.end_interval(1_000 * MS);
+        let w = plain.windows();
+        assert!(w.last_10s.is_empty() && w.last_1m.is_empty());
+        assert_eq!(w.since_start[0].calls, 1);
     }
 
     /// Calls numbered on two tracking threads (keys repeating, past the table's cap and past
@@ -1205,12 +1354,13 @@ pub(crate) mod tests {
                 };
                 let comm = ["api", "web", "db", "cache"][i % 4];
                 let c = call(comm, 1, "GET", &path, 1_000 + (i as u64 * 37) % 90_000);
-                serial.observe(&c);
+                let want = serial.observe(&c);
                 let k = (i / 3) % 2;
                 let mut fresh = Vec::new();
                 let id = threads[k].number(&c, &mut fresh);
                 numbered[k] += u64::from(id & EndpointKeys::NEW != 0);
-                assert!(rows[k].record(&mut table, id, &mut fresh.into_iter(), &c));
+                let at = rows[k].record(&mut table, id, &mut fresh.into_iter(), &c);
+                assert_eq!(at, Some(want), "the same row, by the same number");
             }
             let (a, b) = (serial.end_interval(1_000), table.end_interval(1_000));
             assert_eq!(a, b, "interval {interval}");
@@ -1226,8 +1376,12 @@ pub(crate) mod tests {
         // A number no thread gave is refused, nothing counted.
         let c = call("api", 1, "GET", "/x", 5_000);
         let mut none = std::iter::empty();
-        assert!(!KeyRows::default().record(&mut table, 7, &mut none, &c));
-        assert!(!KeyRows::default().record(&mut table, 3 | EndpointKeys::NEW, &mut none, &c));
+        assert!(KeyRows::default()
+            .record(&mut table, 7, &mut none, &c)
+            .is_none());
+        assert!(KeyRows::default()
+            .record(&mut table, 3 | EndpointKeys::NEW, &mut none, &c)
+            .is_none());
         assert_eq!(table.stats(), serial.stats());
     }
 }

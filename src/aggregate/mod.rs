@@ -3,6 +3,7 @@
 //! ([`overhead`]). Pure bookkeeping: the pipeline feeds calls in and asks for snapshots at each
 //! interval; sinks decide how to show them.
 
+pub mod conns;
 pub mod distinct;
 pub mod endpoints;
 pub mod normalize;
@@ -11,7 +12,9 @@ pub mod overhead;
 pub mod process;
 pub mod procfs;
 
-pub use endpoints::{EndpointSnapshot, EndpointTable, EndpointTableStats};
+pub use endpoints::{
+    EndpointSnapshot, EndpointTable, EndpointTableStats, EndpointWindows, LatencyBins, RowRef,
+};
 pub use normalize::normalize;
 pub use overhead::{BpfStats, Overhead, OverheadSnapshot, RingCounters, StatsMode};
 pub use process::{ProcessSnapshot, ProcessStats};

@@ -7,6 +7,7 @@ pub mod status;
 
 use std::io;
 
+use crate::aggregate::RowRef;
 use crate::call::Call;
 use crate::procinfo::ProcInfo;
 use crate::report::IntervalReport;
@@ -22,6 +23,23 @@ pub trait Sink {
     /// instead of a copy.
     fn call_owned(&mut self, call: Call) -> io::Result<()> {
         self.call(&call)
+    }
+    /// A call as [`Sink::call`], with the endpoint row the pipeline counted it in (rows are
+    /// never evicted: [`crate::aggregate::EndpointSnapshot::row`] names the same row): a
+    /// sink that matches calls to endpoint rows takes the row instead of normalising the
+    /// call's resource again.
+    fn call_in(&mut self, call: &Call, _row: RowRef) -> io::Result<()> {
+        self.call(call)
+    }
+    /// [`Sink::call_owned`] with the call's endpoint row (as [`Sink::call_in`]).
+    fn call_owned_in(&mut self, call: Call, _row: RowRef) -> io::Result<()> {
+        self.call_owned(call)
+    }
+    /// Whether this sink shows the endpoints' rolling windows (the terminal UI): the pipeline
+    /// then keeps each row's recent intervals and hands the windows with each interval
+    /// (`IntervalReport::windows`); other sinks pay nothing for them.
+    fn wants_windows(&self) -> bool {
+        false
     }
     /// Whether this sink keeps the calls it is given (so `call_owned` saves it a copy); other
     /// sinks get each call by reference, and the caller drops it where it lies (moving a
@@ -103,6 +121,9 @@ mod tests {
     struct ReportsByValue {
         /// Per report: whether it carried a flow table report.
         with_flows: Vec<bool>,
+        /// Whether it shows rolling windows, and per report whether it got them.
+        wants_windows: bool,
+        with_windows: Vec<bool>,
     }
 
     impl Sink for ReportsByValue {
@@ -123,7 +144,11 @@ mod tests {
         }
         fn interval_owned(&mut self, report: IntervalReport) -> io::Result<()> {
             self.with_flows.push(report.flows.is_some());
+            self.with_windows.push(report.windows.is_some());
             Ok(())
+        }
+        fn wants_windows(&self) -> bool {
+            self.wants_windows
         }
         fn flush(&mut self) -> io::Result<()> {
             Ok(())
@@ -152,5 +177,23 @@ mod tests {
         pipeline.set_flows(flows).unwrap();
         let (sink, _) = pipeline.finish(&kernel, 3_000_000_000).unwrap();
         assert_eq!(sink.with_flows, vec![false, true, true]);
+    }
+
+    #[test]
+    fn only_a_sink_that_shows_windows_gets_them() {
+        for wants_windows in [false, true] {
+            let sink = ReportsByValue {
+                wants_windows,
+                ..Default::default()
+            };
+            let mut pipeline =
+                Pipeline::new(TrackerConfig::default(), ProcessTable::new(false), sink)
+                    .with_raw_resources(true);
+            let kernel = KernelCounters::default();
+            pipeline.on_interval(1_000_000_000, &kernel, None).unwrap();
+            pipeline.on_interval(2_000_000_000, &kernel, None).unwrap();
+            let sink = pipeline.into_sink();
+            assert_eq!(sink.with_windows, vec![wants_windows; 2]);
+        }
     }
 }

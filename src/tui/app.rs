@@ -8,16 +8,17 @@ use std::time::Duration;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
-use super::data::{Data, Taken, WINDOW_10S_NS, WINDOW_1M_NS};
+use super::data::{Data, Taken};
 use super::filter::RowFilter;
 use super::table::{
-    call_row_cached, conn_row, endpoint_key, endpoint_row, process_row, Column, SharedRow, SortVal,
-    CALL_COLUMNS, CALL_COLUMNS_DATED, CONN_COLUMNS, ENDPOINT_COLUMNS, PROCESS_COLUMNS,
+    call_row_cached, conn_row, endpoint_key, endpoint_row, process_row, CallEntry, Column,
+    SharedRow, SortVal, CALL_COLUMNS, CALL_COLUMNS_DATED, CONN_COLUMNS, ENDPOINT_COLUMNS,
+    PROCESS_COLUMNS,
 };
 use super::{CallReturner, UiMsg};
 use crate::aggregate::endpoints::OTHER_RESOURCE;
-use crate::aggregate::{normalize, EndpointSnapshot, EndpointTable};
-use crate::call::{Call, Side};
+use crate::aggregate::{EndpointSnapshot, RowRef};
+use crate::call::Side;
 use crate::protocols::Protocol;
 
 /// How far `Right` skips a replay ahead (recorded time).
@@ -79,8 +80,8 @@ pub struct Drill {
     pub method: String,
     pub resource: String,
     pub other: bool,
-    /// Endpoints are keyed on raw resources.
-    pub raw: bool,
+    /// The pipeline's row of the endpoint: its calls are those counted in it.
+    pub row: RowRef,
 }
 
 impl Drill {
@@ -95,17 +96,10 @@ impl Drill {
         )
     }
 
-    pub fn matches(&self, c: &Call) -> bool {
-        if c.side != self.side || c.l7.proto != self.proto {
-            return false;
-        }
-        if self.other {
-            // A folded row: every call of that process (all processes for "*").
-            return self.comm == crate::aggregate::endpoints::ANY_COMM || *c.comm == *self.comm;
-        }
-        *c.comm == *self.comm
-            && c.l7.method == self.method
-            && normalize(c.l7.proto, &c.l7.method, &c.l7.resource, self.raw) == self.resource
+    /// Whether the call was counted in this endpoint's row (by the row the pipeline gave it:
+    /// no call is normalised again). A folded row's calls are those folded into it.
+    pub fn matches(&self, e: &CallEntry) -> bool {
+        e.endpoint == Some(self.row)
     }
 
     pub fn label(&self) -> String {
@@ -159,14 +153,6 @@ impl EndpointWindow {
         }
     }
 
-    /// Length of a rolling window.
-    pub fn ns(self) -> u64 {
-        match self {
-            EndpointWindow::Last10s => WINDOW_10S_NS,
-            _ => WINDOW_1M_NS,
-        }
-    }
-
     pub fn label(self) -> &'static str {
         match self {
             EndpointWindow::Last10s => "last 10 s",
@@ -178,9 +164,9 @@ impl EndpointWindow {
 
     pub fn rows(self, d: &Data) -> &[EndpointSnapshot] {
         match self {
-            EndpointWindow::Last10s => &d.last_10s,
-            EndpointWindow::Last1m => &d.last_1m,
-            EndpointWindow::SinceStart => &d.cumulative,
+            EndpointWindow::Last10s => &d.windows.last_10s,
+            EndpointWindow::Last1m => &d.windows.last_1m,
+            EndpointWindow::SinceStart => &d.windows.since_start,
             EndpointWindow::Interval => d.report.as_ref().map_or(&[], |r| &r.endpoints),
         }
     }
@@ -238,8 +224,6 @@ pub struct App {
     pub no_color: bool,
     data: Data,
     frozen: Option<Box<Data>>,
-    endpoints: EndpointTable,
-    raw_resources: bool,
     /// Where calls pushed out of the list go (freed on the thread that made them).
     call_returner: CallReturner,
 }
@@ -283,8 +267,6 @@ impl App {
             no_color,
             data: Data::default(),
             frozen: None,
-            endpoints: EndpointTable::default().with_history(EndpointWindow::Last1m.ns()),
-            raw_resources: false,
             call_returner: CallReturner::default(),
         }
     }
@@ -292,14 +274,6 @@ impl App {
     /// Calls pushed out of the list are handed back through `r`.
     pub fn set_call_returner(&mut self, r: CallReturner) {
         self.call_returner = r;
-    }
-
-    /// Endpoints keyed on raw resources, as the pipeline's (`--raw-resources`).
-    pub fn set_raw_resources(&mut self, raw: bool) {
-        self.raw_resources = raw;
-        self.endpoints =
-            EndpointTable::new(crate::aggregate::endpoints::DEFAULT_MAX_ENDPOINTS, raw)
-                .with_history(EndpointWindow::Last1m.ns());
     }
 
     pub fn paused(&self) -> bool {
@@ -333,10 +307,7 @@ impl App {
                 Action::Redraw
             }
             UiMsg::TerminalLost(_) | UiMsg::InputFailed(_) => Action::Quit,
-            msg => match self
-                .data
-                .take_in(msg, &mut self.endpoints, &mut self.call_returner)
-            {
+            msg => match self.data.take_in(msg, &mut self.call_returner) {
                 Taken::Added => Action::None,
                 Taken::StartedOver => Action::Redraw,
             },
@@ -396,7 +367,7 @@ impl App {
                 let dated = self.calls_dated();
                 d.calls
                     .iter()
-                    .filter(|e| self.drill.as_ref().is_none_or(|dr| dr.matches(&e.call)))
+                    .filter(|e| self.drill.as_ref().is_none_or(|dr| dr.matches(e)))
                     .map(|e| call_row_cached(d.meta.as_ref(), &self.zone, dated, e))
                     .collect()
             }
@@ -407,7 +378,7 @@ impl App {
                 .map(|e| Rc::new(endpoint_row(e)))
                 .collect(),
             View::Flows if d.flows.active => d.flows.rows().into_iter().map(Rc::new).collect(),
-            View::Flows => d.conns.values().map(|c| Rc::new(conn_row(c))).collect(),
+            View::Flows => d.conns.iter().map(|c| Rc::new(conn_row(c))).collect(),
             View::Processes => {
                 let Some(r) = d.report.as_ref() else {
                     return Vec::new();
@@ -463,15 +434,15 @@ impl App {
         rows
     }
 
-    /// The drilled-into endpoint's latency bins since the start (see
-    /// `EndpointTable::latency_bins`).
+    /// The drilled-into endpoint's latency bins since the start, as the pipeline sent them
+    /// (`EndpointWindows::latency_bins`): (low ns, high ns, calls).
     pub fn drill_latency_bins(&self) -> Option<Vec<(u64, u64, u64)>> {
         let d = self.drill.as_ref()?;
         if d.other {
             return None;
         }
-        self.endpoints
-            .latency_bins(&d.comm, d.side, d.proto, &d.method, &d.resource)
+        let bins = self.shown().windows.latency_bins_of(d.row)?;
+        Some(bins.bins())
     }
 
     /// Why the current view's filter does not parse (None: it does, or there is none).
@@ -606,7 +577,7 @@ impl App {
                         method: e.method.clone(),
                         resource: e.resource.clone(),
                         other: e.other || e.resource == OTHER_RESOURCE,
-                        raw: self.raw_resources,
+                        row: e.row,
                     });
                     let (c, asc) = default_sort(View::Calls);
                     self.drill_state = ViewState {
@@ -834,6 +805,7 @@ impl App {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::call::Call;
     use crate::tui::collect_replay;
     use crate::tui::data::{flow_bytes_by_pid, BytesByPid, CALL_RING, HEAD_BUDGET};
 
@@ -1018,7 +990,7 @@ mod tests {
         let all = msgs();
         let split = all
             .iter()
-            .position(|m| matches!(m, UiMsg::Calls(_)))
+            .position(|m| matches!(m, UiMsg::Calls(..)))
             .unwrap()
             + 1;
         let mut rest = all;
@@ -1047,6 +1019,51 @@ mod tests {
         key(&mut app, KeyCode::Char('c'));
         let rows = app.rows();
         assert_eq!(rows[app.selected_index(&rows).unwrap()].key, last);
+    }
+
+    /// The Endpoints view's numbers, in every window, and the connections' are the
+    /// pipeline's: a UI that got none of the call batches (all dropped, UI behind) shows the
+    /// same rows as one that got them all, and since the start they add up to the summary's
+    /// calls.
+    #[test]
+    fn calls_the_ui_never_got_change_no_number() {
+        let mut full = app_with(msgs());
+        let mut starved = app_with(
+            msgs()
+                .into_iter()
+                .filter(|m| !matches!(m, UiMsg::Calls(..)))
+                .collect(),
+        );
+        assert_eq!(starved.shown().calls.len(), 0);
+        assert_eq!(full.shown().calls.len(), 62);
+        let cells = |app: &App| -> Vec<Vec<String>> {
+            app.rows().iter().map(|r| r.cells.clone()).collect()
+        };
+        for app in [&mut full, &mut starved] {
+            key(app, KeyCode::Char('2'));
+        }
+        for _ in 0..4 {
+            assert_eq!(full.window, starved.window);
+            let rows = cells(&full);
+            assert!(!rows.is_empty(), "{:?}", full.window);
+            assert_eq!(rows, cells(&starved), "{:?}", full.window);
+            for app in [&mut full, &mut starved] {
+                key(app, KeyCode::Char('c'));
+            }
+        }
+        // The Flows view of a source without a flow table: its connections.
+        for app in [&mut full, &mut starved] {
+            key(app, KeyCode::Char('3'));
+        }
+        let conns = cells(&full);
+        assert!(!conns.is_empty());
+        assert_eq!(conns, cells(&starved));
+        let d = starved.shown();
+        assert_eq!(d.conns.iter().map(|c| c.calls).sum::<u64>(), 62);
+        let summary = d.ended.as_ref().unwrap();
+        let since_start: u64 = d.windows.since_start.iter().map(|e| e.calls).sum();
+        assert_eq!((since_start, summary.calls), (62, 62));
+        assert_eq!(d.windows.since_start, summary.endpoints);
     }
 
     #[test]
@@ -1088,7 +1105,7 @@ mod tests {
         let mut app = App::new("t", Duration::from_secs(1), true);
         let mut it = all.into_iter();
         for m in it.by_ref() {
-            let is_calls = matches!(m, UiMsg::Calls(_));
+            let is_calls = matches!(m, UiMsg::Calls(..));
             app.apply(m);
             if is_calls {
                 break;
@@ -1139,12 +1156,12 @@ mod tests {
         let call = msgs()
             .into_iter()
             .find_map(|m| match m {
-                UiMsg::Calls(c) => c.into_iter().next(),
+                UiMsg::Calls(c, _) => c.into_iter().next(),
                 _ => None,
             })
             .unwrap();
         let mut app = App::new("t", Duration::from_secs(1), true);
-        app.apply(UiMsg::Calls(vec![call; CALL_RING + 5]));
+        app.apply(UiMsg::Calls(vec![call; CALL_RING + 5], vec![]));
         let d = app.shown();
         assert_eq!(d.calls.len(), CALL_RING);
         assert_eq!(d.calls.front().unwrap().seq, 5);
@@ -1158,7 +1175,7 @@ mod tests {
         let mut call = msgs()
             .into_iter()
             .find_map(|m| match m {
-                UiMsg::Calls(c) => c.into_iter().next(),
+                UiMsg::Calls(c, _) => c.into_iter().next(),
                 _ => None,
             })
             .unwrap();
@@ -1167,7 +1184,7 @@ mod tests {
         call.l7.resp_head.bytes = vec![b'b'; head / 2];
         let per_call = head + head / 2;
         let mut app = App::new("t", Duration::from_secs(1), true);
-        app.apply(UiMsg::Calls(vec![call.clone(); 10]));
+        app.apply(UiMsg::Calls(vec![call.clone(); 10], vec![]));
         let fit = HEAD_BUDGET / per_call;
         let d = app.shown();
         assert!(d.head_bytes <= HEAD_BUDGET);
@@ -1186,7 +1203,7 @@ mod tests {
         // Calls leaving the ring give their bytes back.
         call.l7.req_head.bytes = Vec::new();
         call.l7.resp_head.bytes = Vec::new();
-        app.apply(UiMsg::Calls(vec![call; CALL_RING]));
+        app.apply(UiMsg::Calls(vec![call; CALL_RING], vec![]));
         assert_eq!(app.shown().head_bytes, 0);
     }
 
@@ -1195,20 +1212,20 @@ mod tests {
         let calls: Vec<Box<Call>> = msgs()
             .into_iter()
             .filter_map(|m| match m {
-                UiMsg::Calls(c) => Some(c),
+                UiMsg::Calls(c, _) => Some(c),
                 _ => None,
             })
             .flatten()
             .collect();
         let mut app = App::new("t", Duration::from_secs(1), true);
-        app.apply(UiMsg::Calls(calls[..10].to_vec()));
+        app.apply(UiMsg::Calls(calls[..10].to_vec(), vec![]));
         let rows = app.rows();
         assert_eq!(app.calls_follow(&rows), Some(Following::Newest));
         // The screen shows call 9 selected; two calls arrive before Enter is pressed.
         let drawn: u64 = rows[0].key.parse().unwrap();
         app.drawn_selection
             .replace(Some((View::Calls, rows[0].key.clone())));
-        app.apply(UiMsg::Calls(calls[10..12].to_vec()));
+        app.apply(UiMsg::Calls(calls[10..12].to_vec(), vec![]));
         assert_ne!(app.rows()[0].key, rows[0].key, "newer calls on top now");
         key(&mut app, KeyCode::Enter);
         assert_eq!(
@@ -1219,7 +1236,7 @@ mod tests {
         key(&mut app, KeyCode::Esc);
         // Moving down holds that row; newer calls are counted above it.
         key(&mut app, KeyCode::Down);
-        app.apply(UiMsg::Calls(calls[12..15].to_vec()));
+        app.apply(UiMsg::Calls(calls[12..15].to_vec(), vec![]));
         let rows = app.rows();
         let held = app.calls_follow(&rows);
         assert!(
@@ -1231,7 +1248,7 @@ mod tests {
         let rows = app.rows();
         assert_eq!(app.calls_follow(&rows), Some(Following::Newest));
         assert_eq!(app.selected_index(&rows), Some(0));
-        app.apply(UiMsg::Calls(calls[15..16].to_vec()));
+        app.apply(UiMsg::Calls(calls[15..16].to_vec(), vec![]));
         let rows = app.rows();
         assert_eq!(
             app.selected_index(&rows),

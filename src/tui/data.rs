@@ -1,14 +1,15 @@
 //! What the terminal UI was sent, as it shows it: the newest calls with their kept heads
-//! (bounded), connections, endpoint numbers per window, the flow table's rows, interval
-//! reports, process descriptions. Nothing here knows a view, a key or a terminal (`app.rs`).
+//! (bounded), the pipeline's endpoint numbers per window and connections, the flow table's
+//! rows, interval reports, process descriptions. Nothing here knows a view, a key or a
+//! terminal (`app.rs`). No call is counted here: each interval report carries the numbers
+//! (`IntervalReport::windows`, `conns`), so calls the UI had no time to take change none.
 
 use std::collections::{HashMap, VecDeque};
 
 use super::table::{endpoint_key, CallEntry, ConnEntry};
 use super::{CallReturner, UiMsg};
-use crate::aggregate::{EndpointSnapshot, EndpointTable};
+use crate::aggregate::{EndpointWindows, RowRef};
 use crate::call::Call;
-use crate::protocols::Outcome;
 use crate::report::IntervalReport;
 use crate::session::{SessionMeta, Summary};
 
@@ -28,13 +29,12 @@ pub const PROCS_MAX: usize = 16384;
 /// Endpoints whose recent intervals are kept for the drill-down's sparklines.
 pub const ENDPOINT_HISTORY_MAX: usize = 2048;
 
-/// Connections kept for the flows view (the least recently used go first).
-pub const MAX_CONNS: usize = 4096;
+/// Connections kept for the flows view (the least recently used go first), by the pipeline.
+pub use crate::aggregate::conns::MAX_CONNS;
 
 /// The rolling windows of the Endpoints view's numbers (besides the interval and the
-/// session).
-pub const WINDOW_10S_NS: u64 = 10_000_000_000;
-pub const WINDOW_1M_NS: u64 = 60_000_000_000;
+/// session), as the pipeline keeps them.
+pub use crate::aggregate::endpoints::{WINDOW_10S_NS, WINDOW_1M_NS};
 
 /// What taking a message in did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,12 +65,12 @@ pub struct Data {
     /// The last interval's flow report has parts still to come (`UiMsg::FlowPart`), and
     /// whether their bytes count in `flow_bytes_by_pid` (not for an interval of no time).
     flow_parts_follow: Option<bool>,
-    /// Since-start endpoint numbers up to the last interval.
-    pub cumulative: Vec<EndpointSnapshot>,
-    /// Endpoint numbers over the last 10 s and the last minute (`app::EndpointWindow`).
-    pub last_10s: Vec<EndpointSnapshot>,
-    pub last_1m: Vec<EndpointSnapshot>,
-    pub conns: rustc_hash::FxHashMap<(u32, u64), ConnEntry>,
+    /// The pipeline's endpoint numbers since the start, over the last 10 s and the last
+    /// minute, with latency bins, as of the last interval report (`app::EndpointWindow`).
+    pub windows: std::rc::Rc<EndpointWindows>,
+    /// The pipeline's connections and their calls, as of the last interval report (the Flows
+    /// view without a flow table).
+    pub conns: std::rc::Rc<[ConnEntry]>,
     /// The kernel flow table's flows, from the interval reports.
     pub flows: super::flows::FlowBoard,
     /// Latest recorded (kernel) time seen.
@@ -92,15 +92,9 @@ pub struct Data {
 }
 
 impl Data {
-    /// Takes in what the collector sent (`endpoints`: the UI's endpoint table, which the
-    /// calls feed; `returner`: where the calls pushed out of the list go). Keys, resizes and
-    /// the terminal's loss are the app's, not data: ignored.
-    pub fn take_in(
-        &mut self,
-        msg: UiMsg,
-        endpoints: &mut EndpointTable,
-        returner: &mut CallReturner,
-    ) -> Taken {
+    /// Takes in what the collector sent (`returner`: where the calls pushed out of the list
+    /// go). Keys, resizes and the terminal's loss are the app's, not data: ignored.
+    pub fn take_in(&mut self, msg: UiMsg, returner: &mut CallReturner) -> Taken {
         let d = self;
         match msg {
             UiMsg::Meta(m) => d.meta = Some(*m),
@@ -111,18 +105,20 @@ impl Data {
                 }
                 d.procs.insert(p.pid, *p);
             }
-            UiMsg::Calls(mut calls) => {
+            UiMsg::Calls(mut calls, rows) => {
+                let mut rows = rows.into_iter();
                 for c in calls.drain(..) {
-                    endpoints.observe(&c);
-                    d.add_call(c, returner);
+                    d.add_call(c, rows.next().flatten(), returner);
                 }
                 returner.spare(calls);
             }
             UiMsg::Interval(mut r) => {
-                endpoints.end_interval(r.period_ns);
-                d.cumulative = endpoints.cumulative();
-                d.last_10s = endpoints.window(WINDOW_10S_NS);
-                d.last_1m = endpoints.window(WINDOW_1M_NS);
+                if let Some(w) = r.windows.take() {
+                    d.windows = (*w).into();
+                }
+                if let Some(c) = r.conns.take() {
+                    d.conns = c.into();
+                }
                 d.position_ns = d.position_ns.max(r.mono_ns);
                 // An interval of no time (a replay ending on an interval's boundary): the
                 // last real interval's numbers stay on screen, not zeros.
@@ -194,13 +190,7 @@ impl Data {
                 d.lost_bytes += bytes;
             }
             UiMsg::Dropped(n) => d.ui_dropped = n,
-            UiMsg::Ended(s) => {
-                if !s.endpoints.is_empty() {
-                    // Exact since-start numbers.
-                    d.cumulative = s.endpoints.clone();
-                }
-                d.ended = Some(s);
-            }
+            UiMsg::Ended(s) => d.ended = Some(s),
             UiMsg::Restart => {
                 // The replay starts over to go back in time: everything shown is rebuilt (the
                 // calls it held go back like those pushed out).
@@ -215,45 +205,11 @@ impl Data {
         Taken::Added
     }
 
-    fn add_call(&mut self, call: Box<Call>, returner: &mut CallReturner) {
+    fn add_call(&mut self, call: Box<Call>, row: Option<RowRef>, returner: &mut CallReturner) {
         let d = self;
         let seq = d.next_seq;
         d.next_seq += 1;
         d.position_ns = d.position_ns.max(super::call_time(&call));
-        let key = (call.pid, call.sock_id);
-        if !d.conns.contains_key(&key) && d.conns.len() >= MAX_CONNS {
-            if let Some(old) = d
-                .conns
-                .iter()
-                .min_by_key(|(_, c)| c.last_seq)
-                .map(|(k, _)| *k)
-            {
-                d.conns.remove(&old);
-            }
-        }
-        let conn = d.conns.entry(key).or_insert_with(|| ConnEntry {
-            pid: call.pid,
-            comm: call.comm.to_string(),
-            sock_id: call.sock_id,
-            side: call.side,
-            local: call.local,
-            peer: call.peer,
-            calls: 0,
-            server_errors: 0,
-            client_errors: 0,
-            req_bytes: 0,
-            resp_bytes: 0,
-            last_seq: seq,
-        });
-        conn.calls += 1;
-        conn.server_errors += u64::from(call.l7.outcome == Outcome::ServerError);
-        conn.client_errors += u64::from(call.l7.outcome == Outcome::ClientError);
-        conn.req_bytes += call.l7.req.bytes;
-        conn.resp_bytes += call.l7.resp.bytes;
-        conn.last_seq = seq;
-        if *conn.comm != *call.comm {
-            conn.comm = call.comm.to_string();
-        }
         if d.calls.len() >= CALL_RING {
             if let Some(old) = d.calls.pop_front() {
                 if d.heads_dropped > 0 {
@@ -266,7 +222,7 @@ impl Data {
             }
         }
         d.head_bytes += heads_len(&call);
-        d.calls.push_back(CallEntry::new(seq, call));
+        d.calls.push_back(CallEntry::new(seq, call, row));
         while d.head_bytes > HEAD_BUDGET && d.heads_dropped < d.calls.len() {
             let e = &mut d.calls[d.heads_dropped];
             d.head_bytes -= heads_len(&e.call);

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use crossterm::event::KeyEvent;
 
+use crate::aggregate::RowRef;
 use crate::call::Call;
 use crate::procinfo::ProcInfo;
 use crate::report::IntervalReport;
@@ -40,8 +41,9 @@ pub enum UiMsg {
     Meta(Box<SessionMeta>),
     /// A process described for the first time (its command line for the Processes view).
     Process(Box<ProcInfo>),
-    /// Boxed: a call moves from batch to list to the way back, 424 bytes at each move.
-    Calls(Vec<Box<Call>>),
+    /// Boxed: a call moves from batch to list to the way back, 424 bytes at each move. With
+    /// the pipeline's endpoint row of each (`Sink::call_owned_in`; None: not given), in order.
+    Calls(Vec<Box<Call>>, Vec<Option<RowRef>>),
     Interval(Box<IntervalReport>),
     /// A later part of the last interval's flow report (its flows had `more` set).
     FlowPart(Box<crate::flows::FlowReport>),
@@ -218,6 +220,8 @@ pub fn call_time(call: &Call) -> u64 {
 pub struct TuiSink {
     tx: SyncSender<UiMsg>,
     batch: Vec<Box<Call>>,
+    /// The endpoint row of each call of `batch`.
+    batch_rows: Vec<Option<RowRef>>,
     batch_since: Instant,
     /// Calls not handed over (UI behind or gone).
     dropped: u64,
@@ -298,6 +302,7 @@ impl TuiSink {
         TuiSink {
             tx,
             batch: Vec::new(),
+            batch_rows: Vec::new(),
             batch_since: Instant::now(),
             dropped: 0,
             dropped_reported: 0,
@@ -350,7 +355,7 @@ impl TuiSink {
             Ok(()) => true,
             Err(TrySendError::Full(m)) => self.keep(m),
             Err(TrySendError::Disconnected(m)) => {
-                if let UiMsg::Calls(c) = m {
+                if let UiMsg::Calls(c, _) = m {
                     self.dropped += c.len() as u64;
                 }
                 false
@@ -360,7 +365,7 @@ impl TuiSink {
 
     fn keep(&mut self, m: UiMsg) -> bool {
         match m {
-            UiMsg::Calls(c) => self.dropped += c.len() as u64,
+            UiMsg::Calls(c, _) => self.dropped += c.len() as u64,
             UiMsg::Dropped(_) => {}
             m => {
                 if self.pending.len() >= PENDING_MAX {
@@ -402,7 +407,8 @@ impl TuiSink {
                 .filter(|b| b.capacity() >= room)
                 .unwrap_or_else(|| Vec::with_capacity(room));
             let batch = std::mem::replace(&mut self.batch, next);
-            self.send(UiMsg::Calls(batch));
+            let rows = std::mem::replace(&mut self.batch_rows, Vec::with_capacity(room));
+            self.send(UiMsg::Calls(batch, rows));
         }
         self.batch_since = Instant::now();
         if self.dropped != self.dropped_reported && self.send(UiMsg::Dropped(self.dropped)) {
@@ -419,6 +425,21 @@ impl TuiSink {
                 }
             }
         }
+    }
+
+    /// Batches `call` (counted in endpoint row `row`), handing the batch over when full or
+    /// old enough.
+    fn batch_call(&mut self, call: Call, row: Option<RowRef>) -> io::Result<()> {
+        self.pace(call_time(&call));
+        self.batch.push(Box::new(call));
+        self.batch_rows.push(row);
+        if self.batch.len() >= BATCH_MAX
+            || (self.batch.len().is_multiple_of(AGE_CHECK_EVERY)
+                && self.batch_since.elapsed() >= BATCH_AGE)
+        {
+            self.send_batch();
+        }
+        Ok(())
     }
 
     fn send_report(&mut self, r: IntervalReport) {
@@ -442,6 +463,7 @@ impl Sink for TuiSink {
         let at = self.pacer.as_ref()?.control.take_rewind()?;
         // What was batched belongs to the replay being abandoned.
         self.batch.clear();
+        self.batch_rows.clear();
         self.parts_follow = false;
         self.send(UiMsg::Restart);
         Some(at)
@@ -468,16 +490,20 @@ impl Sink for TuiSink {
         true
     }
 
+    fn wants_windows(&self) -> bool {
+        true
+    }
+
+    fn call_in(&mut self, call: &Call, row: RowRef) -> io::Result<()> {
+        self.call_owned_in(call.clone(), row)
+    }
+
     fn call_owned(&mut self, call: Call) -> io::Result<()> {
-        self.pace(call_time(&call));
-        self.batch.push(Box::new(call));
-        if self.batch.len() >= BATCH_MAX
-            || (self.batch.len().is_multiple_of(AGE_CHECK_EVERY)
-                && self.batch_since.elapsed() >= BATCH_AGE)
-        {
-            self.send_batch();
-        }
-        Ok(())
+        self.batch_call(call, None)
+    }
+
+    fn call_owned_in(&mut self, call: Call, row: RowRef) -> io::Result<()> {
+        self.batch_call(call, Some(row))
     }
 
     fn lost(&mut self, mono_ns: u64, loss: &crate::sink::Loss) -> io::Result<()> {
@@ -533,7 +559,8 @@ pub struct UiOptions {
     pub live: bool,
     /// Set while the display is paused (a replay's pacer waits on it).
     pub paused: Arc<AtomicBool>,
-    /// Endpoints keyed on raw resources (`--raw-resources`).
+    /// Endpoints keyed on raw resources (`--raw-resources`). The UI shows the pipeline's
+    /// rows as keyed there and keys nothing itself: unused by it.
     pub raw_resources: bool,
     /// A replay's pace and skips, changed by keys.
     pub replay: Option<Arc<ReplayControl>>,
@@ -563,7 +590,6 @@ pub fn run_ui(
     if let Some(tx) = opts.call_returner.clone() {
         app.set_call_returner(CallReturner::new(tx));
     }
-    app.set_raw_resources(opts.raw_resources);
     app.replay = opts.replay.clone();
     if !opts.utc {
         // Asked at each instant shown, not once now: a summer recording replayed in winter
@@ -713,7 +739,7 @@ mod tests {
         let calls: usize = msgs
             .iter()
             .map(|m| match m {
-                UiMsg::Calls(c) => c.len(),
+                UiMsg::Calls(c, _) => c.len(),
                 _ => 0,
             })
             .sum();
@@ -739,7 +765,7 @@ mod tests {
             .unwrap()
             .into_iter()
             .find_map(|m| match m {
-                UiMsg::Calls(c) => c.into_iter().next(),
+                UiMsg::Calls(c, _) => c.into_iter().next(),
                 _ => None,
             })
             .unwrap()
@@ -817,9 +843,9 @@ mod tests {
         // frees those calls and fills the buffer with new ones.
         let batch = vec![call.clone(); BATCH_MAX];
         let batch_at = batch.as_ptr() as usize;
-        app.apply(UiMsg::Calls(batch));
-        app.apply(UiMsg::Calls(vec![call.clone(); BATCH_MAX]));
-        app.apply(UiMsg::Calls(vec![call.clone(); BATCH_MAX]));
+        app.apply(UiMsg::Calls(batch, vec![]));
+        app.apply(UiMsg::Calls(vec![call.clone(); BATCH_MAX], vec![]));
+        app.apply(UiMsg::Calls(vec![call.clone(); BATCH_MAX], vec![]));
         sink.call(&call).unwrap();
         sink.flush().unwrap();
         assert!(sink.returned.as_ref().unwrap().try_recv().is_err());
@@ -828,7 +854,7 @@ mod tests {
         // The collector gone: the UI frees what it pushes out itself, and goes on.
         drop(sink);
         drop(rx);
-        app.apply(UiMsg::Calls(vec![call; 2 * BATCH_MAX]));
+        app.apply(UiMsg::Calls(vec![call; 2 * BATCH_MAX], vec![]));
         assert_eq!(app.shown().calls.len(), ring);
     }
 
@@ -883,6 +909,8 @@ mod tests {
             totals: Summary::default(),
             open_connections: 0,
             flows: parts.next(),
+            windows: None,
+            conns: None,
         };
         let (tx, rx) = std::sync::mpsc::sync_channel(8);
         let mut sink = TuiSink::new(tx);

@@ -3,7 +3,6 @@
 
 use std::cell::RefCell;
 use std::cmp::Ordering;
-use std::net::SocketAddr;
 use std::rc::Rc;
 
 use crate::aggregate::EndpointSnapshot;
@@ -20,6 +19,9 @@ pub struct CallEntry {
     /// Arrival number: the call's identity in the UI.
     pub seq: u64,
     pub call: Box<Call>,
+    /// The pipeline's endpoint row the call was counted in (None: not given): a drill-down
+    /// lists the calls of its row by it, never normalising a call again.
+    pub endpoint: Option<crate::aggregate::RowRef>,
     /// The call's row, built once for the time format it was built with (`call_row_cached`):
     /// the Calls view lists up to `CALL_RING` calls at every frame, and building each row
     /// anew (about twenty strings) was the UI thread's largest cost under load.
@@ -27,10 +29,11 @@ pub struct CallEntry {
 }
 
 impl CallEntry {
-    pub fn new(seq: u64, call: Box<Call>) -> CallEntry {
+    pub fn new(seq: u64, call: Box<Call>, endpoint: Option<crate::aggregate::RowRef>) -> CallEntry {
         CallEntry {
             seq,
             call,
+            endpoint,
             row: RefCell::new(None),
         }
     }
@@ -77,22 +80,8 @@ pub(crate) fn call_row_cached(
     }
 }
 
-/// A connection as the calls show it (the Flows view when the source has no flow table).
-#[derive(Debug, Clone)]
-pub struct ConnEntry {
-    pub pid: u32,
-    pub comm: String,
-    pub sock_id: u64,
-    pub side: Side,
-    pub local: SocketAddr,
-    pub peer: SocketAddr,
-    pub calls: u64,
-    pub server_errors: u64,
-    pub client_errors: u64,
-    pub req_bytes: u64,
-    pub resp_bytes: u64,
-    pub last_seq: u64,
-}
+/// A connection's row of the Flows view without a flow table: the pipeline's numbers.
+pub use crate::aggregate::conns::ConnStats as ConnEntry;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flag {
