@@ -17,6 +17,7 @@
 pub mod dns;
 #[cfg(test)]
 mod fixture_support;
+pub mod framing;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http1;

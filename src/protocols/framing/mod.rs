@@ -1,0 +1,450 @@
+//! One framing core for the parsers of length-framed protocols (issue 41, item 2).
+//!
+//! A protocol whose messages start with a header that says how long they are (PostgreSQL's
+//! type byte and int32, MySQL's 3-byte length) describes only that header to the core: a
+//! [`Framer`] says, from the buffered start of a message, how long its header is
+//! ([`Header::NeedMore`]), how long its body is and what kind of message it is
+//! ([`Header::Frame`]), or that these bytes are no message of its ([`Header::NotAFrame`]); and
+//! whether a segment starts where a lost direction can pick up again ([`Framer::resync`]).
+//!
+//! The core ([`on_segment`], [`on_gap`]) owns, per direction ([`FramedStream`]):
+//! - the partial header, kept across segments in a fixed buffer of [`MAX_HEADER`] bytes;
+//! - the body: counted down across segments, its first `keep` bytes kept (in a buffer reused
+//!   from message to message: no allocation per message), the rest skipped by count, bytes
+//!   beyond the snaplen too;
+//! - gaps: inside a body of known length they only skip bytes (the message is truncated),
+//!   anywhere else the direction loses its place ([`ParseStats::desyncs`], a message cut
+//!   counted in `damaged_messages`), and picks it up again at the first segment that starts
+//!   with a plausible message; everything skipped meanwhile is counted in `unparsed_bytes`;
+//! - the syscalls and bytes of the messages ([`BytesSince`]), for the protocol to take as a
+//!   request's or response's [`super::MessageSpan`].
+//!
+//! Each complete message is handed to [`Framer::frame_done`] with its kind and its kept body.
+//! What the protocol makes of it (pairing, calls) stays the protocol's. A protocol with states
+//! of its own between messages (PostgreSQL's one-byte answer to SSLRequest, its search for a
+//! response's end after losing its place inside rows) has them as [`St::Proto`], handled by
+//! its hooks; a protocol that cannot be framed this way at all (HTTP/1 heads, RESP, HTTP/2
+//! streams) implements [`super::StreamParser`] itself.
+
+use super::{BytesSince, L7Call, ParseStats, Segment};
+use crate::event::Direction;
+
+/// The longest header a [`Framer`] may ask for.
+pub const MAX_HEADER: usize = 16;
+
+/// Where a direction is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum St<P> {
+    /// Reading a message's header (some of it may be buffered).
+    Header,
+    /// Inside a body: `left` bytes to go.
+    Body { left: u64 },
+    /// Out of sync (or not yet in sync): waiting for a segment that starts with a message.
+    Lost,
+    /// A state of the protocol's own, handled by its hooks.
+    Proto(P),
+}
+
+/// What the buffered start of a message says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Header<K> {
+    /// The header is this many bytes in all (more than buffered, at most [`MAX_HEADER`]).
+    NeedMore(usize),
+    /// A message of kind `kind` whose body (after the header) is `body_len` bytes.
+    Frame { body_len: u64, kind: K },
+    /// Not a message of this protocol: the direction loses its place.
+    NotAFrame,
+}
+
+/// Why a direction lost its place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loss {
+    /// A header the framer rejected.
+    NotAFrame,
+    /// A header went unseen (beyond the snaplen).
+    Unseen,
+    /// Bytes were lost (ring buffer) outside a body of known length.
+    Gap,
+}
+
+/// One direction's framing state.
+#[derive(Debug)]
+pub struct FramedStream<K, P> {
+    pub st: St<P>,
+    hdr: [u8; MAX_HEADER],
+    hdr_len: u8,
+    /// Header bytes needed before asking the framer (again).
+    need: u8,
+    /// The kind of the message being read.
+    pub kind: K,
+    /// The message's kept body prefix (at most `keep` bytes).
+    pub body: Vec<u8>,
+    pub keep: usize,
+    /// The syscalls and bytes since the protocol last took them.
+    pub acc: BytesSince,
+    /// The current message is the first of the bytes `acc` holds.
+    pub opened_acc: bool,
+    /// Pending requests when this direction lost its place (for a protocol to end them).
+    pub lost_with: usize,
+}
+
+impl<K: Copy + Default, P: Copy + PartialEq> FramedStream<K, P> {
+    pub fn new(st: St<P>, min_header: usize) -> Self {
+        FramedStream {
+            st,
+            hdr: [0; MAX_HEADER],
+            hdr_len: 0,
+            need: min_header.clamp(1, MAX_HEADER) as u8,
+            kind: K::default(),
+            body: Vec::new(),
+            keep: 0,
+            acc: BytesSince::default(),
+            opened_acc: false,
+            lost_with: 0,
+        }
+    }
+
+    /// Some of a header is buffered.
+    pub fn partial_header(&self) -> bool {
+        self.hdr_len > 0
+    }
+
+    /// Inside a message (some of its header read, or its body under way).
+    pub fn in_message(&self) -> bool {
+        self.hdr_len > 0 || matches!(self.st, St::Body { .. })
+    }
+
+    /// Starts a message's kept body: its first `keep` bytes will be kept.
+    pub fn start_body(&mut self, keep: usize) {
+        self.body.clear();
+        self.keep = keep;
+    }
+
+    /// Drops a partial header and the kept body.
+    pub fn clear(&mut self, min_header: usize) {
+        self.hdr_len = 0;
+        self.need = min_header.clamp(1, MAX_HEADER) as u8;
+        self.body.clear();
+    }
+
+    /// Loses this direction's place (counted once per loss); `pending`: the requests then
+    /// pending, kept in `lost_with`.
+    pub fn lose_sync(&mut self, pending: usize, min_header: usize, stats: &mut ParseStats) {
+        if self.st != St::Lost {
+            stats.desyncs += 1;
+            self.lost_with = pending;
+        }
+        self.st = St::Lost;
+        self.clear(min_header);
+        self.acc = BytesSince::default();
+    }
+
+    /// `n` bytes of the body in progress (`n` ≤ `left`) went unseen.
+    fn hole(&mut self, left: u64, n: u64, keep_after_hole: bool) {
+        self.st = St::Body { left: left - n };
+        self.acc.add(n);
+        self.acc.truncated = true;
+        if !keep_after_hole {
+            // What follows the hole is not the kept prefix's continuation.
+            self.keep = self.body.len();
+        }
+    }
+}
+
+/// Both directions, and the count of segments seen (a [`BytesSince`] counts each once).
+#[derive(Debug)]
+pub struct Streams<K, P> {
+    pub dirs: [FramedStream<K, P>; 2],
+    pub seg_id: u64,
+}
+
+impl<K: Copy + Default, P: Copy + PartialEq> Streams<K, P> {
+    pub fn new(st: St<P>, min_header: usize) -> Self {
+        Streams {
+            dirs: [
+                FramedStream::new(st, min_header),
+                FramedStream::new(st, min_header),
+            ],
+            seg_id: 0,
+        }
+    }
+}
+
+/// A protocol's framing and its hooks; the core's functions drive it.
+pub trait Framer: Sized {
+    /// What a header says the message is (a type byte, a sequence id).
+    type Kind: Copy + Default + std::fmt::Debug;
+    /// The protocol's own states ([`St::Proto`]).
+    type State: Copy + PartialEq + std::fmt::Debug;
+    /// Header bytes buffered before [`Framer::header`] is first asked.
+    const MIN_HEADER: usize;
+    /// After a hole in a body (snaplen, a gap) the bytes that follow are still appended to the
+    /// kept prefix (PostgreSQL's behaviour); otherwise keeping stops at the hole.
+    const KEEP_AFTER_HOLE: bool = false;
+    /// A segment carrying a header's later bytes counts in the message's span even when no
+    /// body follows (otherwise only the segment where the header started does: PostgreSQL's
+    /// behaviour).
+    const TOUCH_HEADER_PIECES: bool = true;
+
+    fn streams(&mut self) -> &mut Streams<Self::Kind, Self::State>;
+    fn streams_ref(&self) -> &Streams<Self::Kind, Self::State>;
+    /// Nothing more is parsed on this connection (encrypted, compressed).
+    fn stopped(&self) -> bool;
+    /// Requests pending (kept as [`FramedStream::lost_with`] when a direction loses its place).
+    fn pending(&self) -> usize;
+
+    /// The buffered start of a message in direction `d` (at least the bytes last asked for).
+    /// On [`Header::Frame`] the framer starts the body it keeps ([`FramedStream::start_body`]).
+    fn header(&mut self, d: usize, hdr: &[u8], stats: &mut ParseStats) -> Header<Self::Kind>;
+    /// A whole message of `kind` in direction `d`, `body` its kept prefix.
+    fn frame_done(
+        &mut self,
+        d: usize,
+        kind: Self::Kind,
+        body: &[u8],
+        out: &mut Vec<L7Call>,
+        stats: &mut ParseStats,
+    );
+    /// Does segment `p` (captured bytes) start where lost direction `d` can pick up again?
+    fn resync(&self, d: usize, p: &[u8]) -> bool;
+    /// Direction `d` picked up again after a loss.
+    fn resynced(&mut self, _d: usize, _out: &mut Vec<L7Call>, _stats: &mut ParseStats) {}
+    /// Direction `d` lost its place (the core has counted it): what it means for pairing.
+    fn lost(&mut self, d: usize, why: Loss, stats: &mut ParseStats);
+    /// A header in direction `d` went unseen (`n` bytes, already counted as unparsed): true if
+    /// the protocol takes it from here (into a state of its own) rather than losing its place.
+    fn header_unseen(&mut self, _d: usize, _n: u64, _stats: &mut ParseStats) -> bool {
+        false
+    }
+    /// Captured bytes `data` of `seg` in the protocol's state `s`: how many it consumed.
+    fn in_state(
+        &mut self,
+        _d: usize,
+        _s: Self::State,
+        _seg: &Segment,
+        data: &[u8],
+        _out: &mut Vec<L7Call>,
+        stats: &mut ParseStats,
+    ) -> usize {
+        stats.skipped(data.len() as u64);
+        data.len()
+    }
+    /// A segment starts in the protocol's state `s`: where in its captured bytes framing goes
+    /// on (None: nowhere, the protocol counted them).
+    fn segment_in_state(
+        &mut self,
+        _d: usize,
+        _s: Self::State,
+        _seg: &Segment,
+        _out: &mut Vec<L7Call>,
+        _stats: &mut ParseStats,
+    ) -> Option<usize> {
+        Some(0)
+    }
+    /// `n` uncaptured bytes at a segment's end in the protocol's state `s`.
+    fn uncaptured_in_state(
+        &mut self,
+        _d: usize,
+        _s: Self::State,
+        n: u64,
+        _out: &mut Vec<L7Call>,
+        stats: &mut ParseStats,
+    ) {
+        stats.skipped(n);
+    }
+}
+
+/// Direction `d` loses its place (counted once per loss).
+pub fn lose_sync<F: Framer>(p: &mut F, d: usize, stats: &mut ParseStats) {
+    let pending = p.pending();
+    p.streams().dirs[d].lose_sync(pending, F::MIN_HEADER, stats);
+}
+
+/// One segment: picks a lost direction up again, frames the captured bytes, skips the rest.
+pub fn on_segment<F: Framer>(
+    p: &mut F,
+    seg: &Segment<'_>,
+    out: &mut Vec<L7Call>,
+    stats: &mut ParseStats,
+) {
+    if p.stopped() {
+        stats.skipped(seg.total_len);
+        return;
+    }
+    p.streams().seg_id += 1;
+    let d = seg.dir.index();
+    let mut payload = seg.payload;
+    match p.streams_ref().dirs[d].st {
+        St::Proto(s) => match p.segment_in_state(d, s, seg, out, stats) {
+            Some(at) => payload = &payload[at.min(payload.len())..],
+            None => return,
+        },
+        St::Lost => {
+            if p.resync(d, seg.payload) {
+                p.streams().dirs[d].st = St::Header;
+                p.resynced(d, out, stats);
+            } else {
+                stats.skipped(seg.total_len);
+                return;
+            }
+        }
+        St::Header | St::Body { .. } => {}
+    }
+    feed(p, d, seg, payload, out, stats);
+    let uncaptured = seg.total_len.saturating_sub(seg.payload.len() as u64);
+    if uncaptured > 0 && !p.stopped() {
+        match p.streams_ref().dirs[d].st {
+            St::Lost => stats.skipped(uncaptured),
+            St::Proto(s) => p.uncaptured_in_state(d, s, uncaptured, out, stats),
+            St::Header | St::Body { .. } => unseen(p, d, uncaptured, out, stats),
+        }
+    }
+}
+
+/// Frames captured bytes `data` of `seg` in direction `d`.
+pub fn feed<F: Framer>(
+    p: &mut F,
+    d: usize,
+    seg: &Segment,
+    mut data: &[u8],
+    out: &mut Vec<L7Call>,
+    stats: &mut ParseStats,
+) {
+    while !data.is_empty() && !p.stopped() {
+        let seg_id = p.streams_ref().seg_id;
+        match p.streams_ref().dirs[d].st {
+            St::Lost => {
+                stats.skipped(data.len() as u64);
+                return;
+            }
+            St::Proto(s) => {
+                let n = p.in_state(d, s, seg, data, out, stats);
+                data = &data[n.min(data.len())..];
+            }
+            St::Header => {
+                let s = &mut p.streams().dirs[d];
+                if s.hdr_len == 0 {
+                    s.opened_acc = s.acc.span.is_none();
+                    s.acc.touch(seg_id, seg);
+                } else if F::TOUCH_HEADER_PIECES {
+                    s.acc.touch(seg_id, seg);
+                }
+                let (have, need) = (s.hdr_len as usize, s.need as usize);
+                let take = need.saturating_sub(have).min(data.len());
+                s.hdr[have..have + take].copy_from_slice(&data[..take]);
+                s.hdr_len += take as u8;
+                s.acc.add(take as u64);
+                data = &data[take..];
+                if have + take < need {
+                    continue;
+                }
+                let (hdr, n) = (s.hdr, have + take);
+                match p.header(d, &hdr[..n], stats) {
+                    Header::NeedMore(m) if m > n && m <= MAX_HEADER => {
+                        p.streams().dirs[d].need = m as u8;
+                    }
+                    Header::Frame { body_len, kind } => {
+                        let s = &mut p.streams().dirs[d];
+                        s.hdr_len = 0;
+                        s.need = F::MIN_HEADER.clamp(1, MAX_HEADER) as u8;
+                        s.kind = kind;
+                        s.st = St::Body { left: body_len };
+                        if body_len == 0 {
+                            done(p, d, out, stats);
+                        }
+                    }
+                    // A framer asking for fewer bytes than it has, or more than fit, has no
+                    // message here either.
+                    Header::NeedMore(_) | Header::NotAFrame => {
+                        lose_sync(p, d, stats);
+                        p.lost(d, Loss::NotAFrame, stats);
+                        stats.skipped(data.len() as u64);
+                        return;
+                    }
+                }
+            }
+            St::Body { left } => {
+                let take = left.min(data.len() as u64) as usize;
+                let s = &mut p.streams().dirs[d];
+                s.acc.touch(seg_id, seg);
+                s.acc.add(take as u64);
+                let room = s.keep.saturating_sub(s.body.len()).min(take);
+                s.body.extend_from_slice(&data[..room]);
+                s.st = St::Body {
+                    left: left - take as u64,
+                };
+                data = &data[take..];
+                if left == take as u64 {
+                    done(p, d, out, stats);
+                }
+            }
+        }
+    }
+}
+
+/// The message in direction `d` is whole: handed to the protocol with its kept body (whose
+/// buffer is reused for the next message).
+fn done<F: Framer>(p: &mut F, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
+    let s = &mut p.streams().dirs[d];
+    s.st = St::Header;
+    let kind = s.kind;
+    let body = std::mem::take(&mut s.body);
+    p.frame_done(d, kind, &body, out, stats);
+    let s = &mut p.streams().dirs[d];
+    if s.body.is_empty() {
+        s.body = body;
+        s.body.clear();
+    }
+}
+
+/// `n` bytes of direction `d` were moved but not captured (snaplen).
+pub fn unseen<F: Framer>(
+    p: &mut F,
+    d: usize,
+    n: u64,
+    out: &mut Vec<L7Call>,
+    stats: &mut ParseStats,
+) {
+    if let St::Body { left } = p.streams_ref().dirs[d].st {
+        if n <= left {
+            p.streams().dirs[d].hole(left, n, F::KEEP_AFTER_HOLE);
+            if n == left {
+                // The message ends with the syscall: parsed from what was kept.
+                done(p, d, out, stats);
+            }
+            return;
+        }
+    }
+    // A header went unseen: the next message's place is unknown.
+    stats.skipped(n);
+    if p.header_unseen(d, n, stats) {
+        return;
+    }
+    lose_sync(p, d, stats);
+    p.lost(d, Loss::Unseen, stats);
+}
+
+/// `len` bytes of `dir` were lost (None: an unknown amount).
+pub fn on_gap<F: Framer>(p: &mut F, dir: Direction, len: Option<u64>, stats: &mut ParseStats) {
+    if p.stopped() {
+        stats.skipped(len.unwrap_or(0));
+        return;
+    }
+    let d = dir.index();
+    // A gap strictly inside a body of known length only skips bytes.
+    if let (Some(n), St::Body { left }) = (len, p.streams_ref().dirs[d].st) {
+        if n < left {
+            p.streams().dirs[d].hole(left, n, F::KEEP_AFTER_HOLE);
+            return;
+        }
+    }
+    stats.skipped(len.unwrap_or(0));
+    if p.streams_ref().dirs[d].in_message() {
+        stats.damaged_messages += 1;
+    }
+    lose_sync(p, d, stats);
+    p.lost(d, Loss::Gap, stats);
+}
+
+#[cfg(test)]
+mod tests;
