@@ -120,6 +120,15 @@ impl<K: Copy + Default, P: Copy + PartialEq> FramedStream<K, P> {
         self.keep = keep;
     }
 
+    /// A byte that starts a header, read by the protocol in a state of its own (and not
+    /// counted in `acc`).
+    pub fn push_header_byte(&mut self, b: u8) {
+        if (self.hdr_len as usize) < MAX_HEADER {
+            self.hdr[self.hdr_len as usize] = b;
+            self.hdr_len += 1;
+        }
+    }
+
     /// Drops a partial header and the kept body.
     pub fn clear(&mut self, min_header: usize) {
         self.hdr_len = 0;

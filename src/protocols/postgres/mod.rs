@@ -49,6 +49,7 @@
 
 use std::collections::HashMap;
 
+use super::framing::{self, Framer, Header, Loss, St, Streams};
 use super::matching::InOrder;
 use super::{
     BenchFixture, BytesSince, CallKind, CapturedHead, L7Call, MessageSpan, Outcome, ParseDepth,
@@ -373,65 +374,35 @@ impl Query {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Framing state per direction
-
+/// PostgreSQL's states of its own between messages ([`St::Proto`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum St {
-    /// Reading a header: 5 bytes, or 8 for an untyped startup-family message.
-    Header,
-    /// Inside a body: `left` bytes to go.
-    Body { left: u64 },
+pub enum PgSt {
     /// The server's one-byte answer to an SSLRequest or GSSENCRequest.
     EncryptionAnswer,
-    /// Out of sync: waiting for a segment that starts with a message.
-    Lost,
     /// The server's place lost inside the response to a known request (a message header
     /// beyond the snaplen: rows of a large result): its bytes still count into that response,
     /// and what is captured is searched for the response's end (ReadyForQuery).
     SeekEnd,
 }
 
-#[derive(Debug)]
-struct Dir {
-    st: St,
-    hdr: Vec<u8>,
-    ty: u8,
-    body: Vec<u8>,
-    acc: BytesSince,
-    /// The body is kept (only messages whose contents matter: not rows, not parameters).
-    keep_body: bool,
-    /// The current message is the first of the bytes `acc` holds.
-    opened_acc: bool,
-    /// Pending expectations when this direction lost its place (server side).
-    lost_with: usize,
-}
+/// Header bytes read before the first look: a type byte and the length (8 for an untyped
+/// startup-family message, asked for when the first byte is 0).
+const HEADER: usize = 5;
 
-impl Default for Dir {
-    fn default() -> Self {
-        Dir {
-            st: St::Header,
-            hdr: Vec::new(),
-            ty: 0,
-            body: Vec::new(),
-            acc: BytesSince::default(),
-            keep_body: false,
-            opened_acc: false,
-            lost_with: 0,
-        }
-    }
+fn new_streams() -> Streams<u8, PgSt> {
+    Streams::new(St::Header, HEADER)
 }
 
 pub struct PostgresParser {
     depth: ParseDepth,
     keep_head: usize,
-    dirs: [Dir; 2],
+    /// Framing per direction; a message's kind is its type byte (0: the startup family).
+    streams: Streams<u8, PgSt>,
     /// Index of the direction the client's messages travel, once known.
     frontend: Option<usize>,
     pending: InOrder<Expect>,
     statements: HashMap<String, String>,
     portals: HashMap<String, String>,
-    seg_counter: u64,
     /// The connection switched to TLS or GSS encryption: nothing more is parsed.
     encrypted: bool,
     /// Skipping the client's messages until Sync after an error (the server does).
@@ -443,12 +414,11 @@ impl PostgresParser {
         PostgresParser {
             depth: cfg.depth,
             keep_head: cfg.keep_head,
-            dirs: [Dir::default(), Dir::default()],
+            streams: new_streams(),
             frontend: None,
             pending: InOrder::new(MAX_PENDING),
             statements: HashMap::new(),
             portals: HashMap::new(),
-            seg_counter: 0,
             encrypted: false,
             skipping_to_sync: false,
         }
@@ -458,25 +428,12 @@ impl PostgresParser {
         self.frontend.map(|f| f == d)
     }
 
-    fn lose_sync(&mut self, d: usize, stats: &mut ParseStats) {
-        let pending = self.pending.len();
-        let ds = &mut self.dirs[d];
-        if ds.st != St::Lost {
-            stats.desyncs += 1;
-            ds.lost_with = pending;
-        }
-        ds.st = St::Lost;
-        ds.hdr.clear();
-        ds.body.clear();
-        ds.acc = BytesSince::default();
-    }
-
     /// Nothing pending can be paired any more (messages may have been lost in any number).
     fn distrust_pairing(&mut self, stats: &mut ParseStats) {
         stats.damaged_messages += self.pending.len() as u64;
         self.pending.drain().for_each(drop);
         self.skipping_to_sync = false;
-        for ds in &mut self.dirs {
+        for ds in &mut self.streams.dirs {
             ds.lost_with = 0;
         }
     }
@@ -484,7 +441,7 @@ impl PostgresParser {
     /// The server's side came back after a loss: what it was answering when it lost its
     /// place ended somewhere out of sight.
     fn resync_server(&mut self, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
-        let n = std::mem::take(&mut self.dirs[d].lost_with);
+        let n = std::mem::take(&mut self.streams.dirs[d].lost_with);
         for _ in 0..n {
             match self.pending.pop() {
                 Some(Expect::Query(q) | Expect::Execute(q)) => {
@@ -504,161 +461,7 @@ impl PostgresParser {
     fn encrypted(&mut self) {
         self.encrypted = true;
         self.pending.drain().for_each(drop);
-        for ds in &mut self.dirs {
-            *ds = Dir::default();
-        }
-    }
-
-    /// Frames the captured bytes of one segment in direction d.
-    fn frame(
-        &mut self,
-        d: usize,
-        seg: &Segment,
-        mut data: &[u8],
-        out: &mut Vec<L7Call>,
-        stats: &mut ParseStats,
-    ) {
-        while !data.is_empty() && !self.encrypted {
-            match self.dirs[d].st {
-                St::Lost | St::SeekEnd => {
-                    stats.skipped(data.len() as u64);
-                    return;
-                }
-                St::EncryptionAnswer => {
-                    let b = data[0];
-                    data = &data[1..];
-                    self.dirs[d].st = St::Header;
-                    if matches!(self.pending.front(), Some(Expect::EncryptionAnswer)) {
-                        self.pending.pop();
-                    }
-                    match b {
-                        b'N' => {}
-                        b'S' | b'G' => {
-                            self.encrypted();
-                            stats.skipped(data.len() as u64);
-                            return;
-                        }
-                        _ => {
-                            // Not an answer: maybe an error message (old servers).
-                            self.dirs[d].st = St::Header;
-                            self.dirs[d].hdr.push(b);
-                        }
-                    }
-                }
-                St::Header => {
-                    let ds = &mut self.dirs[d];
-                    if ds.hdr.is_empty() {
-                        ds.opened_acc = ds.acc.span.is_none();
-                        ds.acc.touch(self.seg_counter, seg);
-                    }
-                    let untyped = ds.hdr.first() == Some(&0) || (ds.hdr.is_empty() && data[0] == 0);
-                    let need = if untyped { 8 } else { 5 };
-                    let take = (need - ds.hdr.len()).min(data.len());
-                    ds.hdr.extend_from_slice(&data[..take]);
-                    ds.acc.add(take as u64);
-                    data = &data[take..];
-                    if self.dirs[d].hdr.len() == need && !self.on_header(d, untyped, stats) {
-                        self.lose_sync(d, stats);
-                        self.distrust_pairing(stats);
-                        stats.skipped(data.len() as u64);
-                        return;
-                    }
-                    if self.dirs[d].st == (St::Body { left: 0 }) {
-                        self.message_done(d, out, stats);
-                    }
-                }
-                St::Body { left } => {
-                    let take = left.min(data.len() as u64) as usize;
-                    let ds = &mut self.dirs[d];
-                    ds.acc.touch(self.seg_counter, seg);
-                    ds.acc.add(take as u64);
-                    if ds.keep_body {
-                        let room = MAX_KEEP.saturating_sub(ds.body.len()).min(take);
-                        ds.body.extend_from_slice(&data[..room]);
-                    }
-                    ds.st = St::Body {
-                        left: left - take as u64,
-                    };
-                    data = &data[take..];
-                    if left == take as u64 {
-                        self.message_done(d, out, stats);
-                    }
-                }
-            }
-        }
-    }
-
-    /// A whole header in direction d: checks it and starts the body. False: not PostgreSQL.
-    fn on_header(&mut self, d: usize, untyped: bool, _stats: &mut ParseStats) -> bool {
-        let ds = &mut self.dirs[d];
-        let (ty, len, body_left) = if untyped {
-            let len = be32(&ds.hdr[0..4]);
-            if !(8..=10_000).contains(&len) {
-                return false;
-            }
-            (0, len, len as u64 - 8)
-        } else {
-            let len = be32(&ds.hdr[1..5]);
-            if !(4..=MAX_LEN).contains(&len) {
-                return false;
-            }
-            (ds.hdr[0], len, len as u64 - 4)
-        };
-        let _ = len;
-        let role = self.frontend.map(|f| f == d);
-        let ok = match (ty, role) {
-            (0, Some(false)) => false,
-            (0, _) => true,
-            (t, Some(true)) => FRONTEND_TYPES.contains(&t),
-            (t, Some(false)) => BACKEND_TYPES.contains(&t),
-            (t, None) => FRONTEND_TYPES.contains(&t) || BACKEND_TYPES.contains(&t),
-        };
-        if !ok {
-            return false;
-        }
-        if self.frontend.is_none() {
-            if ty == 0 || FRONTEND_ONLY.contains(&ty) {
-                self.frontend = Some(d);
-            } else if BACKEND_ONLY.contains(&ty) {
-                self.frontend = Some(1 - d);
-            }
-        }
-        let frontend = self.frontend == Some(d);
-        let ds = &mut self.dirs[d];
-        ds.ty = ty;
-        ds.keep_body = if frontend {
-            matches!(ty, 0 | b'Q' | b'P' | b'B' | b'D' | b'C' | b'E')
-        } else {
-            matches!(ty, b'C' | b'E')
-        };
-        ds.body.clear();
-        if untyped {
-            // The code is part of the body for the startup family.
-            let code = ds.hdr[4..8].to_vec();
-            ds.body.extend_from_slice(&code);
-        }
-        ds.hdr.clear();
-        ds.st = St::Body { left: body_left };
-        true
-    }
-
-    /// A whole message (body kept up to MAX_KEEP) in direction d.
-    fn message_done(&mut self, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
-        let ds = &mut self.dirs[d];
-        ds.st = St::Header;
-        let ty = ds.ty;
-        let body = std::mem::take(&mut ds.body);
-        match self.is_frontend(d) {
-            Some(true) => self.frontend_message(d, ty, &body, stats),
-            Some(false) => self.backend_message(d, ty, &body, out, stats),
-            // Direction unknown (picked up in the middle of a session): framing only.
-            None => self.dirs[d].acc = BytesSince::default(),
-        }
-        let ds = &mut self.dirs[d];
-        if ds.body.is_empty() {
-            ds.body = body;
-            ds.body.clear();
-        }
+        self.streams.dirs = new_streams().dirs;
     }
 
     fn frontend_message(&mut self, d: usize, ty: u8, body: &[u8], stats: &mut ParseStats) {
@@ -668,7 +471,7 @@ impl PostgresParser {
             if ty == b'E' {
                 stats.unreplied_requests += 1;
             }
-            self.dirs[d].acc = BytesSince::default();
+            self.streams.dirs[d].acc = BytesSince::default();
             return;
         }
         match ty {
@@ -678,13 +481,14 @@ impl PostgresParser {
                 } else {
                     0
                 };
-                self.dirs[d].acc = BytesSince::default();
+                self.streams.dirs[d].acc = BytesSince::default();
                 match code {
                     SSL_REQUEST | GSSENC_REQUEST => {
                         self.pending.push(Expect::EncryptionAnswer);
                         let sd = 1 - d;
-                        if self.dirs[sd].st == St::Header && self.dirs[sd].hdr.is_empty() {
-                            self.dirs[sd].st = St::EncryptionAnswer;
+                        let server = &mut self.streams.dirs[sd];
+                        if server.st == St::Header && !server.partial_header() {
+                            server.st = St::Proto(PgSt::EncryptionAnswer);
                         }
                     }
                     CANCEL_REQUEST => {}
@@ -706,7 +510,7 @@ impl PostgresParser {
                     MAX_SQL,
                 );
                 remember(&mut self.statements, name, sql.clone());
-                let req = self.dirs[d].acc.span.unwrap_or_default();
+                let req = self.streams.dirs[d].acc.span.unwrap_or_default();
                 self.pending.push(Expect::Parse { sql, req });
             }
             b'B' => {
@@ -718,7 +522,7 @@ impl PostgresParser {
                     .unwrap_or_default();
                 let sql = self.statement_sql(&stmt);
                 remember(&mut self.portals, portal, stmt);
-                let req = self.dirs[d].acc.span.unwrap_or_default();
+                let req = self.streams.dirs[d].acc.span.unwrap_or_default();
                 self.pending.push(Expect::Bind { sql, req });
             }
             b'D' => {
@@ -729,7 +533,7 @@ impl PostgresParser {
                 } else {
                     self.statement_sql(&name)
                 };
-                let req = self.dirs[d].acc.span.unwrap_or_default();
+                let req = self.streams.dirs[d].acc.span.unwrap_or_default();
                 self.pending.push(Expect::Describe { sql, req });
             }
             b'C' => {
@@ -756,20 +560,20 @@ impl PostgresParser {
             }
             b'S' => {
                 self.skipping_to_sync = false;
-                self.dirs[d].acc = BytesSince::default();
+                self.streams.dirs[d].acc = BytesSince::default();
                 self.pending.push(Expect::Sync);
             }
             b'F' => {
-                self.dirs[d].acc = BytesSince::default();
+                self.streams.dirs[d].acc = BytesSince::default();
                 self.pending.push(Expect::FunctionCall);
             }
             b'X' => {
-                self.dirs[d].acc = BytesSince::default();
+                self.streams.dirs[d].acc = BytesSince::default();
             }
             // Flush, COPY data, password/SASL messages: nothing answers them alone.
             _ => {
                 if matches!(ty, b'd' | b'c' | b'f' | b'p') {
-                    self.dirs[d].acc = BytesSince::default();
+                    self.streams.dirs[d].acc = BytesSince::default();
                 }
             }
         }
@@ -791,7 +595,7 @@ impl PostgresParser {
         statement: Option<String>,
         simple: bool,
     ) -> Query {
-        let (req, truncated) = self.dirs[d].acc.take();
+        let (req, truncated) = self.streams.dirs[d].acc.take();
         Query::new(sql, statement, simple, req, truncated)
     }
 
@@ -823,7 +627,7 @@ impl PostgresParser {
                 }
                 _ => {}
             }
-            self.dirs[d].acc = BytesSince::default();
+            self.streams.dirs[d].acc = BytesSince::default();
             return;
         }
         if matches!(self.pending.front(), Some(Expect::EncryptionAnswer)) {
@@ -834,7 +638,7 @@ impl PostgresParser {
             if !matches!(ty, b'd' | b'c' | b'G' | b'H' | b'W' | b'K' | b'R' | b'v') {
                 stats.unmatched_responses += 1;
             }
-            self.dirs[d].acc = BytesSince::default();
+            self.streams.dirs[d].acc = BytesSince::default();
             return;
         };
         match (ty, front) {
@@ -857,7 +661,7 @@ impl PostgresParser {
             (b'E', Expect::Query(q)) => q.error = Some(error_fields(body)),
             (b'Z', Expect::Query(_)) => {
                 if let Some(Expect::Query(mut q)) = self.pending.pop() {
-                    let (resp, truncated) = self.dirs[d].acc.take();
+                    let (resp, truncated) = self.streams.dirs[d].acc.take();
                     q.resp = Some(resp);
                     q.truncated |= truncated;
                     self.emit(*q, false, out);
@@ -882,7 +686,7 @@ impl PostgresParser {
                         }
                         _ => {}
                     }
-                    let (resp, truncated) = self.dirs[d].acc.take();
+                    let (resp, truncated) = self.streams.dirs[d].acc.take();
                     q.resp = Some(resp);
                     q.truncated |= truncated;
                     self.emit(*q, false, out);
@@ -900,7 +704,7 @@ impl PostgresParser {
                     // The client's bytes stay where they are: later messages may be in them.
                     let mut q = Query::new(sql, None, false, req, false);
                     q.error = Some(error_fields(body));
-                    let (resp, truncated) = self.dirs[d].acc.take();
+                    let (resp, truncated) = self.streams.dirs[d].acc.take();
                     q.resp = Some(resp);
                     q.truncated |= truncated;
                     self.emit(q, false, out);
@@ -924,7 +728,7 @@ impl PostgresParser {
                         _ => {}
                     }
                 }
-                self.dirs[d].acc = BytesSince::default();
+                self.streams.dirs[d].acc = BytesSince::default();
                 return;
             }
             (b'V', Expect::FunctionCall) => {}
@@ -935,14 +739,14 @@ impl PostgresParser {
             }
         }
         if self.pending.is_empty() {
-            self.dirs[d].acc = BytesSince::default();
+            self.streams.dirs[d].acc = BytesSince::default();
         }
     }
 
     /// An asynchronous message: it starts no response (inside one, its bytes count).
     fn async_done(&mut self, d: usize) {
-        if self.dirs[d].opened_acc {
-            self.dirs[d].acc = BytesSince::default();
+        if self.streams.dirs[d].opened_acc {
+            self.streams.dirs[d].acc = BytesSince::default();
         }
     }
 
@@ -1053,37 +857,192 @@ impl PostgresParser {
         }
         CapturedHead::redacted(text[..text.len().min(self.keep_head)].to_vec(), len)
     }
+}
 
-    /// `n` bytes of direction d were moved but not captured (snaplen).
-    fn skip(&mut self, d: usize, n: u64, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
-        if let St::Body { left } = self.dirs[d].st {
-            if n <= left {
-                let ds = &mut self.dirs[d];
-                ds.st = St::Body { left: left - n };
-                ds.acc.add(n);
-                ds.acc.truncated = true;
-                if n == left {
-                    // The message ends with the syscall: parsed from what was kept.
-                    self.message_done(d, out, stats);
-                }
-                return;
+impl Framer for PostgresParser {
+    type Kind = u8;
+    type State = PgSt;
+    const MIN_HEADER: usize = HEADER;
+    const KEEP_AFTER_HOLE: bool = true;
+    const TOUCH_HEADER_PIECES: bool = false;
+
+    fn streams(&mut self) -> &mut Streams<u8, PgSt> {
+        &mut self.streams
+    }
+
+    fn streams_ref(&self) -> &Streams<u8, PgSt> {
+        &self.streams
+    }
+
+    fn stopped(&self) -> bool {
+        self.encrypted
+    }
+
+    fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// A type byte and length (or the startup family's length and code): checked, and the
+    /// message's kept body started.
+    fn header(&mut self, d: usize, hdr: &[u8], _stats: &mut ParseStats) -> Header<u8> {
+        let untyped = hdr[0] == 0;
+        if untyped && hdr.len() < 8 {
+            return Header::NeedMore(8);
+        }
+        let (ty, body_len) = if untyped {
+            let len = be32(&hdr[0..4]);
+            if !(8..=10_000).contains(&len) {
+                return Header::NotAFrame;
+            }
+            (0, len as u64 - 8)
+        } else {
+            let len = be32(&hdr[1..5]);
+            if !(4..=MAX_LEN).contains(&len) {
+                return Header::NotAFrame;
+            }
+            (hdr[0], len as u64 - 4)
+        };
+        let role = self.frontend.map(|f| f == d);
+        let ok = match (ty, role) {
+            (0, Some(false)) => false,
+            (0, _) => true,
+            (t, Some(true)) => FRONTEND_TYPES.contains(&t),
+            (t, Some(false)) => BACKEND_TYPES.contains(&t),
+            (t, None) => FRONTEND_TYPES.contains(&t) || BACKEND_TYPES.contains(&t),
+        };
+        if !ok {
+            return Header::NotAFrame;
+        }
+        if self.frontend.is_none() {
+            if ty == 0 || FRONTEND_ONLY.contains(&ty) {
+                self.frontend = Some(d);
+            } else if BACKEND_ONLY.contains(&ty) {
+                self.frontend = Some(1 - d);
             }
         }
-        // A header went unseen: the next message's place is unknown.
-        stats.skipped(n);
+        // Only messages whose contents matter are kept: not rows, not parameters.
+        let keep_body = if self.frontend == Some(d) {
+            matches!(ty, 0 | b'Q' | b'P' | b'B' | b'D' | b'C' | b'E')
+        } else {
+            matches!(ty, b'C' | b'E')
+        };
+        let ds = &mut self.streams.dirs[d];
+        ds.start_body(if keep_body { MAX_KEEP } else { 0 });
+        if untyped {
+            // The code is part of the body for the startup family.
+            ds.body.extend_from_slice(&hdr[4..8]);
+        }
+        Header::Frame { body_len, kind: ty }
+    }
+
+    /// A whole message (body kept up to MAX_KEEP) in direction d.
+    fn frame_done(
+        &mut self,
+        d: usize,
+        ty: u8,
+        body: &[u8],
+        out: &mut Vec<L7Call>,
+        stats: &mut ParseStats,
+    ) {
+        match self.is_frontend(d) {
+            Some(true) => self.frontend_message(d, ty, body, stats),
+            Some(false) => self.backend_message(d, ty, body, out, stats),
+            // Direction unknown (picked up in the middle of a session): framing only.
+            None => self.streams.dirs[d].acc = BytesSince::default(),
+        }
+    }
+
+    fn resync(&self, d: usize, p: &[u8]) -> bool {
+        plausible_start(p, self.is_frontend(d))
+    }
+
+    fn resynced(&mut self, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
+        if self.is_frontend(d) == Some(false) {
+            self.resync_server(d, out, stats);
+        }
+    }
+
+    fn lost(&mut self, d: usize, why: Loss, stats: &mut ParseStats) {
+        // Client messages unseen or lost: the server's answers can no longer be paired.
+        let distrust = match why {
+            Loss::NotAFrame => true,
+            Loss::Unseen => self.is_frontend(d) == Some(true),
+            Loss::Gap => self.is_frontend(d) != Some(false),
+        };
+        if distrust {
+            self.distrust_pairing(stats);
+        }
+    }
+
+    /// A server header beyond the snaplen inside a response in progress: its end is sought.
+    fn header_unseen(&mut self, d: usize, n: u64, _stats: &mut ParseStats) -> bool {
         if self.is_frontend(d) == Some(false) && self.call_in_progress() {
-            let ds = &mut self.dirs[d];
-            ds.st = St::SeekEnd;
-            ds.hdr.clear();
-            ds.body.clear();
+            let ds = &mut self.streams.dirs[d];
+            ds.st = St::Proto(PgSt::SeekEnd);
+            ds.clear(HEADER);
             ds.acc.add(n);
             ds.acc.truncated = true;
-            return;
+            return true;
         }
-        self.lose_sync(d, stats);
-        // Client messages unseen: the server's answers can no longer be paired.
-        if self.is_frontend(d) == Some(true) {
-            self.distrust_pairing(stats);
+        false
+    }
+
+    fn in_state(
+        &mut self,
+        d: usize,
+        s: PgSt,
+        _seg: &Segment,
+        data: &[u8],
+        _out: &mut Vec<L7Call>,
+        stats: &mut ParseStats,
+    ) -> usize {
+        if s == PgSt::SeekEnd {
+            stats.skipped(data.len() as u64);
+            return data.len();
+        }
+        let b = data[0];
+        self.streams.dirs[d].st = St::Header;
+        if matches!(self.pending.front(), Some(Expect::EncryptionAnswer)) {
+            self.pending.pop();
+        }
+        match b {
+            b'N' => {}
+            b'S' | b'G' => {
+                self.encrypted();
+                stats.skipped(data.len() as u64 - 1);
+                return data.len();
+            }
+            // Not an answer: maybe an error message (old servers).
+            _ => self.streams.dirs[d].push_header_byte(b),
+        }
+        1
+    }
+
+    fn segment_in_state(
+        &mut self,
+        d: usize,
+        s: PgSt,
+        seg: &Segment,
+        out: &mut Vec<L7Call>,
+        stats: &mut ParseStats,
+    ) -> Option<usize> {
+        match s {
+            PgSt::SeekEnd => self.seek_end(d, seg, out, stats),
+            PgSt::EncryptionAnswer => Some(0),
+        }
+    }
+
+    fn uncaptured_in_state(
+        &mut self,
+        d: usize,
+        s: PgSt,
+        n: u64,
+        out: &mut Vec<L7Call>,
+        stats: &mut ParseStats,
+    ) {
+        match s {
+            PgSt::SeekEnd => stats.skipped(n),
+            PgSt::EncryptionAnswer => framing::unseen(self, d, n, out, stats),
         }
     }
 }
@@ -1097,7 +1056,7 @@ impl PostgresParser {
         )
     }
 
-    /// A server segment while its place is lost inside a response (`St::SeekEnd`). Returns
+    /// A server segment while its place is lost inside a response (`St::Proto(PgSt::SeekEnd)`). Returns
     /// where in the captured bytes framing starts again, if it does in this segment.
     fn seek_end(
         &mut self,
@@ -1114,19 +1073,19 @@ impl PostgresParser {
             && plausible_start(seg.payload, Some(false));
         if starts_reply && self.request_after_call_in_progress() {
             self.end_unseen(d, out, stats);
-            self.dirs[d].st = St::Header;
+            self.streams.dirs[d].st = St::Header;
             return Some(0);
         }
         if let Some(at) = response_end(seg.payload, seg.total_len) {
-            let ds = &mut self.dirs[d];
-            ds.acc.touch(self.seg_counter, seg);
+            let ds = &mut self.streams.dirs[d];
+            ds.acc.touch(self.streams.seg_id, seg);
             ds.acc.add(at as u64);
             ds.st = St::Header;
             stats.skipped(at as u64);
             return Some(at);
         }
-        let ds = &mut self.dirs[d];
-        ds.acc.touch(self.seg_counter, seg);
+        let ds = &mut self.streams.dirs[d];
+        ds.acc.touch(self.streams.seg_id, seg);
         ds.acc.add(seg.total_len);
         stats.skipped(seg.total_len);
         None
@@ -1151,7 +1110,7 @@ impl PostgresParser {
     fn end_unseen(&mut self, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
         let extended = match self.pending.pop() {
             Some(Expect::Query(mut q)) => {
-                let (resp, _) = self.dirs[d].acc.take();
+                let (resp, _) = self.streams.dirs[d].acc.take();
                 q.resp = Some(resp);
                 q.truncated = true;
                 stats.inferred_ends += 1;
@@ -1159,7 +1118,7 @@ impl PostgresParser {
                 false
             }
             Some(Expect::Execute(mut q)) => {
-                let (resp, _) = self.dirs[d].acc.take();
+                let (resp, _) = self.streams.dirs[d].acc.take();
                 q.resp = Some(resp);
                 q.truncated = true;
                 stats.inferred_ends += 1;
@@ -1177,7 +1136,7 @@ impl PostgresParser {
                 }
             }
         }
-        self.dirs[d].acc = BytesSince::default();
+        self.streams.dirs[d].acc = BytesSince::default();
     }
 }
 
@@ -1232,72 +1191,16 @@ fn remember(map: &mut HashMap<String, String>, name: String, value: String) {
 
 impl StreamParser for PostgresParser {
     fn on_segment(&mut self, seg: &Segment<'_>, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
-        if self.encrypted {
-            stats.skipped(seg.total_len);
-            return;
-        }
-        self.seg_counter += 1;
-        let d = seg.dir.index();
-        let mut payload = seg.payload;
-        if self.dirs[d].st == St::SeekEnd {
-            match self.seek_end(d, seg, out, stats) {
-                Some(at) => payload = &payload[at..],
-                None => return,
-            }
-        } else if self.dirs[d].st == St::Lost {
-            if plausible_start(seg.payload, self.is_frontend(d)) {
-                self.dirs[d].st = St::Header;
-                if self.is_frontend(d) == Some(false) {
-                    self.resync_server(d, out, stats);
-                }
-            } else {
-                stats.skipped(seg.total_len);
-                return;
-            }
-        }
-        self.frame(d, seg, payload, out, stats);
-        let uncaptured = seg.total_len.saturating_sub(seg.payload.len() as u64);
-        if uncaptured > 0 && !self.encrypted {
-            if matches!(self.dirs[d].st, St::Lost | St::SeekEnd) {
-                stats.skipped(uncaptured);
-            } else {
-                self.skip(d, uncaptured, out, stats);
-            }
-        }
+        framing::on_segment(self, seg, out, stats);
     }
 
     fn on_gap(&mut self, dir: Direction, len: Option<u64>, stats: &mut ParseStats) {
-        if self.encrypted {
-            stats.skipped(len.unwrap_or(0));
-            return;
-        }
-        let d = dir.index();
-        // A gap strictly inside a body of known length only skips bytes.
-        if let (Some(n), St::Body { left }) = (len, self.dirs[d].st) {
-            if n < left {
-                let ds = &mut self.dirs[d];
-                ds.st = St::Body { left: left - n };
-                ds.acc.add(n);
-                ds.acc.truncated = true;
-                return;
-            }
-        }
-        stats.skipped(len.unwrap_or(0));
-        if self.dirs[d].st != St::Lost
-            && (!self.dirs[d].hdr.is_empty() || matches!(self.dirs[d].st, St::Body { .. }))
-        {
-            stats.damaged_messages += 1;
-        }
-        self.lose_sync(d, stats);
-        // Client messages lost: the server's answers can no longer be paired.
-        if self.is_frontend(d) != Some(false) {
-            self.distrust_pairing(stats);
-        }
+        framing::on_gap(self, dir, len, stats);
     }
 
     fn on_close(&mut self, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
         // A response whose end went unseen ended by the close at the latest.
-        if let Some(d) = (0..2).find(|&d| self.dirs[d].st == St::SeekEnd) {
+        if let Some(d) = (0..2).find(|&d| self.streams.dirs[d].st == St::Proto(PgSt::SeekEnd)) {
             self.end_unseen(d, out, stats);
         }
         for e in self.pending.drain() {
