@@ -50,8 +50,10 @@ pub enum St<P> {
 pub enum Header<K> {
     /// The header is this many bytes in all (more than buffered, at most [`MAX_HEADER`]).
     NeedMore(usize),
-    /// A message of kind `kind` whose body (after the header) is `body_len` bytes.
-    Frame { body_len: u64, kind: K },
+    /// A frame of kind `kind` whose body (after the header) is `body_len` bytes; `more`: the
+    /// message goes on in the next frame (MySQL's packets of 0xffffff bytes), its kept body
+    /// too.
+    Frame { body_len: u64, kind: K, more: bool },
     /// Not a message of this protocol: the direction loses its place.
     NotAFrame,
 }
@@ -75,6 +77,13 @@ pub struct FramedStream<K, P> {
     hdr_len: u8,
     /// Header bytes needed before asking the framer (again).
     need: u8,
+    /// The frame being read is not its message's last.
+    more: bool,
+    /// Ever in sync (the first pickup of a connection is no resync).
+    synced: bool,
+    /// The first bytes of a direction never in sync, while too few to judge
+    /// ([`Framer::RESYNC_PROBE`]).
+    probe: Vec<u8>,
     /// The kind of the message being read.
     pub kind: K,
     /// The message's kept body prefix (at most `keep` bytes).
@@ -95,6 +104,9 @@ impl<K: Copy + Default, P: Copy + PartialEq> FramedStream<K, P> {
             hdr: [0; MAX_HEADER],
             hdr_len: 0,
             need: min_header.clamp(1, MAX_HEADER) as u8,
+            more: false,
+            synced: false,
+            probe: Vec::new(),
             kind: K::default(),
             body: Vec::new(),
             keep: 0,
@@ -109,9 +121,14 @@ impl<K: Copy + Default, P: Copy + PartialEq> FramedStream<K, P> {
         self.hdr_len > 0
     }
 
-    /// Inside a message (some of its header read, or its body under way).
+    /// The frame being read (or the last one) is not its message's last.
+    pub fn continued(&self) -> bool {
+        self.more
+    }
+
+    /// Inside a message (some of its header read, its body under way, or its next frame due).
     pub fn in_message(&self) -> bool {
-        self.hdr_len > 0 || matches!(self.st, St::Body { .. })
+        self.hdr_len > 0 || self.more || matches!(self.st, St::Body { .. })
     }
 
     /// Starts a message's kept body: its first `keep` bytes will be kept.
@@ -133,6 +150,7 @@ impl<K: Copy + Default, P: Copy + PartialEq> FramedStream<K, P> {
     pub fn clear(&mut self, min_header: usize) {
         self.hdr_len = 0;
         self.need = min_header.clamp(1, MAX_HEADER) as u8;
+        self.more = false;
         self.body.clear();
     }
 
@@ -194,6 +212,9 @@ pub trait Framer: Sized {
     /// body follows (otherwise only the segment where the header started does: PostgreSQL's
     /// behaviour).
     const TOUCH_HEADER_PIECES: bool = true;
+    /// A direction never in sync whose first segments are shorter than this (short reads) is
+    /// judged ([`Framer::resync`]) on them together (0: on each alone).
+    const RESYNC_PROBE: usize = 0;
 
     fn streams(&mut self) -> &mut Streams<Self::Kind, Self::State>;
     fn streams_ref(&self) -> &Streams<Self::Kind, Self::State>;
@@ -289,12 +310,29 @@ pub fn on_segment<F: Framer>(
             None => return,
         },
         St::Lost => {
-            if p.resync(d, seg.payload) {
-                p.streams().dirs[d].st = St::Header;
-                p.resynced(d, out, stats);
-            } else {
-                stats.skipped(seg.total_len);
+            let s = &mut p.streams().dirs[d];
+            let whole = seg.total_len == seg.payload.len() as u64;
+            if !s.synced && whole && s.probe.len() + seg.payload.len() < F::RESYNC_PROBE {
+                // A first segment of a few bytes (a reader's short read): judged with more.
+                s.probe.extend_from_slice(seg.payload);
                 return;
+            }
+            let probe = std::mem::take(&mut s.probe);
+            let plausible = if probe.is_empty() {
+                p.resync(d, seg.payload)
+            } else {
+                p.resync(d, &[&probe[..], seg.payload].concat())
+            };
+            if !plausible {
+                stats.skipped(seg.total_len.saturating_add(probe.len() as u64));
+                return;
+            }
+            let s = &mut p.streams().dirs[d];
+            s.st = St::Header;
+            s.synced = true;
+            p.resynced(d, out, stats);
+            if !probe.is_empty() {
+                feed(p, d, seg, &probe, out, stats);
             }
         }
         St::Header | St::Body { .. } => {}
@@ -352,14 +390,19 @@ pub fn feed<F: Framer>(
                     Header::NeedMore(m) if m > n && m <= MAX_HEADER => {
                         p.streams().dirs[d].need = m as u8;
                     }
-                    Header::Frame { body_len, kind } => {
+                    Header::Frame {
+                        body_len,
+                        kind,
+                        more,
+                    } => {
                         let s = &mut p.streams().dirs[d];
                         s.hdr_len = 0;
                         s.need = F::MIN_HEADER.clamp(1, MAX_HEADER) as u8;
                         s.kind = kind;
+                        s.more = more;
                         s.st = St::Body { left: body_len };
                         if body_len == 0 {
-                            done(p, d, out, stats);
+                            frame_end(p, d, out, stats);
                         }
                     }
                     // A framer asking for fewer bytes than it has, or more than fit, has no
@@ -384,10 +427,19 @@ pub fn feed<F: Framer>(
                 };
                 data = &data[take..];
                 if left == take as u64 {
-                    done(p, d, out, stats);
+                    frame_end(p, d, out, stats);
                 }
             }
         }
+    }
+}
+
+/// A frame in direction `d` is whole: its message too unless more frames follow.
+fn frame_end<F: Framer>(p: &mut F, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
+    let s = &mut p.streams().dirs[d];
+    s.st = St::Header;
+    if !s.more {
+        done(p, d, out, stats);
     }
 }
 
@@ -395,7 +447,6 @@ pub fn feed<F: Framer>(
 /// buffer is reused for the next message).
 fn done<F: Framer>(p: &mut F, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
     let s = &mut p.streams().dirs[d];
-    s.st = St::Header;
     let kind = s.kind;
     let body = std::mem::take(&mut s.body);
     p.frame_done(d, kind, &body, out, stats);
@@ -418,8 +469,8 @@ pub fn unseen<F: Framer>(
         if n <= left {
             p.streams().dirs[d].hole(left, n, F::KEEP_AFTER_HOLE);
             if n == left {
-                // The message ends with the syscall: parsed from what was kept.
-                done(p, d, out, stats);
+                // The frame ends with the syscall: parsed from what was kept.
+                frame_end(p, d, out, stats);
             }
             return;
         }

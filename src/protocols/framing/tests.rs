@@ -1,5 +1,6 @@
 //! The core on a toy protocol: a kind byte (an upper-case letter) and a 2-byte big-endian body
-//! length; kind `!` has an 8-byte length instead (a 9-byte header, asked for with `NeedMore`).
+//! length; kind `!` has an 8-byte length instead (a 9-byte header, asked for with `NeedMore`);
+//! a frame of kind `M` continues in the next one.
 
 use super::*;
 use crate::protocols::{MessageSpan, StreamParser};
@@ -17,17 +18,18 @@ struct Msg {
     truncated: bool,
 }
 
-struct Toy {
+struct Toy<const PROBE: usize = 0> {
     streams: Streams<u8, ()>,
     msgs: Vec<Msg>,
     losses: Vec<(usize, Loss)>,
     resyncs: usize,
 }
 
-impl Toy {
+impl<const PROBE: usize> Toy<PROBE> {
     fn new() -> Self {
+        let start = if PROBE > 0 { St::Lost } else { St::Header };
         Toy {
-            streams: Streams::new(St::Header, Self::MIN_HEADER),
+            streams: Streams::new(start, Self::MIN_HEADER),
             msgs: Vec::new(),
             losses: Vec::new(),
             resyncs: 0,
@@ -35,10 +37,11 @@ impl Toy {
     }
 }
 
-impl Framer for Toy {
+impl<const PROBE: usize> Framer for Toy<PROBE> {
     type Kind = u8;
     type State = ();
     const MIN_HEADER: usize = 3;
+    const RESYNC_PROBE: usize = PROBE;
 
     fn streams(&mut self) -> &mut Streams<u8, ()> {
         &mut self.streams
@@ -59,10 +62,13 @@ impl Framer for Toy {
             b'A'..=b'Z' => u64::from(u16::from_be_bytes([hdr[1], hdr[2]])),
             _ => return Header::NotAFrame,
         };
-        self.streams.dirs[d].start_body(KEEP);
+        if !self.streams.dirs[d].continued() {
+            self.streams.dirs[d].start_body(KEEP);
+        }
         Header::Frame {
             body_len,
             kind: hdr[0],
+            more: hdr[0] == b'M',
         }
     }
     fn frame_done(
@@ -93,7 +99,7 @@ impl Framer for Toy {
     }
 }
 
-impl StreamParser for Toy {
+impl<const PROBE: usize> StreamParser for Toy<PROBE> {
     fn on_segment(&mut self, seg: &Segment<'_>, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
         on_segment(self, seg, out, stats);
     }
@@ -301,4 +307,44 @@ fn huge_crafted_lengths_neither_allocate_nor_overflow() {
     d.seg_cut(OUT, b"A\x00\x00", u64::MAX);
     assert_eq!(kinds(&d), vec![(b'A', vec![])]);
     assert_eq!(d.stats.desyncs, 2);
+}
+
+#[test]
+fn continued_frames_make_one_message() {
+    let mut bytes = msg(b'M', b"abc");
+    bytes.extend(msg(b'M', b"cd"));
+    bytes.extend(msg(b'Z', b"ef"));
+    let mut d = driver();
+    d.seg(OUT, &bytes[..4])
+        .gap(OUT, Some(1))
+        .seg(OUT, &bytes[5..]);
+    // The gap was inside the first frame's body: keeping stops there.
+    assert_eq!(kinds(&d), vec![(b'Z', b"a".to_vec())]);
+    assert!(d.p.msgs[0].truncated);
+    assert_eq!(d.p.msgs[0].span.bytes, bytes.len() as u64);
+    // A gap between two frames of one message damages it.
+    let mut d = driver();
+    d.seg(OUT, &bytes[..5]).gap(OUT, Some(3));
+    assert!(d.p.msgs.is_empty());
+    assert_eq!(d.stats.damaged_messages, 1);
+    assert_eq!(d.stats.desyncs, 1);
+}
+
+#[test]
+fn short_first_segments_are_judged_together() {
+    let bytes = msg(b'A', b"abcdefgh");
+    let mut d = crate::protocols::test_driver::Driver::<Toy<8>>::with_parser(Toy::new());
+    d.seg(OUT, &bytes[..1])
+        .seg(OUT, &bytes[1..2])
+        .seg(OUT, &bytes[2..]);
+    assert_eq!(d.p.msgs.len(), 1);
+    assert_eq!(d.p.msgs[0].body, b"abcd");
+    assert_eq!(d.p.resyncs, 1);
+    assert_eq!(d.stats, ParseStats::default());
+    // Garbage probed then dropped, counted with the segment that decided.
+    let mut d = crate::protocols::test_driver::Driver::<Toy<8>>::with_parser(Toy::new());
+    d.seg(IN, b"xy").seg(IN, b"zzzzzzzz").seg(IN, &bytes);
+    assert_eq!(d.p.msgs.len(), 1);
+    assert_eq!(d.stats.unparsed_bytes, 10);
+    assert_eq!(d.stats.desyncs, 0);
 }

@@ -932,7 +932,11 @@ impl Framer for PostgresParser {
             // The code is part of the body for the startup family.
             ds.body.extend_from_slice(&hdr[4..8]);
         }
-        Header::Frame { body_len, kind: ty }
+        Header::Frame {
+            body_len,
+            kind: ty,
+            more: false,
+        }
     }
 
     /// A whole message (body kept up to MAX_KEEP) in direction d.
