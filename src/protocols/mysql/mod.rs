@@ -43,6 +43,7 @@
 
 use std::collections::BTreeMap;
 
+use super::framing::{self, Framer, Header, Loss, St, Streams};
 use super::matching::InOrder;
 use super::postgres::{lossy, sql_keyword};
 use super::{
@@ -388,62 +389,26 @@ struct Call {
     error: Option<MyError>,
 }
 
-// ---------------------------------------------------------------------------------------------
-// Framing state per direction
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum St {
-    /// Reading a packet header (4 bytes).
-    Header,
-    /// Inside a packet's payload: `left` bytes to go.
-    Body { left: u64 },
-    /// Out of sync (or not yet in sync): waiting for a segment that starts with a message.
-    Lost,
-}
-
-#[derive(Debug)]
-struct Dir {
-    st: St,
-    hdr: [u8; 4],
-    hdr_len: usize,
+/// A direction's message beyond its framing: its packets' sequence ids and length.
+#[derive(Debug, Default, Clone, Copy)]
+struct Packets {
     /// Sequence id of the message's first packet, and of its latest.
     seq: u8,
     last_seq: u8,
     /// Payload bytes of the message so far (all its packets).
     len: u64,
-    /// The packet being read has the maximum length: the message goes on in the next one.
-    continues: bool,
-    /// The message's kept prefix (at most `keep` bytes).
-    body: Vec<u8>,
-    keep: usize,
-    acc: BytesSince,
-    /// Ever in sync (the first sync after a pickup is no desync).
-    synced: bool,
-    /// The first bytes of a direction never in sync, while too few to judge (at most 7).
-    probe: Vec<u8>,
-    /// Pending calls when this direction lost its place (server side).
-    lost_with: usize,
 }
 
-impl Default for Dir {
-    fn default() -> Self {
-        Dir {
-            st: St::Lost,
-            hdr: [0; 4],
-            hdr_len: 0,
-            seq: 0,
-            last_seq: 0,
-            len: 0,
-            continues: false,
-            body: Vec::new(),
-            keep: 0,
-            acc: BytesSince::default(),
-            synced: false,
-            probe: Vec::new(),
-            lost_with: 0,
-        }
-    }
+/// A packet header: 3-byte length, sequence id.
+const HEADER: usize = 4;
+
+fn new_streams() -> Streams<(), Never> {
+    Streams::new(St::Lost, HEADER)
 }
+
+/// MySQL has no framing state of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Never {}
 
 /// Where the connection stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -462,7 +427,9 @@ enum Phase {
 pub struct MysqlParser {
     depth: ParseDepth,
     keep_head: usize,
-    dirs: [Dir; 2],
+    /// Framing per direction (not in sync at first: a connection may be picked up anywhere).
+    streams: Streams<(), Never>,
+    packets: [Packets; 2],
     /// Index of the direction the client's packets travel, once known.
     client: Option<usize>,
     phase: Phase,
@@ -473,7 +440,6 @@ pub struct MysqlParser {
     compressed: bool,
     pending: InOrder<Call>,
     statements: BTreeMap<u32, String>,
-    seg_counter: u64,
 }
 
 impl MysqlParser {
@@ -481,7 +447,8 @@ impl MysqlParser {
         MysqlParser {
             depth: cfg.depth,
             keep_head: cfg.keep_head,
-            dirs: [Dir::default(), Dir::default()],
+            streams: new_streams(),
+            packets: [Packets::default(); 2],
             client: None,
             phase: Phase::Start,
             server_caps: None,
@@ -489,14 +456,17 @@ impl MysqlParser {
             compressed: false,
             pending: InOrder::new(MAX_PENDING),
             statements: BTreeMap::new(),
-            seg_counter: 0,
         }
     }
 
     /// Bytes the parser holds for framing (kept prefixes), for the flat-memory test.
     #[cfg(test)]
     fn buffered_bytes(&self) -> usize {
-        self.dirs.iter().map(|d| d.body.capacity()).sum::<usize>()
+        self.streams
+            .dirs
+            .iter()
+            .map(|d| d.body.capacity())
+            .sum::<usize>()
             + self
                 .statements
                 .values()
@@ -508,25 +478,11 @@ impl MysqlParser {
         self.client.map(|c| c == d)
     }
 
-    fn lose_sync(&mut self, d: usize, stats: &mut ParseStats) {
-        let pending = self.pending.len();
-        let ds = &mut self.dirs[d];
-        if ds.st != St::Lost {
-            stats.desyncs += 1;
-            ds.lost_with = pending;
-        }
-        ds.st = St::Lost;
-        ds.hdr_len = 0;
-        ds.continues = false;
-        ds.body.clear();
-        ds.acc = BytesSince::default();
-    }
-
     /// Nothing pending can be paired any more (commands may have been lost in any number).
     fn distrust_pairing(&mut self, stats: &mut ParseStats) {
         stats.damaged_messages += self.pending.len() as u64;
         self.pending.drain().for_each(drop);
-        for ds in &mut self.dirs {
+        for ds in &mut self.streams.dirs {
             ds.lost_with = 0;
         }
     }
@@ -534,7 +490,7 @@ impl MysqlParser {
     /// The server's side came back after a loss: what it was answering then ended out of
     /// sight.
     fn resync_server(&mut self, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
-        let n = std::mem::take(&mut self.dirs[d].lost_with);
+        let n = std::mem::take(&mut self.streams.dirs[d].lost_with);
         for _ in 0..n {
             match self.pending.pop() {
                 Some(c) => {
@@ -556,9 +512,7 @@ impl MysqlParser {
     fn stop_parsing(&mut self) {
         self.phase = Phase::Stopped;
         self.pending.drain().for_each(drop);
-        for ds in &mut self.dirs {
-            *ds = Dir::default();
-        }
+        self.streams.dirs = new_streams().dirs;
     }
 
     /// Does segment `p` in direction d start where this direction can (re)sync?
@@ -572,122 +526,12 @@ impl MysqlParser {
         }
     }
 
-    /// Frames the captured bytes of one segment in direction d.
-    fn frame(
-        &mut self,
-        d: usize,
-        seg: &Segment,
-        mut data: &[u8],
-        out: &mut Vec<L7Call>,
-        stats: &mut ParseStats,
-    ) {
-        while !data.is_empty() && self.phase != Phase::Stopped {
-            match self.dirs[d].st {
-                St::Lost => {
-                    stats.skipped(data.len() as u64);
-                    return;
-                }
-                St::Header => {
-                    // Decided per message: the phase may have changed since the last one.
-                    let keep = self.keep_for(d);
-                    let ds = &mut self.dirs[d];
-                    ds.acc.touch(self.seg_counter, seg);
-                    let take = (4 - ds.hdr_len).min(data.len());
-                    ds.hdr[ds.hdr_len..ds.hdr_len + take].copy_from_slice(&data[..take]);
-                    ds.hdr_len += take;
-                    ds.acc.add(take as u64);
-                    data = &data[take..];
-                    if ds.hdr_len == 4 {
-                        ds.hdr_len = 0;
-                        let len = le24(&ds.hdr);
-                        let seq = ds.hdr[3];
-                        if ds.continues {
-                            if seq != ds.last_seq.wrapping_add(1) {
-                                self.lose_sync(d, stats);
-                                if self.is_client(d) != Some(false) {
-                                    self.distrust_pairing(stats);
-                                }
-                                stats.skipped(data.len() as u64);
-                                return;
-                            }
-                        } else {
-                            ds.seq = seq;
-                            ds.len = 0;
-                            ds.keep = keep;
-                            ds.body.clear();
-                        }
-                        ds.last_seq = seq;
-                        ds.continues = len == MAX_PACKET;
-                        ds.len += u64::from(len);
-                        ds.st = St::Body {
-                            left: u64::from(len),
-                        };
-                        if len == 0 {
-                            self.packet_done(d, out, stats);
-                        }
-                    }
-                }
-                St::Body { left } => {
-                    let take = left.min(data.len() as u64) as usize;
-                    let ds = &mut self.dirs[d];
-                    ds.acc.touch(self.seg_counter, seg);
-                    ds.acc.add(take as u64);
-                    let room = ds.keep.saturating_sub(ds.body.len()).min(take);
-                    ds.body.extend_from_slice(&data[..room]);
-                    ds.st = St::Body {
-                        left: left - take as u64,
-                    };
-                    data = &data[take..];
-                    if left == take as u64 {
-                        self.packet_done(d, out, stats);
-                    }
-                }
-            }
-        }
-    }
-
-    /// A packet's payload is in: the message ends with it unless it continues.
-    fn packet_done(&mut self, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
-        let ds = &mut self.dirs[d];
-        ds.st = St::Header;
-        if !ds.continues {
-            self.message_done(d, out, stats);
-        }
-    }
-
     /// How much of the next message in direction d is kept.
     fn keep_for(&self, d: usize) -> usize {
         match (self.is_client(d), self.phase) {
             (Some(true), Phase::Greeted | Phase::Auth) => KEEP_HANDSHAKE,
             (Some(false), _) => KEEP_SERVER,
             _ => KEEP_CLIENT,
-        }
-    }
-
-    /// A whole message (body kept up to its prefix) in direction d.
-    fn message_done(&mut self, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
-        let body = std::mem::take(&mut self.dirs[d].body);
-        let (seq, len) = (self.dirs[d].seq, self.dirs[d].len);
-        if self.client.is_none() {
-            if seq == 0 && body.first() == Some(&10) {
-                self.client = Some(1 - d);
-                self.greeting(&body);
-            } else if seq == 0 && body.first().is_some_and(|&c| command_name(c).is_some()) {
-                self.client = Some(d);
-                self.phase = Phase::Commands;
-            } else {
-                self.dirs[d].acc = BytesSince::default();
-            }
-        }
-        match self.is_client(d) {
-            Some(true) => self.client_message(d, seq, &body, len, stats),
-            Some(false) => self.server_message(d, seq, &body, len, out, stats),
-            None => {}
-        }
-        let ds = &mut self.dirs[d];
-        if ds.body.is_empty() && body.capacity() <= KEEP_CLIENT * 2 {
-            ds.body = body;
-            ds.body.clear();
         }
     }
 
@@ -707,7 +551,7 @@ impl MysqlParser {
     fn client_message(&mut self, d: usize, seq: u8, body: &[u8], len: u64, stats: &mut ParseStats) {
         match self.phase {
             Phase::Greeted => {
-                self.dirs[d].acc = BytesSince::default();
+                self.streams.dirs[d].acc = BytesSince::default();
                 let caps = le32(body, 0).unwrap_or(0);
                 if caps & CLIENT_SSL != 0 && len == SSL_REQUEST_LEN {
                     // TLS follows: no loss (its plaintext, when ebtop's TLS probes see it, is
@@ -727,7 +571,7 @@ impl MysqlParser {
                 return;
             }
             Phase::Auth | Phase::Start | Phase::Stopped => {
-                self.dirs[d].acc = BytesSince::default();
+                self.streams.dirs[d].acc = BytesSince::default();
                 return;
             }
             Phase::Commands => {}
@@ -735,14 +579,14 @@ impl MysqlParser {
         if seq != 0 {
             // LOCAL INFILE contents or CHANGE_USER's authentication data: part of the call
             // they answer, never shown.
-            let (span, _) = self.dirs[d].acc.take();
+            let (span, _) = self.streams.dirs[d].acc.take();
             if let Some(c) = self.pending.back_mut() {
                 c.req.bytes = c.req.bytes.saturating_add(span.bytes);
             }
             return;
         }
         let Some(&cmd) = body.first() else {
-            self.dirs[d].acc = BytesSince::default();
+            self.streams.dirs[d].acc = BytesSince::default();
             return;
         };
         let text = || lossy(&body[1..], MAX_SQL);
@@ -755,7 +599,7 @@ impl MysqlParser {
                     }
                 }
                 stats.unreplied_requests += 1;
-                self.dirs[d].acc = BytesSince::default();
+                self.streams.dirs[d].acc = BytesSince::default();
                 return;
             }
             COM_BINLOG_DUMP | COM_BINLOG_DUMP_GTID => {
@@ -797,13 +641,13 @@ impl MysqlParser {
                 Some(name) => (name.to_owned(), String::new(), Resp::Single),
                 None => {
                     // Not a command: the stream is not where it seemed.
-                    self.lose_sync(d, stats);
+                    framing::lose_sync(self, d, stats);
                     self.distrust_pairing(stats);
                     return;
                 }
             },
         };
-        let (req, truncated) = self.dirs[d].acc.take();
+        let (req, truncated) = self.streams.dirs[d].acc.take();
         let statement_id = match cmd {
             COM_STMT_EXECUTE | COM_STMT_FETCH | COM_STMT_RESET => statement,
             _ => None,
@@ -859,7 +703,7 @@ impl MysqlParser {
         let first = body.first().copied();
         match self.phase {
             Phase::Auth => {
-                self.dirs[d].acc = BytesSince::default();
+                self.streams.dirs[d].acc = BytesSince::default();
                 if matches!(first, Some(0x00 | 0xff)) {
                     self.phase = Phase::Commands;
                     if self.compressed && first == Some(0x00) {
@@ -870,7 +714,7 @@ impl MysqlParser {
             }
             Phase::Commands => {}
             _ => {
-                self.dirs[d].acc = BytesSince::default();
+                self.streams.dirs[d].acc = BytesSince::default();
                 return;
             }
         }
@@ -881,7 +725,7 @@ impl MysqlParser {
                 if let Some(mut c) = self.pending.pop() {
                     if eof {
                         self.deprecate_eof = Some(false);
-                        let (more, truncated) = self.dirs[d].acc.take();
+                        let (more, truncated) = self.streams.dirs[d].acc.take();
                         if let Some(r) = c.resp.as_mut() {
                             r.bytes = r.bytes.saturating_add(more.bytes);
                             r.last_start_ns = more.last_start_ns;
@@ -903,7 +747,7 @@ impl MysqlParser {
         let deprecate_eof = self.deprecate_eof;
         let Some(c) = self.pending.front_mut() else {
             stats.unmatched_responses += 1;
-            self.dirs[d].acc = BytesSince::default();
+            self.streams.dirs[d].acc = BytesSince::default();
             return;
         };
         c.last_seq = seq;
@@ -1027,7 +871,7 @@ impl MysqlParser {
             .is_some_and(|c| c.state == Resp::PrepareTail && c.resp.is_none())
         {
             // Its response so far; an EOF that follows is added to it.
-            let (resp, truncated) = self.dirs[d].acc.take();
+            let (resp, truncated) = self.streams.dirs[d].acc.take();
             if let Some(c) = self.pending.front_mut() {
                 c.resp = Some(resp);
                 c.truncated |= truncated;
@@ -1091,7 +935,7 @@ impl MysqlParser {
     /// The front call's response is complete.
     fn finish(&mut self, d: usize, out: &mut Vec<L7Call>) {
         if let Some(mut c) = self.pending.pop() {
-            let (resp, truncated) = self.dirs[d].acc.take();
+            let (resp, truncated) = self.streams.dirs[d].acc.take();
             c.resp = Some(resp);
             c.truncated |= truncated;
             self.emit(c, false, out);
@@ -1180,30 +1024,6 @@ impl MysqlParser {
         }
         CapturedHead::redacted(text[..text.len().min(self.keep_head)].to_vec(), len)
     }
-
-    /// `n` bytes of direction d were moved but not captured (snaplen).
-    fn skip(&mut self, d: usize, n: u64, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
-        if let St::Body { left } = self.dirs[d].st {
-            if n <= left {
-                let ds = &mut self.dirs[d];
-                ds.st = St::Body { left: left - n };
-                ds.acc.add(n);
-                ds.acc.truncated = true;
-                // What follows the hole is not the kept prefix's continuation.
-                ds.keep = ds.body.len();
-                if n == left {
-                    self.packet_done(d, out, stats);
-                }
-                return;
-            }
-        }
-        // A header went unseen: the next packet's place is unknown.
-        stats.skipped(n);
-        self.lose_sync(d, stats);
-        if self.is_client(d) == Some(true) {
-            self.distrust_pairing(stats);
-        }
-    }
 }
 
 /// An OK packet's (or an OK-format end of rows') affected rows, last insert id, status flags
@@ -1262,85 +1082,111 @@ fn sqlstate_outcome(code: &str) -> Outcome {
     }
 }
 
-impl StreamParser for MysqlParser {
-    fn on_segment(&mut self, seg: &Segment<'_>, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
-        if self.phase == Phase::Stopped {
-            stats.skipped(seg.total_len);
-            return;
-        }
-        self.seg_counter += 1;
-        let d = seg.dir.index();
-        let mut probe = Vec::new();
-        if self.dirs[d].st == St::Lost {
-            let ds = &mut self.dirs[d];
-            let whole = seg.total_len == seg.payload.len() as u64;
-            if !ds.synced && whole && ds.probe.len() + seg.payload.len() < PROBE_LEN {
-                // A first segment of a few bytes (a reader's short read): judged with more.
-                ds.probe.extend_from_slice(seg.payload);
-                return;
+impl Framer for MysqlParser {
+    type Kind = ();
+    type State = Never;
+    const MIN_HEADER: usize = HEADER;
+    const RESYNC_PROBE: usize = PROBE_LEN;
+
+    fn streams(&mut self) -> &mut Streams<(), Never> {
+        &mut self.streams
+    }
+
+    fn streams_ref(&self) -> &Streams<(), Never> {
+        &self.streams
+    }
+
+    fn stopped(&self) -> bool {
+        self.phase == Phase::Stopped
+    }
+
+    fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// A packet header: a message's first packet starts its kept prefix; a continuation
+    /// must follow its predecessor's sequence id.
+    fn header(&mut self, d: usize, hdr: &[u8], _stats: &mut ParseStats) -> Header<()> {
+        // Decided per message: the phase may have changed since the last one.
+        let keep = self.keep_for(d);
+        let len = le24(hdr);
+        let seq = hdr[3];
+        let m = &mut self.packets[d];
+        if self.streams.dirs[d].continued() {
+            if seq != m.last_seq.wrapping_add(1) {
+                return Header::NotAFrame;
             }
-            probe = std::mem::take(&mut ds.probe);
-            let start = if probe.is_empty() {
-                std::borrow::Cow::Borrowed(seg.payload)
-            } else {
-                std::borrow::Cow::Owned([&probe[..], seg.payload].concat())
-            };
-            if self.plausible_start(d, &start) {
-                let ds = &mut self.dirs[d];
-                ds.st = St::Header;
-                ds.synced = true;
-                if self.is_client(d) == Some(false) {
-                    self.resync_server(d, out, stats);
-                }
-            } else {
-                stats.skipped(seg.total_len.saturating_add(probe.len() as u64));
-                return;
-            }
+        } else {
+            m.seq = seq;
+            m.len = 0;
+            self.streams.dirs[d].start_body(keep);
         }
-        if !probe.is_empty() {
-            self.frame(d, seg, &probe, out, stats);
-        }
-        self.frame(d, seg, seg.payload, out, stats);
-        let uncaptured = seg.total_len.saturating_sub(seg.payload.len() as u64);
-        if uncaptured > 0 && self.phase != Phase::Stopped {
-            if self.dirs[d].st == St::Lost {
-                stats.skipped(uncaptured);
-            } else {
-                self.skip(d, uncaptured, out, stats);
-            }
+        m.last_seq = seq;
+        m.len += u64::from(len);
+        Header::Frame {
+            body_len: u64::from(len),
+            kind: (),
+            more: len == MAX_PACKET,
         }
     }
 
-    fn on_gap(&mut self, dir: Direction, len: Option<u64>, stats: &mut ParseStats) {
-        if self.phase == Phase::Stopped {
-            stats.skipped(len.unwrap_or(0));
-            return;
-        }
-        let d = dir.index();
-        // A gap strictly inside a payload of known length only skips bytes.
-        if let (Some(n), St::Body { left }) = (len, self.dirs[d].st) {
-            if n < left {
-                let ds = &mut self.dirs[d];
-                ds.st = St::Body { left: left - n };
-                ds.acc.add(n);
-                ds.acc.truncated = true;
-                ds.keep = ds.body.len();
-                return;
+    /// A whole message (body kept up to its prefix) in direction d.
+    fn frame_done(
+        &mut self,
+        d: usize,
+        _kind: (),
+        body: &[u8],
+        out: &mut Vec<L7Call>,
+        stats: &mut ParseStats,
+    ) {
+        let Packets { seq, len, .. } = self.packets[d];
+        if self.client.is_none() {
+            if seq == 0 && body.first() == Some(&10) {
+                self.client = Some(1 - d);
+                self.greeting(body);
+            } else if seq == 0 && body.first().is_some_and(|&c| command_name(c).is_some()) {
+                self.client = Some(d);
+                self.phase = Phase::Commands;
+            } else {
+                self.streams.dirs[d].acc = BytesSince::default();
             }
         }
-        stats.skipped(len.unwrap_or(0));
-        let ds = &self.dirs[d];
-        if ds.st != St::Lost && (ds.hdr_len > 0 || ds.continues || matches!(ds.st, St::Body { .. }))
-        {
-            stats.damaged_messages += 1;
+        match self.is_client(d) {
+            Some(true) => self.client_message(d, seq, body, len, stats),
+            Some(false) => self.server_message(d, seq, body, len, out, stats),
+            None => {}
         }
-        if self.dirs[d].synced {
-            self.lose_sync(d, stats);
+    }
+
+    fn resync(&self, d: usize, p: &[u8]) -> bool {
+        self.plausible_start(d, p)
+    }
+
+    fn resynced(&mut self, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
+        if self.is_client(d) == Some(false) {
+            self.resync_server(d, out, stats);
         }
-        // Client packets lost: the server's answers can no longer be paired.
-        if self.is_client(d) != Some(false) {
+    }
+
+    fn lost(&mut self, d: usize, why: Loss, stats: &mut ParseStats) {
+        // Client packets unseen or lost: the server's answers can no longer be paired.
+        let distrust = match why {
+            Loss::Unseen => self.is_client(d) == Some(true),
+            Loss::NotAFrame | Loss::Gap => self.is_client(d) != Some(false),
+        };
+        if distrust {
             self.distrust_pairing(stats);
         }
+    }
+}
+
+impl StreamParser for MysqlParser {
+    fn on_segment(&mut self, seg: &Segment<'_>, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
+        framing::on_segment(self, seg, out, stats);
+    }
+
+    fn on_gap(&mut self, dir: Direction, len: Option<u64>, stats: &mut ParseStats) {
+        framing::on_gap(self, dir, len, stats);
     }
 
     fn on_close(&mut self, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
