@@ -3,7 +3,8 @@
 //! Framing: every packet is a 3-byte little-endian payload length and a 1-byte sequence id; a
 //! payload of 0xffffff bytes continues in the next packet (one logical message). Bodies are kept
 //! up to a prefix ([`KEEP_CLIENT`], [`KEEP_SERVER`]); the rest, and anything beyond the snaplen,
-//! is skipped by count, so a result set of any size goes through with flat memory.
+//! is skipped by count, so a result set of any size goes through with flat memory (the framing
+//! core, [`super::framing`], does it: this parser is its [`Framer`]).
 //!
 //! Handshake and authentication make no call and nothing of them is kept beyond the
 //! capability flags: the server's greeting (protocol 10), the client's HandshakeResponse, auth

@@ -4,7 +4,8 @@
 //! the type byte); the startup-family messages a client sends first (StartupMessage,
 //! SSLRequest, GSSENCRequest, CancelRequest) have no type byte, and the server answers an
 //! SSLRequest or GSSENCRequest with one bare byte (`N`, `S` or `G`). Bodies are kept up to
-//! [`MAX_KEEP`] bytes; the rest, and anything beyond the snaplen, is skipped by count.
+//! [`MAX_KEEP`] bytes; the rest, and anything beyond the snaplen, is skipped by count (the
+//! framing core, [`super::framing`], does it: this parser is its [`Framer`]).
 //!
 //! Startup and authentication make no call. An SSLRequest answered `S` (or a GSSENCRequest
 //! answered `G`) means the rest of the connection is encrypted: it is counted once in
@@ -1060,7 +1061,7 @@ impl PostgresParser {
         )
     }
 
-    /// A server segment while its place is lost inside a response (`St::Proto(PgSt::SeekEnd)`). Returns
+    /// A server segment while its place is lost inside a response (`PgSt::SeekEnd`). Returns
     /// where in the captured bytes framing starts again, if it does in this segment.
     fn seek_end(
         &mut self,
