@@ -11,13 +11,15 @@ use clap::{CommandFactory, FromArgMatches};
 use ebtop::cli::{Args, Command, Depth};
 use ebtop::clock::{monotonic_ns, WallClock};
 use ebtop::conntrack::TrackerConfig;
+use ebtop::filters::Filters;
 use ebtop::pipeline::Pipeline;
 use ebtop::procinfo::ProcessTable;
 use ebtop::protocols::ParseDepth;
 use ebtop::record::writer::Recorder;
 use ebtop::record::{self, RecordOptions, RecordingHeader};
-use ebtop::session::{Filters, SessionMeta, Summary};
+use ebtop::session_meta::SessionMeta;
 use ebtop::sink::json::{JsonSink, LineSelection};
+use ebtop::summary::Summary;
 
 /// mimalloc, not glibc's malloc: calls are made on the capture threads and dropped on others
 /// (the terminal UI's, the pipeline thread's), and glibc then frees each through the arena of
@@ -157,7 +159,6 @@ fn tui_session(args: &Args, stop: &Arc<AtomicBool>) -> Result<()> {
         no_color: args.no_color || std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()),
         live: !replay,
         paused,
-        raw_resources: args.raw_resources,
         utc: args.utc,
         replay: control,
         call_returner,
@@ -455,7 +456,7 @@ fn open_recording(
     path: &std::path::Path,
 ) -> Result<(
     record::reader::RecordingReader<std::fs::File>,
-    ebtop::session::SessionMeta,
+    ebtop::session_meta::SessionMeta,
 )> {
     let reader = record::reader::open(path)?;
     let mut meta = replay::replay_meta(&reader);

@@ -22,13 +22,16 @@ use crate::aggregate::{EndpointTable, OverheadSnapshot, ProcessStats};
 use crate::call::{Call, Side};
 use crate::conntrack::{ConnTracker, TrackerConfig, Verdict};
 use crate::event::{Direction, Event, EventHead, EventKind};
+use crate::filters::Filters;
+use crate::kernel_counters::KernelCounters;
 use crate::process_events::{ProcEvent, ProcEventKind, ProcessExit};
 use crate::procinfo::{ProcInfo, ProcessTable};
 use crate::record::writer::Recorder;
 use crate::record::IntervalRecord;
 use crate::report::IntervalReport;
-use crate::session::{Filters, KernelCounters, SessionMeta, Summary};
+use crate::session_meta::SessionMeta;
 use crate::sink::Sink;
+use crate::summary::Summary;
 
 /// Connections whose calls' protocol the pipeline remembers for the flows.
 const MAX_L7_SEEN: usize = 65536;
@@ -1008,8 +1011,9 @@ mod tests {
     use super::*;
     use crate::call::Call;
     use crate::procinfo::{ProcInfo, ProcessTable};
-    use crate::session::{SessionMeta, Summary};
+    use crate::session_meta::SessionMeta;
     use crate::sink::Loss;
+    use crate::summary::Summary;
 
     #[derive(Default)]
     struct Losses(Vec<Loss>);
@@ -1240,7 +1244,7 @@ mod tests {
         let mut reader = crate::record::reader::open(&path).unwrap();
         let mut p = json_pipeline(&mut replayed);
         let stop = std::sync::atomic::AtomicBool::new(false);
-        let end = crate::source::replay::run(&mut reader, &mut p, &stop).unwrap();
+        let end = crate::driver::replay::run(&mut reader, &mut p, &stop).unwrap();
         drop(p.finish(&end.kernel, end.duration_ns).unwrap());
         assert_eq!(flow_lines(&replayed), streamed);
     }

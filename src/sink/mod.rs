@@ -11,7 +11,8 @@ use crate::aggregate::RowRef;
 use crate::call::Call;
 use crate::procinfo::ProcInfo;
 use crate::report::IntervalReport;
-use crate::session::{SessionMeta, Summary};
+use crate::session_meta::SessionMeta;
+use crate::summary::Summary;
 
 pub trait Sink {
     /// Once, before anything else.
@@ -112,9 +113,9 @@ pub struct Loss {
 mod tests {
     use super::*;
     use crate::conntrack::TrackerConfig;
+    use crate::kernel_counters::KernelCounters;
     use crate::pipeline::Pipeline;
     use crate::procinfo::ProcessTable;
-    use crate::session::KernelCounters;
 
     /// Takes interval reports only by value.
     #[derive(Default)]

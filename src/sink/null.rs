@@ -5,7 +5,8 @@ use std::io;
 use super::Sink;
 use crate::call::Call;
 use crate::procinfo::ProcInfo;
-use crate::session::{SessionMeta, Summary};
+use crate::session_meta::SessionMeta;
+use crate::summary::Summary;
 
 #[derive(Debug, Default)]
 pub struct NullSink;

@@ -9,7 +9,8 @@ use super::Sink;
 use crate::call::Call;
 use crate::procinfo::ProcInfo;
 use crate::report::IntervalReport;
-use crate::session::{SessionMeta, Summary};
+use crate::session_meta::SessionMeta;
+use crate::summary::Summary;
 
 /// 512 B, 2.0 KiB, 3.4 MiB, 1.2 GiB.
 fn human_bytes(n: u64) -> String {

@@ -30,8 +30,9 @@ use crate::aggregate::RowRef;
 use crate::call::Call;
 use crate::procinfo::ProcInfo;
 use crate::report::IntervalReport;
-use crate::session::{SessionMeta, Summary};
+use crate::session_meta::SessionMeta;
 use crate::sink::Sink;
+use crate::summary::Summary;
 
 pub use app::{Action, App, View};
 
@@ -559,9 +560,6 @@ pub struct UiOptions {
     pub live: bool,
     /// Set while the display is paused (a replay's pacer waits on it).
     pub paused: Arc<AtomicBool>,
-    /// Endpoints keyed on raw resources (`--raw-resources`). The UI shows the pipeline's
-    /// rows as keyed there and keys nothing itself: unused by it.
-    pub raw_resources: bool,
     /// A replay's pace and skips, changed by keys.
     pub replay: Option<Arc<ReplayControl>>,
     /// Times in UTC instead of the local zone (`--utc`).
@@ -704,7 +702,7 @@ pub const KEEP_HEAD_BYTES: usize = 16384;
 
 pub fn collect_replay(path: &std::path::Path) -> anyhow::Result<Vec<UiMsg>> {
     let mut reader = crate::record::reader::open(path)?;
-    let meta = crate::source::replay::replay_meta(&reader);
+    let meta = crate::driver::replay::replay_meta(&reader);
     let (tx, rx) = std::sync::mpsc::sync_channel(1 << 20);
     let sink = TuiSink::new(tx);
     let mut pipeline = crate::pipeline::Pipeline::new(
@@ -717,7 +715,7 @@ pub fn collect_replay(path: &std::path::Path) -> anyhow::Result<Vec<UiMsg>> {
     );
     pipeline.start(&meta)?;
     let stop = AtomicBool::new(false);
-    let end = crate::source::replay::run(&mut reader, &mut pipeline, &stop)?;
+    let end = crate::driver::replay::run(&mut reader, &mut pipeline, &stop)?;
     pipeline.finish(&end.kernel, end.duration_ns)?;
     Ok(rx.try_iter().collect())
 }
