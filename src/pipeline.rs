@@ -1061,33 +1061,16 @@ impl<S: Sink> Downstream<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::call::Call;
-    use crate::procinfo::{ProcInfo, ProcessTable};
+    use crate::procinfo::ProcessTable;
     use crate::session_meta::SessionMeta;
     use crate::sink::Loss;
-    use crate::summary::Summary;
 
     #[derive(Default)]
     struct Losses(Vec<Loss>);
 
     impl Sink for Losses {
-        fn meta(&mut self, _: &SessionMeta) -> io::Result<()> {
-            Ok(())
-        }
-        fn process(&mut self, _: &ProcInfo) -> io::Result<()> {
-            Ok(())
-        }
-        fn call(&mut self, _: &Call) -> io::Result<()> {
-            Ok(())
-        }
         fn lost(&mut self, _: u64, loss: &Loss) -> io::Result<()> {
             self.0.push(*loss);
-            Ok(())
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-        fn summary(&mut self, _: &Summary) -> io::Result<()> {
             Ok(())
         }
     }

@@ -141,6 +141,17 @@ impl ReplayControl {
     }
 }
 
+/// The UI's keys are how the viewer asks a replay to go back in recorded time.
+impl crate::driver::replay::Rewind for ReplayControl {
+    fn requested(&self) -> bool {
+        self.rewind_pending()
+    }
+
+    fn take(&self) -> Option<u64> {
+        self.take_rewind()
+    }
+}
+
 /// Replay at the recorded pace: sleeps so recorded time advances at the control's speed ×
 /// real time.
 pub struct Pacer {
@@ -235,6 +246,8 @@ pub struct TuiSink {
     parts_follow: bool,
     /// Calls the UI is done with, handed back to be freed here (see [`CallReturner`]).
     returned: Option<Receiver<Vec<Box<Call>>>>,
+    /// A session's meta came: another means the replay started over.
+    met: bool,
 }
 
 /// Batches of calls the UI handed back, in flight at most (past that the UI frees them).
@@ -311,6 +324,7 @@ impl TuiSink {
             pending: std::collections::VecDeque::new(),
             parts_follow: false,
             returned: None,
+            met: false,
         }
     }
 
@@ -450,27 +464,16 @@ impl TuiSink {
 }
 
 impl Sink for TuiSink {
-    fn can_rewind(&self) -> bool {
-        self.pacer.is_some()
-    }
-
-    fn rewind_requested(&self) -> bool {
-        self.pacer
-            .as_ref()
-            .is_some_and(|p| p.control.rewind_pending())
-    }
-
-    fn take_rewind(&mut self) -> Option<u64> {
-        let at = self.pacer.as_ref()?.control.take_rewind()?;
-        // What was batched belongs to the replay being abandoned.
-        self.batch.clear();
-        self.batch_rows.clear();
-        self.parts_follow = false;
-        self.send(UiMsg::Restart);
-        Some(at)
-    }
-
     fn meta(&mut self, meta: &SessionMeta) -> io::Result<()> {
+        if self.met {
+            // A replay started over (the viewer went back in time): what was batched belongs
+            // to the replay abandoned.
+            self.batch.clear();
+            self.batch_rows.clear();
+            self.parts_follow = false;
+            self.send(UiMsg::Restart);
+        }
+        self.met = true;
         self.send(UiMsg::Meta(Box::new(meta.clone())));
         Ok(())
     }
