@@ -7,10 +7,12 @@ use anyhow::{Context, Result};
 
 use ebtop::conntrack::TrackerConfig;
 use ebtop::event::{EventBuilder, EventKind};
+use ebtop::filters::Filters;
+use ebtop::kernel_counters::KernelCounters;
 use ebtop::pipeline::Pipeline;
 use ebtop::procinfo::ProcessTable;
 use ebtop::segfile::SegFile;
-use ebtop::session::{Filters, KernelCounters, SessionMeta};
+use ebtop::session_meta::SessionMeta;
 use ebtop::sink::json::JsonSink;
 
 fn main() -> Result<()> {

@@ -326,18 +326,18 @@ pub fn usage_problem(m: &ArgMatches) -> Option<String> {
         .iter()
         .map(|id| m.get_raw(id).map_or(0, |v| v.len()))
         .sum();
-    if cgroups > crate::session::MAX_FILTER_VALUES {
+    if cgroups > crate::filters::MAX_FILTER_VALUES {
         return Some(format!(
             "--cgroup, --container and --pod take at most {} values together (given {cgroups})",
-            crate::session::MAX_FILTER_VALUES
+            crate::filters::MAX_FILTER_VALUES
         ));
     }
     for id in ["pid", "comm", "port"] {
         let n = m.get_raw(id).map_or(0, |v| v.len());
-        if n > crate::session::MAX_FILTER_VALUES {
+        if n > crate::filters::MAX_FILTER_VALUES {
             return Some(format!(
                 "--{id} takes at most {} values (given {n}): the kernel compares each one",
-                crate::session::MAX_FILTER_VALUES
+                crate::filters::MAX_FILTER_VALUES
             ));
         }
     }

@@ -11,13 +11,15 @@ use clap::{CommandFactory, FromArgMatches};
 use ebtop::cli::{Args, Command, Depth};
 use ebtop::clock::{monotonic_ns, WallClock};
 use ebtop::conntrack::TrackerConfig;
+use ebtop::filters::Filters;
 use ebtop::pipeline::Pipeline;
 use ebtop::procinfo::ProcessTable;
 use ebtop::protocols::ParseDepth;
 use ebtop::record::writer::Recorder;
 use ebtop::record::{self, RecordOptions, RecordingHeader};
-use ebtop::session::{Filters, SessionMeta, Summary};
+use ebtop::session_meta::SessionMeta;
 use ebtop::sink::json::{JsonSink, LineSelection};
+use ebtop::summary::Summary;
 
 /// mimalloc, not glibc's malloc: calls are made on the capture threads and dropped on others
 /// (the terminal UI's, the pipeline thread's), and glibc then frees each through the arena of
@@ -29,7 +31,7 @@ use ebtop::sink::json::{JsonSink, LineSelection};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use ebtop::driver::live::{self, LiveConfig, StopReason};
-use ebtop::driver::replay;
+use ebtop::driver::replay::{self, Rewind};
 use ebtop::sink::null::NullSink;
 use ebtop::sink::status::RecordingStatus;
 use ebtop::sink::Sink;
@@ -114,13 +116,14 @@ fn run(args: Args) -> Result<()> {
             &args,
             &stop,
             JsonSink::new(stdout).with_selection(json_lines(&args)),
+            None,
         )
     } else if let (Some(path), true) = (&args.write, io::stderr().is_terminal()) {
         // Recording on a terminal: a live one-line status, as tcpdump shows.
         let status = RecordingStatus::new(io::stderr(), path.clone());
-        session(&args, &stop, status)
+        session(&args, &stop, status, None)
     } else {
-        session(&args, &stop, NullSink)
+        session(&args, &stop, NullSink, None)
     }
 }
 
@@ -157,16 +160,15 @@ fn tui_session(args: &Args, stop: &Arc<AtomicBool>) -> Result<()> {
         no_color: args.no_color || std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()),
         live: !replay,
         paused,
-        raw_resources: args.raw_resources,
         utc: args.utc,
-        replay: control,
+        replay: control.clone(),
         call_returner,
     };
     std::thread::scope(|s| {
         let collector = s.spawn(|| {
             // Set on the way out, panic included, so the UI does not wait on a dead collector.
             let _stop_on_exit = StopOnDrop(stop);
-            let r = session(args, stop, sink);
+            let r = session(args, stop, sink, control.as_deref());
             if r.is_err() {
                 // Leave the UI so the error can be seen.
                 stop.store(true, Ordering::SeqCst);
@@ -310,9 +312,15 @@ fn tracker_config(args: &Args) -> TrackerConfig {
     }
 }
 
-fn session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> {
+/// `rewind`: a replay's viewer may ask it to go back in recorded time (the terminal UI).
+fn session<S: Sink>(
+    args: &Args,
+    stop: &AtomicBool,
+    sink: S,
+    rewind: Option<&ebtop::tui::ReplayControl>,
+) -> Result<()> {
     match &args.read {
-        Some(path) => replay_session(args, path, stop, sink),
+        Some(path) => replay_session(args, path, stop, sink, rewind),
         None => live_session(args, stop, sink),
     }
 }
@@ -414,31 +422,38 @@ fn replay_session<S: Sink>(
     path: &std::path::Path,
     stop: &AtomicBool,
     sink: S,
+    rewind: Option<&ebtop::tui::ReplayControl>,
 ) -> Result<()> {
     // The viewer may go back in time (not while writing a copy: it would hold parts twice).
-    if !sink.can_rewind() || args.write.is_some() {
-        return replay_to_output(args, path, stop, sink);
-    }
+    // (Writing a copy, a rewind asked stops the replay short, as it always did.)
+    let Some(rewind) = rewind.filter(|_| args.write.is_none()) else {
+        return replay_to_output(args, path, stop, sink, rewind.map(|r| r as &dyn Rewind));
+    };
     let (mut reader, meta) = open_recording(args, path)?;
     let mut sink = sink;
     loop {
         let mut pipeline = replay_pipeline(args, sink).with_threads(tracking_threads(args));
         pipeline.start(&meta)?;
-        let end = replay::run(&mut reader, &mut pipeline, stop)?;
+        let end = replay::run_rewindable(
+            &mut reader,
+            &mut pipeline,
+            stop,
+            Some(rewind as &dyn Rewind),
+        )?;
         if end.rewound && !stop.load(Ordering::Relaxed) {
             sink = pipeline.into_sink();
-            sink.take_rewind();
+            rewind.take();
             reader = record::reader::open(path)?;
             continue;
         }
         let stats = reader.stats;
-        let (mut done, _) = pipeline.finish(&end.kernel, end.duration_ns)?;
+        let (done, _) = pipeline.finish(&end.kernel, end.duration_ns)?;
         // The last numbers stay on screen; the viewer may still go back.
-        while !stop.load(Ordering::Relaxed) && !done.rewind_requested() {
+        while !stop.load(Ordering::Relaxed) && !rewind.requested() {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         if !stop.load(Ordering::Relaxed) {
-            done.take_rewind();
+            rewind.take();
             sink = done;
             reader = record::reader::open(path)?;
             continue;
@@ -455,7 +470,7 @@ fn open_recording(
     path: &std::path::Path,
 ) -> Result<(
     record::reader::RecordingReader<std::fs::File>,
-    ebtop::session::SessionMeta,
+    ebtop::session_meta::SessionMeta,
 )> {
     let reader = record::reader::open(path)?;
     let mut meta = replay::replay_meta(&reader);
@@ -476,6 +491,7 @@ fn replay_to_output<S: Sink>(
     path: &std::path::Path,
     stop: &AtomicBool,
     sink: S,
+    rewind: Option<&dyn Rewind>,
 ) -> Result<()> {
     let (mut reader, meta) = open_recording(args, path)?;
     let mut pipeline = replay_pipeline(args, sink);
@@ -495,7 +511,7 @@ fn replay_to_output<S: Sink>(
     }
     let mut pipeline = pipeline.with_threads(tracking_threads(args));
     pipeline.start(&meta)?;
-    let end = replay::run(&mut reader, &mut pipeline, stop)?;
+    let end = replay::run_rewindable(&mut reader, &mut pipeline, stop, rewind)?;
     let stats = reader.stats;
     let (_, summary) = pipeline.finish(&end.kernel, end.duration_ns)?;
     report_recording(args, &summary);

@@ -22,19 +22,65 @@ use crate::aggregate::{EndpointTable, OverheadSnapshot, ProcessStats};
 use crate::call::{Call, Side};
 use crate::conntrack::{ConnTracker, TrackerConfig, Verdict};
 use crate::event::{Direction, Event, EventHead, EventKind};
+use crate::filters::Filters;
+use crate::kernel_counters::KernelCounters;
 use crate::process_events::{ProcEvent, ProcEventKind, ProcessExit};
 use crate::procinfo::{ProcInfo, ProcessTable};
 use crate::record::writer::Recorder;
 use crate::record::IntervalRecord;
 use crate::report::IntervalReport;
-use crate::session::{Filters, KernelCounters, SessionMeta, Summary};
+use crate::session_meta::SessionMeta;
 use crate::sink::Sink;
+use crate::summary::Summary;
 
 /// Connections whose calls' protocol the pipeline remembers for the flows.
 const MAX_L7_SEEN: usize = 65536;
 
 pub struct Pipeline<S: Sink> {
-    tracker: ConnTracker,
+    /// Where connections are tracked: on this thread until `start` moves it to the worker
+    /// threads asked for (`threads`, `feeds`).
+    tracking: Tracking,
+    /// The sources of the fed workers `start` will make (`with_feeds`).
+    feeds: Vec<Box<dyn RecordFeed>>,
+    /// Process exits held until the fed workers applied every record read before them (the
+    /// next barrier), so the process's last calls still find it.
+    held_exits: Vec<HeldExit>,
+    /// Tracking threads asked for.
+    threads: usize,
+    /// Records dealt to workers since their results were last looked for.
+    dealt_since_apply: u32,
+    /// Calls of the record being handled (serial tracking), reused.
+    call_scratch: Vec<Call>,
+    /// Everything after the tracker stage, which applies what tracking made of each record.
+    down: Downstream<S>,
+}
+
+/// Where the pipeline tracks connections (the tracker stage), one of three ways.
+///
+/// The two worker pools keep their own workers and messages (`shards.rs`'s `Worker`,
+/// `ToWorker`, `FromWorker` and `fed.rs`'s), sharing what a worker does with a batch
+/// (`BatchWork`, `Processed`, `TrackerState`): one pool deals records from this thread over a
+/// bounded channel per worker and takes results back per worker in delivery order (a step
+/// log), the other's workers read their own sources, wait on those and a doorbell, not on a
+/// channel, and send results into one channel that this thread merges by kernel time with
+/// each worker's progress. One `ToWorker` would give each pool messages its workers never
+/// receive (records to a fed worker, `Drain` to a dealt one) and one result channel would cost
+/// the dealt pool its per-worker order (or the fed pool its single wait): the split this enum
+/// removed, moved into the workers.
+enum Tracking {
+    /// One tracker on the pipeline's thread (`--threads 1`), fed by `on_record`.
+    Inline(ConnTracker),
+    /// Worker threads that records are dealt to by connection (replay, `--threads` > 1).
+    Dealt(Shards),
+    /// Worker threads that each read their own source (live, `--threads` > 1: a ring each);
+    /// `on_record` has nothing to deliver.
+    Fed(FedShards),
+}
+
+/// Everything after the tracker stage: aggregates, process identity, recorder, sink and the
+/// session's counts; what tracking made of a record is applied to it (by the pipeline's own
+/// thread, whichever thread tracked the record).
+struct Downstream<S: Sink> {
     procs: ProcessTable,
     sink: S,
     /// Applied to every record (live: the kernel applied them already; replay: here).
@@ -66,24 +112,8 @@ pub struct Pipeline<S: Sink> {
     /// The L7 protocol of the calls seen per connection, for the flows (bounded: cleared
     /// when it holds `MAX_L7_SEEN` pairs; flows seen again get their name back).
     l7_seen: crate::flows::L7Seen,
-    /// Connection tracking on worker threads (`--threads` > 1, started by `start`); `tracker`
-    /// is then unused.
-    shards: Option<Shards>,
-    /// Tracking threads that read their own sources (live with `--threads` > 1: a ring
-    /// each), started by `start` from `feeds`; `tracker` and `shards` are then unused.
-    fed: Option<FedShards>,
-    feeds: Vec<Box<dyn RecordFeed>>,
-    /// Process exits held until the fed workers applied every record read before them (the
-    /// next barrier), so the process's last calls still find it.
-    held_exits: Vec<HeldExit>,
-    /// Tracking threads asked for.
-    threads: usize,
-    /// Records dealt to workers since their results were last looked for.
-    dealt_since_apply: u32,
     /// The tracker's counters at the last interval end (what `totals` shows).
     tracker_state: TrackerState,
-    /// Calls of the record being handled (serial tracking), reused.
-    call_scratch: Vec<Call>,
 }
 
 /// A record's calls as `apply` gets them: owned where the pipeline thread tracked them itself
@@ -117,6 +147,27 @@ enum Apply {
     DownToHalf,
 }
 
+/// Applies the held exits (`held`, see `Pipeline::held_exits`) that ended before `up_to` (all:
+/// `u64::MAX`), in time order.
+fn apply_held_exits<S: Sink>(
+    held: &mut Vec<HeldExit>,
+    down: &mut Downstream<S>,
+    up_to: u64,
+) -> io::Result<()> {
+    if held.is_empty() {
+        return Ok(());
+    }
+    let (mut due, keep): (Vec<_>, Vec<_>) = std::mem::take(held)
+        .into_iter()
+        .partition(|exit| exit.ts_ns < up_to);
+    *held = keep;
+    due.sort_by_key(|exit| exit.ts_ns);
+    for exit in due {
+        down.apply_proc_record(&exit.raw)?;
+    }
+    Ok(())
+}
+
 /// Whether a record passes the user-space filters (live: the kernel applied them already).
 fn passes(f: &Filters, ev: &Event) -> bool {
     f.selects_ports(ev.lport, ev.rport) && f.selects_process(ev.pid, &ev.comm)
@@ -125,9 +176,8 @@ fn passes(f: &Filters, ev: &Event) -> bool {
 impl<S: Sink> Pipeline<S> {
     pub fn new(cfg: TrackerConfig, procs: ProcessTable, sink: S) -> Self {
         let read_proc = procs.reads_proc();
-        Pipeline {
-            tracker: ConnTracker::new(cfg),
-            endpoints: Self::endpoint_table(&sink, false),
+        let down = Downstream {
+            endpoints: Downstream::<S>::endpoint_table(&sink, false),
             conns: sink.wants_windows().then(Default::default),
             key_rows: Vec::new(),
             proc_stats: ProcessStats::new(DEFAULT_MAX_PROCESSES, read_proc),
@@ -145,14 +195,16 @@ impl<S: Sink> Pipeline<S> {
             flows_following: None,
             last_flow_stats: None,
             l7_seen: Default::default(),
-            shards: None,
-            fed: None,
+            tracker_state: TrackerState::default(),
+        };
+        Pipeline {
+            tracking: Tracking::Inline(ConnTracker::new(cfg)),
             feeds: Vec::new(),
             held_exits: Vec::new(),
             threads: 1,
             dealt_since_apply: 0,
-            tracker_state: TrackerState::default(),
             call_scratch: Vec::new(),
+            down,
         }
     }
 
@@ -178,84 +230,83 @@ impl<S: Sink> Pipeline<S> {
 
     /// Readable while the fed workers' results may wait (for the source's epoll set).
     pub fn results_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        self.fed.as_ref().map(FedShards::ready_fd)
+        match &self.tracking {
+            Tracking::Fed(fed) => Some(fed.ready_fd()),
+            _ => None,
+        }
     }
 
     /// Endpoints keyed on raw resources (`--raw-resources`).
     pub fn with_raw_resources(mut self, raw: bool) -> Self {
         if raw {
-            self.endpoints = Self::endpoint_table(&self.sink, true);
+            self.down.endpoints = Downstream::<S>::endpoint_table(&self.down.sink, true);
         }
         self
     }
 
-    /// The endpoint table: keeping its rows' last minute for the rolling windows only when
-    /// the sink shows them (`Sink::wants_windows`).
-    fn endpoint_table(sink: &S, raw: bool) -> EndpointTable {
-        let table = EndpointTable::new(crate::aggregate::endpoints::DEFAULT_MAX_ENDPOINTS, raw);
-        if sink.wants_windows() {
-            table.with_history(crate::aggregate::endpoints::WINDOW_1M_NS)
-        } else {
-            table
-        }
-    }
-
     /// Filters applied to every record. The protocol selection is the tracker's: it is
-    /// set here over what `TrackerConfig` said.
+    /// set here over what `TrackerConfig` said (before `start`, which hands it to the
+    /// tracking threads).
     pub fn with_filters(mut self, filters: Filters) -> Self {
-        self.tracker.select_protocols(filters.protocols());
-        self.filters = filters;
+        if let Tracking::Inline(tracker) = &mut self.tracking {
+            tracker.select_protocols(filters.protocols());
+        }
+        self.down.filters = filters;
         self
     }
 
     /// Records every record that passes the filters (and process descriptions) to `rec`.
     pub fn with_recorder(mut self, rec: Recorder) -> Self {
-        self.recorder = Some(rec);
+        self.down.recorder = Some(rec);
         self
     }
 
     pub fn start(&mut self, meta: &SessionMeta) -> io::Result<()> {
         // Intervals count from the session's start in kernel time (recorded, so a replay's
         // intervals are the live run's).
-        self.interval_start_ns = Some(meta.start_mono_ns());
-        self.sink.meta(meta)?;
-        if !self.feeds.is_empty() && self.fed.is_none() {
+        self.down.interval_start_ns = Some(meta.start_mono_ns());
+        self.down.sink.meta(meta)?;
+        let Tracking::Inline(tracker) = &self.tracking else {
+            return Ok(()); // the tracking threads run already
+        };
+        let cfg = *tracker.config();
+        if !self.feeds.is_empty() {
             let feeds = std::mem::take(&mut self.feeds);
             let fed = FedShards::start(
                 feeds,
-                self.tracker.config(),
-                &self.filters,
-                self.endpoints.keeps_raw(),
+                &cfg,
+                &self.down.filters,
+                self.down.endpoints.keeps_raw(),
             )?;
-            if let Some(f) = self.sink.call_formatter() {
+            if let Some(f) = self.down.sink.call_formatter() {
                 fed.set_formatter(&f)?;
             }
-            self.fed = Some(fed);
-        } else if self.threads > 1 && self.shards.is_none() {
+            self.tracking = Tracking::Fed(fed);
+        } else if self.threads > 1 {
             let mut sh = Shards::start(
                 self.threads,
-                self.tracker.config(),
-                &self.filters,
-                self.endpoints.keeps_raw(),
+                &cfg,
+                &self.down.filters,
+                self.down.endpoints.keeps_raw(),
             )?;
             // The sink knows its clock now: the workers can write the call lines.
-            if let Some(f) = self.sink.call_formatter() {
+            if let Some(f) = self.down.sink.call_formatter() {
                 sh.set_formatter(&f)?;
             }
-            self.shards = Some(sh);
+            self.tracking = Tracking::Dealt(sh);
         }
         Ok(())
     }
 
     /// A process description known in advance (a recording's process table or records).
     pub fn know_process(&mut self, info: ProcInfo) -> io::Result<()> {
-        match &mut self.shards {
-            Some(sh) => {
+        match &mut self.tracking {
+            Tracking::Dealt(sh) => {
                 sh.push_step(Step::Know(Box::new(info)));
                 self.after_step()
             }
-            None => {
-                self.procs.insert(info);
+            Tracking::Inline(_) | Tracking::Fed(_) => {
+                self.down.procs.insert(info);
                 Ok(())
             }
         }
@@ -263,14 +314,14 @@ impl<S: Sink> Pipeline<S> {
 
     /// Process exits will come as exit records (live: the process probe is loaded).
     pub fn use_exit_records(&mut self) {
-        self.proc_stats.use_exit_records();
+        self.down.proc_stats.use_exit_records();
     }
 
     /// One process exec/exit record as the kernel delivered it (live: read before the socket
     /// records of the same pass, so an exec usually precedes the new program's calls).
     pub fn on_proc_record(&mut self, raw: &[u8]) -> io::Result<()> {
-        if self.fed.is_some() {
-            return match ProcEvent::decode(raw) {
+        match &mut self.tracking {
+            Tracking::Fed(_) => match ProcEvent::decode(raw) {
                 Ok(ev) if ev.kind == ProcEventKind::Exit => {
                     self.held_exits.push(HeldExit {
                         ts_ns: ev.ts_ns,
@@ -284,105 +335,347 @@ impl<S: Sink> Pipeline<S> {
                     if self.held_exits.iter().any(|held| held.pid == ev.pid) {
                         self.apply_held_exits(u64::MAX)?;
                     }
-                    self.apply_proc_record(raw)
+                    self.down.apply_proc_record(raw)
                 }
-                Err(_) => self.apply_proc_record(raw),
-            };
-        }
-        match &mut self.shards {
+                Err(_) => self.down.apply_proc_record(raw),
+            },
             // In order with the socket records delivered before it.
-            Some(sh) => {
+            Tracking::Dealt(sh) => {
                 sh.push_step(Step::Proc(raw.to_vec()));
                 self.after_step()
             }
-            None => self.apply_proc_record(raw),
-        }
-    }
-
-    fn apply_proc_record(&mut self, raw: &[u8]) -> io::Result<()> {
-        self.summary.events += 1;
-        let ev = match ProcEvent::decode(raw) {
-            Ok(ev) => ev,
-            Err(_) => {
-                self.summary.decode_errors += 1;
-                return Ok(());
-            }
-        };
-        if !self.filters.selects_process(ev.pid, &ev.comm) {
-            self.summary.filtered_events += 1;
-            return Ok(());
-        }
-        if let Some(rec) = self
-            .recorder
-            .as_mut()
-            .filter(|_| ev.kind != ProcEventKind::Loaded)
-        {
-            rec.proc_event(raw);
-        }
-        match ev.kind {
-            ProcEventKind::Exec => {
-                self.summary.process_execs += 1;
-                self.procs.exec(ev.proc_info());
-                Ok(())
-            }
-            ProcEventKind::Exit => {
-                self.summary.process_exits += 1;
-                self.proc_stats.exited(ev.pid);
-                match self.procs.exit(ev.pid) {
-                    Some(info) => self.sink.process_exit(&ProcessExit {
-                        mono_ns: ev.ts_ns,
-                        info,
-                        ppid: ev.ppid,
-                        status: ev.exit_status(),
-                    }),
-                    None => Ok(()),
-                }
-            }
-            // Live only (a dlopen, for the TLS probes): nothing a recording or view keeps.
-            ProcEventKind::Loaded => Ok(()),
+            Tracking::Inline(_) => self.down.apply_proc_record(raw),
         }
     }
 
     /// Applies the held exits that ended before `up_to` (all: `u64::MAX`), in time order.
     fn apply_held_exits(&mut self, up_to: u64) -> io::Result<()> {
-        if self.held_exits.is_empty() {
-            return Ok(());
-        }
-        let (mut due, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held_exits)
-            .into_iter()
-            .partition(|held| held.ts_ns < up_to);
-        self.held_exits = keep;
-        due.sort_by_key(|held| held.ts_ns);
-        for held in due {
-            self.apply_proc_record(&held.raw)?;
-        }
-        Ok(())
+        apply_held_exits(&mut self.held_exits, &mut self.down, up_to)
     }
 
     /// Applies what the fed workers sent, merged in time (see `fed.rs`); with `barrier`,
     /// first asks each of them for it and applies everything until all answered (then the
     /// held exits), returning their merged state.
     fn apply_fed(&mut self, barrier: Option<Barrier>) -> io::Result<TrackerState> {
-        let Some(mut fed) = self.fed.take() else {
+        let Tracking::Fed(fed) = &mut self.tracking else {
             return Ok(TrackerState::default());
         };
-        let result = self.apply_fed_from(&mut fed, barrier);
+        let result = self.down.apply_fed(fed, barrier);
         let up_to = if barrier.is_some() {
             u64::MAX
         } else {
             fed.applied_up_to()
         };
-        let applied = result.is_ok().then(|| self.apply_held_exits(up_to));
+        let applied = result
+            .is_ok()
+            .then(|| apply_held_exits(&mut self.held_exits, &mut self.down, up_to));
         // Exits still held wait for workers at rest to say how far they read.
         if let Some(last) = self.held_exits.iter().map(|held| held.ts_ns).max() {
             fed.want_progress(last);
         }
-        self.fed = Some(fed);
         applied.transpose()?;
         result
     }
 
-    fn apply_fed_from(
+    /// The session stops (live): the fed workers read what their sources hold now (bounded)
+    /// and everything is applied.
+    pub fn drain_sources(&mut self) -> io::Result<()> {
+        self.apply_fed(Some(Barrier::Drain)).map(drop)
+    }
+
+    /// One record as the kernel delivered it. Undecodable records are counted and skipped.
+    pub fn on_record(&mut self, raw: &[u8]) -> io::Result<()> {
+        let tracker = match &mut self.tracking {
+            Tracking::Inline(tracker) => tracker,
+            Tracking::Dealt(sh) => {
+                sh.dispatch(raw)?;
+                return self.after_step();
+            }
+            // The fed workers read their own sources: nothing else may deliver records.
+            Tracking::Fed(_) => {
+                return Err(io::Error::other(
+                    "a record was delivered to a pipeline whose workers read their own sources",
+                ))
+            }
+        };
+        self.down.summary.events += 1;
+        let ev = match Event::decode(raw) {
+            Ok(ev) => ev,
+            Err(_) => {
+                self.down.summary.decode_errors += 1;
+                return Ok(());
+            }
+        };
+        if !passes(&self.down.filters, &ev) {
+            self.down.summary.filtered_events += 1;
+            return Ok(());
+        }
+        let mut calls = std::mem::take(&mut self.call_scratch);
+        let verdict = tracker.handle(&ev, &mut calls);
+        let result = self.down.apply(
+            &EventHead::from(&ev),
+            raw,
+            verdict,
+            Calls::Owned(&mut calls),
+            None,
+            None,
+        );
+        calls.clear();
+        self.call_scratch = calls;
+        result
+    }
+
+    /// After a step was delivered to the tracking threads: now and then, apply what is ready;
+    /// past the backlog bound, catch up first (the kernel ring absorbs meanwhile), so a
+    /// pipeline thread that falls behind its workers holds a bounded backlog.
+    fn after_step(&mut self) -> io::Result<()> {
+        let Tracking::Dealt(sh) = &self.tracking else {
+            return Ok(());
+        };
+        if sh.over_bound() {
+            self.dealt_since_apply = 0;
+            return self.apply_steps(Apply::DownToHalf);
+        }
+        self.dealt_since_apply += 1;
+        if self.dealt_since_apply >= 64 {
+            self.dealt_since_apply = 0;
+            return self.apply_steps(Apply::Ready);
+        }
+        Ok(())
+    }
+
+    /// Applies the workers' results in delivery order (see [`Apply`]).
+    fn apply_steps(&mut self, how: Apply) -> io::Result<()> {
+        let sh = match &mut self.tracking {
+            Tracking::Inline(_) => return Ok(()),
+            Tracking::Dealt(sh) => sh,
+            // Whatever the fed workers sent so far; barriers wait for the rest.
+            Tracking::Fed(_) => return self.apply_fed(None).map(drop),
+        };
+        let down = &mut self.down;
+        // (send partial batches first, wait for results, stop at half the bound)
+        let (send, wait, half) = match how {
+            Apply::Ready => (false, false, false),
+            Apply::Partial => (true, false, false),
+            Apply::All => (true, true, false),
+            Apply::DownToHalf => (true, true, true),
+        };
+        if send {
+            sh.send_partial()?;
+        }
+        let mut result = Ok(());
+        while result.is_ok() && sh.pending_steps() > 0 && !(half && sh.under_half_bound()) {
+            let ready = match sh.next(wait) {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            result = match ready {
+                Ready::Proc(raw) => down.apply_proc_record(&raw),
+                Ready::Know(info) => {
+                    down.procs.insert(*info);
+                    Ok(())
+                }
+                Ready::Record {
+                    raw,
+                    outcome,
+                    calls,
+                    lines,
+                    keyed,
+                } => down.apply_outcome(raw, outcome, calls, lines, keyed),
+            };
+        }
+        debug_assert!(!wait || half || result.is_err() || sh.pending_steps() == 0);
+        result
+    }
+
+    /// The flow table's report, or a part of it (`more`: parts follow), in order. Before the
+    /// interval's end (`on_interval`) it is handed to the sink with the interval; a part of
+    /// the same report that comes after it goes to the sink at once (`Sink::flow_part`), so a
+    /// report of 200,000 flows is never held whole. (`finish` reports one still pending.)
+    /// Recorded as it is handed to the sink (after the filters), so a replay shows the same.
+    pub fn set_flows(&mut self, mut flows: crate::flows::FlowReport) -> io::Result<()> {
+        // Recorded after every record delivered before it, as the serial pipeline does.
+        self.apply_steps(Apply::All)?;
+        if !self.down.filters.is_empty() {
+            flows.retain_selected(&self.down.filters);
+        }
+        flows.tag_l7(&self.down.l7_seen);
+        for f in &flows.ends {
+            self.down.l7_seen.remove(&(f.local, f.peer));
+        }
+        if let Some(mono_ns) = self.down.flows_following {
+            if flows.mono_ns == mono_ns {
+                if let Some(rec) = &mut self.down.recorder {
+                    rec.flows_later(&flows);
+                }
+                if !flows.more {
+                    self.down.flows_following = None;
+                    self.down.last_flow_stats = Some(flows.stats.clone());
+                }
+                return self.down.sink.flow_part(flows);
+            }
+            // Another interval's report: the last part of the one followed never came (a
+            // frame of a recording lost).
+            self.down.close_following_flows()?;
+        }
+        match &mut self.down.pending_flows {
+            // A report recorded whole before parts were streamed: its parts come before the
+            // interval's record.
+            Some(earlier) if earlier.more && earlier.mono_ns == flows.mono_ns => {
+                earlier.append_part(flows)
+            }
+            // Else an earlier report whose interval never came (a lost frame) is replaced.
+            _ => self.down.pending_flows = Some(flows),
+        }
+        Ok(())
+    }
+
+    /// Periodic work: expire idle connections, report new kernel-side losses, hand the
+    /// interval's aggregates to the sink. `overhead`: ebtop's own cost (live only).
+    pub fn on_interval(
+        &mut self,
+        now_ns: u64,
+        kernel: &KernelCounters,
+        overhead: Option<OverheadSnapshot>,
+    ) -> io::Result<()> {
+        // Every record delivered before the interval's end is applied (and recorded) first.
+        self.apply_steps(Apply::All)?;
+        let state = self.interval_state(now_ns)?;
+        self.down.record_pending_flows();
+        if let Some(rec) = &mut self.down.recorder {
+            rec.interval(&IntervalRecord {
+                mono_ns: now_ns,
+                kernel: kernel.clone(),
+            });
+        }
+        self.down.report_interval(now_ns, kernel, overhead, state)
+    }
+
+    /// The trackers at an interval's end (idle connections expired); fed workers apply
+    /// what they read before it first.
+    fn interval_state(&mut self, now_ns: u64) -> io::Result<TrackerState> {
+        match &mut self.tracking {
+            Tracking::Inline(tracker) => {
+                tracker.expire(now_ns);
+                Ok(TrackerState::of(tracker))
+            }
+            Tracking::Dealt(sh) => sh.interval(now_ns),
+            Tracking::Fed(_) => self.apply_fed(Some(Barrier::Interval(now_ns))),
+        }
+    }
+
+    /// End of a batch of records: output becomes visible, the recorder may cut a frame.
+    /// With tracking threads, a short backlog is waited for (a quiet moment: the output is
+    /// complete at once); a long one (a busy source) is applied as far as its results are in,
+    /// and the rest at the next flush, so the workers and this thread keep overlapping.
+    pub fn flush(&mut self) -> io::Result<()> {
+        let backlog = match &self.tracking {
+            Tracking::Dealt(sh) => sh.pending_steps(),
+            Tracking::Inline(_) | Tracking::Fed(_) => 0,
+        };
+        self.apply_steps(if backlog <= FLUSH_WAITS_UP_TO {
+            Apply::All
+        } else {
+            Apply::Partial
+        })?;
+        if let Some(rec) = &mut self.down.recorder {
+            rec.tick();
+        }
+        self.down.sink.flush()
+    }
+
+    pub fn summary(&self) -> &Summary {
+        &self.down.summary
+    }
+
+    /// Ends the session: final counts, the recording's end, the summary; returns the sink.
+    pub fn finish(
+        mut self,
+        kernel: &KernelCounters,
+        duration_ns: u64,
+    ) -> anyhow::Result<(S, Summary)> {
+        // The last, partial interval: reported (so interval lines add up to the summary) up to
+        // the last event, which a replay knows as well as the live run did. Losses since the
+        // last report are reported either way.
+        self.apply_steps(Apply::All)?;
+        if self.down.calls_in_interval > 0
+            || Downstream::<S>::loss_of(kernel) != self.down.lost_reported
+            || self.down.pending_flows.is_some()
+        {
+            let end = self
+                .down
+                .last_ns
+                .max(self.down.interval_start_ns.unwrap_or(0));
+            let state = self.interval_state(end)?;
+            self.down.record_pending_flows();
+            self.down.report_interval(end, kernel, None, state)?;
+        }
+        // A report whose last part never came (a recording cut short, or its first part is
+        // the last interval's): closed with what is known of the table.
+        self.down.close_following_flows()?;
+        self.down.summary.kernel = kernel.clone();
+        let state = match &mut self.tracking {
+            Tracking::Inline(tracker) => {
+                tracker.end_session();
+                TrackerState::of(tracker)
+            }
+            Tracking::Dealt(sh) => sh.finish()?,
+            Tracking::Fed(_) => {
+                let state = self.apply_fed(Some(Barrier::Finish))?;
+                if let Tracking::Fed(fed) = &mut self.tracking {
+                    fed.stop(); // joins the workers
+                }
+                state
+            }
+        };
+        self.down.summary.endpoints = self.down.endpoints.cumulative();
+        self.down.summary.endpoint_table = self.down.endpoints.stats();
+        self.down.summary.duration_ns = duration_ns;
+        self.down.summary.tracker = state.stats;
+        self.down.summary.parse = state.parse;
+        self.down.summary.process_table_resets = self.down.procs.resets;
+        if let Some(rec) = self.down.recorder.take() {
+            let stats = rec.finish(&crate::record::EndRecord {
+                duration_ns,
+                kernel: kernel.clone(),
+                dropped_events: 0,
+            })?;
+            self.down.summary.recording_dropped_events = Some(stats.dropped_events);
+        }
+        self.down.sink.summary(&self.down.summary)?;
+        Ok((self.down.sink, self.down.summary))
+    }
+
+    /// The sink, for a replay that starts over (with a new pipeline: the old one's state goes).
+    pub fn into_sink(self) -> S {
+        self.down.sink
+    }
+
+    pub fn sink(&self) -> &S {
+        &self.down.sink
+    }
+
+    /// First and last kernel timestamps of the records delivered so far (all of them
+    /// applied first, with tracking threads).
+    pub fn time_span(&mut self) -> io::Result<(u64, u64)> {
+        self.apply_steps(Apply::All)?;
+        Ok((self.down.first_ns.unwrap_or(0), self.down.last_ns))
+    }
+
+    /// Counts what reading a recording met (corrupt frames, truncation) into the summary.
+    pub fn set_replay_stats(&mut self, stats: crate::record::ReadStats) {
+        self.down.summary.replay = Some(stats);
+    }
+}
+
+impl<S: Sink> Downstream<S> {
+    /// Applies what the fed workers sent, merged in time; with `barrier`, first asks each of
+    /// them for it and applies everything until all answered, returning their merged state.
+    fn apply_fed(
         &mut self,
         fed: &mut FedShards,
         barrier: Option<Barrier>,
@@ -431,6 +724,61 @@ impl<S: Sink> Pipeline<S> {
         }
     }
 
+    /// The endpoint table: keeping its rows' last minute for the rolling windows only when
+    /// the sink shows them (`Sink::wants_windows`).
+    fn endpoint_table(sink: &S, raw: bool) -> EndpointTable {
+        let table = EndpointTable::new(crate::aggregate::endpoints::DEFAULT_MAX_ENDPOINTS, raw);
+        if sink.wants_windows() {
+            table.with_history(crate::aggregate::endpoints::WINDOW_1M_NS)
+        } else {
+            table
+        }
+    }
+
+    fn apply_proc_record(&mut self, raw: &[u8]) -> io::Result<()> {
+        self.summary.events += 1;
+        let ev = match ProcEvent::decode(raw) {
+            Ok(ev) => ev,
+            Err(_) => {
+                self.summary.decode_errors += 1;
+                return Ok(());
+            }
+        };
+        if !self.filters.selects_process(ev.pid, &ev.comm) {
+            self.summary.filtered_events += 1;
+            return Ok(());
+        }
+        if let Some(rec) = self
+            .recorder
+            .as_mut()
+            .filter(|_| ev.kind != ProcEventKind::Loaded)
+        {
+            rec.proc_event(raw);
+        }
+        match ev.kind {
+            ProcEventKind::Exec => {
+                self.summary.process_execs += 1;
+                self.procs.exec(ev.proc_info());
+                Ok(())
+            }
+            ProcEventKind::Exit => {
+                self.summary.process_exits += 1;
+                self.proc_stats.exited(ev.pid);
+                match self.procs.exit(ev.pid) {
+                    Some(info) => self.sink.process_exit(&ProcessExit {
+                        mono_ns: ev.ts_ns,
+                        info,
+                        ppid: ev.ppid,
+                        status: ev.exit_status(),
+                    }),
+                    None => Ok(()),
+                }
+            }
+            // Live only (a dlopen, for the TLS probes): nothing a recording or view keeps.
+            ProcEventKind::Loaded => Ok(()),
+        }
+    }
+
     /// Everything after a worker's tracking for one record (`keyed`: its calls' endpoint key
     /// numbers).
     fn apply_outcome(
@@ -461,125 +809,6 @@ impl<S: Sink> Pipeline<S> {
                 Some(keyed),
             ),
         }
-    }
-
-    /// The session stops (live): the fed workers read what their sources hold now (bounded)
-    /// and everything is applied.
-    pub fn drain_sources(&mut self) -> io::Result<()> {
-        if self.fed.is_some() {
-            self.apply_fed(Some(Barrier::Drain))?;
-        }
-        Ok(())
-    }
-
-    /// One record as the kernel delivered it. Undecodable records are counted and skipped.
-    pub fn on_record(&mut self, raw: &[u8]) -> io::Result<()> {
-        if self.fed.is_some() {
-            // The fed workers read their own sources: nothing else may deliver records.
-            return Err(io::Error::other(
-                "a record was delivered to a pipeline whose workers read their own sources",
-            ));
-        }
-        if let Some(sh) = &mut self.shards {
-            sh.dispatch(raw)?;
-            return self.after_step();
-        }
-        self.summary.events += 1;
-        let ev = match Event::decode(raw) {
-            Ok(ev) => ev,
-            Err(_) => {
-                self.summary.decode_errors += 1;
-                return Ok(());
-            }
-        };
-        if !passes(&self.filters, &ev) {
-            self.summary.filtered_events += 1;
-            return Ok(());
-        }
-        let mut calls = std::mem::take(&mut self.call_scratch);
-        let verdict = self.tracker.handle(&ev, &mut calls);
-        let result = self.apply(
-            &EventHead::from(&ev),
-            raw,
-            verdict,
-            Calls::Owned(&mut calls),
-            None,
-            None,
-        );
-        calls.clear();
-        self.call_scratch = calls;
-        result
-    }
-
-    /// After a step was delivered to the tracking threads: now and then, apply what is ready;
-    /// past the backlog bound, catch up first (the kernel ring absorbs meanwhile), so a
-    /// pipeline thread that falls behind its workers holds a bounded backlog.
-    fn after_step(&mut self) -> io::Result<()> {
-        let Some(sh) = &self.shards else {
-            return Ok(());
-        };
-        if sh.over_bound() {
-            self.dealt_since_apply = 0;
-            return self.apply_steps(Apply::DownToHalf);
-        }
-        self.dealt_since_apply += 1;
-        if self.dealt_since_apply >= 64 {
-            self.dealt_since_apply = 0;
-            return self.apply_steps(Apply::Ready);
-        }
-        Ok(())
-    }
-
-    /// Applies the workers' results in delivery order (see [`Apply`]).
-    fn apply_steps(&mut self, how: Apply) -> io::Result<()> {
-        if self.fed.is_some() {
-            // Whatever the fed workers sent so far; barriers wait for the rest.
-            return self.apply_fed(None).map(drop);
-        }
-        let Some(mut sh) = self.shards.take() else {
-            return Ok(());
-        };
-        // (send partial batches first, wait for results, stop at half the bound)
-        let (send, wait, half) = match how {
-            Apply::Ready => (false, false, false),
-            Apply::Partial => (true, false, false),
-            Apply::All => (true, true, false),
-            Apply::DownToHalf => (true, true, true),
-        };
-        if send {
-            if let Err(e) = sh.send_partial() {
-                self.shards = Some(sh);
-                return Err(e);
-            }
-        }
-        let mut result = Ok(());
-        while result.is_ok() && sh.pending_steps() > 0 && !(half && sh.under_half_bound()) {
-            let ready = match sh.next(wait) {
-                Ok(Some(r)) => r,
-                Ok(None) => break,
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            };
-            result = match ready {
-                Ready::Proc(raw) => self.apply_proc_record(&raw),
-                Ready::Know(info) => {
-                    self.procs.insert(*info);
-                    Ok(())
-                }
-                Ready::Record {
-                    raw,
-                    outcome,
-                    calls,
-                    lines,
-                    keyed,
-                } => self.apply_outcome(raw, outcome, calls, lines, keyed),
-            };
-        }
-        debug_assert!(!wait || half || result.is_err() || sh.pending_steps() == 0);
-        self.shards = Some(sh);
-        result
     }
 
     /// Everything after tracking for one record: its calls (aggregates, process identity,
@@ -717,48 +946,6 @@ impl<S: Sink> Pipeline<S> {
         self.endpoints.observe(call)
     }
 
-    /// The flow table's report, or a part of it (`more`: parts follow), in order. Before the
-    /// interval's end (`on_interval`) it is handed to the sink with the interval; a part of
-    /// the same report that comes after it goes to the sink at once (`Sink::flow_part`), so a
-    /// report of 200,000 flows is never held whole. (`finish` reports one still pending.)
-    /// Recorded as it is handed to the sink (after the filters), so a replay shows the same.
-    pub fn set_flows(&mut self, mut flows: crate::flows::FlowReport) -> io::Result<()> {
-        // Recorded after every record delivered before it, as the serial pipeline does.
-        self.apply_steps(Apply::All)?;
-        if !self.filters.is_empty() {
-            flows.retain_selected(&self.filters);
-        }
-        flows.tag_l7(&self.l7_seen);
-        for f in &flows.ends {
-            self.l7_seen.remove(&(f.local, f.peer));
-        }
-        if let Some(mono_ns) = self.flows_following {
-            if flows.mono_ns == mono_ns {
-                if let Some(rec) = &mut self.recorder {
-                    rec.flows_later(&flows);
-                }
-                if !flows.more {
-                    self.flows_following = None;
-                    self.last_flow_stats = Some(flows.stats.clone());
-                }
-                return self.sink.flow_part(flows);
-            }
-            // Another interval's report: the last part of the one followed never came (a
-            // frame of a recording lost).
-            self.close_following_flows()?;
-        }
-        match &mut self.pending_flows {
-            // A report recorded whole before parts were streamed: its parts come before the
-            // interval's record.
-            Some(earlier) if earlier.more && earlier.mono_ns == flows.mono_ns => {
-                earlier.append_part(flows)
-            }
-            // Else an earlier report whose interval never came (a lost frame) is replaced.
-            _ => self.pending_flows = Some(flows),
-        }
-        Ok(())
-    }
-
     /// Ends a report whose parts were being followed and whose last part never came, with
     /// the table's stats as last known.
     fn close_following_flows(&mut self) -> io::Result<()> {
@@ -778,42 +965,6 @@ impl<S: Sink> Pipeline<S> {
         if let (Some(rec), Some(flows)) = (&mut self.recorder, &self.pending_flows) {
             rec.flows(flows);
         }
-    }
-
-    /// Periodic work: expire idle connections, report new kernel-side losses, hand the
-    /// interval's aggregates to the sink. `overhead`: ebtop's own cost (live only).
-    pub fn on_interval(
-        &mut self,
-        now_ns: u64,
-        kernel: &KernelCounters,
-        overhead: Option<OverheadSnapshot>,
-    ) -> io::Result<()> {
-        // Every record delivered before the interval's end is applied (and recorded) first.
-        self.apply_steps(Apply::All)?;
-        let state = self.interval_state(now_ns)?;
-        self.record_pending_flows();
-        if let Some(rec) = &mut self.recorder {
-            rec.interval(&IntervalRecord {
-                mono_ns: now_ns,
-                kernel: kernel.clone(),
-            });
-        }
-        self.report_interval(now_ns, kernel, overhead, state)
-    }
-
-    /// The trackers at an interval's end (idle connections expired); fed workers apply
-    /// what they read before it first.
-    fn interval_state(&mut self, now_ns: u64) -> io::Result<TrackerState> {
-        if self.fed.is_some() {
-            return self.apply_fed(Some(Barrier::Interval(now_ns)));
-        }
-        Ok(match &mut self.shards {
-            Some(sh) => sh.interval(now_ns)?,
-            None => {
-                self.tracker.expire(now_ns);
-                TrackerState::of(&self.tracker)
-            }
-        })
     }
 
     fn report_interval(
@@ -905,133 +1056,21 @@ impl<S: Sink> Pipeline<S> {
         t.parse = self.tracker_state.parse;
         t
     }
-
-    /// End of a batch of records: output becomes visible, the recorder may cut a frame.
-    /// With tracking threads, a short backlog is waited for (a quiet moment: the output is
-    /// complete at once); a long one (a busy source) is applied as far as its results are in,
-    /// and the rest at the next flush, so the workers and this thread keep overlapping.
-    pub fn flush(&mut self) -> io::Result<()> {
-        let backlog = self.shards.as_ref().map_or(0, Shards::pending_steps);
-        self.apply_steps(if backlog <= FLUSH_WAITS_UP_TO {
-            Apply::All
-        } else {
-            Apply::Partial
-        })?;
-        if let Some(rec) = &mut self.recorder {
-            rec.tick();
-        }
-        self.sink.flush()
-    }
-
-    pub fn summary(&self) -> &Summary {
-        &self.summary
-    }
-
-    /// Ends the session: final counts, the recording's end, the summary; returns the sink.
-    pub fn finish(
-        mut self,
-        kernel: &KernelCounters,
-        duration_ns: u64,
-    ) -> anyhow::Result<(S, Summary)> {
-        // The last, partial interval: reported (so interval lines add up to the summary) up to
-        // the last event, which a replay knows as well as the live run did. Losses since the
-        // last report are reported either way.
-        self.apply_steps(Apply::All)?;
-        if self.calls_in_interval > 0
-            || Self::loss_of(kernel) != self.lost_reported
-            || self.pending_flows.is_some()
-        {
-            let end = self.last_ns.max(self.interval_start_ns.unwrap_or(0));
-            let state = self.interval_state(end)?;
-            self.record_pending_flows();
-            self.report_interval(end, kernel, None, state)?;
-        }
-        // A report whose last part never came (a recording cut short, or its first part is
-        // the last interval's): closed with what is known of the table.
-        self.close_following_flows()?;
-        self.summary.kernel = kernel.clone();
-        let state = if self.fed.is_some() {
-            let state = self.apply_fed(Some(Barrier::Finish))?;
-            self.fed = None; // joins the workers
-            state
-        } else {
-            match &mut self.shards {
-                Some(sh) => sh.finish()?,
-                None => {
-                    self.tracker.end_session();
-                    TrackerState::of(&self.tracker)
-                }
-            }
-        };
-        self.summary.endpoints = self.endpoints.cumulative();
-        self.summary.endpoint_table = self.endpoints.stats();
-        self.summary.duration_ns = duration_ns;
-        self.summary.tracker = state.stats;
-        self.summary.parse = state.parse;
-        self.summary.process_table_resets = self.procs.resets;
-        if let Some(rec) = self.recorder.take() {
-            let stats = rec.finish(&crate::record::EndRecord {
-                duration_ns,
-                kernel: kernel.clone(),
-                dropped_events: 0,
-            })?;
-            self.summary.recording_dropped_events = Some(stats.dropped_events);
-        }
-        self.sink.summary(&self.summary)?;
-        Ok((self.sink, self.summary))
-    }
-
-    /// The sink, for a replay that starts over (with a new pipeline: the old one's state goes).
-    pub fn into_sink(self) -> S {
-        self.sink
-    }
-
-    pub fn sink(&self) -> &S {
-        &self.sink
-    }
-
-    /// First and last kernel timestamps of the records delivered so far (all of them
-    /// applied first, with tracking threads).
-    pub fn time_span(&mut self) -> io::Result<(u64, u64)> {
-        self.apply_steps(Apply::All)?;
-        Ok((self.first_ns.unwrap_or(0), self.last_ns))
-    }
-
-    /// Counts what reading a recording met (corrupt frames, truncation) into the summary.
-    pub fn set_replay_stats(&mut self, stats: crate::record::ReadStats) {
-        self.summary.replay = Some(stats);
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::call::Call;
-    use crate::procinfo::{ProcInfo, ProcessTable};
-    use crate::session::{SessionMeta, Summary};
+    use crate::procinfo::ProcessTable;
+    use crate::session_meta::SessionMeta;
     use crate::sink::Loss;
 
     #[derive(Default)]
     struct Losses(Vec<Loss>);
 
     impl Sink for Losses {
-        fn meta(&mut self, _: &SessionMeta) -> io::Result<()> {
-            Ok(())
-        }
-        fn process(&mut self, _: &ProcInfo) -> io::Result<()> {
-            Ok(())
-        }
-        fn call(&mut self, _: &Call) -> io::Result<()> {
-            Ok(())
-        }
         fn lost(&mut self, _: u64, loss: &Loss) -> io::Result<()> {
             self.0.push(*loss);
-            Ok(())
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-        fn summary(&mut self, _: &Summary) -> io::Result<()> {
             Ok(())
         }
     }
@@ -1126,7 +1165,7 @@ mod tests {
             let mut p = Pipeline::new(TrackerConfig::default(), ProcessTable::new(false), sink)
                 .with_threads(threads);
             p.start(&test_meta()).unwrap();
-            assert_eq!(p.shards.is_some(), threads > 1);
+            assert_eq!(matches!(p.tracking, Tracking::Dealt(_)), threads > 1);
             for r in &records {
                 p.on_record(r).unwrap();
             }
@@ -1240,7 +1279,7 @@ mod tests {
         let mut reader = crate::record::reader::open(&path).unwrap();
         let mut p = json_pipeline(&mut replayed);
         let stop = std::sync::atomic::AtomicBool::new(false);
-        let end = crate::source::replay::run(&mut reader, &mut p, &stop).unwrap();
+        let end = crate::driver::replay::run(&mut reader, &mut p, &stop).unwrap();
         drop(p.finish(&end.kernel, end.duration_ns).unwrap());
         assert_eq!(flow_lines(&replayed), streamed);
     }

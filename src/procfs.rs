@@ -1,7 +1,7 @@
 //! Reads of /proc: the processes that exist, and what one of them is (its name, executable,
 //! command line, cgroup, open sockets, mappings); ebtop's own entries (`/proc/self`); the
-//! network namespace's sockets (`/proc/net`). The CPU and memory samples of src/aggregate/
-//! read /proc on their own still.
+//! network namespace's sockets (`/proc/net`); a process's CPU time and memory (`stat`,
+//! `statm`) and the kernel's settings (`/proc/sys`) for src/aggregate/.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -58,6 +58,16 @@ pub fn read_exe(pid: u32) -> Option<String> {
 /// `/proc/PID/cmdline`: the arguments, NUL-separated.
 pub fn read_cmdline(pid: u32) -> io::Result<Vec<u8>> {
     std::fs::read(format!("/proc/{pid}/cmdline"))
+}
+
+/// One of a process's entries as text: `/proc/PID/ENTRY` (`stat`, `statm`).
+pub fn read_pid(pid: u32, entry: &str) -> io::Result<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/{entry}"))
+}
+
+/// A kernel setting as text: `/proc/sys/NAME` (`kernel/bpf_stats_enabled`).
+pub fn read_sys(name: &str) -> io::Result<String> {
+    std::fs::read_to_string(format!("/proc/sys/{name}"))
 }
 
 /// `/proc/PID/maps`: what the process maps.

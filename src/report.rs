@@ -2,7 +2,7 @@
 //! a *top*. JSON prints them as `endpoint`, `process` and `overhead` lines; the TUI renders them.
 
 use crate::aggregate::{EndpointSnapshot, EndpointWindows, OverheadSnapshot, ProcessSnapshot};
-use crate::session::Summary;
+use crate::summary::Summary;
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct IntervalReport {

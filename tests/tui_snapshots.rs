@@ -223,10 +223,10 @@ fn empty() {
             let mut app = App::new("live", Duration::from_secs(1), true);
             app.set_size(w, h);
             // A live session's meta: what it loaded shows in the overhead panel.
-            let mut meta = ebtop::session::SessionMeta::this_host(
+            let mut meta = ebtop::session_meta::SessionMeta::this_host(
                 "live",
                 4096,
-                ebtop::session::Filters::default(),
+                ebtop::filters::Filters::default(),
                 0,
             );
             meta.start_unix_ns = 0;
@@ -251,10 +251,10 @@ fn live_header_shows_the_wall_clock_and_uptime() {
             offset_s: 3600,
             name: "CET".into(),
         });
-        let mut meta = ebtop::session::SessionMeta::this_host(
+        let mut meta = ebtop::session_meta::SessionMeta::this_host(
             "live",
             4096,
-            ebtop::session::Filters::default(),
+            ebtop::filters::Filters::default(),
             offset,
         );
         meta.start_unix_ns = offset + 1_000_000_000_000;

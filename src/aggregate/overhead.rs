@@ -256,7 +256,7 @@ fn read_sample<S: AsRef<str>>(progs: &[(S, BorrowedFd<'_>)]) -> BpfSample {
 }
 
 fn sysctl_stats_enabled() -> bool {
-    std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").is_ok_and(|s| s.trim() == "1")
+    crate::procfs::read_sys("kernel/bpf_stats_enabled").is_ok_and(|s| s.trim() == "1")
 }
 
 /// ebtop's cost over one interval.

@@ -18,10 +18,10 @@ pub struct ProcSample {
 
 impl ProcSample {
     pub fn read(pid: u32) -> io::Result<ProcSample> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+        let stat = crate::procfs::read_pid(pid, "stat")?;
         let (cpu_ticks, start_ticks) = parse_stat(&stat)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed stat"))?;
-        let statm = std::fs::read_to_string(format!("/proc/{pid}/statm"))?;
+        let statm = crate::procfs::read_pid(pid, "statm")?;
         let rss_pages = parse_statm_rss(&statm)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed statm"))?;
         Ok(ProcSample {

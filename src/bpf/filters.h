@@ -3,7 +3,7 @@
 #ifndef EBTOP_FILTERS_H
 #define EBTOP_FILTERS_H
 
-/* Most values of one filter (`--pid`, `--comm`, `--port`); session::MAX_FILTER_VALUES. */
+/* Most values of one filter (`--pid`, `--comm`, `--port`); filters::MAX_FILTER_VALUES. */
 #define EBTOP_MAX_FILTER_VALUES 8
 
 /* Whether task name `comm` equals `want` (both NUL-padded, at most 16 bytes). */

@@ -111,13 +111,13 @@ pub fn recursion_misses(object: &libbpf_rs::Object) -> u64 {
 /// Writes `comm` (cut at the kernel's 15 bytes) into a NUL-padded rodata task-name filter.
 pub fn set_comm_filter(dst: &mut [i8; 16], comm: &str) {
     dst.fill(0);
-    for (d, s) in dst.iter_mut().zip(crate::session::comm_prefix(comm)) {
+    for (d, s) in dst.iter_mut().zip(crate::filters::comm_prefix(comm)) {
         *d = *s as i8;
     }
 }
 
 /// Writes a list filter into a program's settings: the values (at most
-/// `session::MAX_FILTER_VALUES`, the command line's limit) and their count (0: no filter).
+/// `filters::MAX_FILTER_VALUES`, the command line's limit) and their count (0: no filter).
 pub fn set_list_filter<T: Copy, const N: usize>(dst: &mut [T; N], count: &mut u32, values: &[T]) {
     let n = values.len().min(N);
     dst[..n].copy_from_slice(&values[..n]);

@@ -18,8 +18,8 @@ pub struct ReplayEnd {
     /// The recording has its end record (the recording run ended normally).
     pub complete: bool,
     pub stopped: bool,
-    /// Stopped because the viewer went back in time (`Sink::rewind_requested`): the replay
-    /// starts over.
+    /// Stopped because the viewer went back in time (`Rewind::requested`): the replay starts
+    /// over.
     pub rewound: bool,
 }
 
@@ -31,6 +31,15 @@ impl std::fmt::Display for Stop {
     }
 }
 impl std::error::Error for Stop {}
+
+/// What a replay's viewer asks of it apart from the output (the terminal UI's keys,
+/// `tui::ReplayControl`): to go back in recorded time. The sink only receives output.
+pub trait Rewind {
+    /// The viewer asked to go back (the replay stops to start over).
+    fn requested(&self) -> bool;
+    /// The recorded time to go back to, once (the replay then skips to it).
+    fn take(&self) -> Option<u64>;
+}
 
 /// The meta line a replay shows: the recording's, marked as a replay.
 pub fn replay_meta<R: Read>(reader: &RecordingReader<R>) -> SessionMeta {
@@ -45,6 +54,17 @@ pub fn run<S: Sink, R: Read>(
     pipeline: &mut Pipeline<S>,
     stop: &AtomicBool,
 ) -> Result<ReplayEnd> {
+    run_rewindable(reader, pipeline, stop, None)
+}
+
+/// [`run`], stopping early when `rewind` says the viewer asked to go back in recorded time.
+pub fn run_rewindable<S: Sink, R: Read>(
+    reader: &mut RecordingReader<R>,
+    pipeline: &mut Pipeline<S>,
+    stop: &AtomicBool,
+    rewind: Option<&dyn Rewind>,
+) -> Result<ReplayEnd> {
+    let rewind_requested = || rewind.is_some_and(|r| r.requested());
     for p in reader.header.processes.clone() {
         pipeline.know_process(p)?;
     }
@@ -54,7 +74,7 @@ pub fn run<S: Sink, R: Read>(
     let result = reader.for_each(|item| {
         match item {
             Item::Event(raw) => {
-                if pipeline.sink().rewind_requested() {
+                if rewind_requested() {
                     return Err(Stop.into());
                 }
                 pipeline.on_record(raw)?;
@@ -83,7 +103,7 @@ pub fn run<S: Sink, R: Read>(
         Err(e) if e.is::<Stop>() => true,
         Err(e) => return Err(e),
     };
-    let rewound = pipeline.sink().rewind_requested();
+    let rewound = rewind_requested();
     pipeline.flush()?;
     pipeline.set_replay_stats(reader.stats);
     let (first, last) = pipeline.time_span()?;

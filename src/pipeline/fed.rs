@@ -430,7 +430,8 @@ impl FedShards {
             .unwrap_or(0)
     }
 
-    fn stop(&mut self) {
+    /// Ends the workers and joins them (again: nothing).
+    pub(super) fn stop(&mut self) {
         // Closed channels end the workers: the control one while they wait on their source,
         // the results one while they wait to send.
         self.results = None;

@@ -70,7 +70,7 @@ fn replay_bytes(bytes: &[u8]) -> Option<Summary> {
     let Ok(mut reader) = RecordingReader::new(bytes) else {
         return None;
     };
-    let meta = crate::source::replay::replay_meta(&reader);
+    let meta = crate::driver::replay::replay_meta(&reader);
     let mut pipeline = Pipeline::new(
         TrackerConfig::default(),
         ProcessTable::new(false),
@@ -79,7 +79,7 @@ fn replay_bytes(bytes: &[u8]) -> Option<Summary> {
     );
     pipeline.start(&meta).ok()?;
     let stop = AtomicBool::new(false);
-    let end = crate::source::replay::run(&mut reader, &mut pipeline, &stop).ok()?;
+    let end = crate::driver::replay::run(&mut reader, &mut pipeline, &stop).ok()?;
     let (_, summary) = pipeline.finish(&end.kernel, end.duration_ns).ok()?;
     Some(summary)
 }

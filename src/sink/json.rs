@@ -8,9 +8,11 @@ use serde_json::ser::Formatter;
 use super::Sink;
 use crate::call::Call;
 use crate::clock::WallClock;
+use crate::filters::Filters;
 use crate::procinfo::ProcInfo;
 use crate::report::IntervalReport;
-use crate::session::{Filters, SessionMeta, Summary};
+use crate::session_meta::SessionMeta;
+use crate::summary::Summary;
 
 /// The line types a user may choose (`--only`). `meta`, `lost` and `summary` are always
 /// written: they say what the stream is and what it misses.

@@ -11,14 +11,24 @@ use crate::aggregate::RowRef;
 use crate::call::Call;
 use crate::procinfo::ProcInfo;
 use crate::report::IntervalReport;
-use crate::session::{SessionMeta, Summary};
+use crate::session_meta::SessionMeta;
+use crate::summary::Summary;
 
+/// What the pipeline's output goes to; it only receives (what a replay's viewer asks of the
+/// replay goes its own way: `driver::replay::Rewind`). Every method but the ones a sink
+/// needs does nothing by default.
 pub trait Sink {
-    /// Once, before anything else.
-    fn meta(&mut self, meta: &SessionMeta) -> io::Result<()>;
+    /// Once, before anything else (again when a replay starts over).
+    fn meta(&mut self, _meta: &SessionMeta) -> io::Result<()> {
+        Ok(())
+    }
     /// A process seen for the first time (before its first call).
-    fn process(&mut self, info: &ProcInfo) -> io::Result<()>;
-    fn call(&mut self, call: &Call) -> io::Result<()>;
+    fn process(&mut self, _info: &ProcInfo) -> io::Result<()> {
+        Ok(())
+    }
+    fn call(&mut self, _call: &Call) -> io::Result<()> {
+        Ok(())
+    }
     /// A call the caller no longer needs: a sink that keeps calls (the terminal UI) takes it
     /// instead of a copy.
     fn call_owned(&mut self, call: Call) -> io::Result<()> {
@@ -62,7 +72,9 @@ pub trait Sink {
         Ok(())
     }
     /// Events the kernel could not deliver since the last report (`mono_ns`: when noticed).
-    fn lost(&mut self, mono_ns: u64, loss: &Loss) -> io::Result<()>;
+    fn lost(&mut self, _mono_ns: u64, _loss: &Loss) -> io::Result<()> {
+        Ok(())
+    }
     /// Aggregates of the interval that just ended.
     fn interval(&mut self, _report: &IntervalReport) -> io::Result<()> {
         Ok(())
@@ -79,21 +91,12 @@ pub trait Sink {
         Ok(())
     }
     /// End of a batch of events: make what was written visible.
-    fn flush(&mut self) -> io::Result<()>;
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
     /// Once, last.
-    fn summary(&mut self, summary: &Summary) -> io::Result<()>;
-    /// The viewer can ask a replay to go back in recorded time (the TUI's): after the end the
-    /// replay waits for that, or the stop.
-    fn can_rewind(&self) -> bool {
-        false
-    }
-    /// A replay's viewer asked to go back in recorded time (the replay stops to start over).
-    fn rewind_requested(&self) -> bool {
-        false
-    }
-    /// The recorded time to go back to, once; the sink forgets what it was shown.
-    fn take_rewind(&mut self) -> Option<u64> {
-        None
+    fn summary(&mut self, _summary: &Summary) -> io::Result<()> {
+        Ok(())
     }
 }
 
@@ -112,9 +115,9 @@ pub struct Loss {
 mod tests {
     use super::*;
     use crate::conntrack::TrackerConfig;
+    use crate::kernel_counters::KernelCounters;
     use crate::pipeline::Pipeline;
     use crate::procinfo::ProcessTable;
-    use crate::session::KernelCounters;
 
     /// Takes interval reports only by value.
     #[derive(Default)]
@@ -127,18 +130,6 @@ mod tests {
     }
 
     impl Sink for ReportsByValue {
-        fn meta(&mut self, _: &SessionMeta) -> io::Result<()> {
-            Ok(())
-        }
-        fn process(&mut self, _: &ProcInfo) -> io::Result<()> {
-            Ok(())
-        }
-        fn call(&mut self, _: &Call) -> io::Result<()> {
-            Ok(())
-        }
-        fn lost(&mut self, _: u64, _: &Loss) -> io::Result<()> {
-            Ok(())
-        }
         fn interval(&mut self, _: &IntervalReport) -> io::Result<()> {
             panic!("the pipeline lent its report: a sink that keeps it would have to copy it");
         }
@@ -149,12 +140,6 @@ mod tests {
         }
         fn wants_windows(&self) -> bool {
             self.wants_windows
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-        fn summary(&mut self, _: &Summary) -> io::Result<()> {
-            Ok(())
         }
     }
 

@@ -6,10 +6,8 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 
 use super::Sink;
-use crate::call::Call;
-use crate::procinfo::ProcInfo;
 use crate::report::IntervalReport;
-use crate::session::{SessionMeta, Summary};
+use crate::summary::Summary;
 
 /// 512 B, 2.0 KiB, 3.4 MiB, 1.2 GiB.
 fn human_bytes(n: u64) -> String {
@@ -68,23 +66,8 @@ impl<W: Write> RecordingStatus<W> {
 }
 
 impl<W: Write> Sink for RecordingStatus<W> {
-    fn meta(&mut self, _: &SessionMeta) -> io::Result<()> {
-        Ok(())
-    }
-    fn process(&mut self, _: &ProcInfo) -> io::Result<()> {
-        Ok(())
-    }
-    fn call(&mut self, _: &Call) -> io::Result<()> {
-        Ok(())
-    }
-    fn lost(&mut self, _: u64, _: &super::Loss) -> io::Result<()> {
-        Ok(())
-    }
     fn interval(&mut self, r: &IntervalReport) -> io::Result<()> {
         self.show(&r.totals)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
     }
     fn summary(&mut self, s: &Summary) -> io::Result<()> {
         self.show(s)?;

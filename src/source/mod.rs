@@ -8,11 +8,6 @@ pub mod flow_table;
 pub mod process_probe;
 pub mod ring_feed;
 
-/// The replay driver by its former path, for src/tui/ (changed on another branch meanwhile):
-/// new code imports `crate::driver::replay`.
-#[doc(hidden)]
-pub use crate::driver::replay;
-
 /// Whether a benchmark build's cut (`read`, `read-cpu`) has user space drop each record as it
 /// is read; never in a normal build.
 pub(crate) fn bench_drops_records() -> bool {

@@ -11,7 +11,8 @@ use super::{CallReturner, UiMsg};
 use crate::aggregate::{EndpointWindows, RowRef};
 use crate::call::Call;
 use crate::report::IntervalReport;
-use crate::session::{SessionMeta, Summary};
+use crate::session_meta::SessionMeta;
+use crate::summary::Summary;
 
 /// Calls kept for the calls view (the newest).
 pub const CALL_RING: usize = 10_000;
@@ -247,7 +248,7 @@ impl Data {
     }
 
     pub fn total_lost(&self) -> u64 {
-        let lost = |k: &crate::session::KernelCounters| k.lost + k.missed_runs;
+        let lost = |k: &crate::kernel_counters::KernelCounters| k.lost + k.missed_runs;
         let reported = self.report.as_ref().map_or(0, |r| lost(&r.totals.kernel));
         let ended = self.ended.as_ref().map_or(0, |s| lost(&s.kernel));
         self.lost_events.max(reported).max(ended)

@@ -30,8 +30,9 @@ use crate::aggregate::RowRef;
 use crate::call::Call;
 use crate::procinfo::ProcInfo;
 use crate::report::IntervalReport;
-use crate::session::{SessionMeta, Summary};
+use crate::session_meta::SessionMeta;
 use crate::sink::Sink;
+use crate::summary::Summary;
 
 pub use app::{Action, App, View};
 
@@ -140,6 +141,17 @@ impl ReplayControl {
     }
 }
 
+/// The UI's keys are how the viewer asks a replay to go back in recorded time.
+impl crate::driver::replay::Rewind for ReplayControl {
+    fn requested(&self) -> bool {
+        self.rewind_pending()
+    }
+
+    fn take(&self) -> Option<u64> {
+        self.take_rewind()
+    }
+}
+
 /// Replay at the recorded pace: sleeps so recorded time advances at the control's speed ×
 /// real time.
 pub struct Pacer {
@@ -234,6 +246,8 @@ pub struct TuiSink {
     parts_follow: bool,
     /// Calls the UI is done with, handed back to be freed here (see [`CallReturner`]).
     returned: Option<Receiver<Vec<Box<Call>>>>,
+    /// A session's meta came: another means the replay started over.
+    met: bool,
 }
 
 /// Batches of calls the UI handed back, in flight at most (past that the UI frees them).
@@ -310,6 +324,7 @@ impl TuiSink {
             pending: std::collections::VecDeque::new(),
             parts_follow: false,
             returned: None,
+            met: false,
         }
     }
 
@@ -449,27 +464,16 @@ impl TuiSink {
 }
 
 impl Sink for TuiSink {
-    fn can_rewind(&self) -> bool {
-        self.pacer.is_some()
-    }
-
-    fn rewind_requested(&self) -> bool {
-        self.pacer
-            .as_ref()
-            .is_some_and(|p| p.control.rewind_pending())
-    }
-
-    fn take_rewind(&mut self) -> Option<u64> {
-        let at = self.pacer.as_ref()?.control.take_rewind()?;
-        // What was batched belongs to the replay being abandoned.
-        self.batch.clear();
-        self.batch_rows.clear();
-        self.parts_follow = false;
-        self.send(UiMsg::Restart);
-        Some(at)
-    }
-
     fn meta(&mut self, meta: &SessionMeta) -> io::Result<()> {
+        if self.met {
+            // A replay started over (the viewer went back in time): what was batched belongs
+            // to the replay abandoned.
+            self.batch.clear();
+            self.batch_rows.clear();
+            self.parts_follow = false;
+            self.send(UiMsg::Restart);
+        }
+        self.met = true;
         self.send(UiMsg::Meta(Box::new(meta.clone())));
         Ok(())
     }
@@ -559,9 +563,6 @@ pub struct UiOptions {
     pub live: bool,
     /// Set while the display is paused (a replay's pacer waits on it).
     pub paused: Arc<AtomicBool>,
-    /// Endpoints keyed on raw resources (`--raw-resources`). The UI shows the pipeline's
-    /// rows as keyed there and keys nothing itself: unused by it.
-    pub raw_resources: bool,
     /// A replay's pace and skips, changed by keys.
     pub replay: Option<Arc<ReplayControl>>,
     /// Times in UTC instead of the local zone (`--utc`).
@@ -704,7 +705,7 @@ pub const KEEP_HEAD_BYTES: usize = 16384;
 
 pub fn collect_replay(path: &std::path::Path) -> anyhow::Result<Vec<UiMsg>> {
     let mut reader = crate::record::reader::open(path)?;
-    let meta = crate::source::replay::replay_meta(&reader);
+    let meta = crate::driver::replay::replay_meta(&reader);
     let (tx, rx) = std::sync::mpsc::sync_channel(1 << 20);
     let sink = TuiSink::new(tx);
     let mut pipeline = crate::pipeline::Pipeline::new(
@@ -717,7 +718,7 @@ pub fn collect_replay(path: &std::path::Path) -> anyhow::Result<Vec<UiMsg>> {
     );
     pipeline.start(&meta)?;
     let stop = AtomicBool::new(false);
-    let end = crate::source::replay::run(&mut reader, &mut pipeline, &stop)?;
+    let end = crate::driver::replay::run(&mut reader, &mut pipeline, &stop)?;
     pipeline.finish(&end.kernel, end.duration_ns)?;
     Ok(rx.try_iter().collect())
 }

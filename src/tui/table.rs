@@ -9,7 +9,7 @@ use crate::aggregate::EndpointSnapshot;
 use crate::call::{Call, Side};
 use crate::clock::TimeZone;
 use crate::protocols::Outcome;
-use crate::session::SessionMeta;
+use crate::session_meta::SessionMeta;
 
 /// A call at least this slow is marked `*`.
 pub const SLOW_NS: u64 = 50_000_000;
