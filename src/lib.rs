@@ -28,7 +28,6 @@ pub mod protocols;
 pub mod record;
 pub mod report;
 pub mod segfile;
-pub mod session;
 pub mod session_meta;
 pub mod sink;
 pub mod source;

@@ -7,34 +7,20 @@ use std::io;
 use crate::call::Call;
 use crate::conntrack::TrackerConfig;
 use crate::event::{EventBuilder, EventKind};
+use crate::kernel_counters::KernelCounters;
 use crate::pipeline::Pipeline;
-use crate::procinfo::{ProcInfo, ProcessTable};
+use crate::procinfo::ProcessTable;
 use crate::segfile::SegFile;
-use crate::session::{KernelCounters, SessionMeta, Summary};
 use crate::sink::Sink;
+use crate::summary::Summary;
 
 /// A sink that keeps the calls.
 #[derive(Default)]
 pub struct Collect(pub Vec<Call>);
 
 impl Sink for Collect {
-    fn meta(&mut self, _: &SessionMeta) -> io::Result<()> {
-        Ok(())
-    }
-    fn process(&mut self, _: &ProcInfo) -> io::Result<()> {
-        Ok(())
-    }
     fn call(&mut self, c: &Call) -> io::Result<()> {
         self.0.push(c.clone());
-        Ok(())
-    }
-    fn lost(&mut self, _: u64, _: &crate::sink::Loss) -> io::Result<()> {
-        Ok(())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-    fn summary(&mut self, _: &Summary) -> io::Result<()> {
         Ok(())
     }
 }

@@ -275,10 +275,10 @@ fn hpack_agrees_with_the_reference_decoder_on_real_blocks() {
 fn proto_grpc_and_http2_filter_per_call() {
     use crate::conntrack::TrackerConfig;
     use crate::event::{EventBuilder, EventKind};
+    use crate::kernel_counters::KernelCounters;
     use crate::pipeline::Pipeline;
     use crate::procinfo::ProcessTable;
     use crate::protocols::ProtoSet;
-    use crate::session::KernelCounters;
 
     let run_with = |only: &[Protocol]| {
         let mut p = Pipeline::new(

@@ -6,11 +6,11 @@ use crate::protocols::fixture_support::{run, Collect};
 
 use crate::call::Side;
 use crate::conntrack::TrackerConfig;
+use crate::kernel_counters::KernelCounters;
 use crate::pipeline::Pipeline;
 use crate::procinfo::ProcessTable;
 use crate::protocols::Protocol;
 use crate::segfile::{self, SegFile};
-use crate::session::KernelCounters;
 
 fn load(name: &str) -> SegFile {
     crate::protocols::fixture_support::load("memcached", name)
