@@ -27,14 +27,29 @@ pub(crate) fn cpu_test_serial() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Spins for `d` of CPU-bound work.
+/// Spins until this thread has used `d` of CPU time.
 #[cfg(test)]
 pub(crate) fn burn_cpu(d: std::time::Duration) {
-    let start = std::time::Instant::now();
+    // CPU time of this thread, not wall time: on a loaded host a wall-clock burn gets only a
+    // share of a core, and a test would then see less CPU than it asked for.
+    let start = thread_cpu_time();
     let mut x = 1u64;
-    while start.elapsed() < d {
+    while thread_cpu_time().saturating_sub(start) < d {
         for _ in 0..10_000 {
             x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
         }
     }
+}
+
+/// CPU time the calling thread has used.
+#[cfg(test)]
+pub(crate) fn thread_cpu_time() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_THREAD_CPUTIME_ID always exists on
+    // Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }

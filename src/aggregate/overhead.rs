@@ -553,7 +553,12 @@ mod tests {
             (got - expected).abs() < 15.0,
             "overhead says {got}%, /proc/self/stat says {expected}%"
         );
-        assert!(got > 30.0, "{got}%");
+        // 300 ms of CPU burnt in the window (less a tick at each end): never nothing.
+        assert!(
+            ticks1 - ticks0 >= 300 * hz as u64 / 1000 - 2,
+            "{ticks0} -> {ticks1}"
+        );
+        assert!(got > 0.0, "{got}%");
         assert_eq!(snap.ebtop_cpu_pct, Some(got));
         let rss = snap.rss_bytes.unwrap() as f64;
         let independent = own_rss_bytes() as f64;
