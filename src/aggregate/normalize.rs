@@ -16,18 +16,13 @@ pub const MAX_RESOURCE_LEN: usize = 256;
 
 pub use crate::protocols::ResourceKind;
 
-/// The resource shape of each protocol (its descriptor's).
-pub fn resource_kind(proto: Protocol) -> ResourceKind {
-    proto.resource_kind()
-}
-
 /// The endpoint resource for a call: normalised per `proto`, or the raw resource if `keep_raw`
 /// (cut to [`MAX_RESOURCE_LEN`] either way).
 pub fn normalize(proto: Protocol, method: &str, resource: &str, keep_raw: bool) -> String {
     if keep_raw {
         return truncated(resource).to_owned();
     }
-    normalize_kind(resource_kind(proto), method, resource)
+    normalize_kind(proto.resource_kind(), method, resource)
 }
 
 /// `PTR 1.0.0.127.in-addr.arpa` → `PTR {addr}.in-addr.arpa`; other questions unchanged.
