@@ -86,7 +86,7 @@ fn seg_entries(f: &SegFile) -> Vec<(Direction, Vec<u8>, u64)> {
     f.entries
         .iter()
         .map(|e| {
-            let dir = ebtop::fuzzing::seg_direction(f, e.to_server);
+            let dir = ebtop::segfile::seg_direction(f, e.to_server);
             (dir, e.bytes.clone(), e.total_len)
         })
         .collect()

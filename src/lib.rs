@@ -15,6 +15,9 @@ pub mod event;
 pub mod eventfd;
 pub mod filters;
 pub mod flows;
+// Test and fuzz support: built for the tests, benches, examples and fuzz targets (the
+// `test-support` feature, which the dev-dependency on this crate turns on), not for ebtop.
+#[cfg(any(test, feature = "test-support"))]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod kernel_counters;
@@ -32,10 +35,9 @@ pub mod session_meta;
 pub mod sink;
 pub mod source;
 pub mod summary;
-#[cfg(test)]
-mod test_rng;
 pub mod tls;
 pub mod tty;
 pub mod tui;
+#[cfg(any(test, feature = "test-support"))]
 #[doc(hidden)]
 pub mod xorshift;

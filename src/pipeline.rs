@@ -7,6 +7,7 @@ use std::io;
 
 mod fed;
 #[doc(hidden)]
+#[cfg(any(test, feature = "test-support"))]
 pub mod fuzzing;
 mod shards;
 

@@ -9,8 +9,8 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use ebtop::fuzzing::XorShift;
 use ebtop::protocols::{detect, Protocol};
+use ebtop::xorshift::XorShift;
 
 /// `enum ebtop_l7_proto` (src/bpf/ebtop.h).
 const KERNEL_UNKNOWN: u8 = 0;

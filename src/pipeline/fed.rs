@@ -802,7 +802,7 @@ mod tests {
             queues: vec![VecDeque::new(); workers],
             progress: vec![0; workers],
         };
-        let mut rand = crate::test_rng::below(seed);
+        let mut rand = crate::xorshift::below(seed);
         let mut clock = vec![0u64; workers];
         let (mut next_id, mut asked) = (0u16, 0);
         for _ in 0..3000 {

@@ -19,6 +19,7 @@ pub mod dns;
 mod fixture_support;
 pub mod framing;
 #[doc(hidden)]
+#[cfg(any(test, feature = "test-support"))]
 pub mod fuzzing;
 pub mod http1;
 pub mod http2;

@@ -91,7 +91,7 @@ mod tests {
     /// The same driver as the fuzz target, on random and event-shaped inputs (stable toolchain).
     #[test]
     fn random_recordings_never_panic_the_replay() {
-        let mut next = crate::test_rng::xorshift(0x9e37_79b9_7f4a_7c15);
+        let mut next = crate::xorshift::sequence(0x9e37_79b9_7f4a_7c15);
         for round in 0..300 {
             let len = (next() % 2048) as usize;
             let mut data: Vec<u8> = (0..len).map(|_| next() as u8).collect();

@@ -11,6 +11,7 @@
 //! Frames are independent, so a truncated file replays up to its last whole frame and a corrupt
 //! frame is skipped and counted.
 
+#[cfg(any(test, feature = "test-support"))]
 pub mod fuzzing;
 pub mod read_stats;
 pub mod reader;
@@ -311,7 +312,7 @@ mod tests {
         let path = dir.path().join("a.ebt");
         write(&path, 2);
         let good = std::fs::read(&path).unwrap();
-        let mut next = crate::test_rng::xorshift(0x1234_5678_9abc_def0);
+        let mut next = crate::xorshift::sequence(0x1234_5678_9abc_def0);
         for _ in 0..400 {
             let mut b = good.clone();
             for _ in 0..4 {

@@ -288,6 +288,7 @@ pub fn sites_of(path: &Path) -> Result<Option<GoSites>, GoError> {
 /// The fuzz target `go_binary` (fuzz/fuzz_targets/go_binary.rs): what ebtop reads from a Go
 /// program's file — its function table, and the code of the functions it probes — from any
 /// bytes.
+#[cfg(any(test, feature = "test-support"))]
 pub mod fuzzing {
     use super::*;
 

@@ -347,7 +347,7 @@ impl FlowBoard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_rng::below;
+    use crate::xorshift::below;
 
     fn tcp(id: u64, bytes_in: u64, interval_in: u64, end: Option<u64>) -> TcpFlow {
         TcpFlow {

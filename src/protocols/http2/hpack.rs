@@ -404,7 +404,7 @@ mod tests {
     fn huffman_strings_decode_as_the_reference_decodes_them() {
         let mut reference = loona_hpack::huffman::HuffmanDecoder::new();
         let mut enc = loona_hpack::Encoder::new();
-        let mut next = crate::test_rng::xorshift(0x9e37_79b9_7f4a_7c15);
+        let mut next = crate::xorshift::sequence(0x9e37_79b9_7f4a_7c15);
         let (mut valid, mut invalid) = (0, 0);
         for i in 0..40_000 {
             let len = (next() % 12) as usize;
