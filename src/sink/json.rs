@@ -159,30 +159,29 @@ impl<W: Write> JsonSink<W> {
         self.buf = lines;
         written
     }
-    fn line<T: Serialize>(&mut self, v: &T) -> io::Result<()> {
+    fn line(&mut self, v: &Line<'_>) -> io::Result<()> {
         self.write_call_lines()?;
         let mut ser = serde_json::Serializer::with_formatter(self.out(), RoundedFloats);
         v.serialize(&mut ser).map_err(io::Error::from)?;
         self.out().write_all(b"\n")
     }
     /// A `flow` line (an active flow, TCP or UDP) of the interval ending at `ts_mono_ns`.
-    fn flow_line<T: Serialize>(
+    fn flow_line(
         &mut self,
         ts: &str,
         ts_mono_ns: u64,
         start_mono_ns: u64,
-        f: &T,
+        f: FlowBody<'_>,
     ) -> io::Result<()> {
         // A flow's first packet can be stamped a little after the interval's end was taken
         // (the table is read after that): it is never shown as starting after its own line.
         let start = self.clock.rfc3339(start_mono_ns.min(ts_mono_ns));
-        self.line(&FlowLine {
-            ty: "flow",
+        self.line(&Line::Flow(FlowLine {
             ts,
             start,
             end_time: None,
             body: f,
-        })
+        }))
     }
     /// The output, with every line written to it (an error writing the last `call` lines is
     /// dropped: this is for outputs that cannot fail, such as a `Vec`).
@@ -198,10 +197,28 @@ impl<W: Write> JsonSink<W> {
     }
 }
 
+/// Every JSON line but `call`, one variant per `type` (serde writes the variant's name, in
+/// snake case, as the line's first field). `call` lines, the many, are written by
+/// `call_line::CallFormatter` straight into the output buffer; the schema of all of them is
+/// docs/json.md.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Line<'a> {
+    Meta(MetaLine<'a>),
+    Proc(ProcLine<'a>),
+    Exit(ExitLine<'a>),
+    Lost(LostLine),
+    Endpoint(Stamped<'a, crate::aggregate::EndpointSnapshot>),
+    Process(Stamped<'a, crate::aggregate::ProcessSnapshot>),
+    Overhead(Stamped<'a, crate::aggregate::OverheadSnapshot>),
+    Flow(FlowLine<'a>),
+    FlowEnd(FlowLine<'a>),
+    FlowStats(Stamped<'a, crate::flows::FlowStats>),
+    Summary(SummaryLine<'a>),
+}
+
 #[derive(Serialize)]
 struct MetaLine<'a> {
-    #[serde(rename = "type")]
-    ty: &'static str,
     schema: u32,
     source: &'a str,
     ebtop_version: &'a str,
@@ -228,8 +245,6 @@ struct MetaLine<'a> {
 
 #[derive(Serialize)]
 struct ProcLine<'a> {
-    #[serde(rename = "type")]
-    ty: &'static str,
     pid: u32,
     comm: &'a str,
     exe: Option<&'a str>,
@@ -242,8 +257,6 @@ struct ProcLine<'a> {
 
 #[derive(Serialize)]
 struct ExitLine<'a> {
-    #[serde(rename = "type")]
-    ty: &'static str,
     ts: String,
     pid: u32,
     ppid: u32,
@@ -255,42 +268,42 @@ struct ExitLine<'a> {
 
 #[derive(Serialize)]
 struct LostLine {
-    #[serde(rename = "type")]
-    ty: &'static str,
     ts: String,
     events: u64,
     bytes: u64,
     missed_runs: u64,
 }
 
-/// An aggregate line: `type`, `ts` (interval end), then the snapshot's own fields.
+/// An aggregate line: `ts` (interval end), then the snapshot's own fields.
 #[derive(Serialize)]
-struct TaggedLine<'a, T: Serialize> {
-    #[serde(rename = "type")]
-    ty: &'static str,
+struct Stamped<'a, T: Serialize> {
     ts: &'a str,
     #[serde(flatten)]
     body: &'a T,
 }
 
-/// A `flow` / `flow_end` line: `type`, `ts`, wall-clock `start` (and `end_time`), then the
-/// flow. (Not `end`: a jq keyword, `.end` fails in jq 1.6.)
+/// A `flow` / `flow_end` line: `ts`, wall-clock `start` (and `end_time`), then the flow. (Not
+/// `end`: a jq keyword, `.end` fails in jq 1.6.)
 #[derive(Serialize)]
-struct FlowLine<'a, T: Serialize> {
-    #[serde(rename = "type")]
-    ty: &'static str,
+struct FlowLine<'a> {
     ts: &'a str,
     start: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     end_time: Option<String>,
     #[serde(flatten)]
-    body: &'a T,
+    body: FlowBody<'a>,
+}
+
+/// A TCP flow or a UDP pair, written as its own fields.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum FlowBody<'a> {
+    Tcp(&'a crate::flows::TcpFlow),
+    Udp(&'a crate::flows::UdpFlow),
 }
 
 #[derive(Serialize)]
 struct SummaryLine<'a> {
-    #[serde(rename = "type")]
-    ty: &'static str,
     ts: String,
     #[serde(flatten)]
     summary: &'a Summary,
@@ -320,10 +333,10 @@ impl<W: Write> JsonSink<W> {
         let select = self.select;
         let flows = select.wants("flow");
         for f in fr.flows.iter().filter(|_| flows) {
-            self.flow_line(ts, mono_ns, f.start_mono_ns, f)?;
+            self.flow_line(ts, mono_ns, f.start_mono_ns, FlowBody::Tcp(f))?;
         }
         for f in fr.udp.iter().filter(|_| flows) {
-            self.flow_line(ts, mono_ns, f.start_mono_ns, f)?;
+            self.flow_line(ts, mono_ns, f.start_mono_ns, FlowBody::Udp(f))?;
         }
         for f in fr.ends.iter().filter(|_| select.wants("flow_end")) {
             let start = self.clock.rfc3339(match f.end_mono_ns {
@@ -331,20 +344,18 @@ impl<W: Write> JsonSink<W> {
                 None => f.start_mono_ns,
             });
             let end_time = f.end_mono_ns.map(|e| self.clock.rfc3339(e));
-            self.line(&FlowLine {
-                ty: "flow_end",
+            self.line(&Line::FlowEnd(FlowLine {
                 ts,
                 start,
                 end_time,
-                body: f,
-            })?;
+                body: FlowBody::Tcp(f),
+            }))?;
         }
         if !fr.more && select.wants("flow_stats") {
-            self.line(&TaggedLine {
-                ty: "flow_stats",
+            self.line(&Line::FlowStats(Stamped {
                 ts,
                 body: &fr.stats,
-            })?;
+            }))?;
         }
         Ok(())
     }
@@ -357,8 +368,7 @@ impl<W: Write> Sink for JsonSink<W> {
         };
         self.calls = super::call_line::CallFormatter::new(self.clock);
         self.start_unix_ns = m.start_unix_ns;
-        self.line(&MetaLine {
-            ty: "meta",
+        self.line(&Line::Meta(MetaLine {
             schema: 3,
             source: &m.source,
             ebtop_version: &m.ebtop_version,
@@ -372,7 +382,7 @@ impl<W: Write> Sink for JsonSink<W> {
             event_rings: m.event_rings,
             tls_probed: &m.tls_probed,
             tls_probe_failures: &m.tls_probe_failures,
-        })?;
+        }))?;
         self.out().flush()
     }
 
@@ -382,8 +392,7 @@ impl<W: Write> Sink for JsonSink<W> {
         }
         // Shown with its secrets redacted; a recording keeps the arguments as they were.
         let cmdline = crate::protocols::redact::redact_args(&p.cmdline);
-        self.line(&ProcLine {
-            ty: "proc",
+        self.line(&Line::Proc(ProcLine {
             pid: p.pid,
             comm: &p.comm,
             exe: p.exe.as_deref(),
@@ -392,7 +401,7 @@ impl<W: Write> Sink for JsonSink<W> {
             container: p.container(),
             pod: p.pod.as_ref().map(|p| p.name.as_str()),
             namespace: p.pod.as_ref().map(|p| p.namespace.as_str()),
-        })
+        }))
     }
 
     fn call(&mut self, c: &Call) -> io::Result<()> {
@@ -429,8 +438,7 @@ impl<W: Write> Sink for JsonSink<W> {
             return Ok(());
         }
         let ts = self.clock.rfc3339(e.mono_ns);
-        self.line(&ExitLine {
-            ty: "exit",
+        self.line(&Line::Exit(ExitLine {
             ts,
             pid: e.info.pid,
             ppid: e.ppid,
@@ -438,50 +446,36 @@ impl<W: Write> Sink for JsonSink<W> {
             exit_code: e.status.code,
             signal: e.status.signal,
             core_dumped: e.status.core_dumped,
-        })
+        }))
     }
 
     fn lost(&mut self, mono_ns: u64, loss: &super::Loss) -> io::Result<()> {
         let ts = self.clock.rfc3339(mono_ns);
-        self.line(&LostLine {
-            ty: "lost",
+        self.line(&Line::Lost(LostLine {
             ts,
             events: loss.events,
             bytes: loss.bytes,
             missed_runs: loss.missed_runs,
-        })
+        }))
     }
 
     fn interval(&mut self, r: &IntervalReport) -> io::Result<()> {
         let ts = self.clock.rfc3339(r.mono_ns);
         let select = self.select;
         for e in r.endpoints.iter().filter(|_| select.wants("endpoint")) {
-            self.line(&TaggedLine {
-                ty: "endpoint",
-                ts: &ts,
-                body: e,
-            })?;
+            self.line(&Line::Endpoint(Stamped { ts: &ts, body: e }))?;
         }
         for p in r.processes.iter().filter(|_| select.wants("process")) {
-            self.line(&TaggedLine {
-                ty: "process",
-                ts: &ts,
-                body: p,
-            })?;
+            self.line(&Line::Process(Stamped { ts: &ts, body: p }))?;
         }
         if let Some(o) = r.overhead.as_ref().filter(|_| select.wants("overhead")) {
             if select.overhead_programs {
-                self.line(&TaggedLine {
-                    ty: "overhead",
-                    ts: &ts,
-                    body: o,
-                })?;
+                self.line(&Line::Overhead(Stamped { ts: &ts, body: o }))?;
             } else {
-                self.line(&TaggedLine {
-                    ty: "overhead",
+                self.line(&Line::Overhead(Stamped {
                     ts: &ts,
                     body: &o.without_programs(),
-                })?;
+                }))?;
             }
         }
         match &r.flows {
@@ -501,8 +495,7 @@ impl<W: Write> Sink for JsonSink<W> {
     }
 
     fn summary(&mut self, s: &Summary) -> io::Result<()> {
-        self.line(&SummaryLine {
-            ty: "summary",
+        self.line(&Line::Summary(SummaryLine {
             // Session end in the session's own time (a replay shows the recorded time).
             // Saturating: a recording may carry any start and duration.
             ts: crate::clock::rfc3339(
@@ -510,7 +503,7 @@ impl<W: Write> Sink for JsonSink<W> {
                     .saturating_add(i64::try_from(s.duration_ns).unwrap_or(i64::MAX)),
             ),
             summary: s,
-        })?;
+        }))?;
         self.out().flush()
     }
 }
