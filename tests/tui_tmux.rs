@@ -558,6 +558,11 @@ fn tui_endpoint_counts_equal_json_at_saturation() {
         s.contains(&format!("Latency since the start ({root_calls} calls)")),
         "{root_calls} calls:\n{s}"
     );
+    // q leaves the drill-down first (k9s hands), then quits.
+    t.keys(&["q"]);
+    t.wait("back to the endpoints", |s| {
+        !s.contains("Latency since the start (") && s.contains("Endpoints, since the start")
+    });
     t.keys(&["q"]);
     t.wait_for("ebtop exited 0");
 }

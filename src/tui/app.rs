@@ -707,7 +707,15 @@ impl App {
             };
         }
         match key.code {
-            KeyCode::Char('q') | KeyCode::F(10) => return Action::Quit,
+            KeyCode::F(10) => return Action::Quit,
+            // k9s and htop hands: `q` closes what is open (details, a drill-down) and quits
+            // only at the top level, so a history is not lost by a key meant for an overlay.
+            KeyCode::Char('q') => {
+                return match self.back() {
+                    Action::None => Action::Quit,
+                    closed => closed,
+                };
+            }
             KeyCode::Char('?') | KeyCode::F(1) => self.help = true,
             KeyCode::Esc | KeyCode::Backspace => return self.back(),
             _ if self.detail.is_some() || self.row_detail.is_some() => {
@@ -1097,6 +1105,28 @@ mod tests {
         assert!(app.drill.is_none());
         let rows = app.rows();
         assert_eq!(rows[app.selected_index(&rows).unwrap()].key, k);
+    }
+
+    #[test]
+    fn q_closes_details_and_a_drill_down_before_it_quits() {
+        let mut app = app_with(msgs());
+        key(&mut app, KeyCode::Char('2'));
+        key(&mut app, KeyCode::Enter);
+        assert!(app.drill.is_some());
+        key(&mut app, KeyCode::Enter);
+        assert!(app.detail.is_some());
+        // q: the details close, then the drill-down, then ebtop quits.
+        assert_eq!(key(&mut app, KeyCode::Char('q')), Action::Redraw);
+        assert!(app.detail.is_none() && app.drill.is_some());
+        assert_eq!(key(&mut app, KeyCode::Char('q')), Action::Redraw);
+        assert!(app.drill.is_none());
+        assert_eq!(app.view, View::Endpoints);
+        assert_eq!(key(&mut app, KeyCode::Char('q')), Action::Quit);
+        // F10 and Ctrl-C quit from anywhere.
+        key(&mut app, KeyCode::Enter);
+        key(&mut app, KeyCode::Enter);
+        assert!(app.detail.is_some());
+        assert_eq!(key(&mut app, KeyCode::F(10)), Action::Quit);
     }
 
     #[test]

@@ -10,8 +10,12 @@ pub struct KeyHelp {
 
 pub const KEYS: &[KeyHelp] = &[
     KeyHelp {
-        keys: &["q", "Ctrl-C", "F10"],
-        action: "quit",
+        keys: &["q"],
+        action: "close details or a drill-down; at the top level: quit",
+    },
+    KeyHelp {
+        keys: &["Ctrl-C", "F10"],
+        action: "quit (anywhere)",
     },
     KeyHelp {
         keys: &["?", "F1"],
