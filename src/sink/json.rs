@@ -452,6 +452,18 @@ impl<W: Write> Sink for JsonSink<W> {
         })
     }
 
+    fn warning(&mut self, mono_ns: u64, w: &super::Warning) -> io::Result<()> {
+        let ts = self.clock.rfc3339(mono_ns);
+        // After the calls before it; seen at once, not at the next batch's flush.
+        self.write_call_lines()?;
+        self.line(&TaggedLine {
+            ty: "warning",
+            ts: &ts,
+            body: w,
+        })?;
+        self.out().flush()
+    }
+
     fn interval(&mut self, r: &IntervalReport) -> io::Result<()> {
         let ts = self.clock.rfc3339(r.mono_ns);
         let select = self.select;

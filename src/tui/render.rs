@@ -206,6 +206,15 @@ fn header_top(app: &App, k: HeaderDetail) -> Vec<Span<'static>> {
     if d.ended.is_some() {
         top.push(Span::raw("  [ENDED]"));
     }
+    for w in &d.warnings {
+        top.push(Span::styled(
+            format!("  ! {w}"),
+            style(
+                app,
+                Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+            ),
+        ));
+    }
     // The zone's name at the instant shown (CET in winter, CEST in summer).
     let zone = |mono_ns: u64| {
         if k.zone {

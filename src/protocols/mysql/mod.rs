@@ -994,7 +994,13 @@ impl MysqlParser {
             None if c.result_sets > 0 => format!("{} rows", c.rows),
             None => format!("OK, {} rows affected", c.affected_rows),
         };
-        let req_head = self.head(c.resource.as_bytes(), c.req.bytes);
+        // Passwords in the SQL (`… IDENTIFIED BY '…'`) never reach the output.
+        let redacted = match super::redact::redact_sql(&c.resource) {
+            std::borrow::Cow::Borrowed(_) => None,
+            std::borrow::Cow::Owned(shown) => Some(shown),
+        };
+        let resource = redacted.unwrap_or(c.resource);
+        let req_head = self.head(resource.as_bytes(), c.req.bytes);
         let resp_head = self.head(resp_text.as_bytes(), c.resp.map_or(0, |r| r.bytes));
         out.push(L7Call {
             proto: Protocol::Mysql,
@@ -1004,7 +1010,7 @@ impl MysqlParser {
                 Direction::Ingress
             },
             method: c.method,
-            resource: c.resource,
+            resource,
             version: "4.1",
             status: None,
             status_text,

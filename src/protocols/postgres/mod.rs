@@ -827,7 +827,13 @@ impl PostgresParser {
             (None, None) if q.suspended => "PortalSuspended".to_owned(),
             (None, None) => String::new(),
         };
-        let req_head = self.head(q.sql.as_bytes(), q.req.bytes);
+        // Passwords in the SQL (`ALTER ROLE … PASSWORD '…'`) never reach the output.
+        let redacted = match super::redact::redact_sql(&q.sql) {
+            std::borrow::Cow::Borrowed(_) => None,
+            std::borrow::Cow::Owned(shown) => Some(shown),
+        };
+        let sql = redacted.unwrap_or(q.sql);
+        let req_head = self.head(sql.as_bytes(), q.req.bytes);
         let resp_head = self.head(resp_text.as_bytes(), q.resp.map_or(0, |r| r.bytes));
         out.push(L7Call {
             proto: Protocol::Postgres,
@@ -836,8 +842,8 @@ impl PostgresParser {
             } else {
                 Direction::Ingress
             },
-            method: sql_keyword(&q.sql),
-            resource: q.sql,
+            method: sql_keyword(&sql),
+            resource: sql,
             version: "3.0",
             status: None,
             status_text,
