@@ -43,6 +43,8 @@ fn run(args: &[&str], limit: Duration) -> Run {
     let dir = tempfile::tempdir().unwrap();
     let (out_path, err_path) = (dir.path().join("out"), dir.path().join("err"));
     let started = Instant::now();
+    // Reaped by `wait4` below, which also gives its CPU time.
+    #[allow(clippy::zombie_processes)]
     let child = Command::new(env!("CARGO_BIN_EXE_ebtop"))
         .args(args)
         .stdin(Stdio::null())
