@@ -1321,6 +1321,32 @@ mod tests {
     fn command(cmd: u8, arg: &[u8]) -> Vec<u8> {
         pkt(0, &[&[cmd][..], arg].concat())
     }
+
+    /// A password in SQL (`IDENTIFIED BY`, `SET PASSWORD`) never reaches a call: not its
+    /// resource (JSON's `resource`, the TUI's lists) nor its head (the TUI's details).
+    #[test]
+    fn passwords_in_queries_reach_neither_resource_nor_head() {
+        let mut d = Driver::with_parser(MysqlParser::new(&stream_config(4096)));
+        d.seg(IN, &greeting())
+            .seg(OUT, &handshake_response(CAPS))
+            .seg(IN, &ok(2, 0, 0, 2));
+        for sql in [
+            "CREATE USER 'bob'@'%' IDENTIFIED BY 'Hunter2my'",
+            "SET PASSWORD FOR 'bob'@'%' = 'Hunter2my'",
+        ] {
+            d.seg(OUT, &query(sql)).seg(IN, &ok(1, 0, 0, 2));
+        }
+        assert_eq!(d.calls.len(), 2);
+        for c in &d.calls {
+            assert!(c.resource.contains("'[redacted]'"), "{}", c.resource);
+            let head = String::from_utf8_lossy(&c.req_head.shown()).into_owned();
+            assert!(
+                head.contains("[redacted]") && !head.contains("Hunter2my"),
+                "{head}"
+            );
+            assert!(!format!("{c:?}").contains("Hunter2my"));
+        }
+    }
     fn coldef(seq: u8) -> Vec<u8> {
         pkt(
             seq,

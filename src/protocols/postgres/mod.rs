@@ -1337,6 +1337,36 @@ mod tests {
     fn sync() -> Vec<u8> {
         msg(b'S', b"")
     }
+    /// A password in SQL (psql's `\\password`, `CREATE ROLE … PASSWORD`) never reaches a
+    /// call: not its resource (JSON's `resource`, the TUI's lists) nor its head (the TUI's
+    /// details), both made from the one redacted text.
+    #[test]
+    fn passwords_in_queries_reach_neither_resource_nor_head() {
+        let mut d = Driver::with_parser(PostgresParser::new(&stream_config(4096)));
+        d.seg(OUT, &startup()).seg(IN, &startup_reply());
+        for sql in [
+            "ALTER USER app PASSWORD 'Hunter2pg'",
+            "CREATE ROLE r LOGIN ENCRYPTED PASSWORD 'Hunter2pg'",
+        ] {
+            d.seg(OUT, &q(sql))
+                .seg(IN, &[complete("ALTER ROLE"), ready()].concat());
+        }
+        assert_eq!(d.calls.len(), 2);
+        for c in &d.calls {
+            assert!(
+                c.resource.contains("PASSWORD '[redacted]'"),
+                "{}",
+                c.resource
+            );
+            let head = String::from_utf8_lossy(&c.req_head.shown()).into_owned();
+            assert!(
+                head.contains("[redacted]") && !head.contains("Hunter2pg"),
+                "{head}"
+            );
+            assert!(!format!("{c:?}").contains("Hunter2pg"));
+        }
+    }
+
     fn simple_session() -> (Vec<u8>, Vec<u8>) {
         let client = [
             startup(),
