@@ -1324,6 +1324,44 @@ mod tests {
             .collect()
     }
 
+    /// A `warning` (a cap hit, the recording failing) reaches the header, once per kind,
+    /// as the JSON line reaches `--json` (the sink hands the UI the same `Warning`).
+    #[test]
+    fn warnings_are_shown_in_the_header() {
+        use crate::sink::{Sink, Warning};
+        let (tx, rx) = std::sync::mpsc::sync_channel(crate::tui::CHANNEL_CAP);
+        let mut sink = crate::tui::TuiSink::new(tx);
+        let mut app = App::new("test", std::time::Duration::from_secs(1), true);
+        let cap = Warning {
+            kind: Warning::CAP,
+            cap: Some("flows"),
+            limit: Some(3),
+            count: Some(7),
+            message: "7 TCP flows not tracked".into(),
+        };
+        let failed = Warning {
+            kind: Warning::RECORDING_ERROR,
+            cap: None,
+            limit: None,
+            count: None,
+            message: "writing recording x failed: No space left on device".into(),
+        };
+        for w in [&cap, &cap, &failed] {
+            sink.warning(1, w).unwrap();
+        }
+        sink.flush().unwrap();
+        for m in rx.try_iter() {
+            app.apply(m);
+        }
+        let text: String = header_top(&app, HeaderDetail::STEPS[0])
+            .iter()
+            .map(|s| s.content.to_string())
+            .collect();
+        assert!(text.contains("! flows cap hit"), "{text}");
+        assert!(text.contains("! RECORDING FAILED"), "{text}");
+        assert_eq!(text.matches("flows cap hit").count(), 1, "{text}");
+    }
+
     #[test]
     fn addresses_take_the_width_they_need_and_the_last_column_the_rest() {
         // Loopback IPv4: narrow addresses leave room for PROTO at 80 columns.
