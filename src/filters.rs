@@ -17,7 +17,11 @@ pub struct Filters {
     pub port: Option<Vec<u16>>,
     /// Live: only processes in these cgroups (v2 paths) or beneath them (`--cgroup`,
     /// `--container`); applied in the kernel to calls and process records, not to flows.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "one_or_many"
+    )]
     pub cgroup: Option<Vec<String>>,
     /// Only connections of these application protocols (`--proto`); flows are not affected.
     #[serde(default)]
@@ -28,25 +32,47 @@ pub struct Filters {
 /// every program run.
 pub const MAX_FILTER_VALUES: usize = 8;
 
-/// `null`, one value (recordings made before filters took lists) or a list.
+/// `null`, one value (recordings made before filters took lists) or a list; a recorded list
+/// is read within the read budget (at most `record::limits::MAX_LIST` values, the rest
+/// read past), never buffered whole.
 fn one_or_many<'de, D, T>(d: D) -> Result<Option<Vec<T>>, D::Error>
 where
     D: serde::Deserializer<'de>,
     T: serde::Deserialize<'de>,
 {
-    #[derive(serde::Deserialize)]
-    #[serde(untagged)]
-    enum OneOrMany<T> {
-        One(T),
-        Many(Vec<T>),
+    use serde::de::value::{I64Deserializer, StrDeserializer, U64Deserializer};
+    use serde::de::{Error, SeqAccess, Visitor};
+    struct V<T>(std::marker::PhantomData<T>);
+    impl<'de, T: serde::Deserialize<'de>> Visitor<'de> for V<T> {
+        type Value = Option<Vec<T>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("null, a value or a list")
+        }
+        fn visit_unit<E: Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E: Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D2: serde::Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
+            d.deserialize_any(self)
+        }
+        fn visit_u64<E: Error>(self, v: u64) -> Result<Self::Value, E> {
+            T::deserialize(U64Deserializer::<E>::new(v)).map(|t| Some(vec![t]))
+        }
+        fn visit_i64<E: Error>(self, v: i64) -> Result<Self::Value, E> {
+            T::deserialize(I64Deserializer::<E>::new(v)).map(|t| Some(vec![t]))
+        }
+        fn visit_str<E: Error>(self, v: &str) -> Result<Self::Value, E> {
+            T::deserialize(StrDeserializer::<E>::new(v)).map(|t| Some(vec![t]))
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+            let capped: crate::record::limits::CappedSeq<T, { crate::record::limits::MAX_LIST }> =
+                serde::Deserialize::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))?;
+            Ok(Some(capped.items))
+        }
     }
-    Ok(
-        match <Option<OneOrMany<T>> as serde::Deserialize>::deserialize(d)? {
-            None => None,
-            Some(OneOrMany::One(v)) => Some(vec![v]),
-            Some(OneOrMany::Many(v)) => Some(v),
-        },
-    )
+    d.deserialize_any(V(std::marker::PhantomData))
 }
 
 /// Whether an optional list filter lets `v` through (unset: everything).

@@ -11,6 +11,7 @@ pub struct KernelCounters {
     pub inflight_full: u64,
     pub socket_syscalls: u64,
     pub truncated: u64,
+    #[serde(deserialize_with = "crate::record::limits::numbers")]
     pub lost_per_cpu: Vec<u64>,
     /// Process exec/exit records written to their own ring buffer, and those it had no room
     /// for (absent in recordings made before they existed).

@@ -62,10 +62,37 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        // Told when it happened (stderr, the `warning` line); the summary was written.
+        Err(e) if e.is::<RecordingFailed>() => ExitCode::from(RECORDING_FAILED_STATUS),
         Err(e) => {
             ebtop::diag!("ebtop: error: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Exit status of a session whose `-w` recording could not be written (disk full, I/O
+/// error): it stopped at once, its summary written, the recording ending with its last whole
+/// frame (man page, EXIT STATUS).
+const RECORDING_FAILED_STATUS: u8 = 3;
+
+/// The session ended because its recording could not be written (already told).
+#[derive(Debug)]
+struct RecordingFailed;
+
+impl std::fmt::Display for RecordingFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the recording could not be written")
+    }
+}
+
+impl std::error::Error for RecordingFailed {}
+
+/// Err([`RecordingFailed`]) if the session's recording failed.
+fn recording_outcome(summary: &Summary) -> Result<()> {
+    match summary.recording_error {
+        Some(_) => Err(RecordingFailed.into()),
+        None => Ok(()),
     }
 }
 
@@ -315,7 +342,7 @@ fn tracker_config(args: &Args) -> TrackerConfig {
 /// `rewind`: a replay's viewer may ask it to go back in recorded time (the terminal UI).
 fn session<S: Sink>(
     args: &Args,
-    stop: &AtomicBool,
+    stop: &Arc<AtomicBool>,
     sink: S,
     rewind: Option<&ebtop::tui::ReplayControl>,
 ) -> Result<()> {
@@ -342,7 +369,7 @@ fn report_recording(args: &Args, summary: &Summary) {
     }
 }
 
-fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> {
+fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result<()> {
     ebtop::preflight::check_privileges()?;
     let cgroups = cgroup_filters(args)?;
     for pid in args.pid.iter().flatten() {
@@ -380,7 +407,9 @@ fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> 
             processes,
             sockets,
         };
-        pipeline = pipeline.with_recorder(Recorder::create(path, &header, args.force)?);
+        pipeline = pipeline
+            .with_recorder(Recorder::create(path, &header, args.force)?)
+            .stop_on_recording_failure(Arc::clone(stop));
     }
     let pipeline = pipeline.with_threads(tracking_threads(args));
     let live_cfg = LiveConfig {
@@ -412,7 +441,7 @@ fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> 
             }
             let (_, summary) = pipeline.finish(counters, monotonic_ns() - start)?;
             report_recording(args, &summary);
-            Ok(())
+            recording_outcome(&summary)
         },
     )
 }
@@ -420,7 +449,7 @@ fn live_session<S: Sink>(args: &Args, stop: &AtomicBool, sink: S) -> Result<()> 
 fn replay_session<S: Sink>(
     args: &Args,
     path: &std::path::Path,
-    stop: &AtomicBool,
+    stop: &Arc<AtomicBool>,
     sink: S,
     rewind: Option<&ebtop::tui::ReplayControl>,
 ) -> Result<()> {
@@ -489,7 +518,7 @@ fn replay_pipeline<S: Sink>(args: &Args, sink: S) -> Pipeline<S> {
 fn replay_to_output<S: Sink>(
     args: &Args,
     path: &std::path::Path,
-    stop: &AtomicBool,
+    stop: &Arc<AtomicBool>,
     sink: S,
     rewind: Option<&dyn Rewind>,
 ) -> Result<()> {
@@ -507,7 +536,9 @@ fn replay_to_output<S: Sink>(
         // The copy's filters: the recording's, narrowed by these.
         header.options.filters = header.options.filters.narrowed_by(&f);
         header.meta.filters = meta.filters.clone();
-        pipeline = pipeline.with_recorder(Recorder::create(out, &header, args.force)?);
+        pipeline = pipeline
+            .with_recorder(Recorder::create(out, &header, args.force)?)
+            .stop_on_recording_failure(Arc::clone(stop));
     }
     let mut pipeline = pipeline.with_threads(tracking_threads(args));
     pipeline.start(&meta)?;
@@ -517,7 +548,7 @@ fn replay_to_output<S: Sink>(
     report_recording(args, &summary);
     let _ = io::stdout().flush();
     warn_about_recording(path, stats, end.complete);
-    Ok(())
+    recording_outcome(&summary)
 }
 
 /// What reading a recording met that the user should know: corrupt frames, a missing end.

@@ -115,6 +115,22 @@ struct Downstream<S: Sink> {
     l7_seen: crate::flows::L7Seen,
     /// The tracker's counters at the last interval end (what `totals` shows).
     tracker_state: TrackerState,
+    /// Set when writing the recording failed, so the session ends (the loop's stop flag).
+    stop_on_recording_failure: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// The caps' counters as last warned about (`warn_caps`).
+    caps_warned: CapsWarned,
+    /// The connection table's cap (`TrackerConfig::max_conns`; per tracking thread).
+    max_conns: usize,
+}
+
+/// What each cap had left out when it was last warned about: a `warning` goes out in an
+/// interval in which one of these grew.
+#[derive(Debug, Default, Clone, Copy)]
+struct CapsWarned {
+    flows_table_full: u64,
+    conns_evicted: u64,
+    endpoints_folded: u64,
+    process_table_resets: u64,
 }
 
 /// A record's calls as `apply` gets them: owned where the pipeline thread tracked them itself
@@ -197,6 +213,9 @@ impl<S: Sink> Pipeline<S> {
             last_flow_stats: None,
             l7_seen: Default::default(),
             tracker_state: TrackerState::default(),
+            stop_on_recording_failure: None,
+            caps_warned: CapsWarned::default(),
+            max_conns: cfg.max_conns,
         };
         Pipeline {
             tracking: Tracking::Inline(ConnTracker::new(cfg)),
@@ -259,6 +278,16 @@ impl<S: Sink> Pipeline<S> {
     /// Records every record that passes the filters (and process descriptions) to `rec`.
     pub fn with_recorder(mut self, rec: Recorder) -> Self {
         self.down.recorder = Some(rec);
+        self
+    }
+
+    /// Sets `stop` when writing the recording fails (a full disk): the session then ends,
+    /// as on SIGTERM, with its summary.
+    pub fn stop_on_recording_failure(
+        mut self,
+        stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> Self {
+        self.down.stop_on_recording_failure = Some(stop);
         self
     }
 
@@ -553,6 +582,7 @@ impl<S: Sink> Pipeline<S> {
                 kernel: kernel.clone(),
             });
         }
+        self.down.check_recording(now_ns)?;
         self.down.report_interval(now_ns, kernel, overhead, state)
     }
 
@@ -586,6 +616,8 @@ impl<S: Sink> Pipeline<S> {
         if let Some(rec) = &mut self.down.recorder {
             rec.tick();
         }
+        let now = self.down.last_ns;
+        self.down.check_recording(now)?;
         self.down.sink.flush()
     }
 
@@ -646,6 +678,13 @@ impl<S: Sink> Pipeline<S> {
                 dropped_events: 0,
             })?;
             self.down.summary.recording_dropped_events = Some(stats.dropped_events);
+            if let Some(failure) = stats.failure {
+                // A failure at the very end (the last frame, the final sync) is told now.
+                if self.down.summary.recording_error.is_none() {
+                    let now = self.down.last_ns;
+                    self.down.tell_recording_failure(now, &failure)?;
+                }
+            }
         }
         self.down.sink.summary(&self.down.summary)?;
         Ok((self.down.sink, self.down.summary))
@@ -982,6 +1021,7 @@ impl<S: Sink> Downstream<S> {
         self.proc_stats.set_open_connections(&state.open_per_pid);
         let open_connections = state.open_conns as u64;
         self.tracker_state = state;
+        self.warn_caps(now_ns)?;
         let seen = Self::loss_of(kernel);
         let before = self.lost_reported;
         if seen.events > before.events || seen.missed_runs > before.missed_runs {
@@ -1039,6 +1079,111 @@ impl<S: Sink> Downstream<S> {
         }
         // The sink is the report's last user (the recorder got the flows in `set_flows`).
         self.sink.interval_owned(report)
+    }
+
+    /// Writing the recording failed: told at once (a `warning`, the terminal UI's header,
+    /// stderr), kept for the summary, and the session asked to stop.
+    fn check_recording(&mut self, now_ns: u64) -> io::Result<()> {
+        match self.recorder.as_mut().and_then(|r| r.take_failure()) {
+            Some(failure) => self.tell_recording_failure(now_ns, &failure),
+            None => Ok(()),
+        }
+    }
+
+    fn tell_recording_failure(
+        &mut self,
+        now_ns: u64,
+        failure: &crate::record::writer::RecordingFailure,
+    ) -> io::Result<()> {
+        self.summary.recording_error = Some(failure.error.clone());
+        if let Some(stop) = &self.stop_on_recording_failure {
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        self.sink.warning(
+            now_ns,
+            &crate::sink::Warning {
+                kind: crate::sink::Warning::RECORDING_ERROR,
+                cap: None,
+                limit: None,
+                count: None,
+                message: failure.to_string(),
+            },
+        )?;
+        if crate::tui::terminal::ui_active() {
+            // The header says it now; the line follows when the terminal is restored.
+            crate::tui::terminal::defer_message(format!("ebtop: error: {failure}"));
+        } else {
+            crate::diag!("ebtop: error: {failure}");
+        }
+        Ok(())
+    }
+
+    /// A `warning` for each cap that left something out since it was last warned about
+    /// (once per interval at most): the kernel flow table (`--max-flows`), the connection
+    /// table, the endpoint table (calls folded into `other` rows), the process table.
+    fn warn_caps(&mut self, now_ns: u64) -> io::Result<()> {
+        let flows = self
+            .pending_flows
+            .as_ref()
+            .filter(|f| !f.more)
+            .map(|f| &f.stats)
+            .or(self.last_flow_stats.as_ref());
+        let endpoints = self.endpoints.stats();
+        let was = self.caps_warned;
+        let now = CapsWarned {
+            flows_table_full: flows.map_or(was.flows_table_full, |f| f.table_full),
+            conns_evicted: self.tracker_state.stats.conns_evicted,
+            endpoints_folded: endpoints.folded_calls,
+            process_table_resets: self.procs.resets,
+        };
+        let max_flows = flows.map_or(0, |f| f.max_flows);
+        let hits = [
+            (
+                "flows",
+                now.flows_table_full,
+                was.flows_table_full,
+                max_flows,
+                "TCP flows not tracked: the kernel flow table is full (--max-flows)",
+            ),
+            (
+                "connections",
+                now.conns_evicted,
+                was.conns_evicted,
+                self.max_conns as u64,
+                "connections evicted from the connection table (least recently seen first)",
+            ),
+            (
+                "endpoints",
+                now.endpoints_folded,
+                was.endpoints_folded,
+                endpoints.max_endpoints,
+                "calls folded into `other` rows: the endpoint table is full",
+            ),
+            (
+                "processes",
+                now.process_table_resets,
+                was.process_table_resets,
+                self.procs.cap() as u64,
+                "times the process table was full and started over",
+            ),
+        ];
+        for (cap, now_n, was_n, limit, what) in hits {
+            if now_n > was_n {
+                let count = now_n - was_n;
+                self.sink.warning(
+                    now_ns,
+                    &crate::sink::Warning {
+                        kind: crate::sink::Warning::CAP,
+                        cap: Some(cap),
+                        limit: Some(limit),
+                        count: Some(count),
+                        message: format!("{count} {what} (cap {limit})"),
+                    },
+                )?;
+            }
+        }
+        self.caps_warned = now;
+        Ok(())
     }
 
     fn loss_of(kernel: &KernelCounters) -> crate::sink::Loss {
@@ -1145,6 +1290,83 @@ mod tests {
             tls_probe_failures: Vec::new(),
             event_rings: None,
         }
+    }
+
+    fn warnings(out: &[u8]) -> Vec<serde_json::Value> {
+        String::from_utf8_lossy(out)
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|v| v["type"] == "warning")
+            .collect()
+    }
+
+    /// The connection table's cap: a `warning` in the interval its evictions happen, with
+    /// how many, and none in an interval without any (1 and 3 tracking threads alike).
+    #[test]
+    fn a_connection_table_at_its_cap_is_a_warning_once_per_interval() {
+        for threads in [1, 3] {
+            let cfg = TrackerConfig {
+                max_conns: 4,
+                ..TrackerConfig::default()
+            };
+            let sink = crate::sink::json::JsonSink::new(Vec::new());
+            let mut p = Pipeline::new(cfg, ProcessTable::new(false), sink).with_threads(threads);
+            p.start(&test_meta()).unwrap();
+            let records = keep_alive_traffic(40, 80);
+            for r in &records {
+                p.on_record(r).unwrap();
+            }
+            p.on_interval(500_000_000, &KernelCounters::default(), None)
+                .unwrap();
+            p.on_interval(1_500_000_000, &KernelCounters::default(), None)
+                .unwrap();
+            let (sink, summary) = p.finish(&KernelCounters::default(), 1).unwrap();
+            let out = sink.into_inner();
+            let w = warnings(&out);
+            assert!(summary.tracker.conns_evicted > 0, "{threads} threads");
+            assert_eq!(
+                w.len(),
+                1,
+                "{threads} threads: one warning, in the interval: {w:?}"
+            );
+            assert_eq!(w[0]["kind"], "cap");
+            assert_eq!(w[0]["cap"], "connections");
+            assert_eq!(w[0]["limit"], 4);
+            assert_eq!(w[0]["count"], summary.tracker.conns_evicted);
+            assert!(w[0]["message"].as_str().unwrap().contains("evicted"));
+        }
+    }
+
+    /// The kernel flow table's cap (`--max-flows`): reported by the table only as
+    /// `flow_stats.table_full`; a `warning` now too, once per interval in which it grew.
+    #[test]
+    fn a_full_flow_table_is_a_warning_once_per_interval() {
+        use crate::flows::test_reports;
+        let mut out = Vec::new();
+        let mut p = json_pipeline(&mut out);
+        p.start(&test_meta()).unwrap();
+        let kernel = KernelCounters::default();
+        for (i, full) in [0u64, 7, 7, 20].into_iter().enumerate() {
+            let at = (i as u64 + 1) * 1_000_000_000;
+            let mut report = test_reports::numbered(at, 3, 0, 0);
+            report.stats.table_full = full;
+            report.stats.max_flows = 3;
+            p.set_flows(report).unwrap();
+            p.on_interval(at, &kernel, None).unwrap();
+        }
+        drop(p.finish(&kernel, 5_000_000_000).unwrap());
+        let w = warnings(&out);
+        let counts: Vec<_> = w
+            .iter()
+            .map(|w| (w["cap"].clone(), w["count"].clone()))
+            .collect();
+        assert_eq!(
+            counts,
+            [("flows".into(), 7.into()), ("flows".into(), 13.into())],
+            "{w:?}"
+        );
+        assert_eq!(w[0]["limit"], 3);
+        assert!(w[0]["message"].as_str().unwrap().contains("--max-flows"));
     }
 
     #[test]

@@ -16,7 +16,9 @@ pub const POD_LOG_DIR: &str = "/var/log/pods";
 /// A pod, as `kubectl get pods -n NAMESPACE` names it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Pod {
+    #[serde(deserialize_with = "crate::record::limits::string")]
     pub namespace: String,
+    #[serde(deserialize_with = "crate::record::limits::string")]
     pub name: String,
 }
 

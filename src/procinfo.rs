@@ -7,12 +7,20 @@ use crate::procfs;
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ProcInfo {
     pub pid: u32,
+    // A recording's strings are read within the read budget (`record::limits`).
+    #[serde(deserialize_with = "crate::record::limits::comm")]
     pub comm: String,
+    #[serde(default, deserialize_with = "crate::record::limits::opt_path")]
     pub exe: Option<String>,
+    #[serde(default, deserialize_with = "crate::record::limits::cmdline")]
     pub cmdline: Vec<String>,
     /// Its cgroup v2 path (`/system.slice/docker-<id>.scope`); absent in recordings made
     /// before it was kept, in replays of exec records, and where there is no cgroup v2.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::record::limits::opt_path"
+    )]
     pub cgroup: Option<String>,
     /// Its Kubernetes pod (from the cgroup path and the kubelet's files), resolved live and
     /// kept in recordings.
@@ -39,13 +47,19 @@ pub fn container_id(cgroup: &str) -> Option<&str> {
     })
 }
 
-/// NUL-separated arguments as strings: at most 64, each cut at 512 bytes.
+/// NUL-separated arguments as strings, within the caps a recording's are read with
+/// (`record::limits`: at most 64, each cut at 512 bytes, 4 KiB in all; empty ones dropped).
 pub fn split_cmdline(b: &[u8]) -> Vec<String> {
-    b.split(|&c| c == 0)
+    use crate::record::limits::{CmdlineBuilder, MAX_ARGS, MAX_ARG_LEN};
+    let mut args = CmdlineBuilder::default();
+    for s in b
+        .split(|&c| c == 0)
         .filter(|s| !s.is_empty())
-        .take(64)
-        .map(|s| String::from_utf8_lossy(&s[..s.len().min(512)]).into_owned())
-        .collect()
+        .take(MAX_ARGS)
+    {
+        args.push(&String::from_utf8_lossy(&s[..s.len().min(MAX_ARG_LEN)]));
+    }
+    args.args
 }
 
 impl ProcInfo {
@@ -101,6 +115,10 @@ impl ProcessTable {
             read_proc,
             resets: 0,
         }
+    }
+    /// Processes the table holds before it starts over.
+    pub fn cap(&self) -> usize {
+        self.cap
     }
     /// Whether unknown pids are looked up in /proc (live) or not (replay).
     pub fn reads_proc(&self) -> bool {

@@ -5,9 +5,13 @@ use crate::filters::Filters;
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SessionMeta {
     /// "live" or "replay".
+    #[serde(deserialize_with = "crate::record::limits::string")]
     pub source: String,
+    #[serde(deserialize_with = "crate::record::limits::string")]
     pub ebtop_version: String,
+    #[serde(deserialize_with = "crate::record::limits::string")]
     pub host: String,
+    #[serde(deserialize_with = "crate::record::limits::string")]
     pub kernel: String,
     /// Unix time (ns) the capture started.
     pub start_unix_ns: i64,
@@ -21,13 +25,25 @@ pub struct SessionMeta {
     pub hooks: Option<String>,
     /// Live: the kernel parts loaded for this session (`capture`, `flow_table`,
     /// `process_events`): what the output asked for and the kernel allowed.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "crate::record::limits::strings"
+    )]
     pub loaded: Vec<String>,
     /// Live with `--tls on`: the files probed for TLS plaintext at start (libraries, and
     /// executables linking OpenSSL statically), and those that could not be, with the reason.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "crate::record::limits::strings"
+    )]
     pub tls_probed: Vec<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "crate::record::limits::strings"
+    )]
     pub tls_probe_failures: Vec<String>,
     /// Live: the event rings read, one per tracking thread.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -30,6 +30,10 @@ pub struct Summary {
     /// With -w: events the recording thread could not keep up with.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recording_dropped_events: Option<u64>,
+    /// With -w: writing the recording failed (disk full, I/O error): the system's words. The
+    /// recording ends with its last whole frame; the session stopped when it happened.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recording_error: Option<String>,
     /// With -r: what reading the recording met.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replay: Option<crate::record::read_stats::ReadStats>,

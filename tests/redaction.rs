@@ -29,6 +29,7 @@ const SECRETS: &[&str] = &[
     "ArgTok10",
     "ArgPw11",
     "UrlPw12",
+    "CurlUserPw13",
 ];
 
 /// The request: secrets in the path and the query, in headers whose names look secret (not in
@@ -39,7 +40,7 @@ const REQUEST: &[u8] = b"GET /cb;jsessionid=PathSid8?token=QryTok1&sig=QrySig2 H
     Referer: http://ann:RefUserPw9@app/cb?password=RefPw5\r\n\r\n";
 
 /// A client whose command line carries secrets (an option's value, a URL's credentials, a
-/// header, the query): `curl` asks for the same resource.
+/// header, the query, `-u user:password`): `curl` asks for the same resource.
 fn curl_args(port: u16) -> Vec<String> {
     [
         "-s",
@@ -49,6 +50,8 @@ fn curl_args(port: u16) -> Vec<String> {
         "ArgTok10",
         "--pass",
         "ArgPw11",
+        "-u",
+        "ann:CurlUserPw13",
         "-H",
         "X-Api-Key: HdrKey3",
     ]
@@ -63,8 +66,8 @@ fn curl_args(port: u16) -> Vec<String> {
 /// How curl's command line must show.
 fn curl_shown(port: u16) -> String {
     format!(
-        "curl -s -o /dev/null --oauth2-bearer [redacted] --pass [redacted] -H X-Api-Key: [redacted] \
-         http://ann:[redacted]@127.0.0.1:{port}{RESOURCE}"
+        "curl -s -o /dev/null --oauth2-bearer [redacted] --pass [redacted] -u ann:[redacted] \
+         -H X-Api-Key: [redacted] http://ann:[redacted]@127.0.0.1:{port}{RESOURCE}"
     )
 }
 
@@ -258,6 +261,7 @@ fn secrets_in_queries_and_headers_reach_no_output() {
         &[
             "--oauth2-bearer [redacted]",
             "--pass [redacted]",
+            "-u ann:[redacted]",
             "ann:[redacted]@",
         ],
     );

@@ -260,9 +260,16 @@ impl FlowReport {
     }
 
     /// Appends a later part of the same interval's report (see [`FlowReport::parts`]).
+    /// A report gathered from parts holds at most `record::limits::MAX_REPORT_FLOWS` flows
+    /// (a recording may declare parts without end); the rest are left out.
     pub fn append_part(&mut self, mut later: FlowReport) {
+        let max = crate::record::limits::MAX_REPORT_FLOWS;
+        let held = |r: &FlowReport| r.flows.len() + r.ends.len() + r.udp.len();
+        later.flows.truncate(max.saturating_sub(held(self)));
         self.flows.append(&mut later.flows);
+        later.ends.truncate(max.saturating_sub(held(self)));
         self.ends.append(&mut later.ends);
+        later.udp.truncate(max.saturating_sub(held(self)));
         self.udp.append(&mut later.udp);
         self.mono_ns = later.mono_ns;
         self.stats = later.stats;

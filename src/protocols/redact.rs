@@ -118,7 +118,47 @@ fn replace_ranges<'a>(text: &'a [u8], ranges: &[Range<usize>]) -> Cow<'a, [u8]> 
 fn secret_value(text: &[u8], at: usize, len: usize) -> Option<Range<usize>> {
     let param = &text[at..at + len];
     let eq = param.iter().position(|&b| b == b'=')?;
-    (eq + 1 < param.len() && is_secret_name(&param[..eq])).then(|| at + eq + 1..at + len)
+    (eq + 1 < param.len() && is_secret_name(&percent_decoded(&param[..eq])))
+        .then(|| at + eq + 1..at + len)
+}
+
+/// A parameter's name as the server reads it: `%XX` escapes decoded (`pass%77ord` is
+/// `password`; a name may be encoded twice: `pass%2577ord`), `+` as a space.
+fn percent_decoded(name: &[u8]) -> Cow<'_, [u8]> {
+    if !name.iter().any(|&b| b == b'%' || b == b'+') {
+        return Cow::Borrowed(name);
+    }
+    let once = |name: &[u8]| -> Vec<u8> {
+        let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+        let mut out = Vec::with_capacity(name.len());
+        let mut i = 0;
+        while i < name.len() {
+            match (
+                name[i],
+                name.get(i + 1).copied().and_then(hex),
+                name.get(i + 2).copied().and_then(hex),
+            ) {
+                (b'%', Some(h), Some(l)) => {
+                    out.push((h << 4) | l);
+                    i += 3;
+                }
+                (b'+', ..) => {
+                    out.push(b' ');
+                    i += 1;
+                }
+                (b, ..) => {
+                    out.push(b);
+                    i += 1;
+                }
+            }
+        }
+        out
+    };
+    let first = once(name);
+    if first.contains(&b'%') {
+        return Cow::Owned(once(&first));
+    }
+    Cow::Owned(first)
 }
 
 /// The credentials of the URLs `text` holds (`scheme://userinfo@host`): a password
@@ -302,21 +342,97 @@ fn is_name_like(name: &[u8]) -> bool {
 /// Arguments are read word by word (split at spaces), so a shell command (`sh -c '… --token
 /// t'`) or a program's rewritten title is read too.
 pub fn redact_args(args: &[String]) -> Vec<String> {
-    // The previous word was a secret long option without its value.
-    let mut value_next = false;
+    let mut state = ArgState::default();
     args.iter()
         .map(|arg| {
             if let Some(header) = redact_header_arg(arg) {
-                value_next = false;
+                state.next = NextWord::Plain;
                 return header;
             }
             let words: Vec<Cow<'_, str>> = arg
                 .split(' ')
-                .map(|word| redact_word(word, &mut value_next))
+                .map(|word| redact_word(word, &mut state))
                 .collect();
             words.join(" ")
         })
         .collect()
+}
+
+/// Programs whose short options carry secrets (`-a PW`, `-u user:PW`, `-pPW`): only
+/// for them are short options read, the one program at a time that the words name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Program {
+    /// `redis-cli -a PASSWORD` (and its forks'); `--pass` is a secret long option anyway.
+    RedisCli,
+    /// `curl -u user:PASSWORD`, `-U`/`--proxy-user` the same: the password after the `:`.
+    Curl,
+    /// `mysql -pPASSWORD` (joined: `-p NAME` is a database): the MySQL and MariaDB clients.
+    Mysql,
+    /// `sshpass -p PASSWORD`.
+    Sshpass,
+}
+
+impl Program {
+    /// The program a word runs, by its file name (`/usr/bin/redis-cli`).
+    fn of(word: &str) -> Option<Program> {
+        let name = word.rsplit('/').next().unwrap_or(word);
+        match name {
+            "redis-cli" | "valkey-cli" | "keydb-cli" => Some(Program::RedisCli),
+            "curl" => Some(Program::Curl),
+            "sshpass" => Some(Program::Sshpass),
+            n if n.starts_with("mysql") || n.starts_with("mariadb") => Some(Program::Mysql),
+            _ => None,
+        }
+    }
+}
+
+/// What the next word of a command line is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum NextWord {
+    #[default]
+    Plain,
+    /// The value of a secret option: hidden whole.
+    Secret,
+    /// curl's `user:password`: hidden after the first `:`.
+    UserPassword,
+}
+
+/// Where reading a command line is: the program its words run (the last word naming one
+/// of [`Program`]), and what the next word is.
+#[derive(Debug, Clone, Copy, Default)]
+struct ArgState {
+    program: Option<Program>,
+    next: NextWord,
+}
+
+/// `user:password` with the password hidden; None without a `:` (curl then asks for it).
+fn redact_user_password(value: &str) -> Option<String> {
+    let (user, password) = value.split_once(':')?;
+    (!password.is_empty()).then(|| format!("{user}:{REDACTED_TEXT}"))
+}
+
+/// A short option of `program` that carries a secret: the word redacted (joined value), or
+/// what the next word is (separate value); None if the word is no such option.
+fn redact_short_option(program: Program, word: &str) -> Option<(Cow<'static, str>, NextWord)> {
+    let rest = word.strip_prefix('-').filter(|r| !r.starts_with('-'))?;
+    let first = rest.chars().next()?;
+    let (flag, joined) = rest.split_at(first.len_utf8());
+    let owned = |s: String| Some((Cow::Owned(s), NextWord::Plain));
+    match (program, flag) {
+        (Program::RedisCli, "a") | (Program::Sshpass, "p") if joined.is_empty() => {
+            Some((Cow::Owned(word.to_owned()), NextWord::Secret))
+        }
+        (Program::Sshpass, "p") | (Program::Mysql, "p") if !joined.is_empty() => {
+            owned(format!("-{flag}{REDACTED_TEXT}"))
+        }
+        (Program::Curl, "u" | "U") if joined.is_empty() => {
+            Some((Cow::Owned(word.to_owned()), NextWord::UserPassword))
+        }
+        (Program::Curl, "u" | "U") => {
+            redact_user_password(joined).and_then(|v| owned(format!("-{flag}{v}")))
+        }
+        _ => None,
+    }
 }
 
 /// An argument that is a whole header with a secret name (`Authorization: Bearer …`, as
@@ -328,18 +444,38 @@ fn redact_header_arg(arg: &str) -> Option<String> {
         .then(|| format!("{name}:{}{REDACTED_TEXT}", &value[..space]))
 }
 
-/// One word of a command line with its secrets redacted; `value_next`: the word before was
-/// a secret long option, so this one is its value (set again for the next word).
-fn redact_word<'a>(word: &'a str, value_next: &mut bool) -> Cow<'a, str> {
+/// One word of a command line with its secrets redacted; `state`: the program the words
+/// run and whether this word is the value of a secret option before it (set for the next).
+fn redact_word<'a>(word: &'a str, state: &mut ArgState) -> Cow<'a, str> {
     if word.is_empty() {
         return Cow::Borrowed(word);
     }
-    if std::mem::take(value_next) && !word.starts_with('-') {
-        return Cow::Borrowed(REDACTED_TEXT);
+    match std::mem::take(&mut state.next) {
+        NextWord::Secret if !word.starts_with('-') => return Cow::Borrowed(REDACTED_TEXT),
+        NextWord::UserPassword if !word.starts_with('-') => {
+            return redact_user_password(word).map_or(Cow::Borrowed(word), Cow::Owned)
+        }
+        _ => {}
+    }
+    if matches!(word, "&&" | "||" | "|" | ";") || word.ends_with(';') {
+        // A shell command's next program.
+        state.program = None;
+    } else if !word.starts_with('-') {
+        if let Some(p) = Program::of(word) {
+            state.program = Some(p);
+        }
+    }
+    if let Some((shown, next)) = state.program.and_then(|p| redact_short_option(p, word)) {
+        state.next = next;
+        return shown;
     }
     let bare = word.trim_start_matches('-');
     let dashes = word.len() - bare.len();
+    let curl_user =
+        |name: &str| state.program == Some(Program::Curl) && matches!(name, "user" | "proxy-user");
     match bare.split_once('=') {
+        Some((name, value)) if dashes == 2 && curl_user(name) => redact_user_password(value)
+            .map_or(Cow::Borrowed(word), |v| Cow::Owned(format!("--{name}={v}"))),
         Some((name, value))
             if !value.is_empty()
                 && is_name_like(name.as_bytes())
@@ -349,11 +485,175 @@ fn redact_word<'a>(word: &'a str, value_next: &mut bool) -> Cow<'a, str> {
         }
         Some(_) => lossy_owned(redact_urls_in(word.as_bytes()), word),
         None => {
-            *value_next =
-                dashes == 2 && is_name_like(bare.as_bytes()) && is_secret_arg_name(bare.as_bytes());
+            state.next = if dashes == 2 && curl_user(bare) {
+                NextWord::UserPassword
+            } else if dashes == 2
+                && is_name_like(bare.as_bytes())
+                && is_secret_arg_name(bare.as_bytes())
+            {
+                NextWord::Secret
+            } else {
+                NextWord::Plain
+            };
             lossy_owned(redact_urls_in(word.as_bytes()), word)
         }
     }
+}
+
+/// SQL text with its passwords replaced by `[redacted]`, PostgreSQL's and MySQL's forms:
+/// - the string after `PASSWORD` (`CREATE ROLE r LOGIN PASSWORD '…'`, `ALTER USER u WITH
+///   ENCRYPTED PASSWORD '…'`, what psql's `\password` sends; `SET PASSWORD = '…'`,
+///   `SET PASSWORD FOR 'u'@'h' = PASSWORD('…')`; a column named `password` compared or set
+///   to a string: `WHERE password = '…'`);
+/// - every string after `IDENTIFIED` up to the next `,` or `;` (`IDENTIFIED BY '…'`,
+///   `IDENTIFIED WITH plugin BY '…'`, `… AS 'hash'`, `… REPLACE '…'`).
+///
+/// Strings are `'…'` (with `''` and `\'` inside), `"…"`, and PostgreSQL's `$$…$$` and
+/// `$tag$…$tag$`. Words inside strings and comments are no keywords. Borrowed unchanged when
+/// there is nothing to hide.
+pub fn redact_sql(sql: &str) -> Cow<'_, str> {
+    let b = sql.as_bytes();
+    // One scan settles most statements: no keyword, nothing to hide.
+    if !sql_keywords().is_match(b) {
+        return Cow::Borrowed(sql);
+    }
+    let mut ranges: Vec<Range<usize>> = Vec::new();
+    let is_word = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b'$';
+    let keyword_at = |i: usize, kw: &str| {
+        starts_ci(&b[i..], kw)
+            && (i == 0 || !is_word(b[i - 1]))
+            && b.get(i + kw.len()).is_none_or(|&c| !is_word(c))
+    };
+    let skip_space = |mut i: usize| {
+        while i < b.len() && b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        i
+    };
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if let Some(end) = sql_string_end(b, i) {
+            i = end;
+        } else if c == b'-' && b.get(i + 1) == Some(&b'-') {
+            i = b[i..]
+                .iter()
+                .position(|&x| x == b'\n')
+                .map_or(b.len(), |p| i + p);
+        } else if c == b'/' && b.get(i + 1) == Some(&b'*') {
+            i = sql[i + 2..].find("*/").map_or(b.len(), |p| i + 4 + p);
+        } else if keyword_at(i, "password") {
+            // PASSWORD [FOR user] [=] [PASSWORD] [(] 'secret'
+            let mut j = skip_space(i + "password".len());
+            if keyword_at(j, "for") {
+                // The account may be a string too ('bob'@'%'): up to the `=`.
+                while j < b.len() && b[j] != b'=' && b[j] != b';' {
+                    j = sql_string_end(b, j).unwrap_or(j + 1);
+                }
+            }
+            loop {
+                j = skip_space(j);
+                if j < b.len() && (b[j] == b'=' || b[j] == b'(') {
+                    j += 1;
+                } else if keyword_at(j, "password") {
+                    j += "password".len();
+                } else {
+                    break;
+                }
+            }
+            match sql_string_end(b, j) {
+                Some(end) => {
+                    ranges.push(sql_string_inside(b, j, end));
+                    i = end;
+                }
+                None => i += "password".len(),
+            }
+        } else if keyword_at(i, "identified") {
+            let mut j = i + "identified".len();
+            while j < b.len() && b[j] != b',' && b[j] != b';' {
+                match sql_string_end(b, j) {
+                    Some(end) => {
+                        ranges.push(sql_string_inside(b, j, end));
+                        j = end;
+                    }
+                    None => j += 1,
+                }
+            }
+            i = j;
+        } else {
+            i += 1;
+        }
+    }
+    ranges.retain(|r| !r.is_empty());
+    match replace_ranges(b, &ranges) {
+        Cow::Borrowed(_) => Cow::Borrowed(sql),
+        Cow::Owned(v) => Cow::Owned(String::from_utf8_lossy(&v).into_owned()),
+    }
+}
+
+/// `password` and `identified`, found in one pass without case.
+fn sql_keywords() -> &'static aho_corasick::AhoCorasick {
+    static KEYWORDS: std::sync::OnceLock<aho_corasick::AhoCorasick> = std::sync::OnceLock::new();
+    KEYWORDS.get_or_init(|| {
+        aho_corasick::AhoCorasick::builder()
+            .ascii_case_insensitive(true)
+            .build(["password", "identified"])
+            .expect("two words make an automaton")
+    })
+}
+
+/// Where the SQL string starting at `i` ends (just past its closing quote, or the text's
+/// end if it is cut), if one starts there: `'…'`, `"…"`, `$$…$$`, `$tag$…$tag$`.
+fn sql_string_end(b: &[u8], i: usize) -> Option<usize> {
+    match *b.get(i)? {
+        q @ (b'\'' | b'"') => {
+            let mut j = i + 1;
+            while j < b.len() {
+                match b[j] {
+                    b'\\' if q == b'\'' => j += 2,
+                    c if c == q && b.get(j + 1) == Some(&q) => j += 2,
+                    c if c == q => return Some(j + 1),
+                    _ => j += 1,
+                }
+            }
+            Some(b.len())
+        }
+        b'$' => {
+            // $tag$: a tag of word characters (not a placeholder like $1).
+            let tag_len = b[i + 1..]
+                .iter()
+                .position(|&c| !(c.is_ascii_alphanumeric() || c == b'_'))?;
+            let tag = &b[i..i + 1 + tag_len + 1];
+            if b.get(i + 1 + tag_len) != Some(&b'$')
+                || b[i + 1..].first().is_some_and(u8::is_ascii_digit)
+            {
+                return None;
+            }
+            let body = i + tag.len();
+            Some(
+                b[body..]
+                    .windows(tag.len())
+                    .position(|w| w == tag)
+                    .map_or(b.len(), |p| body + p + tag.len()),
+            )
+        }
+        _ => None,
+    }
+}
+
+/// The inside of the string `b[start..end]` (its quotes or dollar tags left out).
+fn sql_string_inside(b: &[u8], start: usize, end: usize) -> Range<usize> {
+    let open = match b[start] {
+        b'$' => b[start + 1..end]
+            .iter()
+            .position(|&c| c == b'$')
+            .map_or(1, |p| p + 2),
+        _ => 1,
+    };
+    let close_len = open.min(end - start - open);
+    let closed = end - start >= 2 * open && b[end - close_len..end] == b[start..start + close_len];
+    let inner_end = if closed { end - close_len } else { end };
+    (start + open).min(inner_end)..inner_end
 }
 
 /// `word` itself where nothing was redacted in it, else the redacted text.
@@ -787,8 +1087,9 @@ mod tests {
         );
         // Short options are not guessed; a switch or a file option leaves the next word; a
         // secret option followed by another option has no value to hide.
+        // (The MySQL clients' `-pSECRET` is known: `short_options_of_known_clients_…`.)
         let kept = [
-            "mysql",
+            "app",
             "-u",
             "root",
             "-pSECRET",
@@ -806,5 +1107,224 @@ mod tests {
         ];
         assert_eq!(args(&kept), kept);
         assert!(args(&[]).is_empty());
+    }
+
+    fn sql(q: &str) -> String {
+        redact_sql(q).into_owned()
+    }
+
+    #[test]
+    fn passwords_in_sql_are_redacted_postgres_forms() {
+        for (q, want) in [
+            (
+                "ALTER USER app PASSWORD 'Hunter2'",
+                "ALTER USER app PASSWORD '[redacted]'",
+            ),
+            (
+                "alter role app with encrypted password 'md5abc'",
+                "alter role app with encrypted password '[redacted]'",
+            ),
+            (
+                "CREATE ROLE r LOGIN PASSWORD 'pw' VALID UNTIL '2027-01-01'",
+                "CREATE ROLE r LOGIN PASSWORD '[redacted]' VALID UNTIL '2027-01-01'",
+            ),
+            (
+                "CREATE USER bob WITH PASSWORD $$s3'cr$$",
+                "CREATE USER bob WITH PASSWORD $$[redacted]$$",
+            ),
+            (
+                "ALTER USER bob PASSWORD $pw$x$pw$;",
+                "ALTER USER bob PASSWORD $pw$[redacted]$pw$;",
+            ),
+            // What psql's \password sends: the SCRAM verifier.
+            (
+                "ALTER USER postgres PASSWORD 'SCRAM-SHA-256$4096:c2FsdA==$a:b'",
+                "ALTER USER postgres PASSWORD '[redacted]'",
+            ),
+            (
+                "ALTER ROLE x PASSWORD 'it''s'",
+                "ALTER ROLE x PASSWORD '[redacted]'",
+            ),
+            (
+                "UPDATE users SET password = 'pw' WHERE id = 1",
+                "UPDATE users SET password = '[redacted]' WHERE id = 1",
+            ),
+        ] {
+            assert_eq!(sql(q), want, "{q}");
+        }
+    }
+
+    #[test]
+    fn passwords_in_sql_are_redacted_mysql_forms() {
+        for (q, want) in [
+            (
+                "CREATE USER 'bob'@'%' IDENTIFIED BY 'Hunter2'",
+                "CREATE USER 'bob'@'%' IDENTIFIED BY '[redacted]'",
+            ),
+            (
+                "ALTER USER 'bob'@'localhost' IDENTIFIED WITH mysql_native_password BY \"pw\"",
+                "ALTER USER 'bob'@'localhost' IDENTIFIED WITH mysql_native_password BY \"[redacted]\"",
+            ),
+            (
+                "ALTER USER u IDENTIFIED BY 'new' REPLACE 'old', v IDENTIFIED BY 'w'",
+                "ALTER USER u IDENTIFIED BY '[redacted]' REPLACE '[redacted]', v IDENTIFIED BY '[redacted]'",
+            ),
+            (
+                "GRANT ALL ON *.* TO 'u'@'h' IDENTIFIED BY PASSWORD '*2470C0C06DEE42FD'",
+                "GRANT ALL ON *.* TO 'u'@'h' IDENTIFIED BY PASSWORD '[redacted]'",
+            ),
+            ("SET PASSWORD = 'pw'", "SET PASSWORD = '[redacted]'"),
+            (
+                "SET PASSWORD FOR 'bob'@'%' = PASSWORD('pw')",
+                "SET PASSWORD FOR 'bob'@'%' = PASSWORD('[redacted]')",
+            ),
+            (
+                "set password for bob = 'p\\'w'",
+                "set password for bob = '[redacted]'",
+            ),
+        ] {
+            assert_eq!(sql(q), want, "{q}");
+        }
+    }
+
+    #[test]
+    fn sql_without_passwords_is_kept() {
+        for q in [
+            "SELECT password_hash FROM users WHERE name = 'ann'",
+            "SELECT 'password' AS label, x FROM t",
+            "SELECT * FROM t -- password 'x'",
+            "SELECT $1, $2 FROM t WHERE a = 'identified'",
+            "INSERT INTO t (a) VALUES ('b')",
+            "ALTER USER bob PASSWORD NULL",
+            "",
+        ] {
+            assert!(matches!(redact_sql(q), Cow::Borrowed(_)), "{q}");
+        }
+        // Cut short (the snaplen): what follows the keyword goes.
+        assert_eq!(
+            sql("ALTER USER a PASSWORD 'abc"),
+            "ALTER USER a PASSWORD '[redacted]"
+        );
+    }
+
+    #[test]
+    fn percent_encoded_secret_names_are_secret() {
+        assert_eq!(
+            r("/login?user=a&pass%77ord=hunter2"),
+            "/login?user=a&pass%77ord=[redacted]"
+        );
+        assert_eq!(r("/x?%74oken=t&a=b"), "/x?%74oken=[redacted]&a=b");
+        assert_eq!(r("/x?api%5Fkey=k"), "/x?api%5Fkey=[redacted]");
+        assert_eq!(r("/x?pass%2577ord=k"), "/x?pass%2577ord=[redacted]");
+        assert_eq!(
+            h("https://a/?PASS%57ORD=k"),
+            "https://a/?PASS%57ORD=[redacted]"
+        );
+        assert_eq!(r("/x?q=%41&page=2"), "/x?q=%41&page=2");
+    }
+
+    #[test]
+    fn short_options_of_known_clients_are_redacted() {
+        assert_eq!(
+            args(&[
+                "redis-cli",
+                "-h",
+                "db",
+                "-a",
+                "RedisPw",
+                "ping",
+                "--no-auth-warning"
+            ]),
+            [
+                "redis-cli",
+                "-h",
+                "db",
+                "-a",
+                "[redacted]",
+                "ping",
+                "--no-auth-warning"
+            ]
+        );
+        assert_eq!(
+            args(&["/usr/bin/redis-cli", "--pass", "RedisPw", "--askpass"]),
+            ["/usr/bin/redis-cli", "--pass", "[redacted]", "--askpass"]
+        );
+        assert_eq!(
+            args(&[
+                "curl",
+                "-u",
+                "ann:CurlPw",
+                "-U",
+                "proxy:ProxyPw",
+                "https://x/"
+            ]),
+            [
+                "curl",
+                "-u",
+                "ann:[redacted]",
+                "-U",
+                "proxy:[redacted]",
+                "https://x/"
+            ]
+        );
+        assert_eq!(
+            args(&[
+                "curl",
+                "-uann:CurlPw",
+                "--user",
+                "bob:pw2",
+                "--user=c:pw3",
+                "-u",
+                "justuser"
+            ]),
+            [
+                "curl",
+                "-uann:[redacted]",
+                "--user",
+                "bob:[redacted]",
+                "--user=c:[redacted]",
+                "-u",
+                "justuser"
+            ]
+        );
+        assert_eq!(
+            args(&[
+                "mysql",
+                "-u",
+                "root",
+                "-pMyPw",
+                "-p",
+                "shop",
+                "--password=Pw2",
+                "-h",
+                "db"
+            ]),
+            [
+                "mysql",
+                "-u",
+                "root",
+                "-p[redacted]",
+                "-p",
+                "shop",
+                "--password=[redacted]",
+                "-h",
+                "db"
+            ]
+        );
+        assert_eq!(
+            args(&["mariadb-dump", "-pX", "db"]),
+            ["mariadb-dump", "-p[redacted]", "db"]
+        );
+        assert_eq!(
+            args(&["sshpass", "-p", "SshPw", "ssh", "host"]),
+            ["sshpass", "-p", "[redacted]", "ssh", "host"]
+        );
+        // In a shell command, word by word; the options of other programs are not guessed.
+        assert_eq!(
+            args(&["sh", "-c", "redis-cli -a RedisPw get k && ls -a x"]),
+            ["sh", "-c", "redis-cli -a [redacted] get k && ls -a x"]
+        );
+        let kept = ["ls", "-a", "x", "grep", "-pX", "tar", "-u", "a:b"];
+        assert_eq!(args(&kept), kept);
     }
 }

@@ -13,6 +13,7 @@
 
 #[cfg(any(test, feature = "test-support"))]
 pub mod fuzzing;
+pub mod limits;
 pub mod read_stats;
 pub mod reader;
 pub mod writer;
@@ -40,7 +41,7 @@ pub const MINOR: u16 = 6;
 pub const FILE_HEADER_LEN: usize = 16;
 pub const FRAME_HEADER_LEN: usize = 16;
 /// Largest frame a reader accepts (a corrupt length must not allocate gigabytes).
-pub const MAX_FRAME: usize = 64 << 20;
+pub const MAX_FRAME: usize = limits::MAX_FRAME;
 
 pub const KIND_EVENT: u8 = 1;
 pub const KIND_PROCESS: u8 = 2;

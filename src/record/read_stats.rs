@@ -13,4 +13,7 @@ pub struct ReadStats {
     pub unknown_records: u64,
     /// Records whose JSON did not parse.
     pub bad_records: u64,
+    /// Items beyond the read budget's caps, skipped: the header's processes beyond 16,384
+    /// and open sockets beyond 1,048,576 (docs/security.md, "Recordings").
+    pub capped_items: u64,
 }

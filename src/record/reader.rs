@@ -8,6 +8,7 @@ use std::path::Path;
 use anyhow::{anyhow, bail, Context, Result};
 
 use super::*;
+use crate::session_meta::SessionMeta;
 
 /// One item of a recording, in order.
 pub enum Item<'a> {
@@ -37,23 +38,80 @@ pub struct RecordingReader<R: Read> {
     pub header: RecordingHeader,
     pub minor: u16,
     input: R,
+    /// A window of the file: `buf[pos..]` not yet consumed.
     buf: Vec<u8>,
     pos: usize,
     eof: bool,
+    /// `marks[k]`: the CRC-32 of `buf[..k * MARK_STEP]`, computed as far as needed, so the
+    /// CRC of any range of the window costs O(MARK_STEP) ([`Self::range_crc`]).
+    marks: Vec<u32>,
     pub stats: ReadStats,
 }
 
-/// Opens `path` and reads its header; one clear error per way a file can be wrong.
+/// File bytes read at a time.
+const READ_CHUNK: usize = 1 << 20;
+/// Window bytes per CRC mark.
+const MARK_STEP: usize = 256;
+
+/// The header as the file has it: its lists read within the caps.
+#[derive(serde::Deserialize)]
+struct WireHeader {
+    meta: SessionMeta,
+    options: RecordOptions,
+    #[serde(default)]
+    processes: limits::CappedSeq<ProcInfo, { limits::MAX_PROCESSES }>,
+    #[serde(default)]
+    sockets: limits::CappedSeq<OpenSocket, { limits::MAX_SOCKETS }>,
+}
+
+/// What a file that is not a regular one is, for the message refusing it.
+fn file_kind(ft: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Opens `path` and reads its header; one clear error per way a file can be wrong. Only a
+/// regular file is read (a FIFO or a device could feed bytes forever): it is opened without
+/// blocking (a FIFO without a writer, a file under another process's lease) and checked on
+/// the descriptor opened, not by name.
 pub fn open(path: &Path) -> Result<RecordingReader<File>> {
+    use std::os::unix::fs::OpenOptionsExt;
     let shown = path.display();
-    let md = std::fs::metadata(path).map_err(|e| anyhow!("cannot read {shown}: {e}"))?;
-    if md.is_dir() {
-        bail!("{shown} is a directory, not an ebtop recording");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::EWOULDBLOCK) => anyhow!(
+                "cannot read {shown}: another process holds a lease on it (it is being \
+                 written): try again when it is done"
+            ),
+            _ => anyhow!("cannot read {shown}: {e}"),
+        })?;
+    let md = file
+        .metadata()
+        .map_err(|e| anyhow!("cannot read {shown}: {e}"))?;
+    if !md.file_type().is_file() {
+        bail!(
+            "{shown} is {}, not an ebtop recording: -r reads regular files only",
+            file_kind(md.file_type())
+        );
     }
     if md.len() == 0 {
         bail!("{shown} is empty: not an ebtop recording (or nothing was recorded yet)");
     }
-    let file = File::open(path).map_err(|e| anyhow!("cannot read {shown}: {e}"))?;
     RecordingReader::new(file).with_context(|| shown.to_string())
 }
 
@@ -76,37 +134,59 @@ impl<R: Read> RecordingReader<R> {
             );
         }
         let len = u32::from_le_bytes([head[12], head[13], head[14], head[15]]) as usize;
-        if len > MAX_FRAME {
-            bail!("corrupt recording header (length {len})");
+        if len > limits::MAX_HEADER {
+            bail!(
+                "corrupt recording header (it declares {len} bytes; at most {} are read)",
+                limits::MAX_HEADER
+            );
         }
-        let mut json = vec![0u8; len];
-        if read_full(&mut input, &mut json)? != len {
+        // Read before allocated: a header declaring more than the file holds costs nothing.
+        let mut json = Vec::new();
+        (&mut input).take(len as u64).read_to_end(&mut json)?;
+        if json.len() != len {
             bail!("recording header is cut short");
         }
-        let header: RecordingHeader =
+        let wire: WireHeader =
             serde_json::from_slice(&json).map_err(|e| anyhow!("corrupt recording header: {e}"))?;
+        drop(json);
+        let stats = ReadStats {
+            capped_items: wire.processes.dropped + wire.sockets.dropped,
+            ..ReadStats::default()
+        };
         Ok(RecordingReader {
-            header,
+            header: RecordingHeader {
+                meta: wire.meta,
+                options: wire.options,
+                processes: wire.processes.items,
+                sockets: wire.sockets.items,
+            },
             minor,
             input,
             buf: Vec::new(),
             pos: 0,
             eof: false,
-            stats: ReadStats::default(),
+            marks: Vec::new(),
+            stats,
         })
     }
 
-    /// Ensures `n` bytes are buffered from `pos`; false at end of input.
+    /// Ensures `n` bytes are buffered from `pos`; false at end of input. The window is moved
+    /// down only when at least half of it is consumed, so moving it costs no more than the
+    /// bytes read (linear), and it holds at most about 2 × `n` + [`READ_CHUNK`] bytes.
     fn fill(&mut self, n: usize) -> std::io::Result<bool> {
         if self.buf.len() - self.pos >= n {
             return Ok(true);
         }
-        if self.pos > 0 {
+        if self.eof {
+            return Ok(false);
+        }
+        if self.pos > 0 && self.pos >= self.buf.len() / 2 {
             self.buf.drain(..self.pos);
             self.pos = 0;
+            self.marks.clear();
         }
-        while self.buf.len() < n && !self.eof {
-            let want = (n - self.buf.len()).max(1 << 20);
+        while self.buf.len() - self.pos < n && !self.eof {
+            let want = (n - (self.buf.len() - self.pos)).max(READ_CHUNK);
             let old = self.buf.len();
             self.buf.resize(old + want, 0);
             let got = read_full(&mut self.input, &mut self.buf[old..])?;
@@ -115,7 +195,32 @@ impl<R: Read> RecordingReader<R> {
                 self.eof = true;
             }
         }
-        Ok(self.buf.len() >= n)
+        Ok(self.buf.len() - self.pos >= n)
+    }
+
+    /// The CRC-32 of `buf[..x]`, from the marks (extended as needed).
+    fn prefix_crc(&mut self, x: usize) -> u32 {
+        let k = x / MARK_STEP;
+        if self.marks.is_empty() {
+            self.marks.push(0);
+        }
+        while self.marks.len() <= k {
+            let i = self.marks.len();
+            let mut h = crc32fast::Hasher::new_with_initial(self.marks[i - 1]);
+            h.update(&self.buf[(i - 1) * MARK_STEP..i * MARK_STEP]);
+            self.marks.push(h.finalize());
+        }
+        let mut h = crc32fast::Hasher::new_with_initial(self.marks[k]);
+        h.update(&self.buf[k * MARK_STEP..x]);
+        h.finalize()
+    }
+
+    /// The CRC-32 of `buf[a..b]` in O(MARK_STEP) (amortised): checking a frame claimed by a
+    /// fake header costs the same however long it says it is, so a file of fake frame
+    /// headers is read in time linear in its size.
+    fn range_crc(&mut self, a: usize, b: usize) -> u32 {
+        let (ca, cb) = (self.prefix_crc(a), self.prefix_crc(b));
+        crc_shift(ca, (b - a) as u64) ^ cb
     }
 
     /// Next whole, valid frame's records (decompressed), or None at the end.
@@ -129,45 +234,71 @@ impl<R: Read> RecordingReader<R> {
             let h = &self.buf[self.pos..self.pos + FRAME_HEADER_LEN];
             let word = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]) as usize;
             let (clen, rlen, crc) = (word(4), word(8), word(12) as u32);
-            if &h[..4] != FRAME_MAGIC || clen > MAX_FRAME || rlen > MAX_FRAME {
+            let expands_too_much = rlen
+                > clen
+                    .saturating_mul(limits::MAX_EXPANSION)
+                    .max(limits::MIN_EXPANSION_ALLOWED);
+            if &h[..4] != FRAME_MAGIC
+                || clen > limits::MAX_FRAME
+                || rlen > limits::MAX_FRAME
+                || expands_too_much
+            {
                 self.resync()?;
                 continue;
             }
             if !self.fill(FRAME_HEADER_LEN + clen)? {
+                // It claims more than the file holds: the last frame cut short, unless another
+                // frame follows (then its length is damaged).
+                if self.next_signature(self.pos + 1).is_some() {
+                    self.resync()?;
+                    continue;
+                }
                 self.stats.truncated_bytes += (self.buf.len() - self.pos) as u64;
                 self.pos = self.buf.len();
                 return Ok(None);
             }
-            let body = &self.buf[self.pos + FRAME_HEADER_LEN..self.pos + FRAME_HEADER_LEN + clen];
-            let ok = crc32fast::hash(body) == crc;
-            let raw = if ok {
-                zstd::bulk::decompress(body, rlen)
-                    .ok()
-                    .filter(|r| r.len() == rlen)
-            } else {
-                None
-            };
+            let body_at = self.pos + FRAME_HEADER_LEN;
+            if self.range_crc(body_at, body_at + clen) != crc {
+                self.resync()?;
+                continue;
+            }
+            // The CRC vouches that these bytes were written as one frame: they are consumed
+            // whole, decompressed or not (so no byte is decompressed twice).
+            let raw = zstd::bulk::decompress(&self.buf[body_at..body_at + clen], rlen)
+                .ok()
+                .filter(|r| r.len() == rlen);
+            self.pos = body_at + clen;
             match raw {
                 Some(raw) => {
-                    self.pos += FRAME_HEADER_LEN + clen;
                     self.stats.frames += 1;
                     return Ok(Some(raw));
                 }
-                None => self.resync()?,
+                None => {
+                    self.stats.corrupt_frames += 1;
+                    self.stats.skipped_bytes += (FRAME_HEADER_LEN + clen) as u64;
+                }
             }
         }
+    }
+
+    /// Where the next frame signature at or after `from` is in the window.
+    fn next_signature(&self, from: usize) -> Option<usize> {
+        let hay = self.buf.get(from..)?;
+        hay.windows(FRAME_MAGIC.len())
+            .position(|w| w == FRAME_MAGIC)
+            .map(|i| from + i)
     }
 
     /// The frame at `pos` is corrupt: count it and move to the next frame signature.
     fn resync(&mut self) -> Result<()> {
         self.stats.corrupt_frames += 1;
-        self.pos += 1;
+        let from = self.pos + 1;
+        self.stats.skipped_bytes += 1;
+        self.pos = from;
         loop {
-            if let Some(i) = self.buf[self.pos..]
-                .windows(FRAME_MAGIC.len())
-                .position(|w| w == FRAME_MAGIC)
-            {
-                self.pos += i;
+            if let Some(i) = self.next_signature(self.pos) {
+                self.stats.skipped_bytes += (i - self.pos) as u64;
+                self.pos = i;
                 break;
             }
             // Keep the last 3 bytes: a signature may straddle the refill.
@@ -239,6 +370,47 @@ impl<R: Read> RecordingReader<R> {
     }
 }
 
+/// `crc` as if followed by `n` zero bytes' worth of shift: `crc32(A ‖ B) = shift(crc32(A),
+/// |B|) ^ crc32(B)` (zlib's `crc32_combine`), so `crc32(B)` follows from the CRCs of the
+/// prefixes `A` and `A ‖ B`. Multiplication by x^(8n) modulo the CRC-32 polynomial, from a
+/// table of x^(2^k): ≤ 64 products of 32 steps.
+fn crc_shift(crc: u32, n: u64) -> u32 {
+    const POLY: u32 = 0xedb8_8320;
+    fn mult(a: u32, mut b: u32) -> u32 {
+        let mut m = 1u32 << 31;
+        let mut p = 0u32;
+        while m != 0 {
+            if a & m != 0 {
+                p ^= b;
+            }
+            m >>= 1;
+            b = if b & 1 != 0 { (b >> 1) ^ POLY } else { b >> 1 };
+        }
+        p
+    }
+    static X2N: std::sync::OnceLock<[u32; 32]> = std::sync::OnceLock::new();
+    let table = X2N.get_or_init(|| {
+        let mut t = [0u32; 32];
+        let mut p = 1u32 << 30; // x^1
+        for slot in &mut t {
+            *slot = p;
+            p = mult(p, p);
+        }
+        t
+    });
+    // x^(8n) = x^(n·2^3): the bits of n from k = 3.
+    let mut p = 1u32 << 31; // x^0
+    let (mut n, mut k) = (n, 3usize);
+    while n != 0 {
+        if n & 1 != 0 {
+            p = mult(table[k & 31], p);
+        }
+        n >>= 1;
+        k += 1;
+    }
+    mult(p, crc)
+}
+
 fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
@@ -250,4 +422,42 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
         }
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_crcs_match_a_direct_hash() {
+        let data: Vec<u8> = (0..5000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        for (a, b) in [
+            (0, 0),
+            (0, 1),
+            (3, 3000),
+            (255, 257),
+            (256, 512),
+            (1000, 5000),
+            (4999, 5000),
+        ] {
+            let mut r = RecordingReader {
+                header: RecordingHeader {
+                    meta: SessionMeta::this_host("t", 0, Default::default(), 0),
+                    options: RecordOptions::default(),
+                    processes: vec![],
+                    sockets: vec![],
+                },
+                minor: MINOR,
+                input: std::io::empty(),
+                buf: data.clone(),
+                pos: 0,
+                eof: true,
+                marks: vec![],
+                stats: ReadStats::default(),
+            };
+            assert_eq!(r.range_crc(a, b), crc32fast::hash(&data[a..b]), "{a}..{b}");
+        }
+    }
 }

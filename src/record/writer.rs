@@ -2,14 +2,15 @@
 //! travel over a bounded channel to the writer, which compresses and writes whole frames.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 
 use super::*;
 
@@ -22,14 +23,16 @@ const FRAME_AGE: Duration = Duration::from_millis(500);
 /// Frames in flight to the writer thread (×1 MiB).
 const CHANNEL_FRAMES: usize = 64;
 
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct WriterStats {
     pub frames: u64,
     pub events: u64,
     pub raw_bytes: u64,
     pub file_bytes: u64,
-    /// Events dropped because the writer thread fell behind.
+    /// Events dropped because the writer thread fell behind (or writing had failed).
     pub dropped_events: u64,
+    /// Writing failed: the recording ends with its last whole frame.
+    pub failure: Option<RecordingFailure>,
 }
 
 pub struct Recorder {
@@ -40,7 +43,38 @@ pub struct Recorder {
     batch_events: u64,
     batch_started: Instant,
     stats: WriterStats,
+    /// Set once by the writer thread when writing failed (ENOSPC, EIO): the recording then
+    /// ends with its last whole frame; nothing more is written.
+    failure: Arc<OnceLock<RecordingFailure>>,
+    failure_taken: bool,
 }
+
+/// Writing a recording failed: what the user is told, at once and at the end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordingFailure {
+    pub path: PathBuf,
+    /// The system's words (`No space left on device (os error 28)`).
+    pub error: String,
+    /// Whole frames in the file, and its length, after the failure (the partial frame cut).
+    pub frames: u64,
+    pub bytes: u64,
+}
+
+impl std::fmt::Display for RecordingFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "writing recording {} failed: {}; it ends with its last whole frame ({} frames, {} \
+             bytes) and replays; stopping",
+            self.path.display(),
+            self.error,
+            self.frames,
+            self.bytes
+        )
+    }
+}
+
+impl std::error::Error for RecordingFailure {}
 
 /// The file header: magic, version, the header JSON.
 pub(crate) fn encode_header(header: &RecordingHeader) -> serde_json::Result<Vec<u8>> {
@@ -65,52 +99,187 @@ pub(crate) fn encode_frame(raw: &[u8]) -> std::io::Result<Vec<u8>> {
     Ok(out)
 }
 
-impl Recorder {
-    /// Creates `path` with mode 0600 (payloads may hold secrets); refuses an existing file
-    /// unless `force`.
-    pub fn create(path: &Path, header: &RecordingHeader, force: bool) -> Result<Recorder> {
-        let mut opts = OpenOptions::new();
-        opts.write(true).mode(0o600);
-        if force {
-            opts.create(true).truncate(true);
+/// What is at a path `-w` was given, looked at without following a link.
+fn refuse_unless_replaceable(path: &Path, force: bool) -> Result<bool> {
+    use std::os::unix::fs::FileTypeExt;
+    let shown = path.display();
+    let md = match std::fs::symlink_metadata(path) {
+        Ok(md) => md,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => bail!("cannot write recording {shown}: {e}"),
+    };
+    let ft = md.file_type();
+    if ft.is_symlink() {
+        bail!(
+            "{shown} is a symbolic link: ebtop never writes a recording through a link (with \
+             --force neither); name a file in a directory you trust"
+        );
+    }
+    if !ft.is_file() {
+        let what = if ft.is_dir() {
+            "a directory"
+        } else if ft.is_char_device() {
+            "a character device"
+        } else if ft.is_block_device() {
+            "a block device"
+        } else if ft.is_fifo() {
+            "a FIFO (named pipe)"
         } else {
-            opts.create_new(true);
-        }
-        let file: File = opts.open(path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::AlreadyExists {
-                anyhow!(
-                    "{} exists: choose another name or add --force to overwrite it",
-                    path.display()
-                )
-            } else {
-                anyhow!("cannot create recording {}: {e}", path.display())
-            }
-        })?;
-        // `mode` applies only when the file is created: an overwritten one gets it here.
-        use std::os::unix::fs::PermissionsExt;
-        file.set_permissions(std::fs::Permissions::from_mode(0o600))
-            .with_context(|| format!("cannot restrict {} to mode 0600", path.display()))?;
-        let mut out = BufWriter::with_capacity(1 << 20, file);
+            "a socket"
+        };
+        bail!("{shown} is {what}: -w writes regular files only (with --force too)");
+    }
+    if !force {
+        bail!("{shown} exists: choose another name or add --force to overwrite it");
+    }
+    // Only a recording (or an empty file) is replaced: --force is no way to clobber a file
+    // of another kind by a slip of the keyboard.
+    let mut magic = [0u8; 8];
+    let n = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .and_then(|mut f| {
+            use std::io::Read;
+            f.read(&mut magic)
+        })
+        .with_context(|| format!("cannot read {shown} to see what --force would replace"))?;
+    let a_recording = n == MAGIC.len() && magic == *MAGIC;
+    if n > 0 && !a_recording {
+        bail!(
+            "{shown} exists and is not an ebtop recording: --force replaces recordings only; \
+             remove it or choose another name"
+        );
+    }
+    Ok(true)
+}
+
+/// A new file at `path`, created exclusively (never an existing file, never through a
+/// link) with mode 0600.
+fn create_new(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// A random name for the new file that replaces `path` (`.NAME.XXXXXXXXXXXXXXXX.tmp`, in
+/// the same directory, so the rename is atomic).
+fn temp_beside(path: &Path) -> Result<PathBuf> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| anyhow!("{} names no file", path.display()))?;
+    let mut random = [0u8; 8];
+    // SAFETY: getrandom writes at most `random.len()` bytes into the buffer it is given.
+    let got = unsafe { libc::getrandom(random.as_mut_ptr().cast(), random.len(), 0) };
+    if got != random.len() as isize {
+        bail!(
+            "cannot pick a name for the new recording: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    let mut tmp = std::ffi::OsString::from(".");
+    tmp.push(name);
+    tmp.push(format!(".{:016x}.tmp", u64::from_le_bytes(random)));
+    Ok(path.with_file_name(tmp))
+}
+
+impl Recorder {
+    /// Creates `path` as a new file with mode 0600 (payloads may hold secrets), never through
+    /// a symbolic link and never over anything but a regular file. An existing file is
+    /// refused unless `force`, and then only a recording (or an empty file) is replaced: by a
+    /// new file of a random name in the same directory, renamed over it. The existing file's
+    /// inode is never opened for writing, truncated or chmod-ed (docs/security.md).
+    pub fn create(path: &Path, header: &RecordingHeader, force: bool) -> Result<Recorder> {
+        let shown = path.display();
+        let replace = refuse_unless_replaceable(path, force)?;
         let head = encode_header(header)?;
-        out.write_all(&head)?;
-        out.flush()
-            .with_context(|| format!("writing recording {}", path.display()))?;
+        let (file, written_at) = if replace {
+            let mut tries = 0;
+            loop {
+                let tmp = temp_beside(path)?;
+                match create_new(&tmp) {
+                    Ok(f) => break (f, Some(tmp)),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 8 => {
+                        tries += 1
+                    }
+                    Err(e) => bail!("cannot create a new recording beside {shown}: {e}"),
+                }
+            }
+        } else {
+            let f = create_new(path).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    anyhow!(
+                        "{shown} exists (it appeared just now): choose another name or add \
+                         --force to overwrite it"
+                    )
+                } else {
+                    anyhow!("cannot create recording {shown}: {e}")
+                }
+            })?;
+            (f, None)
+        };
+        let mut file = file;
+        let ready = file
+            .write_all(&head)
+            .with_context(|| format!("writing recording {shown}"))
+            .and_then(|()| match &written_at {
+                Some(tmp) => std::fs::rename(tmp, path)
+                    .with_context(|| format!("cannot replace {shown} with the new recording")),
+                None => Ok(()),
+            });
+        if let Err(e) = ready {
+            let _ = std::fs::remove_file(written_at.as_deref().unwrap_or(path));
+            return Err(e);
+        }
         let (tx, rx) = sync_channel::<Vec<u8>>(CHANNEL_FRAMES);
+        let failure = Arc::new(OnceLock::new());
+        let failed = Arc::clone(&failure);
+        let owned = path.to_owned();
         let thread = std::thread::Builder::new()
             .name("ebtop-recorder".into())
             .spawn(move || -> Result<(u64, u64)> {
                 let mut frames = 0u64;
                 let mut bytes = head.len() as u64;
-                for raw in rx {
-                    let frame = encode_frame(&raw)?;
-                    out.write_all(&frame)?;
-                    // Each frame reaches the file whole, so a reader sees only whole frames
-                    // (plus at most one partial frame at the end).
-                    out.flush()?;
-                    frames += 1;
-                    bytes += frame.len() as u64;
+                let mut error = None;
+                for raw in rx.iter() {
+                    // Each frame reaches the file whole (one write of the encoded frame), so a
+                    // reader sees only whole frames (plus at most one partial frame at the end).
+                    match encode_frame(&raw).and_then(|frame| {
+                        file.write_all(&frame)?;
+                        Ok(frame.len() as u64)
+                    }) {
+                        Ok(n) => {
+                            frames += 1;
+                            bytes += n;
+                        }
+                        Err(e) => {
+                            error = Some(e);
+                            break;
+                        }
+                    }
                 }
-                out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+                if error.is_none() {
+                    if let Err(e) = file.sync_all() {
+                        error = Some(e);
+                    }
+                }
+                if let Some(e) = error {
+                    // The partial frame goes, so the file ends with its last whole frame
+                    // (cutting frees space: it works on a full disk).
+                    let _ = file.set_len(bytes);
+                    let _ = file.sync_all();
+                    let _ = failed.set(RecordingFailure {
+                        path: owned,
+                        error: e.to_string(),
+                        frames,
+                        bytes,
+                    });
+                    // What the capture side still sends is dropped (it counts it).
+                    for _ in rx.iter() {}
+                }
                 Ok((frames, bytes))
             })?;
         Ok(Recorder {
@@ -121,7 +290,25 @@ impl Recorder {
             batch_events: 0,
             batch_started: Instant::now(),
             stats: WriterStats::default(),
+            failure,
+            failure_taken: false,
         })
+    }
+
+    /// The writing failure, the first time it is asked after it happened (to be shown at
+    /// once); None before and after.
+    pub fn take_failure(&mut self) -> Option<RecordingFailure> {
+        if self.failure_taken {
+            return None;
+        }
+        let f = self.failure.get().cloned()?;
+        self.failure_taken = true;
+        Some(f)
+    }
+
+    /// The writing failure, if any.
+    pub fn failure(&self) -> Option<&RecordingFailure> {
+        self.failure.get()
     }
 
     pub(super) fn push(&mut self, kind: u8, bytes: &[u8]) {
@@ -194,6 +381,10 @@ impl Recorder {
         let raw = std::mem::replace(&mut self.batch, Vec::with_capacity(FRAME_BYTES + 64 * 1024));
         let events = std::mem::take(&mut self.batch_events);
         let len = raw.len() as u64;
+        if self.failure.get().is_some() {
+            self.stats.dropped_events += events;
+            return;
+        }
         match self.tx.as_ref().map(|tx| tx.try_send(raw)) {
             Some(Ok(())) => {
                 self.stats.events += events;
@@ -225,12 +416,13 @@ impl Recorder {
         let (frames, bytes) = self
             .thread
             .take()
-            .expect("finish runs once")
+            .ok_or_else(|| anyhow!("the recording was finished twice"))?
             .join()
             .map_err(|_| anyhow!("the recording thread panicked"))?
             .with_context(|| format!("writing recording {}", self.path.display()))?;
         self.stats.frames = frames;
         self.stats.file_bytes = bytes;
+        self.stats.failure = self.failure.get().cloned();
         Ok(self.stats)
     }
 }

@@ -208,6 +208,7 @@ enum Line<'a> {
     Proc(ProcLine<'a>),
     Exit(ExitLine<'a>),
     Lost(LostLine),
+    Warning(Stamped<'a, super::Warning>),
     Endpoint(Stamped<'a, crate::aggregate::EndpointSnapshot>),
     Process(Stamped<'a, crate::aggregate::ProcessSnapshot>),
     Overhead(Stamped<'a, crate::aggregate::OverheadSnapshot>),
@@ -457,6 +458,14 @@ impl<W: Write> Sink for JsonSink<W> {
             bytes: loss.bytes,
             missed_runs: loss.missed_runs,
         }))
+    }
+
+    fn warning(&mut self, mono_ns: u64, w: &super::Warning) -> io::Result<()> {
+        let ts = self.clock.rfc3339(mono_ns);
+        // After the calls before it; seen at once, not at the next batch's flush.
+        self.write_call_lines()?;
+        self.line(&Line::Warning(Stamped { ts: &ts, body: w }))?;
+        self.out().flush()
     }
 
     fn interval(&mut self, r: &IntervalReport) -> io::Result<()> {

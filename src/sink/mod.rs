@@ -98,6 +98,43 @@ pub trait Sink {
     fn summary(&mut self, _summary: &Summary) -> io::Result<()> {
         Ok(())
     }
+    /// Something the user must know now, not only from the summary: a cap hit this interval,
+    /// the recording failing (docs/json.md, `warning`).
+    fn warning(&mut self, _mono_ns: u64, _warning: &Warning) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A `warning` line: a cap that was hit (once per interval while it is hit), or the
+/// recording that could not be written.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Warning {
+    /// [`Warning::CAP`] or [`Warning::RECORDING_ERROR`].
+    pub kind: &'static str,
+    /// For a cap: which (`flows`, `connections`, `endpoints`, `processes`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cap: Option<&'static str>,
+    /// For a cap: its size.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    /// For a cap: what was left out (or started over) since the previous warning of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
+    /// One line for a person (what stderr shows).
+    pub message: String,
+}
+
+impl Warning {
+    pub const CAP: &'static str = "cap";
+    pub const RECORDING_ERROR: &'static str = "recording_error";
+
+    /// The few words the terminal UI's header shows.
+    pub fn short(&self) -> String {
+        match self.cap {
+            Some(cap) => format!("{cap} cap hit"),
+            None => "RECORDING FAILED".to_owned(),
+        }
+    }
 }
 
 /// What the kernel lost since the previous report.

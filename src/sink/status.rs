@@ -66,6 +66,17 @@ impl<W: Write> RecordingStatus<W> {
 }
 
 impl<W: Write> Sink for RecordingStatus<W> {
+    fn warning(&mut self, _mono_ns: u64, w: &super::Warning) -> io::Result<()> {
+        // The status line ends here; a cap's warning gets its own line (a recording failure
+        // is written to standard error by the pipeline).
+        if std::mem::take(&mut self.shown) {
+            writeln!(self.out)?;
+        }
+        if w.cap.is_some() {
+            writeln!(self.out, "ebtop: warning: {}", w.message)?;
+        }
+        self.out.flush()
+    }
     fn interval(&mut self, r: &IntervalReport) -> io::Result<()> {
         self.show(&r.totals)
     }

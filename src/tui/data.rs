@@ -56,6 +56,9 @@ pub struct Data {
     pub lost_bytes: u64,
     /// Call batches the collector could not hand over because the UI was behind.
     pub ui_dropped: u64,
+    /// What the header says of warnings (`sink::Warning::short`): the recording's failure
+    /// (kept), else the caps hit lately.
+    pub warnings: Vec<String>,
     /// The last interval's report without its flows: they moved into `flows`, and what the
     /// Processes view needs of them is in `flow_bytes_by_pid` (a burst's report holds up to
     /// 200,000 flows; kept here they would be a second copy).
@@ -191,6 +194,12 @@ impl Data {
                 d.lost_bytes += bytes;
             }
             UiMsg::Dropped(n) => d.ui_dropped = n,
+            UiMsg::Warning(w) => {
+                let short = w.short();
+                if !d.warnings.contains(&short) {
+                    d.warnings.push(short);
+                }
+            }
             UiMsg::Ended(s) => d.ended = Some(s),
             UiMsg::Restart => {
                 // The replay starts over to go back in time: everything shown is rebuilt (the

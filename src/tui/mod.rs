@@ -54,6 +54,8 @@ pub enum UiMsg {
     },
     /// Calls the sink could not hand over so far (UI behind).
     Dropped(u64),
+    /// A cap hit, the recording failed: shown in the header.
+    Warning(Box<crate::sink::Warning>),
     Ended(Box<Summary>),
     /// The replay starts over (to go back in recorded time): what was shown is forgotten.
     Restart,
@@ -518,6 +520,13 @@ impl Sink for TuiSink {
             events: loss.events + loss.missed_runs,
             bytes: loss.bytes,
         });
+        Ok(())
+    }
+
+    fn warning(&mut self, mono_ns: u64, w: &crate::sink::Warning) -> io::Result<()> {
+        self.pace(mono_ns);
+        self.send_batch();
+        self.send(UiMsg::Warning(Box::new(w.clone())));
         Ok(())
     }
 

@@ -206,6 +206,15 @@ fn header_top(app: &App, k: HeaderDetail) -> Vec<Span<'static>> {
     if d.ended.is_some() {
         top.push(Span::raw("  [ENDED]"));
     }
+    for w in &d.warnings {
+        top.push(Span::styled(
+            format!("  ! {w}"),
+            style(
+                app,
+                Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+            ),
+        ));
+    }
     // The zone's name at the instant shown (CET in winter, CEST in summer).
     let zone = |mono_ns: u64| {
         if k.zone {
@@ -1313,6 +1322,44 @@ mod tests {
             .iter()
             .map(|&(i, _)| FLOW_TABLE_COLUMNS[i].title)
             .collect()
+    }
+
+    /// A `warning` (a cap hit, the recording failing) reaches the header, once per kind,
+    /// as the JSON line reaches `--json` (the sink hands the UI the same `Warning`).
+    #[test]
+    fn warnings_are_shown_in_the_header() {
+        use crate::sink::{Sink, Warning};
+        let (tx, rx) = std::sync::mpsc::sync_channel(crate::tui::CHANNEL_CAP);
+        let mut sink = crate::tui::TuiSink::new(tx);
+        let mut app = App::new("test", std::time::Duration::from_secs(1), true);
+        let cap = Warning {
+            kind: Warning::CAP,
+            cap: Some("flows"),
+            limit: Some(3),
+            count: Some(7),
+            message: "7 TCP flows not tracked".into(),
+        };
+        let failed = Warning {
+            kind: Warning::RECORDING_ERROR,
+            cap: None,
+            limit: None,
+            count: None,
+            message: "writing recording x failed: No space left on device".into(),
+        };
+        for w in [&cap, &cap, &failed] {
+            sink.warning(1, w).unwrap();
+        }
+        sink.flush().unwrap();
+        for m in rx.try_iter() {
+            app.apply(m);
+        }
+        let text: String = header_top(&app, HeaderDetail::STEPS[0])
+            .iter()
+            .map(|s| s.content.to_string())
+            .collect();
+        assert!(text.contains("! flows cap hit"), "{text}");
+        assert!(text.contains("! RECORDING FAILED"), "{text}");
+        assert_eq!(text.matches("flows cap hit").count(), 1, "{text}");
     }
 
     #[test]

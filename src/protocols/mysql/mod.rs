@@ -994,7 +994,13 @@ impl MysqlParser {
             None if c.result_sets > 0 => format!("{} rows", c.rows),
             None => format!("OK, {} rows affected", c.affected_rows),
         };
-        let req_head = self.head(c.resource.as_bytes(), c.req.bytes);
+        // Passwords in the SQL (`… IDENTIFIED BY '…'`) never reach the output.
+        let redacted = match super::redact::redact_sql(&c.resource) {
+            std::borrow::Cow::Borrowed(_) => None,
+            std::borrow::Cow::Owned(shown) => Some(shown),
+        };
+        let resource = redacted.unwrap_or(c.resource);
+        let req_head = self.head(resource.as_bytes(), c.req.bytes);
         let resp_head = self.head(resp_text.as_bytes(), c.resp.map_or(0, |r| r.bytes));
         out.push(L7Call {
             proto: Protocol::Mysql,
@@ -1004,7 +1010,7 @@ impl MysqlParser {
                 Direction::Ingress
             },
             method: c.method,
-            resource: c.resource,
+            resource,
             version: "4.1",
             status: None,
             status_text,
@@ -1314,6 +1320,32 @@ mod tests {
     }
     fn command(cmd: u8, arg: &[u8]) -> Vec<u8> {
         pkt(0, &[&[cmd][..], arg].concat())
+    }
+
+    /// A password in SQL (`IDENTIFIED BY`, `SET PASSWORD`) never reaches a call: not its
+    /// resource (JSON's `resource`, the TUI's lists) nor its head (the TUI's details).
+    #[test]
+    fn passwords_in_queries_reach_neither_resource_nor_head() {
+        let mut d = Driver::with_parser(MysqlParser::new(&stream_config(4096)));
+        d.seg(IN, &greeting())
+            .seg(OUT, &handshake_response(CAPS))
+            .seg(IN, &ok(2, 0, 0, 2));
+        for sql in [
+            "CREATE USER 'bob'@'%' IDENTIFIED BY 'Hunter2my'",
+            "SET PASSWORD FOR 'bob'@'%' = 'Hunter2my'",
+        ] {
+            d.seg(OUT, &query(sql)).seg(IN, &ok(1, 0, 0, 2));
+        }
+        assert_eq!(d.calls.len(), 2);
+        for c in &d.calls {
+            assert!(c.resource.contains("'[redacted]'"), "{}", c.resource);
+            let head = String::from_utf8_lossy(&c.req_head.shown()).into_owned();
+            assert!(
+                head.contains("[redacted]") && !head.contains("Hunter2my"),
+                "{head}"
+            );
+            assert!(!format!("{c:?}").contains("Hunter2my"));
+        }
     }
     fn coldef(seq: u8) -> Vec<u8> {
         pkt(

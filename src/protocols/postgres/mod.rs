@@ -827,7 +827,13 @@ impl PostgresParser {
             (None, None) if q.suspended => "PortalSuspended".to_owned(),
             (None, None) => String::new(),
         };
-        let req_head = self.head(q.sql.as_bytes(), q.req.bytes);
+        // Passwords in the SQL (`ALTER ROLE … PASSWORD '…'`) never reach the output.
+        let redacted = match super::redact::redact_sql(&q.sql) {
+            std::borrow::Cow::Borrowed(_) => None,
+            std::borrow::Cow::Owned(shown) => Some(shown),
+        };
+        let sql = redacted.unwrap_or(q.sql);
+        let req_head = self.head(sql.as_bytes(), q.req.bytes);
         let resp_head = self.head(resp_text.as_bytes(), q.resp.map_or(0, |r| r.bytes));
         out.push(L7Call {
             proto: Protocol::Postgres,
@@ -836,8 +842,8 @@ impl PostgresParser {
             } else {
                 Direction::Ingress
             },
-            method: sql_keyword(&q.sql),
-            resource: q.sql,
+            method: sql_keyword(&sql),
+            resource: sql,
             version: "3.0",
             status: None,
             status_text,
@@ -1331,6 +1337,36 @@ mod tests {
     fn sync() -> Vec<u8> {
         msg(b'S', b"")
     }
+    /// A password in SQL (psql's `\\password`, `CREATE ROLE … PASSWORD`) never reaches a
+    /// call: not its resource (JSON's `resource`, the TUI's lists) nor its head (the TUI's
+    /// details), both made from the one redacted text.
+    #[test]
+    fn passwords_in_queries_reach_neither_resource_nor_head() {
+        let mut d = Driver::with_parser(PostgresParser::new(&stream_config(4096)));
+        d.seg(OUT, &startup()).seg(IN, &startup_reply());
+        for sql in [
+            "ALTER USER app PASSWORD 'Hunter2pg'",
+            "CREATE ROLE r LOGIN ENCRYPTED PASSWORD 'Hunter2pg'",
+        ] {
+            d.seg(OUT, &q(sql))
+                .seg(IN, &[complete("ALTER ROLE"), ready()].concat());
+        }
+        assert_eq!(d.calls.len(), 2);
+        for c in &d.calls {
+            assert!(
+                c.resource.contains("PASSWORD '[redacted]'"),
+                "{}",
+                c.resource
+            );
+            let head = String::from_utf8_lossy(&c.req_head.shown()).into_owned();
+            assert!(
+                head.contains("[redacted]") && !head.contains("Hunter2pg"),
+                "{head}"
+            );
+            assert!(!format!("{c:?}").contains("Hunter2pg"));
+        }
+    }
+
     fn simple_session() -> (Vec<u8>, Vec<u8>) {
         let client = [
             startup(),
