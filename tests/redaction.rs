@@ -265,6 +265,9 @@ fn secrets_in_queries_and_headers_reach_no_output() {
             "ann:[redacted]@",
         ],
     );
+    // q closes the details first, then quits.
+    t.keys(&["q"]);
+    t.wait("the details closed", |s| !s.contains("Process detail"));
     t.keys(&["q"]);
     t.wait_exit();
 }
