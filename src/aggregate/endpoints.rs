@@ -108,6 +108,8 @@ struct Counts {
     req_bytes: u64,
     resp_bytes: u64,
     latency_sum_ns: u64,
+    /// Meaningful only with `calls > 0`.
+    latency_min_ns: u64,
     latency_max_ns: u64,
     latency_clamped: u64,
     folded_calls: u64,
@@ -115,6 +117,13 @@ struct Counts {
 
 impl Counts {
     fn add(&mut self, o: &Counts) {
+        if o.calls > 0 {
+            self.latency_min_ns = if self.calls == 0 {
+                o.latency_min_ns
+            } else {
+                self.latency_min_ns.min(o.latency_min_ns)
+            };
+        }
         self.calls += o.calls;
         self.server_errors += o.server_errors;
         self.client_errors += o.client_errors;
@@ -174,6 +183,11 @@ impl Row {
 
     fn record(&mut self, call: &Call) {
         let c = &mut self.interval;
+        c.latency_min_ns = if c.calls == 0 {
+            call.latency_ns
+        } else {
+            c.latency_min_ns.min(call.latency_ns)
+        };
         c.calls += 1;
         match call.l7.outcome {
             Outcome::Ok => {}
@@ -296,6 +310,8 @@ pub struct EndpointSnapshot {
     pub latency_p90_ns: u64,
     pub latency_p99_ns: u64,
     pub latency_p999_ns: u64,
+    /// Exact, not from the histogram (0 without calls).
+    pub latency_min_ns: u64,
     /// Exact, not from the histogram.
     pub latency_max_ns: u64,
     /// Latencies outside 1 µs ..= 100 s, counted in the percentiles at the nearest bound.
@@ -807,16 +823,32 @@ fn ratio(n: u64, d: u64) -> f64 {
     }
 }
 
-/// p50, p90, p99, p99.9 in ns: each the midpoint of its bucket, never above the exact max.
-fn percentiles<T: Counter>(h: &Histogram<T>, max_ns: u64) -> [u64; 4] {
+/// p50, p90, p99, p99.9 in ns: each the midpoint of its bucket, clamped into the exact
+/// [min, max] of the calls. The true (nearest-rank) percentile lies in that bucket and in
+/// [min, max], so clamping only brings the midpoint closer to it: the error stays within half
+/// a bucket ([`percentile_error_bound_ns`]), and a cluster narrower than a bucket at either end
+/// (all calls within 400.3–400.5 ms) is no longer reported below its fastest call.
+fn percentiles<T: Counter>(h: &Histogram<T>, min_ns: u64, max_ns: u64) -> [u64; 4] {
     let mut out = [0; 4];
+    if h.len() == 0 {
+        return out;
+    }
+    let min_ns = min_ns.min(max_ns);
     for (o, v) in out
         .iter_mut()
         .zip(h.value_at_quantiles([0.5, 0.9, 0.99, 0.999]))
     {
-        *o = h.median_equivalent(v).min(max_ns);
+        *o = h.median_equivalent(v).clamp(min_ns, max_ns);
     }
     out
+}
+
+/// The percentiles' stated precision: each is within this many ns of the exact nearest-rank
+/// percentile of the recorded (range-clamped) latencies: half a bucket, i.e. the larger of
+/// 256 ns (buckets are 512 ns wide below 131 µs) and 1/256 of the value (buckets are at most
+/// 1/128 of their lowest value wide above).
+pub fn percentile_error_bound_ns(exact_ns: u64) -> u64 {
+    (exact_ns / 256).max(256)
 }
 
 fn snapshot(
@@ -845,7 +877,9 @@ fn snapshot(
             true,
         ),
     };
-    let [p50, p90, p99, p999] = hist.map_or([0; 4], |h| percentiles(h, c.latency_max_ns));
+    let [p50, p90, p99, p999] = hist.map_or([0; 4], |h| {
+        percentiles(h, c.latency_min_ns, c.latency_max_ns)
+    });
     EndpointSnapshot {
         row,
         comm,
@@ -870,6 +904,7 @@ fn snapshot(
         latency_p90_ns: p90,
         latency_p99_ns: p99,
         latency_p999_ns: p999,
+        latency_min_ns: if c.calls > 0 { c.latency_min_ns } else { 0 },
         latency_max_ns: c.latency_max_ns,
         latency_clamped: c.latency_clamped,
         folded_calls: c.folded_calls,
@@ -1012,6 +1047,102 @@ pub(crate) mod tests {
             })
             .collect();
         check_percentiles("bimodal", &values);
+    }
+
+    /// Checks every percentile of `values` (as one interval, as since-start, and through a
+    /// rolling window) against its nearest-rank value: within [min, max], in order, and within
+    /// the stated precision.
+    fn check_clustered(name: &str, values: &[u64]) {
+        let mut t = EndpointTable::default().with_history(WINDOW_1M_NS);
+        for &v in values {
+            t.observe(&call("svc", 1, "GET", "/x", v));
+        }
+        let snap = t.end_interval(1_000_000_000)[0].clone();
+        let cum = t.cumulative()[0].clone();
+        let win = t.window(WINDOW_1M_NS)[0].clone();
+        let mut sorted = values.to_vec();
+        sorted.sort_unstable();
+        let (min, max) = (sorted[0], *sorted.last().unwrap());
+        for s in [&snap, &cum, &win] {
+            assert_eq!((s.latency_min_ns, s.latency_max_ns), (min, max), "{name}");
+            let ps = [
+                (0.5, s.latency_p50_ns),
+                (0.9, s.latency_p90_ns),
+                (0.99, s.latency_p99_ns),
+                (0.999, s.latency_p999_ns),
+            ];
+            let mut last = 0;
+            for (q, got) in ps {
+                let want = exact(&sorted, q);
+                assert!(
+                    (min..=max).contains(&got),
+                    "{name} q={q}: {got} outside [{min}, {max}] ({values:?})"
+                );
+                assert!(got >= last, "{name} q={q}: {got} below the previous {last}");
+                last = got;
+                assert!(
+                    got.abs_diff(want) <= percentile_error_bound_ns(want),
+                    "{name} q={q}: got {got}, exact {want} ({values:?})"
+                );
+            }
+        }
+    }
+
+    /// Issue 43: 8 calls between 400.345 and 400.472 ms gave p50 = p99 = 399.507 ms (the
+    /// midpoint of their 2.1 ms bucket), below the fastest call.
+    #[test]
+    fn percentiles_of_a_cluster_inside_one_bucket_stay_within_it() {
+        let values = [
+            400_345_000,
+            400_360_000,
+            400_371_000,
+            400_390_000,
+            400_402_000,
+            400_433_000,
+            400_455_000,
+            400_472_000,
+        ];
+        check_clustered("issue 43", &values);
+        let mut t = EndpointTable::default();
+        for v in values {
+            t.observe(&call("svc", 1, "GET", "/x", v));
+        }
+        let s = &t.end_interval(1_000_000_000)[0];
+        assert!(s.latency_p50_ns >= 400_345_000 && s.latency_p99_ns <= 400_472_000);
+        // One call: every percentile is that call.
+        check_clustered("one call", &[123_456_789]);
+        let mut t = EndpointTable::default();
+        t.observe(&call("svc", 1, "GET", "/x", 123_456_789));
+        let s = &t.end_interval(1_000_000_000)[0];
+        assert_eq!(
+            [s.latency_p50_ns, s.latency_p99_ns, s.latency_p999_ns],
+            [123_456_789; 3]
+        );
+    }
+
+    /// Property-style: random sets of 1–4 clusters (centres log-uniform over 2 µs – 50 s,
+    /// widths from nothing to a few buckets, 1–300 calls each).
+    #[test]
+    fn percentiles_of_random_clusters_within_min_max_and_precision() {
+        let mut r = rng(4343);
+        for case in 0..600 {
+            let clusters = 1 + r() % 4;
+            let mut values = Vec::new();
+            for _ in 0..clusters {
+                let exp = (r() % 100_000) as f64 / 100_000.0 * 7.4; // 10^3.3 .. 10^10.7 ns
+                let centre = 10f64.powf(3.3 + exp) as u64;
+                let width = match r() % 3 {
+                    0 => 0,
+                    1 => 1 + r() % (centre / 500 + 1), // well inside one bucket
+                    _ => 1 + r() % (centre / 20 + 1),  // a few buckets
+                };
+                let n = 1 + r() % 300;
+                for _ in 0..n {
+                    values.push(centre + r() % (width + 1));
+                }
+            }
+            check_clustered(&format!("case {case}"), &values);
+        }
     }
 
     #[test]
