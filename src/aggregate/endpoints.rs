@@ -105,6 +105,7 @@ struct Counts {
     calls: u64,
     server_errors: u64,
     client_errors: u64,
+    unknown_outcomes: u64,
     req_bytes: u64,
     resp_bytes: u64,
     latency_sum_ns: u64,
@@ -127,6 +128,7 @@ impl Counts {
         self.calls += o.calls;
         self.server_errors += o.server_errors;
         self.client_errors += o.client_errors;
+        self.unknown_outcomes += o.unknown_outcomes;
         self.req_bytes = self.req_bytes.saturating_add(o.req_bytes);
         self.resp_bytes = self.resp_bytes.saturating_add(o.resp_bytes);
         self.latency_sum_ns = self.latency_sum_ns.saturating_add(o.latency_sum_ns);
@@ -193,6 +195,7 @@ impl Row {
             Outcome::Ok => {}
             Outcome::ClientError => c.client_errors += 1,
             Outcome::ServerError => c.server_errors += 1,
+            Outcome::Unknown => c.unknown_outcomes += 1,
         }
         c.req_bytes = c.req_bytes.saturating_add(call.l7.req.bytes);
         c.resp_bytes = c.resp_bytes.saturating_add(call.l7.resp.bytes);
@@ -297,10 +300,12 @@ pub struct EndpointSnapshot {
     pub server_errors: u64,
     /// Client errors (HTTP 4xx).
     pub client_errors: u64,
-    /// errors / calls.
-    pub server_error_rate: f64,
-    /// client_errors / calls.
-    pub client_error_rate: f64,
+    /// Calls whose outcome could not be known ([`Outcome::Unknown`]): neither ok nor an error.
+    pub unknown_outcomes: u64,
+    /// server_errors / the calls whose outcome is known; None when none is.
+    pub server_error_rate: Option<f64>,
+    /// client_errors / the calls whose outcome is known; None when none is.
+    pub client_error_rate: Option<f64>,
     pub req_bytes: u64,
     pub resp_bytes: u64,
     pub req_bytes_per_s: f64,
@@ -815,12 +820,9 @@ fn per_s(n: u64, period_ns: u64) -> f64 {
     }
 }
 
-fn ratio(n: u64, d: u64) -> f64 {
-    if d == 0 {
-        0.0
-    } else {
-        n as f64 / d as f64
-    }
+/// `n / d`, None when `d` is 0 (no call with a known outcome: no rate to tell).
+fn known_ratio(n: u64, d: u64) -> Option<f64> {
+    (d > 0).then(|| n as f64 / d as f64)
 }
 
 /// p50, p90, p99, p99.9 in ns: each the midpoint of its bucket, clamped into the exact
@@ -893,8 +895,9 @@ fn snapshot(
         calls_per_s: per_s(c.calls, period_ns),
         server_errors: c.server_errors,
         client_errors: c.client_errors,
-        server_error_rate: ratio(c.server_errors, c.calls),
-        client_error_rate: ratio(c.client_errors, c.calls),
+        unknown_outcomes: c.unknown_outcomes,
+        server_error_rate: known_ratio(c.server_errors, c.calls - c.unknown_outcomes),
+        client_error_rate: known_ratio(c.client_errors, c.calls - c.unknown_outcomes),
         req_bytes: c.req_bytes,
         resp_bytes: c.resp_bytes,
         req_bytes_per_s: per_s(c.req_bytes, period_ns),
@@ -1180,7 +1183,7 @@ pub(crate) mod tests {
             ("GET", "/users/{id}", 3)
         );
         assert_eq!((get.server_errors, get.client_errors), (1, 1));
-        assert!((get.server_error_rate - 1.0 / 3.0).abs() < 1e-9);
+        assert!((get.server_error_rate.unwrap() - 1.0 / 3.0).abs() < 1e-9);
         assert!((get.calls_per_s - 1.5).abs() < 1e-9);
         assert_eq!((get.req_bytes, get.resp_bytes), (300, 3000));
         assert!((get.resp_bytes_per_s - 1500.0).abs() < 1e-9);

@@ -42,6 +42,7 @@ struct Activity {
     calls: u64,
     server_errors: u64,
     client_errors: u64,
+    unknown_outcomes: u64,
     bytes_in: u64,
     bytes_out: u64,
     socket_bytes_in: u64,
@@ -87,6 +88,8 @@ pub struct ProcessSnapshot {
     pub server_errors: u64,
     /// Client errors (HTTP 4xx).
     pub client_errors: u64,
+    /// Calls whose outcome could not be known (never counted as ok).
+    pub unknown_outcomes: u64,
     /// L7 message bytes from calls: for a client its requests are out, responses in; for a
     /// server the reverse.
     pub bytes_in: u64,
@@ -179,6 +182,7 @@ impl ProcessStats {
             Outcome::Ok => {}
             Outcome::ClientError => a.client_errors += 1,
             Outcome::ServerError => a.server_errors += 1,
+            Outcome::Unknown => a.unknown_outcomes += 1,
         }
         let (out, inn) = match call.side {
             Side::Client => (call.l7.req.bytes, call.l7.resp.bytes),
@@ -340,6 +344,7 @@ impl ProcessStats {
                 calls_per_s: per_s(a.calls),
                 server_errors: a.server_errors,
                 client_errors: a.client_errors,
+                unknown_outcomes: a.unknown_outcomes,
                 bytes_in: a.bytes_in,
                 bytes_out: a.bytes_out,
                 bytes_in_per_s: per_s(a.bytes_in),

@@ -403,6 +403,9 @@ pub enum Outcome {
     ClientError,
     /// The server's fault (HTTP 5xx) or a protocol-level error reply.
     ServerError,
+    /// Not known: what decides it was not seen or could not be decoded (an HTTP/2 status in
+    /// an HPACK table entry from before ebtop started). Counted, never taken for `Ok`.
+    Unknown,
 }
 
 /// A request paired with its response, as a parser sees it.

@@ -118,6 +118,7 @@ fn outcome_json(o: Outcome) -> &'static [u8] {
         Outcome::Ok => b"\"ok\"",
         Outcome::ClientError => b"\"client_error\"",
         Outcome::ServerError => b"\"server_error\"",
+        Outcome::Unknown => b"\"unknown\"",
     }
 }
 

@@ -149,8 +149,8 @@ impl Data {
                                 let v = [
                                     e.calls_per_s,
                                     e.latency_p99_ns as f64,
-                                    e.server_error_rate,
-                                    e.client_error_rate,
+                                    e.server_error_rate.unwrap_or(0.0),
+                                    e.client_error_rate.unwrap_or(0.0),
                                 ];
                                 (endpoint_key(e), v)
                             })

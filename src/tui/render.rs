@@ -1124,6 +1124,7 @@ fn call_detail_lines(app: &App, c: &Call, seq: u64) -> Vec<Line<'static>> {
                 crate::protocols::Outcome::Ok => "ok",
                 crate::protocols::Outcome::ClientError => "client error",
                 crate::protocols::Outcome::ServerError => "server error",
+                crate::protocols::Outcome::Unknown => "unknown: not decodable",
             }
         ),
         format!(

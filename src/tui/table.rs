@@ -377,7 +377,18 @@ pub fn status_text(l7: &crate::protocols::L7Call) -> String {
     match (l7.status, &l7.status_text) {
         (Some(s), _) => s.to_string(),
         (None, Some(t)) => t.clone(),
+        (None, None) if l7.outcome == crate::protocols::Outcome::Unknown => "?".to_owned(),
         (None, None) => "-".to_owned(),
+    }
+}
+
+/// An error rate in % of the calls whose outcome is known: followed by `?` when some calls'
+/// outcome is unknown (not counted as ok), `?` alone when none is known.
+fn rate_cell(rate: Option<f64>, unknown: u64) -> String {
+    match rate {
+        None => "?".to_owned(),
+        Some(r) if unknown > 0 => format!("{:.1}?", r * 100.0),
+        Some(r) => format!("{:.1}", r * 100.0),
     }
 }
 
@@ -454,8 +465,8 @@ pub(crate) fn endpoint_row(e: &EndpointSnapshot) -> Row {
             e.resource.clone(),
             human(e.calls as f64),
             human_rate(e.calls_per_s),
-            format!("{:.1}", e.server_error_rate * 100.0),
-            format!("{:.1}", e.client_error_rate * 100.0),
+            rate_cell(e.server_error_rate, e.unknown_outcomes),
+            rate_cell(e.client_error_rate, e.unknown_outcomes),
             ms(e.latency_p50_ns),
             ms(e.latency_p90_ns),
             ms(e.latency_p99_ns),
@@ -468,8 +479,8 @@ pub(crate) fn endpoint_row(e: &EndpointSnapshot) -> Row {
             SortVal::Text(e.resource.clone()),
             SortVal::Num(e.calls as f64),
             SortVal::Num(e.calls_per_s),
-            SortVal::Num(e.server_error_rate),
-            SortVal::Num(e.client_error_rate),
+            SortVal::Num(e.server_error_rate.unwrap_or(-1.0)),
+            SortVal::Num(e.client_error_rate.unwrap_or(-1.0)),
             SortVal::Num(e.latency_p50_ns as f64),
             SortVal::Num(e.latency_p90_ns as f64),
             SortVal::Num(e.latency_p99_ns as f64),
@@ -619,6 +630,14 @@ pub(crate) fn process_row(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An unknown outcome is neither ok nor an error: the rate is of the known calls, marked.
+    #[test]
+    fn error_rates_say_when_outcomes_are_unknown() {
+        assert_eq!(rate_cell(Some(0.25), 0), "25.0");
+        assert_eq!(rate_cell(Some(0.0), 3), "0.0?");
+        assert_eq!(rate_cell(None, 5), "?");
+    }
 
     #[test]
     fn rates_keep_one_decimal_below_a_thousand() {
