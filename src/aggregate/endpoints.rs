@@ -832,7 +832,7 @@ fn known_ratio(n: u64, d: u64) -> Option<f64> {
 /// (all calls within 400.3–400.5 ms) is no longer reported below its fastest call.
 fn percentiles<T: Counter>(h: &Histogram<T>, min_ns: u64, max_ns: u64) -> [u64; 4] {
     let mut out = [0; 4];
-    if h.len() == 0 {
+    if h.is_empty() {
         return out;
     }
     let min_ns = min_ns.min(max_ns);
