@@ -91,6 +91,12 @@ impl EndpointKeyRef<'_> {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct RowRef(u32);
 
+impl RowRef {
+    /// A number of [`KeyRows`] whose row is not known yet (never a row: rows are u32 indexes
+    /// of a table far smaller).
+    const UNRESOLVED: RowRef = RowRef(u32::MAX);
+}
+
 /// `comm: None` is the global row of a (side, protocol).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct OtherKey {
@@ -800,10 +806,32 @@ impl KeyRows {
             self.rows.push(at);
             at
         } else {
-            *self.rows.get(id as usize)?
+            match *self.rows.get(id as usize)? {
+                // Its first call was counted by another key (`skip`): found by its own now.
+                RowRef::UNRESOLVED => {
+                    let at = table.observe(call);
+                    self.rows[id as usize] = at;
+                    return Some(at);
+                }
+                at => at,
+            }
         };
         table.record(at, call);
         Some(at)
+    }
+
+    /// A call numbered `id` by the thread, counted by the pipeline under another key (its
+    /// process's name, not the thread's the key has): keeps the numbering in step (a number
+    /// marked new takes its key) without counting; the number's row is found by the next
+    /// call that is counted by it.
+    pub fn skip(&mut self, id: u32, fresh: &mut impl Iterator<Item = EndpointKey>) {
+        if id & EndpointKeys::NEW != 0 {
+            let n = (id & !EndpointKeys::NEW) as usize;
+            if n <= self.rows.len() && fresh.next().is_some() {
+                self.rows.truncate(n);
+                self.rows.push(RowRef::UNRESOLVED);
+            }
+        }
     }
 }
 

@@ -228,7 +228,23 @@ impl ProcessStats {
     /// One traced syscall of `pid` that moved `n` socket bytes (`dir_out`: sent).
     /// `comm`: the kernel's name of the process (NUL-padded).
     pub fn observe_bytes(&mut self, pid: u32, comm: &[u8; 16], dir_out: bool, n: u64) {
-        let a = &mut self.entry(pid, Some(*comm), || kernel_comm(comm)).interval;
+        self.observe_bytes_of(pid, Some(*comm), kernel_comm(comm), dir_out, n)
+    }
+
+    /// [`ProcessStats::observe_bytes`] of a process named `name` (not its thread's name).
+    pub fn observe_bytes_named(&mut self, pid: u32, name: &str, dir_out: bool, n: u64) {
+        self.observe_bytes_of(pid, comm_key(name.as_bytes()), name, dir_out, n)
+    }
+
+    fn observe_bytes_of(
+        &mut self,
+        pid: u32,
+        key: Option<CommKey>,
+        name: &str,
+        dir_out: bool,
+        n: u64,
+    ) {
+        let a = &mut self.entry(pid, key, || name).interval;
         a.traced_syscalls += 1;
         if dir_out {
             a.socket_bytes_out = a.socket_bytes_out.saturating_add(n);
