@@ -39,6 +39,9 @@ pub struct Call {
     pub sock_id: u64,
     /// The call's bytes are TLS plaintext, from the TLS library probes.
     pub tls: bool,
+    /// Its connection lost bytes (a stream gap: records lost or not captured) since its
+    /// previous call: calls in between may be missing (counted where they are read).
+    pub after_loss: bool,
     pub local: SocketAddr,
     pub peer: SocketAddr,
     /// CLOCK_MONOTONIC time the call started for this side: the client's first request write
@@ -83,6 +86,7 @@ impl Call {
             thread: None,
             sock_id,
             tls: false,
+            after_loss: false,
             local,
             peer,
             start_ns,

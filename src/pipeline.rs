@@ -1273,6 +1273,55 @@ mod tests {
         assert_eq!(dig_calls, 20);
     }
 
+    /// Issue 43 (loss where it is read): a record lost on a connection marks the endpoint
+    /// and process lines its next calls are counted in (`conn_loss`), not the others; the
+    /// same with tracking threads.
+    #[test]
+    fn endpoints_and_processes_of_a_connection_that_lost_bytes_are_marked() {
+        let mut records = keep_alive_traffic(2, 20);
+        // Socket 1000's 5th exchange (records 16 and 17) lost: its next request is a gap.
+        records.drain(16..18);
+        let out = json_of_all(&records, 1);
+        assert_eq!(out, json_of_all(&records, 3));
+        let lines: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let summary = lines.iter().find(|l| l["type"] == "summary").unwrap();
+        assert_eq!(summary["tracker"]["gaps"], 2, "{summary}");
+        let mut marked = std::collections::BTreeMap::new();
+        for e in summary["endpoints"].as_array().unwrap() {
+            *marked
+                .entry(e["comm"].as_str().unwrap().to_owned())
+                .or_insert(false) |= e["conn_loss"].as_bool().unwrap();
+        }
+        // Socket 1000 is nginx's (pid 100), socket 1001 api's.
+        assert!(marked["nginx"], "{marked:?}");
+        assert!(!marked["api"], "{marked:?}");
+        let procs: Vec<_> = lines.iter().filter(|l| l["type"] == "process").collect();
+        assert!(procs
+            .iter()
+            .any(|p| p["comm"] == "nginx" && p["conn_loss"] == true));
+        assert!(procs
+            .iter()
+            .all(|p| p["comm"] != "api" || p["conn_loss"] == false));
+    }
+
+    /// The JSON output of `records` with one interval's end after them.
+    fn json_of_all(records: &[Vec<u8>], threads: usize) -> String {
+        let sink = crate::sink::json::JsonSink::new(Vec::new());
+        let mut p = Pipeline::new(TrackerConfig::default(), ProcessTable::new(false), sink)
+            .with_threads(threads);
+        p.start(&test_meta()).unwrap();
+        for r in records {
+            p.on_record(r).unwrap();
+        }
+        p.on_interval(50_000_000, &KernelCounters::default(), None)
+            .unwrap();
+        let (sink, _) = p.finish(&KernelCounters::default(), 1).unwrap();
+        String::from_utf8(sink.into_inner()).unwrap()
+    }
+
     #[test]
     fn tracking_threads_give_the_serial_output_past_the_pending_bound() {
         // More records than MAX_PENDING_STEPS between two flushes: the bound kicks in.

@@ -229,7 +229,12 @@ fn dig_queries_over_udp_and_tcp_are_counted_once_per_side() {
             .collect();
         assert_eq!(procs.len(), 1, "{procs:?}");
         assert_eq!(procs[0]["comm"], "dig", "{procs:?}");
-        assert!(procs[0]["exe"].as_str().is_some_and(|e| e.ends_with("/dig")), "{procs:?}");
+        assert!(
+            procs[0]["exe"]
+                .as_str()
+                .is_some_and(|e| e.ends_with("/dig")),
+            "{procs:?}"
+        );
         assert_eq!(procs[0]["cmdline"][0], "dig", "{procs:?}");
     }
     let summary = lines.last().unwrap();

@@ -120,6 +120,8 @@ struct Counts {
     latency_max_ns: u64,
     latency_clamped: u64,
     folded_calls: u64,
+    /// Calls that came right after their connection lost bytes ([`Call::after_loss`]).
+    calls_after_loss: u64,
 }
 
 impl Counts {
@@ -141,6 +143,7 @@ impl Counts {
         self.latency_max_ns = self.latency_max_ns.max(o.latency_max_ns);
         self.latency_clamped += o.latency_clamped;
         self.folded_calls += o.folded_calls;
+        self.calls_after_loss += o.calls_after_loss;
     }
 }
 
@@ -197,6 +200,7 @@ impl Row {
             c.latency_min_ns.min(call.latency_ns)
         };
         c.calls += 1;
+        c.calls_after_loss += u64::from(call.after_loss);
         match call.l7.outcome {
             Outcome::Ok => {}
             Outcome::ClientError => c.client_errors += 1,
@@ -331,6 +335,9 @@ pub struct EndpointSnapshot {
     pub folded_calls: u64,
     /// Distinct endpoints folded into this row since the start (estimate, ~6.5% error).
     pub folded_keys_approx: u64,
+    /// Some of its calls came over a connection that had just lost bytes (records lost or
+    /// not captured): calls of this endpoint may be missing from the numbers.
+    pub conn_loss: bool,
 }
 
 /// Totals of the table itself, to tell the user how much was folded.
@@ -940,6 +947,7 @@ fn snapshot(
         latency_clamped: c.latency_clamped,
         folded_calls: c.folded_calls,
         folded_keys_approx: folded_keys.map_or(0, DistinctCounter::estimate),
+        conn_loss: c.calls_after_loss > 0,
     }
 }
 
@@ -1117,6 +1125,34 @@ pub(crate) mod tests {
                 );
             }
         }
+    }
+
+    /// A row is marked for the period when one of its calls came right after its
+    /// connection lost bytes; the since-start row keeps the mark.
+    #[test]
+    fn rows_with_calls_after_a_loss_are_marked_for_their_period() {
+        let mut t = EndpointTable::default();
+        let mut lossy = call("svc", 1, "GET", "/x", 5_000);
+        lossy.after_loss = true;
+        t.observe(&lossy);
+        t.observe(&call("svc", 1, "GET", "/x", 5_000));
+        t.observe(&call("svc", 1, "GET", "/y", 5_000));
+        let marks = |rows: Vec<EndpointSnapshot>| {
+            let mut m: Vec<_> = rows
+                .iter()
+                .map(|e| (e.resource.clone(), e.conn_loss))
+                .collect();
+            m.sort();
+            m
+        };
+        let yes = |r: &str, b| (r.to_owned(), b);
+        assert_eq!(
+            marks(t.end_interval(1_000)),
+            [yes("/x", true), yes("/y", false)]
+        );
+        t.observe(&call("svc", 1, "GET", "/x", 5_000));
+        assert_eq!(marks(t.end_interval(1_000)), [yes("/x", false)]);
+        assert_eq!(marks(t.cumulative()), [yes("/x", true), yes("/y", false)]);
     }
 
     /// Issue 43: 8 calls between 400.345 and 400.472 ms gave p50 = p99 = 399.507 ms (the

@@ -43,6 +43,7 @@ struct Activity {
     server_errors: u64,
     client_errors: u64,
     unknown_outcomes: u64,
+    calls_after_loss: u64,
     bytes_in: u64,
     bytes_out: u64,
     socket_bytes_in: u64,
@@ -90,6 +91,9 @@ pub struct ProcessSnapshot {
     pub client_errors: u64,
     /// Calls whose outcome could not be known (never counted as ok).
     pub unknown_outcomes: u64,
+    /// Some of its calls came over a connection that had just lost bytes: calls of the
+    /// process may be missing from the numbers.
+    pub conn_loss: bool,
     /// L7 message bytes from calls: for a client its requests are out, responses in; for a
     /// server the reverse.
     pub bytes_in: u64,
@@ -178,6 +182,7 @@ impl ProcessStats {
         let e = self.entry(call.pid, comm_key(call.comm.as_bytes()), || &call.comm);
         let a = &mut e.interval;
         a.calls += 1;
+        a.calls_after_loss += u64::from(call.after_loss);
         match call.l7.outcome {
             Outcome::Ok => {}
             Outcome::ClientError => a.client_errors += 1,
@@ -361,6 +366,7 @@ impl ProcessStats {
                 server_errors: a.server_errors,
                 client_errors: a.client_errors,
                 unknown_outcomes: a.unknown_outcomes,
+                conn_loss: a.calls_after_loss > 0,
                 bytes_in: a.bytes_in,
                 bytes_out: a.bytes_out,
                 bytes_in_per_s: per_s(a.bytes_in),

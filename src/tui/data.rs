@@ -254,6 +254,19 @@ impl Data {
         self.lost_events.max(reported).max(ended)
     }
 
+    /// With bytes lost (records dropped, stream gaps): the calls known to be missing (messages
+    /// dropped because bytes were lost inside them), a lower bound — calls wholly inside a
+    /// gap are not known. None when nothing was lost.
+    pub fn calls_missing(&self) -> Option<u64> {
+        let t: &crate::summary::Summary = match (&self.ended, &self.report) {
+            (Some(s), _) => s,
+            (None, Some(r)) => &r.totals,
+            (None, None) => return None,
+        };
+        let lost = t.tracker.gaps > 0 || t.kernel.lost + t.kernel.missed_runs > 0;
+        (lost || self.total_lost() > 0).then_some(t.parse.damaged_messages)
+    }
+
     /// Calls per second over the last interval.
     pub fn calls_per_s(&self) -> Option<f64> {
         let r = self.report.as_ref()?;
