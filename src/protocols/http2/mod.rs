@@ -1115,9 +1115,14 @@ impl Http2Parser {
                 let (name, o) = grpc_status(code);
                 (None, Some(name), o)
             }
-            // gRPC whose trailers had fields that could not be decoded: `grpc-status` may be
-            // one of them (an entry indexed before ebtop started: grpcio indexes OK).
-            (None, Some(true), None) if s.resp.partial => (None, None, Outcome::Unknown),
+            // gRPC without a decoded `grpc-status`: its trailers had fields that could not be
+            // decoded (an entry indexed before ebtop started: grpcio indexes every status),
+            // or were not seen (lost, or the stream ended out of sight). A 5xx is an error
+            // either way.
+            (None, Some(true), None) => match s.status {
+                Some(c) if c >= 500 => (s.status, None, Outcome::ServerError),
+                _ => (None, None, Outcome::Unknown),
+            },
             // Maybe gRPC, maybe not: only a 5xx is an error either way (gRPC maps 5xx to
             // UNAVAILABLE/UNKNOWN/INTERNAL); else the HTTP status tells nothing sure.
             (None, None, _) => match s.status {
@@ -1801,6 +1806,30 @@ mod tests {
         }
         assert_eq!(r.calls.len(), 1, "{:?}", r.calls);
         r.calls.pop().unwrap()
+    }
+
+    /// A gRPC call whose trailers never came (the connection ended, or their bytes were
+    /// lost): its grpc-status is not known, whatever `:status` 200 says.
+    #[test]
+    fn grpc_without_its_trailers_is_unknown() {
+        let mut r = Run::new(ParseDepth::Full);
+        r.start();
+        let mut h = get("/pkg.Svc/Get");
+        h[0] = 0x83; // POST
+        h.extend_from_slice(b"\x5f\x10application/grpc");
+        r.seg(C, &frame(HEADERS, END_HEADERS, 1, &h));
+        r.seg(C, &frame(DATA, END_STREAM, 1, &grpc_msg(b"q")));
+        let mut h = vec![0x88];
+        h.extend_from_slice(b"\x5f\x10application/grpc");
+        r.seg(S, &frame(HEADERS, END_HEADERS, 1, &h));
+        r.seg(S, &frame(DATA, 0, 1, &grpc_msg(b"r")));
+        r.close();
+        assert_eq!(r.calls.len(), 1);
+        let c = &r.calls[0];
+        assert_eq!(
+            (c.proto, c.status, c.outcome, c.end_inferred),
+            (Protocol::Grpc, None, Outcome::Unknown, true)
+        );
     }
 
     /// Issue 43: gRPC on a channel opened before ebtop was `http2 POST ? 200 ok` whatever it
