@@ -14,6 +14,8 @@
 //! recognition order and ids, the fuzzers' seeds, the benchmarks, the docs' test) reads it from
 //! there. docs/architecture.md walks through adding one.
 
+#[cfg(test)]
+mod desync_tests;
 pub mod dns;
 #[cfg(test)]
 mod fixture_support;
