@@ -30,10 +30,18 @@ pub struct Call {
     pub side: Side,
     pub pid: u32,
     pub tid: u32,
+    /// The process's name (its thread group leader's), as the process table knows it; the
+    /// thread's own name until the pipeline has asked the table.
     pub comm: std::sync::Arc<str>,
+    /// The name of the thread that made the call, when it differs from `comm` (a thread
+    /// may name itself: dig's `isc-net-0000`).
+    pub thread: Option<std::sync::Arc<str>>,
     pub sock_id: u64,
     /// The call's bytes are TLS plaintext, from the TLS library probes.
     pub tls: bool,
+    /// Its connection lost bytes (a stream gap: records lost or not captured) since its
+    /// previous call: calls in between may be missing (counted where they are read).
+    pub after_loss: bool,
     pub local: SocketAddr,
     pub peer: SocketAddr,
     /// CLOCK_MONOTONIC time the call started for this side: the client's first request write
@@ -75,8 +83,10 @@ impl Call {
             pid,
             tid,
             comm,
+            thread: None,
             sock_id,
             tls: false,
+            after_loss: false,
             local,
             peer,
             start_ns,

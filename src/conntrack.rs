@@ -103,6 +103,9 @@ struct Conn {
     next_seq: [Option<u64>; 2],
     parser: ParserSlot,
     last_seen_ns: u64,
+    /// Bytes of the connection were lost (a stream gap) since its last call was handed on:
+    /// the calls it hands on next carry `after_loss` (calls in the gap may be missing).
+    lost: bool,
 }
 
 pub struct ConnTracker {
@@ -171,7 +174,7 @@ impl ConnTracker {
                     }
                     Self::flush(
                         &mut self.scratch,
-                        &c,
+                        &mut c,
                         ev.conn_key(),
                         self.cfg.protocols,
                         &mut self.stats.filtered_calls,
@@ -251,6 +254,7 @@ impl ConnTracker {
             self.stats.gaps += 1;
             // Saturating: a crafted seq may jump by up to 2^64 bytes, more than once.
             self.stats.gap_bytes = self.stats.gap_bytes.saturating_add(len.unwrap_or(0));
+            conn.lost = true;
             if let ParserSlot::Active(p) = &mut conn.parser {
                 p.on_gap(ev.dir, len, &mut self.parse);
             }
@@ -314,6 +318,7 @@ impl ConnTracker {
             next_seq: [None, None],
             parser: ParserSlot::Undecided,
             last_seen_ns: ev.end_ns,
+            lost: false,
         })
     }
 
@@ -321,12 +326,13 @@ impl ConnTracker {
     /// when only gRPC is selected, and the reverse) are counted in `filtered_calls`.
     fn flush(
         scratch: &mut Vec<L7Call>,
-        c: &Conn,
+        c: &mut Conn,
         key: u64,
         selected: ProtoSet,
         filtered: &mut u64,
         emit: &mut Vec<Call>,
     ) {
+        let mut handed = false;
         for l7 in scratch.drain(..) {
             if !selected.contains(l7.proto) {
                 *filtered += 1;
@@ -342,7 +348,12 @@ impl ConnTracker {
                 c.peer,
             );
             call.tls = key & TLS_STREAM_BIT != 0;
+            call.after_loss = c.lost;
+            handed = true;
             emit.push(call);
+        }
+        if handed {
+            c.lost = false;
         }
     }
 
@@ -427,6 +438,40 @@ mod tests {
             .map(|raw| t.handle(&Event::decode(raw).unwrap(), &mut calls))
             .collect();
         (verdicts, calls.len(), t)
+    }
+
+    /// Issue 43 (loss where it is read): the calls a connection hands on right after it lost
+    /// bytes carry `after_loss` (the endpoint, process and connection rows they are counted
+    /// in are marked); later calls do not.
+    #[test]
+    fn the_calls_after_a_gap_carry_the_loss() {
+        let mut t = ConnTracker::new(TrackerConfig::default());
+        let req = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n".as_slice();
+        let resp = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".as_slice();
+        let n = (req.len() as u64, resp.len() as u64);
+        let mut calls = Vec::new();
+        // Exchanges at these positions: the third one's bytes (req and resp) were lost.
+        for (i, k) in [0u64, 1, 3, 4].into_iter().enumerate() {
+            let t0 = 1_000 * (i as u64 + 1);
+            for (dir, seq, p) in [
+                (Direction::Egress, k * n.0, req),
+                (Direction::Ingress, k * n.1, resp),
+            ] {
+                let raw = EventBuilder::data(dir, 1, seq, p.len() as u64)
+                    .times(t0, t0 + 10)
+                    .process(7, 7, "app")
+                    .v4([127, 0, 0, 1], 4000, [127, 0, 0, 1], 80)
+                    .build(p);
+                t.handle(&Event::decode(&raw).unwrap(), &mut calls);
+            }
+        }
+        // The parser may wait for the next message start after the gap (the third exchange
+        // or the fourth): the first call after it is marked, none else.
+        let marks: Vec<bool> = calls.iter().map(|c| c.after_loss).collect();
+        assert!(marks.len() >= 3, "{marks:?}");
+        assert_eq!(marks[..3], [false, false, true], "{marks:?}");
+        assert!(marks[3..].iter().all(|m| !m), "{marks:?}");
+        assert_eq!(t.stats.gaps, 2);
     }
 
     #[test]

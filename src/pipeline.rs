@@ -872,27 +872,41 @@ impl<S: Sink> Downstream<S> {
                     n += 1;
                     // Taken whatever happens below, so the next call gets its own line.
                     let line = lines.as_mut().and_then(|l| l.next_line());
-                    if let Some(row) = self.account_call(call, i, &mut keyed, &mut result) {
+                    // Named by its thread: a copy named by its process (the line formatted
+                    // by the tracking thread has the thread's name, so it is not used).
+                    let renamed = self.process_name(call).map(|name| {
+                        let mut c = call.clone();
+                        c.thread = Some(std::mem::replace(&mut c.comm, name));
+                        c
+                    });
+                    let call = renamed.as_ref().unwrap_or(call);
+                    let is_renamed = renamed.is_some();
+                    if let Some(row) =
+                        self.account_call(call, is_renamed, i, &mut keyed, &mut result)
+                    {
                         result = match line {
-                            Some(line) => self.sink.call_formatted(call, line),
-                            None => self.sink.call_in(call, row),
+                            Some(line) if !is_renamed => self.sink.call_formatted(call, line),
+                            _ => self.sink.call_in(call, row),
                         };
                     }
                 }
             }
             Calls::Owned(calls) if self.sink.keeps_calls() => {
-                for (i, call) in calls.drain(..).enumerate() {
+                for (i, mut call) in calls.drain(..).enumerate() {
                     n += 1;
-                    if let Some(row) = self.account_call(&call, i, &mut keyed, &mut result) {
+                    let renamed = self.rename(&mut call);
+                    if let Some(row) = self.account_call(&call, renamed, i, &mut keyed, &mut result)
+                    {
                         result = self.sink.call_owned_in(call, row);
                     }
                 }
             }
             Calls::Owned(calls) => {
-                for (i, call) in calls.iter().enumerate() {
+                for (i, call) in calls.iter_mut().enumerate() {
                     n += 1;
+                    let renamed = self.rename(call);
                     if self
-                        .account_call(call, i, &mut keyed, &mut result)
+                        .account_call(call, renamed, i, &mut keyed, &mut result)
                         .is_some()
                     {
                         result = self.sink.call(call);
@@ -913,12 +927,16 @@ impl<S: Sink> Downstream<S> {
         self.interval_start_ns.get_or_insert(ev.start_ns);
         self.last_ns = self.last_ns.max(ev.end_ns);
         if ev.kind == EventKind::Data {
-            self.proc_stats.observe_bytes(
-                ev.pid,
-                &ev.comm,
-                ev.dir == Direction::Egress,
-                ev.total_len,
-            );
+            let out = ev.dir == Direction::Egress;
+            // By its process's name when the table knows it (the record has the thread's).
+            match self.procs.name_of(ev.pid, &ev.comm) {
+                Some(name) => self
+                    .proc_stats
+                    .observe_bytes_named(ev.pid, &name, out, ev.total_len),
+                None => self
+                    .proc_stats
+                    .observe_bytes(ev.pid, &ev.comm, out, ev.total_len),
+            }
         }
         result
     }
@@ -926,14 +944,36 @@ impl<S: Sink> Downstream<S> {
     /// A call's aggregates, counts and process identity (its process described to the sink and
     /// the recorder the first time); the endpoint row it was counted in when it is then
     /// handed to the sink (None after an output error, in `result`).
+    /// The name of `call`'s process when it is not the name the call carries (its thread's
+    /// own: the kernel's comm is the thread's); the process is known to the table from then.
+    fn process_name(&mut self, call: &Call) -> Option<std::sync::Arc<str>> {
+        let name = self.procs.name(call.pid, &call.comm);
+        (*name != *call.comm).then_some(name)
+    }
+
+    /// Names `call` by its process, its thread's name kept in `thread` (see `process_name`).
+    /// Whether it was renamed.
+    fn rename(&mut self, call: &mut Call) -> bool {
+        match self.process_name(call) {
+            Some(name) => {
+                call.thread = Some(std::mem::replace(&mut call.comm, name));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// `renamed`: the call was renamed by its process (`rename`), so the endpoint key its
+    /// tracking thread numbered (with the thread's name) is not its key.
     fn account_call(
         &mut self,
         call: &Call,
+        renamed: bool,
         i: usize,
         keyed: &mut Option<shards::Keyed>,
         result: &mut io::Result<()>,
     ) -> Option<RowRef> {
-        let row = self.observe_endpoint(call, keyed.as_mut().map(|keyed| (i, keyed)));
+        let row = self.observe_endpoint(call, renamed, keyed.as_mut().map(|keyed| (i, keyed)));
         if let Some(conns) = &mut self.conns {
             conns.observe(call);
         }
@@ -967,6 +1007,7 @@ impl<S: Sink> Downstream<S> {
     fn observe_endpoint(
         &mut self,
         call: &Call,
+        renamed: bool,
         keyed: Option<(usize, &mut shards::Keyed)>,
     ) -> RowRef {
         if let Some((i, keyed)) = keyed {
@@ -974,6 +1015,11 @@ impl<S: Sink> Downstream<S> {
                 let worker = keyed.worker;
                 if worker >= self.key_rows.len() {
                     self.key_rows.resize_with(worker + 1, KeyRows::default);
+                }
+                if renamed {
+                    // The thread's numbering stays in step; the call goes by its own key.
+                    self.key_rows[worker].skip(id, keyed.fresh);
+                    return self.endpoints.observe(call);
                 }
                 if let Some(row) =
                     self.key_rows[worker].record(&mut self.endpoints, id, keyed.fresh, call)
@@ -1367,6 +1413,136 @@ mod tests {
         );
         assert_eq!(w[0]["limit"], 3);
         assert!(w[0]["message"].as_str().unwrap().contains("--max-flows"));
+    }
+
+    /// Issue 43: dig's calls came as `isc-net-0000` (its thread's name, what the kernel's
+    /// comm is) and its `proc` lines without exe or command line. Calls, endpoints and
+    /// processes are named by the process (its exec record), the thread's name in `thread`;
+    /// one `proc` line with the exec record's exe and arguments; the same with tracking
+    /// threads (whose endpoint numbers and lines were made with the thread's name).
+    #[test]
+    fn calls_are_named_by_their_process_and_keep_their_threads_name() {
+        use crate::process_events::{build, ProcEventKind};
+        let exec = build(
+            ProcEventKind::Exec,
+            500,
+            100,
+            "dig",
+            0,
+            b"/usr/bin/dig",
+            b"dig\0example.com\0",
+        );
+        let mut records = keep_alive_traffic(4, 40);
+        // Every call of pid 100 made by a thread of its own name, two of them.
+        // (The record header's pid is at 40, its comm at 104: src/bpf/ebtop.h.)
+        let mut n = 0;
+        for r in records.iter_mut() {
+            if r[40..44] == 100u32.to_le_bytes() {
+                let name: &[u8] = [b"isc-net-0000", b"isc-net-0001"][n / 2 % 2];
+                n += 1;
+                r[104..120].fill(0);
+                r[104..104 + name.len()].copy_from_slice(name);
+            }
+        }
+        let run = |threads: usize| {
+            let sink = crate::sink::json::JsonSink::new(Vec::new());
+            let mut p = Pipeline::new(TrackerConfig::default(), ProcessTable::new(false), sink)
+                .with_threads(threads);
+            p.start(&test_meta()).unwrap();
+            p.on_proc_record(&exec).unwrap();
+            for r in &records {
+                p.on_record(r).unwrap();
+            }
+            let (sink, _) = p.finish(&KernelCounters::default(), 1).unwrap();
+            String::from_utf8(sink.into_inner()).unwrap()
+        };
+        let out = run(1);
+        assert_eq!(out, run(3), "tracking threads give the serial output");
+        let lines: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let of = |t: &'static str| lines.iter().filter(move |l| l["type"] == t);
+        let dig: Vec<_> = of("call").filter(|c| c["pid"] == 100).collect();
+        assert_eq!(dig.len(), 20);
+        let mut threads = std::collections::BTreeSet::new();
+        for c in &dig {
+            assert_eq!(c["comm"], "dig", "{c}");
+            threads.insert(c["thread"].as_str().unwrap().to_owned());
+        }
+        assert_eq!(threads.len(), 2, "{threads:?}");
+        assert!(of("call")
+            .filter(|c| c["pid"] == 101)
+            .all(|c| c["comm"] == "api" && c.get("thread").is_none()));
+        let procs: Vec<_> = of("proc").filter(|p| p["pid"] == 100).collect();
+        assert_eq!(procs.len(), 1, "{procs:?}");
+        assert_eq!(procs[0]["comm"], "dig");
+        assert_eq!(procs[0]["exe"], "/usr/bin/dig");
+        assert_eq!(
+            procs[0]["cmdline"],
+            serde_json::json!(["dig", "example.com"])
+        );
+        let summary = of("summary").next().unwrap();
+        for e in summary["endpoints"].as_array().unwrap() {
+            assert!(e["comm"] == "dig" || e["comm"] == "api", "{e}");
+        }
+        let dig_calls: u64 = summary["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["comm"] == "dig")
+            .map(|e| e["calls"].as_u64().unwrap())
+            .sum();
+        assert_eq!(dig_calls, 20);
+    }
+
+    /// Issue 43 (loss where it is read): a record lost on a connection marks the endpoint
+    /// and process lines its next calls are counted in (`conn_loss`), not the others; the
+    /// same with tracking threads.
+    #[test]
+    fn endpoints_and_processes_of_a_connection_that_lost_bytes_are_marked() {
+        let mut records = keep_alive_traffic(2, 20);
+        // Socket 1000's 5th exchange (records 16 and 17) lost: its next request is a gap.
+        records.drain(16..18);
+        let out = json_of_all(&records, 1);
+        assert_eq!(out, json_of_all(&records, 3));
+        let lines: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let summary = lines.iter().find(|l| l["type"] == "summary").unwrap();
+        assert_eq!(summary["tracker"]["gaps"], 2, "{summary}");
+        let mut marked = std::collections::BTreeMap::new();
+        for e in summary["endpoints"].as_array().unwrap() {
+            *marked
+                .entry(e["comm"].as_str().unwrap().to_owned())
+                .or_insert(false) |= e["conn_loss"].as_bool().unwrap();
+        }
+        // Socket 1000 is nginx's (pid 100), socket 1001 api's.
+        assert!(marked["nginx"], "{marked:?}");
+        assert!(!marked["api"], "{marked:?}");
+        let procs: Vec<_> = lines.iter().filter(|l| l["type"] == "process").collect();
+        assert!(procs
+            .iter()
+            .any(|p| p["comm"] == "nginx" && p["conn_loss"] == true));
+        assert!(procs
+            .iter()
+            .all(|p| p["comm"] != "api" || p["conn_loss"] == false));
+    }
+
+    /// The JSON output of `records` with one interval's end after them.
+    fn json_of_all(records: &[Vec<u8>], threads: usize) -> String {
+        let sink = crate::sink::json::JsonSink::new(Vec::new());
+        let mut p = Pipeline::new(TrackerConfig::default(), ProcessTable::new(false), sink)
+            .with_threads(threads);
+        p.start(&test_meta()).unwrap();
+        for r in records {
+            p.on_record(r).unwrap();
+        }
+        p.on_interval(50_000_000, &KernelCounters::default(), None)
+            .unwrap();
+        let (sink, _) = p.finish(&KernelCounters::default(), 1).unwrap();
+        String::from_utf8(sink.into_inner()).unwrap()
     }
 
     #[test]

@@ -81,8 +81,16 @@ impl ProcInfo {
     }
 }
 
+/// Names of a process's threads remembered besides its own (a thread may name itself:
+/// `isc-net-0000` in dig, `event_engine` in grpcio); past this many, /proc is asked again.
+const MAX_THREAD_NAMES: usize = 64;
+
 struct Entry {
     info: ProcInfo,
+    /// `info.comm` shared by the calls that carry it (no allocation per call).
+    name: std::sync::Arc<str>,
+    /// Names of its threads other than the process's, seen on its calls.
+    threads: Vec<Box<str>>,
     /// Sinks were given its description.
     described: bool,
     /// Its exit record was seen (removed at the second `purge_exited` after it).
@@ -133,7 +141,9 @@ impl ProcessTable {
         self.procs.insert(
             info.pid,
             Entry {
+                name: info.comm.as_str().into(),
                 info,
+                threads: Vec::new(),
                 described: false,
                 exited: false,
             },
@@ -175,34 +185,131 @@ impl ProcessTable {
         std::mem::swap(&mut self.exited_before, &mut self.exited_now);
     }
 
-    /// The process's info, and whether this is the first time it is described.
-    pub fn lookup(&mut self, pid: u32, comm: &str) -> (&ProcInfo, bool) {
-        let known = match self.procs.get(&pid) {
-            Some(e) => e.info.comm == comm, // else exec'd into another program since
-            None => false,
+    /// The process's name (its thread group leader's: from its exec record or
+    /// `/proc/PID/comm`) for a call of one of its threads named `thread` (the kernel's comm
+    /// of the thread that made the syscall), if the table knows the process.
+    pub fn name_of(&mut self, pid: u32, thread: &[u8; 16]) -> Option<std::sync::Arc<str>> {
+        let n = thread.iter().position(|&c| c == 0).unwrap_or(16);
+        let thread = std::str::from_utf8(&thread[..n]).ok()?;
+        self.known_entry(pid, thread).map(|e| e.name.clone())
+    }
+
+    /// `pid`'s entry if it describes the process a thread named `thread` belongs to: its own
+    /// name, a thread name seen before, or (live) one whose process still bears the entry's
+    /// name in /proc (a thread's own name, not a new program). Gone from /proc or in a
+    /// replay, a new name is a thread's: a new program comes with an exec record (and
+    /// without the exec probe, the name a dead process last had is not known anyway).
+    fn known_entry(&mut self, pid: u32, thread: &str) -> Option<&mut Entry> {
+        let read_proc = self.read_proc;
+        let e = self.procs.get_mut(&pid)?;
+        if e.info.comm == thread || e.threads.iter().any(|t| &**t == thread) {
+            return Some(e);
+        }
+        let leader = if read_proc {
+            procfs::read_comm(pid)
+        } else {
+            String::new()
         };
+        if !leader.is_empty() && leader != e.info.comm {
+            return None; // exec'd into another program since
+        }
+        if e.threads.len() < MAX_THREAD_NAMES {
+            e.threads.push(thread.into());
+        }
+        Some(e)
+    }
+
+    /// The process's name for a call of its thread named `thread`, the process known to the
+    /// table from then on (see [`ProcessTable::lookup`]).
+    pub fn name(&mut self, pid: u32, thread: &str) -> std::sync::Arc<str> {
+        self.entry(pid, thread).name.clone()
+    }
+
+    /// The process's info, and whether this is the first time it is described. `thread`:
+    /// the name of the thread whose call asks (see [`ProcessTable::name_of`]); a process
+    /// not known yet is named from /proc (its leader's name), else by that thread's name
+    /// (the best there is: it exited before ebtop saw its exec or read /proc).
+    pub fn lookup(&mut self, pid: u32, thread: &str) -> (&ProcInfo, bool) {
+        let entry = self.entry(pid, thread);
+        let fresh = !entry.described;
+        entry.described = true;
+        (&entry.info, fresh)
+    }
+
+    fn entry(&mut self, pid: u32, thread: &str) -> &mut Entry {
+        let known = self.known_entry(pid, thread).is_some();
         if !known {
             let info = if self.read_proc {
-                ProcInfo::read(pid, comm)
+                let comm = procfs::read_comm(pid);
+                ProcInfo::read(pid, if comm.is_empty() { thread } else { &comm })
             } else {
                 ProcInfo {
                     pid,
-                    comm: comm.to_owned(),
+                    comm: thread.to_owned(),
                     ..Default::default()
                 }
             };
             self.insert(info);
         }
-        let entry = self.procs.get_mut(&pid).expect("inserted above");
-        let fresh = !entry.described;
-        entry.described = true;
-        (&entry.info, fresh)
+        self.procs.get_mut(&pid).expect("inserted above")
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 43: dig's calls came as `isc-net-0000` (its thread's name) and its `proc` lines
+    /// with no exe nor command line. A thread's name is its process's name in the table.
+    #[test]
+    fn a_thread_named_by_itself_belongs_to_its_process() {
+        let mut t = ProcessTable::new(false);
+        let exec = |comm: &str, exe: &str| ProcInfo {
+            pid: 7,
+            comm: comm.into(),
+            exe: Some(exe.into()),
+            cmdline: vec![comm.into(), "example.com".into()],
+            ..Default::default()
+        };
+        t.exec(exec("dig", "/usr/bin/dig"));
+        let (info, fresh) = t.lookup(7, "isc-net-0000");
+        assert_eq!(
+            (
+                info.comm.as_str(),
+                info.exe.as_deref(),
+                info.cmdline.len(),
+                fresh
+            ),
+            ("dig", Some("/usr/bin/dig"), 2, true)
+        );
+        assert!(!t.lookup(7, "isc-net-0001").1, "described once");
+        assert_eq!(&*t.name(7, "isc-net-0000"), "dig");
+        assert_eq!(&*t.name(7, "dig"), "dig");
+        assert_eq!(
+            t.name_of(7, b"isc-net-0002\0\0\0\0").as_deref(),
+            Some("dig")
+        );
+        assert_eq!(t.name_of(8, b"isc-net-0002\0\0\0\0"), None);
+        // A new program (its exec record): described again, by its name.
+        t.exec(exec("curl", "/usr/bin/curl"));
+        let (info, fresh) = t.lookup(7, "curl");
+        assert_eq!((info.comm.as_str(), fresh), ("curl", true));
+        // Not known at all (a replay without its records): the thread's name is all there is.
+        assert_eq!(&*t.name(9, "worker"), "worker");
+    }
+
+    /// Live, a process not in the table is named from /proc (its leader's name), whatever the
+    /// name of the thread that asks.
+    #[test]
+    fn live_a_process_is_named_by_its_leader() {
+        let mut t = ProcessTable::new(true);
+        let pid = std::process::id();
+        let own = procfs::read_comm(pid);
+        assert!(!own.is_empty());
+        let (info, _) = t.lookup(pid, "not-its-name");
+        assert_eq!(info.comm, own);
+        assert_eq!(&*t.name(pid, "another-thread"), own.as_str());
+    }
 
     #[test]
     fn container_ids_from_the_runtimes_cgroup_paths() {
@@ -236,6 +343,8 @@ mod tests {
         let mut t = ProcessTable::new(true);
         assert!(t.lookup(me, "test").1);
         assert!(!t.lookup(me, "test").1);
-        assert!(t.lookup(me, "renamed").1);
+        // Another name for the same process: a thread's own, not a new program.
+        assert!(!t.lookup(me, "renamed").1);
+        assert_eq!(t.lookup(me, "renamed").0.comm, procfs::read_comm(me));
     }
 }

@@ -217,6 +217,26 @@ fn dig_queries_over_udp_and_tcp_are_counted_once_per_side() {
     }
     let tcp_calls = calls.iter().filter(|c| c["version"] == "tcp").count();
     assert_eq!(tcp_calls, 2 * 10, "TCP calls, both sides");
+    // Issue 43: dig's calls are made by its threads (`isc-net-0000`): named by the process,
+    // the thread's name apart; its `proc` lines (one per run) with exe and arguments.
+    for c in calls.iter().filter(|c| c["side"] == "client") {
+        assert_eq!(c["comm"], "dig", "{c}");
+    }
+    for pid in &dig_pids {
+        let procs: Vec<_> = lines
+            .iter()
+            .filter(|l| l["type"] == "proc" && l["pid"] == *pid)
+            .collect();
+        assert_eq!(procs.len(), 1, "{procs:?}");
+        assert_eq!(procs[0]["comm"], "dig", "{procs:?}");
+        assert!(
+            procs[0]["exe"]
+                .as_str()
+                .is_some_and(|e| e.ends_with("/dig")),
+            "{procs:?}"
+        );
+        assert_eq!(procs[0]["cmdline"][0], "dig", "{procs:?}");
+    }
     let summary = lines.last().unwrap();
     assert_clean(summary);
     assert_eq!(summary["parse"]["unanswered_requests"], 0, "{summary}");

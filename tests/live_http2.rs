@@ -324,6 +324,96 @@ fn a_connection_open_before_ebtop_is_partial_never_invented() {
     assert_eq!(summary["parse"]["damaged_messages"], 0, "{summary}");
 }
 
+/// Issue 43: on a gRPC channel opened before ebtop every call was `http2 POST ? 200 ok`
+/// whatever it returned. grpcio indexes each `grpc-status` it sends in HPACK: a status first
+/// sent after the start is a literal, decoded exactly; one indexed before the start cannot be
+/// known and is `unknown` — never `ok`. Compared with the codes the client got.
+#[test]
+fn grpc_status_on_a_channel_opened_before_ebtop_is_exact_or_unknown() {
+    require_root();
+    let (_server, port) = grpc_server();
+    let p = port.to_string();
+    // primed: NOT_FOUND and INTERNAL were sent (and indexed) before ebtop started too.
+    for primed in ["0", "1"] {
+        let mut client = Command::new("python3")
+            .arg(grpc_peers())
+            .args(["pickup-mix", &p, "40", primed])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(client.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+        let ebtop = Ebtop::start(&["--json", "--port", &p]);
+        writeln!(client.stdin.take().unwrap()).unwrap();
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        let got: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(got["OK"], 20, "{got}");
+        assert_eq!(got["NOT_FOUND"], 10, "{got}");
+        assert_eq!(got["INTERNAL"], 10, "{got}");
+        assert!(client.wait().unwrap().success());
+        let lines = ebtop.stop();
+        let calls = calls(&lines);
+        for side in ["client", "server"] {
+            let side_calls = of(&calls, side);
+            assert_eq!(
+                side_calls.len(),
+                40,
+                "primed {primed}, {side}: {side_calls:?}"
+            );
+            let count = |f: &dyn Fn(&Value) -> bool| side_calls.iter().filter(|c| f(c)).count();
+            let status = |name: &'static str| move |c: &Value| c["status_text"] == name;
+            let (ok, not_found, internal) = (
+                count(&status("OK")),
+                count(&status("NOT_FOUND")),
+                count(&status("INTERNAL")),
+            );
+            let unknown = count(&|c| c["outcome"] == "unknown");
+            assert_eq!(
+                ok + not_found + internal + unknown,
+                40,
+                "{side}: {side_calls:?}"
+            );
+            assert!(ok <= 20, "{side}: {ok} OK");
+            // Never `ok` without a decoded OK; an unknown one has no status.
+            for c in &side_calls {
+                let o = c["outcome"].as_str().unwrap();
+                match c["status_text"].as_str() {
+                    Some("OK") => assert_eq!(o, "ok", "{c}"),
+                    Some("NOT_FOUND") => assert_eq!(o, "client_error", "{c}"),
+                    Some("INTERNAL") => assert_eq!(o, "server_error", "{c}"),
+                    None => assert!(o == "unknown" && c["status"].is_null(), "{c}"),
+                    Some(other) => panic!("{other}: {c}"),
+                }
+            }
+            if primed == "0" {
+                // First sent after the start: literals, exact.
+                assert_eq!((not_found, internal), (10, 10), "{side}: {side_calls:?}");
+            } else {
+                assert!(not_found <= 10 && internal <= 10, "{side}: {side_calls:?}");
+            }
+        }
+        // The session's endpoints (the summary's).
+        let summary = lines.last().unwrap();
+        let endpoints: Vec<&Value> = summary["endpoints"].as_array().unwrap().iter().collect();
+        let unknown: u64 = endpoints
+            .iter()
+            .map(|e| e["unknown_outcomes"].as_u64().unwrap())
+            .sum();
+        // Both sides' OK calls: their status was indexed before the start.
+        assert!(unknown >= 40, "{endpoints:?}");
+        for e in &endpoints {
+            let known = e["calls"].as_u64().unwrap() - e["unknown_outcomes"].as_u64().unwrap();
+            if known == 0 {
+                assert!(e["server_error_rate"].is_null(), "{e}");
+            }
+        }
+    }
+}
+
 /// HTTP/2 over TLS (ALPN h2): nghttpd with a self-signed certificate, h2load (`-n 2000 -c 4
 /// -m 16`, as over h2c) and curl, both linking the system's libssl: the TLS probes hand the
 /// plaintext to the HTTP/2 parser, every request one call per side with `tls: true`, exactly

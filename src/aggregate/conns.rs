@@ -27,6 +27,8 @@ pub struct ConnStats {
     pub client_errors: u64,
     pub req_bytes: u64,
     pub resp_bytes: u64,
+    /// Calls that came right after the connection lost bytes (calls may be missing).
+    pub calls_after_loss: u64,
     /// Calls the table had seen when this connection's last came: the least recent go first.
     pub last_seq: u64,
 }
@@ -59,9 +61,11 @@ impl ConnTable {
             client_errors: 0,
             req_bytes: 0,
             resp_bytes: 0,
+            calls_after_loss: 0,
             last_seq: seq,
         });
         conn.calls += 1;
+        conn.calls_after_loss += u64::from(call.after_loss);
         conn.server_errors += u64::from(call.l7.outcome == Outcome::ServerError);
         conn.client_errors += u64::from(call.l7.outcome == Outcome::ClientError);
         conn.req_bytes = conn.req_bytes.saturating_add(call.l7.req.bytes);

@@ -91,6 +91,12 @@ impl EndpointKeyRef<'_> {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct RowRef(u32);
 
+impl RowRef {
+    /// A number of [`KeyRows`] whose row is not known yet (never a row: rows are u32 indexes
+    /// of a table far smaller).
+    const UNRESOLVED: RowRef = RowRef(u32::MAX);
+}
+
 /// `comm: None` is the global row of a (side, protocol).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct OtherKey {
@@ -105,25 +111,39 @@ struct Counts {
     calls: u64,
     server_errors: u64,
     client_errors: u64,
+    unknown_outcomes: u64,
     req_bytes: u64,
     resp_bytes: u64,
     latency_sum_ns: u64,
+    /// Meaningful only with `calls > 0`.
+    latency_min_ns: u64,
     latency_max_ns: u64,
     latency_clamped: u64,
     folded_calls: u64,
+    /// Calls that came right after their connection lost bytes ([`Call::after_loss`]).
+    calls_after_loss: u64,
 }
 
 impl Counts {
     fn add(&mut self, o: &Counts) {
+        if o.calls > 0 {
+            self.latency_min_ns = if self.calls == 0 {
+                o.latency_min_ns
+            } else {
+                self.latency_min_ns.min(o.latency_min_ns)
+            };
+        }
         self.calls += o.calls;
         self.server_errors += o.server_errors;
         self.client_errors += o.client_errors;
+        self.unknown_outcomes += o.unknown_outcomes;
         self.req_bytes = self.req_bytes.saturating_add(o.req_bytes);
         self.resp_bytes = self.resp_bytes.saturating_add(o.resp_bytes);
         self.latency_sum_ns = self.latency_sum_ns.saturating_add(o.latency_sum_ns);
         self.latency_max_ns = self.latency_max_ns.max(o.latency_max_ns);
         self.latency_clamped += o.latency_clamped;
         self.folded_calls += o.folded_calls;
+        self.calls_after_loss += o.calls_after_loss;
     }
 }
 
@@ -174,11 +194,18 @@ impl Row {
 
     fn record(&mut self, call: &Call) {
         let c = &mut self.interval;
+        c.latency_min_ns = if c.calls == 0 {
+            call.latency_ns
+        } else {
+            c.latency_min_ns.min(call.latency_ns)
+        };
         c.calls += 1;
+        c.calls_after_loss += u64::from(call.after_loss);
         match call.l7.outcome {
             Outcome::Ok => {}
             Outcome::ClientError => c.client_errors += 1,
             Outcome::ServerError => c.server_errors += 1,
+            Outcome::Unknown => c.unknown_outcomes += 1,
         }
         c.req_bytes = c.req_bytes.saturating_add(call.l7.req.bytes);
         c.resp_bytes = c.resp_bytes.saturating_add(call.l7.resp.bytes);
@@ -283,10 +310,12 @@ pub struct EndpointSnapshot {
     pub server_errors: u64,
     /// Client errors (HTTP 4xx).
     pub client_errors: u64,
-    /// errors / calls.
-    pub server_error_rate: f64,
-    /// client_errors / calls.
-    pub client_error_rate: f64,
+    /// Calls whose outcome could not be known ([`Outcome::Unknown`]): neither ok nor an error.
+    pub unknown_outcomes: u64,
+    /// server_errors / the calls whose outcome is known; None when none is.
+    pub server_error_rate: Option<f64>,
+    /// client_errors / the calls whose outcome is known; None when none is.
+    pub client_error_rate: Option<f64>,
     pub req_bytes: u64,
     pub resp_bytes: u64,
     pub req_bytes_per_s: f64,
@@ -296,6 +325,8 @@ pub struct EndpointSnapshot {
     pub latency_p90_ns: u64,
     pub latency_p99_ns: u64,
     pub latency_p999_ns: u64,
+    /// Exact, not from the histogram (0 without calls).
+    pub latency_min_ns: u64,
     /// Exact, not from the histogram.
     pub latency_max_ns: u64,
     /// Latencies outside 1 µs ..= 100 s, counted in the percentiles at the nearest bound.
@@ -304,6 +335,9 @@ pub struct EndpointSnapshot {
     pub folded_calls: u64,
     /// Distinct endpoints folded into this row since the start (estimate, ~6.5% error).
     pub folded_keys_approx: u64,
+    /// Some of its calls came over a connection that had just lost bytes (records lost or
+    /// not captured): calls of this endpoint may be missing from the numbers.
+    pub conn_loss: bool,
 }
 
 /// Totals of the table itself, to tell the user how much was folded.
@@ -779,10 +813,32 @@ impl KeyRows {
             self.rows.push(at);
             at
         } else {
-            *self.rows.get(id as usize)?
+            match *self.rows.get(id as usize)? {
+                // Its first call was counted by another key (`skip`): found by its own now.
+                RowRef::UNRESOLVED => {
+                    let at = table.observe(call);
+                    self.rows[id as usize] = at;
+                    return Some(at);
+                }
+                at => at,
+            }
         };
         table.record(at, call);
         Some(at)
+    }
+
+    /// A call numbered `id` by the thread, counted by the pipeline under another key (its
+    /// process's name, not the thread's the key has): keeps the numbering in step (a number
+    /// marked new takes its key) without counting; the number's row is found by the next
+    /// call that is counted by it.
+    pub fn skip(&mut self, id: u32, fresh: &mut impl Iterator<Item = EndpointKey>) {
+        if id & EndpointKeys::NEW != 0 {
+            let n = (id & !EndpointKeys::NEW) as usize;
+            if n <= self.rows.len() && fresh.next().is_some() {
+                self.rows.truncate(n);
+                self.rows.push(RowRef::UNRESOLVED);
+            }
+        }
     }
 }
 
@@ -799,24 +855,37 @@ fn per_s(n: u64, period_ns: u64) -> f64 {
     }
 }
 
-fn ratio(n: u64, d: u64) -> f64 {
-    if d == 0 {
-        0.0
-    } else {
-        n as f64 / d as f64
-    }
+/// `n / d`, None when `d` is 0 (no call with a known outcome: no rate to tell).
+fn known_ratio(n: u64, d: u64) -> Option<f64> {
+    (d > 0).then(|| n as f64 / d as f64)
 }
 
-/// p50, p90, p99, p99.9 in ns: each the midpoint of its bucket, never above the exact max.
-fn percentiles<T: Counter>(h: &Histogram<T>, max_ns: u64) -> [u64; 4] {
+/// p50, p90, p99, p99.9 in ns: each the midpoint of its bucket, clamped into the exact
+/// [min, max] of the calls. The true (nearest-rank) percentile lies in that bucket and in
+/// [min, max], so clamping only brings the midpoint closer to it: the error stays within half
+/// a bucket ([`percentile_error_bound_ns`]), and a cluster narrower than a bucket at either end
+/// (all calls within 400.3–400.5 ms) is no longer reported below its fastest call.
+fn percentiles<T: Counter>(h: &Histogram<T>, min_ns: u64, max_ns: u64) -> [u64; 4] {
     let mut out = [0; 4];
+    if h.is_empty() {
+        return out;
+    }
+    let min_ns = min_ns.min(max_ns);
     for (o, v) in out
         .iter_mut()
         .zip(h.value_at_quantiles([0.5, 0.9, 0.99, 0.999]))
     {
-        *o = h.median_equivalent(v).min(max_ns);
+        *o = h.median_equivalent(v).clamp(min_ns, max_ns);
     }
     out
+}
+
+/// The percentiles' stated precision: each is within this many ns of the exact nearest-rank
+/// percentile of the recorded (range-clamped) latencies: half a bucket, i.e. the larger of
+/// 256 ns (buckets are 512 ns wide below 131 µs) and 1/256 of the value (buckets are at most
+/// 1/128 of their lowest value wide above).
+pub fn percentile_error_bound_ns(exact_ns: u64) -> u64 {
+    (exact_ns / 256).max(256)
 }
 
 fn snapshot(
@@ -845,7 +914,9 @@ fn snapshot(
             true,
         ),
     };
-    let [p50, p90, p99, p999] = hist.map_or([0; 4], |h| percentiles(h, c.latency_max_ns));
+    let [p50, p90, p99, p999] = hist.map_or([0; 4], |h| {
+        percentiles(h, c.latency_min_ns, c.latency_max_ns)
+    });
     EndpointSnapshot {
         row,
         comm,
@@ -859,8 +930,9 @@ fn snapshot(
         calls_per_s: per_s(c.calls, period_ns),
         server_errors: c.server_errors,
         client_errors: c.client_errors,
-        server_error_rate: ratio(c.server_errors, c.calls),
-        client_error_rate: ratio(c.client_errors, c.calls),
+        unknown_outcomes: c.unknown_outcomes,
+        server_error_rate: known_ratio(c.server_errors, c.calls - c.unknown_outcomes),
+        client_error_rate: known_ratio(c.client_errors, c.calls - c.unknown_outcomes),
         req_bytes: c.req_bytes,
         resp_bytes: c.resp_bytes,
         req_bytes_per_s: per_s(c.req_bytes, period_ns),
@@ -870,10 +942,12 @@ fn snapshot(
         latency_p90_ns: p90,
         latency_p99_ns: p99,
         latency_p999_ns: p999,
+        latency_min_ns: if c.calls > 0 { c.latency_min_ns } else { 0 },
         latency_max_ns: c.latency_max_ns,
         latency_clamped: c.latency_clamped,
         folded_calls: c.folded_calls,
         folded_keys_approx: folded_keys.map_or(0, DistinctCounter::estimate),
+        conn_loss: c.calls_after_loss > 0,
     }
 }
 
@@ -1014,6 +1088,130 @@ pub(crate) mod tests {
         check_percentiles("bimodal", &values);
     }
 
+    /// Checks every percentile of `values` (as one interval, as since-start, and through a
+    /// rolling window) against its nearest-rank value: within [min, max], in order, and within
+    /// the stated precision.
+    fn check_clustered(name: &str, values: &[u64]) {
+        let mut t = EndpointTable::default().with_history(WINDOW_1M_NS);
+        for &v in values {
+            t.observe(&call("svc", 1, "GET", "/x", v));
+        }
+        let snap = t.end_interval(1_000_000_000)[0].clone();
+        let cum = t.cumulative()[0].clone();
+        let win = t.window(WINDOW_1M_NS)[0].clone();
+        let mut sorted = values.to_vec();
+        sorted.sort_unstable();
+        let (min, max) = (sorted[0], *sorted.last().unwrap());
+        for s in [&snap, &cum, &win] {
+            assert_eq!((s.latency_min_ns, s.latency_max_ns), (min, max), "{name}");
+            let ps = [
+                (0.5, s.latency_p50_ns),
+                (0.9, s.latency_p90_ns),
+                (0.99, s.latency_p99_ns),
+                (0.999, s.latency_p999_ns),
+            ];
+            let mut last = 0;
+            for (q, got) in ps {
+                let want = exact(&sorted, q);
+                assert!(
+                    (min..=max).contains(&got),
+                    "{name} q={q}: {got} outside [{min}, {max}] ({values:?})"
+                );
+                assert!(got >= last, "{name} q={q}: {got} below the previous {last}");
+                last = got;
+                assert!(
+                    got.abs_diff(want) <= percentile_error_bound_ns(want),
+                    "{name} q={q}: got {got}, exact {want} ({values:?})"
+                );
+            }
+        }
+    }
+
+    /// A row is marked for the period when one of its calls came right after its
+    /// connection lost bytes; the since-start row keeps the mark.
+    #[test]
+    fn rows_with_calls_after_a_loss_are_marked_for_their_period() {
+        let mut t = EndpointTable::default();
+        let mut lossy = call("svc", 1, "GET", "/x", 5_000);
+        lossy.after_loss = true;
+        t.observe(&lossy);
+        t.observe(&call("svc", 1, "GET", "/x", 5_000));
+        t.observe(&call("svc", 1, "GET", "/y", 5_000));
+        let marks = |rows: Vec<EndpointSnapshot>| {
+            let mut m: Vec<_> = rows
+                .iter()
+                .map(|e| (e.resource.clone(), e.conn_loss))
+                .collect();
+            m.sort();
+            m
+        };
+        let yes = |r: &str, b| (r.to_owned(), b);
+        assert_eq!(
+            marks(t.end_interval(1_000)),
+            [yes("/x", true), yes("/y", false)]
+        );
+        t.observe(&call("svc", 1, "GET", "/x", 5_000));
+        assert_eq!(marks(t.end_interval(1_000)), [yes("/x", false)]);
+        assert_eq!(marks(t.cumulative()), [yes("/x", true), yes("/y", false)]);
+    }
+
+    /// Issue 43: 8 calls between 400.345 and 400.472 ms gave p50 = p99 = 399.507 ms (the
+    /// midpoint of their 2.1 ms bucket), below the fastest call.
+    #[test]
+    fn percentiles_of_a_cluster_inside_one_bucket_stay_within_it() {
+        let values = [
+            400_345_000,
+            400_360_000,
+            400_371_000,
+            400_390_000,
+            400_402_000,
+            400_433_000,
+            400_455_000,
+            400_472_000,
+        ];
+        check_clustered("issue 43", &values);
+        let mut t = EndpointTable::default();
+        for v in values {
+            t.observe(&call("svc", 1, "GET", "/x", v));
+        }
+        let s = &t.end_interval(1_000_000_000)[0];
+        assert!(s.latency_p50_ns >= 400_345_000 && s.latency_p99_ns <= 400_472_000);
+        // One call: every percentile is that call.
+        check_clustered("one call", &[123_456_789]);
+        let mut t = EndpointTable::default();
+        t.observe(&call("svc", 1, "GET", "/x", 123_456_789));
+        let s = &t.end_interval(1_000_000_000)[0];
+        assert_eq!(
+            [s.latency_p50_ns, s.latency_p99_ns, s.latency_p999_ns],
+            [123_456_789; 3]
+        );
+    }
+
+    /// Property-style: random sets of 1–4 clusters (centres log-uniform over 2 µs – 50 s,
+    /// widths from nothing to a few buckets, 1–300 calls each).
+    #[test]
+    fn percentiles_of_random_clusters_within_min_max_and_precision() {
+        let mut r = rng(4343);
+        for case in 0..600 {
+            let clusters = 1 + r() % 4;
+            let mut values = Vec::new();
+            for _ in 0..clusters {
+                let exp = (r() % 100_000) as f64 / 100_000.0 * 7.4; // 10^3.3 .. 10^10.7 ns
+                let centre = 10f64.powf(3.3 + exp) as u64;
+                let width = match r() % 3 {
+                    0 => 0,
+                    1 => 1 + r() % (centre / 500 + 1), // well inside one bucket
+                    _ => 1 + r() % (centre / 20 + 1),  // a few buckets
+                };
+                let n = 1 + r() % 300;
+                for _ in 0..n {
+                    values.push(centre + r() % (width + 1));
+                }
+            }
+            check_clustered(&format!("case {case}"), &values);
+        }
+    }
+
     #[test]
     fn percentiles_within_one_percent_uniform_and_log_uniform() {
         let mut r = rng(7);
@@ -1049,7 +1247,7 @@ pub(crate) mod tests {
             ("GET", "/users/{id}", 3)
         );
         assert_eq!((get.server_errors, get.client_errors), (1, 1));
-        assert!((get.server_error_rate - 1.0 / 3.0).abs() < 1e-9);
+        assert!((get.server_error_rate.unwrap() - 1.0 / 3.0).abs() < 1e-9);
         assert!((get.calls_per_s - 1.5).abs() < 1e-9);
         assert_eq!((get.req_bytes, get.resp_bytes), (300, 3000));
         assert!((get.resp_bytes_per_s - 1500.0).abs() < 1e-9);

@@ -42,6 +42,8 @@ struct Activity {
     calls: u64,
     server_errors: u64,
     client_errors: u64,
+    unknown_outcomes: u64,
+    calls_after_loss: u64,
     bytes_in: u64,
     bytes_out: u64,
     socket_bytes_in: u64,
@@ -87,6 +89,11 @@ pub struct ProcessSnapshot {
     pub server_errors: u64,
     /// Client errors (HTTP 4xx).
     pub client_errors: u64,
+    /// Calls whose outcome could not be known (never counted as ok).
+    pub unknown_outcomes: u64,
+    /// Some of its calls came over a connection that had just lost bytes: calls of the
+    /// process may be missing from the numbers.
+    pub conn_loss: bool,
     /// L7 message bytes from calls: for a client its requests are out, responses in; for a
     /// server the reverse.
     pub bytes_in: u64,
@@ -175,10 +182,12 @@ impl ProcessStats {
         let e = self.entry(call.pid, comm_key(call.comm.as_bytes()), || &call.comm);
         let a = &mut e.interval;
         a.calls += 1;
+        a.calls_after_loss += u64::from(call.after_loss);
         match call.l7.outcome {
             Outcome::Ok => {}
             Outcome::ClientError => a.client_errors += 1,
             Outcome::ServerError => a.server_errors += 1,
+            Outcome::Unknown => a.unknown_outcomes += 1,
         }
         let (out, inn) = match call.side {
             Side::Client => (call.l7.req.bytes, call.l7.resp.bytes),
@@ -224,7 +233,23 @@ impl ProcessStats {
     /// One traced syscall of `pid` that moved `n` socket bytes (`dir_out`: sent).
     /// `comm`: the kernel's name of the process (NUL-padded).
     pub fn observe_bytes(&mut self, pid: u32, comm: &[u8; 16], dir_out: bool, n: u64) {
-        let a = &mut self.entry(pid, Some(*comm), || kernel_comm(comm)).interval;
+        self.observe_bytes_of(pid, Some(*comm), kernel_comm(comm), dir_out, n)
+    }
+
+    /// [`ProcessStats::observe_bytes`] of a process named `name` (not its thread's name).
+    pub fn observe_bytes_named(&mut self, pid: u32, name: &str, dir_out: bool, n: u64) {
+        self.observe_bytes_of(pid, comm_key(name.as_bytes()), name, dir_out, n)
+    }
+
+    fn observe_bytes_of(
+        &mut self,
+        pid: u32,
+        key: Option<CommKey>,
+        name: &str,
+        dir_out: bool,
+        n: u64,
+    ) {
+        let a = &mut self.entry(pid, key, || name).interval;
         a.traced_syscalls += 1;
         if dir_out {
             a.socket_bytes_out = a.socket_bytes_out.saturating_add(n);
@@ -340,6 +365,8 @@ impl ProcessStats {
                 calls_per_s: per_s(a.calls),
                 server_errors: a.server_errors,
                 client_errors: a.client_errors,
+                unknown_outcomes: a.unknown_outcomes,
+                conn_loss: a.calls_after_loss > 0,
                 bytes_in: a.bytes_in,
                 bytes_out: a.bytes_out,
                 bytes_in_per_s: per_s(a.bytes_in),

@@ -14,6 +14,8 @@
 //! recognition order and ids, the fuzzers' seeds, the benchmarks, the docs' test) reads it from
 //! there. docs/architecture.md walks through adding one.
 
+#[cfg(test)]
+mod desync_tests;
 pub mod dns;
 #[cfg(test)]
 mod fixture_support;
@@ -404,6 +406,9 @@ pub enum Outcome {
     ClientError,
     /// The server's fault (HTTP 5xx) or a protocol-level error reply.
     ServerError,
+    /// Not known: what decides it was not seen or could not be decoded (an HTTP/2 status in
+    /// an HPACK table entry from before ebtop started). Counted, never taken for `Ok`.
+    Unknown,
 }
 
 /// A request paired with its response, as a parser sees it.

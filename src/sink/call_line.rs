@@ -118,6 +118,7 @@ fn outcome_json(o: Outcome) -> &'static [u8] {
         Outcome::Ok => b"\"ok\"",
         Outcome::ClientError => b"\"client_error\"",
         Outcome::ServerError => b"\"server_error\"",
+        Outcome::Unknown => b"\"unknown\"",
     }
 }
 
@@ -138,6 +139,7 @@ struct ConnFieldsKey {
     local: SocketAddr,
     peer: SocketAddr,
     comm: Arc<str>,
+    thread: Option<Arc<str>>,
 }
 
 impl ConnFieldsKey {
@@ -152,6 +154,7 @@ impl ConnFieldsKey {
             local: c.local,
             peer: c.peer,
             comm: Arc::clone(&c.comm),
+            thread: c.thread.clone(),
         }
     }
 
@@ -166,6 +169,7 @@ impl ConnFieldsKey {
             && self.peer == c.peer
             // A connection's calls share one name (pointer equal); a renamed process not.
             && (Arc::ptr_eq(&self.comm, &c.comm) || *self.comm == *c.comm)
+            && self.thread.as_deref() == c.thread.as_deref()
     }
 }
 
@@ -215,6 +219,10 @@ fn conn_fields(out: &mut Vec<u8>, c: &Call) {
     number(out, c.tid);
     out.extend_from_slice(b",\"comm\":");
     string(out, &c.comm);
+    if let Some(t) = &c.thread {
+        out.extend_from_slice(b",\"thread\":");
+        string(out, t);
+    }
     out.extend_from_slice(b",\"sock_id\":");
     number(out, c.sock_id);
     out.extend_from_slice(b",\"local\":");
@@ -401,6 +409,9 @@ mod tests {
         // The same name in another allocation: same bytes; then another name.
         next(&|c| c.comm = Arc::from(c.comm.to_string()));
         next(&|c| c.comm = Arc::from("other\"name"));
+        next(&|c| c.thread = Some(Arc::from("isc-net-0000")));
+        next(&|c| c.thread = Some(Arc::from("isc-net-0001")));
+        next(&|c| c.thread = None);
         next(&|c| c.l7.resource = "/b".to_owned());
         // Back to the first connection, and many sockets sharing slots.
         calls.push(base.clone());

@@ -152,8 +152,8 @@ impl Data {
                                 let v = [
                                     e.calls_per_s,
                                     e.latency_p99_ns as f64,
-                                    e.server_error_rate,
-                                    e.client_error_rate,
+                                    e.server_error_rate.unwrap_or(0.0),
+                                    e.client_error_rate.unwrap_or(0.0),
                                 ];
                                 (endpoint_key(e), v)
                             })
@@ -261,6 +261,19 @@ impl Data {
         let reported = self.report.as_ref().map_or(0, |r| lost(&r.totals.kernel));
         let ended = self.ended.as_ref().map_or(0, |s| lost(&s.kernel));
         self.lost_events.max(reported).max(ended)
+    }
+
+    /// With bytes lost (records dropped, stream gaps): the calls known to be missing (messages
+    /// dropped because bytes were lost inside them), a lower bound — calls wholly inside a
+    /// gap are not known. None when nothing was lost.
+    pub fn calls_missing(&self) -> Option<u64> {
+        let t: &crate::summary::Summary = match (&self.ended, &self.report) {
+            (Some(s), _) => s,
+            (None, Some(r)) => &r.totals,
+            (None, None) => return None,
+        };
+        let lost = t.tracker.gaps > 0 || t.kernel.lost + t.kernel.missed_runs > 0;
+        (lost || self.total_lost() > 0).then_some(t.parse.damaged_messages)
     }
 
     /// Calls per second over the last interval.

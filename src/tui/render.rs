@@ -269,6 +269,12 @@ fn header_top(app: &App, k: HeaderDetail) -> Vec<Span<'static>> {
         top.push(Span::raw(format!(" ({r:.1}/s)")));
     }
     top.push(Span::raw(format!("  lost {}", d.total_lost())));
+    // Events are not calls: say how many calls are missing, at least (rows marked `≥`).
+    match d.calls_missing() {
+        Some(0) => top.push(Span::raw(" (calls may be missing)")),
+        Some(n) => top.push(Span::raw(format!(" (≥{n} calls missing)"))),
+        None => {}
+    }
     if d.ui_dropped > 0 {
         top.push(Span::raw(format!("  ui-dropped {}", d.ui_dropped)));
     }
@@ -1133,6 +1139,7 @@ fn call_detail_lines(app: &App, c: &Call, seq: u64) -> Vec<Line<'static>> {
                 crate::protocols::Outcome::Ok => "ok",
                 crate::protocols::Outcome::ClientError => "client error",
                 crate::protocols::Outcome::ServerError => "server error",
+                crate::protocols::Outcome::Unknown => "unknown: not decodable",
             }
         ),
         format!(

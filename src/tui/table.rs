@@ -377,7 +377,28 @@ pub fn status_text(l7: &crate::protocols::L7Call) -> String {
     match (l7.status, &l7.status_text) {
         (Some(s), _) => s.to_string(),
         (None, Some(t)) => t.clone(),
+        (None, None) if l7.outcome == crate::protocols::Outcome::Unknown => "?".to_owned(),
         (None, None) => "-".to_owned(),
+    }
+}
+
+/// A count of calls, marked `≥` when connections it was counted on lost bytes (records lost or
+/// not captured): calls may be missing from it.
+fn at_least(lossy: bool, cell: String) -> String {
+    if lossy {
+        format!("≥{cell}")
+    } else {
+        cell
+    }
+}
+
+/// An error rate in % of the calls whose outcome is known: followed by `?` when some calls'
+/// outcome is unknown (not counted as ok), `?` alone when none is known.
+fn rate_cell(rate: Option<f64>, unknown: u64) -> String {
+    match rate {
+        None => "?".to_owned(),
+        Some(r) if unknown > 0 => format!("{:.1}?", r * 100.0),
+        Some(r) => format!("{:.1}", r * 100.0),
     }
 }
 
@@ -452,10 +473,10 @@ pub(crate) fn endpoint_row(e: &EndpointSnapshot) -> Row {
             e.side.name().to_owned(),
             e.method.clone(),
             e.resource.clone(),
-            human(e.calls as f64),
+            at_least(e.conn_loss, human(e.calls as f64)),
             human_rate(e.calls_per_s),
-            format!("{:.1}", e.server_error_rate * 100.0),
-            format!("{:.1}", e.client_error_rate * 100.0),
+            rate_cell(e.server_error_rate, e.unknown_outcomes),
+            rate_cell(e.client_error_rate, e.unknown_outcomes),
             ms(e.latency_p50_ns),
             ms(e.latency_p90_ns),
             ms(e.latency_p99_ns),
@@ -468,8 +489,8 @@ pub(crate) fn endpoint_row(e: &EndpointSnapshot) -> Row {
             SortVal::Text(e.resource.clone()),
             SortVal::Num(e.calls as f64),
             SortVal::Num(e.calls_per_s),
-            SortVal::Num(e.server_error_rate),
-            SortVal::Num(e.client_error_rate),
+            SortVal::Num(e.server_error_rate.unwrap_or(-1.0)),
+            SortVal::Num(e.client_error_rate.unwrap_or(-1.0)),
             SortVal::Num(e.latency_p50_ns as f64),
             SortVal::Num(e.latency_p90_ns as f64),
             SortVal::Num(e.latency_p99_ns as f64),
@@ -487,7 +508,7 @@ pub(crate) fn conn_row(c: &ConnEntry) -> Row {
             c.peer.to_string(),
             proc_label(&c.comm, c.pid),
             c.side.name().to_owned(),
-            human(c.calls as f64),
+            at_least(c.calls_after_loss > 0, human(c.calls as f64)),
             c.server_errors.to_string(),
             c.client_errors.to_string(),
             human(c.req_bytes as f64),
@@ -586,7 +607,7 @@ pub(crate) fn process_row(
             opt(p.rss_bytes.map(|b| b as f64), |v| {
                 format!("{:.1}", v / 1048576.0)
             }),
-            human_rate(p.calls_per_s),
+            at_least(p.conn_loss, human_rate(p.calls_per_s)),
             human_rate(per_s(p.server_errors)),
             human_rate(per_s(p.client_errors)),
             human(bytes_in_per_s.round()),
@@ -619,6 +640,20 @@ pub(crate) fn process_row(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An unknown outcome is neither ok nor an error: the rate is of the known calls, marked.
+    #[test]
+    fn error_rates_say_when_outcomes_are_unknown() {
+        assert_eq!(rate_cell(Some(0.25), 0), "25.0");
+        assert_eq!(rate_cell(Some(0.0), 3), "0.0?");
+        assert_eq!(rate_cell(None, 5), "?");
+    }
+
+    #[test]
+    fn counts_over_lossy_connections_are_lower_bounds() {
+        assert_eq!(at_least(false, "1.2K".into()), "1.2K");
+        assert_eq!(at_least(true, "1.2K".into()), "≥1.2K");
+    }
 
     #[test]
     fn rates_keep_one_decimal_below_a_thousand() {

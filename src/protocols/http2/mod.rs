@@ -317,6 +317,8 @@ struct Stream {
     path: Option<String>,
     authority: Option<String>,
     grpc: bool,
+    /// A `content-type` was decoded in the request or the response (so `grpc` is known).
+    content_type_seen: bool,
     /// Final `:status` (1xx responses are skipped).
     status: Option<u32>,
     /// A final response HEADERS was seen (what follows is DATA or trailers).
@@ -978,6 +980,7 @@ impl Http2Parser {
             path: h.path.clone(),
             authority: h.authority.clone(),
             grpc,
+            content_type_seen: h.content_type.is_some(),
             ..Stream::default()
         };
         s.req.add_block(span, first, last);
@@ -1015,6 +1018,7 @@ impl Http2Parser {
         if !s.resp_headers {
             s.resp_headers = true;
             s.status = h.status;
+            s.content_type_seen |= h.content_type.is_some();
             if h.content_type
                 .as_deref()
                 .is_some_and(|c| c.starts_with("application/grpc"))
@@ -1023,6 +1027,8 @@ impl Http2Parser {
             }
         }
         if h.grpc_status.is_some() {
+            // Only gRPC sends it: the call is gRPC even when its content-type was hidden.
+            s.grpc = true;
             s.grpc_status = h.grpc_status;
             s.grpc_message = h.grpc_message.clone();
         }
@@ -1081,21 +1087,58 @@ impl Http2Parser {
             _ => "?".to_owned(),
         };
         let mut details = Vec::new();
-        let (status, status_text, outcome) = match (&error, s.grpc, s.grpc_status) {
+        // Whether the call is gRPC (whose outcome is `grpc-status`, not `:status`): known when
+        // a content-type or a `grpc-status` was decoded, when the method is not POST, or when
+        // either side's header blocks were decoded in full (gRPC always sends its
+        // content-type); else unknown (HPACK entries from before ebtop started hid them).
+        let grpc_known = if s.grpc {
+            Some(true)
+        } else if s.content_type_seen
+            || s.method.as_deref().is_some_and(|m| m != "POST")
+            || !s.req.partial
+            || !s.resp.partial
+        {
+            Some(false)
+        } else {
+            None
+        };
+        let by_http = |status: Option<u32>| match status {
+            Some(c) if c >= 500 => Outcome::ServerError,
+            Some(c) if c >= 400 => Outcome::ClientError,
+            Some(_) => Outcome::Ok,
+            None => Outcome::Unknown,
+        };
+        let mut maybe_grpc_status = false;
+        let (status, status_text, outcome) = match (&error, grpc_known, s.grpc_status) {
             (Some((why, o)), _, _) => (s.status, Some(why.clone()), *o),
-            (None, true, Some(code)) => {
+            (None, Some(true), Some(code)) => {
                 let (name, o) = grpc_status(code);
                 (None, Some(name), o)
             }
-            (None, _, _) => {
-                let o = match s.status {
-                    Some(c) if c >= 500 => Outcome::ServerError,
-                    Some(c) if c >= 400 => Outcome::ClientError,
-                    _ => Outcome::Ok,
-                };
-                (s.status, None, o)
-            }
+            // gRPC without a decoded `grpc-status`: its trailers had fields that could not be
+            // decoded (an entry indexed before ebtop started: grpcio indexes every status),
+            // or were not seen (lost, or the stream ended out of sight). A 5xx is an error
+            // either way.
+            (None, Some(true), None) => match s.status {
+                Some(c) if c >= 500 => (s.status, None, Outcome::ServerError),
+                _ => (None, None, Outcome::Unknown),
+            },
+            // Maybe gRPC, maybe not: only a 5xx is an error either way (gRPC maps 5xx to
+            // UNAVAILABLE/UNKNOWN/INTERNAL); else the HTTP status tells nothing sure.
+            (None, None, _) => match s.status {
+                Some(c) if c >= 500 => (s.status, None, Outcome::ServerError),
+                _ => {
+                    maybe_grpc_status = true;
+                    (None, None, Outcome::Unknown)
+                }
+            },
+            (None, _, _) => (s.status, None, by_http(s.status)),
         };
+        if maybe_grpc_status && full {
+            if let Some(c) = s.status {
+                details.push(("http_status", c.to_string()));
+            }
+        }
         if s.grpc && full {
             if let Some(c) = s.status.filter(|_| status.is_none()) {
                 details.push(("http_status", c.to_string()));
@@ -1746,6 +1789,133 @@ mod tests {
         );
         assert_eq!(r.stats.partial_headers, 1);
         assert_eq!(r.stats.unmatched_responses, 1);
+    }
+
+    /// One stream of a connection picked up mid-way: the request block, then the response's
+    /// blocks (the last with END_STREAM), each direction's HPACK table unknown.
+    fn picked_up_call(req: &[u8], resp: &[&[u8]]) -> L7Call {
+        let mut r = Run::new(ParseDepth::Full);
+        r.seg(C, &frame(HEADERS, END_HEADERS, 1, req));
+        r.seg(C, &frame(DATA, END_STREAM, 1, &grpc_msg(b"q")));
+        for (i, b) in resp.iter().enumerate() {
+            let flags = END_HEADERS | if i + 1 == resp.len() { END_STREAM } else { 0 };
+            r.seg(S, &frame(HEADERS, flags, 1, b));
+            if i == 0 && resp.len() > 1 {
+                r.seg(S, &frame(DATA, 0, 1, &grpc_msg(b"r")));
+            }
+        }
+        assert_eq!(r.calls.len(), 1, "{:?}", r.calls);
+        r.calls.pop().unwrap()
+    }
+
+    /// A gRPC call whose trailers never came (the connection ended, or their bytes were
+    /// lost): its grpc-status is not known, whatever `:status` 200 says.
+    #[test]
+    fn grpc_without_its_trailers_is_unknown() {
+        let mut r = Run::new(ParseDepth::Full);
+        r.start();
+        let mut h = get("/pkg.Svc/Get");
+        h[0] = 0x83; // POST
+        h.extend_from_slice(b"\x5f\x10application/grpc");
+        r.seg(C, &frame(HEADERS, END_HEADERS, 1, &h));
+        r.seg(C, &frame(DATA, END_STREAM, 1, &grpc_msg(b"q")));
+        let mut h = vec![0x88];
+        h.extend_from_slice(b"\x5f\x10application/grpc");
+        r.seg(S, &frame(HEADERS, END_HEADERS, 1, &h));
+        r.seg(S, &frame(DATA, 0, 1, &grpc_msg(b"r")));
+        r.close();
+        assert_eq!(r.calls.len(), 1);
+        let c = &r.calls[0];
+        assert_eq!(
+            (c.proto, c.status, c.outcome, c.end_inferred),
+            (Protocol::Grpc, None, Outcome::Unknown, true)
+        );
+    }
+
+    /// Issue 43: gRPC on a channel opened before ebtop was `http2 POST ? 200 ok` whatever it
+    /// returned. The status comes from what decodes (a literal `grpc-status`, as grpcio and Go
+    /// send every code but the commonest), what does not is `unknown`, never `ok`.
+    #[test]
+    fn picked_up_grpc_status_is_decoded_or_unknown_never_ok() {
+        // POST (static), :path, content-type and te from dynamic entries of before.
+        let req: &[u8] = &[0x83, 0x86, 0xbe, 0xbf, 0xc0];
+        // :status 200 (static), content-type from a dynamic entry.
+        let head: &[u8] = &[0x88, 0xbe];
+        let outcome = |c: &L7Call| {
+            (
+                c.proto,
+                c.status,
+                c.status_text.clone(),
+                c.outcome,
+                detail(c, "http_status").map(str::to_owned),
+            )
+        };
+        let grpc = |name: &str, o| {
+            (
+                Protocol::Grpc,
+                None,
+                Some(name.to_owned()),
+                o,
+                Some("200".into()),
+            )
+        };
+        // grpc-status 5 as a literal without indexing (name a literal): NOT_FOUND.
+        let c = picked_up_call(
+            req,
+            &[
+                head,
+                b"\x00\x0bgrpc-status\x015\x00\x0cgrpc-message\x04gone",
+            ],
+        );
+        assert_eq!(outcome(&c), grpc("NOT_FOUND", Outcome::ClientError));
+        assert_eq!(detail(&c, "grpc_message"), Some("gone"));
+        // grpc-status 13 as a literal with incremental indexing: INTERNAL.
+        let c = picked_up_call(req, &[head, b"\x40\x0bgrpc-status\x0213"]);
+        assert_eq!(outcome(&c), grpc("INTERNAL", Outcome::ServerError));
+        // grpc-status 0 from a dynamic entry of before (grpcio indexes OK): unknown.
+        let unknown = (
+            Protocol::Http2,
+            None,
+            None,
+            Outcome::Unknown,
+            Some("200".into()),
+        );
+        let c = picked_up_call(req, &[head, &[0xc1]]);
+        assert_eq!(outcome(&c), unknown);
+        assert_eq!(detail(&c, "headers"), Some("partial"));
+        // Its value known but its name from an entry of before: still unknown.
+        let c = picked_up_call(req, &[head, b"\x0f\x2f\x010"]);
+        assert_eq!(outcome(&c), unknown);
+        // A Trailers-Only answer, grpc-status literal.
+        let c = picked_up_call(req, &[b"\x88\xbe\x00\x0bgrpc-status\x0214"]);
+        assert_eq!(outcome(&c), grpc("UNAVAILABLE", Outcome::ServerError));
+        // Known to be gRPC (content-type decoded), grpc-status hidden: unknown, proto grpc.
+        let c = picked_up_call(req, &[b"\x88\x5f\x10application/grpc", &[0xc1]]);
+        assert_eq!(
+            outcome(&c),
+            (
+                Protocol::Grpc,
+                None,
+                None,
+                Outcome::Unknown,
+                Some("200".into())
+            )
+        );
+        // Maybe gRPC, answered 503: an error either way.
+        let c = picked_up_call(req, &[&[0x48, 0x03, b'5', b'0', b'3', 0xbe]]);
+        assert_eq!((c.status, c.outcome), (Some(503), Outcome::ServerError));
+        // Plain HTTP/2 whose :status is a dynamic entry of before: unknown, not ok.
+        let c = picked_up_call(&[0x82, 0x86, 0xbe], &[&[0xbe]]);
+        assert_eq!(
+            (c.proto, c.method.as_str(), c.status, c.outcome),
+            (Protocol::Http2, "GET", None, Outcome::Unknown)
+        );
+        // Plain HTTP/2 (a GET is never gRPC) with its :status known: by the status.
+        let c = picked_up_call(&[0x82, 0x86, 0xbe], &[&[0x88, 0xbf]]);
+        assert_eq!((c.status, c.outcome), (Some(200), Outcome::Ok));
+        // The request decoded in full without a gRPC content-type: not gRPC, by the status.
+        let c = picked_up_call(&get("/x"), &[&[0x8d, 0xbe]]);
+        assert_eq!((c.status, c.outcome), (Some(404), Outcome::ClientError));
     }
 
     /// A lost range inside a DATA payload only skips bytes; one inside a header block forgets
