@@ -10,12 +10,8 @@ pub struct KeyHelp {
 
 pub const KEYS: &[KeyHelp] = &[
     KeyHelp {
-        keys: &["q"],
-        action: "close details or a drill-down; at the top level: quit",
-    },
-    KeyHelp {
-        keys: &["Ctrl-C", "F10"],
-        action: "quit (anywhere)",
+        keys: &["q", "Ctrl-C", "F10"],
+        action: "quit (q first closes details or a drill-down)",
     },
     KeyHelp {
         keys: &["?", "F1"],
