@@ -123,9 +123,9 @@ fn resplit(f: &SegFile, at: usize) -> SegFile {
 
 /// Ignored: it fails today (1493 variants, 34 with a status no uncut call has), found when it
 /// was written — the parsers' part of issue 43 item 1, for their owners:
-/// - http1: a lost request record (pipelined_nginx, curl_nginx_keepalive) pairs the next
-///   request with the lost one's response (`GET /index.html` 404, `/missing.html` 200);
-///   head_204_304 likewise (a HEAD given a 204).
+/// - http1: head_204_304 with its first record (a HEAD request) lost: the answer to the HEAD,
+///   read as a response with a body, takes the next responses' bytes and then pairs with the
+///   next request (`GET /empty` 200).
 /// - mysql (mariadb_cli, perl_prepared) and postgres (pgbench_prepared, psql_simple,
 ///   psql_multi_statement): a lost record shifts replies onto the wrong statements (an
 ///   INSERT that hit a duplicate key reported ok; EXECUTEs given a neighbour's result); a

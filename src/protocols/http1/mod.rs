@@ -769,6 +769,11 @@ impl StreamParser for Http1Parser {
                 // that were already complete): no way to frame it.
                 self.lose_sync(d, stats);
                 stats.skipped(uncaptured);
+                if self.request_dir != Some(d) {
+                    // Unseen bytes where a response starts may hold whole responses: the
+                    // requests waiting can no longer be paired in order.
+                    self.distrust_pairing(stats);
+                }
                 return;
             }
             if !matches!(self.dirs[d].cur, Current::None) {
