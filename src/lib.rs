@@ -35,6 +35,7 @@ pub mod session_meta;
 pub mod sink;
 pub mod source;
 pub mod summary;
+pub mod text;
 pub mod tls;
 pub mod tty;
 pub mod tui;

@@ -773,7 +773,7 @@ fn find_key<T>(
     call: &Call,
     find: impl FnOnce(&EndpointKeyRef<'_>) -> Option<T>,
 ) -> Result<T, EndpointKey> {
-    let method = truncate(&call.l7.method, MAX_METHOD_LEN);
+    let method = crate::text::cut(&call.l7.method, MAX_METHOD_LEN);
     let resource = memo.normalize(call.l7.proto, method, &call.l7.resource, keep_raw);
     let key = EndpointKeyRef {
         comm: &call.comm,
@@ -963,17 +963,6 @@ fn sort(rows: &mut [EndpointSnapshot]) {
             .then_with(|| a.method.cmp(&b.method))
             .then_with(|| a.resource.cmp(&b.resource))
     });
-}
-
-fn truncate(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 #[cfg(test)]

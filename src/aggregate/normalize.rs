@@ -58,14 +58,7 @@ pub fn normalize_kind(kind: ResourceKind, method: &str, resource: &str) -> Strin
 }
 
 pub(crate) fn truncated(s: &str) -> &str {
-    if s.len() <= MAX_RESOURCE_LEN {
-        return s;
-    }
-    let mut end = MAX_RESOURCE_LEN;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
+    crate::text::cut(s, MAX_RESOURCE_LEN)
 }
 
 /// HTTP request target → path template. Absolute-form targets (`http://host/p`, sent to

@@ -42,17 +42,7 @@ pub const MAX_CMDLINE: usize = 4096;
 pub const MAX_STRING: usize = 4096;
 pub const MAX_LIST: usize = 4096;
 
-/// `s` cut at `max` bytes, at a character boundary.
-pub fn cut(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
+use crate::text::cut;
 
 /// A string deserialized without keeping more than `N` bytes of it.
 pub struct CappedString<const N: usize>(pub String);
