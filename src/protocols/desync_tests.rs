@@ -121,11 +121,16 @@ fn resplit(f: &SegFile, at: usize) -> SegFile {
     g
 }
 
-/// Ignored: it fails today (1493 variants, 34 with a status no uncut call has), found when it
-/// was written — the parsers' part of issue 43 item 1, for their owners:
-/// - http1: head_204_304 with its first record (a HEAD request) lost: the answer to the HEAD,
-///   read as a response with a body, takes the next responses' bytes and then pairs with the
-///   next request (`GET /empty` 200).
+/// The protocols whose parsers pass (run by the suite; a regression fails it).
+const PASSING: &[&str] = &["http1", "http2", "memcached"];
+
+#[test]
+fn desynchronised_fixtures_of_the_passing_parsers_report_the_true_status_or_unknown() {
+    check(|folder| PASSING.contains(&folder));
+}
+
+/// Every parser. Ignored: it fails today (23 of 1493 variants report a status no uncut call
+/// has) — the parsers' part of issue 43 item 1 still to do:
 /// - mysql (mariadb_cli, perl_prepared) and postgres (pgbench_prepared, psql_simple,
 ///   psql_multi_statement): a lost record shifts replies onto the wrong statements (an
 ///   INSERT that hit a duplicate key reported ok; EXECUTEs given a neighbour's result); a
@@ -140,9 +145,18 @@ fn resplit(f: &SegFile, at: usize) -> SegFile {
 #[test]
 #[ignore = "fails: parsers pair replies wrongly after a gap (issue 43 item 1; list above)"]
 fn desynchronised_fixtures_report_the_true_status_or_unknown() {
+    check(|_| true);
+}
+
+/// Runs every variant of the fixtures of the protocol folders `folder` selects.
+fn check(folder: impl Fn(&str) -> bool) {
     let mut failures = Vec::new();
     let mut variants = 0;
     for (name, f) in fixtures() {
+        let in_folder = name.rsplit('/').nth(2).is_some_and(&folder);
+        if !in_folder {
+            continue;
+        }
         let (truth, _) = run(&f, None);
         let mut check = |what: String, got: Vec<Call>| {
             variants += 1;
@@ -165,7 +179,7 @@ fn desynchronised_fixtures_report_the_true_status_or_unknown() {
             check(format!("record {i} lost"), run(&without(&f, i), None).0);
         }
     }
-    assert!(variants > 100, "{variants}");
+    assert!(variants > 50, "{variants}");
     assert!(
         failures.is_empty(),
         "{} of {variants} variants report a status no call of the uncut fixture has:\n{}",

@@ -149,6 +149,9 @@ struct DirStream {
     /// Bytes of interim (1xx) responses, counted into the final response.
     interim_bytes: u64,
     kind: Option<Kind>,
+    /// The body length of a response whose request was not seen (so whether it answers a
+    /// HEAD is unknown), while none of that body has come.
+    unsure_body: Option<u64>,
 }
 
 impl DirStream {
@@ -160,6 +163,7 @@ impl DirStream {
             cur_seg: 0,
             interim_bytes: 0,
             kind: None,
+            unsure_body: None,
         }
     }
     fn span_mut(&mut self) -> Option<&mut MessageSpan> {
@@ -397,6 +401,10 @@ impl Http1Parser {
                         None => State::UntilClose,
                     }
                 };
+                ds.unsure_body = match ds.state {
+                    State::Body { remaining } if req_method.is_none() => Some(remaining),
+                    _ => None,
+                };
                 if ds.state == State::Start {
                     self.complete(d, false, out, stats);
                 }
@@ -413,6 +421,7 @@ impl Http1Parser {
         stats: &mut ParseStats,
     ) {
         let ds = &mut self.dirs[d];
+        ds.unsure_body = None;
         if ds.state != State::Tunnel && ds.state != State::Lost {
             ds.state = State::Start;
         }
@@ -456,7 +465,18 @@ impl Http1Parser {
                 {
                     self.finish_open_ended(1 - d, out, stats);
                 }
-                match self.pending.pop() {
+                // A response that ended before the oldest waiting request began answers an
+                // unseen one (its request lost): it is no answer to that request.
+                let before_request = self
+                    .pending
+                    .front()
+                    .is_some_and(|r| r.complete && resp.span.last_end_ns < r.span.first_start_ns);
+                let req = if before_request {
+                    None
+                } else {
+                    self.pending.pop()
+                };
+                match req {
                     Some(req) if tunnel && resp.h2c && req.h2c => {
                         // The answer to this request comes as HTTP/2, on stream 1: the
                         // connection is the HTTP/2 parser's from here on, and that request
@@ -728,6 +748,16 @@ impl StreamParser for Http1Parser {
         let d = seg.dir.index();
         match self.dirs[d].state {
             State::Tunnel => return,
+            // A response to an unseen request, none of its body come, and a segment that
+            // starts a response: it answered a HEAD (its Content-Length is the resource's);
+            // read as a body, it would take the next responses' bytes.
+            State::Body { remaining }
+                if self.dirs[d].unsure_body == Some(remaining)
+                    && is_response_start(seg.payload) =>
+            {
+                self.dirs[d].state = State::Start;
+                self.complete(d, false, out, stats);
+            }
             State::Lost => {
                 if is_message_start(seg.payload) {
                     self.finish_open_ended(d, out, stats);
