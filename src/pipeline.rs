@@ -261,6 +261,13 @@ impl<S: Sink> Pipeline<S> {
         self
     }
 
+    /// Live with TLS probes: the files probed for the processes running at the start (once).
+    pub fn on_tls_started(&mut self, start: &crate::sink::TlsStart) -> io::Result<()> {
+        self.down
+            .sink
+            .tls_started(crate::clock::monotonic_ns(), start)
+    }
+
     pub fn start(&mut self, meta: &SessionMeta) -> io::Result<()> {
         // Intervals count from the session's start in kernel time (recorded, so a replay's
         // intervals are the live run's).

@@ -254,6 +254,18 @@ struct ExitLine<'a> {
 }
 
 #[derive(Serialize)]
+struct TlsStartLine<'a> {
+    #[serde(rename = "type")]
+    ty: &'static str,
+    ts: String,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    tls_probed: &'a [String],
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    tls_probe_failures: &'a [String],
+    tls_files_skipped: u64,
+}
+
+#[derive(Serialize)]
 struct LostLine {
     #[serde(rename = "type")]
     ty: &'static str,
@@ -439,6 +451,18 @@ impl<W: Write> Sink for JsonSink<W> {
             signal: e.status.signal,
             core_dumped: e.status.core_dumped,
         })
+    }
+
+    fn tls_started(&mut self, mono_ns: u64, start: &super::TlsStart) -> io::Result<()> {
+        let ts = self.clock.rfc3339(mono_ns);
+        self.line(&TlsStartLine {
+            ty: "tls",
+            ts,
+            tls_probed: &start.probed,
+            tls_probe_failures: &start.failures,
+            tls_files_skipped: start.skipped,
+        })?;
+        self.out().flush()
     }
 
     fn lost(&mut self, mono_ns: u64, loss: &super::Loss) -> io::Result<()> {
