@@ -255,6 +255,11 @@ impl<S: Sink> Pipeline<S> {
         self
     }
 
+    /// Whether a recording is written (`-w`): its header holds the session's `meta` already.
+    pub fn is_recording(&self) -> bool {
+        self.down.recorder.is_some()
+    }
+
     /// Records every record that passes the filters (and process descriptions) to `rec`.
     pub fn with_recorder(mut self, rec: Recorder) -> Self {
         self.down.recorder = Some(rec);

@@ -244,7 +244,11 @@ pub fn run<S: Sink, R>(
     meta.event_rings = Some(shards as u32);
     // The session starts now, with everything attached: `meta.start` is this moment, and
     // `--duration` counts from it (the TLS probes follow as the lookout finds their files).
-    meta.start_unix_ns = crate::clock::now_unix_ns();
+    // A recording's header, written before the load, holds its start already: intervals
+    // count from it, so that a replay's are the live run's.
+    if !pipeline.is_recording() {
+        meta.start_unix_ns = crate::clock::now_unix_ns();
+    }
     let meta = &meta;
     pipeline.start(meta).context("writing output failed")?;
     if shards > 1 {
