@@ -361,9 +361,13 @@ fn a_crafted_go_function_table_is_read_in_linear_time() {
         .expect("objcopy runs (binutils)");
     assert!(ok.success());
     std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
-    // The crafted table is what ebtop's reader finds in it.
+    // The crafted table is what ebtop's reader finds in it, at once (the quadratic scan took
+    // over a minute for this file here).
+    let t = Instant::now();
     let found = ebtop::tls::golang::sites_of(&prog);
+    let took = t.elapsed();
     assert_eq!(found, Ok(None), "a table without crypto/tls");
+    assert!(took < Duration::from_secs(2), "the table read in {took:?}");
 
     let sleeper = |secs: &str| {
         Command::new(&prog)
