@@ -493,3 +493,32 @@ fn a_link_planted_in_a_namespace_never_reaches_a_host_file() {
         "the planted link is named as skipped: {stderr}"
     );
 }
+
+/// SIGTERM at any moment of the start (before, during and after the BPF objects load) ends
+/// ebtop promptly and cleanly: what is left to load is skipped (before: the whole start, TLS
+/// lookout's first look included, then the session's end; 2–3 s here under load).
+#[test]
+fn sigterm_during_the_start_ends_ebtop_promptly() {
+    require_root();
+    for delay_ms in [20, 150, 400, 800] {
+        let e = Watched::start(&[]);
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let (took, status, stderr, lines) = e.terminate();
+        eprintln!("SIGTERM {delay_ms} ms after exec: exit {took:?} later");
+        // Signalled before its handler is set (its first ms), the signal ends it.
+        use std::os::unix::process::ExitStatusExt;
+        assert!(
+            status.success() || status.signal() == Some(libc::SIGTERM),
+            "{status:?}: {stderr}"
+        );
+        assert!(
+            took < EXIT_WITHIN,
+            "SIGTERM {delay_ms} ms after exec: exit took {took:?}"
+        );
+        // Its meta first and its summary last (no output if the signal came first).
+        if let Some(first) = lines.first() {
+            assert_eq!(first["type"], "meta");
+            assert_eq!(lines.last().unwrap()["type"], "summary");
+        }
+    }
+}

@@ -159,8 +159,11 @@ pub fn run<S: Sink, R>(
     meta.hooks = Some(capture.hooks().to_owned());
     let meta = &meta;
 
+    // A stop during the start (SIGTERM, `q`) skips what is left to load: the session then
+    // ends at once, with its meta and summary.
+    let stopping = || stop.load(Ordering::Relaxed);
     // The flow table: optional. If it cannot load, HTTP capture goes on without it.
-    let mut flows = match cfg.flow_table.then(|| {
+    let mut flows = match (cfg.flow_table && !stopping()).then(|| {
         crate::source::flow_table::FlowCollector::start(
             &crate::source::flow_table::FlowConfig {
                 max_flows: cfg.max_flows,
@@ -181,8 +184,7 @@ pub fn run<S: Sink, R>(
 
     // Process exec/exit records: optional too; without them processes are read from /proc.
     // They describe the processes of calls: not loaded when no call is captured.
-    let mut procs = match cfg
-        .capture
+    let mut procs = match (cfg.capture && !stopping())
         .then(|| ProcessProbe::start(&cfg.filters, &cfg.cgroups, tls_loaded))
     {
         None => None,
@@ -197,7 +199,7 @@ pub fn run<S: Sink, R>(
     let programs: Vec<libbpf_rs::Program> = capture.object().progs().collect();
     // TLS plaintext: uprobes on the TLS libraries, placed by the lookout's thread as it finds
     // them (the session does not wait: `TlsProbes::start`).
-    let mut tls = if tls_loaded {
+    let mut tls = if tls_loaded && !stopping() {
         match TlsProbes::start(&programs, cfg.filters.pid.clone()) {
             Ok(t) => Some(t),
             Err(e) => {
