@@ -449,6 +449,40 @@ mod tests {
         assert!(matches!(Pclntab::parse(&data), Err(GoError::Table(_))));
     }
 
+    /// A table whose names never end (issue 42): looking a name up, and reading every
+    /// function, is linear in the table (each name read at most `MAX_NAME` bytes far), where
+    /// a scan for each name's end was quadratic (tens of seconds for this one).
+    #[test]
+    fn names_without_an_end_cost_linear_time() {
+        let (nfunc, name_len) = (20_000usize, 200_000usize);
+        let mut data = table(&[], 0);
+        data[8..16].copy_from_slice(&(nfunc as u64).to_le_bytes());
+        let functab = data.len() + name_len;
+        data[8 + 8 * 7..8 + 8 * 8].copy_from_slice(&(functab as u64).to_le_bytes());
+        data.truncate(8 + 8 * 8);
+        data.extend(std::iter::repeat_n(b'A', name_len));
+        let records = functab + 8 * (nfunc + 1);
+        for i in 0..nfunc {
+            data.extend_from_slice(&((i * 16) as u32).to_le_bytes());
+            data.extend_from_slice(&((records - functab + 8 * i) as u32).to_le_bytes());
+        }
+        data.extend_from_slice(&((nfunc * 16) as u32).to_le_bytes());
+        data.extend_from_slice(&0u32.to_le_bytes());
+        for i in 0..nfunc {
+            data.extend_from_slice(&((i * 16) as u32).to_le_bytes());
+            data.extend_from_slice(&0i32.to_le_bytes());
+        }
+        let t = Pclntab::parse(&data).expect("parses");
+        let start = std::time::Instant::now();
+        assert_eq!(t.find(READ), None);
+        assert_eq!(t.function(0), None, "a name longer than MAX_NAME");
+        for i in 0..nfunc {
+            assert_eq!(t.function(i), None);
+        }
+        let took = start.elapsed();
+        assert!(took < std::time::Duration::from_secs(2), "{took:?}");
+    }
+
     #[test]
     fn every_prefix_of_a_table_parses_or_fails_without_panic() {
         let data = table(&[(READ, 0x80), (WRITE, 0x200)], 0x300);
