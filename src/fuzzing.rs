@@ -42,6 +42,10 @@ pub const TARGETS: &[Target] = &[
         name: "go_binary",
         drive: crate::tls::golang::fuzzing::drive,
     },
+    Target {
+        name: "elf",
+        drive: crate::tls::elf::fuzzing::drive,
+    },
 ];
 
 pub fn target(name: &str) -> Option<&'static Target> {
@@ -141,6 +145,7 @@ pub fn seeds(target: &str, root: &Path) -> io::Result<Vec<(String, Vec<u8>)>> {
             }
         }
         "go_binary" => out = crate::tls::golang::fuzzing::seeds(),
+        "elf" => out = crate::tls::elf::fuzzing::seeds(),
         _ => {}
     }
     Ok(out)

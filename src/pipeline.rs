@@ -275,6 +275,11 @@ impl<S: Sink> Pipeline<S> {
         self
     }
 
+    /// Whether a recording is written (`-w`): its header holds the session's `meta` already.
+    pub fn is_recording(&self) -> bool {
+        self.down.recorder.is_some()
+    }
+
     /// Records every record that passes the filters (and process descriptions) to `rec`.
     pub fn with_recorder(mut self, rec: Recorder) -> Self {
         self.down.recorder = Some(rec);
@@ -289,6 +294,13 @@ impl<S: Sink> Pipeline<S> {
     ) -> Self {
         self.down.stop_on_recording_failure = Some(stop);
         self
+    }
+
+    /// Live with TLS probes: the files probed for the processes running at the start (once).
+    pub fn on_tls_started(&mut self, start: &crate::sink::TlsStart) -> io::Result<()> {
+        self.down
+            .sink
+            .tls_started(crate::clock::monotonic_ns(), start)
     }
 
     pub fn start(&mut self, meta: &SessionMeta) -> io::Result<()> {

@@ -22,8 +22,12 @@ impl ExeId {
     /// Whether `meta` is this file.
     pub fn is(&self, meta: &std::fs::Metadata) -> bool {
         use std::os::unix::fs::MetadataExt;
-        let st_dev = meta.dev();
-        meta.ino() == self.ino
+        self.is_file(meta.dev(), meta.ino())
+    }
+
+    /// Whether the file of `st_dev` and `ino` (as stat gives them) is this file.
+    pub fn is_file(&self, st_dev: u64, ino: u64) -> bool {
+        ino == self.ino
             && u64::from(libc::major(st_dev)) == u64::from(self.dev >> 20)
             && u64::from(libc::minor(st_dev)) == u64::from(self.dev & 0xf_ffff)
     }

@@ -401,7 +401,7 @@ fn public_function_sites_are_exact_too() {
     let (py_pid, got) = python_fetch(&[url.clone(), url]);
     assert_eq!(got, [(200, INDEX.len()), (200, INDEX.len())]);
     let lines = ebtop.stop();
-    let meta = &lines[0];
+    let meta = tls_start(&lines);
     assert!(
         meta["tls_probed"]
             .as_array()
@@ -434,7 +434,7 @@ fn pid_filter_probes_only_that_process() {
     );
     assert_eq!(transfers.len(), 3);
     let lines = ebtop.stop();
-    let meta = &lines[0];
+    let meta = tls_start(&lines);
     let probed = meta["tls_probed"].as_array().expect("files probed");
     assert!(
         probed
@@ -863,7 +863,7 @@ fn static_server_started_after_ebtop_is_traced(openssl: StaticOpenssl) {
     // shape `internal_sites` proves (OpenSSL 1.1.1 built with frame pointers); BoringSSL's
     // public functions.
     let again = Ebtop::start(&["--json", "--port", &p]);
-    let meta = again.collected[0].clone();
+    let meta = tls_start(&again.collected).clone();
     drop(again.stop());
     let sites = match openssl {
         StaticOpenssl::BoringSsl => "public",
@@ -1028,7 +1028,7 @@ fn libssl_dlopened_from_a_private_directory_after_start_is_traced() {
     assert_eq!(got.len(), paths.len(), "{got:?}");
 
     let lines = ebtop.stop();
-    let probed = lines[0]["tls_probed"]
+    let probed = tls_start(&lines)["tls_probed"]
         .as_array()
         .cloned()
         .unwrap_or_default();

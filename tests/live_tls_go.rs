@@ -330,7 +330,7 @@ fn assert_client_calls(
     }
 }
 
-/// The Go files `meta.tls_probed` lists, as the pids in their `/proc/PID/exe [go]` names.
+/// The Go files the `tls` line's `tls_probed` lists, as the pids in their `/proc/PID/exe [go]` names.
 fn go_probed(meta: &Value) -> Vec<u32> {
     meta["tls_probed"]
         .as_array()
@@ -402,7 +402,7 @@ fn go_server_and_clients_running_before_ebtop_are_exact_on_both_sides() {
     assert_printed(&h2.finish(), &h2_paths);
     let lines = ebtop.stop();
 
-    let meta = &lines[0];
+    let meta = tls_start(&lines);
     let probed = go_probed(meta);
     assert!(
         probed.contains(&server.pid()),

@@ -292,6 +292,14 @@ pub struct OverheadSnapshot {
     pub tls_files_probed: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls_probe_failures: Option<u64>,
+    /// Files skipped as untrusted input (a lease, a link, over a cap: docs/security.md), each
+    /// named once on stderr; absent as above.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_files_skipped: Option<u64>,
+    /// Whether the processes running at the start were looked at (their files probed): TLS
+    /// plaintext is complete from then on; absent as above.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_running_scanned: Option<bool>,
     /// Whether every installed program (those of the program directories and `PATH`, looked
     /// at after the start, between the looks at new processes) was looked at; absent as above.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -399,6 +407,8 @@ impl Overhead {
             ring_lost_per_s: per_s(ring_lost, period_ns),
             tls_files_probed: None,
             tls_probe_failures: None,
+            tls_files_skipped: None,
+            tls_running_scanned: None,
             tls_installed_scanned: None,
             ebtop_cpu_pct: user_cpu_pct.map(|u| u + bpf.as_ref().map_or(0.0, |b| b.cpu_pct)),
             bpf_programs: bpf.map(|b| b.programs).unwrap_or_default(),

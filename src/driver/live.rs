@@ -159,8 +159,11 @@ pub fn run<S: Sink, R>(
     meta.hooks = Some(capture.hooks().to_owned());
     let meta = &meta;
 
+    // A stop during the start (SIGTERM, `q`) skips what is left to load: the session then
+    // ends at once, with its meta and summary.
+    let stopping = || stop.load(Ordering::Relaxed);
     // The flow table: optional. If it cannot load, HTTP capture goes on without it.
-    let mut flows = match cfg.flow_table.then(|| {
+    let mut flows = match (cfg.flow_table && !stopping()).then(|| {
         crate::source::flow_table::FlowCollector::start(
             &crate::source::flow_table::FlowConfig {
                 max_flows: cfg.max_flows,
@@ -181,8 +184,7 @@ pub fn run<S: Sink, R>(
 
     // Process exec/exit records: optional too; without them processes are read from /proc.
     // They describe the processes of calls: not loaded when no call is captured.
-    let mut procs = match cfg
-        .capture
+    let mut procs = match (cfg.capture && !stopping())
         .then(|| ProcessProbe::start(&cfg.filters, &cfg.cgroups, tls_loaded))
     {
         None => None,
@@ -195,8 +197,9 @@ pub fn run<S: Sink, R>(
 
     // Every program of ebtop, for its own-cost figures (and the TLS probes' attachment).
     let programs: Vec<libbpf_rs::Program> = capture.object().progs().collect();
-    // TLS plaintext: uprobes on the TLS libraries, placed before the session starts.
-    let mut tls = if tls_loaded {
+    // TLS plaintext: uprobes on the TLS libraries, placed by the lookout's thread as it finds
+    // them (the session does not wait: `TlsProbes::start`).
+    let mut tls = if tls_loaded && !stopping() {
         match TlsProbes::start(&programs, cfg.filters.pid.clone()) {
             Ok(t) => Some(t),
             Err(e) => {
@@ -210,10 +213,7 @@ pub fn run<S: Sink, R>(
         None
     };
     let mut go_tls_enabled = false;
-    if tls.as_ref().is_some_and(TlsProbes::go_probed) {
-        capture.enable_go_tls();
-        go_tls_enabled = true;
-    }
+    let mut tls_start_reported = false;
 
     // Kernel BPF run-time statistics for the session: ebtop shows its own cost.
     let mut overhead = Overhead::new(BpfStats::enable(cfg.bpf_stats));
@@ -244,9 +244,12 @@ pub fn run<S: Sink, R>(
     .map(str::to_owned)
     .collect();
     meta.event_rings = Some(shards as u32);
-    if let Some(t) = tls.as_ref() {
-        meta.tls_probed = t.status().files.clone();
-        meta.tls_probe_failures = t.status().failures.clone();
+    // The session starts now, with everything attached: `meta.start` is this moment, and
+    // `--duration` counts from it (the TLS probes follow as the lookout finds their files).
+    // A recording's header, written before the load, holds its start already: intervals
+    // count from it, so that a replay's are the live run's.
+    if !pipeline.is_recording() {
+        meta.start_unix_ns = crate::clock::now_unix_ns();
     }
     let meta = &meta;
     pipeline.start(meta).context("writing output failed")?;
@@ -409,6 +412,20 @@ pub fn run<S: Sink, R>(
                 capture.enable_go_tls();
                 go_tls_enabled = true;
             }
+            if !tls_start_reported && t.start_done() {
+                tls_start_reported = true;
+                let start = crate::sink::TlsStart {
+                    probed: t.status().files.clone(),
+                    failures: t.status().failures.clone(),
+                    skipped: t.skipped() as u64,
+                };
+                if let Err(e) = pipeline.borrow_mut().on_tls_started(&start) {
+                    *failure.borrow_mut() = Some(e);
+                    if let Some(r) = check(&failure)? {
+                        break r;
+                    }
+                }
+            }
         }
         if let Err(e) = pipeline.borrow_mut().flush() {
             *failure.borrow_mut() = Some(e);
@@ -462,6 +479,8 @@ pub fn run<S: Sink, R>(
             if let Some(t) = tls.as_ref() {
                 ov.tls_files_probed = Some(k.tls_files_probed);
                 ov.tls_probe_failures = Some(k.tls_probe_failures);
+                ov.tls_files_skipped = Some(t.skipped() as u64);
+                ov.tls_running_scanned = Some(t.start_done());
                 ov.tls_installed_scanned = Some(t.installed_done());
             }
             if let Some(f) = flows.as_mut() {

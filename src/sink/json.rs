@@ -205,6 +205,7 @@ impl<W: Write> JsonSink<W> {
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Line<'a> {
     Meta(MetaLine<'a>),
+    Tls(TlsStartLine<'a>),
     Proc(ProcLine<'a>),
     Exit(ExitLine<'a>),
     Lost(LostLine),
@@ -265,6 +266,16 @@ struct ExitLine<'a> {
     exit_code: Option<i32>,
     signal: Option<i32>,
     core_dumped: bool,
+}
+
+#[derive(Serialize)]
+struct TlsStartLine<'a> {
+    ts: String,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    tls_probed: &'a [String],
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    tls_probe_failures: &'a [String],
+    tls_files_skipped: u64,
 }
 
 #[derive(Serialize)]
@@ -448,6 +459,17 @@ impl<W: Write> Sink for JsonSink<W> {
             signal: e.status.signal,
             core_dumped: e.status.core_dumped,
         }))
+    }
+
+    fn tls_started(&mut self, mono_ns: u64, start: &super::TlsStart) -> io::Result<()> {
+        let ts = self.clock.rfc3339(mono_ns);
+        self.line(&Line::Tls(TlsStartLine {
+            ts,
+            tls_probed: &start.probed,
+            tls_probe_failures: &start.failures,
+            tls_files_skipped: start.skipped,
+        }))?;
+        self.out().flush()
     }
 
     fn lost(&mut self, mono_ns: u64, loss: &super::Loss) -> io::Result<()> {

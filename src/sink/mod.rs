@@ -14,12 +14,28 @@ use crate::report::IntervalReport;
 use crate::session_meta::SessionMeta;
 use crate::summary::Summary;
 
+/// The TLS probes placed for what ran at the start (`Sink::tls_started`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsStart {
+    /// Files probed (as `meta.tls_probed` named them when the start waited for them).
+    pub probed: Vec<String>,
+    /// Files that define the functions but could not be probed, with the reason.
+    pub failures: Vec<String>,
+    /// Files skipped as untrusted input (docs/security.md).
+    pub skipped: u64,
+}
+
 /// What the pipeline's output goes to; it only receives (what a replay's viewer asks of the
 /// replay goes its own way: `driver::replay::Rewind`). Every method but the ones a sink
 /// needs does nothing by default.
 pub trait Sink {
     /// Once, before anything else (again when a replay starts over).
     fn meta(&mut self, _meta: &SessionMeta) -> io::Result<()> {
+        Ok(())
+    }
+    /// Live with TLS probes, once: the look at the system's libraries and the processes
+    /// running at the start is done (the session started without waiting for it).
+    fn tls_started(&mut self, _mono_ns: u64, _start: &TlsStart) -> io::Result<()> {
         Ok(())
     }
     /// A process seen for the first time (before its first call).

@@ -7,6 +7,9 @@ use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use super::elf::{Elf, Symbol};
+use super::untrusted::{FoundFile, ReadAt, Skip};
+
 /// The functions probed: the first two must be there; the `_ex` variants (OpenSSL ≥ 1.1.1)
 /// are probed where they exist.
 pub const WRITE: &str = "SSL_write";
@@ -18,20 +21,35 @@ pub const READ_EX: &str = "SSL_read_ex";
 pub const HANDSHAKE: &str = "SSL_do_handshake";
 
 /// A file to probe, as the kernel identifies it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Target {
-    /// A path that opens it from ebtop's mount namespace (through `/proc/PID/root` for a
-    /// process in a container).
+    /// How it is named: for a file of the library or program directories, the host path it
+    /// is found by again; else the path a process names it by (in its own root).
     pub path: PathBuf,
     pub dev: u64,
     pub ino: u64,
     /// A shared library (else an executable with OpenSSL linked in).
     pub shared: bool,
+    /// Found already (inside a process's root, or its executable): never looked up by its
+    /// path again. None: found by `path` on the host when looked at.
+    pub found: Option<FoundFile>,
 }
 
 impl Target {
     pub fn file_id(&self) -> (u64, u64) {
         (self.dev, self.ino)
+    }
+
+    /// The file found (see [`Target::found`]); it must still be the one listed.
+    pub fn find(&mut self) -> Result<FoundFile, Skip> {
+        if let Some(f) = self.found.take() {
+            return Ok(f);
+        }
+        let f = FoundFile::at(&self.path)?;
+        if (f.dev, f.ino) != self.file_id() {
+            return Err(Skip::new("replaced since it was listed"));
+        }
+        Ok(f)
     }
 }
 
@@ -100,40 +118,29 @@ const WRAPPER_PROLOGUES: [&[u8]; 3] = [
 /// the same X (so probing X sees both, once); likewise for the writes. Else None, and the
 /// public functions are probed.
 pub fn internal_sites(path: &Path) -> Option<InternalSites> {
-    let file = std::fs::File::open(path).ok()?;
-    // SAFETY: read-only private map of a regular file (see `ssl_sites`).
-    let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
-    internal_sites_in(&object::File::parse(&*map).ok()?)
+    let file = FoundFile::at(path).ok()?.open().ok()?;
+    let elf = Elf::parse(&file).ok()??;
+    internal_sites_in(&elf, &elf.find_symbols(NAMES).ok()?)
 }
 
-/// [`internal_sites`] of a file already parsed.
-fn internal_sites_in(elf: &object::File) -> Option<InternalSites> {
-    use object::{Object, ObjectSection, ObjectSymbol};
-    if elf.architecture() != object::Architecture::X86_64 {
+/// [`internal_sites`] of a file already parsed, whose symbols `NAMES` are `syms`.
+fn internal_sites_in<R: ReadAt + ?Sized>(
+    elf: &Elf<R>,
+    syms: &[Option<Symbol>; 5],
+) -> Option<InternalSites> {
+    if !elf.is_x86_64() {
         return None;
     }
     // A function's address and its bytes (at most 256).
-    let func = |name: &str| -> Option<(u64, &[u8])> {
-        let sym = elf
-            .dynamic_symbols()
-            .chain(elf.symbols())
-            .find(|s| s.is_definition() && s.name() == Ok(name))?;
-        let sec = elf.section_by_index(sym.section_index()?).ok()?;
-        let data = sec.data().ok()?;
-        let start = usize::try_from(sym.address().checked_sub(sec.address())?).ok()?;
-        let len = usize::try_from(sym.size()).ok()?.clamp(1, 256);
-        Some((sym.address(), data.get(start..start.checked_add(len)?)?))
+    let func = |i: usize| -> Option<(u64, Vec<u8>)> {
+        let sym = syms[i]?;
+        let len = sym.size.clamp(1, 256);
+        let code = elf.code_at(sym.section, sym.value, len)?;
+        (code.len() as u64 == len).then_some((sym.value, code))
     };
-    let file_offset = |addr: u64| -> Option<u64> {
-        elf.sections().find_map(|sec| {
-            let (off, _) = sec.file_range()?;
-            (addr >= sec.address() && addr < sec.address() + sec.size())
-                .then(|| addr - sec.address() + off)
-        })
-    };
-    let internal = |plain: &str, ex: &str| -> Option<u64> {
+    let internal = |plain: usize, ex: usize| -> Option<u64> {
         let (ex_addr, ex_code) = func(ex)?;
-        let target = wrapped_call(ex_addr, ex_code)?;
+        let target = wrapped_call(ex_addr, &ex_code)?;
         let (plain_addr, plain_code) = func(plain)?;
         let plain_calls_it = (0..plain_code.len().saturating_sub(4)).any(|i| {
             plain_code[i] == 0xe8
@@ -141,8 +148,8 @@ fn internal_sites_in(elf: &object::File) -> Option<InternalSites> {
         });
         plain_calls_it.then_some(target)
     };
-    let read = file_offset(internal(READ, READ_EX)?)?;
-    let write = file_offset(internal(WRITE, WRITE_EX)?)?;
+    let read = elf.file_offset(internal(1, 3)?)?;
+    let write = elf.file_offset(internal(0, 2)?)?;
     (read != write).then_some(InternalSites { read, write })
 }
 
@@ -199,62 +206,70 @@ pub struct FunctionSite {
     pub stepped: bool,
 }
 
+/// The functions looked for, in [`SslSites::functions`]' order.
+const NAMES: [&str; 5] = [WRITE, READ, WRITE_EX, READ_EX, HANDSHAKE];
+
 /// A file's [`SslSites`]; None when it does not define both `SSL_write` and `SSL_read` (or is
-/// no ELF file, or unreadable).
+/// no ELF file, or unreadable). Read as untrusted ([`FoundFile`]).
 pub fn ssl_sites(path: &Path, want_internal: bool) -> Option<SslSites> {
-    use object::{Object, ObjectSection, ObjectSymbol};
-    let file = std::fs::File::open(path).ok()?;
-    // SAFETY: the map is read-only and private; a file truncated under us could fault, which
-    // is why only regular files of a process's maps or the library directories are read.
-    let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
-    let elf = object::File::parse(&*map).ok()?;
-    let x86 = elf.architecture() == object::Architecture::X86_64;
-    let names = [WRITE, READ, WRITE_EX, READ_EX, HANDSHAKE];
+    let file = FoundFile::at(path).ok()?.open().ok()?;
+    ssl_sites_in(&file, want_internal).ok()?
+}
+
+/// [`ssl_sites`] of any bytes (the fuzz target `elf`).
+pub fn ssl_sites_in_bytes(data: &[u8], want_internal: bool) -> Result<Option<SslSites>, Skip> {
+    ssl_sites_in(data, want_internal)
+}
+
+/// [`ssl_sites`] of a file opened (Ok(None): nothing to probe; Err: skipped, with why).
+pub fn ssl_sites_in<R: ReadAt + ?Sized>(
+    file: &R,
+    want_internal: bool,
+) -> Result<Option<SslSites>, Skip> {
+    let Some(elf) = Elf::parse(file)? else {
+        return Ok(None);
+    };
+    ssl_sites_of(&elf, want_internal)
+}
+
+/// [`ssl_sites`] of a parsed file.
+pub fn ssl_sites_of<R: ReadAt + ?Sized>(
+    elf: &Elf<R>,
+    want_internal: bool,
+) -> Result<Option<SslSites>, Skip> {
+    let syms = elf.find_symbols(NAMES)?;
+    if syms[0].is_none() || syms[1].is_none() {
+        return Ok(None);
+    }
+    let x86 = elf.is_x86_64();
     let mut functions: [Option<FunctionSite>; 5] = [None; 5];
-    for sym in elf.dynamic_symbols().chain(elf.symbols()) {
-        if !sym.is_definition() {
+    for (site, sym) in functions.iter_mut().zip(syms) {
+        let Some(sym) = sym else {
             continue;
-        }
-        let Some(i) = sym
-            .name()
-            .ok()
-            .and_then(|n| names.iter().position(|x| *x == n))
+        };
+        let Some(sec) = elf.sections.get(sym.section) else {
+            continue;
+        };
+        let (Some((file_off, _)), Some(rel)) = (sec.file_range(), sym.value.checked_sub(sec.addr))
         else {
             continue;
         };
-        if functions[i].is_some() {
-            continue;
-        }
-        let Some(sec) = sym
-            .section_index()
-            .and_then(|i| elf.section_by_index(i).ok())
-        else {
-            continue;
-        };
-        let (Some((file_off, _)), Some(rel)) =
-            (sec.file_range(), sym.address().checked_sub(sec.address()))
-        else {
-            continue;
-        };
-        let code = usize::try_from(rel)
-            .ok()
-            .and_then(|r| sec.data().ok()?.get(r..));
-        let stepped = !(x86
-            && code.is_some_and(|c| {
-                first_instruction_emulated(c.get(..c.len().min(16)).unwrap_or(c))
-            }));
-        functions[i] = Some(FunctionSite {
+        let code = elf.code_at(sym.section, sym.value, 16);
+        let stepped = !(x86 && code.is_some_and(|c| first_instruction_emulated(&c)));
+        *site = Some(FunctionSite {
             offset: file_off + rel,
             stepped,
         });
     }
     if functions[0].is_none() || functions[1].is_none() {
-        return None;
+        return Ok(None);
     }
-    Some(SslSites {
+    Ok(Some(SslSites {
         functions,
-        internal: want_internal.then(|| internal_sites_in(&elf)).flatten(),
-    })
+        internal: want_internal
+            .then(|| internal_sites_in(elf, &syms))
+            .flatten(),
+    }))
 }
 
 /// The library directories of this host: the usual ones and those of `/etc/ld.so.conf.d`.
@@ -320,8 +335,10 @@ pub fn installed_programs() -> Vec<Target> {
     programs_in(&program_dirs())
 }
 
-/// The ELF executables of `dirs` (see [`installed_programs`]).
+/// The ELF executables of `dirs` (see [`installed_programs`]), each looked at as untrusted
+/// (a FIFO or a leased file is passed over, never waited for).
 fn programs_in(dirs: &[PathBuf]) -> Vec<Target> {
+    use std::os::unix::fs::PermissionsExt;
     let mut out: Vec<Target> = Vec::new();
     let mut ids = HashSet::new();
     for dir in dirs {
@@ -329,43 +346,43 @@ fn programs_in(dirs: &[PathBuf]) -> Vec<Target> {
             continue;
         };
         for e in entries.flatten() {
-            let Some(t) = target_of(e.path(), false) else {
+            let Ok(found) = FoundFile::at(&e.path()) else {
                 continue;
             };
-            if !ids.insert(t.file_id()) || !is_elf_executable(&t.path) {
+            if !ids.insert((found.dev, found.ino)) {
                 continue;
             }
-            out.push(t);
+            let Ok(file) = found.open() else {
+                continue;
+            };
+            let executable = file
+                .file()
+                .metadata()
+                .is_ok_and(|m| m.permissions().mode() & 0o111 != 0);
+            if !executable || !file.is_elf() {
+                continue;
+            }
+            out.push(Target {
+                path: e.path(),
+                dev: found.dev,
+                ino: found.ino,
+                shared: false,
+                found: None,
+            });
         }
     }
     out
 }
 
-/// A file with an execute bit that begins with the ELF magic.
-fn is_elf_executable(path: &Path) -> bool {
-    use std::io::Read;
-    use std::os::unix::fs::PermissionsExt;
-    let Ok(mut f) = std::fs::File::open(path) else {
-        return false;
-    };
-    if !f
-        .metadata()
-        .is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
-    {
-        return false;
-    }
-    let mut magic = [0u8; 4];
-    f.read_exact(&mut magic).is_ok() && magic == *b"\x7fELF"
-}
-
-/// A regular file's target, or None.
+/// A regular file's target (found now, as untrusted), or None.
 pub fn target_of(path: PathBuf, shared: bool) -> Option<Target> {
-    let md = std::fs::metadata(&path).ok()?;
-    md.is_file().then(|| Target {
-        dev: md.dev(),
-        ino: md.ino(),
+    let found = FoundFile::at(&path).ok()?;
+    Some(Target {
+        dev: found.dev,
+        ino: found.ino,
         path,
         shared,
+        found: Some(found),
     })
 }
 
@@ -381,8 +398,10 @@ pub fn system_libraries() -> Vec<Target> {
             if !is_libssl_name(&name.to_string_lossy()) {
                 continue;
             }
-            if let Some(t) = target_of(e.path(), true) {
+            if let Some(mut t) = target_of(e.path(), true) {
                 if !out.iter().any(|o| o.file_id() == t.file_id()) {
+                    // Found again by its path when looked at: no descriptor held meanwhile.
+                    t.found = None;
                     out.push(t);
                 }
             }
@@ -391,28 +410,55 @@ pub fn system_libraries() -> Vec<Target> {
     out
 }
 
+/// A process's memory map read at most (a process has at most `vm.max_map_count` maps, 65530
+/// by default, of one line each).
+const MAX_MAPS_BYTES: u64 = 16 << 20;
+
 /// What a process maps that may hold OpenSSL: its `libssl.so*` libraries, or else its
-/// executable (a program that links OpenSSL statically maps no libssl). Paths go through
-/// `/proc/PID/root`, so a container's files are the container's.
-pub fn process_candidates(pid: u32) -> Vec<Target> {
-    let Ok(maps) = crate::procfs::read_maps(pid) else {
+/// executable (a program that links OpenSSL statically maps no libssl). The libraries are
+/// found inside the process's root (a container's files are the container's) following no
+/// link ([`FoundFile::in_root`]); `skipped` gets those that could not be, with why.
+pub fn process_candidates(pid: u32, skipped: &mut Vec<(String, Skip)>) -> Vec<Target> {
+    use std::io::Read;
+    let mut maps = String::new();
+    let read = std::fs::File::open(crate::procfs::pid_path(pid, "maps"))
+        .and_then(|f| f.take(MAX_MAPS_BYTES).read_to_string(&mut maps));
+    if read.is_err() {
         return Vec::new();
-    };
-    let root = crate::procfs::pid_path(pid, "root");
+    }
     let files = mapped_executable_files(&maps);
-    let libs: Vec<Target> = files
+    let libs: Vec<&str> = files
         .iter()
+        .copied()
         .filter(|p| {
             Path::new(p)
                 .file_name()
                 .is_some_and(|n| is_libssl_name(&n.to_string_lossy()))
         })
-        .filter_map(|p| target_of(root.join(p.trim_start_matches('/')), true))
         .collect();
     if !libs.is_empty() {
-        return libs;
+        let root = match super::untrusted::process_root(pid) {
+            Ok(r) => r,
+            Err(_) => return Vec::new(), // gone
+        };
+        let mut out = Vec::new();
+        for p in libs {
+            match FoundFile::in_root(std::os::fd::AsFd::as_fd(&root), Path::new(p)) {
+                Ok(found) => out.push(Target {
+                    path: PathBuf::from(p),
+                    dev: found.dev,
+                    ino: found.ino,
+                    shared: true,
+                    found: Some(found),
+                }),
+                // A library deleted since it was mapped (an upgrade) is not there to read.
+                Err(_) if p.ends_with(" (deleted)") => {}
+                Err(why) => skipped.push((format!("{p} (pid {pid})"), why)),
+            }
+        }
+        return out;
     }
-    // The executable: the first file mapped executable is the program itself.
+    // The executable: the file the process runs (its `/proc/PID/exe` names that very file).
     target_of(crate::procfs::pid_path(pid, "exe"), false)
         .into_iter()
         .collect()

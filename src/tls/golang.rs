@@ -7,6 +7,9 @@
 
 use std::path::Path;
 
+use super::elf::Elf;
+use super::untrusted::{FoundFile, ReadAt};
+
 /// The functions probed, by their Go names.
 pub const WRITE: &str = "crypto/tls.(*Conn).Write";
 pub const READ: &str = "crypto/tls.(*Conn).Read";
@@ -28,7 +31,17 @@ pub enum GoError {
     Architecture(String),
     #[error("{0}: {1}")]
     Code(String, &'static str),
+    /// The file could not be read within the bounds (an untrusted file: docs/security.md).
+    #[error("skipped: {0}")]
+    Skipped(String),
 }
+
+/// Names longer than this are not read (Go's longest, generic instantiations included, are
+/// far shorter).
+pub const MAX_NAME: usize = 4096;
+/// The code of a function probed is read and decoded up to this size (crypto/tls's are a few
+/// KiB).
+pub const MAX_FUNCTION_BYTES: u32 = 1 << 20;
 
 /// One function of a Go program's function table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,8 +116,9 @@ impl<'a> Pclntab<'a> {
         })
     }
 
-    /// The `i`th function (in address order), or None where the table is inconsistent.
-    pub fn function(&self, i: usize) -> Option<GoFunc<'a>> {
+    /// The `i`th function's entry and end offsets and where its name begins in the data, or
+    /// None where the table is inconsistent.
+    fn extent(&self, i: usize) -> Option<(u32, u32, usize)> {
         if i >= self.nfunc {
             return None;
         }
@@ -118,10 +132,22 @@ impl<'a> Pclntab<'a> {
             return None;
         }
         let name_off = usize::try_from(i32::from_le_bytes(
-            self.data.get(func + 4..func + 8)?.try_into().ok()?,
+            self.data
+                .get(func + 4..func.checked_add(8)?)?
+                .try_into()
+                .ok()?,
         ))
         .ok()?;
-        let names = self.data.get(self.funcnames.checked_add(name_off)?..)?;
+        Some((entry_off, end_off, self.funcnames.checked_add(name_off)?))
+    }
+
+    /// The `i`th function (in address order), or None where the table is inconsistent or its
+    /// name is longer than [`MAX_NAME`] (the name's end is looked for that far only: a table
+    /// whose names have no end costs no more than one with short names).
+    pub fn function(&self, i: usize) -> Option<GoFunc<'a>> {
+        let (entry_off, end_off, name_at) = self.extent(i)?;
+        let names = self.data.get(name_at..)?;
+        let names = &names[..names.len().min(MAX_NAME + 1)];
         let len = names.iter().position(|&b| b == 0)?;
         Some(GoFunc {
             name: &names[..len],
@@ -138,11 +164,19 @@ impl<'a> Pclntab<'a> {
         self.nfunc == 0
     }
 
-    /// The function of that name.
+    /// The function of that name: each function's name is compared on the name's length and
+    /// its end only, so the look is linear in the table (never rescans a name per function).
     pub fn find(&self, name: &str) -> Option<GoFunc<'a>> {
-        (0..self.nfunc)
-            .filter_map(|i| self.function(i))
-            .find(|f| f.name == name.as_bytes())
+        let want = name.as_bytes();
+        (0..self.nfunc).find_map(|i| {
+            let (entry_off, end_off, at) = self.extent(i)?;
+            let name = self.data.get(at..at.checked_add(want.len() + 1)?)?;
+            (name[..want.len()] == *want && name[want.len()] == 0).then_some(GoFunc {
+                name: &name[..want.len()],
+                entry_off,
+                end_off,
+            })
+        })
     }
 }
 
@@ -218,55 +252,72 @@ pub fn function_sites(code: &[u8], addr: u64) -> Result<(Option<u64>, Vec<u64>),
 /// The crypto/tls probe sites of a Go program: None if it is no Go program or has no
 /// crypto/tls (nothing to probe), an error if it has but they cannot be placed.
 pub fn sites_of(path: &Path) -> Result<Option<GoSites>, GoError> {
-    use object::{Object, ObjectSection};
-    let Ok(file) = std::fs::File::open(path) else {
+    let Ok(file) = FoundFile::at(path).and_then(|f| f.open()) else {
         return Ok(None);
     };
-    // SAFETY: read-only private map of a regular file (see `discover::symbols_of`).
-    let Ok(map) = (unsafe { memmap2::Mmap::map(&file) }) else {
-        return Ok(None);
-    };
-    let Ok(elf) = object::File::parse(&*map) else {
-        return Ok(None);
-    };
+    match Elf::parse(&file) {
+        Ok(Some(elf)) => sites_of_elf(&elf),
+        Ok(None) => Ok(None),
+        Err(skip) => Err(GoError::Skipped(skip.0)),
+    }
+}
+
+/// [`sites_of`] of any bytes (the fuzz target `elf`).
+pub fn sites_in_bytes(data: &[u8]) -> Result<Option<GoSites>, GoError> {
+    match Elf::parse(data) {
+        Ok(Some(elf)) => sites_of_elf(&elf),
+        Ok(None) => Ok(None),
+        Err(skip) => Err(GoError::Skipped(skip.0)),
+    }
+}
+
+/// [`sites_of`] of a parsed file: its function table read whole (bounded), then only the code
+/// of the functions probed.
+pub fn sites_of_elf<R: ReadAt + ?Sized>(elf: &Elf<R>) -> Result<Option<GoSites>, GoError> {
     let Some(table) = elf
-        .section_by_name(".gopclntab")
-        .or_else(|| elf.section_by_name(".data.rel.ro.gopclntab"))
+        .section(".gopclntab")
+        .or_else(|| elf.section(".data.rel.ro.gopclntab"))
     else {
         return Ok(None);
     };
-    let data = table
-        .data()
-        .map_err(|_| GoError::Table("unreadable section"))?;
-    let pcln = Pclntab::parse(data)?;
+    let data = elf
+        .section_data(table)
+        .map_err(|skip| GoError::Skipped(skip.0))?;
+    let pcln = Pclntab::parse(&data)?;
     let (Some(write), Some(read)) = (pcln.find(WRITE), pcln.find(READ)) else {
         return Ok(None);
     };
-    if elf.architecture() != object::Architecture::X86_64 {
-        return Err(GoError::Architecture(format!("{:?}", elf.architecture())));
+    if !elf.is_x86_64() {
+        return Err(GoError::Architecture(format!(
+            "ELF machine {}",
+            elf.machine
+        )));
     }
     // Entry offsets count from the start of text (debug/gosym takes the .text section's
     // address, as the header's copy may be unrelocated).
     let text = elf
-        .section_by_name(".text")
+        .section(".text")
         .ok_or(GoError::Table("no .text section"))?;
-    let text_data = text
-        .data()
-        .map_err(|_| GoError::Table("unreadable .text"))?;
-    let (text_addr, text_file_off) = (
-        text.address(),
-        text.file_range()
-            .ok_or(GoError::Table(".text not in the file"))?
-            .0,
-    );
+    let (text_file_off, text_size) = text
+        .file_range()
+        .ok_or(GoError::Table(".text not in the file"))?;
+    let text_addr = text.addr;
     let sites = |f: GoFunc| -> Result<FuncSites, GoError> {
         let name = String::from_utf8_lossy(f.name).into_owned();
-        let code = text_data
-            .get(f.entry_off as usize..f.end_off as usize)
-            .ok_or_else(|| GoError::Code(name.clone(), "outside .text"))?;
+        let len = f.end_off - f.entry_off;
+        if len > MAX_FUNCTION_BYTES {
+            return Err(GoError::Code(name, "longer than 1 MiB"));
+        }
+        if u64::from(f.end_off) > text_size {
+            return Err(GoError::Code(name, "outside .text"));
+        }
+        let code = elf
+            .file
+            .read_at(text_file_off + u64::from(f.entry_off), u64::from(len))
+            .map_err(|_| GoError::Code(name.clone(), "unreadable"))?;
         let addr = text_addr + u64::from(f.entry_off);
         let (entry, returns) =
-            function_sites(code, addr).map_err(|why| GoError::Code(name, why))?;
+            function_sites(&code, addr).map_err(|why| GoError::Code(name, why))?;
         let file_off = |a: u64| a - text_addr + text_file_off;
         Ok(FuncSites {
             entry: file_off(entry.unwrap_or(addr)),
@@ -397,6 +448,40 @@ mod tests {
         let mut data = table(&[(READ, 0)], 8);
         data[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(matches!(Pclntab::parse(&data), Err(GoError::Table(_))));
+    }
+
+    /// A table whose names never end (issue 42): looking a name up, and reading every
+    /// function, is linear in the table (each name read at most `MAX_NAME` bytes far), where
+    /// a scan for each name's end was quadratic (tens of seconds for this one).
+    #[test]
+    fn names_without_an_end_cost_linear_time() {
+        let (nfunc, name_len) = (20_000usize, 200_000usize);
+        let mut data = table(&[], 0);
+        data[8..16].copy_from_slice(&(nfunc as u64).to_le_bytes());
+        let functab = data.len() + name_len;
+        data[8 + 8 * 7..8 + 8 * 8].copy_from_slice(&(functab as u64).to_le_bytes());
+        data.truncate(8 + 8 * 8);
+        data.extend(std::iter::repeat_n(b'A', name_len));
+        let records = functab + 8 * (nfunc + 1);
+        for i in 0..nfunc {
+            data.extend_from_slice(&((i * 16) as u32).to_le_bytes());
+            data.extend_from_slice(&((records - functab + 8 * i) as u32).to_le_bytes());
+        }
+        data.extend_from_slice(&((nfunc * 16) as u32).to_le_bytes());
+        data.extend_from_slice(&0u32.to_le_bytes());
+        for i in 0..nfunc {
+            data.extend_from_slice(&((i * 16) as u32).to_le_bytes());
+            data.extend_from_slice(&0i32.to_le_bytes());
+        }
+        let t = Pclntab::parse(&data).expect("parses");
+        let start = std::time::Instant::now();
+        assert_eq!(t.find(READ), None);
+        assert_eq!(t.function(0), None, "a name longer than MAX_NAME");
+        for i in 0..nfunc {
+            assert_eq!(t.function(i), None);
+        }
+        let took = start.elapsed();
+        assert!(took < std::time::Duration::from_secs(2), "{took:?}");
     }
 
     #[test]

@@ -15,7 +15,9 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use super::discover::{self, SslSites, Target};
+use super::elf::Elf;
 use super::golang::{self, GoSites};
+use super::untrusted::{FoundFile, Skip, UntrustedFile};
 use super::TlsPrograms;
 use crate::eventfd::Doorbell;
 use crate::process_events::ExeId;
@@ -33,7 +35,7 @@ pub(super) enum Plan {
 /// that exits meanwhile takes its `/proc/PID/exe` with it, not the file.
 #[derive(Debug)]
 pub(super) struct Found {
-    pub held: File,
+    pub held: UntrustedFile,
     pub target: Target,
     /// The process the probes are for (`--pid`), or -1: every process.
     pub pid: i32,
@@ -56,11 +58,12 @@ enum Job {
 /// Executables held at once, at most.
 pub const MAX_HELD_EXES: usize = 64;
 
-/// A new program's executable, opened when its exec was reported: a program that has exited
+/// A new program's executable, found when its exec was reported: a program that has exited
 /// by the time the lookout gets to it took its `/proc/PID/exe` with it, but not this file, so
 /// a short-lived program is still probed (its next runs then traced from their first call).
+/// An `O_PATH` descriptor: finding it opens nothing, so it never waits (on the ring's reader).
 struct HeldExe {
-    file: File,
+    file: FoundFile,
     /// Where it was (`/proc/PID/exe`'s link, or the exec's path), for messages.
     path: PathBuf,
 }
@@ -80,7 +83,7 @@ impl HeldExe {
     /// of another mount namespace). None: neither.
     fn open(pid: u32, execd: &ExecdFile) -> Option<HeldExe> {
         let link = crate::procfs::pid_path(pid, "exe");
-        if let Ok(file) = File::open(&link) {
+        if let Ok(file) = FoundFile::at(&link) {
             let path = std::fs::read_link(&link).unwrap_or(link);
             return Some(HeldExe { file, path });
         }
@@ -88,9 +91,10 @@ impl HeldExe {
         if !path.is_absolute() {
             return None;
         }
-        let file = File::open(&path).ok()?;
-        let meta = file.metadata().ok()?;
-        execd.id?.is(&meta).then_some(HeldExe { file, path })
+        let file = FoundFile::at(&path).ok()?;
+        let id = execd.id?;
+        id.is_file(file.dev, file.ino)
+            .then_some(HeldExe { file, path })
     }
 }
 
@@ -103,10 +107,53 @@ pub struct Probed {
 
 enum Message {
     Probed(Probed),
+    /// What a probe hit costs here, measured first thing on the lookout's thread.
+    Calibrated(Option<u64>, Option<u64>),
+    /// The look at the system's libraries and the running processes is done.
     StartDone,
 }
 
+/// Files skipped as untrusted input could not be read within the bounds (docs/security.md):
+/// counted, each named once on stderr (the first [`NAMED_SKIPS`]; then only counted).
+#[derive(Default)]
+struct Skips {
+    named: HashSet<String>,
+    count: Arc<AtomicUsize>,
+}
+
+/// Skipped files named on stderr at most (then one line says the rest are only counted).
+const NAMED_SKIPS: usize = 32;
+
+impl Skips {
+    fn note(&mut self, name: &str, why: &Skip) {
+        if self.named.len() > NAMED_SKIPS || !self.named.insert(name.to_owned()) {
+            if self.named.len() > NAMED_SKIPS {
+                self.count.fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        if self.named.len() > NAMED_SKIPS {
+            crate::diag!("ebtop: TLS: more files skipped: counted only (tls_files_skipped)");
+        } else {
+            crate::diag!("ebtop: TLS: skipped {name}: {why}");
+        }
+    }
+}
+
+/// What [`Lookout::take_probed`] hands over.
+#[derive(Default)]
+pub struct Taken {
+    pub probed: Vec<Probed>,
+    pub calibrated: Option<(Option<u64>, Option<u64>)>,
+    pub start_done: bool,
+}
+
 pub struct Lookout {
+    /// Set to stop: the thread ends its look at the next file, or the next piece of a read.
+    stop: Arc<AtomicBool>,
+    /// Files skipped as untrusted (see [`Skips`]).
+    skipped: Arc<AtomicUsize>,
     /// Executables opened at an exec and not yet looked at (see [`HeldExe`]).
     exes_held: Arc<AtomicUsize>,
     /// Every installed program was looked at (see [`Lookout::installed_done`]).
@@ -120,6 +167,8 @@ pub struct Lookout {
 
 /// The lookout thread's state.
 struct Scout {
+    stop: Arc<AtomicBool>,
+    skips: Skips,
     /// `--pid`: probes in these processes only.
     pids: Option<Vec<u32>>,
     /// Files looked at already (probed or not), by (device, inode); with `--pid`, per process
@@ -146,8 +195,15 @@ struct Scout {
 
 impl Lookout {
     /// Starts the thread. `pids`: `--pid`.
+    /// The thread measures what a probe hit costs, then looks at the system's libraries and
+    /// the running processes (`Message::StartDone` when done), then the installed programs;
+    /// nothing here waits for it.
     pub fn start(pids: Option<Vec<u32>>, programs: TlsPrograms) -> std::io::Result<Lookout> {
         let wake = Doorbell::new()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread_stop = Arc::clone(&stop);
+        let skips = Skips::default();
+        let skipped = Arc::clone(&skips.count);
         let thread_wake = wake.try_clone()?;
         let (jobs, job_rx) = mpsc::channel::<Job>();
         let exes_held = Arc::new(AtomicUsize::new(0));
@@ -163,7 +219,17 @@ impl Lookout {
             .spawn(move || {
                 // At the capture's priority (inherited): a new program's first calls wait on
                 // it. It wakes only at execs and dlopens.
+                // Before any probe is placed: no two attaches at once.
+                let (hit_ns, stepped_hit_ns) = super::calibrate_hit_ns(&programs);
+                if out
+                    .send(Message::Calibrated(hit_ns, stepped_hit_ns))
+                    .is_err()
+                {
+                    return;
+                }
                 let mut scout = Scout {
+                    stop: thread_stop,
+                    skips,
                     pids,
                     seen: HashSet::new(),
                     pending: Vec::new(),
@@ -179,7 +245,11 @@ impl Lookout {
                 };
                 scout.run(job_rx);
             })?;
+        // The first job: nothing is waiting for it (the session starts meanwhile).
+        let _ = jobs.send(Job::Start);
         Ok(Lookout {
+            stop,
+            skipped,
             exes_held,
             installed_done,
             jobs: Some(jobs),
@@ -187,22 +257,6 @@ impl Lookout {
             wake,
             thread: Some(thread),
         })
-    }
-
-    /// The system's libraries and the running processes, probed before this returns: the
-    /// probes are then in place before the session's first record.
-    pub fn initial(&mut self) -> Vec<Probed> {
-        let mut all = Vec::new();
-        if self.send(Job::Start) {
-            while let Ok(m) = self.probed.recv() {
-                match m {
-                    Message::Probed(p) => all.push(p),
-                    Message::StartDone => break,
-                }
-            }
-        }
-        self.clear_wake();
-        all
     }
 
     /// Looks at a process after each delay (`--pid` leaving it out: not at all). `execd`: the
@@ -229,14 +283,16 @@ impl Lookout {
         self.installed_done.load(Ordering::Relaxed)
     }
 
-    /// What was probed since the last call; never waits.
-    pub fn take_probed(&mut self) -> Vec<Probed> {
+    /// What was probed since the last call, the probe hit costs once measured, and whether
+    /// the look at the start is done now; never waits.
+    pub fn take_probed(&mut self) -> Taken {
         self.clear_wake();
-        let mut all = Vec::new();
+        let mut taken = Taken::default();
         loop {
             match self.probed.try_recv() {
-                Ok(Message::Probed(p)) => all.push(p),
-                Ok(Message::StartDone) => {}
+                Ok(Message::Probed(p)) => taken.probed.push(p),
+                Ok(Message::Calibrated(a, b)) => taken.calibrated = Some((a, b)),
+                Ok(Message::StartDone) => taken.start_done = true,
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => {
                     self.check_thread();
@@ -244,12 +300,18 @@ impl Lookout {
                 }
             }
         }
-        all
+        taken
+    }
+
+    /// Files skipped as untrusted so far.
+    pub fn skipped(&self) -> usize {
+        self.skipped.load(Ordering::Relaxed)
     }
 
     /// Stops the thread (it finishes the look it is in) and hands back what it probed since
     /// the last take.
     pub fn stop(&mut self) -> Vec<Probed> {
+        self.stop.store(true, Ordering::Relaxed);
         self.jobs = None;
         if let Some(t) = self.thread.take() {
             // A panic was reported by the thread's own hook; nothing to add at the end.
@@ -303,6 +365,9 @@ impl Drop for Lookout {
 impl Scout {
     fn run(&mut self, jobs: mpsc::Receiver<Job>) {
         loop {
+            if self.stopping() {
+                return;
+            }
             let now = Instant::now();
             let next = self.pending.iter().map(|(at, _)| *at).min();
             let scanning = matches!(self.installed, Installed::ToList | Installed::Left(_));
@@ -333,6 +398,7 @@ impl Scout {
                     if self.out.send(Message::StartDone).is_err() {
                         return;
                     }
+                    self.wake.ring();
                 }
                 Some(Job::Look { pid, after, exe })
                     if self.pids.as_ref().is_none_or(|p| p.contains(&pid)) =>
@@ -358,14 +424,24 @@ impl Scout {
         }
     }
 
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
     fn start(&mut self) {
         if self.pids.is_none() {
             for lib in discover::system_libraries() {
+                if self.stopping() {
+                    return;
+                }
                 self.consider(lib, None, None);
             }
         }
         let running = self.pids.clone().unwrap_or_else(discover::all_pids);
         for pid in running {
+            if self.stopping() {
+                return;
+            }
             self.scan_process(pid);
         }
         // Then the installed programs, a file at a time between the looks (`scan_installed`);
@@ -427,6 +503,9 @@ impl Scout {
         due.dedup();
         let mut found = false;
         for pid in due {
+            if self.stopping() {
+                break;
+            }
             found |= self.scan_process(pid);
         }
         if found {
@@ -445,10 +524,14 @@ impl Scout {
         }
         let mut found = false;
         let per_process = self.pids.is_some().then_some(pid);
-        let candidates = discover::process_candidates(pid);
+        let mut skipped = Vec::new();
+        let candidates = discover::process_candidates(pid, &mut skipped);
+        for (name, why) in skipped {
+            self.skips.note(&name, &why);
+        }
         if candidates.is_empty() {
             // Gone already (or never readable): its executable, if it was held.
-            if let Some((exe, target)) = exe.as_ref().and_then(|e| Some((e, held_target(e)?))) {
+            if let Some((target, exe)) = exe.and_then(|e| Some((held_target(&e)?, e))) {
                 let name = exe.path.display().to_string();
                 return self.consider(target, per_process, Some(name));
             }
@@ -469,7 +552,7 @@ impl Scout {
     /// [`Scout::consider`], and with `installed` for a program no process runs yet.
     fn look_at(
         &mut self,
-        target: Target,
+        mut target: Target,
         pid: Option<u32>,
         name: Option<String>,
         installed: bool,
@@ -478,84 +561,111 @@ impl Scout {
         if !self.seen.insert(key) {
             return false;
         }
-        // Not running, a file can be rewritten in place while it is read: it is read under a
-        // read lease (the lease's descriptor is the one read and probed through), or skipped
-        // while someone has it open for writing.
-        let leased = if installed {
-            match ReadLease::take(&target.path) {
-                ReadLease::Writing => {
-                    self.seen.remove(&key);
-                    return false;
-                }
-                ReadLease::Held(file) => Some(file),
-                ReadLease::Unavailable => None,
-            }
-        } else {
-            None
+        let name = name.unwrap_or_else(|| target.path.display().to_string());
+        let name = match pid {
+            Some(p) => format!("{name} (pid {p})"),
+            None => name,
         };
-        match self.plan(&target, pid, name, leased) {
+        // Opened as untrusted: never waits (a lease another process holds, a FIFO), reads
+        // bounded parts, follows no link out of a process's root (`untrusted`).
+        let opened = target.find().and_then(|f| f.open());
+        let file = match opened {
+            Ok(f) => f.with_stop(Arc::clone(&self.stop)),
+            Err(why) => {
+                // Gone (a process's /proc/PID/exe whose process exited): nothing was decided
+                // about the file, which the next process running it brings back.
+                self.seen.remove(&key);
+                if !installed && !why.0.contains("No such file") {
+                    self.skips.note(&name, &why);
+                }
+                return false;
+            }
+        };
+        // Not running, a file can be rewritten in place while it is read: it is read under a
+        // read lease, or skipped while someone has it open for writing.
+        if installed && matches!(ReadLease::take(file.file()), ReadLease::Writing) {
+            self.seen.remove(&key);
+            return false;
+        }
+        match self.plan(&target, pid, name, file) {
             Opened::Nothing => false,
             // An installed program's failures are not reported: the file is looked at
             // again when a process runs it.
             Opened::Found(f) if !(installed && matches!(f.plan, Plan::GoFailed(_))) => {
-                let probed = super::attach_found(&self.programs, f);
+                let probed = super::attach_found(&self.programs, *f);
                 if installed && probed.result.is_err() {
                     self.seen.remove(&key);
                     return false;
                 }
                 self.out.send(Message::Probed(probed)).is_ok()
             }
-            // Not opened (a process's /proc/PID/exe whose process exited): nothing was
-            // decided about the file, which the next process running it brings back.
-            Opened::No | Opened::Found(_) => {
+            // An installed program's Go failure: decided when a process runs it.
+            Opened::Found(_) => {
                 self.seen.remove(&key);
                 false
             }
         }
     }
 
-    /// What `target` offers to probe, read through `opened` if given (else opened here).
+    /// What `target` offers to probe, read through `file` (opened as untrusted).
     fn plan(
-        &self,
+        &mut self,
         target: &Target,
         pid: Option<u32>,
-        name: Option<String>,
-        opened: Option<File>,
+        name: String,
+        file: UntrustedFile,
     ) -> Opened {
-        let name = name.unwrap_or_else(|| target.path.display().to_string());
-        let name = match pid {
-            Some(p) => format!("{name} (pid {p})"),
-            None => name,
-        };
-        let Some(held) = opened.or_else(|| File::open(&target.path).ok()) else {
-            return Opened::No;
-        };
-        let opened = Target {
-            path: crate::procfs::fd_path(held.as_raw_fd()),
-            ..target.clone()
-        };
-        let plan = match discover::ssl_sites(&opened.path, !self.public_only) {
-            Some(sites) => Plan::Ssl(sites),
-            None if opened.shared => return Opened::Nothing,
-            None => match golang::sites_of(&opened.path) {
-                Ok(None) => return Opened::Nothing,
-                Ok(Some(sites)) => Plan::Go(sites),
-                Err(e) => Plan::GoFailed(e.to_string()),
+        let plan = match Elf::parse(&file) {
+            Ok(None) => return Opened::Nothing,
+            Err(why) => {
+                self.skips.note(&name, &why);
+                return Opened::Nothing;
+            }
+            Ok(Some(elf)) => match discover::ssl_sites_of(&elf, !self.public_only) {
+                Ok(Some(sites)) => Plan::Ssl(sites),
+                Err(why) => {
+                    self.skips.note(&name, &why);
+                    return Opened::Nothing;
+                }
+                Ok(None) if target.shared => return Opened::Nothing,
+                Ok(None) => match golang::sites_of_elf(&elf) {
+                    Ok(None) => return Opened::Nothing,
+                    Ok(Some(sites)) => Plan::Go(sites),
+                    Err(golang::GoError::Skipped(why)) => {
+                        self.skips.note(&name, &Skip(why));
+                        return Opened::Nothing;
+                    }
+                    Err(e) => Plan::GoFailed(e.to_string()),
+                },
             },
         };
-        Opened::Found(Found {
-            held,
+        let opened = Target {
+            path: file.fd_path(),
+            dev: target.dev,
+            ino: target.ino,
+            shared: target.shared,
+            found: None,
+        };
+        Opened::Found(Box::new(Found {
+            held: file,
             target: opened,
             pid: pid.map_or(-1, |p| p as i32),
             name,
             plan,
-        })
+        }))
     }
 }
 
 /// A held executable as a file to consider (opened again through this process's descriptor).
 fn held_target(exe: &HeldExe) -> Option<Target> {
-    discover::target_of(crate::procfs::fd_path(exe.file.as_raw_fd()), false)
+    let file = exe.file.try_clone().ok()?;
+    Some(Target {
+        path: exe.path.clone(),
+        dev: file.dev,
+        ino: file.ino,
+        shared: false,
+        found: Some(file),
+    })
 }
 
 /// A read lease on a file (`fcntl(F_SETLEASE, F_RDLCK)`): while it is held, another process's
@@ -563,8 +673,8 @@ fn held_target(exe: &HeldExe) -> Option<Target> {
 /// by default) until it is let go, so a file cannot shrink under the lookout's mapping of it
 /// (which would raise SIGBUS). Let go when dropped (the descriptor closed).
 enum ReadLease {
-    /// The descriptor the lease is on: let go when it is closed.
-    Held(#[allow(dead_code)] File),
+    /// On the descriptor: let go when it is closed.
+    Held,
     /// Someone has the file open for writing now.
     Writing,
     /// The file system or the file gives no lease (NFS, no `CAP_LEASE`…): read as it is.
@@ -575,10 +685,9 @@ enum ReadLease {
 const F_SETSIG: libc::c_int = 10;
 
 impl ReadLease {
-    fn take(path: &std::path::Path) -> ReadLease {
-        let Ok(file) = File::open(path) else {
-            return ReadLease::Unavailable;
-        };
+    /// On `file` (opened for reading: the lease goes with the descriptor, let go when it is
+    /// closed).
+    fn take(file: &File) -> ReadLease {
         let fd = file.as_raw_fd();
         // A writer's open makes the kernel signal the lease holder (SIGIO by default, which
         // would end ebtop): SIGURG instead, which is ignored unless handled (ebtop does not).
@@ -588,7 +697,7 @@ impl ReadLease {
         }
         // SAFETY: as above.
         if unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_RDLCK) } == 0 {
-            return ReadLease::Held(file);
+            return ReadLease::Held;
         }
         match std::io::Error::last_os_error().raw_os_error() {
             Some(libc::EAGAIN) => ReadLease::Writing,
@@ -607,11 +716,9 @@ enum Installed {
 }
 
 enum Opened {
-    /// The file could not be opened.
-    No,
     /// Nothing to probe in it.
     Nothing,
-    Found(Found),
+    Found(Box<Found>),
 }
 
 #[cfg(test)]
@@ -642,7 +749,7 @@ mod tests {
 
         let exe = held(path, Some(id_of(&ran))).expect("the same file");
         assert_eq!(exe.path, ran);
-        assert_eq!(exe.file.metadata().unwrap().ino(), id_of(&ran).ino);
+        assert_eq!(exe.file.ino, id_of(&ran).ino);
         assert!(held(path, Some(id_of(&other))).is_none(), "another file");
         assert!(held(path, None).is_none(), "nothing to check it by");
         assert!(held(b"ran", Some(id_of(&ran))).is_none(), "a relative path");
@@ -659,11 +766,12 @@ mod tests {
         let path = dir.path().join("tool");
         std::fs::write(&path, b"\x7fELF and the rest").unwrap();
         let writer = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-        assert!(matches!(ReadLease::take(&path), ReadLease::Writing));
+        let reader = || File::open(&path).unwrap();
+        assert!(matches!(ReadLease::take(&reader()), ReadLease::Writing));
         drop(writer);
-        let lease = ReadLease::take(&path);
+        let lease = reader();
         assert!(
-            matches!(lease, ReadLease::Held(_)),
+            matches!(ReadLease::take(&lease), ReadLease::Held),
             "a lease on a file nobody writes"
         );
         // Another process rewrites the file in place (`: > FILE`, an open with O_TRUNC): it

@@ -13,8 +13,10 @@
 //! once per file for all processes, and `--comm`/`--cgroup` are applied by the programs.
 
 pub mod discover;
+pub mod elf;
 pub mod golang;
 pub mod lookout;
+pub mod untrusted;
 
 use std::collections::BTreeMap;
 use std::ptr::NonNull;
@@ -65,6 +67,9 @@ pub struct TlsProbes {
     /// Probe hits per process since the start, exited processes included (the kernel's map
     /// forgets them): all hits, and those at single-stepped sites.
     hits: std::cell::RefCell<(BTreeMap<u32, u64>, BTreeMap<u32, u64>)>,
+    /// The lookout's look at the system's libraries and the running processes is done (the
+    /// session started without waiting for it: `TlsProbes::start_done`).
+    start_done: bool,
     /// Slept before an exec (of files of that name, if given) is handed over (a test hook:
     /// `diag::debug_exec_lag`).
     exec_lag: (Duration, Option<Vec<u8>>),
@@ -199,28 +204,38 @@ pub fn prefer_multi_links<'a>(progs: impl Iterator<Item = libbpf_rs::OpenProgram
 }
 
 impl TlsProbes {
-    /// Probes the system's libraries and every running process's OpenSSL (`pids`: `--pid`).
+    /// Starts the lookout, which probes the system's libraries and every running process's
+    /// OpenSSL (`pids`: `--pid`) on its own thread: nothing here waits for it (a host of many
+    /// programs, or a file that is slow to read, never holds up the session's start). What
+    /// it probes is taken in by [`TlsProbes::poll`]; [`TlsProbes::start_done`] says when the
+    /// running processes are covered.
     pub fn start(
         progs: &[libbpf_rs::Program],
         pids: Option<Vec<u32>>,
     ) -> std::io::Result<TlsProbes> {
         let programs = TlsPrograms::of(progs);
-        // Before the lookout starts: no two threads attach at once.
-        let (hit_ns, stepped_hit_ns) = calibrate_hit_ns(&programs);
-        let mut t = TlsProbes {
+        Ok(TlsProbes {
             lookout: Lookout::start(pids, programs)?,
             links: Vec::new(),
             status: TlsStatus::default(),
-            hit_ns,
-            stepped_hit_ns,
+            hit_ns: None,
+            stepped_hit_ns: None,
             go_files: 0,
             hits: Default::default(),
+            start_done: false,
             exec_lag: crate::diag::debug_exec_lag(),
-        };
-        for probed in t.lookout.initial() {
-            t.note(probed);
-        }
-        Ok(t)
+        })
+    }
+
+    /// Whether the look at the system's libraries and the processes running at the start is
+    /// done (its files probed and taken in).
+    pub fn start_done(&self) -> bool {
+        self.start_done
+    }
+
+    /// Files skipped as untrusted input so far (each named once on stderr).
+    pub fn skipped(&self) -> usize {
+        self.lookout.skipped()
     }
 
     /// A process ran execve(): looked at now and again shortly (its libraries). Its
@@ -258,9 +273,15 @@ impl TlsProbes {
 
     /// Takes in what the lookout probed since the last call (never waits).
     pub fn poll(&mut self) {
-        for probed in self.lookout.take_probed() {
+        let taken = self.lookout.take_probed();
+        for probed in taken.probed {
             self.note(probed);
         }
+        if let Some((hit, stepped)) = taken.calibrated {
+            self.hit_ns = hit;
+            self.stepped_hit_ns = stepped;
+        }
+        self.start_done |= taken.start_done;
     }
 
     fn note(&mut self, probed: Probed) {

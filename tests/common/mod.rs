@@ -206,6 +206,15 @@ pub fn read_response(r: &mut BufReader<TcpStream>) -> (u16, usize) {
     }
 }
 
+/// The `tls` line: the files probed for the processes running at the start (what `meta` said
+/// when the start waited for them).
+pub fn tls_start(lines: &[Value]) -> &Value {
+    lines
+        .iter()
+        .find(|v| v["type"] == "tls")
+        .expect("a tls line (ebtop with TLS probes)")
+}
+
 /// `--hooks X` when the suite runs against one capture path (`EBTOP_TEST_HOOKS=socket|syscalls`,
 /// as scripts/test does for each), and `--threads N` when it runs with that many tracking
 /// threads (`EBTOP_TEST_THREADS`); nothing otherwise (ebtop chooses).
@@ -277,6 +286,15 @@ impl Ebtop {
             .next_line(Duration::from_secs(60))
             .expect("ebtop prints its meta line");
         assert_eq!(meta["type"], "meta", "first line is meta: {meta}");
+        // With TLS probes, the session starts at once and the lookout probes what runs
+        // meanwhile: its `tls` line says when the running processes are covered.
+        if meta["loaded"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|x| x == "tls_probes"))
+        {
+            e.wait_for(Duration::from_secs(60), |v| v["type"] == "tls")
+                .expect("ebtop's TLS lookout looks at the running processes within 60 s");
+        }
         e
     }
 
