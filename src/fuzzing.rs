@@ -44,7 +44,7 @@ pub const TARGETS: &[Target] = &[
     },
     Target {
         name: "elf",
-        drive: crate::tls::elf::fuzzing::drive,
+        drive: crate::tls::elf_fuzzing::drive,
     },
 ];
 
@@ -145,7 +145,7 @@ pub fn seeds(target: &str, root: &Path) -> io::Result<Vec<(String, Vec<u8>)>> {
             }
         }
         "go_binary" => out = crate::tls::golang::fuzzing::seeds(),
-        "elf" => out = crate::tls::elf::fuzzing::seeds(),
+        "elf" => out = crate::tls::elf_fuzzing::seeds(),
         _ => {}
     }
     Ok(out)

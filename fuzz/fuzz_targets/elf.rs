@@ -6,5 +6,5 @@
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    ebtop::tls::elf::fuzzing::drive(data);
+    ebtop::tls::elf_fuzzing::drive(data);
 });

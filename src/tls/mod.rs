@@ -14,6 +14,9 @@
 
 pub mod discover;
 pub mod elf;
+#[cfg(any(test, feature = "test-support"))]
+#[doc(hidden)]
+pub mod elf_fuzzing;
 pub mod golang;
 pub mod lookout;
 pub mod untrusted;
