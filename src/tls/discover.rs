@@ -256,10 +256,10 @@ pub fn ssl_sites_of<R: ReadAt + ?Sized>(
         };
         let code = elf.code_at(sym.section, sym.value, 16);
         let stepped = !(x86 && code.is_some_and(|c| first_instruction_emulated(&c)));
-        *site = Some(FunctionSite {
-            offset: file_off + rel,
-            stepped,
-        });
+        let Some(offset) = file_off.checked_add(rel) else {
+            continue;
+        };
+        *site = Some(FunctionSite { offset, stepped });
     }
     if functions[0].is_none() || functions[1].is_none() {
         return Ok(None);

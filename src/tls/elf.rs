@@ -160,7 +160,8 @@ impl<'a, R: ReadAt + ?Sized> Elf<'a, R> {
         self.sections.iter().find_map(|s| {
             let (off, size) = s.file_range()?;
             (s.flags & SHF_ALLOC != 0 && addr >= s.addr && addr - s.addr < size)
-                .then(|| addr - s.addr + off)
+                .then(|| (addr - s.addr).checked_add(off))
+                .flatten()
         })
     }
 

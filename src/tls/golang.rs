@@ -311,11 +311,18 @@ pub fn sites_of_elf<R: ReadAt + ?Sized>(elf: &Elf<R>) -> Result<Option<GoSites>,
         if u64::from(f.end_off) > text_size {
             return Err(GoError::Code(name, "outside .text"));
         }
+        let (Some(at), Some(addr), Some(_)) = (
+            text_file_off.checked_add(u64::from(f.entry_off)),
+            text_addr.checked_add(u64::from(f.end_off)),
+            text_file_off.checked_add(text_size),
+        ) else {
+            return Err(GoError::Code(name, "outside the address space"));
+        };
         let code = elf
             .file
-            .read_at(text_file_off + u64::from(f.entry_off), u64::from(len))
+            .read_at(at, u64::from(len))
             .map_err(|_| GoError::Code(name.clone(), "unreadable"))?;
-        let addr = text_addr + u64::from(f.entry_off);
+        let addr = addr - u64::from(len);
         let (entry, returns) =
             function_sites(&code, addr).map_err(|why| GoError::Code(name, why))?;
         let file_off = |a: u64| a - text_addr + text_file_off;
