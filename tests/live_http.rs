@@ -508,7 +508,11 @@ fn only_call_lines_load_no_flow_table_and_keep_calls_exact() {
     let types: std::collections::BTreeSet<&str> =
         lines.iter().map(|v| v["type"].as_str().unwrap()).collect();
     assert!(
-        types.is_subset(&["meta", "call", "lost", "summary"].into_iter().collect()),
+        types.is_subset(
+            &["meta", "tls", "call", "lost", "warning", "summary"]
+                .into_iter()
+                .collect()
+        ),
         "{types:?}"
     );
     let calls = calls(&lines);
