@@ -72,6 +72,30 @@ fn of<'a>(calls: &'a [&'a Value], side: &str) -> Vec<&'a Value> {
 
 /// h2load: 2000 requests on 4 connections, 16 streams at a time; exactly 2000 calls on each
 /// side, every one `GET /index.html` 200 with its 6 bytes.
+/// Runs grpc_peers.py with `args`: a client that opens its channel, says `ready`, waits for a
+/// line on stdin, then makes its calls and prints one line. ebtop (`--port port`) starts
+/// between the two, so the channel predates it. Returns ebtop, still running, and the
+/// client's last line (the client exited successfully).
+fn on_a_channel_opened_before_ebtop(args: &[&str], port: &str) -> (Ebtop, String) {
+    let mut client = Command::new("python3")
+        .arg(grpc_peers())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(client.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    let ebtop = Ebtop::start(&["--json", "--port", port]);
+    writeln!(client.stdin.take().unwrap()).unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert!(client.wait().unwrap().success());
+    (ebtop, line)
+}
+
 #[test]
 fn h2load_2000_requests_are_2000_calls_per_side() {
     require_root();
@@ -280,23 +304,8 @@ fn a_connection_open_before_ebtop_is_partial_never_invented() {
     require_root();
     let (_server, port) = grpc_server();
     let p = port.to_string();
-    let mut client = Command::new("python3")
-        .arg(grpc_peers())
-        .args(["pickup", &p, "20", "10", "5", "3"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(client.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
-    let ebtop = Ebtop::start(&["--json", "--port", &p]);
-    writeln!(client.stdin.take().unwrap()).unwrap();
-    line.clear();
-    out.read_line(&mut line).unwrap();
+    let (ebtop, line) = on_a_channel_opened_before_ebtop(&["pickup", &p, "20", "10", "5", "3"], &p);
     assert_eq!(line.trim(), "done");
-    assert!(client.wait().unwrap().success());
     let lines = ebtop.stop();
     let calls = calls(&lines);
     for side in ["client", "server"] {
@@ -335,26 +344,11 @@ fn grpc_status_on_a_channel_opened_before_ebtop_is_exact_or_unknown() {
     let p = port.to_string();
     // primed: NOT_FOUND and INTERNAL were sent (and indexed) before ebtop started too.
     for primed in ["0", "1"] {
-        let mut client = Command::new("python3")
-            .arg(grpc_peers())
-            .args(["pickup-mix", &p, "40", primed])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(client.stdout.take().unwrap());
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), "ready");
-        let ebtop = Ebtop::start(&["--json", "--port", &p]);
-        writeln!(client.stdin.take().unwrap()).unwrap();
-        line.clear();
-        out.read_line(&mut line).unwrap();
+        let (ebtop, line) = on_a_channel_opened_before_ebtop(&["pickup-mix", &p, "40", primed], &p);
         let got: Value = serde_json::from_str(&line).unwrap();
         assert_eq!(got["OK"], 20, "{got}");
         assert_eq!(got["NOT_FOUND"], 10, "{got}");
         assert_eq!(got["INTERNAL"], 10, "{got}");
-        assert!(client.wait().unwrap().success());
         let lines = ebtop.stop();
         let calls = calls(&lines);
         for side in ["client", "server"] {

@@ -1392,6 +1392,20 @@ mod tests {
         b
     }
 
+    /// A unary gRPC call on stream 1 up to its trailers: the request (POST /pkg.Svc/Get,
+    /// content-type application/grpc, one message) and the response's head and message.
+    fn grpc_unary_until_trailers(r: &mut Run) {
+        let mut h = get("/pkg.Svc/Get");
+        h[0] = 0x83; // POST
+        h.extend_from_slice(b"\x5f\x10application/grpc");
+        r.seg(C, &frame(HEADERS, END_HEADERS, 1, &h));
+        r.seg(C, &frame(DATA, END_STREAM, 1, &grpc_msg(b"q")));
+        let mut h = vec![0x88];
+        h.extend_from_slice(b"\x5f\x10application/grpc");
+        r.seg(S, &frame(HEADERS, END_HEADERS, 1, &h));
+        r.seg(S, &frame(DATA, 0, 1, &grpc_msg(b"r")));
+    }
+
     /// A gRPC message: flag 0, 4-byte length, the bytes.
     fn grpc_msg(body: &[u8]) -> Vec<u8> {
         let mut m = vec![0];
@@ -1674,15 +1688,7 @@ mod tests {
     fn shallow_grpc_keeps_method_and_trailer_status() {
         let mut r = Run::new(ParseDepth::Shallow);
         r.start();
-        let mut h = get("/pkg.Svc/Get");
-        h[0] = 0x83; // POST
-        h.extend_from_slice(b"\x5f\x10application/grpc");
-        r.seg(C, &frame(HEADERS, END_HEADERS, 1, &h));
-        r.seg(C, &frame(DATA, END_STREAM, 1, &grpc_msg(b"q")));
-        let mut h = vec![0x88];
-        h.extend_from_slice(b"\x5f\x10application/grpc");
-        r.seg(S, &frame(HEADERS, END_HEADERS, 1, &h));
-        r.seg(S, &frame(DATA, 0, 1, &grpc_msg(b"r")));
+        grpc_unary_until_trailers(&mut r);
         let t = b"\x40\x0bgrpc-status\x015".to_vec();
         r.seg(S, &frame(HEADERS, END_HEADERS | END_STREAM, 1, &t));
         assert_eq!(r.calls.len(), 1);
@@ -1814,15 +1820,7 @@ mod tests {
     fn grpc_without_its_trailers_is_unknown() {
         let mut r = Run::new(ParseDepth::Full);
         r.start();
-        let mut h = get("/pkg.Svc/Get");
-        h[0] = 0x83; // POST
-        h.extend_from_slice(b"\x5f\x10application/grpc");
-        r.seg(C, &frame(HEADERS, END_HEADERS, 1, &h));
-        r.seg(C, &frame(DATA, END_STREAM, 1, &grpc_msg(b"q")));
-        let mut h = vec![0x88];
-        h.extend_from_slice(b"\x5f\x10application/grpc");
-        r.seg(S, &frame(HEADERS, END_HEADERS, 1, &h));
-        r.seg(S, &frame(DATA, 0, 1, &grpc_msg(b"r")));
+        grpc_unary_until_trailers(&mut r);
         r.close();
         assert_eq!(r.calls.len(), 1);
         let c = &r.calls[0];
