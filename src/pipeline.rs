@@ -131,6 +131,7 @@ struct CapsWarned {
     conns_evicted: u64,
     endpoints_folded: u64,
     process_table_resets: u64,
+    pending_dropped: u64,
 }
 
 /// A record's calls as `apply` gets them: owned where the pipeline thread tracked them itself
@@ -1178,7 +1179,8 @@ impl<S: Sink> Downstream<S> {
 
     /// A `warning` for each cap that left something out since it was last warned about
     /// (once per interval at most): the kernel flow table (`--max-flows`), the connection
-    /// table, the endpoint table (calls folded into `other` rows), the process table.
+    /// table, the endpoint table (calls folded into `other` rows), the process table, the
+    /// pending requests' budget.
     fn warn_caps(&mut self, now_ns: u64) -> io::Result<()> {
         let flows = self
             .pending_flows
@@ -1193,6 +1195,7 @@ impl<S: Sink> Downstream<S> {
             conns_evicted: self.tracker_state.stats.conns_evicted,
             endpoints_folded: endpoints.folded_calls,
             process_table_resets: self.procs.resets,
+            pending_dropped: self.tracker_state.parse.pending_dropped,
         };
         let max_flows = flows.map_or(0, |f| f.max_flows);
         let hits = [
@@ -1223,6 +1226,13 @@ impl<S: Sink> Downstream<S> {
                 was.process_table_resets,
                 self.procs.cap() as u64,
                 "times the process table was full and started over",
+            ),
+            (
+                "pending",
+                now.pending_dropped,
+                was.pending_dropped,
+                crate::protocols::matching::SHARED_PENDING_BYTES as u64,
+                "pipelined requests dropped unpaired: their connection's depth and the shared budget of pending requests (bytes) were spent",
             ),
         ];
         for (cap, now_n, was_n, limit, what) in hits {

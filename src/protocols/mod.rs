@@ -469,6 +469,9 @@ pub struct ParseStats {
     pub partial_headers: u64,
     /// HTTP/2 RST_STREAM frames, and GOAWAY frames with an error code (not NO_ERROR).
     pub stream_resets: u64,
+    /// Requests dropped unpaired because a pipeline was deeper than its connection's depth
+    /// and the shared budget allow (`matching::SHARED_PENDING_BYTES`): a `warning` cap.
+    pub pending_dropped: u64,
 }
 
 impl ParseStats {
@@ -488,6 +491,7 @@ impl ParseStats {
         self.unreplied_requests += o.unreplied_requests;
         self.partial_headers += o.partial_headers;
         self.stream_resets += o.stream_resets;
+        self.pending_dropped += o.pending_dropped;
     }
 }
 
