@@ -304,6 +304,11 @@ impl<S: Sink> Pipeline<S> {
             .tls_started(crate::clock::monotonic_ns(), start)
     }
 
+    /// A cap the driver watches (the TLS lookout's file caps) was hit.
+    pub fn on_warning(&mut self, w: &crate::sink::Warning) -> io::Result<()> {
+        self.down.sink.warning(crate::clock::monotonic_ns(), w)
+    }
+
     pub fn start(&mut self, meta: &SessionMeta) -> io::Result<()> {
         // Intervals count from the session's start in kernel time (recorded, so a replay's
         // intervals are the live run's).
