@@ -109,6 +109,13 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
 
+    /// Serve ebtop's aggregates for Prometheus at http://ADDR/metrics (OpenMetrics or the
+    /// classic text format): per-endpoint latency histograms with OpenTelemetry's names, calls
+    /// by outcome, bytes, and ebtop's own counters. ADDR is HOST:PORT (port 0: any free one,
+    /// said on stderr). Live and in replay.
+    #[arg(long, value_name = "ADDR")]
+    pub prometheus: Option<String>,
+
     /// Record what the probes deliver to FILE (zstd frames, mode 0600), alone or with --json.
     /// With -r, writes the records that pass the filters: a filtered copy.
     #[arg(short = 'w', long = "write", value_name = "FILE")]

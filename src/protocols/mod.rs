@@ -93,6 +93,49 @@ pub struct CallKind {
     pub name: &'static str,
     /// How its resources are shaped, which decides how endpoints are normalised.
     pub resource: ResourceKind,
+    /// Its names in exported metrics (`--prometheus`).
+    pub metrics: MetricNames,
+}
+
+/// How a kind of call is named in exported metrics: OpenTelemetry's semantic conventions as
+/// Prometheus writes them (`http.server.request.duration` → `http_server_request_duration_seconds`).
+#[derive(Debug, Clone, Copy)]
+pub struct MetricNames {
+    /// The latency histograms of the server's and of the client's side.
+    pub server: &'static str,
+    pub client: &'static str,
+    /// A label with the same value on every series of this kind: what tells it apart from
+    /// other kinds under the same metric (`db_system_name="redis"`); None for a metric of
+    /// its own.
+    pub system: Option<(&'static str, &'static str)>,
+    /// The labels that carry the call's method and its (normalised) resource.
+    pub method: &'static str,
+    pub resource: &'static str,
+}
+
+impl MetricNames {
+    /// A database's calls (`db_client_operation_duration_seconds`); the server's side, which
+    /// the conventions do not name, as `db_server_operation_duration_seconds`.
+    pub const fn database(system: &'static str) -> MetricNames {
+        MetricNames {
+            server: "db_server_operation_duration_seconds",
+            client: "db_client_operation_duration_seconds",
+            system: Some(("db_system_name", system)),
+            method: "db_operation_name",
+            resource: "db_query_summary",
+        }
+    }
+
+    /// HTTP's (both versions under one metric, told apart by `network_protocol_version`).
+    pub const fn http(version: &'static str) -> MetricNames {
+        MetricNames {
+            server: "http_server_request_duration_seconds",
+            client: "http_client_request_duration_seconds",
+            system: Some(("network_protocol_version", version)),
+            method: "http_request_method",
+            resource: "http_route",
+        }
+    }
 }
 
 /// How a protocol's resource is shaped, which decides the normalisation applied

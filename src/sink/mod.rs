@@ -1,8 +1,10 @@
 //! Where the pipeline's output goes: JSON lines, the terminal UI, a recording.
 
 pub mod call_line;
+pub mod exporting;
 pub mod json;
 pub mod null;
+pub mod prometheus;
 pub mod status;
 
 use std::io;

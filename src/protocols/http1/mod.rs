@@ -28,6 +28,7 @@ pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
         proto: Protocol::Http,
         name: "http",
         resource: ResourceKind::UrlPath,
+        metrics: super::MetricNames::http("1.1"),
     }],
     kernel_id: Some(1),
     datagrams: false,
