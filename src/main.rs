@@ -389,7 +389,8 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
     let clock = WallClock::live();
     let meta = SessionMeta::this_host("live", args.snaplen, filters.clone(), clock.offset_ns);
     let mut pipeline = Pipeline::new(tracker_config(args), ProcessTable::new(true), sink)
-        .with_raw_resources(args.raw_resources);
+        .with_raw_resources(args.raw_resources)
+        .with_call_filter(args.filter.clone().unwrap_or_default());
     if let Some(path) = &args.write {
         // What can fail before loading fails before the file exists: a failed start leaves no
         // empty recording behind (which a retry without --force would refuse).
@@ -512,6 +513,7 @@ fn replay_pipeline<S: Sink>(args: &Args, sink: S) -> Pipeline<S> {
     Pipeline::new(tracker_config(args), ProcessTable::new(false), sink)
         .with_raw_resources(args.raw_resources)
         .with_filters(filters(args))
+        .with_call_filter(args.filter.clone().unwrap_or_default())
 }
 
 /// A copy of a recording (`-r FILE -w OUT`) or a replay to JSON: replayed once.
