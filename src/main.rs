@@ -167,6 +167,7 @@ fn tui_session(args: &Args, stop: &Arc<AtomicBool>) -> Result<()> {
     let paused = Arc::new(AtomicBool::new(false));
     let mut sink = tui::TuiSink::new(tx.clone());
     let call_returner = Some(sink.call_returner());
+    let live_filter = Some(sink.live_filter());
     let control = replay.then(|| Arc::new(tui::ReplayControl::new(args.speed)));
     if let Some(c) = &control {
         sink = sink.with_pacer(tui::Pacer::new(
@@ -190,6 +191,9 @@ fn tui_session(args: &Args, stop: &Arc<AtomicBool>) -> Result<()> {
         utc: args.utc,
         replay: control.clone(),
         call_returner,
+        live_filter,
+        call_filter: args.filter.as_ref().map(|f| f.text().to_owned()),
+        recording: args.write.clone(),
     };
     std::thread::scope(|s| {
         let collector = s.spawn(|| {

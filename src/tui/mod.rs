@@ -206,7 +206,9 @@ impl Pacer {
             if self.stop.load(Ordering::Relaxed) || self.control.rewind_pending() {
                 return;
             }
-            if self.paused.load(Ordering::Relaxed) {
+            // A skip (or a rewind's) goes on while paused: it stops where it was asked to.
+            let skipping = rec_ns < self.control.skip_until_ns.load(Ordering::Relaxed);
+            if self.paused.load(Ordering::Relaxed) && !skipping {
                 let t = Instant::now();
                 std::thread::sleep(Duration::from_millis(20));
                 if let Some((_, at, _)) = &mut self.base {
@@ -250,6 +252,8 @@ pub struct TuiSink {
     returned: Option<Receiver<Vec<Box<Call>>>>,
     /// A session's meta came: another means the replay started over.
     met: bool,
+    /// The Calls filter the UI sets and the pipeline applies (`Sink::live_call_filter`).
+    live_filter: Arc<crate::pipeline::LiveCallFilter>,
 }
 
 /// Batches of calls the UI handed back, in flight at most (past that the UI frees them).
@@ -327,7 +331,13 @@ impl TuiSink {
             parts_follow: false,
             returned: None,
             met: false,
+            live_filter: Arc::default(),
         }
+    }
+
+    /// The Calls filter's shared end, for the UI (`UiOptions::live_filter`).
+    pub fn live_filter(&self) -> Arc<crate::pipeline::LiveCallFilter> {
+        Arc::clone(&self.live_filter)
     }
 
     /// The way back for the calls the UI is done with (see [`CallReturner`]): for the UI's
@@ -500,6 +510,10 @@ impl Sink for TuiSink {
         true
     }
 
+    fn live_call_filter(&self) -> Option<Arc<crate::pipeline::LiveCallFilter>> {
+        Some(self.live_filter())
+    }
+
     fn call_in(&mut self, call: &Call, row: RowRef) -> io::Result<()> {
         self.call_owned_in(call.clone(), row)
     }
@@ -578,6 +592,12 @@ pub struct UiOptions {
     pub utc: bool,
     /// Where the calls the UI is done with go (`TuiSink::call_returner`).
     pub call_returner: Option<SyncSender<Vec<Box<Call>>>>,
+    /// The Calls filter the collector's pipeline applies (`TuiSink::live_filter`).
+    pub live_filter: Option<Arc<crate::pipeline::LiveCallFilter>>,
+    /// `--filter`, as given: shown in the header.
+    pub call_filter: Option<String>,
+    /// `-w FILE`: the header marks the recording with its size.
+    pub recording: Option<std::path::PathBuf>,
 }
 
 pub use terminal::{restore_terminal, TerminalGuard};
@@ -601,6 +621,13 @@ pub fn run_ui(
         app.set_call_returner(CallReturner::new(tx));
     }
     app.replay = opts.replay.clone();
+    app.live_filter = opts.live_filter.clone();
+    app.fixed_filter = opts.call_filter.clone();
+    let recording_size = |path: &std::path::Path| std::fs::metadata(path).map_or(0, |m| m.len());
+    app.recording = opts
+        .recording
+        .as_ref()
+        .map(|p| (p.display().to_string(), recording_size(p)));
     if !opts.utc {
         // Asked at each instant shown, not once now: a summer recording replayed in winter
         // shows the summer offset.
@@ -634,6 +661,9 @@ pub fn run_ui(
             if now_draw || (dirty && last_draw.elapsed() >= app.refresh) {
                 if opts.live {
                     app.clock_ns = Some(crate::clock::monotonic_ns());
+                }
+                if let (Some(path), Some((_, size))) = (&opts.recording, &mut app.recording) {
+                    *size = recording_size(path);
                 }
                 if let Err(e) = term.draw(|f| render::draw(f, &app)) {
                     if stop.load(Ordering::Relaxed) {
