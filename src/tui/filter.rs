@@ -349,6 +349,42 @@ mod tests {
     }
 
     #[test]
+    fn proto_err_and_loss_in_views_whose_rows_are_not_calls() {
+        use super::super::flows::FLOW_TABLE_COLUMNS;
+        use super::super::table::{protocol_names, Facets, OutcomeFacets};
+        use crate::protocols::Protocol;
+        let endpoint = |proto: Protocol, serr: u64, cerr: u64, loss: bool| Row {
+            facets: Facets {
+                protocols: protocol_names(proto, false),
+                outcomes: Some(OutcomeFacets::of(10, serr, cerr, 0)),
+                loss,
+            },
+            ..row(&["dnsmasq", "server", "QUERY", "A x", "≥10", "1.0", "0.0", "0.0"])
+        };
+        let rows = [
+            endpoint(Protocol::Dns, 0, 3, false),
+            endpoint(Protocol::Redis, 2, 0, true),
+            endpoint(Protocol::Http, 0, 0, false),
+        ];
+        let hits = |s: &str| {
+            let f = RowFilter::parse(s, ENDPOINT_COLUMNS).unwrap_or_else(|e| panic!("{s}: {e}"));
+            rows.iter().map(|r| f.matches(r)).collect::<Vec<_>>()
+        };
+        assert_eq!(hits("proto:dns"), [true, false, false]);
+        assert_eq!(hits("err"), [true, true, false]);
+        assert_eq!(hits("outcome:server_error"), [false, true, false]);
+        assert_eq!(hits("!err"), [false, false, true]);
+        assert_eq!(hits("loss"), [false, true, false]);
+        assert_eq!(hits("proto:http or loss"), [false, true, true]);
+        assert_eq!(hits("calls>=10"), [true, true, true], "a `≥` count is a number");
+        // The flow table's rows have no outcomes: refused, not a filter hiding every row.
+        let e = RowFilter::parse("err", FLOW_TABLE_COLUMNS).unwrap_err();
+        assert!(e.contains("outcomes"), "{e}");
+        assert!(RowFilter::parse("proto:tcp or proto:dns", FLOW_TABLE_COLUMNS).is_ok());
+        assert!(RowFilter::parse("or", ENDPOINT_COLUMNS).is_err());
+    }
+
+    #[test]
     fn numbers_as_the_columns_write_them() {
         assert_eq!(number("7.1k"), Some(7100.0));
         assert_eq!(number("2M"), Some(2e6));

@@ -335,6 +335,12 @@ impl TuiSink {
         }
     }
 
+    /// Shares `live` as the Calls filter (a replay started over keeps the UI's).
+    pub fn with_live_filter(mut self, live: Arc<crate::pipeline::LiveCallFilter>) -> TuiSink {
+        self.live_filter = live;
+        self
+    }
+
     /// The Calls filter's shared end, for the UI (`UiOptions::live_filter`).
     pub fn live_filter(&self) -> Arc<crate::pipeline::LiveCallFilter> {
         Arc::clone(&self.live_filter)
@@ -743,10 +749,18 @@ pub fn run_ui(
 pub const KEEP_HEAD_BYTES: usize = 16384;
 
 pub fn collect_replay(path: &std::path::Path) -> anyhow::Result<Vec<UiMsg>> {
+    collect_replay_filtered(path, Arc::default())
+}
+
+/// [`collect_replay`] with the UI's Calls filter `live` applied by the pipeline.
+pub fn collect_replay_filtered(
+    path: &std::path::Path,
+    live: Arc<crate::pipeline::LiveCallFilter>,
+) -> anyhow::Result<Vec<UiMsg>> {
     let mut reader = crate::record::reader::open(path)?;
     let meta = crate::driver::replay::replay_meta(&reader);
     let (tx, rx) = std::sync::mpsc::sync_channel(1 << 20);
-    let sink = TuiSink::new(tx);
+    let sink = TuiSink::new(tx).with_live_filter(live);
     let mut pipeline = crate::pipeline::Pipeline::new(
         crate::conntrack::TrackerConfig {
             keep_head: KEEP_HEAD_BYTES,
@@ -973,6 +987,56 @@ mod tests {
         // A part after the last (or with no interval before it: after a rewind) is dropped.
         sink.flow_part(whole).unwrap();
         assert!(rx.try_recv().is_err());
+    }
+
+    /// A Calls filter kept with Enter goes to the pipeline, and a replay is read again from
+    /// its start: the list then holds the file's matching calls from its first, while every
+    /// count stays over all calls.
+    #[test]
+    fn a_kept_calls_filter_is_applied_by_the_pipeline_from_the_start_of_a_replay() {
+        let all: Vec<Box<Call>> = collect_replay(FIXTURE.as_ref())
+            .unwrap()
+            .into_iter()
+            .flat_map(|m| match m {
+                UiMsg::Calls(c, _) => c,
+                _ => Vec::new(),
+            })
+            .collect();
+        let failed = |c: &Call| c.l7.status.is_some_and(|s| s >= 500);
+        let want: Vec<&Call> = all.iter().map(|c| &**c).filter(|c| failed(c)).collect();
+        assert!(!want.is_empty() && want.len() < all.len());
+
+        let live = Arc::new(crate::pipeline::LiveCallFilter::default());
+        let control = Arc::new(ReplayControl::new(1.0));
+        let mut app = app::App::new("test", Duration::from_secs(1), true);
+        app.live_filter = Some(Arc::clone(&live));
+        app.replay = Some(Arc::clone(&control));
+        for m in collect_replay(FIXTURE.as_ref()).unwrap() {
+            app.apply(m);
+        }
+        for c in "/status>=500".chars() {
+            app.handle_key(KeyEvent::from(crossterm::event::KeyCode::Char(c)));
+        }
+        assert!(live.get().is_none(), "not while typing");
+        assert!(!control.rewind_pending());
+        app.handle_key(KeyEvent::from(crossterm::event::KeyCode::Enter));
+        assert_eq!(live.get().map(|f| f.text().to_owned()), Some("status>=500".into()));
+        assert!(control.rewind_pending(), "the replay is read again");
+
+        // What the replay read again hands over.
+        app.apply(UiMsg::Restart);
+        for m in collect_replay_filtered(FIXTURE.as_ref(), Arc::clone(&live)).unwrap() {
+            app.apply(m);
+        }
+        let kept: Vec<&Call> = app.shown().calls.iter().map(|e| &*e.call).collect();
+        assert_eq!(kept, want);
+        assert_eq!(app.shown().total_calls(), all.len() as u64);
+        assert_eq!(app.rows().len(), want.len());
+
+        // Esc clears it: every call is handed over again.
+        app.handle_key(KeyEvent::from(crossterm::event::KeyCode::Char('/')));
+        app.handle_key(KeyEvent::from(crossterm::event::KeyCode::Esc));
+        assert!(live.get().is_none());
     }
 
     #[test]
