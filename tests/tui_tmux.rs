@@ -566,3 +566,40 @@ fn tui_endpoint_counts_equal_json_at_saturation() {
     t.keys(&["q"]);
     t.wait_for("ebtop exited 0");
 }
+
+/// `--filter` shows in the header and keeps only its calls; a filter kept with Enter reads
+/// the replay again, and the list holds the matching calls while every count stays.
+#[test]
+fn tui_in_tmux_command_line_and_kept_filters() {
+    let t = Tmux::new();
+    t.start_ebtop(&format!("-r '{FIXTURE}' --speed 1000 --filter 'status>=400'"));
+    let s = t.wait("the replay's end", |s| {
+        s.contains("[ENDED]") && s.contains("calls 62")
+    });
+    assert!(s.contains("--filter 'status>=400'") && s.contains("matching"), "{s}");
+    let rows = |s: &str| -> Vec<String> {
+        s.lines()
+            .filter(|l| l.contains("python3/") || l.contains("curl/"))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert!(!rows(&s).is_empty(), "{s}");
+    assert!(
+        rows(&s)
+            .iter()
+            .all(|l| l.contains("/boom") || l.contains("/missing")),
+        "{s}"
+    );
+    t.keys(&["/"]);
+    t.literal("status:5xx");
+    t.keys(&["Enter"]);
+    let s = t.wait("the replay read again with the kept filter", |s| {
+        s.contains("[ENDED]")
+            && s.contains("calls 62")
+            && !rows(s).is_empty()
+            && rows(s).iter().all(|l| l.contains("/boom"))
+    });
+    assert!(s.contains("filter \"status:5xx\""), "{s}");
+    t.keys(&["q"]);
+    t.wait_exit();
+}

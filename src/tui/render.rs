@@ -548,8 +548,14 @@ fn view_title(app: &App, rows: &[super::table::SharedRow], width: u16) -> String
                     Some(dr) => format!("Calls of {}", dr.label()),
                     None => "Calls".to_owned(),
                 };
+                // With a filter the pipeline applies, what is kept is the matching calls.
+                let matching = if app.applied_filter.is_empty() && app.fixed_filter.is_none() {
+                    ""
+                } else {
+                    " matching"
+                };
                 format!(
-                    "{what} {state}: {shown} of the last {}{legend}",
+                    "{what} {state}: {shown} of the last {}{matching}{legend}",
                     d.calls.len()
                 )
             };
