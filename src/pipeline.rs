@@ -6,17 +6,17 @@ use std::collections::BTreeMap;
 use std::io;
 
 mod fed;
-mod selection;
 #[doc(hidden)]
 #[cfg(any(test, feature = "test-support"))]
 pub mod fuzzing;
+mod selection;
 mod shards;
 
 pub use fed::RecordFeed;
-pub use selection::LiveCallFilter;
-use selection::CallSelection;
 use fed::{Barrier, FedShards};
 pub(crate) use fed::{BUSY_DRAIN_EVERY, IDLE_DRAIN_EVERY};
+use selection::CallSelection;
+pub use selection::LiveCallFilter;
 use shards::{Outcome, Ready, Shards, Step, TrackerState};
 
 use crate::aggregate::endpoints::KeyRows;

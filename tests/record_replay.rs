@@ -846,7 +846,9 @@ fn json_filter_keeps_the_selected_calls_and_every_aggregate() {
         (dns, "proto:dns !status:NOERROR", |c| {
             c["proto"] == "dns" && c["status_text"] != "NOERROR"
         }),
-        (dns, "outcome:client_error", |c| c["outcome"] == "client_error"),
+        (dns, "outcome:client_error", |c| {
+            c["outcome"] == "client_error"
+        }),
     ];
     for (recording, expr, select) in cases {
         let all = json_lines(&ebtop(&["-r", recording, "--json"]));
@@ -860,9 +862,15 @@ fn json_filter_keeps_the_selected_calls_and_every_aggregate() {
                 .cloned()
                 .collect()
         };
-        let want: Vec<Value> = calls_of(&all).into_iter().filter(|c| select(c)).collect();
-        assert!(!want.is_empty(), "{expr}: the recording has calls it selects");
-        assert!(want.len() < calls_of(&all).len(), "{expr}: and calls it leaves out");
+        let want: Vec<Value> = calls_of(&all).into_iter().filter(select).collect();
+        assert!(
+            !want.is_empty(),
+            "{expr}: the recording has calls it selects"
+        );
+        assert!(
+            want.len() < calls_of(&all).len(),
+            "{expr}: and calls it leaves out"
+        );
         assert_eq!(calls_of(&kept), want, "{expr}");
         // Everything but the call lines (and the count of those left out) is the same.
         let rest = |lines: &[Value]| -> Vec<Value> {

@@ -379,7 +379,10 @@ fn header_shows_capture_filters_the_call_filter_and_the_recording() {
             },
         )));
         let s = screen(&app, w, h);
-        assert!(s.contains("--port 42999") && s.contains("12 sends/receives"), "{s}");
+        assert!(
+            s.contains("--port 42999") && s.contains("12 sends/receives"),
+            "{s}"
+        );
         insta::assert_snapshot!(format!("header_scope_{w}x{h}"), s);
     }
 }

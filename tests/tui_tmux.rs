@@ -594,11 +594,16 @@ fn tui_endpoint_counts_equal_json_at_saturation() {
 #[test]
 fn tui_in_tmux_command_line_and_kept_filters() {
     let t = Tmux::new();
-    t.start_ebtop(&format!("-r '{FIXTURE}' --speed 1000 --filter 'status>=400'"));
+    t.start_ebtop(&format!(
+        "-r '{FIXTURE}' --speed 1000 --filter 'status>=400'"
+    ));
     let s = t.wait("the replay's end", |s| {
         s.contains("[ENDED]") && s.contains("calls 62")
     });
-    assert!(s.contains("--filter 'status>=400'") && s.contains("matching"), "{s}");
+    assert!(
+        s.contains("--filter 'status>=400'") && s.contains("matching"),
+        "{s}"
+    );
     let rows = |s: &str| -> Vec<String> {
         s.lines()
             .filter(|l| l.contains("python3/") || l.contains("curl/"))

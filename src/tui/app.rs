@@ -10,8 +10,6 @@ use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use super::data::{Data, Taken};
 use super::filter::RowFilter;
-use crate::call_filter::CallFilter;
-use crate::pipeline::LiveCallFilter;
 use super::table::{
     call_row_cached, conn_row, endpoint_key, endpoint_row, process_row, CallEntry, Column,
     SharedRow, SortVal, CALL_COLUMNS, CALL_COLUMNS_DATED, CONN_COLUMNS, ENDPOINT_COLUMNS,
@@ -21,6 +19,8 @@ use super::{CallReturner, UiMsg};
 use crate::aggregate::endpoints::OTHER_RESOURCE;
 use crate::aggregate::{EndpointSnapshot, RowRef};
 use crate::call::Side;
+use crate::call_filter::CallFilter;
+use crate::pipeline::LiveCallFilter;
 use crate::protocols::Protocol;
 
 /// How far `Right` skips a replay ahead (recorded time).
@@ -589,9 +589,7 @@ impl App {
         let rows = self.rows();
         let start = self.selected_index(&rows).map_or(0, |i| i + 1);
         let n = rows.len();
-        let found = (0..n)
-            .map(|k| (start + k) % n)
-            .find(|&i| matches(&rows[i]));
+        let found = (0..n).map(|k| (start + k) % n).find(|&i| matches(&rows[i]));
         drop(matches);
         if let Some(i) = found {
             self.move_selection(|_, _| i);
@@ -1460,7 +1458,9 @@ mod tests {
         key(&mut app, KeyCode::Enter);
         let rows = app.rows();
         assert!(!rows.is_empty() && rows.len() < 62);
-        assert!(rows.iter().all(|r| r.cells[0].len() == "11-22 00:00:00.142".len()));
+        assert!(rows
+            .iter()
+            .all(|r| r.cells[0].len() == "11-22 00:00:00.142".len()));
         assert!(app.calls_dated());
     }
 

@@ -171,7 +171,13 @@ impl RowFilter {
                                 negated: w.negated,
                                 test,
                             })
-                            .map_err(|e| if several { format!("{}: {e}", w.typed) } else { e })
+                            .map_err(|e| {
+                                if several {
+                                    format!("{}: {e}", w.typed)
+                                } else {
+                                    e
+                                }
+                            })
                     })
                     .collect::<Result<Vec<_>, _>>()
             })
@@ -359,7 +365,9 @@ mod tests {
                 outcomes: Some(OutcomeFacets::of(10, serr, cerr, 0)),
                 loss,
             },
-            ..row(&["dnsmasq", "server", "QUERY", "A x", "≥10", "1.0", "0.0", "0.0"])
+            ..row(&[
+                "dnsmasq", "server", "QUERY", "A x", "≥10", "1.0", "0.0", "0.0",
+            ])
         };
         let rows = [
             endpoint(Protocol::Dns, 0, 3, false),
@@ -376,7 +384,11 @@ mod tests {
         assert_eq!(hits("!err"), [false, false, true]);
         assert_eq!(hits("loss"), [false, true, false]);
         assert_eq!(hits("proto:http or loss"), [false, true, true]);
-        assert_eq!(hits("calls>=10"), [true, true, true], "a `≥` count is a number");
+        assert_eq!(
+            hits("calls>=10"),
+            [true, true, true],
+            "a `≥` count is a number"
+        );
         // The flow table's rows have no outcomes: refused, not a filter hiding every row.
         let e = RowFilter::parse("err", FLOW_TABLE_COLUMNS).unwrap_err();
         assert!(e.contains("outcomes"), "{e}");

@@ -1020,7 +1020,10 @@ mod tests {
         assert!(live.get().is_none(), "not while typing");
         assert!(!control.rewind_pending());
         app.handle_key(KeyEvent::from(crossterm::event::KeyCode::Enter));
-        assert_eq!(live.get().map(|f| f.text().to_owned()), Some("status>=500".into()));
+        assert_eq!(
+            live.get().map(|f| f.text().to_owned()),
+            Some("status>=500".into())
+        );
         assert!(control.rewind_pending(), "the replay is read again");
 
         // What the replay read again hands over.
