@@ -186,6 +186,7 @@ fn tui_session(
     let paused = Arc::new(AtomicBool::new(false));
     let mut sink = tui::TuiSink::new(tx.clone());
     let call_returner = Some(sink.call_returner());
+    let live_filter = Some(sink.live_filter());
     let control = replay.then(|| Arc::new(tui::ReplayControl::new(args.speed)));
     if let Some(c) = &control {
         sink = sink.with_pacer(tui::Pacer::new(
@@ -209,6 +210,9 @@ fn tui_session(
         utc: args.utc,
         replay: control.clone(),
         call_returner,
+        live_filter,
+        call_filter: args.filter.as_ref().map(|f| f.text().to_owned()),
+        recording: args.write.clone(),
     };
     std::thread::scope(|s| {
         let collector = s.spawn(|| {
@@ -410,7 +414,8 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
     let clock = WallClock::live();
     let meta = SessionMeta::this_host("live", args.snaplen, filters.clone(), clock.offset_ns);
     let mut pipeline = Pipeline::new(tracker_config(args), ProcessTable::new(true), sink)
-        .with_raw_resources(args.raw_resources);
+        .with_raw_resources(args.raw_resources)
+        .with_call_filter(args.filter.clone().unwrap_or_default());
     if let Some(path) = &args.write {
         // What can fail before loading fails before the file exists: a failed start leaves no
         // empty recording behind (which a retry without --force would refuse).
@@ -533,6 +538,7 @@ fn replay_pipeline<S: Sink>(args: &Args, sink: S) -> Pipeline<S> {
     Pipeline::new(tracker_config(args), ProcessTable::new(false), sink)
         .with_raw_resources(args.raw_resources)
         .with_filters(filters(args))
+        .with_call_filter(args.filter.clone().unwrap_or_default())
 }
 
 /// A copy of a recording (`-r FILE -w OUT`) or a replay to JSON: replayed once.

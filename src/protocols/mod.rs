@@ -264,6 +264,15 @@ impl ProtoSet {
         }
     }
 
+    /// No protocol.
+    pub fn empty() -> ProtoSet {
+        ProtoSet(0)
+    }
+
+    pub fn insert(&mut self, p: Protocol) {
+        self.0 |= 1 << p as u32;
+    }
+
     pub fn contains(self, p: Protocol) -> bool {
         self.0 & (1 << p as u32) != 0
     }

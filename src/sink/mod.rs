@@ -69,6 +69,12 @@ pub trait Sink {
     fn wants_windows(&self) -> bool {
         false
     }
+    /// A filter this sink changes while the session runs (the terminal UI's Calls filter):
+    /// only the calls it matches are then handed to the call methods (see
+    /// `Pipeline::with_live_call_filter`).
+    fn live_call_filter(&self) -> Option<std::sync::Arc<crate::pipeline::LiveCallFilter>> {
+        None
+    }
     /// Whether this sink keeps the calls it is given (so `call_owned` saves it a copy); other
     /// sinks get each call by reference, and the caller drops it where it lies (moving a
     /// 424-byte call out of its batch for each one was ~3% of `--json`'s CPU).
