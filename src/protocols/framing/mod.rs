@@ -1,7 +1,8 @@
 //! One framing core for the parsers of length-framed protocols (issue 41, item 2).
 //!
 //! A protocol whose messages start with a header that says how long they are (PostgreSQL's
-//! type byte and int32, MySQL's 3-byte length, Memcached's command lines and binary header)
+//! type byte and int32, MySQL's 3-byte length, Memcached's command lines and binary header,
+//! HTTP/2's 9-byte frame header)
 //! describes only that header to the core: a [`Framer`] says, from the buffered start of a
 //! message, how long its header is ([`Header::NeedMore`], or [`Header::Line`]: up to a line
 //! end), how long its body is and what kind of message it is
@@ -22,11 +23,18 @@
 //!   request's or response's [`super::MessageSpan`].
 //!
 //! Each complete message is handed to [`Framer::frame_done`] with its kind and its kept body.
+//! In stream-body mode ([`Framer::STREAM_BODY`]) nothing of a body is kept: each part is handed
+//! to [`Framer::body`] as it arrives ([`Body`]: the frame's start, captured bytes, bytes beyond
+//! the snaplen, bytes lost), for a protocol that reads bodies as a stream (HTTP/2: gRPC's
+//! message prefixes across DATA frames, header blocks fed to HPACK in wire order, which is why
+//! a gap there is no skip: [`Framer::gap_skips`]).
 //! What the protocol makes of it (pairing, calls) stays the protocol's. A protocol with states
 //! of its own between messages (PostgreSQL's one-byte answer to SSLRequest, its search for a
-//! response's end after losing its place inside rows) has them as [`St::Proto`], handled by
-//! its hooks; a protocol that cannot be framed this way at all (HTTP/1 heads, RESP, HTTP/2
-//! streams) implements [`super::StreamParser`] itself.
+//! response's end after losing its place inside rows, HTTP/2's connection preface, entered
+//! where a direction picks up: [`Framer::resync_at`]) has them as [`St::Proto`], handled by
+//! its hooks. HTTP/2's streams, HPACK and pairing by stream id stay its own grammar above the
+//! frames; a protocol that cannot be framed this way at all (HTTP/1 heads, RESP) implements
+//! [`super::StreamParser`] itself.
 
 use super::{BytesSince, L7Call, ParseStats, Segment};
 use crate::event::Direction;
@@ -64,6 +72,19 @@ pub enum Header<K> {
     NotAFrame,
 }
 
+/// A part of a frame's body, handed to [`Framer::body`] in stream-body mode.
+#[derive(Debug, Clone, Copy)]
+pub enum Body<'a> {
+    /// The frame's header said its body (read in segment `seg`); zero-length bodies too.
+    Start(&'a Segment<'a>),
+    /// Captured bytes of the body, from segment `seg`.
+    Bytes(&'a Segment<'a>, &'a [u8]),
+    /// This many bytes of the body were moved in segment `seg` but not captured (snaplen).
+    Unseen(&'a Segment<'a>, u64),
+    /// This many bytes of the body were lost (ring buffer gap).
+    Lost(u64),
+}
+
 /// Why a direction lost its place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Loss {
@@ -86,7 +107,7 @@ pub struct FramedStream<K, P> {
     /// The frame being read is not its message's last.
     more: bool,
     /// Ever in sync (the first pickup of a connection is no resync).
-    synced: bool,
+    pub synced: bool,
     /// A line header ([`Header::Line`]) being read: its bytes so far (the buffer is reused).
     line: Vec<u8>,
     /// Its longest length; 0: no line is being read.
@@ -248,6 +269,10 @@ pub trait Framer: Sized {
     /// when none of its bytes were captured.
     const TOUCH_UNSEEN: bool = false;
 
+    /// A body is handed to [`Framer::body`] as it arrives (HTTP/2's DATA carries gRPC's
+    /// message prefixes, its header blocks go to HPACK in order), not kept by the core.
+    const STREAM_BODY: bool = false;
+
     fn streams(&mut self) -> &mut Streams<Self::Kind, Self::State>;
     fn streams_ref(&self) -> &Streams<Self::Kind, Self::State>;
     /// Nothing more is parsed on this connection (encrypted, compressed).
@@ -286,6 +311,25 @@ pub trait Framer: Sized {
     );
     /// Does segment `p` (captured bytes) start where lost direction `d` can pick up again?
     fn resync(&self, d: usize, p: &[u8]) -> bool;
+    /// Where lost direction `d` picks up again at segment start `p`: by default reading a
+    /// header where [`Framer::resync`] says so (a protocol may start in a state of its own
+    /// there: HTTP/2's connection preface).
+    fn resync_at(&mut self, d: usize, p: &[u8]) -> Option<St<Self::State>> {
+        self.resync(d, p).then_some(St::Header)
+    }
+    /// How many bytes a direction never in sync needs to be judged, `start` its first bytes
+    /// ([`Framer::RESYNC_PROBE`] unless they say otherwise).
+    fn resync_probe(&self, _d: usize, _start: &[u8]) -> usize {
+        Self::RESYNC_PROBE
+    }
+    /// Stream-body mode ([`Framer::STREAM_BODY`]): a part of the body under way in direction
+    /// `d` (the frame's kind is [`FramedStream::kind`]).
+    fn body(&mut self, _d: usize, _part: Body<'_>, _stats: &mut ParseStats) {}
+    /// May a gap strictly inside the body under way in direction `d` only skip bytes (else the
+    /// direction loses its place, as anywhere else)?
+    fn gap_skips(&self, _d: usize) -> bool {
+        true
+    }
     /// Segment `seg` of lost direction `d` did not start where it picks up again (`probed`:
     /// bytes of earlier segments judged with it): by default all skipped.
     fn still_lost(&mut self, _d: usize, seg: &Segment, probed: u64, stats: &mut ParseStats) {
@@ -376,25 +420,32 @@ pub fn on_segment<F: Framer>(
             None => return,
         },
         St::Lost => {
-            let s = &mut p.streams().dirs[d];
+            let s = &p.streams_ref().dirs[d];
             let whole = seg.total_len == seg.payload.len() as u64;
-            if !s.synced && whole && s.probe.len() + seg.payload.len() < F::RESYNC_PROBE {
+            let start = if s.probe.is_empty() {
+                seg.payload
+            } else {
+                &s.probe
+            };
+            let probe_len = p.resync_probe(d, start);
+            let s = &mut p.streams().dirs[d];
+            if !s.synced && whole && s.probe.len() + seg.payload.len() < probe_len {
                 // A first segment of a few bytes (a reader's short read): judged with more.
                 s.probe.extend_from_slice(seg.payload);
                 return;
             }
             let probe = std::mem::take(&mut s.probe);
-            let plausible = if probe.is_empty() {
-                p.resync(d, seg.payload)
+            let at = if probe.is_empty() {
+                p.resync_at(d, seg.payload)
             } else {
-                p.resync(d, &[&probe[..], seg.payload].concat())
+                p.resync_at(d, &[&probe[..], seg.payload].concat())
             };
-            if !plausible {
+            let Some(st) = at else {
                 p.still_lost(d, seg, probe.len() as u64, stats);
                 return;
-            }
+            };
             let s = &mut p.streams().dirs[d];
-            s.st = St::Header;
+            s.st = st;
             s.synced = true;
             p.resynced(d, out, stats);
             if !probe.is_empty() {
@@ -462,7 +513,7 @@ pub fn feed<F: Framer>(
                     s.line = line;
                     s.line.clear();
                     s.line_max = 0;
-                    if !header_said(p, d, h, data, out, stats) {
+                    if !header_said(p, d, seg, h, data, out, stats) {
                         return;
                     }
                 }
@@ -476,6 +527,13 @@ pub fn feed<F: Framer>(
                     s.acc.touch(seg_id, seg);
                 }
                 let (have, need) = (s.hdr_len as usize, s.need as usize);
+                if have == 0 && data.len() >= need {
+                    match header_in_place(p, d, seg, data, out, stats) {
+                        Some(rest) => data = rest,
+                        None => return,
+                    }
+                    continue;
+                }
                 let take = need.saturating_sub(have).min(data.len());
                 s.hdr[have..have + take].copy_from_slice(&data[..take]);
                 s.hdr_len += take as u8;
@@ -504,13 +562,13 @@ pub fn feed<F: Framer>(
                             s.line = line;
                             s.line.clear();
                             s.line_max = 0;
-                            if !header_said(p, d, h, data, out, stats) {
+                            if !header_said(p, d, seg, h, data, out, stats) {
                                 return;
                             }
                         }
                     }
                     h => {
-                        if !header_said(p, d, h, data, out, stats) {
+                        if !header_said(p, d, seg, h, data, out, stats) {
                             return;
                         }
                     }
@@ -521,11 +579,16 @@ pub fn feed<F: Framer>(
                 let s = &mut p.streams().dirs[d];
                 s.acc.touch(seg_id, seg);
                 s.acc.add(take as u64);
-                let room = s.keep.saturating_sub(s.body.len()).min(take);
-                s.body.extend_from_slice(&data[..room]);
+                if !F::STREAM_BODY {
+                    let room = s.keep.saturating_sub(s.body.len()).min(take);
+                    s.body.extend_from_slice(&data[..room]);
+                }
                 s.st = St::Body {
                     left: left - take as u64,
                 };
+                if F::STREAM_BODY {
+                    p.body(d, Body::Bytes(seg, &data[..take]), stats);
+                }
                 data = &data[take..];
                 if left == take as u64 {
                     frame_end(p, d, out, stats);
@@ -535,11 +598,75 @@ pub fn feed<F: Framer>(
     }
 }
 
+/// A header that starts at `data`'s start, judged where it lies (not copied) while `data` holds
+/// all the framer asks for; a line header that ends in `data` is handed over in place too.
+/// Returns the captured bytes after it (None: the direction lost its place).
+fn header_in_place<'a, F: Framer>(
+    p: &mut F,
+    d: usize,
+    seg: &Segment,
+    data: &'a [u8],
+    out: &mut Vec<L7Call>,
+    stats: &mut ParseStats,
+) -> Option<&'a [u8]> {
+    let (mut n, seg_id) = (
+        p.streams_ref().dirs[d].need as usize,
+        p.streams_ref().seg_id,
+    );
+    // The header's bytes count in the message before the framer sees them (as when buffered).
+    let mut counted = 0;
+    loop {
+        let s = &mut p.streams().dirs[d];
+        if data.len() < n {
+            // The rest of the header comes in a later segment: buffered.
+            s.hdr[..data.len()].copy_from_slice(data);
+            s.hdr_len = data.len() as u8;
+            s.need = n as u8;
+            s.acc.add((data.len() - counted) as u64);
+            return Some(&[]);
+        }
+        s.acc.add((n - counted) as u64);
+        counted = n;
+        match p.header(d, &data[..n], out, stats) {
+            Header::NeedMore(m) if m > n && m <= MAX_HEADER => n = m,
+            Header::Line { max } if max >= n => {
+                let end = data.iter().position(|&c| c == b'\n');
+                let take = end.map_or(data.len(), |i| i + 1);
+                if take > max {
+                    // Too long for a line: not a message; skipped with the rest.
+                    lose_sync(p, d, stats);
+                    p.lost(d, Loss::NotAFrame, stats);
+                    stats.skipped(data.len() as u64);
+                    return None;
+                }
+                let s = &mut p.streams().dirs[d];
+                s.acc.add((take - n) as u64);
+                if end.is_none() {
+                    // The line goes on in a later segment: buffered.
+                    s.line.extend_from_slice(data);
+                    s.line_max = max;
+                    s.line_seg = seg_id;
+                    return Some(&[]);
+                }
+                let rest = &data[take..];
+                let h = p.line(d, &data[..take], out, stats);
+                return header_said(p, d, seg, h, rest, out, stats).then_some(rest);
+            }
+            h => {
+                let rest = &data[n..];
+                return header_said(p, d, seg, h, rest, out, stats).then_some(rest);
+            }
+        }
+    }
+}
+
 /// What a whole header said (`rest`: the captured bytes after it): false if the direction lost
 /// its place.
+#[inline]
 fn header_said<F: Framer>(
     p: &mut F,
     d: usize,
+    seg: &Segment,
     h: Header<F::Kind>,
     rest: &[u8],
     out: &mut Vec<L7Call>,
@@ -557,6 +684,9 @@ fn header_said<F: Framer>(
             s.kind = kind;
             s.more = more;
             s.st = St::Body { left: body_len };
+            if F::STREAM_BODY {
+                p.body(d, Body::Start(seg), stats);
+            }
             if body_len == 0 {
                 frame_end(p, d, out, stats);
             }
@@ -574,6 +704,7 @@ fn header_said<F: Framer>(
 }
 
 /// A frame in direction `d` is whole: its message too unless more frames follow.
+#[inline]
 fn frame_end<F: Framer>(p: &mut F, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
     let s = &mut p.streams().dirs[d];
     s.st = St::Header;
@@ -584,6 +715,7 @@ fn frame_end<F: Framer>(p: &mut F, d: usize, out: &mut Vec<L7Call>, stats: &mut 
 
 /// The message in direction `d` is whole: handed to the protocol with its kept body (whose
 /// buffer is reused for the next message).
+#[inline]
 fn done<F: Framer>(p: &mut F, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
     let s = &mut p.streams().dirs[d];
     let kind = s.kind;
@@ -616,6 +748,9 @@ pub fn unseen<F: Framer>(
         if n <= left || F::FINISH_BODY_BEFORE_UNSEEN {
             let in_body = n.min(left);
             p.streams().dirs[d].hole(left, in_body, F::KEEP_AFTER_HOLE);
+            if F::STREAM_BODY {
+                p.body(d, Body::Unseen(seg, in_body), stats);
+            }
             if in_body == left {
                 // The frame ends with the syscall: parsed from what was kept.
                 frame_end(p, d, out, stats);
@@ -644,8 +779,11 @@ pub fn on_gap<F: Framer>(p: &mut F, dir: Direction, len: Option<u64>, stats: &mu
     let d = dir.index();
     // A gap strictly inside a body of known length only skips bytes.
     if let (Some(n), St::Body { left }) = (len, p.streams_ref().dirs[d].st) {
-        if n < left {
+        if n < left && p.gap_skips(d) {
             p.streams().dirs[d].hole(left, n, F::KEEP_AFTER_HOLE);
+            if F::STREAM_BODY {
+                p.body(d, Body::Lost(n), stats);
+            }
             return;
         }
     }

@@ -977,6 +977,18 @@ impl MemcachedParser {
         }
     }
 
+    /// A binary body ended in direction d, `body` its kept prefix (part of the head).
+    fn on_bin_body(
+        &mut self,
+        d: usize,
+        body: &[u8],
+        out: &mut Vec<L7Call>,
+        stats: &mut ParseStats,
+    ) {
+        self.keep(d, body);
+        self.bin_done(d, body, out, stats);
+    }
+
     /// A binary message ended in direction d, `body` its kept prefix.
     fn bin_done(&mut self, d: usize, body: &[u8], out: &mut Vec<L7Call>, stats: &mut ParseStats) {
         let Some(h) = self.dirs[d].msg.as_ref().and_then(|m| m.bin) else {
@@ -1314,6 +1326,27 @@ impl MemcachedParser {
         });
     }
 
+    /// A message's first byte, or a whole binary header (its frame after it).
+    fn message_start(
+        &mut self,
+        d: usize,
+        hdr: &[u8],
+        out: &mut Vec<L7Call>,
+        stats: &mut ParseStats,
+    ) -> Header<Frame> {
+        if hdr.len() >= BIN_HEADER {
+            return self.on_bin_header(d, hdr);
+        }
+        if !self.begin(d, hdr[0], out, stats) {
+            return Header::NotAFrame;
+        }
+        if hdr[0] == BIN_REQUEST || hdr[0] == BIN_RESPONSE {
+            Header::NeedMore(BIN_HEADER)
+        } else {
+            Header::Line { max: MAX_LINE }
+        }
+    }
+
     /// Direction d's open message (its end out of sight) ends here.
     fn finish_open(&mut self, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
         if self.dirs[d].msg.is_none() {
@@ -1360,6 +1393,7 @@ impl Framer for MemcachedParser {
 
     /// A message's first byte (a listing reply's later lines are lines whatever they start
     /// with), or a whole binary header.
+    #[inline]
     fn header(
         &mut self,
         d: usize,
@@ -1367,20 +1401,10 @@ impl Framer for MemcachedParser {
         out: &mut Vec<L7Call>,
         stats: &mut ParseStats,
     ) -> Header<Frame> {
-        if hdr.len() >= BIN_HEADER {
-            return self.on_bin_header(d, hdr);
-        }
-        if self.dirs[d].msg.is_some() {
+        if hdr.len() < BIN_HEADER && self.dirs[d].msg.is_some() {
             return Header::Line { max: MAX_LINE };
         }
-        if !self.begin(d, hdr[0], out, stats) {
-            return Header::NotAFrame;
-        }
-        if hdr[0] == BIN_REQUEST || hdr[0] == BIN_RESPONSE {
-            Header::NeedMore(BIN_HEADER)
-        } else {
-            Header::Line { max: MAX_LINE }
-        }
+        self.message_start(d, hdr, out, stats)
     }
 
     fn line(
@@ -1396,6 +1420,8 @@ impl Framer for MemcachedParser {
         self.on_line(d, line, out, stats)
     }
 
+    /// A line alone ends nothing (its message ended, if it did, when it was read).
+    #[inline]
     fn frame_done(
         &mut self,
         d: usize,
@@ -1407,10 +1433,7 @@ impl Framer for MemcachedParser {
         match kind {
             Frame::Line => {}
             Frame::Data => self.on_data_done(d, out, stats),
-            Frame::Binary => {
-                self.keep(d, body);
-                self.bin_done(d, body, out, stats);
-            }
+            Frame::Binary => self.on_bin_body(d, body, out, stats),
         }
     }
 
