@@ -1,14 +1,17 @@
 //! One framing core for the parsers of length-framed protocols (issue 41, item 2).
 //!
 //! A protocol whose messages start with a header that says how long they are (PostgreSQL's
-//! type byte and int32, MySQL's 3-byte length) describes only that header to the core: a
-//! [`Framer`] says, from the buffered start of a message, how long its header is
-//! ([`Header::NeedMore`]), how long its body is and what kind of message it is
+//! type byte and int32, MySQL's 3-byte length, Memcached's command lines and binary header,
+//! HTTP/2's 9-byte frame header)
+//! describes only that header to the core: a [`Framer`] says, from the buffered start of a
+//! message, how long its header is ([`Header::NeedMore`], or [`Header::Line`]: up to a line
+//! end), how long its body is and what kind of message it is
 //! ([`Header::Frame`]), or that these bytes are no message of its ([`Header::NotAFrame`]); and
 //! whether a segment starts where a lost direction can pick up again ([`Framer::resync`]).
 //!
 //! The core ([`on_segment`], [`on_gap`]) owns, per direction ([`FramedStream`]):
-//! - the partial header, kept across segments in a fixed buffer of [`MAX_HEADER`] bytes;
+//! - the partial header, kept across segments in a fixed buffer of [`MAX_HEADER`] bytes (a
+//!   line header in a buffer of its own, reused from line to line);
 //! - the body: counted down across segments, its first `keep` bytes kept (in a buffer reused
 //!   from message to message: no allocation per message), the rest skipped by count, bytes
 //!   beyond the snaplen too;
@@ -20,17 +23,24 @@
 //!   request's or response's [`super::MessageSpan`].
 //!
 //! Each complete message is handed to [`Framer::frame_done`] with its kind and its kept body.
+//! In stream-body mode ([`Framer::STREAM_BODY`]) nothing of a body is kept: each part is handed
+//! to [`Framer::body`] as it arrives ([`Body`]: the frame's start, captured bytes, bytes beyond
+//! the snaplen, bytes lost), for a protocol that reads bodies as a stream (HTTP/2: gRPC's
+//! message prefixes across DATA frames, header blocks fed to HPACK in wire order, which is why
+//! a gap there is no skip: [`Framer::gap_skips`]).
 //! What the protocol makes of it (pairing, calls) stays the protocol's. A protocol with states
 //! of its own between messages (PostgreSQL's one-byte answer to SSLRequest, its search for a
-//! response's end after losing its place inside rows) has them as [`St::Proto`], handled by
-//! its hooks; a protocol that cannot be framed this way at all (HTTP/1 heads, RESP, HTTP/2
-//! streams) implements [`super::StreamParser`] itself.
+//! response's end after losing its place inside rows, HTTP/2's connection preface, entered
+//! where a direction picks up: [`Framer::resync_at`]) has them as [`St::Proto`], handled by
+//! its hooks. HTTP/2's streams, HPACK and pairing by stream id stay its own grammar above the
+//! frames; a protocol that cannot be framed this way at all (HTTP/1 heads, RESP) implements
+//! [`super::StreamParser`] itself.
 
 use super::{BytesSince, L7Call, ParseStats, Segment};
 use crate::event::Direction;
 
-/// The longest header a [`Framer`] may ask for.
-pub const MAX_HEADER: usize = 16;
+/// The longest fixed-length header a [`Framer`] may ask for (Memcached's binary header).
+pub const MAX_HEADER: usize = 24;
 
 /// Where a direction is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,12 +60,29 @@ pub enum St<P> {
 pub enum Header<K> {
     /// The header is this many bytes in all (more than buffered, at most [`MAX_HEADER`]).
     NeedMore(usize),
+    /// The header is a line: it runs to the next `\n` (included), at most `max` bytes in all
+    /// (a longer one is no message: the direction loses its place). The whole line is then
+    /// handed to [`Framer::line`].
+    Line { max: usize },
     /// A frame of kind `kind` whose body (after the header) is `body_len` bytes; `more`: the
     /// message goes on in the next frame (MySQL's packets of 0xffffff bytes), its kept body
     /// too.
     Frame { body_len: u64, kind: K, more: bool },
     /// Not a message of this protocol: the direction loses its place.
     NotAFrame,
+}
+
+/// A part of a frame's body, handed to [`Framer::body`] in stream-body mode.
+#[derive(Debug, Clone, Copy)]
+pub enum Body<'a> {
+    /// The frame's header said its body (read in segment `seg`); zero-length bodies too.
+    Start(&'a Segment<'a>),
+    /// Captured bytes of the body, from segment `seg`.
+    Bytes(&'a Segment<'a>, &'a [u8]),
+    /// This many bytes of the body were moved in segment `seg` but not captured (snaplen).
+    Unseen(&'a Segment<'a>, u64),
+    /// This many bytes of the body were lost (ring buffer gap).
+    Lost(u64),
 }
 
 /// Why a direction lost its place.
@@ -80,7 +107,13 @@ pub struct FramedStream<K, P> {
     /// The frame being read is not its message's last.
     more: bool,
     /// Ever in sync (the first pickup of a connection is no resync).
-    synced: bool,
+    pub synced: bool,
+    /// A line header ([`Header::Line`]) being read: its bytes so far (the buffer is reused).
+    line: Vec<u8>,
+    /// Its longest length; 0: no line is being read.
+    line_max: usize,
+    /// The segment the line started in.
+    line_seg: u64,
     /// The first bytes of a direction never in sync, while too few to judge
     /// ([`Framer::RESYNC_PROBE`]).
     probe: Vec<u8>,
@@ -106,6 +139,9 @@ impl<K: Copy + Default, P: Copy + PartialEq> FramedStream<K, P> {
             need: min_header.clamp(1, MAX_HEADER) as u8,
             more: false,
             synced: false,
+            line: Vec::new(),
+            line_max: 0,
+            line_seg: 0,
             probe: Vec::new(),
             kind: K::default(),
             body: Vec::new(),
@@ -118,7 +154,16 @@ impl<K: Copy + Default, P: Copy + PartialEq> FramedStream<K, P> {
 
     /// Some of a header is buffered.
     pub fn partial_header(&self) -> bool {
-        self.hdr_len > 0
+        self.hdr_len > 0 || self.line_max > 0
+    }
+
+    /// The buffered bytes of a header in progress (a line's, or a fixed header's).
+    pub fn header_bytes(&self) -> &[u8] {
+        if self.line_max > 0 {
+            &self.line
+        } else {
+            &self.hdr[..self.hdr_len as usize]
+        }
     }
 
     /// The frame being read (or the last one) is not its message's last.
@@ -128,7 +173,7 @@ impl<K: Copy + Default, P: Copy + PartialEq> FramedStream<K, P> {
 
     /// Inside a message (some of its header read, its body under way, or its next frame due).
     pub fn in_message(&self) -> bool {
-        self.hdr_len > 0 || self.more || matches!(self.st, St::Body { .. })
+        self.partial_header() || self.more || matches!(self.st, St::Body { .. })
     }
 
     /// Starts a message's kept body: its first `keep` bytes will be kept.
@@ -149,6 +194,8 @@ impl<K: Copy + Default, P: Copy + PartialEq> FramedStream<K, P> {
     /// Drops a partial header and the kept body.
     pub fn clear(&mut self, min_header: usize) {
         self.hdr_len = 0;
+        self.line.clear();
+        self.line_max = 0;
         self.need = min_header.clamp(1, MAX_HEADER) as u8;
         self.more = false;
         self.body.clear();
@@ -215,6 +262,16 @@ pub trait Framer: Sized {
     /// A direction never in sync whose first segments are shorter than this (short reads) is
     /// judged ([`Framer::resync`]) on them together (0: on each alone).
     const RESYNC_PROBE: usize = 0;
+    /// Uncaptured bytes beyond a body's end finish it (the message is parsed from what was
+    /// kept) before the header they hid goes unseen; otherwise the message is cut with them.
+    const FINISH_BODY_BEFORE_UNSEEN: bool = false;
+    /// A segment whose uncaptured tail belongs to a message under way counts in its span even
+    /// when none of its bytes were captured.
+    const TOUCH_UNSEEN: bool = false;
+
+    /// A body is handed to [`Framer::body`] as it arrives (HTTP/2's DATA carries gRPC's
+    /// message prefixes, its header blocks go to HPACK in order), not kept by the core.
+    const STREAM_BODY: bool = false;
 
     fn streams(&mut self) -> &mut Streams<Self::Kind, Self::State>;
     fn streams_ref(&self) -> &Streams<Self::Kind, Self::State>;
@@ -225,7 +282,24 @@ pub trait Framer: Sized {
 
     /// The buffered start of a message in direction `d` (at least the bytes last asked for).
     /// On [`Header::Frame`] the framer starts the body it keeps ([`FramedStream::start_body`]).
-    fn header(&mut self, d: usize, hdr: &[u8], stats: &mut ParseStats) -> Header<Self::Kind>;
+    fn header(
+        &mut self,
+        d: usize,
+        hdr: &[u8],
+        out: &mut Vec<L7Call>,
+        stats: &mut ParseStats,
+    ) -> Header<Self::Kind>;
+    /// A whole line header (after [`Header::Line`]) in direction `d`, its `\n` included:
+    /// [`Header::Frame`] or [`Header::NotAFrame`].
+    fn line(
+        &mut self,
+        _d: usize,
+        _line: &[u8],
+        _out: &mut Vec<L7Call>,
+        _stats: &mut ParseStats,
+    ) -> Header<Self::Kind> {
+        Header::NotAFrame
+    }
     /// A whole message of `kind` in direction `d`, `body` its kept prefix.
     fn frame_done(
         &mut self,
@@ -237,13 +311,48 @@ pub trait Framer: Sized {
     );
     /// Does segment `p` (captured bytes) start where lost direction `d` can pick up again?
     fn resync(&self, d: usize, p: &[u8]) -> bool;
+    /// Where lost direction `d` picks up again at segment start `p`: by default reading a
+    /// header where [`Framer::resync`] says so (a protocol may start in a state of its own
+    /// there: HTTP/2's connection preface).
+    fn resync_at(&mut self, d: usize, p: &[u8]) -> Option<St<Self::State>> {
+        self.resync(d, p).then_some(St::Header)
+    }
+    /// How many bytes a direction never in sync needs to be judged, `start` its first bytes
+    /// ([`Framer::RESYNC_PROBE`] unless they say otherwise).
+    fn resync_probe(&self, _d: usize, _start: &[u8]) -> usize {
+        Self::RESYNC_PROBE
+    }
+    /// Stream-body mode ([`Framer::STREAM_BODY`]): a part of the body under way in direction
+    /// `d` (the frame's kind is [`FramedStream::kind`]).
+    fn body(&mut self, _d: usize, _part: Body<'_>, _stats: &mut ParseStats) {}
+    /// May a gap strictly inside the body under way in direction `d` only skip bytes (else the
+    /// direction loses its place, as anywhere else)?
+    fn gap_skips(&self, _d: usize) -> bool {
+        true
+    }
+    /// Segment `seg` of lost direction `d` did not start where it picks up again (`probed`:
+    /// bytes of earlier segments judged with it): by default all skipped.
+    fn still_lost(&mut self, _d: usize, seg: &Segment, probed: u64, stats: &mut ParseStats) {
+        stats.skipped(seg.total_len.saturating_add(probed));
+    }
+    /// Is a message under way in direction `d` (a gap there damages it)?
+    fn in_message(&self, d: usize) -> bool {
+        self.streams_ref().dirs[d].in_message()
+    }
     /// Direction `d` picked up again after a loss.
     fn resynced(&mut self, _d: usize, _out: &mut Vec<L7Call>, _stats: &mut ParseStats) {}
     /// Direction `d` lost its place (the core has counted it): what it means for pairing.
     fn lost(&mut self, d: usize, why: Loss, stats: &mut ParseStats);
-    /// A header in direction `d` went unseen (`n` bytes, already counted as unparsed): true if
-    /// the protocol takes it from here (into a state of its own) rather than losing its place.
-    fn header_unseen(&mut self, _d: usize, _n: u64, _stats: &mut ParseStats) -> bool {
+    /// A header in direction `d` went unseen (`n` bytes of `seg`): true if the protocol takes
+    /// it from here (and counts the bytes) rather than losing its place (the bytes unparsed).
+    fn header_unseen(
+        &mut self,
+        _d: usize,
+        _seg: &Segment,
+        _n: u64,
+        _out: &mut Vec<L7Call>,
+        _stats: &mut ParseStats,
+    ) -> bool {
         false
     }
     /// Captured bytes `data` of `seg` in the protocol's state `s`: how many it consumed.
@@ -276,6 +385,7 @@ pub trait Framer: Sized {
         &mut self,
         _d: usize,
         _s: Self::State,
+        _seg: &Segment,
         n: u64,
         _out: &mut Vec<L7Call>,
         stats: &mut ParseStats,
@@ -310,25 +420,32 @@ pub fn on_segment<F: Framer>(
             None => return,
         },
         St::Lost => {
-            let s = &mut p.streams().dirs[d];
+            let s = &p.streams_ref().dirs[d];
             let whole = seg.total_len == seg.payload.len() as u64;
-            if !s.synced && whole && s.probe.len() + seg.payload.len() < F::RESYNC_PROBE {
+            let start = if s.probe.is_empty() {
+                seg.payload
+            } else {
+                &s.probe
+            };
+            let probe_len = p.resync_probe(d, start);
+            let s = &mut p.streams().dirs[d];
+            if !s.synced && whole && s.probe.len() + seg.payload.len() < probe_len {
                 // A first segment of a few bytes (a reader's short read): judged with more.
                 s.probe.extend_from_slice(seg.payload);
                 return;
             }
             let probe = std::mem::take(&mut s.probe);
-            let plausible = if probe.is_empty() {
-                p.resync(d, seg.payload)
+            let at = if probe.is_empty() {
+                p.resync_at(d, seg.payload)
             } else {
-                p.resync(d, &[&probe[..], seg.payload].concat())
+                p.resync_at(d, &[&probe[..], seg.payload].concat())
             };
-            if !plausible {
-                stats.skipped(seg.total_len.saturating_add(probe.len() as u64));
+            let Some(st) = at else {
+                p.still_lost(d, seg, probe.len() as u64, stats);
                 return;
-            }
+            };
             let s = &mut p.streams().dirs[d];
-            s.st = St::Header;
+            s.st = st;
             s.synced = true;
             p.resynced(d, out, stats);
             if !probe.is_empty() {
@@ -342,8 +459,8 @@ pub fn on_segment<F: Framer>(
     if uncaptured > 0 && !p.stopped() {
         match p.streams_ref().dirs[d].st {
             St::Lost => stats.skipped(uncaptured),
-            St::Proto(s) => p.uncaptured_in_state(d, s, uncaptured, out, stats),
-            St::Header | St::Body { .. } => unseen(p, d, uncaptured, out, stats),
+            St::Proto(s) => p.uncaptured_in_state(d, s, seg, uncaptured, out, stats),
+            St::Header | St::Body { .. } => unseen(p, d, seg, uncaptured, out, stats),
         }
     }
 }
@@ -368,6 +485,39 @@ pub fn feed<F: Framer>(
                 let n = p.in_state(d, s, seg, data, out, stats);
                 data = &data[n.min(data.len())..];
             }
+            St::Header if p.streams_ref().dirs[d].line_max > 0 => {
+                let s = &mut p.streams().dirs[d];
+                s.acc.touch(seg_id, seg);
+                let end = data.iter().position(|&c| c == b'\n');
+                let take = end.map_or(data.len(), |i| i + 1);
+                if s.line.len() + take > s.line_max {
+                    // Too long for a line: not a message. The line's bytes in this segment
+                    // are skipped with the rest.
+                    let started_here = if s.line_seg == seg_id {
+                        s.line.len()
+                    } else {
+                        0
+                    };
+                    lose_sync(p, d, stats);
+                    p.lost(d, Loss::NotAFrame, stats);
+                    stats.skipped((started_here + data.len()) as u64);
+                    return;
+                }
+                s.line.extend_from_slice(&data[..take]);
+                s.acc.add(take as u64);
+                data = &data[take..];
+                if end.is_some() {
+                    let line = std::mem::take(&mut p.streams().dirs[d].line);
+                    let h = p.line(d, &line, out, stats);
+                    let s = &mut p.streams().dirs[d];
+                    s.line = line;
+                    s.line.clear();
+                    s.line_max = 0;
+                    if !header_said(p, d, seg, h, data, out, stats) {
+                        return;
+                    }
+                }
+            }
             St::Header => {
                 let s = &mut p.streams().dirs[d];
                 if s.hdr_len == 0 {
@@ -377,6 +527,13 @@ pub fn feed<F: Framer>(
                     s.acc.touch(seg_id, seg);
                 }
                 let (have, need) = (s.hdr_len as usize, s.need as usize);
+                if have == 0 && data.len() >= need {
+                    match header_in_place(p, d, seg, data, out, stats) {
+                        Some(rest) => data = rest,
+                        None => return,
+                    }
+                    continue;
+                }
                 let take = need.saturating_sub(have).min(data.len());
                 s.hdr[have..have + take].copy_from_slice(&data[..take]);
                 s.hdr_len += take as u8;
@@ -386,32 +543,34 @@ pub fn feed<F: Framer>(
                     continue;
                 }
                 let (hdr, n) = (s.hdr, have + take);
-                match p.header(d, &hdr[..n], stats) {
+                match p.header(d, &hdr[..n], out, stats) {
                     Header::NeedMore(m) if m > n && m <= MAX_HEADER => {
                         p.streams().dirs[d].need = m as u8;
                     }
-                    Header::Frame {
-                        body_len,
-                        kind,
-                        more,
-                    } => {
+                    Header::Line { max } if max >= n => {
                         let s = &mut p.streams().dirs[d];
+                        s.line.extend_from_slice(&hdr[..n]);
+                        s.line_max = max;
+                        s.line_seg = seg_id;
                         s.hdr_len = 0;
                         s.need = F::MIN_HEADER.clamp(1, MAX_HEADER) as u8;
-                        s.kind = kind;
-                        s.more = more;
-                        s.st = St::Body { left: body_len };
-                        if body_len == 0 {
-                            frame_end(p, d, out, stats);
+                        if hdr[..n].contains(&b'\n') {
+                            // The header asked for was already the whole line.
+                            let line = std::mem::take(&mut p.streams().dirs[d].line);
+                            let h = p.line(d, &line, out, stats);
+                            let s = &mut p.streams().dirs[d];
+                            s.line = line;
+                            s.line.clear();
+                            s.line_max = 0;
+                            if !header_said(p, d, seg, h, data, out, stats) {
+                                return;
+                            }
                         }
                     }
-                    // A framer asking for fewer bytes than it has, or more than fit, has no
-                    // message here either.
-                    Header::NeedMore(_) | Header::NotAFrame => {
-                        lose_sync(p, d, stats);
-                        p.lost(d, Loss::NotAFrame, stats);
-                        stats.skipped(data.len() as u64);
-                        return;
+                    h => {
+                        if !header_said(p, d, seg, h, data, out, stats) {
+                            return;
+                        }
                     }
                 }
             }
@@ -420,11 +579,16 @@ pub fn feed<F: Framer>(
                 let s = &mut p.streams().dirs[d];
                 s.acc.touch(seg_id, seg);
                 s.acc.add(take as u64);
-                let room = s.keep.saturating_sub(s.body.len()).min(take);
-                s.body.extend_from_slice(&data[..room]);
+                if !F::STREAM_BODY {
+                    let room = s.keep.saturating_sub(s.body.len()).min(take);
+                    s.body.extend_from_slice(&data[..room]);
+                }
                 s.st = St::Body {
                     left: left - take as u64,
                 };
+                if F::STREAM_BODY {
+                    p.body(d, Body::Bytes(seg, &data[..take]), stats);
+                }
                 data = &data[take..];
                 if left == take as u64 {
                     frame_end(p, d, out, stats);
@@ -434,7 +598,113 @@ pub fn feed<F: Framer>(
     }
 }
 
+/// A header that starts at `data`'s start, judged where it lies (not copied) while `data` holds
+/// all the framer asks for; a line header that ends in `data` is handed over in place too.
+/// Returns the captured bytes after it (None: the direction lost its place).
+fn header_in_place<'a, F: Framer>(
+    p: &mut F,
+    d: usize,
+    seg: &Segment,
+    data: &'a [u8],
+    out: &mut Vec<L7Call>,
+    stats: &mut ParseStats,
+) -> Option<&'a [u8]> {
+    let (mut n, seg_id) = (
+        p.streams_ref().dirs[d].need as usize,
+        p.streams_ref().seg_id,
+    );
+    // The header's bytes count in the message before the framer sees them (as when buffered).
+    let mut counted = 0;
+    loop {
+        let s = &mut p.streams().dirs[d];
+        if data.len() < n {
+            // The rest of the header comes in a later segment: buffered.
+            s.hdr[..data.len()].copy_from_slice(data);
+            s.hdr_len = data.len() as u8;
+            s.need = n as u8;
+            s.acc.add((data.len() - counted) as u64);
+            return Some(&[]);
+        }
+        s.acc.add((n - counted) as u64);
+        counted = n;
+        match p.header(d, &data[..n], out, stats) {
+            Header::NeedMore(m) if m > n && m <= MAX_HEADER => n = m,
+            Header::Line { max } if max >= n => {
+                let end = data.iter().position(|&c| c == b'\n');
+                let take = end.map_or(data.len(), |i| i + 1);
+                if take > max {
+                    // Too long for a line: not a message; skipped with the rest.
+                    lose_sync(p, d, stats);
+                    p.lost(d, Loss::NotAFrame, stats);
+                    stats.skipped(data.len() as u64);
+                    return None;
+                }
+                let s = &mut p.streams().dirs[d];
+                s.acc.add((take - n) as u64);
+                if end.is_none() {
+                    // The line goes on in a later segment: buffered.
+                    s.line.extend_from_slice(data);
+                    s.line_max = max;
+                    s.line_seg = seg_id;
+                    return Some(&[]);
+                }
+                let rest = &data[take..];
+                let h = p.line(d, &data[..take], out, stats);
+                return header_said(p, d, seg, h, rest, out, stats).then_some(rest);
+            }
+            h => {
+                let rest = &data[n..];
+                return header_said(p, d, seg, h, rest, out, stats).then_some(rest);
+            }
+        }
+    }
+}
+
+/// What a whole header said (`rest`: the captured bytes after it): false if the direction lost
+/// its place.
+#[inline]
+fn header_said<F: Framer>(
+    p: &mut F,
+    d: usize,
+    seg: &Segment,
+    h: Header<F::Kind>,
+    rest: &[u8],
+    out: &mut Vec<L7Call>,
+    stats: &mut ParseStats,
+) -> bool {
+    match h {
+        Header::Frame {
+            body_len,
+            kind,
+            more,
+        } => {
+            let s = &mut p.streams().dirs[d];
+            s.hdr_len = 0;
+            s.need = F::MIN_HEADER.clamp(1, MAX_HEADER) as u8;
+            s.kind = kind;
+            s.more = more;
+            s.st = St::Body { left: body_len };
+            if F::STREAM_BODY {
+                p.body(d, Body::Start(seg), stats);
+            }
+            if body_len == 0 {
+                frame_end(p, d, out, stats);
+            }
+            true
+        }
+        // A framer asking for fewer bytes than it has, or more than fit, has no message here
+        // either.
+        Header::NeedMore(_) | Header::Line { .. } | Header::NotAFrame => {
+            lose_sync(p, d, stats);
+            p.lost(d, Loss::NotAFrame, stats);
+            stats.skipped(rest.len() as u64);
+            false
+        }
+    }
+}
+
 /// A frame in direction `d` is whole: its message too unless more frames follow.
+#[inline]
 fn frame_end<F: Framer>(p: &mut F, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
     let s = &mut p.streams().dirs[d];
     s.st = St::Header;
@@ -445,6 +715,7 @@ fn frame_end<F: Framer>(p: &mut F, d: usize, out: &mut Vec<L7Call>, stats: &mut 
 
 /// The message in direction `d` is whole: handed to the protocol with its kept body (whose
 /// buffer is reused for the next message).
+#[inline]
 fn done<F: Framer>(p: &mut F, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
     let s = &mut p.streams().dirs[d];
     let kind = s.kind;
@@ -461,25 +732,40 @@ fn done<F: Framer>(p: &mut F, d: usize, out: &mut Vec<L7Call>, stats: &mut Parse
 pub fn unseen<F: Framer>(
     p: &mut F,
     d: usize,
-    n: u64,
+    seg: &Segment,
+    mut n: u64,
     out: &mut Vec<L7Call>,
     stats: &mut ParseStats,
 ) {
+    if F::TOUCH_UNSEEN {
+        let seg_id = p.streams_ref().seg_id;
+        let s = &mut p.streams().dirs[d];
+        if s.acc.span.is_some() {
+            s.acc.touch(seg_id, seg);
+        }
+    }
     if let St::Body { left } = p.streams_ref().dirs[d].st {
-        if n <= left {
-            p.streams().dirs[d].hole(left, n, F::KEEP_AFTER_HOLE);
-            if n == left {
+        if n <= left || F::FINISH_BODY_BEFORE_UNSEEN {
+            let in_body = n.min(left);
+            p.streams().dirs[d].hole(left, in_body, F::KEEP_AFTER_HOLE);
+            if F::STREAM_BODY {
+                p.body(d, Body::Unseen(seg, in_body), stats);
+            }
+            if in_body == left {
                 // The frame ends with the syscall: parsed from what was kept.
                 frame_end(p, d, out, stats);
             }
-            return;
+            n -= in_body;
+            if n == 0 || p.stopped() {
+                return;
+            }
         }
     }
     // A header went unseen: the next message's place is unknown.
-    stats.skipped(n);
-    if p.header_unseen(d, n, stats) {
+    if p.header_unseen(d, seg, n, out, stats) {
         return;
     }
+    stats.skipped(n);
     lose_sync(p, d, stats);
     p.lost(d, Loss::Unseen, stats);
 }
@@ -493,13 +779,16 @@ pub fn on_gap<F: Framer>(p: &mut F, dir: Direction, len: Option<u64>, stats: &mu
     let d = dir.index();
     // A gap strictly inside a body of known length only skips bytes.
     if let (Some(n), St::Body { left }) = (len, p.streams_ref().dirs[d].st) {
-        if n < left {
+        if n < left && p.gap_skips(d) {
             p.streams().dirs[d].hole(left, n, F::KEEP_AFTER_HOLE);
+            if F::STREAM_BODY {
+                p.body(d, Body::Lost(n), stats);
+            }
             return;
         }
     }
     stats.skipped(len.unwrap_or(0));
-    if p.streams_ref().dirs[d].in_message() {
+    if p.in_message(d) {
         stats.damaged_messages += 1;
     }
     lose_sync(p, d, stats);

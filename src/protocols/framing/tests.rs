@@ -1,6 +1,7 @@
 //! The core on a toy protocol: a kind byte (an upper-case letter) and a 2-byte big-endian body
 //! length; kind `!` has an 8-byte length instead (a 9-byte header, asked for with `NeedMore`);
-//! a frame of kind `M` continues in the next one.
+//! a frame of kind `M` continues in the next one; kind `#` is a line (at most 12 bytes) whose
+//! digits are its body's length.
 
 use super::*;
 use crate::protocols::{MessageSpan, StreamParser};
@@ -55,8 +56,15 @@ impl<const PROBE: usize> Framer for Toy<PROBE> {
     fn pending(&self) -> usize {
         7
     }
-    fn header(&mut self, d: usize, hdr: &[u8], _stats: &mut ParseStats) -> Header<u8> {
+    fn header(
+        &mut self,
+        d: usize,
+        hdr: &[u8],
+        _out: &mut Vec<L7Call>,
+        _stats: &mut ParseStats,
+    ) -> Header<u8> {
         let body_len = match hdr[0] {
+            b'#' => return Header::Line { max: 12 },
             b'!' if hdr.len() < 9 => return Header::NeedMore(9),
             b'!' => u64::from_be_bytes(hdr[1..9].try_into().unwrap()),
             b'A'..=b'Z' => u64::from(u16::from_be_bytes([hdr[1], hdr[2]])),
@@ -69,6 +77,26 @@ impl<const PROBE: usize> Framer for Toy<PROBE> {
             body_len,
             kind: hdr[0],
             more: hdr[0] == b'M',
+        }
+    }
+    fn line(
+        &mut self,
+        d: usize,
+        line: &[u8],
+        _out: &mut Vec<L7Call>,
+        _stats: &mut ParseStats,
+    ) -> Header<u8> {
+        let mut digits = line[1..line.len() - 1]
+            .iter()
+            .map(|&c| (c as char).to_digit(10));
+        let Some(body_len) = digits.try_fold(0u64, |n, c| Some(n * 10 + u64::from(c?))) else {
+            return Header::NotAFrame;
+        };
+        self.streams.dirs[d].start_body(KEEP);
+        Header::Frame {
+            body_len,
+            kind: b'#',
+            more: false,
         }
     }
     fn frame_done(
@@ -347,4 +375,37 @@ fn short_first_segments_are_judged_together() {
     assert_eq!(d.p.msgs.len(), 1);
     assert_eq!(d.stats.unparsed_bytes, 10);
     assert_eq!(d.stats.desyncs, 0);
+}
+
+#[test]
+fn line_headers_end_at_their_newline() {
+    let mut d = driver();
+    let mut bytes = b"#0003\nabc".to_vec();
+    bytes.extend(msg(b'A', b"a"));
+    bytes.extend(b"#0\n");
+    // Split anywhere, the same messages.
+    for cut in 0..bytes.len() {
+        let mut d = driver();
+        d.seg(OUT, &bytes[..cut]).seg(OUT, &bytes[cut..]);
+        assert_eq!(
+            kinds(&d),
+            vec![
+                (b'#', b"abc".to_vec()),
+                (b'A', b"a".to_vec()),
+                (b'#', vec![])
+            ],
+            "cut at {cut}"
+        );
+        assert_eq!(d.p.msgs[0].span.bytes, 9);
+        assert_eq!(d.stats, ParseStats::default());
+    }
+    // A line longer than its limit is no message: the place is lost, its bytes in this segment
+    // skipped, and picked up again.
+    d.seg(OUT, b"#1234567890123\n").seg(OUT, &msg(b'B', b"b"));
+    assert_eq!(kinds(&d), vec![(b'B', b"b".to_vec())]);
+    assert_eq!(d.stats.desyncs, 1);
+    assert_eq!(d.stats.unparsed_bytes, 15);
+    // Not a line of this protocol.
+    d.seg(OUT, b"#x\n");
+    assert_eq!(d.p.losses.last(), Some(&(OUT.index(), Loss::NotAFrame)));
 }

@@ -2,7 +2,9 @@
 //! [`Http2Parser::after_upgrade`]), over TLS (ALPN h2, from the TLS probes), and gRPC over it.
 //!
 //! Framing: each direction is a sequence of frames (a 9-byte header: 24-bit length, type,
-//! flags, 31-bit stream id), after the client's 24-byte preface. Frames are read in capture
+//! flags, 31-bit stream id), after the client's 24-byte preface, framed by the framing core
+//! ([`super::framing`], in stream-body mode: each payload part is handed here as it arrives;
+//! the preface is a state of HTTP/2's own). Frames are read in capture
 //! order per direction across any segment boundaries; DATA payloads are never kept (counted,
 //! and for gRPC their 5-byte message prefixes read), so bytes beyond the snaplen are skipped by
 //! length. HEADERS, CONTINUATION and PUSH_PROMISE payloads are kept (up to [`MAX_BLOCK`] per
@@ -32,6 +34,7 @@ pub mod hpack;
 
 use std::collections::BTreeMap;
 
+use super::framing::{self, Body, Framer, Header, Loss, St, Streams};
 use super::{
     BenchFixture, CallKind, CapturedHead, L7Call, MessageSpan, Outcome, ParseDepth, ParseStats,
     ParserConfig, Protocol, ProtocolDescriptor, ResourceKind, Segment, StreamParser,
@@ -404,31 +407,26 @@ impl Headers {
 // ---------------------------------------------------------------------------------------------
 // Framing per direction
 
+/// HTTP/2's own state of a direction (the framing core's `St::Proto`): reading the client's
+/// connection preface, `0` bytes of it seen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum St {
-    /// The client preface: `n` bytes of it seen.
-    Preface(usize),
-    /// Reading a frame header.
-    Header,
-    /// Inside a frame's payload: `left` bytes to go.
-    Payload { left: u64 },
-    /// Not in sync: waiting for a segment that starts with a frame.
-    Lost,
-}
+pub struct Preface(usize);
 
+/// A frame's header: its kind to the framing core.
 #[derive(Debug, Clone, Copy, Default)]
-struct FrameHeader {
+pub struct FrameHeader {
     len: u32,
     ty: u8,
     flags: u8,
     stream: u32,
 }
 
-#[derive(Debug)]
+const FRAME_HEADER: usize = 9;
+
+/// What a direction keeps of the frame under way and of its header block (the framing core
+/// keeps its place: header bytes, the body's count, sync).
+#[derive(Debug, Default)]
 struct Dir {
-    st: St,
-    hdr: [u8; 9],
-    hdr_len: usize,
     frame: FrameHeader,
     /// Payload bytes of the current frame read so far.
     pos: u64,
@@ -449,45 +447,16 @@ struct Dir {
     block_seg: u64,
     /// Bytes of the current frame were not captured.
     frame_cut: bool,
-    synced: bool,
     /// Lost at a syscall's end (frames cut by the snaplen): the next segment most likely
     /// starts a frame, of any type.
     resume: bool,
-    /// A first segment too short to judge (fewer than 9 bytes), kept for the next.
-    probe: Vec<u8>,
     decoder: Option<hpack::Decoder>,
-}
-
-impl Default for Dir {
-    fn default() -> Self {
-        Dir {
-            st: St::Lost,
-            hdr: [0; 9],
-            hdr_len: 0,
-            frame: FrameHeader::default(),
-            pos: 0,
-            pad: 0,
-            body: Vec::new(),
-            block: Vec::new(),
-            block_stream: None,
-            block_flags: 0,
-            block_type: 0,
-            block_damaged: false,
-            block_span: None,
-            block_first_seg: 0,
-            block_seg: 0,
-            frame_cut: false,
-            synced: false,
-            resume: false,
-            probe: Vec::new(),
-            decoder: None,
-        }
-    }
 }
 
 pub struct Http2Parser {
     depth: ParseDepth,
     keep_head: usize,
+    framing: Streams<FrameHeader, Preface>,
     dirs: [Dir; 2],
     /// Index of the direction the client's frames travel, once known.
     client: Option<usize>,
@@ -498,7 +467,6 @@ pub struct Http2Parser {
     streams: BTreeMap<u32, Stream>,
     /// Streams whose request was not seen: their frames are ignored until they end.
     orphans: BTreeMap<u32, ()>,
-    seg_counter: u64,
     fields: Vec<Field>,
 }
 
@@ -525,9 +493,9 @@ impl Http2Parser {
         let c = client.index();
         p.client = Some(c);
         p.from_start = true;
-        p.dirs[c].st = St::Preface(0);
-        p.dirs[1 - c].st = St::Header;
-        for d in &mut p.dirs {
+        p.framing.dirs[c].st = St::Proto(Preface(0));
+        p.framing.dirs[1 - c].st = St::Header;
+        for d in &mut p.framing.dirs {
             d.synced = true;
         }
         let mut s = Stream {
@@ -547,13 +515,13 @@ impl Http2Parser {
         Http2Parser {
             depth: cfg.depth,
             keep_head: cfg.keep_head,
+            framing: Streams::new(St::Lost, FRAME_HEADER),
             dirs: [Dir::default(), Dir::default()],
             client: None,
             from_start: false,
             partial_counted: false,
             streams: BTreeMap::new(),
             orphans: BTreeMap::new(),
-            seg_counter: 0,
             fields: Vec::new(),
         }
     }
@@ -571,24 +539,6 @@ impl Http2Parser {
             .sum()
     }
 
-    fn lose_sync(&mut self, d: usize, stats: &mut ParseStats) {
-        let ds = &mut self.dirs[d];
-        if ds.st != St::Lost {
-            stats.desyncs += 1;
-            if ds.hdr_len > 0 || matches!(ds.st, St::Payload { .. }) || ds.block_stream.is_some() {
-                stats.damaged_messages += 1;
-            }
-        }
-        ds.st = St::Lost;
-        ds.hdr_len = 0;
-        ds.body.clear();
-        ds.block.clear();
-        ds.block_stream = None;
-        ds.block_damaged = false;
-        // Header blocks may have gone by: insertions into the table unseen.
-        self.forget_table(d, stats);
-    }
-
     /// Header blocks of direction d may have gone by unseen: its HPACK table is unknown.
     fn forget_table(&mut self, d: usize, stats: &mut ParseStats) {
         if let Some(dec) = self.dirs[d].decoder.as_mut() {
@@ -600,101 +550,19 @@ impl Http2Parser {
         }
     }
 
-    /// Frames the captured bytes of one segment in direction d.
-    fn frame(
-        &mut self,
-        d: usize,
-        seg: &Segment,
-        mut data: &[u8],
-        out: &mut Vec<L7Call>,
-        stats: &mut ParseStats,
-    ) {
-        while !data.is_empty() {
-            match self.dirs[d].st {
-                St::Lost => {
-                    stats.skipped(data.len() as u64);
-                    return;
-                }
-                St::Preface(n) => {
-                    let take = (PREFACE.len() - n).min(data.len());
-                    if data[..take] != PREFACE[n..n + take] {
-                        self.lose_sync(d, stats);
-                        continue;
-                    }
-                    data = &data[take..];
-                    self.dirs[d].st = if n + take == PREFACE.len() {
-                        St::Header
-                    } else {
-                        St::Preface(n + take)
-                    };
-                }
-                St::Header => {
-                    let ds = &mut self.dirs[d];
-                    let take = (9 - ds.hdr_len).min(data.len());
-                    ds.hdr[ds.hdr_len..ds.hdr_len + take].copy_from_slice(&data[..take]);
-                    ds.hdr_len += take;
-                    data = &data[take..];
-                    if ds.hdr_len == 9 {
-                        ds.hdr_len = 0;
-                        let h = FrameHeader {
-                            len: be24(&ds.hdr),
-                            ty: ds.hdr[3],
-                            flags: ds.hdr[4],
-                            stream: be32(&ds.hdr[5..9]) & 0x7fff_ffff,
-                        };
-                        if !self.frame_start(d, h, seg, stats) {
-                            continue;
-                        }
-                        if h.len == 0 {
-                            self.frame_done(d, seg, out, stats);
-                        }
-                    }
-                }
-                St::Payload { left } => {
-                    let take = left.min(data.len() as u64) as usize;
-                    self.payload(d, seg, Some(&data[..take]), take as u64);
-                    data = &data[take..];
-                    self.dirs[d].st = St::Payload {
-                        left: left - take as u64,
-                    };
-                    if left == take as u64 {
-                        self.frame_done(d, seg, out, stats);
-                    }
-                }
-            }
-        }
-    }
-
-    /// A frame header is in; false when it makes no sense (sync lost).
-    fn frame_start(
-        &mut self,
-        d: usize,
-        h: FrameHeader,
-        seg: &Segment,
-        stats: &mut ParseStats,
-    ) -> bool {
+    /// A frame header is in: what it says, or that it makes no sense (a header block is
+    /// continued by CONTINUATION frames of its stream and nothing else).
+    fn frame_start(&mut self, d: usize, h: FrameHeader) -> Header<FrameHeader> {
         let ds = &mut self.dirs[d];
-        // A header block is continued by CONTINUATION frames of its stream and nothing else.
         let in_block = ds.block_stream.is_some();
         if in_block != (h.ty == CONTINUATION) || (in_block && ds.block_stream != Some(h.stream)) {
-            self.lose_sync(d, stats);
-            return false;
+            return Header::NotAFrame;
         }
         ds.frame = h;
         ds.pos = 0;
         ds.pad = 0;
         ds.frame_cut = false;
         ds.body.clear();
-        ds.st = St::Payload {
-            left: u64::from(h.len),
-        };
-        let seg_id = self.seg_counter;
-        if h.ty == DATA {
-            if let Some(half) = self.half(d, h.stream) {
-                half.touch(seg_id, seg);
-            }
-        }
-        let ds = &mut self.dirs[d];
         if h.ty == HEADERS || h.ty == PUSH_PROMISE {
             ds.block.clear();
             ds.block_stream = Some(h.stream);
@@ -702,12 +570,71 @@ impl Http2Parser {
             ds.block_type = h.ty;
             ds.block_damaged = false;
             ds.block_span = None;
-            ds.block_first_seg = seg_id;
+            ds.block_first_seg = self.framing.seg_id;
         }
+        Header::Frame {
+            body_len: u64::from(h.len),
+            kind: h,
+            more: false,
+        }
+    }
+
+    /// The frame just started came in segment `seg`: it counts in its stream's or header
+    /// block's syscalls.
+    fn frame_seen(&mut self, d: usize, seg: &Segment) {
+        let seg_id = self.framing.seg_id;
+        let f = self.dirs[d].frame;
+        if f.ty == DATA {
+            if let Some(half) = self.half(d, f.stream) {
+                half.touch(seg_id, seg);
+            }
+        }
+        let ds = &mut self.dirs[d];
         if ds.block_stream.is_some() {
             touch(&mut ds.block_span, &mut ds.block_seg, seg_id, seg);
         }
-        true
+    }
+
+    /// Frame headers of direction d not captured (a write of several frames cut by the
+    /// snaplen): what they were is unknown, but a writer ends its syscall at a frame's end,
+    /// so the next segment is tried as a frame start. The stream whose DATA ran into the hole
+    /// may have ended in it; header blocks may have gone by.
+    fn headers_unseen(&mut self, d: usize, n: u64, stats: &mut ParseStats) {
+        stats.skipped(n);
+        let s = &mut self.framing.dirs[d];
+        s.st = St::Lost;
+        s.clear(FRAME_HEADER);
+        self.dirs[d].resume = true;
+        let f = self.dirs[d].frame;
+        self.forget_table(d, stats);
+        if f.ty == DATA {
+            if let Some(half) = self.half(d, f.stream) {
+                half.truncated = true;
+                half.msgs.lost = true;
+            }
+        }
+    }
+
+    /// `n` bytes inside the DATA payload under way in direction d were lost (a gap).
+    fn data_lost(&mut self, d: usize, n: u64) {
+        let ds = &mut self.dirs[d];
+        let f = ds.frame;
+        let start = ds.pos;
+        ds.pos += n;
+        let data_start = u64::from(f.flags & PADDED != 0);
+        if start < data_start {
+            ds.frame_cut = true;
+        }
+        let data_end = u64::from(f.len).saturating_sub(ds.pad).max(data_start);
+        let lo = start.max(data_start);
+        let hi = (start + n).min(data_end);
+        if let Some(half) = self.half(d, f.stream) {
+            half.truncated = true;
+            if hi > lo {
+                half.data += hi - lo;
+                half.msgs.skip(hi - lo);
+            }
+        }
     }
 }
 
@@ -725,7 +652,7 @@ impl Http2Parser {
 
     /// Payload bytes of the current frame: `bytes` captured (None: `n` bytes not captured).
     fn payload(&mut self, d: usize, seg: &Segment, bytes: Option<&[u8]>, n: u64) {
-        let seg_id = self.seg_counter;
+        let seg_id = self.framing.seg_id;
         let ds = &mut self.dirs[d];
         let f = ds.frame;
         let start = ds.pos;
@@ -787,14 +714,7 @@ impl Http2Parser {
     }
 
     /// The current frame of direction d is complete.
-    fn frame_done(
-        &mut self,
-        d: usize,
-        seg: &Segment,
-        out: &mut Vec<L7Call>,
-        stats: &mut ParseStats,
-    ) {
-        self.dirs[d].st = St::Header;
+    fn frame_end(&mut self, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
         let f = self.dirs[d].frame;
         if f.ty == DATA && self.dirs[d].frame_cut {
             // The padding length was not captured: the DATA count may hold padding.
@@ -811,7 +731,7 @@ impl Http2Parser {
                     self.strip_fields(d);
                 }
                 if f.flags & END_HEADERS != 0 {
-                    self.block_done(d, seg, out, stats)
+                    self.block_done(d, out, stats)
                 }
             }
             RST_STREAM => {
@@ -891,13 +811,7 @@ impl Http2Parser {
     }
 
     /// A whole header block from direction d.
-    fn block_done(
-        &mut self,
-        d: usize,
-        seg: &Segment,
-        out: &mut Vec<L7Call>,
-        stats: &mut ParseStats,
-    ) {
+    fn block_done(&mut self, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
         let ds = &mut self.dirs[d];
         let Some(id) = ds.block_stream.take() else {
             return;
@@ -944,7 +858,8 @@ impl Http2Parser {
             });
         }
         let client = self.is_client(d) == Some(true);
-        let span = span.unwrap_or_else(|| MessageSpan::starting(seg));
+        // Set when the block's first frame started (`frame_seen`).
+        let span = span.unwrap_or_default();
         if client {
             self.request_headers(id, &h, span, first_seg, last_seg, stats);
         } else {
@@ -1214,150 +1129,187 @@ impl Http2Parser {
             resp_head,
         });
     }
+}
 
-    /// `n` bytes of direction d were moved but not captured (snaplen).
-    fn skip(
+impl Framer for Http2Parser {
+    type Kind = FrameHeader;
+    type State = Preface;
+    const MIN_HEADER: usize = FRAME_HEADER;
+    /// DATA is counted (and its gRPC prefixes read) and header blocks kept as they arrive.
+    const STREAM_BODY: bool = true;
+    /// A frame that ends inside a syscall's uncaptured bytes is done before the frame headers
+    /// that follow it go unseen.
+    const FINISH_BODY_BEFORE_UNSEEN: bool = true;
+
+    fn streams(&mut self) -> &mut Streams<FrameHeader, Preface> {
+        &mut self.framing
+    }
+
+    fn streams_ref(&self) -> &Streams<FrameHeader, Preface> {
+        &self.framing
+    }
+
+    fn stopped(&self) -> bool {
+        false
+    }
+
+    fn pending(&self) -> usize {
+        self.streams.len()
+    }
+
+    fn header(
         &mut self,
         d: usize,
-        seg: &Segment,
-        mut n: u64,
+        hdr: &[u8],
+        _out: &mut Vec<L7Call>,
+        _stats: &mut ParseStats,
+    ) -> Header<FrameHeader> {
+        self.frame_start(
+            d,
+            FrameHeader {
+                len: be24(hdr),
+                ty: hdr[3],
+                flags: hdr[4],
+                stream: be32(&hdr[5..9]) & 0x7fff_ffff,
+            },
+        )
+    }
+
+    fn body(&mut self, d: usize, part: Body<'_>, _stats: &mut ParseStats) {
+        match part {
+            Body::Start(seg) => self.frame_seen(d, seg),
+            Body::Bytes(seg, b) => self.payload(d, seg, Some(b), b.len() as u64),
+            Body::Unseen(seg, n) => self.payload(d, seg, None, n),
+            Body::Lost(n) => self.data_lost(d, n),
+        }
+    }
+
+    fn frame_done(
+        &mut self,
+        d: usize,
+        _kind: FrameHeader,
+        _body: &[u8],
         out: &mut Vec<L7Call>,
         stats: &mut ParseStats,
     ) {
-        while n > 0 {
-            match self.dirs[d].st {
-                St::Payload { left } => {
-                    let take = left.min(n);
-                    self.payload(d, seg, None, take);
-                    n -= take;
-                    self.dirs[d].st = St::Payload { left: left - take };
-                    if left == take {
-                        self.frame_done(d, seg, out, stats);
-                    }
-                }
-                St::Lost => {
-                    stats.skipped(n);
-                    return;
-                }
-                // Frame headers not captured (a write of several frames cut by the snaplen):
-                // what they were is unknown, but a writer ends its syscall at a frame's end,
-                // so the next segment is tried as a frame start. The stream whose DATA ran
-                // into the hole may have ended in it; header blocks may have gone by.
-                St::Header | St::Preface(_) => {
-                    stats.skipped(n);
-                    let ds = &mut self.dirs[d];
-                    ds.st = St::Lost;
-                    ds.hdr_len = 0;
-                    ds.resume = true;
-                    let f = ds.frame;
-                    self.forget_table(d, stats);
-                    if f.ty == DATA {
-                        if let Some(half) = self.half(d, f.stream) {
-                            half.truncated = true;
-                            half.msgs.lost = true;
-                        }
-                    }
-                    return;
-                }
-            }
+        self.frame_end(d, out, stats);
+    }
+
+    /// A gap inside a DATA payload of known length only skips bytes; anywhere else (a header
+    /// block, HPACK's order) the direction loses its place.
+    fn gap_skips(&self, d: usize) -> bool {
+        self.dirs[d].frame.ty == DATA
+    }
+
+    fn resync(&self, d: usize, p: &[u8]) -> bool {
+        plausible_frame(p) || (self.dirs[d].resume && frame_like(p))
+    }
+
+    /// The client's preface starts a connection seen from its start; else a frame header.
+    fn resync_at(&mut self, d: usize, p: &[u8]) -> Option<St<Preface>> {
+        let preface = !self.framing.dirs[d].synced
+            && p.len() >= PREFACE_PROBE
+            && p[..p.len().min(24)] == PREFACE[..p.len().min(24)];
+        if preface {
+            self.client = Some(d);
+            self.from_start = true;
+            return Some(St::Proto(Preface(0)));
         }
+        let at = self.resync(d, p).then_some(St::Header);
+        self.dirs[d].resume = false;
+        at
+    }
+
+    /// The preface is judged on 15 bytes, a frame header on 9.
+    fn resync_probe(&self, _d: usize, start: &[u8]) -> usize {
+        if start.first() == Some(&b'P') {
+            PREFACE_PROBE
+        } else {
+            FRAME_HEADER
+        }
+    }
+
+    /// A frame or a header block under way (a direction lost at unseen frame headers keeps
+    /// its block's stream until it picks up again, but is in no message).
+    fn in_message(&self, d: usize) -> bool {
+        let s = &self.framing.dirs[d];
+        s.st != St::Lost && (s.in_message() || self.dirs[d].block_stream.is_some())
+    }
+
+    /// The core counted the loss (and, for a gap, the message it cut); a header block under
+    /// way is damaged, and blocks may have gone by: the HPACK table is unknown.
+    fn lost(&mut self, d: usize, why: Loss, stats: &mut ParseStats) {
+        let ds = &mut self.dirs[d];
+        if why == Loss::NotAFrame && ds.block_stream.is_some() {
+            stats.damaged_messages += 1;
+        }
+        ds.body.clear();
+        ds.block.clear();
+        ds.block_stream = None;
+        ds.block_damaged = false;
+        self.forget_table(d, stats);
+    }
+
+    fn header_unseen(
+        &mut self,
+        d: usize,
+        _seg: &Segment,
+        n: u64,
+        _out: &mut Vec<L7Call>,
+        stats: &mut ParseStats,
+    ) -> bool {
+        self.headers_unseen(d, n, stats);
+        true
+    }
+
+    fn in_state(
+        &mut self,
+        d: usize,
+        Preface(n): Preface,
+        _seg: &Segment,
+        data: &[u8],
+        _out: &mut Vec<L7Call>,
+        stats: &mut ParseStats,
+    ) -> usize {
+        let take = (PREFACE.len() - n).min(data.len());
+        if data[..take] != PREFACE[n..n + take] {
+            framing::lose_sync(self, d, stats);
+            self.lost(d, Loss::NotAFrame, stats);
+            return 0;
+        }
+        self.framing.dirs[d].st = if n + take == PREFACE.len() {
+            St::Header
+        } else {
+            St::Proto(Preface(n + take))
+        };
+        take
+    }
+
+    fn uncaptured_in_state(
+        &mut self,
+        d: usize,
+        _s: Preface,
+        _seg: &Segment,
+        n: u64,
+        _out: &mut Vec<L7Call>,
+        stats: &mut ParseStats,
+    ) {
+        self.headers_unseen(d, n, stats);
     }
 }
 
 impl StreamParser for Http2Parser {
     fn on_segment(&mut self, seg: &Segment<'_>, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
-        self.seg_counter += 1;
-        let d = seg.dir.index();
-        let mut probe = Vec::new();
-        if self.dirs[d].st == St::Lost {
-            let ds = &mut self.dirs[d];
-            let whole = seg.total_len == seg.payload.len() as u64;
-            // The preface is judged on 15 bytes, a frame header on 9.
-            let first = ds.probe.first().or(seg.payload.first());
-            let need = if first == Some(&b'P') {
-                PREFACE_PROBE
-            } else {
-                9
-            };
-            if !ds.synced && whole && ds.probe.len() + seg.payload.len() < need {
-                // A first segment of a few bytes: judged with the next.
-                ds.probe.extend_from_slice(seg.payload);
-                return;
-            }
-            probe = std::mem::take(&mut ds.probe);
-            let start = if probe.is_empty() {
-                std::borrow::Cow::Borrowed(seg.payload)
-            } else {
-                std::borrow::Cow::Owned([&probe[..], seg.payload].concat())
-            };
-            let preface = !ds.synced
-                && start.len() >= PREFACE_PROBE
-                && start[..start.len().min(24)] == PREFACE[..start.len().min(24)];
-            if preface {
-                ds.st = St::Preface(0);
-                ds.synced = true;
-                self.client = Some(d);
-                self.from_start = true;
-            } else if plausible_frame(&start) || (ds.resume && frame_like(&start)) {
-                ds.st = St::Header;
-                ds.synced = true;
-                ds.resume = false;
-            } else {
-                ds.resume = false;
-                stats.skipped(seg.total_len.saturating_add(probe.len() as u64));
-                return;
-            }
-        }
-        if !probe.is_empty() {
-            self.frame(d, seg, &probe, out, stats);
-        }
-        self.frame(d, seg, seg.payload, out, stats);
-        let uncaptured = seg.total_len.saturating_sub(seg.payload.len() as u64);
-        if uncaptured > 0 {
-            self.skip(d, seg, uncaptured, out, stats);
-        }
+        framing::on_segment(self, seg, out, stats);
     }
 
     fn on_gap(&mut self, dir: Direction, len: Option<u64>, stats: &mut ParseStats) {
-        let d = dir.index();
-        // A gap strictly inside a DATA payload of known length only skips bytes.
-        if let (Some(n), St::Payload { left }) = (len, self.dirs[d].st) {
-            if n < left && self.dirs[d].frame.ty == DATA {
-                let f = self.dirs[d].frame;
-                let ds = &mut self.dirs[d];
-                ds.st = St::Payload { left: left - n };
-                let start = ds.pos;
-                ds.pos += n;
-                let data_start = u64::from(f.flags & PADDED != 0);
-                if start < data_start {
-                    ds.frame_cut = true;
-                }
-                let data_end = u64::from(f.len).saturating_sub(ds.pad).max(data_start);
-                let lo = start.max(data_start);
-                let hi = (start + n).min(data_end);
-                if let Some(half) = self.half(d, f.stream) {
-                    half.truncated = true;
-                    if hi > lo {
-                        half.data += hi - lo;
-                        half.msgs.skip(hi - lo);
-                    }
-                }
-                return;
-            }
-        }
-        stats.skipped(len.unwrap_or(0));
-        if self.dirs[d].synced {
-            self.lose_sync(d, stats);
-        }
+        framing::on_gap(self, dir, len, stats);
     }
 
     fn on_close(&mut self, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
         for d in 0..2 {
-            if self.dirs[d].st != St::Lost
-                && (self.dirs[d].hdr_len > 0
-                    || matches!(self.dirs[d].st, St::Payload { .. })
-                    || self.dirs[d].block_stream.is_some())
-            {
+            if self.in_message(d) {
                 stats.damaged_messages += 1;
             }
         }

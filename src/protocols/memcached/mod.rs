@@ -5,6 +5,11 @@
 //! (`set k 0 0 <bytes>`), an `ms`, a `VALUE` line or a `VA` line are framed by their byte count
 //! and skipped by count beyond the snaplen, never buffered. Binary messages are a 24-byte header
 //! and a body of the header's total body length (extras, key, value); the value is skipped.
+//! All of it by the framing core ([`super::framing`]): a message's first byte says whether a
+//! line ([`Header::Line`]) or a binary header follows, and a line or header says the frame
+//! after it (a data block, a binary body); a reply's lines until `END` are one message. A
+//! message whose end went out of sight stays open (its direction lost, the message kept) and
+//! takes every byte until the other direction shows where it ended.
 //!
 //! Pairing is in order (the server answers in the order it reads), with commands that may get
 //! no reply handled by what can answer them:
@@ -30,10 +35,11 @@
 //! starts so, the connection is taken to be foreign and no call is ever made of it (counted
 //! once in [`ParseStats::desyncs`], its bytes from then on in `unparsed_bytes`).
 
+use super::framing::{self, Framer, Header, Loss, St, Streams};
 use super::matching::InOrder;
 use super::{
-    BenchFixture, CallKind, CapturedHead, L7Call, MessageSpan, Outcome, ParseDepth, ParseStats,
-    ParserConfig, Protocol, ProtocolDescriptor, ResourceKind, Segment, StreamParser,
+    BenchFixture, BytesSince, CallKind, CapturedHead, L7Call, MessageSpan, Outcome, ParseDepth,
+    ParseStats, ParserConfig, Protocol, ProtocolDescriptor, ResourceKind, Segment, StreamParser,
 };
 use crate::event::Direction;
 
@@ -628,30 +634,21 @@ fn text_reply_word(line: &[u8]) -> Option<(String, Option<ErrorReply>)> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Framing state per direction
+// Framing (by the framing core) and messages per direction
 
+/// What a frame is: a text line alone, a text line and the data block after it, a binary
+/// header and body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-enum St {
-    /// Where a message starts.
+pub enum Frame {
     #[default]
-    Start,
-    /// Inside a text line.
     Line,
-    /// Inside a data block (its CRLF included).
-    Data { left: u64 },
-    /// Inside a binary header.
-    BinHeader,
-    /// Inside a binary body: `left` bytes to go, the first `keep` of the body kept.
-    BinBody { left: u64, keep: u32 },
-    /// Out of sync: waiting for the start of a message.
-    Lost,
+    Data,
+    Binary,
 }
 
-/// A message being framed.
+/// A message being framed (its span is the framing core's `acc`).
 #[derive(Debug)]
 struct Msg {
-    span: MessageSpan,
-    truncated: bool,
     /// The request being framed (request direction), or the one a text reply answers.
     req: Option<Request>,
     /// Reply direction: the first line's word and error, once seen.
@@ -665,33 +662,39 @@ struct Msg {
     held: Option<(Request, Reply)>,
 }
 
+impl Msg {
+    fn new() -> Msg {
+        Msg {
+            req: None,
+            reply: None,
+            values: 0,
+            listing: false,
+            bin: None,
+            answered: false,
+            held: None,
+        }
+    }
+}
+
+/// One direction's message under way and its captured head. A message whose end went out of
+/// sight is open: its direction is lost (`St::Lost`) with the message kept, and takes every
+/// byte until the other direction shows where it ended.
 #[derive(Debug, Default)]
 struct Dir {
-    st: St,
-    /// The current line, or the binary header and the body's first bytes.
-    buf: Vec<u8>,
     msg: Option<Msg>,
     head: Vec<u8>,
-    cur_seg: u64,
 }
 
 pub struct MemcachedParser {
     depth: ParseDepth,
     keep_head: usize,
+    streams: Streams<Frame, ()>,
     dirs: [Dir; 2],
     /// Direction commands travel, once a message has shown it.
     request_dir: Option<usize>,
     pending: InOrder<Request>,
-    seg_counter: u64,
     /// Not memcached (a Redis server answered): nothing more is parsed.
     foreign: bool,
-}
-
-enum Step {
-    /// Keep framing.
-    Go,
-    /// The bytes are not memcached in this direction.
-    Garbage,
 }
 
 impl MemcachedParser {
@@ -699,16 +702,22 @@ impl MemcachedParser {
         MemcachedParser {
             depth: cfg.depth,
             keep_head: cfg.keep_head,
+            streams: Streams::new(St::Header, 1),
             dirs: [Dir::default(), Dir::default()],
             request_dir: None,
             pending: InOrder::new(MAX_PENDING),
-            seg_counter: 0,
             foreign: false,
         }
     }
 
     fn is_request_dir(&self, d: usize) -> bool {
         self.request_dir == Some(d)
+    }
+
+    /// Direction d's message's end went out of sight: it takes everything until the other
+    /// direction shows where it ended.
+    fn is_open(&self, d: usize) -> bool {
+        self.streams.dirs[d].st == St::Lost && self.dirs[d].msg.is_some()
     }
 
     fn keep(&mut self, d: usize, bytes: &[u8]) {
@@ -724,39 +733,30 @@ impl MemcachedParser {
         CapturedHead::redacted(std::mem::take(&mut self.dirs[d].head), len)
     }
 
-    /// Makes `seg` part of direction d's current message span.
-    fn touch(&mut self, d: usize, seg: &Segment) {
-        let counter = self.seg_counter;
-        let ds = &mut self.dirs[d];
-        if ds.cur_seg != counter {
-            ds.cur_seg = counter;
-            if let Some(m) = ds.msg.as_mut() {
-                m.span.extend(seg);
-            }
-        }
-    }
-
-    fn lose_sync(&mut self, d: usize, stats: &mut ParseStats) {
-        let ds = &mut self.dirs[d];
-        if ds.st != St::Lost {
+    /// Loses direction d's place, keeping its message (and its span) if any.
+    fn lose_place(&mut self, d: usize, stats: &mut ParseStats) {
+        let s = &mut self.streams.dirs[d];
+        if s.st != St::Lost {
             stats.desyncs += 1;
         }
-        ds.st = St::Lost;
-        ds.buf.clear();
+        s.st = St::Lost;
+        s.clear(1);
     }
 
-    /// Drops direction d's message in progress as damaged.
-    fn damage_current(&mut self, d: usize, stats: &mut ParseStats) {
-        let ds = &mut self.dirs[d];
-        if let Some(m) = ds.msg.take() {
-            stats.damaged_messages += 1;
+    /// Drops direction d's message in progress as damaged (`counted`: the message itself
+    /// already was, by the framing core).
+    fn damage_current(&mut self, d: usize, counted: bool, stats: &mut ParseStats) {
+        if let Some(m) = self.dirs[d].msg.take() {
+            if !counted {
+                stats.damaged_messages += 1;
+            }
             // A text reply holds the request it answered: lost with it.
             if m.req.is_some() && self.request_dir != Some(d) {
                 stats.damaged_messages += 1;
             }
         }
-        ds.buf.clear();
-        ds.head.clear();
+        self.dirs[d].head.clear();
+        self.streams.dirs[d].acc = BytesSince::default();
     }
 
     /// Messages may have been lost in an unknown number: what is pending can no longer be
@@ -766,74 +766,51 @@ impl MemcachedParser {
         self.pending.drain().for_each(drop);
     }
 
-    fn garbage(&mut self, d: usize, stats: &mut ParseStats) {
-        self.damage_current(d, stats);
-        self.lose_sync(d, stats);
-        self.distrust_pairing(stats);
-    }
-
-    /// A Redis server answered: the connection is not memcached.
-    fn go_foreign(&mut self, stats: &mut ParseStats) {
+    /// A Redis server answered: the connection is not memcached (the framing core counts the
+    /// desync).
+    fn go_foreign(&mut self) {
         self.foreign = true;
-        stats.desyncs += 1;
         self.pending.drain().for_each(drop);
         for ds in &mut self.dirs {
             *ds = Dir::default();
         }
     }
 
-    /// Starts a message in direction d at `first`, the byte it begins with.
+    /// Starts a message in direction d at `first`, the byte it begins with: false if the
+    /// connection is foreign.
     fn begin(
         &mut self,
         d: usize,
         first: u8,
-        seg: &Segment,
         out: &mut Vec<L7Call>,
         stats: &mut ParseStats,
-    ) -> Step {
+    ) -> bool {
         let replies = self.request_dir.is_some_and(|rd| rd != d);
         if replies && RESP_TYPES.contains(&first) {
-            self.go_foreign(stats);
-            return Step::Go;
+            self.go_foreign();
+            return false;
         }
         if replies {
             // A command whose end was out of sight ends, at the latest, when a reply comes.
             let rd = 1 - d;
-            if self.dirs[rd].st == St::Lost && self.dirs[rd].msg.is_some() {
-                self.request_done(rd, true, out, stats);
+            if self.is_open(rd) {
+                self.request_done(rd, out, stats);
             }
         }
         let ds = &mut self.dirs[d];
-        ds.buf.clear();
         ds.head.clear();
-        ds.cur_seg = self.seg_counter;
-        ds.msg = Some(Msg {
-            span: MessageSpan::starting(seg),
-            truncated: false,
-            req: None,
-            reply: None,
-            values: 0,
-            listing: false,
-            bin: None,
-            answered: false,
-            held: None,
-        });
-        ds.st = if first == BIN_REQUEST || first == BIN_RESPONSE {
-            St::BinHeader
-        } else {
-            St::Line
-        };
-        Step::Go
+        ds.msg = Some(Msg::new());
+        true
     }
 
-    /// A whole text line (without its line end) in direction d.
+    /// A whole text line (without its line end) in direction d: the frame it starts.
     fn on_line(
         &mut self,
         d: usize,
         line: &[u8],
         out: &mut Vec<L7Call>,
         stats: &mut ParseStats,
-    ) -> Step {
+    ) -> Header<Frame> {
         if self.request_dir.is_none() {
             // The first message decides which way commands go.
             if looks_like_command(line_with_end(line).as_slice()) {
@@ -841,7 +818,7 @@ impl MemcachedParser {
             } else if text_reply_word(line).is_some() {
                 self.request_dir = Some(1 - d);
             } else {
-                return Step::Garbage;
+                return Header::NotAFrame;
             }
         }
         if self.is_request_dir(d) {
@@ -856,27 +833,37 @@ impl MemcachedParser {
         line: &[u8],
         out: &mut Vec<L7Call>,
         stats: &mut ParseStats,
-    ) -> Step {
+    ) -> Header<Frame> {
         if !line.iter().all(|c| (0x20..0x7f).contains(c)) {
-            return Step::Garbage;
+            return Header::NotAFrame;
         }
         let Some((req, data)) = text_request(line, self.depth) else {
-            return Step::Garbage;
+            return Header::NotAFrame;
         };
-        let ds = &mut self.dirs[d];
-        let Some(m) = ds.msg.as_mut() else {
-            return Step::Go;
+        let Some(m) = self.dirs[d].msg.as_mut() else {
+            return LINE;
         };
         m.req = Some(req);
         match data {
-            Some(n) => {
-                ds.st = St::Data { left: n + 2 };
-                let mark = format!("[value, {n} bytes]\r\n");
-                self.keep(d, mark.as_bytes());
+            Some(n) => self.data_block(d, n),
+            None => {
+                self.request_done(d, out, stats);
+                LINE
             }
-            None => self.request_done(d, false, out, stats),
         }
-        Step::Go
+    }
+
+    /// A data block of `n` bytes (and its CRLF) follows the line: skipped by count, marked in
+    /// the head.
+    fn data_block(&mut self, d: usize, n: u64) -> Header<Frame> {
+        let mark = format!("[value, {n} bytes]\r\n");
+        self.keep(d, mark.as_bytes());
+        self.streams.dirs[d].start_body(0);
+        Header::Frame {
+            body_len: n + 2,
+            kind: Frame::Data,
+            more: false,
+        }
     }
 
     fn on_reply_line(
@@ -885,13 +872,13 @@ impl MemcachedParser {
         line: &[u8],
         out: &mut Vec<L7Call>,
         stats: &mut ParseStats,
-    ) -> Step {
+    ) -> Header<Frame> {
         let first = self.dirs[d].msg.as_ref().is_some_and(|m| m.reply.is_none());
         let word_len = line.iter().position(|&c| c == b' ').unwrap_or(line.len());
         let word = &line[..word_len];
         if first {
             let Some((w, error)) = text_reply_word(line) else {
-                return Step::Garbage;
+                return Header::NotAFrame;
             };
             let r = Reply {
                 word: w.clone(),
@@ -909,13 +896,15 @@ impl MemcachedParser {
                 None => matches!(word, b"VALUE" | b"STAT" | b"ITEM"),
             };
             let Some(m) = self.dirs[d].msg.as_mut() else {
-                return Step::Go;
+                return LINE;
             };
             m.listing = listing && error.is_none() && !is_single_line_reply(word);
             m.req = req;
             m.reply = Some((w, error));
         }
-        let m = self.dirs[d].msg.as_mut().expect("a reply is being framed");
+        let Some(m) = self.dirs[d].msg.as_mut() else {
+            return LINE;
+        };
         let block = match word {
             b"VALUE" if m.listing => {
                 m.values += 1;
@@ -932,17 +921,14 @@ impl MemcachedParser {
                     .and_then(parse_u64)
                     .filter(|&n| n <= MAX_VALUE)
             }
-            b"VALUE" | b"VA" => return Step::Garbage,
+            b"VALUE" | b"VA" => return Header::NotAFrame,
             _ => None,
         };
         if matches!(word, b"VALUE" | b"VA") && block.is_none() {
-            return Step::Garbage;
+            return Header::NotAFrame;
         }
         if let Some(n) = block {
-            self.dirs[d].st = St::Data { left: n + 2 };
-            let mark = format!("[value, {n} bytes]\r\n");
-            self.keep(d, mark.as_bytes());
-            return Step::Go;
+            return self.data_block(d, n);
         }
         let ends = !m.listing
             || word == b"END"
@@ -950,62 +936,70 @@ impl MemcachedParser {
         if ends {
             self.reply_done(d, false, out, stats);
         }
-        Step::Go
+        LINE
     }
 
     /// A data block ended in direction d.
     fn on_data_done(&mut self, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
         if self.is_request_dir(d) {
-            self.request_done(d, false, out, stats);
-        } else if self.dirs[d].msg.as_ref().is_some_and(|m| m.listing) {
-            self.dirs[d].st = St::Line;
-        } else {
+            self.request_done(d, out, stats);
+        } else if !self.dirs[d].msg.as_ref().is_some_and(|m| m.listing) {
             self.reply_done(d, false, out, stats);
         }
     }
 
-    /// The binary header in direction d's buffer is complete.
-    fn on_bin_header(&mut self, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) -> Step {
-        let Some(h) = bin_header(&self.dirs[d].buf) else {
-            return Step::Garbage;
+    /// The binary header `hdr` in direction d is complete: its body's frame.
+    fn on_bin_header(&mut self, d: usize, hdr: &[u8]) -> Header<Frame> {
+        self.keep(d, hdr);
+        let Some(h) = bin_header(hdr) else {
+            return Header::NotAFrame;
         };
         let request = match self.request_dir {
             _ if h.valid_request() => true,
             _ if h.valid_response() => false,
-            _ => return Step::Garbage,
+            _ => return Header::NotAFrame,
         };
         let rd = *self
             .request_dir
             .get_or_insert(if request { d } else { 1 - d });
         if (rd == d) != request {
-            return Step::Garbage;
+            return Header::NotAFrame;
         }
-        let keep = u32::from(h.extras_len) + u32::from(h.key_len);
         if let Some(m) = self.dirs[d].msg.as_mut() {
             m.bin = Some(h);
         }
-        if h.body_len == 0 {
-            self.bin_done(d, out, stats);
-        } else {
-            self.dirs[d].st = St::BinBody {
-                left: u64::from(h.body_len),
-                keep,
-            };
+        // Extras and key are kept; the value is skipped.
+        let keep = usize::from(h.extras_len) + usize::from(h.key_len);
+        self.streams.dirs[d].start_body(keep);
+        Header::Frame {
+            body_len: u64::from(h.body_len),
+            kind: Frame::Binary,
+            more: false,
         }
-        Step::Go
     }
 
-    /// A binary message ended in direction d.
-    fn bin_done(&mut self, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
+    /// A binary body ended in direction d, `body` its kept prefix (part of the head).
+    fn on_bin_body(
+        &mut self,
+        d: usize,
+        body: &[u8],
+        out: &mut Vec<L7Call>,
+        stats: &mut ParseStats,
+    ) {
+        self.keep(d, body);
+        self.bin_done(d, body, out, stats);
+    }
+
+    /// A binary message ended in direction d, `body` its kept prefix.
+    fn bin_done(&mut self, d: usize, body: &[u8], out: &mut Vec<L7Call>, stats: &mut ParseStats) {
         let Some(h) = self.dirs[d].msg.as_ref().and_then(|m| m.bin) else {
             return;
         };
-        let body = self.dirs[d].buf.get(BIN_HEADER..).unwrap_or_default();
         let key_start = usize::from(h.extras_len);
         let key = body.get(key_start..).unwrap_or_default();
         let key = &key[..key.len().min(usize::from(h.key_len))];
         if self.is_request_dir(d) && self.dirs[d].msg.as_ref().is_some_and(|m| m.answered) {
-            self.request_done(d, false, out, stats);
+            self.request_done(d, out, stats);
         } else if self.is_request_dir(d) {
             let (name, quiet, retrieval) = opcode(h.opcode).unwrap_or(("unknown", false, false));
             let req = Request {
@@ -1030,7 +1024,7 @@ impl MemcachedParser {
             if let Some(m) = self.dirs[d].msg.as_mut() {
                 m.req = Some(req);
             }
-            self.request_done(d, false, out, stats);
+            self.request_done(d, out, stats);
         } else {
             if let Some(m) = self.dirs[d].msg.as_mut() {
                 let (name, outcome) = status(h.status);
@@ -1047,29 +1041,19 @@ impl MemcachedParser {
         }
     }
 
-    /// Direction d completed a request (or its end went out of sight: `open`).
-    fn request_done(
-        &mut self,
-        d: usize,
-        open: bool,
-        out: &mut Vec<L7Call>,
-        stats: &mut ParseStats,
-    ) {
+    /// Direction d completed a request (or its end went out of sight).
+    fn request_done(&mut self, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
         let keep = self.keep_head;
-        let ds = &mut self.dirs[d];
-        if !open {
-            ds.st = St::Start;
-            ds.buf.clear();
-        }
-        let Some(m) = ds.msg.take() else {
+        let Some(m) = self.dirs[d].msg.take() else {
             return;
         };
+        let (span, truncated) = self.streams.dirs[d].acc.take();
         let Some(mut req) = m.req else {
             match m.held {
                 // Its reply came first: the call now has the request's whole span.
                 Some((mut q, r)) => {
-                    q.span = m.span;
-                    q.truncated |= m.truncated;
+                    q.span = span;
+                    q.truncated |= truncated;
                     q.in_progress = false;
                     self.emit(q, r, out);
                 }
@@ -1078,10 +1062,10 @@ impl MemcachedParser {
             }
             return;
         };
-        req.span = m.span;
-        req.truncated = m.truncated;
+        req.span = span;
+        req.truncated = truncated;
         req.head = if keep > 0 {
-            self.take_head(d, m.span.bytes)
+            self.take_head(d, span.bytes)
         } else {
             CapturedHead::default()
         };
@@ -1089,7 +1073,7 @@ impl MemcachedParser {
         // next command while waiting for it (nothing else pending). With more pending, the
         // unseen bytes held an unknown number of replies: none can be paired.
         let other = 1 - d;
-        if self.dirs[other].st == St::Lost && self.dirs[other].msg.is_some() {
+        if self.is_open(other) {
             // A binary reply's request is still pending; a text reply holds its own.
             let its_own = self.dirs[other]
                 .msg
@@ -1099,10 +1083,11 @@ impl MemcachedParser {
                 self.finish_open(other, out, stats);
                 // The client sent its next command once it had the whole reply: the next
                 // bytes that way start a reply.
-                self.dirs[other].st = St::Start;
-                self.dirs[other].buf.clear();
+                let s = &mut self.streams.dirs[other];
+                s.st = St::Header;
+                s.clear(1);
             } else {
-                self.damage_current(other, stats);
+                self.damage_current(other, false, stats);
                 self.distrust_pairing(stats);
             }
         }
@@ -1153,7 +1138,7 @@ impl MemcachedParser {
     /// ends (or at the close), with the request's whole span.
     fn take_request_in_progress(&mut self, r: &Reply) -> Option<Request> {
         let rd = self.request_dir?;
-        if !matches!(self.dirs[rd].st, St::Data { .. } | St::BinBody { .. }) {
+        if !matches!(self.streams.dirs[rd].st, St::Body { .. }) {
             return None;
         }
         let m = self.dirs[rd].msg.as_mut()?;
@@ -1175,16 +1160,12 @@ impl MemcachedParser {
         stats: &mut ParseStats,
     ) {
         let keep = self.keep_head;
-        let ds = &mut self.dirs[d];
-        if !inferred {
-            ds.st = St::Start;
-            ds.buf.clear();
-        }
-        let Some(m) = ds.msg.take() else {
+        let Some(m) = self.dirs[d].msg.take() else {
             return;
         };
+        let (span, truncated) = self.streams.dirs[d].acc.take();
         let head = if keep > 0 {
-            self.take_head(d, m.span.bytes)
+            self.take_head(d, span.bytes)
         } else {
             CapturedHead::default()
         };
@@ -1198,8 +1179,8 @@ impl MemcachedParser {
             error,
             values: m.values,
             bin: m.bin,
-            span: m.span,
-            truncated: m.truncated,
+            span,
+            truncated,
             inferred,
             head,
         };
@@ -1346,175 +1327,179 @@ impl MemcachedParser {
         });
     }
 
+    /// A message's first byte, or a whole binary header (its frame after it).
+    fn message_start(
+        &mut self,
+        d: usize,
+        hdr: &[u8],
+        out: &mut Vec<L7Call>,
+        stats: &mut ParseStats,
+    ) -> Header<Frame> {
+        if hdr.len() >= BIN_HEADER {
+            return self.on_bin_header(d, hdr);
+        }
+        if !self.begin(d, hdr[0], out, stats) {
+            return Header::NotAFrame;
+        }
+        if hdr[0] == BIN_REQUEST || hdr[0] == BIN_RESPONSE {
+            Header::NeedMore(BIN_HEADER)
+        } else {
+            Header::Line { max: MAX_LINE }
+        }
+    }
+
     /// Direction d's open message (its end out of sight) ends here.
     fn finish_open(&mut self, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
         if self.dirs[d].msg.is_none() {
             return;
         }
         if self.is_request_dir(d) {
-            self.request_done(d, true, out, stats);
+            self.request_done(d, out, stats);
         } else {
             self.reply_done(d, true, out, stats);
         }
     }
+}
 
-    /// Frames `data` (captured bytes of one segment) in direction d.
-    fn frame(
+/// A text line with nothing after it.
+const LINE: Header<Frame> = Header::Frame {
+    body_len: 0,
+    kind: Frame::Line,
+    more: false,
+};
+
+impl Framer for MemcachedParser {
+    type Kind = Frame;
+    type State = ();
+    /// The first byte says what follows: a binary header or a line.
+    const MIN_HEADER: usize = 1;
+    const FINISH_BODY_BEFORE_UNSEEN: bool = true;
+    const TOUCH_UNSEEN: bool = true;
+
+    fn streams(&mut self) -> &mut Streams<Frame, ()> {
+        &mut self.streams
+    }
+
+    fn streams_ref(&self) -> &Streams<Frame, ()> {
+        &self.streams
+    }
+
+    fn stopped(&self) -> bool {
+        self.foreign
+    }
+
+    fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// A message's first byte (a listing reply's later lines are lines whatever they start
+    /// with), or a whole binary header.
+    #[inline]
+    fn header(
         &mut self,
         d: usize,
-        seg: &Segment,
-        mut data: &[u8],
+        hdr: &[u8],
+        out: &mut Vec<L7Call>,
+        stats: &mut ParseStats,
+    ) -> Header<Frame> {
+        if hdr.len() < BIN_HEADER && self.dirs[d].msg.is_some() {
+            return Header::Line { max: MAX_LINE };
+        }
+        self.message_start(d, hdr, out, stats)
+    }
+
+    fn line(
+        &mut self,
+        d: usize,
+        line: &[u8],
+        out: &mut Vec<L7Call>,
+        stats: &mut ParseStats,
+    ) -> Header<Frame> {
+        self.keep(d, line);
+        let line = line.strip_suffix(b"\n").unwrap_or(line);
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        self.on_line(d, line, out, stats)
+    }
+
+    /// A line alone ends nothing (its message ended, if it did, when it was read).
+    #[inline]
+    fn frame_done(
+        &mut self,
+        d: usize,
+        kind: Frame,
+        body: &[u8],
         out: &mut Vec<L7Call>,
         stats: &mut ParseStats,
     ) {
-        while !data.is_empty() && !self.foreign {
-            if self.dirs[d].msg.is_some() {
-                self.touch(d, seg);
+        match kind {
+            Frame::Line => {}
+            Frame::Data => self.on_data_done(d, out, stats),
+            Frame::Binary => self.on_bin_body(d, body, out, stats),
+        }
+    }
+
+    fn resync(&self, d: usize, p: &[u8]) -> bool {
+        // An open message takes everything; with none, a segment that starts like a message
+        // resynchronises.
+        self.dirs[d].msg.is_none()
+            && match self.request_dir {
+                Some(rd) if rd == d => looks_like_command(p),
+                Some(_) => looks_like_reply(p) || p.first().is_some_and(|c| RESP_TYPES.contains(c)),
+                None => looks_like_command(p) || looks_like_reply(p),
             }
-            let st = self.dirs[d].st;
-            let step = match st {
-                St::Lost => {
-                    // Only reached mid-segment after garbage: the rest is skipped.
-                    stats.skipped(data.len() as u64);
-                    return;
-                }
-                St::Start => {
-                    let step = self.begin(d, data[0], seg, out, stats);
-                    if self.foreign {
-                        stats.skipped(data.len() as u64);
-                        return;
-                    }
-                    step
-                }
-                St::Line => {
-                    let end = data.iter().position(|&c| c == b'\n');
-                    let take = end.map_or(data.len(), |i| i + 1);
-                    let ds = &mut self.dirs[d];
-                    if ds.buf.len() + take > MAX_LINE {
-                        Step::Garbage
-                    } else {
-                        ds.buf.extend_from_slice(&data[..take]);
-                        self.consumed(d, take as u64);
-                        self.keep(d, &data[..take]);
-                        data = &data[take..];
-                        if end.is_some() {
-                            let mut line = std::mem::take(&mut self.dirs[d].buf);
-                            line.pop();
-                            if line.last() == Some(&b'\r') {
-                                line.pop();
-                            }
-                            let step = self.on_line(d, &line, out, stats);
-                            line.clear();
-                            if self.dirs[d].buf.is_empty() {
-                                self.dirs[d].buf = line;
-                            }
-                            step
-                        } else {
-                            Step::Go
-                        }
-                    }
-                }
-                St::Data { left } => {
-                    let take = left.min(data.len() as u64);
-                    self.consumed(d, take);
-                    data = &data[take as usize..];
-                    self.dirs[d].st = St::Data { left: left - take };
-                    if left == take {
-                        self.on_data_done(d, out, stats);
-                    }
-                    Step::Go
-                }
-                St::BinHeader => {
-                    let need = BIN_HEADER - self.dirs[d].buf.len();
-                    let take = need.min(data.len());
-                    self.dirs[d].buf.extend_from_slice(&data[..take]);
-                    self.consumed(d, take as u64);
-                    self.keep(d, &data[..take]);
-                    data = &data[take..];
-                    if self.dirs[d].buf.len() == BIN_HEADER {
-                        self.on_bin_header(d, out, stats)
-                    } else {
-                        Step::Go
-                    }
-                }
-                St::BinBody { left, keep } => {
-                    let take = left.min(data.len() as u64) as usize;
-                    let kept = self.dirs[d].buf.len() - BIN_HEADER;
-                    let keep_now = (keep as usize).saturating_sub(kept).min(take);
-                    self.dirs[d].buf.extend_from_slice(&data[..keep_now]);
-                    self.keep(d, &data[..keep_now]);
-                    self.consumed(d, take as u64);
-                    data = &data[take..];
-                    self.dirs[d].st = St::BinBody {
-                        left: left - take as u64,
-                        keep,
-                    };
-                    if left == take as u64 {
-                        self.bin_done(d, out, stats);
-                    }
-                    Step::Go
-                }
-            };
-            if let Step::Garbage = step {
-                self.garbage(d, stats);
-                stats.skipped(data.len() as u64);
-                return;
+    }
+
+    fn still_lost(&mut self, d: usize, seg: &Segment, probed: u64, stats: &mut ParseStats) {
+        if self.dirs[d].msg.is_some() {
+            let seg_id = self.streams.seg_id;
+            let acc = &mut self.streams.dirs[d].acc;
+            acc.touch(seg_id, seg);
+            acc.add(seg.total_len);
+        } else {
+            stats.skipped(seg.total_len.saturating_add(probed));
+            self.distrust_pairing(stats);
+        }
+    }
+
+    fn in_message(&self, d: usize) -> bool {
+        self.dirs[d].msg.is_some()
+    }
+
+    fn lost(&mut self, d: usize, why: Loss, stats: &mut ParseStats) {
+        match why {
+            // The first byte of a reply that starts RESP: skipped with the rest.
+            Loss::NotAFrame if self.foreign => stats.skipped(1),
+            Loss::NotAFrame | Loss::Unseen => {
+                self.damage_current(d, false, stats);
+                self.distrust_pairing(stats);
+            }
+            // A gap outside a value may have hidden whole messages: what is in flight is
+            // damaged and both directions resynchronise.
+            Loss::Gap => {
+                self.damage_current(d, true, stats);
+                self.damage_current(1 - d, false, stats);
+                framing::lose_sync(self, 1 - d, stats);
+                self.distrust_pairing(stats);
             }
         }
     }
 
-    fn consumed(&mut self, d: usize, n: u64) {
-        if let Some(m) = self.dirs[d].msg.as_mut() {
-            m.span.bytes = m.span.bytes.saturating_add(n);
-        }
-    }
-
-    /// `n` bytes of direction d were moved but not captured (snaplen).
-    fn skip(
+    /// Bytes beyond the snaplen where a line or binary header goes on or starts.
+    fn header_unseen(
         &mut self,
         d: usize,
         seg: &Segment,
-        mut n: u64,
+        n: u64,
         out: &mut Vec<L7Call>,
         stats: &mut ParseStats,
-    ) {
-        // Inside a data block or a binary body: skipped by count.
-        loop {
-            let (left, bin) = match self.dirs[d].st {
-                St::Data { left } => (left, false),
-                St::BinBody { left, .. } => (left, true),
-                _ => break,
-            };
-            let take = left.min(n);
-            n -= take;
-            if let Some(m) = self.dirs[d].msg.as_mut() {
-                m.span.bytes = m.span.bytes.saturating_add(take);
-                m.truncated = true;
-            }
-            if left > take {
-                // Bytes after a skip are not the ones that were to be kept (the key).
-                let kept = self.dirs[d].buf.len().saturating_sub(BIN_HEADER) as u32;
-                self.dirs[d].st = match self.dirs[d].st {
-                    St::BinBody { keep, .. } => St::BinBody {
-                        left: left - take,
-                        keep: keep.min(kept),
-                    },
-                    _ => St::Data { left: left - take },
-                };
-                return;
-            }
-            if bin {
-                self.bin_done(d, out, stats);
-            } else {
-                self.dirs[d].st = St::Data { left: 0 };
-                self.on_data_done(d, out, stats);
-            }
-            if n == 0 || self.foreign {
-                return;
-            }
+    ) -> bool {
+        let partial = self.streams.dirs[d].header_bytes().to_vec();
+        if self.dirs[d].msg.is_some() {
+            // Its captured start is part of the head.
+            self.keep(d, &partial);
         }
         let request = self.request_dir == Some(d);
-        if !request && self.dirs[d].st != St::Lost {
+        if !request {
             if let Some(&(op, opaque)) = self
                 .pending
                 .front()
@@ -1523,20 +1508,15 @@ impl MemcachedParser {
             {
                 // Between the responses of a binary `stat`, out of sight: they end where the
                 // client shows it got them all (its next command), or at the close.
-                let ds = &mut self.dirs[d];
-                let m = ds.msg.get_or_insert_with(|| Msg {
-                    span: MessageSpan::starting(seg),
-                    truncated: false,
-                    req: None,
-                    reply: None,
-                    values: 0,
-                    listing: false,
-                    bin: None,
-                    answered: false,
-                    held: None,
-                });
-                m.span.bytes = m.span.bytes.saturating_add(n);
-                m.truncated = true;
+                let seg_id = self.streams.seg_id;
+                let s = &mut self.streams.dirs[d];
+                s.acc.touch(seg_id, seg);
+                s.acc.add(n);
+                s.acc.truncated = true;
+                // Expected, not a loss of sync: no desync counted.
+                s.st = St::Lost;
+                s.clear(1);
+                let m = self.dirs[d].msg.get_or_insert_with(Msg::new);
                 m.reply = Some(("NO_ERROR".to_owned(), None));
                 m.bin = Some(BinHeader {
                     magic: BIN_RESPONSE,
@@ -1548,34 +1528,25 @@ impl MemcachedParser {
                     body_len: 0,
                     opaque,
                 });
-                // Expected, not a loss of sync: no desync counted.
-                ds.st = St::Lost;
-                ds.buf.clear();
-                return;
+                return true;
             }
         }
-        let ds = &mut self.dirs[d];
-        let Some(m) = ds.msg.as_mut() else {
-            if ds.st == St::Lost {
-                stats.skipped(n);
-            } else {
-                // Unseen bytes where a message starts may hold whole messages.
-                self.lose_sync(d, stats);
-                stats.skipped(n);
-                self.distrust_pairing(stats);
-            }
-            return;
+        let Some(m) = self.dirs[d].msg.as_mut() else {
+            // Unseen bytes where a message starts may hold whole messages.
+            self.lose_place(d, stats);
+            self.streams.dirs[d].acc = BytesSince::default();
+            stats.skipped(n);
+            self.distrust_pairing(stats);
+            return true;
         };
-        m.span.bytes = m.span.bytes.saturating_add(n);
-        if ds.st == St::Lost {
-            return;
-        }
-        m.truncated = true;
+        let acc = &mut self.streams.dirs[d].acc;
+        acc.add(n);
+        acc.truncated = true;
         // A text listing reply whose last block ended with exactly 5 bytes to go in the same
         // syscall: they can only be `END\r\n` (any other line and `END` is longer).
-        if !request && ds.st == St::Line && ds.buf.is_empty() && m.listing && n == 5 {
+        if !request && partial.is_empty() && m.listing && n == 5 {
             self.reply_done(d, false, out, stats);
-            return;
+            return true;
         }
         // Framing went out of sight inside a message: it goes on until the other direction
         // shows where it ended, or the connection closes.
@@ -1583,7 +1554,7 @@ impl MemcachedParser {
             if m.req.is_none() {
                 // A command line cut: the words seen whole name it, if it is one that is always
                 // answered (`noreply`, `q` may be among the words not seen).
-                m.req = text_request(cut_line(&ds.buf), self.depth)
+                m.req = text_request(cut_line(&partial), self.depth)
                     .map(|(q, _)| q)
                     .filter(|q| q.listing || matches!(q.method.as_str(), "version" | "mn"));
             }
@@ -1594,10 +1565,11 @@ impl MemcachedParser {
         if !known {
             // Not even what it is was seen: which pending command it answers (or which reply
             // answers it) cannot be told.
-            self.damage_current(d, stats);
+            self.damage_current(d, false, stats);
             self.distrust_pairing(stats);
         }
-        self.lose_sync(d, stats);
+        self.lose_place(d, stats);
+        true
     }
 }
 
@@ -1626,100 +1598,17 @@ fn is_single_line_reply(word: &[u8]) -> bool {
 
 impl StreamParser for MemcachedParser {
     fn on_segment(&mut self, seg: &Segment<'_>, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
-        if self.foreign {
-            stats.skipped(seg.total_len);
-            return;
-        }
-        self.seg_counter += 1;
-        let d = seg.dir.index();
-        if self.dirs[d].st == St::Lost {
-            // A message whose end went out of sight takes everything until the other direction
-            // shows where it ended; with none open, a segment that starts like a message
-            // resynchronises.
-            let start = self.dirs[d].msg.is_none()
-                && match self.request_dir {
-                    Some(rd) if rd == d => looks_like_command(seg.payload),
-                    Some(_) => {
-                        looks_like_reply(seg.payload)
-                            || seg.payload.first().is_some_and(|c| RESP_TYPES.contains(c))
-                    }
-                    None => looks_like_command(seg.payload) || looks_like_reply(seg.payload),
-                };
-            if start {
-                self.dirs[d].st = St::Start;
-            } else {
-                self.touch(d, seg);
-                match self.dirs[d].msg.as_mut() {
-                    Some(m) => m.span.bytes = m.span.bytes.saturating_add(seg.total_len),
-                    None => {
-                        stats.skipped(seg.total_len);
-                        self.distrust_pairing(stats);
-                    }
-                }
-                return;
-            }
-        }
-        self.frame(d, seg, seg.payload, out, stats);
-        if self.foreign {
-            return;
-        }
-        let uncaptured = seg.total_len.saturating_sub(seg.payload.len() as u64);
-        if uncaptured > 0 {
-            if self.dirs[d].st == St::Lost && self.dirs[d].msg.is_none() {
-                stats.skipped(uncaptured);
-                return;
-            }
-            if self.dirs[d].msg.is_some() {
-                self.touch(d, seg);
-            }
-            self.skip(d, seg, uncaptured, out, stats);
-        }
+        framing::on_segment(self, seg, out, stats);
     }
 
     fn on_gap(&mut self, dir: Direction, len: Option<u64>, stats: &mut ParseStats) {
-        if self.foreign {
-            stats.skipped(len.unwrap_or(0));
-            return;
-        }
-        let d = dir.index();
-        let ds = &mut self.dirs[d];
-        // A gap strictly inside a value of known length only skips bytes.
-        if let Some(n) = len {
-            let inside = match ds.st {
-                St::Data { left } if n < left => Some(St::Data { left: left - n }),
-                St::BinBody { left, keep } if n < left => Some(St::BinBody {
-                    left: left - n,
-                    keep,
-                }),
-                _ => None,
-            };
-            if let Some(st) = inside {
-                // The kept part of a binary body must be whole, or it is not kept at all.
-                ds.st = match st {
-                    St::BinBody { left, .. } => St::BinBody { left, keep: 0 },
-                    other => other,
-                };
-                if let Some(m) = ds.msg.as_mut() {
-                    m.span.bytes = m.span.bytes.saturating_add(n);
-                    m.truncated = true;
-                }
-                return;
-            }
-        }
-        // Anything else may have hidden whole messages: what is in flight is damaged and both
-        // directions resynchronise.
-        stats.skipped(len.unwrap_or(0));
-        for d in 0..2 {
-            self.damage_current(d, stats);
-            self.lose_sync(d, stats);
-        }
-        self.distrust_pairing(stats);
+        framing::on_gap(self, dir, len, stats);
     }
 
     fn on_close(&mut self, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
         if !self.foreign {
             for d in 0..2 {
-                let open = self.dirs[d].st == St::Lost && self.dirs[d].msg.is_some();
+                let open = self.is_open(d);
                 if open && !self.is_request_dir(d) {
                     self.finish_open(d, out, stats);
                 } else if open {
@@ -1727,10 +1616,13 @@ impl StreamParser for MemcachedParser {
                     stats.unanswered_requests += 1;
                     self.dirs[d].msg = None;
                 } else if self.dirs[d].msg.as_ref().is_some_and(|m| m.held.is_some()) {
-                    // Answered before it was all sent: the call has what was seen.
-                    self.request_done(d, true, out, stats);
+                    // Answered before it was all sent: the call has what was seen (the kept
+                    // start of a binary body too).
+                    let body = std::mem::take(&mut self.streams.dirs[d].body);
+                    self.keep(d, &body);
+                    self.request_done(d, out, stats);
                 } else {
-                    self.damage_current(d, stats);
+                    self.damage_current(d, false, stats);
                 }
             }
         }

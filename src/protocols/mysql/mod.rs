@@ -1114,7 +1114,13 @@ impl Framer for MysqlParser {
 
     /// A packet header: a message's first packet starts its kept prefix; a continuation
     /// must follow its predecessor's sequence id.
-    fn header(&mut self, d: usize, hdr: &[u8], _stats: &mut ParseStats) -> Header<()> {
+    fn header(
+        &mut self,
+        d: usize,
+        hdr: &[u8],
+        _out: &mut Vec<L7Call>,
+        _stats: &mut ParseStats,
+    ) -> Header<()> {
         // Decided per message: the phase may have changed since the last one.
         let keep = self.keep_for(d);
         let len = le24(hdr);

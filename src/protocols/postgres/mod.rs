@@ -892,7 +892,13 @@ impl Framer for PostgresParser {
 
     /// A type byte and length (or the startup family's length and code): checked, and the
     /// message's kept body started.
-    fn header(&mut self, d: usize, hdr: &[u8], _stats: &mut ParseStats) -> Header<u8> {
+    fn header(
+        &mut self,
+        d: usize,
+        hdr: &[u8],
+        _out: &mut Vec<L7Call>,
+        _stats: &mut ParseStats,
+    ) -> Header<u8> {
         let untyped = hdr[0] == 0;
         if untyped && hdr.len() < 8 {
             return Header::NeedMore(8);
@@ -987,8 +993,16 @@ impl Framer for PostgresParser {
     }
 
     /// A server header beyond the snaplen inside a response in progress: its end is sought.
-    fn header_unseen(&mut self, d: usize, n: u64, _stats: &mut ParseStats) -> bool {
+    fn header_unseen(
+        &mut self,
+        d: usize,
+        _seg: &Segment,
+        n: u64,
+        _out: &mut Vec<L7Call>,
+        stats: &mut ParseStats,
+    ) -> bool {
         if self.is_frontend(d) == Some(false) && self.call_in_progress() {
+            stats.skipped(n);
             let ds = &mut self.streams.dirs[d];
             ds.st = St::Proto(PgSt::SeekEnd);
             ds.clear(HEADER);
@@ -1048,13 +1062,14 @@ impl Framer for PostgresParser {
         &mut self,
         d: usize,
         s: PgSt,
+        seg: &Segment,
         n: u64,
         out: &mut Vec<L7Call>,
         stats: &mut ParseStats,
     ) {
         match s {
             PgSt::SeekEnd => stats.skipped(n),
-            PgSt::EncryptionAnswer => framing::unseen(self, d, n, out, stats),
+            PgSt::EncryptionAnswer => framing::unseen(self, d, seg, n, out, stats),
         }
     }
 }
