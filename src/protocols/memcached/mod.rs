@@ -65,7 +65,8 @@ pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
     }],
 };
 
-/// Commands waiting for replies on one connection (deeper pipelining is evicted, counted).
+/// Commands waiting for replies on one connection before deeper pipelines draw on the shared
+/// budget (`matching::SHARED_PENDING_BYTES`; beyond both, the oldest is dropped, counted).
 const MAX_PENDING: usize = 256;
 /// Longest text line framed; memcached itself closes a connection sending longer ones without
 /// a newline (its limit is 2048 bytes for anything but a `get` of many keys).
@@ -695,6 +696,12 @@ pub struct MemcachedParser {
     pending: InOrder<Request>,
     /// Not memcached (a Redis server answered): nothing more is parsed.
     foreign: bool,
+    /// Replies still to come for always-answered requests dropped from a full `pending`
+    /// (the oldest: their replies come first), skipped rather than paired.
+    replies_to_skip: u64,
+    /// A request that may go unanswered was dropped: which replies are its is unknowable,
+    /// so no reply is paired on this connection any more (counted as unmatched).
+    blind: bool,
 }
 
 impl MemcachedParser {
@@ -707,6 +714,8 @@ impl MemcachedParser {
             request_dir: None,
             pending: InOrder::new(MAX_PENDING),
             foreign: false,
+            replies_to_skip: 0,
+            blind: false,
         }
     }
 
@@ -764,6 +773,8 @@ impl MemcachedParser {
     fn distrust_pairing(&mut self, stats: &mut ParseStats) {
         stats.damaged_messages += self.pending.len() as u64;
         self.pending.drain().for_each(drop);
+        // Which replies are the dropped requests' is as unknowable now.
+        self.replies_to_skip = 0;
     }
 
     /// A Redis server answered: the connection is not memcached (the framing core counts the
@@ -1095,22 +1106,28 @@ impl MemcachedParser {
             stats.unreplied_requests += 1;
             return;
         }
-        if self.pending.len() >= MAX_PENDING {
-            // Pipelined deeper than kept: the oldest is dropped (counted).
-            if let Some(old) = self.pending.pop() {
-                if old.answer == Answer::Always {
-                    stats.damaged_messages += 1;
-                } else {
-                    stats.unreplied_requests += 1;
-                }
+        // Pipelined deeper than the connection's depth and the shared budget allow: the oldest
+        // is dropped (counted), and its reply, which comes first, pairs with no other request.
+        if let Some(old) = self.pending.push_or_drop(req) {
+            stats.pending_dropped += 1;
+            if old.answer == Answer::Always {
+                self.replies_to_skip += 1;
+            } else {
+                self.blind = true;
             }
         }
-        self.pending.push(req);
     }
 
     /// The oldest pending request that reply `r` can answer; the quiet ones before it got
     /// their answer by silence (counted, no call).
     fn take_request_for(&mut self, r: &Reply, stats: &mut ParseStats) -> Option<Request> {
+        if self.blind {
+            return None;
+        }
+        if self.replies_to_skip > 0 {
+            self.replies_to_skip -= 1;
+            return None;
+        }
         let at = self.pending.iter().position(|q| q.accepts(r));
         let upto = at.unwrap_or(self.pending.len());
         if self
@@ -2099,5 +2116,75 @@ mod tests {
         ] {
             assert!(!is_connection_start(no), "{:?}", String::from_utf8_lossy(no));
         }
+    }
+
+    /// A pipeline ten times the connection's depth pairs exactly (the deeper requests draw
+    /// on the shared budget, issue 43 item 2): each get its own key's reply.
+    #[test]
+    fn a_pipeline_ten_times_the_depth_pairs_exactly() {
+        let mut d = Driver::new();
+        let n = MAX_PENDING * 10;
+        let reqs: Vec<u8> = (0..n)
+            .flat_map(|i| format!("get k{i}\r\n").into_bytes())
+            .collect();
+        for chunk in reqs.chunks(4000) {
+            d.seg(OUT, chunk);
+        }
+        // Odd keys hit (their value names the key), even ones miss.
+        let replies: Vec<u8> = (0..n)
+            .flat_map(|i| {
+                let v = format!("k{i}");
+                if i % 2 == 1 {
+                    format!("VALUE k{i} 0 {}\r\n{v}\r\nEND\r\n", v.len()).into_bytes()
+                } else {
+                    b"END\r\n".to_vec()
+                }
+            })
+            .collect();
+        for chunk in replies.chunks(9000) {
+            d.seg(IN, chunk);
+        }
+        assert_eq!(d.calls.len(), n);
+        for (i, c) in d.calls.iter().enumerate() {
+            assert_eq!(c.resource, format!("k{i}"));
+            let hits = c
+                .details
+                .iter()
+                .find(|(k, _)| *k == "hits")
+                .map(|x| x.1.as_str());
+            assert_eq!(hits, Some(if i % 2 == 1 { "1" } else { "0" }), "k{i}");
+        }
+        assert_eq!(d.stats.pending_dropped, 0);
+    }
+
+    /// Depth and budget spent: the oldest requests are dropped (counted) and their replies,
+    /// which come first, pair with no other request; a dropped request that may go
+    /// unanswered leaves the connection's replies unpaired from then on, never guessed.
+    #[test]
+    fn dropped_requests_replies_pair_with_no_other_request() {
+        static NO_BUDGET: crate::protocols::matching::SharedBudget =
+            crate::protocols::matching::SharedBudget::new(0);
+        let mut d = Driver::new();
+        d.p.pending = InOrder::with_budget(4, &NO_BUDGET);
+        for i in 0..10 {
+            d.seg(OUT, format!("incr n{i} 1\r\n").as_bytes());
+        }
+        for i in 0..10 {
+            d.seg(IN, format!("{}\r\n", 100 + i).as_bytes());
+        }
+        let got: Vec<_> = d.calls.iter().map(|c| c.resource.clone()).collect();
+        assert_eq!(got, ["n6", "n7", "n8", "n9"]);
+        assert_eq!(d.stats.pending_dropped, 6);
+        let mut d = Driver::new();
+        d.p.pending = InOrder::with_budget(2, &NO_BUDGET);
+        d.seg(OUT, b"mg q0 v q\r\n");
+        for i in 1..5 {
+            d.seg(OUT, format!("incr n{i} 1\r\n").as_bytes());
+        }
+        for i in 1..5 {
+            d.seg(IN, format!("{i}\r\n").as_bytes());
+        }
+        assert!(d.calls.is_empty(), "{:?}", d.summary());
+        assert_eq!(d.stats.pending_dropped, 3);
     }
 }
