@@ -106,7 +106,9 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 }
 
 fn run(args: Args) -> Result<()> {
-    let tui = shows_tui(&args);
+    // Serving metrics with no terminal and no --json (a service): headless.
+    let headless_exporter = args.prometheus.is_some() && !io::stdout().is_terminal();
+    let tui = shows_tui(&args) && !headless_exporter;
     if tui && !io::stdout().is_terminal() {
         bail!("stdout is not a terminal: use --json for machine-readable output");
     }
@@ -306,12 +308,13 @@ fn json_lines(args: &Args) -> LineSelection {
 }
 
 /// Whether any output of the session uses the payload capture (calls and what is derived
-/// from them): the screen and recordings do; `--json --only` with flow or overhead lines
+/// from them): the screen, recordings and `--prometheus` do; `--json --only` with flow or overhead lines
 /// alone does not, and then its programs stay detached.
 fn wants_capture(args: &Args) -> bool {
     let sel = json_lines(args);
     !args.json
         || args.write.is_some()
+        || args.prometheus.is_some()
         || ["proc", "call", "exit", "endpoint", "process"]
             .iter()
             .any(|t| sel.wants(t))

@@ -177,3 +177,56 @@ fn prometheus_scrapes_the_exact_calls_per_endpoint_and_outcome() {
     let summary = lines.last().unwrap();
     assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
 }
+
+/// With `--prometheus`, no `--json` and no terminal (a service), ebtop runs headless: it
+/// captures, serves the page, writes nothing to stdout, and stops cleanly on SIGINT.
+#[test]
+fn headless_with_no_terminal_it_captures_and_serves() {
+    require_root();
+    let server = TestServer::start();
+    let metrics_port = free_tcp_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ebtop"))
+        .args(["--prometheus", &format!("127.0.0.1:{metrics_port}")])
+        .args(["--port", &server.port.to_string()])
+        .args(common::hooks_args())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_listener("127.0.0.1", metrics_port, "ebtop's metrics server");
+    let scrape = || {
+        let mut s = TcpStream::connect(("127.0.0.1", metrics_port)).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+        let mut page = String::new();
+        let _ = s.read_to_string(&mut page);
+        page
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let want = "ebtop_calls_total{process_executable_name=";
+    loop {
+        // Calls until capture (attached after the server listens) has seen some.
+        let s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        let mut w = s;
+        write!(w, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        read_response(&mut r);
+        let page = scrape();
+        if page.contains(want) && page.contains("side=\"server\"") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no calls on the page: {page}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // SAFETY: kill with our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert!(out.is_empty(), "stdout: {out}");
+}

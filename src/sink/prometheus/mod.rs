@@ -256,8 +256,10 @@ impl Collector for Model {
             ),
         ] {
             if let Some(v) = v {
+                // OpenMetrics's unit name is `ratio` (prometheus-client's `Ratios` says `ratios`).
+                let ratio = Unit::Other("ratio".to_owned());
                 encoder
-                    .encode_descriptor(name, help, Some(&Unit::Ratios), MetricType::Gauge)?
+                    .encode_descriptor(name, help, Some(&ratio), MetricType::Gauge)?
                     .encode_gauge(&v)?;
             }
         }

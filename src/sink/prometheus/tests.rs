@@ -216,3 +216,85 @@ fn silent_scrapers_cannot_stop_the_server() {
     }
     drop(silent);
 }
+
+/// The metric names of a page with a row of every kind of call on both sides and every
+/// optional gauge set.
+fn every_name_exported() -> std::collections::BTreeSet<String> {
+    use crate::event::Direction;
+    use crate::protocols::Protocol;
+    let mut t = EndpointTable::default().with_history(crate::aggregate::endpoints::WINDOW_1M_NS);
+    for p in Protocol::all() {
+        for dir in [Direction::Egress, Direction::Ingress] {
+            let mut c = call("svc", 1, "GET", "/x", 5_000);
+            c.l7.proto = p;
+            c.l7.request_dir = dir;
+            let c = crate::call::Call::new(c.l7, 1, 1, "svc".into(), 1, c.local, c.peer);
+            t.observe(&c);
+        }
+    }
+    t.end_interval(1_000_000_000);
+    let w = t.windows();
+    let model = Model {
+        rows: w.since_start.into_iter().zip(w.latency_bins).collect(),
+        rss_bytes: Some(1),
+        cpu_ratio: Some(0.1),
+        bpf_cpu_ratio: Some(0.1),
+        ..Model::default()
+    };
+    let page = render(model);
+    page.text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// docs/grafana/ebtop.json (docs/fleet.md) queries only metrics ebtop exports: every metric
+/// selector in its expressions (a name followed by `{` or `[`) is a series of the page.
+#[test]
+fn the_grafana_dashboard_queries_only_metrics_ebtop_exports() {
+    let exported = every_name_exported();
+    assert!(exported.contains("http_server_request_duration_seconds_bucket"));
+    assert!(exported.contains("dns_lookup_duration_seconds_bucket"));
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/grafana/ebtop.json");
+    let dash: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut exprs = Vec::new();
+    for p in dash["panels"].as_array().unwrap() {
+        for t in p["targets"].as_array().unwrap() {
+            exprs.push(t["expr"].as_str().unwrap().to_owned());
+        }
+    }
+    for t in dash["templating"]["list"].as_array().unwrap() {
+        if let Some(q) = t["query"]
+            .as_str()
+            .filter(|q| q.starts_with("label_values("))
+        {
+            let metric = q["label_values(".len()..].split(',').next().unwrap();
+            exprs.push(format!("{metric}{{}}"));
+        }
+    }
+    assert!(exprs.len() >= 10);
+    for e in &exprs {
+        let bytes = e.as_bytes();
+        let mut selectors = 0;
+        let mut i = 0;
+        while i < bytes.len() {
+            if bytes[i].is_ascii_alphabetic() || bytes[i] == b'_' {
+                let start = i;
+                while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                    i += 1;
+                }
+                if matches!(bytes.get(i), Some(b'{' | b'[')) {
+                    let name = &e[start..i];
+                    assert!(exported.contains(name), "{name} (in {e}) is not exported");
+                    selectors += 1;
+                }
+            } else {
+                i += 1;
+            }
+        }
+        assert!(selectors > 0, "no metric in {e}");
+    }
+}
