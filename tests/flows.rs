@@ -386,6 +386,8 @@ fn tcp_bytes_match_iperf3_and_ss() {
     assert_eq!(u(s, "bytes_in"), s_recv);
     for f in [c, s] {
         assert_eq!(f["preexisting"], true, "{f}");
+        // Its real start was not seen: no age, rather than the time since ebtop saw it.
+        assert!(f["age_ns"].is_null(), "{f}");
         assert_eq!(f["pid"], std::process::id(), "{f}");
         assert_eq!(f["role_inferred"], true, "{f}");
     }

@@ -43,7 +43,9 @@ pub struct TcpFlow {
     pub sock_id: Option<u64>,
     /// Kernel (CLOCK_MONOTONIC) time the flow started (SYN) or was first seen.
     pub start_mono_ns: u64,
-    pub age_ns: u64,
+    /// Time since the start; None for a flow open before ebtop started (`preexisting`): its
+    /// real start was not seen, and the time since ebtop first saw it would understate it.
+    pub age_ns: Option<u64>,
     /// Totals since the flow started (tcp_sock counters): bytes sent and acknowledged, bytes
     /// received, segments each way (with and without data), retransmitted segments and bytes.
     pub bytes_out: u64,

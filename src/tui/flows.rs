@@ -58,6 +58,8 @@ pub struct FlowRow {
     /// TCP state; for an ended flow `END` and the close reason.
     pub state: String,
     pub start_mono_ns: u64,
+    /// Open before ebtop started: its age is at least the time since ebtop first saw it.
+    pub preexisting: bool,
     pub bytes_in: u64,
     pub bytes_out: u64,
     /// Over the last interval (0 when the flow was idle in it).
@@ -97,6 +99,7 @@ impl FlowRow {
             role: f.role.map(|r| r.as_str().to_owned()),
             state,
             start_mono_ns: f.start_mono_ns,
+            preexisting: f.preexisting,
             bytes_in: f.bytes_in,
             bytes_out: f.bytes_out,
             in_per_s: per_s(f.interval_bytes_in),
@@ -122,6 +125,7 @@ impl FlowRow {
             role: None,
             state: String::new(),
             start_mono_ns: f.start_mono_ns,
+            preexisting: false,
             bytes_in: f.bytes_in,
             bytes_out: f.bytes_out,
             in_per_s: per_s(f.interval_bytes_in),
@@ -191,7 +195,11 @@ impl FlowRow {
                     "-".to_owned()
                 },
                 self.state.clone(),
-                format!("{age_s:.1}"),
+                if self.preexisting {
+                    format!("≥{age_s:.1}")
+                } else {
+                    format!("{age_s:.1}")
+                },
                 self.l7.clone().unwrap_or_else(|| "-".to_owned()),
             ],
             sort: vec![
@@ -385,7 +393,7 @@ mod tests {
             comm: Some("srv".into()),
             sock_id: Some(99),
             start_mono_ns: 1_000_000_000,
-            age_ns: 0,
+            age_ns: Some(0),
             bytes_out: 0,
             bytes_in,
             bytes_sent: 0,

@@ -855,7 +855,8 @@ impl FlowTableReader {
             comm,
             sock_id: (inode != 0).then_some(inode),
             start_mono_ns: r.start_ns,
-            age_ns: end_ns.unwrap_or(now_ns).saturating_sub(r.start_ns),
+            age_ns: (r.flags & raw::FLAG_PREEXISTING == 0)
+                .then(|| end_ns.unwrap_or(now_ns).saturating_sub(r.start_ns)),
             bytes_out,
             bytes_in,
             bytes_sent: r.bytes_sent,
