@@ -310,16 +310,67 @@ enum Test {
     Loss,
 }
 
+/// A parsed expression of the filter language: groups of terms joined by `or`, each group's
+/// terms joined by `and`, a term a test of `T` (calls' or a view's rows'), maybe negated. The
+/// empty expression lets everything through.
 #[derive(Debug, Clone, PartialEq)]
-struct Term {
-    negated: bool,
-    test: Test,
+pub struct Expr<T> {
+    /// Each term: (negated, its test).
+    pub(crate) groups: Vec<Vec<(bool, T)>>,
+}
+
+impl<T> Default for Expr<T> {
+    fn default() -> Self {
+        Expr { groups: Vec::new() }
+    }
+}
+
+impl<T> Expr<T> {
+    /// Parses `text`, each word's test by `parse_term`; the error says why, naming the word
+    /// when there are several.
+    pub fn parse(
+        text: &str,
+        parse_term: impl Fn(&Word) -> Result<T, String>,
+    ) -> Result<Self, String> {
+        let groups = split(text)?;
+        let several = groups.iter().map(Vec::len).sum::<usize>() > 1;
+        let groups = groups
+            .iter()
+            .map(|g| {
+                g.iter()
+                    .map(|w| {
+                        parse_term(w).map(|test| (w.negated, test)).map_err(|e| {
+                            if several {
+                                format!("{}: {e}", w.typed)
+                            } else {
+                                e
+                            }
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Expr { groups })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    /// Whether some group has every term hold (`holds` says whether a test does).
+    pub fn matches(&self, mut holds: impl FnMut(&T) -> bool) -> bool {
+        self.groups.is_empty()
+            || self
+                .groups
+                .iter()
+                .any(|g| g.iter().all(|(negated, t)| holds(t) != *negated))
+    }
 }
 
 /// A parsed expression over calls; the empty one lets every call through.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CallFilter {
-    groups: Vec<Vec<Term>>,
+    expr: Expr<Test>,
     text: String,
 }
 
@@ -406,37 +457,14 @@ fn parse_term(w: &Word) -> Result<Test, String> {
 impl CallFilter {
     /// Parses an expression; the error says why, naming the word when there are several.
     pub fn parse(text: &str) -> Result<CallFilter, String> {
-        let groups = split(text)?;
-        let several = groups.iter().map(Vec::len).sum::<usize>() > 1;
-        let groups = groups
-            .iter()
-            .map(|g| {
-                g.iter()
-                    .map(|w| {
-                        parse_term(w)
-                            .map(|test| Term {
-                                negated: w.negated,
-                                test,
-                            })
-                            .map_err(|e| {
-                                if several {
-                                    format!("{}: {e}", w.typed)
-                                } else {
-                                    e
-                                }
-                            })
-                    })
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .collect::<Result<Vec<_>, _>>()?;
         Ok(CallFilter {
-            groups,
+            expr: Expr::parse(text, parse_term)?,
             text: text.split_whitespace().collect::<Vec<_>>().join(" "),
         })
     }
 
     pub fn is_empty(&self) -> bool {
-        self.groups.is_empty()
+        self.expr.is_empty()
     }
 
     /// The expression as given (words joined by single spaces).
@@ -445,14 +473,8 @@ impl CallFilter {
     }
 
     pub fn matches(&self, call: &Call) -> bool {
-        if self.groups.is_empty() {
-            return true;
-        }
         let mut text: Option<String> = None;
-        self.groups.iter().any(|g| {
-            g.iter()
-                .all(|t| test(&t.test, call, &mut text) != t.negated)
-        })
+        self.expr.matches(|t| test(t, call, &mut text))
     }
 }
 

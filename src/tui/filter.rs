@@ -22,7 +22,7 @@
 //! process column and `path` the resource column.
 
 use super::table::{Column, Row, CALL_COLUMNS, CONN_COLUMNS, ENDPOINT_COLUMNS, PROCESS_COLUMNS};
-use crate::call_filter::{comparison, number, split, Cmp, OutcomeClass};
+use crate::call_filter::{comparison, number, Cmp, Expr, OutcomeClass};
 
 #[derive(Debug, Clone, PartialEq)]
 enum Test {
@@ -40,16 +40,10 @@ enum Test {
     Loss,
 }
 
-#[derive(Debug, Clone, PartialEq)]
-struct Term {
-    negated: bool,
-    test: Test,
-}
-
 /// A parsed filter: groups of terms joined by `or`; the empty filter lets every row through.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RowFilter {
-    groups: Vec<Vec<Term>>,
+    expr: Expr<Test>,
 }
 
 /// A column's field name: its title in lower case up to a space or `/` (`PROCESS/PID` →
@@ -159,45 +153,18 @@ impl RowFilter {
     /// Parses what was typed, for a view with these columns; the error says why, and which
     /// word is wrong when there are several (the line is short).
     pub fn parse(text: &str, cols: &[Column]) -> Result<RowFilter, String> {
-        let groups = split(text)?;
-        let several = groups.iter().map(Vec::len).sum::<usize>() > 1;
-        let groups = groups
-            .iter()
-            .map(|g| {
-                g.iter()
-                    .map(|w| {
-                        parse_term(w, cols)
-                            .map(|test| Term {
-                                negated: w.negated,
-                                test,
-                            })
-                            .map_err(|e| {
-                                if several {
-                                    format!("{}: {e}", w.typed)
-                                } else {
-                                    e
-                                }
-                            })
-                    })
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(RowFilter { groups })
+        Ok(RowFilter {
+            expr: Expr::parse(text, |w| parse_term(w, cols))?,
+        })
     }
 
     pub fn is_empty(&self) -> bool {
-        self.groups.is_empty()
+        self.expr.is_empty()
     }
 
     pub fn matches(&self, row: &Row) -> bool {
-        if self.groups.is_empty() {
-            return true;
-        }
         let mut text: Option<String> = None;
-        self.groups.iter().any(|g| {
-            g.iter()
-                .all(|t| term_matches(&t.test, row, &mut text) != t.negated)
-        })
+        self.expr.matches(|t| term_matches(t, row, &mut text))
     }
 }
 
@@ -350,7 +317,7 @@ mod tests {
             "x=y",
         ] {
             let f = RowFilter::parse(w, FLOW_TABLE_COLUMNS).unwrap();
-            assert!(matches!(f.groups[0][0].test, Test::Text(_)), "{w}");
+            assert!(matches!(f.expr.groups[0][0].1, Test::Text(_)), "{w}");
         }
     }
 
