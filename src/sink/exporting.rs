@@ -31,6 +31,8 @@ impl<S: Sink> Exporting<S> {
     }
 }
 
+/// Every method forwards to the sink (a default body here would silently cut what a sink
+/// asked for: `every_sink_method_is_forwarded` checks that none is missing).
 impl<S: Sink> Sink for Exporting<S> {
     fn meta(&mut self, meta: &SessionMeta) -> io::Result<()> {
         self.sink.meta(meta)
@@ -56,6 +58,9 @@ impl<S: Sink> Sink for Exporting<S> {
     fn wants_windows(&self) -> bool {
         // The exporters read the since-start rows and their latency bins.
         self.prometheus.is_some() || self.sink.wants_windows()
+    }
+    fn live_call_filter(&self) -> Option<std::sync::Arc<crate::pipeline::LiveCallFilter>> {
+        self.sink.live_call_filter()
     }
     fn keeps_calls(&self) -> bool {
         self.sink.keeps_calls()
@@ -91,5 +96,48 @@ impl<S: Sink> Sink for Exporting<S> {
     }
     fn warning(&mut self, mono_ns: u64, warning: &Warning) -> io::Result<()> {
         self.sink.warning(mono_ns, warning)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The names of the `fn`s declared in the first `{…}` block after `opening` in `src`.
+    fn fns_after(src: &str, opening: &str) -> std::collections::BTreeSet<String> {
+        let start = src.find(opening).expect(opening);
+        let body = &src[start..];
+        let mut depth = 0i32;
+        let mut end = body.len();
+        for (i, c) in body.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = i;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        body[..end]
+            .lines()
+            .filter_map(|l| l.trim_start().strip_prefix("fn "))
+            .filter_map(|l| l.split(['(', '<']).next())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// A method added to `Sink` with a default body must be forwarded here too, or a sink
+    /// run with `--prometheus` would lose what it asked the pipeline for.
+    #[test]
+    fn every_sink_method_is_forwarded() {
+        let traits = fns_after(include_str!("mod.rs"), "pub trait Sink {");
+        let forwarded = fns_after(
+            include_str!("exporting.rs"),
+            "impl<S: Sink> Sink for Exporting<S> {",
+        );
+        assert!(traits.len() > 15, "{traits:?}");
+        assert_eq!(traits, forwarded);
     }
 }
