@@ -116,14 +116,18 @@ fn psql_simple_queries_errors_and_notify() {
 
 /// Cut at 128 bytes a syscall, the server's startup burst (417 bytes of ParameterStatus and
 /// more) loses its later headers: the stream resyncs at the next syscall that starts with a
-/// message (the first reply), and every transaction still makes its call. (At 64 bytes the
-/// replies themselves lose their CommandComplete: calls end inferred, or make none.)
+/// message (the first reply). Which request the first ReadyForQuery after it ends is told by
+/// when it was written (after the read of the first transaction's Sync, so the startup's was
+/// written before): the first exchange, whose reply may hold the startup's tail, makes no
+/// call (counted); every later one does.
 #[test]
 fn pgbench_under_a_small_snaplen() {
     for name in ["pgbench_extended.seg", "pgbench_prepared.seg"] {
         let (calls, summary) = run(&load(name), Some(128));
         let p = summary.parse;
-        assert_eq!(calls.len(), 20, "{name}");
+        // pgbench_prepared prepares first (Parse, Sync): that exchange, no call, is the one.
+        let dropped = u64::from(name == "pgbench_extended.seg");
+        assert_eq!(calls.len() as u64, 20 - dropped, "{name}");
         assert!(calls.iter().all(|c| c.l7.resource
             == "SELECT abalance FROM pgbench_accounts WHERE aid = $1;"
             && !c.l7.end_inferred));
@@ -135,7 +139,7 @@ fn pgbench_under_a_small_snaplen() {
                 p.unanswered_requests,
                 p.inferred_ends
             ),
-            (0, 0, 0, 0),
+            (dropped, 0, 0, 0),
             "{name}"
         );
     }

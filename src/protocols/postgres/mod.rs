@@ -97,6 +97,8 @@ const PROTOCOL_3_0: u32 = 0x0003_0000;
 const SSL_REQUEST: u32 = 80877103;
 const GSSENC_REQUEST: u32 = 80877104;
 const CANCEL_REQUEST: u32 = 80877102;
+/// [`Expect::Unseen`]'s `after_ns` when what follows the unseen messages is never paired.
+const NEVER: u64 = u64::MAX;
 
 /// Message types a client sends.
 const FRONTEND_TYPES: &[u8] = b"QPBEDCHSFXdcfp";
@@ -244,6 +246,11 @@ pub(crate) fn sql_keyword(sql: &str) -> String {
     }
 }
 
+/// A CommandComplete's tag, if captured whole (a tag cut by the snaplen may have lost digits).
+fn whole_tag(body: &[u8]) -> Option<String> {
+    cstr(body, &mut 0).map(|t| lossy(t, 64))
+}
+
 /// `SELECT 7`, `INSERT 0 3`, `UPDATE 3` → the row count (the tag's last number), if any.
 fn tag_rows(tag: &str) -> Option<u64> {
     let last = tag.rsplit(' ').next()?;
@@ -277,7 +284,11 @@ pub(crate) fn lossy(b: &[u8], max: usize) -> String {
     s.trim_end_matches('\u{fffd}').to_owned()
 }
 
-/// ErrorResponse fields: (SQLSTATE, severity, message).
+/// The status text of an error whose SQLSTATE went unseen: an error of unknown class.
+const UNSEEN_SQLSTATE: &str = "ERROR";
+
+/// ErrorResponse fields: (SQLSTATE, severity, message); the SQLSTATE is `ERROR` when it was
+/// not seen (beyond the snaplen), and the call's outcome then unknown ([`sqlstate_known`]).
 fn error_fields(body: &[u8]) -> (String, String, String) {
     let (mut code, mut sev, mut sev_v, mut msg) = (String::new(), String::new(), None, None);
     let mut at = 0;
@@ -294,7 +305,7 @@ fn error_fields(body: &[u8]) -> (String, String, String) {
         }
     }
     if code.is_empty() {
-        code = "ERROR".to_owned();
+        code = UNSEEN_SQLSTATE.to_owned();
     }
     (code, sev_v.unwrap_or(sev), msg.unwrap_or_default())
 }
@@ -305,8 +316,11 @@ fn error_fields(body: &[u8]) -> (String, String, String) {
 /// What a frontend message waits for.
 #[derive(Debug)]
 enum Expect {
-    /// Startup (or an SSL/GSS request) until the first ReadyForQuery or error.
-    Startup,
+    /// Startup (or an SSL/GSS request) until the first ReadyForQuery or error; `at_ns`: when
+    /// the read that completed it began (as for Sync and FunctionCall).
+    Startup {
+        at_ns: u64,
+    },
     /// SSLRequest/GSSENCRequest: one bare byte.
     EncryptionAnswer,
     Parse {
@@ -326,9 +340,38 @@ enum Expect {
     },
     Close,
     Execute(Box<Query>),
-    Sync,
+    Sync {
+        at_ns: u64,
+    },
     Query(Box<Query>),
-    FunctionCall,
+    FunctionCall {
+        at_ns: u64,
+    },
+    /// Client messages went unseen here (lost, or beyond the snaplen): how many, and so how
+    /// many replies are theirs, is unknown. `after_ns`: when the first request seen after them
+    /// began (0: none yet).
+    Unseen {
+        after_ns: u64,
+    },
+}
+
+impl Expect {
+    /// Does the server end its answer to this message with a ReadyForQuery?
+    fn awaits_ready(&self) -> bool {
+        self.read_at().is_some()
+    }
+
+    /// For a message the server ends its answer to with a ReadyForQuery: when the read that
+    /// completed it began.
+    fn read_at(&self) -> Option<u64> {
+        match self {
+            Expect::Startup { at_ns } | Expect::Sync { at_ns } | Expect::FunctionCall { at_ns } => {
+                Some(*at_ns)
+            }
+            Expect::Query(q) => Some(q.req.last_start_ns),
+            _ => None,
+        }
+    }
 }
 
 /// A call in the making.
@@ -348,6 +391,16 @@ struct Query {
     tag: Option<String>,
     error: Option<(String, String, String)>,
     suspended: bool,
+    /// Some of its response's messages went unseen (headers beyond the snaplen).
+    partial: bool,
+    /// The message that ends its response's last result (CommandComplete, EmptyQueryResponse,
+    /// ErrorResponse) was seen since any part of the response went unseen.
+    last_result_seen: bool,
+    /// A row count it reported was not seen whole.
+    rows_unknown: bool,
+    /// Simple query: its SQL, seen whole, has no `;` but at its end (one statement, one
+    /// result).
+    single_statement: bool,
 }
 
 impl Query {
@@ -371,8 +424,66 @@ impl Query {
             tag: None,
             error: None,
             suspended: false,
+            partial: false,
+            last_result_seen: false,
+            rows_unknown: false,
+            single_statement: false,
         }
     }
+
+    /// Its response's rest goes unseen from here (a header beyond the snaplen).
+    fn lose_part(&mut self) {
+        self.partial = true;
+        self.last_result_seen = false;
+        self.truncated = true;
+    }
+
+    /// A result of this call ended (CommandComplete with `tag`, None: EmptyQueryResponse).
+    fn result(&mut self, tag: Option<Option<String>>) {
+        self.last_result_seen = true;
+        match tag {
+            Some(Some(tag)) => {
+                if self.simple {
+                    self.rows += tag_rows(&tag).unwrap_or(0);
+                } else {
+                    match tag_rows(&tag) {
+                        Some(n) => self.rows = n,
+                        // A tag without a count: the rows seen, if all were.
+                        None if self.partial => self.rows_unknown = true,
+                        None => self.rows = self.data_rows,
+                    }
+                }
+                self.tag = Some(tag);
+            }
+            Some(None) => self.rows_unknown = true,
+            None => {}
+        }
+    }
+
+    /// Its outcome: an error's class, unknown when its SQLSTATE or the end of its last result
+    /// went unseen (an error stops a simple query's run, so it is the last result).
+    fn outcome(&self, end_inferred: bool) -> Outcome {
+        match &self.error {
+            Some((code, _, _)) if code == UNSEEN_SQLSTATE => Outcome::Unknown,
+            Some((code, _, _)) => sqlstate_outcome(code),
+            None if end_inferred || (self.partial && !self.last_result_seen) => Outcome::Unknown,
+            None => Outcome::Ok,
+        }
+    }
+
+    /// Whether its `rows` (and a simple query's `statements`) are exact: every result seen, or
+    /// the one result of a single statement.
+    fn rows_known(&self) -> bool {
+        !self.rows_unknown && (!self.partial || !self.simple || self.single_statement)
+    }
+}
+
+/// Is `sql` (seen whole) one statement: no `;` but trailing ones? A `;` inside a literal or
+/// comment only makes it count as several (rows then unreported when results go unseen).
+fn one_statement(sql: &[u8]) -> bool {
+    let text = sql.trim_ascii_end();
+    let text = text.strip_suffix(b";").unwrap_or(text);
+    !text.contains(&b';')
 }
 
 /// PostgreSQL's states of its own between messages ([`St::Proto`]).
@@ -408,6 +519,9 @@ pub struct PostgresParser {
     encrypted: bool,
     /// Skipping the client's messages until Sync after an error (the server does).
     skipping_to_sync: bool,
+    /// The server's place among its replies is lost (bytes of it lost or unparsable): no reply
+    /// is paired until a ReadyForQuery can only end one request ([`Self::ready_unpaired`]).
+    unaligned: bool,
 }
 
 impl PostgresParser {
@@ -422,6 +536,7 @@ impl PostgresParser {
             portals: HashMap::new(),
             encrypted: false,
             skipping_to_sync: false,
+            unaligned: false,
         }
     }
 
@@ -434,26 +549,141 @@ impl PostgresParser {
         stats.damaged_messages += self.pending.len() as u64;
         self.pending.drain().for_each(drop);
         self.skipping_to_sync = false;
-        for ds in &mut self.streams.dirs {
-            ds.lost_with = 0;
+        self.unaligned = false;
+    }
+
+    /// Does the traced process receive the requests (a server)? A PostgreSQL backend reads
+    /// only when it has no whole message left, and flushes its replies at every
+    /// ReadyForQuery: what it writes after a read began answers that read's messages or
+    /// later ones, never earlier ones.
+    fn server_side(&self) -> bool {
+        self.frontend == Some(Direction::Ingress.index())
+    }
+
+    /// Client messages went unseen: the replies to the requests before them still pair in
+    /// order; those after them only once the unseen ones are provably answered
+    /// ([`Expect::Unseen`]). Seen from the client, that is never (how many requests were
+    /// lost, and so how many replies are theirs, is unknown): its requests are no longer
+    /// paired on this connection, and counted.
+    fn client_unseen(&mut self) {
+        self.skipping_to_sync = false;
+        if !matches!(self.pending.back(), Some(Expect::Unseen { .. })) {
+            let after_ns = if self.server_side() { 0 } else { NEVER };
+            self.pending.push(Expect::Unseen { after_ns });
         }
     }
 
-    /// The server's side came back after a loss: what it was answering when it lost its
-    /// place ended somewhere out of sight.
-    fn resync_server(&mut self, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
-        let n = std::mem::take(&mut self.streams.dirs[d].lost_with);
-        for _ in 0..n {
-            match self.pending.pop() {
-                Some(Expect::Query(q) | Expect::Execute(q)) => {
-                    stats.inferred_ends += 1;
-                    self.emit(*q, true, out);
-                }
-                Some(_) => {}
-                None => break,
+    /// Queues what a client message waits for (`at_ns`: when the read that completed it
+    /// began). Behind unseen messages that can never be told apart from it, or when the queue
+    /// is full (an evicted request would shift every reply onto the next), it is counted and
+    /// no call is made of it.
+    fn expect(&mut self, e: Expect, at_ns: u64, stats: &mut ParseStats) {
+        let never = matches!(
+            self.pending.back(),
+            Some(Expect::Unseen { after_ns: NEVER })
+        );
+        if never || self.pending.len() + 1 >= MAX_PENDING {
+            if matches!(e, Expect::Query(_) | Expect::Execute(_)) {
+                stats.damaged_messages += 1;
+            }
+            if !never {
+                self.pending.push(Expect::Unseen { after_ns: NEVER });
+            }
+            return;
+        }
+        if let Some(Expect::Unseen { after_ns }) = self.pending.back_mut() {
+            if *after_ns == 0 {
+                *after_ns = at_ns.max(1);
             }
         }
-        self.skipping_to_sync = false;
+        self.pending.push(e);
+    }
+
+    /// Pops the pending messages up to and including the first that awaits a ReadyForQuery
+    /// (the calls among them counted, not made); false if none does.
+    fn drop_through_ready(&mut self, stats: &mut ParseStats) -> bool {
+        if !self.pending.iter().any(Expect::awaits_ready) {
+            return false;
+        }
+        while let Some(e) = self.pending.pop() {
+            if matches!(e, Expect::Query(_) | Expect::Execute(_)) {
+                stats.damaged_messages += 1;
+            }
+            if e.awaits_ready() {
+                break;
+            }
+        }
+        true
+    }
+
+    /// Seen from the server, a write that began at `at_ns`: every message completed by a read
+    /// before the last read that began before it was processed, and its ReadyForQuery
+    /// written, before that read began (the backend reads only when no whole message is
+    /// left). The requests up to the last such one are answered: popped, their calls counted.
+    fn drop_answered_before(&mut self, at_ns: u64, stats: &mut ParseStats) {
+        let reads = || {
+            self.pending
+                .iter()
+                .take_while(|e| !matches!(e, Expect::Unseen { .. }))
+                .filter_map(Expect::read_at)
+        };
+        let Some(last_read) = reads().filter(|&t| t < at_ns).max() else {
+            return;
+        };
+        let answered = reads().filter(|&t| t < last_read).count();
+        for _ in 0..answered {
+            self.drop_through_ready(stats);
+        }
+    }
+
+    /// A ReadyForQuery (its write began at `at_ns`) while replies cannot be paired. Each
+    /// ends one request that awaits it, in order: with one such request pending (and none
+    /// unseen before it) it can only be that one's, and pairing resumes after it; with more,
+    /// the first of them is answered (now or in the lost bytes), the rest may be. Behind
+    /// unseen client messages, seen from the server, a ReadyForQuery written after the first
+    /// request behind them was read ends that request's batch: pairing resumes after it.
+    fn ready_unpaired(&mut self, at_ns: u64, stats: &mut ParseStats) {
+        if let Some(&Expect::Unseen { after_ns }) = self.pending.front() {
+            if after_ns == 0 || after_ns == NEVER || at_ns <= after_ns {
+                return;
+            }
+            let rest = self.pending.iter().skip(1).any(Expect::awaits_ready);
+            if rest {
+                self.pending.pop();
+                self.drop_through_ready(stats);
+            }
+            return;
+        }
+        if self.server_side() {
+            self.drop_answered_before(at_ns, stats);
+        }
+        let ready_before_unseen = self
+            .pending
+            .iter()
+            .take_while(|e| !matches!(e, Expect::Unseen { .. }))
+            .filter(|e| e.awaits_ready())
+            .count();
+        let unseen = self
+            .pending
+            .iter()
+            .any(|e| matches!(e, Expect::Unseen { .. }));
+        if ready_before_unseen == 0 {
+            if unseen {
+                // Answers an unseen request: all before them are answered.
+                while !matches!(self.pending.front(), Some(Expect::Unseen { .. }) | None) {
+                    if let Some(Expect::Query(_) | Expect::Execute(_)) = self.pending.pop() {
+                        stats.damaged_messages += 1;
+                    }
+                }
+            } else {
+                stats.unmatched_responses += 1;
+            }
+            return;
+        }
+        self.drop_through_ready(stats);
+        if ready_before_unseen == 1 && !unseen {
+            self.unaligned = false;
+        }
     }
 
     /// The connection is encrypted from here on: not a loss (its TLS plaintext, when ebtop's
@@ -465,7 +695,14 @@ impl PostgresParser {
         self.streams.dirs = new_streams().dirs;
     }
 
-    fn frontend_message(&mut self, d: usize, ty: u8, body: &[u8], stats: &mut ParseStats) {
+    fn frontend_message(
+        &mut self,
+        d: usize,
+        ty: u8,
+        body: &[u8],
+        at_ns: u64,
+        stats: &mut ParseStats,
+    ) {
         let mut at = 0;
         if self.skipping_to_sync && ty != b'S' && ty != b'Q' {
             // The server discards it: an Execute skipped so makes no call.
@@ -485,7 +722,7 @@ impl PostgresParser {
                 self.streams.dirs[d].acc = BytesSince::default();
                 match code {
                     SSL_REQUEST | GSSENC_REQUEST => {
-                        self.pending.push(Expect::EncryptionAnswer);
+                        self.expect(Expect::EncryptionAnswer, at_ns, stats);
                         let sd = 1 - d;
                         let server = &mut self.streams.dirs[sd];
                         if server.st == St::Header && !server.partial_header() {
@@ -493,14 +730,16 @@ impl PostgresParser {
                         }
                     }
                     CANCEL_REQUEST => {}
-                    _ => self.pending.push(Expect::Startup),
+                    _ => self.expect(Expect::Startup { at_ns }, at_ns, stats),
                 }
             }
             b'Q' => {
-                let sql = lossy(cstr(body, &mut at).unwrap_or(body), MAX_SQL);
+                let whole = cstr(body, &mut at);
+                let sql = lossy(whole.unwrap_or(body), MAX_SQL);
                 self.skipping_to_sync = false;
-                let q = self.new_query(d, sql, None, true);
-                self.pending.push(Expect::Query(Box::new(q)));
+                let mut q = self.new_query(d, sql, None, true);
+                q.single_statement = whole.is_some_and(one_statement);
+                self.expect(Expect::Query(Box::new(q)), at_ns, stats);
             }
             b'P' => {
                 let name = cstr(body, &mut at)
@@ -512,7 +751,7 @@ impl PostgresParser {
                 );
                 remember(&mut self.statements, name, sql.clone());
                 let req = self.streams.dirs[d].acc.span.unwrap_or_default();
-                self.pending.push(Expect::Parse { sql, req });
+                self.expect(Expect::Parse { sql, req }, at_ns, stats);
             }
             b'B' => {
                 let portal = cstr(body, &mut at)
@@ -524,7 +763,7 @@ impl PostgresParser {
                 let sql = self.statement_sql(&stmt);
                 remember(&mut self.portals, portal, stmt);
                 let req = self.streams.dirs[d].acc.span.unwrap_or_default();
-                self.pending.push(Expect::Bind { sql, req });
+                self.expect(Expect::Bind { sql, req }, at_ns, stats);
             }
             b'D' => {
                 let (kind, name) = target_of(body);
@@ -535,7 +774,7 @@ impl PostgresParser {
                     self.statement_sql(&name)
                 };
                 let req = self.streams.dirs[d].acc.span.unwrap_or_default();
-                self.pending.push(Expect::Describe { sql, req });
+                self.expect(Expect::Describe { sql, req }, at_ns, stats);
             }
             b'C' => {
                 let (kind, name) = target_of(body);
@@ -544,7 +783,7 @@ impl PostgresParser {
                 } else {
                     self.statements.remove(&name);
                 }
-                self.pending.push(Expect::Close);
+                self.expect(Expect::Close, at_ns, stats);
             }
             b'E' => {
                 let portal = cstr(body, &mut at)
@@ -557,16 +796,16 @@ impl PostgresParser {
                     None => (format!("EXECUTE {portal}"), None),
                 };
                 let q = self.new_query(d, sql, statement, false);
-                self.pending.push(Expect::Execute(Box::new(q)));
+                self.expect(Expect::Execute(Box::new(q)), at_ns, stats);
             }
             b'S' => {
                 self.skipping_to_sync = false;
                 self.streams.dirs[d].acc = BytesSince::default();
-                self.pending.push(Expect::Sync);
+                self.expect(Expect::Sync { at_ns }, at_ns, stats);
             }
             b'F' => {
                 self.streams.dirs[d].acc = BytesSince::default();
-                self.pending.push(Expect::FunctionCall);
+                self.expect(Expect::FunctionCall { at_ns }, at_ns, stats);
             }
             b'X' => {
                 self.streams.dirs[d].acc = BytesSince::default();
@@ -621,7 +860,18 @@ impl PostgresParser {
             }
             _ => {}
         }
-        if matches!(self.pending.front(), Some(Expect::Startup)) {
+        if self.unaligned || matches!(self.pending.front(), Some(Expect::Unseen { .. })) {
+            if ty == b'Z' {
+                let at_ns = self.streams.dirs[d]
+                    .acc
+                    .span
+                    .map_or(0, |s| s.first_start_ns);
+                self.ready_unpaired(at_ns, stats);
+            }
+            self.streams.dirs[d].acc = BytesSince::default();
+            return;
+        }
+        if matches!(self.pending.front(), Some(Expect::Startup { .. })) {
             match ty {
                 b'Z' | b'E' => {
                     self.pending.pop();
@@ -653,13 +903,17 @@ impl PostgresParser {
             (b'T' | b'n' | b't', Expect::Query(_) | Expect::Execute(_)) => {}
             (b'D', Expect::Query(q) | Expect::Execute(q)) => q.data_rows += 1,
             (b'C', Expect::Query(q)) => {
-                let tag = lossy(cstr(body, &mut 0).unwrap_or(body), 64);
-                q.rows += tag_rows(&tag).unwrap_or(0);
                 q.statements += 1;
-                q.tag = Some(tag);
+                q.result(Some(whole_tag(body)));
             }
-            (b'I', Expect::Query(q)) => q.statements += 1,
-            (b'E', Expect::Query(q)) => q.error = Some(error_fields(body)),
+            (b'I', Expect::Query(q)) => {
+                q.statements += 1;
+                q.result(None);
+            }
+            (b'E', Expect::Query(q)) => {
+                q.last_result_seen = true;
+                q.error = Some(error_fields(body));
+            }
             (b'Z', Expect::Query(_)) => {
                 if let Some(Expect::Query(mut q)) = self.pending.pop() {
                     let (resp, truncated) = self.streams.dirs[d].acc.take();
@@ -671,15 +925,13 @@ impl PostgresParser {
             }
             (b'C' | b'I' | b's' | b'E', Expect::Execute(_)) => {
                 if let Some(Expect::Execute(mut q)) = self.pending.pop() {
+                    q.last_result_seen = true;
                     match ty {
-                        b'C' => {
-                            let tag = lossy(cstr(body, &mut 0).unwrap_or(body), 64);
-                            q.rows = tag_rows(&tag).unwrap_or(q.data_rows);
-                            q.tag = Some(tag);
-                        }
+                        b'C' => q.result(Some(whole_tag(body))),
                         b's' => {
                             q.suspended = true;
                             q.rows = q.data_rows;
+                            q.rows_unknown |= q.partial;
                         }
                         b'E' => {
                             q.error = Some(error_fields(body));
@@ -715,7 +967,7 @@ impl PostgresParser {
             }
             // An error at Sync (a deferred constraint failing at commit) or in a function
             // call: the ReadyForQuery that follows still ends it.
-            (b'E', Expect::Sync | Expect::FunctionCall) => {}
+            (b'E', Expect::Sync { .. } | Expect::FunctionCall { .. }) => {}
             (b'E', _) => {
                 self.pending.pop();
                 self.skip_to_sync(stats);
@@ -724,15 +976,18 @@ impl PostgresParser {
                 // Ends a Sync (or a function call); anything still before it went unanswered.
                 while let Some(e) = self.pending.pop() {
                     match e {
-                        Expect::Sync | Expect::FunctionCall => break,
+                        Expect::Sync { .. } | Expect::FunctionCall { .. } => break,
                         Expect::Execute(_) | Expect::Query(_) => stats.unanswered_requests += 1,
                         _ => {}
+                    }
+                    if matches!(self.pending.front(), Some(Expect::Unseen { .. })) {
+                        break;
                     }
                 }
                 self.streams.dirs[d].acc = BytesSince::default();
                 return;
             }
-            (b'V', Expect::FunctionCall) => {}
+            (b'V', Expect::FunctionCall { .. }) => {}
             // COPY: the command's own data.
             (b'G' | b'H' | b'W' | b'd' | b'c', Expect::Query(_) | Expect::Execute(_)) => {}
             _ => {
@@ -758,13 +1013,13 @@ impl PostgresParser {
         let mut found_sync = false;
         while let Some(e) = self.pending.pop() {
             match e {
-                Expect::Sync => {
+                Expect::Sync { .. } => {
                     kept.push(e);
                     found_sync = true;
                     break;
                 }
                 Expect::Execute(_) => stats.unreplied_requests += 1,
-                Expect::Query(_) | Expect::FunctionCall => {
+                Expect::Query(_) | Expect::FunctionCall { .. } => {
                     // A simple query cannot follow unsynced extended messages; keep it.
                     kept.push(e);
                     found_sync = true;
@@ -783,7 +1038,8 @@ impl PostgresParser {
 
     fn emit(&mut self, q: Query, end_inferred: bool, out: &mut Vec<L7Call>) {
         let mut details = Vec::new();
-        let (status_text, outcome) = match &q.error {
+        let outcome = q.outcome(end_inferred);
+        let status_text = match &q.error {
             Some((code, sev, msg)) => {
                 if self.depth == ParseDepth::Full {
                     if !sev.is_empty() {
@@ -793,18 +1049,19 @@ impl PostgresParser {
                         details.push(("error", msg.clone()));
                     }
                 }
-                (Some(code.clone()), sqlstate_outcome(code))
+                Some(code.clone())
             }
-            None => (None, Outcome::Ok),
+            None => None,
         };
-        if q.error.is_none() && !end_inferred {
+        let rows_known = q.rows_known() && !end_inferred;
+        if q.error.is_none() && outcome == Outcome::Ok && rows_known {
             details.push(("rows", q.rows.to_string()));
         }
         if self.depth == ParseDepth::Full {
             if let Some(tag) = &q.tag {
                 details.push(("tag", tag.clone()));
             }
-            if q.simple {
+            if q.simple && rows_known {
                 details.push(("statements", q.statements.to_string()));
             }
             if let Some(s) = &q.statement {
@@ -956,7 +1213,10 @@ impl Framer for PostgresParser {
         stats: &mut ParseStats,
     ) {
         match self.is_frontend(d) {
-            Some(true) => self.frontend_message(d, ty, body, stats),
+            Some(true) => {
+                let at_ns = self.streams.dirs[d].acc.span.map_or(0, |s| s.last_start_ns);
+                self.frontend_message(d, ty, body, at_ns, stats)
+            }
             Some(false) => self.backend_message(d, ty, body, out, stats),
             // Direction unknown (picked up in the middle of a session): framing only.
             None => self.streams.dirs[d].acc = BytesSince::default(),
@@ -967,27 +1227,21 @@ impl Framer for PostgresParser {
         plausible_start(p, self.is_frontend(d))
     }
 
-    fn resynced(&mut self, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
-        if self.is_frontend(d) == Some(false) {
-            self.resync_server(d, out, stats);
-        }
-    }
-
-    fn lost(&mut self, d: usize, why: Loss, stats: &mut ParseStats) {
-        // Client messages unseen or lost: the server's answers can no longer be paired.
-        let distrust = match why {
-            Loss::NotAFrame => true,
-            Loss::Unseen => self.is_frontend(d) == Some(true),
-            Loss::Gap => self.is_frontend(d) != Some(false),
-        };
-        if distrust {
-            self.distrust_pairing(stats);
+    fn lost(&mut self, d: usize, _why: Loss, stats: &mut ParseStats) {
+        match self.is_frontend(d) {
+            // What it answered meanwhile is known only by counting ReadyForQuery.
+            Some(false) => self.unaligned = true,
+            Some(true) => self.client_unseen(),
+            None => self.distrust_pairing(stats),
         }
     }
 
     /// A server header beyond the snaplen inside a response in progress: its end is sought.
     fn header_unseen(&mut self, d: usize, n: u64, _stats: &mut ParseStats) -> bool {
-        if self.is_frontend(d) == Some(false) && self.call_in_progress() {
+        if self.is_frontend(d) == Some(false) && !self.unaligned && self.call_in_progress() {
+            if let Some(Expect::Query(q) | Expect::Execute(q)) = self.pending.front_mut() {
+                q.lose_part();
+            }
             let ds = &mut self.streams.dirs[d];
             ds.st = St::Proto(PgSt::SeekEnd);
             ds.clear(HEADER);
@@ -1073,21 +1327,48 @@ impl PostgresParser {
         &mut self,
         d: usize,
         seg: &Segment,
-        out: &mut Vec<L7Call>,
+        _out: &mut Vec<L7Call>,
         stats: &mut ParseStats,
     ) -> Option<usize> {
-        // A segment that starts like a reply after the client sent its next request is that
-        // request's reply: the end of the one in progress went unseen (beyond the snaplen).
-        // Without a next request, the response in progress goes on (its CommandComplete may
-        // start a segment) up to its ReadyForQuery.
+        // A segment that starts like a reply after the client sent its next request may be
+        // that request's reply (the end of the one in progress unseen) or the rest of the one
+        // in progress: which, only ReadyForQuery can tell. Without a next request, the
+        // response in progress goes on up to its ReadyForQuery.
         let starts_reply = !matches!(seg.payload.first(), Some(b'D' | b'd'))
             && plausible_start(seg.payload, Some(false));
         if starts_reply && self.request_after_call_in_progress() {
-            self.end_unseen(d, out, stats);
-            self.streams.dirs[d].st = St::Header;
+            self.unaligned = true;
+            let ds = &mut self.streams.dirs[d];
+            ds.st = St::Header;
+            ds.acc = BytesSince::default();
             return Some(0);
         }
-        if let Some(at) = response_end(seg.payload, seg.total_len) {
+        if let Some((ready, completion)) = response_end(seg.payload, seg.total_len) {
+            // The ReadyForQuery ends the call in progress only if no other request awaits
+            // one (it may be any of theirs); what is right before it is that call's last
+            // result only if the call is its batch's last.
+            let awaiting = self.pending.iter().filter(|e| e.awaits_ready()).count();
+            let unseen = self
+                .pending
+                .iter()
+                .any(|e| matches!(e, Expect::Unseen { .. }));
+            let last_of_batch = match self.pending.iter().nth(1) {
+                _ if matches!(self.pending.front(), Some(Expect::Query(_))) => true,
+                Some(next) => next.awaits_ready(),
+                None => false,
+            };
+            let at = match completion {
+                _ if awaiting != 1 || unseen => {
+                    self.unaligned = true;
+                    ready
+                }
+                Some(c) if last_of_batch => c,
+                None if matches!(self.pending.front(), Some(Expect::Query(_))) => ready,
+                _ => {
+                    self.unaligned = true;
+                    ready
+                }
+            };
             let ds = &mut self.streams.dirs[d];
             ds.acc.touch(self.streams.seg_id, seg);
             ds.acc.add(at as u64);
@@ -1109,7 +1390,7 @@ impl PostgresParser {
         match rest.next() {
             Some(Expect::Query(_)) => rest.next().is_some(),
             Some(Expect::Execute(_)) => rest
-                .skip_while(|e| !matches!(e, Expect::Sync))
+                .skip_while(|e| !matches!(e, Expect::Sync { .. }))
                 .nth(1)
                 .is_some(),
             _ => false,
@@ -1119,6 +1400,9 @@ impl PostgresParser {
     /// The response in progress ended out of sight: its call ends where its bytes were last
     /// seen; an extended query's batch is over up to its Sync.
     fn end_unseen(&mut self, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
+        if !self.call_in_progress() {
+            return;
+        }
         let extended = match self.pending.pop() {
             Some(Expect::Query(mut q)) => {
                 let (resp, _) = self.streams.dirs[d].acc.take();
@@ -1141,7 +1425,7 @@ impl PostgresParser {
         if extended {
             loop {
                 match self.pending.pop() {
-                    None | Some(Expect::Sync) => break,
+                    None | Some(Expect::Sync { .. }) => break,
                     Some(Expect::Execute(_) | Expect::Query(_)) => stats.damaged_messages += 1,
                     Some(_) => {}
                 }
@@ -1156,7 +1440,7 @@ impl PostgresParser {
 /// `total` bytes: a ReadyForQuery (`Z`, length 5, status I/T/E) that ends the segment, or is
 /// followed by a plausible server message. Row data may hold those 6 bytes too; only followed
 /// by the segment's end or a message header is it taken.
-fn response_end(p: &[u8], total: u64) -> Option<usize> {
+fn response_end(p: &[u8], total: u64) -> Option<(usize, Option<usize>)> {
     const READY: [u8; 5] = [b'Z', 0, 0, 0, 5];
     let mut from = 0;
     while let Some(i) = p[from..]
@@ -1173,7 +1457,7 @@ fn response_end(p: &[u8], total: u64) -> Option<usize> {
             BACKEND_TYPES.contains(&after[0])
         };
         if ends {
-            return Some(completion_before(p, i).unwrap_or(i));
+            return Some((i, completion_before(p, i)));
         }
         from = i + 1;
     }
@@ -1847,9 +2131,11 @@ mod tests {
     }
 
     #[test]
-    fn a_response_end_beyond_the_snaplen_is_inferred_at_the_next_reply() {
-        // The whole response in one write captured 100 bytes: its end is out of sight until
-        // the next reply starts a segment (or the connection closes).
+    fn a_response_end_beyond_the_snaplen_with_the_next_request_sent_pairs_nothing() {
+        // The whole response in one write captured 100 bytes, the client's next query sent:
+        // the next segment may be the rest of that response or the next one's (a pipelining
+        // client): seen from the client, no ReadyForQuery after it can be told apart, so no
+        // call is made and each is counted.
         let resp = result_set(20, 100);
         let mut d = Driver::new();
         d.seg(OUT, &q("SELECT a"))
@@ -1859,15 +2145,21 @@ mod tests {
             .seg(OUT, &q("SELECT c"))
             .seg_cut(IN, &resp[..100], resp.len() as u64)
             .close();
-        assert_eq!(d.calls.len(), 3);
-        assert!(d.calls[0].end_inferred && d.calls[2].end_inferred);
-        assert_eq!(d.calls[0].resp.bytes, resp.len() as u64);
-        assert_eq!(d.calls[2].resp.bytes, resp.len() as u64);
-        assert_eq!(d.detail(0, "rows"), None);
-        assert!(!d.calls[1].end_inferred);
-        assert_eq!(d.detail(1, "rows"), Some("2"));
-        assert_eq!(d.stats.inferred_ends, 2);
-        assert_eq!(d.stats.unmatched_responses, 0);
+        assert!(d.calls.is_empty(), "{:?}", d.summary());
+        assert_eq!(d.stats.damaged_messages + d.stats.unanswered_requests, 3);
+        // Without a next request, what follows is the rest of that response: it ends at its
+        // ReadyForQuery; its last result is seen, so its outcome is known, but not its rows.
+        let tail = resp.len() - complete("SELECT 20").len() - ready().len();
+        let mut d = Driver::new();
+        d.seg(OUT, &q("SELECT a; SELECT b"))
+            .seg_cut(IN, &resp[..100], tail as u64)
+            .seg(IN, &resp[tail..])
+            .close();
+        assert_eq!(
+            d.summary(),
+            vec![s("SELECT", "SELECT a; SELECT b", None, None)]
+        );
+        assert_eq!(d.calls[0].outcome, Outcome::Ok);
     }
 
     #[test]
@@ -1920,19 +2212,22 @@ mod tests {
             .seg(IN, &[complete("SELECT 1"), ready()].concat())
             .seg(OUT, &q("SELECT 2"))
             .seg(IN, &[row(), complete("SELECT 1"), ready()].concat());
-        // The first query's answer is partly lost: its end is inferred at the resync.
-        assert_eq!(d.calls.len(), 2);
-        assert!(d.calls[0].end_inferred);
-        assert_eq!(d.summary()[1], s("SELECT", "SELECT 2", None, Some("1")));
+        // The first query's answer is partly lost: the ReadyForQuery after the resync can
+        // only be its own (nothing else awaits one), so it makes no call (counted) and the
+        // second query pairs.
+        assert_eq!(d.summary(), vec![s("SELECT", "SELECT 2", None, Some("1"))]);
         assert_eq!(d.stats.desyncs, 1);
-        assert_eq!(d.stats.inferred_ends, 1);
-        // A known gap on the client side: what is pending cannot be paired.
+        assert_eq!(d.stats.damaged_messages, 1);
+        // A known gap on the client side: the query before it still gets the next reply
+        // (the server answers in order); the one after it cannot be told from the lost ones.
         let mut d = Driver::new();
         d.seg(OUT, &q("SELECT 1"))
             .gap(OUT, Some(100))
             .seg(OUT, &q("SELECT 2"));
-        d.seg(IN, &[complete("SELECT 1"), ready()].concat());
-        assert_eq!(d.summary(), vec![s("SELECT", "SELECT 2", None, Some("1"))]);
+        d.seg(IN, &[complete("SELECT 1"), ready()].concat())
+            .seg(IN, &[complete("SELECT 1"), ready()].concat());
+        assert_eq!(d.summary(), vec![s("SELECT", "SELECT 1", None, Some("1"))]);
+        assert_eq!(d.stats.damaged_messages, 1);
     }
 
     #[test]
