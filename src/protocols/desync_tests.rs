@@ -133,17 +133,12 @@ fn desynchronised_fixtures_of_the_passing_parsers_report_the_true_status_or_unkn
     check(|folder| PASSING.contains(&folder));
 }
 
-/// Every parser. Ignored: it fails today (23 of 1493 variants report a status no uncut call
+/// Every parser. Ignored: it fails today (11 of 1493 variants report a status no uncut call
 /// has) — the parsers' part of issue 43 item 1 still to do:
-/// - mysql (mariadb_cli, perl_prepared) and postgres (pgbench_prepared, psql_simple,
-///   psql_multi_statement): a lost record shifts replies onto the wrong statements (an
-///   INSERT that hit a duplicate key reported ok; EXECUTEs given a neighbour's result); a
-///   multi-statement query cut by a 40-byte snaplen reported ok although one statement
-///   failed; postgres pgbench_prepared differs even re-split at 7 bytes (same bytes).
+/// - mysql (mariadb_cli, perl_prepared): a server record lost ends the call it answered as
+///   `end_inferred` and `ok` (the ERR it held unseen).
 /// - redis: cli_session re-split at 1/3/7 bytes gives `RESTORE` with an empty key;
 ///   client_reply with a record lost reports `CLIENT REPLY OFF`'s quiet SET/INCR as ok calls.
-/// - postgres with a snaplen of 8: an error's SQLSTATE beyond the cut shows `ERROR` (less
-///   precise, the outcome right).
 ///
 /// Run it with `cargo test --lib desynchronised -- --ignored`.
 #[test]

@@ -1127,7 +1127,6 @@ impl Framer for PostgresParser {
     type Kind = u8;
     type State = PgSt;
     const MIN_HEADER: usize = HEADER;
-    const KEEP_AFTER_HOLE: bool = true;
     const TOUCH_HEADER_PIECES: bool = false;
 
     fn streams(&mut self) -> &mut Streams<u8, PgSt> {
