@@ -42,6 +42,10 @@ fn protocol(s: &str) -> Result<crate::protocols::Protocol, String> {
     })
 }
 
+fn call_filter(s: &str) -> Result<crate::call_filter::CallFilter, String> {
+    crate::call_filter::CallFilter::parse(s)
+}
+
 fn line_type(s: &str) -> Result<String, String> {
     crate::sink::json::LineSelection::only(&[s])?;
     Ok(s.to_owned())
@@ -109,6 +113,13 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
 
+    /// Serve ebtop's aggregates for Prometheus at http://ADDR/metrics (OpenMetrics or the
+    /// classic text format): per-endpoint latency histograms with OpenTelemetry's names, calls
+    /// by outcome, bytes, and ebtop's own counters. ADDR is HOST:PORT (port 0: any free one,
+    /// said on stderr). Live and in replay.
+    #[arg(long, value_name = "ADDR")]
+    pub prometheus: Option<String>,
+
     /// Record what the probes deliver to FILE (zstd frames, mode 0600), alone or with --json.
     /// With -r, writes the records that pass the filters: a filtered copy.
     #[arg(short = 'w', long = "write", value_name = "FILE")]
@@ -167,6 +178,13 @@ pub struct Args {
     /// Applied in the kernel; flows (TCP/UDP) are not affected.
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = protocol)]
     pub proto: Option<Vec<crate::protocols::Protocol>>,
+
+    /// Show only the calls EXPR matches, in the filter language of the terminal UI's `/`
+    /// (`'lat>100ms or err'`, `'proto:redis status:ERR'`): the `call` lines and the Calls
+    /// view. Endpoints, processes, flows and the summary still count every call; a
+    /// recording (-w) keeps every record.
+    #[arg(long, value_name = "EXPR", value_parser = call_filter)]
+    pub filter: Option<crate::call_filter::CallFilter>,
 
     /// Payload bytes copied per syscall (0–16384). Longer bodies are skipped by byte count;
     /// headers longer than this are not parsed.
@@ -356,6 +374,13 @@ pub fn usage_problem(m: &ArgMatches) -> Option<String> {
         return Some("--speed paces the terminal UI's replay (-r FILE without --json)".to_owned());
     }
     let tui = !m.get_flag("json") && (!given("write") || m.get_flag("tui"));
+    if given("filter") && !tui && !m.get_flag("json") {
+        return Some(
+            "--filter selects the calls shown (--json, the terminal UI); a recording (-w) keeps \
+             every record"
+                .to_owned(),
+        );
+    }
     if given("utc") && !tui {
         return Some("--utc applies to the terminal UI (JSON times are always UTC)".to_owned());
     }

@@ -127,6 +127,27 @@ impl Filters {
         self.pid.is_none() && self.comm.is_none() && self.port.is_none()
     }
 
+    /// The filters as the command-line options that set them (`--port 42999 --proto dns`);
+    /// empty when nothing is filtered.
+    pub fn as_options(&self) -> String {
+        fn list<T: ToString>(out: &mut Vec<String>, name: &str, values: &Option<Vec<T>>) {
+            if let Some(v) = values {
+                let v: Vec<String> = v.iter().map(T::to_string).collect();
+                out.push(format!("--{name} {}", v.join(",")));
+            }
+        }
+        let mut out = Vec::new();
+        list(&mut out, "pid", &self.pid);
+        list(&mut out, "comm", &self.comm);
+        list(&mut out, "port", &self.port);
+        list(&mut out, "cgroup", &self.cgroup);
+        if let Some(p) = &self.proto {
+            let names: Vec<&str> = p.iter().map(|p| p.name()).collect();
+            out.push(format!("--proto {}", names.join(",")));
+        }
+        out.join(" ")
+    }
+
     pub fn protocols(&self) -> ProtoSet {
         ProtoSet::of(self.proto.as_deref())
     }

@@ -5,6 +5,7 @@
 pub mod aggregate;
 pub mod bpf;
 pub mod call;
+pub mod call_filter;
 pub mod cgroups;
 pub mod cli;
 pub mod clock;

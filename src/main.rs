@@ -32,7 +32,9 @@ use ebtop::summary::Summary;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use ebtop::driver::live::{self, LiveConfig, StopReason};
 use ebtop::driver::replay::{self, Rewind};
+use ebtop::sink::exporting::Exporting;
 use ebtop::sink::null::NullSink;
+use ebtop::sink::prometheus::PrometheusExporter;
 use ebtop::sink::status::RecordingStatus;
 use ebtop::sink::Sink;
 
@@ -134,8 +136,20 @@ fn run(args: Args) -> Result<()> {
             report_panic(info);
         }
     }));
+    // Listening before anything starts: a taken port fails at once, before the screen.
+    let prometheus = args
+        .prometheus
+        .as_deref()
+        .map(PrometheusExporter::serve)
+        .transpose()?;
+    if let (Some(p), false) = (&prometheus, tui) {
+        ebtop::diag!(
+            "ebtop: Prometheus metrics on http://{}/metrics",
+            p.local_addr()
+        );
+    }
     if tui {
-        return tui_session(&args, &stop);
+        return tui_session(&args, &stop, prometheus);
     }
     if args.json {
         let stdout = io::BufWriter::with_capacity(64 * 1024, io::stdout().lock());
@@ -144,19 +158,24 @@ fn run(args: Args) -> Result<()> {
             &stop,
             JsonSink::new(stdout).with_selection(json_lines(&args)),
             None,
+            prometheus,
         )
     } else if let (Some(path), true) = (&args.write, io::stderr().is_terminal()) {
         // Recording on a terminal: a live one-line status, as tcpdump shows.
         let status = RecordingStatus::new(io::stderr(), path.clone());
-        session(&args, &stop, status, None)
+        session(&args, &stop, status, None, prometheus)
     } else {
-        session(&args, &stop, NullSink, None)
+        session(&args, &stop, NullSink, None, prometheus)
     }
 }
 
 /// The terminal UI on this thread, the collector (live or replay pipeline) on another. `stop`
 /// (set by a signal, the UI's quit or the collector's failure) ends both.
-fn tui_session(args: &Args, stop: &Arc<AtomicBool>) -> Result<()> {
+fn tui_session(
+    args: &Args,
+    stop: &Arc<AtomicBool>,
+    prometheus: Option<PrometheusExporter>,
+) -> Result<()> {
     use ebtop::tui;
     let replay = args.read.is_some();
     if !replay {
@@ -167,6 +186,7 @@ fn tui_session(args: &Args, stop: &Arc<AtomicBool>) -> Result<()> {
     let paused = Arc::new(AtomicBool::new(false));
     let mut sink = tui::TuiSink::new(tx.clone());
     let call_returner = Some(sink.call_returner());
+    let live_filter = Some(sink.live_filter());
     let control = replay.then(|| Arc::new(tui::ReplayControl::new(args.speed)));
     if let Some(c) = &control {
         sink = sink.with_pacer(tui::Pacer::new(
@@ -190,12 +210,15 @@ fn tui_session(args: &Args, stop: &Arc<AtomicBool>) -> Result<()> {
         utc: args.utc,
         replay: control.clone(),
         call_returner,
+        live_filter,
+        call_filter: args.filter.as_ref().map(|f| f.text().to_owned()),
+        recording: args.write.clone(),
     };
     std::thread::scope(|s| {
         let collector = s.spawn(|| {
             // Set on the way out, panic included, so the UI does not wait on a dead collector.
             let _stop_on_exit = StopOnDrop(stop);
-            let r = session(args, stop, sink, control.as_deref());
+            let r = session(args, stop, sink, control.as_deref(), prometheus);
             if r.is_err() {
                 // Leave the UI so the error can be seen.
                 stop.store(true, Ordering::SeqCst);
@@ -345,7 +368,9 @@ fn session<S: Sink>(
     stop: &Arc<AtomicBool>,
     sink: S,
     rewind: Option<&ebtop::tui::ReplayControl>,
+    prometheus: Option<PrometheusExporter>,
 ) -> Result<()> {
+    let sink = Exporting::new(sink, prometheus);
     match &args.read {
         Some(path) => replay_session(args, path, stop, sink, rewind),
         None => live_session(args, stop, sink),
@@ -389,7 +414,8 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
     let clock = WallClock::live();
     let meta = SessionMeta::this_host("live", args.snaplen, filters.clone(), clock.offset_ns);
     let mut pipeline = Pipeline::new(tracker_config(args), ProcessTable::new(true), sink)
-        .with_raw_resources(args.raw_resources);
+        .with_raw_resources(args.raw_resources)
+        .with_call_filter(args.filter.clone().unwrap_or_default());
     if let Some(path) = &args.write {
         // What can fail before loading fails before the file exists: a failed start leaves no
         // empty recording behind (which a retry without --force would refuse).
@@ -512,6 +538,7 @@ fn replay_pipeline<S: Sink>(args: &Args, sink: S) -> Pipeline<S> {
     Pipeline::new(tracker_config(args), ProcessTable::new(false), sink)
         .with_raw_resources(args.raw_resources)
         .with_filters(filters(args))
+        .with_call_filter(args.filter.clone().unwrap_or_default())
 }
 
 /// A copy of a recording (`-r FILE -w OUT`) or a replay to JSON: replayed once.

@@ -9,11 +9,14 @@ mod fed;
 #[doc(hidden)]
 #[cfg(any(test, feature = "test-support"))]
 pub mod fuzzing;
+mod selection;
 mod shards;
 
 pub use fed::RecordFeed;
 use fed::{Barrier, FedShards};
 pub(crate) use fed::{BUSY_DRAIN_EVERY, IDLE_DRAIN_EVERY};
+use selection::CallSelection;
+pub use selection::LiveCallFilter;
 use shards::{Outcome, Ready, Shards, Step, TrackerState};
 
 use crate::aggregate::endpoints::KeyRows;
@@ -86,6 +89,8 @@ struct Downstream<S: Sink> {
     sink: S,
     /// Applied to every record (live: the kernel applied them already; replay: here).
     filters: Filters,
+    /// Which calls reach the sink's call outputs (`--filter`, the terminal UI's filter).
+    selection: CallSelection,
     recorder: Option<Recorder>,
     endpoints: EndpointTable,
     /// Each connection's calls, for a sink that lists them (`Sink::wants_windows`).
@@ -131,6 +136,7 @@ struct CapsWarned {
     conns_evicted: u64,
     endpoints_folded: u64,
     process_table_resets: u64,
+    pending_dropped: u64,
 }
 
 /// A record's calls as `apply` gets them: owned where the pipeline thread tracked them itself
@@ -193,6 +199,10 @@ fn passes(f: &Filters, ev: &Event) -> bool {
 impl<S: Sink> Pipeline<S> {
     pub fn new(cfg: TrackerConfig, procs: ProcessTable, sink: S) -> Self {
         let read_proc = procs.reads_proc();
+        let mut selection = CallSelection::default();
+        if let Some(live) = sink.live_call_filter() {
+            selection.set_live(live);
+        }
         let down = Downstream {
             endpoints: Downstream::<S>::endpoint_table(&sink, false),
             conns: sink.wants_windows().then(Default::default),
@@ -203,6 +213,7 @@ impl<S: Sink> Pipeline<S> {
             procs,
             sink,
             filters: Filters::default(),
+            selection,
             recorder: None,
             summary: Summary::default(),
             first_ns: None,
@@ -275,6 +286,20 @@ impl<S: Sink> Pipeline<S> {
         self
     }
 
+    /// Only calls `filter` matches reach the sink's call outputs (`--filter`); every call
+    /// still counts in the aggregates.
+    pub fn with_call_filter(mut self, filter: crate::call_filter::CallFilter) -> Self {
+        self.down.selection.set_fixed(filter);
+        self
+    }
+
+    /// Only calls the filter `live` holds at the time match reach the sink's call outputs
+    /// (the terminal UI's Calls filter, changed while the pipeline runs).
+    pub fn with_live_call_filter(mut self, live: std::sync::Arc<LiveCallFilter>) -> Self {
+        self.down.selection.set_live(live);
+        self
+    }
+
     /// Whether a recording is written (`-w`): its header holds the session's `meta` already.
     pub fn is_recording(&self) -> bool {
         self.down.recorder.is_some()
@@ -301,6 +326,11 @@ impl<S: Sink> Pipeline<S> {
         self.down
             .sink
             .tls_started(crate::clock::monotonic_ns(), start)
+    }
+
+    /// A cap the driver watches (the TLS lookout's file caps) was hit.
+    pub fn on_warning(&mut self, w: &crate::sink::Warning) -> io::Result<()> {
+        self.down.sink.warning(crate::clock::monotonic_ns(), w)
     }
 
     pub fn start(&mut self, meta: &SessionMeta) -> io::Result<()> {
@@ -893,8 +923,9 @@ impl<S: Sink> Downstream<S> {
                     });
                     let call = renamed.as_ref().unwrap_or(call);
                     let is_renamed = renamed.is_some();
-                    if let Some(row) =
-                        self.account_call(call, is_renamed, i, &mut keyed, &mut result)
+                    if let Some(row) = self
+                        .account_call(call, is_renamed, i, &mut keyed, &mut result)
+                        .filter(|_| self.selected(call))
                     {
                         result = match line {
                             Some(line) if !is_renamed => self.sink.call_formatted(call, line),
@@ -907,7 +938,9 @@ impl<S: Sink> Downstream<S> {
                 for (i, mut call) in calls.drain(..).enumerate() {
                     n += 1;
                     let renamed = self.rename(&mut call);
-                    if let Some(row) = self.account_call(&call, renamed, i, &mut keyed, &mut result)
+                    if let Some(row) = self
+                        .account_call(&call, renamed, i, &mut keyed, &mut result)
+                        .filter(|_| self.selected(&call))
                     {
                         result = self.sink.call_owned_in(call, row);
                     }
@@ -920,6 +953,7 @@ impl<S: Sink> Downstream<S> {
                     if self
                         .account_call(call, renamed, i, &mut keyed, &mut result)
                         .is_some()
+                        && self.selected(call)
                     {
                         result = self.sink.call(call);
                     }
@@ -951,6 +985,14 @@ impl<S: Sink> Downstream<S> {
             }
         }
         result
+    }
+
+    /// Whether a call counted in the aggregates goes on to the sink's call outputs (the call
+    /// selection); those left out are counted.
+    fn selected(&mut self, call: &Call) -> bool {
+        let pass = self.selection.passes(call);
+        self.summary.calls_filtered_out += u64::from(!pass);
+        pass
     }
 
     /// A call's aggregates, counts and process identity (its process described to the sink and
@@ -1178,7 +1220,8 @@ impl<S: Sink> Downstream<S> {
 
     /// A `warning` for each cap that left something out since it was last warned about
     /// (once per interval at most): the kernel flow table (`--max-flows`), the connection
-    /// table, the endpoint table (calls folded into `other` rows), the process table.
+    /// table, the endpoint table (calls folded into `other` rows), the process table, the
+    /// pending requests' budget.
     fn warn_caps(&mut self, now_ns: u64) -> io::Result<()> {
         let flows = self
             .pending_flows
@@ -1193,6 +1236,7 @@ impl<S: Sink> Downstream<S> {
             conns_evicted: self.tracker_state.stats.conns_evicted,
             endpoints_folded: endpoints.folded_calls,
             process_table_resets: self.procs.resets,
+            pending_dropped: self.tracker_state.parse.pending_dropped,
         };
         let max_flows = flows.map_or(0, |f| f.max_flows);
         let hits = [
@@ -1223,6 +1267,13 @@ impl<S: Sink> Downstream<S> {
                 was.process_table_resets,
                 self.procs.cap() as u64,
                 "times the process table was full and started over",
+            ),
+            (
+                "pending",
+                now.pending_dropped,
+                was.pending_dropped,
+                crate::protocols::matching::SHARED_PENDING_BYTES as u64,
+                "pipelined requests dropped unpaired: their connection's depth and the shared budget of pending requests (bytes) were spent",
             ),
         ];
         for (cap, now_n, was_n, limit, what) in hits {

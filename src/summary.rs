@@ -10,6 +10,9 @@ pub struct Summary {
     pub calls: u64,
     pub calls_client: u64,
     pub calls_server: u64,
+    /// Calls counted in every number but left out of the call outputs by the call filter
+    /// (`--filter`; in the terminal UI also its Calls filter).
+    pub calls_filtered_out: u64,
     /// Records received from the kernel (or the recording).
     pub events: u64,
     /// Records that did not decode (corrupt recording).

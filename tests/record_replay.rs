@@ -824,3 +824,93 @@ fn only_writes_the_chosen_line_types_and_the_stream_frame() {
     assert_eq!(refused.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("known: proc, call"));
 }
+
+/// `--json --filter` keeps the call lines the expression selects and nothing else changes:
+/// the kept calls are those of the unfiltered output that the same test, read from the
+/// JSON fields, selects; endpoint, process and summary numbers stay over every call.
+#[test]
+fn json_filter_keeps_the_selected_calls_and_every_aggregate() {
+    type Select = fn(&Value) -> bool;
+    let dns = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src/protocols/dns/fixtures/dns_mix.ebt"
+    );
+    let cases: [(&str, &str, Select); 4] = [
+        (FIXTURE, "lat>1ms or err", |c| {
+            c["latency_ns"].as_u64().unwrap() > 1_000_000
+                || matches!(c["outcome"].as_str(), Some("server_error" | "client_error"))
+        }),
+        (FIXTURE, "status>=400 side:server", |c| {
+            c["status"].as_u64().is_some_and(|s| s >= 400) && c["side"] == "server"
+        }),
+        (dns, "proto:dns !status:NOERROR", |c| {
+            c["proto"] == "dns" && c["status_text"] != "NOERROR"
+        }),
+        (dns, "outcome:client_error", |c| {
+            c["outcome"] == "client_error"
+        }),
+    ];
+    for (recording, expr, select) in cases {
+        let all = json_lines(&ebtop(&["-r", recording, "--json"]));
+        let out = ebtop(&["-r", recording, "--json", "--filter", expr]);
+        assert!(out.status.success(), "{expr}: {out:?}");
+        let kept = json_lines(&out);
+        let calls_of = |lines: &[Value]| -> Vec<Value> {
+            lines
+                .iter()
+                .filter(|l| l["type"] == "call")
+                .cloned()
+                .collect()
+        };
+        let want: Vec<Value> = calls_of(&all).into_iter().filter(select).collect();
+        assert!(
+            !want.is_empty(),
+            "{expr}: the recording has calls it selects"
+        );
+        assert!(
+            want.len() < calls_of(&all).len(),
+            "{expr}: and calls it leaves out"
+        );
+        assert_eq!(calls_of(&kept), want, "{expr}");
+        // Everything but the call lines (and the count of those left out) is the same.
+        let rest = |lines: &[Value]| -> Vec<Value> {
+            lines
+                .iter()
+                .filter(|l| l["type"] != "call")
+                .map(|l| {
+                    let mut l = l.clone();
+                    if let Some(o) = l.as_object_mut() {
+                        o.remove("calls_filtered_out");
+                    }
+                    l
+                })
+                .collect()
+        };
+        assert_eq!(rest(&kept), rest(&all), "{expr}");
+        let summary = kept.last().unwrap();
+        let total = calls_of(&all).len() as u64;
+        assert_eq!(summary["calls"], total, "{expr}");
+        assert_eq!(
+            summary["calls_filtered_out"],
+            total - want.len() as u64,
+            "{expr}"
+        );
+        assert_eq!(all.last().unwrap()["calls_filtered_out"], 0);
+    }
+}
+
+/// A `--filter` that does not parse is a usage error that says why, in one line.
+#[test]
+fn a_bad_filter_is_a_usage_error_naming_the_word() {
+    let out = plain_ebtop(&["-r", FIXTURE, "--json", "--filter", "lat>1ms or bogus>3"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let first = err.lines().next().unwrap_or_default();
+    assert!(
+        first.contains("bogus>3") && first.contains("fields: process"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+    let out = plain_ebtop(&["-r", FIXTURE, "-w", "/dev/null", "--filter", "err"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}

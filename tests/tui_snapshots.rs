@@ -345,3 +345,44 @@ fn sort_menu() {
     // The Processes view's, the longest list, opened on the column it is sorted by.
     snap("sort_menu_processes", &[Char('4'), F(6)]);
 }
+
+/// The header says what the session leaves out (capture filters, `--filter`) and where it
+/// records, and an empty Calls view says why it is empty.
+#[test]
+fn header_shows_capture_filters_the_call_filter_and_the_recording() {
+    for (w, h) in SIZES {
+        let mut app = App::new("live", Duration::from_secs(1), true);
+        app.set_size(w, h);
+        app.fixed_filter = Some("lat>100ms or err".into());
+        app.recording = Some(("incident.ebt".into(), 12_345_678));
+        let filters = ebtop::filters::Filters {
+            port: Some(vec![42999]),
+            ..Default::default()
+        };
+        let mut meta = ebtop::session_meta::SessionMeta::this_host("live", 4096, filters, 0);
+        meta.start_unix_ns = 0;
+        app.apply(ebtop::tui::UiMsg::Meta(Box::new(meta)));
+        let mut totals = ebtop::summary::Summary::default();
+        totals.kernel.skipped_unknown_proto = 12;
+        app.apply(ebtop::tui::UiMsg::Interval(Box::new(
+            ebtop::report::IntervalReport {
+                mono_ns: 1_000_000_000,
+                period_ns: 1_000_000_000,
+                endpoints: vec![],
+                processes: vec![],
+                overhead: None,
+                totals,
+                open_connections: 0,
+                flows: None,
+                windows: None,
+                conns: None,
+            },
+        )));
+        let s = screen(&app, w, h);
+        assert!(
+            s.contains("--port 42999") && s.contains("12 sends/receives"),
+            "{s}"
+        );
+        insta::assert_snapshot!(format!("header_scope_{w}x{h}"), s);
+    }
+}

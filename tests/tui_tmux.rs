@@ -27,6 +27,23 @@ fn selected_line(screen: &str) -> String {
         .to_owned()
 }
 
+/// The Calls title says that every call kept matches the filter the pipeline applies
+/// (`N of the last N matching`), and the replay is over: a kept filter's re-reading is done.
+fn all_kept_match(screen: &str) -> bool {
+    let Some(title) = screen.lines().find(|l| l.starts_with("Calls [")) else {
+        return false;
+    };
+    let Some((_, counts)) = title.split_once("]: ") else {
+        return false;
+    };
+    let words: Vec<&str> = counts.split_whitespace().collect();
+    screen.contains("[ENDED]")
+        && words.len() >= 6
+        && words[1..4] == ["of", "the", "last"]
+        && words[0] == words[4]
+        && words[5] == "matching"
+}
+
 #[test]
 fn tui_in_tmux_views_sort_filter_drill_pause_quit() {
     let t = Tmux::new();
@@ -69,8 +86,12 @@ fn tui_in_tmux_views_sort_filter_drill_pause_quit() {
     // Filter: only calls whose row mentions "users".
     t.literal("/users");
     t.keys(&["Enter"]);
+    // Kept, it reads the replay again: the list then holds the matching calls only.
     let s = t.wait("the filtered rows", |s| {
-        s.contains("filter \"users\"") && !s.contains("/boom") && s.contains("users/")
+        s.contains("filter \"users\"")
+            && !s.contains("/boom")
+            && s.contains("users/")
+            && all_kept_match(s)
     });
     let rows: Vec<&str> = s
         .lines()
@@ -206,10 +227,11 @@ fn tui_in_tmux_field_filters_and_htop_keys() {
     let rows: Vec<&str> = s.lines().filter(|l| l.contains(" GET ")).collect();
     assert!(!rows.is_empty(), "{s}");
     assert!(rows.iter().all(|l| l.contains(" 500 ")), "{s}");
-    // Esc in the prompt clears the filter.
+    // Esc in the prompt clears the filter: the replay is read again with every call.
     t.keys(&["/", "Escape"]);
-    let s = t.wait("the filter cleared", |s| !s.contains("filter \""));
-    assert!(s.contains(" 200 ") && s.contains(" 500 "), "{s}");
+    t.wait("the filter cleared", |s| {
+        !s.contains("filter \"") && s.contains(" 200 ") && s.contains(" 500 ")
+    });
     // Space pauses, as htop's users expect of a top.
     t.keys(&["Space"]);
     t.wait_for("PAUSED");
@@ -565,4 +587,46 @@ fn tui_endpoint_counts_equal_json_at_saturation() {
     });
     t.keys(&["q"]);
     t.wait_for("ebtop exited 0");
+}
+
+/// `--filter` shows in the header and keeps only its calls; a filter kept with Enter reads
+/// the replay again, and the list holds the matching calls while every count stays.
+#[test]
+fn tui_in_tmux_command_line_and_kept_filters() {
+    let t = Tmux::new();
+    t.start_ebtop(&format!(
+        "-r '{FIXTURE}' --speed 1000 --filter 'status>=400'"
+    ));
+    let s = t.wait("the replay's end", |s| {
+        s.contains("[ENDED]") && s.contains("calls 62")
+    });
+    assert!(
+        s.contains("--filter 'status>=400'") && s.contains("matching"),
+        "{s}"
+    );
+    let rows = |s: &str| -> Vec<String> {
+        s.lines()
+            .filter(|l| l.contains("python3/") || l.contains("curl/"))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert!(!rows(&s).is_empty(), "{s}");
+    assert!(
+        rows(&s)
+            .iter()
+            .all(|l| l.contains("/boom") || l.contains("/missing")),
+        "{s}"
+    );
+    t.keys(&["/"]);
+    t.literal("status:5xx");
+    t.keys(&["Enter"]);
+    let s = t.wait("the replay read again with the kept filter", |s| {
+        all_kept_match(s)
+            && s.contains("calls 62")
+            && !rows(s).is_empty()
+            && rows(s).iter().all(|l| l.contains("/boom"))
+    });
+    assert!(s.contains("filter \"status:5xx\""), "{s}");
+    t.keys(&["q"]);
+    t.wait_exit();
 }

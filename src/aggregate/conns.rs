@@ -29,6 +29,11 @@ pub struct ConnStats {
     pub resp_bytes: u64,
     /// Calls that came right after the connection lost bytes (calls may be missing).
     pub calls_after_loss: u64,
+    /// Calls whose outcome could not be known.
+    pub unknown_outcomes: u64,
+    /// The protocol of its last call, and whether over TLS.
+    pub proto: crate::protocols::Protocol,
+    pub tls: bool,
     /// Calls the table had seen when this connection's last came: the least recent go first.
     pub last_seq: u64,
 }
@@ -62,12 +67,18 @@ impl ConnTable {
             req_bytes: 0,
             resp_bytes: 0,
             calls_after_loss: 0,
+            unknown_outcomes: 0,
+            proto: call.l7.proto,
+            tls: call.tls,
             last_seq: seq,
         });
         conn.calls += 1;
         conn.calls_after_loss += u64::from(call.after_loss);
         conn.server_errors += u64::from(call.l7.outcome == Outcome::ServerError);
         conn.client_errors += u64::from(call.l7.outcome == Outcome::ClientError);
+        conn.unknown_outcomes += u64::from(call.l7.outcome == Outcome::Unknown);
+        conn.proto = call.l7.proto;
+        conn.tls = call.tls;
         conn.req_bytes = conn.req_bytes.saturating_add(call.l7.req.bytes);
         conn.resp_bytes = conn.resp_bytes.saturating_add(call.l7.resp.bytes);
         conn.last_seq = seq;

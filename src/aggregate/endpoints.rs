@@ -321,6 +321,10 @@ pub struct EndpointSnapshot {
     pub req_bytes_per_s: f64,
     pub resp_bytes_per_s: f64,
     pub latency_mean_ns: u64,
+    /// The calls' latencies added up, exactly (saturating): what exporters report as a
+    /// histogram's sum (not in JSON lines, which have the mean).
+    #[serde(skip)]
+    pub latency_sum_ns: u64,
     pub latency_p50_ns: u64,
     pub latency_p90_ns: u64,
     pub latency_p99_ns: u64,
@@ -369,7 +373,8 @@ pub struct EndpointWindows {
     /// The intervals that ended in the last 10 s and the last minute (`EndpointTable::window`).
     pub last_10s: Vec<EndpointSnapshot>,
     pub last_1m: Vec<EndpointSnapshot>,
-    /// The latency bins of each row of `since_start`, in its order (None for "other" rows).
+    /// The latency bins of each row of `since_start`, in its order (None for a row whose
+    /// calls are not in the table's histograms).
     pub latency_bins: Vec<Option<LatencyBins>>,
 }
 
@@ -462,11 +467,7 @@ impl EndpointTable {
         let since_start = self.cumulative();
         let latency_bins = since_start
             .iter()
-            .map(|e| {
-                (!e.other)
-                    .then(|| self.rows.get(e.row.0 as usize)?.latency_bins())
-                    .flatten()
-            })
+            .map(|e| self.rows.get(e.row.0 as usize)?.latency_bins())
             .collect();
         EndpointWindows {
             last_10s: self.window(WINDOW_10S_NS),
@@ -938,6 +939,7 @@ fn snapshot(
         req_bytes_per_s: per_s(c.req_bytes, period_ns),
         resp_bytes_per_s: per_s(c.resp_bytes, period_ns),
         latency_mean_ns: c.latency_sum_ns.checked_div(c.calls).unwrap_or(0),
+        latency_sum_ns: c.latency_sum_ns,
         latency_p50_ns: p50,
         latency_p90_ns: p90,
         latency_p99_ns: p99,

@@ -51,6 +51,8 @@ struct Activity {
     traced_syscalls: u64,
     tls_probe_hits: u64,
     tls_probe_stepped_hits: u64,
+    /// The protocols of its calls (None: no call).
+    protocols: Option<crate::protocols::ProtoSet>,
 }
 
 struct Entry {
@@ -120,6 +122,10 @@ pub struct ProcessSnapshot {
     pub connections_active: u64,
     /// Open connections, if the pipeline supplies them (`set_open_connections`).
     pub open_connections: Option<u64>,
+    /// The protocols of its calls in the period (the terminal UI's `proto:` filter; not in
+    /// JSON, whose `endpoint` lines say it per endpoint).
+    #[serde(skip)]
+    pub protocols: crate::protocols::ProtoSet,
 }
 
 pub struct ProcessStats {
@@ -183,6 +189,9 @@ impl ProcessStats {
         let a = &mut e.interval;
         a.calls += 1;
         a.calls_after_loss += u64::from(call.after_loss);
+        a.protocols
+            .get_or_insert_with(crate::protocols::ProtoSet::empty)
+            .insert(call.l7.proto);
         match call.l7.outcome {
             Outcome::Ok => {}
             Outcome::ClientError => a.client_errors += 1,
@@ -386,6 +395,9 @@ impl ProcessStats {
                 ),
                 connections_active: e.conns.len() as u64,
                 open_connections: e.open_connections,
+                protocols: a
+                    .protocols
+                    .unwrap_or_else(crate::protocols::ProtoSet::empty),
             });
             e.interval = Activity::default();
             e.conns.clear();

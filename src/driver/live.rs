@@ -352,6 +352,8 @@ pub fn run<S: Sink, R>(
         }
     };
     let mut pending_tick: Option<(u64, KernelCounters, OverheadSnapshot)> = None;
+    // TLS candidate files skipped as untrusted input, as last warned about.
+    let mut tls_skips_warned = 0;
     // Records the last look at the ring found (with a ring per tracking thread, the threads
     // read them and this loop waits on its other duties at the idle pace).
     let mut consumed_last = 0;
@@ -477,6 +479,14 @@ pub fn run<S: Sink, R>(
                 },
             );
             if let Some(t) = tls.as_ref() {
+                let skipped = t.skipped();
+                if skipped > tls_skips_warned {
+                    let w = tls_skips_warning(skipped - tls_skips_warned);
+                    tls_skips_warned = skipped;
+                    if let Err(e) = pipeline.borrow_mut().on_warning(&w) {
+                        *failure.borrow_mut() = Some(e);
+                    }
+                }
                 ov.tls_files_probed = Some(k.tls_files_probed);
                 ov.tls_probe_failures = Some(k.tls_probe_failures);
                 ov.tls_files_skipped = Some(t.skipped() as u64);
@@ -563,4 +573,20 @@ pub fn run<S: Sink, R>(
     }
     detach_all(links);
     result
+}
+
+/// The `warning` for `count` more files the TLS lookout skipped as untrusted input (beyond the
+/// caps on size, sections and symbols of docs/security.md, or unreadable within their time
+/// budget): each is named once on stderr, and their plaintext is not seen.
+fn tls_skips_warning(count: usize) -> crate::sink::Warning {
+    crate::sink::Warning {
+        kind: crate::sink::Warning::CAP,
+        cap: Some("tls_files"),
+        limit: None,
+        count: Some(count as u64),
+        message: format!(
+            "{count} files skipped for TLS probes as untrusted input (caps on size, sections, \
+             symbols, or read time; each named on stderr): their TLS plaintext is not seen"
+        ),
+    }
 }

@@ -93,6 +93,49 @@ pub struct CallKind {
     pub name: &'static str,
     /// How its resources are shaped, which decides how endpoints are normalised.
     pub resource: ResourceKind,
+    /// Its names in exported metrics (`--prometheus`).
+    pub metrics: MetricNames,
+}
+
+/// How a kind of call is named in exported metrics: OpenTelemetry's semantic conventions as
+/// Prometheus writes them (`http.server.request.duration` → `http_server_request_duration_seconds`).
+#[derive(Debug, Clone, Copy)]
+pub struct MetricNames {
+    /// The latency histograms of the server's and of the client's side.
+    pub server: &'static str,
+    pub client: &'static str,
+    /// A label with the same value on every series of this kind: what tells it apart from
+    /// other kinds under the same metric (`db_system_name="redis"`); None for a metric of
+    /// its own.
+    pub system: Option<(&'static str, &'static str)>,
+    /// The labels that carry the call's method and its (normalised) resource.
+    pub method: &'static str,
+    pub resource: &'static str,
+}
+
+impl MetricNames {
+    /// A database's calls (`db_client_operation_duration_seconds`); the server's side, which
+    /// the conventions do not name, as `db_server_operation_duration_seconds`.
+    pub const fn database(system: &'static str) -> MetricNames {
+        MetricNames {
+            server: "db_server_operation_duration_seconds",
+            client: "db_client_operation_duration_seconds",
+            system: Some(("db_system_name", system)),
+            method: "db_operation_name",
+            resource: "db_query_summary",
+        }
+    }
+
+    /// HTTP's (both versions under one metric, told apart by `network_protocol_version`).
+    pub const fn http(version: &'static str) -> MetricNames {
+        MetricNames {
+            server: "http_server_request_duration_seconds",
+            client: "http_client_request_duration_seconds",
+            system: Some(("network_protocol_version", version)),
+            method: "http_request_method",
+            resource: "http_route",
+        }
+    }
 }
 
 /// How a protocol's resource is shaped, which decides the normalisation applied
@@ -219,6 +262,15 @@ impl ProtoSet {
             None => ProtoSet::default(),
             Some(list) => ProtoSet(list.iter().fold(0, |m, p| m | 1 << *p as u32)),
         }
+    }
+
+    /// No protocol.
+    pub fn empty() -> ProtoSet {
+        ProtoSet(0)
+    }
+
+    pub fn insert(&mut self, p: Protocol) {
+        self.0 |= 1 << p as u32;
     }
 
     pub fn contains(self, p: Protocol) -> bool {
@@ -469,6 +521,9 @@ pub struct ParseStats {
     pub partial_headers: u64,
     /// HTTP/2 RST_STREAM frames, and GOAWAY frames with an error code (not NO_ERROR).
     pub stream_resets: u64,
+    /// Requests dropped unpaired because a pipeline was deeper than its connection's depth
+    /// and the shared budget allow (`matching::SHARED_PENDING_BYTES`): a `warning` cap.
+    pub pending_dropped: u64,
 }
 
 impl ParseStats {
@@ -488,6 +543,7 @@ impl ParseStats {
         self.unreplied_requests += o.unreplied_requests;
         self.partial_headers += o.partial_headers;
         self.stream_resets += o.stream_resets;
+        self.pending_dropped += o.pending_dropped;
     }
 }
 

@@ -1,8 +1,10 @@
 //! Where the pipeline's output goes: JSON lines, the terminal UI, a recording.
 
 pub mod call_line;
+pub mod exporting;
 pub mod json;
 pub mod null;
+pub mod prometheus;
 pub mod status;
 
 use std::io;
@@ -66,6 +68,12 @@ pub trait Sink {
     /// (`IntervalReport::windows`); other sinks pay nothing for them.
     fn wants_windows(&self) -> bool {
         false
+    }
+    /// A filter this sink changes while the session runs (the terminal UI's Calls filter):
+    /// only the calls it matches are then handed to the call methods (see
+    /// `Pipeline::with_live_call_filter`).
+    fn live_call_filter(&self) -> Option<std::sync::Arc<crate::pipeline::LiveCallFilter>> {
+        None
     }
     /// Whether this sink keeps the calls it is given (so `call_owned` saves it a copy); other
     /// sinks get each call by reference, and the caller drops it where it lies (moving a

@@ -19,6 +19,8 @@ use super::{CallReturner, UiMsg};
 use crate::aggregate::endpoints::OTHER_RESOURCE;
 use crate::aggregate::{EndpointSnapshot, RowRef};
 use crate::call::Side;
+use crate::call_filter::CallFilter;
+use crate::pipeline::LiveCallFilter;
 use crate::protocols::Protocol;
 
 /// How far `Right` skips a replay ahead (recorded time).
@@ -222,8 +224,20 @@ pub struct App {
     /// Monotonic "now" for a live uptime; None: the latest recorded time.
     pub clock_ns: Option<u64>,
     pub no_color: bool,
+    /// The pipeline's end of the Calls filter: set when Enter keeps it (None: a UI without a
+    /// collector, as in tests of the state alone).
+    pub live_filter: Option<std::sync::Arc<LiveCallFilter>>,
+    /// The Calls filter the pipeline applies now (what Enter last kept).
+    pub applied_filter: String,
+    /// `--filter`, as given (the header shows it).
+    pub fixed_filter: Option<String>,
+    /// `-w FILE`: where the session is recorded, and its size as last looked at.
+    pub recording: Option<(String, u64)>,
     data: Data,
     frozen: Option<Box<Data>>,
+    /// Paused without a frozen copy: a paused replay reading its file again for a new Calls
+    /// filter (it stops where it was, so the data shown holds still).
+    replay_paused: bool,
     /// Where calls pushed out of the list go (freed on the thread that made them).
     call_returner: CallReturner,
 }
@@ -265,8 +279,13 @@ impl App {
             page_rows: 10,
             clock_ns: None,
             no_color,
+            live_filter: None,
+            applied_filter: String::new(),
+            fixed_filter: None,
+            recording: None,
             data: Data::default(),
             frozen: None,
+            replay_paused: false,
             call_returner: CallReturner::default(),
         }
     }
@@ -277,7 +296,7 @@ impl App {
     }
 
     pub fn paused(&self) -> bool {
-        self.frozen.is_some()
+        self.frozen.is_some() || self.replay_paused
     }
 
     /// What the views show: the data as it was when paused, else the latest.
@@ -286,10 +305,11 @@ impl App {
     }
 
     pub fn set_paused(&mut self, paused: bool) {
-        if paused && self.frozen.is_none() {
+        if paused && !self.paused() {
             self.frozen = Some(Box::new(self.data.clone()));
         } else if !paused {
             self.frozen = None;
+            self.replay_paused = false;
         }
     }
 
@@ -359,15 +379,24 @@ impl App {
         self.state()
     }
 
-    /// The current view's rows, unfiltered and unsorted.
+    /// The Calls view's filter as typed (in a drill-down, the drill-down's).
+    fn call_filter(&self) -> Result<CallFilter, String> {
+        CallFilter::parse(&self.state().filter)
+    }
+
+    /// The current view's rows, unsorted; unfiltered but in the Calls view, whose filter
+    /// applies to the calls themselves.
     fn build_rows(&self) -> Vec<SharedRow> {
         let d = self.shown();
         match self.view {
             View::Calls => {
                 let dated = self.calls_dated();
+                // The filter is evaluated on the calls, as the pipeline does (`--filter`).
+                let filter = self.call_filter().unwrap_or_default();
                 d.calls
                     .iter()
                     .filter(|e| self.drill.as_ref().is_none_or(|dr| dr.matches(e)))
+                    .filter(|e| filter.matches(&e.call))
                     .map(|e| call_row_cached(d.meta.as_ref(), &self.zone, dated, e))
                     .collect()
             }
@@ -412,7 +441,10 @@ impl App {
     pub fn rows(&self) -> Vec<SharedRow> {
         let st = self.state();
         // A filter that does not parse filters nothing (the header says why).
-        let filter = RowFilter::parse(&st.filter, self.columns()).unwrap_or_default();
+        let filter = match self.view {
+            View::Calls => RowFilter::default(),
+            _ => RowFilter::parse(&st.filter, self.columns()).unwrap_or_default(),
+        };
         let mut rows: Vec<SharedRow> = self
             .build_rows()
             .into_iter()
@@ -447,7 +479,39 @@ impl App {
 
     /// Why the current view's filter does not parse (None: it does, or there is none).
     pub fn filter_error(&self) -> Option<String> {
-        RowFilter::parse(&self.state().filter, self.columns()).err()
+        match self.view {
+            View::Calls => self.call_filter().err(),
+            _ => RowFilter::parse(&self.state().filter, self.columns()).err(),
+        }
+    }
+
+    /// Enter kept the Calls filter (or Esc cleared it): from now on the pipeline hands over
+    /// only the calls it matches, and a replay is read again from its start up to where it
+    /// was, so the list holds the matching calls of the whole file.
+    fn apply_calls_filter(&mut self) {
+        if self.view != View::Calls || self.drill.is_some() {
+            return;
+        }
+        let text = self.states[View::Calls.index()].filter.clone();
+        if text == self.applied_filter {
+            return;
+        }
+        let Some(live) = &self.live_filter else {
+            return;
+        };
+        // One that does not parse lets every call through (the header says why).
+        live.set(CallFilter::parse(&text).ok());
+        self.applied_filter = text;
+        if let Some(r) = &self.replay {
+            let d = self.shown();
+            r.rewind_to(d.position_ns.max(d.start_mono_ns().unwrap_or(0)));
+            // Paused, the replay rebuilds up to the same point and waits there: what is shown
+            // is then the rebuilt data, not the copy frozen before it.
+            if self.frozen.is_some() {
+                self.frozen = None;
+                self.replay_paused = true;
+            }
+        }
     }
 
     /// Whether the Calls view follows the newest call, or holds a row with `newer` calls
@@ -502,17 +566,32 @@ impl App {
         let Some(search) = self.last_search.clone() else {
             return;
         };
-        let Ok(f) = RowFilter::parse(&search, self.columns()) else {
-            return;
+        // In the Calls view the words are tried on the calls, as its filter is.
+        let matches: Box<dyn Fn(&SharedRow) -> bool + '_> = if self.view == View::Calls {
+            let Ok(f) = CallFilter::parse(&search) else {
+                return;
+            };
+            let d = self.shown();
+            Box::new(move |r: &SharedRow| {
+                r.key
+                    .parse::<u64>()
+                    .ok()
+                    .and_then(|seq| d.find_call(seq))
+                    .is_some_and(|c| f.matches(c))
+            })
+        } else {
+            let Ok(f) = RowFilter::parse(&search, self.columns()) else {
+                return;
+            };
+            Box::new(move |r: &SharedRow| f.matches(r))
         };
         // The rows as shown, but unfiltered by the search itself.
         let rows = self.rows();
         let start = self.selected_index(&rows).map_or(0, |i| i + 1);
         let n = rows.len();
-        if let Some(i) = (0..n)
-            .map(|k| (start + k) % n)
-            .find(|&i| f.matches(&rows[i]))
-        {
+        let found = (0..n).map(|k| (start + k) % n).find(|&i| matches(&rows[i]));
+        drop(matches);
+        if let Some(i) = found {
             self.move_selection(|_, _| i);
         }
     }
@@ -693,6 +772,9 @@ impl App {
                     self.prompt = false;
                 }
                 _ => return Action::None,
+            }
+            if !self.prompt {
+                self.apply_calls_filter();
             }
             return Action::Redraw;
         }
@@ -1372,11 +1454,13 @@ mod tests {
         assert_eq!(rows[0].cells[0], "11-22 00:00:00.142");
         assert_eq!(rows[rows.len() - 1].cells[0].get(..6), Some("11-21 "));
         // A filter or drill-down does not change the format: all the calls kept decide.
-        typed(&mut app, "/00:00:00");
+        typed(&mut app, "/slow");
         key(&mut app, KeyCode::Enter);
         let rows = app.rows();
         assert!(!rows.is_empty() && rows.len() < 62);
-        assert!(rows.iter().all(|r| r.cells[0].starts_with("11-22 ")));
+        assert!(rows
+            .iter()
+            .all(|r| r.cells[0].len() == "11-22 00:00:00.142".len()));
         assert!(app.calls_dated());
     }
 

@@ -1,11 +1,16 @@
-//! The row filter typed after `/` (or F4): words that must all match a row.
+//! The row filter typed after `/` (or F4) in the Endpoints, Flows and Processes views: the
+//! language of `crate::call_filter` (docs/filters.md) evaluated on a view's rows. The Calls
+//! view evaluates it on the calls themselves (`CallFilter`), so it means the same there as in
+//! `--filter`.
 //!
 //! - `word`: the row's text contains it (case-insensitive);
 //! - `!word`: it does not;
 //! - `field:text`: that column contains the text (`comm:nginx`, `resource:/api`);
 //! - `field>=N`, `field>N`, `field<=N`, `field<N`, `field=N`: that column's number compares
-//!   (`status>=500`, `lat>100` in the column's own unit, `7.1k` and `2M` understood);
-//! - `!` before a field term negates it too (`!status=200`);
+//!   (`calls>=100`, `p99>100` in the column's own unit, `7.1k` and `2M` understood);
+//! - `proto:NAME`, `err`, `outcome:WORD`, `loss`: what the row says of its calls
+//!   ([`Facets`]), in every view that has it;
+//! - `!` before a field term negates it too (`!serr=0`); words joined by `or` make groups;
 //! - a comparison whose field is no column here is an error that names the view's fields
 //!   (`status>=500` in the Endpoints view, `bogus<3`), and so is `field:text` with a field
 //!   of another view (`path:/api` in the Processes view): either would hide every row;
@@ -17,15 +22,7 @@
 //! process column and `path` the resource column.
 
 use super::table::{Column, Row, CALL_COLUMNS, CONN_COLUMNS, ENDPOINT_COLUMNS, PROCESS_COLUMNS};
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Cmp {
-    Ge,
-    Gt,
-    Le,
-    Lt,
-    Eq,
-}
+use crate::call_filter::{comparison, number, split, Cmp, OutcomeClass};
 
 #[derive(Debug, Clone, PartialEq)]
 enum Test {
@@ -35,6 +32,12 @@ enum Test {
     Field(usize, String),
     /// A column's number compared with a value.
     Number(usize, Cmp, f64),
+    /// The row has calls of this protocol (a name as `proto:` takes it, lower case).
+    Proto(String),
+    /// The row has calls of this outcome.
+    Outcome(OutcomeClass),
+    /// The row's count is marked `≥`.
+    Loss,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -43,10 +46,10 @@ struct Term {
     test: Test,
 }
 
-/// A parsed filter; the empty filter lets every row through.
+/// A parsed filter: groups of terms joined by `or`; the empty filter lets every row through.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RowFilter {
-    terms: Vec<Term>,
+    groups: Vec<Vec<Term>>,
 }
 
 /// A column's field name: its title in lower case up to a space or `/` (`PROCESS/PID` →
@@ -91,13 +94,6 @@ fn find_field(name: &str, cols: &[Column]) -> Result<usize, String> {
     }
 }
 
-/// Could be a field's name: letters, digits, `_`, a letter first. A word with anything else
-/// before its operator is text (`?id=7`, `10:00`).
-fn is_field_like(name: &str) -> bool {
-    name.starts_with(|c: char| c.is_ascii_alphabetic())
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
 /// A field of some view (or an alias): `name:text` with it is meant as a field term even
 /// where the view lacks it, while other `word:text` (`user:1000`, `localhost:8080`) is text.
 fn is_known_field(name: &str) -> bool {
@@ -114,117 +110,120 @@ fn is_known_field(name: &str) -> bool {
         .any(|c| field_name(c) == name)
 }
 
-/// `12.5`, `7.1k`, `2M`, `1.5G` as numbers; `-` and other text: None.
-fn number(text: &str) -> Option<f64> {
-    let t = text.trim();
-    let (digits, scale) = match t.as_bytes().last()? {
-        b'k' | b'K' => (&t[..t.len() - 1], 1e3),
-        b'M' => (&t[..t.len() - 1], 1e6),
-        b'G' => (&t[..t.len() - 1], 1e9),
-        _ => (t, 1.0),
-    };
-    digits
-        .parse::<f64>()
-        .ok()
-        .filter(|v| v.is_finite())
-        .map(|v| v * scale)
+/// Whether a view with these columns has outcomes to filter on (a server-error column).
+fn has_outcomes(cols: &[Column]) -> bool {
+    cols.iter().any(|c| field_name(c) == "serr")
 }
 
-fn parse_term(word: &str, cols: &[Column]) -> Result<Term, String> {
-    let (negated, body) = match word.strip_prefix('!') {
-        Some(rest) if !rest.is_empty() => (true, rest),
-        _ => (false, word),
-    };
-    let lower = body.to_ascii_lowercase();
+fn parse_term(w: &crate::call_filter::Word, cols: &[Column]) -> Result<Test, String> {
+    let lower = w.lower.as_str();
+    let no_outcomes = || "no call outcomes in this view (its rows are not calls)".to_owned();
+    match lower {
+        "err" if has_outcomes(cols) => return Ok(Test::Outcome(OutcomeClass::Error)),
+        "err" => return Err(no_outcomes()),
+        "loss" => return Ok(Test::Loss),
+        "slow" => return Err("slow is for calls (the Calls view; here compare p99, max)".into()),
+        _ => {}
+    }
+    if let Some(value) = lower.strip_prefix("proto:") {
+        return Ok(Test::Proto(value.to_owned()));
+    }
+    if let Some(value) = lower.strip_prefix("outcome:") {
+        if !has_outcomes(cols) {
+            return Err(no_outcomes());
+        }
+        return Ok(Test::Outcome(OutcomeClass::parse(value)?));
+    }
     // A comparison: name, operator, number.
-    if let Some(at) = lower.find(['<', '>', '=']) {
-        let (name, rest) = lower.split_at(at);
-        let (cmp, value) = if let Some(v) = rest.strip_prefix(">=") {
-            (Cmp::Ge, v)
-        } else if let Some(v) = rest.strip_prefix("<=") {
-            (Cmp::Le, v)
-        } else if let Some(v) = rest.strip_prefix('>') {
-            (Cmp::Gt, v)
-        } else if let Some(v) = rest.strip_prefix('<') {
-            (Cmp::Lt, v)
-        } else {
-            (Cmp::Eq, rest.trim_start_matches('=')) // `=` or `==`
-        };
-        if is_field_like(name) {
-            match (find_field(name, cols), number(value)) {
-                (Ok(col), Some(v)) => {
-                    return Ok(Term {
-                        negated,
-                        test: Test::Number(col, cmp, v),
-                    })
-                }
-                (Ok(_), None) => return Err(format!("{value:?} is not a number")),
-                // A number compared with no column: as text it would hide every row.
-                (Err(e), Some(_)) => return Err(e),
-                // `user=bob`: text.
-                (Err(_), None) => {}
-            }
+    if let Some((name, cmp, value)) = comparison(lower) {
+        match (find_field(name, cols), number(value)) {
+            (Ok(col), Some(v)) => return Ok(Test::Number(col, cmp, v)),
+            (Ok(_), None) => return Err(format!("{value:?} is not a number")),
+            // A number compared with no column: as text it would hide every row.
+            (Err(e), Some(_)) => return Err(e),
+            // `user=bob`: text.
+            (Err(_), None) => {}
         }
     }
     if let Some((name, text)) = lower.split_once(':') {
         match find_field(name, cols) {
-            Ok(col) => {
-                return Ok(Term {
-                    negated,
-                    test: Test::Field(col, text.to_owned()),
-                })
-            }
+            Ok(col) => return Ok(Test::Field(col, text.to_owned())),
             Err(e) if is_known_field(name) => return Err(e),
             Err(_) => {}
         }
     }
-    Ok(Term {
-        negated,
-        test: Test::Text(lower),
-    })
+    Ok(Test::Text(lower.to_owned()))
 }
 
 impl RowFilter {
     /// Parses what was typed, for a view with these columns; the error says why, and which
     /// word is wrong when there are several (the line is short).
     pub fn parse(text: &str, cols: &[Column]) -> Result<RowFilter, String> {
-        let several = text.split_whitespace().nth(1).is_some();
-        let terms = text
-            .split_whitespace()
-            .map(|w| parse_term(w, cols).map_err(|e| if several { format!("{w}: {e}") } else { e }))
+        let groups = split(text)?;
+        let several = groups.iter().map(Vec::len).sum::<usize>() > 1;
+        let groups = groups
+            .iter()
+            .map(|g| {
+                g.iter()
+                    .map(|w| {
+                        parse_term(w, cols)
+                            .map(|test| Term {
+                                negated: w.negated,
+                                test,
+                            })
+                            .map_err(|e| {
+                                if several {
+                                    format!("{}: {e}", w.typed)
+                                } else {
+                                    e
+                                }
+                            })
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
             .collect::<Result<_, _>>()?;
-        Ok(RowFilter { terms })
+        Ok(RowFilter { groups })
     }
 
     pub fn is_empty(&self) -> bool {
-        self.terms.is_empty()
+        self.groups.is_empty()
     }
 
     pub fn matches(&self, row: &Row) -> bool {
+        if self.groups.is_empty() {
+            return true;
+        }
         let mut text: Option<String> = None;
-        self.terms.iter().all(|t| {
-            let hit = match &t.test {
-                Test::Text(w) => text
-                    .get_or_insert_with(|| row.cells.join(" ").to_ascii_lowercase())
-                    .contains(w.as_str()),
-                Test::Field(c, w) => row
-                    .cells
-                    .get(*c)
-                    .is_some_and(|cell| cell.to_ascii_lowercase().contains(w.as_str())),
-                Test::Number(c, cmp, v) => row
-                    .cells
-                    .get(*c)
-                    .and_then(|cell| number(cell))
-                    .is_some_and(|n| match cmp {
-                        Cmp::Ge => n >= *v,
-                        Cmp::Gt => n > *v,
-                        Cmp::Le => n <= *v,
-                        Cmp::Lt => n < *v,
-                        Cmp::Eq => n == *v,
-                    }),
-            };
-            hit != t.negated
+        self.groups.iter().any(|g| {
+            g.iter()
+                .all(|t| term_matches(&t.test, row, &mut text) != t.negated)
         })
+    }
+}
+
+fn term_matches(test: &Test, row: &Row, text: &mut Option<String>) -> bool {
+    match test {
+        Test::Text(w) => text
+            .get_or_insert_with(|| row.cells.join(" ").to_lowercase())
+            .contains(w.as_str()),
+        Test::Field(c, w) => row
+            .cells
+            .get(*c)
+            .is_some_and(|cell| cell.to_lowercase().contains(w.as_str())),
+        Test::Number(c, cmp, v) => row
+            .cells
+            .get(*c)
+            .and_then(|cell| number(cell.trim_start_matches('≥').trim_end_matches('?')))
+            .is_some_and(|n| cmp.holds(n, *v)),
+        Test::Proto(p) => row.facets.protocols.iter().any(|name| name == p),
+        Test::Outcome(o) => row.facets.outcomes.is_some_and(|f| match o {
+            OutcomeClass::Ok => f.ok,
+            OutcomeClass::Error => f.server_errors || f.client_errors,
+            OutcomeClass::ServerError => f.server_errors,
+            OutcomeClass::ClientError => f.client_errors,
+            OutcomeClass::Unknown => f.unknown,
+        }),
+        Test::Loss => row.facets.loss,
     }
 }
 
@@ -239,6 +238,7 @@ mod tests {
             cells: cells.iter().map(|c| c.to_string()).collect(),
             sort: Vec::new(),
             flag: Flag::None,
+            facets: Default::default(),
         }
     }
 
@@ -350,8 +350,50 @@ mod tests {
             "x=y",
         ] {
             let f = RowFilter::parse(w, FLOW_TABLE_COLUMNS).unwrap();
-            assert!(matches!(f.terms[0].test, Test::Text(_)), "{w}");
+            assert!(matches!(f.groups[0][0].test, Test::Text(_)), "{w}");
         }
+    }
+
+    #[test]
+    fn proto_err_and_loss_in_views_whose_rows_are_not_calls() {
+        use super::super::flows::FLOW_TABLE_COLUMNS;
+        use super::super::table::{protocol_names, Facets, OutcomeFacets};
+        use crate::protocols::Protocol;
+        let endpoint = |proto: Protocol, serr: u64, cerr: u64, loss: bool| Row {
+            facets: Facets {
+                protocols: protocol_names(proto, false),
+                outcomes: Some(OutcomeFacets::of(10, serr, cerr, 0)),
+                loss,
+            },
+            ..row(&[
+                "dnsmasq", "server", "QUERY", "A x", "≥10", "1.0", "0.0", "0.0",
+            ])
+        };
+        let rows = [
+            endpoint(Protocol::Dns, 0, 3, false),
+            endpoint(Protocol::Redis, 2, 0, true),
+            endpoint(Protocol::Http, 0, 0, false),
+        ];
+        let hits = |s: &str| {
+            let f = RowFilter::parse(s, ENDPOINT_COLUMNS).unwrap_or_else(|e| panic!("{s}: {e}"));
+            rows.iter().map(|r| f.matches(r)).collect::<Vec<_>>()
+        };
+        assert_eq!(hits("proto:dns"), [true, false, false]);
+        assert_eq!(hits("err"), [true, true, false]);
+        assert_eq!(hits("outcome:server_error"), [false, true, false]);
+        assert_eq!(hits("!err"), [false, false, true]);
+        assert_eq!(hits("loss"), [false, true, false]);
+        assert_eq!(hits("proto:http or loss"), [false, true, true]);
+        assert_eq!(
+            hits("calls>=10"),
+            [true, true, true],
+            "a `≥` count is a number"
+        );
+        // The flow table's rows have no outcomes: refused, not a filter hiding every row.
+        let e = RowFilter::parse("err", FLOW_TABLE_COLUMNS).unwrap_err();
+        assert!(e.contains("outcomes"), "{e}");
+        assert!(RowFilter::parse("proto:tcp or proto:dns", FLOW_TABLE_COLUMNS).is_ok());
+        assert!(RowFilter::parse("or", ENDPOINT_COLUMNS).is_err());
     }
 
     #[test]

@@ -140,6 +140,23 @@ impl FlowRow {
         row_key(self.tcp, self.id).into()
     }
 
+    /// The names `proto:` takes for the flow: its transport, and its L7 label and
+    /// protocol (`https` and `http`).
+    fn protocol_names(&self) -> Vec<String> {
+        let mut names = vec![if self.tcp { "tcp" } else { "udp" }.to_owned()];
+        if let Some(l7) = &self.l7 {
+            names.push(l7.clone());
+            let base = match l7.as_str() {
+                "https" => "http",
+                other => other.strip_suffix("+tls").unwrap_or(other),
+            };
+            if base != l7 {
+                names.push(base.to_owned());
+            }
+        }
+        names
+    }
+
     pub fn row(&self, now_ns: u64) -> Row {
         let process = match (&self.comm, self.pid) {
             (Some(c), Some(p)) => proc_label(c, p),
@@ -196,6 +213,11 @@ impl FlowRow {
                 Flag::Error
             } else {
                 Flag::None
+            },
+            facets: super::table::Facets {
+                protocols: self.protocol_names(),
+                outcomes: None,
+                loss: false,
             },
         }
     }

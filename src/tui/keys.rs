@@ -43,7 +43,7 @@ pub const KEYS: &[KeyHelp] = &[
     },
     KeyHelp {
         keys: &["/", "F4"],
-        action: "filter: word !word field:text status>=500 (Esc clears)",
+        action: "filter: lat>100ms or err, proto:dns !status:NOERROR (Esc clears)",
     },
     KeyHelp {
         keys: &["F3"],

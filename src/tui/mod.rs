@@ -206,7 +206,9 @@ impl Pacer {
             if self.stop.load(Ordering::Relaxed) || self.control.rewind_pending() {
                 return;
             }
-            if self.paused.load(Ordering::Relaxed) {
+            // A skip (or a rewind's) goes on while paused: it stops where it was asked to.
+            let skipping = rec_ns < self.control.skip_until_ns.load(Ordering::Relaxed);
+            if self.paused.load(Ordering::Relaxed) && !skipping {
                 let t = Instant::now();
                 std::thread::sleep(Duration::from_millis(20));
                 if let Some((_, at, _)) = &mut self.base {
@@ -250,6 +252,8 @@ pub struct TuiSink {
     returned: Option<Receiver<Vec<Box<Call>>>>,
     /// A session's meta came: another means the replay started over.
     met: bool,
+    /// The Calls filter the UI sets and the pipeline applies (`Sink::live_call_filter`).
+    live_filter: Arc<crate::pipeline::LiveCallFilter>,
 }
 
 /// Batches of calls the UI handed back, in flight at most (past that the UI frees them).
@@ -327,7 +331,19 @@ impl TuiSink {
             parts_follow: false,
             returned: None,
             met: false,
+            live_filter: Arc::default(),
         }
+    }
+
+    /// Shares `live` as the Calls filter (a replay started over keeps the UI's).
+    pub fn with_live_filter(mut self, live: Arc<crate::pipeline::LiveCallFilter>) -> TuiSink {
+        self.live_filter = live;
+        self
+    }
+
+    /// The Calls filter's shared end, for the UI (`UiOptions::live_filter`).
+    pub fn live_filter(&self) -> Arc<crate::pipeline::LiveCallFilter> {
+        Arc::clone(&self.live_filter)
     }
 
     /// The way back for the calls the UI is done with (see [`CallReturner`]): for the UI's
@@ -500,6 +516,10 @@ impl Sink for TuiSink {
         true
     }
 
+    fn live_call_filter(&self) -> Option<Arc<crate::pipeline::LiveCallFilter>> {
+        Some(self.live_filter())
+    }
+
     fn call_in(&mut self, call: &Call, row: RowRef) -> io::Result<()> {
         self.call_owned_in(call.clone(), row)
     }
@@ -578,6 +598,12 @@ pub struct UiOptions {
     pub utc: bool,
     /// Where the calls the UI is done with go (`TuiSink::call_returner`).
     pub call_returner: Option<SyncSender<Vec<Box<Call>>>>,
+    /// The Calls filter the collector's pipeline applies (`TuiSink::live_filter`).
+    pub live_filter: Option<Arc<crate::pipeline::LiveCallFilter>>,
+    /// `--filter`, as given: shown in the header.
+    pub call_filter: Option<String>,
+    /// `-w FILE`: the header marks the recording with its size.
+    pub recording: Option<std::path::PathBuf>,
 }
 
 pub use terminal::{restore_terminal, TerminalGuard};
@@ -601,6 +627,13 @@ pub fn run_ui(
         app.set_call_returner(CallReturner::new(tx));
     }
     app.replay = opts.replay.clone();
+    app.live_filter = opts.live_filter.clone();
+    app.fixed_filter = opts.call_filter.clone();
+    let recording_size = |path: &std::path::Path| std::fs::metadata(path).map_or(0, |m| m.len());
+    app.recording = opts
+        .recording
+        .as_ref()
+        .map(|p| (p.display().to_string(), recording_size(p)));
     if !opts.utc {
         // Asked at each instant shown, not once now: a summer recording replayed in winter
         // shows the summer offset.
@@ -634,6 +667,9 @@ pub fn run_ui(
             if now_draw || (dirty && last_draw.elapsed() >= app.refresh) {
                 if opts.live {
                     app.clock_ns = Some(crate::clock::monotonic_ns());
+                }
+                if let (Some(path), Some((_, size))) = (&opts.recording, &mut app.recording) {
+                    *size = recording_size(path);
                 }
                 if let Err(e) = term.draw(|f| render::draw(f, &app)) {
                     if stop.load(Ordering::Relaxed) {
@@ -713,10 +749,18 @@ pub fn run_ui(
 pub const KEEP_HEAD_BYTES: usize = 16384;
 
 pub fn collect_replay(path: &std::path::Path) -> anyhow::Result<Vec<UiMsg>> {
+    collect_replay_filtered(path, Arc::default())
+}
+
+/// [`collect_replay`] with the UI's Calls filter `live` applied by the pipeline.
+pub fn collect_replay_filtered(
+    path: &std::path::Path,
+    live: Arc<crate::pipeline::LiveCallFilter>,
+) -> anyhow::Result<Vec<UiMsg>> {
     let mut reader = crate::record::reader::open(path)?;
     let meta = crate::driver::replay::replay_meta(&reader);
     let (tx, rx) = std::sync::mpsc::sync_channel(1 << 20);
-    let sink = TuiSink::new(tx);
+    let sink = TuiSink::new(tx).with_live_filter(live);
     let mut pipeline = crate::pipeline::Pipeline::new(
         crate::conntrack::TrackerConfig {
             keep_head: KEEP_HEAD_BYTES,
@@ -943,6 +987,59 @@ mod tests {
         // A part after the last (or with no interval before it: after a rewind) is dropped.
         sink.flow_part(whole).unwrap();
         assert!(rx.try_recv().is_err());
+    }
+
+    /// A Calls filter kept with Enter goes to the pipeline, and a replay is read again from
+    /// its start: the list then holds the file's matching calls from its first, while every
+    /// count stays over all calls.
+    #[test]
+    fn a_kept_calls_filter_is_applied_by_the_pipeline_from_the_start_of_a_replay() {
+        let all: Vec<Box<Call>> = collect_replay(FIXTURE.as_ref())
+            .unwrap()
+            .into_iter()
+            .flat_map(|m| match m {
+                UiMsg::Calls(c, _) => c,
+                _ => Vec::new(),
+            })
+            .collect();
+        let failed = |c: &Call| c.l7.status.is_some_and(|s| s >= 500);
+        let want: Vec<&Call> = all.iter().map(|c| &**c).filter(|c| failed(c)).collect();
+        assert!(!want.is_empty() && want.len() < all.len());
+
+        let live = Arc::new(crate::pipeline::LiveCallFilter::default());
+        let control = Arc::new(ReplayControl::new(1.0));
+        let mut app = app::App::new("test", Duration::from_secs(1), true);
+        app.live_filter = Some(Arc::clone(&live));
+        app.replay = Some(Arc::clone(&control));
+        for m in collect_replay(FIXTURE.as_ref()).unwrap() {
+            app.apply(m);
+        }
+        for c in "/status>=500".chars() {
+            app.handle_key(KeyEvent::from(crossterm::event::KeyCode::Char(c)));
+        }
+        assert!(live.get().is_none(), "not while typing");
+        assert!(!control.rewind_pending());
+        app.handle_key(KeyEvent::from(crossterm::event::KeyCode::Enter));
+        assert_eq!(
+            live.get().map(|f| f.text().to_owned()),
+            Some("status>=500".into())
+        );
+        assert!(control.rewind_pending(), "the replay is read again");
+
+        // What the replay read again hands over.
+        app.apply(UiMsg::Restart);
+        for m in collect_replay_filtered(FIXTURE.as_ref(), Arc::clone(&live)).unwrap() {
+            app.apply(m);
+        }
+        let kept: Vec<&Call> = app.shown().calls.iter().map(|e| &*e.call).collect();
+        assert_eq!(kept, want);
+        assert_eq!(app.shown().total_calls(), all.len() as u64);
+        assert_eq!(app.rows().len(), want.len());
+
+        // Esc clears it: every call is handed over again.
+        app.handle_key(KeyEvent::from(crossterm::event::KeyCode::Char('/')));
+        app.handle_key(KeyEvent::from(crossterm::event::KeyCode::Esc));
+        assert!(live.get().is_none());
     }
 
     #[test]

@@ -51,8 +51,9 @@ pub fn draw(f: &mut Frame, app: &App) {
         0
     };
     let hint_h = u16::try_from(hint_lines(app, area.width).len()).unwrap_or(1);
+    let header_h = if scope_line(app).is_empty() { 2 } else { 3 };
     let [header, body, panel, hint] = Layout::vertical([
-        Constraint::Length(2),
+        Constraint::Length(header_h),
         Constraint::Min(3),
         Constraint::Length(footer_h),
         Constraint::Length(hint_h),
@@ -345,10 +346,85 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
             tabs.insert(window_at, window);
         }
     }
-    f.render_widget(
-        Paragraph::new(vec![Line::from(top), Line::from(tabs)]),
-        area,
-    );
+    let mut lines = vec![Line::from(top), Line::from(tabs)];
+    let scope = scope_line(app);
+    if !scope.is_empty() {
+        lines.push(Line::from(scope));
+    }
+    f.render_widget(Paragraph::new(lines), area);
+}
+
+/// The header's third line, when there is something to say: what the session leaves out
+/// (the capture filters, `--filter`) and where it is recorded, so an empty or quiet screen
+/// says why.
+fn scope_line(app: &App) -> Vec<Span<'static>> {
+    let mut line = Vec::new();
+    if let Some((path, bytes)) = &app.recording {
+        line.push(Span::styled(
+            format!("REC {path} {}B", super::table::human(*bytes as f64)),
+            style(
+                app,
+                Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+            ),
+        ));
+    }
+    let mut say = |text: String| {
+        if !line.is_empty() {
+            line.push(Span::raw("  "));
+        }
+        line.push(Span::raw(text));
+    };
+    if let Some(capture) = capture_filters(app) {
+        say(format!("capture {capture}"));
+    }
+    if let Some(f) = &app.fixed_filter {
+        say(format!("--filter '{f}'"));
+    }
+    line
+}
+
+/// The session's capture filters as options (`--port 42999`), None when there are none.
+fn capture_filters(app: &App) -> Option<String> {
+    let options = app.shown().meta.as_ref()?.filters.as_options();
+    (!options.is_empty()).then_some(options)
+}
+
+/// Why the Calls view has no calls: what filters leave out, what was seen but not
+/// recognised.
+fn no_calls_reason(app: &App) -> String {
+    let d = app.shown();
+    let totals = d.ended.as_deref().or(d.report.as_ref().map(|r| &r.totals));
+    if d.total_calls() > 0 {
+        // Calls were seen; none passed the filters.
+        let left_out = totals.map_or(0, |t| t.calls_filtered_out);
+        return format!("no calls match the filter ({left_out} left out)");
+    }
+    let mut parts = vec![if d.ended.is_some() {
+        "no calls".to_owned()
+    } else {
+        "no calls yet".to_owned()
+    }];
+    if let Some(capture) = capture_filters(app) {
+        parts[0] = format!("{}: {capture}", parts[0]);
+    }
+    if let Some(t) = totals {
+        let unrecognised = t
+            .kernel
+            .skipped_unknown_proto
+            .saturating_add(t.tracker.unrecognised_events);
+        if unrecognised > 0 {
+            parts.push(format!(
+                "{unrecognised} sends/receives of no recognised protocol skipped"
+            ));
+        }
+        if t.kernel.tls_cipher_events > 0 {
+            parts.push(format!(
+                "{} of TLS ciphertext (its plaintext probe not placed)",
+                t.kernel.tls_cipher_events
+            ));
+        }
+    }
+    parts.join("; ")
 }
 
 /// Which columns fit in `width` (the marker column and spacing included), and their widths.
@@ -472,8 +548,14 @@ fn view_title(app: &App, rows: &[super::table::SharedRow], width: u16) -> String
                     Some(dr) => format!("Calls of {}", dr.label()),
                     None => "Calls".to_owned(),
                 };
+                // With a filter the pipeline applies, what is kept is the matching calls.
+                let matching = if app.applied_filter.is_empty() && app.fixed_filter.is_none() {
+                    ""
+                } else {
+                    " matching"
+                };
                 format!(
-                    "{what} {state}: {shown} of the last {}{legend}",
+                    "{what} {state}: {shown} of the last {}{matching}{legend}",
                     d.calls.len()
                 )
             };
@@ -589,22 +671,27 @@ fn draw_table(f: &mut Frame, app: &App, area: Rect) {
     );
     if empty && table.height > 1 {
         let msg = if !st.filter.is_empty() {
-            "no rows match the filter"
+            "no rows match the filter".to_owned()
         } else {
             match app.view {
-                View::Calls => "no calls yet",
+                View::Calls if app.drill.is_none() => no_calls_reason(app),
+                View::Calls => "no calls yet".to_owned(),
                 View::Endpoints | View::Processes if app.shown().report.is_none() => {
-                    "waiting for the first interval"
+                    "waiting for the first interval".to_owned()
                 }
-                _ => "nothing to show yet",
+                _ => "nothing to show yet".to_owned(),
             }
         };
+        // The reason may take a few lines on a narrow screen.
         let r = Rect {
             y: table.y + 1,
-            height: 1,
+            height: (table.height - 1).min(3),
             ..table
         };
-        f.render_widget(Paragraph::new(format!("  {msg}")), r);
+        f.render_widget(
+            Paragraph::new(format!("  {msg}")).wrap(ratatui::widgets::Wrap { trim: false }),
+            r,
+        );
     }
 }
 
@@ -1321,6 +1408,7 @@ mod tests {
             cells,
             sort: Vec::new(),
             flag: Flag::None,
+            facets: Default::default(),
         })]
     }
 

@@ -11,8 +11,8 @@ use crate::clock::TimeZone;
 use crate::protocols::Outcome;
 use crate::session_meta::SessionMeta;
 
-/// A call at least this slow is marked `*`.
-pub const SLOW_NS: u64 = 50_000_000;
+/// A call at least this slow is marked `*` (and is `slow` to the filter).
+pub use crate::call_filter::SLOW_NS;
 
 #[derive(Debug, Clone)]
 pub struct CallEntry {
@@ -253,6 +253,53 @@ pub struct Row {
     pub cells: Vec<String>,
     pub sort: Vec<SortVal>,
     pub flag: Flag,
+    /// What the filter knows of the row's calls beyond its cells.
+    pub facets: Facets,
+}
+
+/// What a row says of its calls for the filter's `proto:`, `err`, `outcome:` and `loss`
+/// (`tui::filter`), whether or not a column shows it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Facets {
+    /// The names `proto:` takes for the row, lower case: protocols' names and their TLS labels
+    /// (`http`, `https`), a flow's transport (`tcp`, `udp`).
+    pub protocols: Vec<String>,
+    /// None: the row's view has no call outcomes (the kernel's flow table).
+    pub outcomes: Option<OutcomeFacets>,
+    /// Its count is marked `≥`: calls may be missing.
+    pub loss: bool,
+}
+
+/// Which outcomes a row's calls had.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct OutcomeFacets {
+    pub ok: bool,
+    pub server_errors: bool,
+    pub client_errors: bool,
+    pub unknown: bool,
+}
+
+impl OutcomeFacets {
+    pub fn of(calls: u64, server_errors: u64, client_errors: u64, unknown: u64) -> OutcomeFacets {
+        let failed_or_unknown = server_errors
+            .saturating_add(client_errors)
+            .saturating_add(unknown);
+        OutcomeFacets {
+            ok: calls > failed_or_unknown,
+            server_errors: server_errors > 0,
+            client_errors: client_errors > 0,
+            unknown: unknown > 0,
+        }
+    }
+}
+
+/// The names `proto:` takes for a protocol: its name, and over TLS its label too.
+pub fn protocol_names(proto: crate::protocols::Protocol, tls: bool) -> Vec<String> {
+    let mut names = vec![proto.name().to_owned()];
+    if tls {
+        names.push(l7_label(proto.name(), true));
+    }
+    names
 }
 
 /// A call's protocol as the Calls view shows it: over TLS, `https` for HTTP/1 and `+tls`
@@ -461,6 +508,8 @@ pub(crate) fn call_row(
             SortVal::Num((c.l7.req.bytes + c.l7.resp.bytes) as f64),
         ],
         flag,
+        // The Calls view filters the calls themselves (`CallFilter`), not their rows.
+        facets: Facets::default(),
     }
 }
 
@@ -497,6 +546,16 @@ pub(crate) fn endpoint_row(e: &EndpointSnapshot) -> Row {
             SortVal::Num(e.latency_max_ns as f64),
         ],
         flag,
+        facets: Facets {
+            protocols: protocol_names(e.proto, false),
+            outcomes: Some(OutcomeFacets::of(
+                e.calls,
+                e.server_errors,
+                e.client_errors,
+                e.unknown_outcomes,
+            )),
+            loss: e.conn_loss,
+        },
     }
 }
 
@@ -526,6 +585,16 @@ pub(crate) fn conn_row(c: &ConnEntry) -> Row {
             SortVal::Num(c.resp_bytes as f64),
         ],
         flag: error_flag(c.server_errors, c.client_errors),
+        facets: Facets {
+            protocols: protocol_names(c.proto, c.tls),
+            outcomes: Some(OutcomeFacets::of(
+                c.calls,
+                c.server_errors,
+                c.client_errors,
+                c.unknown_outcomes,
+            )),
+            loss: c.calls_after_loss > 0,
+        },
     }
 }
 
@@ -634,6 +703,19 @@ pub(crate) fn process_row(
             SortVal::Text(command),
         ],
         flag: error_flag(p.server_errors, p.client_errors),
+        facets: Facets {
+            protocols: crate::protocols::Protocol::all()
+                .filter(|proto| p.protocols.contains(*proto))
+                .map(|proto| proto.name().to_owned())
+                .collect(),
+            outcomes: Some(OutcomeFacets::of(
+                p.calls,
+                p.server_errors,
+                p.client_errors,
+                p.unknown_outcomes,
+            )),
+            loss: p.conn_loss,
+        },
     }
 }
 

@@ -39,6 +39,13 @@ pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
         proto: Protocol::Dns,
         name: "dns",
         resource: ResourceKind::DnsQuestion,
+        metrics: super::MetricNames {
+            server: "dns_server_duration_seconds",
+            client: "dns_lookup_duration_seconds",
+            system: None,
+            method: "dns_question_type",
+            resource: "dns_question_name",
+        },
     }],
     kernel_id: Some(4),
     datagrams: true,

@@ -28,6 +28,7 @@ pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
         proto: Protocol::Http,
         name: "http",
         resource: ResourceKind::UrlPath,
+        metrics: super::MetricNames::http("1.1"),
     }],
     kernel_id: Some(1),
     datagrams: false,
@@ -54,7 +55,8 @@ const METHODS: &[&[u8]] = &[
 ];
 /// Largest header block kept while waiting for its end; beyond it the message is damaged.
 const MAX_HEADER_BYTES: usize = 64 * 1024;
-/// Requests waiting for responses on one connection (deep pipelining beyond this is evicted).
+/// Requests waiting for responses on one connection before deeper pipelines draw on the
+/// shared budget (`matching::SHARED_PENDING_BYTES`).
 const MAX_PENDING: usize = 256;
 const MAX_ORPHANS: usize = 4;
 
@@ -201,6 +203,9 @@ pub struct Http1Parser {
     request_dir: Option<usize>,
     /// After `Upgrade: h2c` was agreed: the HTTP/2 parser the connection is handed to.
     h2: Option<Box<Http2Parser>>,
+    /// Answers still to come for requests dropped from a full `pending` (the oldest): they
+    /// come before the pending requests' and are skipped, framed without their method.
+    answers_to_skip: u64,
 }
 
 impl Http1Parser {
@@ -215,6 +220,7 @@ impl Http1Parser {
             seg_counter: 0,
             request_dir: None,
             h2: None,
+            answers_to_skip: 0,
         }
     }
 
@@ -265,6 +271,8 @@ impl Http1Parser {
         let n = self.pending.len() as u64;
         self.pending.drain().for_each(drop);
         stats.damaged_messages += n;
+        // Which answers are the dropped requests' is as unknowable now.
+        self.answers_to_skip = 0;
     }
 
     /// Completes an open-ended message (end not visible) at its last seen syscall.
@@ -332,7 +340,7 @@ impl Http1Parser {
                     }
                     _ => (MessageSpan::default(), false),
                 };
-                self.pending.push(Request {
+                let dropped = self.pending.push_or_drop(Request {
                     id,
                     method,
                     resource,
@@ -345,6 +353,10 @@ impl Http1Parser {
                     h2c: head.h2c,
                     head_len: head.len as u64,
                 });
+                if dropped.is_some() {
+                    stats.pending_dropped += 1;
+                    self.answers_to_skip += 1;
+                }
                 // An open-ended response in the other direction ends where a new request starts.
                 let other = 1 - d;
                 if self.dirs[other].state == State::Lost {
@@ -375,7 +387,11 @@ impl Http1Parser {
                     ds.state = State::Start;
                     return;
                 }
-                let req_method = self.pending.front().map(|r| r.method.as_str());
+                let req_method = if self.answers_to_skip > 0 {
+                    None // a dropped request's: its method is gone
+                } else {
+                    self.pending.front().map(|r| r.method.as_str())
+                };
                 let no_body = req_method == Some("HEAD")
                     || status == 204
                     || status == 304
@@ -471,7 +487,10 @@ impl Http1Parser {
                     .pending
                     .front()
                     .is_some_and(|r| r.complete && resp.span.last_end_ns < r.span.first_start_ns);
-                let req = if before_request {
+                // A dropped request's answer (counted in `pending_dropped`) pairs with none.
+                let dropped_answer = self.answers_to_skip > 0;
+                self.answers_to_skip = self.answers_to_skip.saturating_sub(1);
+                let req = if before_request || dropped_answer {
                     None
                 } else {
                     self.pending.pop()
@@ -502,6 +521,7 @@ impl Http1Parser {
                         self.h2 = Some(Box::new(Http2Parser::after_upgrade(&cfg, client, upgrade)));
                     }
                     Some(req) => self.emit(1 - d, req, resp, inferred, out),
+                    None if dropped_answer => {}
                     None => {
                         if self.orphans.len() >= MAX_ORPHANS {
                             self.orphans.pop_front();

@@ -596,3 +596,66 @@ fn each_messages_own_version_when_they_differ() {
         .iter()
         .all(|(n, _)| !n.ends_with("_version")));
 }
+
+/// A pipeline far deeper than the connection's own depth pairs exactly: the deeper requests
+/// draw on the shared budget (issue 43: depth follows memory).
+#[test]
+fn a_pipeline_ten_times_the_depth_pairs_exactly() {
+    let mut d = Driver::new();
+    let n = MAX_PENDING * 10;
+    let reqs: Vec<u8> = (0..n)
+        .flat_map(|i| format!("GET /{i} HTTP/1.1\r\nHost: x\r\n\r\n").into_bytes())
+        .collect();
+    for chunk in reqs.chunks(6000) {
+        d.seg(OUT, chunk);
+    }
+    let status = |i: usize| if i.is_multiple_of(3) { 404 } else { 200 };
+    let resps: Vec<u8> = (0..n)
+        .flat_map(|i| format!("HTTP/1.1 {} X\r\nContent-Length: 0\r\n\r\n", status(i)).into_bytes())
+        .collect();
+    for chunk in resps.chunks(9000) {
+        d.seg(IN, chunk);
+    }
+    assert_eq!(d.calls.len(), n);
+    for (i, c) in d.calls.iter().enumerate() {
+        assert_eq!(
+            (c.resource.as_str(), c.status),
+            (&*format!("/{i}"), Some(status(i)))
+        );
+    }
+    assert_eq!(d.stats.pending_dropped, 0);
+}
+
+/// With the depth and the shared budget spent, the oldest requests are dropped and counted,
+/// and their answers — which come first, a HEAD's without its body — pair with no other
+/// request: the requests kept get their own answers.
+#[test]
+fn dropped_requests_answers_pair_with_no_other_request() {
+    static NO_BUDGET: crate::protocols::matching::SharedBudget =
+        crate::protocols::matching::SharedBudget::new(0);
+    let mut d = Driver::new();
+    d.p.pending = InOrder::with_budget(4, &NO_BUDGET);
+    let method = |i: usize| if i == 1 { "HEAD" } else { "GET" };
+    for i in 0..10 {
+        d.seg(
+            OUT,
+            format!("{} /{i} HTTP/1.1\r\n\r\n", method(i)).as_bytes(),
+        );
+    }
+    for i in 0..10 {
+        // A HEAD's answer names the length of the body it does not send.
+        let body = if method(i) == "HEAD" { "" } else { "abc" };
+        let head = format!("HTTP/1.1 {} X\r\nContent-Length: 3\r\n\r\n{body}", 400 + i);
+        d.seg(IN, head.as_bytes());
+    }
+    let got: Vec<_> = d
+        .calls
+        .iter()
+        .map(|c| (c.resource.clone(), c.status))
+        .collect();
+    let want: Vec<_> = (6..10)
+        .map(|i| (format!("/{i}"), Some(400 + i as u32)))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(d.stats.pending_dropped, 6);
+}

@@ -48,12 +48,20 @@ pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
             proto: Protocol::Http2,
             name: "http2",
             resource: ResourceKind::UrlPath,
+            metrics: super::MetricNames::http("2"),
         },
         // gRPC is HTTP/2 to the kernel: its calls are told apart per stream.
         CallKind {
             proto: Protocol::Grpc,
             name: "grpc",
             resource: ResourceKind::RpcMethod,
+            metrics: super::MetricNames {
+                server: "rpc_server_duration_seconds",
+                client: "rpc_client_duration_seconds",
+                system: Some(("rpc_system", "grpc")),
+                method: "http_request_method",
+                resource: "rpc_method",
+            },
         },
     ],
     kernel_id: Some(7),

@@ -45,6 +45,7 @@ pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
         proto: Protocol::Memcached,
         name: "memcached",
         resource: ResourceKind::Command,
+        metrics: super::MetricNames::database("memcached"),
     }],
     kernel_id: Some(3),
     datagrams: false,

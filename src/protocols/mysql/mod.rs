@@ -61,6 +61,7 @@ pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
         proto: Protocol::Mysql,
         name: "mysql",
         resource: ResourceKind::Sql,
+        metrics: super::MetricNames::database("mysql"),
     }],
     kernel_id: Some(6),
     datagrams: false,

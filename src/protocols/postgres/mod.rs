@@ -66,6 +66,7 @@ pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
         proto: Protocol::Postgres,
         name: "postgres",
         resource: ResourceKind::Sql,
+        metrics: super::MetricNames::database("postgresql"),
     }],
     kernel_id: Some(5),
     datagrams: false,

@@ -46,6 +46,7 @@ pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
         proto: Protocol::Redis,
         name: "redis",
         resource: ResourceKind::Command,
+        metrics: super::MetricNames::database("redis"),
     }],
     kernel_id: Some(2),
     datagrams: false,

@@ -1,0 +1,95 @@
+//! A sink with exporters beside it (`--prometheus`): everything goes to the sink as it
+//! would without them; the exporters get each interval's aggregates, never raw calls.
+
+use std::io;
+
+use super::{call_line, Loss, Sink, TlsStart, Warning};
+use crate::aggregate::RowRef;
+use crate::call::Call;
+use crate::procinfo::ProcInfo;
+use crate::report::IntervalReport;
+use crate::session_meta::SessionMeta;
+use crate::summary::Summary;
+
+use super::prometheus::PrometheusExporter;
+
+pub struct Exporting<S> {
+    sink: S,
+    prometheus: Option<PrometheusExporter>,
+}
+
+impl<S: Sink> Exporting<S> {
+    /// `prometheus`: None passes everything straight through.
+    pub fn new(sink: S, prometheus: Option<PrometheusExporter>) -> Self {
+        Exporting { sink, prometheus }
+    }
+
+    fn export(&mut self, report: &IntervalReport) {
+        if let Some(p) = self.prometheus.as_mut() {
+            p.update(report);
+        }
+    }
+}
+
+impl<S: Sink> Sink for Exporting<S> {
+    fn meta(&mut self, meta: &SessionMeta) -> io::Result<()> {
+        self.sink.meta(meta)
+    }
+    fn tls_started(&mut self, mono_ns: u64, start: &TlsStart) -> io::Result<()> {
+        self.sink.tls_started(mono_ns, start)
+    }
+    fn process(&mut self, info: &ProcInfo) -> io::Result<()> {
+        self.sink.process(info)
+    }
+    fn call(&mut self, call: &Call) -> io::Result<()> {
+        self.sink.call(call)
+    }
+    fn call_owned(&mut self, call: Call) -> io::Result<()> {
+        self.sink.call_owned(call)
+    }
+    fn call_in(&mut self, call: &Call, row: RowRef) -> io::Result<()> {
+        self.sink.call_in(call, row)
+    }
+    fn call_owned_in(&mut self, call: Call, row: RowRef) -> io::Result<()> {
+        self.sink.call_owned_in(call, row)
+    }
+    fn wants_windows(&self) -> bool {
+        // The exporters read the since-start rows and their latency bins.
+        self.prometheus.is_some() || self.sink.wants_windows()
+    }
+    fn keeps_calls(&self) -> bool {
+        self.sink.keeps_calls()
+    }
+    fn call_formatter(&self) -> Option<call_line::CallFormatter> {
+        self.sink.call_formatter()
+    }
+    fn call_formatted(&mut self, call: &Call, line: &[u8]) -> io::Result<()> {
+        self.sink.call_formatted(call, line)
+    }
+    fn process_exit(&mut self, exit: &crate::process_events::ProcessExit) -> io::Result<()> {
+        self.sink.process_exit(exit)
+    }
+    fn lost(&mut self, mono_ns: u64, loss: &Loss) -> io::Result<()> {
+        self.sink.lost(mono_ns, loss)
+    }
+    fn interval(&mut self, report: &IntervalReport) -> io::Result<()> {
+        self.export(report);
+        self.sink.interval(report)
+    }
+    fn interval_owned(&mut self, report: IntervalReport) -> io::Result<()> {
+        self.export(&report);
+        self.sink.interval_owned(report)
+    }
+    fn flow_part(&mut self, part: crate::flows::FlowReport) -> io::Result<()> {
+        self.sink.flow_part(part)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.sink.flush()
+    }
+    fn summary(&mut self, summary: &Summary) -> io::Result<()> {
+        self.sink.summary(summary)
+    }
+    fn warning(&mut self, mono_ns: u64, warning: &Warning) -> io::Result<()> {
+        self.sink.warning(mono_ns, warning)
+    }
+}
