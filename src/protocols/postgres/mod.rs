@@ -80,7 +80,8 @@ pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
     }],
 };
 
-/// Expectations waiting for the server on one connection (deeper pipelining is evicted).
+/// Expectations waiting for the server on one connection before it draws on the shared budget
+/// (`matching::SHARED_PENDING_BYTES`).
 const MAX_PENDING: usize = 1024;
 /// Body bytes of a message kept for parsing; the rest is skipped by count.
 const MAX_KEEP: usize = 8 * 1024;
@@ -583,12 +584,20 @@ impl PostgresParser {
             self.pending.back(),
             Some(Expect::Unseen { after_ns: NEVER })
         );
-        if never || self.pending.len() + 1 >= MAX_PENDING {
-            if matches!(e, Expect::Query(_) | Expect::Execute(_)) {
+        let is_call = |e: &Expect| matches!(e, Expect::Query(_) | Expect::Execute(_));
+        if never {
+            if is_call(&e) {
                 stats.damaged_messages += 1;
             }
-            if !never {
-                self.pending.push(Expect::Unseen { after_ns: NEVER });
+            return;
+        }
+        if self.pending.is_full() {
+            // No room for a marker either: the newest entry becomes one (pushing would evict
+            // the oldest); both requests are counted.
+            let back_is_call = self.pending.back().is_some_and(is_call);
+            stats.pending_dropped += u64::from(is_call(&e)) + u64::from(back_is_call);
+            if let Some(back) = self.pending.back_mut() {
+                *back = Expect::Unseen { after_ns: NEVER };
             }
             return;
         }
