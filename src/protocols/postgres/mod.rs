@@ -585,6 +585,16 @@ impl PostgresParser {
             Some(Expect::Unseen { after_ns: NEVER })
         );
         let is_call = |e: &Expect| matches!(e, Expect::Query(_) | Expect::Execute(_));
+        if self.unaligned
+            && !matches!(e, Expect::Startup { .. })
+            && matches!(self.pending.front(), Some(Expect::Startup { .. }))
+        {
+            // A client sends its first request only once startup's ReadyForQuery has come:
+            // the startup burst whose end went unseen (beyond the snaplen) is over, and with
+            // nothing else pending what the server sends next answers this request.
+            self.pending.pop();
+            self.unaligned = !self.pending.is_empty();
+        }
         if never {
             if is_call(&e) {
                 stats.damaged_messages += 1;
@@ -2384,5 +2394,32 @@ mod tests {
         assert_eq!(sql_keyword(""), "QUERY");
         assert_eq!(tag_rows("INSERT 0 3"), Some(3));
         assert_eq!(tag_rows("BEGIN"), None);
+    }
+
+    #[test]
+    fn a_startup_burst_beyond_the_snaplen_leaves_the_first_query_paired() {
+        // The server's startup burst (ParameterStatus messages) in one write captured 256
+        // bytes: its ReadyForQuery unseen. The client's first query proves it came (a client
+        // waits for it), so what the server sends next answers that query.
+        let mut burst = vec![msg(b'R', &0u32.to_be_bytes())];
+        for i in 0..20 {
+            let name = format!("param{i}");
+            burst.push(msg(b'S', &cs(&[name.as_bytes(), b"some value"])));
+        }
+        burst.push(msg(b'K', &[0, 0, 0, 1, 0, 0, 0, 2]));
+        burst.push(msg(b'Z', b"I"));
+        let burst = burst.concat();
+        let mut d = Driver::new();
+        d.seg(OUT, &startup())
+            .seg_cut(IN, &burst[..256], burst.len() as u64)
+            .seg(OUT, &q("SELECT 1"))
+            .seg(IN, &result_set(1, 1))
+            .close();
+        assert_eq!(d.summary(), vec![s("SELECT", "SELECT 1", None, Some("1"))]);
+        assert_eq!(d.calls[0].outcome, Outcome::Ok);
+        assert_eq!(
+            (d.stats.damaged_messages, d.stats.unanswered_requests),
+            (0, 0)
+        );
     }
 }
