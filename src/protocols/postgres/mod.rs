@@ -39,8 +39,12 @@
 //! Large results: rows in writes longer than the snaplen hide their headers. The server's place
 //! is then lost inside a response whose request is known, so its bytes still count into it and
 //! what is captured is searched for the ReadyForQuery that ends it (with the CommandComplete
-//! before it, for the row count); if that end too lies beyond the snaplen, the call ends where
-//! the reply to the client's next request starts, or at the close (`end_inferred`).
+//! before it, for the row count); if that end too lies beyond the snaplen, the call ends when
+//! the client sends its next request while waiting for that response alone, or at the close
+//! (`end_inferred`, outcome `unknown`, no rows), and framing resumes at the next server segment
+//! that starts like a reply's first message. With more requests pending when the place was
+//! lost (pipelined), the unseen bytes may end any of them: none is paired until a
+//! ReadyForQuery can only end one request.
 //!
 //! Pairing is in order: each frontend message that gets an answer (Parse, Bind, Describe,
 //! Execute, Close, Sync, Query, FunctionCall, startup) queues an expectation; backend messages
@@ -497,6 +501,10 @@ pub enum PgSt {
     /// beyond the snaplen: rows of a large result): its bytes still count into that response,
     /// and what is captured is searched for the response's end (ReadyForQuery).
     SeekEnd,
+    /// The server's place lost inside a response whose end went unseen, and that response
+    /// over (the client sent its next request while waiting for it alone): framing resumes
+    /// at the next segment that starts with a plausible reply's first message.
+    SeekStart,
 }
 
 /// Header bytes read before the first look: a type byte and the length (8 for an untyped
@@ -1234,7 +1242,26 @@ impl Framer for PostgresParser {
         match self.is_frontend(d) {
             Some(true) => {
                 let at_ns = self.streams.dirs[d].acc.span.map_or(0, |s| s.last_start_ns);
-                self.frontend_message(d, ty, body, at_ns, stats)
+                let sd = 1 - d;
+                let alone = self.streams.dirs[sd].st == St::Proto(PgSt::SeekEnd)
+                    && !self.request_after_call_in_progress()
+                    && !self
+                        .pending
+                        .iter()
+                        .any(|e| matches!(e, Expect::Unseen { .. }));
+                self.frontend_message(d, ty, body, at_ns, stats);
+                if alone && self.request_after_call_in_progress() {
+                    // A response whose end was out of sight ends, at the latest, when the
+                    // client sends its next request while waiting for it alone (as
+                    // Memcached's): its status unseen, the call is `unknown`, its end
+                    // inferred. With more pending when the place was lost, the unseen bytes
+                    // may end any of them: none is paired (`seek_end`).
+                    self.end_unseen(sd, out, stats);
+                    let ds = &mut self.streams.dirs[sd];
+                    ds.st = St::Proto(PgSt::SeekStart);
+                    ds.clear(HEADER);
+                    ds.acc = BytesSince::default();
+                }
             }
             Some(false) => self.backend_message(d, ty, body, out, stats),
             // Direction unknown (picked up in the middle of a session): framing only.
@@ -1280,7 +1307,7 @@ impl Framer for PostgresParser {
         _out: &mut Vec<L7Call>,
         stats: &mut ParseStats,
     ) -> usize {
-        if s == PgSt::SeekEnd {
+        if matches!(s, PgSt::SeekEnd | PgSt::SeekStart) {
             stats.skipped(data.len() as u64);
             return data.len();
         }
@@ -1312,6 +1339,7 @@ impl Framer for PostgresParser {
     ) -> Option<usize> {
         match s {
             PgSt::SeekEnd => self.seek_end(d, seg, out, stats),
+            PgSt::SeekStart => self.seek_start(d, seg, stats),
             PgSt::EncryptionAnswer => Some(0),
         }
     }
@@ -1325,7 +1353,7 @@ impl Framer for PostgresParser {
         stats: &mut ParseStats,
     ) {
         match s {
-            PgSt::SeekEnd => stats.skipped(n),
+            PgSt::SeekEnd | PgSt::SeekStart => stats.skipped(n),
             PgSt::EncryptionAnswer => framing::unseen(self, d, n, out, stats),
         }
     }
@@ -1399,6 +1427,28 @@ impl PostgresParser {
         ds.acc.touch(self.streams.seg_id, seg);
         ds.acc.add(seg.total_len);
         stats.skipped(seg.total_len);
+        None
+    }
+
+    /// A server segment once the response whose end went unseen is over (`PgSt::SeekStart`):
+    /// framing resumes where a segment starts with a plausible first message of a reply (not
+    /// a row or COPY data, which only continue one). Bytes before it are skipped (counted):
+    /// part of a reply went unseen, so replies are paired again only once a ReadyForQuery can
+    /// end one request alone ([`Self::ready_unpaired`]).
+    fn seek_start(&mut self, d: usize, seg: &Segment, stats: &mut ParseStats) -> Option<usize> {
+        let starts_reply = !matches!(seg.payload.first(), Some(b'D' | b'd' | b'c'))
+            && plausible_start(seg.payload, Some(false));
+        if starts_reply {
+            let ds = &mut self.streams.dirs[d];
+            ds.st = St::Header;
+            ds.clear(HEADER);
+            ds.acc = BytesSince::default();
+            return Some(0);
+        }
+        stats.skipped(seg.total_len);
+        if !self.pending.is_empty() {
+            self.unaligned = true;
+        }
         None
     }
 
@@ -2150,19 +2200,70 @@ mod tests {
     }
 
     #[test]
-    fn a_response_end_beyond_the_snaplen_with_the_next_request_sent_pairs_nothing() {
-        // The whole response in one write captured 100 bytes, the client's next query sent:
-        // the next segment may be the rest of that response or the next one's (a pipelining
-        // client): seen from the client, no ReadyForQuery after it can be told apart, so no
-        // call is made and each is counted.
+    fn a_response_end_beyond_the_snaplen_ends_when_the_next_request_is_sent_alone() {
+        // The whole response in one write captured 100 bytes, then the client's next query:
+        // sent while waiting for that response alone, it ends it (its end inferred, its
+        // status unseen: unknown, no rows) and the next reply pairs. Both views.
         let resp = result_set(20, 100);
+        for (client, server) in [(OUT, IN), (IN, OUT)] {
+            let mut d = Driver::new();
+            d.seg(client, &q("SELECT a"))
+                .seg_cut(server, &resp[..100], resp.len() as u64)
+                .seg(client, &q("SELECT b"))
+                .seg(server, &result_set(2, 3))
+                .seg(client, &q("SELECT c"))
+                .seg_cut(server, &resp[..100], resp.len() as u64)
+                .close();
+            assert_eq!(
+                d.summary(),
+                vec![
+                    s("SELECT", "SELECT a", None, None),
+                    s("SELECT", "SELECT b", None, Some("2")),
+                    s("SELECT", "SELECT c", None, None),
+                ]
+            );
+            for i in [0, 2] {
+                assert!(d.calls[i].end_inferred);
+                assert_eq!(d.calls[i].outcome, Outcome::Unknown);
+                assert_eq!(d.calls[i].resp.bytes, resp.len() as u64);
+            }
+            assert!(!d.calls[1].end_inferred);
+            assert_eq!(d.calls[1].outcome, Outcome::Ok);
+            assert_eq!(d.stats.inferred_ends, 2);
+            assert_eq!(
+                (d.stats.damaged_messages, d.stats.unmatched_responses),
+                (0, 0)
+            );
+        }
+        // The next reply's start unseen too: bytes up to a plausible reply start are skipped,
+        // and that reply (part of it unseen) is not paired: counted.
         let mut d = Driver::new();
+        let next = result_set(2, 3);
         d.seg(OUT, &q("SELECT a"))
             .seg_cut(IN, &resp[..100], resp.len() as u64)
             .seg(OUT, &q("SELECT b"))
-            .seg(IN, &result_set(2, 3))
+            .seg(IN, &next[3..next.len() - 20])
+            .seg(IN, &next[next.len() - 20..])
             .seg(OUT, &q("SELECT c"))
+            .seg(IN, &result_set(1, 3))
+            .close();
+        assert_eq!(
+            d.summary(),
+            vec![
+                s("SELECT", "SELECT a", None, None),
+                s("SELECT", "SELECT c", None, Some("1")),
+            ]
+        );
+        assert_eq!(d.stats.damaged_messages, 1);
+        // More than one request pending when the place was lost (a pipelining client): the
+        // unseen bytes may end either: nothing is paired until a ReadyForQuery can end one
+        // request alone, and each is counted.
+        let mut d = Driver::new();
+        d.seg(OUT, &[q("SELECT a"), q("SELECT b")].concat())
             .seg_cut(IN, &resp[..100], resp.len() as u64)
+            .seg(OUT, &q("SELECT c"))
+            .seg(IN, &result_set(2, 3))
+            .seg(IN, &result_set(2, 3))
             .close();
         assert!(d.calls.is_empty(), "{:?}", d.summary());
         assert_eq!(d.stats.damaged_messages + d.stats.unanswered_requests, 3);
