@@ -199,22 +199,24 @@ fn perl_server_side_prepared_statements() {
 }
 
 /// Cut at 64 bytes a syscall, long statements lose their tails and a result set written in one
-/// syscall its later headers (the server's stream resyncs at the next response, the call's end
-/// inferred), but every call is made, with its SQL's start.
+/// syscall its later headers (the server's stream resyncs at the next response): a call whose
+/// response ended out of sight is counted, not made; every call made is one of the uncut run,
+/// in order, with its SQL's start and its status (or `unknown`).
 #[test]
-fn small_snaplen_keeps_every_call() {
-    for (name, n) in [
-        ("mariadb_cli.seg", 10),
-        ("mysqlslap.seg", 20),
-        ("perl_prepared.seg", 17),
-    ] {
+fn small_snaplen_makes_or_counts_every_call() {
+    for name in ["mariadb_cli.seg", "mysqlslap.seg", "perl_prepared.seg"] {
         let (calls, summary) = run(&load(name), Some(64));
-        assert_eq!(calls.len(), n, "{name}");
         let full = run(&load(name), None).0;
-        for (cut, whole) in calls.iter().zip(&full) {
-            assert!(whole.l7.resource.starts_with(&cut.l7.resource), "{name}");
-            assert!(cut.l7.end_inferred || cut.l7.status_text == whole.l7.status_text);
+        let mut wholes = full.iter();
+        for cut in &calls {
+            let unknown = cut.l7.outcome == Outcome::Unknown;
+            let found = wholes.any(|w| {
+                w.l7.resource.starts_with(&cut.l7.resource)
+                    && (unknown || cut.l7.status_text == w.l7.status_text)
+            });
+            assert!(found, "{name}: {:?} is no call of the uncut run", cut.l7);
         }
-        assert_eq!(summary.parse.unmatched_responses, 0, "{name}");
+        let dropped = (full.len() - calls.len()) as u64;
+        assert!(summary.parse.damaged_messages >= dropped, "{name}");
     }
 }

@@ -39,8 +39,12 @@
 //! Large results: rows in writes longer than the snaplen hide their headers. The server's place
 //! is then lost inside a response whose request is known, so its bytes still count into it and
 //! what is captured is searched for the ReadyForQuery that ends it (with the CommandComplete
-//! before it, for the row count); if that end too lies beyond the snaplen, the call ends where
-//! the reply to the client's next request starts, or at the close (`end_inferred`).
+//! before it, for the row count); if that end too lies beyond the snaplen, the call ends when
+//! the client sends its next request while waiting for that response alone, or at the close
+//! (`end_inferred`, outcome `unknown`, no rows), and framing resumes at the next server segment
+//! that starts like a reply's first message. With more requests pending when the place was
+//! lost (pipelined), the unseen bytes may end any of them: none is paired until a
+//! ReadyForQuery can only end one request.
 //!
 //! Pairing is in order: each frontend message that gets an answer (Parse, Bind, Describe,
 //! Execute, Close, Sync, Query, FunctionCall, startup) queues an expectation; backend messages
@@ -80,7 +84,8 @@ pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
     }],
 };
 
-/// Expectations waiting for the server on one connection (deeper pipelining is evicted).
+/// Expectations waiting for the server on one connection before it draws on the shared budget
+/// (`matching::SHARED_PENDING_BYTES`).
 const MAX_PENDING: usize = 1024;
 /// Body bytes of a message kept for parsing; the rest is skipped by count.
 const MAX_KEEP: usize = 8 * 1024;
@@ -98,6 +103,8 @@ const PROTOCOL_3_0: u32 = 0x0003_0000;
 const SSL_REQUEST: u32 = 80877103;
 const GSSENC_REQUEST: u32 = 80877104;
 const CANCEL_REQUEST: u32 = 80877102;
+/// [`Expect::Unseen`]'s `after_ns` when what follows the unseen messages is never paired.
+const NEVER: u64 = u64::MAX;
 
 /// Message types a client sends.
 const FRONTEND_TYPES: &[u8] = b"QPBEDCHSFXdcfp";
@@ -245,6 +252,11 @@ pub(crate) fn sql_keyword(sql: &str) -> String {
     }
 }
 
+/// A CommandComplete's tag, if captured whole (a tag cut by the snaplen may have lost digits).
+fn whole_tag(body: &[u8]) -> Option<String> {
+    cstr(body, &mut 0).map(|t| lossy(t, 64))
+}
+
 /// `SELECT 7`, `INSERT 0 3`, `UPDATE 3` → the row count (the tag's last number), if any.
 fn tag_rows(tag: &str) -> Option<u64> {
     let last = tag.rsplit(' ').next()?;
@@ -278,7 +290,11 @@ pub(crate) fn lossy(b: &[u8], max: usize) -> String {
     s.trim_end_matches('\u{fffd}').to_owned()
 }
 
-/// ErrorResponse fields: (SQLSTATE, severity, message).
+/// The status text of an error whose SQLSTATE went unseen: an error of unknown class.
+const UNSEEN_SQLSTATE: &str = "ERROR";
+
+/// ErrorResponse fields: (SQLSTATE, severity, message); the SQLSTATE is `ERROR` when it was
+/// not seen (beyond the snaplen), and the call's outcome then unknown ([`sqlstate_known`]).
 fn error_fields(body: &[u8]) -> (String, String, String) {
     let (mut code, mut sev, mut sev_v, mut msg) = (String::new(), String::new(), None, None);
     let mut at = 0;
@@ -295,7 +311,7 @@ fn error_fields(body: &[u8]) -> (String, String, String) {
         }
     }
     if code.is_empty() {
-        code = "ERROR".to_owned();
+        code = UNSEEN_SQLSTATE.to_owned();
     }
     (code, sev_v.unwrap_or(sev), msg.unwrap_or_default())
 }
@@ -306,8 +322,11 @@ fn error_fields(body: &[u8]) -> (String, String, String) {
 /// What a frontend message waits for.
 #[derive(Debug)]
 enum Expect {
-    /// Startup (or an SSL/GSS request) until the first ReadyForQuery or error.
-    Startup,
+    /// Startup (or an SSL/GSS request) until the first ReadyForQuery or error; `at_ns`: when
+    /// the read that completed it began (as for Sync and FunctionCall).
+    Startup {
+        at_ns: u64,
+    },
     /// SSLRequest/GSSENCRequest: one bare byte.
     EncryptionAnswer,
     Parse {
@@ -327,9 +346,38 @@ enum Expect {
     },
     Close,
     Execute(Box<Query>),
-    Sync,
+    Sync {
+        at_ns: u64,
+    },
     Query(Box<Query>),
-    FunctionCall,
+    FunctionCall {
+        at_ns: u64,
+    },
+    /// Client messages went unseen here (lost, or beyond the snaplen): how many, and so how
+    /// many replies are theirs, is unknown. `after_ns`: when the first request seen after them
+    /// began (0: none yet).
+    Unseen {
+        after_ns: u64,
+    },
+}
+
+impl Expect {
+    /// Does the server end its answer to this message with a ReadyForQuery?
+    fn awaits_ready(&self) -> bool {
+        self.read_at().is_some()
+    }
+
+    /// For a message the server ends its answer to with a ReadyForQuery: when the read that
+    /// completed it began.
+    fn read_at(&self) -> Option<u64> {
+        match self {
+            Expect::Startup { at_ns } | Expect::Sync { at_ns } | Expect::FunctionCall { at_ns } => {
+                Some(*at_ns)
+            }
+            Expect::Query(q) => Some(q.req.last_start_ns),
+            _ => None,
+        }
+    }
 }
 
 /// A call in the making.
@@ -349,6 +397,16 @@ struct Query {
     tag: Option<String>,
     error: Option<(String, String, String)>,
     suspended: bool,
+    /// Some of its response's messages went unseen (headers beyond the snaplen).
+    partial: bool,
+    /// The message that ends its response's last result (CommandComplete, EmptyQueryResponse,
+    /// ErrorResponse) was seen since any part of the response went unseen.
+    last_result_seen: bool,
+    /// A row count it reported was not seen whole.
+    rows_unknown: bool,
+    /// Simple query: its SQL, seen whole, has no `;` but at its end (one statement, one
+    /// result).
+    single_statement: bool,
 }
 
 impl Query {
@@ -372,8 +430,66 @@ impl Query {
             tag: None,
             error: None,
             suspended: false,
+            partial: false,
+            last_result_seen: false,
+            rows_unknown: false,
+            single_statement: false,
         }
     }
+
+    /// Its response's rest goes unseen from here (a header beyond the snaplen).
+    fn lose_part(&mut self) {
+        self.partial = true;
+        self.last_result_seen = false;
+        self.truncated = true;
+    }
+
+    /// A result of this call ended (CommandComplete with `tag`, None: EmptyQueryResponse).
+    fn result(&mut self, tag: Option<Option<String>>) {
+        self.last_result_seen = true;
+        match tag {
+            Some(Some(tag)) => {
+                if self.simple {
+                    self.rows += tag_rows(&tag).unwrap_or(0);
+                } else {
+                    match tag_rows(&tag) {
+                        Some(n) => self.rows = n,
+                        // A tag without a count: the rows seen, if all were.
+                        None if self.partial => self.rows_unknown = true,
+                        None => self.rows = self.data_rows,
+                    }
+                }
+                self.tag = Some(tag);
+            }
+            Some(None) => self.rows_unknown = true,
+            None => {}
+        }
+    }
+
+    /// Its outcome: an error's class, unknown when its SQLSTATE or the end of its last result
+    /// went unseen (an error stops a simple query's run, so it is the last result).
+    fn outcome(&self, end_inferred: bool) -> Outcome {
+        match &self.error {
+            Some((code, _, _)) if code == UNSEEN_SQLSTATE => Outcome::Unknown,
+            Some((code, _, _)) => sqlstate_outcome(code),
+            None if end_inferred || (self.partial && !self.last_result_seen) => Outcome::Unknown,
+            None => Outcome::Ok,
+        }
+    }
+
+    /// Whether its `rows` (and a simple query's `statements`) are exact: every result seen, or
+    /// the one result of a single statement.
+    fn rows_known(&self) -> bool {
+        !self.rows_unknown && (!self.partial || !self.simple || self.single_statement)
+    }
+}
+
+/// Is `sql` (seen whole) one statement: no `;` but trailing ones? A `;` inside a literal or
+/// comment only makes it count as several (rows then unreported when results go unseen).
+fn one_statement(sql: &[u8]) -> bool {
+    let text = sql.trim_ascii_end();
+    let text = text.strip_suffix(b";").unwrap_or(text);
+    !text.contains(&b';')
 }
 
 /// PostgreSQL's states of its own between messages ([`St::Proto`]).
@@ -385,6 +501,10 @@ pub enum PgSt {
     /// beyond the snaplen: rows of a large result): its bytes still count into that response,
     /// and what is captured is searched for the response's end (ReadyForQuery).
     SeekEnd,
+    /// The server's place lost inside a response whose end went unseen, and that response
+    /// over (the client sent its next request while waiting for it alone): framing resumes
+    /// at the next segment that starts with a plausible reply's first message.
+    SeekStart,
 }
 
 /// Header bytes read before the first look: a type byte and the length (8 for an untyped
@@ -409,6 +529,9 @@ pub struct PostgresParser {
     encrypted: bool,
     /// Skipping the client's messages until Sync after an error (the server does).
     skipping_to_sync: bool,
+    /// The server's place among its replies is lost (bytes of it lost or unparsable): no reply
+    /// is paired until a ReadyForQuery can only end one request ([`Self::ready_unpaired`]).
+    unaligned: bool,
 }
 
 impl PostgresParser {
@@ -423,6 +546,7 @@ impl PostgresParser {
             portals: HashMap::new(),
             encrypted: false,
             skipping_to_sync: false,
+            unaligned: false,
         }
     }
 
@@ -435,26 +559,159 @@ impl PostgresParser {
         stats.damaged_messages += self.pending.len() as u64;
         self.pending.drain().for_each(drop);
         self.skipping_to_sync = false;
-        for ds in &mut self.streams.dirs {
-            ds.lost_with = 0;
+        self.unaligned = false;
+    }
+
+    /// Does the traced process receive the requests (a server)? A PostgreSQL backend reads
+    /// only when it has no whole message left, and flushes its replies at every
+    /// ReadyForQuery: what it writes after a read began answers that read's messages or
+    /// later ones, never earlier ones.
+    fn server_side(&self) -> bool {
+        self.frontend == Some(Direction::Ingress.index())
+    }
+
+    /// Client messages went unseen: the replies to the requests before them still pair in
+    /// order; those after them only once the unseen ones are provably answered
+    /// ([`Expect::Unseen`]). Seen from the client, that is never (how many requests were
+    /// lost, and so how many replies are theirs, is unknown): its requests are no longer
+    /// paired on this connection, and counted.
+    fn client_unseen(&mut self) {
+        self.skipping_to_sync = false;
+        if !matches!(self.pending.back(), Some(Expect::Unseen { .. })) {
+            let after_ns = if self.server_side() { 0 } else { NEVER };
+            self.pending.push(Expect::Unseen { after_ns });
         }
     }
 
-    /// The server's side came back after a loss: what it was answering when it lost its
-    /// place ended somewhere out of sight.
-    fn resync_server(&mut self, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
-        let n = std::mem::take(&mut self.streams.dirs[d].lost_with);
-        for _ in 0..n {
-            match self.pending.pop() {
-                Some(Expect::Query(q) | Expect::Execute(q)) => {
-                    stats.inferred_ends += 1;
-                    self.emit(*q, true, out);
-                }
-                Some(_) => {}
-                None => break,
+    /// Queues what a client message waits for (`at_ns`: when the read that completed it
+    /// began). Behind unseen messages that can never be told apart from it, or when the queue
+    /// is full (an evicted request would shift every reply onto the next), it is counted and
+    /// no call is made of it.
+    fn expect(&mut self, e: Expect, at_ns: u64, stats: &mut ParseStats) {
+        let never = matches!(
+            self.pending.back(),
+            Some(Expect::Unseen { after_ns: NEVER })
+        );
+        let is_call = |e: &Expect| matches!(e, Expect::Query(_) | Expect::Execute(_));
+        if self.unaligned
+            && !matches!(e, Expect::Startup { .. })
+            && matches!(self.pending.front(), Some(Expect::Startup { .. }))
+        {
+            // A client sends its first request only once startup's ReadyForQuery has come:
+            // the startup burst whose end went unseen (beyond the snaplen) is over, and with
+            // nothing else pending what the server sends next answers this request.
+            self.pending.pop();
+            self.unaligned = !self.pending.is_empty();
+        }
+        if never {
+            if is_call(&e) {
+                stats.damaged_messages += 1;
+            }
+            return;
+        }
+        if self.pending.is_full() {
+            // No room for a marker either: the newest entry becomes one (pushing would evict
+            // the oldest); both requests are counted.
+            let back_is_call = self.pending.back().is_some_and(is_call);
+            stats.pending_dropped += u64::from(is_call(&e)) + u64::from(back_is_call);
+            if let Some(back) = self.pending.back_mut() {
+                *back = Expect::Unseen { after_ns: NEVER };
+            }
+            return;
+        }
+        if let Some(Expect::Unseen { after_ns }) = self.pending.back_mut() {
+            if *after_ns == 0 {
+                *after_ns = at_ns.max(1);
             }
         }
-        self.skipping_to_sync = false;
+        self.pending.push(e);
+    }
+
+    /// Pops the pending messages up to and including the first that awaits a ReadyForQuery
+    /// (the calls among them counted, not made); false if none does.
+    fn drop_through_ready(&mut self, stats: &mut ParseStats) -> bool {
+        if !self.pending.iter().any(Expect::awaits_ready) {
+            return false;
+        }
+        while let Some(e) = self.pending.pop() {
+            if matches!(e, Expect::Query(_) | Expect::Execute(_)) {
+                stats.damaged_messages += 1;
+            }
+            if e.awaits_ready() {
+                break;
+            }
+        }
+        true
+    }
+
+    /// Seen from the server, a write that began at `at_ns`: every message completed by a read
+    /// before the last read that began before it was processed, and its ReadyForQuery
+    /// written, before that read began (the backend reads only when no whole message is
+    /// left). The requests up to the last such one are answered: popped, their calls counted.
+    fn drop_answered_before(&mut self, at_ns: u64, stats: &mut ParseStats) {
+        let reads = || {
+            self.pending
+                .iter()
+                .take_while(|e| !matches!(e, Expect::Unseen { .. }))
+                .filter_map(Expect::read_at)
+        };
+        let Some(last_read) = reads().filter(|&t| t < at_ns).max() else {
+            return;
+        };
+        let answered = reads().filter(|&t| t < last_read).count();
+        for _ in 0..answered {
+            self.drop_through_ready(stats);
+        }
+    }
+
+    /// A ReadyForQuery (its write began at `at_ns`) while replies cannot be paired. Each
+    /// ends one request that awaits it, in order: with one such request pending (and none
+    /// unseen before it) it can only be that one's, and pairing resumes after it; with more,
+    /// the first of them is answered (now or in the lost bytes), the rest may be. Behind
+    /// unseen client messages, seen from the server, a ReadyForQuery written after the first
+    /// request behind them was read ends that request's batch: pairing resumes after it.
+    fn ready_unpaired(&mut self, at_ns: u64, stats: &mut ParseStats) {
+        if let Some(&Expect::Unseen { after_ns }) = self.pending.front() {
+            if after_ns == 0 || after_ns == NEVER || at_ns <= after_ns {
+                return;
+            }
+            let rest = self.pending.iter().skip(1).any(Expect::awaits_ready);
+            if rest {
+                self.pending.pop();
+                self.drop_through_ready(stats);
+            }
+            return;
+        }
+        if self.server_side() {
+            self.drop_answered_before(at_ns, stats);
+        }
+        let ready_before_unseen = self
+            .pending
+            .iter()
+            .take_while(|e| !matches!(e, Expect::Unseen { .. }))
+            .filter(|e| e.awaits_ready())
+            .count();
+        let unseen = self
+            .pending
+            .iter()
+            .any(|e| matches!(e, Expect::Unseen { .. }));
+        if ready_before_unseen == 0 {
+            if unseen {
+                // Answers an unseen request: all before them are answered.
+                while !matches!(self.pending.front(), Some(Expect::Unseen { .. }) | None) {
+                    if let Some(Expect::Query(_) | Expect::Execute(_)) = self.pending.pop() {
+                        stats.damaged_messages += 1;
+                    }
+                }
+            } else {
+                stats.unmatched_responses += 1;
+            }
+            return;
+        }
+        self.drop_through_ready(stats);
+        if ready_before_unseen == 1 && !unseen {
+            self.unaligned = false;
+        }
     }
 
     /// The connection is encrypted from here on: not a loss (its TLS plaintext, when ebtop's
@@ -466,7 +723,14 @@ impl PostgresParser {
         self.streams.dirs = new_streams().dirs;
     }
 
-    fn frontend_message(&mut self, d: usize, ty: u8, body: &[u8], stats: &mut ParseStats) {
+    fn frontend_message(
+        &mut self,
+        d: usize,
+        ty: u8,
+        body: &[u8],
+        at_ns: u64,
+        stats: &mut ParseStats,
+    ) {
         let mut at = 0;
         if self.skipping_to_sync && ty != b'S' && ty != b'Q' {
             // The server discards it: an Execute skipped so makes no call.
@@ -486,7 +750,7 @@ impl PostgresParser {
                 self.streams.dirs[d].acc = BytesSince::default();
                 match code {
                     SSL_REQUEST | GSSENC_REQUEST => {
-                        self.pending.push(Expect::EncryptionAnswer);
+                        self.expect(Expect::EncryptionAnswer, at_ns, stats);
                         let sd = 1 - d;
                         let server = &mut self.streams.dirs[sd];
                         if server.st == St::Header && !server.partial_header() {
@@ -494,14 +758,16 @@ impl PostgresParser {
                         }
                     }
                     CANCEL_REQUEST => {}
-                    _ => self.pending.push(Expect::Startup),
+                    _ => self.expect(Expect::Startup { at_ns }, at_ns, stats),
                 }
             }
             b'Q' => {
-                let sql = lossy(cstr(body, &mut at).unwrap_or(body), MAX_SQL);
+                let whole = cstr(body, &mut at);
+                let sql = lossy(whole.unwrap_or(body), MAX_SQL);
                 self.skipping_to_sync = false;
-                let q = self.new_query(d, sql, None, true);
-                self.pending.push(Expect::Query(Box::new(q)));
+                let mut q = self.new_query(d, sql, None, true);
+                q.single_statement = whole.is_some_and(one_statement);
+                self.expect(Expect::Query(Box::new(q)), at_ns, stats);
             }
             b'P' => {
                 let name = cstr(body, &mut at)
@@ -513,7 +779,7 @@ impl PostgresParser {
                 );
                 remember(&mut self.statements, name, sql.clone());
                 let req = self.streams.dirs[d].acc.span.unwrap_or_default();
-                self.pending.push(Expect::Parse { sql, req });
+                self.expect(Expect::Parse { sql, req }, at_ns, stats);
             }
             b'B' => {
                 let portal = cstr(body, &mut at)
@@ -525,7 +791,7 @@ impl PostgresParser {
                 let sql = self.statement_sql(&stmt);
                 remember(&mut self.portals, portal, stmt);
                 let req = self.streams.dirs[d].acc.span.unwrap_or_default();
-                self.pending.push(Expect::Bind { sql, req });
+                self.expect(Expect::Bind { sql, req }, at_ns, stats);
             }
             b'D' => {
                 let (kind, name) = target_of(body);
@@ -536,7 +802,7 @@ impl PostgresParser {
                     self.statement_sql(&name)
                 };
                 let req = self.streams.dirs[d].acc.span.unwrap_or_default();
-                self.pending.push(Expect::Describe { sql, req });
+                self.expect(Expect::Describe { sql, req }, at_ns, stats);
             }
             b'C' => {
                 let (kind, name) = target_of(body);
@@ -545,7 +811,7 @@ impl PostgresParser {
                 } else {
                     self.statements.remove(&name);
                 }
-                self.pending.push(Expect::Close);
+                self.expect(Expect::Close, at_ns, stats);
             }
             b'E' => {
                 let portal = cstr(body, &mut at)
@@ -558,16 +824,16 @@ impl PostgresParser {
                     None => (format!("EXECUTE {portal}"), None),
                 };
                 let q = self.new_query(d, sql, statement, false);
-                self.pending.push(Expect::Execute(Box::new(q)));
+                self.expect(Expect::Execute(Box::new(q)), at_ns, stats);
             }
             b'S' => {
                 self.skipping_to_sync = false;
                 self.streams.dirs[d].acc = BytesSince::default();
-                self.pending.push(Expect::Sync);
+                self.expect(Expect::Sync { at_ns }, at_ns, stats);
             }
             b'F' => {
                 self.streams.dirs[d].acc = BytesSince::default();
-                self.pending.push(Expect::FunctionCall);
+                self.expect(Expect::FunctionCall { at_ns }, at_ns, stats);
             }
             b'X' => {
                 self.streams.dirs[d].acc = BytesSince::default();
@@ -622,7 +888,18 @@ impl PostgresParser {
             }
             _ => {}
         }
-        if matches!(self.pending.front(), Some(Expect::Startup)) {
+        if self.unaligned || matches!(self.pending.front(), Some(Expect::Unseen { .. })) {
+            if ty == b'Z' {
+                let at_ns = self.streams.dirs[d]
+                    .acc
+                    .span
+                    .map_or(0, |s| s.first_start_ns);
+                self.ready_unpaired(at_ns, stats);
+            }
+            self.streams.dirs[d].acc = BytesSince::default();
+            return;
+        }
+        if matches!(self.pending.front(), Some(Expect::Startup { .. })) {
             match ty {
                 b'Z' | b'E' => {
                     self.pending.pop();
@@ -654,13 +931,17 @@ impl PostgresParser {
             (b'T' | b'n' | b't', Expect::Query(_) | Expect::Execute(_)) => {}
             (b'D', Expect::Query(q) | Expect::Execute(q)) => q.data_rows += 1,
             (b'C', Expect::Query(q)) => {
-                let tag = lossy(cstr(body, &mut 0).unwrap_or(body), 64);
-                q.rows += tag_rows(&tag).unwrap_or(0);
                 q.statements += 1;
-                q.tag = Some(tag);
+                q.result(Some(whole_tag(body)));
             }
-            (b'I', Expect::Query(q)) => q.statements += 1,
-            (b'E', Expect::Query(q)) => q.error = Some(error_fields(body)),
+            (b'I', Expect::Query(q)) => {
+                q.statements += 1;
+                q.result(None);
+            }
+            (b'E', Expect::Query(q)) => {
+                q.last_result_seen = true;
+                q.error = Some(error_fields(body));
+            }
             (b'Z', Expect::Query(_)) => {
                 if let Some(Expect::Query(mut q)) = self.pending.pop() {
                     let (resp, truncated) = self.streams.dirs[d].acc.take();
@@ -672,15 +953,13 @@ impl PostgresParser {
             }
             (b'C' | b'I' | b's' | b'E', Expect::Execute(_)) => {
                 if let Some(Expect::Execute(mut q)) = self.pending.pop() {
+                    q.last_result_seen = true;
                     match ty {
-                        b'C' => {
-                            let tag = lossy(cstr(body, &mut 0).unwrap_or(body), 64);
-                            q.rows = tag_rows(&tag).unwrap_or(q.data_rows);
-                            q.tag = Some(tag);
-                        }
+                        b'C' => q.result(Some(whole_tag(body))),
                         b's' => {
                             q.suspended = true;
                             q.rows = q.data_rows;
+                            q.rows_unknown |= q.partial;
                         }
                         b'E' => {
                             q.error = Some(error_fields(body));
@@ -716,7 +995,7 @@ impl PostgresParser {
             }
             // An error at Sync (a deferred constraint failing at commit) or in a function
             // call: the ReadyForQuery that follows still ends it.
-            (b'E', Expect::Sync | Expect::FunctionCall) => {}
+            (b'E', Expect::Sync { .. } | Expect::FunctionCall { .. }) => {}
             (b'E', _) => {
                 self.pending.pop();
                 self.skip_to_sync(stats);
@@ -725,15 +1004,18 @@ impl PostgresParser {
                 // Ends a Sync (or a function call); anything still before it went unanswered.
                 while let Some(e) = self.pending.pop() {
                     match e {
-                        Expect::Sync | Expect::FunctionCall => break,
+                        Expect::Sync { .. } | Expect::FunctionCall { .. } => break,
                         Expect::Execute(_) | Expect::Query(_) => stats.unanswered_requests += 1,
                         _ => {}
+                    }
+                    if matches!(self.pending.front(), Some(Expect::Unseen { .. })) {
+                        break;
                     }
                 }
                 self.streams.dirs[d].acc = BytesSince::default();
                 return;
             }
-            (b'V', Expect::FunctionCall) => {}
+            (b'V', Expect::FunctionCall { .. }) => {}
             // COPY: the command's own data.
             (b'G' | b'H' | b'W' | b'd' | b'c', Expect::Query(_) | Expect::Execute(_)) => {}
             _ => {
@@ -759,13 +1041,13 @@ impl PostgresParser {
         let mut found_sync = false;
         while let Some(e) = self.pending.pop() {
             match e {
-                Expect::Sync => {
+                Expect::Sync { .. } => {
                     kept.push(e);
                     found_sync = true;
                     break;
                 }
                 Expect::Execute(_) => stats.unreplied_requests += 1,
-                Expect::Query(_) | Expect::FunctionCall => {
+                Expect::Query(_) | Expect::FunctionCall { .. } => {
                     // A simple query cannot follow unsynced extended messages; keep it.
                     kept.push(e);
                     found_sync = true;
@@ -784,7 +1066,8 @@ impl PostgresParser {
 
     fn emit(&mut self, q: Query, end_inferred: bool, out: &mut Vec<L7Call>) {
         let mut details = Vec::new();
-        let (status_text, outcome) = match &q.error {
+        let outcome = q.outcome(end_inferred);
+        let status_text = match &q.error {
             Some((code, sev, msg)) => {
                 if self.depth == ParseDepth::Full {
                     if !sev.is_empty() {
@@ -794,18 +1077,19 @@ impl PostgresParser {
                         details.push(("error", msg.clone()));
                     }
                 }
-                (Some(code.clone()), sqlstate_outcome(code))
+                Some(code.clone())
             }
-            None => (None, Outcome::Ok),
+            None => None,
         };
-        if q.error.is_none() && !end_inferred {
+        let rows_known = q.rows_known() && !end_inferred;
+        if q.error.is_none() && outcome == Outcome::Ok && rows_known {
             details.push(("rows", q.rows.to_string()));
         }
         if self.depth == ParseDepth::Full {
             if let Some(tag) = &q.tag {
                 details.push(("tag", tag.clone()));
             }
-            if q.simple {
+            if q.simple && rows_known {
                 details.push(("statements", q.statements.to_string()));
             }
             if let Some(s) = &q.statement {
@@ -871,7 +1155,6 @@ impl Framer for PostgresParser {
     type Kind = u8;
     type State = PgSt;
     const MIN_HEADER: usize = HEADER;
-    const KEEP_AFTER_HOLE: bool = true;
     const TOUCH_HEADER_PIECES: bool = false;
 
     fn streams(&mut self) -> &mut Streams<u8, PgSt> {
@@ -963,7 +1246,29 @@ impl Framer for PostgresParser {
         stats: &mut ParseStats,
     ) {
         match self.is_frontend(d) {
-            Some(true) => self.frontend_message(d, ty, body, stats),
+            Some(true) => {
+                let at_ns = self.streams.dirs[d].acc.span.map_or(0, |s| s.last_start_ns);
+                let sd = 1 - d;
+                let alone = self.streams.dirs[sd].st == St::Proto(PgSt::SeekEnd)
+                    && !self.request_after_call_in_progress()
+                    && !self
+                        .pending
+                        .iter()
+                        .any(|e| matches!(e, Expect::Unseen { .. }));
+                self.frontend_message(d, ty, body, at_ns, stats);
+                if alone && self.request_after_call_in_progress() {
+                    // A response whose end was out of sight ends, at the latest, when the
+                    // client sends its next request while waiting for it alone (as
+                    // Memcached's): its status unseen, the call is `unknown`, its end
+                    // inferred. With more pending when the place was lost, the unseen bytes
+                    // may end any of them: none is paired (`seek_end`).
+                    self.end_unseen(sd, out, stats);
+                    let ds = &mut self.streams.dirs[sd];
+                    ds.st = St::Proto(PgSt::SeekStart);
+                    ds.clear(HEADER);
+                    ds.acc = BytesSince::default();
+                }
+            }
             Some(false) => self.backend_message(d, ty, body, out, stats),
             // Direction unknown (picked up in the middle of a session): framing only.
             None => self.streams.dirs[d].acc = BytesSince::default(),
@@ -974,21 +1279,12 @@ impl Framer for PostgresParser {
         plausible_start(p, self.is_frontend(d))
     }
 
-    fn resynced(&mut self, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
-        if self.is_frontend(d) == Some(false) {
-            self.resync_server(d, out, stats);
-        }
-    }
-
-    fn lost(&mut self, d: usize, why: Loss, stats: &mut ParseStats) {
-        // Client messages unseen or lost: the server's answers can no longer be paired.
-        let distrust = match why {
-            Loss::NotAFrame => true,
-            Loss::Unseen => self.is_frontend(d) == Some(true),
-            Loss::Gap => self.is_frontend(d) != Some(false),
-        };
-        if distrust {
-            self.distrust_pairing(stats);
+    fn lost(&mut self, d: usize, _why: Loss, stats: &mut ParseStats) {
+        match self.is_frontend(d) {
+            // What it answered meanwhile is known only by counting ReadyForQuery.
+            Some(false) => self.unaligned = true,
+            Some(true) => self.client_unseen(),
+            None => self.distrust_pairing(stats),
         }
     }
 
@@ -1001,8 +1297,11 @@ impl Framer for PostgresParser {
         _out: &mut Vec<L7Call>,
         stats: &mut ParseStats,
     ) -> bool {
-        if self.is_frontend(d) == Some(false) && self.call_in_progress() {
+        if self.is_frontend(d) == Some(false) && !self.unaligned && self.call_in_progress() {
             stats.skipped(n);
+            if let Some(Expect::Query(q) | Expect::Execute(q)) = self.pending.front_mut() {
+                q.lose_part();
+            }
             let ds = &mut self.streams.dirs[d];
             ds.st = St::Proto(PgSt::SeekEnd);
             ds.clear(HEADER);
@@ -1022,7 +1321,7 @@ impl Framer for PostgresParser {
         _out: &mut Vec<L7Call>,
         stats: &mut ParseStats,
     ) -> usize {
-        if s == PgSt::SeekEnd {
+        if matches!(s, PgSt::SeekEnd | PgSt::SeekStart) {
             stats.skipped(data.len() as u64);
             return data.len();
         }
@@ -1054,6 +1353,7 @@ impl Framer for PostgresParser {
     ) -> Option<usize> {
         match s {
             PgSt::SeekEnd => self.seek_end(d, seg, out, stats),
+            PgSt::SeekStart => self.seek_start(d, seg, stats),
             PgSt::EncryptionAnswer => Some(0),
         }
     }
@@ -1068,7 +1368,7 @@ impl Framer for PostgresParser {
         stats: &mut ParseStats,
     ) {
         match s {
-            PgSt::SeekEnd => stats.skipped(n),
+            PgSt::SeekEnd | PgSt::SeekStart => stats.skipped(n),
             PgSt::EncryptionAnswer => framing::unseen(self, d, seg, n, out, stats),
         }
     }
@@ -1089,21 +1389,48 @@ impl PostgresParser {
         &mut self,
         d: usize,
         seg: &Segment,
-        out: &mut Vec<L7Call>,
+        _out: &mut Vec<L7Call>,
         stats: &mut ParseStats,
     ) -> Option<usize> {
-        // A segment that starts like a reply after the client sent its next request is that
-        // request's reply: the end of the one in progress went unseen (beyond the snaplen).
-        // Without a next request, the response in progress goes on (its CommandComplete may
-        // start a segment) up to its ReadyForQuery.
+        // A segment that starts like a reply after the client sent its next request may be
+        // that request's reply (the end of the one in progress unseen) or the rest of the one
+        // in progress: which, only ReadyForQuery can tell. Without a next request, the
+        // response in progress goes on up to its ReadyForQuery.
         let starts_reply = !matches!(seg.payload.first(), Some(b'D' | b'd'))
             && plausible_start(seg.payload, Some(false));
         if starts_reply && self.request_after_call_in_progress() {
-            self.end_unseen(d, out, stats);
-            self.streams.dirs[d].st = St::Header;
+            self.unaligned = true;
+            let ds = &mut self.streams.dirs[d];
+            ds.st = St::Header;
+            ds.acc = BytesSince::default();
             return Some(0);
         }
-        if let Some(at) = response_end(seg.payload, seg.total_len) {
+        if let Some((ready, completion)) = response_end(seg.payload, seg.total_len) {
+            // The ReadyForQuery ends the call in progress only if no other request awaits
+            // one (it may be any of theirs); what is right before it is that call's last
+            // result only if the call is its batch's last.
+            let awaiting = self.pending.iter().filter(|e| e.awaits_ready()).count();
+            let unseen = self
+                .pending
+                .iter()
+                .any(|e| matches!(e, Expect::Unseen { .. }));
+            let last_of_batch = match self.pending.iter().nth(1) {
+                _ if matches!(self.pending.front(), Some(Expect::Query(_))) => true,
+                Some(next) => next.awaits_ready(),
+                None => false,
+            };
+            let at = match completion {
+                _ if awaiting != 1 || unseen => {
+                    self.unaligned = true;
+                    ready
+                }
+                Some(c) if last_of_batch => c,
+                None if matches!(self.pending.front(), Some(Expect::Query(_))) => ready,
+                _ => {
+                    self.unaligned = true;
+                    ready
+                }
+            };
             let ds = &mut self.streams.dirs[d];
             ds.acc.touch(self.streams.seg_id, seg);
             ds.acc.add(at as u64);
@@ -1118,6 +1445,28 @@ impl PostgresParser {
         None
     }
 
+    /// A server segment once the response whose end went unseen is over (`PgSt::SeekStart`):
+    /// framing resumes where a segment starts with a plausible first message of a reply (not
+    /// a row or COPY data, which only continue one). Bytes before it are skipped (counted):
+    /// part of a reply went unseen, so replies are paired again only once a ReadyForQuery can
+    /// end one request alone ([`Self::ready_unpaired`]).
+    fn seek_start(&mut self, d: usize, seg: &Segment, stats: &mut ParseStats) -> Option<usize> {
+        let starts_reply = !matches!(seg.payload.first(), Some(b'D' | b'd' | b'c'))
+            && plausible_start(seg.payload, Some(false));
+        if starts_reply {
+            let ds = &mut self.streams.dirs[d];
+            ds.st = St::Header;
+            ds.clear(HEADER);
+            ds.acc = BytesSince::default();
+            return Some(0);
+        }
+        stats.skipped(seg.total_len);
+        if !self.pending.is_empty() {
+            self.unaligned = true;
+        }
+        None
+    }
+
     /// Has the client sent a request beyond the batch of the call in progress (a simple query:
     /// anything after it; an Execute: anything after its Sync)?
     fn request_after_call_in_progress(&self) -> bool {
@@ -1125,7 +1474,7 @@ impl PostgresParser {
         match rest.next() {
             Some(Expect::Query(_)) => rest.next().is_some(),
             Some(Expect::Execute(_)) => rest
-                .skip_while(|e| !matches!(e, Expect::Sync))
+                .skip_while(|e| !matches!(e, Expect::Sync { .. }))
                 .nth(1)
                 .is_some(),
             _ => false,
@@ -1135,6 +1484,9 @@ impl PostgresParser {
     /// The response in progress ended out of sight: its call ends where its bytes were last
     /// seen; an extended query's batch is over up to its Sync.
     fn end_unseen(&mut self, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
+        if !self.call_in_progress() {
+            return;
+        }
         let extended = match self.pending.pop() {
             Some(Expect::Query(mut q)) => {
                 let (resp, _) = self.streams.dirs[d].acc.take();
@@ -1157,7 +1509,7 @@ impl PostgresParser {
         if extended {
             loop {
                 match self.pending.pop() {
-                    None | Some(Expect::Sync) => break,
+                    None | Some(Expect::Sync { .. }) => break,
                     Some(Expect::Execute(_) | Expect::Query(_)) => stats.damaged_messages += 1,
                     Some(_) => {}
                 }
@@ -1172,7 +1524,7 @@ impl PostgresParser {
 /// `total` bytes: a ReadyForQuery (`Z`, length 5, status I/T/E) that ends the segment, or is
 /// followed by a plausible server message. Row data may hold those 6 bytes too; only followed
 /// by the segment's end or a message header is it taken.
-fn response_end(p: &[u8], total: u64) -> Option<usize> {
+fn response_end(p: &[u8], total: u64) -> Option<(usize, Option<usize>)> {
     const READY: [u8; 5] = [b'Z', 0, 0, 0, 5];
     let mut from = 0;
     while let Some(i) = p[from..]
@@ -1189,7 +1541,7 @@ fn response_end(p: &[u8], total: u64) -> Option<usize> {
             BACKEND_TYPES.contains(&after[0])
         };
         if ends {
-            return Some(completion_before(p, i).unwrap_or(i));
+            return Some((i, completion_before(p, i)));
         }
         from = i + 1;
     }
@@ -1863,27 +2215,86 @@ mod tests {
     }
 
     #[test]
-    fn a_response_end_beyond_the_snaplen_is_inferred_at_the_next_reply() {
-        // The whole response in one write captured 100 bytes: its end is out of sight until
-        // the next reply starts a segment (or the connection closes).
+    fn a_response_end_beyond_the_snaplen_ends_when_the_next_request_is_sent_alone() {
+        // The whole response in one write captured 100 bytes, then the client's next query:
+        // sent while waiting for that response alone, it ends it (its end inferred, its
+        // status unseen: unknown, no rows) and the next reply pairs. Both views.
         let resp = result_set(20, 100);
+        for (client, server) in [(OUT, IN), (IN, OUT)] {
+            let mut d = Driver::new();
+            d.seg(client, &q("SELECT a"))
+                .seg_cut(server, &resp[..100], resp.len() as u64)
+                .seg(client, &q("SELECT b"))
+                .seg(server, &result_set(2, 3))
+                .seg(client, &q("SELECT c"))
+                .seg_cut(server, &resp[..100], resp.len() as u64)
+                .close();
+            assert_eq!(
+                d.summary(),
+                vec![
+                    s("SELECT", "SELECT a", None, None),
+                    s("SELECT", "SELECT b", None, Some("2")),
+                    s("SELECT", "SELECT c", None, None),
+                ]
+            );
+            for i in [0, 2] {
+                assert!(d.calls[i].end_inferred);
+                assert_eq!(d.calls[i].outcome, Outcome::Unknown);
+                assert_eq!(d.calls[i].resp.bytes, resp.len() as u64);
+            }
+            assert!(!d.calls[1].end_inferred);
+            assert_eq!(d.calls[1].outcome, Outcome::Ok);
+            assert_eq!(d.stats.inferred_ends, 2);
+            assert_eq!(
+                (d.stats.damaged_messages, d.stats.unmatched_responses),
+                (0, 0)
+            );
+        }
+        // The next reply's start unseen too: bytes up to a plausible reply start are skipped,
+        // and that reply (part of it unseen) is not paired: counted.
         let mut d = Driver::new();
+        let next = result_set(2, 3);
         d.seg(OUT, &q("SELECT a"))
             .seg_cut(IN, &resp[..100], resp.len() as u64)
             .seg(OUT, &q("SELECT b"))
-            .seg(IN, &result_set(2, 3))
+            .seg(IN, &next[3..next.len() - 20])
+            .seg(IN, &next[next.len() - 20..])
             .seg(OUT, &q("SELECT c"))
-            .seg_cut(IN, &resp[..100], resp.len() as u64)
+            .seg(IN, &result_set(1, 3))
             .close();
-        assert_eq!(d.calls.len(), 3);
-        assert!(d.calls[0].end_inferred && d.calls[2].end_inferred);
-        assert_eq!(d.calls[0].resp.bytes, resp.len() as u64);
-        assert_eq!(d.calls[2].resp.bytes, resp.len() as u64);
-        assert_eq!(d.detail(0, "rows"), None);
-        assert!(!d.calls[1].end_inferred);
-        assert_eq!(d.detail(1, "rows"), Some("2"));
-        assert_eq!(d.stats.inferred_ends, 2);
-        assert_eq!(d.stats.unmatched_responses, 0);
+        assert_eq!(
+            d.summary(),
+            vec![
+                s("SELECT", "SELECT a", None, None),
+                s("SELECT", "SELECT c", None, Some("1")),
+            ]
+        );
+        assert_eq!(d.stats.damaged_messages, 1);
+        // More than one request pending when the place was lost (a pipelining client): the
+        // unseen bytes may end either: nothing is paired until a ReadyForQuery can end one
+        // request alone, and each is counted.
+        let mut d = Driver::new();
+        d.seg(OUT, &[q("SELECT a"), q("SELECT b")].concat())
+            .seg_cut(IN, &resp[..100], resp.len() as u64)
+            .seg(OUT, &q("SELECT c"))
+            .seg(IN, &result_set(2, 3))
+            .seg(IN, &result_set(2, 3))
+            .close();
+        assert!(d.calls.is_empty(), "{:?}", d.summary());
+        assert_eq!(d.stats.damaged_messages + d.stats.unanswered_requests, 3);
+        // Without a next request, what follows is the rest of that response: it ends at its
+        // ReadyForQuery; its last result is seen, so its outcome is known, but not its rows.
+        let tail = resp.len() - complete("SELECT 20").len() - ready().len();
+        let mut d = Driver::new();
+        d.seg(OUT, &q("SELECT a; SELECT b"))
+            .seg_cut(IN, &resp[..100], tail as u64)
+            .seg(IN, &resp[tail..])
+            .close();
+        assert_eq!(
+            d.summary(),
+            vec![s("SELECT", "SELECT a; SELECT b", None, None)]
+        );
+        assert_eq!(d.calls[0].outcome, Outcome::Ok);
     }
 
     #[test]
@@ -1936,19 +2347,22 @@ mod tests {
             .seg(IN, &[complete("SELECT 1"), ready()].concat())
             .seg(OUT, &q("SELECT 2"))
             .seg(IN, &[row(), complete("SELECT 1"), ready()].concat());
-        // The first query's answer is partly lost: its end is inferred at the resync.
-        assert_eq!(d.calls.len(), 2);
-        assert!(d.calls[0].end_inferred);
-        assert_eq!(d.summary()[1], s("SELECT", "SELECT 2", None, Some("1")));
+        // The first query's answer is partly lost: the ReadyForQuery after the resync can
+        // only be its own (nothing else awaits one), so it makes no call (counted) and the
+        // second query pairs.
+        assert_eq!(d.summary(), vec![s("SELECT", "SELECT 2", None, Some("1"))]);
         assert_eq!(d.stats.desyncs, 1);
-        assert_eq!(d.stats.inferred_ends, 1);
-        // A known gap on the client side: what is pending cannot be paired.
+        assert_eq!(d.stats.damaged_messages, 1);
+        // A known gap on the client side: the query before it still gets the next reply
+        // (the server answers in order); the one after it cannot be told from the lost ones.
         let mut d = Driver::new();
         d.seg(OUT, &q("SELECT 1"))
             .gap(OUT, Some(100))
             .seg(OUT, &q("SELECT 2"));
-        d.seg(IN, &[complete("SELECT 1"), ready()].concat());
-        assert_eq!(d.summary(), vec![s("SELECT", "SELECT 2", None, Some("1"))]);
+        d.seg(IN, &[complete("SELECT 1"), ready()].concat())
+            .seg(IN, &[complete("SELECT 1"), ready()].concat());
+        assert_eq!(d.summary(), vec![s("SELECT", "SELECT 1", None, Some("1"))]);
+        assert_eq!(d.stats.damaged_messages, 1);
     }
 
     #[test]
@@ -2096,5 +2510,32 @@ mod tests {
         assert_eq!(sql_keyword(""), "QUERY");
         assert_eq!(tag_rows("INSERT 0 3"), Some(3));
         assert_eq!(tag_rows("BEGIN"), None);
+    }
+
+    #[test]
+    fn a_startup_burst_beyond_the_snaplen_leaves_the_first_query_paired() {
+        // The server's startup burst (ParameterStatus messages) in one write captured 256
+        // bytes: its ReadyForQuery unseen. The client's first query proves it came (a client
+        // waits for it), so what the server sends next answers that query.
+        let mut burst = vec![msg(b'R', &0u32.to_be_bytes())];
+        for i in 0..20 {
+            let name = format!("param{i}");
+            burst.push(msg(b'S', &cs(&[name.as_bytes(), b"some value"])));
+        }
+        burst.push(msg(b'K', &[0, 0, 0, 1, 0, 0, 0, 2]));
+        burst.push(msg(b'Z', b"I"));
+        let burst = burst.concat();
+        let mut d = Driver::new();
+        d.seg(OUT, &startup())
+            .seg_cut(IN, &burst[..256], burst.len() as u64)
+            .seg(OUT, &q("SELECT 1"))
+            .seg(IN, &result_set(1, 1))
+            .close();
+        assert_eq!(d.summary(), vec![s("SELECT", "SELECT 1", None, Some("1"))]);
+        assert_eq!(d.calls[0].outcome, Outcome::Ok);
+        assert_eq!(
+            (d.stats.damaged_messages, d.stats.unanswered_requests),
+            (0, 0)
+        );
     }
 }
