@@ -215,6 +215,7 @@ fn tui_session(
         live_filter,
         call_filter: args.filter.as_ref().map(|f| f.text().to_owned()),
         recording: args.write.clone(),
+        metrics: prometheus.as_ref().map(PrometheusExporter::local_addr),
     };
     std::thread::scope(|s| {
         let collector = s.spawn(|| {

@@ -355,6 +355,7 @@ fn header_shows_capture_filters_the_call_filter_and_the_recording() {
         app.set_size(w, h);
         app.fixed_filter = Some("lat>100ms or err".into());
         app.recording = Some(("incident.ebt".into(), 12_345_678));
+        app.metrics = Some("127.0.0.1:9464".parse().unwrap());
         let filters = ebtop::filters::Filters {
             port: Some(vec![42999]),
             ..Default::default()
@@ -380,7 +381,10 @@ fn header_shows_capture_filters_the_call_filter_and_the_recording() {
         )));
         let s = screen(&app, w, h);
         assert!(
-            s.contains("--port 42999") && s.contains("12 sends/receives"),
+            s.contains("--port 42999")
+                && s.contains("12 sends/receives")
+                // Last on the line: cut at 80 columns.
+                && (w < 120 || s.contains("metrics http://127.0.0.1:9464/metrics")),
             "{s}"
         );
         insta::assert_snapshot!(format!("header_scope_{w}x{h}"), s);

@@ -233,6 +233,8 @@ pub struct App {
     pub fixed_filter: Option<String>,
     /// `-w FILE`: where the session is recorded, and its size as last looked at.
     pub recording: Option<(String, u64)>,
+    /// `--prometheus`: where the metrics are served.
+    pub metrics: Option<std::net::SocketAddr>,
     data: Data,
     frozen: Option<Box<Data>>,
     /// Paused without a frozen copy: a paused replay reading its file again for a new Calls
@@ -283,6 +285,7 @@ impl App {
             applied_filter: String::new(),
             fixed_filter: None,
             recording: None,
+            metrics: None,
             data: Data::default(),
             frozen: None,
             replay_paused: false,

@@ -604,6 +604,8 @@ pub struct UiOptions {
     pub call_filter: Option<String>,
     /// `-w FILE`: the header marks the recording with its size.
     pub recording: Option<std::path::PathBuf>,
+    /// `--prometheus`: where the metrics are served (the header says so).
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 pub use terminal::{restore_terminal, TerminalGuard};
@@ -629,6 +631,7 @@ pub fn run_ui(
     app.replay = opts.replay.clone();
     app.live_filter = opts.live_filter.clone();
     app.fixed_filter = opts.call_filter.clone();
+    app.metrics = opts.metrics;
     let recording_size = |path: &std::path::Path| std::fs::metadata(path).map_or(0, |m| m.len());
     app.recording = opts
         .recording

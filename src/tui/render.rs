@@ -380,6 +380,9 @@ fn scope_line(app: &App) -> Vec<Span<'static>> {
     if let Some(f) = &app.fixed_filter {
         say(format!("--filter '{f}'"));
     }
+    if let Some(addr) = app.metrics {
+        say(format!("metrics http://{addr}/metrics"));
+    }
     line
 }
 
