@@ -60,7 +60,8 @@ pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
     }],
 };
 
-/// Commands waiting for replies on one connection (deeper pipelining is evicted, counted).
+/// Commands waiting for replies on one connection before deeper pipelines draw on the shared
+/// budget (`matching::SHARED_PENDING_BYTES`; beyond both, the oldest is dropped, counted).
 const MAX_PENDING: usize = 256;
 /// Replies held while no command is pending (their command's record may come next).
 const MAX_ORPHANS: usize = 16;
@@ -1798,16 +1799,17 @@ impl RedisParser {
             self.tunnel = true;
             return;
         }
-        if self.pending.len() >= MAX_PENDING {
-            // Pipelined deeper than kept: the oldest command is dropped, and its replies, which
-            // come first, are skipped so the others still pair.
+        if self.pending.is_full() {
+            // Pipelined deeper than the connection's depth and the shared budget allow: the
+            // oldest command is dropped, and its replies, which come first, are skipped so the
+            // others still pair.
             if let Some(old) = self.pending.pop() {
                 let got = old.replies.as_ref().map_or(0, |r| r.count);
                 self.skip_replies += match old.expect {
                     Expect::Count(n) => n.saturating_sub(got),
                     Expect::UntilDone => u64::from(got == 0),
                 };
-                stats.damaged_messages += 1;
+                stats.pending_dropped += 1;
             }
         }
         self.pending.push(Request {
@@ -3074,9 +3076,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn pipelining_deeper_than_kept_still_pairs() {
-        let n = MAX_PENDING + 44;
+    /// `n` pipelined GETs of `k:i` and their replies (`i` as a bulk string).
+    fn deep_pipeline(n: usize) -> (Vec<u8>, Vec<u8>) {
         let mut reqs = Vec::new();
         let mut replies = Vec::new();
         for i in 0..n {
@@ -3086,10 +3087,44 @@ mod tests {
             );
             replies.extend_from_slice(format!("${}\r\n{i}\r\n", i.to_string().len()).as_bytes());
         }
+        (reqs, replies)
+    }
+
+    /// 10,000 commands in one pipeline (redis-py's, `redis-benchmark -P`) pair exactly: the
+    /// commands beyond the connection's depth draw on the shared budget (issue 43 item 2).
+    #[test]
+    fn a_pipeline_of_ten_thousand_pairs_exactly() {
+        let (reqs, replies) = deep_pipeline(10_000);
         let mut d = Driver::new();
+        for chunk in reqs.chunks(6 * 1024) {
+            d.seg(OUT, chunk);
+        }
+        for chunk in replies.chunks(18 * 1024) {
+            d.seg(IN, chunk);
+        }
+        d.close();
+        assert_eq!(d.calls.len(), 10_000);
+        for (i, c) in d.calls.iter().enumerate() {
+            assert_eq!(c.resource, format!("k:{i}"));
+            let reply = format!("${}\r\n{i}\r\n", i.to_string().len());
+            assert_eq!(c.resp.bytes, reply.len() as u64);
+        }
+        assert_eq!(d.stats.pending_dropped, 0);
+    }
+
+    /// With the depth and the shared budget spent, the oldest commands are dropped (counted)
+    /// and their replies skipped: the others still pair, each with its own reply.
+    #[test]
+    fn pipelining_deeper_than_depth_and_budget_still_pairs() {
+        static NO_BUDGET: crate::protocols::matching::SharedBudget =
+            crate::protocols::matching::SharedBudget::new(0);
+        let n = MAX_PENDING + 44;
+        let (reqs, replies) = deep_pipeline(n);
+        let mut d = Driver::new();
+        d.p.pending = InOrder::with_budget(MAX_PENDING, &NO_BUDGET);
         d.seg(OUT, &reqs).seg(IN, &replies).close();
         assert_eq!(d.calls.len(), MAX_PENDING);
-        assert_eq!(d.stats.damaged_messages, 44);
+        assert_eq!(d.stats.pending_dropped, 44);
         for (j, c) in d.calls.iter().enumerate() {
             let i = j + 44;
             assert_eq!(c.resource, format!("k:{i}"));
