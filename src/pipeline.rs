@@ -9,7 +9,7 @@ mod fed;
 #[doc(hidden)]
 #[cfg(any(test, feature = "test-support"))]
 pub mod fuzzing;
-mod selection;
+pub mod selection;
 mod shards;
 
 pub use fed::RecordFeed;

@@ -59,7 +59,9 @@ impl<S: Sink> Sink for Exporting<S> {
         // The exporters read the since-start rows and their latency bins.
         self.prometheus.is_some() || self.sink.wants_windows()
     }
-    fn live_call_filter(&self) -> Option<std::sync::Arc<crate::pipeline::LiveCallFilter>> {
+    fn live_call_filter(
+        &self,
+    ) -> Option<std::sync::Arc<crate::pipeline::selection::LiveCallFilter>> {
         self.sink.live_call_filter()
     }
     fn keeps_calls(&self) -> bool {

@@ -72,7 +72,9 @@ pub trait Sink {
     /// A filter this sink changes while the session runs (the terminal UI's Calls filter):
     /// only the calls it matches are then handed to the call methods (see
     /// `Pipeline::with_live_call_filter`).
-    fn live_call_filter(&self) -> Option<std::sync::Arc<crate::pipeline::LiveCallFilter>> {
+    fn live_call_filter(
+        &self,
+    ) -> Option<std::sync::Arc<crate::pipeline::selection::LiveCallFilter>> {
         None
     }
     /// Whether this sink keeps the calls it is given (so `call_owned` saves it a copy); other
