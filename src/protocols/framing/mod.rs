@@ -33,8 +33,12 @@
 //! response's end after losing its place inside rows, HTTP/2's connection preface, entered
 //! where a direction picks up: [`Framer::resync_at`]) has them as [`St::Proto`], handled by
 //! its hooks. HTTP/2's streams, HPACK and pairing by stream id stay its own grammar above the
-//! frames; a protocol that cannot be framed this way at all (HTTP/1 heads, RESP) implements
-//! [`super::StreamParser`] itself.
+//! frames; a protocol that cannot be framed this way at all implements
+//! [`super::StreamParser`] itself: HTTP/1 (heads end at a blank line, bodies by three rules)
+//! and RESP — a port of Redis onto this core (branch `framing-redis`) was byte-identical but
+//! 20–38 % slower (a round trip through the core per type byte, length line and bulk, where
+//! Redis's own loop takes a reply whole) and larger, and RESP's simple-string and error lines
+//! have no length limit, so they cannot be held in a bounded header buffer.
 
 use super::{BytesSince, L7Call, ParseStats, Segment};
 use crate::event::Direction;
