@@ -489,7 +489,7 @@ pub fn run<S: Sink, R>(
                 }
                 ov.tls_files_probed = Some(k.tls_files_probed);
                 ov.tls_probe_failures = Some(k.tls_probe_failures);
-                ov.tls_files_skipped = Some(t.skipped() as u64);
+                ov.tls_files_skipped = Some(skipped as u64);
                 ov.tls_running_scanned = Some(t.start_done());
                 ov.tls_installed_scanned = Some(t.installed_done());
             }

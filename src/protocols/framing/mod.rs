@@ -510,16 +510,8 @@ pub fn feed<F: Framer>(
                 s.line.extend_from_slice(&data[..take]);
                 s.acc.add(take as u64);
                 data = &data[take..];
-                if end.is_some() {
-                    let line = std::mem::take(&mut p.streams().dirs[d].line);
-                    let h = p.line(d, &line, out, stats);
-                    let s = &mut p.streams().dirs[d];
-                    s.line = line;
-                    s.line.clear();
-                    s.line_max = 0;
-                    if !header_said(p, d, seg, h, data, out, stats) {
-                        return;
-                    }
+                if end.is_some() && !buffered_line_said(p, d, seg, data, out, stats) {
+                    return;
                 }
             }
             St::Header => {
@@ -558,17 +550,11 @@ pub fn feed<F: Framer>(
                         s.line_seg = seg_id;
                         s.hdr_len = 0;
                         s.need = F::MIN_HEADER.clamp(1, MAX_HEADER) as u8;
-                        if hdr[..n].contains(&b'\n') {
-                            // The header asked for was already the whole line.
-                            let line = std::mem::take(&mut p.streams().dirs[d].line);
-                            let h = p.line(d, &line, out, stats);
-                            let s = &mut p.streams().dirs[d];
-                            s.line = line;
-                            s.line.clear();
-                            s.line_max = 0;
-                            if !header_said(p, d, seg, h, data, out, stats) {
-                                return;
-                            }
+                        // The header asked for may already be the whole line.
+                        if hdr[..n].contains(&b'\n')
+                            && !buffered_line_said(p, d, seg, data, out, stats)
+                        {
+                            return;
                         }
                     }
                     h => {
@@ -662,6 +648,26 @@ fn header_in_place<'a, F: Framer>(
             }
         }
     }
+}
+
+/// The line buffered in direction d is whole: the framer says what it starts (its buffer is
+/// kept for the next line); false when the segment's rest is not to be read (as
+/// [`header_said`]).
+fn buffered_line_said<F: Framer>(
+    p: &mut F,
+    d: usize,
+    seg: &Segment,
+    data: &[u8],
+    out: &mut Vec<L7Call>,
+    stats: &mut ParseStats,
+) -> bool {
+    let line = std::mem::take(&mut p.streams().dirs[d].line);
+    let h = p.line(d, &line, out, stats);
+    let s = &mut p.streams().dirs[d];
+    s.line = line;
+    s.line.clear();
+    s.line_max = 0;
+    header_said(p, d, seg, h, data, out, stats)
 }
 
 /// What a whole header said (`rest`: the captured bytes after it): false if the direction lost
