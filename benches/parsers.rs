@@ -3,6 +3,11 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
+// The allocator the ebtop binary ships with (src/main.rs): the C library's would time its own
+// free-list state, which shifts with every struct's size.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use ebtop::conntrack::{ConnTracker, TrackerConfig};
 use ebtop::event::{Direction, Event};
 use ebtop::protocols::{self, ParseDepth, ParseStats, ParserConfig, Protocol, Segment, Transport};

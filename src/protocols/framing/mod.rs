@@ -273,6 +273,11 @@ pub trait Framer: Sized {
     /// when none of its bytes were captured.
     const TOUCH_UNSEEN: bool = false;
 
+    /// The core counts each message's syscalls and bytes ([`FramedStream::acc`]) for the
+    /// protocol to take as a [`super::MessageSpan`]; off for a protocol that counts its own
+    /// (HTTP/2, per stream), which then pays nothing for it.
+    const SPANS: bool = true;
+
     /// A body is handed to [`Framer::body`] as it arrives (HTTP/2's DATA carries gRPC's
     /// message prefixes, its header blocks go to HPACK in order), not kept by the core.
     const STREAM_BODY: bool = false;
@@ -491,8 +496,10 @@ pub fn feed<F: Framer>(
             }
             St::Header if p.streams_ref().dirs[d].line_max > 0 => {
                 let s = &mut p.streams().dirs[d];
-                s.acc.touch(seg_id, seg);
-                let end = data.iter().position(|&c| c == b'\n');
+                if F::SPANS {
+                    s.acc.touch(seg_id, seg);
+                }
+                let end = memchr::memchr(b'\n', data);
                 let take = end.map_or(data.len(), |i| i + 1);
                 if s.line.len() + take > s.line_max {
                     // Too long for a line: not a message. The line's bytes in this segment
@@ -508,7 +515,9 @@ pub fn feed<F: Framer>(
                     return;
                 }
                 s.line.extend_from_slice(&data[..take]);
-                s.acc.add(take as u64);
+                if F::SPANS {
+                    s.acc.add(take as u64);
+                }
                 data = &data[take..];
                 if end.is_some() && !buffered_line_said(p, d, seg, data, out, stats) {
                     return;
@@ -516,10 +525,10 @@ pub fn feed<F: Framer>(
             }
             St::Header => {
                 let s = &mut p.streams().dirs[d];
-                if s.hdr_len == 0 {
-                    s.opened_acc = s.acc.span.is_none();
-                    s.acc.touch(seg_id, seg);
-                } else if F::TOUCH_HEADER_PIECES {
+                if F::SPANS && (s.hdr_len == 0 || F::TOUCH_HEADER_PIECES) {
+                    if s.hdr_len == 0 {
+                        s.opened_acc = s.acc.span.is_none();
+                    }
                     s.acc.touch(seg_id, seg);
                 }
                 let (have, need) = (s.hdr_len as usize, s.need as usize);
@@ -533,7 +542,9 @@ pub fn feed<F: Framer>(
                 let take = need.saturating_sub(have).min(data.len());
                 s.hdr[have..have + take].copy_from_slice(&data[..take]);
                 s.hdr_len += take as u8;
-                s.acc.add(take as u64);
+                if F::SPANS {
+                    s.acc.add(take as u64);
+                }
                 data = &data[take..];
                 if have + take < need {
                     continue;
@@ -567,8 +578,10 @@ pub fn feed<F: Framer>(
             St::Body { left } => {
                 let take = left.min(data.len() as u64) as usize;
                 let s = &mut p.streams().dirs[d];
-                s.acc.touch(seg_id, seg);
-                s.acc.add(take as u64);
+                if F::SPANS {
+                    s.acc.touch(seg_id, seg);
+                    s.acc.add(take as u64);
+                }
                 if !F::STREAM_BODY {
                     let room = s.keep.saturating_sub(s.body.len()).min(take);
                     s.body.extend_from_slice(&data[..room]);
@@ -612,15 +625,19 @@ fn header_in_place<'a, F: Framer>(
             s.hdr[..data.len()].copy_from_slice(data);
             s.hdr_len = data.len() as u8;
             s.need = n as u8;
-            s.acc.add((data.len() - counted) as u64);
+            if F::SPANS {
+                s.acc.add((data.len() - counted) as u64);
+            }
             return Some(&[]);
         }
-        s.acc.add((n - counted) as u64);
+        if F::SPANS {
+            s.acc.add((n - counted) as u64);
+        }
         counted = n;
         match p.header(d, &data[..n], out, stats) {
             Header::NeedMore(m) if m > n && m <= MAX_HEADER => n = m,
             Header::Line { max } if max >= n => {
-                let end = data.iter().position(|&c| c == b'\n');
+                let end = memchr::memchr(b'\n', data);
                 let take = end.map_or(data.len(), |i| i + 1);
                 if take > max {
                     // Too long for a line: not a message; skipped with the rest.
@@ -630,7 +647,9 @@ fn header_in_place<'a, F: Framer>(
                     return None;
                 }
                 let s = &mut p.streams().dirs[d];
-                s.acc.add((take - n) as u64);
+                if F::SPANS {
+                    s.acc.add((take - n) as u64);
+                }
                 if end.is_none() {
                     // The line goes on in a later segment: buffered.
                     s.line.extend_from_slice(data);
@@ -672,7 +691,7 @@ fn buffered_line_said<F: Framer>(
 
 /// What a whole header said (`rest`: the captured bytes after it): false if the direction lost
 /// its place.
-#[inline]
+#[inline(always)]
 fn header_said<F: Framer>(
     p: &mut F,
     d: usize,
@@ -714,7 +733,7 @@ fn header_said<F: Framer>(
 }
 
 /// A frame in direction `d` is whole: its message too unless more frames follow.
-#[inline]
+#[inline(always)]
 fn frame_end<F: Framer>(p: &mut F, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
     let s = &mut p.streams().dirs[d];
     s.st = St::Header;
@@ -725,10 +744,14 @@ fn frame_end<F: Framer>(p: &mut F, d: usize, out: &mut Vec<L7Call>, stats: &mut 
 
 /// The message in direction `d` is whole: handed to the protocol with its kept body (whose
 /// buffer is reused for the next message).
-#[inline]
+#[inline(always)]
 fn done<F: Framer>(p: &mut F, d: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
     let s = &mut p.streams().dirs[d];
     let kind = s.kind;
+    if F::STREAM_BODY {
+        // Nothing was kept: the protocol had the body as it came.
+        return p.frame_done(d, kind, &[], out, stats);
+    }
     let body = std::mem::take(&mut s.body);
     p.frame_done(d, kind, &body, out, stats);
     let s = &mut p.streams().dirs[d];
@@ -747,7 +770,7 @@ pub fn unseen<F: Framer>(
     out: &mut Vec<L7Call>,
     stats: &mut ParseStats,
 ) {
-    if F::TOUCH_UNSEEN {
+    if F::SPANS && F::TOUCH_UNSEEN {
         let seg_id = p.streams_ref().seg_id;
         let s = &mut p.streams().dirs[d];
         if s.acc.span.is_some() {

@@ -552,6 +552,7 @@ impl Http2Parser {
 
     /// A frame header is in: what it says, or that it makes no sense (a header block is
     /// continued by CONTINUATION frames of its stream and nothing else).
+    #[inline]
     fn frame_start(&mut self, d: usize, h: FrameHeader) -> Header<FrameHeader> {
         let ds = &mut self.dirs[d];
         let in_block = ds.block_stream.is_some();
@@ -581,6 +582,7 @@ impl Http2Parser {
 
     /// The frame just started came in segment `seg`: it counts in its stream's or header
     /// block's syscalls.
+    #[inline]
     fn frame_seen(&mut self, d: usize, seg: &Segment) {
         let seg_id = self.framing.seg_id;
         let f = self.dirs[d].frame;
@@ -1140,6 +1142,8 @@ impl Framer for Http2Parser {
     /// A frame that ends inside a syscall's uncaptured bytes is done before the frame headers
     /// that follow it go unseen.
     const FINISH_BODY_BEFORE_UNSEEN: bool = true;
+    /// Each stream counts its own syscalls and bytes.
+    const SPANS: bool = false;
 
     fn streams(&mut self) -> &mut Streams<FrameHeader, Preface> {
         &mut self.framing
@@ -1157,6 +1161,7 @@ impl Framer for Http2Parser {
         self.streams.len()
     }
 
+    #[inline(always)]
     fn header(
         &mut self,
         d: usize,
@@ -1175,6 +1180,7 @@ impl Framer for Http2Parser {
         )
     }
 
+    #[inline(always)]
     fn body(&mut self, d: usize, part: Body<'_>, _stats: &mut ParseStats) {
         match part {
             Body::Start(seg) => self.frame_seen(d, seg),
@@ -1184,6 +1190,7 @@ impl Framer for Http2Parser {
         }
     }
 
+    #[inline]
     fn frame_done(
         &mut self,
         d: usize,

@@ -1425,6 +1425,7 @@ impl Framer for MemcachedParser {
         self.message_start(d, hdr, out, stats)
     }
 
+    #[inline]
     fn line(
         &mut self,
         d: usize,
