@@ -217,7 +217,17 @@ fn tui_session(
         recording: args.write.clone(),
         metrics: prometheus.as_ref().map(PrometheusExporter::local_addr),
     };
+    let progress_tx = tx.clone();
     std::thread::scope(|s| {
+        if let Some(path) = &args.read {
+            // The recording's length for the progress bar, read on the side (a long recording
+            // takes a while; the replay does not wait for it).
+            s.spawn(move || {
+                if let Some(end) = replay::recording_end_ns(path, stop) {
+                    let _ = progress_tx.send(tui::UiMsg::ReplayEnd(end));
+                }
+            });
+        }
         let collector = s.spawn(|| {
             // Set on the way out, panic included, so the UI does not wait on a dead collector.
             let _stop_on_exit = StopOnDrop(stop);

@@ -124,3 +124,155 @@ pub fn run_rewindable<S: Sink, R: Read>(
         },
     })
 }
+
+/// A point in a recording, as `--from`/`--to` and the terminal UI's `:goto` take it: an
+/// RFC 3339 time (`2026-11-22T02:02:26Z`, `2026-11-22T03:02:26.5+01:00`; a space may stand
+/// for the `T`), or an offset from the recording's start (`+30s`, `+1m30s`, `+250ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplayTime {
+    /// Unix time, in ns.
+    At(i64),
+    /// Recorded time after the recording's start, in ns.
+    Offset(u64),
+}
+
+impl ReplayTime {
+    pub fn parse(s: &str) -> std::result::Result<ReplayTime, String> {
+        let s = s.trim();
+        if let Some(rest) = s.strip_prefix('+') {
+            let d = humantime::parse_duration(rest.trim())
+                .map_err(|e| format!("{s:?}: {e} (an offset: +30s, +1m30s, +250ms)"))?;
+            return Ok(ReplayTime::Offset(
+                u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
+            ));
+        }
+        // humantime reads `Z` (or no zone: UTC); a numeric offset is taken off here.
+        let (local, offset_s) = match s.len().checked_sub(6).and_then(|i| {
+            let tail = s.get(i..)?.as_bytes();
+            let sign = match tail[0] {
+                b'+' => 1,
+                b'-' => -1,
+                _ => return None,
+            };
+            let digits = |a: u8, b: u8| {
+                (a.is_ascii_digit() && b.is_ascii_digit())
+                    .then(|| i64::from(a - b'0') * 10 + i64::from(b - b'0'))
+            };
+            let (h, m) = (digits(tail[1], tail[2])?, digits(tail[4], tail[5])?);
+            (tail[3] == b':' && s[..i].contains(':')).then(|| (&s[..i], sign * (h * 3600 + m * 60)))
+        }) {
+            Some((local, off)) => (local, off),
+            None => (s.strip_suffix('Z').unwrap_or(s), 0),
+        };
+        let t = humantime::parse_rfc3339_weak(local).map_err(|e| {
+            format!("{s:?}: {e} (a time: 2026-11-22T02:02:26Z, or an offset: +30s)")
+        })?;
+        let unix = t
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_err(|_| format!("{s:?}: before 1970"))?;
+        let unix_ns = i64::try_from(unix.as_nanos()).map_err(|_| format!("{s:?}: too late"))?;
+        Ok(ReplayTime::At(unix_ns - offset_s * 1_000_000_000))
+    }
+
+    /// The recorded (kernel) time it names in the session `meta` describes.
+    pub fn mono_ns(self, meta: &SessionMeta) -> u64 {
+        match self {
+            ReplayTime::At(unix_ns) => unix_ns.saturating_sub(meta.wall_offset_ns).max(0) as u64,
+            ReplayTime::Offset(ns) => meta.start_mono_ns().saturating_add(ns),
+        }
+    }
+}
+
+/// The last recorded time in a recording: where its session ended (its end record), else its
+/// last interval (a recording cut short). Read through once, without a pipeline: for a
+/// replay's progress bar, on a thread of its own; None if `stop` is set first.
+pub fn recording_end_ns(path: &std::path::Path, stop: &AtomicBool) -> Option<u64> {
+    let mut reader = crate::record::reader::open(path).ok()?;
+    let start = reader.header.meta.start_mono_ns();
+    let mut last = None::<u64>;
+    let read = reader.for_each(|item| {
+        match item {
+            Item::Interval(iv) => last = last.max(Some(iv.mono_ns)),
+            Item::End(e) => last = last.max(Some(start.saturating_add(e.duration_ns))),
+            _ => {}
+        }
+        if stop.load(Ordering::Relaxed) {
+            return Err(Stop.into());
+        }
+        Ok(())
+    });
+    read.ok()?;
+    last
+}
+
+#[cfg(test)]
+mod time_tests {
+    use super::*;
+
+    #[test]
+    fn replay_times_are_rfc3339_or_offsets_from_the_start() {
+        let utc = 1_795_312_946_000_000_000i64; // 2026-11-22T02:02:26Z
+        assert_eq!(
+            ReplayTime::parse("2026-11-22T02:02:26Z"),
+            Ok(ReplayTime::At(utc))
+        );
+        assert_eq!(
+            ReplayTime::parse("2026-11-22 03:02:26.5+01:00"),
+            Ok(ReplayTime::At(utc + 500_000_000))
+        );
+        assert_eq!(
+            ReplayTime::parse("2026-11-21T21:02:26-05:00"),
+            Ok(ReplayTime::At(utc))
+        );
+        assert_eq!(
+            ReplayTime::parse("+1m30s"),
+            Ok(ReplayTime::Offset(90_000_000_000))
+        );
+        assert_eq!(
+            ReplayTime::parse("+250ms"),
+            Ok(ReplayTime::Offset(250_000_000))
+        );
+        for bad in [
+            "",
+            "+",
+            "+3 parsecs",
+            "14:32",
+            "2026-13-01T00:00:00Z",
+            "yesterday",
+        ] {
+            assert!(ReplayTime::parse(bad).is_err(), "{bad:?}");
+        }
+        let mut meta = SessionMeta::this_host(
+            "replay",
+            4096,
+            crate::filters::Filters::default(),
+            utc - 1_000_000_000,
+        );
+        meta.start_unix_ns = utc;
+        assert_eq!(ReplayTime::At(utc).mono_ns(&meta), 1_000_000_000);
+        assert_eq!(ReplayTime::Offset(5).mono_ns(&meta), 1_000_000_005);
+    }
+
+    #[test]
+    fn a_recordings_end_is_its_sessions_end() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/recordings/http_mix.ebt"
+        );
+        let reader = crate::record::reader::open(path.as_ref()).unwrap();
+        let start = reader.header.meta.start_mono_ns();
+        let end = recording_end_ns(path.as_ref(), &AtomicBool::new(false)).unwrap();
+        let mut r = reader;
+        let mut pipeline = crate::pipeline::Pipeline::new(
+            Default::default(),
+            crate::procinfo::ProcessTable::new(false),
+            crate::sink::null::NullSink,
+        );
+        let meta = replay_meta(&r);
+        pipeline.start(&meta).unwrap();
+        let replayed = run(&mut r, &mut pipeline, &AtomicBool::new(false)).unwrap();
+        assert!(replayed.complete);
+        assert_eq!(end, start + replayed.duration_ns);
+        assert!(recording_end_ns(path.as_ref(), &AtomicBool::new(true)).is_none());
+    }
+}
