@@ -564,7 +564,9 @@ fn replay_to_output<S: Sink>(
     rewind: Option<&dyn Rewind>,
 ) -> Result<()> {
     let (mut reader, meta) = open_recording(args, path)?;
-    let mut pipeline = replay_pipeline(args, sink);
+    // --from/--to: the lines about what happened in the range (the whole range by default).
+    let range = replay::TimeRange::of(args.from, args.to, &meta);
+    let mut pipeline = replay_pipeline(args, replay::InRange::new(sink, range));
     if let Some(out) = &args.write {
         if std::fs::canonicalize(out).ok() == std::fs::canonicalize(path).ok() {
             anyhow::bail!(
