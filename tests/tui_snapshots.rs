@@ -620,3 +620,42 @@ fn enter_in_follow_opens_the_selected_call_and_holds_it() {
         "the call drawn selected on line {line} is still selected:\n{s}"
     );
 }
+
+/// The number before `word` on `line` (`2 open` → 2).
+fn count_before(line: &str, word: &str) -> usize {
+    let words: Vec<&str> = line
+        .split([' ', ',', ':'])
+        .filter(|w| !w.is_empty())
+        .collect();
+    let i = words
+        .iter()
+        .position(|w| *w == word)
+        .unwrap_or_else(|| panic!("no {word:?} in {line:?}"));
+    words[i - 1].parse().unwrap()
+}
+
+/// Issue 44 item 10: with a filter, the Flows title's counts are those of the flows it keeps.
+#[test]
+fn the_flows_summary_counts_the_flows_the_filter_keeps() {
+    for (w, h) in SIZES {
+        let mut app = app_of(FLOWS_FIXTURE);
+        app.set_size(w, h);
+        keys(&mut app, &[KeyCode::Char('3')]);
+        let all = app.rows().len();
+        let mut setup = vec![KeyCode::Char('/')];
+        setup.extend("proto:udp".chars().map(KeyCode::Char));
+        setup.push(KeyCode::Enter);
+        keys(&mut app, &setup);
+        let rows = app.rows();
+        assert!(
+            !rows.is_empty() && rows.len() < all,
+            "{} of {all}",
+            rows.len()
+        );
+        let s = screen(&app, w, h);
+        let title = s.lines().find(|l| l.starts_with("Flows")).unwrap();
+        let (open, ended) = (count_before(title, "open"), count_before(title, "ended"));
+        assert_eq!(open + ended, rows.len(), "{title}");
+        insta::assert_snapshot!(format!("flow_table_udp_{w}x{h}"), s);
+    }
+}

@@ -809,3 +809,59 @@ fn tui_in_tmux_replay_progress_start_end_and_goto() {
         t.wait_for("ebtop exited 0");
     }
 }
+
+/// Issue 44 item 10 (in part) at 80×24 and 160×45: with a filter, the Flows title counts the
+/// flows it keeps; the header's sparkline says what it plots.
+#[test]
+fn tui_in_tmux_flows_summary_follows_the_filter_and_sparklines_are_named() {
+    for (w, h) in [(80, 24), (160, 45)] {
+        let t = Tmux::new();
+        t.start_ebtop_sized(w, h, "", &format!("-r '{FLOWS_FIXTURE}' --speed 1000"));
+        let s = t.wait("the replay's end", |s| s.contains("[ENDED]"));
+        if w >= 120 {
+            assert!(s.lines().next().unwrap().contains("calls/s "), "{s}");
+        }
+        t.keys(&["3"]);
+        let s = t.wait("the flow table", |s| {
+            s.contains("[3 Flows]") && s.lines().any(|l| l.starts_with('>'))
+        });
+        let counts = |s: &str| -> (usize, usize) {
+            let title = s.lines().find(|l| l.starts_with("Flows")).unwrap();
+            let words: Vec<&str> = title
+                .split([' ', ',', ':'])
+                .filter(|w| !w.is_empty())
+                .collect();
+            let before = |word: &str| -> usize {
+                let i = words.iter().position(|w| *w == word).unwrap();
+                words[i - 1].parse().unwrap()
+            };
+            (before("open"), before("ended"))
+        };
+        let (open, ended) = counts(&s);
+        t.keys(&["/"]);
+        t.literal("proto:udp");
+        t.keys(&["Enter"]);
+        let s = t.wait("the UDP flows", |s| {
+            // (At 80 columns the header's line ends inside the quotes.)
+            s.contains("filter \"proto:udp") && s.lines().any(|l| l.starts_with('>'))
+        });
+        let rows = s
+            .lines()
+            .filter(|l| l.len() > 2 && l[2..].trim_start().starts_with("127.0.0.1:"))
+            .count();
+        let (u_open, u_ended) = counts(&s);
+        assert_eq!(u_open + u_ended, rows, "{w}x{h}:\n{s}");
+        assert!(u_open + u_ended < open + ended, "{w}x{h}:\n{s}");
+        // The flow table's panel is whole, its last count too (never `los`).
+        assert!(
+            s.lines().any(
+                |l| (l.starts_with("Not counted") || l.starts_with("Uncounted"))
+                    && l.contains(" lost ")
+                    && l.contains("evicted ")
+            ),
+            "{w}x{h}:\n{s}"
+        );
+        t.keys(&["q"]);
+        t.wait_for("ebtop exited 0");
+    }
+}

@@ -365,13 +365,6 @@ impl FlowBoard {
         let ended = self.flows.values().filter(|f| f.ended_ns.is_some()).count();
         (self.flows.len() - ended, ended)
     }
-
-    /// Bytes per second in and out over the last interval, all flows shown together.
-    pub fn total_rates(&self) -> (f64, f64) {
-        self.flows
-            .values()
-            .fold((0.0, 0.0), |(i, o), f| (i + f.in_per_s, o + f.out_per_s))
-    }
 }
 
 #[cfg(test)]

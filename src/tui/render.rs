@@ -291,12 +291,14 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
         .map(|&k| header_top(app, k))
         .find(|t| Line::from(t.clone()).width() <= width)
         .unwrap_or_else(|| header_top(app, steps[steps.len() - 1]));
-    // The call-rate sparkline last, in what width is left (its newest values).
-    let left = width.saturating_sub(Line::from(top.clone()).width() + 2);
+    // The call-rate sparkline last, in what width is left (its newest values), named: a
+    // line of blocks alone does not say what it plots.
+    const LABEL: &str = "calls/s ";
+    let left = width.saturating_sub(Line::from(top.clone()).width() + 2 + LABEL.len());
     if d.rate_history.len() > 1 && left >= 2 {
         let skip = d.rate_history.len().saturating_sub(left);
         top.push(Span::raw(format!(
-            "  {}",
+            "  {LABEL}{}",
             super::table::sparkline(d.rate_history.iter().skip(skip).copied())
         )));
     }
@@ -720,8 +722,14 @@ fn view_title(app: &App, rows: &[super::table::SharedRow], width: u16) -> String
             )
         }
         View::Flows if d.flows.active => {
-            let (open, ended) = d.flows.counts();
-            let (rate_in, rate_out) = d.flows.total_rates();
+            // The flows shown: with a filter, the numbers are the matching flows' too.
+            let (open, ended, rate_in, rate_out) = rows
+                .iter()
+                .filter_map(|r| d.flows.flows.get(r.key.as_str()))
+                .fold((0, 0, 0.0, 0.0), |(o, e, i, out), f| {
+                    let ended = usize::from(f.ended_ns.is_some());
+                    (o + 1 - ended, e + ended, i + f.in_per_s, out + f.out_per_s)
+                });
             let period = d.report.as_ref().map_or(0.0, |r| r.period_ns as f64 / 1e9);
             let (rate_in, rate_out) = (human(rate_in.round()), human(rate_out.round()));
             // The words go before the numbers where the width is short.
