@@ -34,6 +34,10 @@ fn speed(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
+fn replay_time(s: &str) -> Result<crate::driver::replay::ReplayTime, String> {
+    crate::driver::replay::ReplayTime::parse(s)
+}
+
 fn protocol(s: &str) -> Result<crate::protocols::Protocol, String> {
     use crate::protocols::Protocol;
     Protocol::from_name(s).ok_or_else(|| {
@@ -228,6 +232,16 @@ pub struct Args {
     #[arg(long, value_name = "FACTOR", default_value_t = 1.0, value_parser = speed)]
     pub speed: f64,
 
+    /// Replay to JSON (-r FILE --json): only what happened from T on. T: an RFC 3339 time
+    /// (2026-11-22T14:32:00Z, +01:00 offsets too) or an offset from the recording's start
+    /// (+30s, +1m30s).
+    #[arg(long, value_name = "T", value_parser = replay_time)]
+    pub from: Option<crate::driver::replay::ReplayTime>,
+
+    /// Replay to JSON (-r FILE --json): only what happened up to T (as --from).
+    #[arg(long, value_name = "T", value_parser = replay_time)]
+    pub to: Option<crate::driver::replay::ReplayTime>,
+
     /// Capacity of the kernel flow table (TCP flows tracked at once; ~256 bytes of kernel
     /// memory each, allocated only for live flows). Flows beyond it are counted, not tracked.
     #[arg(long, value_name = "N", default_value_t = crate::flows::DEFAULT_MAX_FLOWS,
@@ -372,6 +386,13 @@ pub fn usage_problem(m: &ArgMatches) -> Option<String> {
     }
     if given("speed") && (!replay || m.get_flag("json") || (given("write") && !m.get_flag("tui"))) {
         return Some("--speed paces the terminal UI's replay (-r FILE without --json)".to_owned());
+    }
+    if (given("from") || given("to")) && !(replay && m.get_flag("json")) {
+        return Some(
+            "--from/--to pick a time range of a replay to JSON (-r FILE --json); in the \
+             terminal UI, :goto moves the replay"
+                .to_owned(),
+        );
     }
     let tui = !m.get_flag("json") && (!given("write") || m.get_flag("tui"));
     if given("filter") && !tui && !m.get_flag("json") {

@@ -217,7 +217,17 @@ fn tui_session(
         recording: args.write.clone(),
         metrics: prometheus.as_ref().map(PrometheusExporter::local_addr),
     };
+    let progress_tx = tx.clone();
     std::thread::scope(|s| {
+        if let Some(path) = &args.read {
+            // The recording's length for the progress bar, read on the side (a long recording
+            // takes a while; the replay does not wait for it).
+            s.spawn(move || {
+                if let Some(end) = replay::recording_end_ns(path, stop) {
+                    let _ = progress_tx.send(tui::UiMsg::ReplayEnd(end));
+                }
+            });
+        }
         let collector = s.spawn(|| {
             // Set on the way out, panic included, so the UI does not wait on a dead collector.
             let _stop_on_exit = StopOnDrop(stop);
@@ -554,7 +564,9 @@ fn replay_to_output<S: Sink>(
     rewind: Option<&dyn Rewind>,
 ) -> Result<()> {
     let (mut reader, meta) = open_recording(args, path)?;
-    let mut pipeline = replay_pipeline(args, sink);
+    // --from/--to: the lines about what happened in the range (the whole range by default).
+    let range = replay::TimeRange::of(args.from, args.to, &meta);
+    let mut pipeline = replay_pipeline(args, replay::InRange::new(sink, range));
     if let Some(out) = &args.write {
         if std::fs::canonicalize(out).ok() == std::fs::canonicalize(path).ok() {
             anyhow::bail!(

@@ -62,6 +62,8 @@ fn options_that_would_do_nothing_are_refused_with_the_reason() {
         ),
         (&["--json", "--speed", "2"][..], "--speed paces"),
         (&["--json", "--utc"][..], "--utc applies to the terminal UI"),
+        (&["-r", RECORDING, "--from", "+1s"][..], "--from/--to pick"),
+        (&["--json", "--to", "+1s"][..], "--from/--to pick"),
         (&["--only", "call"][..], "--json"),
         (&["--overhead-programs"][..], "--json"),
         (
@@ -142,6 +144,69 @@ fn long_help_lists_every_key() {
     }
     let short = ebtop().arg("-h").output().unwrap();
     assert!(!String::from_utf8_lossy(&short.stdout).contains("Keys (terminal UI)"));
+}
+
+/// `-r FILE --json --from T --to T`: the call lines of the calls completed in the range, as
+/// the whole replay wrote them; a time that does not parse says which forms it takes.
+#[test]
+fn a_replay_to_json_takes_a_time_range() {
+    let lines = |args: &[&str]| -> Vec<serde_json::Value> {
+        let out = ebtop()
+            .args(["-r", RECORDING, "--json"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    // When a call line's call completed, in Unix ns.
+    let done = |c: &serde_json::Value| -> u128 {
+        let ts = humantime::parse_rfc3339(c["ts"].as_str().unwrap()).unwrap();
+        ts.duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+            + u128::from(c["latency_ns"].as_u64().unwrap())
+    };
+    let calls = |v: &[serde_json::Value]| -> Vec<serde_json::Value> {
+        v.iter().filter(|l| l["type"] == "call").cloned().collect()
+    };
+    let all = lines(&[]);
+    let mut times: Vec<u128> = calls(&all).iter().map(done).collect();
+    times.sort_unstable();
+    let (from, to) = (times[5], times[times.len() - 5]);
+    let rfc = |ns: u128| {
+        humantime::format_rfc3339_nanos(
+            std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns as u64),
+        )
+        .to_string()
+    };
+    let some = lines(&["--from", &rfc(from), "--to", &rfc(to)]);
+    let want: Vec<serde_json::Value> = calls(&all)
+        .into_iter()
+        .filter(|c| (from..=to).contains(&done(c)))
+        .collect();
+    assert!(!want.is_empty() && want.len() < calls(&all).len());
+    assert_eq!(calls(&some), want);
+    assert_eq!(some.last().unwrap()["type"], "summary");
+    assert_eq!(
+        some.last().unwrap()["calls"],
+        all.last().unwrap()["calls"],
+        "the summary is the whole recording's"
+    );
+    // An offset from the start: nothing before it.
+    let late = lines(&["--from", "+1s"]);
+    assert!(!calls(&late).is_empty() && calls(&late).len() < calls(&all).len());
+    let out = ebtop()
+        .args(["-r", RECORDING, "--json", "--from", "soon"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("+30s"));
 }
 
 #[test]

@@ -390,3 +390,272 @@ fn header_shows_capture_filters_the_call_filter_and_the_recording() {
         insta::assert_snapshot!(format!("header_scope_{w}x{h}"), s);
     }
 }
+
+/// DNS calls (`src/protocols/dns/fixtures`): process names and statuses longer than the
+/// old fixed columns (`dnsmasq/NNNN`, `NXDOMAIN`).
+const DNS_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/src/protocols/dns/fixtures/dns_mix.ebt"
+);
+
+/// The header line of the table (the one naming the first column).
+fn table_head<'a>(s: &'a str, first: &str) -> &'a str {
+    s.lines()
+        .find(|l| l.trim_start().starts_with(first))
+        .unwrap_or_else(|| panic!("no table header starting {first}:\n{s}"))
+}
+
+/// Columns follow their content: PROCESS/PID and STATUS show their longest visible value
+/// whole (never `NXDOM~`), RESOURCE takes the rest, and at 80×24 the Calls view keeps time,
+/// process, proto, status, latency and resource, the Endpoints view calls, server errors,
+/// p50 and p99.
+#[test]
+fn columns_follow_their_content_at_80x24_and_160x45() {
+    for (w, h) in [(160, 45), (80, 24)] {
+        let mut app = app_of(DNS_FIXTURE);
+        app.set_size(w, h);
+        let rows = app.rows();
+        let s = screen(&app, w, h);
+        insta::assert_snapshot!(format!("calls_dns_{w}x{h}"), s);
+        let head = table_head(&s, "TIME");
+        for title in [
+            "TIME",
+            "PROCESS/PID",
+            "PROTO",
+            "RESOURCE",
+            "STATUS",
+            "LAT ms",
+        ] {
+            assert!(head.contains(title), "{w}x{h}: {title} in\n{s}");
+        }
+        // Every process and status on screen is whole.
+        let shown: Vec<&str> = s.lines().collect();
+        for r in rows.iter().take(5) {
+            for cell in [&r.cells[1], &r.cells[6]] {
+                assert!(
+                    shown.iter().any(|l| l.contains(&format!(" {cell} "))),
+                    "{w}x{h}: {cell:?} cut:\n{s}"
+                );
+            }
+        }
+        assert!(!s.contains("NXDOM~") && !s.contains("NOERR~"), "{s}");
+        // The resource takes the rest of the line: the last column ends at the edge when
+        // a row is as wide as the terminal allows.
+        keys(&mut app, &[KeyCode::Char('2')]);
+        let s = screen(&app, w, h);
+        insta::assert_snapshot!(format!("endpoints_dns_{w}x{h}"), s);
+        let head = table_head(&s, "PROCESS");
+        for title in ["CALLS", "SERR %", "P50 ms", "P99 ms", "RESOURCE"] {
+            assert!(head.contains(title), "{w}x{h}: {title} in\n{s}");
+        }
+    }
+    // The recording with HTTP calls: the Endpoints view at 80 columns keeps its key columns.
+    let mut app = app_of(FIXTURE);
+    keys(&mut app, &[KeyCode::Char('2')]);
+    let s = screen(&app, 80, 24);
+    let head = table_head(&s, "PROCESS");
+    for title in ["CALLS", "SERR %", "P50 ms", "P99 ms"] {
+        assert!(head.contains(title), "{title} in\n{s}");
+    }
+}
+
+/// Right scrolls the long column's text (its title says by how much), Left brings it back;
+/// the other columns stay where they are. (The Processes view at 80 columns: the command
+/// lines are cut.)
+#[test]
+fn right_and_left_scroll_the_long_column() {
+    let (w, h) = (80, 24);
+    let mut app = app_of(FIXTURE);
+    app.set_size(w, h);
+    keys(&mut app, &[KeyCode::Char('4')]);
+    let before = screen(&app, w, h);
+    assert!(before.contains("python3 /tmp~"), "{before}");
+    keys(&mut app, &[KeyCode::Right]);
+    let scrolled = screen(&app, w, h);
+    assert!(
+        table_head(&scrolled, "PID").contains("COMMAND +8"),
+        "{scrolled}"
+    );
+    insta::assert_snapshot!("processes_scrolled_80x24", scrolled);
+    // The PID and numbers did not move; the command's text did.
+    let first = |s: &str| -> (String, String) {
+        let l = s.lines().find(|l| l.starts_with('>')).unwrap();
+        let (a, b) = l.split_at(l.char_indices().nth(60).unwrap().0);
+        (a.to_owned(), b.to_owned())
+    };
+    assert_eq!(first(&before).0, first(&scrolled).0);
+    assert_ne!(first(&before).1, first(&scrolled).1);
+    keys(&mut app, &[KeyCode::Left]);
+    assert_eq!(screen(&app, w, h), before);
+    // Scrolling stops where the longest visible text ends.
+    for _ in 0..100 {
+        keys(&mut app, &[KeyCode::Right]);
+        screen(&app, w, h);
+    }
+    let end = screen(&app, w, h);
+    keys(&mut app, &[KeyCode::Right]);
+    assert_eq!(screen(&app, w, h), end);
+    assert!(
+        !end.contains('~'),
+        "the longest line's end in sight:\n{end}"
+    );
+}
+
+/// The screen line of the selected row and the row itself.
+fn selected(s: &str) -> (usize, String) {
+    s.lines()
+        .enumerate()
+        .find(|(_, l)| l.starts_with('>'))
+        .map(|(i, l)| (i, l.to_owned()))
+        .unwrap_or_else(|| panic!("no selected row:\n{s}"))
+}
+
+/// A held row stays on its line, with the rows around it, while newer calls arrive above
+/// it; F3's match is shown mid-screen; Enter opens the selected row, in FOLLOW too, and holds
+/// it.
+#[test]
+fn a_held_row_stays_on_its_line_while_calls_arrive() {
+    for (w, h) in [(80, 24), (160, 45)] {
+        let msgs = collect_replay(FIXTURE.as_ref()).unwrap();
+        let mut app = App::new("replay", Duration::from_secs(1), true);
+        app.set_size(w, h);
+        let mut msgs = msgs.into_iter();
+        // The first third of the calls.
+        let mut calls = 0;
+        for m in msgs.by_ref() {
+            if let ebtop::tui::UiMsg::Calls(c, _) = &m {
+                calls += c.len();
+            }
+            app.apply(m);
+            if calls >= 20 {
+                break;
+            }
+        }
+        screen(&app, w, h);
+        keys(&mut app, &[KeyCode::Char('j'), KeyCode::Char('j')]);
+        let s = screen(&app, w, h);
+        let (line, row) = selected(&s);
+        let lines: Vec<&str> = s.lines().collect();
+        let around: Vec<String> = lines[line - 1..=line + 1]
+            .iter()
+            .map(|l| l[1..].to_owned())
+            .collect();
+        for m in msgs {
+            app.apply(m);
+        }
+        let s = screen(&app, w, h);
+        assert!(s.contains("[HELD, "), "{s}");
+        assert_eq!(selected(&s), (line, row.clone()), "{w}x{h}:\n{s}");
+        let lines: Vec<&str> = s.lines().collect();
+        let now: Vec<String> = lines[line - 1..=line + 1]
+            .iter()
+            .map(|l| l[1..].to_owned())
+            .collect();
+        assert_eq!(now, around, "the rows around it stay too:\n{s}");
+        insta::assert_snapshot!(format!("calls_held_in_place_{w}x{h}"), s);
+
+        // F3: each match lands mid-table (as near as the list's start allows), not on the
+        // last line.
+        let mut setup = vec![KeyCode::Char('g'), KeyCode::F(3)];
+        setup.extend("users/1".chars().map(KeyCode::Char));
+        setup.push(KeyCode::Enter);
+        keys(&mut app, &setup);
+        let mut centred = 0;
+        for _ in 0..30 {
+            let s = screen(&app, w, h);
+            let (line, row) = selected(&s);
+            assert!(row.contains("/api/users/1"), "{s}");
+            let head = s
+                .lines()
+                .position(|l| l.trim_start().starts_with("TIME"))
+                .unwrap();
+            let body = usize::from(h) - head - 2;
+            let at = line - head - 1;
+            let rows = app.rows();
+            let sel = app.selected_index(&rows).unwrap();
+            let want = sel.min(body / 2);
+            assert_eq!(
+                at, want,
+                "{w}x{h}: match {sel} on line {at} of {body}:\n{s}"
+            );
+            centred += usize::from(at == body / 2);
+            keys(&mut app, &[KeyCode::F(3), KeyCode::F(3), KeyCode::Esc]);
+        }
+        assert!(centred > 0, "{w}x{h}: some match mid-table");
+    }
+}
+
+/// In FOLLOW, Enter opens the selected (newest drawn) call and holds it: back from its
+/// details it is still selected, though newer calls came.
+#[test]
+fn enter_in_follow_opens_the_selected_call_and_holds_it() {
+    let msgs = collect_replay(FIXTURE.as_ref()).unwrap();
+    let (w, h) = (80, 24);
+    let mut app = App::new("replay", Duration::from_secs(1), true);
+    app.set_size(w, h);
+    let mut msgs = msgs.into_iter();
+    for m in msgs.by_ref() {
+        let calls = matches!(m, ebtop::tui::UiMsg::Calls(..));
+        app.apply(m);
+        if calls {
+            break;
+        }
+    }
+    let s = screen(&app, w, h);
+    assert!(s.contains("[FOLLOW]"), "{s}");
+    let (line, row) = selected(&s);
+    for m in msgs {
+        app.apply(m);
+    }
+    keys(&mut app, &[KeyCode::Enter]);
+    let open = app.detail.expect("details open");
+    let s = screen(&app, w, h);
+    assert!(s.contains(&format!("Call #{open} ")), "{s}");
+    keys(&mut app, &[KeyCode::Esc]);
+    let s = screen(&app, w, h);
+    assert!(s.contains("[HELD, "), "{s}");
+    let (_, now) = selected(&s);
+    assert_eq!(
+        now, row,
+        "the call drawn selected on line {line} is still selected:\n{s}"
+    );
+}
+
+/// The number before `word` on `line` (`2 open` → 2).
+fn count_before(line: &str, word: &str) -> usize {
+    let words: Vec<&str> = line
+        .split([' ', ',', ':'])
+        .filter(|w| !w.is_empty())
+        .collect();
+    let i = words
+        .iter()
+        .position(|w| *w == word)
+        .unwrap_or_else(|| panic!("no {word:?} in {line:?}"));
+    words[i - 1].parse().unwrap()
+}
+
+/// Issue 44 item 10: with a filter, the Flows title's counts are those of the flows it keeps.
+#[test]
+fn the_flows_summary_counts_the_flows_the_filter_keeps() {
+    for (w, h) in SIZES {
+        let mut app = app_of(FLOWS_FIXTURE);
+        app.set_size(w, h);
+        keys(&mut app, &[KeyCode::Char('3')]);
+        let all = app.rows().len();
+        let mut setup = vec![KeyCode::Char('/')];
+        setup.extend("proto:udp".chars().map(KeyCode::Char));
+        setup.push(KeyCode::Enter);
+        keys(&mut app, &setup);
+        let rows = app.rows();
+        assert!(
+            !rows.is_empty() && rows.len() < all,
+            "{} of {all}",
+            rows.len()
+        );
+        let s = screen(&app, w, h);
+        let title = s.lines().find(|l| l.starts_with("Flows")).unwrap();
+        let (open, ended) = (count_before(title, "open"), count_before(title, "ended"));
+        assert_eq!(open + ended, rows.len(), "{title}");
+        insta::assert_snapshot!(format!("flow_table_udp_{w}x{h}"), s);
+    }
+}

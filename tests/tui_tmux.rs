@@ -373,17 +373,17 @@ fn tui_in_tmux_replay_pace_and_skip_keys() {
     t.keys(&["["]);
     t.wait_for("speed 0.01x");
     // Skip 10 s ahead: past the end, with every call counted.
-    t.keys(&["Right"]);
+    t.keys(&["."]);
     let s = t.wait("the replay's end", |s| s.contains("[ENDED]"));
     assert!(s.contains("calls 62"), "{s}");
     // Back 10 s: before the recording's start, so it starts over at 0.01x (the last numbers
     // were kept until then); ahead again: the same 62 calls, none counted twice.
-    t.keys(&["Left"]);
+    t.keys(&[","]);
     let s = t.wait("the replay starts over", |s| {
         !s.contains("[ENDED]") && s.contains("speed 0.01x")
     });
     assert!(!s.contains("calls 62"), "{s}");
-    t.keys(&["Right"]);
+    t.keys(&["."]);
     let s = t.wait("the replay's end again", |s| s.contains("[ENDED]"));
     assert!(s.contains("calls 62"), "{s}");
     t.keys(&["q"]);
@@ -629,4 +629,239 @@ fn tui_in_tmux_command_line_and_kept_filters() {
     assert!(s.contains("filter \"status:5xx\""), "{s}");
     t.keys(&["q"]);
     t.wait_exit();
+}
+
+/// DNS calls: `dnsmasq/PID`, `NXDOMAIN`, long query names.
+const DNS_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/src/protocols/dns/fixtures/dns_mix.ebt"
+);
+
+/// The table's header line (the one starting with `first`).
+fn head_line(screen: &str, first: &str) -> String {
+    screen
+        .lines()
+        .find(|l| l.trim_start().starts_with(first))
+        .unwrap_or_else(|| panic!("no header {first}:\n{screen}"))
+        .to_owned()
+}
+
+/// Issue 44 item 6 at 80×24 and 160×45: the key columns stay, processes and statuses are
+/// whole, the long column scrolls with Right/Left.
+#[test]
+fn tui_in_tmux_columns_follow_content_and_scroll() {
+    for (w, h) in [(80, 24), (160, 45)] {
+        let t = Tmux::new();
+        t.start_ebtop_sized(w, h, "", &format!("-r '{DNS_FIXTURE}' --speed 1000"));
+        let s = t.wait("the replay's end", |s| {
+            s.contains("[ENDED]") && s.lines().any(|l| l.starts_with('>'))
+        });
+        let head = head_line(&s, "TIME");
+        for title in [
+            "TIME",
+            "PROCESS/PID",
+            "PROTO",
+            "RESOURCE",
+            "STATUS",
+            "LAT ms",
+        ] {
+            assert!(head.contains(title), "{w}x{h}: {title}:\n{s}");
+        }
+        assert!(!s.contains("NXDOM~") && !s.contains("NOERR~"), "{s}");
+        // No process cut (`dnsmasq/12~`).
+        let cut: Vec<&str> = s
+            .split_whitespace()
+            .filter(|w| w.contains('/') && w.ends_with('~') && !w.starts_with('/'))
+            .collect();
+        assert!(cut.is_empty(), "{w}x{h}: {cut:?} cut:\n{s}");
+        t.keys(&["2"]);
+        let s = t.wait("endpoints", |s| {
+            s.contains("[2 Endpoints]") && s.lines().any(|l| l.starts_with('>'))
+        });
+        let head = head_line(&s, "PROCESS");
+        for title in ["CALLS", "SERR %", "P50 ms", "P99 ms"] {
+            assert!(head.contains(title), "{w}x{h}: {title}:\n{s}");
+        }
+        t.keys(&["q"]);
+        t.wait_for("ebtop exited 0");
+
+        // The HTTP recording's processes: command lines long enough to be cut at 80 columns
+        // scroll with Right (the title says how far) and come back with Left.
+        let t = Tmux::new();
+        t.start_ebtop_sized(w, h, "", &format!("-r '{FIXTURE}' --speed 1000"));
+        t.wait("the replay's end", |s| s.contains("[ENDED]"));
+        t.keys(&["4"]);
+        let s = t.wait("processes", |s| {
+            s.contains("[4 Processes]") && s.lines().any(|l| l.starts_with('>'))
+        });
+        // (At 160 columns too, curl's long command line is cut.)
+        let cut = s.lines().any(|l| l.ends_with('~'));
+        assert!(cut || w > 80, "{w}x{h}:\n{s}");
+        t.keys(&["Right"]);
+        if cut {
+            t.wait("the command scrolled", |s| {
+                head_line(s, "PID").contains("COMMAND +8")
+            });
+            t.keys(&["Left"]);
+        }
+        let s = t.wait("not scrolled", |s| {
+            s.contains("[4 Processes]") && !head_line(s, "PID").contains("COMMAND +")
+        });
+        assert!(s.lines().any(|l| l.starts_with('>')), "{s}");
+        t.keys(&["q"]);
+        t.wait_for("ebtop exited 0");
+    }
+}
+
+/// Issue 44 item 7 at 80×24 and 160×45: a held row stays on its screen line while the
+/// replay brings newer calls above it; Enter opens it.
+#[test]
+fn tui_in_tmux_a_held_row_stays_in_place() {
+    for (w, h) in [(80, 24), (160, 45)] {
+        let t = Tmux::new();
+        // 0.5x: the 2 s recording takes 4 s, calls arrive after the row is held.
+        t.start_ebtop_sized(w, h, "", &format!("-r '{FIXTURE}' --speed 0.5"));
+        t.wait("a few calls", |s| {
+            s.lines()
+                .filter(|l| l.contains("python3/") || l.contains("curl/"))
+                .count()
+                >= 3
+                && !s.contains("[ENDED]")
+        });
+        t.keys(&["j"]);
+        let s = t.wait("held", |s| s.contains("[HELD, "));
+        let at = |s: &str| {
+            s.lines()
+                .position(|l| l.starts_with('>'))
+                .map(|i| (i, s.lines().nth(i).unwrap()[1..].to_owned()))
+        };
+        let held = at(&s).expect("a selected row");
+        let s = t.wait("the replay's end", |s| s.contains("[ENDED]"));
+        assert!(!s.contains("[HELD, 0 newer"), "calls came above it:\n{s}");
+        assert_eq!(at(&s), Some(held.clone()), "{w}x{h}:\n{s}");
+        t.keys(&["Enter"]);
+        let s = t.wait_for("Call detail");
+        let time = held.1.split_whitespace().next().unwrap().to_owned();
+        assert!(s.contains(&time), "the held call ({time}) opened:\n{s}");
+        t.keys(&["q", "q"]);
+        t.wait_for("ebtop exited 0");
+    }
+}
+
+/// Where the header's progress line says the replay is, in seconds since the start.
+fn progress_secs(screen: &str) -> Option<f64> {
+    let line = screen.lines().find(|l| l.starts_with("replay ["))?;
+    let (_, rest) = line.split_once("] +")?;
+    rest.split_once("s of ")?.0.parse().ok()
+}
+
+/// Issue 44 item 8 at 80×24 and 160×45: the header's progress bar with the recording's
+/// length from the start; `}` goes to the end, `{` back to the start, `:goto +1.5s` there.
+#[test]
+fn tui_in_tmux_replay_progress_start_end_and_goto() {
+    // The recording's length as its replay to JSON reports it (the summary's duration).
+    let out = Command::new(env!("CARGO_BIN_EXE_ebtop"))
+        .args(["-r", FIXTURE, "--json"])
+        .args(common::replay_args())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let length = format!(
+        "{:.1}s",
+        summary["duration_ns"].as_u64().unwrap() as f64 / 1e9
+    );
+    for (w, h) in [(80, 24), (160, 45)] {
+        let t = Tmux::new();
+        // At 0.01x the 2 s recording would take minutes: only the keys move it.
+        t.start_ebtop_sized(w, h, "", &format!("-r '{FIXTURE}' --speed 0.01"));
+        let s = t.wait("the progress bar with the length", |s| {
+            s.contains("replay [") && s.contains(&format!(" of {length}"))
+        });
+        assert!(!s.contains("[ENDED]"), "{s}");
+        assert!(progress_secs(&s).is_some_and(|x| x < 1.0), "{s}");
+        t.keys(&["}"]);
+        let s = t.wait("the end", |s| {
+            s.contains("[ENDED]") && s.contains("calls 62")
+        });
+        assert!(
+            s.contains(&format!(
+                "replay [████████████████████] +{length} of {length}"
+            )),
+            "{s}"
+        );
+        t.keys(&["{"]);
+        t.wait("the start again", |s| {
+            !s.contains("[ENDED]") && progress_secs(s).is_some_and(|x| x < 1.0)
+        });
+        t.literal(":goto +1.5s");
+        t.wait_for(":goto +1.5s_");
+        t.keys(&["Enter"]);
+        let s = t.wait("1.5 s in", |s| {
+            progress_secs(s).is_some_and(|x| (1.0..1.8).contains(&x))
+        });
+        assert!(!s.contains("[ENDED]"), "{s}");
+        // A command it does not know is refused in the bottom line, saying what it takes.
+        t.literal(":jump");
+        t.keys(&["Enter"]);
+        t.wait_for("unknown command \"jump\"");
+        t.keys(&["q"]);
+        t.wait_for("ebtop exited 0");
+    }
+}
+
+/// Issue 44 item 10 (in part) at 80×24 and 160×45: with a filter, the Flows title counts the
+/// flows it keeps; the header's sparkline says what it plots.
+#[test]
+fn tui_in_tmux_flows_summary_follows_the_filter_and_sparklines_are_named() {
+    for (w, h) in [(80, 24), (160, 45)] {
+        let t = Tmux::new();
+        t.start_ebtop_sized(w, h, "", &format!("-r '{FLOWS_FIXTURE}' --speed 1000"));
+        let s = t.wait("the replay's end", |s| s.contains("[ENDED]"));
+        if w >= 120 {
+            assert!(s.lines().next().unwrap().contains("calls/s "), "{s}");
+        }
+        t.keys(&["3"]);
+        let s = t.wait("the flow table", |s| {
+            s.contains("[3 Flows]") && s.lines().any(|l| l.starts_with('>'))
+        });
+        let counts = |s: &str| -> (usize, usize) {
+            let title = s.lines().find(|l| l.starts_with("Flows")).unwrap();
+            let words: Vec<&str> = title
+                .split([' ', ',', ':'])
+                .filter(|w| !w.is_empty())
+                .collect();
+            let before = |word: &str| -> usize {
+                let i = words.iter().position(|w| *w == word).unwrap();
+                words[i - 1].parse().unwrap()
+            };
+            (before("open"), before("ended"))
+        };
+        let (open, ended) = counts(&s);
+        t.keys(&["/"]);
+        t.literal("proto:udp");
+        t.keys(&["Enter"]);
+        let s = t.wait("the UDP flows", |s| {
+            // (At 80 columns the header's line ends inside the quotes.)
+            s.contains("filter \"proto:udp") && s.lines().any(|l| l.starts_with('>'))
+        });
+        let rows = s
+            .lines()
+            .filter(|l| l.len() > 2 && l[2..].trim_start().starts_with("127.0.0.1:"))
+            .count();
+        let (u_open, u_ended) = counts(&s);
+        assert_eq!(u_open + u_ended, rows, "{w}x{h}:\n{s}");
+        assert!(u_open + u_ended < open + ended, "{w}x{h}:\n{s}");
+        // The flow table's panel is whole, its last count too (never `los`).
+        assert!(
+            s.lines().any(
+                |l| (l.starts_with("Not counted") || l.starts_with("Uncounted"))
+                    && l.contains(" lost ")
+                    && l.contains("evicted ")
+            ),
+            "{w}x{h}:\n{s}"
+        );
+        t.keys(&["q"]);
+        t.wait_for("ebtop exited 0");
+    }
 }

@@ -23,8 +23,10 @@ use crate::call_filter::CallFilter;
 use crate::pipeline::LiveCallFilter;
 use crate::protocols::Protocol;
 
-/// How far `Right` skips a replay ahead (recorded time).
+/// How far `.` skips a replay ahead and `,` back (recorded time).
 pub const SKIP_NS: u64 = 10_000_000_000;
+/// Characters Left/Right scroll the flexible column's text by.
+pub const HSCROLL_STEP: usize = 8;
 pub const MIN_REFRESH: Duration = Duration::from_millis(100);
 pub const MAX_REFRESH: Duration = Duration::from_secs(10);
 
@@ -71,6 +73,12 @@ pub struct ViewState {
     pub sort_col: usize,
     pub ascending: bool,
     pub filter: String,
+    /// The selected row's line in the table as last drawn: rows arriving above it (newer
+    /// calls over a held one) move nothing on screen; only the selection keys move it.
+    pub line: std::cell::Cell<usize>,
+    /// Characters of the flexible column's text (RESOURCE, COMMAND, L7) scrolled out on the
+    /// left (Left/Right).
+    pub hscroll: usize,
 }
 
 /// The endpoint whose calls the calls view shows (Enter on an endpoint).
@@ -179,8 +187,9 @@ fn default_sort(view: View) -> (usize, bool) {
     match view {
         // Newest first.
         View::Calls => (0, false),
-        // Busiest first.
-        View::Endpoints => (5, false),
+        // Busiest first: by CALLS, which ranks as CALLS/s does in a window and is a key
+        // column (CALLS/s gives way at 80 columns).
+        View::Endpoints => (4, false),
         View::Flows => (4, false),
         View::Processes => (3, false),
     }
@@ -221,6 +230,10 @@ pub struct App {
     pub refresh: Duration,
     /// Rows a page holds (set from the terminal size).
     pub page_rows: usize,
+    /// Rows the table showed when last drawn (0: not drawn yet; `page_rows` stands in).
+    pub table_height: std::cell::Cell<usize>,
+    /// How far the flexible column's text can scroll, as the last drawing found it.
+    pub hscroll_max: std::cell::Cell<usize>,
     /// Monotonic "now" for a live uptime; None: the latest recorded time.
     pub clock_ns: Option<u64>,
     pub no_color: bool,
@@ -235,6 +248,13 @@ pub struct App {
     pub recording: Option<(String, u64)>,
     /// `--prometheus`: where the metrics are served.
     pub metrics: Option<std::net::SocketAddr>,
+    /// A replay's last recorded time, once read (the header's progress bar); kept when the
+    /// replay starts over.
+    pub replay_end_ns: Option<u64>,
+    /// The `:` command line being typed (None: closed).
+    pub command: Option<String>,
+    /// Why the last command was refused (shown until the next key).
+    pub command_error: Option<String>,
     data: Data,
     frozen: Option<Box<Data>>,
     /// Paused without a frozen copy: a paused replay reading its file again for a new Calls
@@ -279,6 +299,8 @@ impl App {
             follow: false,
             refresh: refresh.clamp(MIN_REFRESH, MAX_REFRESH),
             page_rows: 10,
+            table_height: std::cell::Cell::new(0),
+            hscroll_max: std::cell::Cell::new(0),
             clock_ns: None,
             no_color,
             live_filter: None,
@@ -286,6 +308,9 @@ impl App {
             fixed_filter: None,
             recording: None,
             metrics: None,
+            replay_end_ns: None,
+            command: None,
+            command_error: None,
             data: Data::default(),
             frozen: None,
             replay_paused: false,
@@ -330,6 +355,10 @@ impl App {
                 Action::Redraw
             }
             UiMsg::TerminalLost(_) | UiMsg::InputFailed(_) => Action::Quit,
+            UiMsg::ReplayEnd(ns) => {
+                self.replay_end_ns = Some(ns);
+                Action::None
+            }
             msg => match self.data.take_in(msg, &mut self.call_returner) {
                 Taken::Added => Action::None,
                 Taken::StartedOver => Action::Redraw,
@@ -596,7 +625,19 @@ impl App {
         drop(matches);
         if let Some(i) = found {
             self.move_selection(|_, _| i);
+            // A match is shown mid-screen, with the rows around it, not on the last line.
+            let mid = self.rows_on_screen() / 2;
+            self.state().line.set(mid);
         }
+    }
+
+    /// Rows the table holds on screen (as last drawn; before that, a page).
+    fn rows_on_screen(&self) -> usize {
+        match self.table_height.get() {
+            0 => self.page_rows,
+            h => h,
+        }
+        .max(1)
     }
 
     /// Back to the top row; in the Calls view that follows the newest call again.
@@ -605,6 +646,7 @@ impl App {
             let st = self.state_mut();
             st.selected = None;
             st.index = 0;
+            st.line.set(0);
         } else {
             self.move_selection(|_, _| 0);
         }
@@ -617,9 +659,19 @@ impl App {
         };
         let i = to(cur, rows.len()).min(rows.len() - 1);
         self.follow = false;
+        let last_line = self.rows_on_screen() - 1;
         let st = self.state_mut();
         st.index = i;
         st.selected = Some(rows[i].key.clone());
+        // The selection's line moves as far as the selection did, within the screen; past
+        // its edge the rows scroll instead.
+        let line = st.line.get().min(last_line);
+        let line = if i >= cur {
+            (line + (i - cur)).min(last_line)
+        } else {
+            line.saturating_sub(cur - i)
+        };
+        st.line.set(line);
     }
 
     fn switch_view(&mut self, v: View) {
@@ -639,6 +691,9 @@ impl App {
             return;
         };
         let key = rows[i].key.clone();
+        // The row opened is held: back from its details, it is where it was, not wherever
+        // the newest calls pushed the list.
+        self.follow = false;
         {
             let st = self.state_mut();
             st.selected = Some(key.clone());
@@ -726,6 +781,47 @@ impl App {
         Action::Redraw
     }
 
+    /// A `:` command: `goto TIME` (see [`goto_target`]), `start`, `end` — a replay goes
+    /// there (back: read again from its start up to it; ahead: the records between replayed
+    /// at once, so every number counts them).
+    fn run_command(&mut self, text: &str) -> Result<(), String> {
+        let text = text.trim();
+        let (verb, rest) = text.split_once(' ').unwrap_or((text, ""));
+        if verb.is_empty() {
+            return Ok(());
+        }
+        let Some(r) = self.replay.clone() else {
+            return Err(format!(
+                "{verb}: a live session cannot move in time (replays only: -r FILE)"
+            ));
+        };
+        let d = &self.data;
+        let start = d.start_mono_ns().unwrap_or(0);
+        let at = d.position_ns.max(start);
+        let target = match verb {
+            "start" => start,
+            "end" => u64::MAX,
+            "goto" | "go" | "g" => {
+                let meta = d
+                    .meta
+                    .as_ref()
+                    .ok_or("goto: the recording's start is not known yet")?;
+                goto_target(rest, meta, &self.zone)?
+            }
+            _ => {
+                return Err(format!(
+                    "unknown command {verb:?} (goto TIME or +OFFSET, start, end)"
+                ))
+            }
+        };
+        if target < at {
+            r.rewind_to(target.max(start));
+        } else {
+            r.skip_to(target);
+        }
+        Ok(())
+    }
+
     pub fn handle_key(&mut self, key: KeyEvent) -> Action {
         if key.kind == KeyEventKind::Release {
             return Action::None;
@@ -737,6 +833,23 @@ impl App {
         if key.code != KeyCode::Enter {
             // Whatever this key changes, Enter then means the selection it leaves.
             self.drawn_selection.replace(None);
+        }
+        self.command_error = None;
+        if let Some(text) = self.command.as_mut() {
+            match key.code {
+                KeyCode::Char('u') if ctrl => text.clear(),
+                KeyCode::Char(c) if !ctrl => text.push(c),
+                KeyCode::Backspace => {
+                    text.pop();
+                }
+                KeyCode::Enter => {
+                    let text = self.command.take().unwrap_or_default();
+                    self.command_error = self.run_command(&text).err();
+                }
+                KeyCode::Esc => self.command = None,
+                _ => return Action::None,
+            }
+            return Action::Redraw;
         }
         if self.search_prompt {
             let text = self.last_search.get_or_insert_with(String::new);
@@ -842,6 +955,17 @@ impl App {
             KeyCode::End | KeyCode::Char('G') => self.move_selection(|_, n| n.saturating_sub(1)),
             KeyCode::Enter => self.enter(),
             KeyCode::Char('/') | KeyCode::F(4) => self.prompt = true,
+            KeyCode::Char(':') => self.command = Some(String::new()),
+            KeyCode::Char('{') => {
+                if let Err(e) = self.run_command("start") {
+                    self.command_error = Some(e);
+                }
+            }
+            KeyCode::Char('}') => {
+                if let Err(e) = self.run_command("end") {
+                    self.command_error = Some(e);
+                }
+            }
             KeyCode::F(3) => self.search_prompt = true,
             KeyCode::Char('<') | KeyCode::Char('>') | KeyCode::F(5) => {
                 let n = self.columns().len();
@@ -863,14 +987,23 @@ impl App {
             }
             KeyCode::Char('f') if self.view == View::Calls => self.follow = !self.follow,
             KeyCode::Char('p') | KeyCode::Char(' ') => self.set_paused(!self.paused()),
-            KeyCode::Char(']') | KeyCode::Char('[') | KeyCode::Right | KeyCode::Left => {
+            KeyCode::Right => {
+                let max = self.hscroll_max.get();
+                let st = self.state_mut();
+                st.hscroll = (st.hscroll + HSCROLL_STEP).min(max);
+            }
+            KeyCode::Left => {
+                let st = self.state_mut();
+                st.hscroll = st.hscroll.saturating_sub(HSCROLL_STEP);
+            }
+            KeyCode::Char(']') | KeyCode::Char('[') | KeyCode::Char('.') | KeyCode::Char(',') => {
                 let Some(r) = &self.replay else {
                     return Action::None;
                 };
                 match key.code {
                     KeyCode::Char(']') => r.scale_speed(2.0),
                     KeyCode::Char('[') => r.scale_speed(0.5),
-                    KeyCode::Left => {
+                    KeyCode::Char(',') => {
                         let d = &self.data;
                         let start = d.start_mono_ns().unwrap_or(0);
                         let at = d.position_ns.max(start);
@@ -893,6 +1026,56 @@ impl App {
         }
         Action::Redraw
     }
+}
+
+/// The recorded time `:goto` names: what `--from`/`--to` take (`driver::replay::ReplayTime`:
+/// RFC 3339, `+30s` from the start) or a time of day `HH:MM[:SS]` in the zone shown, the
+/// first such moment at or after the recording's start.
+pub fn goto_target(
+    text: &str,
+    meta: &crate::session_meta::SessionMeta,
+    zone: &crate::clock::TimeZone,
+) -> Result<u64, String> {
+    use crate::driver::replay::ReplayTime;
+    let text = text.trim();
+    let time_of_day = {
+        let parts: Vec<&str> = text.split(':').collect();
+        (2..=3).contains(&parts.len())
+            && parts.iter().all(|p| {
+                let whole = p.split('.').next().unwrap_or("");
+                !whole.is_empty()
+                    && whole.len() <= 2
+                    && p.chars().all(|c| c.is_ascii_digit() || c == '.')
+            })
+    };
+    if !time_of_day {
+        return ReplayTime::parse(text)
+            .map(|t| t.mono_ns(meta))
+            .map_err(|e| format!("goto {e}"));
+    }
+    // That time on the recording's first date, as the zone then says it.
+    let start = meta.start_mono_ns();
+    let start_unix = super::table::unix_ns(Some(meta), start);
+    let date = zone.date_time(start_unix);
+    let with_secs = if text.matches(':').count() == 1 {
+        format!("{text}:00")
+    } else {
+        text.to_owned()
+    };
+    let as_utc = ReplayTime::parse(&format!("{} {with_secs}Z", date.get(..10).unwrap_or("")))
+        .map_err(|e| format!("goto {e}"))?;
+    let ReplayTime::At(utc_ns) = as_utc else {
+        return Err(format!("goto {text:?}: not a time of day"));
+    };
+    let offset_ns = zone.at(start_unix).offset_s * 1_000_000_000;
+    let mut unix = utc_ns - offset_ns;
+    const HALF_DAY_NS: i64 = 12 * 3600 * 1_000_000_000;
+    if unix < start_unix - HALF_DAY_NS {
+        // Long before the start on its first date: the next day's (a night's recording).
+        unix += 2 * HALF_DAY_NS;
+    }
+    // Minutes before the start (`14:32` for a recording begun at 14:32:40): the start.
+    Ok(ReplayTime::At(unix.max(start_unix)).mono_ns(meta))
 }
 
 #[cfg(test)]
@@ -1465,6 +1648,83 @@ mod tests {
             .iter()
             .all(|r| r.cells[0].len() == "11-22 00:00:00.142".len()));
         assert!(app.calls_dated());
+    }
+
+    /// Issue 44 item 8: `:goto` takes a time of day, an offset from the start or an RFC 3339
+    /// time; back means the replay is read again up to it, ahead that it skips there; `{`
+    /// and `}` go to the start and the end; a live session refuses, saying why.
+    #[test]
+    fn goto_start_and_end_move_a_replay_in_recorded_time() {
+        use crate::driver::replay::ReplayTime;
+        let mut app = app_with(msgs());
+        let control = std::sync::Arc::new(crate::tui::ReplayControl::new(1.0));
+        app.replay = Some(std::sync::Arc::clone(&control));
+        let meta = app.shown().meta.clone().unwrap();
+        let start = meta.start_mono_ns();
+        let at = |t: &str| ReplayTime::parse(t).unwrap().mono_ns(&meta);
+        // The replay is at its end: an offset of 0.5 s is behind it.
+        typed(&mut app, ":goto +0.5s");
+        assert_eq!(app.command.as_deref(), Some("goto +0.5s"));
+        key(&mut app, KeyCode::Enter);
+        assert_eq!(app.command, None);
+        assert_eq!(app.command_error, None);
+        assert_eq!(control.take_rewind(), Some(start + 500_000_000));
+        // A time of day in the zone shown (UTC here; the recording runs 02:02:25..27).
+        typed(&mut app, ":goto 02:02:26.5");
+        key(&mut app, KeyCode::Enter);
+        assert_eq!(
+            control.take_rewind(),
+            Some(at("2026-11-22T02:02:26.5Z")),
+            "{:?}",
+            app.command_error
+        );
+        // In another zone, the same instant by its clock; before the start: the start.
+        app.zone = crate::clock::TimeZone::Fixed(crate::clock::Zone {
+            offset_s: -5 * 3600,
+            name: "EST".into(),
+        });
+        for (typed_at, want) in [
+            ("21:02:26.5", at("2026-11-22T02:02:26.5Z")),
+            ("21:01", start),
+            ("2026-11-22T03:02:26.5+01:00", at("2026-11-22T02:02:26.5Z")),
+        ] {
+            typed(&mut app, &format!(":goto {typed_at}"));
+            key(&mut app, KeyCode::Enter);
+            assert_eq!(control.take_rewind(), Some(want), "{typed_at}");
+        }
+        // `}`: to the end (everything replayed at once); `{`: back to the start.
+        key(&mut app, KeyCode::Char('}'));
+        assert!(!control.rewind_pending());
+        assert_eq!(
+            control
+                .skip_until_ns
+                .load(std::sync::atomic::Ordering::Relaxed),
+            u64::MAX
+        );
+        key(&mut app, KeyCode::Char('{'));
+        assert_eq!(control.take_rewind(), Some(start));
+        // Nonsense is refused with the forms it takes; Esc leaves the command line.
+        typed(&mut app, ":goto soon");
+        key(&mut app, KeyCode::Enter);
+        assert!(
+            app.command_error
+                .as_deref()
+                .is_some_and(|e| e.contains("+30s")),
+            "{:?}",
+            app.command_error
+        );
+        assert!(!control.rewind_pending());
+        typed(&mut app, ":sta");
+        key(&mut app, KeyCode::Esc);
+        assert_eq!(app.command, None);
+        assert!(!control.rewind_pending());
+        // Live: nothing to move in.
+        app.replay = None;
+        key(&mut app, KeyCode::Char('{'));
+        assert!(app
+            .command_error
+            .as_deref()
+            .is_some_and(|e| e.contains("live")));
     }
 
     #[test]

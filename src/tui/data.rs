@@ -210,7 +210,11 @@ impl Data {
                 *d = Data::default();
                 return Taken::StartedOver;
             }
-            UiMsg::Key(_) | UiMsg::Resize(..) | UiMsg::TerminalLost(_) | UiMsg::InputFailed(_) => {}
+            UiMsg::Key(_)
+            | UiMsg::Resize(..)
+            | UiMsg::TerminalLost(_)
+            | UiMsg::InputFailed(_)
+            | UiMsg::ReplayEnd(_) => {}
         }
         Taken::Added
     }

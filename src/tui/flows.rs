@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 
 use compact_str::{format_compact, CompactString};
 
-use super::table::{col, fit, human, proc_label, Column, Flag, Row, SortVal};
+use super::table::{col, content, fit, human, proc_label, Column, Flag, Row, SortVal};
 use crate::flows::names::CloseReason;
 use crate::flows::{FlowReport, TcpFlow, UdpFlow};
 
@@ -23,7 +23,7 @@ pub const ENDED_KEPT_NS: u64 = 10_000_000_000;
 pub const FLOW_TABLE_COLUMNS: &[Column] = &[
     fit("LOCAL", 21),
     fit("PEER", 21),
-    col("PROCESS/PID", 14, 0, false),
+    content("PROCESS/PID", 32, 0),
     col("PROTO", 7, 1, false),
     col("IN B/s", 8, 0, true),
     col("OUT B/s", 8, 0, true),
@@ -364,13 +364,6 @@ impl FlowBoard {
     pub fn counts(&self) -> (usize, usize) {
         let ended = self.flows.values().filter(|f| f.ended_ns.is_some()).count();
         (self.flows.len() - ended, ended)
-    }
-
-    /// Bytes per second in and out over the last interval, all flows shown together.
-    pub fn total_rates(&self) -> (f64, f64) {
-        self.flows
-            .values()
-            .fold((0.0, 0.0), |(i, o), f| (i + f.in_per_s, o + f.out_per_s))
     }
 }
 

@@ -78,12 +78,24 @@ pub const KEYS: &[KeyHelp] = &[
         action: "replay: half / twice the pace",
     },
     KeyHelp {
-        keys: &["Right"],
+        keys: &["Left", "Right"],
+        action: "scroll the long column (resource, command) left / right",
+    },
+    KeyHelp {
+        keys: &["."],
         action: "replay: skip 10 s ahead (all still counted)",
     },
     KeyHelp {
-        keys: &["Left"],
+        keys: &[","],
         action: "replay: go back 10 s (replayed again from the start)",
+    },
+    KeyHelp {
+        keys: &["{", "}"],
+        action: "replay: go to the start / the end of the recording",
+    },
+    KeyHelp {
+        keys: &[":"],
+        action: "command: goto 14:32 | +30s | RFC 3339 time, start, end",
     },
     KeyHelp {
         keys: &["+", "-"],

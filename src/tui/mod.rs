@@ -59,6 +59,9 @@ pub enum UiMsg {
     Ended(Box<Summary>),
     /// The replay starts over (to go back in recorded time): what was shown is forgotten.
     Restart,
+    /// The recording's last recorded time (`driver::replay::recording_end_ns`): the replay's
+    /// progress bar and total length.
+    ReplayEnd(u64),
     Key(KeyEvent),
     Resize(u16, u16),
     /// The terminal went away (EOF, EIO or hangup on the tty): the UI ends at once.

@@ -63,7 +63,7 @@ pub fn draw(f: &mut Frame, app: &App) {
     draw_table(f, app, body);
     match app.view {
         View::Processes => draw_overhead(f, app, panel),
-        View::Flows => f.render_widget(Paragraph::new(flow_panel(app)), panel),
+        View::Flows => f.render_widget(Paragraph::new(flow_panel(app, panel.width)), panel),
         View::Calls if drilled => f.render_widget(
             Paragraph::new(endpoint_panel(app, panel.width, panel.height)),
             panel,
@@ -291,12 +291,14 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
         .map(|&k| header_top(app, k))
         .find(|t| Line::from(t.clone()).width() <= width)
         .unwrap_or_else(|| header_top(app, steps[steps.len() - 1]));
-    // The call-rate sparkline last, in what width is left (its newest values).
-    let left = width.saturating_sub(Line::from(top.clone()).width() + 2);
+    // The call-rate sparkline last, in what width is left (its newest values), named: a
+    // line of blocks alone does not say what it plots.
+    const LABEL: &str = "calls/s ";
+    let left = width.saturating_sub(Line::from(top.clone()).width() + 2 + LABEL.len());
     if d.rate_history.len() > 1 && left >= 2 {
         let skip = d.rate_history.len().saturating_sub(left);
         top.push(Span::raw(format!(
-            "  {}",
+            "  {LABEL}{}",
             super::table::sparkline(d.rate_history.iter().skip(skip).copied())
         )));
     }
@@ -359,6 +361,9 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
 /// says why.
 fn scope_line(app: &App) -> Vec<Span<'static>> {
     let mut line = Vec::new();
+    if let Some(p) = replay_progress(app) {
+        line.push(Span::raw(p));
+    }
     if let Some((path, bytes)) = &app.recording {
         line.push(Span::styled(
             format!("REC {path} {}B", super::table::human(*bytes as f64)),
@@ -384,6 +389,46 @@ fn scope_line(app: &App) -> Vec<Span<'static>> {
         say(format!("metrics http://{addr}/metrics"));
     }
     line
+}
+
+/// Bar cells of a replay's progress.
+const PROGRESS_CELLS: usize = 20;
+
+/// Where a replay is in its recording: a bar, the recorded time since the start and the
+/// recording's length (`replay [██████··············] +0.6s of 2.0s`); the length is
+/// `reading…` until it is known. None live.
+fn replay_progress(app: &App) -> Option<String> {
+    let d = app.shown();
+    let meta = d.meta.as_ref().filter(|m| m.source == "replay")?;
+    let start = meta.start_mono_ns();
+    // Ended, the replay is at the session's end (past its last call: the summary's length).
+    let ended = d
+        .ended
+        .as_ref()
+        .map(|s| start.saturating_add(s.duration_ns));
+    let end = app.replay_end_ns.or(ended).map(|e| e.max(d.position_ns));
+    let pos = match (ended, end) {
+        (Some(_), Some(end)) => end,
+        _ => d.position_ns.max(start),
+    };
+    let since = duration_str(pos - start);
+    Some(match end {
+        Some(end) => {
+            let total = end - start;
+            let done = if total == 0 {
+                PROGRESS_CELLS
+            } else {
+                ((pos - start) as f64 / total as f64 * PROGRESS_CELLS as f64).round() as usize
+            };
+            format!(
+                "replay [{}{}] +{since} of {}",
+                "█".repeat(done),
+                "·".repeat(PROGRESS_CELLS - done),
+                duration_str(total)
+            )
+        }
+        None => format!("replay +{since} of (reading…)"),
+    })
 }
 
 /// The session's capture filters as options (`--port 42999`), None when there are none.
@@ -431,31 +476,47 @@ fn no_calls_reason(app: &App) -> String {
 }
 
 /// Which columns fit in `width` (the marker column and spacing included), and their widths.
-/// Content-sized columns take their widest cell among `rows` (at most their `width` while
-/// columns are dropped, up to `FIT_MAX` from the spare); the flexible column the rest.
+/// `rows` are the rows on screen (never all of them: a frame's cost stays that of a page).
+/// Content-sized columns (`Column::cap`) are as wide as their widest cell up to their cap,
+/// and never narrower while the line holds them; address columns (`Column::fit`) take their
+/// widest cell (at most their `width` while columns are dropped, up to `FIT_MAX` from the
+/// spare); the flexible column the rest. Columns are dropped by their `drop` rank; those of
+/// rank 0 (a view's key columns) never are: where even they do not fit, the flexible column
+/// shrinks first, then the widest content-sized ones (cut with `~`).
 fn fit_columns(cols: &[Column], rows: &[super::table::SharedRow], width: u16) -> Vec<(usize, u16)> {
-    // Natural width of each content-sized column: its widest cell, or its title and the
-    // sort arrow (so sorting does not move the columns).
+    let widest = |i: usize| -> usize {
+        rows.iter()
+            .filter_map(|r| r.cells.get(i))
+            .map(|s| s.chars().count())
+            .max()
+            .unwrap_or(0)
+    };
+    // Natural width of each sized column: its widest cell, or its title and the sort arrow
+    // (so sorting does not move the columns).
     let natural: Vec<u16> = cols
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            if !c.fit {
+            let cap = if c.cap > 0 {
+                c.cap
+            } else if c.fit {
+                super::table::FIT_MAX
+            } else {
                 return c.width;
-            }
-            let widest = rows
-                .iter()
-                .filter_map(|r| r.cells.get(i))
-                .map(|s| s.chars().count())
-                .max()
-                .unwrap_or(0);
+            };
             let title = c.title.chars().count() + 1;
-            u16::try_from(widest.max(title))
+            u16::try_from(widest(i).max(title))
                 .unwrap_or(u16::MAX)
-                .min(super::table::FIT_MAX)
+                .min(cap)
         })
         .collect();
-    let base = |i: usize| natural[i].min(cols[i].width);
+    let base = |i: usize| {
+        if cols[i].cap > 0 {
+            natural[i]
+        } else {
+            natural[i].min(cols[i].width)
+        }
+    };
     // A column that may be dropped and says nothing in any row ("-": no container, no TLS)
     // gives its width to the others (the command line, first).
     let empty = |i: usize| {
@@ -483,8 +544,8 @@ fn fit_columns(cols: &[Column], rows: &[super::table::SharedRow], width: u16) ->
     }
     let mut spare = width.saturating_sub(need(&keep));
     let mut out: Vec<(usize, u16)> = keep
-        .into_iter()
-        .map(|i| {
+        .iter()
+        .map(|&i| {
             let grow = natural[i].saturating_sub(base(i)).min(spare);
             spare -= grow;
             (i, base(i) + grow)
@@ -495,29 +556,102 @@ fn fit_columns(cols: &[Column], rows: &[super::table::SharedRow], width: u16) ->
             *w += spare;
         }
     }
+    // The key columns alone are wider than the terminal: the flexible column gives up to
+    // all but a few characters, then the widest sized column one at a time.
+    let mut over = need(&keep).saturating_sub(width);
+    const FLEX_MIN: u16 = 6;
+    for (i, w) in &mut out {
+        if over > 0 && cols[*i].flex {
+            let give = w.saturating_sub(FLEX_MIN).min(over);
+            *w -= give;
+            over -= give;
+        }
+    }
+    while over > 0 {
+        let Some((_, w)) = out
+            .iter_mut()
+            .filter(|(i, w)| (cols[*i].cap > 0 || cols[*i].fit) && *w > 4)
+            .max_by_key(|(_, w)| *w)
+        else {
+            break;
+        };
+        *w -= 1;
+        over -= 1;
+    }
     out
 }
 
-/// Below the Flows view: the flow table's health, or why there is no flow table.
-fn flow_panel(app: &App) -> Vec<Line<'static>> {
+/// Below the Flows view: the flow table's health, or why there is no flow table. Each line
+/// in the fullest wording that fits the width: a cut would hide the last counts (`lost`).
+fn flow_panel(app: &App, width: u16) -> Vec<Line<'static>> {
     let b = &app.shown().flows;
     if !b.active {
         return vec![
             Line::from("Connections as the calls show them (L7 bytes only)."),
-            Line::from(
-                "No flow table in this source (flow programs unavailable, or an older recording).",
-            ),
+            Line::from(first_fitting(
+                vec![
+                    "No flow table in this source (flow programs unavailable, or an older \
+                     recording)."
+                        .to_owned(),
+                    "No flow table in this source.".to_owned(),
+                ],
+                width,
+            )),
         ];
     }
     let s = &b.stats;
     vec![
-        Line::from(format!(
-            "Kernel flow table: {} TCP of max {}, {} UDP; created {} ({} open before start), ended {}",
-            s.tcp_flows, s.max_flows, s.udp_flows, s.created, s.preexisting, s.ends
+        Line::from(first_fitting(
+            vec![
+                format!(
+                    "Kernel flow table: {} TCP of max {}, {} UDP; created {} ({} open before \
+                     start), ended {}",
+                    s.tcp_flows, s.max_flows, s.udp_flows, s.created, s.preexisting, s.ends
+                ),
+                format!(
+                    "Flow table: {} TCP of {}, {} UDP; created {} ({} before start), ended {}",
+                    s.tcp_flows, s.max_flows, s.udp_flows, s.created, s.preexisting, s.ends
+                ),
+                format!(
+                    "Flows: {}/{} TCP, {} UDP; new {} ({} old), ended {}",
+                    s.tcp_flows, s.max_flows, s.udp_flows, s.created, s.preexisting, s.ends
+                ),
+            ],
+            width,
         )),
-        Line::from(format!(
-            "Not counted: table full {}, ends lost {}, stale {}, missed probe hits {} ({} closes recovered); rows evicted {}",
-            s.table_full, s.ends_lost, s.stale, s.missed_events, s.closes_recovered, b.evicted
+        Line::from(first_fitting(
+            vec![
+                format!(
+                    "Not counted: table full {}, ends lost {}, stale {}, missed probe hits {} \
+                     ({} closes recovered); rows evicted {}",
+                    s.table_full,
+                    s.ends_lost,
+                    s.stale,
+                    s.missed_events,
+                    s.closes_recovered,
+                    b.evicted
+                ),
+                format!(
+                    "Not counted: full {}, ends lost {}, stale {}, missed {} ({} recovered); \
+                     evicted {}",
+                    s.table_full,
+                    s.ends_lost,
+                    s.stale,
+                    s.missed_events,
+                    s.closes_recovered,
+                    b.evicted
+                ),
+                format!(
+                    "Uncounted: full {}, lost {}, stale {}, missed {} ({} back), evicted {}",
+                    s.table_full,
+                    s.ends_lost,
+                    s.stale,
+                    s.missed_events,
+                    s.closes_recovered,
+                    b.evicted
+                ),
+            ],
+            width,
         )),
     ]
 }
@@ -588,14 +722,34 @@ fn view_title(app: &App, rows: &[super::table::SharedRow], width: u16) -> String
             )
         }
         View::Flows if d.flows.active => {
-            let (open, ended) = d.flows.counts();
-            let (rate_in, rate_out) = d.flows.total_rates();
+            // The flows shown: with a filter, the numbers are the matching flows' too.
+            let (open, ended, rate_in, rate_out) = rows
+                .iter()
+                .filter_map(|r| d.flows.flows.get(r.key.as_str()))
+                .fold((0, 0, 0.0, 0.0), |(o, e, i, out), f| {
+                    let ended = usize::from(f.ended_ns.is_some());
+                    (o + 1 - ended, e + ended, i + f.in_per_s, out + f.out_per_s)
+                });
             let period = d.report.as_ref().map_or(0.0, |r| r.period_ns as f64 / 1e9);
-            format!(
-                "Flows, rates over the last interval ({period:.2}s): {shown} shown, {open} open, \
-                 {ended} ended, in {} B/s, out {} B/s  ! retransmit/reset",
-                human(rate_in.round()),
-                human(rate_out.round())
+            let (rate_in, rate_out) = (human(rate_in.round()), human(rate_out.round()));
+            // The words go before the numbers where the width is short.
+            first_fitting(
+                vec![
+                    format!(
+                        "Flows, rates over the last interval ({period:.2}s): {shown} shown, \
+                         {open} open, {ended} ended, in {rate_in} B/s, out {rate_out} B/s  \
+                         ! retransmit/reset"
+                    ),
+                    format!(
+                        "Flows, last {period:.2}s: {shown} shown, {open} open, {ended} ended, \
+                         in {rate_in} B/s, out {rate_out} B/s"
+                    ),
+                    format!(
+                        "Flows ({period:.2}s): {shown}, {open} open, {ended} ended, \
+                         in {rate_in}/s out {rate_out}/s"
+                    ),
+                ],
+                width,
             )
         }
         View::Flows => format!("Connections seen in calls (no flow table in this source): {shown}"),
@@ -624,8 +778,37 @@ fn draw_table(f: &mut Frame, app: &App, area: Rect) {
         title,
     );
     let cols = app.columns();
-    let fitted = fit_columns(cols, &rows, area.width);
     let st = app.view_state();
+    let height = table.height.saturating_sub(1) as usize;
+    app.table_height.set(height);
+    // The selected row stays on the line it was on (`ViewState::line`): rows arriving above
+    // a held row move nothing on screen, even where the list then ends above the screen's
+    // bottom; the line moves only with the selection keys (and no further up than the row).
+    let offset = match sel {
+        Some(i) if height > 0 => {
+            let line = st.line.get().min(height - 1).min(i);
+            st.line.set(line);
+            i - line
+        }
+        _ => 0,
+    };
+    let visible = &rows[offset.min(rows.len())..(offset + height).min(rows.len())];
+    let fitted = fit_columns(cols, visible, area.width);
+    // Left/Right scroll the flexible column's text (a long resource or command line); how far
+    // it can go is what its longest visible cell has beyond its width.
+    let hscroll_max = fitted
+        .iter()
+        .find(|&&(i, _)| cols[i].flex)
+        .map_or(0, |&(i, w)| {
+            visible
+                .iter()
+                .filter_map(|r| r.cells.get(i))
+                .map(|s| s.chars().count().saturating_sub(usize::from(w)))
+                .max()
+                .unwrap_or(0)
+        });
+    app.hscroll_max.set(hscroll_max);
+    let hscroll = st.hscroll.min(hscroll_max);
     let head_style = style(
         app,
         Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED),
@@ -636,20 +819,24 @@ fn draw_table(f: &mut Frame, app: &App, area: Rect) {
         if i == st.sort_col {
             t.push(if st.ascending { '↑' } else { '↓' });
         }
+        if cols[i].flex && hscroll > 0 {
+            // Where the scrolled text starts, so a cut start is not taken for the value.
+            t.push_str(&format!(" +{hscroll}"));
+        }
         head.push(align(t, cols[i].right));
     }
-    let height = table.height.saturating_sub(1) as usize;
-    let offset = match sel {
-        Some(i) if i >= height => i + 1 - height,
-        _ => 0,
-    };
     let mut out = Vec::new();
     for (n, r) in rows.iter().enumerate().skip(offset).take(height) {
         let selected = sel == Some(n);
         let marker = format!("{}{}", if selected { '>' } else { ' ' }, r.flag.marker());
         let mut cells = vec![Cell::from(marker)];
         for &(i, w) in &fitted {
-            let text = fit_text(r.cells.get(i).map_or("", String::as_str), w);
+            let cell = r.cells.get(i).map_or("", String::as_str);
+            let text = if cols[i].flex && hscroll > 0 {
+                fit_text(&cell.chars().skip(hscroll).collect::<String>(), w)
+            } else {
+                fit_text(cell, w)
+            };
             cells.push(align(text, cols[i].right));
         }
         let mut s = match r.flag {
@@ -1052,7 +1239,11 @@ const PROMPT_ROWS_MAX: usize = 3;
 
 /// The bottom line: the keys' hint, or what is being typed.
 fn hint_text(app: &App) -> String {
-    if app.prompt {
+    if let Some(text) = &app.command {
+        format!(":{text}_   (goto 14:32, goto +30s, goto 2026-11-22T14:32:00Z, start, end; Esc: cancel)")
+    } else if let Some(e) = &app.command_error {
+        e.clone()
+    } else if app.prompt {
         // While typing, the reason a filter is refused shows here too: the header's end is
         // cut on a narrow terminal.
         match app.filter_error() {
@@ -1082,7 +1273,7 @@ fn hint_text(app: &App) -> String {
 /// are all in sight.
 fn hint_lines(app: &App, width: u16) -> Vec<String> {
     let text = hint_text(app);
-    if !(app.prompt || app.search_prompt) {
+    if !(app.prompt || app.search_prompt || app.command.is_some()) {
         return vec![text];
     }
     let width = usize::from(width).max(1);
@@ -1462,12 +1653,21 @@ mod tests {
 
     #[test]
     fn addresses_take_the_width_they_need_and_the_last_column_the_rest() {
-        // Loopback IPv4: narrow addresses leave room for PROTO at 80 columns.
+        // Loopback IPv4: narrow addresses (and a short process, its column as wide as its
+        // title) leave room for PROTO and RETR at 80 columns.
         let rows = flow_rows("127.0.0.1:18482", "127.0.0.1:36406");
         let f = fit_columns(FLOW_TABLE_COLUMNS, &rows, 80);
         assert_eq!(
             titles(&f),
-            ["LOCAL", "PEER", "PROCESS/PID", "PROTO", "IN B/s", "OUT B/s"]
+            [
+                "LOCAL",
+                "PEER",
+                "PROCESS/PID",
+                "PROTO",
+                "IN B/s",
+                "OUT B/s",
+                "RETR"
+            ]
         );
         assert_eq!((f[0].1, f[1].1), (15, 15));
         // Wide: every column, the spare width to the last (L7), none to LOCAL.
@@ -1478,17 +1678,80 @@ mod tests {
         assert_eq!(used, 200);
         assert!(f[f.len() - 1].1 > 9);
         // IPv6 grows past 21 where there is room; where there is not, columns are dropped
-        // for 21 and the address takes only what is left after that (21 + 3, cut).
+        // for 21 and the address takes only what is left after that (21 + 5, cut).
         let v6 = "[2001:db8:85a3::8a2e:370:7334]:443";
         let rows = flow_rows(v6, "[2001:db8::1]:55000");
         let f = fit_columns(FLOW_TABLE_COLUMNS, &rows, 200);
         assert_eq!((f[0].1, f[1].1), (34, 19));
         let f = fit_columns(FLOW_TABLE_COLUMNS, &rows, 80);
-        assert_eq!((f[0].1, f[1].1), (24, 19));
+        assert_eq!((f[0].1, f[1].1), (26, 19));
         assert_eq!(
             titles(&f),
             ["LOCAL", "PEER", "PROCESS/PID", "IN B/s", "OUT B/s"]
         );
+    }
+
+    /// A call row with this process and status (the other cells as short as they come).
+    fn call_row(process: &str, status: &str) -> super::super::table::SharedRow {
+        let cells = [
+            "02:02:27.142",
+            process,
+            "client",
+            "redis",
+            "GET",
+            "session:8f0a6b3c2d1e4f0a6b3c2d1e",
+            status,
+            "0.31",
+            "90/123",
+        ];
+        std::rc::Rc::new(Row {
+            key: process.into(),
+            cells: cells.iter().map(|c| c.to_string()).collect(),
+            sort: Vec::new(),
+            flag: Flag::None,
+            facets: Default::default(),
+        })
+    }
+
+    /// Issue 44 item 6: PROCESS/PID and STATUS are as wide as their longest value on screen
+    /// (never `redis-server/~`, `SERVF~`), RESOURCE takes the rest, and at 80 columns the key
+    /// columns stay while SIDE and the sizes go.
+    #[test]
+    fn processes_and_statuses_are_whole_and_the_resource_takes_the_rest() {
+        use super::super::table::CALL_COLUMNS;
+        let rows = vec![
+            call_row("redis-server/41327", "SERVFAIL"),
+            call_row("dig/7", "NOERROR"),
+        ];
+        for width in [160u16, 120, 80] {
+            let f = fit_columns(CALL_COLUMNS, &rows, width);
+            let w = |t: &str| {
+                f.iter()
+                    .find(|&&(i, _)| CALL_COLUMNS[i].title == t)
+                    .map(|&(_, w)| w)
+            };
+            assert_eq!(w("PROCESS/PID"), Some(18), "{width}");
+            assert_eq!(w("STATUS"), Some(8), "{width}");
+            for key in ["TIME", "PROTO", "METHOD", "RESOURCE", "LAT ms"] {
+                assert!(w(key).is_some(), "{width}: {key}");
+            }
+            let used: u16 = 2 + f.iter().map(|&(_, w)| w + 1).sum::<u16>();
+            assert_eq!(used, width, "the resource takes the rest");
+            if width == 80 {
+                assert_eq!((w("SIDE"), w("REQ/RESP B")), (None, None));
+            } else {
+                // Every column shown; what the others leave is the resource's.
+                assert_eq!(f.len(), CALL_COLUMNS.len(), "{width}: {f:?}");
+                assert!(w("RESOURCE").unwrap() >= width - 89, "{width}: {f:?}");
+            }
+        }
+        // Shorter values, narrower columns: the title and its sort arrow at least.
+        let f = fit_columns(CALL_COLUMNS, &[call_row("dig/7", "-")], 120);
+        assert_eq!(f[1].1, "PROCESS/PID".len() as u16 + 1);
+        // Too narrow for even the key columns: the resource gives up all but 6 first.
+        let f = fit_columns(CALL_COLUMNS, &rows, 60);
+        let res = f.iter().find(|&&(i, _)| CALL_COLUMNS[i].flex).unwrap();
+        assert_eq!(res.1, 6);
     }
 
     #[test]

@@ -141,6 +141,10 @@ pub struct Column {
     /// As wide as its widest cell, not `width`: narrower when the cells are (IPv4 addresses
     /// need 9 to 21 characters), wider up to `fit_max` when the line has room (IPv6).
     pub fit: bool,
+    /// Sized to its widest visible cell and never cut below it, up to this many characters
+    /// (0: not so sized). For the short texts an incident is read by (`redis-server/41327`,
+    /// `SERVFAIL`): a fixed width cut them while the flexible column had room to spare.
+    pub cap: u16,
     pub right: bool,
 }
 
@@ -151,7 +155,19 @@ pub(crate) const fn col(title: &'static str, width: u16, drop: u8, right: bool) 
         drop,
         flex: false,
         fit: false,
+        cap: 0,
         right,
+    }
+}
+
+/// A text column as wide as its widest visible cell (or its title and sort arrow), up to
+/// `cap`: never cut below that, whatever the terminal's width (`width` is what it takes
+/// with no rows).
+pub(crate) const fn content(title: &'static str, cap: u16, drop: u8) -> Column {
+    Column {
+        cap,
+        width: title.len() as u16 + 1,
+        ..col(title, 0, drop, false)
     }
 }
 
@@ -173,21 +189,29 @@ pub(crate) const fn flex(title: &'static str, width: u16) -> Column {
         drop: 0,
         flex: true,
         fit: false,
+        cap: 0,
         right: false,
     }
 }
 
 pub const CALL_COLUMNS: &[Column] = &CALL_COLUMN_ARRAY;
 
+/// What an incident is read by stays at 80 columns (time, process, proto, status, latency,
+/// resource: drop 0); SIDE and the sizes go first. Process, proto, method and status are as
+/// wide as their widest visible value (up to a cap); RESOURCE takes the rest and scrolls
+/// (Left/Right).
 const CALL_COLUMN_ARRAY: [Column; 9] = [
-    col("TIME", 12, 3, false),
-    col("PROCESS/PID", 14, 0, false),
+    col("TIME", 12, 0, false),
+    content("PROCESS/PID", 32, 0),
     col("SIDE", 6, 4, false),
-    col("PROTO", 5, 6, false),
-    col("METHOD", 7, 0, false),
-    flex("RESOURCE", 14),
-    col("STATUS", 6, 1, true),
-    col("LAT ms", 9, 0, true),
+    content("PROTO", 12, 0),
+    content("METHOD", 12, 0),
+    flex("RESOURCE", 12),
+    Column {
+        right: true,
+        ..content("STATUS", 24, 0)
+    },
+    col("LAT ms", 8, 0, true),
     col("REQ/RESP B", 13, 5, true),
 ];
 
@@ -195,23 +219,25 @@ const CALL_COLUMN_ARRAY: [Column; 9] = [
 /// (`11-26 23:59:59.123`); at 80 columns SIDE makes room for it.
 pub const CALL_COLUMNS_DATED: &[Column] = &{
     let mut c = CALL_COLUMN_ARRAY;
-    c[0] = col("TIME", 18, 3, false);
+    c[0] = col("TIME", 18, 0, false);
     c
 };
 
+/// At 80 columns an endpoint keeps its calls, server errors, p50 and p99 (drop 0); the rate,
+/// client errors, p90 and max go first, in that order from the last.
 pub const ENDPOINT_COLUMNS: &[Column] = &[
-    col("PROCESS", 10, 0, false),
+    content("PROCESS", 24, 0),
     col("SIDE", 6, 0, false),
-    col("METHOD", 6, 0, false),
-    flex("RESOURCE", 16),
-    col("CALLS", 7, 6, true),
-    col("CALLS/s", 8, 0, true),
+    content("METHOD", 12, 0),
+    flex("RESOURCE", 14),
+    col("CALLS", 7, 0, true),
+    col("CALLS/s", 8, 3, true),
     col("SERR %", 6, 0, true),
-    col("CERR %", 6, 1, true),
-    col("P50 ms", 7, 2, true),
-    col("P90 ms", 7, 4, true),
+    col("CERR %", 6, 4, true),
+    col("P50 ms", 7, 0, true),
+    col("P90 ms", 7, 5, true),
     col("P99 ms", 7, 0, true),
-    col("MAX ms", 7, 3, true),
+    col("MAX ms", 7, 6, true),
 ];
 
 /// The Flows view without a flow table (a replay of an old recording, flows unavailable):
@@ -219,7 +245,7 @@ pub const ENDPOINT_COLUMNS: &[Column] = &[
 pub const CONN_COLUMNS: &[Column] = &[
     fit("LOCAL", 21),
     fit("PEER", 21),
-    col("PROCESS/PID", 14, 0, false),
+    content("PROCESS/PID", 32, 0),
     col("SIDE", 6, 3, false),
     col("CALLS", 6, 0, true),
     col("SERR", 5, 4, true),

@@ -27,6 +27,12 @@ impl Tmux {
 
     /// Same, with `env` (e.g. `EBTOP_DEBUG_PANIC=ui`) before the command.
     pub fn start_ebtop_with_env(&self, env: &str, args: &str) {
+        self.start_ebtop_sized(120, 40, env, args);
+    }
+
+    /// Same, in a terminal of `w`×`h` (the layout at 80×24 and on a wide screen).
+    pub fn start_ebtop_sized(&self, w: u16, h: u16, env: &str, args: &str) {
+        let (w, h) = (w.to_string(), h.to_string());
         let cmd = format!(
             "NO_COLOR=1 {env} '{}' {args} {}; echo \"ebtop exited $?\"; \
              if stty -a | grep -q -- -icanon; then echo 'tty raw'; else echo 'tty cooked'; fi; \
@@ -45,9 +51,9 @@ impl Tmux {
             "-s",
             "ui",
             "-x",
-            "120",
+            &w,
             "-y",
-            "40",
+            &h,
             "sh",
             "-c",
             &cmd,
