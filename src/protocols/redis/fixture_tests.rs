@@ -22,7 +22,7 @@ const FIXTURES: &[(&str, usize, u64, u64, bool)] = &[
     ("cli_session.server.seg", 24, 0, 0, true),
     ("benchmark_p16.client.seg", 49, 0, 0, true),
     ("benchmark_p16.server.seg", 49, 0, 0, true),
-    ("benchmark_p16_d1000.client.seg", 16, 0, 0, false),
+    ("benchmark_p16_d1000.client.seg", 6, 0, 0, false),
     ("python_resp2.seg", 29, 0, 0, true),
     ("python_resp3.seg", 19, 1, 0, false),
     ("resp3_types.seg", 14, 1, 0, false),
