@@ -3270,6 +3270,36 @@ mod tests {
         }
     }
 
+    /// Commands lost after a pipeline deeper than depth and budget: the replies owed to the
+    /// dropped commands still come first and are skipped, the pending ones still pair.
+    #[test]
+    fn lost_commands_keep_the_skipped_replies_and_the_pending_pairs() {
+        static NO_BUDGET: crate::protocols::matching::SharedBudget =
+            crate::protocols::matching::SharedBudget::new(0);
+        let n = MAX_PENDING + 2;
+        let (reqs, replies) = deep_pipeline(n + 1);
+        // The last command, `GET k:258`, is 24 bytes: lost.
+        let last = reqs.len() - 24;
+        let mut d = Driver::new();
+        d.p.pending = InOrder::with_budget(MAX_PENDING, &NO_BUDGET);
+        d.seg(OUT, &reqs[..last]).gap(OUT, Some(24));
+        d.seg(OUT, b"*2\r\n$3\r\nGET\r\n$1\r\nz\r\n");
+        d.seg(IN, &replies).close();
+        assert_eq!(d.calls.len(), MAX_PENDING);
+        for (j, c) in d.calls.iter().enumerate() {
+            let i = j + 2;
+            assert_eq!(c.resource, format!("k:{i}"));
+            let reply = format!("${}\r\n{i}\r\n", i.to_string().len());
+            assert_eq!(c.resp.bytes, reply.len() as u64);
+        }
+        assert_eq!(d.stats.pending_dropped, 2);
+        // The lost GET's reply; GET z's never came.
+        assert_eq!(
+            (d.stats.unmatched_responses, d.stats.damaged_messages),
+            (1, 1)
+        );
+    }
+
     #[test]
     fn open_command_ends_at_its_reply() {
         // An MSET of 600 pairs: 4096 bytes captured of its one write, framing lost inside.
