@@ -1788,21 +1788,7 @@ impl RedisParser {
             stats.damaged_messages += 1;
             return;
         };
-        // A reply whose end was out of sight ends, at the latest, when the next command is sent
-        // by a client that waits for it (one command pending; none: it answered nothing seen,
-        // dropped). With more pending, the unseen bytes held an unknown number of their
-        // replies: none can be paired.
-        let other = 1 - d;
-        if self.dirs[other].st == Some(St::Lost) && self.dirs[other].msg.is_some() {
-            match self.pending.len() {
-                0 => self.damage_current(other, stats),
-                1 => self.finish_open(other, out, stats),
-                _ => {
-                    self.damage_current(other, stats);
-                    self.distrust_pairing(other, stats);
-                }
-            }
-        }
+        self.end_open_reply(1 - d, out, stats);
         if self.unpaired {
             // Behind lost messages: never paired (see `unpaired`). A replication stream is
             // still left alone.
@@ -1893,6 +1879,24 @@ impl RedisParser {
         }
     }
 
+    /// A reply (in direction `rd`) whose end was out of sight ends, at the latest, when the
+    /// next command starts, sent by a client that waits for it (one command pending; none: it
+    /// answered nothing seen, dropped). With more pending, the unseen bytes held an unknown
+    /// number of their replies: none can be paired.
+    fn end_open_reply(&mut self, rd: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
+        if self.dirs[rd].st != Some(St::Lost) || self.dirs[rd].msg.is_none() {
+            return;
+        }
+        match self.pending.len() {
+            0 => self.damage_current(rd, stats),
+            1 => self.finish_open(rd, out, stats),
+            _ => {
+                self.damage_current(rd, stats);
+                self.distrust_pairing(rd, stats);
+            }
+        }
+    }
+
     /// Is `r` a push (not a reply to any command)?
     fn is_push(&mut self, r: &Reply) -> bool {
         // A confirmation answers a pending (un)subscription of its kind (an argument-less
@@ -1945,12 +1949,14 @@ impl RedisParser {
         if self.pending.is_empty() {
             // A command whose end was out of sight ends, at the latest, when a reply comes (the
             // server answers a command once it has all of it), and this reply is its own: it
-            // is the oldest unanswered. Its unseen tail may have held more commands (a
-            // pipeline cut by the snaplen), whose replies come next: lost commands.
+            // is the oldest unanswered. But its unseen tail may have held more commands (a
+            // pipeline cut by the snaplen), so neither its size nor the replies after this one
+            // are known: no call (counted), and lost commands.
             if let Some(rd) = self.request_dir {
                 if self.dirs[rd].st == Some(St::Lost) && self.dirs[rd].msg.is_some() {
-                    self.finish_open(rd, out, stats);
+                    self.damage_current(rd, stats);
                     self.distrust_pairing(rd, stats);
+                    return;
                 }
             }
         }
@@ -2155,6 +2161,14 @@ impl StreamParser for RedisParser {
         }
         self.seg_counter += 1;
         let d = seg.dir.index();
+        if self.request_dir == Some(d)
+            && self.dirs[d].msg.is_none()
+            && self.dirs[d].st != Some(St::Lost)
+        {
+            // A command starts: a reply whose end was out of sight ended before it (not only
+            // once it is complete, which for a command cut by the snaplen is at its reply).
+            self.end_open_reply(1 - d, out, stats);
+        }
         if self.dirs[d].st == Some(St::Lost) {
             // A message whose end went out of sight takes everything until the other
             // direction shows where it ended (see `on_command`, `on_reply`): bytes that look
@@ -3155,11 +3169,11 @@ mod tests {
     }
 
     #[test]
-    fn a_pipeline_cut_by_the_snaplen_pairs_up_to_the_cut_command() {
+    fn a_pipeline_cut_by_the_snaplen_pairs_up_to_the_cut() {
         // Four GETs in one write (22 bytes each), 59 bytes captured: two whole, the third cut
         // inside its key's length line, the fourth unseen. The third ends at its reply (the
-        // oldest unanswered), and the unseen tail may hold more commands: the fourth reply
-        // pairs with nothing.
+        // oldest unanswered) but the unseen tail may hold more commands: neither its size nor
+        // whose the fourth reply is are known.
         let (reqs, replies) = deep_pipeline(4);
         let mut d = Driver::new();
         d.seg_cut(OUT, &reqs[..59], reqs.len() as u64);
@@ -3167,14 +3181,11 @@ mod tests {
         d.seg(OUT, b"*2\r\n$3\r\nGET\r\n$1\r\nz\r\n")
             .seg(IN, b"$1\r\nz\r\n");
         d.close();
-        assert_eq!(
-            as_want(&d.summary()),
-            [ok("GET", "k:0"), ok("GET", "k:1"), ok("GET", "")]
-        );
-        assert!(d.calls[2].truncated);
+        assert_eq!(as_want(&d.summary()), [ok("GET", "k:0"), ok("GET", "k:1")]);
         assert!(d.calls.iter().all(|c| c.resp.bytes == 7));
+        // The cut GET (its reply taken, no call) and GET z; the fourth reply and z's.
+        assert_eq!(d.stats.damaged_messages, 2);
         assert_eq!(d.stats.unmatched_responses, 2);
-        assert_eq!(d.stats.damaged_messages, 1);
     }
 
     #[test]
@@ -3301,7 +3312,7 @@ mod tests {
     }
 
     #[test]
-    fn open_command_ends_at_its_reply() {
+    fn an_open_command_ends_at_its_reply_and_makes_no_call() {
         // An MSET of 600 pairs: 4096 bytes captured of its one write, framing lost inside.
         let mut req = b"*1201\r\n$4\r\nMSET\r\n".to_vec();
         for i in 0..600 {
@@ -3312,20 +3323,35 @@ mod tests {
         }
         let mut d = Driver::new();
         d.seg_cut(OUT, &req[..4096], req.len() as u64);
+        // Its reply: the oldest unanswered command's. But the unseen tail of the write may have
+        // held more commands: the MSET's size is not known, nor whose the next replies are.
         d.seg(IN, b"+OK\r\n");
-        // Its unseen tail may have held more commands: what follows pairs with nothing.
         d.seg(OUT, b"*2\r\n$3\r\nGET\r\n$3\r\nk:1\r\n")
             .seg(IN, b"$2\r\nv1\r\n");
-        assert_eq!(as_want(&d.summary()), [ok("MSET", "k:0")]);
-        assert_eq!(d.calls[0].req.bytes, req.len() as u64);
-        assert_eq!(d.calls[0].resp.bytes, 5);
-        assert!(d.calls[0].truncated);
-        assert_eq!(d.detail(0, "keys"), Some("600"));
+        d.close();
+        assert!(d.calls.is_empty());
         assert_eq!(d.stats.desyncs, 1);
         assert_eq!(
             (d.stats.damaged_messages, d.stats.unmatched_responses),
-            (1, 1)
+            (2, 1)
         );
+    }
+
+    #[test]
+    fn an_open_reply_ends_where_the_next_command_starts() {
+        // A reply cut by the snaplen inside its structure, then a command cut so too (complete
+        // only at its reply): the open reply ends where the command starts, so it does not
+        // take the command's reply as its own.
+        let mut d = Driver::new();
+        d.seg(OUT, b"*2\r\n$6\r\nLRANGE\r\n$1\r\nl\r\n");
+        d.seg_cut(IN, b"*100\r\n$1\r\na\r\n$1\r", 700);
+        let mset = b"*5\r\n$4\r\nMSET\r\n$1\r\na\r\n$1\r\n1\r\n$1\r";
+        d.seg_cut(OUT, mset, 4000);
+        d.seg(IN, b"+OK\r\n").close();
+        assert_eq!(as_want(&d.summary()), [ok("LRANGE", "l")]);
+        assert!(d.calls[0].end_inferred);
+        assert_eq!(d.calls[0].resp.bytes, 700);
+        assert_eq!(d.calls[0].resp.syscalls, 1);
     }
 
     #[test]
