@@ -27,8 +27,9 @@
 //! after lost commands, the commands pending before them get the next replies (the server
 //! answers in order). The commands seen after the loss are counted in `damaged_messages`, the
 //! replies nothing is left to pair with in `unmatched_responses`. A loss inside a value of
-//! known length only skips bytes, and a message whose end alone went out of sight ends where
-//! the other direction shows it did (`end_inferred`).
+//! known length only skips bytes, and a reply whose end alone went out of sight ends where
+//! the next command starts (`end_inferred`); a command cut so ends at its reply, but makes no
+//! call (its size is not known).
 //!
 //! Timestamps are used only where the byte counts cannot decide: a reply seen before any
 //! command (records of two CPUs can cross, or capture began mid-call) pairs with the next
