@@ -92,15 +92,14 @@ http {{
             .stderr(Stdio::null())
             .spawn()
             .expect("nginx is installed (Debian: nginx-light)");
-        let nginx = Nginx {
+        wait_for_pid_file(&d.join("nginx.pid"));
+        wait_for_listener("127.0.0.1", h1, "nginx");
+        Nginx {
             peer: Peer(child),
             h1,
             h2,
             _dir: dir,
-        };
-        wait_for_pid_file(&d.join("nginx.pid"));
-        wait_for_listener("127.0.0.1", h1, "nginx");
-        nginx
+        }
     }
 
     fn pid(&self) -> u32 {
@@ -189,16 +188,9 @@ fn aiohttp_client(url: &str, n: usize, conns: usize) -> Run {
 /// curl fetching `url` `n` times on one keep-alive connection: its pid; asserts each answer.
 fn curl(url: &str, n: usize, status: u64) -> u32 {
     let mut cmd = Command::new("curl");
-    cmd.args([
-        "-sk",
-        "--http1.1",
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_code}\n",
-    ]);
+    cmd.args(["-sk", "--http1.1", "-w", "%{http_code}\n"]);
     for _ in 0..n {
-        cmd.arg(url);
+        cmd.args(["-o", "/dev/null", url]); // each URL its own output
     }
     let child = cmd.stdout(Stdio::piped()).spawn().expect("curl runs");
     let pid = child.id();
