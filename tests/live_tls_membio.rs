@@ -453,3 +453,65 @@ fn python_asyncio_client_and_server_are_exact() {
     assert_paired(&cn, &of(&calls, nginx.pid(), "server"));
     assert_all_bound(lines.last().unwrap());
 }
+
+/// A Node connection open before ebtop started: its handshake was never seen, so neither
+/// side's SSL object can be bound — its 10 requests are counted (`tls_no_socket`), never
+/// shown on another connection, while a new connection of the same two processes' kind, made
+/// right after on the same server, is exact.
+#[test]
+fn a_connection_open_before_ebtop_is_counted_not_attributed() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed_cert(dir.path());
+    let port = free_tcp_port();
+    let script = fixture("node_peer.js");
+    let script = script.to_str().unwrap();
+    let server = start_server(
+        "node",
+        &[
+            script,
+            "server",
+            &port.to_string(),
+            cert.to_str().unwrap(),
+            key.to_str().unwrap(),
+        ],
+        port,
+    );
+    let url = format!("https://127.0.0.1:{port}/old");
+    let mut hold = Command::new("node")
+        .args([script, "hold", &url, "10"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("node runs");
+    let hold_pid = hold.id();
+    let mut out = BufReader::new(hold.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "open");
+
+    // No --port: every TLS call of the host is counted, this connection's too.
+    let ebtop = Ebtop::start(&["--json"]);
+    use std::io::Write as _;
+    hold.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert!(hold.wait().unwrap().success(), "{rest}");
+    assert_eq!(rest.matches("200 16\n").count(), 10, "{rest}");
+    let fresh = node_client(&format!("https://127.0.0.1:{port}/new"), 5, 1, false);
+
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    assert!(
+        of(&calls, hold_pid, "client").is_empty(),
+        "never attributed"
+    );
+    let client = of(&calls, fresh.pid, "client");
+    assert_client_run(&client, &fresh, false, "/new");
+    let served = of(&calls, server.0.id(), "server");
+    assert_eq!(served.len(), 5, "only the new connection's: {served:#?}");
+    assert_paired(&client, &served);
+    // Each old request is at least a write and a read on each side.
+    let k = &lines.last().unwrap()["kernel"];
+    assert!(k["tls_no_socket"].as_u64().unwrap() >= 4 * 10, "{k}");
+}
