@@ -37,11 +37,13 @@ fn venv_python() -> &'static str {
     VENV_PYTHON
 }
 
-/// nginx (one process) over TLS on `h1` (HTTP/1.1) and `h2` (HTTP/2, ALPN), `/index.html`.
+/// nginx (one process) over TLS on `h1` (HTTP/1.1), `h2` (HTTP/2, ALPN) and `unwatched`
+/// (HTTP/1.1, a port the tests leave out of `--port`), `/index.html`.
 struct Nginx {
     peer: Peer,
     h1: u16,
     h2: u16,
+    unwatched: u16,
     _dir: tempfile::TempDir,
 }
 
@@ -53,7 +55,7 @@ impl Nginx {
         let www = d.join("www");
         std::fs::create_dir(&www).unwrap();
         std::fs::write(www.join("index.html"), INDEX).unwrap();
-        let (h1, h2) = (free_tcp_port(), free_tcp_port());
+        let (h1, h2, unwatched) = (free_tcp_port(), free_tcp_port(), free_tcp_port());
         let p = d.display();
         let conf = format!(
             "daemon off;
@@ -74,6 +76,7 @@ http {{
   root {www};
   server {{ listen 127.0.0.1:{h1} ssl; }}
   server {{ listen 127.0.0.1:{h2} ssl http2; }}
+  server {{ listen 127.0.0.1:{unwatched} ssl; }}
 }}
 ",
             cert = cert.display(),
@@ -98,6 +101,7 @@ http {{
             peer: Peer(child),
             h1,
             h2,
+            unwatched,
             _dir: dir,
         }
     }
@@ -269,8 +273,10 @@ fn assert_all_bound(summary: &Value) {
 }
 
 /// Node as the client, nginx as the server: HTTP/1.1 (120 requests on 6 keep-alive
-/// connections of one event loop, 20 of them 404s) and HTTP/2 (60 streams on 3 sessions).
-/// Node's calls are exact and each pairs with nginx's call on the same connection.
+/// connections of one event loop, 20 of them 404s), HTTP/2 (60 streams on 3 sessions), and
+/// one loop taking turns between a watched port and one `--port` leaves out (4 connections
+/// each). Node's calls are exact, each pairs with nginx's call on the same connection, and
+/// no call of the other port's connections is shown (nor taken for a watched one's).
 #[test]
 fn node_client_against_nginx_is_exact_on_both_sides() {
     require_root();
@@ -294,6 +300,12 @@ fn node_client_against_nginx_is_exact_on_both_sides() {
         "{:?}",
         h2.got
     );
+    let both = format!(
+        "{base}/index.html,https://127.0.0.1:{}/index.html",
+        nginx.unwatched
+    );
+    let mixed = node_client(&both, 80, 4, false);
+    assert!(mixed.got.iter().all(|g| g.0 == 200), "{:?}", mixed.got);
 
     let lines = ebtop.stop();
     let calls = calls(&lines);
@@ -306,8 +318,18 @@ fn node_client_against_nginx_is_exact_on_both_sides() {
     for c in c1.iter().chain(&c2) {
         assert_eq!(c["comm"], "node", "{c}");
     }
+    let cx = of(&calls, mixed.pid, "client");
+    assert_eq!(cx.len(), 40, "the watched port's half: {cx:#?}");
+    for c in &cx {
+        assert_eq!(port_of(&c["peer"]), nginx.h1, "{c}");
+        assert_eq!(
+            (&c["tls"], &c["status"]),
+            (&true.into(), &200.into()),
+            "{c}"
+        );
+    }
     let server = of(&calls, nginx.pid(), "server");
-    let clients: Vec<&Value> = [c1, cm, c2].concat();
+    let clients: Vec<&Value> = [c1, cm, c2, cx].concat();
     assert_paired(&clients, &server);
     assert_eq!(calls.len(), 2 * clients.len(), "no other calls");
     assert_all_bound(lines.last().unwrap());

@@ -261,11 +261,12 @@ static __always_inline bool tls_note_io(struct sock *sk, __u64 sock_id, __u8 fam
  *     are all of one object never bound; its next send is that socket's first bytes, a
  *     ServerHello. The ServerHello answers that ClientHello, so it was made by the object that
  *     took it, after the receive and before the send: the only object that ran in between.
- *   - client: its SSL calls since its last socket op are all of one object never bound; its
- *     next send is a socket's first bytes, a ClientHello: bound TENTATIVE. When the thread
- *     receives that socket's first bytes (a ServerHello), its next SSL call must be on that
- *     object (only the object that made the ClientHello can take the answer): BOUND. Plaintext
- *     moves only after that.
+ *   - client: the thread's next send after a call of an object never bound (the last such
+ *     call since its last socket op) is a socket's first bytes, a ClientHello: that object is
+ *     bound TENTATIVE, which carries nothing. When the thread receives that socket's first
+ *     bytes (a ServerHello), its next SSL call must be on that object — only the object that
+ *     made the ClientHello can take the answer — and only then is it BOUND. Plaintext moves
+ *     only after that.
  * Kept per thread in task storage, created only by a thread that receives a first flight
  * outside an SSL call or makes an SSL call on no socket: a program whose socket I/O happens
  * inside its SSL calls (a socket BIO: nginx, curl) never creates one and pays nothing.
@@ -288,6 +289,14 @@ struct tls_mb_thread {
 	/* The thread's last socket op received this socket's first bytes, a hello (rx_kind), and
 	 * no SSL call ran since; 0: not so. */
 	__u64 rx_sock;
+	/* An object whose call moved plaintext since the thread's last socket op: its handshake
+	 * is over, so neither that call nor its calls after it in this window (the read that
+	 * ends a read loop with "want read") are a candidate's (a connection open before ebtop,
+	 * or on a port --port leaves out, would otherwise spoil the window of a new one). */
+	__u64 moved;
+	/* The last object never bound whose call moved no plaintext since the thread's last
+	 * socket op: a client's ClientHello is made by the call right before its send. */
+	__u64 last;
 	__u8 rx_kind;
 	__u8 _pad[7];
 };
@@ -360,19 +369,25 @@ static __always_inline bool tls_membio_io(struct sock *sk, __u64 sock_id, __u8 f
 		return false;
 	__u64 cand = t->cand;
 	__u64 cand_rx = t->cand_rx;
+	__u64 last = t->last;
 	t->cand = 0;
 	t->cand_rx = 0;
+	t->moved = 0;
+	t->last = 0;
 	t->rx_sock = first_in ? sock_id : 0;
 	t->rx_kind = first_in ? (__u8)hello : 0;
-	if (dir != EBTOP_DIR_EGRESS || !hello || !cand || cand == TLS_MB_MANY)
+	if (dir != EBTOP_DIR_EGRESS || !hello)
 		return false;
 	__u8 state;
-	if (hello == TLS_HELLO_SERVER && cand_rx == sock_id)
+	if (hello == TLS_HELLO_SERVER && cand && cand != TLS_MB_MANY && cand_rx == sock_id) {
 		state = TLS_MB_BOUND;
-	else if (hello == TLS_HELLO_CLIENT)
+	} else if (hello == TLS_HELLO_CLIENT && last) {
+		/* Only tentative: the proof is the ServerHello's taker (tls_membio_call). */
 		state = TLS_MB_TENTATIVE;
-	else
+		cand = last;
+	} else {
 		return false;
+	}
 	struct ebtop_event tuple = {};
 	fill_tuple(&tuple, sk, family);
 	struct tls_conn fresh = {};
@@ -396,7 +411,7 @@ static __always_inline bool tls_membio_io(struct sock *sk, __u64 sock_id, __u8 f
  * binding (tls_membio_io). Runs before the call's plaintext goes out, so a client's binding is
  * proved before the first plaintext it could carry.
  */
-static __always_inline void tls_membio_call(__u64 ssl, __u32 tgid)
+static __always_inline void tls_membio_call(__u64 ssl, __u32 tgid, bool moved)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct tls_mb_thread *t = bpf_task_storage_get(&tls_mb_threads, task, 0, 0);
@@ -407,6 +422,8 @@ static __always_inline void tls_membio_call(__u64 ssl, __u32 tgid)
 		kind = t->rx_kind;
 		t->rx_sock = 0;
 		t->rx_kind = 0;
+		if (moved)
+			t->moved = ssl;
 	}
 	struct tls_conn_key key = { .ssl = ssl, .tgid = tgid };
 	struct tls_conn *conn = bpf_map_lookup_elem(&tls_conns, &key);
@@ -426,6 +443,13 @@ static __always_inline void tls_membio_call(__u64 ssl, __u32 tgid)
 	if (!t)
 		t = bpf_task_storage_get(&tls_mb_threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!t)
+		return;
+	if (moved) {
+		t->moved = ssl;
+		return;
+	}
+	t->last = ssl;
+	if (t->moved == ssl)
 		return;
 	if (!t->cand) {
 		t->cand = ssl;
@@ -452,15 +476,30 @@ static __always_inline void tls_membio_close(__u64 sock_id)
  * A send or receive of a selected process on a socket --port leaves out: if inside an SSL
  * call, that call (and its SSL object, from now on) is not on a watched socket, and the
  * object's remembered socket — perhaps a watched one it ran on before (nginx reuses freed
- * objects) — must not take its bytes.
+ * objects) — must not take its bytes. Outside any, it is a socket op all the same: it ends
+ * the thread's memory-BIO window (tls_membio_io), so what ran before it (say, the object of
+ * an unwatched connection) is never taken for a watched socket's.
  */
 static __always_inline void tls_note_unwatched_io(void)
 {
 	if (!tls_capture)
 		return;
 	struct tls_call *c = tls_current_call();
-	if (c && c->has_sock != 1)
-		c->has_sock = TLS_UNWATCHED;
+	if (c) {
+		if (c->has_sock != 1)
+			c->has_sock = TLS_UNWATCHED;
+		return;
+	}
+	struct tls_mb_thread *t =
+		bpf_task_storage_get(&tls_mb_threads, bpf_get_current_task_btf(), 0, 0);
+	if (t) {
+		t->cand = 0;
+		t->cand_rx = 0;
+		t->moved = 0;
+		t->last = 0;
+		t->rx_sock = 0;
+		t->rx_kind = 0;
+	}
 }
 
 /* A call begins: the thread's (`calls` = tls_calls) or the goroutine's (tls_go_calls). */
@@ -633,7 +672,7 @@ static __always_inline int tls_exit(struct pt_regs *ctx)
 		len = (__u64)(int)ret;
 	}
 	if (c.has_sock == 0)
-		tls_membio_call(c.ssl, id >> 32);
+		tls_membio_call(c.ssl, id >> 32, len > 0);
 	return tls_complete(&c, len, id, now);
 }
 
