@@ -79,6 +79,8 @@ enum ebtop_counter {
 	EBTOP_CNT_TLS_CALLS,         /* SSL_write/SSL_read calls that moved plaintext */
 	EBTOP_CNT_TLS_NO_SOCKET,     /* of those, calls on no socket ebtop knows (custom BIO) */
 	EBTOP_CNT_TLS_NO_SOCKET_BYTES, /* their plaintext bytes */
+	EBTOP_CNT_TLS_MEMBIO_BOUND,  /* memory-BIO SSL objects bound to their socket (tls.h) */
+	EBTOP_CNT_TLS_MEMBIO_REUSED, /* such bindings dropped: the object's address was reused */
 	EBTOP_CNT__MAX,
 };
 
