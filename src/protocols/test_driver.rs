@@ -39,6 +39,7 @@ impl<P: StreamParser> Driver<P> {
         let seg = Segment {
             dir,
             payload: bytes,
+            tail: &[],
             total_len: total,
             start_ns: self.now,
             end_ns: self.now + 500,

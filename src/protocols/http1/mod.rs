@@ -801,6 +801,7 @@ impl StreamParser for Http1Parser {
                 // The server's first HTTP/2 frames may share the 101's syscall.
                 let rest = Segment {
                     payload: data,
+                    tail: &[],
                     total_len: seg
                         .total_len
                         .saturating_sub((seg.payload.len() - data.len()) as u64),
