@@ -491,6 +491,49 @@ fn a_100_mb_result_ends_exactly_at_the_default_snaplen() {
     }
 }
 
+/// TLS plaintext (the uprobes on SSL_write/SSL_read) gets tails too: a 10 MB result over TLS at
+/// a 64-byte snaplen, where every write and read of the response is longer than the head and
+/// a tail, ends exactly on both sides (without tails: inferred, `unknown`).
+#[test]
+fn a_result_over_tls_ends_exactly_in_its_tail() {
+    require_root();
+    let server = PgServer::start_tls();
+    let port = server.port.to_string();
+    let ebtop = Ebtop::start(&["--json", "--port", &port, "--snaplen", "64"]);
+    let select = "SELECT repeat('x', 1000) FROM generate_series(1, 10000)";
+    let conninfo = format!("host=127.0.0.1 port={port} user=postgres dbname=bench sslmode=require");
+    let out = Command::new("psql")
+        .args(["-X", "-q", "-A", "-t", "-d", &conninfo, "-c", select])
+        .args(["-c", "SELECT 'next'"])
+        .output()
+        .expect("psql is installed");
+    assert!(out.status.success(), "psql: {out:?}");
+    let printed = out
+        .stdout
+        .split(|&b| b == b'\n')
+        .filter(|l| l.len() == 1000);
+    assert_eq!(printed.count(), 10_000);
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    for side in ["client", "server"] {
+        let of: Vec<_> = calls
+            .iter()
+            .filter(|c| c["side"] == side && c["resource"] == select)
+            .collect();
+        assert_eq!(of.len(), 1, "{side}: {calls:#?}");
+        let c = of[0];
+        assert_eq!(c["tls"], true, "{c}");
+        assert_eq!(c["end_inferred"], false, "{c}");
+        assert_eq!(c["outcome"], "ok", "{c}");
+        assert_eq!(c["rows"], "10000", "{c}");
+        // RowDescription 32, DataRows 10,000 × 1,011, "SELECT 10000" 18, ReadyForQuery 6.
+        assert_eq!(c["resp_bytes"], 32 + 10_000 * 1011 + 18 + 6, "{c}");
+    }
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
+    assert_eq!(summary["parse"]["inferred_ends"], 0, "{summary}");
+}
+
 /// pgbench `-M prepared` connected before ebtop started: its statement was parsed out of sight,
 /// so what comes first is a Bind. Those Executes are picked up (`EXECUTE P_0`, the statement's
 /// name) on both sides, and nothing is unmatched.
