@@ -483,8 +483,15 @@ pub fn on_segment<F: Framer>(
             }
         }
         // The unseen bytes ended inside a body of known length, or at its end: the tail is
-        // exactly what follows.
-        St::Header | St::Body { .. } => feed(p, d, &piece, tail, out, stats),
+        // exactly what follows. A body's kept prefix stops at the hole whatever
+        // KEEP_AFTER_HOLE says: its tail bytes are not the prefix's continuation (a long SQL
+        // text would show its end spliced onto its start).
+        St::Body { .. } => {
+            let s = &mut p.streams().dirs[d];
+            s.keep = s.body.len();
+            feed(p, d, &piece, tail, out, stats);
+        }
+        St::Header => feed(p, d, &piece, tail, out, stats),
     }
     p.streams().in_tail = false;
 }

@@ -2568,4 +2568,54 @@ mod tests {
             (0, 0)
         );
     }
+
+    /// A query text longer than the snaplen and a tail: the resource is its start, never its
+    /// start with its tail's bytes spliced on (the kept prefix stops at the unseen bytes); a
+    /// response whose rows hide their headers ends in the last write's tail, with the tag's
+    /// rows; a ReadyForQuery in a tail without a completion right before it is no end.
+    #[test]
+    fn tails_end_responses_and_never_splice_a_kept_prefix() {
+        let mut d = Driver::new();
+        d.seg(OUT, &startup()).seg(IN, &startup_reply());
+        // Every place of the text its own: its end spliced onto its start would show.
+        let text: String = (0..2000).map(|i| format!("{i:05}")).collect();
+        let sql = format!("SELECT '{text}' AS long_text");
+        let rows: Vec<u8> = (0..3000).flat_map(|_| row()).collect();
+        let resp = [rowdesc(), rows, complete("SELECT 3000"), ready()].concat();
+        let (first, last) = resp.split_at(resp.len() / 2);
+        d.seg_snapped(OUT, &q(&sql), 4096)
+            .seg_snapped(IN, first, 1024)
+            .seg_snapped(IN, last, 1024);
+        assert_eq!(d.calls.len(), 1);
+        let c = &d.calls[0];
+        assert!(
+            sql.starts_with(&c.resource) && c.resource.len() > 4000,
+            "{}",
+            c.resource
+        );
+        assert_eq!((c.outcome, c.end_inferred), (Outcome::Ok, false));
+        assert_eq!(c.resp.bytes, resp.len() as u64);
+        // Rows not reported: a text seen cut may hold several statements, of which only the
+        // last's tag was seen.
+        assert_eq!(d.detail(0, "rows"), None);
+        d.seg(OUT, &q("SELECT x"))
+            .seg_snapped(IN, first, 1024)
+            .seg_snapped(IN, last, 1024);
+        assert_eq!(d.detail(1, "rows"), Some("3000"));
+        assert_eq!(d.calls[1].resp.bytes, resp.len() as u64);
+        assert_eq!(d.calls[1].resp.last_end_ns, d.now + 500);
+
+        // Row data that ends a write with a ReadyForQuery's bytes but no completion before.
+        let mut d = Driver::new();
+        d.seg(OUT, &startup()).seg(IN, &startup_reply());
+        let mut fake = rows_of(3000);
+        fake.extend(ready());
+        d.seg(OUT, &q("SELECT x"))
+            .seg_snapped(IN, &[rowdesc(), fake].concat(), 1024);
+        assert!(d.calls.is_empty());
+    }
+
+    fn rows_of(n: usize) -> Vec<u8> {
+        (0..n).flat_map(|_| row()).collect()
+    }
 }
