@@ -315,7 +315,7 @@ static __always_inline void fill_header(struct ebtop_event *ev, struct task_stru
 	ev->family = family;
 	ev->sock_type = sock_type;
 	ev->flags = 0;
-	ev->_pad = 0;
+	ev->tail_len = 0;
 	fill_tuple_btf(ev, sk, family);
 	task_comm(task, ev->comm);
 }
@@ -449,6 +449,7 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 		return 0;
 	struct ebtop_event *ev = &s->ev;
 	__u32 cap = copy_payload(cpu, s->data, c.source, c.arg, c.arg2, limit);
+	__u32 tail = take_tail(c.source, c.arg, c.arg2, len, &cap, sock_type == SOCK_STREAM);
 	fill_header(ev, (struct task_struct *)task, id, sk, st, family, sock_type, start, now);
 	ev->dir = dir;
 	ev->syscall = c.syscall;
@@ -465,7 +466,7 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 			peer_from_sockaddr(ev, c.peer_arg);
 		}
 	}
-	submit_data(s, proto, seq, len, cap);
+	submit_data(s, proto, seq, len, cap, tail);
 	return 0;
 }
 

@@ -127,7 +127,7 @@ static __always_inline void fill_common(struct ebtop_event *ev, const struct inf
 	ev->family = inf->family;
 	ev->sock_type = inf->sock_type;
 	ev->flags = 0;
-	ev->_pad = 0;
+	ev->tail_len = 0;
 	fill_tuple(ev, sk, inf->family);
 	current_comm(ev->comm);
 }
@@ -175,10 +175,11 @@ static __always_inline int emit_data(const struct inflight *inf, __u64 end_ns, _
 	if (!deliver)
 		return 0;
 	__u32 cap = copy_payload(cpu, s->data, source, ptr, cnt, limit);
+	__u32 tail = take_tail(source, ptr, cnt, len, &cap, inf->sock_type == SOCK_STREAM);
 	fill_common(ev, inf, end_ns);
 	if (inf->sock_type == SOCK_DGRAM)
 		peer_from_sockaddr(ev, peer_sa);
-	submit_data(s, proto, seq, len, cap);
+	submit_data(s, proto, seq, len, cap, tail);
 	return 0;
 }
 

@@ -618,6 +618,7 @@ static __always_inline int tls_complete(struct tls_call *cp, __u64 len, __u64 id
 		return 0;
 	struct ebtop_event *ev = &s->ev;
 	__u32 cap = copy_payload(cpu, s->data, SRC_BUF, c.buf, 0, limit);
+	__u32 tail = take_tail(SRC_BUF, c.buf, 0, len, &cap, conn->sock.sock_type == SOCK_STREAM);
 	ev->start_ns = c.start_ns;
 	ev->end_ns = now;
 	ev->sock_id = conn->sock.sock_id;
@@ -629,13 +630,13 @@ static __always_inline int tls_complete(struct tls_call *cp, __u64 len, __u64 id
 	ev->family = conn->sock.family;
 	ev->sock_type = conn->sock.sock_type;
 	ev->flags = EBTOP_F_TLS;
-	ev->_pad = 0;
+	ev->tail_len = 0;
 	ev->lport = conn->sock.lport;
 	ev->rport = conn->sock.rport;
 	__builtin_memcpy(ev->laddr, conn->sock.laddr, 16);
 	__builtin_memcpy(ev->raddr, conn->sock.raddr, 16);
 	current_comm(ev->comm);
-	submit_data(s, proto, seq, len, cap);
+	submit_data(s, proto, seq, len, cap, tail);
 	return 0;
 }
 
