@@ -1563,19 +1563,6 @@ impl Framer for MysqlParser {
         }
     }
 
-    fn in_state(
-        &mut self,
-        _d: usize,
-        _s: MyState,
-        _seg: &Segment,
-        data: &[u8],
-        _out: &mut Vec<L7Call>,
-        stats: &mut ParseStats,
-    ) -> usize {
-        stats.skipped(data.len() as u64);
-        data.len()
-    }
-
     /// Counted in the state's segment already (`segment_in_state` took the whole syscall).
     fn uncaptured_in_state(
         &mut self,
