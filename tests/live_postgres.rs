@@ -573,8 +573,10 @@ fn prepared_statements_parsed_before_ebtop_are_picked_up_at_their_bind() {
     let ebtop = Ebtop::start(&["--json", "--port", &port]);
     std::thread::sleep(Duration::from_millis(500));
     let lines = ebtop.stop();
+    // SIGTERM: a shell's background job ignores SIGINT and hands that on to pgbench, which
+    // would then run its whole -T.
     // SAFETY: kill with the pid of our own child.
-    unsafe { libc::kill(pgbench.id() as i32, libc::SIGINT) };
+    unsafe { libc::kill(pgbench.id() as i32, libc::SIGTERM) };
     let _ = pgbench.wait();
     let calls = calls(&lines);
     for side in ["client", "server"] {
