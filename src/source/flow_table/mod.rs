@@ -393,6 +393,8 @@ struct FlowTableReader {
     whole_reads_until: u64,
     /// The `flow_reads` ring's map, until the reader's thread opens it.
     reads_map: Option<MapHandle>,
+    /// The whole-table reads' buffers, kept from poll to poll (one batch of the larger map).
+    batch_buffers: crate::bpf::BatchBuffers,
 }
 
 fn cgroup2_root() -> Option<std::fs::File> {
@@ -563,6 +565,7 @@ impl FlowCollector {
             last_whole_read: 0,
             whole_reads_until: 0,
             reads_map: MapHandle::try_from(&skel.maps.flow_reads).ok(),
+            batch_buffers: Default::default(),
         };
         // One request in flight at a time (the loop waits for a report's last part before
         // the next). Two parts in the channel at most: the reader waits for the session to
@@ -1027,7 +1030,11 @@ impl FlowTableReader {
                 if let Some(reads) = reads {
                     reads.discard();
                 }
-                let mut batches = crate::bpf::HashMapBatches::new(&self.flows, 4096);
+                let mut batches = crate::bpf::HashMapBatches::with_buffers(
+                    &self.flows,
+                    4096,
+                    std::mem::take(&mut self.batch_buffers),
+                );
                 let mut read = 0;
                 while let Some((_, values)) = batches.next_batch() {
                     for v in values.chunks_exact(flow_len) {
@@ -1049,6 +1056,7 @@ impl FlowTableReader {
                     self.resolved.retain(|sk, _| self.prev.contains_key(sk));
                     self.last_whole_read = self.polls;
                 }
+                self.batch_buffers = batches.into_buffers();
             }
         }
 
@@ -1059,7 +1067,11 @@ impl FlowTableReader {
             self.udp_flows.key_size() as usize,
             self.udp_flows.value_size() as usize,
         );
-        let mut batches = crate::bpf::HashMapBatches::new(&self.udp_flows, 4096);
+        let mut batches = crate::bpf::HashMapBatches::with_buffers(
+            &self.udp_flows,
+            4096,
+            std::mem::take(&mut self.batch_buffers),
+        );
         while let Some((keys, values)) = batches.next_batch() {
             let rows = keys.chunks_exact(key_len).zip(values.chunks_exact(udp_len));
             for (k, v) in rows {
@@ -1123,6 +1135,7 @@ impl FlowTableReader {
                 }
             }
         }
+        self.batch_buffers = batches.into_buffers();
         for key in expired {
             let _ = self.udp_flows.delete(&key.encode());
             self.udp_prev.remove(&key);
