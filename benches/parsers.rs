@@ -52,6 +52,7 @@ fn parser(c: &mut Criterion) {
                     let seg = Segment {
                         dir: *dir,
                         payload: bytes,
+                        tail: &[],
                         total_len: bytes.len() as u64,
                         start_ns: i as u64 * 1000,
                         end_ns: i as u64 * 1000 + 10,
@@ -113,6 +114,7 @@ fn run(
         let seg = Segment {
             dir: *dir,
             payload: bytes,
+            tail: &[],
             total_len: *total,
             start_ns: i as u64 * 1000,
             end_ns: i as u64 * 1000 + 10,

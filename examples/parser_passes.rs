@@ -33,6 +33,7 @@ fn passes(proto: protocols::Protocol, segs: &Segs, n: usize) -> usize {
             let seg = Segment {
                 dir: *dir,
                 payload: bytes,
+                tail: &[],
                 total_len: *total,
                 start_ns: i as u64 * 1000,
                 end_ns: i as u64 * 1000 + 10,

@@ -225,7 +225,7 @@ impl ConnTracker {
         self.stats.data_events += 1;
         // Wrapping: the numbers come from the kernel or a recording, which may be crafted.
         self.stats.data_bytes = self.stats.data_bytes.wrapping_add(ev.total_len);
-        self.stats.uncaptured_bytes = self.stats.uncaptured_bytes.wrapping_add(ev.uncaptured());
+        self.stats.uncaptured_bytes = self.stats.uncaptured_bytes.wrapping_add(ev.hidden());
         if !known {
             self.stats.conns_opened += 1;
             self.insert_conn(ev);
@@ -280,6 +280,7 @@ impl ConnTracker {
             let seg = protocols::Segment {
                 dir: ev.dir,
                 payload: ev.payload,
+                tail: ev.tail,
                 total_len: ev.total_len,
                 start_ns: ev.start_ns,
                 end_ns: ev.end_ns,

@@ -23,6 +23,12 @@ pub const FLAG_PEER_FROM_ARG: u16 = 2;
 /// below it).
 pub const TLS_STREAM_BIT: u64 = 1 << 63;
 
+/// Flag: `tail_len` bytes after the payload are the syscall's last bytes (a tail); those
+/// between the payload (the head) and them went uncaptured. Kernel side: `take_tail`.
+pub const FLAG_TAIL: u16 = 8;
+/// Most bytes a tail holds (`EBTOP_TAIL_LEN`).
+pub const TAIL_LEN: usize = 256;
+
 /// Flag: TLS plaintext of the socket, from the TLS library probes (its own byte positions);
 /// on a close record: the socket was a TLS connection.
 pub const FLAG_TLS: u16 = 4;
@@ -169,6 +175,9 @@ pub struct Event<'a> {
     pub raddr: [u8; 16],
     pub comm: [u8; 16],
     pub payload: &'a [u8],
+    /// The syscall's last bytes, apart from the payload (empty: none). `payload`, the bytes
+    /// between (uncaptured) and `tail` make up `total_len`.
+    pub tail: &'a [u8],
 }
 
 fn u64_at(b: &[u8], off: usize) -> u64 {
@@ -253,6 +262,22 @@ impl<'a> Event<'a> {
                 cap_len,
                 have: b.len() - HEADER_LEN,
             })?;
+        let flags = u16_at(b, 62);
+        let total_len = u64_at(b, 32);
+        // A tail only where the flag says so (older records have zeros here) and where it
+        // fits: after the payload, within the record, not overlapping the head. Anything
+        // else is no tail, so the record reads as a head cut at `cap_len`, as before.
+        let tail_len = u32_at(b, 68) as usize;
+        let tail_end = end.saturating_add(tail_len);
+        let tail = if flags & FLAG_TAIL != 0
+            && tail_len > 0
+            && tail_end <= b.len()
+            && (cap_len as u64).saturating_add(tail_len as u64) < total_len
+        {
+            &b[end..tail_end]
+        } else {
+            &[]
+        };
         let kind = kind_of(b[56]).ok_or(DecodeError::Kind(b[56]))?;
         let dir = dir_of(b[57]);
         let syscall = Syscall::from_raw(b[58]).ok_or(DecodeError::Syscall(b[58]))?;
@@ -265,7 +290,7 @@ impl<'a> Event<'a> {
             end_ns: u64_at(b, 8),
             sock_id: u64_at(b, 16),
             seq: u64_at(b, 24),
-            total_len: u64_at(b, 32),
+            total_len,
             pid: u32_at(b, 40),
             tid: u32_at(b, 44),
             fd: u32_at(b, 48) as i32,
@@ -275,13 +300,14 @@ impl<'a> Event<'a> {
             family,
             sock_type: b[60],
             proto_hint: b[61],
-            flags: u16_at(b, 62),
+            flags,
             lport: u16_at(b, 64),
             rport: u16_at(b, 66),
             laddr: arr16(b, 72),
             raddr: arr16(b, 88),
             comm: arr16(b, 104),
             payload: &b[HEADER_LEN..end],
+            tail,
         })
     }
 
@@ -312,6 +338,11 @@ impl<'a> Event<'a> {
     /// Bytes the syscall moved that are not in `payload`.
     pub fn uncaptured(&self) -> u64 {
         self.total_len.saturating_sub(self.payload.len() as u64)
+    }
+
+    /// Bytes the syscall moved that are in neither `payload` nor `tail`.
+    pub fn hidden(&self) -> u64 {
+        self.uncaptured().saturating_sub(self.tail.len() as u64)
     }
 }
 
@@ -392,6 +423,17 @@ impl EventBuilder {
         self.header[88..92].copy_from_slice(&peer);
         self
     }
+    /// The record with head `payload` and `tail`, the last bytes of `total_len` (fewer than
+    /// the bytes after the head), after it.
+    pub fn build_with_tail(mut self, payload: &[u8], tail: &[u8]) -> Vec<u8> {
+        let flags = u16_at(&self.header, 62) | FLAG_TAIL;
+        self.header[62..64].copy_from_slice(&flags.to_le_bytes());
+        self.header[68..72].copy_from_slice(&(tail.len() as u32).to_le_bytes());
+        let mut v = self.build(payload);
+        v.extend_from_slice(tail);
+        v
+    }
+
     /// The record with `payload` (at most `total_len` bytes) appended.
     pub fn build(mut self, payload: &[u8]) -> Vec<u8> {
         let total = u64_at(&self.header, 32);
@@ -448,6 +490,27 @@ mod tests {
         let mut raw = EventBuilder::data(Direction::Egress, 1, 0, 0).build(b"");
         raw[56] = 99;
         assert_eq!(Event::decode(&raw).unwrap_err(), DecodeError::Kind(99));
+    }
+
+    #[test]
+    fn a_tail_follows_the_head_and_only_with_its_flag() {
+        let raw =
+            EventBuilder::data(Direction::Ingress, 7, 0, 100).build_with_tail(b"head", b"end");
+        let ev = Event::decode(&raw).unwrap();
+        assert_eq!((ev.payload, ev.tail), (&b"head"[..], &b"end"[..]));
+        assert_eq!((ev.uncaptured(), ev.hidden()), (96, 93));
+        // Without the flag (an older record's zeros, or a reader before tails): a head only.
+        let mut old = raw.clone();
+        old[62] &= !(FLAG_TAIL as u8);
+        let ev = Event::decode(&old).unwrap();
+        assert_eq!((ev.payload, ev.tail), (&b"head"[..], &b""[..]));
+        // A tail that would overlap the head, or run past the record, is none.
+        let raw = EventBuilder::data(Direction::Ingress, 7, 0, 7).build_with_tail(b"head", b"end");
+        assert_eq!(Event::decode(&raw).unwrap().tail, b"");
+        let mut cut =
+            EventBuilder::data(Direction::Ingress, 7, 0, 100).build_with_tail(b"head", b"end");
+        cut.pop();
+        assert_eq!(Event::decode(&cut).unwrap().tail, b"");
     }
 
     #[test]

@@ -36,6 +36,13 @@ pub struct KernelCounters {
     pub tls_no_socket: u64,
     #[serde(default)]
     pub tls_no_socket_bytes: u64,
+    /// SSL objects driven through memory BIOs (Node, Python's asyncio) bound to their socket
+    /// by their handshake's first flights (docs/architecture.md, "TLS through memory BIOs"),
+    /// and such bindings dropped because a new object took a freed one's address.
+    #[serde(default)]
+    pub tls_membio_bound: u64,
+    #[serde(default)]
+    pub tls_membio_reused: u64,
     /// Files probed for TLS plaintext since the start (those at start and those found later:
     /// programs exec'd, libraries dlopen'd), and files that define the functions but could
     /// not be probed (each also a line on stderr; the `meta` line names those of the start).

@@ -109,8 +109,20 @@ impl SegFile {
     }
 
     /// Raw records for the traced side, with consecutive stream positions and a fake clock
-    /// (each syscall 10 µs after the previous, lasting 1 µs), optionally cut at `snaplen`.
+    /// (each syscall 10 µs after the previous, lasting 1 µs), optionally cut at `snaplen` (the
+    /// head only, as a kernel side without tails copied).
     pub fn records(&self, sock_id: u64, snaplen: Option<usize>) -> Vec<Vec<u8>> {
+        self.make_records(sock_id, snaplen, false)
+    }
+
+    /// As [`SegFile::records`] cut at `snaplen` as the kernel side does: the head, and of a
+    /// stream syscall longer than it by more than a tail its last bytes (`take_tail` in
+    /// src/bpf/capture.h). The entries must be whole for the tails to be their last bytes.
+    pub fn kernel_records(&self, sock_id: u64, snaplen: usize) -> Vec<Vec<u8>> {
+        self.make_records(sock_id, Some(snaplen), true)
+    }
+
+    fn make_records(&self, sock_id: u64, snaplen: Option<usize>, tails: bool) -> Vec<Vec<u8>> {
         let mut seq = [0u64; 2];
         let mut now = 1_000_000u64;
         let (local, peer) = match self.side {
@@ -132,11 +144,22 @@ impl SegFile {
                 };
                 let cap = snaplen.map_or(e.bytes.len(), |s| s.min(e.bytes.len()));
                 now += 10_000;
-                let rec = EventBuilder::data(dir, sock_id, seq[dir.index()], e.total_len)
+                let b = EventBuilder::data(dir, sock_id, seq[dir.index()], e.total_len)
                     .times(now, now + 1_000)
                     .process(pid, pid, comm)
-                    .v4(local.0, local.1, peer.0, peer.1)
-                    .build(&e.bytes[..cap]);
+                    .v4(local.0, local.1, peer.0, peer.1);
+                let whole = e.bytes.len() as u64 == e.total_len;
+                let rec = match snaplen {
+                    Some(s) if tails && whole => {
+                        let (head, tail) = crate::protocols::kernel_cut(&e.bytes, s);
+                        if tail.is_empty() {
+                            b.build(head)
+                        } else {
+                            b.build_with_tail(head, tail)
+                        }
+                    }
+                    _ => b.build(&e.bytes[..cap]),
+                };
                 seq[dir.index()] += e.total_len;
                 rec
             })

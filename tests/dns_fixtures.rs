@@ -97,6 +97,7 @@ fn parse_steps(transport: Transport, steps: &[Step]) -> (Vec<L7Call>, ParseStats
         let seg = Segment {
             dir: r.dir,
             payload: &r.payload,
+            tail: &[],
             total_len: r.total_len,
             start_ns: r.start_ns,
             end_ns: r.end_ns,

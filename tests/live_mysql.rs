@@ -319,3 +319,62 @@ fn a_connection_open_before_ebtop_is_picked_up_on_both_sides() {
     assert_eq!(queries("server"), N - 1);
     assert_clean_summary(lines.last().unwrap());
 }
+
+/// A 100 MB result at the default snaplen (4096): each server write of 16 KiB (and each of
+/// the client's reads) comes as its first 4096 bytes and its last 256 (a kernel tail). The
+/// final EOF lies in the last one's tail; its rows (1,007 bytes each) are longer than a tail,
+/// so the client's next command proves it the end. The call ends exactly on both sides: the
+/// same bytes, its outcome, its latency within the client's own time. The rows whose packets
+/// went unseen are not counted: no row count is reported rather than a wrong one.
+#[test]
+fn a_100_mb_result_set_ends_exactly_at_the_default_snaplen() {
+    require_root();
+    let db = MariaDb::start();
+    let port = db.port.to_string();
+    let ebtop = Ebtop::start(&["--json", "--port", &port, "--ringbuf-mb", "128"]);
+    let select = "select repeat('x', 1000) from seq_1_to_100000";
+    let began = Instant::now();
+    let out = db.cli(Some("shop"), &format!("{select}; select 'next'"));
+    let wall = began.elapsed().as_nanos() as u64;
+    assert!(out.status.success(), "{out:?}");
+    let printed = out
+        .stdout
+        .split(|&b| b == b'\n')
+        .filter(|l| l.len() == 1000);
+    assert_eq!(printed.count(), 100_000);
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    let one = |side: &str| -> &Value {
+        let of: Vec<_> = calls
+            .iter()
+            .filter(|c| c["side"] == side && c["resource"] == select)
+            .collect();
+        assert_eq!(of.len(), 1, "{side}: {calls:#?}");
+        of[0]
+    };
+    let (client, server) = (one("client"), one("server"));
+    // 100,000 row packets of 4 + 3 + 1000 bytes, the column count, its definition and two
+    // EOFs around them (the definition's length depends on the server's names).
+    let rows = 100_000 * 1007;
+    for c in [client, server] {
+        assert_eq!(c["end_inferred"], false, "{c}");
+        assert_eq!(c["outcome"], "ok", "{c}");
+        assert!(c.get("rows").is_none(), "{c}");
+        let bytes = c["resp_bytes"].as_u64().unwrap();
+        assert!((rows + 5 + 9 + 9..rows + 300).contains(&bytes), "{c}");
+    }
+    assert_eq!(
+        client["resp_bytes"], server["resp_bytes"],
+        "{client}\n{server}"
+    );
+    let latency = |c: &Value| c["latency_ns"].as_u64().unwrap();
+    assert!(latency(server) > 0, "{server}");
+    assert!(latency(server) <= latency(client), "{server}\n{client}");
+    assert!(latency(client) < wall, "{client}: the client ran {wall} ns");
+    assert_eq!(of(&calls, "client", "SELECT", "select 'next'"), 1);
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
+    for counter in ["damaged_messages", "unmatched_responses", "inferred_ends"] {
+        assert_eq!(summary["parse"][counter], 0, "{counter}: {summary}");
+    }
+}

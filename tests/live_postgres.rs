@@ -401,19 +401,12 @@ fn a_100_mb_result_set_and_copy_stream_through_as_one_call_each() {
             of[0]
         };
         let (client, server) = (one("client"), one("server"));
-        // The end of the response (CommandComplete, ReadyForQuery) is found in what is
-        // captured; when the last write (or read) holds it beyond the snaplen, the end is
-        // inferred (when the client sends its next query, or at the close): its status and
-        // row count unseen, the outcome is unknown and no rows are given, but the bytes are
-        // the same.
+        // The end of the response (CommandComplete, ReadyForQuery) is in the last write's
+        // (or read's) tail, its last 256 bytes, whatever the snaplen: never inferred.
         for c in [client, server] {
-            if c["end_inferred"] == false {
-                assert_eq!(c["rows"], "100000", "{c}");
-                assert_eq!(c["outcome"], "ok", "{c}");
-            } else {
-                assert_eq!(c["outcome"], "unknown", "{c}");
-                assert!(c.get("rows").is_none(), "{c}");
-            }
+            assert_eq!(c["end_inferred"], false, "{c}");
+            assert_eq!(c["rows"], "100000", "{c}");
+            assert_eq!(c["outcome"], "ok", "{c}");
         }
         for c in [client, server] {
             assert!(c["resp_bytes"].as_u64().unwrap() > min_bytes, "{c}");
@@ -431,9 +424,114 @@ fn a_100_mb_result_set_and_copy_stream_through_as_one_call_each() {
     // connection's side resyncs once after it, before any call. Nothing else may be lost.
     let summary = lines.last().unwrap();
     assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
-    for counter in ["damaged_messages", "unmatched_responses"] {
+    for counter in ["damaged_messages", "unmatched_responses", "inferred_ends"] {
         assert_eq!(summary["parse"][counter], 0, "{counter}: {summary}");
     }
+}
+
+/// A 100 MB result at the default snaplen (4096): each server write of 8 KiB (and each of the
+/// client's reads) comes as its first 4096 bytes and its last 256 (a kernel tail), so the
+/// response's end — CommandComplete and ReadyForQuery, in the last write's tail — is seen
+/// wherever the writes cut it: the call ends exactly on both sides, its row count from the
+/// tag, its bytes the protocol's own count, its latency within the client's own time.
+#[test]
+fn a_100_mb_result_ends_exactly_at_the_default_snaplen() {
+    require_root();
+    let server = PgServer::start();
+    let port = server.port.to_string();
+    // ~25,000 records of ~4.5 KB if ebtop read nothing meanwhile: no loss in 128 MiB.
+    let ebtop = Ebtop::start(&["--json", "--port", &port, "--ringbuf-mb", "128"]);
+    let select = "SELECT repeat('x', 1000) FROM generate_series(1, 100000)";
+    let began = Instant::now();
+    let out = Command::new("psql")
+        .args(["-X", "-q", "-A", "-t"])
+        .args(server.conn_args())
+        .args(["-d", "bench", "-c", select, "-c", "SELECT 'next'"])
+        .output()
+        .expect("psql is installed");
+    let wall = began.elapsed().as_nanos() as u64;
+    assert!(out.status.success());
+    let printed = out
+        .stdout
+        .split(|&b| b == b'\n')
+        .filter(|l| l.len() == 1000);
+    assert_eq!(printed.count(), 100_000);
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    let one = |side: &str| -> &Value {
+        let of: Vec<_> = calls
+            .iter()
+            .filter(|c| c["side"] == side && c["resource"] == select)
+            .collect();
+        assert_eq!(of.len(), 1, "{side}: {calls:#?}");
+        of[0]
+    };
+    let (client, server_call) = (one("client"), one("server"));
+    // RowDescription of one column named "repeat" (32 bytes), 100,000 DataRows of 1,011,
+    // CommandComplete "SELECT 100000" (19), ReadyForQuery (6).
+    let resp_bytes = 32 + 100_000 * 1011 + 19 + 6;
+    for c in [client, server_call] {
+        assert_eq!(c["end_inferred"], false, "{c}");
+        assert_eq!(c["outcome"], "ok", "{c}");
+        assert_eq!(c["rows"], "100000", "{c}");
+        assert_eq!(c["resp_bytes"], resp_bytes, "{c}");
+    }
+    // The server's latency lies within the client's, the client's within psql's run.
+    let latency = |c: &Value| c["latency_ns"].as_u64().unwrap();
+    assert!(latency(server_call) > 0, "{server_call}");
+    assert!(
+        latency(server_call) <= latency(client),
+        "{server_call}\n{client}"
+    );
+    assert!(latency(client) < wall, "{client}: psql ran {wall} ns");
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
+    for counter in ["damaged_messages", "unmatched_responses", "inferred_ends"] {
+        assert_eq!(summary["parse"][counter], 0, "{counter}: {summary}");
+    }
+}
+
+/// TLS plaintext (the uprobes on SSL_write/SSL_read) gets tails too: a 10 MB result over TLS at
+/// a 64-byte snaplen, where every write and read of the response is longer than the head and
+/// a tail, ends exactly on both sides (without tails: inferred, `unknown`).
+#[test]
+fn a_result_over_tls_ends_exactly_in_its_tail() {
+    require_root();
+    let server = PgServer::start_tls();
+    let port = server.port.to_string();
+    let ebtop = Ebtop::start(&["--json", "--port", &port, "--snaplen", "64"]);
+    let select = "SELECT repeat('x', 1000) FROM generate_series(1, 10000)";
+    let conninfo = format!("host=127.0.0.1 port={port} user=postgres dbname=bench sslmode=require");
+    let out = Command::new("psql")
+        .args(["-X", "-q", "-A", "-t", "-d", &conninfo, "-c", select])
+        .args(["-c", "SELECT 'next'"])
+        .output()
+        .expect("psql is installed");
+    assert!(out.status.success(), "psql: {out:?}");
+    let printed = out
+        .stdout
+        .split(|&b| b == b'\n')
+        .filter(|l| l.len() == 1000);
+    assert_eq!(printed.count(), 10_000);
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    for side in ["client", "server"] {
+        let of: Vec<_> = calls
+            .iter()
+            .filter(|c| c["side"] == side && c["resource"] == select)
+            .collect();
+        assert_eq!(of.len(), 1, "{side}: {calls:#?}");
+        let c = of[0];
+        assert_eq!(c["tls"], true, "{c}");
+        assert_eq!(c["end_inferred"], false, "{c}");
+        assert_eq!(c["outcome"], "ok", "{c}");
+        assert_eq!(c["rows"], "10000", "{c}");
+        // RowDescription 32, DataRows 10,000 × 1,011, "SELECT 10000" 18, ReadyForQuery 6.
+        assert_eq!(c["resp_bytes"], 32 + 10_000 * 1011 + 18 + 6, "{c}");
+    }
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
+    assert_eq!(summary["parse"]["inferred_ends"], 0, "{summary}");
 }
 
 /// pgbench `-M prepared` connected before ebtop started: its statement was parsed out of sight,

@@ -65,8 +65,9 @@ struct scratch {
 	 * record, on its page: behind the 32 KiB of data it cost a TLB miss per record. */
 	__u32 unqueried[EBTOP_MAX_SHARDS];
 	struct ebtop_event ev;
-	/* Twice the largest copy, so `offset < MAX && len <= MAX` is provably in bounds. */
-	__u8 data[2 * EBTOP_MAX_SNAPLEN];
+	/* Twice the largest copy, so `offset < MAX && len <= MAX` is provably in bounds; and a
+	 * tail's room after it (masked offset + masked place in the tail + length). */
+	__u8 data[2 * EBTOP_MAX_SNAPLEN + 2 * EBTOP_TAIL_LEN];
 };
 
 #define EVENT_RING(name)                                                                           \
@@ -466,6 +467,110 @@ static __always_inline __u32 copy_payload(__u32 cpu, __u8 *data, __u8 source, __
 	return 0;
 }
 
+struct tail_walk {
+	const struct ebtop_iovec *iovp;
+	__u64 iovcnt;
+	__u64 at;   /* byte offset of entry i in the syscall's bytes */
+	__u64 from; /* offset of the tail's first byte */
+	__u64 end;  /* offset past the last byte moved */
+	__u32 off;  /* where the tail goes in the scratch data (after the head) */
+	__u32 got;  /* tail bytes copied so far */
+	__u32 cpu;
+	__u32 failed;
+};
+
+/* Copies `n` bytes at user `src` to the tail's place `rel` (bytes into the tail). */
+static __always_inline long tail_piece(struct scratch *s, __u32 off, __u64 rel, __u64 n, __u64 src)
+{
+	n = verifier_mask(n, 2 * EBTOP_TAIL_LEN - 1);
+	if (n == 0 || n > EBTOP_TAIL_LEN)
+		return -1;
+	return bpf_probe_read_user(s->data + verifier_mask(off, 2 * EBTOP_MAX_SNAPLEN - 1) +
+					   verifier_mask(rel, EBTOP_TAIL_LEN - 1),
+				   n, (void *)src);
+}
+
+/* One iovec entry of a tail (bpf_loop): the part of it in [from, end), if any. */
+static long copy_tail_iov(__u64 i, void *ctx)
+{
+	struct tail_walk *w = ctx;
+	struct ebtop_iovec iov;
+
+	if (i >= w->iovcnt || w->at >= w->end)
+		return 1;
+	if (bpf_probe_read_user(&iov, sizeof(iov), &w->iovp[i])) {
+		w->failed = 1;
+		return 1;
+	}
+	__u64 a = w->at;
+	/* The entries' lengths are the caller's: clamped, never summed past the end. */
+	__u64 len = iov.iov_len < w->end - a ? iov.iov_len : w->end - a;
+	__u64 b = a + len;
+	w->at = b;
+	if (b <= w->from)
+		return 0;
+	__u64 lo = a > w->from ? a : w->from;
+	struct scratch *s = bpf_map_lookup_elem(&scratch_buf, &w->cpu);
+	if (!s || tail_piece(s, w->off, lo - w->from, b - lo, (__u64)iov.iov_base + (lo - a))) {
+		w->failed = 1;
+		return 1;
+	}
+	w->got += b - lo;
+	return 0;
+}
+
+/*
+ * The last bytes of a send/receive of `len` bytes whose first `cap` (the head, `how` bits
+ * 0–15; the payload source bits 16–23) are copied: copies bytes [max(cap, len − TAIL), len)
+ * to the scratch data right after the head. Returns how many (0: none, a copy failed or the
+ * iovec array ends before `len`: never part of a tail). A global function, verified once, and
+ * called only for sends longer than the head: a short one pays one comparison.
+ */
+__noinline __u32 copy_tail(__u32 how, __u64 ptr, __u64 cnt, __u64 len)
+{
+	__u32 cap = how & 0xffff;
+	__u8 source = (how >> 16) & 0xff;
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct scratch *s = bpf_map_lookup_elem(&scratch_buf, &cpu);
+	if (!s || cap > EBTOP_MAX_SNAPLEN || len <= cap)
+		return 0;
+	__u64 from = len - cap > EBTOP_TAIL_LEN ? len - EBTOP_TAIL_LEN : cap;
+	if (source == SRC_BUF) {
+		if (tail_piece(s, cap, 0, len - from, ptr + from))
+			return 0;
+		return len - from;
+	}
+	if (source != SRC_IOV)
+		return 0;
+	struct tail_walk w = { .iovp = (const struct ebtop_iovec *)ptr, .iovcnt = cnt, .from = from,
+			       .end = len, .off = cap, .cpu = cpu };
+	bpf_loop(EBTOP_MAX_IOV, copy_tail_iov, &w, 0);
+	if (w.failed || w.got != len - from)
+		return 0;
+	return w.got;
+}
+
+/*
+ * A tail for a stream send/receive longer than its head `*cap` (see copy_tail): its length,
+ * or 0 when there is none — also when the rest of the bytes fit in it, which then simply
+ * lengthen the head (`*cap`): the record is whole.
+ */
+static __always_inline __u32 take_tail(__u8 source, __u64 ptr, __u64 cnt, __u64 len, __u32 *cap,
+				       bool stream)
+{
+	__u32 head = *cap;
+	if (head >= len || !stream)
+		return 0;
+	__u32 got = copy_tail((head & 0xffff) | ((__u32)source << 16), ptr, cnt, len);
+	if (!got)
+		return 0;
+	if (head + got == len) {
+		*cap = head + got;
+		return 0;
+	}
+	return got;
+}
+
 /*
  * The protocol a data record goes out under. `*conn_proto` is the connection's state: a new
  * connection's protocol is recognised from its first bytes (no known protocol: counted as
@@ -514,9 +619,12 @@ static __always_inline __u8 select_protocol(__u8 *conn_proto, __u8 source, __u64
 	return proto;
 }
 
-/* Completes a data record whose header is filled (all but these fields) and sends it. */
+/*
+ * Completes a data record whose header is filled (all but these fields) and sends it; `tail`:
+ * bytes of a tail after the `cap` bytes of the head (take_tail).
+ */
 static __always_inline void submit_data(struct scratch *s, __u8 proto, __u64 seq, __u64 len,
-					__u32 cap)
+					__u32 cap, __u32 tail)
 {
 	struct ebtop_event *ev = &s->ev;
 	ev->kind = EBTOP_EV_DATA;
@@ -524,11 +632,15 @@ static __always_inline void submit_data(struct scratch *s, __u8 proto, __u64 seq
 	ev->seq = seq;
 	ev->total_len = len;
 	ev->cap_len = cap;
+	ev->tail_len = tail;
 	if (cap < len) {
 		ev->flags |= EBTOP_F_TRUNCATED;
 		count(EBTOP_CNT_TRUNCATED, 1);
 	}
-	__u64 size = sizeof(*ev) + (cap & (2 * EBTOP_MAX_SNAPLEN - 1));
+	if (tail)
+		ev->flags |= EBTOP_F_TAIL;
+	__u64 size = sizeof(*ev) + (cap & (2 * EBTOP_MAX_SNAPLEN - 1)) +
+		     (tail & (2 * EBTOP_TAIL_LEN - 1));
 	if (size > sizeof(s->ev) + sizeof(s->data))
 		return;
 	if (bench_cut == 4)

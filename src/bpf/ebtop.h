@@ -18,6 +18,12 @@
  * length prefix (30 and more): a header block cut short forgets the connection's HPACK table.
  */
 #define EBTOP_MAX_IOV 128
+/*
+ * The last bytes of a stream send/receive longer than the snaplen are copied too (a tail after
+ * the head): a response's end (PostgreSQL's CommandComplete and ReadyForQuery, MySQL's final
+ * EOF/OK) lies there whatever its length. A power of two (the verifier bounds copies by mask).
+ */
+#define EBTOP_TAIL_LEN 256
 /* How many messages of one sendmmsg/recvmmsg become events. */
 #define EBTOP_MAX_MMSG 8
 
@@ -62,6 +68,9 @@ enum ebtop_event_flags {
 	EBTOP_F_PEER_FROM_ARG = 1 << 1, /* raddr/rport came from the syscall's sockaddr (unconnected UDP) */
 	/* TLS plaintext of the socket (its own byte positions); on a close: the socket was TLS. */
 	EBTOP_F_TLS = 1 << 2,
+	/* `tail_len` bytes after the payload are the syscall's last bytes (a tail); the bytes
+	 * between the head (the payload, `cap_len`) and them went uncaptured. */
+	EBTOP_F_TAIL = 1 << 3,
 };
 
 /* Indexes of the per-CPU counter array `counters`. */
@@ -79,6 +88,8 @@ enum ebtop_counter {
 	EBTOP_CNT_TLS_CALLS,         /* SSL_write/SSL_read calls that moved plaintext */
 	EBTOP_CNT_TLS_NO_SOCKET,     /* of those, calls on no socket ebtop knows (custom BIO) */
 	EBTOP_CNT_TLS_NO_SOCKET_BYTES, /* their plaintext bytes */
+	EBTOP_CNT_TLS_MEMBIO_BOUND,  /* memory-BIO SSL objects bound to their socket (tls.h) */
+	EBTOP_CNT_TLS_MEMBIO_REUSED, /* such bindings dropped: the object's address was reused */
 	EBTOP_CNT__MAX,
 };
 
@@ -91,7 +102,7 @@ struct ebtop_event {
 	__u32 pid;       /* thread group id */
 	__u32 tid;
 	__s32 fd;
-	__u32 cap_len;   /* payload bytes that follow this header */
+	__u32 cap_len;   /* payload bytes that follow this header (the head; a tail follows it) */
 	__u8 kind;       /* enum ebtop_event_kind */
 	__u8 dir;        /* enum ebtop_direction */
 	__u8 syscall;    /* enum ebtop_syscall */
@@ -101,7 +112,9 @@ struct ebtop_event {
 	__u16 flags;     /* enum ebtop_event_flags */
 	__u16 lport;     /* host byte order */
 	__u16 rport;     /* host byte order */
-	__u32 _pad;
+	/* EBTOP_F_TAIL: bytes after the payload, the last the syscall moved. After the payload, not
+	 * in it, so a reader that knows no tails takes the record for a head cut at cap_len. */
+	__u32 tail_len;
 	__u8 laddr[16];  /* IPv4 in the first 4 bytes, network order */
 	__u8 raddr[16];
 	char comm[EBTOP_TASK_COMM_LEN];

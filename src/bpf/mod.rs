@@ -291,5 +291,7 @@ pub mod counter {
     pub const TLS_CALLS: u32 = 10;
     pub const TLS_NO_SOCKET: u32 = 11;
     pub const TLS_NO_SOCKET_BYTES: u32 = 12;
-    pub const COUNT: u32 = 13;
+    pub const TLS_MEMBIO_BOUND: u32 = 13;
+    pub const TLS_MEMBIO_REUSED: u32 = 14;
+    pub const COUNT: u32 = 15;
 }

@@ -315,7 +315,7 @@ static __always_inline void fill_header(struct ebtop_event *ev, struct task_stru
 	ev->family = family;
 	ev->sock_type = sock_type;
 	ev->flags = 0;
-	ev->_pad = 0;
+	ev->tail_len = 0;
 	fill_tuple_btf(ev, sk, family);
 	task_comm(task, ev->comm);
 }
@@ -400,10 +400,23 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	__u64 seq = __sync_fetch_and_add(&st->seq[dir & 1], len);
 	if (st->proto == EBTOP_PROTO_FILTERED || bench_cut == 2)
 		return 0;
+	struct call_args c = {};
+	bool have_args = false;
 	if (tls_may_be(st->proto)) {
 		/* Inside an SSL call of this thread: a TLS socket, whose plaintext the TLS probes
-		 * deliver; its close then matters to user space. */
-		if (tls_note_io(sk, st->sock_id, family, sock_type, &st->proto) && !st->delivered) {
+		 * deliver; its close then matters to user space. Outside any: perhaps the
+		 * ciphertext of a memory BIO, which the socket's first bytes may bind (tls.h). */
+		bool tls = tls_note_io(sk, st->sock_id, family, sock_type, &st->proto);
+		if (!tls) {
+			__u32 hello = 0;
+			if (seq == 0) {
+				syscall_args(&c, task, dir, sk, len);
+				have_args = true;
+				hello = tls_hello_at(c.arg, c.arg2, c.source, len);
+			}
+			tls = tls_membio_io(sk, st->sock_id, family, sock_type, dir, hello);
+		}
+		if (tls && !st->delivered) {
 			st->delivered = 1;
 			st->pid = id >> 32;
 			task_comm((struct task_struct *)task, st->comm);
@@ -415,8 +428,8 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 		}
 	}
 
-	struct call_args c = {};
-	syscall_args(&c, task, dir, sk, len);
+	if (!have_args)
+		syscall_args(&c, task, dir, sk, len);
 	__u32 limit = len < snaplen ? (__u32)len : snaplen;
 	/* A length-only first send cannot be recognised: counted as skipped. */
 	bool deliver;
@@ -436,6 +449,7 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 		return 0;
 	struct ebtop_event *ev = &s->ev;
 	__u32 cap = copy_payload(cpu, s->data, c.source, c.arg, c.arg2, limit);
+	__u32 tail = take_tail(c.source, c.arg, c.arg2, len, &cap, sock_type == SOCK_STREAM);
 	fill_header(ev, (struct task_struct *)task, id, sk, st, family, sock_type, start, now);
 	ev->dir = dir;
 	ev->syscall = c.syscall;
@@ -452,7 +466,7 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 			peer_from_sockaddr(ev, c.peer_arg);
 		}
 	}
-	submit_data(s, proto, seq, len, cap);
+	submit_data(s, proto, seq, len, cap, tail);
 	return 0;
 }
 
@@ -497,6 +511,8 @@ int BPF_PROG(cap_set_state, struct sock *sk, int oldstate, int newstate)
 	if (!st || !st->delivered || st->proto == EBTOP_PROTO_FILTERED)
 		return 0;
 	st->delivered = 0;
+	if (st->proto == EBTOP_PROTO_TLS)
+		tls_membio_close(st->sock_id);
 	struct ebtop_event ev = {};
 	__u8 family = sk->__sk_common.skc_family;
 	__u64 now = bpf_ktime_get_ns();

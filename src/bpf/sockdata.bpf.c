@@ -127,7 +127,7 @@ static __always_inline void fill_common(struct ebtop_event *ev, const struct inf
 	ev->family = inf->family;
 	ev->sock_type = inf->sock_type;
 	ev->flags = 0;
-	ev->_pad = 0;
+	ev->tail_len = 0;
 	fill_tuple(ev, sk, inf->family);
 	current_comm(ev->comm);
 }
@@ -157,9 +157,16 @@ static __always_inline int emit_data(const struct inflight *inf, __u64 end_ns, _
 	struct ebtop_event *ev = &s->ev;
 
 	if (tls_may_be(st->proto)) {
-		/* Inside an SSL call of this thread: a TLS socket (tls.h). */
-		tls_note_io((struct sock *)inf->sk, inf->sock_id, inf->family, inf->sock_type,
-			    &st->proto);
+		/* Inside an SSL call of this thread: a TLS socket (tls.h). Outside any: perhaps
+		 * the ciphertext of a memory BIO, which the socket's first bytes may bind. */
+		if (!tls_note_io((struct sock *)inf->sk, inf->sock_id, inf->family, inf->sock_type,
+				 &st->proto)) {
+			__u32 hello = seq == 0
+					      ? tls_hello_at(ptr, cnt, source, len)
+					      : 0;
+			tls_membio_io((struct sock *)inf->sk, inf->sock_id, inf->family,
+				      inf->sock_type, inf->dir, hello);
+		}
 	}
 	__u32 limit = len < snaplen ? (__u32)len : snaplen;
 	bool deliver;
@@ -168,10 +175,11 @@ static __always_inline int emit_data(const struct inflight *inf, __u64 end_ns, _
 	if (!deliver)
 		return 0;
 	__u32 cap = copy_payload(cpu, s->data, source, ptr, cnt, limit);
+	__u32 tail = take_tail(source, ptr, cnt, len, &cap, inf->sock_type == SOCK_STREAM);
 	fill_common(ev, inf, end_ns);
 	if (inf->sock_type == SOCK_DGRAM)
 		peer_from_sockaddr(ev, peer_sa);
-	submit_data(s, proto, seq, len, cap);
+	submit_data(s, proto, seq, len, cap, tail);
 	return 0;
 }
 
@@ -369,6 +377,8 @@ int enter_close(struct ebtop_sys_enter_ctx *ctx)
 	/* A TLS socket's close ends its plaintext stream (user space ignores the close of one
 	 * whose plaintext it never saw). */
 	__u16 flags = st->proto == EBTOP_PROTO_TLS ? EBTOP_F_TLS : 0;
+	if (flags)
+		tls_membio_close(inf.sock_id);
 	bpf_map_delete_elem(&sock_states, &inf.sock_id);
 	if (!delivered)
 		return 0;

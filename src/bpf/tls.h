@@ -127,12 +127,19 @@ struct tls_conn_key {
 	__u32 _pad;
 };
 
+/* tls_conn.membio: how the object's socket was learned. */
+#define TLS_MB_SYSCALL 0   /* from a send or receive inside its call (a socket BIO) */
+#define TLS_MB_TENTATIVE 1 /* memory BIO, client: its ClientHello went out on the socket; not
+			    * used until the object is the one to take the ServerHello */
+#define TLS_MB_BOUND 2     /* memory BIO: both first flights proved it (tls_membio_io) */
+
 /* Per SSL object: its socket and the plaintext's positions and protocol. */
 struct tls_conn {
 	struct tls_sock sock;
 	__u64 seq[2];
 	__u8 proto;
-	__u8 _pad[7];
+	__u8 membio; /* TLS_MB_* */
+	__u8 _pad[6];
 };
 
 struct {
@@ -245,18 +252,254 @@ static __always_inline bool tls_note_io(struct sock *sk, __u64 sock_id, __u8 fam
 }
 
 /*
+ * Memory BIOs (Node's TLSWrap, Python's ssl.MemoryBIO under asyncio): the library reads and
+ * writes ciphertext in memory, and the program moves it to and from the socket itself, outside
+ * any SSL call — no syscall inside the call names the socket. The SSL object is bound to its
+ * socket once, by its handshake, from what one thread does in order (docs/architecture.md,
+ * "TLS through memory BIOs"):
+ *   - server: the thread receives a socket's first bytes, a ClientHello; its next SSL calls
+ *     are all of one object never bound; its next send is that socket's first bytes, a
+ *     ServerHello. The ServerHello answers that ClientHello, so it was made by the object that
+ *     took it, after the receive and before the send: the only object that ran in between.
+ *   - client: the thread's next send after a call of an object never bound (the last such
+ *     call since its last socket op) is a socket's first bytes, a ClientHello: that object is
+ *     bound TENTATIVE, which carries nothing. When the thread receives that socket's first
+ *     bytes (a ServerHello), its next SSL call must be on that object — only the object that
+ *     made the ClientHello can take the answer — and only then is it BOUND. Plaintext moves
+ *     only after that.
+ * Kept per thread in task storage, created only by a thread that receives a first flight
+ * outside an SSL call or makes an SSL call on no socket: a program whose socket I/O happens
+ * inside its SSL calls (a socket BIO: nginx, curl) never creates one and pays nothing.
+ * What cannot be proved stays unbound and its calls are counted (tls_no_socket).
+ */
+#define TLS_HELLO_CLIENT 1
+#define TLS_HELLO_SERVER 2
+#define TLS_MB_MANY ((__u64)-1) /* more than one object ran: no binding from this window */
+#ifndef BPF_F_NO_PREALLOC
+#define BPF_F_NO_PREALLOC 1 /* required of local storage maps */
+#endif
+
+struct tls_mb_thread {
+	/* The one SSL object never bound whose calls ran on this thread since its last socket
+	 * op (send or receive on a socket of TLS or of no known protocol), or TLS_MB_MANY. */
+	__u64 cand;
+	/* The socket whose first bytes, a ClientHello, this thread received just before cand's
+	 * first call (a server's bracket), or 0. */
+	__u64 cand_rx;
+	/* The thread's last socket op received this socket's first bytes, a hello (rx_kind), and
+	 * no SSL call ran since; 0: not so. */
+	__u64 rx_sock;
+	/* An object whose call moved plaintext since the thread's last socket op: its handshake
+	 * is over, so neither that call nor its calls after it in this window (the read that
+	 * ends a read loop with "want read") are a candidate's (a connection open before ebtop,
+	 * or on a port --port leaves out, would otherwise spoil the window of a new one). */
+	__u64 moved;
+	/* The last object never bound whose call moved no plaintext since the thread's last
+	 * socket op: a client's ClientHello is made by the call right before its send. */
+	__u64 last;
+	__u8 rx_kind;
+	__u8 _pad[7];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct tls_mb_thread);
+} tls_mb_threads SEC(".maps");
+
+/* A socket bound to a memory-BIO SSL object: its close unbinds the object, which the program
+ * frees and the allocator hands out again for the next connection. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64); /* sock_id */
+	__type(value, struct tls_conn_key);
+} tls_mb_socks SEC(".maps");
+
+/*
+ * Whether a connection's first bytes in one direction are a ClientHello or ServerHello
+ * record: content type 22, version 3.x, handshake type 1 or 2, and the handshake message's
+ * 24-bit length within the record's (an encrypted record that happens to start so — TLS 1.2
+ * renegotiation on a connection ebtop saw only from then on — fails that with odds of about
+ * 2^-10 and would still need the other flight's adjacency). A global function: verified once.
+ */
+__noinline __u32 tls_hello_at(__u64 ptr, __u64 cnt, __u32 source, __u64 len)
+{
+	__u8 h[9] = {};
+	__u64 base = ptr;
+	if (len < sizeof(h)) /* bytes moved: a buffer holds nothing beyond them */
+		return 0;
+	if (source == SRC_IOV) {
+		struct ebtop_iovec iov;
+		if (cnt == 0 || bpf_probe_read_user(&iov, sizeof(iov), (void *)ptr))
+			return 0;
+		if (iov.iov_len < sizeof(h))
+			return 0;
+		base = (__u64)iov.iov_base;
+	} else if (source != SRC_BUF) {
+		return 0;
+	}
+	if (bpf_probe_read_user(h, sizeof(h), (void *)base))
+		return 0;
+	if (h[0] != 22 || h[1] != 3 || (h[5] != 1 && h[5] != 2))
+		return 0;
+	__u32 rec = ((__u32)h[3] << 8) | h[4];
+	__u32 msg = ((__u32)h[6] << 16) | ((__u32)h[7] << 8) | h[8];
+	if (msg + 4 > rec)
+		return 0;
+	return h[5] == 1 ? TLS_HELLO_CLIENT : TLS_HELLO_SERVER;
+}
+
+/*
+ * A send or receive on a socket of TLS or no known protocol made outside any SSL call of the
+ * thread: `hello` says whether it moved the socket's first bytes in that direction and they
+ * are a ClientHello/ServerHello (tls_hello_at; 0 otherwise). Binds the thread's candidate
+ * object when this send proves it (above). Returns whether it did: the socket's plaintext is
+ * then delivered, and its close matters to user space.
+ */
+static __always_inline bool tls_membio_io(struct sock *sk, __u64 sock_id, __u8 family,
+					  __u8 sock_type, __u8 dir, __u32 hello)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	bool first_in = hello && dir == EBTOP_DIR_INGRESS;
+	struct tls_mb_thread *t = bpf_task_storage_get(
+		&tls_mb_threads, task, 0, first_in ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+	if (!t)
+		return false;
+	__u64 cand = t->cand;
+	__u64 cand_rx = t->cand_rx;
+	__u64 last = t->last;
+	t->cand = 0;
+	t->cand_rx = 0;
+	t->moved = 0;
+	t->last = 0;
+	t->rx_sock = first_in ? sock_id : 0;
+	t->rx_kind = first_in ? (__u8)hello : 0;
+	if (dir != EBTOP_DIR_EGRESS || !hello)
+		return false;
+	__u8 state;
+	if (hello == TLS_HELLO_SERVER && cand && cand != TLS_MB_MANY && cand_rx == sock_id) {
+		state = TLS_MB_BOUND;
+	} else if (hello == TLS_HELLO_CLIENT && last) {
+		/* Only tentative: the proof is the ServerHello's taker (tls_membio_call). */
+		state = TLS_MB_TENTATIVE;
+		cand = last;
+	} else {
+		return false;
+	}
+	struct ebtop_event tuple = {};
+	fill_tuple(&tuple, sk, family);
+	struct tls_conn fresh = {};
+	fresh.sock.sock_id = sock_id;
+	fresh.sock.family = family;
+	fresh.sock.sock_type = sock_type;
+	fresh.sock.lport = tuple.lport;
+	fresh.sock.rport = tuple.rport;
+	__builtin_memcpy(fresh.sock.laddr, tuple.laddr, 16);
+	__builtin_memcpy(fresh.sock.raddr, tuple.raddr, 16);
+	fresh.membio = state;
+	struct tls_conn_key key = { .ssl = cand, .tgid = bpf_get_current_pid_tgid() >> 32 };
+	bpf_map_update_elem(&tls_conns, &key, &fresh, BPF_ANY);
+	bpf_map_update_elem(&tls_mb_socks, &sock_id, &key, BPF_ANY);
+	count(EBTOP_CNT_TLS_MEMBIO_BOUND, 1);
+	return true;
+}
+
+/*
+ * An OpenSSL call of object `ssl` that made no socket I/O returned: the memory-BIO side of the
+ * binding (tls_membio_io). Runs before the call's plaintext goes out, so a client's binding is
+ * proved before the first plaintext it could carry.
+ */
+static __always_inline void tls_membio_call(__u64 ssl, __u32 tgid, bool moved)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct tls_mb_thread *t = bpf_task_storage_get(&tls_mb_threads, task, 0, 0);
+	__u64 rx = 0;
+	__u8 kind = 0;
+	if (t) {
+		rx = t->rx_sock;
+		kind = t->rx_kind;
+		t->rx_sock = 0;
+		t->rx_kind = 0;
+		if (moved)
+			t->moved = ssl;
+	}
+	struct tls_conn_key key = { .ssl = ssl, .tgid = tgid };
+	struct tls_conn *conn = bpf_map_lookup_elem(&tls_conns, &key);
+	if (conn && conn->membio != TLS_MB_SYSCALL && rx) {
+		if (conn->sock.sock_id != rx) {
+			/* A bound object taking another socket's first flight: a new object at
+			 * the address of one freed before its socket's close was seen. */
+			bpf_map_delete_elem(&tls_conns, &key);
+			count(EBTOP_CNT_TLS_MEMBIO_REUSED, 1);
+			conn = NULL;
+		} else if (kind == TLS_HELLO_SERVER && conn->membio == TLS_MB_TENTATIVE) {
+			conn->membio = TLS_MB_BOUND;
+		}
+	}
+	if (conn)
+		return;
+	if (!t)
+		t = bpf_task_storage_get(&tls_mb_threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!t)
+		return;
+	if (moved) {
+		t->moved = ssl;
+		return;
+	}
+	t->last = ssl;
+	if (t->moved == ssl)
+		return;
+	if (!t->cand) {
+		t->cand = ssl;
+		t->cand_rx = kind == TLS_HELLO_CLIENT ? rx : 0;
+	} else if (t->cand != ssl) {
+		t->cand = TLS_MB_MANY;
+	}
+}
+
+/* A TLS socket closed (`sock_id`): the memory-BIO object bound to it, if any, is unbound. */
+static __always_inline void tls_membio_close(__u64 sock_id)
+{
+	struct tls_conn_key *owner = bpf_map_lookup_elem(&tls_mb_socks, &sock_id);
+	if (!owner)
+		return;
+	struct tls_conn_key key = *owner;
+	bpf_map_delete_elem(&tls_mb_socks, &sock_id);
+	struct tls_conn *conn = bpf_map_lookup_elem(&tls_conns, &key);
+	if (conn && conn->membio != TLS_MB_SYSCALL && conn->sock.sock_id == sock_id)
+		bpf_map_delete_elem(&tls_conns, &key);
+}
+
+/*
  * A send or receive of a selected process on a socket --port leaves out: if inside an SSL
  * call, that call (and its SSL object, from now on) is not on a watched socket, and the
  * object's remembered socket — perhaps a watched one it ran on before (nginx reuses freed
- * objects) — must not take its bytes.
+ * objects) — must not take its bytes. Outside any, it is a socket op all the same: it ends
+ * the thread's memory-BIO window (tls_membio_io), so what ran before it (say, the object of
+ * an unwatched connection) is never taken for a watched socket's.
  */
 static __always_inline void tls_note_unwatched_io(void)
 {
 	if (!tls_capture)
 		return;
 	struct tls_call *c = tls_current_call();
-	if (c && c->has_sock != 1)
-		c->has_sock = TLS_UNWATCHED;
+	if (c) {
+		if (c->has_sock != 1)
+			c->has_sock = TLS_UNWATCHED;
+		return;
+	}
+	struct tls_mb_thread *t =
+		bpf_task_storage_get(&tls_mb_threads, bpf_get_current_task_btf(), 0, 0);
+	if (t) {
+		t->cand = 0;
+		t->cand_rx = 0;
+		t->moved = 0;
+		t->last = 0;
+		t->rx_sock = 0;
+		t->rx_kind = 0;
+	}
 }
 
 /* A call begins: the thread's (`calls` = tls_calls) or the goroutine's (tls_go_calls). */
@@ -340,6 +583,8 @@ static __always_inline int tls_complete(struct tls_call *cp, __u64 len, __u64 id
 		return 0;
 	count(EBTOP_CNT_TLS_CALLS, 1);
 	struct tls_conn *conn = bpf_map_lookup_elem(&tls_conns, &key);
+	if (c.has_sock != 1 && conn && conn->membio == TLS_MB_TENTATIVE)
+		conn = NULL; /* not proved yet: counted below */
 	if (c.has_sock == 1 && (!conn || conn->sock.sock_id != c.sock.sock_id)) {
 		/* A new SSL object, or one reused for another connection: positions restart. */
 		struct tls_conn fresh = {};
@@ -373,6 +618,7 @@ static __always_inline int tls_complete(struct tls_call *cp, __u64 len, __u64 id
 		return 0;
 	struct ebtop_event *ev = &s->ev;
 	__u32 cap = copy_payload(cpu, s->data, SRC_BUF, c.buf, 0, limit);
+	__u32 tail = take_tail(SRC_BUF, c.buf, 0, len, &cap, conn->sock.sock_type == SOCK_STREAM);
 	ev->start_ns = c.start_ns;
 	ev->end_ns = now;
 	ev->sock_id = conn->sock.sock_id;
@@ -384,13 +630,13 @@ static __always_inline int tls_complete(struct tls_call *cp, __u64 len, __u64 id
 	ev->family = conn->sock.family;
 	ev->sock_type = conn->sock.sock_type;
 	ev->flags = EBTOP_F_TLS;
-	ev->_pad = 0;
+	ev->tail_len = 0;
 	ev->lport = conn->sock.lport;
 	ev->rport = conn->sock.rport;
 	__builtin_memcpy(ev->laddr, conn->sock.laddr, 16);
 	__builtin_memcpy(ev->raddr, conn->sock.raddr, 16);
 	current_comm(ev->comm);
-	submit_data(s, proto, seq, len, cap);
+	submit_data(s, proto, seq, len, cap, tail);
 	return 0;
 }
 
@@ -426,6 +672,8 @@ static __always_inline int tls_exit(struct pt_regs *ctx)
 	} else if ((int)ret > 0) {
 		len = (__u64)(int)ret;
 	}
+	if (c.has_sock == 0)
+		tls_membio_call(c.ssl, id >> 32, len > 0);
 	return tls_complete(&c, len, id, now);
 }
 

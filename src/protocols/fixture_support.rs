@@ -36,12 +36,22 @@ pub fn load(folder: &str, name: &str) -> SegFile {
 
 /// Runs a fixture (then a close) through the pipeline with an optional snaplen cut.
 pub fn run(f: &SegFile, snaplen: Option<usize>) -> (Vec<Call>, Summary) {
+    run_records(f.records(7, snaplen))
+}
+
+/// Runs a fixture of whole syscalls cut as the kernel side does at `snaplen`: heads and tails
+/// ([`SegFile::kernel_records`]).
+pub fn run_kernel_cut(f: &SegFile, snaplen: usize) -> (Vec<Call>, Summary) {
+    run_records(f.kernel_records(7, snaplen))
+}
+
+fn run_records(records: Vec<Vec<u8>>) -> (Vec<Call>, Summary) {
     let mut p = Pipeline::new(
         TrackerConfig::default(),
         ProcessTable::new(false),
         Collect::default(),
     );
-    for rec in f.records(7, snaplen) {
+    for rec in records {
         p.on_record(&rec).unwrap();
     }
     let close = EventBuilder::lifecycle(EventKind::Close, 7)

@@ -45,9 +45,17 @@ pub fn drive(data: &[u8]) -> usize {
                     // Top bit: this syscall moved more than was captured, or bytes were lost.
                     1 if ctl & 2 == 0 => {
                         let extra = (len as u64 + 1) * 97;
+                        // Every third such length: the captured bytes' second half is a
+                        // kernel tail (the syscall's last bytes, the uncaptured ones before).
+                        let (head, end) = if len % 6 == 4 {
+                            payload.split_at(payload.len() / 2)
+                        } else {
+                            (payload, &[][..])
+                        };
                         let seg = Segment {
                             dir,
-                            payload,
+                            payload: head,
+                            tail: end,
                             total_len: payload.len() as u64 + extra,
                             start_ns: now,
                             end_ns: now + 10,
@@ -69,6 +77,7 @@ pub fn drive(data: &[u8]) -> usize {
                         let seg = Segment {
                             dir,
                             payload,
+                            tail: &[],
                             total_len: payload.len() as u64,
                             start_ns: now,
                             end_ns: now + 10,

@@ -369,12 +369,28 @@ impl CapturedHead {
 pub struct Segment<'a> {
     pub dir: Direction,
     pub payload: &'a [u8],
+    /// The syscall's last bytes, captured apart from the prefix (a kernel tail: sends longer
+    /// than the snaplen; empty: none). `payload.len() + tail.len() < total_len` when present:
+    /// the bytes between went unseen. Parsers that read no tails treat them as unseen too.
+    pub tail: &'a [u8],
     pub total_len: u64,
     pub start_ns: u64,
     pub end_ns: u64,
     /// The peer a datagram came from or went to (datagram sockets; None on streams, where
     /// the connection has one peer).
     pub peer: Option<std::net::SocketAddr>,
+}
+
+/// The head and tail the kernel side copies of a stream syscall of `bytes` at `snaplen` (no
+/// tail: empty; the whole syscall when its rest fits one): `copy_tail`/`take_tail` in
+/// src/bpf/capture.h. For tests, fixtures and tools that replay whole syscalls.
+pub fn kernel_cut(bytes: &[u8], snaplen: usize) -> (&[u8], &[u8]) {
+    let tail_len = crate::event::TAIL_LEN;
+    if bytes.len() <= snaplen.saturating_add(tail_len) {
+        (bytes, &[])
+    } else {
+        (&bytes[..snaplen], &bytes[bytes.len() - tail_len..])
+    }
 }
 
 /// When and how much: the syscalls that carried one message.

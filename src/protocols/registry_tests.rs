@@ -107,6 +107,7 @@ fn benchmark_fixtures_give_the_calls_their_descriptors_say() {
                 let seg = Segment {
                     dir: crate::segfile::seg_direction(&f, e.to_server),
                     payload: &e.bytes,
+                    tail: &[],
                     total_len: e.total_len,
                     start_ns: i as u64 * 1000,
                     end_ns: i as u64 * 1000 + 10,

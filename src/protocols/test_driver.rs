@@ -39,12 +39,33 @@ impl<P: StreamParser> Driver<P> {
         let seg = Segment {
             dir,
             payload: bytes,
+            tail: &[],
             total_len: total,
             start_ns: self.now,
             end_ns: self.now + 500,
             peer: None,
         };
         self.fed[dir.index()] = self.fed[dir.index()].saturating_add(total);
+        self.p.on_segment(&seg, &mut self.calls, &mut self.stats);
+        self
+    }
+
+    /// A syscall of `bytes` as the kernel delivers it at `snaplen`: the first `snaplen`
+    /// bytes, and of a longer one its last bytes too (a tail), the whole syscall when those
+    /// reach the head (`take_tail` in src/bpf/capture.h).
+    pub fn seg_snapped(&mut self, dir: Direction, bytes: &[u8], snaplen: usize) -> &mut Self {
+        let (head, tail) = super::kernel_cut(bytes, snaplen);
+        self.now += 1000;
+        let seg = Segment {
+            dir,
+            payload: head,
+            tail,
+            total_len: bytes.len() as u64,
+            start_ns: self.now,
+            end_ns: self.now + 500,
+            peer: None,
+        };
+        self.fed[dir.index()] = self.fed[dir.index()].saturating_add(bytes.len() as u64);
         self.p.on_segment(&seg, &mut self.calls, &mut self.stats);
         self
     }

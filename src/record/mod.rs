@@ -37,7 +37,10 @@ pub const MAJOR: u16 = 1;
 /// (`more: true` on all but the last), read back as one. 6: a report streamed in parts: its
 /// first part as kind 5 (the last record `continued: true` in place of `more`, so an older
 /// reader takes it for the whole report), the others after the interval's kind 3, as kind 7.
-pub const MINOR: u16 = 6;
+/// 7: a kind 1 record may carry a tail, the syscall's last bytes (flag 8, `tail_len` at
+/// offset 68, its bytes after the payload): an older reader takes the record for a head cut at
+/// `cap_len`, as records always were.
+pub const MINOR: u16 = 7;
 pub const FILE_HEADER_LEN: usize = 16;
 pub const FRAME_HEADER_LEN: usize = 16;
 /// Largest frame a reader accepts (a corrupt length must not allocate gigabytes).

@@ -441,6 +441,8 @@ pub(crate) fn read_counters(
         tls_calls: sum(counter::TLS_CALLS).0,
         tls_no_socket: sum(counter::TLS_NO_SOCKET).0,
         tls_no_socket_bytes: sum(counter::TLS_NO_SOCKET_BYTES).0,
+        tls_membio_bound: sum(counter::TLS_MEMBIO_BOUND).0,
+        tls_membio_reused: sum(counter::TLS_MEMBIO_REUSED).0,
         tls_files_probed: tls.map_or(0, |t| t.status().files.len() as u64),
         tls_probe_failures: tls.map_or(0, |t| t.status().failures.len() as u64),
         tls_probe_hits,

@@ -126,6 +126,11 @@ const NAMED_SKIPS: usize = 32;
 
 impl Skips {
     fn note(&mut self, name: &str, why: &Skip) {
+        if why.is_stopping() {
+            // Not an untrusted file: the read was cut short on the way out (a line on stderr
+            // then would land in the output of `ebtop ... | head`).
+            return;
+        }
         if self.named.len() > NAMED_SKIPS || !self.named.insert(name.to_owned()) {
             if self.named.len() > NAMED_SKIPS {
                 self.count.fetch_add(1, Ordering::Relaxed);
@@ -725,6 +730,16 @@ enum Opened {
 mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn a_read_cut_short_by_the_stop_is_no_skipped_file() {
+        let mut skips = Skips::default();
+        skips.note("/lib/libssl.so.3", &Skip::stopping());
+        assert_eq!(skips.count.load(Ordering::Relaxed), 0);
+        assert!(skips.named.is_empty());
+        skips.note("/lib/libssl.so.3", &Skip::new("it shrank while read"));
+        assert_eq!(skips.count.load(Ordering::Relaxed), 1);
+    }
 
     /// No process has this pid (above the kernel's PID_MAX_LIMIT): `/proc/PID/exe` fails.
     const GONE: u32 = 1 << 23;

@@ -37,9 +37,22 @@ const READ_CHUNK: usize = 4 << 20;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Skip(pub String);
 
+/// Why a read was abandoned when ebtop stops: no fault of the file's.
+const STOPPING: &str = "ebtop is stopping";
+
 impl Skip {
     pub fn new(why: impl Into<String>) -> Skip {
         Skip(why.into())
+    }
+
+    /// A read given up because ebtop is stopping.
+    pub fn stopping() -> Skip {
+        Skip::new(STOPPING)
+    }
+
+    /// The file was not skipped for what it is, but because ebtop is stopping.
+    pub fn is_stopping(&self) -> bool {
+        self.0 == STOPPING
     }
 }
 
@@ -294,7 +307,7 @@ impl ReadAt for UntrustedFile {
                 .as_ref()
                 .is_some_and(|s| s.load(Ordering::Relaxed))
             {
-                return Err(Skip::new("ebtop is stopping"));
+                return Err(Skip::stopping());
             }
             let piece = (n - done).min(READ_CHUNK);
             self.file

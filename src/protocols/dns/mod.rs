@@ -1051,6 +1051,7 @@ mod tests {
             let seg = Segment {
                 dir,
                 payload: m,
+                tail: &[],
                 total_len: m.len() as u64,
                 start_ns: t_ms * 1_000_000,
                 end_ns: t_ms * 1_000_000 + 1000,

@@ -234,6 +234,10 @@ impl<K: Copy + Default, P: Copy + PartialEq> FramedStream<K, P> {
 pub struct Streams<K, P> {
     pub dirs: [FramedStream<K, P>; 2],
     pub seg_id: u64,
+    /// The bytes being framed are a segment's tail ([`Segment::tail`]): they start where the
+    /// syscall's unseen bytes end, not where a message may start (a protocol's hooks must not
+    /// take their start for one).
+    pub in_tail: bool,
 }
 
 impl<K: Copy + Default, P: Copy + PartialEq> Streams<K, P> {
@@ -244,6 +248,7 @@ impl<K: Copy + Default, P: Copy + PartialEq> Streams<K, P> {
                 FramedStream::new(st, min_header),
             ],
             seg_id: 0,
+            in_tail: false,
         }
     }
 }
@@ -277,6 +282,13 @@ pub trait Framer: Sized {
     /// protocol to take as a [`super::MessageSpan`]; off for a protocol that counts its own
     /// (HTTP/2, per stream), which then pays nothing for it.
     const SPANS: bool = true;
+
+    /// The protocol reads kernel tails ([`Segment::tail`], a long syscall's last bytes): after
+    /// the unseen bytes before a tail, framing goes on in it where the place is known (a body
+    /// of known length covered them: exact), a protocol state of its own gets it as a segment
+    /// of its own ([`Streams::in_tail`] set), and a lost direction asks
+    /// [`Framer::resync_tail`]. Otherwise a tail counts as unseen, as the bytes before it.
+    const TAILS: bool = false;
 
     /// A body is handed to [`Framer::body`] as it arrives (HTTP/2's DATA carries gRPC's
     /// message prefixes, its header blocks go to HPACK in order), not kept by the core.
@@ -348,6 +360,20 @@ pub trait Framer: Sized {
     fn in_message(&self, d: usize) -> bool {
         self.streams_ref().dirs[d].in_message()
     }
+    /// Lost direction `d` got a tail `tail`, the last bytes of a syscall (the others unseen):
+    /// where in it a message provably starts, framing going on from there (None: nowhere,
+    /// the tail is skipped). The protocol proves it (a run of messages that ends exactly at
+    /// the syscall's end, as only a real one does) and prepares its pairing: no
+    /// [`Framer::resynced`] follows.
+    fn resync_tail(
+        &mut self,
+        _d: usize,
+        _tail: &[u8],
+        _out: &mut Vec<L7Call>,
+        _stats: &mut ParseStats,
+    ) -> Option<usize> {
+        None
+    }
     /// Direction `d` picked up again after a loss.
     fn resynced(&mut self, _d: usize, _out: &mut Vec<L7Call>, _stats: &mut ParseStats) {}
     /// Direction `d` lost its place (the core has counted it): what it means for pairing.
@@ -410,12 +436,73 @@ pub fn lose_sync<F: Framer>(p: &mut F, d: usize, stats: &mut ParseStats) {
 }
 
 /// One segment: picks a lost direction up again, frames the captured bytes, skips the rest.
+/// A segment with a tail ([`Framer::TAILS`]) is its head (the payload and the unseen bytes
+/// after it) and then its tail, in one syscall's span.
 pub fn on_segment<F: Framer>(
     p: &mut F,
     seg: &Segment<'_>,
     out: &mut Vec<L7Call>,
     stats: &mut ParseStats,
 ) {
+    let tail = seg.tail;
+    let hidden = seg
+        .total_len
+        .checked_sub((seg.payload.len() + tail.len()) as u64)
+        .filter(|&n| n > 0);
+    let Some(hidden) = hidden.filter(|_| F::TAILS && !tail.is_empty()) else {
+        return on_head(p, seg, out, stats);
+    };
+    let head = Segment {
+        tail: &[],
+        total_len: seg.payload.len() as u64 + hidden,
+        ..*seg
+    };
+    on_head(p, &head, out, stats);
+    if p.stopped() {
+        stats.skipped(tail.len() as u64);
+        return;
+    }
+    let piece = Segment {
+        payload: tail,
+        tail: &[],
+        total_len: tail.len() as u64,
+        ..*seg
+    };
+    let d = seg.dir.index();
+    p.streams().in_tail = true;
+    match p.streams_ref().dirs[d].st {
+        St::Lost => match p.resync_tail(d, tail, out, stats) {
+            Some(at) if at <= tail.len() => {
+                stats.skipped(at as u64);
+                let s = &mut p.streams().dirs[d];
+                s.st = St::Header;
+                s.synced = true;
+                s.probe.clear();
+                feed(p, d, &piece, &tail[at..], out, stats);
+            }
+            _ => stats.skipped(tail.len() as u64),
+        },
+        St::Proto(s) => {
+            if let Some(at) = p.segment_in_state(d, s, &piece, out, stats) {
+                feed(p, d, &piece, &tail[at.min(tail.len())..], out, stats);
+            }
+        }
+        // The unseen bytes ended inside a body of known length, or at its end: the tail is
+        // exactly what follows. A body's kept prefix stops at the hole whatever
+        // KEEP_AFTER_HOLE says: its tail bytes are not the prefix's continuation (a long SQL
+        // text would show its end spliced onto its start).
+        St::Body { .. } => {
+            let s = &mut p.streams().dirs[d];
+            s.keep = s.body.len();
+            feed(p, d, &piece, tail, out, stats);
+        }
+        St::Header => feed(p, d, &piece, tail, out, stats),
+    }
+    p.streams().in_tail = false;
+}
+
+/// A segment without a tail (or the head of one with a tail).
+fn on_head<F: Framer>(p: &mut F, seg: &Segment<'_>, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
     if p.stopped() {
         stats.skipped(seg.total_len);
         return;

@@ -759,6 +759,43 @@ impl Http1Parser {
     }
 }
 
+impl Http1Parser {
+    /// `seg`'s tail, its last bytes, after the unseen bytes before it were skipped: read as
+    /// the rest of the message where the place is exact (inside a body or chunk data of known
+    /// length, or at a message's start: the unseen bytes ended a body), so a chunked body's
+    /// last chunk there ends it exactly; else counted as the unseen bytes were.
+    fn on_tail(&mut self, d: usize, seg: &Segment, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
+        let exact = matches!(
+            self.dirs[d].state,
+            State::Start | State::Body { .. } | State::Chunked(ChunkState::Data { .. })
+        );
+        if !exact || self.h2.is_some() {
+            self.skip(d, seg.tail.len() as u64, out, stats);
+            return;
+        }
+        // The same syscall: its span is not extended again (seg_counter unchanged).
+        let piece = Segment {
+            payload: seg.tail,
+            tail: &[],
+            total_len: seg.tail.len() as u64,
+            ..*seg
+        };
+        let mut data = seg.tail;
+        while !data.is_empty() {
+            if !matches!(self.dirs[d].cur, Current::None) {
+                self.touch(d, &piece);
+            }
+            let used = self.step(d, data, &piece, out, stats);
+            data = &data[used.min(data.len())..];
+            if self.h2.is_some() {
+                // An upgrade's first HTTP/2 bytes after unseen ones: not its start.
+                stats.skipped(data.len() as u64);
+                return;
+            }
+        }
+    }
+}
+
 impl StreamParser for Http1Parser {
     fn on_segment(&mut self, seg: &Segment<'_>, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
         if let Some(h2) = self.h2.as_mut() {
@@ -801,6 +838,7 @@ impl StreamParser for Http1Parser {
                 // The server's first HTTP/2 frames may share the 101's syscall.
                 let rest = Segment {
                     payload: data,
+                    tail: &[],
                     total_len: seg
                         .total_len
                         .saturating_sub((seg.payload.len() - data.len()) as u64),
@@ -813,6 +851,10 @@ impl StreamParser for Http1Parser {
             }
         }
         let uncaptured = seg.total_len.saturating_sub(seg.payload.len() as u64);
+        // A kernel tail (the syscall's last bytes) after bytes unseen: those are skipped, then
+        // the tail read where the place is still known.
+        let hidden = uncaptured.saturating_sub(seg.tail.len() as u64);
+        let with_tail = !seg.tail.is_empty() && hidden > 0;
         if uncaptured > 0 {
             if self.dirs[d].state == State::Start && seg.payload.is_empty() {
                 // Nothing captured at a message boundary (e.g. sendfile right after headers
@@ -829,7 +871,12 @@ impl StreamParser for Http1Parser {
             if !matches!(self.dirs[d].cur, Current::None) {
                 self.touch(d, seg);
             }
-            self.skip(d, uncaptured, out, stats);
+            if with_tail {
+                self.skip(d, hidden, out, stats);
+                self.on_tail(d, seg, out, stats);
+            } else {
+                self.skip(d, uncaptured, out, stats);
+            }
         }
     }
 

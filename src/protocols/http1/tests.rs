@@ -659,3 +659,34 @@ fn dropped_requests_answers_pair_with_no_other_request() {
     assert_eq!(got, want);
     assert_eq!(d.stats.pending_dropped, 6);
 }
+
+/// A chunked body in writes longer than the snaplen, each ending with a chunk's CRLF and the
+/// last with the last chunk: the kernel's tails (each write's last bytes) continue the chunk
+/// data counted past the unseen bytes, so the chunk framing stays exact and the last chunk
+/// ends the response in the last write's tail (without tails, the framing goes out of sight
+/// and the end is inferred at the next request).
+#[test]
+fn chunked_body_ends_exactly_in_the_last_writes_tail() {
+    let chunk = |c: u8| [&b"4e20\r\n"[..], &[c; 20_000], b"\r\n"].concat();
+    let head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    let first = [head, chunk(b'a')].concat();
+    let last = [chunk(b'b'), b"0\r\n\r\n".to_vec()].concat();
+    let mut d = Driver::new();
+    d.seg(OUT, REQ_A)
+        .seg_snapped(IN, &first, 4096)
+        .seg_snapped(IN, &last, 4096);
+    assert_eq!(d.calls.len(), 1);
+    let c = &d.calls[0];
+    assert!(!c.end_inferred && c.truncated);
+    assert_eq!(c.status, Some(200));
+    assert_eq!(c.resp.bytes, (first.len() + last.len()) as u64);
+    assert_eq!(c.resp.last_end_ns, d.now + 500);
+    assert_eq!(d.stats.desyncs, 0);
+    // The same writes without tails: the second chunk's size line goes unseen.
+    let mut d = Driver::new();
+    d.seg(OUT, REQ_A)
+        .seg_cut(IN, &first[..4096], first.len() as u64)
+        .seg_cut(IN, &last[..4096], last.len() as u64)
+        .seg(OUT, REQ_A);
+    assert!(d.calls[0].end_inferred);
+}

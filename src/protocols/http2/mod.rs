@@ -1410,6 +1410,7 @@ mod tests {
             let seg = Segment {
                 dir,
                 payload: &b[..cap.min(b.len())],
+                tail: &[],
                 total_len: b.len() as u64,
                 start_ns: self.t,
                 end_ns: self.t + 1,

@@ -220,3 +220,56 @@ fn small_snaplen_makes_or_counts_every_call() {
         assert!(summary.parse.damaged_messages >= dropped, "{name}");
     }
 }
+
+/// Two results longer than the snaplen (500 rows in writes of 16,384 and 4,128 bytes; 30 rows
+/// of 1000 bytes in 16,384 and 13,894), each followed by a query, cut as the kernel side cuts
+/// them at snaplens from 256 bytes to 4 KiB: a head and, for a write longer than the snaplen,
+/// its last 256 bytes (from 256 on: at shorter ones the column definitions go unseen, an
+/// ordinary loss). Each call ends where the uncut one does (the final EOF in the last
+/// write's tail: proven there by the row packet before it, or for rows longer than a tail by
+/// the client's next command), with the same bytes, latency and outcome; the rows whose
+/// packets went unseen are not counted, so none is reported.
+#[test]
+fn results_longer_than_the_snaplen_end_exactly_in_their_tails() {
+    let f = load("mariadb_big_results.seg");
+    let (whole, s) = run(&f, None);
+    assert_clean(&s.parse, "whole");
+    let resources: Vec<_> = whole.iter().map(|c| c.l7.resource.as_str()).collect();
+    assert_eq!(
+        resources,
+        [
+            "select seq, md5(seq) from seq_1_to_500",
+            "select 'next'",
+            "select repeat('x', 1000) from seq_1_to_30",
+            "select 'last'"
+        ]
+    );
+    assert_eq!(detail(&whole[0], "rows"), Some("500"));
+    assert_eq!(detail(&whole[2], "rows"), Some("30"));
+    let shape = |c: &crate::call::Call| (c.l7.resp.bytes, c.latency_ns, c.l7.outcome);
+    for snaplen in [256, 300, 1000, 2048, 4096] {
+        let (calls, s) = crate::protocols::fixture_support::run_kernel_cut(&f, snaplen);
+        assert_eq!(calls.len(), 4, "snaplen {snaplen}: {calls:#?}");
+        for (c, w) in calls.iter().zip(&whole) {
+            assert_eq!(c.l7.resource, w.l7.resource, "snaplen {snaplen}");
+            assert_eq!(shape(c), shape(w), "snaplen {snaplen}: {}", c.l7.resource);
+            assert!(!c.l7.end_inferred);
+        }
+        // The big results' rows were not all seen: not reported; the small ones' are.
+        assert_eq!(detail(&calls[0], "rows"), None, "snaplen {snaplen}");
+        assert_eq!(detail(&calls[2], "rows"), None, "snaplen {snaplen}");
+        assert_eq!(detail(&calls[1], "rows"), Some("1"));
+        assert_eq!(detail(&calls[3], "rows"), Some("1"));
+        let p = &s.parse;
+        assert_eq!(
+            (
+                p.damaged_messages,
+                p.desyncs,
+                p.unmatched_responses,
+                p.inferred_ends
+            ),
+            (0, 0, 0, 0),
+            "snaplen {snaplen}"
+        );
+    }
+}

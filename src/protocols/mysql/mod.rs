@@ -412,6 +412,9 @@ struct Call {
     error: Option<MyError>,
     /// A packet of the response was seen (its first must have sequence id 1).
     started: bool,
+    /// Packets of its rows went unseen (their headers beyond the snaplen): `rows` is not
+    /// their count, and is not reported.
+    rows_unseen: bool,
     /// An end packet (OK, EOF) was cut before its status: whether the response ended there,
     /// and what it said, is unknown.
     unsure: bool,
@@ -430,13 +433,19 @@ struct Packets {
 /// A packet header: 3-byte length, sequence id.
 const HEADER: usize = 4;
 
-fn new_streams() -> Streams<(), Never> {
+fn new_streams() -> Streams<(), MyState> {
     Streams::new(St::Lost, HEADER)
 }
 
-/// MySQL has no framing state of its own.
+/// MySQL's framing state of its own ([`St::Proto`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Never {}
+pub enum MyState {
+    /// The server's place lost among the rows of the one response awaited (a packet header
+    /// beyond the snaplen): its bytes still count into it, and the end of each syscall
+    /// (a kernel tail, or a segment captured whole) is searched for the rows' end
+    /// ([`tail_rows_end`]). A command the client sends meanwhile makes it an ordinary loss.
+    SeekEnd,
+}
 
 /// Where the connection stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -456,7 +465,7 @@ pub struct MysqlParser {
     depth: ParseDepth,
     keep_head: usize,
     /// Framing per direction (not in sync at first: a connection may be picked up anywhere).
-    streams: Streams<(), Never>,
+    streams: Streams<(), MyState>,
     packets: [Packets; 2],
     /// Index of the direction the client's packets travel, once known.
     client: Option<usize>,
@@ -469,6 +478,18 @@ pub struct MysqlParser {
     pending: InOrder<Call>,
     unseen: Option<Unseen>,
     statements: BTreeMap<u32, String>,
+    /// In `MyState::SeekEnd`: an end of rows shaped at the end of the server's last syscall
+    /// but not proven there ([`tail_end_shaped`]). The client's next command, before any
+    /// more server bytes, proves it (a client sends one only once it has read the whole
+    /// response); more server bytes first disprove it.
+    end_candidate: Option<EndCandidate>,
+}
+
+/// An end of rows found where a syscall ended, awaiting proof (see `end_candidate`).
+#[derive(Debug)]
+struct EndCandidate {
+    seq: u8,
+    body: Vec<u8>,
 }
 
 impl MysqlParser {
@@ -485,6 +506,7 @@ impl MysqlParser {
             compressed: false,
             pending: InOrder::new(MAX_PENDING),
             unseen: None,
+            end_candidate: None,
             statements: BTreeMap::new(),
         }
     }
@@ -802,6 +824,7 @@ impl MysqlParser {
                 result_sets: 0,
                 error: None,
                 started: false,
+                rows_unseen: false,
                 unsure: false,
             },
             stats,
@@ -1042,6 +1065,25 @@ impl MysqlParser {
         }
     }
 
+    /// A client message while server direction `sd` seeks the end of the rows of the one
+    /// response awaited, an end found where the server's last syscall ended: the client
+    /// read the whole response, so that was its end (no more server bytes came since). The
+    /// call ends there, exactly; the server's next bytes start a response.
+    fn end_proven(&mut self, sd: usize, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
+        if self.streams.dirs[sd].st != St::Proto(MyState::SeekEnd)
+            || self.pending.len() != 1
+            || self.unseen.is_some()
+        {
+            return;
+        }
+        let Some(end) = self.end_candidate.take() else {
+            return;
+        };
+        self.streams.dirs[sd].st = St::Header;
+        let len = end.body.len() as u64;
+        self.server_message(sd, end.seq, &end.body, len, out, stats);
+    }
+
     /// A prepare's OK: the statement is remembered; its definitions follow. True: done.
     fn prepare_ok(&mut self, body: &[u8]) -> bool {
         let id = le32(body, 1);
@@ -1123,7 +1165,7 @@ impl MysqlParser {
             None if c.unsure => (None, Outcome::Unknown),
             None => (None, Outcome::Ok),
         };
-        let exact = c.error.is_none() && !c.unsure;
+        let exact = c.error.is_none() && !c.unsure && !c.rows_unseen;
         if exact && c.command != COM_STMT_PREPARE {
             details.push(("rows", c.rows.saturating_add(c.affected_rows).to_string()));
         }
@@ -1220,6 +1262,56 @@ fn ok_fields(body: &[u8], len: u64) -> (u64, u64, u16, u16) {
     )
 }
 
+/// Where the packet that ends a result set's rows starts in `t`, the last bytes of a syscall
+/// (a kernel tail), if they prove it: an end of rows (0xFE: an EOF of 5 bytes, or with
+/// CLIENT_DEPRECATE_EOF an OK of at least 7) whose length runs exactly to `t`'s end, right
+/// after a whole packet whose length runs exactly to it and whose sequence id is one less.
+/// A real end is the last packet of its send (the server flushes there). The residual doubt:
+/// a row whose value ends with bytes shaped as such two packets exactly where a send ended.
+/// Rows longer than `t` leave no packet before the end in it: not proven (the call then ends
+/// as after any loss).
+fn tail_rows_end(t: &[u8], deprecate_eof: Option<bool>) -> Option<usize> {
+    end_packets(t, deprecate_eof).find(|&f| {
+        (0..f.saturating_sub(HEADER)).any(|g| {
+            let glen = le24(&t[g..]) as usize;
+            glen > 0
+                && g + HEADER + glen == f
+                && t[g + 3].wrapping_add(1) == t[f + 3]
+                && !matches!(t[g + HEADER], 0xfe | 0xff)
+        })
+    })
+}
+
+/// Where in `t`, a syscall's last bytes, a packet shaped as the last end of rows (see
+/// [`end_packets`]) starts, the shortest first: a candidate only, the bytes before it unread
+/// (rows longer than a tail), to be proven by the client's next command.
+fn tail_end_shaped(t: &[u8], deprecate_eof: Option<bool>) -> Option<usize> {
+    end_packets(t, deprecate_eof).next()
+}
+
+/// The starts of packets in `t` shaped as the end of a response's last rows and running
+/// exactly to `t`'s end, shortest first: header 0xFE, an EOF of 5 bytes or (with
+/// CLIENT_DEPRECATE_EOF) an OK of at least 7, its status without SERVER_MORE_RESULTS_EXISTS
+/// (more would follow).
+fn end_packets(t: &[u8], deprecate_eof: Option<bool>) -> impl Iterator<Item = usize> + '_ {
+    let n = t.len();
+    (HEADER + 5..=n)
+        .map(move |size| n - size)
+        .filter(move |&f| {
+            let len = le24(&t[f..]) as usize;
+            let body = &t[f + HEADER..];
+            len + HEADER == n - f
+                && body[0] == 0xfe
+                && match deprecate_eof {
+                    Some(false) => len == 5,
+                    Some(true) => len >= 7,
+                    None => len == 5 || len >= 7,
+                }
+                && !ok_fields_cut(body, len as u64)
+                && ok_fields(body, len as u64).2 & SERVER_MORE_RESULTS_EXISTS == 0
+        })
+}
+
 /// The end of a result set's rows: true when no further result follows.
 fn result_end(c: &mut Call, body: &[u8], len: u64) -> bool {
     let (_, _, status, warnings) = ok_fields(body, len);
@@ -1280,15 +1372,18 @@ fn sqlstate_outcome(code: &str) -> Outcome {
 
 impl Framer for MysqlParser {
     type Kind = ();
-    type State = Never;
+    type State = MyState;
     const MIN_HEADER: usize = HEADER;
     const RESYNC_PROBE: usize = PROBE_LEN;
+    /// A result set longer than the snaplen ends in a send's tail: its final EOF/OK there
+    /// ends its call exactly (`MyState::SeekEnd`).
+    const TAILS: bool = true;
 
-    fn streams(&mut self) -> &mut Streams<(), Never> {
+    fn streams(&mut self) -> &mut Streams<(), MyState> {
         &mut self.streams
     }
 
-    fn streams_ref(&self) -> &Streams<(), Never> {
+    fn streams_ref(&self) -> &Streams<(), MyState> {
         &self.streams
     }
 
@@ -1354,7 +1449,10 @@ impl Framer for MysqlParser {
             }
         }
         match self.is_client(d) {
-            Some(true) => self.client_message(d, seq, body, len, stats),
+            Some(true) => {
+                self.end_proven(1 - d, out, stats);
+                self.client_message(d, seq, body, len, stats)
+            }
             Some(false) => self.server_message(d, seq, body, len, out, stats),
             None => {}
         }
@@ -1362,6 +1460,120 @@ impl Framer for MysqlParser {
 
     fn resync(&self, d: usize, p: &[u8]) -> bool {
         self.plausible_start(d, p)
+    }
+
+    /// A server packet header beyond the snaplen among the rows of the one response awaited:
+    /// its end is sought at each syscall's end (`MyState::SeekEnd`), its bytes counted.
+    fn header_unseen(
+        &mut self,
+        d: usize,
+        _seg: &Segment,
+        n: u64,
+        _out: &mut Vec<L7Call>,
+        stats: &mut ParseStats,
+    ) -> bool {
+        // Among rows only: with EOFs, the one after the column definitions is shaped as the
+        // rows' end (and may end a write), so a loss before it stays an ordinary one.
+        let deprecated = self.deprecate_eof == Some(true);
+        let awaiting_rows_end = self.is_client(d) == Some(false)
+            && self.phase == Phase::Commands
+            && self.pending.len() == 1
+            && self.unseen.is_none()
+            && self.pending.front().is_some_and(|c| {
+                c.started
+                    && match c.state {
+                        Resp::Rows | Resp::Fetch => true,
+                        Resp::AfterColumns => deprecated,
+                        _ => false,
+                    }
+            });
+        if !awaiting_rows_end {
+            return false;
+        }
+        stats.skipped(n);
+        self.end_candidate = None;
+        if let Some(c) = self.pending.front_mut() {
+            c.rows_unseen = true;
+        }
+        let ds = &mut self.streams.dirs[d];
+        ds.st = St::Proto(MyState::SeekEnd);
+        ds.clear(HEADER);
+        ds.acc.add(n);
+        ds.acc.truncated = true;
+        true
+    }
+
+    fn segment_in_state(
+        &mut self,
+        d: usize,
+        _s: MyState,
+        seg: &Segment,
+        _out: &mut Vec<L7Call>,
+        stats: &mut ParseStats,
+    ) -> Option<usize> {
+        let seg_id = self.streams.seg_id;
+        if !self.streams.in_tail && self.pending.len() > 1 {
+            // The client sent its next command: the response ended out of sight. As after
+            // any loss, the server picks up at a response's first packet, the call it was
+            // answering counted, not made.
+            stats.desyncs += 1;
+            let ds = &mut self.streams.dirs[d];
+            ds.st = St::Lost;
+            ds.lost_with = 1;
+            ds.acc = BytesSince::default();
+            if self.plausible_start(d, seg.payload) {
+                self.resync_server(d, stats);
+                self.streams.dirs[d].st = St::Header;
+                return Some(0);
+            }
+            stats.skipped(seg.total_len);
+            return None;
+        }
+        // More server bytes: an end found before was row data.
+        self.end_candidate = None;
+        // The syscall's last bytes: a tail, or a segment captured whole.
+        let ends_syscall = self.streams.in_tail || seg.payload.len() as u64 == seg.total_len;
+        let deprecate_eof = self.deprecate_eof;
+        let from = seg.payload.len().saturating_sub(crate::event::TAIL_LEN);
+        let last = &seg.payload[from..];
+        let end = ends_syscall
+            .then(|| tail_rows_end(last, deprecate_eof))
+            .flatten();
+        if end.is_none() && ends_syscall {
+            self.end_candidate = tail_end_shaped(last, deprecate_eof).map(|f| EndCandidate {
+                seq: last[f + 3],
+                body: last[f + HEADER..].to_vec(),
+            });
+        }
+        let ds = &mut self.streams.dirs[d];
+        ds.acc.touch(seg_id, seg);
+        match end {
+            Some(at) => {
+                let at = from + at;
+                ds.acc.add(at as u64);
+                ds.st = St::Header;
+                stats.skipped(at as u64);
+                Some(at)
+            }
+            None => {
+                ds.acc.add(seg.total_len);
+                stats.skipped(seg.total_len);
+                None
+            }
+        }
+    }
+
+    /// Counted in the state's segment already (`segment_in_state` took the whole syscall).
+    fn uncaptured_in_state(
+        &mut self,
+        _d: usize,
+        _s: MyState,
+        _seg: &Segment,
+        n: u64,
+        _out: &mut Vec<L7Call>,
+        stats: &mut ParseStats,
+    ) {
+        stats.skipped(n);
     }
 
     fn resynced(&mut self, d: usize, _out: &mut Vec<L7Call>, stats: &mut ParseStats) {
@@ -2521,5 +2733,115 @@ mod tests {
             ]
         );
         assert_eq!((d.stats.pending_dropped, d.stats.damaged_messages), (1, 1));
+    }
+
+    /// A result set of one column: the column count, its definition, an EOF, `rows` (each
+    /// a length-encoded string) and the final EOF, sequence ids from 1.
+    fn wide_result(rows: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = pkt(1, &[1]);
+        out.extend(coldef(2));
+        out.extend(eof(3, 2));
+        let mut n = 4u8;
+        for r in rows {
+            let mut body = if r.len() < 251 {
+                vec![r.len() as u8]
+            } else {
+                vec![0xfc, r.len() as u8, (r.len() >> 8) as u8]
+            };
+            body.extend_from_slice(r);
+            out.extend(pkt(n, &body));
+            n = n.wrapping_add(1);
+        }
+        out.extend(eof(n, 2));
+        out
+    }
+
+    /// A row longer than the snaplen and the tail: its body covers the bytes unseen, so the
+    /// tail is framed exactly where it lies (the next row and the final EOF): every header was
+    /// seen, the rows are counted.
+    #[test]
+    fn a_body_over_the_unseen_bytes_leads_exactly_into_the_tail() {
+        let mut d = Driver::connected(CAPS);
+        let rs = wide_result(&[vec![b'x'; 20_000], b"y".to_vec()]);
+        d.seg(OUT, &query("select big")).seg_snapped(IN, &rs, 4096);
+        assert_eq!(
+            d.summary(),
+            vec![s("SELECT", "select big", None, Some("2"))]
+        );
+        assert_eq!(d.calls[0].resp.bytes, rs.len() as u64);
+        assert_eq!(d.calls[0].resp.last_end_ns, d.now + 500);
+    }
+
+    /// Narrow rows beyond the snaplen: the final EOF is proven in the tail by the row before
+    /// it, and ends the call at once with the response's exact bytes; the rows whose headers
+    /// went unseen are not counted, so none are reported. A syscall without that end counts
+    /// into the response and ends nothing.
+    #[test]
+    fn narrow_rows_end_in_the_tail_proven_by_the_row_before() {
+        let mut d = Driver::connected(CAPS);
+        let rows: Vec<Vec<u8>> = (0..2000).map(|i| format!("row {i}").into_bytes()).collect();
+        let rs = wide_result(&rows);
+        let (first, last) = rs.split_at(rs.len() / 2);
+        d.seg(OUT, &query("select many"))
+            .seg_snapped(IN, first, 4096);
+        assert!(d.calls.is_empty());
+        d.seg_snapped(IN, last, 4096);
+        assert_eq!(d.summary(), vec![s("SELECT", "select many", None, None)]);
+        assert_eq!(d.calls[0].outcome, Outcome::Ok);
+        assert_eq!(d.calls[0].resp.bytes, rs.len() as u64);
+        assert_eq!(d.calls[0].resp.syscalls, 2);
+        assert_eq!((d.stats.desyncs, d.stats.damaged_messages), (0, 0));
+    }
+
+    /// Rows longer than a tail: the final EOF at a syscall's end is only a candidate, proven
+    /// by the client's next command (the call then ends where that syscall did), disproved by
+    /// more server bytes (an EOF-shaped end of a row's value), and never taken at the close.
+    #[test]
+    fn an_end_after_rows_longer_than_a_tail_waits_for_the_next_command() {
+        let long = |c: u8| vec![c; 1000];
+        // Proven: the next command comes before any more server bytes.
+        let mut d = Driver::connected(CAPS);
+        let big = wide_result(&[long(b'a'), long(b'b'), long(b'c'), long(b'd'), long(b'e')]);
+        d.seg(OUT, &query("select wide"))
+            .seg_snapped(IN, &big, 1024);
+        let end = d.now + 500;
+        assert!(d.calls.is_empty());
+        d.seg(OUT, &query("select 1")).seg(IN, &rs(&["1"]));
+        assert_eq!(
+            d.summary(),
+            vec![
+                s("SELECT", "select wide", None, None),
+                s("SELECT", "select 1", None, Some("1"))
+            ]
+        );
+        assert_eq!(d.calls[0].resp.last_end_ns, end);
+        assert_eq!(d.calls[0].resp.bytes, big.len() as u64);
+        assert_eq!(d.calls[0].outcome, Outcome::Ok);
+
+        // Disproved: a row whose value ends with an EOF's bytes where a write ends, then
+        // the rest of the rows; the real end then comes, proven by the next command.
+        let mut d = Driver::connected(CAPS);
+        let mut fake = long(b'f');
+        let at = fake.len() - 9;
+        fake[at..].copy_from_slice(&eof(7, 2));
+        let big = wide_result(&[long(b'a'), long(b'b'), fake, long(b'g'), long(b'h')]);
+        let cut = 4 + 5 + coldef(2).len() + 9 + 3 * (4 + 3 + 1000);
+        d.seg(OUT, &query("select wide"))
+            .seg_snapped(IN, &big[..cut], 1024)
+            .seg_snapped(IN, &big[cut..], 1024);
+        let end = d.now + 500;
+        d.seg(OUT, &query("select 1")).seg(IN, &rs(&["1"]));
+        assert_eq!(d.calls.len(), 2);
+        assert_eq!(d.calls[0].resp.last_end_ns, end);
+        assert_eq!(d.calls[0].resp.bytes, big.len() as u64);
+
+        // At the close, the candidate is no proof: the call is unanswered, as before.
+        let mut d = Driver::connected(CAPS);
+        let big = wide_result(&[long(b'a'), long(b'b'), long(b'c')]);
+        d.seg(OUT, &query("select wide"))
+            .seg_snapped(IN, &big, 1024)
+            .close();
+        assert!(d.calls.is_empty());
+        assert_eq!(d.stats.unanswered_requests, 1);
     }
 }

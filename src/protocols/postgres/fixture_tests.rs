@@ -176,3 +176,45 @@ fn several_statements_in_one_simple_query() {
         (0, 0, 0, 0)
     );
 }
+
+/// A 500-row result (~25 KB) in server writes of 8 KiB, cut as the kernel side cuts them at
+/// every snaplen from 64 bytes to 4 KiB: a head and, for a write longer than the snaplen, its
+/// last 256 bytes. The call ends exactly where the uncut one does — its CommandComplete and
+/// ReadyForQuery in the last write's tail — with the same bytes, latency, rows and outcome,
+/// and the next query is paired as well. Without tails (a head only) a short snaplen leaves
+/// that end unseen: the end is inferred, the outcome unknown.
+#[test]
+fn a_result_longer_than_the_snaplen_ends_exactly_in_its_tail() {
+    let f = load("psql_big_result.seg");
+    let (whole, s) = run(&f, None);
+    let select = "select g, md5(g::text) from generate_series(1, 500) g";
+    assert_eq!(summary(&whole)[0].1, select);
+    assert_eq!(detail(&whole[0], "rows"), Some("500"));
+    assert_eq!(whole.len(), 2);
+    assert_eq!(s.parse.inferred_ends, 0);
+    let shape = |c: &crate::call::Call| {
+        (
+            c.l7.resp.bytes,
+            c.latency_ns,
+            c.l7.outcome,
+            c.l7.end_inferred,
+            detail(c, "rows").map(str::to_owned),
+        )
+    };
+    for snaplen in [64, 100, 256, 300, 1000, 2048, 4096] {
+        let (calls, s) = crate::protocols::fixture_support::run_kernel_cut(&f, snaplen);
+        assert_eq!(calls.len(), 2, "snaplen {snaplen}");
+        for (c, w) in calls.iter().zip(&whole) {
+            assert_eq!(shape(c), shape(w), "snaplen {snaplen}");
+        }
+        assert_eq!(
+            (s.parse.inferred_ends, s.parse.damaged_messages),
+            (0, 0),
+            "snaplen {snaplen}"
+        );
+    }
+    // The last write (387 bytes) cut at 64 without its tail: the end goes unseen.
+    let (calls, _) = run(&f, Some(64));
+    assert!(calls[0].l7.end_inferred);
+    assert_eq!(calls[0].l7.outcome, Outcome::Unknown);
+}

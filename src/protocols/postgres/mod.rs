@@ -1156,6 +1156,9 @@ impl Framer for PostgresParser {
     type State = PgSt;
     const MIN_HEADER: usize = HEADER;
     const TOUCH_HEADER_PIECES: bool = false;
+    /// A result longer than the snaplen ends in a send's tail: CommandComplete and
+    /// ReadyForQuery there end its call exactly (`seek_end`).
+    const TAILS: bool = true;
 
     fn streams(&mut self) -> &mut Streams<u8, PgSt> {
         &mut self.streams
@@ -1396,7 +1399,10 @@ impl PostgresParser {
         // that request's reply (the end of the one in progress unseen) or the rest of the one
         // in progress: which, only ReadyForQuery can tell. Without a next request, the
         // response in progress goes on up to its ReadyForQuery.
-        let starts_reply = !matches!(seg.payload.first(), Some(b'D' | b'd'))
+        // A tail starts anywhere: never taken for a reply's start.
+        let in_tail = self.streams.in_tail;
+        let starts_reply = !in_tail
+            && !matches!(seg.payload.first(), Some(b'D' | b'd'))
             && plausible_start(seg.payload, Some(false));
         if starts_reply && self.request_after_call_in_progress() {
             self.unaligned = true;
@@ -1405,7 +1411,12 @@ impl PostgresParser {
             ds.acc = BytesSince::default();
             return Some(0);
         }
-        if let Some((ready, completion)) = response_end(seg.payload, seg.total_len) {
+        let end = if in_tail {
+            tail_response_end(seg.payload)
+        } else {
+            response_end(seg.payload, seg.total_len)
+        };
+        if let Some((ready, completion)) = end {
             // The ReadyForQuery ends the call in progress only if no other request awaits
             // one (it may be any of theirs); what is right before it is that call's last
             // result only if the call is its batch's last.
@@ -1451,7 +1462,8 @@ impl PostgresParser {
     /// part of a reply went unseen, so replies are paired again only once a ReadyForQuery can
     /// end one request alone ([`Self::ready_unpaired`]).
     fn seek_start(&mut self, d: usize, seg: &Segment, stats: &mut ParseStats) -> Option<usize> {
-        let starts_reply = !matches!(seg.payload.first(), Some(b'D' | b'd' | b'c'))
+        let starts_reply = !self.streams.in_tail
+            && !matches!(seg.payload.first(), Some(b'D' | b'd' | b'c'))
             && plausible_start(seg.payload, Some(false));
         if starts_reply {
             let ds = &mut self.streams.dirs[d];
@@ -1546,6 +1558,24 @@ fn response_end(p: &[u8], total: u64) -> Option<(usize, Option<usize>)> {
         from = i + 1;
     }
     None
+}
+
+/// A response's end in a tail `p` (a send's last bytes, after bytes unseen): a ReadyForQuery
+/// that ends `p` exactly — the server flushes after each, so a real one ends its send — with a
+/// CommandComplete or ErrorResponse right before it whose length ends exactly there too.
+/// Stricter than [`response_end`] on a head (nothing after the ReadyForQuery to check, and no
+/// message start known in `p`): the residual doubt is a row (or COPY data) whose value ends
+/// with these very bytes exactly where a send ended, e.g. a text column holding a serialised
+/// PostgreSQL response; the next send (more rows) would then still be read as the next reply's.
+/// Returns where the ReadyForQuery and the completion start.
+fn tail_response_end(p: &[u8]) -> Option<(usize, Option<usize>)> {
+    let ready = p.len().checked_sub(6)?;
+    let w = &p[ready..];
+    if w[..5] != [b'Z', 0, 0, 0, 5] || !matches!(w[5], b'I' | b'T' | b'E') {
+        return None;
+    }
+    let completion = completion_before(p, ready)?;
+    Some((ready, Some(completion)))
 }
 
 /// The start of a CommandComplete (`C`, tag ≤ 64 bytes) or ErrorResponse (`E`, ≤ 2 KiB)
@@ -2537,5 +2567,55 @@ mod tests {
             (d.stats.damaged_messages, d.stats.unanswered_requests),
             (0, 0)
         );
+    }
+
+    /// A query text longer than the snaplen and a tail: the resource is its start, never its
+    /// start with its tail's bytes spliced on (the kept prefix stops at the unseen bytes); a
+    /// response whose rows hide their headers ends in the last write's tail, with the tag's
+    /// rows; a ReadyForQuery in a tail without a completion right before it is no end.
+    #[test]
+    fn tails_end_responses_and_never_splice_a_kept_prefix() {
+        let mut d = Driver::new();
+        d.seg(OUT, &startup()).seg(IN, &startup_reply());
+        // Every place of the text its own: its end spliced onto its start would show.
+        let text: String = (0..2000).map(|i| format!("{i:05}")).collect();
+        let sql = format!("SELECT '{text}' AS long_text");
+        let rows: Vec<u8> = (0..3000).flat_map(|_| row()).collect();
+        let resp = [rowdesc(), rows, complete("SELECT 3000"), ready()].concat();
+        let (first, last) = resp.split_at(resp.len() / 2);
+        d.seg_snapped(OUT, &q(&sql), 4096)
+            .seg_snapped(IN, first, 1024)
+            .seg_snapped(IN, last, 1024);
+        assert_eq!(d.calls.len(), 1);
+        let c = &d.calls[0];
+        assert!(
+            sql.starts_with(&c.resource) && c.resource.len() > 4000,
+            "{}",
+            c.resource
+        );
+        assert_eq!((c.outcome, c.end_inferred), (Outcome::Ok, false));
+        assert_eq!(c.resp.bytes, resp.len() as u64);
+        // Rows not reported: a text seen cut may hold several statements, of which only the
+        // last's tag was seen.
+        assert_eq!(d.detail(0, "rows"), None);
+        d.seg(OUT, &q("SELECT x"))
+            .seg_snapped(IN, first, 1024)
+            .seg_snapped(IN, last, 1024);
+        assert_eq!(d.detail(1, "rows"), Some("3000"));
+        assert_eq!(d.calls[1].resp.bytes, resp.len() as u64);
+        assert_eq!(d.calls[1].resp.last_end_ns, d.now + 500);
+
+        // Row data that ends a write with a ReadyForQuery's bytes but no completion before.
+        let mut d = Driver::new();
+        d.seg(OUT, &startup()).seg(IN, &startup_reply());
+        let mut fake = rows_of(3000);
+        fake.extend(ready());
+        d.seg(OUT, &q("SELECT x"))
+            .seg_snapped(IN, &[rowdesc(), fake].concat(), 1024);
+        assert!(d.calls.is_empty());
+    }
+
+    fn rows_of(n: usize) -> Vec<u8> {
+        (0..n).flat_map(|_| row()).collect()
     }
 }

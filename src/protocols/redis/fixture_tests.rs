@@ -22,7 +22,7 @@ const FIXTURES: &[(&str, usize, u64, u64, bool)] = &[
     ("cli_session.server.seg", 24, 0, 0, true),
     ("benchmark_p16.client.seg", 49, 0, 0, true),
     ("benchmark_p16.server.seg", 49, 0, 0, true),
-    ("benchmark_p16_d1000.client.seg", 16, 0, 0, false),
+    ("benchmark_p16_d1000.client.seg", 6, 0, 0, false),
     ("python_resp2.seg", 29, 0, 0, true),
     ("python_resp3.seg", 19, 1, 0, false),
     ("resp3_types.seg", 14, 1, 0, false),
@@ -172,4 +172,50 @@ fn redis_and_http_connections_side_by_side() {
     let (sink, _) = p.finish(&KernelCounters::default(), 1).unwrap();
     let count = |proto| sink.0.iter().filter(|c| c.l7.proto == proto).count();
     assert_eq!((count(Protocol::Redis), count(Protocol::Http)), (29, 3));
+}
+
+/// Issue 43 item 1, beyond the status the desync test checks: every fixture cut by small
+/// snaplens, and with each record lost in turn, reports only calls that are calls of the uncut
+/// fixture in full — status, latency and both sizes — never a call with another's reply.
+#[test]
+fn after_a_loss_every_call_is_a_true_call_whole() {
+    for &(name, ..) in FIXTURES {
+        let f = load(name);
+        let (truth, _) = run(&f, None);
+        let mut variants: Vec<(String, SegFile)> = Vec::new();
+        for i in 0..f.entries.len() {
+            let mut g = f.clone();
+            g.entries[i].bytes.clear();
+            variants.push((format!("record {i} lost"), g));
+        }
+        let cut: Vec<_> = [1, 8, 40, 64, 512]
+            .into_iter()
+            .map(|s| (format!("snaplen {s}"), run(&f, Some(s)).0))
+            .collect();
+        let lost = variants.iter().map(|(w, g)| (w.clone(), run(g, None).0));
+        for (what, calls) in cut.into_iter().chain(lost) {
+            let mut left: Vec<_> = truth.iter().map(Some).collect();
+            for c in &calls {
+                let found = left.iter().position(|t| {
+                    t.is_some_and(|t| {
+                        t.side == c.side
+                            && t.l7.method.starts_with(&c.l7.method)
+                            && t.l7.resource.starts_with(&c.l7.resource)
+                            && (t.l7.status_text.as_ref(), t.l7.outcome)
+                                == (c.l7.status_text.as_ref(), c.l7.outcome)
+                            && t.latency_ns == c.latency_ns
+                            && (t.l7.req.bytes, t.l7.resp.bytes)
+                                == (c.l7.req.bytes, c.l7.resp.bytes)
+                    })
+                });
+                let Some(i) = found else {
+                    panic!(
+                        "{name} {what}: {} {:?} {:?} latency {} bytes {}/{} is no call of the uncut fixture",
+                        c.l7.method, c.l7.resource, c.l7.status_text, c.latency_ns, c.l7.req.bytes, c.l7.resp.bytes
+                    );
+                };
+                left[i] = None;
+            }
+        }
+    }
 }
