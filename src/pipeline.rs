@@ -1307,6 +1307,8 @@ impl<S: Sink> Downstream<S> {
     fn totals(&self) -> Summary {
         let mut t = self.summary.clone();
         t.endpoints = Vec::new();
+        // As of now, so a viewer can tell each interval how much was folded.
+        t.endpoint_table = self.endpoints.stats();
         t.tracker = self.tracker_state.stats;
         t.parse = self.tracker_state.parse;
         t
@@ -1333,13 +1335,18 @@ mod tests {
     /// `records` HTTP exchanges over `socks` keep-alive connections of two processes, each
     /// exchange's request and response as separate records, interleaved across connections.
     fn keep_alive_traffic(socks: u64, exchanges: u64) -> Vec<Vec<u8>> {
+        traffic_to(socks, exchanges, |i| format!("/items/{i}"))
+    }
+
+    /// Keep-alive HTTP exchanges on `socks` connections of two processes, the i-th to `path(i)`.
+    fn traffic_to(socks: u64, exchanges: u64, path: impl Fn(u64) -> String) -> Vec<Vec<u8>> {
         use crate::event::EventBuilder;
         let mut out = Vec::new();
         let mut seq = vec![[0u64; 2]; socks as usize];
         let mut t = 1_000_000u64;
         for i in 0..exchanges {
             let s = i % socks;
-            let req = format!("GET /items/{i} HTTP/1.1\r\nHost: x\r\n\r\n");
+            let req = format!("GET {} HTTP/1.1\r\nHost: x\r\n\r\n", path(i));
             let resp = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
             for (dir, body) in [
                 (Direction::Ingress, req.as_str()),
@@ -1606,6 +1613,64 @@ mod tests {
             .unwrap();
         let (sink, _) = p.finish(&KernelCounters::default(), 1).unwrap();
         String::from_utf8(sink.into_inner()).unwrap()
+    }
+
+    /// A scan of distinct paths next to a few real endpoints, through the pipeline to JSON:
+    /// the scan's varied segment folds into `{…}` rows, the endpoint lines stay few, every
+    /// call is in one of them, the summary counts what folded, and any number of tracking
+    /// threads gives the same output.
+    #[test]
+    fn varied_path_segments_fold_in_the_json_endpoints() {
+        let exchanges = 600;
+        let path = |i: u64| match i % 3 {
+            0 => format!("/missing/page{i}"),
+            1 => format!("/api/{}", ["users", "orders", "cart"][(i % 9 / 3) as usize]),
+            _ => format!("/static/f{}.css", i % 10),
+        };
+        let records = traffic_to(4, exchanges, path);
+        let out = json_of_all(&records, 1);
+        let lines: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let summary = lines.iter().find(|v| v["type"] == "summary").unwrap();
+        let endpoints = summary["endpoints"].as_array().unwrap();
+        let calls: u64 = endpoints.iter().map(|e| e["calls"].as_u64().unwrap()).sum();
+        assert_eq!(calls, exchanges);
+        let fold = crate::aggregate::fold::FOLD;
+        let folded: Vec<_> = endpoints
+            .iter()
+            .filter(|e| e["resource"].as_str().unwrap().contains(fold))
+            .collect();
+        // Two processes (nginx, api): each its `/missing/{…}` row; /api and /static stay.
+        assert_eq!(folded.len(), 2, "{folded:?}");
+        assert!(folded.iter().all(|e| e["resource"] == "/missing/{…}"));
+        let fold_after = crate::aggregate::fold::FOLD_AFTER as u64;
+        // The rows to expect, from the paths each process (`traffic_to`: by the connection's
+        // parity) asked for: the /api and /static ones named, FOLD_AFTER pages and a `{…}`.
+        let mut named = std::collections::HashSet::new();
+        for i in (0..exchanges).filter(|i| i % 3 != 0) {
+            named.insert((i % 4 % 2, path(i)));
+        }
+        assert_eq!(
+            endpoints.len() as u64,
+            named.len() as u64 + 2 * (fold_after + 1)
+        );
+        let table = &summary["endpoint_table"];
+        let folded_calls: u64 = folded.iter().map(|e| e["calls"].as_u64().unwrap()).sum();
+        assert_eq!(table["segment_folded_calls"].as_u64(), Some(folded_calls));
+        assert_eq!(folded_calls, exchanges / 3 - 2 * fold_after);
+        assert!(table["segment_folded_keys_approx"].as_u64().unwrap() > 0);
+        // The interval lines add up to the summary's rows.
+        let interval_calls: u64 = lines
+            .iter()
+            .filter(|v| v["type"] == "endpoint")
+            .map(|e| e["calls"].as_u64().unwrap())
+            .sum();
+        assert_eq!(interval_calls, exchanges);
+        for threads in [2, 3] {
+            assert!(json_of_all(&records, threads) == out, "{threads} threads");
+        }
     }
 
     #[test]

@@ -659,3 +659,97 @@ fn the_flows_summary_counts_the_flows_the_filter_keeps() {
         insta::assert_snapshot!(format!("flow_table_udp_{w}x{h}"), s);
     }
 }
+
+/// A synthetic recording: an HTTP server answering a scan of distinct pages
+/// (`/missing/pageN`) beside a few real paths, one exchange per 10 ms.
+fn scan_recording(dir: &std::path::Path) -> String {
+    use ebtop::event::{Direction, EventBuilder};
+    use ebtop::record::{EndRecord, IntervalRecord, RecordOptions, RecordingHeader};
+    let path = dir.join("scan.ebt");
+    let mut meta = ebtop::session_meta::SessionMeta::this_host(
+        "live",
+        4096,
+        ebtop::filters::Filters::default(),
+        0,
+    );
+    (meta.host, meta.kernel, meta.ebtop_version) = ("test".into(), "test".into(), "test".into());
+    meta.start_unix_ns = 0;
+    let header = RecordingHeader {
+        meta,
+        options: RecordOptions::default(),
+        processes: Vec::new(),
+        sockets: Vec::new(),
+    };
+    let mut rec = ebtop::record::writer::Recorder::create(&path, &header, false).unwrap();
+    let mut seq = [0u64; 2];
+    let mut t = 1_000_000u64;
+    for i in 0..200u64 {
+        let target = match i % 4 {
+            0 | 1 => format!("/missing/page{i}"),
+            2 => "/api/users".to_owned(),
+            _ => format!("/static/app{}.js", i % 3),
+        };
+        let req = format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n");
+        let resp = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n";
+        for (dir, body) in [
+            (Direction::Ingress, req.as_str()),
+            (Direction::Egress, resp),
+        ] {
+            let d = dir as usize;
+            t += 5_000_000;
+            rec.event(
+                &EventBuilder::data(dir, 7, seq[d], body.len() as u64)
+                    .times(t, t + 1_000)
+                    .process(4242, 4242, "python3")
+                    .v4([127, 0, 0, 1], 8080, [127, 0, 0, 2], 40_000)
+                    .build(body.as_bytes()),
+            );
+            seq[d] += body.len() as u64;
+        }
+        if i % 100 == 99 {
+            rec.interval(&IntervalRecord {
+                mono_ns: t,
+                kernel: Default::default(),
+            });
+        }
+    }
+    rec.finish(&EndRecord {
+        duration_ns: t,
+        kernel: Default::default(),
+        dropped_events: 0,
+    })
+    .unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+/// The scan's pages past the first 16 are one `/missing/{…}` row, and the title counts the
+/// keys folded into it; the other endpoints keep their rows. Since the start, the rows add up
+/// to every call.
+#[test]
+fn endpoints_fold_a_scan_into_one_row_and_count_its_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = scan_recording(dir.path());
+    for (w, h) in [(160, 45), (80, 24)] {
+        let mut app = app_of(&path);
+        app.set_size(w, h);
+        keys(
+            &mut app,
+            &[KeyCode::Char('2'), KeyCode::Char('c'), KeyCode::Char('c')],
+        );
+        let s = screen(&app, w, h);
+        assert!(s.contains("Endpoints, since the start"), "{s}");
+        assert!(s.contains("/missing/{…}"), "{s}");
+        let d = app.shown();
+        let rows = &d.windows.since_start;
+        assert_eq!(rows.iter().map(|r| r.calls).sum::<u64>(), 200);
+        let folded = rows.iter().find(|r| r.resource == "/missing/{…}").unwrap();
+        let table = d.ended.as_ref().unwrap().endpoint_table;
+        assert_eq!(table.segment_folded_calls, folded.calls);
+        let keys = table.segment_folded_keys_approx;
+        assert!(
+            keys > 0 && s.contains(&format!("~{keys} keys folded to {{…}}")),
+            "{s}"
+        );
+        insta::assert_snapshot!(format!("endpoints_folded_scan_{w}x{h}"), s);
+    }
+}

@@ -25,6 +25,7 @@ use hashbrown::{Equivalent, HashMap};
 use hdrhistogram::{Counter, Histogram};
 
 use super::distinct::{hash64, DistinctCounter};
+use super::fold::{SegmentFolder, FOLD};
 use super::normalize_memo::NormalizeMemo;
 use crate::call::{Call, Side};
 use crate::protocols::{Outcome, Protocol};
@@ -176,13 +177,17 @@ struct Row {
     total_hist: Box<Histogram<u32>>,
     /// Distinct keys folded into this row (only on "other" rows).
     folded_keys: Option<DistinctCounter>,
+    /// Its resource has segments folded to `{…}` ([`SegmentFolder`]): its calls are counted
+    /// as folded ones.
+    segment_folded: bool,
     /// Its intervals with calls in the last `history_ns` of the table, oldest first.
     recent: std::collections::VecDeque<Recent>,
 }
 
 impl Row {
-    fn new(folded: bool) -> Row {
+    fn new(folded: bool, segment_folded: bool) -> Row {
         Row {
+            segment_folded,
             interval: Counts::default(),
             interval_hist: None,
             total: Counts::default(),
@@ -353,6 +358,10 @@ pub struct EndpointTableStats {
     pub folded_calls: u64,
     /// Distinct endpoint keys that were folded (estimate).
     pub folded_keys_approx: u64,
+    /// Calls counted in rows whose resource has segments folded to `{…}` (exact).
+    pub segment_folded_calls: u64,
+    /// Distinct keys whose segments were folded to `{…}` (estimate).
+    pub segment_folded_keys_approx: u64,
     pub latency_clamped: u64,
     pub approx_bytes: u64,
 }
@@ -427,7 +436,16 @@ pub struct EndpointTable {
     history_ns: u64,
     /// Resources normalised already (a call's resource is most often one seen before).
     memo: NormalizeMemo,
+    /// Folds path segments and DNS labels that take too many values (not with `keep_raw`).
+    folder: SegmentFolder,
+    /// Keys that were folded, and their rows: a folded key's next call is one lookup, not a
+    /// fold again. Bounded: started over at [`MAX_ALIASES`].
+    aliases: HashMap<EndpointKey, u32>,
+    segment_folded_calls: u64,
 }
+
+/// Folded keys remembered with their rows (see `EndpointTable::aliases`).
+const MAX_ALIASES: usize = 4096;
 
 impl Default for EndpointTable {
     fn default() -> Self {
@@ -450,6 +468,9 @@ impl EndpointTable {
             elapsed_ns: 0,
             history_ns: 0,
             memo: NormalizeMemo::default(),
+            folder: SegmentFolder::default(),
+            aliases: HashMap::new(),
+            segment_folded_calls: 0,
         }
     }
 
@@ -563,24 +584,54 @@ impl EndpointTable {
 
     /// Accounts one completed call; the row it was counted in.
     pub fn observe(&mut self, call: &Call) -> RowRef {
-        let endpoints = &self.endpoints;
+        let (endpoints, aliases) = (&self.endpoints, &self.aliases);
         let found = find_key(&mut self.memo, self.keep_raw, call, |key| {
-            endpoints.get(key).map(|&i| RowRef(i))
+            endpoints
+                .get(key)
+                .or_else(|| aliases.get(key))
+                .map(|&i| RowRef(i))
         });
         let at = found.unwrap_or_else(|key| self.row_of(key));
         self.record(at, call);
         at
     }
 
-    /// The row a key's calls are counted in, added if the key is new: its own row while
-    /// the table has room, else its process's "other" row (the global one once those are
-    /// full too). Rows are never evicted, so the answer holds for every later call of the key.
+    /// The row a key's calls are counted in, added if the key is new: with its too-varied
+    /// segments folded (`fold`), its own row while the table has room, else its process's
+    /// "other" row (the global one once those are full too). Rows are never evicted and a
+    /// segment that folded folds for good, so the answer holds for every later call of the key.
     pub fn row_of(&mut self, key: EndpointKey) -> RowRef {
         if let Some(&i) = self.endpoints.get(&key) {
             return RowRef(i);
         }
+        if self.keep_raw {
+            return self.admit(key);
+        }
+        let folded = self
+            .folder
+            .fold(&key.comm, key.side, key.proto, &key.method, &key.resource);
+        let Some(resource) = folded else {
+            return self.admit(key);
+        };
+        let folded_key = EndpointKey {
+            resource,
+            ..key.clone()
+        };
+        let at = self.admit(folded_key);
+        if self.aliases.len() >= MAX_ALIASES {
+            self.aliases.clear();
+        }
+        self.aliases.insert(key, at.0);
+        at
+    }
+
+    /// [`row_of`](Self::row_of) for a key as it is (folded already, or not to be).
+    fn admit(&mut self, key: EndpointKey) -> RowRef {
+        if let Some(&i) = self.endpoints.get(&key) {
+            return RowRef(i);
+        }
         if self.endpoints.len() < self.max_endpoints {
-            let i = self.push_row(false);
+            let i = self.push_row(false, key.resource.contains(FOLD));
             self.endpoints.insert(key, i);
             return RowRef(i);
         }
@@ -599,7 +650,7 @@ impl EndpointTable {
         let i = match self.others.get(&other) {
             Some(&i) => i,
             None => {
-                let i = self.push_row(true);
+                let i = self.push_row(true, false);
                 self.others.insert(other, i);
                 i
             }
@@ -610,8 +661,8 @@ impl EndpointTable {
         RowRef(i)
     }
 
-    fn push_row(&mut self, folded: bool) -> u32 {
-        self.rows.push(Row::new(folded));
+    fn push_row(&mut self, folded: bool, segment_folded: bool) -> u32 {
+        self.rows.push(Row::new(folded, segment_folded));
         (self.rows.len() - 1) as u32
     }
 
@@ -623,6 +674,7 @@ impl EndpointTable {
             return;
         };
         row.record(call);
+        self.segment_folded_calls += u64::from(row.segment_folded);
         if row.folded_keys.is_some() {
             row.interval.folded_calls += 1;
             self.folded_calls += 1;
@@ -691,14 +743,17 @@ impl EndpointTable {
             max_endpoints: self.max_endpoints as u64,
             folded_calls: self.folded_calls,
             folded_keys_approx: self.folded_keys.estimate(),
+            segment_folded_calls: self.segment_folded_calls,
+            segment_folded_keys_approx: self.folder.folded_keys_approx(),
             latency_clamped: clamped,
             approx_bytes: self.approx_bytes() as u64,
         }
     }
 
-    /// Rough heap use: rows, their histograms and keys, and the maps' slots. Not the memo of
-    /// normalised resources (bounded, and with tracking threads theirs, not the table's), so
-    /// the figure is the same whatever the number of threads.
+    /// Rough heap use: rows, their histograms and keys, the maps' slots and the folder's
+    /// state. Not the memo of normalised resources nor the folded keys' aliases (bounded
+    /// caches, which fill differently with tracking threads), so the figure is the same
+    /// whatever the number of threads.
     pub fn approx_bytes(&self) -> usize {
         let key_bytes =
             |k: &EndpointKey| k.comm.capacity() + k.method.capacity() + k.resource.capacity();
@@ -711,7 +766,7 @@ impl EndpointTable {
         let rows: usize = self.rows.iter().map(Row::bytes).sum();
         let slots = self.endpoints.capacity() * std::mem::size_of::<(EndpointKey, u32)>()
             + self.others.capacity() * std::mem::size_of::<(OtherKey, u32)>();
-        keys + rows + slots + DistinctCounter::BYTES
+        keys + rows + slots + DistinctCounter::BYTES + self.folder.approx_bytes()
     }
 }
 
@@ -1326,8 +1381,19 @@ pub(crate) mod tests {
 
     #[test]
     fn memory_stays_bounded_with_100k_distinct_paths() {
+        // Folded, 100k paths under one parent are FOLD_AFTER rows and the `{…}` one.
+        let mut folding = EndpointTable::default();
+        for i in 0..100_000u32 {
+            folding.observe(&call("svc", 1, "GET", &format!("/a/x{i}y"), 1_000_000));
+        }
+        assert_eq!(folding.len(), crate::aggregate::fold::FOLD_AFTER + 1);
+        assert_eq!(
+            folding.stats().segment_folded_calls,
+            100_000 - crate::aggregate::fold::FOLD_AFTER as u64
+        );
         let rss_before = rss_bytes();
-        let mut t = EndpointTable::default();
+        // Raw resources are not folded: the cap is what bounds them.
+        let mut t = EndpointTable::new(DEFAULT_MAX_ENDPOINTS, true);
         let mut bytes_at_cap = 0;
         for i in 0..100_000u32 {
             // Non-numeric segments: normalisation keeps them all distinct.
@@ -1536,13 +1602,20 @@ pub(crate) mod tests {
         for interval in 0..3u64 {
             for i in 0..calls {
                 // Non-numeric segments keep keys distinct; every fifth call repeats a few.
-                let path = if i % 5 == 0 {
-                    format!("/hot/x{}y", i % 7)
-                } else {
-                    format!("/p/x{}y{interval}", i / 2)
+                let path = match i % 5 {
+                    0 => format!("/hot/x{}y", i % 7),
+                    // Folds to `/scan/{…}` early, before the table is full.
+                    1 => format!("/scan/x{i}y"),
+                    _ => format!("/p/x{}y{interval}", i / 2),
                 };
                 let comm = ["api", "web", "db", "cache"][i % 4];
-                let c = call(comm, 1, "GET", &path, 1_000 + (i as u64 * 37) % 90_000);
+                // Methods vary for `/p/…`, so that its paths rarely fold and the table's cap
+                // is reached (and the folder's bound on parents too).
+                let method = match i % 5 {
+                    0 | 1 => "GET".to_owned(),
+                    _ => format!("M{}", (i / 2) % 2000),
+                };
+                let c = call(comm, 1, &method, &path, 1_000 + (i as u64 * 37) % 90_000);
                 let want = serial.observe(&c);
                 let k = (i / 3) % 2;
                 let mut fresh = Vec::new();
@@ -1557,6 +1630,7 @@ pub(crate) mod tests {
         assert_eq!(serial.cumulative(), table.cumulative());
         assert_eq!(serial.stats(), table.stats());
         assert!(serial.stats().folded_calls > 0 && serial.stats().other_rows > 1);
+        assert!(serial.stats().segment_folded_calls > 0);
         // Both threads started their numbering over.
         assert!(
             numbered.iter().all(|&n| n > EndpointKeys::MAX_KEYS as u64),
@@ -1572,5 +1646,58 @@ pub(crate) mod tests {
             .record(&mut table, 3 | EndpointKeys::NEW, &mut none, &c)
             .is_none());
         assert_eq!(table.stats(), serial.stats());
+    }
+
+    /// A scan of distinct paths next to ordinary traffic: the varied segments fold into
+    /// `{…}` rows, the table stays small, and every call is in exactly one row.
+    #[test]
+    fn varied_segments_fold_into_few_rows_counting_every_call() {
+        let run = |keep_raw: bool| {
+            let mut t = EndpointTable::new(1000, keep_raw);
+            let mut calls = 0u64;
+            for i in 0..3000u64 {
+                let path = match i % 3 {
+                    0 => format!("/missing/page{i}"),
+                    1 => format!("/users/{i}"),
+                    _ => format!("/static/f{}.css", i % 40),
+                };
+                t.observe(&call("web", 1, "GET", &path, 1_000 + i));
+                calls += 1;
+                if i % 500 == 499 {
+                    t.end_interval(1_000_000_000);
+                }
+            }
+            (t.cumulative(), t.stats(), calls)
+        };
+        let (rows, stats, calls) = run(false);
+        assert_eq!(rows.iter().map(|r| r.calls).sum::<u64>(), calls);
+        // At most FOLD_AFTER named values under /missing and /static, their `{…}` rows, and
+        // /users/{id}.
+        let fold_after = crate::aggregate::fold::FOLD_AFTER;
+        assert!(rows.len() <= 2 * fold_after + 3, "{} rows", rows.len());
+        assert_eq!(stats.other_rows, 0, "nothing reached the cap");
+        let folded: Vec<_> = rows.iter().filter(|r| r.resource.contains(FOLD)).collect();
+        let names: Vec<&str> = folded.iter().map(|r| r.resource.as_str()).collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+        assert!(names.contains(&"/missing/{…}") && names.contains(&"/static/{…}"));
+        let folded_calls: u64 = folded.iter().map(|r| r.calls).sum();
+        assert_eq!(stats.segment_folded_calls, folded_calls);
+        // The distinct keys that folded: all /missing pages but the first FOLD_AFTER, and the
+        // /static files past the first FOLD_AFTER.
+        let distinct = (1000 - fold_after) + (40 - fold_after);
+        let est = stats.segment_folded_keys_approx as f64;
+        assert!(
+            (est - distinct as f64).abs() < 0.25 * distinct as f64,
+            "{est} for {distinct}"
+        );
+        // The same calls in the same order, the same rows.
+        let (again, again_stats, _) = run(false);
+        assert_eq!(rows, again);
+        assert_eq!(stats, again_stats);
+        // Raw resources are not folded: every page and user is its own row up to the cap.
+        let (raw, raw_stats, _) = run(true);
+        assert_eq!(raw_stats.segment_folded_calls, 0);
+        assert!(raw.iter().all(|r| !r.resource.contains(FOLD)));
+        assert!(raw_stats.folded_calls > 0, "raw keys reach the cap");
     }
 }

@@ -6,6 +6,7 @@
 pub mod conns;
 pub mod distinct;
 pub mod endpoints;
+pub mod fold;
 pub mod normalize;
 pub mod normalize_memo;
 pub mod overhead;

@@ -710,13 +710,25 @@ fn view_title(app: &App, rows: &[super::table::SharedRow], width: u16) -> String
                 }
                 (w, Some(_)) => w.label().to_owned(),
             };
+            // The pipeline's count of keys whose too-varied segments became `{…}` (since the
+            // start), so a `{…}` row says how many endpoints it stands for.
+            let table = d
+                .ended
+                .as_deref()
+                .or(d.report.as_ref().map(|r| &r.totals))
+                .map(|t| t.endpoint_table);
+            let folded = match table.map_or(0, |t| t.segment_folded_keys_approx) {
+                0 => String::new(),
+                n => format!(", ~{n} keys folded to {}", crate::aggregate::fold::FOLD),
+            };
             first_fitting(
                 vec![
                     format!(
-                        "Endpoints, {period}: {shown}  (c: 10 s / 1 min / since start / \
-                         interval, Enter: calls)"
+                        "Endpoints, {period}: {shown}{folded}  (c: 10 s / 1 min / since start \
+                         / interval, Enter: calls)"
                     ),
-                    format!("Endpoints, {period}: {shown}  (c: window, Enter: calls)"),
+                    format!("Endpoints, {period}: {shown}{folded}  (c: window, Enter: calls)"),
+                    format!("Endpoints, {period}: {shown}{folded}"),
                 ],
                 width,
             )

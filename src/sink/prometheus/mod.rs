@@ -93,6 +93,7 @@ struct Model {
     events_lost: u64,
     calls: u64,
     folded_calls: u64,
+    segment_folded_calls: u64,
     endpoints: u64,
     open_connections: u64,
     rss_bytes: Option<u64>,
@@ -117,6 +118,7 @@ impl Model {
             events_lost: t.kernel.lost,
             calls: t.calls,
             folded_calls: t.endpoint_table.folded_calls,
+            segment_folded_calls: t.endpoint_table.segment_folded_calls,
             endpoints: t.endpoint_table.endpoints,
             open_connections: report.open_connections,
             rss_bytes: overhead.and_then(|o| o.rss_bytes),
@@ -211,6 +213,11 @@ impl Collector for Model {
                 "ebtop_endpoints_folded_calls",
                 "Calls folded into `other` rows: the endpoint table was full (--max-endpoints)",
                 self.folded_calls,
+            ),
+            (
+                "ebtop_endpoints_segment_folded_calls",
+                "Calls counted in rows whose resource has a too-varied segment folded to {…}",
+                self.segment_folded_calls,
             ),
         ] {
             encoder

@@ -298,3 +298,35 @@ fn the_grafana_dashboard_queries_only_metrics_ebtop_exports() {
         assert!(selectors > 0, "no metric in {e}");
     }
 }
+
+/// A scan of distinct paths: its pages past the first few are one `{…}` series, and the
+/// counter of segment-folded calls is that series' count, as the table counted it.
+#[test]
+fn a_scan_is_one_folded_series_and_its_calls_are_counted() {
+    let mut t = EndpointTable::default().with_history(crate::aggregate::endpoints::WINDOW_1M_NS);
+    for i in 0..500 {
+        t.observe(&call("curl", 7, "GET", &format!("/missing/page{i}"), 5_000));
+    }
+    t.end_interval(1_000_000_000);
+    let w = t.windows();
+    let model = Model {
+        rows: w.since_start.into_iter().zip(w.latency_bins).collect(),
+        segment_folded_calls: t.stats().segment_folded_calls,
+        ..Model::default()
+    };
+    let page = render(model);
+    let folded = sample(
+        &page.openmetrics,
+        "http_client_request_duration_seconds_count",
+        &["http_route=\"/missing/{…}\""],
+    )
+    .unwrap();
+    let fold_after = crate::aggregate::fold::FOLD_AFTER as f64;
+    assert_eq!(folded, 500.0 - fold_after);
+    let counter = page
+        .text
+        .lines()
+        .find_map(|l| l.strip_prefix("ebtop_endpoints_segment_folded_calls_total "))
+        .unwrap();
+    assert_eq!(counter.parse::<f64>().unwrap(), folded);
+}
