@@ -12,6 +12,17 @@ pub fn cut(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
+/// The first `max` bytes of `b` as text, invalid UTF-8 replaced by U+FFFD (a cut inside a
+/// multi-byte character leaves one at the end). Valid UTF-8 (nearly always ASCII) is checked
+/// a word at a time; the lossy walk, a byte at a time, only runs on what is not.
+pub fn lossy_prefix(b: &[u8], max: usize) -> String {
+    let b = &b[..b.len().min(max)];
+    match std::str::from_utf8(b) {
+        Ok(s) => s.to_owned(),
+        Err(_) => String::from_utf8_lossy(b).into_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -22,5 +33,19 @@ mod tests {
         assert_eq!(super::cut("aé", 2), "a");
         assert_eq!(super::cut("aé", 3), "aé");
         assert_eq!(super::cut("é", 0), "");
+    }
+
+    #[test]
+    fn a_lossy_prefix_is_the_lossy_conversion_of_the_cut_bytes() {
+        for (b, max) in [
+            (&b"GET /x"[..], 3),
+            ("aé".as_bytes(), 2),
+            ("aé".as_bytes(), 9),
+            (&[0x61, 0xff, 0x62][..], 3),
+            (&b""[..], 0),
+        ] {
+            let cut = &b[..b.len().min(max)];
+            assert_eq!(super::lossy_prefix(b, max), String::from_utf8_lossy(cut));
+        }
     }
 }

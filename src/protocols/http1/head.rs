@@ -4,6 +4,7 @@
 
 use super::super::redact;
 use super::super::{CapturedHead, HeadSecrets, ParseDepth};
+use crate::text::lossy_prefix;
 
 const MAX_HEADERS: usize = 128;
 /// Longest resource kept per call (bytes); longer ones are cut (memory stays bounded).
@@ -53,22 +54,13 @@ fn version_str(v: Option<u8>) -> &'static str {
     }
 }
 
-fn lossy_cut(b: &[u8], max: usize) -> String {
-    let b = &b[..b.len().min(max)];
-    // Valid UTF-8 (nearly always ASCII) is checked a word at a time; the lossy walk is slower.
-    match std::str::from_utf8(b) {
-        Ok(s) => s.to_owned(),
-        Err(_) => String::from_utf8_lossy(b).into_owned(),
-    }
-}
-
 /// A request target as shown: its secrets redacted, cut at `MAX_RESOURCE` bytes. httparse
 /// has checked the target's text already; it is only read again when something was redacted
 /// or cut.
 fn request_resource(target: &str) -> String {
     match redact::redact_target(target.as_bytes()) {
         std::borrow::Cow::Borrowed(_) if target.len() <= MAX_RESOURCE => target.to_owned(),
-        redacted => lossy_cut(&redacted, MAX_RESOURCE),
+        redacted => lossy_prefix(&redacted, MAX_RESOURCE),
     }
 }
 
@@ -202,7 +194,7 @@ pub(super) fn parse_head(kind: Kind, buf: &[u8], depth: ParseDepth, keep: usize)
                         return HeadParse::Invalid;
                     };
                     let host = if depth == ParseDepth::Full {
-                        facts.host.map(|h| lossy_cut(h, 256))
+                        facts.host.map(|h| lossy_prefix(h, 256))
                     } else {
                         None
                     };

@@ -32,6 +32,7 @@
 
 pub mod hpack;
 
+use crate::text::lossy_prefix;
 use std::collections::BTreeMap;
 
 use super::framing::{self, Body, Framer, Header, Loss, St, Streams};
@@ -220,10 +221,6 @@ fn grpc_status(code: u32) -> (String, Outcome) {
     (name.to_owned(), outcome)
 }
 
-fn lossy(b: &[u8], max: usize) -> String {
-    String::from_utf8_lossy(&b[..b.len().min(max)]).into_owned()
-}
-
 // ---------------------------------------------------------------------------------------------
 // gRPC messages
 
@@ -367,20 +364,25 @@ impl Headers {
                 h.unknown += 1;
                 continue;
             };
-            let text = || lossy(value, MAX_VALUE);
+            let text = || lossy_prefix(value, MAX_VALUE);
             match name.as_slice() {
                 b":method" => h.method = Some(text()),
                 // A path's secrets never leave the parser (as HTTP/1's).
-                b":path" => h.path = Some(lossy(&super::redact::redact_target(value), MAX_VALUE)),
+                b":path" => {
+                    h.path = Some(lossy_prefix(
+                        &super::redact::redact_target(value),
+                        MAX_VALUE,
+                    ))
+                }
                 b":authority" => h.authority = Some(text()),
                 b":status" => {
                     h.status = std::str::from_utf8(value).ok().and_then(|s| s.parse().ok())
                 }
-                b"content-type" => h.content_type = Some(lossy(value, 128)),
+                b"content-type" => h.content_type = Some(lossy_prefix(value, 128)),
                 b"grpc-status" => {
                     h.grpc_status = std::str::from_utf8(value).ok().and_then(|s| s.parse().ok())
                 }
-                b"grpc-message" => h.grpc_message = Some(lossy(value, MAX_MESSAGE)),
+                b"grpc-message" => h.grpc_message = Some(lossy_prefix(value, MAX_MESSAGE)),
                 _ => {}
             }
         }

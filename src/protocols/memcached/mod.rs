@@ -42,6 +42,7 @@ use super::{
     ParseStats, ParserConfig, Protocol, ProtocolDescriptor, ResourceKind, Segment, StreamParser,
 };
 use crate::event::Direction;
+use crate::text::lossy_prefix;
 
 /// The protocol's entry in [`super::REGISTRY`].
 pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
@@ -381,12 +382,8 @@ fn meta_quiet(line: &[u8], flags_from: usize) -> bool {
     words(line).skip(flags_from).any(|f| f == b"q")
 }
 
-fn lossy(b: &[u8], max: usize) -> String {
-    String::from_utf8_lossy(&b[..b.len().min(max)]).into_owned()
-}
-
 fn lower(b: &[u8]) -> String {
-    lossy(b, MAX_NAME).to_ascii_lowercase()
+    lossy_prefix(b, MAX_NAME).to_ascii_lowercase()
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -585,7 +582,7 @@ fn text_request(line: &[u8], cfg_depth: ParseDepth) -> Option<(Request, Option<u
     Some((
         Request {
             method: lower(word),
-            resource: key.map_or_else(String::new, |k| lossy(k, MAX_KEY)),
+            resource: key.map_or_else(String::new, |k| lossy_prefix(k, MAX_KEY)),
             version,
             keys: if cfg_depth == ParseDepth::Full {
                 keys
@@ -620,7 +617,7 @@ fn text_reply_word(line: &[u8]) -> Option<(String, Option<ErrorReply>)> {
         return None;
     }
     let msg = || {
-        lossy(
+        lossy_prefix(
             line.get(word_len + 1..).unwrap_or_default(),
             MAX_ERROR_DETAIL,
         )
@@ -631,7 +628,7 @@ fn text_reply_word(line: &[u8]) -> Option<(String, Option<ErrorReply>)> {
         b"SERVER_ERROR" => Some(("SERVER_ERROR".to_owned(), Outcome::ServerError, msg())),
         _ => None,
     };
-    Some((lossy(word, MAX_NAME), error))
+    Some((lossy_prefix(word, MAX_NAME), error))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1015,7 +1012,7 @@ impl MemcachedParser {
             let (name, quiet, retrieval) = opcode(h.opcode).unwrap_or(("unknown", false, false));
             let req = Request {
                 method: name.to_owned(),
-                resource: lossy(key, MAX_KEY),
+                resource: lossy_prefix(key, MAX_KEY),
                 version: "binary",
                 keys: 0,
                 listing: false,
@@ -1043,7 +1040,11 @@ impl MemcachedParser {
                     let msg = body
                         .get(key_start + usize::from(h.key_len)..)
                         .unwrap_or_default();
-                    (name.to_owned(), outcome, lossy(msg, MAX_ERROR_DETAIL))
+                    (
+                        name.to_owned(),
+                        outcome,
+                        lossy_prefix(msg, MAX_ERROR_DETAIL),
+                    )
                 });
                 m.values = u64::from(h.status == 0);
                 m.reply = Some((name.to_owned(), error));

@@ -284,10 +284,11 @@ fn cstr<'a>(body: &'a [u8], at: &mut usize) -> Option<&'a [u8]> {
 }
 
 pub(crate) fn lossy(b: &[u8], max: usize) -> String {
-    let b = &b[..b.len().min(max)];
-    let s = String::from_utf8_lossy(b);
+    let mut s = crate::text::lossy_prefix(b, max);
     // A cut inside a multi-byte character leaves a replacement char at the end: drop it.
-    s.trim_end_matches('\u{fffd}').to_owned()
+    let kept = s.trim_end_matches('\u{fffd}').len();
+    s.truncate(kept);
+    s
 }
 
 /// The status text of an error whose SQLSTATE went unseen: an error of unknown class.

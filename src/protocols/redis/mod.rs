@@ -40,6 +40,7 @@
 //! `[redacted, N bytes]` in kept heads, and they are never a resource (those commands have no
 //! key). Replies to `CONFIG GET`, `ACL` and `SENTINEL` commands are not kept at all.
 
+use crate::text::lossy_prefix;
 use std::collections::VecDeque;
 
 use super::matching::InOrder;
@@ -560,10 +561,6 @@ struct Command {
     sync: bool,
 }
 
-fn lossy_cut(b: &[u8], max: usize) -> String {
-    String::from_utf8_lossy(&b[..b.len().min(max)]).into_owned()
-}
-
 fn parse_u64(b: &[u8]) -> Option<u64> {
     std::str::from_utf8(b).ok()?.parse().ok()
 }
@@ -673,7 +670,7 @@ fn command(args: &Elems, nargs: u64, depth: ParseDepth) -> Option<Command> {
     };
     Some(Command {
         method,
-        resource: key.map_or_else(String::new, |k| lossy_cut(k, MAX_RESOURCE)),
+        resource: key.map_or_else(String::new, |k| lossy_prefix(k, MAX_RESOURCE)),
         keys,
         family,
         expect,
@@ -1444,7 +1441,7 @@ impl Reply {
                 } else {
                     "ERR".to_owned()
                 };
-                Some((code, lossy_cut(first, MAX_ERROR_DETAIL)))
+                Some((code, lossy_prefix(first, MAX_ERROR_DETAIL)))
             }
             _ => None,
         };
