@@ -13,7 +13,7 @@
 //! after a size update to N once the known entries leave no room for another entry (an entry
 //! takes at least 32 bytes), e.g. a size update to 0.
 //!
-//! Huffman-coded strings are decoded by `httlib_huffman` (a flattened table read 4 bits at a
+//! Huffman-coded strings are decoded by `httlib_huffman` (a flattened table read 5 bits at a
 //! time; `loona_hpack`'s decoder walked a hash map per bit and was a third of an HTTP/2 parse).
 //! `loona_hpack`'s whole-block decoder is the reference the tests compare this one with on
 //! fully known connections.
@@ -338,7 +338,7 @@ fn huffman_decode(raw: &[u8]) -> Result<Vec<u8>, Error> {
     use httlib_huffman::encoder::table::ENCODE_TABLE;
     // Codes are at least 5 bits: the text is at most 8/5 of the code's length.
     let mut text = Vec::with_capacity(raw.len() * 8 / 5 + 1);
-    httlib_huffman::decode(raw, &mut text, httlib_huffman::DecoderSpeed::FourBits)
+    httlib_huffman::decode(raw, &mut text, httlib_huffman::DecoderSpeed::FiveBits)
         .map_err(|_| Error::BadHuffman)?;
     // The crate checks the padding's value, not its length ("00" passes): the bits after the
     // last code must be fewer than 8 and all ones (the EOS code's first bits).
