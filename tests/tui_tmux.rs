@@ -188,7 +188,9 @@ fn times_are_local_with_the_date_and_utc_on_request() {
     let t = Tmux::new();
     t.start_ebtop_with_env("TZ=EST5", &format!("-r '{FIXTURE}' --speed 1000"));
     let s = t.wait("the replay's end", |s| s.contains("[ENDED]"));
-    assert!(s.contains("at 2026-11-21 21:02:27.584 EST"), "{s}");
+    // Ended, the header is where the progress line is: the session's end, past its last call.
+    assert!(s.contains("at 2026-11-21 21:02:27.707 EST (+2.3s)"), "{s}");
+    assert!(s.contains("] +2.3s of 2.3s"), "{s}");
     t.keys(&["q"]);
     t.wait_for("ebtop exited 0");
 
@@ -200,14 +202,14 @@ fn times_are_local_with_the_date_and_utc_on_request() {
         &format!("-r '{FIXTURE}' --speed 1000"),
     );
     let s = t.wait("the replay's end", |s| s.contains("[ENDED]"));
-    assert!(s.contains("at 2026-11-21 21:02:27.584 EST"), "{s}");
+    assert!(s.contains("at 2026-11-21 21:02:27.707 EST"), "{s}");
     t.keys(&["q"]);
     t.wait_for("ebtop exited 0");
 
     let t = Tmux::new();
     t.start_ebtop_with_env("TZ=EST5", &format!("-r '{FIXTURE}' --speed 1000 --utc"));
     let s = t.wait("the replay's end", |s| s.contains("[ENDED]"));
-    assert!(s.contains("at 2026-11-22 02:02:27.584 UTC"), "{s}");
+    assert!(s.contains("at 2026-11-22 02:02:27.707 UTC"), "{s}");
     t.keys(&["q"]);
     t.wait_for("ebtop exited 0");
 }

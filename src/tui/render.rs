@@ -249,16 +249,18 @@ fn header_top(app: &App, k: HeaderDetail) -> Vec<Span<'static>> {
             )));
         }
         (None, Some(s)) if d.position_ns > 0 => {
+            // Ended, at the session's end as the progress line says, not at the last event.
+            let pos = replay_ended_at(app).unwrap_or(d.position_ns);
             top.push(Span::raw(format!(
                 "  {}{}{}",
                 if k.at { "at " } else { "" },
-                when(d.position_ns, k.date),
-                zone(d.position_ns)
+                when(pos, k.date),
+                zone(pos)
             )));
             if k.since_start {
                 top.push(Span::raw(format!(
                     " (+{})",
-                    duration_str(d.position_ns.saturating_sub(s))
+                    duration_str(pos.saturating_sub(s))
                 )));
             }
         }
@@ -394,6 +396,15 @@ fn scope_line(app: &App) -> Vec<Span<'static>> {
 /// Bar cells of a replay's progress.
 const PROGRESS_CELLS: usize = 20;
 
+/// Where an ended replay is: the session's end (past its last call: the summary's length).
+/// None live or before the end.
+fn replay_ended_at(app: &App) -> Option<u64> {
+    let d = app.shown();
+    let meta = d.meta.as_ref().filter(|m| m.source == "replay")?;
+    let s = d.ended.as_ref()?;
+    Some(meta.start_mono_ns().saturating_add(s.duration_ns))
+}
+
 /// Where a replay is in its recording: a bar, the recorded time since the start and the
 /// recording's length (`replay [██████··············] +0.6s of 2.0s`); the length is
 /// `reading…` until it is known. None live.
@@ -401,11 +412,7 @@ fn replay_progress(app: &App) -> Option<String> {
     let d = app.shown();
     let meta = d.meta.as_ref().filter(|m| m.source == "replay")?;
     let start = meta.start_mono_ns();
-    // Ended, the replay is at the session's end (past its last call: the summary's length).
-    let ended = d
-        .ended
-        .as_ref()
-        .map(|s| start.saturating_add(s.duration_ns));
+    let ended = replay_ended_at(app);
     let end = app.replay_end_ns.or(ended).map(|e| e.max(d.position_ns));
     let pos = match (ended, end) {
         (Some(_), Some(end)) => end,
