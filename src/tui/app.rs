@@ -11,9 +11,10 @@ use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use super::data::{Data, Taken};
 use super::filter::RowFilter;
 use super::table::{
-    call_row_cached, conn_row, endpoint_key, endpoint_row, process_row, CallEntry, Column,
+    call_row_cached, conn_row, endpoint_key, endpoint_row, exited_groups, group_member_key,
+    is_group_key, members_under_groups, process_group_row, process_row, CallEntry, Column,
     SharedRow, SortVal, CALL_COLUMNS, CALL_COLUMNS_DATED, CONN_COLUMNS, ENDPOINT_COLUMNS,
-    PROCESS_COLUMNS,
+    GROUP_KEY_PREFIX, PROCESS_COLUMNS,
 };
 use super::{CallReturner, UiMsg};
 use crate::aggregate::endpoints::OTHER_RESOURCE;
@@ -208,6 +209,8 @@ pub struct App {
     pub search_prompt: bool,
     /// (view, key) of the flow or process whose details are open.
     pub row_detail: Option<(View, String)>,
+    /// Commands whose exited processes' group row is expanded in the Processes view.
+    pub expanded_groups: std::collections::HashSet<String>,
     /// A replay's pace and skips (None live).
     pub replay: Option<std::sync::Arc<super::ReplayControl>>,
     /// The time zone times are shown in (local unless `--utc`; tests: UTC).
@@ -285,6 +288,7 @@ impl App {
             },
             detail: None,
             row_detail: None,
+            expanded_groups: Default::default(),
             last_search: None,
             search_prompt: false,
             drawn_selection: Default::default(),
@@ -444,27 +448,45 @@ impl App {
                 let Some(r) = d.report.as_ref() else {
                     return Vec::new();
                 };
-                r.processes
-                    .iter()
-                    .map(|p| {
-                        let per_s = |n: u64| {
-                            if r.period_ns == 0 {
-                                0.0
-                            } else {
-                                n as f64 * 1e9 / r.period_ns as f64
-                            }
-                        };
-                        // Socket throughput: every flow of the process from the flow table,
-                        // else the bytes of its traced connections as they moved.
-                        let (bytes_in, bytes_out) = match &d.flow_bytes_by_pid {
-                            Some(m) => m
-                                .get(&p.pid)
-                                .map_or((0.0, 0.0), |&(i, o)| (per_s(i), per_s(o))),
-                            None => (p.socket_bytes_in_per_s, p.socket_bytes_out_per_s),
-                        };
-                        Rc::new(process_row(p, bytes_in, bytes_out, d.procs.get(&p.pid)))
-                    })
-                    .collect()
+                let per_s = |n: u64| {
+                    if r.period_ns == 0 {
+                        0.0
+                    } else {
+                        n as f64 * 1e9 / r.period_ns as f64
+                    }
+                };
+                // Socket throughput: every flow of the process from the flow table, else the
+                // bytes of its traced connections as they moved.
+                let bytes = |p: &crate::aggregate::ProcessSnapshot| match &d.flow_bytes_by_pid {
+                    Some(m) => m
+                        .get(&p.pid)
+                        .map_or((0.0, 0.0), |&(i, o)| (per_s(i), per_s(o))),
+                    None => (p.socket_bytes_in_per_s, p.socket_bytes_out_per_s),
+                };
+                let grouped = exited_groups(&r.processes);
+                let mut rows = Vec::with_capacity(r.processes.len());
+                for p in &r.processes {
+                    let (bytes_in, bytes_out) = bytes(p);
+                    let mut row = process_row(p, bytes_in, bytes_out, d.procs.get(&p.pid));
+                    if p.exited && grouped.iter().any(|(c, _)| *c == p.comm) {
+                        if !self.expanded_groups.contains(&p.comm) {
+                            continue;
+                        }
+                        row.key = group_member_key(&p.comm, p.pid);
+                    }
+                    rows.push(Rc::new(row));
+                }
+                for (comm, members) in grouped {
+                    let (bytes_in, bytes_out) = members
+                        .iter()
+                        .map(|p| bytes(p))
+                        .fold((0.0, 0.0), |(i, o), (pi, po)| (i + pi, o + po));
+                    let expanded = self.expanded_groups.contains(comm);
+                    rows.push(Rc::new(process_group_row(
+                        comm, &members, bytes_in, bytes_out, expanded,
+                    )));
+                }
+                rows
             }
         }
     }
@@ -495,6 +517,9 @@ impl App {
                 o.reverse()
             }
         });
+        if self.view == View::Processes && !self.expanded_groups.is_empty() {
+            rows = members_under_groups(rows);
+        }
         rows
     }
 
@@ -723,6 +748,13 @@ impl App {
                         ..ViewState::default()
                     };
                     self.view = View::Calls;
+                }
+            }
+            View::Processes if is_group_key(&key) => {
+                // A group of exited processes opens into its members (Enter again: closed).
+                let comm = &key[GROUP_KEY_PREFIX.len()..];
+                if !self.expanded_groups.remove(comm) {
+                    self.expanded_groups.insert(comm.to_owned());
                 }
             }
             View::Flows | View::Processes => {
@@ -1619,6 +1651,83 @@ mod tests {
             })
             .sum();
         assert!(total >= 200_000, "{total}");
+    }
+
+    /// Exited processes that share a command name are one row with their numbers added;
+    /// Enter opens it into its members (right under it, whatever the sort) and closes it.
+    #[test]
+    fn exited_processes_of_one_command_are_one_row_that_opens() {
+        let mut app = app_with(msgs());
+        let mut r = (**app.shown().report.as_ref().expect("an interval")).clone();
+        let template = r.processes[0].clone();
+        let proc_ = |pid: u32, comm: &str, exited: bool, calls: u64| {
+            let mut p = template.clone();
+            p.pid = pid;
+            p.comm = comm.to_owned();
+            p.exited = exited;
+            p.calls = calls;
+            p.calls_per_s = calls as f64;
+            p.server_errors = 1;
+            p
+        };
+        r.processes = vec![
+            proc_(10, "nginx", false, 500),
+            proc_(11, "curl", true, 1),
+            proc_(12, "curl", true, 2),
+            proc_(13, "curl", true, 4),
+            proc_(14, "curl", false, 8),
+            proc_(15, "dig", true, 1),
+        ];
+        app.apply(UiMsg::Interval(Box::new(r)));
+        app.view = View::Processes;
+        let keys = |app: &App| app.rows().iter().map(|r| r.key.clone()).collect::<Vec<_>>();
+        let rows = app.rows();
+        // nginx, the live curl and the lone exited dig keep their rows; three curls are one.
+        assert_eq!(rows.len(), 4, "{:?}", keys(&app));
+        let group = rows
+            .iter()
+            .find(|r| is_group_key(&r.key))
+            .expect("a group row");
+        assert_eq!(group.key, "exited:curl");
+        assert_eq!(group.cells[0], "×3");
+        assert_eq!(group.sort[3], SortVal::Num(7.0), "calls/s added");
+        assert!(group.cells.last().unwrap().contains("curl ×3 exited"));
+        assert!(
+            keys(&app).contains(&"14".to_owned()),
+            "a live curl is not grouped"
+        );
+
+        // Enter on the group: its members follow it, each its own row.
+        let at = keys(&app).iter().position(|k| k == "exited:curl").unwrap();
+        app.state_mut().selected = Some("exited:curl".to_owned());
+        app.state_mut().index = at;
+        key(&mut app, KeyCode::Enter);
+        assert!(app.row_detail.is_none(), "a group opens in place");
+        let k = keys(&app);
+        assert_eq!(k.len(), 7, "{k:?}");
+        let g = k.iter().position(|k| k == "exited:curl").unwrap();
+        let under: Vec<u32> = k[g + 1..g + 4]
+            .iter()
+            .map(|k| super::super::table::pid_of_process_key(k).unwrap())
+            .collect();
+        let mut sorted = under.clone();
+        sorted.sort();
+        assert_eq!(sorted, [11, 12, 13], "{k:?}");
+        // A member opens its own details.
+        app.state_mut().selected = Some(k[g + 1].clone());
+        app.state_mut().index = g + 1;
+        key(&mut app, KeyCode::Enter);
+        assert_eq!(
+            app.row_detail.as_ref().map(|(_, k)| k.clone()),
+            Some(k[g + 1].clone())
+        );
+        key(&mut app, KeyCode::Esc);
+
+        // Enter on the group again closes it.
+        app.state_mut().selected = Some("exited:curl".to_owned());
+        app.state_mut().index = g;
+        key(&mut app, KeyCode::Enter);
+        assert_eq!(keys(&app).len(), 4);
     }
 
     #[test]

@@ -35,7 +35,7 @@ pub const KEYS: &[KeyHelp] = &[
     },
     KeyHelp {
         keys: &["Enter"],
-        action: "details (call, flow, process); endpoints: its calls",
+        action: "details (call, flow, process, ▸ group); endpoint: calls",
     },
     KeyHelp {
         keys: &["Backspace", "Esc"],

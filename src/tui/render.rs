@@ -928,11 +928,10 @@ fn align(s: String, right: bool) -> Cell<'static> {
 /// endpoints (by its name, as endpoints are keyed) and its flows.
 fn process_detail_lines(app: &App, key: &str) -> Vec<Line<'static>> {
     let d = app.shown();
-    let Some(p) = d
-        .report
-        .as_ref()
-        .and_then(|r| r.processes.iter().find(|p| p.pid.to_string() == key))
-    else {
+    let Some(p) = d.report.as_ref().and_then(|r| {
+        let pid = super::table::pid_of_process_key(key)?;
+        r.processes.iter().find(|p| p.pid == pid)
+    }) else {
         return vec![Line::from("This process is not in the last interval.")];
     };
     let info = d.procs.get(&p.pid);

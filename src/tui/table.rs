@@ -745,6 +745,124 @@ pub(crate) fn process_row(
     }
 }
 
+/// The key of a group row of exited processes: this prefix, then their command name.
+pub(crate) const GROUP_KEY_PREFIX: &str = "exited:";
+/// Between a group's key and a member's pid in the member's key.
+const MEMBER_SEP: char = '\u{1f}';
+
+/// Whether `key` is a group row's (not a member's, not a process's).
+pub(crate) fn is_group_key(key: &str) -> bool {
+    key.starts_with(GROUP_KEY_PREFIX) && !key.contains(MEMBER_SEP)
+}
+
+/// The key of process `pid`'s row shown under the group of `comm`.
+pub(crate) fn group_member_key(comm: &str, pid: u32) -> String {
+    format!("{GROUP_KEY_PREFIX}{comm}{MEMBER_SEP}{pid}")
+}
+
+/// The pid of a process row's key (a member's too); None for a group row.
+pub(crate) fn pid_of_process_key(key: &str) -> Option<u32> {
+    match key.rsplit_once(MEMBER_SEP) {
+        Some((_, pid)) => pid.parse().ok(),
+        None => key.parse().ok(),
+    }
+}
+
+/// Processes that exited in the interval, by command name, where two or more share one: a
+/// loop of short-lived `curl`s or `dig`s is one row (htop's hands: Enter opens it), not a
+/// screen of rows whose CPU is `n/a`. In the order the interval lists them.
+pub(crate) fn exited_groups(
+    procs: &[crate::aggregate::ProcessSnapshot],
+) -> Vec<(&str, Vec<&crate::aggregate::ProcessSnapshot>)> {
+    let mut groups: Vec<(&str, Vec<&crate::aggregate::ProcessSnapshot>)> = Vec::new();
+    let mut at: std::collections::HashMap<&str, usize> = Default::default();
+    for p in procs.iter().filter(|p| p.exited) {
+        let i = *at.entry(p.comm.as_str()).or_insert_with(|| {
+            groups.push((p.comm.as_str(), Vec::new()));
+            groups.len() - 1
+        });
+        groups[i].1.push(p);
+    }
+    groups.retain(|(_, members)| members.len() >= 2);
+    groups
+}
+
+/// A group's row: its members' numbers added (each the pipeline's, exact); CPU and memory
+/// unknown (gone processes); the command says how many and that Enter opens it.
+pub(crate) fn process_group_row(
+    comm: &str,
+    members: &[&crate::aggregate::ProcessSnapshot],
+    bytes_in_per_s: f64,
+    bytes_out_per_s: f64,
+    expanded: bool,
+) -> Row {
+    let first = members[0];
+    let mut sum = first.clone();
+    sum.cpu_pct = None;
+    sum.rss_bytes = None;
+    for p in &members[1..] {
+        sum.calls += p.calls;
+        sum.calls_per_s += p.calls_per_s;
+        sum.server_errors += p.server_errors;
+        sum.client_errors += p.client_errors;
+        sum.unknown_outcomes += p.unknown_outcomes;
+        sum.conn_loss |= p.conn_loss;
+        sum.connections_active += p.connections_active;
+        sum.open_connections = match (sum.open_connections, p.open_connections) {
+            (Some(a), Some(b)) => Some(a + b),
+            _ => None,
+        };
+        sum.traced_syscalls += p.traced_syscalls;
+        sum.traced_syscalls_per_s += p.traced_syscalls_per_s;
+        sum.tls_probe_hits += p.tls_probe_hits;
+        sum.tls_probe_hits_per_s += p.tls_probe_hits_per_s;
+        sum.tls_probe_est_ns = match (sum.tls_probe_est_ns, p.tls_probe_est_ns) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        for proto in crate::protocols::Protocol::all() {
+            if p.protocols.contains(proto) {
+                sum.protocols.insert(proto);
+            }
+        }
+    }
+    let mut row = process_row(&sum, bytes_in_per_s, bytes_out_per_s, None);
+    let n = members.len();
+    row.key = format!("{GROUP_KEY_PREFIX}{comm}");
+    row.cells[0] = format!("×{n}");
+    row.sort[0] = SortVal::Num(-1.0);
+    let mark = if expanded { '▾' } else { '▸' };
+    let command = format!("{mark} {comm} ×{n} exited");
+    let last = row.cells.len() - 1;
+    row.cells[last] = command.clone();
+    row.sort[last] = SortVal::Text(command);
+    row
+}
+
+/// `rows` as sorted, with each expanded group's members moved right under its row (sorted
+/// among themselves as the view is).
+pub(crate) fn members_under_groups(rows: Vec<SharedRow>) -> Vec<SharedRow> {
+    let (members, mut out): (Vec<SharedRow>, Vec<SharedRow>) = rows
+        .into_iter()
+        .partition(|r| r.key.starts_with(GROUP_KEY_PREFIX) && r.key.contains(MEMBER_SEP));
+    let mut i = 0;
+    while i < out.len() {
+        if is_group_key(&out[i].key) {
+            let group = out[i].key.clone();
+            let under: Vec<SharedRow> = members
+                .iter()
+                .filter(|m| m.key.rsplit_once(MEMBER_SEP).map(|(g, _)| g) == Some(&group))
+                .cloned()
+                .collect();
+            let n = under.len();
+            out.splice(i + 1..i + 1, under);
+            i += n;
+        }
+        i += 1;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
