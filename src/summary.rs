@@ -40,4 +40,7 @@ pub struct Summary {
     /// With -r: what reading the recording met.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replay: Option<crate::record::read_stats::ReadStats>,
+    /// With --otlp: spans exported and dropped (docs/fleet.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp: Option<crate::sink::otlp::OtlpStats>,
 }

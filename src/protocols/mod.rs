@@ -31,6 +31,7 @@ pub mod mysql;
 pub mod postgres;
 pub mod redact;
 pub mod redis;
+pub mod trace_context;
 #[cfg(test)]
 mod registry_tests;
 #[cfg(test)]
