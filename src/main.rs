@@ -402,6 +402,7 @@ fn session<S: Sink>(
                 } else {
                     OtlpMode::Live
                 },
+                final_wait: ebtop::sink::otlp::FINAL_WAIT,
             })
         })
         .transpose()?;

@@ -281,6 +281,10 @@ fn header_top(app: &App, k: HeaderDetail) -> Vec<Span<'static>> {
     if d.ui_dropped > 0 {
         top.push(Span::raw(format!("  ui-dropped {}", d.ui_dropped)));
     }
+    // Spans the OTLP export could not send: calls missing from the collector's traces.
+    if let Some(n) = d.otlp_dropped().filter(|&n| n > 0) {
+        top.push(Span::raw(format!("  otlp-dropped {n}")));
+    }
     top
 }
 

@@ -64,8 +64,8 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// One request (connect, send, answer) takes at most this long.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// At the end, how long ebtop waits for the queue to be sent before it counts the rest as
-/// dropped and exits.
-const FINAL_WAIT: Duration = Duration::from_secs(10);
+/// dropped and exits (`OtlpOptions::final_wait`).
+pub const FINAL_WAIT: Duration = Duration::from_secs(10);
 /// Metrics are sent at most this often (session time), and once at the end.
 pub const METRICS_EVERY: Duration = Duration::from_secs(10);
 /// Longest attribute value sent (a resource is already cut at 1 KiB by its parser).
@@ -92,6 +92,8 @@ pub struct OtlpOptions {
     /// `--otlp-query-text`: SQL statements as `db.query.text`, their passwords redacted.
     pub query_text: bool,
     pub mode: Mode,
+    /// [`FINAL_WAIT`] but in tests.
+    pub final_wait: Duration,
 }
 
 /// Export counts, shared with the export thread.
@@ -173,6 +175,7 @@ pub struct OtlpExporter {
     thread: Option<JoinHandle<()>>,
     counters: Arc<Counters>,
     mode: Mode,
+    final_wait: Duration,
     session: Arc<std::sync::Mutex<Session>>,
     wall_offset_ns: i64,
     start_unix_ns: u64,
@@ -207,6 +210,7 @@ impl OtlpExporter {
             thread: Some(thread),
             counters,
             mode: opts.mode,
+            final_wait: opts.final_wait,
             session,
             wall_offset_ns: 0,
             start_unix_ns: 0,
@@ -312,7 +316,7 @@ impl OtlpExporter {
         }
     }
 
-    /// The end: the last metrics, then everything queued is sent, for at most [`FINAL_WAIT`];
+    /// The end: the last metrics, then everything queued is sent, for at most `final_wait`;
     /// what is still unsent then is counted as dropped. The final counts.
     pub fn finish(&mut self) -> OtlpStats {
         if let Some(done) = self.finished {
@@ -321,7 +325,7 @@ impl OtlpExporter {
         self.send_metrics();
         if let Some(q) = self.queue.take() {
             let (done_tx, done_rx) = mpsc::channel();
-            let deadline = Instant::now() + FINAL_WAIT;
+            let deadline = Instant::now() + self.final_wait;
             // The flush marker waits its turn behind the queue, for the same deadline.
             let mut marker = Item::Flush(done_tx);
             loop {
