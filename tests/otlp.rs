@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{calls, free_tcp_port, read_response, require_root, wait_for_listener, Ebtop, TestServer};
+use common::{
+    calls, free_tcp_port, read_response, require_root, wait_for_listener, Ebtop, TestServer,
+};
 use serde_json::Value;
 
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -197,7 +199,10 @@ fn the_collector_receives_one_span_per_call_with_the_applications_trace() {
             assert_ne!(s["traceId"], TRACE_ID, "{s}");
         } else {
             assert_eq!(s["traceId"], TRACE_ID, "{s}");
-            by_parent.entry(parent_id.to_owned()).or_default().push(kind);
+            by_parent
+                .entry(parent_id.to_owned())
+                .or_default()
+                .push(kind);
         }
         let start: u64 = s["startTimeUnixNano"].as_str().unwrap().parse().unwrap();
         let end: u64 = s["endTimeUnixNano"].as_str().unwrap().parse().unwrap();
@@ -242,9 +247,15 @@ fn a_collector_down_for_10_s_costs_counted_drops_and_no_calls() {
     let exported = otlp["spans_exported"].as_u64().unwrap();
     let dropped = otlp["spans_dropped"].as_u64().unwrap();
     assert_eq!(exported + dropped, 2 * (50 + 60 + 70), "{otlp}");
-    assert!(dropped >= 2 * 60, "the calls made while it was down: {otlp}");
+    assert!(
+        dropped >= 2 * 60,
+        "the calls made while it was down: {otlp}"
+    );
     assert!(otlp["request_errors"].as_u64().unwrap() > 0, "{otlp}");
-    let files = [dir.path().join("first.json"), dir.path().join("second.json")];
+    let files = [
+        dir.path().join("first.json"),
+        dir.path().join("second.json"),
+    ];
     let spans = wait_for_spans(&files, exported as usize);
     assert_eq!(spans.len() as u64, exported, "{otlp}");
 }
@@ -265,7 +276,11 @@ fn a_replay_exports_the_recorded_calls_at_their_recorded_times() {
         .args(common::replay_args())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let lines: Vec<Value> = String::from_utf8(out.stdout)
         .unwrap()
         .lines()

@@ -31,11 +31,11 @@ pub mod mysql;
 pub mod postgres;
 pub mod redact;
 pub mod redis;
-pub mod trace_context;
 #[cfg(test)]
 mod registry_tests;
 #[cfg(test)]
 pub(crate) mod test_driver;
+pub mod trace_context;
 
 use crate::event::Direction;
 

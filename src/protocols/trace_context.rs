@@ -95,7 +95,10 @@ mod tests {
         let tp = TraceParent::parse(EXAMPLE.as_bytes()).unwrap();
         assert_eq!(tp.trace_id[0], 0x4b);
         assert_eq!(tp.trace_id[15], 0x36);
-        assert_eq!(tp.parent_id, [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]);
+        assert_eq!(
+            tp.parent_id,
+            [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]
+        );
         assert_eq!(tp.flags, 1);
         assert_eq!(tp.to_header(), EXAMPLE);
         assert_eq!(

@@ -707,7 +707,10 @@ fn a_valid_traceparent_header_is_kept_as_a_detail() {
             .find(|(k, _)| *k == "traceparent")
             .map(|(_, v)| v.clone())
     };
-    assert_eq!(traceparent(&format!("TraceParent: {TP}")).as_deref(), Some(TP));
+    assert_eq!(
+        traceparent(&format!("TraceParent: {TP}")).as_deref(),
+        Some(TP)
+    );
     // The first of two is the one taken.
     assert_eq!(
         traceparent(&format!(
@@ -717,5 +720,8 @@ fn a_valid_traceparent_header_is_kept_as_a_detail() {
         Some(TP)
     );
     assert_eq!(traceparent("traceparent: 00-zz-00f067aa0ba902b7-01"), None);
-    assert_eq!(traceparent(&format!("traceparent: {TP}{}", "x".repeat(4000))), None);
+    assert_eq!(
+        traceparent(&format!("traceparent: {TP}{}", "x".repeat(4000))),
+        None
+    );
 }

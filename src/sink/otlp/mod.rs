@@ -35,12 +35,12 @@ use opentelemetry_proto::tonic::collector::metrics::v1::{
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
-use opentelemetry_proto::tonic::common::v1::{
-    any_value, AnyValue, InstrumentationScope, KeyValue,
-};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::metrics::v1 as pm;
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{span, status, ResourceSpans, ScopeSpans, Span, Status};
+use opentelemetry_proto::tonic::trace::v1::{
+    span, status, ResourceSpans, ScopeSpans, Span, Status,
+};
 use prost::Message;
 
 use super::prometheus::{self, Model};
@@ -443,7 +443,10 @@ impl Sender {
     }
 
     fn session(&self) -> Session {
-        self.session.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.session
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     fn send_spans(&mut self, batch: &mut Vec<SpanCall>) {
@@ -454,16 +457,12 @@ impl Sender {
         let request = traces_request(batch, &self.session(), self.query_text, &mut self.ids);
         batch.clear();
         let c = Arc::clone(&self.counters);
-        match self.post(
-            &self.traces_url,
-            &request.encode_to_vec(),
-            |body| {
-                ExportTraceServiceResponse::decode(body)
-                    .ok()
-                    .and_then(|r| r.partial_success)
-                    .map_or(0, |p| p.rejected_spans.max(0) as u64)
-            },
-        ) {
+        match self.post(&self.traces_url, &request.encode_to_vec(), |body| {
+            ExportTraceServiceResponse::decode(body)
+                .ok()
+                .and_then(|r| r.partial_success)
+                .map_or(0, |p| p.rejected_spans.max(0) as u64)
+        }) {
             Sent::Accepted(rejected) => {
                 let rejected = rejected.min(n);
                 c.exported.fetch_add(n - rejected, Ordering::Relaxed);
@@ -630,7 +629,10 @@ fn traces_request(
     let mut by_pid: Vec<(u32, &str, Vec<Span>)> = Vec::new();
     for c in batch {
         let span = span_of(c, query_text, ids);
-        match by_pid.iter_mut().find(|(pid, comm, _)| *pid == c.pid && **comm == *c.comm) {
+        match by_pid
+            .iter_mut()
+            .find(|(pid, comm, _)| *pid == c.pid && **comm == *c.comm)
+        {
             Some((_, _, spans)) => spans.push(span),
             None => by_pid.push((c.pid, &c.comm, vec![span])),
         }
@@ -671,10 +673,8 @@ fn span_of(c: &SpanCall, query_text: bool, ids: &mut IdSource) -> Span {
     };
     let kind = c.proto.kind();
     let mut attrs: Vec<KeyValue> = Vec::with_capacity(12);
-    let normalized =
-        crate::aggregate::normalize::normalize(c.proto, &c.method, &c.resource, false);
-    let name;
-    match c.proto {
+    let normalized = crate::aggregate::normalize::normalize(c.proto, &c.method, &c.resource, false);
+    let name = match c.proto {
         Protocol::Http | Protocol::Http2 => {
             attrs.push(kv_str("http.request.method", &c.method));
             let path = c.resource.split(['?', '#']).next().unwrap_or("");
@@ -685,7 +685,7 @@ fn span_of(c: &SpanCall, query_text: bool, ids: &mut IdSource) -> Span {
             }
             attrs.push(kv_str("network.protocol.name", "http"));
             attrs.push(kv_str("network.protocol.version", c.version));
-            name = format!("{} {}", c.method, normalized);
+            format!("{} {}", c.method, normalized)
         }
         Protocol::Grpc => {
             attrs.push(kv_str("rpc.system", "grpc"));
@@ -697,7 +697,7 @@ fn span_of(c: &SpanCall, query_text: bool, ids: &mut IdSource) -> Span {
             if let Some(code) = detail(c, "grpc_status").and_then(|s| s.parse::<i64>().ok()) {
                 attrs.push(kv_int("rpc.grpc.status_code", code));
             }
-            name = full.to_owned();
+            full.to_owned()
         }
         Protocol::Postgres | Protocol::Mysql | Protocol::Redis | Protocol::Memcached => {
             if let Some((_, system)) = kind.metrics.system {
@@ -712,14 +712,14 @@ fn span_of(c: &SpanCall, query_text: bool, ids: &mut IdSource) -> Span {
                     &crate::protocols::redact::redact_sql(&c.resource),
                 ));
             }
-            name = normalized.clone();
+            normalized.clone()
         }
         Protocol::Dns => {
             attrs.push(kv_str("dns.question.type", &c.method));
             attrs.push(kv_str("dns.question.name", &normalized));
-            name = format!("DNS {}", c.method);
+            format!("DNS {}", c.method)
         }
-    }
+    };
     // The server's name where the request said it (HTTP/1 `Host`, HTTP/2 `:authority`).
     let host = detail(c, "host").or_else(|| detail(c, "authority"));
     let server_name = host.map(strip_port).unwrap_or_default();
@@ -735,10 +735,7 @@ fn span_of(c: &SpanCall, query_text: bool, ids: &mut IdSource) -> Span {
     attrs.push(kv_int("network.peer.port", i64::from(c.peer.port())));
     attrs.push(kv_str("network.transport", kind_transport(c.proto)));
     if c.tls {
-        attrs.push(kv(
-            "ebtop.tls",
-            any_value::Value::BoolValue(true),
-        ));
+        attrs.push(kv("ebtop.tls", any_value::Value::BoolValue(true)));
     }
     // An error: the server's fault always; the client's too, seen from the client (the
     // conventions' rule for HTTP). Unknown outcomes stay unset, never taken for either.
@@ -889,8 +886,14 @@ fn metrics_request(m: &MetricsBatch, session: &Session) -> ExportMetricsServiceR
             labels.push(("outcome", outcome.to_owned()));
             calls.push(point(attrs(labels), int(n)));
         }
-        req_bytes.push(point(attrs(prometheus::generic_labels(e)), int(e.req_bytes)));
-        resp_bytes.push(point(attrs(prometheus::generic_labels(e)), int(e.resp_bytes)));
+        req_bytes.push(point(
+            attrs(prometheus::generic_labels(e)),
+            int(e.req_bytes),
+        ));
+        resp_bytes.push(point(
+            attrs(prometheus::generic_labels(e)),
+            int(e.resp_bytes),
+        ));
     }
     metrics.push(sum("ebtop.calls", "{call}", calls));
     metrics.push(sum("ebtop.request.bytes", "By", req_bytes));
@@ -920,7 +923,10 @@ fn metrics_request(m: &MetricsBatch, session: &Session) -> ExportMetricsServiceR
     if let Some(rss) = model.rss_bytes {
         metrics.push(gauge("ebtop.resident_memory", "By", int(rss)));
     }
-    for (name, v) in [("ebtop.cpu", model.cpu_ratio), ("ebtop.bpf_cpu", model.bpf_cpu_ratio)] {
+    for (name, v) in [
+        ("ebtop.cpu", model.cpu_ratio),
+        ("ebtop.bpf_cpu", model.bpf_cpu_ratio),
+    ] {
         if let Some(v) = v {
             metrics.push(gauge(name, "1", pm::number_data_point::Value::AsDouble(v)));
         }

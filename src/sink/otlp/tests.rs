@@ -9,10 +9,13 @@ use crate::filters::Filters;
 
 const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
-/// What a tiny OTLP/HTTP receiver got: (path, body) per request, answered 200 (or `status`).
+/// (path, body) of each request received.
+type Requests = Mutex<Vec<(String, Vec<u8>)>>;
+
+/// What a tiny OTLP/HTTP receiver got, each request answered 200.
 struct Receiver {
     url: String,
-    got: Arc<Mutex<Vec<(String, Vec<u8>)>>>,
+    got: Arc<Requests>,
 }
 
 impl Receiver {
@@ -59,7 +62,7 @@ impl Receiver {
 }
 
 /// Keep-alive HTTP/1.1: each request's body (Content-Length), answered 200 with an empty body.
-fn serve(stream: std::net::TcpStream, got: &Mutex<Vec<(String, Vec<u8>)>>) {
+fn serve(stream: std::net::TcpStream, got: &Requests) {
     let mut out = stream.try_clone().unwrap();
     let mut r = BufReader::new(stream);
     loop {
@@ -140,8 +143,14 @@ fn int_attr(s: &Span, key: &str) -> Option<i64> {
 fn server_call_with_traceparent(pid: u32) -> Call {
     let mut c = call("nginx", pid, "GET", "/users/42?token=x", 5_000);
     c.l7.request_dir = Direction::Ingress;
-    c.l7.details = vec![("host", "api.local:8080".to_owned()), ("traceparent", TP.to_owned())];
-    let (local, peer) = ("10.0.0.1:8080".parse().unwrap(), "10.0.0.2:50000".parse().unwrap());
+    c.l7.details = vec![
+        ("host", "api.local:8080".to_owned()),
+        ("traceparent", TP.to_owned()),
+    ];
+    let (local, peer) = (
+        "10.0.0.1:8080".parse().unwrap(),
+        "10.0.0.2:50000".parse().unwrap(),
+    );
     let mut c = Call::new(c.l7, pid, pid, "nginx".into(), 1, local, peer);
     c.start_ns = 2_000;
     c.latency_ns = 5_000;
@@ -159,13 +168,23 @@ fn calls_become_spans_with_the_conventions_attributes_and_the_applications_trace
     client.l7.outcome = Outcome::ServerError;
     e.call(&client);
     // A PostgreSQL query with a password (query text asked for: redacted).
-    let mut pg = call("psql", 12, "ALTER", "ALTER ROLE r PASSWORD 'hunter2'", 1_000);
+    let mut pg = call(
+        "psql",
+        12,
+        "ALTER",
+        "ALTER ROLE r PASSWORD 'hunter2'",
+        1_000,
+    );
     pg.l7.proto = Protocol::Postgres;
     pg.l7.status = None;
     e.call(&pg);
     let stats = e.finish();
     assert_eq!(
-        (stats.spans_exported, stats.spans_dropped, stats.request_errors),
+        (
+            stats.spans_exported,
+            stats.spans_dropped,
+            stats.request_errors
+        ),
         (3, 0, 0)
     );
     let spans = rx.spans();
@@ -184,12 +203,8 @@ fn calls_become_spans_with_the_conventions_attributes_and_the_applications_trace
     };
 
     let (res, s) = by_name(10);
-    assert!(res
-        .attributes
-        .iter()
-        .any(|kv| kv.key == "host.name"
-            && kv.value.as_ref().unwrap().value
-                == Some(any_value::Value::StringValue("h1".into()))));
+    assert!(res.attributes.iter().any(|kv| kv.key == "host.name"
+        && kv.value.as_ref().unwrap().value == Some(any_value::Value::StringValue("h1".into()))));
     let tp = TraceParent::parse(TP.as_bytes()).unwrap();
     assert_eq!(s.trace_id, tp.trace_id);
     assert_eq!(s.parent_span_id, tp.parent_id);
@@ -223,7 +238,10 @@ fn calls_become_spans_with_the_conventions_attributes_and_the_applications_trace
     assert_eq!(str_attr(s, "db.system.name"), Some("postgresql"));
     assert_eq!(str_attr(s, "db.operation.name"), Some("ALTER"));
     let text = str_attr(s, "db.query.text").unwrap();
-    assert!(!text.contains("hunter2") && text.contains("[redacted]"), "{text}");
+    assert!(
+        !text.contains("hunter2") && text.contains("[redacted]"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -305,12 +323,8 @@ fn metrics_are_the_prometheus_series_cumulative() {
     assert_eq!(p.bucket_counts.iter().sum::<u64>(), 3);
     assert_eq!(p.bucket_counts.len(), p.explicit_bounds.len() + 1);
     assert_eq!(p.time_unix_nano, 1_000_000_005_000_000_000);
-    assert!(p
-        .attributes
-        .iter()
-        .any(|kv| kv.key == "http.route"
-            && kv.value.as_ref().unwrap().value
-                == Some(any_value::Value::StringValue("/a".into()))));
+    assert!(p.attributes.iter().any(|kv| kv.key == "http.route"
+        && kv.value.as_ref().unwrap().value == Some(any_value::Value::StringValue("/a".into()))));
     let calls = metrics.iter().find(|m| m.name == "ebtop.calls").unwrap();
     let Some(pm::metric::Data::Sum(sum)) = &calls.data else {
         panic!()
