@@ -148,6 +148,9 @@ fn run(args: Args) -> Result<()> {
         .transpose()?;
     if let Some(url) = &args.otlp {
         ebtop::sink::otlp::endpoint_base(url)?;
+        if !tui {
+            ebtop::diag!("ebtop: OTLP export to {url}");
+        }
     }
     if let (Some(p), false) = (&prometheus, tui) {
         ebtop::diag!(
