@@ -134,6 +134,9 @@ impl<S: Sink> Sink for Exporting<S> {
         self.sink.flow_part(part)
     }
     fn flush(&mut self) -> io::Result<()> {
+        if let Some(o) = self.otlp.as_mut() {
+            o.flush();
+        }
         self.sink.flush()
     }
     fn summary(&mut self, summary: &Summary) -> io::Result<()> {

@@ -53,6 +53,9 @@ use crate::session_meta::SessionMeta;
 /// Spans waiting for the export thread; more are dropped (live) or wait (replay). ~300 bytes
 /// each: a few MB at most.
 pub const QUEUE_SPANS: usize = 16 * 1024;
+/// Spans go to the export thread in chunks of this many (or fewer at the end of each batch of
+/// events): one queue operation, and at most one wake-up, per chunk rather than per call.
+const CHUNK_SPANS: usize = 64;
 /// Spans per request.
 pub const BATCH_SPANS: usize = 512;
 /// A span waits at most this long for its batch to fill.
@@ -116,7 +119,8 @@ struct Counters {
 pub use crate::summary::OtlpStats;
 
 enum Item {
-    Span(Box<SpanCall>),
+    /// At most [`CHUNK_SPANS`].
+    Spans(Vec<SpanCall>),
     Metrics(Box<MetricsBatch>),
     /// Send what is batched, then answer.
     Flush(mpsc::Sender<()>),
@@ -168,6 +172,8 @@ pub struct OtlpExporter {
     /// The latest interval's metrics, and when (session time) metrics were last sent.
     latest: Option<(Model, u64)>,
     last_metrics_ns: Option<u64>,
+    /// Spans not yet handed to the export thread (a chunk being filled).
+    chunk: Vec<SpanCall>,
     finished: Option<OtlpStats>,
 }
 
@@ -175,7 +181,7 @@ impl OtlpExporter {
     /// Checks the URL and starts the export thread (nothing is sent until the first call).
     pub fn start(opts: OtlpOptions) -> Result<OtlpExporter> {
         let base = endpoint_base(&opts.url)?;
-        let (tx, rx) = mpsc::sync_channel(QUEUE_SPANS);
+        let (tx, rx) = mpsc::sync_channel(QUEUE_SPANS / CHUNK_SPANS);
         let counters = Arc::new(Counters::default());
         let session = Arc::new(std::sync::Mutex::new(Session::default()));
         let sender = Sender {
@@ -202,6 +208,7 @@ impl OtlpExporter {
             start_unix_ns: 0,
             latest: None,
             last_metrics_ns: None,
+            chunk: Vec::with_capacity(CHUNK_SPANS),
             finished: None,
         })
     }
@@ -242,8 +249,22 @@ impl OtlpExporter {
             tls: call.tls,
         };
         self.counters.offered.fetch_add(1, Ordering::Relaxed);
-        if !self.enqueue(Item::Span(Box::new(span))) {
-            self.counters.queue_full.fetch_add(1, Ordering::Relaxed);
+        self.chunk.push(span);
+        if self.chunk.len() >= CHUNK_SPANS {
+            self.flush();
+        }
+    }
+
+    /// Hands the spans gathered so far to the export thread (at the end of each batch of
+    /// events, so none waits long): dropped and counted when the queue is full (live).
+    pub fn flush(&mut self) {
+        if self.chunk.is_empty() {
+            return;
+        }
+        let chunk = std::mem::replace(&mut self.chunk, Vec::with_capacity(CHUNK_SPANS));
+        let n = chunk.len() as u64;
+        if !self.enqueue(Item::Spans(chunk)) {
+            self.counters.queue_full.fetch_add(n, Ordering::Relaxed);
         }
     }
 
@@ -261,6 +282,7 @@ impl OtlpExporter {
 
     /// The interval that just ended: its metrics are kept, and sent when due.
     pub fn interval(&mut self, report: &IntervalReport) {
+        self.flush();
         self.latest = Some((Model::of(report), report.mono_ns));
         let due = self.last_metrics_ns.is_none_or(|last| {
             report.mono_ns.saturating_sub(last) >= METRICS_EVERY.as_nanos() as u64
@@ -308,6 +330,7 @@ impl OtlpExporter {
         if let Some(done) = self.finished {
             return done;
         }
+        self.flush();
         self.send_metrics();
         if let Some(q) = self.queue.take() {
             let (done_tx, done_rx) = mpsc::channel();
@@ -402,8 +425,8 @@ impl Sender {
                 BATCH_DELAY.saturating_sub(t.elapsed())
             });
             match rx.recv_timeout(wait) {
-                Ok(Item::Span(s)) => {
-                    batch.push(*s);
+                Ok(Item::Spans(spans)) => {
+                    batch.extend(spans);
                     first_at.get_or_insert_with(Instant::now);
                     if batch.len() >= BATCH_SPANS {
                         self.send_spans(&mut batch);
