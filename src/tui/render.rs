@@ -1674,6 +1674,36 @@ mod tests {
         assert_eq!(text.matches("flows cap hit").count(), 1, "{text}");
     }
 
+    /// Spans `--otlp` could not export are shown beside the other losses; nothing without
+    /// drops.
+    #[test]
+    fn otlp_drops_are_shown_in_the_header() {
+        use crate::sink::Sink;
+        for (dropped, shown) in [(0, false), (42, true)] {
+            let (tx, rx) = std::sync::mpsc::sync_channel(crate::tui::CHANNEL_CAP);
+            let mut sink = crate::tui::TuiSink::new(tx);
+            let mut app = App::new("test", std::time::Duration::from_secs(1), true);
+            let summary = crate::summary::Summary {
+                otlp: Some(crate::summary::OtlpStats {
+                    spans_exported: 7,
+                    spans_dropped: dropped,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            sink.summary(&summary).unwrap();
+            for m in rx.try_iter() {
+                app.apply(m);
+            }
+            let text: String = header_top(&app, HeaderDetail::STEPS[0])
+                .iter()
+                .map(|s| s.content.to_string())
+                .collect();
+            assert_eq!(text.contains("otlp-dropped 42"), shown, "{text}");
+            assert!(!text.contains("otlp-dropped 0"), "{text}");
+        }
+    }
+
     #[test]
     fn addresses_take_the_width_they_need_and_the_last_column_the_rest() {
         // Loopback IPv4: narrow addresses (and a short process, its column as wide as its
