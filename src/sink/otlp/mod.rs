@@ -912,6 +912,11 @@ fn metrics_request(m: &MetricsBatch, session: &Session) -> ExportMetricsServiceR
         ("ebtop.events.lost", "{event}", model.events_lost),
         ("ebtop.calls.seen", "{call}", model.calls),
         ("ebtop.endpoints.folded_calls", "{call}", model.folded_calls),
+        (
+            "ebtop.endpoints.segment_folded_calls",
+            "{call}",
+            model.segment_folded_calls,
+        ),
     ] {
         metrics.push(sum(name, unit, vec![point(Vec::new(), int(v))]));
     }
