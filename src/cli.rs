@@ -124,6 +124,19 @@ pub struct Args {
     #[arg(long, value_name = "ADDR")]
     pub prometheus: Option<String>,
 
+    /// Export calls as OpenTelemetry spans (kind SERVER/CLIENT, semantic-convention
+    /// attributes, the application's trace from a `traceparent` header) and the aggregates as
+    /// cumulative metrics to an OTLP/HTTP collector at URL (http://HOST:4318), protobuf, from
+    /// a queue of its own: when the collector is down or slow, spans are dropped and counted,
+    /// capture never waits. Live and in replay (recorded times).
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
+
+    /// With --otlp: SQL statements as `db.query.text` (literals kept, passwords redacted).
+    /// Off by default: statements carry the application's data.
+    #[arg(long, requires = "otlp")]
+    pub otlp_query_text: bool,
+
     /// Record what the probes deliver to FILE (zstd frames, mode 0600), alone or with --json.
     /// With -r, writes the records that pass the filters: a filtered copy.
     #[arg(short = 'w', long = "write", value_name = "FILE")]

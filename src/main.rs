@@ -34,6 +34,7 @@ use ebtop::driver::live::{self, LiveConfig, StopReason};
 use ebtop::driver::replay::{self, Rewind};
 use ebtop::sink::exporting::Exporting;
 use ebtop::sink::null::NullSink;
+use ebtop::sink::otlp::{Mode as OtlpMode, OtlpExporter, OtlpOptions};
 use ebtop::sink::prometheus::PrometheusExporter;
 use ebtop::sink::status::RecordingStatus;
 use ebtop::sink::Sink;
@@ -107,7 +108,8 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 
 fn run(args: Args) -> Result<()> {
     // Serving metrics with no terminal and no --json (a service): headless.
-    let headless_exporter = args.prometheus.is_some() && !io::stdout().is_terminal();
+    let headless_exporter =
+        (args.prometheus.is_some() || args.otlp.is_some()) && !io::stdout().is_terminal();
     let tui = shows_tui(&args) && !headless_exporter;
     if tui && !io::stdout().is_terminal() {
         bail!("stdout is not a terminal: use --json for machine-readable output");
@@ -144,6 +146,12 @@ fn run(args: Args) -> Result<()> {
         .as_deref()
         .map(PrometheusExporter::serve)
         .transpose()?;
+    if let Some(url) = &args.otlp {
+        ebtop::sink::otlp::endpoint_base(url)?;
+        if !tui {
+            ebtop::diag!("ebtop: OTLP export to {url}");
+        }
+    }
     if let (Some(p), false) = (&prometheus, tui) {
         ebtop::diag!(
             "ebtop: Prometheus metrics on http://{}/metrics",
@@ -326,6 +334,7 @@ fn wants_capture(args: &Args) -> bool {
     !args.json
         || args.write.is_some()
         || args.prometheus.is_some()
+        || args.otlp.is_some()
         || ["proc", "call", "exit", "endpoint", "process"]
             .iter()
             .any(|t| sel.wants(t))
@@ -384,7 +393,23 @@ fn session<S: Sink>(
     rewind: Option<&ebtop::tui::ReplayControl>,
     prometheus: Option<PrometheusExporter>,
 ) -> Result<()> {
-    let sink = Exporting::new(sink, prometheus);
+    let otlp = args
+        .otlp
+        .as_ref()
+        .map(|url| {
+            OtlpExporter::start(OtlpOptions {
+                url: url.clone(),
+                query_text: args.otlp_query_text,
+                mode: if args.read.is_some() {
+                    OtlpMode::Replay
+                } else {
+                    OtlpMode::Live
+                },
+                final_wait: ebtop::sink::otlp::FINAL_WAIT,
+            })
+        })
+        .transpose()?;
+    let sink = Exporting::new(sink, prometheus).with_otlp(otlp);
     match &args.read {
         Some(path) => replay_session(args, path, stop, sink, rewind),
         None => live_session(args, stop, sink),

@@ -40,4 +40,24 @@ pub struct Summary {
     /// With -r: what reading the recording met.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replay: Option<crate::record::read_stats::ReadStats>,
+    /// With --otlp: spans exported and dropped (docs/fleet.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp: Option<OtlpStats>,
+}
+
+/// What the summary and the interval totals say of `--otlp`'s export (src/sink/otlp/; `otlp`
+/// in JSON).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct OtlpStats {
+    /// Spans (calls) the collector accepted.
+    pub spans_exported: u64,
+    /// Spans not exported: the queue was full (the collector down or slower than the calls),
+    /// given up after the last try, refused by the collector, and at the end those still
+    /// queued. Each is a call counted everywhere else but missing from the traces.
+    pub spans_dropped: u64,
+    /// Requests that failed (each try; a retried request that then passed counts too).
+    pub request_errors: u64,
+    /// Metric exports the collector accepted, and those given up.
+    pub metric_exports: u64,
+    pub metric_exports_failed: u64,
 }

@@ -35,6 +35,7 @@ pub mod redis;
 mod registry_tests;
 #[cfg(test)]
 pub(crate) mod test_driver;
+pub mod trace_context;
 
 use crate::event::Direction;
 

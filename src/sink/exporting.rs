@@ -1,5 +1,7 @@
-//! A sink with exporters beside it (`--prometheus`): everything goes to the sink as it
-//! would without them; the exporters get each interval's aggregates, never raw calls.
+//! A sink with exporters beside it (`--prometheus`, `--otlp`): everything goes to the sink as
+//! it would without them; the Prometheus exporter gets each interval's aggregates, never raw
+//! calls; the OTLP exporter gets the aggregates and each call (as a span, queued without ever
+//! waiting when live), and adds its counts to the totals and the summary (`otlp`).
 
 use std::io;
 
@@ -11,22 +13,43 @@ use crate::report::IntervalReport;
 use crate::session_meta::SessionMeta;
 use crate::summary::Summary;
 
+use super::otlp::OtlpExporter;
 use super::prometheus::PrometheusExporter;
 
 pub struct Exporting<S> {
     sink: S,
     prometheus: Option<PrometheusExporter>,
+    otlp: Option<OtlpExporter>,
 }
 
 impl<S: Sink> Exporting<S> {
     /// `prometheus`: None passes everything straight through.
     pub fn new(sink: S, prometheus: Option<PrometheusExporter>) -> Self {
-        Exporting { sink, prometheus }
+        Exporting {
+            sink,
+            prometheus,
+            otlp: None,
+        }
+    }
+
+    /// Calls as spans and the aggregates as metrics to an OTLP collector too.
+    pub fn with_otlp(mut self, otlp: Option<OtlpExporter>) -> Self {
+        self.otlp = otlp;
+        self
     }
 
     fn export(&mut self, report: &IntervalReport) {
         if let Some(p) = self.prometheus.as_mut() {
             p.update(report);
+        }
+        if let Some(o) = self.otlp.as_mut() {
+            o.interval(report);
+        }
+    }
+
+    fn span(&mut self, call: &Call) {
+        if let Some(o) = self.otlp.as_mut() {
+            o.call(call);
         }
     }
 }
@@ -35,6 +58,9 @@ impl<S: Sink> Exporting<S> {
 /// asked for: `every_sink_method_is_forwarded` checks that none is missing).
 impl<S: Sink> Sink for Exporting<S> {
     fn meta(&mut self, meta: &SessionMeta) -> io::Result<()> {
+        if let Some(o) = self.otlp.as_mut() {
+            o.meta(meta);
+        }
         self.sink.meta(meta)
     }
     fn tls_started(&mut self, mono_ns: u64, start: &TlsStart) -> io::Result<()> {
@@ -43,21 +69,27 @@ impl<S: Sink> Sink for Exporting<S> {
     fn process(&mut self, info: &ProcInfo) -> io::Result<()> {
         self.sink.process(info)
     }
+    // Each call method hands the call to the OTLP exporter once (the sink's own defaults
+    // chain them, but this forwards each one straight to the sink's).
     fn call(&mut self, call: &Call) -> io::Result<()> {
+        self.span(call);
         self.sink.call(call)
     }
     fn call_owned(&mut self, call: Call) -> io::Result<()> {
+        self.span(&call);
         self.sink.call_owned(call)
     }
     fn call_in(&mut self, call: &Call, row: RowRef) -> io::Result<()> {
+        self.span(call);
         self.sink.call_in(call, row)
     }
     fn call_owned_in(&mut self, call: Call, row: RowRef) -> io::Result<()> {
+        self.span(&call);
         self.sink.call_owned_in(call, row)
     }
     fn wants_windows(&self) -> bool {
         // The exporters read the since-start rows and their latency bins.
-        self.prometheus.is_some() || self.sink.wants_windows()
+        self.prometheus.is_some() || self.otlp.is_some() || self.sink.wants_windows()
     }
     fn live_call_filter(
         &self,
@@ -71,6 +103,7 @@ impl<S: Sink> Sink for Exporting<S> {
         self.sink.call_formatter()
     }
     fn call_formatted(&mut self, call: &Call, line: &[u8]) -> io::Result<()> {
+        self.span(call);
         self.sink.call_formatted(call, line)
     }
     fn process_exit(&mut self, exit: &crate::process_events::ProcessExit) -> io::Result<()> {
@@ -81,20 +114,42 @@ impl<S: Sink> Sink for Exporting<S> {
     }
     fn interval(&mut self, report: &IntervalReport) -> io::Result<()> {
         self.export(report);
-        self.sink.interval(report)
+        match self.otlp.as_ref() {
+            Some(o) => {
+                let mut report = report.clone();
+                report.totals.otlp = Some(o.stats());
+                self.sink.interval_owned(report)
+            }
+            None => self.sink.interval(report),
+        }
     }
-    fn interval_owned(&mut self, report: IntervalReport) -> io::Result<()> {
+    fn interval_owned(&mut self, mut report: IntervalReport) -> io::Result<()> {
         self.export(&report);
+        if let Some(o) = self.otlp.as_ref() {
+            report.totals.otlp = Some(o.stats());
+        }
         self.sink.interval_owned(report)
     }
     fn flow_part(&mut self, part: crate::flows::FlowReport) -> io::Result<()> {
         self.sink.flow_part(part)
     }
     fn flush(&mut self) -> io::Result<()> {
+        if let Some(o) = self.otlp.as_mut() {
+            o.flush();
+        }
         self.sink.flush()
     }
     fn summary(&mut self, summary: &Summary) -> io::Result<()> {
-        self.sink.summary(summary)
+        match self.otlp.as_mut() {
+            Some(o) => {
+                // The last metrics and the queued spans go out first: the summary's counts
+                // are final.
+                let mut summary = summary.clone();
+                summary.otlp = Some(o.finish());
+                self.sink.summary(&summary)
+            }
+            None => self.sink.summary(summary),
+        }
     }
     fn warning(&mut self, mono_ns: u64, warning: &Warning) -> io::Result<()> {
         self.sink.warning(mono_ns, warning)

@@ -4,6 +4,7 @@ pub mod call_line;
 pub mod exporting;
 pub mod json;
 pub mod null;
+pub mod otlp;
 pub mod prometheus;
 pub mod status;
 

@@ -280,6 +280,16 @@ impl Data {
         (lost || self.total_lost() > 0).then_some(t.parse.damaged_messages)
     }
 
+    /// With --otlp: spans (calls) not exported so far; None without --otlp.
+    pub fn otlp_dropped(&self) -> Option<u64> {
+        let t: &crate::summary::Summary = match (&self.ended, &self.report) {
+            (Some(s), _) => s,
+            (None, Some(r)) => &r.totals,
+            (None, None) => return None,
+        };
+        t.otlp.map(|o| o.spans_dropped)
+    }
+
     /// Calls per second over the last interval.
     pub fn calls_per_s(&self) -> Option<f64> {
         let r = self.report.as_ref()?;

@@ -281,6 +281,10 @@ fn header_top(app: &App, k: HeaderDetail) -> Vec<Span<'static>> {
     if d.ui_dropped > 0 {
         top.push(Span::raw(format!("  ui-dropped {}", d.ui_dropped)));
     }
+    // Spans the OTLP export could not send: calls missing from the collector's traces.
+    if let Some(n) = d.otlp_dropped().filter(|&n| n > 0) {
+        top.push(Span::raw(format!("  otlp-dropped {n}")));
+    }
     top
 }
 
@@ -1667,6 +1671,36 @@ mod tests {
         assert!(text.contains("! flows cap hit"), "{text}");
         assert!(text.contains("! RECORDING FAILED"), "{text}");
         assert_eq!(text.matches("flows cap hit").count(), 1, "{text}");
+    }
+
+    /// Spans `--otlp` could not export are shown beside the other losses; nothing without
+    /// drops.
+    #[test]
+    fn otlp_drops_are_shown_in_the_header() {
+        use crate::sink::Sink;
+        for (dropped, shown) in [(0, false), (42, true)] {
+            let (tx, rx) = std::sync::mpsc::sync_channel(crate::tui::CHANNEL_CAP);
+            let mut sink = crate::tui::TuiSink::new(tx);
+            let mut app = App::new("test", std::time::Duration::from_secs(1), true);
+            let summary = crate::summary::Summary {
+                otlp: Some(crate::summary::OtlpStats {
+                    spans_exported: 7,
+                    spans_dropped: dropped,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            sink.summary(&summary).unwrap();
+            for m in rx.try_iter() {
+                app.apply(m);
+            }
+            let text: String = header_top(&app, HeaderDetail::STEPS[0])
+                .iter()
+                .map(|s| s.content.to_string())
+                .collect();
+            assert_eq!(text.contains("otlp-dropped 42"), shown, "{text}");
+            assert!(!text.contains("otlp-dropped 0"), "{text}");
+        }
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! its secrets redacted.
 
 use super::super::redact;
+use super::super::trace_context::TraceParent;
 use super::super::{CapturedHead, HeadSecrets, ParseDepth};
 use crate::text::lossy_prefix;
 
@@ -34,6 +35,8 @@ pub(super) enum HeadKind {
         resource: String,
         version: &'static str,
         host: Option<String>,
+        /// A valid W3C `traceparent` header (`Full` depth), in its version-00 form.
+        traceparent: Option<String>,
     },
     Response {
         status: u16,
@@ -70,6 +73,8 @@ struct HeaderFacts<'h> {
     chunked: bool,
     /// The first `Host` header's value.
     host: Option<&'h [u8]>,
+    /// The first `traceparent` header's value (W3C Trace Context).
+    traceparent: Option<&'h [u8]>,
     /// An `Upgrade` header lists h2c (HTTP/2 over clear text, RFC 7540 §3.2).
     h2c: bool,
 }
@@ -97,12 +102,16 @@ fn header_facts<'h>(headers: &[httparse::Header<'h>]) -> Option<HeaderFacts<'h>>
         content_length: None,
         chunked: false,
         host: None,
+        traceparent: None,
         h2c: false,
     };
     for h in headers {
         match h.name.len() {
             4 if facts.host.is_none() && h.name.eq_ignore_ascii_case("host") => {
                 facts.host = Some(h.value);
+            }
+            11 if facts.traceparent.is_none() && h.name.eq_ignore_ascii_case("traceparent") => {
+                facts.traceparent = Some(h.value);
             }
             7 if h.name.eq_ignore_ascii_case("upgrade") => {
                 facts.h2c |= h
@@ -193,11 +202,14 @@ pub(super) fn parse_head(kind: Kind, buf: &[u8], depth: ParseDepth, keep: usize)
                     let Some(facts) = header_facts(req.headers) else {
                         return HeadParse::Invalid;
                     };
-                    let host = if depth == ParseDepth::Full {
-                        facts.host.map(|h| lossy_prefix(h, 256))
-                    } else {
-                        None
-                    };
+                    let full = depth == ParseDepth::Full;
+                    let host = facts.host.filter(|_| full).map(|h| lossy_prefix(h, 256));
+                    // Kept only when valid: 55 bytes, never the sender's arbitrary text.
+                    let traceparent = facts
+                        .traceparent
+                        .filter(|_| full)
+                        .and_then(TraceParent::parse)
+                        .map(|t| t.to_header());
                     HeadParse::Complete(Head {
                         len,
                         captured: capture_head(buf, len, keep),
@@ -209,6 +221,7 @@ pub(super) fn parse_head(kind: Kind, buf: &[u8], depth: ParseDepth, keep: usize)
                             resource: request_resource(req.path.unwrap_or("")),
                             version: version_str(req.version),
                             host,
+                            traceparent,
                         },
                     })
                 }

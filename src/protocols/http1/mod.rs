@@ -106,6 +106,8 @@ struct Request {
     resource: String,
     version: &'static str,
     host: Option<String>,
+    /// Its valid `traceparent` header (`head::HeadKind::Request`).
+    traceparent: Option<String>,
     head: CapturedHead,
     span: MessageSpan,
     truncated: bool,
@@ -325,6 +327,7 @@ impl Http1Parser {
                 resource,
                 version,
                 host,
+                traceparent,
             } => {
                 self.request_dir = Some(d);
                 let id = self.next_id;
@@ -346,6 +349,7 @@ impl Http1Parser {
                     resource,
                     version,
                     host,
+                    traceparent,
                     head: captured,
                     span,
                     truncated,
@@ -556,6 +560,9 @@ impl Http1Parser {
         let mut details = Vec::new();
         if let Some(h) = req.host {
             details.push(("host", h));
+        }
+        if let Some(t) = req.traceparent {
+            details.push(("traceparent", t));
         }
         if resp.version != req.version && self.depth == ParseDepth::Full {
             // `version` is what both spoke (the lower); each message's own, when they differ.

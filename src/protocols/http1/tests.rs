@@ -690,3 +690,38 @@ fn chunked_body_ends_exactly_in_the_last_writes_tail() {
         .seg(OUT, REQ_A);
     assert!(d.calls[0].end_inferred);
 }
+
+/// A valid `traceparent` is kept (as the call's `traceparent` detail, for `--otlp` to join the
+/// application's trace); an invalid one is not kept at all, and neither is it at shallow depth.
+#[test]
+fn a_valid_traceparent_header_is_kept_as_a_detail() {
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let traceparent = |header: &str| {
+        let mut d = Driver::new();
+        let req = format!("GET /t HTTP/1.1\r\nHost: x\r\n{header}\r\n\r\n");
+        d.seg(OUT, req.as_bytes()).seg(IN, RESP_OK);
+        assert_eq!(d.calls.len(), 1);
+        d.calls[0]
+            .details
+            .iter()
+            .find(|(k, _)| *k == "traceparent")
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(
+        traceparent(&format!("TraceParent: {TP}")).as_deref(),
+        Some(TP)
+    );
+    // The first of two is the one taken.
+    assert_eq!(
+        traceparent(&format!(
+            "traceparent: {TP}\r\ntraceparent: 00-11111111111111111111111111111111-2222222222222222-00"
+        ))
+        .as_deref(),
+        Some(TP)
+    );
+    assert_eq!(traceparent("traceparent: 00-zz-00f067aa0ba902b7-01"), None);
+    assert_eq!(
+        traceparent(&format!("traceparent: {TP}{}", "x".repeat(4000))),
+        None
+    );
+}

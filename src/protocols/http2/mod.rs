@@ -324,6 +324,8 @@ struct Stream {
     method: Option<String>,
     path: Option<String>,
     authority: Option<String>,
+    /// A valid W3C `traceparent` of the request, in its version-00 form.
+    traceparent: Option<String>,
     grpc: bool,
     /// A `content-type` was decoded in the request or the response (so `grpc` is known).
     content_type_seen: bool,
@@ -347,6 +349,8 @@ struct Headers {
     content_type: Option<String>,
     grpc_status: Option<u32>,
     grpc_message: Option<String>,
+    /// The first valid `traceparent` (W3C Trace Context), as `--otlp` joins traces by it.
+    traceparent: Option<String>,
     /// Fields whose name was not known (so any of the above may be among them).
     unknown: usize,
     /// The block could not be decoded at all (too large, cut, or bad).
@@ -383,6 +387,10 @@ impl Headers {
                     h.grpc_status = std::str::from_utf8(value).ok().and_then(|s| s.parse().ok())
                 }
                 b"grpc-message" => h.grpc_message = Some(lossy_prefix(value, MAX_MESSAGE)),
+                b"traceparent" if h.traceparent.is_none() => {
+                    h.traceparent =
+                        super::trace_context::TraceParent::parse(value).map(|t| t.to_header())
+                }
                 _ => {}
             }
         }
@@ -906,6 +914,7 @@ impl Http2Parser {
             method: h.method.clone(),
             path: h.path.clone(),
             authority: h.authority.clone(),
+            traceparent: h.traceparent.clone(),
             grpc,
             content_type_seen: h.content_type.is_some(),
             ..Stream::default()
@@ -1083,6 +1092,9 @@ impl Http2Parser {
         if full {
             if let Some(a) = &s.authority {
                 details.push(("authority", a.clone()));
+            }
+            if let Some(t) = &s.traceparent {
+                details.push(("traceparent", t.clone()));
             }
             if let Some(m) = s.grpc_message.as_ref().filter(|m| !m.is_empty()) {
                 details.push(("grpc_message", m.clone()));
@@ -1494,6 +1506,7 @@ mod tests {
         );
         assert_eq!((call.req.bytes, call.resp.bytes), (5, 6));
         assert_eq!(detail(call, "authority"), Some("h.test"));
+        assert_eq!(detail(call, "traceparent"), None);
         assert_eq!(call.proto, Protocol::Http2);
         assert_eq!(call.request_dir, C);
         assert_eq!(r.stats, ParseStats::default());
@@ -1945,5 +1958,30 @@ mod tests {
         }
         assert!(r.p.buffered_bytes() <= 2 * MAX_BLOCK + 2 * hpack::MAX_TABLE + 64 * 1024);
         assert!(r.p.streams.len() <= MAX_STREAMS);
+    }
+
+    /// A request's valid `traceparent` is kept as the call's detail (for `--otlp`).
+    #[test]
+    fn a_valid_traceparent_is_kept_as_a_detail() {
+        const TP: &[u8] = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let mut r = Run::new(ParseDepth::Full);
+        let mut h = get("/a");
+        // A literal field without indexing, new name: `traceparent`.
+        h.extend_from_slice(&[0x00, 11]);
+        h.extend_from_slice(b"traceparent");
+        h.push(TP.len() as u8);
+        h.extend_from_slice(TP);
+        let mut c = PREFACE.to_vec();
+        c.extend(frame(SETTINGS, 0, 0, &[]));
+        c.extend(frame(HEADERS, END_HEADERS | END_STREAM, 1, &h));
+        r.seg(C, &c);
+        let mut s = frame(SETTINGS, 0, 0, &[]);
+        s.extend(frame(HEADERS, END_HEADERS | END_STREAM, 1, &[0x88]));
+        r.seg(S, &s);
+        assert_eq!(r.calls.len(), 1);
+        assert_eq!(
+            detail(&r.calls[0], "traceparent").map(str::as_bytes),
+            Some(TP)
+        );
     }
 }

@@ -34,8 +34,8 @@ use crate::call::Side;
 use crate::report::IntervalReport;
 
 /// Histogram bucket bounds: 2^k ns for these k (1.024 µs … 137 s; the table keeps 1 µs – 100 s).
-const FIRST_BOUND_LOG2: u32 = 10;
-const LAST_BOUND_LOG2: u32 = 37;
+pub(super) const FIRST_BOUND_LOG2: u32 = 10;
+pub(super) const LAST_BOUND_LOG2: u32 = 37;
 
 /// Scrapes served at once; more wait in the listener's backlog.
 const MAX_SCRAPERS: usize = 4;
@@ -86,23 +86,23 @@ impl PrometheusExporter {
 }
 
 /// What one page shows, taken from an interval's report.
-#[derive(Debug, Default)]
-struct Model {
-    rows: Vec<(EndpointSnapshot, Option<LatencyBins>)>,
-    events: u64,
-    events_lost: u64,
-    calls: u64,
-    folded_calls: u64,
-    segment_folded_calls: u64,
-    endpoints: u64,
-    open_connections: u64,
-    rss_bytes: Option<u64>,
-    cpu_ratio: Option<f64>,
-    bpf_cpu_ratio: Option<f64>,
+#[derive(Debug, Default, Clone)]
+pub(super) struct Model {
+    pub(super) rows: Vec<(EndpointSnapshot, Option<LatencyBins>)>,
+    pub(super) events: u64,
+    pub(super) events_lost: u64,
+    pub(super) calls: u64,
+    pub(super) folded_calls: u64,
+    pub(super) segment_folded_calls: u64,
+    pub(super) endpoints: u64,
+    pub(super) open_connections: u64,
+    pub(super) rss_bytes: Option<u64>,
+    pub(super) cpu_ratio: Option<f64>,
+    pub(super) bpf_cpu_ratio: Option<f64>,
 }
 
 impl Model {
-    fn of(report: &IntervalReport) -> Model {
+    pub(super) fn of(report: &IntervalReport) -> Model {
         let rows = report.windows.as_ref().map_or_else(Vec::new, |w| {
             w.since_start
                 .iter()
@@ -275,7 +275,7 @@ impl Collector for Model {
 }
 
 /// The latency histogram's name of an endpoint's calls.
-fn histogram_name(e: &EndpointSnapshot) -> &'static str {
+pub(super) fn histogram_name(e: &EndpointSnapshot) -> &'static str {
     let names = e.proto.kind().metrics;
     match e.side {
         Side::Server => names.server,
@@ -284,7 +284,7 @@ fn histogram_name(e: &EndpointSnapshot) -> &'static str {
 }
 
 /// The labels of an endpoint's latency histogram, in its kind's conventional names.
-fn endpoint_labels(e: &EndpointSnapshot) -> Vec<(&'static str, String)> {
+pub(super) fn endpoint_labels(e: &EndpointSnapshot) -> Vec<(&'static str, String)> {
     let names = e.proto.kind().metrics;
     let mut labels = vec![("process_executable_name", e.comm.clone())];
     if let Some((k, v)) = names.system {
@@ -296,7 +296,7 @@ fn endpoint_labels(e: &EndpointSnapshot) -> Vec<(&'static str, String)> {
 }
 
 /// The labels of an endpoint's generic series (the same for every protocol).
-fn generic_labels(e: &EndpointSnapshot) -> Vec<(&'static str, String)> {
+pub(super) fn generic_labels(e: &EndpointSnapshot) -> Vec<(&'static str, String)> {
     vec![
         ("process_executable_name", e.comm.clone()),
         ("protocol", e.proto.name().to_owned()),
@@ -308,7 +308,7 @@ fn generic_labels(e: &EndpointSnapshot) -> Vec<(&'static str, String)> {
 
 /// Per-bucket (not cumulative) counts at the fixed bounds, `+Inf` last; the calls without bins
 /// (none, unless the table kept no histogram of them) are counted in `+Inf` only.
-fn buckets(bins: Option<&LatencyBins>, calls: u64) -> Vec<(f64, u64)> {
+pub(super) fn buckets(bins: Option<&LatencyBins>, calls: u64) -> Vec<(f64, u64)> {
     let bounds = FIRST_BOUND_LOG2..=LAST_BOUND_LOG2;
     let mut counts = vec![0u64; bounds.clone().count() + 1];
     let mut binned = 0;
