@@ -69,6 +69,7 @@ pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
     ],
     kernel_id: Some(7),
     datagrams: false,
+    copy_whole: false,
     detect: is_connection_start,
     new_parser: |cfg| Box::new(Http2Parser::new(cfg)),
     benches: &[
