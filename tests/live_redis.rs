@@ -396,7 +396,15 @@ fn session_calls(summary: &Value, side: &str, method: &str) -> (usize, usize) {
 /// and only errors as `call` lines (a debug build writing 200,000 lines takes seconds; the
 /// counts come from the summary's endpoints).
 fn ebtop_for_pipelines(port: &str) -> Ebtop {
-    Ebtop::start(&["--json", "--port", port, "--ringbuf-mb", "64", "--filter", "err"])
+    Ebtop::start(&[
+        "--json",
+        "--port",
+        port,
+        "--ringbuf-mb",
+        "64",
+        "--filter",
+        "err",
+    ])
 }
 
 /// Nothing lost, nothing cut, nothing unpaired, and the kernel copied sends whole.
@@ -405,7 +413,12 @@ fn assert_whole(summary: &Value) {
     assert_eq!(kernel["lost"], 0, "{summary}");
     assert_eq!(kernel["not_copied_whole"], 0, "{summary}");
     assert!(kernel["copied_whole"].as_u64().unwrap() > 0, "{summary}");
-    for key in ["damaged_messages", "unmatched_responses", "desyncs", "pending_dropped"] {
+    for key in [
+        "damaged_messages",
+        "unmatched_responses",
+        "desyncs",
+        "pending_dropped",
+    ] {
         assert_eq!(summary["parse"][key], 0, "{key}: {summary}");
     }
 }
@@ -470,8 +483,15 @@ fn pipelines_of_thousands_of_commands_are_exact_at_the_default_snaplen() {
         assert_eq!(session_calls(summary, s, "GET"), (gets, 0), "{s} GET");
         if let Some(errors) = py_errors {
             let (incrbys, failed) = commandstats(&server, "incrby");
-            assert_eq!(failed, errors, "the server's failed INCRBYs are the client's errors");
-            assert_eq!(session_calls(summary, s, "INCRBY"), (incrbys, failed), "{s}");
+            assert_eq!(
+                failed, errors,
+                "the server's failed INCRBYs are the client's errors"
+            );
+            assert_eq!(
+                session_calls(summary, s, "INCRBY"),
+                (incrbys, failed),
+                "{s}"
+            );
             // py:{i} keys hold strings: exactly those INCRBYs fail.
             let bad: Vec<_> = side(&calls, s)
                 .into_iter()
