@@ -576,6 +576,8 @@ static __always_inline __u32 take_tail(__u8 source, __u64 ptr, __u64 cnt, __u64 
  * (1 << enum ebtop_l7_proto), set by user space from the protocols' descriptors (`copy_whole`).
  */
 const volatile __u32 deep_proto_mask = 0;
+/* --copy-whole: the longest send/receive copied whole (at most EBTOP_DEEP_MAX). */
+const volatile __u32 deep_max = EBTOP_DEEP_MAX;
 
 /* A record copied whole: its own per-CPU buffer, the header first (as the scratch record's). */
 struct deep_record {
@@ -652,7 +654,7 @@ __noinline int deep_submit(__u32 source, __u64 ptr, __u64 cnt, __u64 len)
 	__u32 cpu = bpf_get_smp_processor_id();
 	struct scratch *s = bpf_map_lookup_elem(&scratch_buf, &cpu);
 	struct deep_record *d = bpf_map_lookup_elem(&deep_buf, &cpu);
-	if (!s || !d || len > EBTOP_DEEP_MAX || len <= snaplen)
+	if (!s || !d || len > EBTOP_DEEP_MAX || len > deep_max || len <= snaplen)
 		return 0;
 	struct deep_walk w = { .len = len, .cpu = cpu };
 	if (source == SRC_BUF) {
@@ -698,7 +700,7 @@ static __always_inline bool deep_sent(struct scratch *s, __u8 proto, __u64 seq, 
 {
 	if (!stream || len <= snaplen || !((deep_proto_mask >> (proto & 31)) & 1))
 		return false;
-	if (len > EBTOP_DEEP_MAX) {
+	if (len > deep_max) {
 		count(EBTOP_CNT_DEEP_CUT, 1);
 		return false;
 	}
