@@ -71,7 +71,10 @@ fn streams_walked(f: &SegFile) -> Vec<(u64, u64, u64, u64)> {
         }
         assert!(b.is_empty(), "frames end with the stream");
     }
-    let mut v: Vec<_> = per.into_values().map(|e| (e[0], e[1], e[2], e[3])).collect();
+    let mut v: Vec<_> = per
+        .into_values()
+        .map(|e| (e[0], e[1], e[2], e[3]))
+        .collect();
     v.sort_unstable();
     v
 }
@@ -80,7 +83,10 @@ fn streams_walked(f: &SegFile) -> Vec<(u64, u64, u64, u64)> {
 /// the streams walked.
 fn assert_wire_bytes(calls: &[Call], f: &SegFile) -> Vec<(u64, u64, u64, u64)> {
     let walked = streams_walked(f);
-    let mut got: Vec<(u64, u64)> = calls.iter().map(|c| (c.l7.req.bytes, c.l7.resp.bytes)).collect();
+    let mut got: Vec<(u64, u64)> = calls
+        .iter()
+        .map(|c| (c.l7.req.bytes, c.l7.resp.bytes))
+        .collect();
     got.sort_unstable();
     let want: Vec<(u64, u64)> = walked.iter().map(|w| (w.0, w.1)).collect();
     assert_eq!(got, want);
@@ -89,7 +95,10 @@ fn assert_wire_bytes(calls: &[Call], f: &SegFile) -> Vec<(u64, u64, u64, u64)> {
 
 /// The DATA bytes of the walked streams' responses (requests'), sorted.
 fn data_sizes(walked: &[(u64, u64, u64, u64)], request: bool) -> Vec<u64> {
-    let mut v: Vec<u64> = walked.iter().map(|w| if request { w.2 } else { w.3 }).collect();
+    let mut v: Vec<u64> = walked
+        .iter()
+        .map(|w| if request { w.2 } else { w.3 })
+        .collect();
     v.sort_unstable();
     v
 }
@@ -123,7 +132,11 @@ fn curl_get_large_body() {
     let walked = assert_wire_bytes(&calls, &f);
     assert_eq!(data_sizes(&walked, false), [40000]);
     // Three DATA frames of 9 + payload and a HEADERS frame: more than the body.
-    assert!(calls[0].l7.resp.bytes >= 40000 + 4 * 9, "{}", calls[0].l7.resp.bytes);
+    assert!(
+        calls[0].l7.resp.bytes >= 40000 + 4 * 9,
+        "{}",
+        calls[0].l7.resp.bytes
+    );
     let c = &calls[0];
     assert_eq!(c.l7.proto, Protocol::Http2);
     assert_eq!(c.side, Side::Server);
@@ -163,7 +176,10 @@ fn nghttp_post_bodies() {
     calls.sort_by(|a, b| a.l7.resource.cmp(&b.l7.resource));
     assert_eq!(
         summary(&calls),
-        vec![row("POST", "/index.html", 200), row("POST", "/missing", 404)]
+        vec![
+            row("POST", "/index.html", 200),
+            row("POST", "/missing", 404)
+        ]
     );
     let walked = assert_wire_bytes(&calls, &f);
     assert_eq!(data_sizes(&walked, false), [6, 148]);

@@ -1514,7 +1514,10 @@ mod tests {
         // Each side's frames on the wire (SETTINGS belong to no stream), as HTTP/1 counts a
         // message's head and body.
         let req_wire = frame(HEADERS, END_HEADERS, 1, &get("/a")).len() + 9 + 5;
-        assert_eq!((call.req.bytes, call.resp.bytes), (req_wire as u64, 10 + 12 + 12));
+        assert_eq!(
+            (call.req.bytes, call.resp.bytes),
+            (req_wire as u64, 10 + 12 + 12)
+        );
         assert_eq!(detail(call, "authority"), Some("h.test"));
         assert_eq!(call.proto, Protocol::Http2);
         assert_eq!(call.request_dir, C);
@@ -1675,7 +1678,10 @@ mod tests {
         let times = |m: &MessageSpan| (m.first_start_ns, m.last_end_ns);
         assert_eq!((times(&c.req), times(&c.resp)), ((30, 51), (70, 91)));
         let head = frame(HEADERS, END_HEADERS, 1, &get("/t")).len();
-        assert_eq!((c.req.bytes, c.resp.bytes), ((head + 9 + 4) as u64, 10 + 13 + 12));
+        assert_eq!(
+            (c.req.bytes, c.resp.bytes),
+            ((head + 9 + 4) as u64, 10 + 13 + 12)
+        );
         let o = r.calls.iter().find(|c| c.resource == "/other").unwrap();
         assert_eq!((times(&o.req), times(&o.resp)), ((40, 41), (60, 61)));
     }
