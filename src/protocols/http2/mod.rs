@@ -13,7 +13,8 @@
 //! Calls: one per client-initiated stream. Request: `:method`, `:path` (`:authority` for
 //! CONNECT), from the first HEADERS; response: `:status` from the first final HEADERS;
 //! latency from the first request HEADERS to the response's END_STREAM. `req.bytes` and
-//! `resp.bytes` are the DATA bytes each way (padding excluded). A stream reset (RST_STREAM) or
+//! `resp.bytes` are each side's frames of the stream on the wire (HEADERS, CONTINUATION, DATA,
+//! with frame headers and padding), as HTTP/1 counts a head and a body. A stream reset (RST_STREAM) or
 //! refused by a GOAWAY ends as an error call (`status_text` `RST_STREAM CANCEL`, `GOAWAY
 //! NO_ERROR`, …; a reset sent by the client is the client's error). Streams still open when
 //! the connection ends: those with a response started are calls with an inferred end, the
