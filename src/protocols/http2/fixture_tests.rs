@@ -34,8 +34,9 @@ fn row(m: &str, r: &str, s: u32) -> (String, String, Option<u32>) {
 
 /// What each request stream of a fixture captured whole moved, walked frame by frame apart from
 /// the parser: (request wire bytes, response wire bytes, request DATA, response DATA), sorted.
-/// Wire bytes: the stream's HEADERS, CONTINUATION and DATA frames, each with its 9-byte header
-/// and padding — an HTTP/2 message's bytes as HTTP/1 counts a message's head and body.
+/// Wire bytes: the stream's HEADERS, CONTINUATION and non-empty DATA frames, each with its
+/// 9-byte header and padding — an HTTP/2 message's bytes as HTTP/1 counts a message's head and
+/// body.
 fn streams_walked(f: &SegFile) -> Vec<(u64, u64, u64, u64)> {
     use std::collections::BTreeMap;
     let mut per: BTreeMap<u32, [u64; 4]> = BTreeMap::new();
@@ -54,7 +55,8 @@ fn streams_walked(f: &SegFile) -> Vec<(u64, u64, u64, u64)> {
             let id = u32::from_be_bytes([b[5], b[6], b[7], b[8]]) & 0x7fff_ffff;
             let payload = &b[9..9 + len];
             b = &b[9 + len..];
-            if id % 2 == 0 || !matches!(ty, 0 | 1 | 9) {
+            // An empty DATA frame (one that only ends its side) is not counted.
+            if id % 2 == 0 || !matches!(ty, 0 | 1 | 9) || (ty == 0 && len == 0) {
                 continue;
             }
             let side = usize::from(!to_server);

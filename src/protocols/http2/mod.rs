@@ -284,8 +284,8 @@ struct Half {
     /// DATA payload bytes (padding excluded): what gRPC's message count reads.
     data: u64,
     /// The side's bytes on the wire: its HEADERS and CONTINUATION frames (trailers too) and
-    /// DATA frames, each with its 9-byte frame header and padding (`req_bytes`/`resp_bytes`,
-    /// as HTTP/1 counts a message's head and body).
+    /// non-empty DATA frames, each with its 9-byte frame header and padding
+    /// (`req_bytes`/`resp_bytes`, as HTTP/1 counts a message's head and body).
     wire: u64,
     msgs: GrpcMessages,
     ended: bool,
@@ -604,7 +604,12 @@ impl Http2Parser {
         if f.ty == DATA {
             if let Some(half) = self.half(d, f.stream) {
                 half.touch(seg_id, seg);
-                half.wire += wire;
+                // An empty DATA frame only ends its side, often after the answer (a gRPC
+                // client half-closes once the server has replied): the call may be made before
+                // it comes on one side and after on the other. Not counted, so both sides agree.
+                if f.len > 0 {
+                    half.wire += wire;
+                }
             }
         }
         let ds = &mut self.dirs[d];
