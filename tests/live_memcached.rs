@@ -407,7 +407,7 @@ fn multi_gets_and_pipelines_beyond_the_snaplen_are_exact() {
         assert!(mine.iter().all(|c| c["outcome"] == "ok"), "{name}");
         let multi: Vec<_> = mine
             .iter()
-            .filter(|c| c["method"] == "get" && c["keys"] == MULTI.to_string())
+            .filter(|c| c["method"] == "get" && c["keys"].as_str() == Some(&MULTI.to_string()))
             .collect();
         assert_eq!(multi.len(), 1, "{name}");
         let m = multi[0];
