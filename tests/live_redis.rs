@@ -546,3 +546,50 @@ fn mass_insertion_of_100k_commands_is_exact_at_the_default_snaplen() {
         assert_eq!(session_calls(summary, s, "SET"), (MASS, 0), "{s} SET");
     }
 }
+
+/// Beyond `--copy-whole` a send is cut as before (a head and a tail): redis-benchmark -P 1000
+/// writes 45 KB with the bound at 8 KiB. What the kernel did not copy whole is counted
+/// (`kernel.not_copied_whole`), the calls after a cut are dropped and counted (damaged,
+/// unmatched), and every call shown is right: no more than the server counted, each `ok`.
+#[test]
+fn beyond_the_whole_copy_bound_calls_are_counted_never_wrong() {
+    require_root();
+    let server = RedisServer::start();
+    let port = server.port.to_string();
+    let ebtop = Ebtop::start(&["--json", "--port", &port, "--copy-whole", "8192"]);
+    let out = Command::new("redis-benchmark")
+        .args(["-p", &port, "-n", "4000", "-c", "1", "-P", "1000"])
+        .args(["-t", "set", "-q"])
+        .output()
+        .expect("redis-benchmark is installed");
+    assert!(out.status.success());
+    let lines = ebtop.stop();
+    let summary = lines.last().unwrap();
+    assert!(
+        summary["kernel"]["not_copied_whole"].as_u64().unwrap() > 0,
+        "{summary}"
+    );
+    assert!(
+        summary["parse"]["damaged_messages"].as_u64().unwrap() > 0,
+        "{summary}"
+    );
+    let (sets, _) = commandstats(&server, "set");
+    assert_eq!(sets, 4000);
+    let calls = calls(&lines);
+    for s in ["client", "server"] {
+        let mine = side(&calls, s);
+        assert!(
+            count(&mine, "SET") < sets,
+            "{s}: the cut writes hide commands"
+        );
+        for c in mine.iter().filter(|c| c["method"] == "SET") {
+            assert_eq!(c["outcome"], "ok", "{c}");
+            assert_eq!(
+                c["req_bytes"].as_u64().unwrap(),
+                resp(&[b"SET", b"key:__rand_int__", b"xxx"]).len() as u64,
+                "{c}"
+            );
+            assert_eq!(c["resp_bytes"], 5, "{c}");
+        }
+    }
+}
