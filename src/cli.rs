@@ -209,6 +209,14 @@ pub struct Args {
           value_parser = clap::value_parser!(u32).range(0..=16384))]
     pub snaplen: u32,
 
+    /// Sends and receives of Redis and Memcached connections up to this many bytes are copied
+    /// whole, not cut at --snaplen (0–262144; 0: off): a pipeline of thousands of commands in
+    /// one write stays exact. Costs ring bytes (what those connections move) and this much
+    /// kernel memory per CPU.
+    #[arg(long, value_name = "BYTES", default_value_t = 262_144,
+          value_parser = clap::value_parser!(u32).range(0..=262_144))]
+    pub copy_whole: u32,
+
     /// Event ring size in MiB (power of two), shared by the rings of the tracking threads
     /// (one each). Larger absorbs longer bursts. Default: 16, and 8 per tracking thread with
     /// more than one.
@@ -334,6 +342,7 @@ pub const DEFAULT_NICE: i32 = -10;
 /// Options that only a live capture uses (argument ids).
 const LIVE_ONLY: &[&str] = &[
     "snaplen",
+    "copy_whole",
     "ringbuf_mb",
     "capture_all",
     "max_flows",

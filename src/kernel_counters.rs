@@ -43,6 +43,16 @@ pub struct KernelCounters {
     pub tls_membio_bound: u64,
     #[serde(default)]
     pub tls_membio_reused: u64,
+    /// Sends/receives longer than the snaplen on connections of a protocol copied whole
+    /// (Redis, Memcached: `ProtocolDescriptor::copy_whole`) that were copied whole, and the
+    /// bytes that added beyond the snaplen; and those that were not (longer than the bound,
+    /// or no room in the ring for the whole): delivered as a head and a tail.
+    #[serde(default)]
+    pub copied_whole: u64,
+    #[serde(default)]
+    pub copied_whole_bytes: u64,
+    #[serde(default)]
+    pub not_copied_whole: u64,
     /// Files probed for TLS plaintext since the start (those at start and those found later:
     /// programs exec'd, libraries dlopen'd), and files that define the functions but could
     /// not be probed (each also a line on stderr; the `meta` line names those of the start).

@@ -479,6 +479,7 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
     let pipeline = pipeline.with_threads(tracking_threads(args));
     let live_cfg = LiveConfig {
         snaplen: args.snaplen,
+        copy_whole: args.copy_whole,
         ringbuf_bytes: args.ringbuf_mb.map(|mb| mb * 1024 * 1024),
         capture_all: args.capture_all,
         filters,

@@ -278,3 +278,159 @@ fn text_and_binary_clients_are_counted_exactly_on_both_sides() {
         "{summary}"
     );
 }
+
+/// Multi-gets and pipelines far beyond one capture at the default snaplen (issue 43 item 2): the
+/// kernel copies a Memcached connection's sends and receives whole up to 256 KiB. 1500 text
+/// sets in one write, a `get` of 2000 keys (a 21 KB request line, ~70 KB of VALUE blocks
+/// written with sendmsg's iovecs), 3000 pipelined `get`s in one write, and a binary multi-get
+/// of 1000 `getkq` and a `noop` in one write: every call on both sides as the client did it,
+/// hits and misses and the multi-get's bytes exact. Everything copied (~1 MB) fits the ring,
+/// so nothing can be lost whatever the load: asserted.
+#[test]
+fn multi_gets_and_pipelines_beyond_the_snaplen_are_exact() {
+    require_root();
+    let server = MemcachedServer::start();
+    let port = server.port.to_string();
+    let ebtop = Ebtop::start(&["--json", "--port", &port, "--ringbuf-mb", "64"]);
+
+    const STORED: usize = 1500;
+    let value = |i: usize| "v".repeat(1 + i % 40);
+    let mut t = Text::connect(server.port);
+    let mut sets = Vec::new();
+    for i in 0..STORED {
+        let v = value(i);
+        sets.extend(format!("set key:{i} 0 0 {}\r\n{v}\r\n", v.len()).into_bytes());
+    }
+    t.w.write_all(&sets).unwrap();
+    for _ in 0..STORED {
+        assert_eq!(t.line(), "STORED");
+    }
+
+    // One get of 2000 keys: 1500 hits, 500 misses.
+    const MULTI: usize = 2000;
+    let mut get = b"get".to_vec();
+    for i in 0..MULTI {
+        get.extend(format!(" key:{i}").into_bytes());
+    }
+    get.extend_from_slice(b"\r\n");
+    let reply = t.cmd(&get);
+    assert_eq!(reply.len(), STORED + 1);
+    let mut reply_bytes = b"END\r\n".len();
+    for i in 0..STORED {
+        let v = value(i);
+        reply_bytes += format!("VALUE key:{i} 0 {}\r\n", v.len()).len() + v.len() + 2;
+    }
+
+    // 3000 gets in one write, every other one a miss.
+    const PIPELINED: usize = 3000;
+    let mut gets = Vec::new();
+    for i in 0..PIPELINED {
+        let key = if i % 2 == 0 {
+            format!("key:{}", i % STORED)
+        } else {
+            format!("none:{i}")
+        };
+        gets.extend(format!("get {key}\r\n").into_bytes());
+    }
+    t.w.write_all(&gets).unwrap();
+    for i in 0..PIPELINED {
+        let first = t.line();
+        if i % 2 == 0 {
+            let n: usize = first.rsplit(' ').next().unwrap().parse().unwrap();
+            let mut block = vec![0u8; n + 2];
+            t.r.read_exact(&mut block).unwrap();
+            assert_eq!(t.line(), "END");
+        } else {
+            assert_eq!(first, "END");
+        }
+    }
+    drop(t);
+
+    // Binary multi-get: 1000 getkq (700 hits, 300 misses answered by silence) and a noop.
+    const QUIET: usize = 1000;
+    const QUIET_HITS: usize = 700;
+    let mut b = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let mut batch = Vec::new();
+    for i in 0..QUIET {
+        let key = if i < QUIET_HITS {
+            format!("key:{i}")
+        } else {
+            format!("none:{i}")
+        };
+        batch.extend(bin_request(0x0d, key.as_bytes(), &[], &[], i as u32));
+    }
+    batch.extend(bin_request(0x0a, b"", &[], &[], 99_999));
+    b.write_all(&batch).unwrap();
+    for i in 0..QUIET_HITS {
+        assert_eq!(bin_response(&mut b), (0x0d, 0, i as u32));
+    }
+    assert_eq!(bin_response(&mut b), (0x0a, 0, 99_999));
+    drop(b);
+
+    let lines = ebtop.stop();
+    let summary = lines.last().unwrap();
+    let kernel = &summary["kernel"];
+    assert_eq!(kernel["lost"], 0, "{summary}");
+    assert_eq!(kernel["not_copied_whole"], 0, "{summary}");
+    assert!(kernel["copied_whole"].as_u64().unwrap() > 0, "{summary}");
+    for k in [
+        "damaged_messages",
+        "unmatched_responses",
+        "desyncs",
+        "pending_dropped",
+    ] {
+        assert_eq!(summary["parse"][k], 0, "{k}: {summary}");
+    }
+    assert_eq!(
+        summary["parse"]["unreplied_requests"].as_u64().unwrap(),
+        2 * (QUIET - QUIET_HITS) as u64,
+        "the getkq misses, on both sides: {summary}"
+    );
+    let calls = calls(&lines);
+    for name in ["client", "server"] {
+        let mine = side(&calls, name);
+        let want = [
+            ("text", "set", STORED),
+            ("text", "get", 1 + PIPELINED),
+            ("binary", "getkq", QUIET_HITS),
+            ("binary", "noop", 1),
+        ];
+        for (version, method, n) in want {
+            assert_eq!(
+                count(&mine, version, method),
+                n,
+                "{name} {version} {method}"
+            );
+        }
+        let total: usize = want.iter().map(|w| w.2).sum();
+        assert_eq!(mine.len(), total, "{name}: no other call");
+        assert!(mine.iter().all(|c| c["outcome"] == "ok"), "{name}");
+        let multi: Vec<_> = mine
+            .iter()
+            .filter(|c| c["method"] == "get" && c["keys"].as_str() == Some(&MULTI.to_string()))
+            .collect();
+        assert_eq!(multi.len(), 1, "{name}");
+        let m = multi[0];
+        assert_eq!(
+            (&m["hits"], &m["misses"]),
+            (
+                &Value::from(STORED.to_string()),
+                &Value::from((MULTI - STORED).to_string())
+            ),
+            "{name}"
+        );
+        assert_eq!(m["req_bytes"].as_u64().unwrap(), get.len() as u64, "{name}");
+        assert_eq!(
+            m["resp_bytes"].as_u64().unwrap(),
+            reply_bytes as u64,
+            "{name}"
+        );
+        assert_eq!(m["truncated"], false, "{name}: copied whole");
+        let singles = mine
+            .iter()
+            .filter(|c| c["method"] == "get" && c["keys"].is_null())
+            .collect::<Vec<_>>();
+        let hits = singles.iter().filter(|c| c["hits"] == "1").count();
+        assert_eq!((singles.len(), hits), (PIPELINED, PIPELINED / 2), "{name}");
+    }
+}

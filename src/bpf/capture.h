@@ -572,6 +572,146 @@ static __always_inline __u32 take_tail(__u8 source, __u64 ptr, __u64 cnt, __u64 
 }
 
 /*
+ * Connections whose sends/receives are copied whole (up to EBTOP_DEEP_MAX): bit
+ * (1 << enum ebtop_l7_proto), set by user space from the protocols' descriptors (`copy_whole`).
+ */
+const volatile __u32 deep_proto_mask = 0;
+/* --copy-whole: the longest send/receive copied whole (at most EBTOP_DEEP_MAX). */
+const volatile __u32 deep_max = EBTOP_DEEP_MAX;
+
+/* A record copied whole: its own per-CPU buffer, the header first (as the scratch record's). */
+struct deep_record {
+	struct ebtop_event ev;
+	/* Room for a masked offset below EBTOP_DEEP_MAX plus a masked piece. */
+	__u8 data[EBTOP_DEEP_MAX + 2 * EBTOP_MAX_SNAPLEN];
+};
+
+/* One per CPU, indexed by CPU id (user space sizes it to the possible CPUs). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct deep_record);
+} deep_buf SEC(".maps");
+
+struct deep_walk {
+	const struct ebtop_iovec *iovp;
+	__u64 iovcnt;
+	__u64 base;  /* user address of the next byte to copy */
+	__u64 left;  /* bytes left in the buffer at `base` */
+	__u64 entry; /* the next iovec entry */
+	__u32 off;   /* bytes copied */
+	__u32 len;   /* bytes to copy: the whole send/receive */
+	__u32 cpu;
+	__u32 failed;
+};
+
+/* One piece (bpf_loop): the next iovec entry read, or up to EBTOP_MAX_SNAPLEN bytes copied. */
+static long deep_piece(__u64 i, void *ctx)
+{
+	struct deep_walk *w = ctx;
+
+	if (w->off >= w->len)
+		return 1;
+	if (!w->left) {
+		struct ebtop_iovec iov;
+		if (!w->iovp || w->entry >= w->iovcnt ||
+		    bpf_probe_read_user(&iov, sizeof(iov), &w->iovp[w->entry])) {
+			w->failed = 1;
+			return 1;
+		}
+		w->entry++;
+		w->base = (__u64)iov.iov_base;
+		w->left = iov.iov_len;
+		return 0;
+	}
+	__u64 n = w->len - w->off;
+	if (w->left < n)
+		n = w->left;
+	if (n > EBTOP_MAX_SNAPLEN)
+		n = EBTOP_MAX_SNAPLEN;
+	struct deep_record *d = bpf_map_lookup_elem(&deep_buf, &w->cpu);
+	if (!d || bpf_probe_read_user(d->data + verifier_mask(w->off, EBTOP_DEEP_MAX - 1),
+				      verifier_mask(n, 2 * EBTOP_MAX_SNAPLEN - 1), (void *)w->base)) {
+		w->failed = 1;
+		return 1;
+	}
+	w->off += n;
+	w->base += n;
+	w->left -= n;
+	return 0;
+}
+
+/*
+ * Sends the CPU's scratch record, whose header is complete but for the payload's fields, with
+ * the whole `len` bytes of the send/receive as its payload (a connection of `deep_proto_mask`,
+ * snaplen < len <= EBTOP_DEEP_MAX). Returns 1 when sent; 0 when not (a failed user copy, no
+ * room in the ring for the whole: counted in EBTOP_CNT_DEEP_CUT), and the caller then sends a
+ * head and a tail as for any other connection. A global function, verified once.
+ */
+__noinline int deep_submit(__u32 source, __u64 ptr, __u64 cnt, __u64 len)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct scratch *s = bpf_map_lookup_elem(&scratch_buf, &cpu);
+	struct deep_record *d = bpf_map_lookup_elem(&deep_buf, &cpu);
+	if (!s || !d || len > EBTOP_DEEP_MAX || len > deep_max || len <= snaplen)
+		return 0;
+	struct deep_walk w = { .len = len, .cpu = cpu };
+	if (source == SRC_BUF) {
+		w.base = ptr;
+		w.left = len;
+	} else if (source == SRC_IOV) {
+		w.iovp = (const struct ebtop_iovec *)ptr;
+		w.iovcnt = cnt;
+	} else {
+		return 0;
+	}
+	/* Pieces of a buffer, plus one step per iovec entry (IOV_MAX is 1024). */
+	bpf_loop(EBTOP_DEEP_MAX / EBTOP_MAX_SNAPLEN + 2048, deep_piece, &w, 0);
+	if (w.failed || w.off != len) {
+		count(EBTOP_CNT_DEEP_CUT, 1);
+		return 0;
+	}
+	__builtin_memcpy(&d->ev, &s->ev, sizeof(d->ev));
+	d->ev.cap_len = len;
+	d->ev.tail_len = 0;
+	d->ev.flags &= ~(EBTOP_F_TRUNCATED | EBTOP_F_TAIL);
+	__u64 size = sizeof(d->ev) + verifier_mask(len, 2 * EBTOP_DEEP_MAX - 1);
+	if (size > sizeof(*d))
+		return 0;
+	__u32 shard = shard_of(d->ev.sock_id) & (EBTOP_MAX_SHARDS - 1);
+	if (ring_output(shard, d, size, ring_flags_for(s, shard, size))) {
+		count(EBTOP_CNT_DEEP_CUT, 1);
+		return 0;
+	}
+	count(EBTOP_CNT_EVENTS, 1);
+	count(EBTOP_CNT_DEEP, 1);
+	count(EBTOP_CNT_DEEP_BYTES, len - snaplen);
+	return 1;
+}
+
+/*
+ * Whether a data record of connection protocol `proto` goes out whole (deep_submit): the
+ * header in the scratch record must be complete but for the payload's fields, which this
+ * fills (kind, proto, seq, total_len) in case it does.
+ */
+static __always_inline bool deep_sent(struct scratch *s, __u8 proto, __u64 seq, __u64 len,
+				      __u8 source, __u64 ptr, __u64 cnt, bool stream)
+{
+	if (!stream || len <= snaplen || !((deep_proto_mask >> (proto & 31)) & 1))
+		return false;
+	if (len > deep_max) {
+		count(EBTOP_CNT_DEEP_CUT, 1);
+		return false;
+	}
+	s->ev.kind = EBTOP_EV_DATA;
+	s->ev.proto = proto;
+	s->ev.seq = seq;
+	s->ev.total_len = len;
+	return deep_submit(source, ptr, cnt, len);
+}
+
+/*
  * The protocol a data record goes out under. `*conn_proto` is the connection's state: a new
  * connection's protocol is recognised from its first bytes (no known protocol: counted as
  * skipped, nothing copied) and remembered; one --proto did not select is marked and dropped.

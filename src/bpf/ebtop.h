@@ -24,6 +24,14 @@
  * EOF/OK) lies there whatever its length. A power of two (the verifier bounds copies by mask).
  */
 #define EBTOP_TAIL_LEN 256
+/*
+ * A stream send/receive on a connection of a protocol copied whole (`deep_proto_mask`: Redis,
+ * Memcached, whose pipelines put many small messages in one syscall and whose replies name no
+ * request) that is longer than the snaplen but at most this long is copied whole, in one
+ * record (`cap_len` = `total_len`); a longer one is copied as a head and a tail, as any other.
+ * A multiple of EBTOP_MAX_SNAPLEN (copied in pieces of that size).
+ */
+#define EBTOP_DEEP_MAX (256 * 1024)
 /* How many messages of one sendmmsg/recvmmsg become events. */
 #define EBTOP_MAX_MMSG 8
 
@@ -90,6 +98,14 @@ enum ebtop_counter {
 	EBTOP_CNT_TLS_NO_SOCKET_BYTES, /* their plaintext bytes */
 	EBTOP_CNT_TLS_MEMBIO_BOUND,  /* memory-BIO SSL objects bound to their socket (tls.h) */
 	EBTOP_CNT_TLS_MEMBIO_REUSED, /* such bindings dropped: the object's address was reused */
+	/* Sends/receives longer than the snaplen copied whole (EBTOP_DEEP_MAX), and their bytes
+	 * beyond the snaplen (what copying whole added to the ring). */
+	EBTOP_CNT_DEEP,
+	EBTOP_CNT_DEEP_BYTES,
+	/* Sends/receives of those protocols longer than the snaplen NOT copied whole (longer than
+	 * EBTOP_DEEP_MAX, a failed user copy, or no room in the ring for the whole): delivered as
+	 * a head and a tail; what their parsers cannot see is counted there. */
+	EBTOP_CNT_DEEP_CUT,
 	EBTOP_CNT__MAX,
 };
 

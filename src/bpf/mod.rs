@@ -319,5 +319,8 @@ pub mod counter {
     pub const TLS_NO_SOCKET_BYTES: u32 = 12;
     pub const TLS_MEMBIO_BOUND: u32 = 13;
     pub const TLS_MEMBIO_REUSED: u32 = 14;
-    pub const COUNT: u32 = 15;
+    pub const DEEP: u32 = 15;
+    pub const DEEP_BYTES: u32 = 16;
+    pub const DEEP_CUT: u32 = 17;
+    pub const COUNT: u32 = 18;
 }

@@ -448,8 +448,6 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	if (!s)
 		return 0;
 	struct ebtop_event *ev = &s->ev;
-	__u32 cap = copy_payload(cpu, s->data, c.source, c.arg, c.arg2, limit);
-	__u32 tail = take_tail(c.source, c.arg, c.arg2, len, &cap, sock_type == SOCK_STREAM);
 	fill_header(ev, (struct task_struct *)task, id, sk, st, family, sock_type, start, now);
 	ev->dir = dir;
 	ev->syscall = c.syscall;
@@ -466,6 +464,10 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 			peer_from_sockaddr(ev, c.peer_arg);
 		}
 	}
+	if (deep_sent(s, proto, seq, len, c.source, c.arg, c.arg2, sock_type == SOCK_STREAM))
+		return 0;
+	__u32 cap = copy_payload(cpu, s->data, c.source, c.arg, c.arg2, limit);
+	__u32 tail = take_tail(c.source, c.arg, c.arg2, len, &cap, sock_type == SOCK_STREAM);
 	submit_data(s, proto, seq, len, cap, tail);
 	return 0;
 }

@@ -174,11 +174,13 @@ static __always_inline int emit_data(const struct inflight *inf, __u64 end_ns, _
 				     inf->sock_type == SOCK_DGRAM, seq, &deliver);
 	if (!deliver)
 		return 0;
-	__u32 cap = copy_payload(cpu, s->data, source, ptr, cnt, limit);
-	__u32 tail = take_tail(source, ptr, cnt, len, &cap, inf->sock_type == SOCK_STREAM);
 	fill_common(ev, inf, end_ns);
 	if (inf->sock_type == SOCK_DGRAM)
 		peer_from_sockaddr(ev, peer_sa);
+	if (deep_sent(s, proto, seq, len, source, ptr, cnt, inf->sock_type == SOCK_STREAM))
+		return 0;
+	__u32 cap = copy_payload(cpu, s->data, source, ptr, cnt, limit);
+	__u32 tail = take_tail(source, ptr, cnt, len, &cap, inf->sock_type == SOCK_STREAM);
 	submit_data(s, proto, seq, len, cap, tail);
 	return 0;
 }

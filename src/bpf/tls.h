@@ -617,8 +617,6 @@ static __always_inline int tls_complete(struct tls_call *cp, __u64 len, __u64 id
 	if (!s)
 		return 0;
 	struct ebtop_event *ev = &s->ev;
-	__u32 cap = copy_payload(cpu, s->data, SRC_BUF, c.buf, 0, limit);
-	__u32 tail = take_tail(SRC_BUF, c.buf, 0, len, &cap, conn->sock.sock_type == SOCK_STREAM);
 	ev->start_ns = c.start_ns;
 	ev->end_ns = now;
 	ev->sock_id = conn->sock.sock_id;
@@ -636,6 +634,10 @@ static __always_inline int tls_complete(struct tls_call *cp, __u64 len, __u64 id
 	__builtin_memcpy(ev->laddr, conn->sock.laddr, 16);
 	__builtin_memcpy(ev->raddr, conn->sock.raddr, 16);
 	current_comm(ev->comm);
+	if (deep_sent(s, proto, seq, len, SRC_BUF, c.buf, 0, conn->sock.sock_type == SOCK_STREAM))
+		return 0;
+	__u32 cap = copy_payload(cpu, s->data, SRC_BUF, c.buf, 0, limit);
+	__u32 tail = take_tail(SRC_BUF, c.buf, 0, len, &cap, conn->sock.sock_type == SOCK_STREAM);
 	submit_data(s, proto, seq, len, cap, tail);
 	return 0;
 }

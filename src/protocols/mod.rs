@@ -66,6 +66,11 @@ pub struct ProtocolDescriptor {
     pub kernel_id: Option<u8>,
     /// Whether it runs over datagram sockets too (DNS), not only streams.
     pub datagrams: bool,
+    /// Whether the kernel copies its connections' stream sends/receives whole (up to
+    /// `EBTOP_DEEP_MAX`, 256 KiB) rather than a head and a tail: pipelines put many small
+    /// messages in one syscall, and a reply that names no request cannot be paired once a
+    /// request may have been hidden past the snaplen (docs/architecture.md, "Copied whole").
+    pub copy_whole: bool,
     /// Does this payload (the first a connection shows in some direction) start this protocol?
     pub detect: fn(&[u8]) -> bool,
     pub new_parser: fn(&ParserConfig) -> Box<dyn StreamParser>,
@@ -244,6 +249,16 @@ impl Protocol {
     pub fn kernel_id(self) -> Option<u8> {
         self.descriptor().kernel_id
     }
+}
+
+/// The kernel's mask (bit = `enum ebtop_l7_proto` id) of the protocols whose connections'
+/// sends/receives are copied whole (`ProtocolDescriptor::copy_whole`).
+pub fn copied_whole_kernel_mask() -> u32 {
+    REGISTRY
+        .iter()
+        .filter(|d| d.copy_whole)
+        .filter_map(|d| d.kernel_id)
+        .fold(0, |m, id| m | 1 << id)
 }
 
 /// A set of protocols (`--proto`); the default holds them all.

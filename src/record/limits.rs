@@ -10,8 +10,9 @@
 use serde::de::{Deserialize, Deserializer, IgnoredAny, SeqAccess, Visitor};
 
 /// Largest frame (compressed or decompressed) a reader accepts. The writer cuts a frame at
-/// 1 MiB of records (plus the record that crossed it: ≤ 16 KiB for an event, ~1 MiB for a
-/// flow part), so a real frame stays far below; a larger one is counted corrupt.
+/// 1 MiB of records (plus the record that crossed it: ≤ 16 KiB for an event, 256 KiB for one
+/// copied whole, ~1 MiB for a flow part), so a real frame stays far below; a larger one is
+/// counted corrupt.
 pub const MAX_FRAME: usize = 16 << 20;
 /// Largest header JSON a reader accepts: the process table at start (≤ [`MAX_PROCESSES`]
 /// entries of a few KiB), the open sockets and the session's meta.

@@ -29,6 +29,9 @@ const EXIT_ATTACHMENTS: &[(&str, &[&str])] = &[
 #[derive(Debug, Clone)]
 pub struct LiveConfig {
     pub snaplen: u32,
+    /// `--copy-whole`: sends/receives of Redis and Memcached connections up to this long are
+    /// copied whole (0: never; at most `EBTOP_DEEP_MAX`).
+    pub copy_whole: u32,
     /// `--ringbuf-mb`: all event rings together (None: the default, `ring_layout`).
     pub ringbuf_bytes: Option<u32>,
     pub capture_all: bool,
@@ -256,6 +259,10 @@ macro_rules! configure_capture {
             &cfg.cgroups,
         );
         ro.snaplen = cfg.snaplen;
+        if cfg.copy_whole > cfg.snaplen {
+            ro.deep_proto_mask = crate::protocols::copied_whole_kernel_mask();
+            ro.deep_max = cfg.copy_whole;
+        }
         ro.capture_all = cfg.capture_all;
         ro.tls_capture = cfg.tls;
         ro.wakeup_bytes = (ring_bytes / 16) as u64;
@@ -275,6 +282,11 @@ macro_rules! configure_capture {
             .scratch_buf
             .set_max_entries(cpus as u32)
             .context("sizing the scratch map failed")?;
+        // A whole copy's buffer per CPU (~290 KiB each) only when whole copies are on.
+        open.maps
+            .deep_buf
+            .set_max_entries(if cfg.copy_whole > cfg.snaplen { cpus as u32 } else { 1 })
+            .context("sizing the whole-copy map failed")?;
         // SAFETY: sysconf takes no pointer.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u32;
         for (k, ring) in event_rings!(mut open.maps).into_iter().enumerate() {
@@ -443,6 +455,9 @@ pub(crate) fn read_counters(
         tls_no_socket_bytes: sum(counter::TLS_NO_SOCKET_BYTES).0,
         tls_membio_bound: sum(counter::TLS_MEMBIO_BOUND).0,
         tls_membio_reused: sum(counter::TLS_MEMBIO_REUSED).0,
+        copied_whole: sum(counter::DEEP).0,
+        copied_whole_bytes: sum(counter::DEEP_BYTES).0,
+        not_copied_whole: sum(counter::DEEP_CUT).0,
         tls_files_probed: tls.map_or(0, |t| t.status().files.len() as u64),
         tls_probe_failures: tls.map_or(0, |t| t.status().failures.len() as u64),
         tls_probe_hits,

@@ -49,6 +49,7 @@ pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
     }],
     kernel_id: Some(4),
     datagrams: true,
+    copy_whole: false,
     detect: is_connection_start,
     new_parser: |cfg| Box::new(DnsParser::new(cfg)),
     benches: &[],

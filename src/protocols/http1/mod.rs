@@ -32,6 +32,7 @@ pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
     }],
     kernel_id: Some(1),
     datagrams: false,
+    copy_whole: false,
     detect: is_message_start,
     new_parser: |cfg| Box::new(Http1Parser::new(cfg)),
     benches: &[BenchFixture {

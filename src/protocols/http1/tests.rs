@@ -370,8 +370,12 @@ Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n";
         ],
         "the upgrade request is stream 1's call, the 101 none of its own"
     );
-    // Stream 1's request is the HTTP/1.1 one (no body); its response is DATA bytes.
-    assert_eq!((d.calls[0].req.bytes, d.calls[0].resp.bytes), (0, 6));
+    // Stream 1's request is the HTTP/1.1 one (no body: its head, as HTTP/1 counts it); its
+    // response the HTTP/2 frames on the wire (HEADERS 9 + 1, DATA 9 + 6).
+    assert_eq!(
+        (d.calls[0].req.bytes, d.calls[0].resp.bytes),
+        (REQ.len() as u64, 10 + 15)
+    );
     assert_eq!(
         d.calls[0].req.first_start_ns, 1000,
         "from the HTTP/1.1 request"

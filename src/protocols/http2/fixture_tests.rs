@@ -20,23 +20,89 @@ fn detail<'a>(c: &'a Call, key: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
-/// (method, resource, status, resp DATA bytes) of each call, in completion order.
-fn summary(calls: &[Call]) -> Vec<(String, String, Option<u32>, u64)> {
+/// (method, resource, status) of each call, in completion order.
+fn summary(calls: &[Call]) -> Vec<(String, String, Option<u32>)> {
     calls
         .iter()
-        .map(|c| {
-            (
-                c.l7.method.clone(),
-                c.l7.resource.clone(),
-                c.l7.status,
-                c.l7.resp.bytes,
-            )
-        })
+        .map(|c| (c.l7.method.clone(), c.l7.resource.clone(), c.l7.status))
         .collect()
 }
 
-fn row(m: &str, r: &str, s: u32, bytes: u64) -> (String, String, Option<u32>, u64) {
-    (m.to_owned(), r.to_owned(), Some(s), bytes)
+fn row(m: &str, r: &str, s: u32) -> (String, String, Option<u32>) {
+    (m.to_owned(), r.to_owned(), Some(s))
+}
+
+/// What each request stream of a fixture captured whole moved, walked frame by frame apart from
+/// the parser: (request wire bytes, response wire bytes, request DATA, response DATA), sorted.
+/// Wire bytes: the stream's HEADERS, CONTINUATION and non-empty DATA frames, each with its
+/// 9-byte header and padding — an HTTP/2 message's bytes as HTTP/1 counts a message's head and
+/// body.
+fn streams_walked(f: &SegFile) -> Vec<(u64, u64, u64, u64)> {
+    use std::collections::BTreeMap;
+    let mut per: BTreeMap<u32, [u64; 4]> = BTreeMap::new();
+    for to_server in [true, false] {
+        let mut stream: Vec<u8> = Vec::new();
+        for e in f.entries.iter().filter(|e| e.to_server == to_server) {
+            assert_eq!(e.total_len, e.bytes.len() as u64, "captured whole");
+            stream.extend_from_slice(&e.bytes);
+        }
+        let mut b = stream
+            .strip_prefix(crate::protocols::http2::PREFACE.as_slice())
+            .unwrap_or(&stream);
+        while b.len() >= 9 {
+            let len = (b[0] as usize) << 16 | (b[1] as usize) << 8 | b[2] as usize;
+            let (ty, flags) = (b[3], b[4]);
+            let id = u32::from_be_bytes([b[5], b[6], b[7], b[8]]) & 0x7fff_ffff;
+            let payload = &b[9..9 + len];
+            b = &b[9 + len..];
+            // An empty DATA frame (one that only ends its side) is not counted.
+            if id % 2 == 0 || !matches!(ty, 0 | 1 | 9) || (ty == 0 && len == 0) {
+                continue;
+            }
+            let side = usize::from(!to_server);
+            let e = per.entry(id).or_default();
+            e[side] += 9 + len as u64;
+            if ty == 0 {
+                let pad = if flags & 0x8 != 0 {
+                    1 + payload[0] as u64
+                } else {
+                    0
+                };
+                e[2 + side] += len as u64 - pad;
+            }
+        }
+        assert!(b.is_empty(), "frames end with the stream");
+    }
+    let mut v: Vec<_> = per
+        .into_values()
+        .map(|e| (e[0], e[1], e[2], e[3]))
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// Each call's (request, response) bytes equal its stream's wire bytes walked apart; returns
+/// the streams walked.
+fn assert_wire_bytes(calls: &[Call], f: &SegFile) -> Vec<(u64, u64, u64, u64)> {
+    let walked = streams_walked(f);
+    let mut got: Vec<(u64, u64)> = calls
+        .iter()
+        .map(|c| (c.l7.req.bytes, c.l7.resp.bytes))
+        .collect();
+    got.sort_unstable();
+    let want: Vec<(u64, u64)> = walked.iter().map(|w| (w.0, w.1)).collect();
+    assert_eq!(got, want);
+    walked
+}
+
+/// The DATA bytes of the walked streams' responses (requests'), sorted.
+fn data_sizes(walked: &[(u64, u64, u64, u64)], request: bool) -> Vec<u64> {
+    let mut v: Vec<u64> = walked
+        .iter()
+        .map(|w| if request { w.2 } else { w.3 })
+        .collect();
+    v.sort_unstable();
+    v
 }
 
 /// A clean capture: nothing damaged, lost, unmatched, partial or left unanswered.
@@ -61,9 +127,18 @@ fn assert_clean(p: &ParseStats, name: &str) {
 /// cut at the snaplen in `snaplen_cut_multi_frame_writes`).
 #[test]
 fn curl_get_large_body() {
-    let (calls, s) = run(&load("curl_nghttpd.seg"), None);
+    let f = load("curl_nghttpd.seg");
+    let (calls, s) = run(&f, None);
     assert_clean(&s.parse, "curl");
-    assert_eq!(summary(&calls), vec![row("GET", "/big.txt", 200, 40000)]);
+    assert_eq!(summary(&calls), vec![row("GET", "/big.txt", 200)]);
+    let walked = assert_wire_bytes(&calls, &f);
+    assert_eq!(data_sizes(&walked, false), [40000]);
+    // Three DATA frames of 9 + payload and a HEADERS frame: more than the body.
+    assert!(
+        calls[0].l7.resp.bytes >= 40000 + 4 * 9,
+        "{}",
+        calls[0].l7.resp.bytes
+    );
     let c = &calls[0];
     assert_eq!(c.l7.proto, Protocol::Http2);
     assert_eq!(c.side, Side::Server);
@@ -76,17 +151,20 @@ fn curl_get_large_body() {
 /// is 148 bytes).
 #[test]
 fn nghttp_concurrent_streams() {
-    let (mut calls, s) = run(&load("nghttp_nghttpd.seg"), None);
+    let f = load("nghttp_nghttpd.seg");
+    let (mut calls, s) = run(&f, None);
     assert_clean(&s.parse, "nghttp");
     calls.sort_by(|a, b| a.l7.resource.cmp(&b.l7.resource));
     assert_eq!(
         summary(&calls),
         vec![
-            row("GET", "/big.txt", 200, 40000),
-            row("GET", "/index.html", 200, 6),
-            row("GET", "/missing", 404, 148),
+            row("GET", "/big.txt", 200),
+            row("GET", "/index.html", 200),
+            row("GET", "/missing", 404),
         ]
     );
+    let walked = assert_wire_bytes(&calls, &f);
+    assert_eq!(data_sizes(&walked, false), [6, 148, 40000]);
     let missing = &calls[2];
     assert_eq!(missing.l7.outcome, Outcome::ClientError);
 }
@@ -94,38 +172,45 @@ fn nghttp_concurrent_streams() {
 /// nghttp with a body: POSTs of 7 bytes each.
 #[test]
 fn nghttp_post_bodies() {
-    let (mut calls, s) = run(&load("nghttp_post_nghttpd.seg"), None);
+    let f = load("nghttp_post_nghttpd.seg");
+    let (mut calls, s) = run(&f, None);
     assert_clean(&s.parse, "nghttp post");
     calls.sort_by(|a, b| a.l7.resource.cmp(&b.l7.resource));
     assert_eq!(
         summary(&calls),
         vec![
-            row("POST", "/index.html", 200, 6),
-            row("POST", "/missing", 404, 148)
+            row("POST", "/index.html", 200),
+            row("POST", "/missing", 404)
         ]
     );
-    assert!(calls.iter().all(|c| c.l7.req.bytes == 7));
+    let walked = assert_wire_bytes(&calls, &f);
+    assert_eq!(data_sizes(&walked, false), [6, 148]);
+    assert_eq!(data_sizes(&walked, true), [7, 7]);
 }
 
 /// h2load: 25 requests on the connection, 4 streams at a time.
 #[test]
 fn h2load_multiplexed() {
-    let (calls, s) = run(&load("h2load_nghttpd.seg"), None);
+    let f = load("h2load_nghttpd.seg");
+    let (calls, s) = run(&f, None);
     assert_clean(&s.parse, "h2load");
     assert_eq!(calls.len(), 25);
     assert!(calls.iter().all(
         |c| (c.l7.method.as_str(), c.l7.resource.as_str(), c.l7.status)
             == ("GET", "/index.html", Some(200))
-            && c.l7.resp.bytes == 6
     ));
+    let walked = assert_wire_bytes(&calls, &f);
+    assert_eq!(data_sizes(&walked, false), [6; 25]);
 }
 
 /// gRPC: 5 unary calls, a server stream of 3 messages, a bidi call of 4 each way, and one
 /// answered NOT_FOUND in a Trailers-Only response.
 #[test]
 fn grpc_unary_streaming_and_not_found() {
-    let (calls, s) = run(&load("grpc_python.seg"), None);
+    let f = load("grpc_python.seg");
+    let (calls, s) = run(&f, None);
     assert_clean(&s.parse, "grpc");
+    assert_wire_bytes(&calls, &f);
     assert!(calls.iter().all(|c| c.l7.proto == Protocol::Grpc));
     let rows: Vec<_> = calls
         .iter()

@@ -13,7 +13,8 @@
 //! Calls: one per client-initiated stream. Request: `:method`, `:path` (`:authority` for
 //! CONNECT), from the first HEADERS; response: `:status` from the first final HEADERS;
 //! latency from the first request HEADERS to the response's END_STREAM. `req.bytes` and
-//! `resp.bytes` are the DATA bytes each way (padding excluded). A stream reset (RST_STREAM) or
+//! `resp.bytes` are each side's frames of the stream on the wire (HEADERS, CONTINUATION, DATA,
+//! with frame headers and padding), as HTTP/1 counts a head and a body. A stream reset (RST_STREAM) or
 //! refused by a GOAWAY ends as an error call (`status_text` `RST_STREAM CANCEL`, `GOAWAY
 //! NO_ERROR`, …; a reset sent by the client is the client's error). Streams still open when
 //! the connection ends: those with a response started are calls with an inferred end, the
@@ -70,6 +71,7 @@ pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
     ],
     kernel_id: Some(7),
     datagrams: false,
+    copy_whole: false,
     detect: is_connection_start,
     new_parser: |cfg| Box::new(Http2Parser::new(cfg)),
     benches: &[
@@ -276,7 +278,12 @@ impl GrpcMessages {
 struct Half {
     span: Option<MessageSpan>,
     last_seg: u64,
+    /// DATA payload bytes (padding excluded): what gRPC's message count reads.
     data: u64,
+    /// The side's bytes on the wire: its HEADERS and CONTINUATION frames (trailers too) and
+    /// non-empty DATA frames, each with its 9-byte frame header and padding
+    /// (`req_bytes`/`resp_bytes`, as HTTP/1 counts a message's head and body).
+    wire: u64,
     msgs: GrpcMessages,
     ended: bool,
     /// Some header field of this side was unknown (HPACK entry from before ebtop started).
@@ -304,8 +311,10 @@ impl Half {
         touch(&mut self.span, &mut self.last_seg, seg_id, seg);
     }
 
-    /// The syscalls of a header block (`block`, from segment `first` to segment `last`).
+    /// The syscalls of a header block (`block`, from segment `first` to segment `last`; its
+    /// `bytes`: the block's frames on the wire).
     fn add_block(&mut self, block: MessageSpan, first: u64, last: u64) {
+        self.wire += block.bytes;
         match self.span.as_mut() {
             None => self.span = Some(block),
             Some(s) => {
@@ -455,6 +464,8 @@ struct Dir {
     block_span: Option<MessageSpan>,
     block_first_seg: u64,
     block_seg: u64,
+    /// The block's frames on the wire so far (frame headers included).
+    block_wire: u64,
     /// Bytes of the current frame were not captured.
     frame_cut: bool,
     /// Lost at a syscall's end (frames cut by the snaplen): the next segment most likely
@@ -516,6 +527,8 @@ impl Http2Parser {
         };
         s.req.span = Some(req.span);
         s.req.data = req.body_bytes;
+        // As HTTP/1 counted it: the request's head and body.
+        s.req.wire = req.span.bytes;
         s.req.ended = true;
         p.streams.insert(1, s);
         p
@@ -581,6 +594,7 @@ impl Http2Parser {
             ds.block_type = h.ty;
             ds.block_damaged = false;
             ds.block_span = None;
+            ds.block_wire = 0;
             ds.block_first_seg = self.framing.seg_id;
         }
         Header::Frame {
@@ -596,14 +610,23 @@ impl Http2Parser {
     fn frame_seen(&mut self, d: usize, seg: &Segment) {
         let seg_id = self.framing.seg_id;
         let f = self.dirs[d].frame;
+        let wire = FRAME_HEADER as u64 + u64::from(f.len);
         if f.ty == DATA {
             if let Some(half) = self.half(d, f.stream) {
                 half.touch(seg_id, seg);
+                // An empty DATA frame only ends its side, often after the answer (a gRPC
+                // client half-closes once the server has replied): the call may be made before
+                // it comes on one side and after on the other. Not counted, so both sides agree.
+                if f.len > 0 {
+                    half.wire += wire;
+                }
             }
         }
         let ds = &mut self.dirs[d];
+        // Only a header block's frames come while a block is open (`frame_start`).
         if ds.block_stream.is_some() {
             touch(&mut ds.block_span, &mut ds.block_seg, seg_id, seg);
+            ds.block_wire += wire;
         }
     }
 
@@ -830,6 +853,7 @@ impl Http2Parser {
         };
         let (flags, ty) = (ds.block_flags, ds.block_type);
         let span = ds.block_span.take();
+        let block_wire = ds.block_wire;
         let (first_seg, last_seg) = (ds.block_first_seg, ds.block_seg);
         let block = std::mem::take(&mut ds.block);
         let mut damaged = ds.block_damaged;
@@ -871,7 +895,10 @@ impl Http2Parser {
         }
         let client = self.is_client(d) == Some(true);
         // Set when the block's first frame started (`frame_seen`).
-        let span = span.unwrap_or_default();
+        let span = MessageSpan {
+            bytes: block_wire,
+            ..span.unwrap_or_default()
+        };
         if client {
             self.request_headers(id, &h, span, first_seg, last_seg, stats);
         } else {
@@ -1131,11 +1158,11 @@ impl Http2Parser {
             status_text,
             outcome,
             req: MessageSpan {
-                bytes: s.req.data,
+                bytes: s.req.wire,
                 ..req
             },
             resp: MessageSpan {
-                bytes: s.resp.data,
+                bytes: s.resp.wire,
                 ..resp
             },
             truncated: s.req.truncated || s.resp.truncated,
@@ -1504,7 +1531,13 @@ mod tests {
             (call.method.as_str(), call.resource.as_str(), call.status),
             ("GET", "/a", Some(200))
         );
-        assert_eq!((call.req.bytes, call.resp.bytes), (5, 6));
+        // Each side's frames on the wire (SETTINGS belong to no stream), as HTTP/1 counts a
+        // message's head and body.
+        let req_wire = frame(HEADERS, END_HEADERS, 1, &get("/a")).len() + 9 + 5;
+        assert_eq!(
+            (call.req.bytes, call.resp.bytes),
+            (req_wire as u64, 10 + 12 + 12)
+        );
         assert_eq!(detail(call, "authority"), Some("h.test"));
         assert_eq!(detail(call, "traceparent"), None);
         assert_eq!(call.proto, Protocol::Http2);
@@ -1565,7 +1598,9 @@ mod tests {
         r.seg(S, &frame(HEADERS, END_HEADERS | END_STREAM, 1, &[0x88]));
         assert_eq!(r.calls.len(), 1);
         assert_eq!(r.calls[0].resource, "/padded");
-        assert_eq!(r.calls[0].req.bytes, 4);
+        // Padding, priority fields and frame headers are on the wire too.
+        let wire = 9 + first.len() + 9 + 2 + 9 + (block.len() - 6) + 9 + data.len();
+        assert_eq!(r.calls[0].req.bytes, wire as u64);
         assert_eq!(r.stats, ParseStats::default());
     }
 
@@ -1589,6 +1624,7 @@ mod tests {
         let mut h = get("/pkg.Svc/Chat");
         h[0] = 0x83; // POST
         h.extend_from_slice(b"\x5f\x10application/grpc"); // content-type (31), indexed
+        let h_req_len = h.len();
         r.seg(C, &frame(HEADERS, END_HEADERS, 1, &h));
         // Two messages in one DATA frame, a third split over two frames, a big fourth cut.
         let mut d = grpc_msg(b"a");
@@ -1619,7 +1655,8 @@ mod tests {
         // The request's cut part was a message body: counted exactly; truncated says so.
         assert!(c.truncated);
         assert_eq!(detail(c, "resp_messages"), Some("1"));
-        assert_eq!(c.req.bytes, (d.len() + m3.len() + big.len()) as u64);
+        let req_wire = 9 + h_req_len + 9 + d.len() + 9 + 3 + 9 + (m3.len() - 3) + 9 + big.len();
+        assert_eq!(c.req.bytes, req_wire as u64);
         assert_eq!(r.stats.damaged_messages, 0);
     }
 
@@ -1661,7 +1698,11 @@ mod tests {
         let c = r.calls.iter().find(|c| c.resource == "/t").unwrap();
         let times = |m: &MessageSpan| (m.first_start_ns, m.last_end_ns);
         assert_eq!((times(&c.req), times(&c.resp)), ((30, 51), (70, 91)));
-        assert_eq!((c.req.bytes, c.resp.bytes), (4, 7));
+        let head = frame(HEADERS, END_HEADERS, 1, &get("/t")).len();
+        assert_eq!(
+            (c.req.bytes, c.resp.bytes),
+            ((head + 9 + 4) as u64, 10 + 13 + 12)
+        );
         let o = r.calls.iter().find(|c| c.resource == "/other").unwrap();
         assert_eq!((times(&o.req), times(&o.resp)), ((40, 41), (60, 61)));
     }
@@ -1913,7 +1954,8 @@ mod tests {
         r.seg(S, &frame(HEADERS, END_HEADERS | END_STREAM, 1, &[0x88]));
         assert_eq!(r.calls.len(), 1);
         assert!(r.calls[0].truncated);
-        assert_eq!(r.calls[0].req.bytes, 100);
+        let head = frame(HEADERS, END_HEADERS, 1, &get("/g")).len();
+        assert_eq!(r.calls[0].req.bytes, (head + d.len()) as u64);
         assert_eq!(r.stats.desyncs, 0);
         r.p.on_gap(C, None, &mut r.stats);
         assert_eq!(r.stats.desyncs, 1);

@@ -56,6 +56,7 @@ pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
     }],
     kernel_id: Some(3),
     datagrams: false,
+    copy_whole: true,
     detect: is_connection_start,
     new_parser: |cfg| Box::new(MemcachedParser::new(cfg)),
     benches: &[BenchFixture {

@@ -74,6 +74,7 @@ pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
     }],
     kernel_id: Some(5),
     datagrams: false,
+    copy_whole: false,
     detect: is_connection_start,
     new_parser: |cfg| Box::new(PostgresParser::new(cfg)),
     benches: &[BenchFixture {

@@ -62,6 +62,7 @@ pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
     }],
     kernel_id: Some(2),
     datagrams: false,
+    copy_whole: true,
     detect: is_connection_start,
     new_parser: |cfg| Box::new(RedisParser::new(cfg)),
     benches: &[BenchFixture {
