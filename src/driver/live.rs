@@ -195,12 +195,15 @@ pub fn run<S: Sink, R>(
         }
     };
 
-    // Every program of ebtop, for its own-cost figures (and the TLS probes' attachment).
-    let programs: Vec<libbpf_rs::Program> = capture.object().progs().collect();
-    // TLS plaintext: uprobes on the TLS libraries, placed by the lookout's thread as it finds
-    // them (the session does not wait: `TlsProbes::start`).
+    // The capture's programs, for ebtop's own-cost figures.
+    let programs: Vec<libbpf_rs::Program> =
+        capture.object().progs().filter(|p| p.autoload()).collect();
+    // TLS plaintext: uprobes on the TLS libraries, loaded and placed by the lookout's thread
+    // as it finds them (the session does not wait: `TlsProbes::start`).
     let mut tls = if tls_loaded && !stopping() {
-        match TlsProbes::start(&programs, cfg.filters.pid.clone()) {
+        let started = crate::source::capture::tls_loader(&capture)
+            .and_then(|load| Ok(TlsProbes::start(load, cfg.filters.pid.clone())?));
+        match started {
             Ok(t) => Some(t),
             Err(e) => {
                 crate::diag!(
@@ -410,6 +413,9 @@ pub fn run<S: Sink, R>(
         }
         if let Some(t) = tls.as_mut() {
             t.poll();
+            if let Some(fds) = t.take_new_programs() {
+                prog_fds.extend(fds.iter().cloned());
+            }
             if !go_tls_enabled && t.go_probed() {
                 capture.enable_go_tls();
                 go_tls_enabled = true;

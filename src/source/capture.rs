@@ -7,6 +7,7 @@ use std::os::fd::AsFd;
 
 use anyhow::{anyhow, Context, Result};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::MapCore as _;
 
 use crate::bpf::counter;
 use crate::bpf::sockcap::{SockcapSkel, SockcapSkelBuilder};
@@ -261,15 +262,11 @@ macro_rules! configure_capture {
         ro.wakeup_bytes = (ring_bytes / 16) as u64;
         ro.query_every_bytes = query_every_bytes(ro.wakeup_bytes, cpus);
         ro.n_shards = shards as u32;
-        // Without TLS the probes are not even loaded.
-        if !cfg.tls {
-            for mut prog in open.open_object_mut().progs_mut() {
-                if crate::tls::is_tls_program(&prog.section().to_string_lossy()) {
-                    prog.set_autoload(false);
-                }
+        // The TLS probes load apart, after the session's start (`tls_loader`).
+        for mut prog in open.open_object_mut().progs_mut() {
+            if crate::tls::is_tls_program(&prog.section().to_string_lossy()) {
+                prog.set_autoload(false);
             }
-        } else {
-            crate::tls::prefer_multi_links(open.open_object_mut().progs_mut());
         }
         open.maps
             .scratch_buf
@@ -375,6 +372,77 @@ fn load_syscall_hooks<'obj>(
     Ok((Capture::Syscalls(Box::new(skel)), links))
 }
 
+/// Loads the TLS programs of the capture's object, as a second copy of the object of which
+/// only they load, on the loaded capture's maps (every map, its settings in `.rodata`
+/// included, is the capture's own: the same ring, counters and per-connection state). Their
+/// verification is the longest part of loading with the socket layer (≈35%): done on the TLS
+/// lookout's thread after `meta`, it no longer holds up the start, and nothing is probed
+/// before the lookout finds files anyway. The object is leaked: its programs stay attached
+/// as long as the process runs.
+macro_rules! load_tls_half {
+    ($builder:ty, $maps:expr) => {{
+        let maps: &[(String, std::os::fd::OwnedFd)] = &$maps;
+        let storage = Box::leak(Box::new(MaybeUninit::uninit()));
+        let mut open = <$builder>::default()
+            .open(storage)
+            .context("opening the TLS programs' BPF object failed")?;
+        for mut prog in open.open_object_mut().progs_mut() {
+            let tls = crate::tls::is_tls_program(&prog.section().to_string_lossy());
+            prog.set_autoload(tls);
+        }
+        crate::tls::prefer_multi_links(open.open_object_mut().progs_mut());
+        for mut map in open.open_object_mut().maps_mut() {
+            let name = map.name().to_string_lossy().into_owned();
+            let (_, fd) = maps
+                .iter()
+                .find(|(n, _)| *n == name)
+                .ok_or_else(|| anyhow!("the capture has no map {name}"))?;
+            map.reuse_fd(fd.as_fd())
+                .with_context(|| format!("sharing the capture's map {name} failed"))?;
+        }
+        let skel = Box::leak(Box::new(
+            open.load().context("loading the TLS programs failed")?,
+        ));
+        let object: &'static libbpf_rs::Object = skel.object();
+        let progs: Vec<libbpf_rs::Program<'static>> =
+            object.progs().filter(|p| p.autoload()).collect();
+        let fds = progs
+            .iter()
+            .map(|p| {
+                let fd = p.as_fd();
+                // SAFETY: the object is leaked: its program descriptors stay open as long as
+                // the process.
+                let fd = unsafe {
+                    std::os::fd::BorrowedFd::borrow_raw(std::os::fd::AsRawFd::as_raw_fd(&fd))
+                };
+                (p.name().to_string_lossy().into_owned(), fd)
+            })
+            .collect();
+        Ok((crate::tls::TlsPrograms::of(&progs), fds))
+    }};
+}
+
+/// What loads the TLS programs of `capture` (see `load_tls_half`), on the lookout's thread.
+pub(crate) fn tls_loader(capture: &Capture) -> Result<crate::tls::ProgramLoader> {
+    // Duplicates of the maps' descriptors: the thread holds its own (closed once loaded).
+    let maps = capture
+        .object()
+        .maps()
+        .map(|m| {
+            let name = m.name().to_string_lossy().into_owned();
+            let fd = m
+                .as_fd()
+                .try_clone_to_owned()
+                .with_context(|| format!("duplicating map {name} failed"))?;
+            Ok((name, fd))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(match capture {
+        Capture::Socket(_) => Box::new(move || load_tls_half!(SockcapSkelBuilder, maps)),
+        Capture::Syscalls(_) => Box::new(move || load_tls_half!(SockdataSkelBuilder, maps)),
+    })
+}
+
 /// Loads and attaches the capture programs `--hooks` asks for.
 pub(crate) fn load_capture<'obj>(
     cfg: &LiveConfig,
@@ -435,7 +503,8 @@ pub(crate) fn read_counters(
         proc_events,
         proc_lost,
         missed_runs: crate::bpf::recursion_misses(capture.object())
-            + procs.map_or(0, ProcessProbe::missed_runs),
+            + procs.map_or(0, ProcessProbe::missed_runs)
+            + tls.map_or(0, TlsProbes::missed_runs),
         tls_cipher_events: sum(counter::TLS_CIPHER).0,
         tls_cipher_bytes: sum(counter::TLS_CIPHER_BYTES).0,
         tls_calls: sum(counter::TLS_CALLS).0,
