@@ -168,7 +168,7 @@ pub fn run<S: Sink, R>(
             &crate::source::flow_table::FlowConfig {
                 max_flows: cfg.max_flows,
                 filters: cfg.filters.clone(),
-                accept_hooks: matches!(capture, Capture::Syscalls(_)),
+                accept_hooks: matches!(capture, Capture::Syscalls(..)),
             },
             // Without the capture attached the flow table does its per-send work itself.
             capture.flow_maps().filter(|_| cfg.capture),
@@ -196,8 +196,7 @@ pub fn run<S: Sink, R>(
     };
 
     // The capture's programs, for ebtop's own-cost figures.
-    let programs: Vec<libbpf_rs::Program> =
-        capture.object().progs().filter(|p| p.autoload()).collect();
+    let programs: Vec<libbpf_rs::Program> = capture.programs().collect();
     // TLS plaintext: uprobes on the TLS libraries, loaded and placed by the lookout's thread
     // as it finds them (the session does not wait: `TlsProbes::start`).
     let mut tls = if tls_loaded && !stopping() {
