@@ -349,7 +349,8 @@ macro_rules! load_copy {
 fn prepare_maps(open: &mut libbpf_rs::OpenObject) -> Result<Vec<(String, std::os::fd::OwnedFd)>> {
     use libbpf_rs::AsRawLibbpf;
     // SAFETY: the open object's own pointer; libbpf creates its maps.
-    let rc = unsafe { libbpf_rs::libbpf_sys::bpf_object__prepare(open.as_libbpf_object().as_ptr()) };
+    let rc =
+        unsafe { libbpf_rs::libbpf_sys::bpf_object__prepare(open.as_libbpf_object().as_ptr()) };
     if rc != 0 {
         return Err(std::io::Error::from_raw_os_error(-rc).into());
     }
@@ -519,8 +520,13 @@ fn load_syscall_hooks<'obj>(
 /// nothing is probed before the lookout finds files anyway.
 macro_rules! load_tls_half {
     ($builder:ty, $maps:expr) => {{
-        let skel = load_copy!($builder, $maps, |_, section| crate::tls::is_tls_program(section), true)
-            .context("loading the TLS programs failed")?;
+        let skel = load_copy!(
+            $builder,
+            $maps,
+            |_, section| crate::tls::is_tls_program(section),
+            true
+        )
+        .context("loading the TLS programs failed")?;
         let object: &'static libbpf_rs::Object = skel.object();
         let progs: Vec<libbpf_rs::Program<'static>> =
             object.progs().filter(|p| p.autoload()).collect();
@@ -624,8 +630,7 @@ pub(crate) fn read_counters(
             let fd = p.as_fd();
             // SAFETY: the program's descriptor, open while `capture` lives (this call).
             unsafe { std::os::fd::BorrowedFd::borrow_raw(std::os::fd::AsRawFd::as_raw_fd(&fd)) }
-        }))
-            + procs.map_or(0, ProcessProbe::missed_runs)
+        })) + procs.map_or(0, ProcessProbe::missed_runs)
             + tls.map_or(0, TlsProbes::missed_runs),
         tls_cipher_events: sum(counter::TLS_CIPHER).0,
         tls_cipher_bytes: sum(counter::TLS_CIPHER_BYTES).0,

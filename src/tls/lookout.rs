@@ -776,6 +776,51 @@ mod tests {
         }
     }
 
+    /// A library whose symbol table is over the cap (issue 42 item 7): refused before it is
+    /// read, and counted as a skipped file — what the live loop turns into a `tls_files`
+    /// warning line and the TUI's "tls_files cap hit" mark (`driver::live`,
+    /// `tls_skips_warning`; tests/hostile_files.rs checks that line).
+    #[test]
+    fn a_library_over_the_symbol_cap_is_a_skipped_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let lib = dir.path().join("libssl.so.3");
+        let mut data = crate::tls::elf::minimal();
+        // Section 2 (.dynsym) claims 2^40 bytes of symbols (section header: size at 32).
+        let shoff = u64::from_le_bytes(data[40..48].try_into().unwrap()) as usize;
+        let at = shoff + 2 * 64 + 32;
+        data[at..at + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        std::fs::write(&lib, &data).unwrap();
+        let m = std::fs::metadata(&lib).unwrap();
+        let (out, _probed) = mpsc::channel();
+        let wake = Doorbell::new().unwrap();
+        let mut scout = Scout {
+            stop: Arc::new(AtomicBool::new(false)),
+            skips: Skips::default(),
+            pids: None,
+            seen: HashSet::new(),
+            pending: Vec::new(),
+            held_exes: HashMap::new(),
+            exes_held: Arc::new(AtomicUsize::new(0)),
+            extra_delay: Duration::ZERO,
+            installed: Installed::Done,
+            installed_done: Arc::new(AtomicBool::new(true)),
+            public_only: false,
+            programs: TlsPrograms(Vec::new()),
+            out,
+            wake,
+        };
+        let target = Target {
+            path: lib.clone(),
+            dev: m.dev(),
+            ino: m.ino(),
+            shared: true,
+            found: None,
+        };
+        assert!(!scout.consider(target, None, None), "nothing probed");
+        assert_eq!(scout.skips.count.load(Ordering::Relaxed), 1);
+        assert!(scout.skips.named.contains(&lib.display().to_string()));
+    }
+
     #[test]
     fn a_gone_program_is_held_by_its_path_only_where_that_names_the_file_it_ran() {
         let dir = tempfile::tempdir().unwrap();
