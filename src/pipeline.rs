@@ -1485,6 +1485,46 @@ mod tests {
         assert!(w[0]["message"].as_str().unwrap().contains("--max-flows"));
     }
 
+    /// The pending-call cap (issue 42 item 7): requests dropped unpaired once a connection's
+    /// depth and the shared budget are spent (`parse.pending_dropped`, counted by the parsers:
+    /// protocols/http1 and the others test that) are a `pending` warning in each interval in
+    /// which the count grew, with how many, and none in one in which it did not. (The shared
+    /// budget is the process's, 256 MiB: spending it here would starve the other tests, so
+    /// the tracker's counts are handed to the interval as a tracking thread hands them.)
+    #[test]
+    fn pending_calls_past_the_cap_are_a_warning_once_per_interval() {
+        let mut out = Vec::new();
+        let mut p = json_pipeline(&mut out);
+        p.start(&test_meta()).unwrap();
+        let kernel = KernelCounters::default();
+        for (i, dropped) in [0u64, 44, 44, 50].into_iter().enumerate() {
+            let mut state = TrackerState::default();
+            state.parse.pending_dropped = dropped;
+            let at = (i as u64 + 1) * 1_000_000_000;
+            p.down.report_interval(at, &kernel, None, state).unwrap();
+        }
+        drop(p.finish(&kernel, 5_000_000_000).unwrap());
+        let w = warnings(&out);
+        let counts: Vec<_> = w
+            .iter()
+            .map(|w| (w["cap"].clone(), w["count"].clone()))
+            .collect();
+        assert_eq!(
+            counts,
+            [("pending".into(), 44.into()), ("pending".into(), 6.into())],
+            "{w:?}"
+        );
+        assert_eq!(w[0]["kind"], "cap");
+        assert_eq!(
+            w[0]["limit"],
+            crate::protocols::matching::SHARED_PENDING_BYTES as u64
+        );
+        assert!(w[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("dropped unpaired"));
+    }
+
     /// Issue 43: dig's calls came as `isc-net-0000` (its thread's name, what the kernel's
     /// comm is) and its `proc` lines without exe or command line. Calls, endpoints and
     /// processes are named by the process (its exec record), the thread's name in `thread`;

@@ -85,16 +85,25 @@ pub fn program_fds(
 /// program does and so does any process's bpf() map operation (preemptible, so it can be held
 /// while other tasks run on that CPU); a tp_btf program only if it re-enters itself.
 pub fn recursion_misses(object: &libbpf_rs::Object) -> u64 {
-    use std::os::fd::{AsFd, AsRawFd};
-    object
-        .progs()
-        .map(|p| {
+    use std::os::fd::AsFd;
+    recursion_misses_of(object.progs().filter(|p| p.autoload()).map(|p| {
+        let fd = p.as_fd();
+        // SAFETY: the program's descriptor, open while `object` lives (this call).
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(std::os::fd::AsRawFd::as_raw_fd(&fd)) }
+    }))
+}
+
+/// [`recursion_misses`] of programs given by their descriptors.
+pub fn recursion_misses_of<'a>(progs: impl Iterator<Item = std::os::fd::BorrowedFd<'a>>) -> u64 {
+    use std::os::fd::AsRawFd;
+    progs
+        .map(|fd| {
             let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
             let mut len = std::mem::size_of_val(&info) as u32;
             // SAFETY: the kernel writes at most `len` bytes into `info`.
             let rc = unsafe {
                 libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(
-                    p.as_fd().as_raw_fd(),
+                    fd.as_raw_fd(),
                     &mut info as *mut _ as *mut _,
                     &mut len,
                 )

@@ -168,7 +168,7 @@ pub fn run<S: Sink, R>(
             &crate::source::flow_table::FlowConfig {
                 max_flows: cfg.max_flows,
                 filters: cfg.filters.clone(),
-                accept_hooks: matches!(capture, Capture::Syscalls(_)),
+                accept_hooks: matches!(capture, Capture::Syscalls(..)),
             },
             // Without the capture attached the flow table does its per-send work itself.
             capture.flow_maps().filter(|_| cfg.capture),
@@ -195,12 +195,14 @@ pub fn run<S: Sink, R>(
         }
     };
 
-    // Every program of ebtop, for its own-cost figures (and the TLS probes' attachment).
-    let programs: Vec<libbpf_rs::Program> = capture.object().progs().collect();
-    // TLS plaintext: uprobes on the TLS libraries, placed by the lookout's thread as it finds
-    // them (the session does not wait: `TlsProbes::start`).
+    // The capture's programs, for ebtop's own-cost figures.
+    let programs: Vec<libbpf_rs::Program> = capture.programs().collect();
+    // TLS plaintext: uprobes on the TLS libraries, loaded and placed by the lookout's thread
+    // as it finds them (the session does not wait: `TlsProbes::start`).
     let mut tls = if tls_loaded && !stopping() {
-        match TlsProbes::start(&programs, cfg.filters.pid.clone()) {
+        let started = crate::source::capture::tls_loader(&capture)
+            .and_then(|load| Ok(TlsProbes::start(load, cfg.filters.pid.clone())?));
+        match started {
             Ok(t) => Some(t),
             Err(e) => {
                 crate::diag!(
@@ -410,6 +412,9 @@ pub fn run<S: Sink, R>(
         }
         if let Some(t) = tls.as_mut() {
             t.poll();
+            if let Some(fds) = t.take_new_programs() {
+                prog_fds.extend(fds.iter().cloned());
+            }
             if !go_tls_enabled && t.go_probed() {
                 capture.enable_go_tls();
                 go_tls_enabled = true;

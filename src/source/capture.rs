@@ -7,6 +7,7 @@ use std::os::fd::AsFd;
 
 use anyhow::{anyhow, Context, Result};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::MapCore as _;
 
 use crate::bpf::counter;
 use crate::bpf::sockcap::{SockcapSkel, SockcapSkelBuilder};
@@ -140,17 +141,31 @@ fn ring_layout(capture: bool, threads: usize, ringbuf_bytes: Option<u32>) -> (us
 
 /// The loaded capture programs: the socket layer or the syscall tracepoints. Both write the
 /// same records into maps of the same names, with the same settings (src/bpf/capture.h).
+/// Beside the skeleton: the receive programs, loaded in parallel from a second copy of the
+/// object (`load_beside`).
 pub(crate) enum Capture<'obj> {
-    Socket(Box<SockcapSkel<'obj>>),
-    Syscalls(Box<SockdataSkel<'obj>>),
+    Socket(Box<SockcapSkel<'obj>>, &'static libbpf_rs::Object),
+    Syscalls(Box<SockdataSkel<'obj>>, &'static libbpf_rs::Object),
 }
 
 impl Capture<'_> {
+    /// The object whose maps are the capture's (and its send programs).
     pub(crate) fn object(&self) -> &libbpf_rs::Object {
         match self {
-            Capture::Socket(s) => s.object(),
-            Capture::Syscalls(s) => s.object(),
+            Capture::Socket(s, _) => s.object(),
+            Capture::Syscalls(s, _) => s.object(),
         }
+    }
+
+    /// The capture's loaded programs, of both copies of its object.
+    pub(crate) fn programs(&self) -> impl Iterator<Item = libbpf_rs::Program<'_>> {
+        let beside = match self {
+            Capture::Socket(_, b) | Capture::Syscalls(_, b) => *b,
+        };
+        self.object()
+            .progs()
+            .chain(beside.progs())
+            .filter(|p| p.autoload())
     }
 
     pub(crate) fn events(&self) -> &libbpf_rs::Map<'_> {
@@ -160,15 +175,15 @@ impl Capture<'_> {
     /// The event rings, one per shard (`events` is shard 0; src/bpf/capture.h).
     pub(crate) fn event_rings(&self) -> [&libbpf_rs::Map<'_>; MAX_SHARDS] {
         match self {
-            Capture::Socket(s) => event_rings!(s.maps),
-            Capture::Syscalls(s) => event_rings!(s.maps),
+            Capture::Socket(s, _) => event_rings!(s.maps),
+            Capture::Syscalls(s, _) => event_rings!(s.maps),
         }
     }
 
     pub(crate) fn tls_hits(&self) -> &libbpf_rs::Map<'_> {
         match self {
-            Capture::Socket(s) => &s.maps.tls_hits,
-            Capture::Syscalls(s) => &s.maps.tls_hits,
+            Capture::Socket(s, _) => &s.maps.tls_hits,
+            Capture::Syscalls(s, _) => &s.maps.tls_hits,
         }
     }
 
@@ -176,8 +191,8 @@ impl Capture<'_> {
     pub(crate) fn enable_go_tls(&self) {
         use libbpf_rs::MapCore;
         let map = match self {
-            Capture::Socket(s) => &s.maps.tls_go_probed,
-            Capture::Syscalls(s) => &s.maps.tls_go_probed,
+            Capture::Socket(s, _) => &s.maps.tls_go_probed,
+            Capture::Syscalls(s, _) => &s.maps.tls_go_probed,
         };
         if let Err(e) = map.update(
             &0u32.to_ne_bytes(),
@@ -190,29 +205,29 @@ impl Capture<'_> {
 
     pub(crate) fn counters(&self) -> &libbpf_rs::Map<'_> {
         match self {
-            Capture::Socket(s) => &s.maps.counters,
-            Capture::Syscalls(s) => &s.maps.counters,
+            Capture::Socket(s, _) => &s.maps.counters,
+            Capture::Syscalls(s, _) => &s.maps.counters,
         }
     }
 
     /// The flow table's maps, when the capture program does the flow table's per-send work.
     pub(crate) fn flow_maps(&self) -> Option<crate::source::flow_table::SharedFlowMaps<'_>> {
         match self {
-            Capture::Socket(s) => Some(crate::source::flow_table::SharedFlowMaps {
+            Capture::Socket(s, _) => Some(crate::source::flow_table::SharedFlowMaps {
                 flows: s.maps.flows.as_fd(),
                 udp_flows: s.maps.udp_flows.as_fd(),
                 udp_peer: s.maps.udp_peer.as_fd(),
                 counters: s.maps.flow_counters.as_fd(),
             }),
-            Capture::Syscalls(_) => None,
+            Capture::Syscalls(..) => None,
         }
     }
 
     /// As the `meta` line names it.
     pub(crate) fn hooks(&self) -> &'static str {
         match self {
-            Capture::Socket(_) => "socket",
-            Capture::Syscalls(_) => "syscalls",
+            Capture::Socket(..) => "socket",
+            Capture::Syscalls(..) => "syscalls",
         }
     }
 }
@@ -268,15 +283,11 @@ macro_rules! configure_capture {
         ro.wakeup_bytes = (ring_bytes / 16) as u64;
         ro.query_every_bytes = query_every_bytes(ro.wakeup_bytes, cpus);
         ro.n_shards = shards as u32;
-        // Without TLS the probes are not even loaded.
-        if !cfg.tls {
-            for mut prog in open.open_object_mut().progs_mut() {
-                if crate::tls::is_tls_program(&prog.section().to_string_lossy()) {
-                    prog.set_autoload(false);
-                }
+        // The TLS probes load apart, after the session's start (`tls_loader`).
+        for mut prog in open.open_object_mut().progs_mut() {
+            if crate::tls::is_tls_program(&prog.section().to_string_lossy()) {
+                prog.set_autoload(false);
             }
-        } else {
-            crate::tls::prefer_multi_links(open.open_object_mut().progs_mut());
         }
         open.maps
             .scratch_buf
@@ -294,6 +305,170 @@ macro_rules! configure_capture {
                 .context("sizing the ring buffer failed")?;
         }
     }};
+}
+
+/// Whether a capture program loads beside the others, from a second copy of the object, in
+/// parallel (`load_beside`): the receive programs. The capture's verification is most of
+/// ebtop's start (socket layer: two programs of ~100–250 ms each; syscall hooks: ten), and
+/// the kernel verifies programs loaded by two threads at once on two CPUs.
+fn loads_beside(name: &str) -> bool {
+    name.starts_with("cap_recv") || name.starts_with("recv_exit")
+}
+
+/// A value handed to the thread that made it or back (`load_beside`).
+struct Handed<T>(T);
+// SAFETY: used for a leaked skeleton (and the descriptors of the maps it shares), which one
+// thread loads and then hands to the one that started it; never used by two at once.
+unsafe impl<T> Send for Handed<T> {}
+
+/// Opens a second copy of a capture object in which only the programs `load` picks load, on
+/// the first copy's maps (`maps`: every map, `.rodata` with the session's settings included,
+/// is the first copy's own: the same rings, counters and per-connection state), and loads it.
+/// The copy is leaked: its programs stay loaded as long as the process runs.
+macro_rules! load_copy {
+    ($builder:ty, $maps:expr, $load:expr, $multi_uprobes:expr) => {{
+        let maps: &[(String, std::os::fd::OwnedFd)] = &$maps;
+        let load: fn(&str, &str) -> bool = $load;
+        let storage = Box::leak(Box::new(MaybeUninit::uninit()));
+        let mut open = <$builder>::default()
+            .open(storage)
+            .context("opening a copy of the capture's BPF object failed")?;
+        for mut prog in open.open_object_mut().progs_mut() {
+            let picked = load(
+                &prog.name().to_string_lossy(),
+                &prog.section().to_string_lossy(),
+            );
+            prog.set_autoload(picked);
+        }
+        if $multi_uprobes {
+            crate::tls::prefer_multi_links(open.open_object_mut().progs_mut());
+        }
+        for mut map in open.open_object_mut().maps_mut() {
+            let name = map.name().to_string_lossy().into_owned();
+            let (_, fd) = maps
+                .iter()
+                .find(|(n, _)| *n == name)
+                .ok_or_else(|| anyhow!("the capture has no map {name}"))?;
+            map.reuse_fd(fd.as_fd())
+                .with_context(|| format!("sharing the capture's map {name} failed"))?;
+        }
+        anyhow::Ok(Box::leak(Box::new(open.load()?)))
+    }};
+}
+
+/// Creates an opened object's maps (libbpf's `bpf_object__prepare`: all of a load but the
+/// programs') and gives their descriptors by name (duplicates).
+fn prepare_maps(open: &mut libbpf_rs::OpenObject) -> Result<Vec<(String, std::os::fd::OwnedFd)>> {
+    use libbpf_rs::AsRawLibbpf;
+    // SAFETY: the open object's own pointer; libbpf creates its maps.
+    let rc =
+        unsafe { libbpf_rs::libbpf_sys::bpf_object__prepare(open.as_libbpf_object().as_ptr()) };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(-rc).into());
+    }
+    open.maps()
+        .map(|m| {
+            let name = m.name().to_string_lossy().into_owned();
+            // SAFETY: a map of the prepared object: its descriptor is open while it is.
+            let fd = unsafe { libbpf_rs::libbpf_sys::bpf_map__fd(m.as_libbpf_object().as_ptr()) };
+            if fd < 0 {
+                return Err(anyhow!("map {name} was not created"));
+            }
+            // SAFETY: just checked: an open descriptor, borrowed for the duplication.
+            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }
+                .try_clone_to_owned()
+                .with_context(|| format!("duplicating map {name} failed"))?;
+            Ok((name, fd))
+        })
+        .collect()
+}
+
+/// Loads an opened, configured capture object: its maps first, then in parallel its receive
+/// programs (`loads_beside`, on a second copy of the object, on a thread of their own) and
+/// the rest (here). Returns the loaded skeleton and the copy.
+macro_rules! load_beside {
+    ($open:expr, $builder:ty) => {{
+        let mut open = $open;
+        for mut prog in open.open_object_mut().progs_mut() {
+            if loads_beside(&prog.name().to_string_lossy()) {
+                prog.set_autoload(false);
+            }
+        }
+        let maps = Handed(prepare_maps(open.open_object_mut())?);
+        let beside = std::thread::Builder::new()
+            .name("ebtop-load".into())
+            .spawn(move || {
+                let maps = maps;
+                load_copy!(
+                    $builder,
+                    maps.0,
+                    |name, section| loads_beside(name) && !crate::tls::is_tls_program(section),
+                    false
+                )
+                .map(Handed)
+            })
+            .context("starting a loading thread failed")?;
+        let skel = open.load();
+        let beside = beside
+            .join()
+            .map_err(|_| anyhow!("the loading thread panicked"))?;
+        let (skel, beside) = (skel?, beside?.0);
+        (skel, beside)
+    }};
+}
+
+/// Attaches the loaded programs of a capture object (`object`), the TLS probes left out.
+fn attach_capture(object: &mut libbpf_rs::Object) -> Result<Vec<libbpf_rs::Link>> {
+    let mut links = Vec::new();
+    for prog in object.progs_mut() {
+        let name = prog.name().to_string_lossy().into_owned();
+        let section = prog.section().to_string_lossy().into_owned();
+        if crate::tls::is_tls_program(&section) || !prog.autoload() {
+            continue; // attached to the TLS libraries (src/tls/), or not loaded here
+        }
+        if let Some(tp) = section.strip_prefix("tracepoint/") {
+            let link = prog
+                .attach()
+                .map_err(|e| anyhow!("attaching probe {name} to {tp} failed: {e}"))?;
+            links.push(link);
+            continue;
+        }
+        if section.starts_with("tp_btf/") {
+            links.push(
+                prog.attach()
+                    .map_err(|e| anyhow!("attaching probe {name} to {section} failed: {e}"))?,
+            );
+            continue;
+        }
+        // Shared exit programs: attached to each syscall whose payload they understand.
+        let exits = EXIT_ATTACHMENTS
+            .iter()
+            .find(|(prog_name, _)| *prog_name == name)
+            .map(|(_, syscalls)| *syscalls)
+            .ok_or_else(|| anyhow!("BPF program {name} has no attachment point"))?;
+        for syscall in exits {
+            let tp = format!("sys_exit_{syscall}");
+            let link = prog
+                .attach_tracepoint(libbpf_rs::TracepointCategory::Syscalls, &tp)
+                .map_err(|e| anyhow!("attaching probe {name} to syscalls/{tp} failed: {e}"))?;
+            links.push(link);
+        }
+    }
+    Ok(links)
+}
+
+/// Attaches both copies of a loaded capture (none without `capture`).
+fn attach_both(
+    cfg: &LiveConfig,
+    first: &mut libbpf_rs::Object,
+    beside: &mut libbpf_rs::Object,
+) -> Result<Vec<libbpf_rs::Link>> {
+    if !cfg.capture {
+        return Ok(Vec::new());
+    }
+    let mut links = attach_capture(first)?;
+    links.extend(attach_capture(beside)?);
+    Ok(links)
 }
 
 /// Loads and attaches the socket-layer capture (sockcap.bpf.c: tp_btf only).
@@ -320,25 +495,15 @@ fn load_socket_layer<'obj>(
     if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
         rodata.bench_cut = super::bench_cuts::kernel_cut();
     }
-    let mut skel = open.load().map_err(|e| {
+    let loaded = (|| Ok(load_beside!(open, SockcapSkelBuilder)))();
+    let (mut skel, beside) = loaded.map_err(|e: anyhow::Error| {
         anyhow!(
-            "loading the socket-layer programs failed: {e} (needs tp_btf sock_send_length, \
+            "loading the socket-layer programs failed: {e:#} (needs tp_btf sock_send_length, \
              Linux >= 6.3 with BTF; --hooks syscalls works on older kernels)"
         )
     })?;
-    let mut links = Vec::new();
-    for prog in skel.object_mut().progs_mut() {
-        let name = prog.name().to_string_lossy().into_owned();
-        let section = prog.section().to_string_lossy().into_owned();
-        if crate::tls::is_tls_program(&section) || !cfg.capture {
-            continue; // attached to the TLS libraries (src/tls/), or not at all
-        }
-        links.push(
-            prog.attach()
-                .map_err(|e| anyhow!("attaching probe {name} to {section} failed: {e}"))?,
-        );
-    }
-    Ok((Capture::Socket(Box::new(skel)), links))
+    let links = attach_both(cfg, skel.object_mut(), beside.object_mut())?;
+    Ok((Capture::Socket(Box::new(skel), beside.object()), links))
 }
 
 /// Loads and attaches the syscall-tracepoint capture (sockdata.bpf.c).
@@ -350,41 +515,68 @@ fn load_syscall_hooks<'obj>(
         .open(storage)
         .context("opening the BPF object failed")?;
     configure_capture!(open, cfg);
-    let mut skel = open.load().map_err(|e| {
+    let loaded = (|| Ok(load_beside!(open, SockdataSkelBuilder)))();
+    let (mut skel, beside) = loaded.map_err(|e: anyhow::Error| {
         anyhow!(
-            "loading the BPF programs failed: {e} (a kernel ≥ 5.8 with BTF is needed; \
+            "loading the BPF programs failed: {e:#} (a kernel ≥ 5.8 with BTF is needed; \
              run with --verbose for the verifier's log)"
         )
     })?;
-    let mut links = Vec::new();
-    for prog in skel.object_mut().progs_mut() {
-        let name = prog.name().to_string_lossy().into_owned();
-        let section = prog.section().to_string_lossy().into_owned();
-        if crate::tls::is_tls_program(&section) || !cfg.capture {
-            continue; // attached to the TLS libraries (src/tls/), or not at all
-        }
-        if let Some(tp) = section.strip_prefix("tracepoint/") {
-            let link = prog
-                .attach()
-                .map_err(|e| anyhow!("attaching probe {name} to {tp} failed: {e}"))?;
-            links.push(link);
-            continue;
-        }
-        // Shared exit programs: attached to each syscall whose payload they understand.
-        let exits = EXIT_ATTACHMENTS
+    let links = attach_both(cfg, skel.object_mut(), beside.object_mut())?;
+    Ok((Capture::Syscalls(Box::new(skel), beside.object()), links))
+}
+
+/// Loads the TLS programs of the capture's object: a third copy of it on its maps
+/// (`load_copy`). Their verification is the longest part of the load after the capture's
+/// own: done on the TLS lookout's thread after `meta`, it no longer holds up the start, and
+/// nothing is probed before the lookout finds files anyway.
+macro_rules! load_tls_half {
+    ($builder:ty, $maps:expr) => {{
+        let skel = load_copy!(
+            $builder,
+            $maps,
+            |_, section| crate::tls::is_tls_program(section),
+            true
+        )
+        .context("loading the TLS programs failed")?;
+        let object: &'static libbpf_rs::Object = skel.object();
+        let progs: Vec<libbpf_rs::Program<'static>> =
+            object.progs().filter(|p| p.autoload()).collect();
+        let fds = progs
             .iter()
-            .find(|(prog_name, _)| *prog_name == name)
-            .map(|(_, syscalls)| *syscalls)
-            .ok_or_else(|| anyhow!("BPF program {name} has no attachment point"))?;
-        for syscall in exits {
-            let tp = format!("sys_exit_{syscall}");
-            let link = prog
-                .attach_tracepoint(libbpf_rs::TracepointCategory::Syscalls, &tp)
-                .map_err(|e| anyhow!("attaching probe {name} to syscalls/{tp} failed: {e}"))?;
-            links.push(link);
-        }
-    }
-    Ok((Capture::Syscalls(Box::new(skel)), links))
+            .map(|p| {
+                let fd = p.as_fd();
+                // SAFETY: the object is leaked: its program descriptors stay open as long as
+                // the process.
+                let fd = unsafe {
+                    std::os::fd::BorrowedFd::borrow_raw(std::os::fd::AsRawFd::as_raw_fd(&fd))
+                };
+                (p.name().to_string_lossy().into_owned(), fd)
+            })
+            .collect();
+        Ok((crate::tls::TlsPrograms::of(&progs), fds))
+    }};
+}
+
+/// What loads the TLS programs of `capture` (see `load_tls_half`), on the lookout's thread.
+pub(crate) fn tls_loader(capture: &Capture) -> Result<crate::tls::ProgramLoader> {
+    // Duplicates of the maps' descriptors: the thread holds its own (closed once loaded).
+    let maps = capture
+        .object()
+        .maps()
+        .map(|m| {
+            let name = m.name().to_string_lossy().into_owned();
+            let fd = m
+                .as_fd()
+                .try_clone_to_owned()
+                .with_context(|| format!("duplicating map {name} failed"))?;
+            Ok((name, fd))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(match capture {
+        Capture::Socket(..) => Box::new(move || load_tls_half!(SockcapSkelBuilder, maps)),
+        Capture::Syscalls(..) => Box::new(move || load_tls_half!(SockdataSkelBuilder, maps)),
+    })
 }
 
 /// Loads and attaches the capture programs `--hooks` asks for.
@@ -446,8 +638,12 @@ pub(crate) fn read_counters(
         lost_per_cpu,
         proc_events,
         proc_lost,
-        missed_runs: crate::bpf::recursion_misses(capture.object())
-            + procs.map_or(0, ProcessProbe::missed_runs),
+        missed_runs: crate::bpf::recursion_misses_of(capture.programs().map(|p| {
+            let fd = p.as_fd();
+            // SAFETY: the program's descriptor, open while `capture` lives (this call).
+            unsafe { std::os::fd::BorrowedFd::borrow_raw(std::os::fd::AsRawFd::as_raw_fd(&fd)) }
+        })) + procs.map_or(0, ProcessProbe::missed_runs)
+            + tls.map_or(0, TlsProbes::missed_runs),
         tls_cipher_events: sum(counter::TLS_CIPHER).0,
         tls_cipher_bytes: sum(counter::TLS_CIPHER_BYTES).0,
         tls_calls: sum(counter::TLS_CALLS).0,

@@ -107,6 +107,9 @@ pub struct Probed {
 
 enum Message {
     Probed(Probed),
+    /// The TLS programs are loaded (their descriptors, for ebtop's own-cost figures), or
+    /// could not be (why): loaded on this thread, after the session's start.
+    Loaded(Result<super::ProgramFds, String>),
     /// What a probe hit costs here, measured first thing on the lookout's thread.
     Calibrated(Option<u64>, Option<u64>),
     /// The look at the system's libraries and the running processes is done.
@@ -152,6 +155,7 @@ pub struct Taken {
     pub probed: Vec<Probed>,
     pub calibrated: Option<(Option<u64>, Option<u64>)>,
     pub start_done: bool,
+    pub loaded: Option<Result<super::ProgramFds, String>>,
 }
 
 pub struct Lookout {
@@ -200,10 +204,10 @@ struct Scout {
 
 impl Lookout {
     /// Starts the thread. `pids`: `--pid`.
-    /// The thread measures what a probe hit costs, then looks at the system's libraries and
-    /// the running processes (`Message::StartDone` when done), then the installed programs;
-    /// nothing here waits for it.
-    pub fn start(pids: Option<Vec<u32>>, programs: TlsPrograms) -> std::io::Result<Lookout> {
+    /// The thread loads the TLS programs (`load`), measures what a probe hit costs, then
+    /// looks at the system's libraries and the running processes (`Message::StartDone` when
+    /// done), then the installed programs; nothing here waits for it.
+    pub fn start(pids: Option<Vec<u32>>, load: super::ProgramLoader) -> std::io::Result<Lookout> {
         let wake = Doorbell::new()?;
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = Arc::clone(&stop);
@@ -224,6 +228,25 @@ impl Lookout {
             .spawn(move || {
                 // At the capture's priority (inherited): a new program's first calls wait on
                 // it. It wakes only at execs and dlopens.
+                // The programs' verification (the longest part of ebtop's start: hundreds of
+                // ms) happens here, after the session's start, not before it.
+                let programs = match load() {
+                    Ok((programs, fds)) => {
+                        if out.send(Message::Loaded(Ok(fds))).is_err() {
+                            return;
+                        }
+                        thread_wake.ring();
+                        programs
+                    }
+                    Err(e) => {
+                        // Nothing to probe: the look at the start is done, at once.
+                        let _ = out.send(Message::Loaded(Err(format!("{e:#}"))));
+                        let _ = out.send(Message::StartDone);
+                        thread_installed_done.store(true, Ordering::Relaxed);
+                        thread_wake.ring();
+                        return;
+                    }
+                };
                 // Before any probe is placed: no two attaches at once.
                 let (hit_ns, stepped_hit_ns) = super::calibrate_hit_ns(&programs);
                 if out
@@ -298,6 +321,7 @@ impl Lookout {
                 Ok(Message::Probed(p)) => taken.probed.push(p),
                 Ok(Message::Calibrated(a, b)) => taken.calibrated = Some((a, b)),
                 Ok(Message::StartDone) => taken.start_done = true,
+                Ok(Message::Loaded(l)) => taken.loaded = Some(l),
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => {
                     self.check_thread();
@@ -750,6 +774,51 @@ mod tests {
             ino: m.ino(),
             dev: (libc::major(m.dev()) << 20) | libc::minor(m.dev()),
         }
+    }
+
+    /// A library whose symbol table is over the cap (issue 42 item 7): refused before it is
+    /// read, and counted as a skipped file — what the live loop turns into a `tls_files`
+    /// warning line and the TUI's "tls_files cap hit" mark (`driver::live`,
+    /// `tls_skips_warning`; tests/hostile_files.rs checks that line).
+    #[test]
+    fn a_library_over_the_symbol_cap_is_a_skipped_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let lib = dir.path().join("libssl.so.3");
+        let mut data = crate::tls::elf::minimal();
+        // Section 2 (.dynsym) claims 2^40 bytes of symbols (section header: size at 32).
+        let shoff = u64::from_le_bytes(data[40..48].try_into().unwrap()) as usize;
+        let at = shoff + 2 * 64 + 32;
+        data[at..at + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        std::fs::write(&lib, &data).unwrap();
+        let m = std::fs::metadata(&lib).unwrap();
+        let (out, _probed) = mpsc::channel();
+        let wake = Doorbell::new().unwrap();
+        let mut scout = Scout {
+            stop: Arc::new(AtomicBool::new(false)),
+            skips: Skips::default(),
+            pids: None,
+            seen: HashSet::new(),
+            pending: Vec::new(),
+            held_exes: HashMap::new(),
+            exes_held: Arc::new(AtomicUsize::new(0)),
+            extra_delay: Duration::ZERO,
+            installed: Installed::Done,
+            installed_done: Arc::new(AtomicBool::new(true)),
+            public_only: false,
+            programs: TlsPrograms(Vec::new()),
+            out,
+            wake,
+        };
+        let target = Target {
+            path: lib.clone(),
+            dev: m.dev(),
+            ino: m.ino(),
+            shared: true,
+            found: None,
+        };
+        assert!(!scout.consider(target, None, None), "nothing probed");
+        assert_eq!(scout.skips.count.load(Ordering::Relaxed), 1);
+        assert!(scout.skips.named.contains(&lib.display().to_string()));
     }
 
     #[test]

@@ -76,20 +76,32 @@ pub struct TlsProbes {
     /// Slept before an exec (of files of that name, if given) is handed over (a test hook:
     /// `diag::debug_exec_lag`).
     exec_lag: (Duration, Option<Vec<u8>>),
+    /// The TLS programs, once the lookout loaded them.
+    program_fds: ProgramFds,
+    /// Loaded since the last [`TlsProbes::take_new_programs`].
+    new_programs: bool,
 }
+
+/// The TLS programs' descriptors by name, for ebtop's own-cost figures and skipped runs (their
+/// object is leaked: they live as long as the process).
+pub type ProgramFds = Vec<(String, std::os::fd::BorrowedFd<'static>)>;
+
+/// Loads the TLS programs (on the lookout's thread, after the session's start: their
+/// verification is the longest part of loading, and nothing is probed before the lookout
+/// finds files anyway): the programs to attach and their descriptors.
+pub type ProgramLoader = Box<dyn FnOnce() -> anyhow::Result<(TlsPrograms, ProgramFds)> + Send>;
 
 /// Exited processes whose hits are remembered at most (then only the running ones are).
 const MAX_HIT_PROCESSES: usize = 65536;
 
-/// The capture object's TLS programs, by name, as libbpf knows them: what the lookout thread
-/// attaches (libbpf-rs's `Program` is not `Send`).
+/// The TLS programs, by name, as libbpf knows them: what the lookout thread attaches
+/// (libbpf-rs's `Program` is not `Send`).
 pub struct TlsPrograms(Vec<(String, NonNull<libbpf_rs::libbpf_sys::bpf_program>)>);
 
-// SAFETY: the pointers are to programs of the capture object, which outlives every holder:
-// `TlsProbes` (declared after the object in `source::live::run`, so dropped first) joins its
-// lookout thread when dropped. libbpf's uprobe attach only reads a program (its fd, name and
-// type) and may fill the object's feature cache, which nothing else writes meanwhile: the
-// reader calls libbpf on the object only through the ring, maps and program fds.
+// SAFETY: the pointers are to programs of the TLS programs' own object (a second copy of the
+// capture's, `source::capture::tls_loader`), leaked: it outlives every holder. Only the
+// lookout thread, which loaded it, calls libbpf on that object (attaches, which read a
+// program's fd, name and type).
 unsafe impl Send for TlsPrograms {}
 
 impl TlsPrograms {
@@ -207,18 +219,16 @@ pub fn prefer_multi_links<'a>(progs: impl Iterator<Item = libbpf_rs::OpenProgram
 }
 
 impl TlsProbes {
-    /// Starts the lookout, which probes the system's libraries and every running process's
-    /// OpenSSL (`pids`: `--pid`) on its own thread: nothing here waits for it (a host of many
-    /// programs, or a file that is slow to read, never holds up the session's start). What
-    /// it probes is taken in by [`TlsProbes::poll`]; [`TlsProbes::start_done`] says when the
-    /// running processes are covered.
-    pub fn start(
-        progs: &[libbpf_rs::Program],
-        pids: Option<Vec<u32>>,
-    ) -> std::io::Result<TlsProbes> {
-        let programs = TlsPrograms::of(progs);
+    /// Starts the lookout, which loads the TLS programs (`load`), then probes the system's
+    /// libraries and every running process's OpenSSL (`pids`: `--pid`) on its own thread:
+    /// nothing here waits for it (the programs' verification, a host of many programs, or a
+    /// file that is slow to read never holds up the session's start). What it probes is
+    /// taken in by [`TlsProbes::poll`]; [`TlsProbes::start_done`] says when the running
+    /// processes are covered. Should the kernel refuse the programs, that is said once and
+    /// listed in the `tls` line's failures, and the session goes on without TLS plaintext.
+    pub fn start(load: ProgramLoader, pids: Option<Vec<u32>>) -> std::io::Result<TlsProbes> {
         Ok(TlsProbes {
-            lookout: Lookout::start(pids, programs)?,
+            lookout: Lookout::start(pids, load)?,
             links: Vec::new(),
             status: TlsStatus::default(),
             hit_ns: None,
@@ -227,7 +237,19 @@ impl TlsProbes {
             hits: Default::default(),
             start_done: false,
             exec_lag: crate::diag::debug_exec_lag(),
+            program_fds: Vec::new(),
+            new_programs: false,
         })
+    }
+
+    /// The TLS programs' descriptors, once, when they were loaded since the last call.
+    pub fn take_new_programs(&mut self) -> Option<&ProgramFds> {
+        std::mem::take(&mut self.new_programs).then_some(&self.program_fds)
+    }
+
+    /// Runs of the TLS programs the kernel skipped (`bpf::recursion_misses`).
+    pub fn missed_runs(&self) -> u64 {
+        crate::bpf::recursion_misses_of(self.program_fds.iter().map(|(_, fd)| *fd))
     }
 
     /// Whether the look at the system's libraries and the processes running at the start is
@@ -283,6 +305,21 @@ impl TlsProbes {
         if let Some((hit, stepped)) = taken.calibrated {
             self.hit_ns = hit;
             self.stepped_hit_ns = stepped;
+        }
+        match taken.loaded {
+            Some(Ok(fds)) => {
+                self.program_fds = fds;
+                self.new_programs = true;
+            }
+            Some(Err(e)) => {
+                crate::diag!(
+                    "ebtop: warning: TLS probes unavailable, going on without TLS plaintext: {e}"
+                );
+                self.status
+                    .failures
+                    .push(format!("TLS programs: the kernel refused them: {e}"));
+            }
+            None => {}
         }
         self.start_done |= taken.start_done;
     }
