@@ -1664,13 +1664,18 @@ mod tests {
         for m in rx.try_iter() {
             app.apply(m);
         }
-        let text: String = header_top(&app, HeaderDetail::STEPS[0])
-            .iter()
-            .map(|s| s.content.to_string())
-            .collect();
+        let text = fullest_header(&app);
         assert!(text.contains("! flows cap hit"), "{text}");
         assert!(text.contains("! RECORDING FAILED"), "{text}");
         assert_eq!(text.matches("flows cap hit").count(), 1, "{text}");
+    }
+
+    /// The header's first line at its fullest, as text.
+    fn fullest_header(app: &App) -> String {
+        header_top(app, HeaderDetail::STEPS[0])
+            .iter()
+            .map(|s| s.content.to_string())
+            .collect()
     }
 
     /// Spans `--otlp` could not export are shown beside the other losses; nothing without
@@ -1694,10 +1699,7 @@ mod tests {
             for m in rx.try_iter() {
                 app.apply(m);
             }
-            let text: String = header_top(&app, HeaderDetail::STEPS[0])
-                .iter()
-                .map(|s| s.content.to_string())
-                .collect();
+            let text = fullest_header(&app);
             assert_eq!(text.contains("otlp-dropped 42"), shown, "{text}");
             assert!(!text.contains("otlp-dropped 0"), "{text}");
         }

@@ -884,13 +884,7 @@ fn metrics_request(m: &MetricsBatch, session: &Session) -> ExportMetricsServiceR
     let mut req_bytes = Vec::new();
     let mut resp_bytes = Vec::new();
     for (e, _) in &model.rows {
-        let known_errors = e.server_errors + e.client_errors + e.unknown_outcomes;
-        for (outcome, n) in [
-            ("ok", e.calls.saturating_sub(known_errors)),
-            ("client_error", e.client_errors),
-            ("server_error", e.server_errors),
-            ("unknown", e.unknown_outcomes),
-        ] {
+        for (outcome, n) in prometheus::outcome_counts(e) {
             let mut labels = prometheus::generic_labels(e);
             labels.push(("outcome", outcome.to_owned()));
             calls.push(point(attrs(labels), int(n)));

@@ -164,13 +164,7 @@ impl Collector for Model {
             MetricType::Counter,
         )?;
         for (e, _) in &self.rows {
-            let known_errors = e.server_errors + e.client_errors + e.unknown_outcomes;
-            for (outcome, n) in [
-                ("ok", e.calls.saturating_sub(known_errors)),
-                ("client_error", e.client_errors),
-                ("server_error", e.server_errors),
-                ("unknown", e.unknown_outcomes),
-            ] {
+            for (outcome, n) in outcome_counts(e) {
                 let mut labels = generic_labels(e);
                 labels.push(("outcome", outcome.to_owned()));
                 calls
@@ -293,6 +287,18 @@ pub(super) fn endpoint_labels(e: &EndpointSnapshot) -> Vec<(&'static str, String
     labels.push((names.method, e.method.clone()));
     labels.push((names.resource, e.resource.clone()));
     labels
+}
+
+/// An endpoint's calls by outcome label: ok, client_error, server_error, unknown (an outcome
+/// that could not be decoded is never ok). The `outcome` label's values, here and in OTLP.
+pub(super) fn outcome_counts(e: &EndpointSnapshot) -> [(&'static str, u64); 4] {
+    let known_errors = e.server_errors + e.client_errors + e.unknown_outcomes;
+    [
+        ("ok", e.calls.saturating_sub(known_errors)),
+        ("client_error", e.client_errors),
+        ("server_error", e.server_errors),
+        ("unknown", e.unknown_outcomes),
+    ]
 }
 
 /// The labels of an endpoint's generic series (the same for every protocol).
