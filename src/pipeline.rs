@@ -1416,6 +1416,13 @@ mod tests {
             .collect()
     }
 
+    /// Each warning's (cap, count).
+    fn cap_counts(w: &[serde_json::Value]) -> Vec<(serde_json::Value, serde_json::Value)> {
+        w.iter()
+            .map(|w| (w["cap"].clone(), w["count"].clone()))
+            .collect()
+    }
+
     /// The connection table's cap: a `warning` in the interval its evictions happen, with
     /// how many, and none in an interval without any (1 and 3 tracking threads alike).
     #[test]
@@ -1472,10 +1479,7 @@ mod tests {
         }
         drop(p.finish(&kernel, 5_000_000_000).unwrap());
         let w = warnings(&out);
-        let counts: Vec<_> = w
-            .iter()
-            .map(|w| (w["cap"].clone(), w["count"].clone()))
-            .collect();
+        let counts = cap_counts(&w);
         assert_eq!(
             counts,
             [("flows".into(), 7.into()), ("flows".into(), 13.into())],
@@ -1505,10 +1509,7 @@ mod tests {
         }
         drop(p.finish(&kernel, 5_000_000_000).unwrap());
         let w = warnings(&out);
-        let counts: Vec<_> = w
-            .iter()
-            .map(|w| (w["cap"].clone(), w["count"].clone()))
-            .collect();
+        let counts = cap_counts(&w);
         assert_eq!(
             counts,
             [("pending".into(), 44.into()), ("pending".into(), 6.into())],

@@ -83,17 +83,7 @@ http {{
             www = www.display(),
         );
         std::fs::write(d.join("nginx.conf"), conf).unwrap();
-        let child = Command::new("/usr/sbin/nginx")
-            .arg("-p")
-            .arg(d)
-            .arg("-c")
-            .arg(d.join("nginx.conf"))
-            .arg("-e")
-            .arg(d.join("error.log"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nginx is installed (Debian: nginx-light)");
+        let child = common::spawn_nginx(d);
         let mut peer = Peer(child);
         // Waits on the clear-text port: a bare connect to a TLS port is a failed handshake.
         let deadline = Instant::now() + Duration::from_secs(30);

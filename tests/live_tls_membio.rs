@@ -84,17 +84,7 @@ http {{
             www = www.display(),
         );
         std::fs::write(d.join("nginx.conf"), conf).unwrap();
-        let child = Command::new("/usr/sbin/nginx")
-            .arg("-p")
-            .arg(d)
-            .arg("-c")
-            .arg(d.join("nginx.conf"))
-            .arg("-e")
-            .arg(d.join("error.log"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nginx is installed (Debian: nginx-light)");
+        let child = common::spawn_nginx(d);
         wait_for_pid_file(&d.join("nginx.pid"));
         wait_for_listener("127.0.0.1", h1, "nginx");
         Nginx {

@@ -549,3 +549,18 @@ pub fn port_of(addr: &Value) -> u16 {
         .parse()
         .unwrap()
 }
+
+/// Starts nginx on the prefix `dir`, with `dir/nginx.conf` and its error log in `dir`.
+pub fn spawn_nginx(dir: &std::path::Path) -> Child {
+    Command::new("/usr/sbin/nginx")
+        .arg("-p")
+        .arg(dir)
+        .arg("-c")
+        .arg(dir.join("nginx.conf"))
+        .arg("-e")
+        .arg(dir.join("error.log"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nginx is installed (Debian: nginx-light)")
+}
