@@ -3,7 +3,7 @@
 //! The connection tracker hands a parser each syscall's bytes in order per direction
 //! ([`Segment`]), the bytes it did not see ([`StreamParser::on_gap`]), and the connection's end.
 //! The parser frames messages, pairs requests with responses — in order (HTTP/1, Redis, Memcached,
-//! PostgreSQL, MySQL), by id (DNS: see [`matching`]) or by stream (HTTP/2) — and emits
+//! PostgreSQL, MySQL), by id (DNS, Kafka: see [`matching`]) or by stream (HTTP/2) — and emits
 //! [`L7Call`]s.
 //!
 //! A protocol is its folder, `src/protocols/<folder>/`: the parser (`mod.rs`) with its
@@ -25,6 +25,7 @@ pub mod framing;
 pub mod fuzzing;
 pub mod http1;
 pub mod http2;
+pub mod kafka;
 pub mod matching;
 pub mod memcached;
 pub mod mysql;
@@ -48,6 +49,8 @@ pub const REGISTRY: &[ProtocolDescriptor] = &[
     dns::DESCRIPTOR,
     postgres::DESCRIPTOR,
     mysql::DESCRIPTOR,
+    // After PostgreSQL and MySQL: a StartupMessage may pass its header rule.
+    kafka::DESCRIPTOR,
     // Last: its mid-connection frame rule is the loosest.
     http2::DESCRIPTOR,
 ];
@@ -180,10 +183,11 @@ pub enum Protocol {
     /// gRPC calls (HTTP/2 streams of content-type `application/grpc*`): parsed by the HTTP/2
     /// parser, told apart per call.
     Grpc,
+    Kafka,
 }
 
 /// Number of [`Protocol`] variants (the last one's value plus one).
-const PROTOCOL_COUNT: usize = Protocol::Grpc as usize + 1;
+const PROTOCOL_COUNT: usize = Protocol::Kafka as usize + 1;
 
 /// For each [`Protocol`] (by value), where its [`CallKind`] is in the [`REGISTRY`]: (descriptor,
 /// call kind). Built when compiling, which fails if a variant has no kind, or two.

@@ -723,6 +723,16 @@ fn span_of(c: &SpanCall, query_text: bool, ids: &mut IdSource) -> Span {
             }
             normalized.clone()
         }
+        Protocol::Kafka => {
+            // OpenTelemetry's messaging conventions: the destination is what the resource
+            // names after the API (topics, a group), absent when it names none.
+            attrs.push(kv_str("messaging.system", "kafka"));
+            attrs.push(kv_str("messaging.operation.name", &c.method));
+            if let Some((_, dest)) = c.resource.split_once(' ') {
+                attrs.push(kv_str("messaging.destination.name", dest));
+            }
+            c.resource.clone()
+        }
         Protocol::Dns => {
             attrs.push(kv_str("dns.question.type", &c.method));
             attrs.push(kv_str("dns.question.name", &normalized));

@@ -1,0 +1,296 @@
+//! Live Kafka: a real Kafka 4.4.0 broker (KRaft, from Maven Central's jars: scripts/kafka) and
+//! real clients — kcat (librdkafka 2.0.2: Produce v7, Fetch v11) and the Java 4.4 console
+//! producer and consumer (Produce v13 with topic ids, Fetch v18) — traced by ebtop on both
+//! ends. Ground truth is the broker's request log (`kafka.request.logger` at DEBUG: one line
+//! per request with its API key, version and correlation id): per API and version, ebtop's
+//! client calls and its server calls are exactly the requests the broker completed on the
+//! clients' listener. Topic names must be right for every Produce and Fetch, the topic ids of
+//! the Java clients' included. One broker serves the whole file (its start is most of the
+//! test's time). Needs root, Java 17 and kcat (scripts/deps installs them); fails, never
+//! skips, without them.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{calls, free_tcp_port, require_root, Ebtop, Peer};
+use serde_json::Value;
+
+/// Where scripts/kafka caches the broker's jars (it prints the folder).
+fn kafka_lib() -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kafka");
+    let out = Command::new(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", script.display()));
+    assert!(
+        out.status.success(),
+        "scripts/kafka could not fetch the Kafka jars (it needs maven and Maven Central: scripts/deps)"
+    );
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+fn require_tool(name: &str) {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {name}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "{name} is missing: scripts/deps installs it (openjdk-17-jre-headless, maven, kcat)"
+    );
+}
+
+/// Two free ports in a row (the broker's listener and its controller's).
+fn free_port_pair() -> u16 {
+    loop {
+        let p = free_tcp_port();
+        if p < u16::MAX && std::net::TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
+            return p;
+        }
+    }
+}
+
+struct Broker {
+    port: u16,
+    dir: tempfile::TempDir,
+    _child: Peer,
+}
+
+impl Broker {
+    fn start() -> Broker {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port_pair();
+        let log = std::fs::File::create(dir.path().join("broker.out")).unwrap();
+        let child = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kafka"))
+            .arg("broker")
+            .arg(dir.path())
+            .arg(port.to_string())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            // The broker's own process group: the script execs java, killed on drop.
+            .spawn()
+            .expect("scripts/kafka runs");
+        let child = Peer(child);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the Kafka broker did not listen within 120 s: {}",
+                std::fs::read_to_string(dir.path().join("broker.out")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Broker {
+            port,
+            dir,
+            _child: child,
+        }
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The requests the broker completed on the clients' listener: (API name in lower case,
+    /// version) of each, from its request log.
+    fn requests(&self) -> Vec<(String, u64)> {
+        let text = std::fs::read_to_string(self.dir.path().join("requests.log")).unwrap();
+        let listener = format!("127.0.0.1:{}-", self.port);
+        text.lines()
+            .filter_map(|l| l.strip_prefix("Completed request:"))
+            .map(|j| serde_json::from_str::<Value>(j).expect("a request log line is JSON"))
+            .filter(|v| {
+                v["connection"]
+                    .as_str()
+                    .is_some_and(|c| c.starts_with(&listener))
+            })
+            .map(|v| {
+                let h = &v["requestHeader"];
+                (
+                    h["requestApiKeyName"].as_str().unwrap().to_lowercase(),
+                    h["requestApiVersion"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    }
+}
+
+/// Runs a client to its end (at most 120 s), `input` on its stdin.
+fn run_client(mut cmd: Command, input: &str, what: &str) {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn java(lib: &Path, class: &str, args: &[&str]) -> Command {
+    let mut c = Command::new("java");
+    c.args(["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp"])
+        .arg(format!("{}/*", lib.display()))
+        .arg(class)
+        .args(args);
+    c
+}
+
+/// (method, version) → count, of `calls` on `side`.
+fn by_api(calls: &[&Value], side: &str) -> BTreeMap<(String, u64), usize> {
+    let mut m = BTreeMap::new();
+    for c in calls.iter().filter(|c| c["side"] == side) {
+        let v: u64 = c["version"].as_str().unwrap().parse().unwrap();
+        *m.entry((c["method"].as_str().unwrap().to_owned(), v))
+            .or_default() += 1;
+    }
+    m
+}
+
+#[test]
+fn kafka_calls_equal_the_broker_request_log() {
+    require_root();
+    require_tool("java");
+    require_tool("kcat");
+    let t0 = Instant::now();
+    let lib = kafka_lib();
+    let broker = Broker::start();
+    let setup = t0.elapsed();
+    let addr = broker.addr();
+    let port = broker.port.to_string();
+
+    let ebtop = Ebtop::start(&["--json", "--proto", "kafka", "--port", &port]);
+    let t1 = Instant::now();
+    // kcat: Produce v7 (zstd batches), then a Fetch v11 consumer that exits at the end.
+    let mut kcat = Command::new("kcat");
+    kcat.args(["-P", "-b", &addr, "-t", "kc-orders", "-z", "zstd"]);
+    run_client(kcat, "alpha\nbeta\ngamma\n", "kcat producer");
+    let mut kcat = Command::new("kcat");
+    kcat.args([
+        "-C",
+        "-b",
+        &addr,
+        "-t",
+        "kc-orders",
+        "-o",
+        "beginning",
+        "-e",
+    ]);
+    run_client(kcat, "", "kcat consumer");
+    // The Java console clients: Produce v13 (topic ids), Fetch v18, a consumer group.
+    run_client(
+        java(
+            &lib,
+            "org.apache.kafka.tools.ConsoleProducer",
+            &["--bootstrap-server", &addr, "--topic", "jv-payments"],
+        ),
+        "one\ntwo\nthree\n",
+        "Java console producer",
+    );
+    run_client(
+        java(
+            &lib,
+            "org.apache.kafka.tools.consumer.ConsoleConsumer",
+            &[
+                "--bootstrap-server",
+                &addr,
+                "--topic",
+                "jv-payments",
+                "--from-beginning",
+                "--max-messages",
+                "3",
+                "--group",
+                "ebtop-test",
+            ],
+        ),
+        "",
+        "Java console consumer",
+    );
+    let clients = t1.elapsed();
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    let want: BTreeMap<(String, u64), usize> =
+        broker
+            .requests()
+            .into_iter()
+            .fold(BTreeMap::new(), |mut m, k| {
+                *m.entry(k).or_default() += 1;
+                m
+            });
+    assert!(!want.is_empty(), "the broker logged no request");
+    assert_eq!(
+        by_api(&calls, "client"),
+        want,
+        "client calls vs the broker's requests"
+    );
+    assert_eq!(
+        by_api(&calls, "server"),
+        want,
+        "server calls vs the broker's requests"
+    );
+
+    // Topic names, the Java clients' topic ids resolved.
+    let resources = |method: &str, version: &str| -> Vec<&str> {
+        calls
+            .iter()
+            .filter(|c| c["method"] == method && c["version"] == version)
+            .map(|c| c["resource"].as_str().unwrap())
+            .collect()
+    };
+    for (method, version, topic) in [
+        ("produce", "7", "kc-orders"),
+        ("produce", "13", "jv-payments"),
+        ("fetch", "11", "kc-orders"),
+        ("fetch", "18", "jv-payments"),
+    ] {
+        let r = resources(method, version);
+        let named = format!("{method} {topic}");
+        assert!(
+            !r.is_empty() && r.iter().all(|x| *x == named || *x == method),
+            "{method} v{version}: {r:?}"
+        );
+        assert!(r.contains(&named.as_str()), "{method} v{version}: {r:?}");
+    }
+    // Every produced record is counted, on both sides (kcat's 3, Java's 3).
+    for side in ["client", "server"] {
+        let produced: u64 = calls
+            .iter()
+            .filter(|c| c["side"] == side && c["method"] == "produce")
+            .map(|c| c["records"].as_str().unwrap().parse::<u64>().unwrap())
+            .sum();
+        assert_eq!(produced, 6, "{side}");
+        let fetched: u64 = calls
+            .iter()
+            .filter(|c| c["side"] == side && c["method"] == "fetch")
+            .filter_map(|c| c["records"].as_str())
+            .map(|n| n.parse::<u64>().unwrap())
+            .sum();
+        assert!(fetched >= 6, "{side}: {fetched} records fetched");
+    }
+    // Every call of an API ebtop reads has a known status.
+    for c in &calls {
+        assert_ne!(c["outcome"], "unknown", "{c}");
+    }
+    eprintln!(
+        "kafka: setup (jars + broker) {:.1} s, clients {:.1} s, {} requests",
+        setup.as_secs_f64(),
+        clients.as_secs_f64(),
+        want.values().sum::<usize>()
+    );
+}
