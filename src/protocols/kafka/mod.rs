@@ -900,21 +900,29 @@ fn error_after_throttle(api: i16) -> Option<Option<i16>> {
     })
 }
 
-/// Could `p` (a message start: the 4-byte length, then a request header) be a Kafka
-/// request? The kernel's rule (kafka/infer.h) on the same bytes: a length alone (a read of
-/// exactly 4 bytes: brokers read it apart) of 8 bytes to 16 MiB, or a length and a header
+/// Could `p` (a connection's first payload: the 4-byte length, then a request header) be a
+/// Kafka request? The kernel's rule (kafka/infer.h) on the same bytes: a length alone (a
+/// read of exactly 4 bytes: brokers read it apart) of 10 bytes to 4 KiB, or a length of 8
+/// bytes to 16 MiB and a header
 /// with a known API key, a version under 64, a correlation id ≥ 0 and a client id that is
 /// null or printable.
 pub fn is_connection_start(p: &[u8]) -> bool {
+    p.first() == Some(&0) && request_start(p, 4096)
+}
+
+/// Does `p` start a request (a length and a plausible header), or is it a length alone under
+/// `alone_max`?
+fn request_start(p: &[u8], alone_max: u32) -> bool {
     if p.len() < 4 {
         return false;
     }
     let len = u32::from_be_bytes([p[0], p[1], p[2], p[3]]);
-    if p[0] != 0 || len < 8 {
+    if len < 8 || len as u64 > MAX_MESSAGE {
         return false;
     }
     if p.len() == 4 {
-        return true;
+        // A connection's first request (ApiVersions, SaslHandshake, Metadata) is small.
+        return (10..alone_max).contains(&len);
     }
     if p.len() < 14 {
         return false;
@@ -1024,7 +1032,8 @@ impl Framer for KafkaParser {
             return false;
         }
         match self.request_dir {
-            Some(rd) if rd == d => is_connection_start(p),
+            // Past a connection's start, a length read alone may be a large request's.
+            Some(rd) if rd == d => request_start(p, MAX_MESSAGE as u32),
             // A response: a correlation id ≥ 0.
             Some(_) => p.len() < 5 || p[4] < 0x80,
             None => is_connection_start(p),
