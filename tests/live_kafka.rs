@@ -236,8 +236,8 @@ fn kafka_calls_equal_the_broker_request_log() {
             });
     assert!(!want.is_empty(), "the broker logged no request");
     // Each side's calls are the broker's requests, but for a Fetch a client left in flight
-    // when it exited (kcat -e does): the broker completes and logs it, yet the connection is
-    // gone, so neither side sees a response. Those are counted as unanswered, on both sides.
+    // when it exited (kcat -e does): the broker completes and logs it, yet the client never
+    // reads its response. Those are counted as unanswered.
     let mut unanswered = 0;
     let mut left_per_side = Vec::new();
     for side in ["client", "server"] {
@@ -258,10 +258,16 @@ fn kafka_calls_equal_the_broker_request_log() {
         }
         left_per_side.push(left);
     }
-    assert_eq!(
-        left_per_side[0], left_per_side[1],
-        "in flight at the end, client vs server"
-    );
+    // Whether the broker's write of that response still went through before the client's
+    // close is a race: the server side may have it.
+    for (k, n) in &left_per_side[1] {
+        assert!(
+            left_per_side[0].get(k).is_some_and(|c| c >= n),
+            "in flight at the end, client {:?} vs server {:?}",
+            left_per_side[0],
+            left_per_side[1]
+        );
+    }
     let summary = lines.last().unwrap();
     assert_eq!(summary["type"], "summary");
     assert_eq!(
