@@ -563,15 +563,12 @@ fn read_request(r: &mut Reader, api: i16, v: i16, complete: bool, info: &mut Req
             }
         }
         // Requests that name their group first: offset_commit, offset_fetch (v0–7),
-        // join_group, heartbeat, leave_group, sync_group, txn_offset_commit (its transaction),
-        // consumer_group_heartbeat, share_group_heartbeat, streams_group_heartbeat.
+        // join_group, heartbeat, leave_group, sync_group, consumer_group_heartbeat,
+        // share_group_heartbeat, streams_group_heartbeat.
         8 | 11 | 12 | 13 | 14 | 68 | 76 | 88 => info.subject = name(r),
         9 if v <= 7 => info.subject = name(r),
-        9 => {
-            if r.array()?.unwrap_or(0) > 0 {
-                info.subject = name(r);
-            }
-        }
+        // v8+: a list of groups; the first is shown.
+        9 if r.array()?.unwrap_or(0) > 0 => info.subject = name(r),
         10 => {
             if v <= 3 {
                 info.subject = name(r);

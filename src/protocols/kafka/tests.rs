@@ -162,11 +162,15 @@ fn never_panics_on_any_bytes() {
         for _ in 0..6 {
             let n = (rng.next() % 40) as usize;
             let mut b: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
-            if rng.next() % 2 == 0 && b.len() >= 4 {
+            if rng.next().is_multiple_of(2) && b.len() >= 4 {
                 b[0] = 0;
                 b[1] = 0;
             }
-            let dir = if rng.next() % 2 == 0 { OUT } else { IN };
+            let dir = if rng.next().is_multiple_of(2) {
+                OUT
+            } else {
+                IN
+            };
             d.seg(dir, &b);
         }
         d.close();
