@@ -11,8 +11,31 @@ fn load(name: &str) -> SegFile {
 }
 
 /// Every fixture: (file, its calls as `method version resource status`, requests left
-/// unanswered at the close).
-const FIXTURES: &[(&str, &[&str], u64)] = &[
+/// unanswered at the close, requests that get no response: Produce with acks=0).
+type Fixture = (&'static str, &'static [&'static str], u64, u64);
+
+const FIXTURES: &[Fixture] = &[
+    (
+        "kcat_zstd.client.seg",
+        &[
+            "api_versions 3 api_versions ok",
+            "metadata 4 metadata events ok",
+            "produce 7 produce events ok",
+        ],
+        0,
+        0,
+    ),
+    (
+        // acks=0: the Produce gets no response and makes no call, counted.
+        "kcat_acks0_gzip.client.seg",
+        &[
+            "api_versions 3 api_versions ok",
+            "metadata 4 metadata events UNKNOWN_TOPIC_OR_PARTITION",
+            "metadata 4 metadata events ok",
+        ],
+        0,
+        1,
+    ),
     (
         "kcat_produce.client.seg",
         &[
@@ -23,6 +46,7 @@ const FIXTURES: &[(&str, &[&str], u64)] = &[
             "produce 7 produce orders ok",
         ],
         0,
+        0,
     ),
     (
         // The broker's side: it reads each length (4 bytes) apart from its body.
@@ -32,6 +56,7 @@ const FIXTURES: &[(&str, &[&str], u64)] = &[
             "metadata 4 metadata orders ok",
             "produce 7 produce orders ok",
         ],
+        0,
         0,
     ),
     (
@@ -46,6 +71,7 @@ const FIXTURES: &[(&str, &[&str], u64)] = &[
         ],
         // kcat -e exits with a Fetch in flight.
         1,
+        0,
     ),
     (
         "java_produce_bootstrap.client.seg",
@@ -54,6 +80,7 @@ const FIXTURES: &[(&str, &[&str], u64)] = &[
             "metadata 13 metadata payments UNKNOWN_TOPIC_OR_PARTITION",
             "init_producer_id 5 init_producer_id COORDINATOR_LOAD_IN_PROGRESS",
         ],
+        0,
         0,
     ),
     (
@@ -66,6 +93,7 @@ const FIXTURES: &[(&str, &[&str], u64)] = &[
             "produce 13 produce payments ok",
         ],
         0,
+        0,
     ),
     (
         "java_consume_bootstrap.client.seg",
@@ -74,6 +102,7 @@ const FIXTURES: &[(&str, &[&str], u64)] = &[
             "metadata 13 metadata payments ok",
             "find_coordinator 6 find_coordinator g1 COORDINATOR_NOT_AVAILABLE",
         ],
+        0,
         0,
     ),
     (
@@ -90,6 +119,7 @@ const FIXTURES: &[(&str, &[&str], u64)] = &[
             "fetch 18 fetch ok",
         ],
         0,
+        0,
     ),
     (
         "java_consume_coordinator.client.seg",
@@ -102,6 +132,7 @@ const FIXTURES: &[(&str, &[&str], u64)] = &[
             "offset_commit 9 offset_commit g1 ok",
             "leave_group 5 leave_group g1 ok",
         ],
+        0,
         0,
     ),
 ];
@@ -125,7 +156,7 @@ fn every_fixture_is_listed() {
 
 #[test]
 fn every_fixture_yields_its_calls_paired_and_every_byte_counted() {
-    for &(name, want, unanswered) in FIXTURES {
+    for &(name, want, unanswered, unreplied) in FIXTURES {
         let f = load(name);
         let (calls, summary) = run(&f, None);
         let got: Vec<String> = calls
@@ -154,10 +185,11 @@ fn every_fixture_yields_its_calls_paired_and_every_byte_counted() {
             "{name}"
         );
         assert_eq!(p.unanswered_requests, unanswered, "{name}");
-        // Every byte of the connection is in a call, but for an unanswered request's.
+        assert_eq!(p.unreplied_requests, unreplied, "{name}");
+        // Every byte of the connection is in a call, but for requests without a response.
         let in_calls: u64 = calls.iter().map(|c| c.l7.req.bytes + c.l7.resp.bytes).sum();
         let all: u64 = f.entries.iter().map(|e| e.total_len).sum();
-        if unanswered == 0 {
+        if unanswered + unreplied == 0 {
             assert_eq!(in_calls, all, "{name}");
         } else {
             assert!(in_calls < all, "{name}");
@@ -183,6 +215,12 @@ fn produce_and_fetch_count_records() {
     ] {
         assert_eq!(detail(p, k).as_deref(), Some(v), "{k}");
     }
+    // librdkafka compresses a batch worth it: the codec from the batch's attributes, the
+    // records from its header (never decompressed).
+    let (calls, _) = run(&load("kcat_zstd.client.seg"), None);
+    let p = calls.iter().find(|c| c.l7.method == "produce").unwrap();
+    assert_eq!(detail(p, "codec").as_deref(), Some("zstd"));
+    assert_eq!(detail(p, "records").as_deref(), Some("300"));
     let (calls, _) = run(&load("java_produce.client.seg"), None);
     let p = calls.iter().find(|c| c.l7.method == "produce").unwrap();
     assert_eq!(detail(p, "records").as_deref(), Some("3"));
@@ -205,7 +243,7 @@ fn produce_and_fetch_count_records() {
 /// Cut at a small snaplen, sizes and pairing stay exact; what was not seen is not reported.
 #[test]
 fn a_small_snaplen_keeps_sizes_and_pairs() {
-    for &(name, want, _) in FIXTURES {
+    for &(name, want, _, _) in FIXTURES {
         let f = load(name);
         let (whole, _) = run(&f, None);
         let (cut, summary) = run(&f, Some(64));
