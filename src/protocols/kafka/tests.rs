@@ -231,3 +231,22 @@ fn topic_ids_are_named_from_a_metadata_response_on_another_connection() {
     assert_eq!(other.detail(0, "max_wait_ms"), Some("500"));
     assert_eq!(other.calls[0].status_text.as_deref(), Some("ok"));
 }
+
+#[test]
+fn a_walked_api_in_a_version_past_those_known_is_not_misread() {
+    let mut d = driver();
+    // "Produce v14": whatever its fields are, neither topics nor codes are read from them.
+    d.seg(
+        OUT,
+        &request(0, 14, 1, &[0, 0, 1, 0, 0, 0x75, 0x30, 2, 1, 2, 3]),
+    );
+    d.seg(IN, &frame(&[0, 0, 0, 1, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0]));
+    let c = &d.calls[0];
+    assert_eq!(
+        (c.method.as_str(), c.resource.as_str()),
+        ("produce", "produce")
+    );
+    assert_eq!(c.version, "14");
+    assert_eq!(c.outcome, Outcome::Unknown);
+    assert_eq!(c.status_text, None);
+}
