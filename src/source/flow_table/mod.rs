@@ -395,7 +395,13 @@ struct FlowTableReader {
     reads_map: Option<MapHandle>,
     /// The whole-table reads' buffers, kept from poll to poll (one batch of the larger map).
     batch_buffers: crate::bpf::BatchBuffers,
+    /// The flow-end ring and the buffer it drains into: read again after the counters, so
+    /// the ends a report counts are never more than the ends it (or an earlier one) shows.
+    late_ends: EndsSource,
 }
+
+/// The flow-end ring and the buffer its records are drained into.
+type EndsSource = (Arc<Mutex<EndsRing>>, Arc<Mutex<EndsBuf>>);
 
 fn cgroup2_root() -> Option<std::fs::File> {
     let mounts = crate::procfs::read_self("mounts").ok()?;
@@ -566,6 +572,7 @@ impl FlowCollector {
             whole_reads_until: 0,
             reads_map: MapHandle::try_from(&skel.maps.flow_reads).ok(),
             batch_buffers: Default::default(),
+            late_ends: (ring.clone(), ends.clone()),
         };
         // One request in flight at a time (the loop waits for a report's last part before
         // the next). Two parts in the channel at most: the reader waits for the session to
@@ -1144,6 +1151,18 @@ impl FlowTableReader {
         }
 
         let c = self.counters();
+        // Flows that ended after the session took this interval's ends and before the
+        // counters were read are counted in `ends`: their records are read now and reported
+        // with this interval (the session's last report would otherwise count an end it
+        // never shows).
+        let (ring, buf) = self.late_ends.clone();
+        EndsRing::consume(&ring);
+        let late = std::mem::take(&mut *buf.lock().unwrap_or_else(|e| e.into_inner()));
+        for chunk in late.0 {
+            for data in chunk.chunks_exact(raw::FLOW_LEN) {
+                self.end_flow(data, now_ns, &mut parts);
+            }
+        }
         let stats = FlowStats {
             max_flows: self.cfg.max_flows as u64,
             tcp_flows: tcp_count,
