@@ -467,10 +467,28 @@ fn load_flows(
     Ok(Box::leak(Box::new(skel)))
 }
 
+/// The flow table's BPF object, loaded and not attached ([`FlowCollector::load`]): loaded on a
+/// thread of its own while the capture loads, attached by the session's thread.
+pub struct LoadedFlows {
+    skel: &'static mut FlowsSkel<'static>,
+    /// On the capture's maps: the capture program does the per-send work.
+    shared: bool,
+}
+
+// SAFETY: a leaked skeleton (libbpf's object: pointers and descriptors with no tie to the
+// thread that loaded it), handed once from the loading thread to the session's, which alone
+// uses it from then on.
+unsafe impl Send for LoadedFlows {}
+
 impl FlowCollector {
     /// Loads and attaches the flow programs. The skeleton lives as long as the process (one
     /// collector per run); dropping the collector detaches every probe.
     pub fn start(cfg: &FlowConfig, shared: Option<SharedFlowMaps>) -> Result<FlowCollector> {
+        Self::attach(Self::load(cfg, shared)?, cfg)
+    }
+
+    /// Loads the flow programs, on the capture's maps if `shared`.
+    pub fn load(cfg: &FlowConfig, shared: Option<SharedFlowMaps>) -> Result<LoadedFlows> {
         // The owner iterator needs task-file iterators and bpf_sock_from_file (Linux 5.11):
         // where the kernel refuses it, the same object is loaded without it.
         // `EBTOP_FLOW_OWNERS=procfs` keeps to /proc (comparisons; the tests cover both).
@@ -480,6 +498,15 @@ impl FlowCollector {
             Err(_) if !procfs_owners => load_flows(cfg, shared, false)?,
             Err(e) => return Err(e),
         };
+        Ok(LoadedFlows {
+            skel,
+            shared: shared.is_some(),
+        })
+    }
+
+    /// Attaches loaded flow programs and starts the threads that read them.
+    pub fn attach(loaded: LoadedFlows, cfg: &FlowConfig) -> Result<FlowCollector> {
+        let LoadedFlows { skel, shared } = loaded;
         let mut links = Vec::new();
         let mut udp_peer_hooks = false;
         let mut owner_iterator = None;
@@ -491,7 +518,7 @@ impl FlowCollector {
                 // A syscall tracepoint puts every task's syscalls on the slow path.
                 continue;
             }
-            if shared.is_some() && section.starts_with("tp_btf/sock_") {
+            if shared && section.starts_with("tp_btf/sock_") {
                 // The capture program does this work on the same hook.
                 continue;
             }
