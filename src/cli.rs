@@ -137,6 +137,12 @@ pub struct Args {
     #[arg(long, requires = "otlp")]
     pub otlp_query_text: bool,
 
+    /// With --otlp: each TCP flow's end as an OpenTelemetry log record (event
+    /// `ebtop.flow.end`: addresses, process, bytes, segments, retransmits, resets, RTT,
+    /// duration, close reason) to the collector's /v1/logs. The flow table runs for it.
+    #[arg(long, requires = "otlp")]
+    pub otlp_flow_logs: bool,
+
     /// Record what the probes deliver to FILE (zstd frames, mode 0600), alone or with --json.
     /// With -r, writes the records that pass the filters: a filtered copy.
     #[arg(short = 'w', long = "write", value_name = "FILE")]
