@@ -368,7 +368,8 @@ fn a_100_mb_result_set_and_copy_stream_through_as_one_call_each() {
     let port = server.port.to_string();
     // No loss even if ebtop reads nothing while the 100 MB stream: its ~12 500 server writes
     // and the client's reads (of 1 KiB at the very least: 100 000), at most ~350 bytes each
-    // with a 256-byte snaplen, fit a 64 MiB ring buffer.
+    // with a 256-byte snaplen, fit a 64 MiB ring buffer (copying whole off: copied whole,
+    // they would not).
     let ebtop = Ebtop::start(&[
         "--json",
         "--port",
@@ -377,6 +378,8 @@ fn a_100_mb_result_set_and_copy_stream_through_as_one_call_each() {
         "256",
         "--ringbuf-mb",
         "64",
+        "--copy-whole",
+        "0",
     ]);
     let select = "SELECT repeat('x', 1000) FROM generate_series(1, 100000)";
     // Each followed by a small query on its connection: a big response's end may lie beyond
@@ -454,8 +457,18 @@ fn a_100_mb_result_ends_exactly_at_the_default_snaplen() {
     require_root();
     let server = PgServer::start();
     let port = server.port.to_string();
-    // ~25,000 records of ~4.5 KB if ebtop read nothing meanwhile: no loss in 128 MiB.
-    let ebtop = Ebtop::start(&["--json", "--port", &port, "--ringbuf-mb", "128"]);
+    // ~25,000 records of ~4.5 KB if ebtop read nothing meanwhile: no loss in 128 MiB. Copying
+    // whole off: the tails are what is tested (copied whole, the 100 MB would go through the
+    // ring whole, more than it holds).
+    let ebtop = Ebtop::start(&[
+        "--json",
+        "--port",
+        &port,
+        "--ringbuf-mb",
+        "128",
+        "--copy-whole",
+        "0",
+    ]);
     let select = "SELECT repeat('x', 1000) FROM generate_series(1, 100000)";
     let began = Instant::now();
     let out = Command::new("psql")
@@ -514,7 +527,16 @@ fn a_result_over_tls_ends_exactly_in_its_tail() {
     require_root();
     let server = PgServer::start_tls();
     let port = server.port.to_string();
-    let ebtop = Ebtop::start(&["--json", "--port", &port, "--snaplen", "64"]);
+    // Copying whole off: the tails are what is tested.
+    let ebtop = Ebtop::start(&[
+        "--json",
+        "--port",
+        &port,
+        "--snaplen",
+        "64",
+        "--copy-whole",
+        "0",
+    ]);
     let select = "SELECT repeat('x', 1000) FROM generate_series(1, 10000)";
     let conninfo = format!("host=127.0.0.1 port={port} user=postgres dbname=bench sslmode=require");
     let out = Command::new("psql")
