@@ -215,10 +215,10 @@ pub struct Args {
           value_parser = clap::value_parser!(u32).range(0..=16384))]
     pub snaplen: u32,
 
-    /// Sends and receives of Redis and Memcached connections up to this many bytes are copied
-    /// whole, not cut at --snaplen (0–262144; 0: off): a pipeline of thousands of commands in
-    /// one write stays exact. Costs ring bytes (what those connections move) and this much
-    /// kernel memory per CPU.
+    /// Sends and receives of Redis, Memcached, PostgreSQL and MySQL connections up to this many
+    /// bytes are copied whole, not cut at --snaplen (0–262144; 0: off): a pipeline of
+    /// thousands of commands in one write stays exact. Costs ring bytes (what those
+    /// connections move) and this much kernel memory per CPU.
     #[arg(long, value_name = "BYTES", default_value_t = 262_144,
           value_parser = clap::value_parser!(u32).range(0..=262_144))]
     pub copy_whole: u32,

@@ -30,7 +30,7 @@ const EXIT_ATTACHMENTS: &[(&str, &[&str])] = &[
 #[derive(Debug, Clone)]
 pub struct LiveConfig {
     pub snaplen: u32,
-    /// `--copy-whole`: sends/receives of Redis and Memcached connections up to this long are
+    /// `--copy-whole`: sends/receives of Redis, Memcached, PostgreSQL and MySQL connections up to this long are
     /// copied whole (0: never; at most `EBTOP_DEEP_MAX`).
     pub copy_whole: u32,
     /// `--ringbuf-mb`: all event rings together (None: the default, `ring_layout`).
