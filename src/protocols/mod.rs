@@ -27,6 +27,7 @@ pub mod http1;
 pub mod http2;
 pub mod matching;
 pub mod memcached;
+pub mod mongodb;
 pub mod mysql;
 pub mod postgres;
 pub mod redact;
@@ -48,6 +49,7 @@ pub const REGISTRY: &[ProtocolDescriptor] = &[
     dns::DESCRIPTOR,
     postgres::DESCRIPTOR,
     mysql::DESCRIPTOR,
+    mongodb::DESCRIPTOR,
     // Last: its mid-connection frame rule is the loosest.
     http2::DESCRIPTOR,
 ];
@@ -180,10 +182,11 @@ pub enum Protocol {
     /// gRPC calls (HTTP/2 streams of content-type `application/grpc*`): parsed by the HTTP/2
     /// parser, told apart per call.
     Grpc,
+    Mongodb,
 }
 
 /// Number of [`Protocol`] variants (the last one's value plus one).
-const PROTOCOL_COUNT: usize = Protocol::Grpc as usize + 1;
+const PROTOCOL_COUNT: usize = Protocol::Mongodb as usize + 1;
 
 /// For each [`Protocol`] (by value), where its [`CallKind`] is in the [`REGISTRY`]: (descriptor,
 /// call kind). Built when compiling, which fails if a variant has no kind, or two.
