@@ -130,7 +130,8 @@ fn pymongo_commands_are_counted_exactly_on_both_sides() {
     require_pymongo();
     let server = Ferret::start();
     let port = server.port.to_string();
-    let ebtop = Ebtop::start(&["--json", "--port", &port]);
+    // `--proto mongodb`: applied in the kernel, whose rule must recognise both sides.
+    let ebtop = Ebtop::start(&["--json", "--port", &port, "--proto", "mongodb"]);
     const ROUNDS: usize = 5;
     let (ok, failed) = crud(server.port, ROUNDS);
     let lines = ebtop.stop();
