@@ -546,10 +546,11 @@ pub struct ParseStats {
     /// Calls whose response end was inferred rather than seen.
     pub inferred_ends: u64,
     /// Messages the server sent unasked, counted and not paired (Redis pub/sub messages, RESP3
-    /// pushes, MONITOR lines).
+    /// pushes, MONITOR lines; MongoDB's exhaust replies after the first and awaitable `hello`
+    /// answers).
     pub pushes: u64,
-    /// Requests sent with their replies switched off (Redis `CLIENT REPLY OFF`/`SKIP`): no
-    /// call is made of them.
+    /// Requests sent with their replies switched off (Redis `CLIENT REPLY OFF`/`SKIP`, MongoDB
+    /// moreToCome): no call is made of them.
     pub unreplied_requests: u64,
     /// HTTP/2 connections picked up mid-way (or whose header compression state was lost):
     /// some header fields could not be decoded and show as `?`.
