@@ -796,7 +796,11 @@ fn span_of(c: &SpanCall, query_text: bool, ids: &mut IdSource) -> Span {
             }
             full.to_owned()
         }
-        Protocol::Postgres | Protocol::Mysql | Protocol::Redis | Protocol::Memcached => {
+        Protocol::Postgres
+        | Protocol::Mysql
+        | Protocol::Redis
+        | Protocol::Memcached
+        | Protocol::Mongodb => {
             if let Some((_, system)) = kind.metrics.system {
                 attrs.push(kv_str("db.system.name", system));
             }
@@ -809,7 +813,13 @@ fn span_of(c: &SpanCall, query_text: bool, ids: &mut IdSource) -> Span {
                     &crate::protocols::redact::redact_sql(&c.resource),
                 ));
             }
-            normalized.clone()
+            if c.proto == Protocol::Mongodb {
+                // The conventions' span name for MongoDB: `find orders`.
+                attrs.push(kv_str("db.collection.name", &c.resource));
+                format!("{} {}", c.method, normalized).trim_end().to_owned()
+            } else {
+                normalized.clone()
+            }
         }
         Protocol::Dns => {
             attrs.push(kv_str("dns.question.type", &c.method));
