@@ -528,22 +528,14 @@ impl Sender {
         let n = batch.len() as u64;
         let request = traces_request(batch, &self.session(), self.query_text, &mut self.ids);
         batch.clear();
-        let c = Arc::clone(&self.counters);
-        match self.post(&self.traces_url, &request.encode_to_vec(), |body| {
+        let sent = self.post(&self.traces_url, &request.encode_to_vec(), |body| {
             ExportTraceServiceResponse::decode(body)
                 .ok()
                 .and_then(|r| r.partial_success)
                 .map_or(0, |p| p.rejected_spans.max(0) as u64)
-        }) {
-            Sent::Accepted(rejected) => {
-                let rejected = rejected.min(n);
-                c.exported.fetch_add(n - rejected, Ordering::Relaxed);
-                c.failed.fetch_add(rejected, Ordering::Relaxed);
-            }
-            Sent::Failed => {
-                c.failed.fetch_add(n, Ordering::Relaxed);
-            }
-        }
+        });
+        let c = &self.counters;
+        count_sent(sent, n, &c.exported, &c.failed);
     }
 
     fn send_logs(&mut self, batch: &mut Vec<FlowLog>) {
@@ -553,22 +545,14 @@ impl Sender {
         let n = batch.len() as u64;
         let request = flow_logs::logs_request(batch, &self.session());
         batch.clear();
-        let c = Arc::clone(&self.counters);
-        match self.post(&self.logs_url, &request.encode_to_vec(), |body| {
+        let sent = self.post(&self.logs_url, &request.encode_to_vec(), |body| {
             ExportLogsServiceResponse::decode(body)
                 .ok()
                 .and_then(|r| r.partial_success)
                 .map_or(0, |p| p.rejected_log_records.max(0) as u64)
-        }) {
-            Sent::Accepted(rejected) => {
-                let rejected = rejected.min(n);
-                c.logs_exported.fetch_add(n - rejected, Ordering::Relaxed);
-                c.logs_failed.fetch_add(rejected, Ordering::Relaxed);
-            }
-            Sent::Failed => {
-                c.logs_failed.fetch_add(n, Ordering::Relaxed);
-            }
-        }
+        });
+        let c = &self.counters;
+        count_sent(sent, n, &c.logs_exported, &c.logs_failed);
     }
 
     fn send_metrics(&mut self, m: &MetricsBatch) {
@@ -624,6 +608,16 @@ impl Sender {
         }
         Sent::Failed
     }
+}
+
+/// A request of `n` items: those the collector took are exported, the rest failed.
+fn count_sent(sent: Sent, n: u64, exported: &AtomicU64, failed: &AtomicU64) {
+    let rejected = match sent {
+        Sent::Accepted(rejected) => rejected.min(n),
+        Sent::Failed => n,
+    };
+    exported.fetch_add(n - rejected, Ordering::Relaxed);
+    failed.fetch_add(rejected, Ordering::Relaxed);
 }
 
 /// Random span and trace ids: xorshift from the kernel's random bytes (ids need to be unique,
