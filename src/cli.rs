@@ -137,6 +137,12 @@ pub struct Args {
     #[arg(long, requires = "otlp")]
     pub otlp_query_text: bool,
 
+    /// With --otlp: each TCP flow's end as an OpenTelemetry log record (event
+    /// `ebtop.flow.end`: addresses, process, bytes, segments, retransmits, resets, RTT,
+    /// duration, close reason) to the collector's /v1/logs. The flow table runs for it.
+    #[arg(long, requires = "otlp")]
+    pub otlp_flow_logs: bool,
+
     /// Record what the probes deliver to FILE (zstd frames, mode 0600), alone or with --json.
     /// With -r, writes the records that pass the filters: a filtered copy.
     #[arg(short = 'w', long = "write", value_name = "FILE")]
@@ -209,10 +215,10 @@ pub struct Args {
           value_parser = clap::value_parser!(u32).range(0..=16384))]
     pub snaplen: u32,
 
-    /// Sends and receives of Redis and Memcached connections up to this many bytes are copied
-    /// whole, not cut at --snaplen (0–262144; 0: off): a pipeline of thousands of commands in
-    /// one write stays exact. Costs ring bytes (what those connections move) and this much
-    /// kernel memory per CPU.
+    /// Sends and receives of Redis, Memcached, PostgreSQL and MySQL connections up to this many
+    /// bytes are copied whole, not cut at --snaplen (0–262144; 0: off): a pipeline of
+    /// thousands of commands in one write stays exact. Costs ring bytes (what those
+    /// connections move) and this much kernel memory per CPU.
     #[arg(long, value_name = "BYTES", default_value_t = 262_144,
           value_parser = clap::value_parser!(u32).range(0..=262_144))]
     pub copy_whole: u32,

@@ -44,9 +44,9 @@ pub struct KernelCounters {
     #[serde(default)]
     pub tls_membio_reused: u64,
     /// Sends/receives longer than the snaplen on connections of a protocol copied whole
-    /// (Redis, Memcached: `ProtocolDescriptor::copy_whole`) that were copied whole, and the
-    /// bytes that added beyond the snaplen; and those that were not (longer than the bound,
-    /// or no room in the ring for the whole): delivered as a head and a tail.
+    /// (Redis, Memcached, PostgreSQL, MySQL: `ProtocolDescriptor::copy_whole`) that were copied
+    /// whole, and the bytes that added beyond the snaplen; and those that were not (longer than
+    /// the bound, or no room in the ring for the whole): delivered as a head and a tail.
     #[serde(default)]
     pub copied_whole: u64,
     #[serde(default)]

@@ -406,6 +406,7 @@ fn session<S: Sink>(
                     OtlpMode::Live
                 },
                 final_wait: ebtop::sink::otlp::FINAL_WAIT,
+                flow_logs: args.otlp_flow_logs,
             })
         })
         .transpose()?;
@@ -488,7 +489,10 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
         hooks: args.hooks,
         capture: wants_capture(args),
         tls: wants_tls(args),
-        flow_table: json_lines(args).wants_flows() || !args.json || args.write.is_some(),
+        flow_table: json_lines(args).wants_flows()
+            || !args.json
+            || args.write.is_some()
+            || args.otlp_flow_logs,
         cgroups,
         bpf_stats: args.bpf_stats.into(),
         tracking_threads: tracking_threads(args),

@@ -60,4 +60,10 @@ pub struct OtlpStats {
     /// Metric exports the collector accepted, and those given up.
     pub metric_exports: u64,
     pub metric_exports_failed: u64,
+    /// With --otlp-flow-logs: TCP flow ends the collector accepted as log records, and those
+    /// not exported (as `spans_dropped` counts spans).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flow_logs_exported: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flow_logs_dropped: Option<u64>,
 }

@@ -36,6 +36,24 @@ fn sh(cmd: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Waits until no TCP socket on `port` is open (TIME-WAIT aside: it is no flow), as `ss`
+/// sees them; panics after `limit`.
+fn wait_closed(port: u16, limit: Duration) {
+    let t0 = std::time::Instant::now();
+    let filter = format!("( sport = :{port} or dport = :{port} )");
+    loop {
+        let open = sh(&["ss", "-Htan", "exclude", "time-wait", &filter]);
+        if open.trim().is_empty() {
+            return;
+        }
+        assert!(
+            t0.elapsed() < limit,
+            "sockets on port {port} still open after {limit:?}:\n{open}"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn of_type<'a>(lines: &'a [Value], ty: &str) -> Vec<&'a Value> {
     lines.iter().filter(|v| v["type"] == ty).collect()
 }
@@ -605,6 +623,7 @@ fn flow_end_bytes_are_exact(env: &[(&str, &str)]) -> Vec<Value> {
         drop(c);
     }
     srv.join().unwrap();
+    wait_closed(lport, Duration::from_secs(120));
     thread::sleep(Duration::from_millis(200));
     let lines = ebtop.stop();
     let ends = of_type(&lines, "flow_end");
@@ -670,7 +689,9 @@ fn flow_ends_do_not_wait_for_a_busy_loop() {
         }
         thread::sleep(Duration::from_millis(300));
     }
-    // Two interval ends (each stalled) report what was drained.
+    // Every connection closed as `ss` sees it (on a loaded host a close can take longer than
+    // the batches' pace), then two interval ends (each stalled) report what was drained.
+    wait_closed(lport, Duration::from_secs(120));
     thread::sleep(Duration::from_secs(8));
     let lines = ebtop.stop();
     let stats = of_type(&lines, "flow_stats");
@@ -683,7 +704,19 @@ fn flow_ends_do_not_wait_for_a_busy_loop() {
                 .iter()
                 .filter(|f| port_of(&f["local"]) == local && port_of(&f["peer"]) == peer)
                 .count();
-            assert_eq!(n, 1, "flow ends {local} -> {peer}; {last}");
+            if n != 1 {
+                // What was seen of that connection, for the reader of a failure.
+                let of_port: Vec<&Value> = lines
+                    .iter()
+                    .filter(|v| v["type"] == "flow" || v["type"] == "flow_end")
+                    .filter(|v| port_of(&v["local"]) == *port || port_of(&v["peer"]) == *port)
+                    .collect();
+                panic!(
+                    "{n} flow ends {local} -> {peer} ({} flow_end lines in all); {last}; \
+                     lines of port {port}: {of_port:#?}",
+                    ends.len()
+                );
+            }
         }
     }
 }

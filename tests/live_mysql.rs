@@ -320,18 +320,27 @@ fn a_connection_open_before_ebtop_is_picked_up_on_both_sides() {
     assert_clean_summary(lines.last().unwrap());
 }
 
-/// A 100 MB result at the default snaplen (4096): each server write of 16 KiB (and each of
-/// the client's reads) comes as its first 4096 bytes and its last 256 (a kernel tail). The
-/// final EOF lies in the last one's tail; its rows (1,007 bytes each) are longer than a tail,
-/// so the client's next command proves it the end. The call ends exactly on both sides: the
-/// same bytes, its outcome, its latency within the client's own time. The rows whose packets
-/// went unseen are not counted: no row count is reported rather than a wrong one.
+/// A 100 MB result at the default snaplen (4096) with copying whole off (copied whole, the
+/// 100 MB would go through the ring, more than it holds): each server write of 16 KiB (and
+/// each of the client's reads) comes as its first 4096 bytes and its last 256 (a kernel
+/// tail). The final EOF lies in the last one's tail; its rows (1,007 bytes each) are longer
+/// than a tail, so the client's next command proves it the end. The call ends exactly on both
+/// sides: the same bytes, its outcome, its latency within the client's own time. The rows
+/// whose packets went unseen are not counted: no row count is reported rather than a wrong one.
 #[test]
 fn a_100_mb_result_set_ends_exactly_at_the_default_snaplen() {
     require_root();
     let db = MariaDb::start();
     let port = db.port.to_string();
-    let ebtop = Ebtop::start(&["--json", "--port", &port, "--ringbuf-mb", "128"]);
+    let ebtop = Ebtop::start(&[
+        "--json",
+        "--port",
+        &port,
+        "--ringbuf-mb",
+        "128",
+        "--copy-whole",
+        "0",
+    ]);
     let select = "select repeat('x', 1000) from seq_1_to_100000";
     let began = Instant::now();
     let out = db.cli(Some("shop"), &format!("{select}; select 'next'"));
@@ -377,4 +386,168 @@ fn a_100_mb_result_set_ends_exactly_at_the_default_snaplen() {
     for counter in ["damaged_messages", "unmatched_responses", "inferred_ends"] {
         assert_eq!(summary["parse"][counter], 0, "{counter}: {summary}");
     }
+}
+
+/// The Python of the venv scripts/deps makes, when it has PyMySQL.
+fn pymysql_python() -> Option<&'static str> {
+    const PY: &str = "/var/cache/ebtop-tests/membio-venv/bin/python";
+    let ok = Command::new(PY)
+        .args(["-c", "import pymysql"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    ok.then_some(PY)
+}
+
+/// What a real client sends longer than the snaplen (issue 43 item 2), from PyMySQL with
+/// CLIENT_MULTI_STATEMENTS: `executemany` batching 30,000 rows into INSERTs of ~1 MB, one
+/// query of 2,000 statements whose 1,501st fails (the server answers 1,500 result sets and
+/// the error, which the client reads in sends far longer than the snaplen), and a 1 MB
+/// INSERT. Every command the server logged is one call on each side, with the affected rows
+/// the client saw; the multi-statement query fails with the server's code on both sides, its
+/// bytes the same on both; nothing lost, cut or inferred.
+#[test]
+fn batched_and_multi_statement_sends_beyond_the_snaplen_are_exact() {
+    require_root();
+    let Some(py) = pymysql_python() else {
+        eprintln!("PyMySQL not in the test venv (scripts/deps): skipped");
+        return;
+    };
+    let db = MariaDb::start();
+    let port = db.port.to_string();
+    assert!(db
+        .cli(
+            Some("shop"),
+            "CREATE TABLE big (k int PRIMARY KEY, v varchar(200))"
+        )
+        .status
+        .success());
+    let ebtop = Ebtop::start(&["--json", "--port", &port, "--ringbuf-mb", "64"]);
+    let script = "import sys, pymysql\n\
+        from pymysql.constants import CLIENT\n\
+        c = pymysql.connect(host='127.0.0.1', port=int(sys.argv[1]), user='root', database='shop',\n\
+        \x20   client_flag=CLIENT.MULTI_STATEMENTS, autocommit=True)\n\
+        cur = c.cursor()\n\
+        rows = [cur.executemany('INSERT INTO big (k, v) VALUES (%s, %s)',\n\
+        \x20   [(i, 'y' * 100) for i in range(30000)])]\n\
+        stmts = ['SELECT v FROM big WHERE k = %d' % i for i in range(2000)]\n\
+        stmts[1500] = 'SELECT * FROM missing_table'\n\
+        sets = 1\n\
+        try:\n\
+        \x20   cur.execute('; '.join(stmts))\n\
+        \x20   while cur.nextset():\n\
+        \x20       sets += 1\n\
+        except pymysql.err.ProgrammingError as e:\n\
+        \x20   assert e.args[0] == 1146, e\n\
+        rows.append(cur.execute('INSERT INTO big (k, v) VALUES ' +\n\
+        \x20   ', '.join('(%d, \\'%s\\')' % (100000 + i, 'z' * 150) for i in range(6500))))\n\
+        print(sets, *rows)\n";
+    let out = Command::new(py)
+        .args(["-c", script, &port])
+        .output()
+        .expect("python runs");
+    assert!(out.status.success(), "{out:?}");
+    let printed: Vec<usize> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert_eq!(printed, [1500, 30_000, 6500], "{out:?}");
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    let summary = lines.last().unwrap();
+
+    // The server's log: executemany's batches (each ≤ 1 MB), the multi-statement query, the
+    // 1 MB INSERT.
+    let inserts = db.logged("Query", "INSERT INTO big");
+    assert!(
+        inserts >= 5,
+        "{inserts} INSERTs logged (3.3 MB of rows in ≤ 1 MB, and one)"
+    );
+    assert_eq!(db.logged("Query", "SELECT v FROM big WHERE k = 0;"), 1);
+    for side in ["client", "server"] {
+        let mine: Vec<&&Value> = calls.iter().filter(|c| c["side"] == side).collect();
+        let insert: Vec<&&&Value> = mine.iter().filter(|c| c["method"] == "INSERT").collect();
+        assert_eq!(insert.len(), inserts, "{side}");
+        let affected: usize = insert
+            .iter()
+            .map(|c| c["rows"].as_str().unwrap().parse::<usize>().unwrap())
+            .sum();
+        assert_eq!(affected, 30_000 + 6500, "{side}");
+        for c in &insert {
+            assert_eq!(c["outcome"], "ok", "{c}");
+            assert_eq!(c["end_inferred"], false, "{c}");
+        }
+        let multi: Vec<&&&Value> = mine
+            .iter()
+            .filter(|c| {
+                c["resource"]
+                    .as_str()
+                    .unwrap_or("")
+                    .starts_with("SELECT v FROM big WHERE k = 0;")
+            })
+            .collect();
+        assert_eq!(multi.len(), 1, "{side}: {summary}");
+        assert_eq!(multi[0]["status_text"], "1146 (42S02)", "{}", multi[0]);
+        assert_eq!(multi[0]["outcome"], "client_error", "{}", multi[0]);
+        assert_eq!(multi[0]["end_inferred"], false, "{}", multi[0]);
+    }
+    let multi_bytes = |side: &str| {
+        let c = calls
+            .iter()
+            .find(|c| {
+                c["side"] == side
+                    && c["resource"]
+                        .as_str()
+                        .unwrap_or("")
+                        .starts_with("SELECT v FROM big WHERE k = 0;")
+            })
+            .unwrap();
+        (c["req_bytes"].clone(), c["resp_bytes"].clone())
+    };
+    assert_eq!(multi_bytes("client"), multi_bytes("server"));
+    assert_clean_summary(summary);
+    assert_eq!(summary["parse"]["inferred_ends"], 0, "{summary}");
+}
+
+/// A 10 MB result copied whole (the default `--copy-whole`): the server's 16 KiB writes and
+/// the client's reads (of its 16 KiB read buffer) are each one record, so every row packet is
+/// seen and the rows are counted on both sides, the call exact (~20 MB copied in all: no loss
+/// in a 64 MiB ring even if ebtop read nothing meanwhile).
+#[test]
+fn a_10_mb_result_copied_whole_counts_its_rows_on_both_sides() {
+    require_root();
+    let db = MariaDb::start();
+    let port = db.port.to_string();
+    let ebtop = Ebtop::start(&["--json", "--port", &port, "--ringbuf-mb", "64"]);
+    let select = "select repeat('x', 1000) from seq_1_to_10000";
+    let out = db.cli(Some("shop"), &format!("{select}; select 'next'"));
+    assert!(out.status.success(), "{out:?}");
+    let printed = out
+        .stdout
+        .split(|&b| b == b'\n')
+        .filter(|l| l.len() == 1000);
+    assert_eq!(printed.count(), 10_000);
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    let summary = lines.last().unwrap();
+    let mut resp_bytes = Vec::new();
+    for side in ["client", "server"] {
+        let of: Vec<_> = calls
+            .iter()
+            .filter(|c| c["side"] == side && c["resource"] == select)
+            .collect();
+        assert_eq!(of.len(), 1, "{side}: {calls:#?}");
+        let c = of[0];
+        assert_eq!(c["end_inferred"], false, "{c}");
+        assert_eq!(c["outcome"], "ok", "{c}");
+        assert_eq!(c["rows"], "10000", "{c}");
+        resp_bytes.push(c["resp_bytes"].clone());
+    }
+    assert_eq!(resp_bytes[0], resp_bytes[1]);
+    assert!(
+        summary["kernel"]["copied_whole"].as_u64().unwrap() > 0,
+        "{summary}"
+    );
+    assert_eq!(summary["kernel"]["not_copied_whole"], 0, "{summary}");
+    assert_clean_summary(summary);
 }

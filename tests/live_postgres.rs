@@ -42,16 +42,25 @@ struct PgServer {
 
 impl PgServer {
     fn start() -> PgServer {
-        PgServer::launch(false)
+        PgServer::launch(false, false)
+    }
+
+    /// The same with pg_stat_statements in database `bench`: the server's count of each
+    /// statement it executed.
+    fn start_with_statement_stats() -> PgServer {
+        let server = PgServer::launch(false, true);
+        let out = server.psql("bench", "CREATE EXTENSION pg_stat_statements");
+        assert!(out.status.success(), "{out:?}");
+        server
     }
 
     /// The same with SSL on: a self-signed certificate for `localhost` made in its directory.
     /// (Clients that do not ask otherwise, `sslmode=prefer`, then use TLS too.)
     fn start_tls() -> PgServer {
-        PgServer::launch(true)
+        PgServer::launch(true, false)
     }
 
-    fn launch(tls: bool) -> PgServer {
+    fn launch(tls: bool, statement_stats: bool) -> PgServer {
         use std::os::unix::fs::PermissionsExt;
         use std::os::unix::process::CommandExt;
         let bin = server_bindir();
@@ -99,6 +108,12 @@ impl PgServer {
             .args(["-c", "unix_socket_directories=", "-c", "fsync=off"])
             .args(["-c", "max_connections=20"])
             .args(ssl.iter().flat_map(|c| ["-c", c.as_str()]))
+            .args(
+                statement_stats
+                    .then_some(["-c", "shared_preload_libraries=pg_stat_statements"])
+                    .into_iter()
+                    .flatten(),
+            )
             .uid(NOBODY)
             .gid(NOBODY)
             .current_dir(&dir)
@@ -353,7 +368,8 @@ fn a_100_mb_result_set_and_copy_stream_through_as_one_call_each() {
     let port = server.port.to_string();
     // No loss even if ebtop reads nothing while the 100 MB stream: its ~12 500 server writes
     // and the client's reads (of 1 KiB at the very least: 100 000), at most ~350 bytes each
-    // with a 256-byte snaplen, fit a 64 MiB ring buffer.
+    // with a 256-byte snaplen, fit a 64 MiB ring buffer (copying whole off: copied whole,
+    // they would not).
     let ebtop = Ebtop::start(&[
         "--json",
         "--port",
@@ -362,6 +378,8 @@ fn a_100_mb_result_set_and_copy_stream_through_as_one_call_each() {
         "256",
         "--ringbuf-mb",
         "64",
+        "--copy-whole",
+        "0",
     ]);
     let select = "SELECT repeat('x', 1000) FROM generate_series(1, 100000)";
     // Each followed by a small query on its connection: a big response's end may lie beyond
@@ -439,8 +457,18 @@ fn a_100_mb_result_ends_exactly_at_the_default_snaplen() {
     require_root();
     let server = PgServer::start();
     let port = server.port.to_string();
-    // ~25,000 records of ~4.5 KB if ebtop read nothing meanwhile: no loss in 128 MiB.
-    let ebtop = Ebtop::start(&["--json", "--port", &port, "--ringbuf-mb", "128"]);
+    // ~25,000 records of ~4.5 KB if ebtop read nothing meanwhile: no loss in 128 MiB. Copying
+    // whole off: the tails are what is tested (copied whole, the 100 MB would go through the
+    // ring whole, more than it holds).
+    let ebtop = Ebtop::start(&[
+        "--json",
+        "--port",
+        &port,
+        "--ringbuf-mb",
+        "128",
+        "--copy-whole",
+        "0",
+    ]);
     let select = "SELECT repeat('x', 1000) FROM generate_series(1, 100000)";
     let began = Instant::now();
     let out = Command::new("psql")
@@ -499,7 +527,16 @@ fn a_result_over_tls_ends_exactly_in_its_tail() {
     require_root();
     let server = PgServer::start_tls();
     let port = server.port.to_string();
-    let ebtop = Ebtop::start(&["--json", "--port", &port, "--snaplen", "64"]);
+    // Copying whole off: the tails are what is tested.
+    let ebtop = Ebtop::start(&[
+        "--json",
+        "--port",
+        &port,
+        "--snaplen",
+        "64",
+        "--copy-whole",
+        "0",
+    ]);
     let select = "SELECT repeat('x', 1000) FROM generate_series(1, 10000)";
     let conninfo = format!("host=127.0.0.1 port={port} user=postgres dbname=bench sslmode=require");
     let out = Command::new("psql")
@@ -821,4 +858,309 @@ fn postgres_over_tls_is_seen_exactly_on_both_sides() {
         "{summary}"
     );
     assert_clean_summary(summary);
+}
+
+/// The Python of the venv scripts/deps makes, when it has psycopg (3).
+fn psycopg_python() -> Option<&'static str> {
+    const PY: &str = "/var/cache/ebtop-tests/membio-venv/bin/python";
+    let ok = Command::new(PY)
+        .args(["-c", "import psycopg"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    ok.then_some(PY)
+}
+
+/// The server's own count of executions of statements starting `start` (pg_stat_statements;
+/// a statement that fails is not counted there).
+fn executions(server: &PgServer, db: &str, start: &str) -> usize {
+    let out = server.psql(
+        db,
+        &format!(
+            "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE '{start}%'"
+        ),
+    );
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// Calls of `method` on `side` over the whole session (the summary's endpoints), as (calls,
+/// client errors, server errors, unknown outcomes).
+fn session_calls(summary: &Value, side: &str, method: &str) -> [usize; 4] {
+    let mut sums = [0; 4];
+    for e in summary["endpoints"].as_array().expect("summary endpoints") {
+        if e["side"] == side && e["method"] == method {
+            for (sum, key) in sums.iter_mut().zip([
+                "calls",
+                "client_errors",
+                "server_errors",
+                "unknown_outcomes",
+            ]) {
+                *sum += e[key].as_u64().unwrap() as usize;
+            }
+        }
+    }
+    sums
+}
+
+/// ebtop for a deep pipeline: the ring sized above everything the test copies (nothing can
+/// be lost even if the reader stalls: exactness holds under any load, and is asserted), and
+/// only errors as `call` lines (the counts come from the summary's endpoints).
+fn ebtop_for_pipelines(port: &str) -> Ebtop {
+    Ebtop::start(&[
+        "--json",
+        "--port",
+        port,
+        "--ringbuf-mb",
+        "64",
+        "--filter",
+        "err",
+    ])
+}
+
+/// Nothing lost, nothing cut, nothing unpaired, and the kernel copied long sends whole.
+fn assert_whole(summary: &Value) {
+    let kernel = &summary["kernel"];
+    assert_eq!(kernel["lost"], 0, "{summary}");
+    assert_eq!(kernel["not_copied_whole"], 0, "{summary}");
+    assert!(kernel["copied_whole"].as_u64().unwrap() > 0, "{summary}");
+    for key in [
+        "damaged_messages",
+        "unmatched_responses",
+        "desyncs",
+        "pending_dropped",
+        "inferred_ends",
+    ] {
+        assert_eq!(summary["parse"][key], 0, "{key}: {summary}");
+    }
+}
+
+/// Runs psycopg's pipeline of 10,000 statements in 20 batches of 500 (a Sync each, inside one
+/// outer pipeline) on database `bench`: INSERTs and SELECTs by key alternating, and in every
+/// fourth batch `SELECT 1/0` as its 251st statement, so the server skips the rest of that
+/// batch. Returns what the client saw executed: (INSERTs, SELECTs, failures).
+fn psycopg_pipeline(py: &str, port: &str) -> (usize, usize, usize) {
+    let script = "import sys, psycopg\n\
+        conn = psycopg.connect(host='127.0.0.1', port=int(sys.argv[1]), user='postgres',\n\
+        \x20   dbname='bench', autocommit=True)\n\
+        conn.execute('CREATE TABLE pipe_t (k int PRIMARY KEY, v text)')\n\
+        inserts = selects = failed = 0\n\
+        with conn.pipeline():\n\
+        \x20   for b in range(20):\n\
+        \x20       bad = b % 4 == 1\n\
+        \x20       try:\n\
+        \x20           with conn.pipeline():\n\
+        \x20               for j in range(500):\n\
+        \x20                   i = b * 500 + j\n\
+        \x20                   if bad and j == 250:\n\
+        \x20                       conn.execute('SELECT 1/0 AS boom')\n\
+        \x20                   elif i % 2 == 0:\n\
+        \x20                       conn.execute('INSERT INTO pipe_t (k, v) VALUES (%s, %s)', (i, 'x' * (i % 40)))\n\
+        \x20                   else:\n\
+        \x20                       conn.execute('SELECT v FROM pipe_t WHERE k = %s', (i - 1,))\n\
+        \x20           assert not bad\n\
+        \x20           inserts += 250; selects += 250\n\
+        \x20       except psycopg.errors.DivisionByZero:\n\
+        \x20           assert bad\n\
+        \x20           inserts += 125; selects += 125; failed += 1\n\
+        print(inserts, selects, failed)\n";
+    let out = Command::new(py)
+        .args(["-c", script, port])
+        .output()
+        .expect("python runs");
+    assert!(out.status.success(), "{out:?}");
+    let counts: Vec<usize> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    let [inserts, selects, failed] = counts[..] else {
+        panic!("the script's counts: {out:?}")
+    };
+    (inserts, selects, failed)
+}
+
+/// Pipelines far deeper than one capture at the default snaplen (issue 43 item 2): psycopg 3's
+/// pipeline mode runs 10,000 statements on one connection (libpq writes them in ~8 KB sends,
+/// the server answers in 8 KB sends) in batches of 500 up to a Sync, five of them failing
+/// mid-batch (`SELECT 1/0`: the server skips the rest of that batch). Every statement the
+/// server executed (pg_stat_statements) is an `ok` call on both sides, every failure a call
+/// with its SQLSTATE on the failing statement, and the skipped ones make no call (counted).
+#[test]
+fn a_psycopg_pipeline_of_10000_statements_is_exact_at_the_default_snaplen() {
+    require_root();
+    let Some(py) = psycopg_python() else {
+        eprintln!("psycopg not in the test venv (scripts/deps): skipped");
+        return;
+    };
+    let server = PgServer::start_with_statement_stats();
+    let port = server.port.to_string();
+    let ebtop = ebtop_for_pipelines(&port);
+    let (inserts, selects, failed) = psycopg_pipeline(py, &port);
+    assert_eq!(failed, 5);
+    let lines = ebtop.stop();
+    let summary = lines.last().unwrap();
+    assert_whole(summary);
+    // The server executed what the client counted, the failures aside.
+    assert_eq!(executions(&server, "bench", "INSERT INTO pipe_t"), inserts);
+    assert_eq!(
+        executions(&server, "bench", "SELECT v FROM pipe_t"),
+        selects
+    );
+    assert_eq!(inserts + selects + failed, 10_000 - 5 * 249);
+    for side in ["client", "server"] {
+        assert_eq!(
+            session_calls(summary, side, "INSERT"),
+            [inserts, 0, 0, 0],
+            "{side}"
+        );
+        assert_eq!(
+            session_calls(summary, side, "SELECT"),
+            [selects + failed, failed, 0, 0],
+            "{side}"
+        );
+        let errors = calls_of(&lines, side);
+        assert_eq!(errors.len(), failed, "{side}: {errors:#?}");
+        for c in errors {
+            assert_eq!(c["resource"], "SELECT 1/0 AS boom", "{c}");
+            assert_eq!(c["status_text"], "22012", "{c}");
+            assert_eq!(c["outcome"], "client_error", "{c}");
+        }
+    }
+    // The statements the server skipped after each failure up to the batch's Sync (as many as
+    // the client had sent by then) make no call: counted, never paired.
+    assert!(
+        summary["parse"]["unreplied_requests"].as_u64().unwrap() > 0,
+        "{summary}"
+    );
+}
+
+/// pgbench with a script of 200 statements between `\startpipeline` and `\endpipeline`
+/// (`-M extended` and `-M prepared`): each pipeline one ~20 KB send and its results in
+/// server sends longer than the snaplen. Per statement, calls on both sides equal the
+/// server's executions (pg_stat_statements) and pgbench's transactions × 100, all `ok`.
+#[test]
+fn pgbench_pipelines_of_200_statements_are_exact_at_the_default_snaplen() {
+    require_root();
+    let server = PgServer::start_with_statement_stats();
+    let port = server.port.to_string();
+    let mut script = vec![
+        "\\set aid random(1, 99000)".to_string(),
+        "\\startpipeline".into(),
+    ];
+    for i in 0..100 {
+        script.push(format!(
+            "SELECT abalance FROM pgbench_accounts WHERE aid = :aid + {i};"
+        ));
+        script.push(format!(
+            "UPDATE pgbench_tellers SET tbalance = tbalance + 1 WHERE tid = {};",
+            i % 10 + 1
+        ));
+    }
+    script.push("\\endpipeline".into());
+    let file = server.dir.join("pipeline.sql");
+    std::fs::write(&file, script.join("\n") + "\n").unwrap();
+    for mode in ["extended", "prepared"] {
+        assert!(server
+            .psql("bench", "SELECT pg_stat_statements_reset()")
+            .status
+            .success());
+        let ebtop = ebtop_for_pipelines(&port);
+        let out = server.pgbench(&[
+            "-n",
+            "-c",
+            "2",
+            "-j",
+            "1",
+            "-t",
+            "20",
+            "-M",
+            mode,
+            "-f",
+            file.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "pgbench -M {mode}: {out:?}");
+        let transactions = pgbench_transactions(&out);
+        assert_eq!(transactions, 40, "-M {mode}");
+        let lines = ebtop.stop();
+        let summary = lines.last().unwrap();
+        assert_whole(summary);
+        assert_eq!(calls(&lines).len(), 0, "-M {mode}: no call failed");
+        let selects = executions(&server, "bench", "SELECT abalance FROM pgbench_accounts");
+        let updates = executions(&server, "bench", "UPDATE pgbench_tellers");
+        assert_eq!((selects, updates), (transactions * 100, transactions * 100));
+        for side in ["client", "server"] {
+            assert_eq!(
+                session_calls(summary, side, "SELECT"),
+                [selects, 0, 0, 0],
+                "-M {mode}: {side}"
+            );
+            assert_eq!(
+                session_calls(summary, side, "UPDATE"),
+                [updates, 0, 0, 0],
+                "-M {mode}: {side}"
+            );
+        }
+    }
+}
+
+/// Beyond `--copy-whole` (8 KiB here) the sends and receives of the same psycopg pipeline that
+/// are longer than the bound come as a head and a tail: the statements and results in their
+/// middle are unseen, and what follows them on the connection cannot be paired provably. Those
+/// calls are counted (damaged, unpaired), never shown with another's status: per side no more
+/// calls than the server executed, every INSERT and SELECT call `ok` or `unknown`, and every
+/// failure the failing statement's own.
+#[test]
+fn a_pipeline_beyond_the_whole_copy_bound_is_counted_never_wrong() {
+    require_root();
+    let Some(py) = psycopg_python() else {
+        eprintln!("psycopg not in the test venv (scripts/deps): skipped");
+        return;
+    };
+    let server = PgServer::start_with_statement_stats();
+    let port = server.port.to_string();
+    let ebtop = Ebtop::start(&[
+        "--json",
+        "--port",
+        &port,
+        "--ringbuf-mb",
+        "64",
+        "--filter",
+        "err",
+        "--copy-whole",
+        "8192",
+    ]);
+    let (inserts, selects, failed) = psycopg_pipeline(py, &port);
+    let lines = ebtop.stop();
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
+    assert_eq!(executions(&server, "bench", "INSERT INTO pipe_t"), inserts);
+    assert_eq!(
+        executions(&server, "bench", "SELECT v FROM pipe_t"),
+        selects
+    );
+    for side in ["client", "server"] {
+        let [calls, client_errors, server_errors, _unknown] =
+            session_calls(summary, side, "INSERT");
+        assert!(calls <= inserts, "{side}: {calls} INSERT calls");
+        assert_eq!((client_errors, server_errors), (0, 0), "{side}");
+        let [calls, client_errors, server_errors, _unknown] =
+            session_calls(summary, side, "SELECT");
+        assert!(calls <= selects + failed, "{side}: {calls} SELECT calls");
+        assert_eq!(server_errors, 0, "{side}");
+        let errors = calls_of(&lines, side);
+        assert_eq!(errors.len(), client_errors, "{side}: {errors:#?}");
+        assert!(errors.len() <= failed, "{side}: {errors:#?}");
+        for c in errors {
+            assert_eq!(c["resource"], "SELECT 1/0 AS boom", "{c}");
+            assert_eq!(c["status_text"], "22012", "{c}");
+        }
+    }
+}
+
+/// The `call` lines of `side` (with `--filter err`: its failed calls).
+fn calls_of<'a>(lines: &'a [Value], side: &str) -> Vec<&'a Value> {
+    calls(lines)
+        .into_iter()
+        .filter(|c| c["side"] == side)
+        .collect()
 }

@@ -2,8 +2,8 @@
 //! scripts/otelcol and cached under /var/cache/ebtop-tests) receives exactly one span per call,
 //! with the conventions' attributes and the application's trace id from the `traceparent` the
 //! client sent; stopped for 10 s and restarted, capture is unaffected and the spans it missed
-//! are counted as dropped; a replay exports the recorded calls at their recorded times
-//! (issue 48).
+//! are counted as dropped; a replay exports the recorded calls at their recorded times;
+//! with `--otlp-flow-logs` each TCP flow end is a log record (issue 48).
 
 mod common;
 
@@ -32,7 +32,8 @@ fn collector_binary() -> PathBuf {
 }
 
 /// A collector receiving OTLP/HTTP on `port`, writing what it gets to `dir/<name>.json`
-/// (spans; metrics to `<name>-metrics.json`), one OTLP/JSON request per line.
+/// (spans; metrics to `<name>-metrics.json`, logs to `<name>-logs.json`), one OTLP/JSON
+/// request per line.
 struct Collector {
     child: Child,
 }
@@ -42,17 +43,21 @@ impl Collector {
         let config = dir.join(format!("{name}.yaml"));
         let spans = dir.join(format!("{name}.json"));
         let metrics = dir.join(format!("{name}-metrics.json"));
+        let logs = dir.join(format!("{name}-logs.json"));
         std::fs::write(
             &config,
             format!(
                 "receivers:\n  otlp:\n    protocols:\n      http:\n        endpoint: \
                  127.0.0.1:{port}\nexporters:\n  file/spans:\n    path: {}\n    \
                  flush_interval: 100ms\n  file/metrics:\n    path: {}\n    flush_interval: \
-                 100ms\nservice:\n  telemetry:\n    metrics:\n      level: none\n  pipelines:\n    \
+                 100ms\n  file/logs:\n    path: {}\n    flush_interval: 100ms\nservice:\n  \
+                 telemetry:\n    metrics:\n      level: none\n  pipelines:\n    \
                  traces:\n      receivers: [otlp]\n      exporters: [file/spans]\n    metrics:\n      \
-                 receivers: [otlp]\n      exporters: [file/metrics]\n",
+                 receivers: [otlp]\n      exporters: [file/metrics]\n    logs:\n      \
+                 receivers: [otlp]\n      exporters: [file/logs]\n",
                 spans.display(),
-                metrics.display()
+                metrics.display(),
+                logs.display()
             ),
         )
         .unwrap();
@@ -318,4 +323,114 @@ fn a_replay_exports_the_recorded_calls_at_their_recorded_times() {
     want.sort();
     got.sort();
     assert_eq!(got, want);
+}
+
+/// Every log record in the file exporter's output (OTLP/JSON), with its resource.
+fn log_records_in(file: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let Ok(req) = serde_json::from_str::<Value>(line) else {
+            continue; // a line being written
+        };
+        for rl in req["resourceLogs"].as_array().into_iter().flatten() {
+            for sl in rl["scopeLogs"].as_array().into_iter().flatten() {
+                for r in sl["logRecords"].as_array().into_iter().flatten() {
+                    let mut r = r.clone();
+                    r["resource"] = rl["resource"].clone();
+                    out.push(r);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `--otlp-flow-logs`: one log record per TCP flow end, with the numbers of its `flow_end`
+/// line, which are the bytes the test's own connections moved.
+#[test]
+fn flow_ends_reach_the_collector_as_log_records() {
+    require_root();
+    let bin = collector_binary();
+    let dir = tempfile::tempdir().unwrap();
+    let otlp_port = free_tcp_port();
+    let _collector = Collector::start(&bin, otlp_port, dir.path(), "f");
+    let url = format!("http://127.0.0.1:{otlp_port}");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let lport = listener.local_addr().unwrap().port();
+    let port = lport.to_string();
+    let ebtop = Ebtop::start(&[
+        "--json",
+        "--otlp",
+        &url,
+        "--otlp-flow-logs",
+        "--port",
+        &port,
+    ]);
+    const N: usize = 20;
+    // Connection i sends 100 + i bytes and gets 1000 + i back.
+    let server = std::thread::spawn(move || {
+        for i in 0..N {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut got = vec![0u8; 100 + i];
+            std::io::Read::read_exact(&mut s, &mut got).unwrap();
+            s.write_all(&vec![b'r'; 1000 + i]).unwrap();
+        }
+    });
+    let mut client_ports = Vec::new();
+    for i in 0..N {
+        let mut c = TcpStream::connect(("127.0.0.1", lport)).unwrap();
+        client_ports.push(c.local_addr().unwrap().port());
+        c.write_all(&vec![b'q'; 100 + i]).unwrap();
+        let mut back = Vec::new();
+        std::io::Read::read_to_end(&mut c, &mut back).unwrap();
+        assert_eq!(back.len(), 1000 + i);
+    }
+    server.join().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let lines = ebtop.stop();
+    let ends: Vec<&Value> = lines.iter().filter(|v| v["type"] == "flow_end").collect();
+    assert_eq!(ends.len(), 2 * N, "both sides of each connection ended");
+    let otlp = summary_otlp(&lines);
+    assert_eq!(otlp["flow_logs_exported"], 2 * N, "{otlp}");
+    assert_eq!(otlp["flow_logs_dropped"], 0, "{otlp}");
+    let file = dir.path().join("f-logs.json");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let records = loop {
+        let r = log_records_in(&file);
+        if r.len() >= 2 * N || Instant::now() > deadline {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(records.len(), 2 * N);
+    let int = |r: &Value, k: &str| -> u64 {
+        attr(r, k)
+            .and_then(|v| v.as_str().map(|s| s.parse().unwrap()).or(v.as_u64()))
+            .unwrap_or_else(|| panic!("{k} in {r}"))
+    };
+    for (i, cport) in client_ports.iter().enumerate() {
+        let (req, resp) = ((100 + i) as u64, (1000 + i) as u64);
+        for (local, peer, out, inb) in [(*cport, lport, req, resp), (lport, *cport, resp, req)] {
+            let found: Vec<&Value> = records
+                .iter()
+                .filter(|r| {
+                    int(r, "network.local.port") == u64::from(local)
+                        && int(r, "network.peer.port") == u64::from(peer)
+                })
+                .collect();
+            assert_eq!(found.len(), 1, "{local} -> {peer}: {found:?}");
+            let r = found[0];
+            assert_eq!(r["eventName"], "ebtop.flow.end", "{r}");
+            assert_eq!(int(r, "ebtop.flow.bytes_out"), out, "{r}");
+            assert_eq!(int(r, "ebtop.flow.bytes_in"), inb, "{r}");
+            assert_eq!(
+                attr(r, "ebtop.flow.close_reason").and_then(Value::as_str),
+                Some("fin"),
+                "{r}"
+            );
+            let t: u64 = r["timeUnixNano"].as_str().unwrap().parse().unwrap();
+            assert!(t > 0, "{r}");
+        }
+    }
 }

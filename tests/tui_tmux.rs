@@ -867,3 +867,88 @@ fn tui_in_tmux_flows_summary_follows_the_filter_and_sparklines_are_named() {
         t.wait_for("ebtop exited 0");
     }
 }
+
+/// Processes, live: short-lived processes of one command that exited in an interval are one
+/// row (`▸ curl ×3 exited`), which Enter opens into its members (one row per pid, under it)
+/// and closes again, at 80×24 and 160×45. The view shows the last interval: three curls run
+/// at once (again if an interval's end split them), and the display is paused once their row
+/// is there.
+#[test]
+fn tui_in_tmux_exited_processes_are_one_row_that_opens() {
+    common::require_root();
+    let srv = common::TestServer::start();
+    let url = format!("http://127.0.0.1:{}/", srv.port);
+    for (w, h) in [(80, 24), (160, 45)] {
+        let t = Tmux::new();
+        t.start_ebtop_sized(w, h, "", &format!("--port {}", srv.port));
+        t.wait_for("[1 Calls]");
+        t.keys(&["4"]);
+        t.wait_for("[4 Processes]");
+        // (At 80 columns the command column ends inside "exited".)
+        let group = "▸ curl ×3";
+        let mut shown = false;
+        for _ in 0..20 {
+            let curls: Vec<std::process::Child> = (0..3)
+                .map(|_| {
+                    Command::new("curl")
+                        .args(["-s", "-o", "/dev/null", "-m", "5", &url])
+                        .spawn()
+                        .expect("curl runs")
+                })
+                .collect();
+            for mut c in curls {
+                c.wait().unwrap();
+            }
+            // The interval they exited in is shown within two refreshes.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+            while std::time::Instant::now() < deadline {
+                if t.screen().contains(group) {
+                    t.keys(&["p"]);
+                    shown = true;
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            if shown {
+                break;
+            }
+        }
+        assert!(
+            shown,
+            "{w}x{h}: no interval showed {group}:\n{}",
+            t.screen()
+        );
+        let s = t.wait("the display paused on the group", |s| {
+            s.contains("PAUSED") && s.contains(group)
+        });
+        let member_rows = |s: &str| {
+            s.lines()
+                .filter(|l| l.contains("curl") && !l.contains("×3"))
+                .count()
+        };
+        assert_eq!(member_rows(&s), 0, "{w}x{h}: members hidden:\n{s}");
+        // Selected by search, then opened: its three members under it.
+        t.keys(&["F3"]);
+        t.literal("curl ×3");
+        t.keys(&["Enter"]);
+        t.wait("the group selected", |s| {
+            !s.contains("F3 search:") && selected_line(s).contains("curl ×3")
+        });
+        t.keys(&["Enter"]);
+        let s = t.wait("the group open", |s| s.contains("▾ curl ×3"));
+        let lines: Vec<&str> = s.lines().collect();
+        let at = lines.iter().position(|l| l.contains("▾ curl ×3")).unwrap();
+        let members = lines[at + 1..]
+            .iter()
+            .take(3)
+            .filter(|l| l.contains("curl"))
+            .count();
+        assert_eq!(members, 3, "{w}x{h}: the members under the group:\n{s}");
+        // Enter on the open group closes it.
+        t.keys(&["Enter"]);
+        let s = t.wait("the group closed", |s| s.contains(group));
+        assert_eq!(member_rows(&s), 0, "{w}x{h}: members hidden again:\n{s}");
+        t.keys(&["q"]);
+        t.wait_for("ebtop exited 0");
+    }
+}

@@ -26,8 +26,7 @@
 #define EBTOP_TAIL_LEN 256
 /*
  * A stream send/receive on a connection of a protocol copied whole (`deep_proto_mask`: Redis,
- * Memcached, whose pipelines put many small messages in one syscall and whose replies name no
- * request) that is longer than the snaplen but at most this long is copied whole, in one
+ * Memcached, PostgreSQL, MySQL, whose pipelines put many small messages in one syscall) that is longer than the snaplen but at most this long is copied whole, in one
  * record (`cap_len` = `total_len`); a longer one is copied as a head and a tail, as any other.
  * A multiple of EBTOP_MAX_SNAPLEN (copied in pieces of that size).
  */

@@ -19,6 +19,7 @@ use crate::session_meta::SessionMeta;
 use crate::sink::Sink;
 use crate::source::capture::{detach_all, load_capture, quiet_libbpf, read_counters, Capture};
 pub use crate::source::capture::{LiveConfig, MAX_SHARDS};
+use crate::source::flow_table::{FlowCollector, FlowConfig, LoadedFlows};
 use crate::source::process_probe::ProcessProbe;
 use crate::source::ring_feed::RingFeed;
 use crate::tls::TlsProbes;
@@ -72,6 +73,81 @@ fn drain_procs<S: Sink>(
             *failure.borrow_mut() = Some(e);
         }
     }
+}
+
+/// Runs `load` on a thread of its own, at the session's priority: it is on the way to `meta`
+/// (None if no thread could start: then the caller loads).
+fn load_on_thread<T: Send + 'static>(
+    name: &str,
+    load: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Option<std::thread::JoinHandle<Result<T>>> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(load)
+        .ok()
+}
+
+/// What a loading thread made (`what`: the object, for a message should it have panicked).
+fn joined<T>(thread: std::thread::JoinHandle<Result<T>>, what: &str) -> Result<T> {
+    thread
+        .join()
+        .map_err(|_| anyhow!("loading {what} panicked"))
+        .and_then(|r| r)
+}
+
+/// The flow table loading beside the capture, and how it was configured.
+struct FlowsLoading {
+    /// On the socket layer's maps.
+    shared: bool,
+    accept_hooks: bool,
+    thread: std::thread::JoinHandle<Result<LoadedFlows>>,
+}
+
+impl FlowsLoading {
+    fn start(cfg: &FlowConfig, shared: Option<[std::os::fd::OwnedFd; 4]>) -> Option<FlowsLoading> {
+        let (flow_cfg, is_shared) = (cfg.clone(), shared.is_some());
+        let thread = load_on_thread("ebtop-load-flows", move || {
+            let maps = shared
+                .as_ref()
+                .map(|[flows, udp_flows, udp_peer, counters]| {
+                    crate::source::flow_table::SharedFlowMaps {
+                        flows: flows.as_fd(),
+                        udp_flows: udp_flows.as_fd(),
+                        udp_peer: udp_peer.as_fd(),
+                        counters: counters.as_fd(),
+                    }
+                });
+            FlowCollector::load(&flow_cfg, maps)
+        })?;
+        Some(FlowsLoading {
+            shared: is_shared,
+            accept_hooks: cfg.accept_hooks,
+            thread,
+        })
+    }
+
+    /// Not the load wanted after all: waited for (no thread left behind) and dropped (its
+    /// programs stay loaded, unattached, until ebtop exits).
+    fn discard(self) {
+        let _ = self.thread.join();
+    }
+}
+
+/// Duplicates of the capture's maps the flow table shares (None if one is missing).
+fn shared_flow_fds(
+    maps: &crate::source::capture::CaptureMaps,
+) -> Option<[std::os::fd::OwnedFd; 4]> {
+    let dup = |name: &str| {
+        maps.iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, fd)| fd.try_clone().ok())
+    };
+    Some([
+        dup("flows")?,
+        dup("udp_flows")?,
+        dup("udp_peer")?,
+        dup("flow_counters")?,
+    ])
 }
 
 /// Ends an interval in the output: the flows' report (if the flow table runs) first.
@@ -137,24 +213,66 @@ pub fn run<S: Sink, R>(
     let mut syscall_storage = MaybeUninit::uninit();
     let mut socket_storage_2 = MaybeUninit::uninit();
     let mut syscall_storage_2 = MaybeUninit::uninit();
+    // The process probe and the flow table load on threads of their own while the capture
+    // loads (the kernel verifies programs loaded by several threads at once): the process
+    // probe from the start, the flow table once the capture's maps it shares exist (or from
+    // the start when it shares none).
+    let flow_cfg = FlowConfig {
+        max_flows: cfg.max_flows,
+        filters: cfg.filters.clone(),
+        accept_hooks: matches!(cfg.hooks, crate::cli::Hooks::Syscalls),
+    };
+    let procs_loading = cfg.capture.then(|| {
+        let (filters, cgroups, wake_on_exec) = (cfg.filters.clone(), cfg.cgroups.clone(), cfg.tls);
+        load_on_thread("ebtop-load-procs", move || {
+            ProcessProbe::load(&filters, &cgroups, wake_on_exec)
+        })
+    });
+    let mut flows_loading =
+        if cfg.flow_table && (!cfg.capture || matches!(cfg.hooks, crate::cli::Hooks::Syscalls)) {
+            FlowsLoading::start(&flow_cfg, None)
+        } else {
+            None
+        };
+    let mut on_socket_maps = |maps: &crate::source::capture::CaptureMaps| {
+        if !(cfg.flow_table && cfg.capture) {
+            return;
+        }
+        // A second socket-layer load (the first refused) has maps of its own.
+        if let Some(earlier) = flows_loading.take() {
+            earlier.discard();
+        }
+        flows_loading =
+            shared_flow_fds(maps).and_then(|fds| FlowsLoading::start(&flow_cfg, Some(fds)));
+    };
     // The TLS probes load with the capture programs (one object: the same maps and ring);
     // should the kernel refuse them, capture goes on without TLS plaintext, said once.
-    let (capture, mut links, tls_loaded) =
-        match load_capture(cfg, &mut socket_storage, &mut syscall_storage) {
-            Ok((c, l)) => (c, l, cfg.tls),
-            Err(e) if cfg.tls => {
-                let without = LiveConfig {
-                    tls: false,
-                    ..cfg.clone()
-                };
-                let (c, l) = load_capture(&without, &mut socket_storage_2, &mut syscall_storage_2)?;
-                crate::diag!(
-                    "ebtop: warning: TLS probes unavailable, going on without TLS plaintext: {e:#}"
-                );
-                (c, l, false)
-            }
-            Err(e) => return Err(e),
-        };
+    let loaded = load_capture(
+        cfg,
+        &mut socket_storage,
+        &mut syscall_storage,
+        &mut on_socket_maps,
+    );
+    let (capture, mut links, tls_loaded) = match loaded {
+        Ok((c, l)) => (c, l, cfg.tls),
+        Err(e) if cfg.tls => {
+            let without = LiveConfig {
+                tls: false,
+                ..cfg.clone()
+            };
+            let (c, l) = load_capture(
+                &without,
+                &mut socket_storage_2,
+                &mut syscall_storage_2,
+                &mut on_socket_maps,
+            )?;
+            crate::diag!(
+                "ebtop: warning: TLS probes unavailable, going on without TLS plaintext: {e:#}"
+            );
+            (c, l, false)
+        }
+        Err(e) => return Err(e),
+    };
     let mut meta = meta.clone();
     meta.hooks = Some(capture.hooks().to_owned());
     let meta = &meta;
@@ -164,15 +282,26 @@ pub fn run<S: Sink, R>(
     let stopping = || stop.load(Ordering::Relaxed);
     // The flow table: optional. If it cannot load, HTTP capture goes on without it.
     let mut flows = match (cfg.flow_table && !stopping()).then(|| {
-        crate::source::flow_table::FlowCollector::start(
-            &crate::source::flow_table::FlowConfig {
-                max_flows: cfg.max_flows,
-                filters: cfg.filters.clone(),
-                accept_hooks: matches!(capture, Capture::Syscalls(..)),
-            },
-            // Without the capture attached the flow table does its per-send work itself.
-            capture.flow_maps().filter(|_| cfg.capture),
-        )
+        // Without the capture attached the flow table does its per-send work itself.
+        let shared = capture.flow_maps().filter(|_| cfg.capture);
+        let flow_cfg = FlowConfig {
+            accept_hooks: matches!(capture, Capture::Syscalls(..)),
+            ..flow_cfg.clone()
+        };
+        // Loaded beside the capture if it was loaded as it is needed now (not so after the
+        // socket layer was refused: the syscall hooks share no maps).
+        let loaded = match flows_loading.take() {
+            Some(l) if l.shared == shared.is_some() && l.accept_hooks == flow_cfg.accept_hooks => {
+                joined(l.thread, "the flow table")
+            }
+            other => {
+                if let Some(l) = other {
+                    l.discard();
+                }
+                FlowCollector::load(&flow_cfg, shared)
+            }
+        };
+        loaded.and_then(|l| FlowCollector::attach(l, &flow_cfg))
     }) {
         None => None,
         Some(Ok(c)) => Some(c),
@@ -184,9 +313,13 @@ pub fn run<S: Sink, R>(
 
     // Process exec/exit records: optional too; without them processes are read from /proc.
     // They describe the processes of calls: not loaded when no call is captured.
-    let mut procs = match (cfg.capture && !stopping())
-        .then(|| ProcessProbe::start(&cfg.filters, &cfg.cgroups, tls_loaded))
-    {
+    let mut procs = match (cfg.capture && !stopping()).then(|| {
+        let loaded = match procs_loading.flatten() {
+            Some(thread) => joined(thread, "the process probe"),
+            None => ProcessProbe::load(&cfg.filters, &cfg.cgroups, tls_loaded),
+        };
+        loaded.and_then(|l| ProcessProbe::attach(l, tls_loaded))
+    }) {
         None => None,
         Some(Ok(p)) => Some(p),
         Some(Err(e)) => {

@@ -131,6 +131,7 @@ const PASSING: &[&str] = &[
     "http2",
     "kafka",
     "memcached",
+    "mongodb",
     "mysql",
     "postgres",
     "redis",

@@ -28,6 +28,7 @@ pub mod http2;
 pub mod kafka;
 pub mod matching;
 pub mod memcached;
+pub mod mongodb;
 pub mod mysql;
 pub mod postgres;
 pub mod redact;
@@ -51,6 +52,7 @@ pub const REGISTRY: &[ProtocolDescriptor] = &[
     mysql::DESCRIPTOR,
     // After PostgreSQL and MySQL: a StartupMessage may pass its header rule.
     kafka::DESCRIPTOR,
+    mongodb::DESCRIPTOR,
     // Last: its mid-connection frame rule is the loosest.
     http2::DESCRIPTOR,
 ];
@@ -184,10 +186,11 @@ pub enum Protocol {
     /// parser, told apart per call.
     Grpc,
     Kafka,
+    Mongodb,
 }
 
 /// Number of [`Protocol`] variants (the last one's value plus one).
-const PROTOCOL_COUNT: usize = Protocol::Kafka as usize + 1;
+const PROTOCOL_COUNT: usize = Protocol::Mongodb as usize + 1;
 
 /// For each [`Protocol`] (by value), where its [`CallKind`] is in the [`REGISTRY`]: (descriptor,
 /// call kind). Built when compiling, which fails if a variant has no kind, or two.
@@ -547,10 +550,11 @@ pub struct ParseStats {
     /// Calls whose response end was inferred rather than seen.
     pub inferred_ends: u64,
     /// Messages the server sent unasked, counted and not paired (Redis pub/sub messages, RESP3
-    /// pushes, MONITOR lines).
+    /// pushes, MONITOR lines; MongoDB's exhaust replies after the first and awaitable `hello`
+    /// answers).
     pub pushes: u64,
-    /// Requests sent with their replies switched off (Redis `CLIENT REPLY OFF`/`SKIP`): no
-    /// call is made of them.
+    /// Requests sent with their replies switched off (Redis `CLIENT REPLY OFF`/`SKIP`, MongoDB
+    /// moreToCome): no call is made of them.
     pub unreplied_requests: u64,
     /// HTTP/2 connections picked up mid-way (or whose header compression state was lost):
     /// some header fields could not be decoded and show as `?`.

@@ -43,6 +43,9 @@ impl<S: Sink> Exporting<S> {
             p.update(report);
         }
         if let Some(o) = self.otlp.as_mut() {
+            if let Some(flows) = &report.flows {
+                o.flow_ends(&flows.ends);
+            }
             o.interval(report);
         }
     }
@@ -131,6 +134,9 @@ impl<S: Sink> Sink for Exporting<S> {
         self.sink.interval_owned(report)
     }
     fn flow_part(&mut self, part: crate::flows::FlowReport) -> io::Result<()> {
+        if let Some(o) = self.otlp.as_mut() {
+            o.flow_ends(&part.ends);
+        }
         self.sink.flow_part(part)
     }
     fn flush(&mut self) -> io::Result<()> {

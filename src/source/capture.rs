@@ -30,7 +30,7 @@ const EXIT_ATTACHMENTS: &[(&str, &[&str])] = &[
 #[derive(Debug, Clone)]
 pub struct LiveConfig {
     pub snaplen: u32,
-    /// `--copy-whole`: sends/receives of Redis and Memcached connections up to this long are
+    /// `--copy-whole`: sends/receives of Redis, Memcached, PostgreSQL and MySQL connections up to this long are
     /// copied whole (0: never; at most `EBTOP_DEEP_MAX`).
     pub copy_whole: u32,
     /// `--ringbuf-mb`: all event rings together (None: the default, `ring_layout`).
@@ -385,9 +385,10 @@ fn prepare_maps(open: &mut libbpf_rs::OpenObject) -> Result<Vec<(String, std::os
 
 /// Loads an opened, configured capture object: its maps first, then in parallel its receive
 /// programs (`loads_beside`, on a second copy of the object, on a thread of their own) and
-/// the rest (here). Returns the loaded skeleton and the copy.
+/// the rest (here). `on_maps` gets the maps (by name) once they exist, before the programs
+/// load: what loads on them may load meanwhile. Returns the loaded skeleton and the copy.
 macro_rules! load_beside {
-    ($open:expr, $builder:ty) => {{
+    ($open:expr, $builder:ty, $on_maps:expr) => {{
         let mut open = $open;
         for mut prog in open.open_object_mut().progs_mut() {
             if loads_beside(&prog.name().to_string_lossy()) {
@@ -395,6 +396,7 @@ macro_rules! load_beside {
             }
         }
         let maps = Handed(prepare_maps(open.open_object_mut())?);
+        ($on_maps)(&maps.0);
         let beside = std::thread::Builder::new()
             .name("ebtop-load".into())
             .spawn(move || {
@@ -471,10 +473,15 @@ fn attach_both(
     Ok(links)
 }
 
-/// Loads and attaches the socket-layer capture (sockcap.bpf.c: tp_btf only).
+/// The capture's maps by name, as they are created (before its programs load).
+pub(crate) type CaptureMaps = [(String, std::os::fd::OwnedFd)];
+
+/// Loads and attaches the socket-layer capture (sockcap.bpf.c: tp_btf only); `on_maps` as
+/// `load_beside`'s.
 fn load_socket_layer<'obj>(
     cfg: &LiveConfig,
     storage: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
+    on_maps: &mut dyn FnMut(&CaptureMaps),
 ) -> Result<(Capture<'obj>, Vec<libbpf_rs::Link>)> {
     let mut open = SockcapSkelBuilder::default()
         .open(storage)
@@ -495,7 +502,7 @@ fn load_socket_layer<'obj>(
     if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
         rodata.bench_cut = super::bench_cuts::kernel_cut();
     }
-    let loaded = (|| Ok(load_beside!(open, SockcapSkelBuilder)))();
+    let loaded = (|| Ok(load_beside!(open, SockcapSkelBuilder, on_maps)))();
     let (mut skel, beside) = loaded.map_err(|e: anyhow::Error| {
         anyhow!(
             "loading the socket-layer programs failed: {e:#} (needs tp_btf sock_send_length, \
@@ -515,7 +522,13 @@ fn load_syscall_hooks<'obj>(
         .open(storage)
         .context("opening the BPF object failed")?;
     configure_capture!(open, cfg);
-    let loaded = (|| Ok(load_beside!(open, SockdataSkelBuilder)))();
+    let loaded = (|| {
+        Ok(load_beside!(
+            open,
+            SockdataSkelBuilder,
+            |_: &CaptureMaps| {}
+        ))
+    })();
     let (mut skel, beside) = loaded.map_err(|e: anyhow::Error| {
         anyhow!(
             "loading the BPF programs failed: {e:#} (a kernel ≥ 5.8 with BTF is needed; \
@@ -579,18 +592,22 @@ pub(crate) fn tls_loader(capture: &Capture) -> Result<crate::tls::ProgramLoader>
     })
 }
 
-/// Loads and attaches the capture programs `--hooks` asks for.
+/// Loads and attaches the capture programs `--hooks` asks for. `on_socket_maps` gets the
+/// socket layer's maps as soon as they exist (the flow table loads on some of them meanwhile);
+/// it is not called for the syscall hooks, and may be called for a socket layer the kernel
+/// then refuses.
 pub(crate) fn load_capture<'obj>(
     cfg: &LiveConfig,
     socket_storage: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
     syscall_storage: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
+    on_socket_maps: &mut dyn FnMut(&CaptureMaps),
 ) -> Result<(Capture<'obj>, Vec<libbpf_rs::Link>)> {
     Ok(match cfg.hooks {
-        Hooks::Socket => load_socket_layer(cfg, socket_storage)?,
+        Hooks::Socket => load_socket_layer(cfg, socket_storage, on_socket_maps)?,
         Hooks::Syscalls => load_syscall_hooks(cfg, syscall_storage)?,
         // Probing is loading: a kernel without the socket-layer tracepoints (< 6.3) or their
         // BTF refuses the programs, and the syscall hooks take over.
-        Hooks::Auto => match load_socket_layer(cfg, socket_storage) {
+        Hooks::Auto => match load_socket_layer(cfg, socket_storage, on_socket_maps) {
             Ok(c) => c,
             Err(e) => {
                 if cfg.verbose {

@@ -81,12 +81,23 @@ pub struct ProcessProbe {
     exits: Vec<Vec<u8>>,
 }
 
+/// The process probe's BPF object, loaded and not attached ([`ProcessProbe::load`]): loaded on
+/// a thread of its own while the capture loads, attached by the session's thread.
+pub struct LoadedProcs(&'static mut ProcsSkel<'static>);
+
+// SAFETY: a leaked skeleton (libbpf's object: pointers and descriptors with no tie to the
+// thread that loaded it), handed once from the loading thread to the session's, which alone
+// uses it from then on.
+unsafe impl Send for LoadedProcs {}
+
 impl ProcessProbe {
-    pub fn start(
+    /// Loads the programs (`wake_on_exec`: an exec record wakes the session at once, for the
+    /// TLS lookout; set when TLS probes are asked for).
+    pub fn load(
         filters: &Filters,
         cgroups: &[crate::cgroups::CgroupFilter],
         wake_on_exec: bool,
-    ) -> Result<ProcessProbe> {
+    ) -> Result<LoadedProcs> {
         let storage = Box::leak(Box::new(MaybeUninit::uninit()));
         let mut open = ProcsSkelBuilder::default()
             .open(storage)
@@ -113,12 +124,19 @@ impl ProcessProbe {
             Box::leak(Box::new(open.load().map_err(|e| {
                 anyhow!("loading the process BPF programs failed: {e}")
             })?));
+        Ok(LoadedProcs(skel))
+    }
+
+    /// Attaches loaded programs (`tls_probes`: also the uretprobe on dlopen that tells the TLS
+    /// lookout of a library loaded late) and opens the ring.
+    pub fn attach(loaded: LoadedProcs, tls_probes: bool) -> Result<ProcessProbe> {
+        let skel = loaded.0;
         let mut links = Vec::new();
         for prog in skel.object_mut().progs_mut() {
             let name = prog.name().to_string_lossy().into_owned();
             if prog.section().to_string_lossy().starts_with("uretprobe") {
                 // on_dlopen_return: for the TLS probes only.
-                if wake_on_exec {
+                if tls_probes {
                     links.extend(watch_dlopen(&prog));
                 }
                 continue;

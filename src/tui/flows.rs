@@ -372,54 +372,7 @@ mod tests {
     use super::*;
     use crate::xorshift::below;
 
-    fn tcp(id: u64, bytes_in: u64, interval_in: u64, end: Option<u64>) -> TcpFlow {
-        TcpFlow {
-            proto: crate::flows::names::TcpProto::Tcp,
-            flow_id: id,
-            local: "127.0.0.1:5000".parse().unwrap(),
-            peer: format!("127.0.0.1:{}", 40000 + id).parse().unwrap(),
-            role: Some(crate::flows::names::Role::Server),
-            role_inferred: false,
-            preexisting: false,
-            state: crate::flows::names::TcpState::Established,
-            pid: Some(7),
-            comm: Some("srv".into()),
-            sock_id: Some(99),
-            start_mono_ns: 1_000_000_000,
-            age_ns: Some(0),
-            bytes_out: 0,
-            bytes_in,
-            bytes_sent: 0,
-            segs_out: 0,
-            segs_in: 0,
-            data_segs_out: 0,
-            data_segs_in: 0,
-            retrans_segs: 0,
-            retrans_bytes: 0,
-            retrans_events: 0,
-            rst_sent: 0,
-            rst_received: 0,
-            interval_bytes_out: 0,
-            interval_bytes_in: interval_in,
-            interval_segs_out: 0,
-            interval_segs_in: 0,
-            interval_retrans_segs: 0,
-            srtt_us: Some(40),
-            srtt_min_us: None,
-            srtt_max_us: None,
-            legacy_srtt_us: None,
-            legacy_srtt_min_us: None,
-            legacy_srtt_max_us: None,
-            connect_latency_ns: None,
-            end_mono_ns: end,
-            duration_ns: None,
-            close_reason: end.map(|_| CloseReason::Fin),
-            close_state: None,
-            sk_err: None,
-            l7: None,
-            tls: false,
-        }
-    }
+    use crate::flows::test_flows::tcp;
 
     fn report(mono_ns: u64, flows: Vec<TcpFlow>, ends: Vec<TcpFlow>) -> FlowReport {
         FlowReport {

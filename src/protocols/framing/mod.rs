@@ -2,7 +2,7 @@
 //!
 //! A protocol whose messages start with a header that says how long they are (PostgreSQL's
 //! type byte and int32, MySQL's 3-byte length, Memcached's command lines and binary header,
-//! HTTP/2's 9-byte frame header)
+//! HTTP/2's 9-byte frame header, MongoDB's 16-byte message header)
 //! describes only that header to the core: a [`Framer`] says, from the buffered start of a
 //! message, how long its header is ([`Header::NeedMore`], or [`Header::Line`]: up to a line
 //! end), how long its body is and what kind of message it is

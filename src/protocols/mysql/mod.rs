@@ -65,7 +65,7 @@ pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
     }],
     kernel_id: Some(6),
     datagrams: false,
-    copy_whole: false,
+    copy_whole: true,
     detect: is_connection_start,
     new_parser: |cfg| Box::new(MysqlParser::new(cfg)),
     benches: &[BenchFixture {

@@ -74,7 +74,7 @@ pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
     }],
     kernel_id: Some(5),
     datagrams: false,
-    copy_whole: false,
+    copy_whole: true,
     detect: is_connection_start,
     new_parser: |cfg| Box::new(PostgresParser::new(cfg)),
     benches: &[BenchFixture {

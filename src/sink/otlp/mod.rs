@@ -18,8 +18,13 @@
 //! the start and ebtop's own counters), cumulative, every [`METRICS_EVERY`] of session time
 //! and once at the end.
 //!
+//! Flow ends (`--otlp-flow-logs`): each TCP flow's end as a log record ([`flow_logs`]), on
+//! the same queue and with the same rules as spans.
+//!
 //! What was not exported is counted (`Summary::otlp`): dropped because the queue was full,
 //! given up after [`MAX_ATTEMPTS`], refused by the collector, or still queued at the end.
+
+mod flow_logs;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,6 +34,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
 use opentelemetry_proto::tonic::collector::metrics::v1::{
     ExportMetricsServiceRequest, ExportMetricsServiceResponse,
 };
@@ -43,6 +49,7 @@ use opentelemetry_proto::tonic::trace::v1::{
 };
 use prost::Message;
 
+use self::flow_logs::FlowLog;
 use super::prometheus::{self, Model};
 use crate::call::{Call, Side};
 use crate::protocols::trace_context::TraceParent;
@@ -97,6 +104,8 @@ pub struct OtlpOptions {
     pub mode: Mode,
     /// [`FINAL_WAIT`] but in tests.
     pub final_wait: Duration,
+    /// `--otlp-flow-logs`: TCP flow ends as log records to `/v1/logs`.
+    pub flow_logs: bool,
 }
 
 /// Export counts, shared with the export thread.
@@ -114,6 +123,11 @@ struct Counters {
     request_errors: AtomicU64,
     metric_exports: AtomicU64,
     metric_exports_failed: AtomicU64,
+    /// The same for flow-end log records.
+    logs_offered: AtomicU64,
+    logs_exported: AtomicU64,
+    logs_queue_full: AtomicU64,
+    logs_failed: AtomicU64,
 }
 
 pub use crate::summary::OtlpStats;
@@ -122,6 +136,7 @@ enum Item {
     /// At most [`CHUNK_SPANS`].
     Spans(Vec<SpanCall>),
     Metrics(Box<MetricsBatch>),
+    FlowEnds(Vec<FlowLog>),
     /// Send what is batched, then answer.
     Flush(mpsc::Sender<()>),
 }
@@ -162,6 +177,7 @@ struct Session {
 
 pub struct OtlpExporter {
     queue: Option<SyncSender<Item>>,
+    flow_logs: bool,
     thread: Option<JoinHandle<()>>,
     counters: Arc<Counters>,
     mode: Mode,
@@ -188,6 +204,7 @@ impl OtlpExporter {
             agent: agent(),
             traces_url: format!("{base}/v1/traces"),
             metrics_url: format!("{base}/v1/metrics"),
+            logs_url: format!("{base}/v1/logs"),
             counters: Arc::clone(&counters),
             session: Arc::clone(&session),
             query_text: opts.query_text,
@@ -199,6 +216,7 @@ impl OtlpExporter {
             .context("starting the OTLP export thread")?;
         Ok(OtlpExporter {
             queue: Some(tx),
+            flow_logs: opts.flow_logs,
             thread: Some(thread),
             counters,
             mode: opts.mode,
@@ -280,6 +298,29 @@ impl OtlpExporter {
         }
     }
 
+    /// TCP flow ends (a flow report's, or a part's): each a log record, queued as spans are
+    /// (dropped and counted when the queue is full, live).
+    pub fn flow_ends(&mut self, ends: &[crate::flows::TcpFlow]) {
+        if !self.flow_logs || ends.is_empty() {
+            return;
+        }
+        let c = &self.counters;
+        for chunk in ends.chunks(CHUNK_SPANS) {
+            let logs: Vec<FlowLog> = chunk
+                .iter()
+                .map(|f| FlowLog {
+                    flow: f.clone(),
+                    end_unix_ns: self.unix_ns(f.end_mono_ns.unwrap_or(f.start_mono_ns)),
+                })
+                .collect();
+            let n = logs.len() as u64;
+            c.logs_offered.fetch_add(n, Ordering::Relaxed);
+            if !self.enqueue(Item::FlowEnds(logs)) {
+                c.logs_queue_full.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// The interval that just ended: its metrics are kept, and sent when due.
     pub fn interval(&mut self, report: &IntervalReport) {
         self.flush();
@@ -321,6 +362,12 @@ impl OtlpExporter {
             request_errors: c.request_errors.load(Ordering::Relaxed),
             metric_exports: c.metric_exports.load(Ordering::Relaxed),
             metric_exports_failed: c.metric_exports_failed.load(Ordering::Relaxed),
+            flow_logs_exported: self
+                .flow_logs
+                .then(|| c.logs_exported.load(Ordering::Relaxed)),
+            flow_logs_dropped: self.flow_logs.then(|| {
+                c.logs_queue_full.load(Ordering::Relaxed) + c.logs_failed.load(Ordering::Relaxed)
+            }),
         }
     }
 
@@ -362,6 +409,10 @@ impl OtlpExporter {
         // Every span not exported by now never will be.
         let offered = self.counters.offered.load(Ordering::Relaxed);
         stats.spans_dropped = offered.saturating_sub(stats.spans_exported);
+        if let Some(exported) = stats.flow_logs_exported {
+            let offered = self.counters.logs_offered.load(Ordering::Relaxed);
+            stats.flow_logs_dropped = Some(offered.saturating_sub(exported));
+        }
         self.finished = Some(stats);
         stats
     }
@@ -402,6 +453,7 @@ struct Sender {
     agent: ureq::Agent,
     traces_url: String,
     metrics_url: String,
+    logs_url: String,
     counters: Arc<Counters>,
     session: Arc<std::sync::Mutex<Session>>,
     query_text: bool,
@@ -419,6 +471,7 @@ enum Sent {
 impl Sender {
     fn run(mut self, rx: Receiver<Item>) {
         let mut batch: Vec<SpanCall> = Vec::with_capacity(BATCH_SPANS);
+        let mut logs: Vec<FlowLog> = Vec::new();
         let mut first_at: Option<Instant> = None;
         loop {
             let wait = first_at.map_or(Duration::from_secs(3600), |t| {
@@ -434,17 +487,27 @@ impl Sender {
                     }
                 }
                 Ok(Item::Metrics(m)) => self.send_metrics(&m),
+                Ok(Item::FlowEnds(ends)) => {
+                    logs.extend(ends);
+                    first_at.get_or_insert_with(Instant::now);
+                    if logs.len() >= BATCH_SPANS {
+                        self.send_logs(&mut logs);
+                    }
+                }
                 Ok(Item::Flush(done)) => {
                     self.send_spans(&mut batch);
+                    self.send_logs(&mut logs);
                     first_at = None;
                     let _ = done.send(());
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     self.send_spans(&mut batch);
+                    self.send_logs(&mut logs);
                     first_at = None;
                 }
                 Err(RecvTimeoutError::Disconnected) => {
                     self.send_spans(&mut batch);
+                    self.send_logs(&mut logs);
                     return;
                 }
             }
@@ -465,22 +528,31 @@ impl Sender {
         let n = batch.len() as u64;
         let request = traces_request(batch, &self.session(), self.query_text, &mut self.ids);
         batch.clear();
-        let c = Arc::clone(&self.counters);
-        match self.post(&self.traces_url, &request.encode_to_vec(), |body| {
+        let sent = self.post(&self.traces_url, &request.encode_to_vec(), |body| {
             ExportTraceServiceResponse::decode(body)
                 .ok()
                 .and_then(|r| r.partial_success)
                 .map_or(0, |p| p.rejected_spans.max(0) as u64)
-        }) {
-            Sent::Accepted(rejected) => {
-                let rejected = rejected.min(n);
-                c.exported.fetch_add(n - rejected, Ordering::Relaxed);
-                c.failed.fetch_add(rejected, Ordering::Relaxed);
-            }
-            Sent::Failed => {
-                c.failed.fetch_add(n, Ordering::Relaxed);
-            }
+        });
+        let c = &self.counters;
+        count_sent(sent, n, &c.exported, &c.failed);
+    }
+
+    fn send_logs(&mut self, batch: &mut Vec<FlowLog>) {
+        if batch.is_empty() {
+            return;
         }
+        let n = batch.len() as u64;
+        let request = flow_logs::logs_request(batch, &self.session());
+        batch.clear();
+        let sent = self.post(&self.logs_url, &request.encode_to_vec(), |body| {
+            ExportLogsServiceResponse::decode(body)
+                .ok()
+                .and_then(|r| r.partial_success)
+                .map_or(0, |p| p.rejected_log_records.max(0) as u64)
+        });
+        let c = &self.counters;
+        count_sent(sent, n, &c.logs_exported, &c.logs_failed);
     }
 
     fn send_metrics(&mut self, m: &MetricsBatch) {
@@ -536,6 +608,16 @@ impl Sender {
         }
         Sent::Failed
     }
+}
+
+/// A request of `n` items: those the collector took are exported, the rest failed.
+fn count_sent(sent: Sent, n: u64, exported: &AtomicU64, failed: &AtomicU64) {
+    let rejected = match sent {
+        Sent::Accepted(rejected) => rejected.min(n),
+        Sent::Failed => n,
+    };
+    exported.fetch_add(n - rejected, Ordering::Relaxed);
+    failed.fetch_add(rejected, Ordering::Relaxed);
 }
 
 /// Random span and trace ids: xorshift from the kernel's random bytes (ids need to be unique,
@@ -708,7 +790,11 @@ fn span_of(c: &SpanCall, query_text: bool, ids: &mut IdSource) -> Span {
             }
             full.to_owned()
         }
-        Protocol::Postgres | Protocol::Mysql | Protocol::Redis | Protocol::Memcached => {
+        Protocol::Postgres
+        | Protocol::Mysql
+        | Protocol::Redis
+        | Protocol::Memcached
+        | Protocol::Mongodb => {
             if let Some((_, system)) = kind.metrics.system {
                 attrs.push(kv_str("db.system.name", system));
             }
@@ -721,7 +807,13 @@ fn span_of(c: &SpanCall, query_text: bool, ids: &mut IdSource) -> Span {
                     &crate::protocols::redact::redact_sql(&c.resource),
                 ));
             }
-            normalized.clone()
+            if c.proto == Protocol::Mongodb {
+                // The conventions' span name for MongoDB: `find orders`.
+                attrs.push(kv_str("db.collection.name", &c.resource));
+                format!("{} {}", c.method, normalized).trim_end().to_owned()
+            } else {
+                normalized.clone()
+            }
         }
         Protocol::Kafka => {
             // OpenTelemetry's messaging conventions: the destination is what the resource

@@ -6,6 +6,8 @@ use super::*;
 use crate::aggregate::endpoints::tests::call;
 use crate::event::Direction;
 use crate::filters::Filters;
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::logs::v1::LogRecord;
 
 const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
@@ -45,6 +47,23 @@ impl Receiver {
                     assert_eq!(ss.scope.as_ref().unwrap().name, "ebtop");
                     for s in ss.spans {
                         out.push((rs.resource.clone().unwrap(), s));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn logs(&self) -> Vec<(Resource, LogRecord)> {
+        let got = self.got.lock().unwrap();
+        let mut out = Vec::new();
+        for (_, body) in got.iter().filter(|(p, _)| p == "/v1/logs") {
+            let req = ExportLogsServiceRequest::decode(&body[..]).unwrap();
+            for rl in req.resource_logs {
+                for sl in rl.scope_logs {
+                    assert_eq!(sl.scope.as_ref().unwrap().name, "ebtop");
+                    for r in sl.log_records {
+                        out.push((rl.resource.clone().unwrap(), r));
                     }
                 }
             }
@@ -102,11 +121,22 @@ fn serve(stream: std::net::TcpStream, got: &Requests) {
 }
 
 fn exporter(url: &str, mode: Mode, query_text: bool, final_wait: Duration) -> OtlpExporter {
+    exporter_with(url, mode, query_text, final_wait, false)
+}
+
+fn exporter_with(
+    url: &str,
+    mode: Mode,
+    query_text: bool,
+    final_wait: Duration,
+    flow_logs: bool,
+) -> OtlpExporter {
     let mut e = OtlpExporter::start(OtlpOptions {
         url: url.to_owned(),
         query_text,
         mode,
         final_wait,
+        flow_logs,
     })
     .unwrap();
     let mut meta = SessionMeta::this_host("live", 0, Filters::default(), 0);
@@ -369,4 +399,70 @@ fn authorities_lose_their_port() {
     assert_eq!(strip_port("a.b"), "a.b");
     assert_eq!(strip_port("[::1]:80"), "::1");
     assert_eq!(strip_port("::1"), "::1");
+}
+
+fn record_attr<'r>(r: &'r LogRecord, key: &str) -> Option<&'r any_value::Value> {
+    r.attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref()?.value.as_ref())
+}
+
+#[test]
+fn flow_ends_become_log_records_only_when_asked_for() {
+    let rx = Receiver::start();
+    let mut owned = crate::flows::test_flows::tcp(1, 300, 300, Some(2_000_000_000));
+    owned.bytes_out = 1200;
+    owned.rst_received = 1;
+    let mut unowned = crate::flows::test_flows::tcp(2, 5, 5, Some(3_000_000_000));
+    unowned.pid = None;
+    unowned.comm = None;
+    let mut e = exporter_with(&rx.url, Mode::Replay, false, Duration::from_secs(5), true);
+    e.flow_ends(&[owned.clone(), unowned.clone()]);
+    let stats = e.finish();
+    assert_eq!(stats.flow_logs_exported, Some(2), "{stats:?}");
+    assert_eq!(stats.flow_logs_dropped, Some(0), "{stats:?}");
+    let logs = rx.logs();
+    assert_eq!(logs.len(), 2);
+    let (res, r) = logs
+        .iter()
+        .find(|(_, r)| {
+            record_attr(r, "network.peer.port") == Some(&any_value::Value::IntValue(40001))
+        })
+        .unwrap();
+    assert!(res.attributes.iter().any(|kv| kv.key == "process.pid"
+        && kv.value.as_ref().unwrap().value == Some(any_value::Value::IntValue(7))));
+    assert_eq!(r.event_name, "ebtop.flow.end");
+    // The session's clock: monotonic + 1e18.
+    assert_eq!(r.time_unix_nano, 1_000_000_002_000_000_000);
+    assert_eq!(r.severity_text, "WARN", "a reset received");
+    assert_eq!(
+        record_attr(r, "ebtop.flow.bytes_out"),
+        Some(&any_value::Value::IntValue(1200))
+    );
+    assert_eq!(
+        record_attr(r, "ebtop.flow.bytes_in"),
+        Some(&any_value::Value::IntValue(300))
+    );
+    assert_eq!(
+        record_attr(r, "network.local.port"),
+        Some(&any_value::Value::IntValue(5000))
+    );
+    // The flow no process was named for: the host's resource alone.
+    let (res, r) = logs
+        .iter()
+        .find(|(_, r)| {
+            record_attr(r, "network.peer.port") == Some(&any_value::Value::IntValue(40002))
+        })
+        .unwrap();
+    assert!(res.attributes.iter().all(|kv| kv.key != "process.pid"));
+    assert_eq!(r.severity_text, "INFO");
+
+    // Without the option: nothing sent, no counts in the summary.
+    let rx = Receiver::start();
+    let mut e = exporter(&rx.url, Mode::Replay, false, Duration::from_secs(5));
+    e.flow_ends(&[owned, unowned]);
+    let stats = e.finish();
+    assert_eq!(stats.flow_logs_exported, None);
+    assert!(rx.logs().is_empty());
 }

@@ -395,7 +395,13 @@ struct FlowTableReader {
     reads_map: Option<MapHandle>,
     /// The whole-table reads' buffers, kept from poll to poll (one batch of the larger map).
     batch_buffers: crate::bpf::BatchBuffers,
+    /// The flow-end ring and the buffer it drains into: read again after the counters, so
+    /// the ends a report counts are never more than the ends it (or an earlier one) shows.
+    late_ends: EndsSource,
 }
+
+/// The flow-end ring and the buffer its records are drained into.
+type EndsSource = (Arc<Mutex<EndsRing>>, Arc<Mutex<EndsBuf>>);
 
 fn cgroup2_root() -> Option<std::fs::File> {
     let mounts = crate::procfs::read_self("mounts").ok()?;
@@ -461,10 +467,28 @@ fn load_flows(
     Ok(Box::leak(Box::new(skel)))
 }
 
+/// The flow table's BPF object, loaded and not attached ([`FlowCollector::load`]): loaded on a
+/// thread of its own while the capture loads, attached by the session's thread.
+pub struct LoadedFlows {
+    skel: &'static mut FlowsSkel<'static>,
+    /// On the capture's maps: the capture program does the per-send work.
+    shared: bool,
+}
+
+// SAFETY: a leaked skeleton (libbpf's object: pointers and descriptors with no tie to the
+// thread that loaded it), handed once from the loading thread to the session's, which alone
+// uses it from then on.
+unsafe impl Send for LoadedFlows {}
+
 impl FlowCollector {
     /// Loads and attaches the flow programs. The skeleton lives as long as the process (one
     /// collector per run); dropping the collector detaches every probe.
     pub fn start(cfg: &FlowConfig, shared: Option<SharedFlowMaps>) -> Result<FlowCollector> {
+        Self::attach(Self::load(cfg, shared)?, cfg)
+    }
+
+    /// Loads the flow programs, on the capture's maps if `shared`.
+    pub fn load(cfg: &FlowConfig, shared: Option<SharedFlowMaps>) -> Result<LoadedFlows> {
         // The owner iterator needs task-file iterators and bpf_sock_from_file (Linux 5.11):
         // where the kernel refuses it, the same object is loaded without it.
         // `EBTOP_FLOW_OWNERS=procfs` keeps to /proc (comparisons; the tests cover both).
@@ -474,6 +498,15 @@ impl FlowCollector {
             Err(_) if !procfs_owners => load_flows(cfg, shared, false)?,
             Err(e) => return Err(e),
         };
+        Ok(LoadedFlows {
+            skel,
+            shared: shared.is_some(),
+        })
+    }
+
+    /// Attaches loaded flow programs and starts the threads that read them.
+    pub fn attach(loaded: LoadedFlows, cfg: &FlowConfig) -> Result<FlowCollector> {
+        let LoadedFlows { skel, shared } = loaded;
         let mut links = Vec::new();
         let mut udp_peer_hooks = false;
         let mut owner_iterator = None;
@@ -485,7 +518,7 @@ impl FlowCollector {
                 // A syscall tracepoint puts every task's syscalls on the slow path.
                 continue;
             }
-            if shared.is_some() && section.starts_with("tp_btf/sock_") {
+            if shared && section.starts_with("tp_btf/sock_") {
                 // The capture program does this work on the same hook.
                 continue;
             }
@@ -566,6 +599,7 @@ impl FlowCollector {
             whole_reads_until: 0,
             reads_map: MapHandle::try_from(&skel.maps.flow_reads).ok(),
             batch_buffers: Default::default(),
+            late_ends: (ring.clone(), ends.clone()),
         };
         // One request in flight at a time (the loop waits for a report's last part before
         // the next). Two parts in the channel at most: the reader waits for the session to
@@ -1144,6 +1178,18 @@ impl FlowTableReader {
         }
 
         let c = self.counters();
+        // Flows that ended after the session took this interval's ends and before the
+        // counters were read are counted in `ends`: their records are read now and reported
+        // with this interval (the session's last report would otherwise count an end it
+        // never shows).
+        let (ring, buf) = self.late_ends.clone();
+        EndsRing::consume(&ring);
+        let late = std::mem::take(&mut *buf.lock().unwrap_or_else(|e| e.into_inner()));
+        for chunk in late.0 {
+            for data in chunk.chunks_exact(raw::FLOW_LEN) {
+                self.end_flow(data, now_ns, &mut parts);
+            }
+        }
         let stats = FlowStats {
             max_flows: self.cfg.max_flows as u64,
             tcp_flows: tcp_count,
