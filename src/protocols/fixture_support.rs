@@ -34,6 +34,24 @@ pub fn load(folder: &str, name: &str) -> SegFile {
     SegFile::parse(&std::fs::read(&path).unwrap()).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
+/// Asserts that the `.seg` files in src/protocols/`folder`/fixtures/ are exactly `listed`
+/// (each fixture has its expectations in the protocol's table, and none is left out).
+pub fn assert_fixtures_listed<'a>(folder: &str, listed: impl Iterator<Item = &'a str>) {
+    let dir = format!(
+        "{}/src/protocols/{folder}/fixtures",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut on_disk: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".seg"))
+        .collect();
+    on_disk.sort();
+    let mut listed: Vec<String> = listed.map(str::to_owned).collect();
+    listed.sort();
+    assert_eq!(on_disk, listed);
+}
+
 /// Runs a fixture (then a close) through the pipeline with an optional snaplen cut.
 pub fn run(f: &SegFile, snaplen: Option<usize>) -> (Vec<Call>, Summary) {
     run_records(f.records(7, snaplen))

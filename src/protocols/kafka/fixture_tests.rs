@@ -139,19 +139,10 @@ const FIXTURES: &[Fixture] = &[
 
 #[test]
 fn every_fixture_is_listed() {
-    let dir = format!(
-        "{}/src/protocols/kafka/fixtures",
-        env!("CARGO_MANIFEST_DIR")
+    crate::protocols::fixture_support::assert_fixtures_listed(
+        "kafka",
+        FIXTURES.iter().map(|f| f.0),
     );
-    let mut on_disk: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".seg"))
-        .collect();
-    on_disk.sort();
-    let mut listed: Vec<String> = FIXTURES.iter().map(|f| f.0.to_owned()).collect();
-    listed.sort();
-    assert_eq!(on_disk, listed);
 }
 
 #[test]
