@@ -629,7 +629,24 @@ fn tui_in_tmux_command_line_and_kept_filters() {
             && rows(s).iter().all(|l| l.contains("/boom"))
     });
     assert!(s.contains("filter \"status:5xx\""), "{s}");
-    t.keys(&["q"]);
+    // `:` commands with k9s's hands: a prefix and Tab name the view, `sort` a column of it.
+    t.keys(&[":"]);
+    t.literal("endp");
+    t.keys(&["Tab"]);
+    t.wait("the verb completed", |s| s.contains(":endpoints_"));
+    t.keys(&["Enter"]);
+    t.wait("the Endpoints view", |s| has_header(s, "PROCESS", "P50 ms"));
+    t.keys(&[":"]);
+    t.literal("sort p50");
+    t.keys(&["Enter"]);
+    t.wait("sorted by P50", |s| has_header(s, "PROCESS", "P50 ms↓"));
+    t.keys(&[":"]);
+    t.literal("calls");
+    t.keys(&["Enter"]);
+    t.wait("the Calls view again", |s| has_header(s, "TIME", "LAT ms"));
+    t.keys(&[":"]);
+    t.literal("quit");
+    t.keys(&["Enter"]);
     t.wait_exit();
 }
 
@@ -646,6 +663,14 @@ fn head_line(screen: &str, first: &str) -> String {
         .find(|l| l.trim_start().starts_with(first))
         .unwrap_or_else(|| panic!("no header {first}:\n{screen}"))
         .to_owned()
+}
+
+/// Whether a line starts (after blanks) with `first` and holds `text`: a table header that
+/// may not be drawn yet.
+fn has_header(screen: &str, first: &str, text: &str) -> bool {
+    screen
+        .lines()
+        .any(|l| l.trim_start().starts_with(first) && l.contains(text))
 }
 
 /// Issue 44 item 6 at 80×24 and 160×45: the key columns stay, processes and statuses are

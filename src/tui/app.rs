@@ -813,14 +813,46 @@ impl App {
         Action::Redraw
     }
 
-    /// A `:` command: `goto TIME` (see [`goto_target`]), `start`, `end` — a replay goes
-    /// there (back: read again from its start up to it; ahead: the records between replayed
-    /// at once, so every number counts them).
-    fn run_command(&mut self, text: &str) -> Result<(), String> {
+    /// A `:` command (k9s hands): a view (`calls`, `endpoints`, `flows`, `procs`), `filter
+    /// EXPR` and `sort COLUMN` for the view shown, `quit`; in a replay `goto TIME` (see
+    /// [`goto_target`]), `start`, `end` (back: read again from its start up to it; ahead: the
+    /// records between replayed at once, so every number counts them). A verb may be cut to a
+    /// prefix that names one ([`command_verb`]).
+    fn run_command(&mut self, text: &str) -> Result<Action, String> {
         let text = text.trim();
-        let (verb, rest) = text.split_once(' ').unwrap_or((text, ""));
-        if verb.is_empty() {
-            return Ok(());
+        let (typed, rest) = text.split_once(' ').unwrap_or((text, ""));
+        let rest = rest.trim();
+        if typed.is_empty() {
+            return Ok(Action::Redraw);
+        }
+        let verb = command_verb(typed)?;
+        let view = match verb {
+            "calls" => Some(View::Calls),
+            "endpoints" => Some(View::Endpoints),
+            "flows" => Some(View::Flows),
+            "procs" => Some(View::Processes),
+            _ => None,
+        };
+        if let Some(v) = view {
+            self.switch_view(v);
+            return Ok(Action::Redraw);
+        }
+        match verb {
+            "quit" => return Ok(Action::Quit),
+            "filter" => {
+                self.state_mut().filter = rest.to_owned();
+                self.apply_calls_filter();
+                return Ok(Action::Redraw);
+            }
+            "sort" => {
+                let cols = self.columns();
+                let col = pick_by_prefix(rest, cols.iter().map(|c| c.title))
+                    .map_err(|e| format!("sort: {e}"))?;
+                let i = cols.iter().position(|c| c.title == col).unwrap_or(0);
+                self.sort_by(i);
+                return Ok(Action::Redraw);
+            }
+            _ => {}
         }
         let Some(r) = self.replay.clone() else {
             return Err(format!(
@@ -833,17 +865,12 @@ impl App {
         let target = match verb {
             "start" => start,
             "end" => u64::MAX,
-            "goto" | "go" | "g" => {
+            _ => {
                 let meta = d
                     .meta
                     .as_ref()
                     .ok_or("goto: the recording's start is not known yet")?;
                 goto_target(rest, meta, &self.zone)?
-            }
-            _ => {
-                return Err(format!(
-                    "unknown command {verb:?} (goto TIME or +OFFSET, start, end)"
-                ))
             }
         };
         if target < at {
@@ -851,7 +878,56 @@ impl App {
         } else {
             r.skip_to(target);
         }
-        Ok(())
+        Ok(Action::Redraw)
+    }
+
+    /// What the command being typed could become: the verbs it is a prefix of, or after
+    /// `sort ` the view's columns (for the hint line and Tab).
+    pub fn command_completions(&self, text: &str) -> Vec<&'static str> {
+        match text.split_once(' ') {
+            None => COMMANDS
+                .iter()
+                .map(|c| c.verb)
+                .filter(|v| v.starts_with(text))
+                .collect(),
+            Some((typed, arg)) if command_verb(typed) == Ok("sort") => {
+                let arg = arg.trim_start().to_ascii_uppercase();
+                self.columns()
+                    .iter()
+                    .map(|c| c.title)
+                    .filter(|t| t.starts_with(&arg))
+                    .collect()
+            }
+            Some(_) => Vec::new(),
+        }
+    }
+
+    /// Tab on the command line: the text completed as far as its completions agree (a verb
+    /// that takes an argument gets its space).
+    fn complete_command(&mut self) {
+        let Some(text) = self.command.clone() else {
+            return;
+        };
+        let options = self.command_completions(&text);
+        let Some(common) = common_prefix(&options) else {
+            return;
+        };
+        let head = match text.split_once(' ') {
+            Some((verb, _)) => format!("{verb} "),
+            None => String::new(),
+        };
+        let mut done = format!("{head}{common}");
+        if options.len() == 1 && head.is_empty() {
+            let takes_argument = COMMANDS
+                .iter()
+                .any(|c| c.verb == common && !c.argument.is_empty());
+            if takes_argument {
+                done.push(' ');
+            }
+        }
+        if done.len() >= text.len() {
+            self.command = Some(done);
+        }
     }
 
     pub fn handle_key(&mut self, key: KeyEvent) -> Action {
@@ -876,8 +952,13 @@ impl App {
                 }
                 KeyCode::Enter => {
                     let text = self.command.take().unwrap_or_default();
-                    self.command_error = self.run_command(&text).err();
+                    match self.run_command(&text) {
+                        Ok(Action::Quit) => return Action::Quit,
+                        Ok(_) => {}
+                        Err(e) => self.command_error = Some(e),
+                    }
                 }
+                KeyCode::Tab => self.complete_command(),
                 KeyCode::Esc => self.command = None,
                 _ => return Action::None,
             }
@@ -1058,6 +1139,130 @@ impl App {
         }
         Action::Redraw
     }
+}
+
+/// A verb of the `:` command line.
+#[derive(Debug, Clone, Copy)]
+pub struct Command {
+    pub verb: &'static str,
+    /// What it takes after a space ("" for nothing).
+    pub argument: &'static str,
+    /// Other names it answers to (k9s's and htop's words).
+    pub aliases: &'static [&'static str],
+}
+
+/// The `:` command line's verbs, in the order the hint line lists them.
+pub const COMMANDS: &[Command] = &[
+    Command {
+        verb: "calls",
+        argument: "",
+        aliases: &["call"],
+    },
+    Command {
+        verb: "endpoints",
+        argument: "",
+        aliases: &["endpoint", "ep"],
+    },
+    Command {
+        verb: "flows",
+        argument: "",
+        aliases: &["flow", "conns"],
+    },
+    Command {
+        verb: "procs",
+        argument: "",
+        aliases: &["processes", "process", "proc", "ps"],
+    },
+    Command {
+        verb: "filter",
+        argument: "EXPR",
+        aliases: &[],
+    },
+    Command {
+        verb: "sort",
+        argument: "COLUMN",
+        aliases: &[],
+    },
+    Command {
+        verb: "goto",
+        argument: "TIME",
+        aliases: &["go"],
+    },
+    Command {
+        verb: "start",
+        argument: "",
+        aliases: &[],
+    },
+    Command {
+        verb: "end",
+        argument: "",
+        aliases: &[],
+    },
+    Command {
+        verb: "quit",
+        argument: "",
+        aliases: &["q", "exit"],
+    },
+];
+
+/// The verb a typed word names: a verb or alias as typed, else the one verb it is a prefix
+/// of (`:endp` is `endpoints`; `:e` names two, which the error lists).
+pub fn command_verb(typed: &str) -> Result<&'static str, String> {
+    let typed_lower = typed.to_ascii_lowercase();
+    if let Some(c) = COMMANDS
+        .iter()
+        .find(|c| c.verb == typed_lower || c.aliases.contains(&typed_lower.as_str()))
+    {
+        return Ok(c.verb);
+    }
+    pick_by_prefix(&typed_lower, COMMANDS.iter().map(|c| c.verb)).map_err(|e| {
+        let verbs: Vec<String> = COMMANDS
+            .iter()
+            .map(|c| match c.argument {
+                "" => c.verb.to_owned(),
+                a => format!("{} {a}", c.verb),
+            })
+            .collect();
+        format!("{e} (commands: {})", verbs.join(", "))
+    })
+}
+
+/// The one name `typed` names, case aside: a name as typed or the only one it begins.
+fn pick_by_prefix(
+    typed: &str,
+    names: impl Iterator<Item = &'static str> + Clone,
+) -> Result<&'static str, String> {
+    if typed.is_empty() {
+        let all: Vec<&str> = names.collect();
+        return Err(format!("name one of {}", all.join(", ")));
+    }
+    if let Some(n) = names.clone().find(|n| n.eq_ignore_ascii_case(typed)) {
+        return Ok(n);
+    }
+    let lower = typed.to_ascii_lowercase();
+    let matching: Vec<&'static str> = names
+        .filter(|n| n.to_ascii_lowercase().starts_with(&lower))
+        .collect();
+    match matching[..] {
+        [one] => Ok(one),
+        [] => Err(format!("unknown {typed:?}")),
+        _ => Err(format!("{typed:?} could be {}", matching.join(", "))),
+    }
+}
+
+/// The longest start every option shares (None without options).
+fn common_prefix<'a>(options: &[&'a str]) -> Option<&'a str> {
+    let first = *options.first()?;
+    let mut len = first.len();
+    for o in &options[1..] {
+        len = first
+            .bytes()
+            .zip(o.bytes())
+            .take(len)
+            .take_while(|(a, b)| a == b)
+            .count();
+    }
+    Some(&first[..len])
 }
 
 /// The recorded time `:goto` names: what `--from`/`--to` take (`driver::replay::ReplayTime`:
@@ -1757,6 +1962,81 @@ mod tests {
             .iter()
             .all(|r| r.cells[0].len() == "11-22 00:00:00.142".len()));
         assert!(app.calls_dated());
+    }
+
+    /// Issue 44 item 4: `:` names a view, a filter or a sort as k9s does — by its verb, an
+    /// alias or a prefix that names one; Tab completes verbs and columns; a word that names
+    /// none or several says which there are; `:quit` quits, live or not.
+    #[test]
+    fn command_line_switches_views_filters_and_sorts() {
+        let mut app = app_with(msgs());
+        typed(&mut app, ":endpoints");
+        key(&mut app, KeyCode::Enter);
+        assert_eq!(
+            (app.view, app.command_error.as_deref()),
+            (View::Endpoints, None)
+        );
+        for (typed_verb, view) in [
+            ("ps", View::Processes),
+            ("FLOWS", View::Flows),
+            ("endp", View::Endpoints),
+            ("c", View::Calls),
+        ] {
+            typed(&mut app, &format!(":{typed_verb}"));
+            key(&mut app, KeyCode::Enter);
+            assert_eq!(app.view, view, ":{typed_verb} {:?}", app.command_error);
+        }
+        // Tab completes as far as the verbs agree, then the whole verb and its space.
+        typed(&mut app, ":f");
+        assert_eq!(app.command_completions("f"), vec!["flows", "filter"]);
+        key(&mut app, KeyCode::Tab);
+        assert_eq!(app.command.as_deref(), Some("f"));
+        typed(&mut app, "i");
+        key(&mut app, KeyCode::Tab);
+        assert_eq!(app.command.as_deref(), Some("filter "));
+        typed(&mut app, "lat>100ms");
+        key(&mut app, KeyCode::Enter);
+        assert_eq!(app.view_state().filter, "lat>100ms");
+        // Columns complete after `sort `, by any case; the sort is the view's own.
+        typed(&mut app, ":sort la");
+        key(&mut app, KeyCode::Tab);
+        assert_eq!(app.command.as_deref(), Some("sort LAT ms"));
+        key(&mut app, KeyCode::Enter);
+        let lat = app.columns().iter().position(|c| c.title == "LAT ms");
+        assert_eq!(Some(app.view_state().sort_col), lat);
+        // `:e` is `end` or `endpoints`; `:zz` nothing; a column that is not there neither.
+        typed(&mut app, ":e");
+        key(&mut app, KeyCode::Enter);
+        let e = app.command_error.clone().unwrap_or_default();
+        assert!(
+            e.contains("endpoints, end") && e.contains("commands:"),
+            "{e}"
+        );
+        typed(&mut app, ":zz");
+        key(&mut app, KeyCode::Enter);
+        assert!(app
+            .command_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("unknown \"zz\""));
+        typed(&mut app, ":sort nope");
+        key(&mut app, KeyCode::Enter);
+        assert!(app
+            .command_error
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("sort: unknown"));
+        // A live session cannot move in time; it can quit.
+        app.replay = None;
+        typed(&mut app, ":start");
+        key(&mut app, KeyCode::Enter);
+        assert!(app
+            .command_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("live session"));
+        typed(&mut app, ":q");
+        assert_eq!(key(&mut app, KeyCode::Enter), Action::Quit);
     }
 
     /// Issue 44 item 8: `:goto` takes a time of day, an offset from the start or an RFC 3339

@@ -95,7 +95,7 @@ pub const KEYS: &[KeyHelp] = &[
     },
     KeyHelp {
         keys: &[":"],
-        action: "command: goto 14:32 | +30s | RFC 3339 time, start, end",
+        action: "command: calls, endpoints, flows, procs, filter EXPR, sort COL, goto 14:32, quit (Tab completes)",
     },
     KeyHelp {
         keys: &["+", "-"],

@@ -1262,7 +1262,14 @@ const PROMPT_ROWS_MAX: usize = 3;
 /// The bottom line: the keys' hint, or what is being typed.
 fn hint_text(app: &App) -> String {
     if let Some(text) = &app.command {
-        format!(":{text}_   (goto 14:32, goto +30s, goto 2026-11-22T14:32:00Z, start, end; Esc: cancel)")
+        let options = app.command_completions(text);
+        if text.is_empty() || options.is_empty() {
+            format!(
+                ":{text}_   (calls, endpoints, flows, procs, filter EXPR, sort COLUMN, goto 14:32 | +30s, start, end, quit; Tab: complete, Esc: cancel)"
+            )
+        } else {
+            format!(":{text}_   {}   (Tab: complete)", options.join("  "))
+        }
     } else if let Some(e) = &app.command_error {
         e.clone()
     } else if app.prompt {
