@@ -809,7 +809,10 @@ impl<S: Sink> Downstream<S> {
     /// The endpoint table: keeping its rows' last minute for the rolling windows only when
     /// the sink shows them (`Sink::wants_windows`).
     fn endpoint_table(sink: &S, raw: bool) -> EndpointTable {
-        let table = EndpointTable::new(crate::aggregate::endpoints::DEFAULT_MAX_ENDPOINTS, raw);
+        let mut table = EndpointTable::new(crate::aggregate::endpoints::DEFAULT_MAX_ENDPOINTS, raw);
+        if sink.wants_endpoints_by_process() {
+            table = table.with_rows_by_process();
+        }
         if sink.wants_windows() {
             table.with_history(crate::aggregate::endpoints::WINDOW_1M_NS)
         } else {

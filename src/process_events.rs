@@ -153,6 +153,7 @@ impl<'a> ProcEvent<'a> {
                 .then(|| String::from_utf8_lossy(self.filename).into_owned()),
             cmdline: crate::procinfo::split_cmdline(self.args),
             cgroup: None,
+            ppid: Some(self.ppid),
             pod: None,
         }
     }

@@ -48,6 +48,18 @@ pub fn read_comm(pid: u32) -> String {
         .unwrap_or_default()
 }
 
+/// The parent's pid from `/proc/PID/stat` (field 4; the comm before it may hold spaces and
+/// parentheses, so fields are counted from the last `)`). None once the process is gone.
+pub fn read_ppid(pid: u32) -> Option<u32> {
+    parse_stat_ppid(&read_pid(pid, "stat").ok()?)
+}
+
+/// Field 4 (ppid) of a `/proc/PID/stat` line.
+pub fn parse_stat_ppid(stat: &str) -> Option<u32> {
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    after_comm.split_ascii_whitespace().nth(1)?.parse().ok()
+}
+
 /// `/proc/PID/exe`'s target (None once the process exited, or for a kernel thread).
 pub fn read_exe(pid: u32) -> Option<String> {
     std::fs::read_link(format!("/proc/{pid}/exe"))
@@ -109,4 +121,19 @@ pub fn fd_target(fd: i32) -> io::Result<PathBuf> {
 /// A table of ebtop's network namespace as text: `/proc/net/ENTRY` (`tcp`, `tcp6`).
 pub fn read_net(entry: &str) -> io::Result<String> {
     std::fs::read_to_string(format!("/proc/net/{entry}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_parent_is_read_past_an_odd_comm() {
+        let line = "1234 (a b) c)) S 77 1234 1234 0 -1 4194560 100 0 0 0 250 30";
+        assert_eq!(parse_stat_ppid(line), Some(77));
+        assert_eq!(parse_stat_ppid("1234 (x"), None);
+        assert_eq!(parse_stat_ppid("garbage"), None);
+        let own = read_ppid(std::process::id());
+        assert_eq!(own, Some(std::os::unix::process::parent_id()));
+    }
 }

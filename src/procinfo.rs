@@ -22,6 +22,10 @@ pub struct ProcInfo {
         deserialize_with = "crate::record::limits::opt_path"
     )]
     pub cgroup: Option<String>,
+    /// Its parent's pid (`/proc/PID/stat`, or the exec record's), for the Processes view's
+    /// tree; absent in recordings made before it was kept, and once the process is gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ppid: Option<u32>,
     /// Its Kubernetes pod (from the cgroup path and the kubelet's files), resolved live and
     /// kept in recordings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -75,6 +79,7 @@ impl ProcInfo {
             comm: comm.to_owned(),
             exe,
             cmdline,
+            ppid: procfs::read_ppid(pid),
             pod: cgroup.as_deref().and_then(crate::pods::pod_of_cgroup),
             cgroup,
         }

@@ -977,3 +977,155 @@ fn tui_in_tmux_exited_processes_are_one_row_that_opens() {
         t.wait_for("ebtop exited 0");
     }
 }
+
+/// A python3 HTTP server on an ephemeral port of 127.0.0.1 (its comm is `python3`); killed
+/// on drop.
+struct PyServer {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl PyServer {
+    fn start() -> PyServer {
+        use std::io::BufRead;
+        let mut child = Command::new("python3")
+            .args([
+                "-c",
+                "import http.server\n\
+                 s = http.server.ThreadingHTTPServer(('127.0.0.1', 0), http.server.BaseHTTPRequestHandler)\n\
+                 class H(http.server.BaseHTTPRequestHandler):\n\
+                 \x20   def do_GET(self):\n\
+                 \x20       self.send_response(200); self.send_header('Content-Length', '2'); self.end_headers(); self.wfile.write(b'ok')\n\
+                 \x20   def log_message(self, *a): pass\n\
+                 s.RequestHandlerClass = H\n\
+                 print(s.server_address[1], flush=True)\n\
+                 s.serve_forever()\n",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 runs");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line.trim().parse().expect("the server's port");
+        PyServer { child, port }
+    }
+}
+
+impl Drop for PyServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Issue 44 items 3 and 10, live at 80×24 and 160×45: two python3 servers are one endpoint
+/// row by command and two by process (`b`), and a row by process opens into that process's
+/// calls only; F5 shows the Processes view as a tree (a python3 client under its python3
+/// parent, both making calls); `b` there groups the four python3 processes into one row.
+#[test]
+fn tui_in_tmux_rows_by_process_or_command_and_the_tree() {
+    common::require_root();
+    let (a, b) = (PyServer::start(), PyServer::start());
+    // A client (the parent) that starts a client of its own; both call both servers until
+    // their parent is gone or 120 s passed.
+    let dir = std::env::temp_dir().join(format!("ebtop-tree-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("client.py");
+    std::fs::write(
+        &script,
+        format!(
+            "import os, sys, time, subprocess, urllib.request\n\
+             if len(sys.argv) == 1:\n\
+             \x20   c = subprocess.Popen([sys.executable, __file__, 'child'])\n\
+             \x20   open(__file__ + '.pids.tmp', 'w').write('%d %d' % (os.getpid(), c.pid))\n\
+             \x20   os.rename(__file__ + '.pids.tmp', __file__ + '.pids')\n\
+             parent, end = os.getppid(), time.time() + 120\n\
+             while time.time() < end and os.getppid() == parent:\n\
+             \x20   for p in ({}, {}):\n\
+             \x20       urllib.request.urlopen('http://127.0.0.1:%d/' % p).read()\n\
+             \x20   time.sleep(0.02)\n",
+            a.port, b.port
+        ),
+    )
+    .unwrap();
+    let mut parent = Command::new("python3").arg(&script).spawn().unwrap();
+    // The client's pid and its child's, as the client wrote them.
+    let pids_file = dir.join("client.py.pids");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let (ppid, child) = loop {
+        if let Ok(text) = std::fs::read_to_string(&pids_file) {
+            let mut pids = text.split_whitespace().map(str::to_owned);
+            break (pids.next().unwrap(), pids.next().unwrap());
+        }
+        assert!(std::time::Instant::now() < deadline, "the client never ran");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let (srv_a, srv_b) = (a.child.id(), b.child.id());
+    for (w, h) in [(80, 24), (160, 45)] {
+        let t = Tmux::new();
+        t.start_ebtop_sized(w, h, "", &format!("--port {},{}", a.port, b.port));
+        t.wait_for("[1 Calls]");
+        t.keys(&["2"]);
+        t.wait("the server endpoint by command", |s| {
+            s.contains(", by command:")
+                && s.lines()
+                    .any(|l| l.contains("python3 ") && l.contains("server"))
+        });
+        t.keys(&["b"]);
+        t.wait("a server row per process", |s| {
+            s.contains(", by process:")
+                && s.contains(&format!("python3/{srv_a}"))
+                && s.contains(&format!("python3/{srv_b}"))
+        });
+        // A row by process opens into its process's calls only.
+        t.keys(&["F3"]);
+        t.literal(&format!("python3/{srv_a}"));
+        t.keys(&["Enter"]);
+        t.wait("server a's row selected", |s| {
+            !s.contains("F3 search:") && selected_line(s).contains(&format!("python3/{srv_a}"))
+        });
+        t.keys(&["Enter"]);
+        let s = t.wait("server a's calls", |s| {
+            s.contains(&format!("Calls of python3/{srv_a}"))
+                && s.lines()
+                    .any(|l| l.contains(&format!("python3/{srv_a}")) && l.contains("GET"))
+        });
+        let rows: Vec<&str> = s.lines().filter(|l| l.contains("python3/")).collect();
+        assert!(
+            rows.iter().all(|l| l.contains(&format!("python3/{srv_a}"))),
+            "{w}x{h}: only server a's calls:\n{s}"
+        );
+        // The tree: the child right under its parent, with a branch.
+        t.keys(&["Escape", "4", "F5"]);
+        let s = t.wait("the tree", |s| {
+            s.contains(", tree:")
+                && s.lines()
+                    .any(|l| l.contains("└─") && l.trim_start().starts_with(&child))
+        });
+        let lines: Vec<&str> = s.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| l.contains("└─") && l.contains(&format!(" {child} ")))
+            .unwrap();
+        assert!(
+            lines[at - 1]
+                .trim_start()
+                .trim_start_matches('>')
+                .trim_start()
+                .starts_with(&ppid),
+            "{w}x{h}: the child under its parent:\n{s}"
+        );
+        // By command: the four python3 processes are one row.
+        t.keys(&["b"]);
+        t.wait("python3 by command", |s| {
+            s.contains(", by command:") && s.contains("python3 ×4")
+        });
+        t.keys(&["q"]);
+        t.wait_for("ebtop exited 0");
+    }
+    let _ = parent.kill();
+    let _ = parent.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}

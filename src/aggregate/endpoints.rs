@@ -307,6 +307,11 @@ pub struct EndpointSnapshot {
     pub resource: String,
     /// This row sums endpoints that did not fit in the table.
     pub other: bool,
+    /// On the rows by process ([`EndpointsByProcess`], the terminal UI's; never in JSON
+    /// lines): the process whose calls of the endpoint these are; `Some(0)` for the endpoint's
+    /// calls by processes that did not fit ([`EndpointTable::with_rows_by_process`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
     /// Length of the period the numbers cover.
     pub period_ns: u64,
     pub calls: u64,
@@ -385,13 +390,67 @@ pub struct EndpointWindows {
     /// The latency bins of each row of `since_start`, in its order (None for a row whose
     /// calls are not in the table's histograms).
     pub latency_bins: Vec<Option<LatencyBins>>,
+    /// The same rows split by process, where the table keeps them
+    /// ([`EndpointTable::with_rows_by_process`]).
+    pub by_process: Option<Box<EndpointsByProcess>>,
 }
 
 impl EndpointWindows {
-    /// The latency bins since the start of row `row`; None for a row without them ("other").
-    pub fn latency_bins_of(&self, row: RowRef) -> Option<&LatencyBins> {
-        let i = self.since_start.iter().position(|e| e.row == row)?;
+    /// The latency bins since the start of row `row` (of process `pid`'s calls, on rows by
+    /// process); None for a row without them ("other").
+    pub fn latency_bins_of(&self, row: RowRef, pid: Option<u32>) -> Option<&LatencyBins> {
+        let i = self
+            .since_start
+            .iter()
+            .position(|e| e.row == row && e.pid == pid)?;
         self.latency_bins.get(i)?.as_ref()
+    }
+}
+
+/// Every endpoint row split by the process whose calls it counted (issue 44: three `python3`
+/// servers are three rows, and a process's own endpoints are its own): the last interval and
+/// the windows of [`EndpointWindows`] (whose `by_process` is None here).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EndpointsByProcess {
+    pub interval: Vec<EndpointSnapshot>,
+    pub windows: EndpointWindows,
+}
+
+/// The rows by (endpoint row, pid) of a table that keeps them: made on a row's first call
+/// by a process, at most `cap` of them; past that a row's calls by further processes go to
+/// its pid-0 row (one per endpoint row, so at most as many as the table has rows).
+#[derive(Default)]
+struct ProcessRows {
+    index: HashMap<(u32, u32), u32>,
+    rows: Vec<Row>,
+    /// (endpoint row, pid) of each of `rows`.
+    keys: Vec<(u32, u32)>,
+    cap: usize,
+    /// The last interval's rows, made when it ended (before its numbers joined the totals).
+    interval: Vec<EndpointSnapshot>,
+}
+
+impl ProcessRows {
+    fn record(&mut self, at: RowRef, call: &Call) {
+        let key = (at.0, call.pid);
+        let i = match self.index.get(&key) {
+            Some(&i) => i,
+            None => {
+                let key = if self.index.len() < self.cap {
+                    key
+                } else {
+                    (at.0, 0)
+                };
+                let next = self.rows.len() as u32;
+                let i = *self.index.entry(key).or_insert(next);
+                if i == next {
+                    self.rows.push(Row::new(false, false));
+                    self.keys.push(key);
+                }
+                i
+            }
+        };
+        self.rows[i as usize].record(call);
     }
 }
 
@@ -442,6 +501,8 @@ pub struct EndpointTable {
     /// fold again. Bounded: started over at [`MAX_ALIASES`].
     aliases: HashMap<EndpointKey, u32>,
     segment_folded_calls: u64,
+    /// The rows split by process (`with_rows_by_process`; the terminal UI's).
+    by_process: Option<ProcessRows>,
 }
 
 /// Folded keys remembered with their rows (see `EndpointTable::aliases`).
@@ -471,7 +532,19 @@ impl EndpointTable {
             folder: SegmentFolder::default(),
             aliases: HashMap::new(),
             segment_folded_calls: 0,
+            by_process: None,
         }
+    }
+
+    /// Also keeps every row split by process (up to as many (row, process) pairs as the table
+    /// has endpoint rows; then a row's further processes share its pid-0 row), for a viewer
+    /// that groups endpoints by process: one more lookup per call.
+    pub fn with_rows_by_process(mut self) -> EndpointTable {
+        self.by_process = Some(ProcessRows {
+            cap: self.max_endpoints,
+            ..ProcessRows::default()
+        });
+        self
     }
 
     /// Keeps each row's intervals of the last `history_ns` for rolling windows (the terminal
@@ -495,7 +568,40 @@ impl EndpointTable {
             last_1m: self.window(WINDOW_1M_NS),
             since_start,
             latency_bins,
+            by_process: self.by_process.as_ref().map(|p| {
+                let labels = self.labels();
+                let rows = || process_rows(p, &labels);
+                let since_start = cumulative_of(rows(), self.elapsed_ns);
+                let latency_bins = since_start
+                    .iter()
+                    .map(|e| {
+                        let i = p.index.get(&(e.row.0, e.pid.unwrap_or(0)))?;
+                        p.rows.get(*i as usize)?.latency_bins()
+                    })
+                    .collect();
+                Box::new(EndpointsByProcess {
+                    interval: p.interval.clone(),
+                    windows: EndpointWindows {
+                        last_10s: self.window_of(rows(), WINDOW_10S_NS),
+                        last_1m: self.window_of(rows(), WINDOW_1M_NS),
+                        since_start,
+                        latency_bins,
+                        by_process: None,
+                    },
+                })
+            }),
         }
+    }
+
+    /// Each row's label, by row number.
+    fn labels(&self) -> Vec<Option<Label<'_>>> {
+        let mut labels: Vec<Option<Label<'_>>> = Vec::new();
+        labels.resize_with(self.rows.len(), || None);
+        let (endpoints, others) = self.labelled_rows();
+        for (label, _, at) in endpoints.chain(others) {
+            labels[at.0 as usize] = Some(label);
+        }
+        labels
     }
 
     /// How far back rows keep their intervals (`with_history`; 0: not at all).
@@ -507,14 +613,24 @@ impl EndpointTable {
     /// kept; since the start if less has passed), busiest first. Percentiles come from the
     /// merged buckets of those intervals: as exact as an interval's.
     pub fn window(&self, window_ns: u64) -> Vec<EndpointSnapshot> {
+        let (endpoints, others) = self.labelled_rows();
+        let rows = endpoints.chain(others).map(|(l, r, at)| (l, r, at, None));
+        self.window_of(rows, window_ns)
+    }
+
+    /// [`window`](Self::window) of the rows given, each with its label, number and pid.
+    fn window_of<'a>(
+        &self,
+        rows: impl Iterator<Item = LabelledRow<'a>>,
+        window_ns: u64,
+    ) -> Vec<EndpointSnapshot> {
         let window_ns = window_ns.min(self.history_ns);
         let since = self.elapsed_ns.saturating_sub(window_ns);
         let period_ns = window_ns.min(self.elapsed_ns);
         let mut hist: Histogram<u64> = new_histogram();
-        let (endpoints, others) = self.labelled_rows();
         let mut out = Vec::new();
         let mut used = false;
-        for (label, row, at) in endpoints.chain(others) {
+        for (label, row, at, pid) in rows {
             let mut recent = row.recent.iter().filter(|r| r.end_ns > since).peekable();
             if recent.peek().is_none() {
                 continue;
@@ -531,14 +647,16 @@ impl EndpointTable {
                 }
             }
             if counts.calls > 0 {
-                out.push(snapshot(
+                let mut e = snapshot(
                     label,
                     at,
                     &counts,
                     Some(&hist),
                     row.folded_keys.as_ref(),
                     period_ns,
-                ));
+                );
+                e.pid = pid;
+                out.push(e);
             }
         }
         sort(&mut out);
@@ -679,6 +797,9 @@ impl EndpointTable {
             row.interval.folded_calls += 1;
             self.folded_calls += 1;
         }
+        if let Some(p) = &mut self.by_process {
+            p.record(at, call);
+        }
     }
 
     /// Ends an interval of `interval_ns`: the rows that had calls in it (busiest first), then
@@ -699,11 +820,39 @@ impl EndpointTable {
                 ));
             }
         }
+        let interval_by_process = self.by_process.as_ref().map(|p| {
+            let labels = self.labels();
+            let mut interval: Vec<EndpointSnapshot> = process_rows(p, &labels)
+                .filter(|(_, row, _, _)| row.interval.calls > 0)
+                .map(|(label, row, at, pid)| {
+                    let mut e = snapshot(
+                        label,
+                        at,
+                        &row.interval,
+                        row.interval_hist.as_deref(),
+                        None,
+                        interval_ns,
+                    );
+                    e.pid = pid;
+                    e
+                })
+                .collect();
+            sort(&mut interval);
+            interval
+        });
+        if let (Some(p), Some(interval)) = (&mut self.by_process, interval_by_process) {
+            p.interval = interval;
+        }
         // Saturating: a recording's interval times may jump by anything.
         self.elapsed_ns = self.elapsed_ns.saturating_add(interval_ns);
         let (end_ns, history_ns) = (self.elapsed_ns, self.history_ns);
         for row in &mut self.rows {
             row.roll_interval(end_ns, history_ns);
+        }
+        if let Some(p) = &mut self.by_process {
+            for row in &mut p.rows {
+                row.roll_interval(end_ns, history_ns);
+            }
         }
         sort(&mut out);
         out
@@ -713,22 +862,8 @@ impl EndpointTable {
     /// it first for a final partial interval), busiest first.
     pub fn cumulative(&self) -> Vec<EndpointSnapshot> {
         let (endpoints, others) = self.labelled_rows();
-        let mut out: Vec<EndpointSnapshot> = endpoints
-            .chain(others)
-            .filter(|(_, row, _)| row.total.calls > 0)
-            .map(|(label, row, at)| {
-                snapshot(
-                    label,
-                    at,
-                    &row.total,
-                    Some(&*row.total_hist),
-                    row.folded_keys.as_ref(),
-                    self.elapsed_ns,
-                )
-            })
-            .collect();
-        sort(&mut out);
-        out
+        let rows = endpoints.chain(others).map(|(l, r, at)| (l, r, at, None));
+        cumulative_of(rows, self.elapsed_ns)
     }
 
     pub fn stats(&self) -> EndpointTableStats {
@@ -766,7 +901,12 @@ impl EndpointTable {
         let rows: usize = self.rows.iter().map(Row::bytes).sum();
         let slots = self.endpoints.capacity() * std::mem::size_of::<(EndpointKey, u32)>()
             + self.others.capacity() * std::mem::size_of::<(OtherKey, u32)>();
-        keys + rows + slots + DistinctCounter::BYTES + self.folder.approx_bytes()
+        let by_process = self.by_process.as_ref().map_or(0, |p| {
+            p.rows.iter().map(Row::bytes).sum::<usize>()
+                + p.index.capacity() * std::mem::size_of::<((u32, u32), u32)>()
+                + p.keys.capacity() * std::mem::size_of::<(u32, u32)>()
+        });
+        keys + rows + slots + DistinctCounter::BYTES + self.folder.approx_bytes() + by_process
     }
 }
 
@@ -898,9 +1038,48 @@ impl KeyRows {
     }
 }
 
+#[derive(Clone, Copy)]
 enum Label<'a> {
     Endpoint(&'a EndpointKey),
     Other(&'a OtherKey),
+}
+
+/// A row with its label, its number in the table and, on rows by process, its pid.
+type LabelledRow<'a> = (Label<'a>, &'a Row, RowRef, Option<u32>);
+
+/// The rows by process, each with its endpoint row's label and number (`labels` by number).
+fn process_rows<'a>(
+    p: &'a ProcessRows,
+    labels: &'a [Option<Label<'a>>],
+) -> impl Iterator<Item = LabelledRow<'a>> + 'a {
+    p.rows.iter().zip(&p.keys).filter_map(|(row, &(at, pid))| {
+        let label = (*labels.get(at as usize)?)?;
+        Some((label, row, RowRef(at), Some(pid)))
+    })
+}
+
+/// The rows given since the start (over `elapsed_ns`), busiest first.
+fn cumulative_of<'a>(
+    rows: impl Iterator<Item = LabelledRow<'a>>,
+    elapsed_ns: u64,
+) -> Vec<EndpointSnapshot> {
+    let mut out: Vec<EndpointSnapshot> = rows
+        .filter(|(_, row, _, _)| row.total.calls > 0)
+        .map(|(label, row, at, pid)| {
+            let mut e = snapshot(
+                label,
+                at,
+                &row.total,
+                Some(&*row.total_hist),
+                row.folded_keys.as_ref(),
+                elapsed_ns,
+            );
+            e.pid = pid;
+            e
+        })
+        .collect();
+    sort(&mut out);
+    out
 }
 
 fn per_s(n: u64, period_ns: u64) -> f64 {
@@ -981,6 +1160,7 @@ fn snapshot(
         method,
         resource,
         other,
+        pid: None,
         period_ns,
         calls: c.calls,
         calls_per_s: per_s(c.calls, period_ns),
@@ -1019,6 +1199,7 @@ fn sort(rows: &mut [EndpointSnapshot]) {
             .then_with(|| a.proto.cmp(&b.proto))
             .then_with(|| a.method.cmp(&b.method))
             .then_with(|| a.resource.cmp(&b.resource))
+            .then_with(|| a.pid.cmp(&b.pid))
     });
 }
 
@@ -1501,7 +1682,7 @@ pub(crate) mod tests {
         t.end_interval(1_000_000_000);
         let b = t.observe(&call("api", 1, "GET", "/b", 3_200));
         // Up to the last interval's end, as the since-start numbers beside them.
-        assert_eq!(t.windows().latency_bins_of(b), None);
+        assert_eq!(t.windows().latency_bins_of(b, None), None);
         t.end_interval(1_000_000_000);
         let w = t.windows();
         let a = w
@@ -1510,12 +1691,15 @@ pub(crate) mod tests {
             .find(|e| e.resource == "/a")
             .unwrap()
             .row;
-        let bins = w.latency_bins_of(a).unwrap().bins();
+        let bins = w.latency_bins_of(a, None).unwrap().bins();
         assert_eq!(bins.first().unwrap(), &(2048, 4096, 2));
         assert_eq!(bins.last().unwrap(), &(4_194_304, 8_388_608, 1));
         assert_eq!(bins.iter().map(|b| b.2).sum::<u64>(), 4);
         assert!(bins.windows(2).all(|w| w[0].1 == w[1].0), "contiguous");
-        assert_eq!(w.latency_bins_of(b).unwrap().bins(), vec![(2048, 4096, 1)]);
+        assert_eq!(
+            w.latency_bins_of(b, None).unwrap().bins(),
+            vec![(2048, 4096, 1)]
+        );
         assert_eq!(w.latency_bins.len(), w.since_start.len());
     }
 
@@ -1586,6 +1770,73 @@ pub(crate) mod tests {
         let w = plain.windows();
         assert!(w.last_10s.is_empty() && w.last_1m.is_empty());
         assert_eq!(w.since_start[0].calls, 1);
+    }
+
+    /// Issue 44 item 3: three `python3` servers are one row by command and three by process;
+    /// each process's numbers are its own calls', they add up to the command's row in every
+    /// window, the interval and the latency bins; past the cap a row's further processes
+    /// share its pid-0 row; a table without the split makes none.
+    #[test]
+    fn rows_by_process_split_a_command_row_exactly() {
+        const MS: u64 = 1_000_000;
+        let mut t = EndpointTable::new(4, false)
+            .with_history(WINDOW_1M_NS)
+            .with_rows_by_process();
+        // pid p makes p calls of /a, of p ms each; pids 1..=6 (6 > the cap of 4 pairs).
+        for pid in 1..=6u32 {
+            for _ in 0..pid {
+                t.observe(&call("python3", pid, "GET", "/a", u64::from(pid) * MS));
+            }
+        }
+        t.observe(&call("python3", 1, "GET", "/b", 9 * MS));
+        let interval = t.end_interval(1_000 * MS);
+        let w = t.windows();
+        let by = w.by_process.as_ref().expect("split by process");
+        for rows in [&by.interval, &by.windows.since_start, &by.windows.last_10s] {
+            let of = |res: &str, pid: u32| {
+                rows.iter()
+                    .find(|e| e.resource == res && e.pid == Some(pid))
+                    .map(|e| (e.calls, e.latency_max_ns))
+            };
+            // The first four (row, pid) pairs have rows; /a's pids 5 and 6 share pid 0.
+            for pid in 1..=4u32 {
+                assert_eq!(of("/a", pid), Some((u64::from(pid), u64::from(pid) * MS)));
+            }
+            assert_eq!(of("/a", 0), Some((11, 6 * MS)));
+            assert_eq!(of("/b", 0), Some((1, 9 * MS)));
+            assert_eq!(of("/a", 5), None);
+            for e in rows.iter() {
+                assert_eq!(e.comm, "python3");
+            }
+            let a: u64 = rows
+                .iter()
+                .filter(|e| e.resource == "/a")
+                .map(|e| e.calls)
+                .sum();
+            assert_eq!(a, 21);
+        }
+        // By command the same calls are one row per endpoint, as before.
+        assert_eq!(interval.len(), 2);
+        assert!(interval.iter().all(|e| e.pid.is_none()));
+        let a = interval.iter().find(|e| e.resource == "/a").unwrap();
+        assert_eq!(a.calls, 21);
+        // Each row by process has its own latency bins, and its calls are in them.
+        for (e, bins) in by.windows.since_start.iter().zip(&by.windows.latency_bins) {
+            let n: u64 = bins.as_ref().unwrap().bins().iter().map(|b| b.2).sum();
+            assert_eq!(n, e.calls);
+            let own = by.windows.latency_bins_of(e.row, e.pid).unwrap();
+            assert_eq!(Some(own), bins.as_ref());
+        }
+        // A row by process names its pid; rows by command (JSON lines') have no such field.
+        let json = serde_json::to_value(&by.interval[0]).unwrap();
+        assert!(json.get("pid").is_some());
+        let json = serde_json::to_value(a).unwrap();
+        assert!(json.get("pid").is_none());
+        // Without the split: no rows by process, and no lookup for them.
+        let mut plain = EndpointTable::new(4, false).with_history(WINDOW_1M_NS);
+        plain.observe(&call("python3", 1, "GET", "/a", MS));
+        plain.end_interval(1_000 * MS);
+        assert!(plain.windows().by_process.is_none());
     }
 
     /// Calls numbered on two tracking threads (keys repeating, past the table's cap and past

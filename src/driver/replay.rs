@@ -310,6 +310,9 @@ impl<S: Sink> Sink for InRange<S> {
     fn wants_windows(&self) -> bool {
         self.sink.wants_windows()
     }
+    fn wants_endpoints_by_process(&self) -> bool {
+        self.sink.wants_endpoints_by_process()
+    }
     fn live_call_filter(
         &self,
     ) -> Option<std::sync::Arc<crate::pipeline::selection::LiveCallFilter>> {

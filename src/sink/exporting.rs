@@ -90,6 +90,9 @@ impl<S: Sink> Sink for Exporting<S> {
         self.span(&call);
         self.sink.call_owned_in(call, row)
     }
+    fn wants_endpoints_by_process(&self) -> bool {
+        self.sink.wants_endpoints_by_process()
+    }
     fn wants_windows(&self) -> bool {
         // The exporters read the since-start rows and their latency bins.
         self.prometheus.is_some() || self.otlp.is_some() || self.sink.wants_windows()

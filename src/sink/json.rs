@@ -248,6 +248,7 @@ struct MetaLine<'a> {
 #[derive(Serialize)]
 struct ProcLine<'a> {
     pid: u32,
+    ppid: Option<u32>,
     comm: &'a str,
     exe: Option<&'a str>,
     cmdline: &'a [String],
@@ -406,6 +407,7 @@ impl<W: Write> Sink for JsonSink<W> {
         let cmdline = crate::protocols::redact::redact_args(&p.cmdline);
         self.line(&Line::Proc(ProcLine {
             pid: p.pid,
+            ppid: p.ppid,
             comm: &p.comm,
             exe: p.exe.as_deref(),
             cmdline: &cmdline,
@@ -644,6 +646,7 @@ mod tests {
             exe: None,
             cmdline: Vec::new(),
             cgroup: None,
+            ppid: None,
             pod: None,
         })
         .unwrap();
@@ -691,6 +694,7 @@ mod tests {
             exe: Some("/usr/local/bin/worker".into()),
             cmdline: args.iter().map(|s| s.to_string()).collect(),
             cgroup: None,
+            ppid: None,
             pod: None,
         };
         sink.process(&info).unwrap();

@@ -70,6 +70,12 @@ pub trait Sink {
     fn wants_windows(&self) -> bool {
         false
     }
+    /// Whether this sink groups endpoints by process too (the terminal UI's `b`): the
+    /// pipeline's table then also splits every row by pid (`EndpointWindows::by_process`),
+    /// one more lookup per call; other sinks pay nothing for it.
+    fn wants_endpoints_by_process(&self) -> bool {
+        false
+    }
     /// A filter this sink changes while the session runs (the terminal UI's Calls filter):
     /// only the calls it matches are then handed to the call methods (see
     /// `Pipeline::with_live_call_filter`).

@@ -11,10 +11,10 @@ use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use super::data::{Data, Taken};
 use super::filter::RowFilter;
 use super::table::{
-    call_row_cached, conn_row, endpoint_key, endpoint_row, exited_groups, group_member_key,
-    is_group_key, members_under_groups, process_group_row, process_row, CallEntry, Column,
-    SharedRow, SortVal, CALL_COLUMNS, CALL_COLUMNS_DATED, CONN_COLUMNS, ENDPOINT_COLUMNS,
-    GROUP_KEY_PREFIX, PROCESS_COLUMNS,
+    call_row_cached, command_groups, conn_row, endpoint_key, endpoint_row, exited_groups,
+    group_member_key, is_group_key, members_under_groups, process_command_row, process_group_row,
+    process_row, tree_order, CallEntry, Column, SharedRow, SortVal, CALL_COLUMNS,
+    CALL_COLUMNS_DATED, CONN_COLUMNS, ENDPOINT_COLUMNS, GROUP_KEY_PREFIX, PROCESS_COLUMNS,
 };
 use super::{CallReturner, UiMsg};
 use crate::aggregate::endpoints::OTHER_RESOURCE;
@@ -93,30 +93,48 @@ pub struct Drill {
     pub other: bool,
     /// The pipeline's row of the endpoint: its calls are those counted in it.
     pub row: RowRef,
+    /// On a row by process, its process's calls only (`Some(0)`: those of the processes
+    /// without a row of their own, `pids_with_rows`).
+    pub pid: Option<u32>,
+    pub pids_with_rows: Vec<u32>,
 }
 
 impl Drill {
     /// The key of its endpoint row (as `table::endpoint_key`).
     pub fn endpoint_key(&self) -> String {
-        super::table::endpoint_key_of(
+        let key = super::table::endpoint_key_of(
             &self.comm,
             self.side,
             self.proto,
             &self.method,
             &self.resource,
-        )
+        );
+        match self.pid {
+            Some(pid) => format!("{key}\u{1f}{pid}"),
+            None => key,
+        }
     }
 
     /// Whether the call was counted in this endpoint's row (by the row the pipeline gave it:
-    /// no call is normalised again). A folded row's calls are those folded into it.
+    /// no call is normalised again), and on a row by process made by its process. A folded
+    /// row's calls are those folded into it.
     pub fn matches(&self, e: &CallEntry) -> bool {
         e.endpoint == Some(self.row)
+            && match self.pid {
+                None => true,
+                Some(0) => !self.pids_with_rows.contains(&e.call.pid),
+                Some(pid) => e.call.pid == pid,
+            }
     }
 
     pub fn label(&self) -> String {
+        let process = match self.pid {
+            Some(0) => format!("{}/*", self.comm),
+            Some(pid) => super::table::proc_label(&self.comm, pid),
+            None => self.comm.clone(),
+        };
         format!(
-            "{} {} {} {}",
-            self.comm,
+            "{process} {} {} {}",
             self.side.name(),
             self.method,
             self.resource
@@ -173,7 +191,17 @@ impl EndpointWindow {
         }
     }
 
-    pub fn rows(self, d: &Data) -> &[EndpointSnapshot] {
+    /// The rows of this window: by process (`by_process`, where the pipeline split them) or
+    /// by command.
+    pub fn rows(self, d: &Data, by_process: bool) -> &[EndpointSnapshot] {
+        if let Some(p) = d.windows.by_process.as_ref().filter(|_| by_process) {
+            return match self {
+                EndpointWindow::Last10s => &p.windows.last_10s,
+                EndpointWindow::Last1m => &p.windows.last_1m,
+                EndpointWindow::SinceStart => &p.windows.since_start,
+                EndpointWindow::Interval => &p.interval,
+            };
+        }
         match self {
             EndpointWindow::Last10s => &d.windows.last_10s,
             EndpointWindow::Last1m => &d.windows.last_1m,
@@ -211,6 +239,12 @@ pub struct App {
     pub row_detail: Option<(View, String)>,
     /// Commands whose exited processes' group row is expanded in the Processes view.
     pub expanded_groups: std::collections::HashSet<String>,
+    /// Endpoints split by process (pid), not grouped by command name (`b`).
+    pub endpoints_by_process: bool,
+    /// Processes grouped by command name, not one row per pid (`b`).
+    pub procs_by_command: bool,
+    /// The Processes view as a tree of parents and children (F5, `t`: htop's).
+    pub procs_tree: bool,
     /// A replay's pace and skips (None live).
     pub replay: Option<std::sync::Arc<super::ReplayControl>>,
     /// The time zone times are shown in (local unless `--utc`; tests: UTC).
@@ -289,6 +323,9 @@ impl App {
             detail: None,
             row_detail: None,
             expanded_groups: Default::default(),
+            endpoints_by_process: false,
+            procs_by_command: false,
+            procs_tree: false,
             last_search: None,
             search_prompt: false,
             drawn_selection: Default::default(),
@@ -437,8 +474,7 @@ impl App {
                     .collect()
             }
             View::Endpoints => self
-                .window
-                .rows(d)
+                .endpoint_rows()
                 .iter()
                 .map(|e| Rc::new(endpoint_row(e)))
                 .collect(),
@@ -463,6 +499,18 @@ impl App {
                         .map_or((0.0, 0.0), |&(i, o)| (per_s(i), per_s(o))),
                     None => (p.socket_bytes_in_per_s, p.socket_bytes_out_per_s),
                 };
+                if self.procs_by_command {
+                    return command_groups(&r.processes)
+                        .into_iter()
+                        .map(|(comm, members)| {
+                            let (bytes_in, bytes_out) = members
+                                .iter()
+                                .map(|p| bytes(p))
+                                .fold((0.0, 0.0), |(i, o), (pi, po)| (i + pi, o + po));
+                            Rc::new(process_command_row(comm, &members, bytes_in, bytes_out))
+                        })
+                        .collect();
+                }
                 let grouped = exited_groups(&r.processes);
                 let mut rows = Vec::with_capacity(r.processes.len());
                 for p in &r.processes {
@@ -517,10 +565,25 @@ impl App {
                 o.reverse()
             }
         });
+        if self.view == View::Processes && self.procs_tree && !self.procs_by_command {
+            let procs = &self.shown().procs;
+            rows = tree_order(rows, |pid| procs.get(&pid).and_then(|p| p.ppid));
+        }
         if self.view == View::Processes && !self.expanded_groups.is_empty() {
             rows = members_under_groups(rows);
         }
         rows
+    }
+
+    /// The Endpoints view's rows in the window shown: by process where chosen (`b`) and the
+    /// pipeline split them, else by command.
+    pub fn endpoint_rows(&self) -> &[EndpointSnapshot] {
+        self.window.rows(self.shown(), self.endpoints_by_process)
+    }
+
+    /// Whether the Endpoints view shows rows by process (chosen, and the pipeline made them).
+    pub fn shows_endpoints_by_process(&self) -> bool {
+        self.endpoints_by_process && self.shown().windows.by_process.is_some()
     }
 
     /// The drilled-into endpoint's latency bins since the start, as the pipeline sent them
@@ -530,7 +593,15 @@ impl App {
         if d.other {
             return None;
         }
-        let bins = self.shown().windows.latency_bins_of(d.row)?;
+        let w = &self.shown().windows;
+        let bins = match d.pid {
+            Some(_) => w
+                .by_process
+                .as_ref()?
+                .windows
+                .latency_bins_of(d.row, d.pid)?,
+            None => w.latency_bins_of(d.row, None)?,
+        };
         Some(bins.bins())
     }
 
@@ -731,8 +802,22 @@ impl App {
             }
             View::Endpoints => {
                 let d = self.shown();
-                if let Some(e) = self.window.rows(d).iter().find(|e| endpoint_key(e) == key) {
+                if let Some(e) = self.endpoint_rows().iter().find(|e| endpoint_key(e) == key) {
+                    // The processes whose calls of this endpoint have rows of their own: a
+                    // pid-0 row's calls are the others'.
+                    let pids_with_rows = match (e.pid, &d.windows.by_process) {
+                        (Some(0), Some(p)) => p
+                            .windows
+                            .since_start
+                            .iter()
+                            .filter(|o| o.row == e.row)
+                            .filter_map(|o| o.pid.filter(|&pid| pid != 0))
+                            .collect(),
+                        _ => Vec::new(),
+                    };
                     self.drill = Some(Drill {
+                        pid: e.pid,
+                        pids_with_rows,
                         comm: e.comm.clone(),
                         side: e.side,
                         proto: e.proto,
@@ -846,7 +931,7 @@ impl App {
             }
             "sort" => {
                 let cols = self.columns();
-                let col = pick_by_prefix(rest, cols.iter().map(|c| c.title))
+                let col = pick_by_prefix("column", rest, cols.iter().map(|c| c.title))
                     .map_err(|e| format!("sort: {e}"))?;
                 let i = cols.iter().position(|c| c.title == col).unwrap_or(0);
                 self.sort_by(i);
@@ -1080,7 +1165,18 @@ impl App {
                 }
             }
             KeyCode::F(3) => self.search_prompt = true,
-            KeyCode::Char('<') | KeyCode::Char('>') | KeyCode::F(5) => {
+            // htop's hands: F5 (or `t`) shows the processes as a tree.
+            KeyCode::F(5) | KeyCode::Char('t') if self.view == View::Processes => {
+                self.procs_tree = !self.procs_tree;
+            }
+            // Group by process or by command name (the title says which).
+            KeyCode::Char('b') if self.view == View::Endpoints => {
+                self.endpoints_by_process = !self.endpoints_by_process;
+            }
+            KeyCode::Char('b') if self.view == View::Processes => {
+                self.procs_by_command = !self.procs_by_command;
+            }
+            KeyCode::Char('<') | KeyCode::Char('>') => {
                 let n = self.columns().len();
                 let cur = self.state().sort_col;
                 let col = if key.code == KeyCode::Char('>') {
@@ -1215,7 +1311,7 @@ pub fn command_verb(typed: &str) -> Result<&'static str, String> {
     {
         return Ok(c.verb);
     }
-    pick_by_prefix(&typed_lower, COMMANDS.iter().map(|c| c.verb)).map_err(|e| {
+    pick_by_prefix("command", &typed_lower, COMMANDS.iter().map(|c| c.verb)).map_err(|e| {
         let verbs: Vec<String> = COMMANDS
             .iter()
             .map(|c| match c.argument {
@@ -1229,6 +1325,7 @@ pub fn command_verb(typed: &str) -> Result<&'static str, String> {
 
 /// The one name `typed` names, case aside: a name as typed or the only one it begins.
 fn pick_by_prefix(
+    what: &str,
     typed: &str,
     names: impl Iterator<Item = &'static str> + Clone,
 ) -> Result<&'static str, String> {
@@ -1245,7 +1342,7 @@ fn pick_by_prefix(
         .collect();
     match matching[..] {
         [one] => Ok(one),
-        [] => Err(format!("unknown {typed:?}")),
+        [] => Err(format!("unknown {what} {typed:?}")),
         _ => Err(format!("{typed:?} could be {}", matching.join(", "))),
     }
 }
@@ -2018,14 +2115,14 @@ mod tests {
             .command_error
             .as_deref()
             .unwrap_or("")
-            .contains("unknown \"zz\""));
+            .contains("unknown command \"zz\""));
         typed(&mut app, ":sort nope");
         key(&mut app, KeyCode::Enter);
         assert!(app
             .command_error
             .as_deref()
             .unwrap_or("")
-            .starts_with("sort: unknown"));
+            .starts_with("sort: unknown column"));
         // A live session cannot move in time; it can quit.
         app.replay = None;
         typed(&mut app, ":start");

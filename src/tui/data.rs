@@ -142,12 +142,15 @@ impl Data {
                     return Taken::Added;
                 }
                 d.report = Some(r);
+                // Rows by process (keyed with their pid) have sparklines too.
+                let by_process = d.windows.by_process.as_ref().map(|b| &b.interval);
                 let now: HashMap<String, [f64; 4]> = d
                     .report
                     .as_ref()
                     .map(|r| {
                         r.endpoints
                             .iter()
+                            .chain(by_process.into_iter().flatten())
                             .map(|e| {
                                 let v = [
                                     e.calls_per_s,

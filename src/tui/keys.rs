@@ -54,12 +54,16 @@ pub const KEYS: &[KeyHelp] = &[
         action: "sort by: pick a column from a menu (Esc: cancel)",
     },
     KeyHelp {
-        keys: &["<", ">", "F5"],
-        action: "previous / next sort column (F5: previous)",
+        keys: &["<", ">", "I"],
+        action: "previous / next sort column; I: invert the order",
     },
     KeyHelp {
-        keys: &["I"],
-        action: "invert the sort order",
+        keys: &["F5", "t"],
+        action: "processes: as a tree (children under parents)",
+    },
+    KeyHelp {
+        keys: &["b"],
+        action: "endpoints: by process / command; processes: by command / pid",
     },
     KeyHelp {
         keys: &["c"],
@@ -74,24 +78,12 @@ pub const KEYS: &[KeyHelp] = &[
         action: "pause the display (collection goes on; replay waits)",
     },
     KeyHelp {
-        keys: &["[", "]"],
-        action: "replay: half / twice the pace",
+        keys: &["[", "]", ".", ",", "{", "}"],
+        action: "replay: pace ½× / 2×, 10 s ahead / back, start / end",
     },
     KeyHelp {
         keys: &["Left", "Right"],
         action: "scroll the long column (resource, command) left / right",
-    },
-    KeyHelp {
-        keys: &["."],
-        action: "replay: skip 10 s ahead (all still counted)",
-    },
-    KeyHelp {
-        keys: &[","],
-        action: "replay: go back 10 s (replayed again from the start)",
-    },
-    KeyHelp {
-        keys: &["{", "}"],
-        action: "replay: go to the start / the end of the recording",
     },
     KeyHelp {
         keys: &[":"],

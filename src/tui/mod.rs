@@ -519,6 +519,10 @@ impl Sink for TuiSink {
         true
     }
 
+    fn wants_endpoints_by_process(&self) -> bool {
+        true
+    }
+
     fn live_call_filter(&self) -> Option<Arc<crate::pipeline::LiveCallFilter>> {
         Some(self.live_filter())
     }

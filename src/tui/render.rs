@@ -732,14 +732,22 @@ fn view_title(app: &App, rows: &[super::table::SharedRow], width: u16) -> String
                 0 => String::new(),
                 n => format!(", ~{n} keys folded to {}", crate::aggregate::fold::FOLD),
             };
+            let by = if app.shows_endpoints_by_process() {
+                "by process"
+            } else {
+                "by command"
+            };
             first_fitting(
                 vec![
                     format!(
-                        "Endpoints, {period}: {shown}{folded}  (c: 10 s / 1 min / since start \
-                         / interval, Enter: calls)"
+                        "Endpoints, {period}, {by}: {shown}{folded}  (c: 10 s / 1 min / since \
+                         start / interval, b: by process/command, Enter: calls)"
                     ),
-                    format!("Endpoints, {period}: {shown}{folded}  (c: window, Enter: calls)"),
-                    format!("Endpoints, {period}: {shown}{folded}"),
+                    format!(
+                        "Endpoints, {period}, {by}: {shown}{folded}  (c: window, b: group, \
+                         Enter: calls)"
+                    ),
+                    format!("Endpoints, {period}, {by}: {shown}{folded}"),
                 ],
                 width,
             )
@@ -776,18 +784,38 @@ fn view_title(app: &App, rows: &[super::table::SharedRow], width: u16) -> String
             )
         }
         View::Flows => format!("Connections seen in calls (no flow table in this source): {shown}"),
-        View::Processes => match &d.report {
-            Some(r) => format!(
-                "Processes, last interval ({:.2}s): {shown}  IN/OUT: socket bytes ({})",
-                r.period_ns as f64 / 1e9,
-                if d.flow_bytes_by_pid.is_some() {
-                    "all flows, from the flow table"
-                } else {
-                    "traced connections"
+        View::Processes => {
+            let how = match (app.procs_by_command, app.procs_tree) {
+                (true, _) => ", by command",
+                (false, true) => ", tree",
+                (false, false) => "",
+            };
+            match &d.report {
+                Some(r) => {
+                    let period = r.period_ns as f64 / 1e9;
+                    let source = if d.flow_bytes_by_pid.is_some() {
+                        "all flows, from the flow table"
+                    } else {
+                        "traced connections"
+                    };
+                    first_fitting(
+                        vec![
+                            format!(
+                                "Processes, last interval ({period:.2}s){how}: {shown}  \
+                                 IN/OUT: socket bytes ({source})  (b: by command/pid, F5: tree)"
+                            ),
+                            format!(
+                                "Processes, last interval ({period:.2}s){how}: {shown}  \
+                                 IN/OUT: socket bytes ({source})"
+                            ),
+                            format!("Processes ({period:.2}s){how}: {shown}"),
+                        ],
+                        width,
+                    )
                 }
-            ),
-            None => "Processes: no interval yet".to_owned(),
-        },
+                None => format!("Processes{how}: no interval yet"),
+            }
+        }
     }
 }
 
@@ -928,10 +956,79 @@ fn align(s: String, right: bool) -> Cell<'static> {
     })
 }
 
+/// An endpoint per line: side, method, resource, rate and p99 (`none` without any).
+fn endpoint_lines(eps: &[&crate::aggregate::EndpointSnapshot]) -> Vec<String> {
+    if eps.is_empty() {
+        return vec!["  none".to_owned()];
+    }
+    // Resources as wide as the longest listed (up to 40), so the lines fit at 80 columns.
+    let res_w = eps
+        .iter()
+        .map(|e| e.resource.chars().count())
+        .max()
+        .unwrap_or(0)
+        .min(40);
+    eps.iter()
+        .map(|e| {
+            format!(
+                "  {:<6} {:<6} {:<res_w$} {:>8}/s  p99 {} ms",
+                e.side.name(),
+                e.method,
+                e.resource,
+                human_rate(e.calls_per_s),
+                super::table::ms(e.latency_p99_ns)
+            )
+        })
+        .collect()
+}
+
+/// The processes of a command name (the Processes view grouped by command): which they are,
+/// their calls, and the name's endpoints.
+fn command_detail_lines(app: &App, comm: &str) -> Vec<Line<'static>> {
+    let d = app.shown();
+    let procs: Vec<&crate::aggregate::ProcessSnapshot> = d
+        .report
+        .as_ref()
+        .map(|r| r.processes.iter().filter(|p| p.comm == comm).collect())
+        .unwrap_or_default();
+    if procs.is_empty() {
+        return vec![Line::from(format!(
+            "No process named {comm} is in the last interval."
+        ))];
+    }
+    let pids: Vec<String> = procs.iter().map(|p| p.pid.to_string()).collect();
+    let calls: u64 = procs.iter().map(|p| p.calls).sum();
+    let (serr, cerr) = procs.iter().fold((0, 0), |(s, c), p| {
+        (s + p.server_errors, c + p.client_errors)
+    });
+    let mut v = vec![
+        format!("Command {comm}: {} processes", procs.len()),
+        format!("Pids       {}", pids.join(" ")),
+        format!(
+            "Calls      {}  server errors {}  client errors {}",
+            human(calls as f64),
+            human(serr as f64),
+            human(cerr as f64)
+        ),
+        format!("Endpoints of {comm} ({}):", app.window.label()),
+    ];
+    let eps: Vec<&crate::aggregate::EndpointSnapshot> = app
+        .window
+        .rows(d, false)
+        .iter()
+        .filter(|e| e.comm == comm)
+        .collect();
+    v.extend(endpoint_lines(&eps));
+    v.into_iter().map(Line::from).collect()
+}
+
 /// A process: who it is (command line, executable), its numbers of the last interval, its
 /// endpoints (by its name, as endpoints are keyed) and its flows.
 fn process_detail_lines(app: &App, key: &str) -> Vec<Line<'static>> {
     let d = app.shown();
+    if let Some(comm) = key.strip_prefix(super::table::COMMAND_KEY_PREFIX) {
+        return command_detail_lines(app, comm);
+    }
     let Some(p) = d.report.as_ref().and_then(|r| {
         let pid = super::table::pid_of_process_key(key)?;
         r.processes.iter().find(|p| p.pid == pid)
@@ -977,34 +1074,34 @@ fn process_detail_lines(app: &App, key: &str) -> Vec<Line<'static>> {
             bytes(p.socket_bytes_out),
             p.open_connections.unwrap_or(p.connections_active)
         ),
-        format!("Endpoints of {} ({}):", p.comm, app.window.label()),
     ];
-    let eps: Vec<_> = app
-        .window
-        .rows(d)
-        .iter()
-        .filter(|e| e.comm == p.comm)
-        .collect();
-    if eps.is_empty() {
-        v.push("  none".to_owned());
-    }
-    // Resources as wide as the longest listed (up to 40), so the lines fit at 80 columns.
-    let res_w = eps
-        .iter()
-        .map(|e| e.resource.chars().count())
-        .max()
-        .unwrap_or(0)
-        .min(40);
-    for e in eps {
-        v.push(format!(
-            "  {:<6} {:<6} {:<res_w$} {:>8}/s  p99 {} ms",
-            e.side.name(),
-            e.method,
-            e.resource,
-            human_rate(e.calls_per_s),
-            super::table::ms(e.latency_p99_ns)
-        ));
-    }
+    // Its own endpoints where the pipeline split them by process; else its name's.
+    let eps: Vec<&crate::aggregate::EndpointSnapshot> = match d.windows.by_process {
+        Some(_) => {
+            v.push(format!(
+                "Endpoints of this process ({}):",
+                app.window.label()
+            ));
+            app.window
+                .rows(d, true)
+                .iter()
+                .filter(|e| e.pid == Some(p.pid))
+                .collect()
+        }
+        None => {
+            v.push(format!(
+                "Endpoints of {} (all its processes, {}):",
+                p.comm,
+                app.window.label()
+            ));
+            app.window
+                .rows(d, false)
+                .iter()
+                .filter(|e| e.comm == p.comm)
+                .collect()
+        }
+    };
+    v.extend(endpoint_lines(&eps));
     v.push("Flows:".to_owned());
     let mut flows: Vec<_> = d
         .flows

@@ -427,7 +427,21 @@ pub fn proc_label(comm: &str, pid: u32) -> String {
 }
 
 pub(crate) fn endpoint_key(e: &EndpointSnapshot) -> String {
-    endpoint_key_of(&e.comm, e.side, e.proto, &e.method, &e.resource)
+    let key = endpoint_key_of(&e.comm, e.side, e.proto, &e.method, &e.resource);
+    match e.pid {
+        Some(pid) => format!("{key}\u{1f}{pid}"),
+        None => key,
+    }
+}
+
+/// An endpoint row's PROCESS: its command name, and on a row by process the pid (`*` for
+/// the processes that did not fit a row of their own).
+pub(crate) fn endpoint_process(e: &EndpointSnapshot) -> String {
+    match e.pid {
+        Some(0) => format!("{}/*", e.comm),
+        Some(pid) => proc_label(&e.comm, pid),
+        None => e.comm.clone(),
+    }
 }
 
 /// The identity of an endpoint row, from its key's parts.
@@ -544,7 +558,7 @@ pub(crate) fn endpoint_row(e: &EndpointSnapshot) -> Row {
     Row {
         key: endpoint_key(e),
         cells: vec![
-            e.comm.clone(),
+            endpoint_process(e),
             e.side.name().to_owned(),
             e.method.clone(),
             e.resource.clone(),
@@ -839,6 +853,156 @@ pub(crate) fn process_group_row(
     row
 }
 
+/// The key of a Processes row that stands for every process of a command name (`b`).
+pub(crate) const COMMAND_KEY_PREFIX: &str = "command:";
+
+/// Every process of the interval by command name, in the order the interval lists them
+/// (the Processes view grouped by command, `b`).
+pub(crate) fn command_groups(
+    procs: &[crate::aggregate::ProcessSnapshot],
+) -> Vec<(&str, Vec<&crate::aggregate::ProcessSnapshot>)> {
+    let mut groups: Vec<(&str, Vec<&crate::aggregate::ProcessSnapshot>)> = Vec::new();
+    let mut at: std::collections::HashMap<&str, usize> = Default::default();
+    for p in procs {
+        let i = *at.entry(p.comm.as_str()).or_insert_with(|| {
+            groups.push((p.comm.as_str(), Vec::new()));
+            groups.len() - 1
+        });
+        groups[i].1.push(p);
+    }
+    groups
+}
+
+/// The row of every process of a command name: their numbers added (each the pipeline's);
+/// CPU and memory the sum of those known (`n/a` when none is); PID the count.
+pub(crate) fn process_command_row(
+    comm: &str,
+    members: &[&crate::aggregate::ProcessSnapshot],
+    bytes_in_per_s: f64,
+    bytes_out_per_s: f64,
+) -> Row {
+    let known_sum = |v: &dyn Fn(&crate::aggregate::ProcessSnapshot) -> Option<f64>| {
+        members
+            .iter()
+            .filter_map(|p| v(p))
+            .fold(None, |acc: Option<f64>, x| Some(acc.unwrap_or(0.0) + x))
+    };
+    let cpu = known_sum(&|p| p.cpu_pct);
+    let rss = known_sum(&|p| p.rss_bytes.map(|b| b as f64));
+    let mut row = process_group_row(comm, members, bytes_in_per_s, bytes_out_per_s, false);
+    let n = members.len();
+    row.key = format!("{COMMAND_KEY_PREFIX}{comm}");
+    row.cells[0] = if n == 1 {
+        members[0].pid.to_string()
+    } else {
+        format!("×{n}")
+    };
+    row.sort[0] = SortVal::Num(n as f64);
+    row.cells[1] = cpu.map_or("n/a".to_owned(), |v| format!("{v:.1}"));
+    row.sort[1] = SortVal::Num(cpu.unwrap_or(-1.0));
+    row.cells[2] = rss.map_or("n/a".to_owned(), |v| format!("{:.1}", v / 1048576.0));
+    row.sort[2] = SortVal::Num(rss.unwrap_or(-1.0));
+    let exited = members.iter().filter(|p| p.exited).count();
+    let command = match exited {
+        0 => format!("{comm} ×{n}"),
+        e => format!("{comm} ×{n} ({e} exited)"),
+    };
+    let last = row.cells.len() - 1;
+    row.cells[last] = command.clone();
+    row.sort[last] = SortVal::Text(command);
+    row
+}
+
+/// Deepest a tree's indentation goes (deeper rows are drawn at this depth).
+const TREE_DEPTH_MAX: usize = 16;
+
+/// `rows` (sorted) as htop's tree: each process right under its parent when the parent has
+/// a row, siblings in the sorted order, the command prefixed with the branch (`├─ `, `└─ `).
+/// Rows without a pid (groups) and those whose parent has no row are roots. Linear in the
+/// rows; a parent loop (pids reused) cannot hang it: each row is placed once.
+pub(crate) fn tree_order(
+    rows: Vec<SharedRow>,
+    parent_of: impl Fn(u32) -> Option<u32>,
+) -> Vec<SharedRow> {
+    let tree_pid = |r: &Row| {
+        (!r.key.starts_with(GROUP_KEY_PREFIX))
+            .then(|| pid_of_process_key(&r.key))
+            .flatten()
+    };
+    let at: std::collections::HashMap<u32, usize> = rows
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| Some((tree_pid(r)?, i)))
+        .collect();
+    let parent: Vec<Option<usize>> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let p = at.get(&parent_of(tree_pid(r)?)?).copied()?;
+            (p != i).then_some(p)
+        })
+        .collect();
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); rows.len()];
+    for (i, p) in parent.iter().enumerate() {
+        if let Some(p) = p {
+            children[*p].push(i);
+        }
+    }
+    let mut placed = vec![false; rows.len()];
+    let mut out = Vec::with_capacity(rows.len());
+    // Roots first; then whatever a parent loop left unplaced, as roots too.
+    let roots: Vec<usize> = (0..rows.len())
+        .filter(|&i| parent[i].is_none())
+        .chain(0..rows.len())
+        .collect();
+    for root in roots {
+        if placed[root] {
+            continue;
+        }
+        // (row, the branch drawn before it: for each ancestor below the root, whether it
+        // was the last of its siblings).
+        let mut stack: Vec<(usize, Vec<bool>)> = vec![(root, Vec::new())];
+        while let Some((i, lasts)) = stack.pop() {
+            if placed[i] {
+                continue;
+            }
+            placed[i] = true;
+            let mut row = rows[i].clone();
+            if !lasts.is_empty() {
+                let mut prefix = String::new();
+                for &last in &lasts[..lasts.len() - 1] {
+                    prefix.push_str(if last { "   " } else { "│  " });
+                }
+                prefix.push_str(if lasts[lasts.len() - 1] {
+                    "└─ "
+                } else {
+                    "├─ "
+                });
+                let mut r = (*row).clone();
+                if let Some(cell) = r.cells.last_mut() {
+                    *cell = format!("{prefix}{cell}");
+                }
+                row = Rc::new(r);
+            }
+            out.push(row);
+            let kids: Vec<usize> = children[i]
+                .iter()
+                .copied()
+                .filter(|&c| !placed[c])
+                .collect();
+            for (k, &c) in kids.iter().enumerate().rev() {
+                let mut l = lasts.clone();
+                l.push(k + 1 == kids.len());
+                if l.len() > TREE_DEPTH_MAX {
+                    l.remove(0);
+                }
+                stack.push((c, l));
+            }
+        }
+    }
+    out
+}
+
 /// `rows` as sorted, with each expanded group's members moved right under its row (sorted
 /// among themselves as the view is).
 pub(crate) fn members_under_groups(rows: Vec<SharedRow>) -> Vec<SharedRow> {
@@ -866,6 +1030,72 @@ pub(crate) fn members_under_groups(rows: Vec<SharedRow>) -> Vec<SharedRow> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn proc_row(key: &str, command: &str) -> SharedRow {
+        Rc::new(Row {
+            key: key.to_owned(),
+            cells: vec![key.to_owned(), command.to_owned()],
+            sort: Vec::new(),
+            flag: Flag::None,
+            facets: Facets::default(),
+        })
+    }
+
+    /// Issue 44 item 10 (htop's F5): children right under their parent in the sorted order,
+    /// the branch drawn before the command; a parent without a row leaves its children
+    /// roots; groups stay roots; a parent loop (reused pids) places every row once.
+    #[test]
+    fn the_tree_puts_children_under_parents_with_branches() {
+        let parents = [
+            (1u32, 0u32),
+            (10, 1),
+            (11, 1),
+            (12, 10),
+            (20, 99),
+            (30, 31),
+            (31, 30),
+        ];
+        let parent_of = |pid: u32| parents.iter().find(|p| p.0 == pid).map(|p| p.1);
+        // Sorted as the view had them: the tree keeps that order among siblings.
+        let rows: Vec<SharedRow> = [
+            ("11", "b"),
+            ("30", "loop-a"),
+            ("12", "c"),
+            ("exited:curl", "▸ curl ×3 exited"),
+            ("1", "init"),
+            ("20", "orphan"),
+            ("10", "a"),
+            ("31", "loop-b"),
+        ]
+        .iter()
+        .map(|(k, c)| proc_row(k, c))
+        .collect();
+        let out = tree_order(rows, parent_of);
+        let shown: Vec<(&str, &str)> = out
+            .iter()
+            .map(|r| (r.key.as_str(), r.cells[1].as_str()))
+            .collect();
+        assert_eq!(
+            shown,
+            vec![
+                ("exited:curl", "▸ curl ×3 exited"),
+                ("1", "init"),
+                ("11", "├─ b"),
+                ("10", "└─ a"),
+                ("12", "   └─ c"),
+                ("20", "orphan"),
+                ("30", "loop-a"),
+                ("31", "└─ loop-b"),
+            ]
+        );
+        // A chain deeper than the indentation's cap is drawn at the cap, every row once.
+        let n = 200u32;
+        let chain: Vec<SharedRow> = (1..=n).map(|pid| proc_row(&pid.to_string(), "x")).collect();
+        let out = tree_order(chain, |pid| (pid > 1).then(|| pid - 1));
+        assert_eq!(out.len(), n as usize);
+        let widest = out.iter().map(|r| r.cells[1].chars().count()).max();
+        assert_eq!(widest, Some(3 * TREE_DEPTH_MAX + 1));
+    }
 
     /// An unknown outcome is neither ok nor an error: the rate is of the known calls, marked.
     #[test]
