@@ -102,7 +102,8 @@ pub fn drive(data: &[u8]) -> usize {
                 // Calls never claim more bytes than the stream carried.
                 assert!(
                     req[d] + resp[d] <= fed[d],
-                    "dir {d}: {} + {} > {}",
+                    "{} {depth:?} {transport:?}: dir {d}: {} + {} > {}",
+                    spec.folder,
                     req[d],
                     resp[d],
                     fed[d]

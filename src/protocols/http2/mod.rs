@@ -605,12 +605,14 @@ impl Http2Parser {
     }
 
     /// The frame just started came in segment `seg`: it counts in its stream's or header
-    /// block's syscalls.
+    /// block's syscalls. Its 9-byte header counts in their bytes on the wire now, its payload
+    /// as it passes (`payload`, `data_lost`): a frame the connection ends inside counts only
+    /// what crossed.
     #[inline]
     fn frame_seen(&mut self, d: usize, seg: &Segment) {
         let seg_id = self.framing.seg_id;
         let f = self.dirs[d].frame;
-        let wire = FRAME_HEADER as u64 + u64::from(f.len);
+        let wire = FRAME_HEADER as u64;
         if f.ty == DATA {
             if let Some(half) = self.half(d, f.stream) {
                 half.touch(seg_id, seg);
@@ -665,6 +667,7 @@ impl Http2Parser {
         let hi = (start + n).min(data_end);
         if let Some(half) = self.half(d, f.stream) {
             half.truncated = true;
+            half.wire += n;
             if hi > lo {
                 half.data += hi - lo;
                 half.msgs.skip(hi - lo);
@@ -694,6 +697,7 @@ impl Http2Parser {
         ds.pos += n;
         if ds.block_stream.is_some() && n > 0 {
             touch(&mut ds.block_span, &mut ds.block_seg, seg_id, seg);
+            ds.block_wire += n;
         }
         match f.ty {
             DATA => {
@@ -710,12 +714,14 @@ impl Http2Parser {
                 let data_end = u64::from(f.len).saturating_sub(ds.pad).max(data_start);
                 let lo = (start + from).max(data_start);
                 let hi = (start + n).min(data_end);
-                if hi <= lo {
-                    return;
-                }
                 let Some(half) = self.half(d, f.stream) else {
                     return;
                 };
+                // Padding too: the frame's bytes on the wire (n > 0: not an empty frame).
+                half.wire += n;
+                if hi <= lo {
+                    return;
+                }
                 half.touch(seg_id, seg);
                 half.data += hi - lo;
                 match bytes {
@@ -1602,6 +1608,27 @@ mod tests {
         let wire = 9 + first.len() + 9 + 2 + 9 + (block.len() - 6) + 9 + data.len();
         assert_eq!(r.calls[0].req.bytes, wire as u64);
         assert_eq!(r.stats, ParseStats::default());
+    }
+
+    /// A connection that ends inside a DATA frame: the call counts the bytes that crossed
+    /// (frame header and the payload sent), never the frame's declared length (fuzzing found
+    /// a response of 16,496 bytes on a stream that carried 3,911).
+    #[test]
+    fn a_frame_cut_by_the_close_counts_what_crossed() {
+        let mut r = Run::new(ParseDepth::Full);
+        r.start();
+        let req = frame(HEADERS, END_HEADERS | END_STREAM, 1, &get("/big"));
+        r.seg(C, &req);
+        let head = frame(HEADERS, END_HEADERS, 1, &[0x88]);
+        r.seg(S, &head);
+        // A DATA frame of 16,384 bytes of which 100 came before the close.
+        let data = frame(DATA, END_STREAM, 1, &[7u8; 16_384]);
+        r.seg(S, &data[..9 + 100]);
+        r.close();
+        assert_eq!(r.calls.len(), 1, "{:?}", r.calls);
+        let c = &r.calls[0];
+        assert_eq!(c.req.bytes, req.len() as u64);
+        assert_eq!(c.resp.bytes, (head.len() + 9 + 100) as u64);
     }
 
     /// A frame other than CONTINUATION inside a header block is a protocol error: sync lost.
