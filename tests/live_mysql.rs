@@ -551,3 +551,87 @@ fn a_10_mb_result_copied_whole_counts_its_rows_on_both_sides() {
     assert_eq!(summary["kernel"]["not_copied_whole"], 0, "{summary}");
     assert_clean_summary(summary);
 }
+
+/// MariaDB Connector/J's jar (scripts/mariadb-jdbc fetches and caches it), when present with
+/// a JDK to run the client from its source.
+fn connector_j() -> Option<String> {
+    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/mariadb-jdbc"))
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let jar = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let javac = Command::new("javac").arg("-version").output().is_ok();
+    (out.status.success() && !jar.is_empty() && javac).then_some(jar)
+}
+
+/// Real pipelines (issue 43 item 2): MariaDB Connector/J sends a batch's commands before
+/// reading any answer, so the server reads thousands in one receive. 5,000 executes of one
+/// server-side prepared statement (a prepare and executes of statement id -1, "the one
+/// prepared last", then the real id) and 5,000 text INSERTs: every command the server logged
+/// is one call on each side with the statement's SQL, every row the driver counted is in
+/// them; none unnamed, lost or inferred.
+#[test]
+fn connector_j_batches_sent_as_pipelines_are_exact_on_both_sides() {
+    require_root();
+    let Some(jar) = connector_j() else {
+        eprintln!("MariaDB Connector/J or a JDK missing (scripts/deps): skipped");
+        return;
+    };
+    let db = MariaDb::start();
+    let port = db.port.to_string();
+    let ebtop = Ebtop::start(&["--json", "--port", &port, "--ringbuf-mb", "64"]);
+    let client = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src/protocols/mysql/fixtures/ConnectorJPipeline.java"
+    );
+    const N: usize = 5000;
+    for mode in ["prepared", "text"] {
+        let out = Command::new("java")
+            .args(["-cp", &jar, client, &port, mode, &N.to_string()])
+            .output()
+            .expect("java runs");
+        assert!(out.status.success(), "{mode}: {out:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            format!("{{\"rows\": {N}}}"),
+            "{mode}"
+        );
+    }
+    let lines = ebtop.stop();
+    let calls = calls(&lines);
+    let summary = lines.last().unwrap();
+    let executed = db.logged("Execute", "INSERT INTO pipe");
+    let queried = db.logged("Query", "INSERT INTO pipe");
+    assert_eq!((executed, queried), (N, N), "the server's log");
+    for side in ["client", "server"] {
+        let insert: Vec<&&Value> = calls
+            .iter()
+            .filter(|c| c["side"] == side && c["method"] == "INSERT")
+            .collect();
+        assert_eq!(insert.len(), 2 * N, "{side}: {summary}");
+        let affected: usize = insert
+            .iter()
+            .map(|c| c["rows"].as_str().unwrap().parse::<usize>().unwrap())
+            .sum();
+        assert_eq!(affected, 2 * N, "{side}");
+        for c in &insert {
+            assert!(
+                c["resource"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("INSERT INTO pipe (k, v) VALUES ("),
+                "{c}"
+            );
+            assert_eq!(c["outcome"], "ok", "{c}");
+            assert_eq!(c["end_inferred"], false, "{c}");
+        }
+        assert!(
+            !calls
+                .iter()
+                .any(|c| c["side"] == side && c["method"] == "EXECUTE"),
+            "{side}: an execute without its statement's SQL"
+        );
+    }
+    assert_clean_summary(summary);
+    assert_eq!(summary["parse"]["inferred_ends"], 0, "{summary}");
+}

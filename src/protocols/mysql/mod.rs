@@ -22,7 +22,9 @@
 //!   names the statement id, remembered per connection (at most [`MAX_STATEMENTS`]: the oldest
 //!   id is forgotten first) until `COM_STMT_CLOSE`.
 //! - `COM_STMT_EXECUTE`: shown with its statement's SQL (`EXECUTE <id>` when it was prepared
-//!   out of sight); parameters are never kept. `COM_STMT_FETCH`, `COM_STMT_RESET`: the
+//!   out of sight); parameters are never kept. Statement id 0xFFFFFFFF (MariaDB's pipelines:
+//!   Connector/J sends a prepare and its executes before any answer) is the statement the
+//!   connection's last `COM_STMT_PREPARE` prepared, named by that request's SQL. `COM_STMT_FETCH`, `COM_STMT_RESET`: the
 //!   statement's SQL, method `STMT_FETCH`, `STMT_RESET`.
 //! - No response, no call (counted in [`ParseStats::unreplied_requests`]): `COM_STMT_CLOSE`,
 //!   `COM_STMT_SEND_LONG_DATA`, `COM_QUIT`.
@@ -117,6 +119,9 @@ const COM_CHANGE_USER: u8 = 0x11;
 const COM_BINLOG_DUMP: u8 = 0x12;
 const COM_STMT_PREPARE: u8 = 0x16;
 const COM_STMT_EXECUTE: u8 = 0x17;
+/// The statement id MariaDB reads as "the statement this connection prepared last" (sent by
+/// pipelining clients before the prepare's answer names the real id).
+const LAST_PREPARED: u32 = u32::MAX;
 const COM_STMT_SEND_LONG_DATA: u8 = 0x18;
 const COM_STMT_CLOSE: u8 = 0x19;
 const COM_STMT_RESET: u8 = 0x1a;
@@ -479,6 +484,9 @@ pub struct MysqlParser {
     pending: InOrder<Call>,
     unseen: Option<Unseen>,
     statements: BTreeMap<u32, String>,
+    /// The SQL of the connection's last `COM_STMT_PREPARE` (what statement id 0xFFFFFFFF
+    /// executes), once one was seen.
+    last_prepare: Option<String>,
     /// In `MyState::SeekEnd`: an end of rows shaped at the end of the server's last syscall
     /// but not proven there ([`tail_end_shaped`]). The client's next command, before any
     /// more server bytes, proves it (a client sends one only once it has read the whole
@@ -509,6 +517,7 @@ impl MysqlParser {
             unseen: None,
             end_candidate: None,
             statements: BTreeMap::new(),
+            last_prepare: None,
         }
     }
 
@@ -765,7 +774,11 @@ impl MysqlParser {
                 let sql = text();
                 (sql_keyword(&sql), sql, Resp::First)
             }
-            COM_STMT_PREPARE => ("PREPARE".to_owned(), text(), Resp::First),
+            COM_STMT_PREPARE => {
+                let sql = text();
+                self.last_prepare = Some(sql.clone());
+                ("PREPARE".to_owned(), sql, Resp::First)
+            }
             COM_STMT_EXECUTE => {
                 let sql = self.statement_sql(statement);
                 (sql_keyword(&sql), sql, Resp::First)
@@ -835,6 +848,10 @@ impl MysqlParser {
     /// The SQL of a prepared statement (`EXECUTE <id>` when it was prepared out of sight).
     fn statement_sql(&self, id: Option<u32>) -> String {
         match id {
+            Some(LAST_PREPARED) => match &self.last_prepare {
+                Some(sql) => sql.clone(),
+                None => "EXECUTE (last prepared)".to_owned(),
+            },
             Some(id) => match self.statements.get(&id) {
                 Some(sql) => sql.clone(),
                 None => format!("EXECUTE {id}"),
@@ -2057,6 +2074,44 @@ mod tests {
             ]
         );
         assert_eq!(d.stats, ParseStats::default());
+    }
+
+    /// MariaDB Connector/J's pipeline: a prepare and executes of statement id 0xFFFFFFFF
+    /// ("the one prepared last") in one write, before any answer. Each execute is a call with
+    /// the prepare's SQL, paired in order with its answer.
+    #[test]
+    fn executes_of_the_last_prepared_statement_name_its_sql() {
+        let sql = "INSERT INTO pipe (k, v) VALUES (?, ?)";
+        let mut d = Driver::connected(CAPS);
+        let mut w = command(COM_STMT_PREPARE, sql.as_bytes());
+        for _ in 0..3 {
+            w.extend(execute(u32::MAX));
+        }
+        d.seg(OUT, &w);
+        let mut r = prepare_ok(12, 0, 2, false);
+        for _ in 0..3 {
+            r.extend(ok(1, 1, 0, 2));
+        }
+        d.seg(IN, &r).close();
+        let insert = s("INSERT", sql, None, Some("1"));
+        assert_eq!(
+            d.summary(),
+            vec![
+                s("PREPARE", sql, None, None),
+                insert.clone(),
+                insert.clone(),
+                insert
+            ]
+        );
+        // Before any prepare, such an execute says so.
+        let mut d = Driver::connected(CAPS);
+        d.seg(OUT, &execute(u32::MAX))
+            .seg(IN, &ok(1, 1, 0, 2))
+            .close();
+        assert_eq!(
+            d.summary(),
+            vec![s("EXECUTE", "EXECUTE (last prepared)", None, Some("1"))]
+        );
     }
 
     #[test]
