@@ -424,6 +424,7 @@ mod tests {
             interval_bytes_out: 0,
             interval_bytes_in: interval_in,
             l7: Some("dns".to_owned()),
+            drops: None,
         }
     }
 
