@@ -550,6 +550,7 @@ mod tests {
                     created: step,
                     ..Default::default()
                 },
+                drops: Vec::new(),
                 more: false,
             };
             let mut parts = crate::flows::test_reports::owned_parts(&r, 700).into_iter();
