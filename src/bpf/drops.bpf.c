@@ -156,11 +156,11 @@ struct l4_ports {
  * if it has none this can read. IPv6 extension headers are not walked: ports stay 0. */
 static __always_inline bool read_tuple(struct sk_buff___drops *skb, struct ebtop_drop_tuple *t)
 {
-	__u16 nh = BPF_CORE_READ(skb, network_header);
+	__u16 nh = skb->network_header;
 	if (nh == (__u16)~0U)
 		return false;
-	unsigned char *head = BPF_CORE_READ(skb, head);
-	__u16 proto = bpf_ntohs(BPF_CORE_READ(skb, protocol));
+	unsigned char *head = skb->head;
+	__u16 proto = bpf_ntohs(skb->protocol);
 	unsigned char *l4;
 	if (proto == ETH_P_IP) {
 		/* Byte by byte: a struct would be padded to align its addresses. */
@@ -217,18 +217,22 @@ int packet_drop(__u64 *args)
 	}
 	struct ebtop_drop_tuple t = {};
 	t.at.reason = reason;
-	struct net_device___drops *dev = BPF_CORE_READ(skb, dev);
+	/* The skb is a BTF pointer here: its fields, and the device's, are plain loads (a fault
+	 * reads 0), not probe reads (≈35 ns each). */
+	struct net_device___drops *dev = skb->dev;
 	if (dev) {
-		t.at.ifindex = BPF_CORE_READ(dev, ifindex);
-		t.at.netns = BPF_CORE_READ(dev, nd_net.net, ns.inum);
+		t.at.ifindex = dev->ifindex;
+		struct net___drops *net = dev->nd_net.net;
+		if (net)
+			t.at.netns = net->ns.inum;
 	}
-	unsigned char *head = BPF_CORE_READ(skb, head);
-	unsigned int end = BPF_CORE_READ(skb, end);
+	unsigned char *head = skb->head;
+	unsigned int end = skb->end;
 	__u16 gso_segs = 0;
 	struct skb_shared_info___drops *sh = (struct skb_shared_info___drops *)(head + end);
 	bpf_probe_read_kernel(&gso_segs, sizeof(gso_segs), &sh->gso_segs);
 	__u64 segs = gso_segs ? gso_segs : 1;
-	__u64 len = BPF_CORE_READ(skb, len);
+	__u64 len = skb->len;
 	__u64 now = bpf_ktime_get_ns();
 	if (!add_drop(&drop_totals, &t.at, segs, len, now)) {
 		dcount(DC_TOTALS_FULL, segs);
