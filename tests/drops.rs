@@ -367,12 +367,12 @@ fn udp_to_a_closed_port_is_dropped_with_no_socket() {
             let local = sock.local_addr().unwrap().to_string();
             let last = of_type(&lines, "flow")
                 .into_iter()
-                .filter(|f| {
+                .rev()
+                .find(|f| {
                     f["proto"] == "udp"
                         && f["local"] == local.as_str()
                         && f["peer"] == peer.as_str()
                 })
-                .last()
                 .unwrap_or_else(|| panic!("a udp flow {local} → {peer}"));
             assert_eq!(u(&last["drops"], "out"), N as u64, "{last}");
             assert_eq!(reason_count(last, "NO_SOCKET"), N as u64, "{last}");

@@ -238,6 +238,14 @@ fn own_netns() -> Option<u32> {
         .map(|m| m.ino() as u32)
 }
 
+/// A {namespace, interface, reason} whose count changed in the interval: totals and the
+/// interval's share, (packets, bytes) each.
+struct Changed {
+    key: DropKey,
+    total: (u64, u64),
+    interval: (u64, u64),
+}
+
 /// A flow's drops as the interval's report gives them, and the flow to name in `drop` lines.
 pub struct FlowAt<'a> {
     pub flow_id: u64,
@@ -264,8 +272,8 @@ pub struct DropTracker {
     pending: FxHashMap<(u8, SocketAddr, SocketAddr), Pending>,
     /// Drops of each flow reported so far, by flow id (removed at its end).
     per_flow: FxHashMap<u64, FlowDrops>,
-    /// This interval's changes: key, totals (packets, bytes), interval (packets, bytes).
-    changed: Vec<(DropKey, (u64, u64), (u64, u64))>,
+    /// This interval's changes.
+    changed: Vec<Changed>,
     hits: FxHashMap<DropKey, Vec<DropHit>>,
     iface_names: FxHashMap<u32, Option<CompactString>>,
 }
@@ -288,7 +296,11 @@ impl DropTracker {
                 let (p0, b0) = prev.unwrap_or((0, 0));
                 if packets != p0 || prev.is_none() {
                     let delta = (packets.saturating_sub(p0), bytes.saturating_sub(b0));
-                    self.changed.push((key, (packets, bytes), delta));
+                    self.changed.push(Changed {
+                        key,
+                        total: (packets, bytes),
+                        interval: delta,
+                    });
                 }
             }
         }
@@ -408,7 +420,12 @@ impl DropTracker {
     pub fn finish(&mut self) -> (Vec<DropCount>, DropStats) {
         let mut lines = Vec::with_capacity(self.changed.len());
         let changed = std::mem::take(&mut self.changed);
-        for (key, (packets, bytes), (interval_packets, interval_bytes)) in changed {
+        for Changed {
+            key,
+            total: (packets, bytes),
+            interval: (interval_packets, interval_bytes),
+        } in changed
+        {
             let mut flows = self.hits.remove(&key).unwrap_or_default();
             flows.sort_by(|a, b| b.packets.cmp(&a.packets).then(a.flow_id.cmp(&b.flow_id)));
             flows.truncate(MAX_HITS);
