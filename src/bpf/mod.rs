@@ -19,8 +19,12 @@ macro_rules! skeleton {
 skeleton!(sockdata);
 skeleton!(sockcap);
 skeleton!(flows);
+skeleton!(drops);
 skeleton!(procs);
 skeleton!(infer);
+skeleton!(testdrop);
+
+pub mod drop_injector;
 
 /// Runs `f` with the kernel's protocol recognition (src/bpf/infer.h, the rule both capture
 /// programs load) as a function of a connection's first bytes, whether its socket is a
@@ -290,6 +294,13 @@ impl HashMapBatches {
 }
 
 impl HashMapBatches {
+    /// For a per-CPU map: each value is the map's value (rounded up to 8 bytes) once per
+    /// possible CPU, back to back.
+    pub fn per_cpu(mut self, cpus: usize) -> HashMapBatches {
+        self.value_size = self.value_size.next_multiple_of(8) * cpus.max(1);
+        self
+    }
+
     /// Whether the map was read to its end: false while batches remain, or after an error.
     pub fn complete(&self) -> bool {
         self.complete

@@ -371,6 +371,10 @@ pub fn run<S: Sink, R>(
     meta.loaded = [
         cfg.capture.then_some("capture"),
         flows.is_some().then_some("flow_table"),
+        flows
+            .as_ref()
+            .is_some_and(|f| f.counts_drops())
+            .then_some("packet_drops"),
         procs.is_some().then_some("process_events"),
         tls.is_some().then_some("tls_probes"),
     ]

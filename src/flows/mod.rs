@@ -4,6 +4,7 @@
 //! them, live or from a recording. The kernel collector that makes the reports:
 //! src/source/flow_table/ (design and costs: docs/architecture.md, "Flow table").
 
+pub mod drops;
 pub mod names;
 
 use std::net::SocketAddr;
@@ -12,6 +13,7 @@ use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 
 use crate::filters::Filters;
+use drops::{DropCount, DropStats, FlowDrops};
 use names::{CloseReason, Role, TcpProto, TcpState};
 
 /// Default `--max-flows`.
@@ -102,6 +104,10 @@ pub struct TcpFlow {
     pub l7: Option<CompactString>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tls: bool,
+    /// The flow's packets the kernel dropped (src/flows/drops.rs); `null` where drops are not
+    /// counted (the kernel refused the drop program, or a recording made without it).
+    #[serde(default)]
+    pub drops: Option<FlowDrops>,
 }
 
 /// One UDP (socket, peer) pair with datagrams in the interval.
@@ -126,6 +132,10 @@ pub struct UdpFlow {
     /// As `TcpFlow::l7`: the protocol of the calls seen with this peer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub l7: Option<String>,
+    /// As `TcpFlow::drops`: this (socket, peer) pair's datagrams dropped; `null` if the peer
+    /// is unknown or drops are not counted.
+    #[serde(default)]
+    pub drops: Option<FlowDrops>,
 }
 
 /// The flow table's own health, since the start (`flow_stats` line).
@@ -158,6 +168,9 @@ pub struct FlowStats {
     /// Probe hits the kernel skipped because the same program was already running on that
     /// CPU (bpf_prog_info.recursion_misses, all flow programs): events possibly not counted.
     pub missed_events: u64,
+    /// The drop counters' health; `null` where drops are not counted.
+    #[serde(default)]
+    pub drops: Option<DropStats>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -167,6 +180,9 @@ pub struct FlowReport {
     pub ends: Vec<TcpFlow>,
     pub udp: Vec<UdpFlow>,
     pub stats: FlowStats,
+    /// Drops per {interface, reason} that changed in the interval (the report's last part).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drops: Vec<DropCount>,
     /// This is a part of the interval's report and more parts follow: the reader thread
     /// hands a report on in parts ([`FLOWS_PER_PART`]), a recording stores it in parts
     /// ([`FlowReport::parts`]). Never set on a whole report or its last part.
@@ -182,6 +198,8 @@ pub struct FlowReportPart<'a> {
     ends: &'a [TcpFlow],
     udp: &'a [UdpFlow],
     stats: &'a FlowStats,
+    #[serde(skip_serializing_if = "<[DropCount]>::is_empty")]
+    drops: &'a [DropCount],
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     more: bool,
     /// Its report goes on after the interval's record (the recording's kind 7): said apart
@@ -221,16 +239,14 @@ impl FlowReport {
             ends,
             udp,
             stats: &self.stats,
+            drops: &[],
             more,
             continued: false,
         };
         if total <= max {
-            return vec![part(
-                &self.flows[..],
-                &self.ends[..],
-                &self.udp[..],
-                self.more,
-            )];
+            let mut whole = part(&self.flows[..], &self.ends[..], &self.udp[..], self.more);
+            whole.drops = &self.drops;
+            return vec![whole];
         }
         let mut parts: Vec<FlowReportPart<'_>> = Vec::with_capacity(total.div_ceil(max) + 2);
         // In the order the JSON lines of a report are written (a replay writes the same).
@@ -245,6 +261,7 @@ impl FlowReport {
         }
         if let Some(last) = parts.last_mut() {
             last.more = self.more;
+            last.drops = &self.drops;
         }
         parts
     }
@@ -273,6 +290,7 @@ impl FlowReport {
         self.ends.append(&mut later.ends);
         later.udp.truncate(max.saturating_sub(held(self)));
         self.udp.append(&mut later.udp);
+        self.drops.append(&mut later.drops);
         self.mono_ns = later.mono_ns;
         self.stats = later.stats;
         self.more = later.more;
@@ -390,6 +408,7 @@ pub(crate) mod test_reports {
                 })
                 .collect(),
             stats: reports.last().unwrap().stats.clone(),
+            drops: Vec::new(),
             more: false,
         }
     }
@@ -457,6 +476,7 @@ pub mod test_flows {
             sk_err: None,
             l7: None,
             tls: false,
+            drops: None,
         }
     }
 }

@@ -26,6 +26,7 @@ pub const SELECTABLE_TYPES: &[&str] = &[
     "flow",
     "flow_end",
     "flow_stats",
+    "drop",
 ];
 
 /// Which line types a sink writes, and how much of them.
@@ -75,7 +76,10 @@ impl LineSelection {
 
     /// Whether any flow line is wanted (else the flow table need not be loaded).
     pub fn wants_flows(&self) -> bool {
-        self.wants("flow") || self.wants("flow_end") || self.wants("flow_stats")
+        self.wants("flow")
+            || self.wants("flow_end")
+            || self.wants("flow_stats")
+            || self.wants("drop")
     }
 }
 
@@ -216,6 +220,7 @@ enum Line<'a> {
     Flow(FlowLine<'a>),
     FlowEnd(FlowLine<'a>),
     FlowStats(Stamped<'a, crate::flows::FlowStats>),
+    Drop(Stamped<'a, crate::flows::drops::DropCount>),
     Summary(SummaryLine<'a>),
 }
 
@@ -363,6 +368,9 @@ impl<W: Write> JsonSink<W> {
                 end_time,
                 body: FlowBody::Tcp(f),
             }))?;
+        }
+        for d in fr.drops.iter().filter(|_| select.wants("drop")) {
+            self.line(&Line::Drop(Stamped { ts, body: d }))?;
         }
         if !fr.more && select.wants("flow_stats") {
             self.line(&Line::FlowStats(Stamped {

@@ -106,7 +106,11 @@ impl FlowRow {
             out_per_s: per_s(f.interval_bytes_out),
             srtt_us: f.srtt_us,
             retrans_segs: f.retrans_segs,
-            trouble: f.interval_retrans_segs > 0 || reset,
+            trouble: f.interval_retrans_segs > 0
+                || reset
+                || f.drops
+                    .as_ref()
+                    .is_some_and(|d| d.interval_in + d.interval_out > 0),
             l7: f.l7.as_deref().map(|p| super::table::l7_label(p, f.tls)),
             ended_ns: f.end_mono_ns,
             seen_ns: now_ns,
@@ -242,11 +246,23 @@ pub struct FlowBoard {
     /// Rows dropped to stay under [`MAX_FLOWS_SHOWN`].
     pub evicted: u64,
     pub stats: crate::flows::FlowStats,
+    /// The last interval's drops per {interface, reason}, the most first (the view's Drops
+    /// lines).
+    pub drops: Vec<crate::flows::drops::DropCount>,
     /// The length of the last report's interval (for the rates of its later parts).
     period_ns: u64,
 }
 
 impl FlowBoard {
+    /// Drops per second in the last interval.
+    pub fn per_s(&self, n: u64) -> f64 {
+        if self.period_ns == 0 {
+            0.0
+        } else {
+            n as f64 * 1e9 / self.period_ns as f64
+        }
+    }
+
     /// Folds one interval's report in; `period_ns` is the interval's length (for the rates).
     /// The report's flows move into the rows. Which of them get a row is decided before any
     /// is made: a burst reports up to 200,000 flows and the board keeps [`MAX_FLOWS_SHOWN`]
@@ -278,10 +294,12 @@ impl FlowBoard {
             udp,
             stats,
             more,
+            drops,
             ..
         } = part;
         if !more {
             self.stats = stats;
+            self.drops = drops;
         }
         let per_s = |n: u64| {
             if period_ns == 0 {
@@ -424,6 +442,7 @@ mod tests {
             interval_bytes_out: 0,
             interval_bytes_in: interval_in,
             l7: Some("dns".to_owned()),
+            drops: None,
         }
     }
 
@@ -549,6 +568,7 @@ mod tests {
                     created: step,
                     ..Default::default()
                 },
+                drops: Vec::new(),
                 more: false,
             };
             let mut parts = crate::flows::test_reports::owned_parts(&r, 700).into_iter();

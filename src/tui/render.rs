@@ -42,7 +42,9 @@ fn duration_str(ns: u64) -> String {
 pub fn draw(f: &mut Frame, app: &App) {
     let area = f.area();
     let drilled = app.view == View::Calls && app.drill.is_some();
-    let footer_h = if app.view == View::Processes || app.view == View::Flows {
+    let footer_h = if app.view == View::Flows {
+        2 + drop_lines_shown(app)
+    } else if app.view == View::Processes {
         2
     } else if drilled {
         // Leave the calls most of a small screen.
@@ -611,7 +613,7 @@ fn flow_panel(app: &App, width: u16) -> Vec<Line<'static>> {
         ];
     }
     let s = &b.stats;
-    vec![
+    let mut lines = vec![
         Line::from(first_fitting(
             vec![
                 format!(
@@ -664,7 +666,66 @@ fn flow_panel(app: &App, width: u16) -> Vec<Line<'static>> {
             ],
             width,
         )),
-    ]
+    ];
+    lines.extend(drop_lines(app, width));
+    lines
+}
+
+/// The Flows view's Drops lines: one per {interface, reason} that dropped packets in the
+/// last interval, the most first.
+const MAX_DROP_LINES: usize = 3;
+
+fn drop_lines_shown(app: &App) -> u16 {
+    let b = &app.shown().flows;
+    if !b.active {
+        return 0;
+    }
+    let n = b.drops.iter().filter(|d| d.interval_packets > 0).count();
+    n.min(MAX_DROP_LINES) as u16
+}
+
+/// `Drops NO_SOCKET at lo: 30.6k/s (skipped 12 more) → curl/123 #7 2.1k/s, …`, for the top
+/// reasons of the last interval, with the flows they hit.
+fn drop_lines(app: &App, width: u16) -> Vec<Line<'static>> {
+    let b = &app.shown().flows;
+    let hit = b.drops.iter().filter(|d| d.interval_packets > 0);
+    hit.take(MAX_DROP_LINES)
+        .map(|d| {
+            let at = match (&d.iface, d.ifindex) {
+                (Some(name), _) => name.to_string(),
+                (None, Some(i)) => format!("if{i} netns {}", d.netns.unwrap_or(0)),
+                (None, None) => "no device".to_owned(),
+            };
+            let head = format!(
+                "Drops {} at {at}: {}/s",
+                d.reason,
+                human_rate(b.per_s(d.interval_packets))
+            );
+            let flows: Vec<String> = d
+                .flows
+                .iter()
+                .map(|h| {
+                    let who = match (&h.comm, h.pid) {
+                        (Some(c), Some(p)) => proc_label(c, p),
+                        (None, Some(p)) => format!("?/{p}"),
+                        _ => "?".to_owned(),
+                    };
+                    format!(
+                        "{who} {} #{} {}/s",
+                        h.proto,
+                        h.flow_id,
+                        human_rate(b.per_s(h.packets))
+                    )
+                })
+                .collect();
+            let full = if flows.is_empty() {
+                format!("{head}, no flow of the table")
+            } else {
+                format!("{head} → {}", flows.join(", "))
+            };
+            Line::from(first_fitting(vec![full, head], width))
+        })
+        .collect()
 }
 
 /// The first of `titles` (fullest first) that fits in `width`, else the last.
@@ -1195,6 +1256,24 @@ fn flow_detail_lines(app: &App, key: &str) -> Vec<Line<'static>> {
                 "Resets     sent {}  received {}",
                 f.rst_sent, f.rst_received
             ),
+            match &f.drops {
+                Some(d) => format!(
+                    "Drops      in {}  out {}{}",
+                    human(d.packets_in as f64),
+                    human(d.packets_out as f64),
+                    if d.by_reason.is_empty() {
+                        String::new()
+                    } else {
+                        let reasons: Vec<String> = d
+                            .by_reason
+                            .iter()
+                            .map(|(r, n)| format!("{r} {n}"))
+                            .collect();
+                        format!(" ({})", reasons.join(", "))
+                    }
+                ),
+                None => "Drops      not counted".to_owned(),
+            },
             format!(
                 "SRTT       {} (interval {} .. {})",
                 opt(f.srtt_us.map(|u| format!("{:.2} ms", f64::from(u) / 1e3))),

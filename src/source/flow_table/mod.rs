@@ -10,6 +10,7 @@
 //! (5–15 ms at the default size, whatever its population): done on the ring's reader thread,
 //! the capture ring filled up meanwhile.
 
+pub mod drops;
 pub mod listening;
 pub mod owners;
 pub mod raw;
@@ -163,6 +164,8 @@ pub struct FlowCollector {
     burst_drain: Option<(Doorbell, std::thread::JoinHandle<()>)>,
     /// Polls requested whose last part has not been handed back yet.
     outstanding: usize,
+    /// The drop counter (tp_btf/kfree_skb), if the kernel took it.
+    drop_program: Option<drops::DropProgram>,
 }
 
 /// Flow-end records drained since the last poll, back to back (each `raw::FLOW_LEN`), in
@@ -398,6 +401,8 @@ struct FlowTableReader {
     /// The flow-end ring and the buffer it drains into: read again after the counters, so
     /// the ends a report counts are never more than the ends it (or an earlier one) shows.
     late_ends: EndsSource,
+    /// Packet drops, joined to the flows by address (None: not counted).
+    drops: Option<drops::DropTracker>,
 }
 
 /// The flow-end ring and the buffer its records are drained into.
@@ -575,6 +580,22 @@ impl FlowCollector {
         let handle = |m: &libbpf_rs::Map, what: &str| {
             MapHandle::try_from(m).with_context(|| format!("opening the flow table's {what} map"))
         };
+        // Optional: a kernel without drop reasons (before 5.17) still has the flow table.
+        let drop_program = match drops::DropProgram::start() {
+            Ok(p) => Some(p),
+            Err(e) => {
+                crate::diag!("ebtop: warning: packet drops not counted: {e:#}");
+                None
+            }
+        };
+        let drop_tracker = match drop_program.as_ref().map(|p| p.tracker()) {
+            Some(Ok(t)) => Some(t),
+            Some(Err(e)) => {
+                crate::diag!("ebtop: warning: packet drops not counted: {e:#}");
+                None
+            }
+            None => None,
+        };
         let reader = FlowTableReader {
             snapshot: skel
                 .progs
@@ -600,6 +621,7 @@ impl FlowCollector {
             reads_map: MapHandle::try_from(&skel.maps.flow_reads).ok(),
             batch_buffers: Default::default(),
             late_ends: (ring.clone(), ends.clone()),
+            drops: drop_tracker,
         };
         // One request in flight at a time (the loop waits for a report's last part before
         // the next). Two parts in the channel at most: the reader waits for the session to
@@ -634,16 +656,30 @@ impl FlowCollector {
             thread: Some(thread),
             burst_drain,
             outstanding: 0,
+            drop_program,
         })
+    }
+
+    /// Whether packet drops are counted (the kernel took the drop counter).
+    pub fn counts_drops(&self) -> bool {
+        self.drop_program.is_some()
     }
 
     /// The loaded programs (name, fd), for ebtop's overhead accounting.
     pub fn programs(&self) -> Vec<(String, std::os::fd::BorrowedFd<'static>)> {
-        crate::bpf::program_fds(self.skel.object(), "flows")
+        let mut progs = crate::bpf::program_fds(self.skel.object(), "flows");
+        if let Some(d) = &self.drop_program {
+            progs.extend(d.programs());
+        }
+        progs
     }
 
     fn recursion_misses(&self) -> u64 {
         crate::bpf::recursion_misses(self.skel.object())
+            + self
+                .drop_program
+                .as_ref()
+                .map_or(0, |d| d.recursion_misses())
     }
 
     /// Drains the flow-end ring into memory (cheap; call it every loop iteration so bursts of
@@ -750,7 +786,11 @@ impl FlowCollector {
     /// Hands over the probes' links: dropping them detaches (live.rs detaches all probes of
     /// the session in parallel).
     pub fn links(&mut self) -> Vec<Link> {
-        std::mem::take(&mut self.links)
+        let mut links = std::mem::take(&mut self.links);
+        if let Some(d) = &mut self.drop_program {
+            links.extend(d.links());
+        }
+        links
     }
 }
 
@@ -928,7 +968,46 @@ impl FlowTableReader {
             sk_err: (ended && r.sk_err != 0).then_some(r.sk_err),
             l7: None,
             tls: false,
+            drops: None,
         }
+    }
+
+    /// Whether drops wait for a UDP pair (reported for them though its counters are as
+    /// they were).
+    fn udp_drops_wait(&self, key: &RawUdpKey, u: &RawUdp) -> bool {
+        let Some(d) = &self.drops else {
+            return false;
+        };
+        if key.family == 0 {
+            return false;
+        }
+        let local = raw::addr(u.family, &u.laddr, u.lport);
+        let peer = raw::addr(key.family, &key.raddr, key.rport);
+        d.has_pending(17, local, peer)
+    }
+
+    /// A flow's drops as reported now (its report's `drops`); an ended flow's are forgotten.
+    fn flow_drops(
+        &mut self,
+        flow_id: u64,
+        proto: u8,
+        (local, peer): (SocketAddr, SocketAddr),
+        owner: (Option<u32>, Option<&str>),
+        ended: bool,
+    ) -> Option<crate::flows::drops::FlowDrops> {
+        let d = self.drops.as_mut()?;
+        let got = d.claim(drops::FlowAt {
+            flow_id,
+            proto,
+            local,
+            peer,
+            pid: owner.0,
+            comm: owner.1,
+        });
+        if ended {
+            d.forget(flow_id);
+        }
+        Some(got)
     }
 
     /// One flow's entry as read from the table: reported if its counters moved since its last
@@ -958,7 +1037,9 @@ impl FlowTableReader {
         if !changed {
             return;
         }
-        let f = self.tcp_flow(&r, now_ns, false);
+        let mut f = self.tcp_flow(&r, now_ns, false);
+        let owner = (f.pid, f.comm.as_deref());
+        f.drops = self.flow_drops(f.flow_id, 6, (f.local, f.peer), owner, false);
         let earlier = self.prev.insert(
             r.sk,
             Prev {
@@ -991,7 +1072,9 @@ impl FlowTableReader {
         let Some(r) = RawFlow::decode(data) else {
             return;
         };
-        let f = self.tcp_flow(&r, now_ns, true);
+        let mut f = self.tcp_flow(&r, now_ns, true);
+        let owner = (f.pid, f.comm.as_deref());
+        f.drops = self.flow_drops(f.flow_id, 6, (f.local, f.peer), owner, true);
         // Unless the address is already a newer flow's.
         if self
             .prev
@@ -1033,6 +1116,10 @@ impl FlowTableReader {
             || self.polls % FULL_READ_EVERY == 1
             || self.polls < self.whole_reads_until;
         let snapped = run_snapshot(self.snapshot.as_fd(), all);
+        // Drops before any flow is reported: each flow takes those at its addresses.
+        if let Some(d) = &mut self.drops {
+            d.begin(now_ns);
+        }
         let mut tcp_count = snapped.map_or(0, |n| u64::from(n & 0x7fff_ffff));
         // The ring had no room, or the snapshot did not run: the table is read whole. After
         // a full ring, so are the next polls for a while (more flows change per interval than
@@ -1121,7 +1208,8 @@ impl FlowTableReader {
                 let p = match prev {
                     Some(p)
                         if p.tx == (u.tx_dgrams, u.tx_bytes)
-                            && p.rx == (u.rx_dgrams, u.rx_bytes) =>
+                            && p.rx == (u.rx_dgrams, u.rx_bytes)
+                            && !self.udp_drops_wait(&key, &u) =>
                     {
                         continue;
                     }
@@ -1138,6 +1226,11 @@ impl FlowTableReader {
                 let local = raw::addr(u.family, &u.laddr, u.lport);
                 let peer = (key.family != 0).then(|| raw::addr(key.family, &key.raddr, key.rport));
                 let comm = raw::comm_str(&u.comm).into_string();
+                let owner = (Some(u.pid), Some(comm.as_str()));
+                let drops = match peer {
+                    Some(peer) => self.flow_drops(p.id, 17, (local, peer), owner, false),
+                    None => None,
+                };
                 let f = UdpFlow {
                     proto: "udp".into(),
                     flow_id: p.id,
@@ -1155,6 +1248,7 @@ impl FlowTableReader {
                     interval_bytes_out: u.tx_bytes.saturating_sub(p.tx.1),
                     interval_bytes_in: u.rx_bytes.saturating_sub(p.rx.1),
                     l7: None,
+                    drops,
                 };
                 self.udp_prev.insert(
                     key,
@@ -1172,7 +1266,11 @@ impl FlowTableReader {
         self.batch_buffers = batches.into_buffers();
         for key in expired {
             let _ = self.udp_flows.delete(&key.encode());
-            self.udp_prev.remove(&key);
+            if let Some(p) = self.udp_prev.remove(&key) {
+                if let Some(d) = &mut self.drops {
+                    d.forget(p.id);
+                }
+            }
             self.udp_expired += 1;
             udp_count -= 1;
         }
@@ -1207,7 +1305,14 @@ impl FlowTableReader {
             poll_ns: t0.elapsed().saturating_sub(parts.sending).as_nanos() as u64,
             // Read by the collector (it holds the programs).
             missed_events: 0,
+            drops: None,
         };
+        let mut stats = stats;
+        if let Some(d) = &mut self.drops {
+            let (lines, drop_stats) = d.finish();
+            parts.part.drops = lines;
+            stats.drops = Some(drop_stats);
+        }
         parts.finish(stats)
     }
 }
