@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use libbpf_cargo::SkeletonBuilder;
 
-const PROGRAMS: &[&str] = &["sockdata", "sockcap", "flows", "procs", "infer"];
+const PROGRAMS: &[&str] = &["sockdata", "sockcap", "flows", "procs", "infer", "profile"];
 
 /// A protocol's kernel rule, from the first line of its `infer.h`:
 /// `/* ebtop-kernel-rule: id=2 name=REDIS rule=is_redis sockets=any */`.

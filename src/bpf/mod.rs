@@ -21,6 +21,7 @@ skeleton!(sockcap);
 skeleton!(flows);
 skeleton!(procs);
 skeleton!(infer);
+skeleton!(profile);
 
 /// Runs `f` with the kernel's protocol recognition (src/bpf/infer.h, the rule both capture
 /// programs load) as a function of a connection's first bytes, whether its socket is a
