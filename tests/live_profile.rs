@@ -43,6 +43,16 @@ fn start(bin: &Path) -> (Child, BufReader<std::process::ChildStdout>, String) {
     (child, out, line)
 }
 
+/// Nanoseconds process `pid` (one thread) has run on a CPU (/proc/PID/schedstat, exact).
+fn cpu_ns(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
+        .expect("the program runs")
+        .split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .expect("schedstat's first field")
+}
+
 fn profile_line<'a>(lines: &'a [Value], kind: &str, pid: u32) -> &'a Value {
     lines
         .iter()
@@ -67,8 +77,6 @@ fn on_cpu_shares_of_known_functions_are_within_five_points() {
     let (mut child, _out, ready) = start(&bin);
     assert_eq!(ready.trim(), "ready");
     let pid = child.id();
-    // ~1000 samples per CPU second: the program gets at least a third of a CPU even beside
-    // two CPU hogs, so ≥ 1,000 samples, and a share's standard error ≤ 1.4 points.
     let ebtop = Ebtop::start(&[
         "--json",
         "--only",
@@ -82,17 +90,33 @@ fn on_cpu_shares_of_known_functions_are_within_five_points() {
         folded.to_str().unwrap(),
         "-p",
         &pid.to_string(),
-        "--duration",
-        "4s",
     ]);
-    let lines = ebtop.finish();
+    // Until the program has run 2 CPU seconds (≈ 2,000 samples at 997 Hz, so a share's
+    // standard error is under 1 point), however busy the CPUs are.
+    let first = cpu_ns(pid);
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while cpu_ns(pid) - first < 2_000_000_000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the program got no 2 CPU s in 90 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let ran_ns = cpu_ns(pid) - first;
+    let lines = ebtop.stop();
     child.kill().unwrap();
     child.wait().unwrap();
 
     let on = profile_line(&lines, "on_cpu", pid);
     assert_eq!(on["comm"], "hot");
     let samples = on["samples"].as_u64().unwrap();
-    assert!(samples >= 1000, "{samples} samples: {on}");
+    // The profile spans the measured run (it starts before ebtop's meta and ends after the
+    // stop): at 997 Hz at least ~997 samples per CPU second, less the sampling noise.
+    let expected = ran_ns as f64 * 997.0 / 1e9;
+    assert!(
+        samples as f64 >= 0.9 * expected,
+        "{samples} samples for {ran_ns} ns on the CPU ({expected:.0} expected)"
+    );
     let stacks = on["stacks"].as_array().unwrap();
     let sum: u64 = stacks.iter().map(|s| s["samples"].as_u64().unwrap()).sum();
     assert_eq!(sum, samples, "the stacks add up to the samples");
@@ -114,6 +138,10 @@ fn on_cpu_shares_of_known_functions_are_within_five_points() {
         "work_one {one:.1}% (25 expected)"
     );
     let main = share("main");
+    eprintln!(
+        "on-CPU: {samples} samples for {ran_ns} ns on the CPU; work_three {three:.1}%, \
+         work_one {one:.1}%, through main {main:.1}%"
+    );
     assert!(main >= 95.0, "{main:.1}% of samples reach main");
     let with_main: u64 = stacks
         .iter()
@@ -201,6 +229,7 @@ fn off_cpu_time_of_a_sleeping_loop_equals_its_measured_sleep_within_5_percent() 
         .map(|s| s["ns"].as_u64().unwrap())
         .sum();
     let err = (sleeping as f64 - slept as f64).abs() / slept as f64;
+    eprintln!("off-CPU in nanosleep {sleeping} ns, measured sleep {slept} ns");
     assert!(
         err <= 0.05,
         "off-CPU in nanosleep {sleeping} ns, measured sleep {slept} ns ({:.1}% apart); {off}",
