@@ -182,33 +182,33 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(off_cpu_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
 {
-	__u64 now = bpf_ktime_get_ns();
-	/* `prev` is still the current task here: its stacks are the current ones. */
-	if (!preempt && prev_state != 0) {
-		char comm[EBTOP_TASK_COMM_LEN];
-		bpf_get_current_comm(comm, sizeof(comm));
-		if (selected(prev->tgid, comm)) {
-			struct ebtop_blocked *b = bpf_task_storage_get(&blocked, prev, 0,
-								       BPF_LOCAL_STORAGE_GET_F_CREATE);
-			if (b) {
-				b->since_ns = now;
-				b->user_stack = bpf_get_stackid(ctx, &stacks, EBTOP_F_USER_STACK);
-				b->kernel_stack = bpf_get_stackid(ctx, &stacks, 0);
-				if (prev_state & EBTOP_TASK_UNINTERRUPTIBLE)
-					b->kind = EBTOP_PROF_OFF_UNINTERRUPTIBLE;
-				else if (prev_state & EBTOP_TASK_INTERRUPTIBLE)
-					b->kind = EBTOP_PROF_OFF_INTERRUPTIBLE;
-				else
-					b->kind = EBTOP_PROF_OFF_OTHER;
-			} else {
-				count(PROF_NO_STORAGE);
-			}
+	__u64 now = 0;
+	/* `prev` is still the current task here: its stacks are the current ones. Most switches
+	 * are of unselected tasks: the cheap tests (the tgid list) come first. */
+	if (!preempt && prev_state != 0 && selected(prev->tgid, prev->comm)) {
+		now = bpf_ktime_get_ns();
+		struct ebtop_blocked *b =
+			bpf_task_storage_get(&blocked, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (b) {
+			b->since_ns = now;
+			b->user_stack = bpf_get_stackid(ctx, &stacks, EBTOP_F_USER_STACK);
+			b->kernel_stack = bpf_get_stackid(ctx, &stacks, 0);
+			if (prev_state & EBTOP_TASK_UNINTERRUPTIBLE)
+				b->kind = EBTOP_PROF_OFF_UNINTERRUPTIBLE;
+			else if (prev_state & EBTOP_TASK_INTERRUPTIBLE)
+				b->kind = EBTOP_PROF_OFF_INTERRUPTIBLE;
+			else
+				b->kind = EBTOP_PROF_OFF_OTHER;
+		} else {
+			count(PROF_NO_STORAGE);
 		}
 	}
 	/* Only tasks that blocked while selected have storage: one lookup per switch. */
 	struct ebtop_blocked *b = bpf_task_storage_get(&blocked, next, 0, 0);
 	if (!b || b->since_ns == 0)
 		return 0;
+	if (now == 0)
+		now = bpf_ktime_get_ns();
 	__u64 off_ns = now - b->since_ns;
 	b->since_ns = 0;
 	count(PROF_BLOCKS);

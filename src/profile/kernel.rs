@@ -354,6 +354,12 @@ impl Reader {
         let addrs = self.stack_addrs(id);
         let mut frames = self.symbols.kernel(&addrs);
         frames.reverse();
+        // An off-CPU stack is taken inside the sched_switch tracepoint: its leaf frames are
+        // the tracepoint's and the BPF program's own, not the task's (which end in
+        // `__schedule`).
+        while frames.last().is_some_and(|f| is_tracing_frame(f)) {
+            frames.pop();
+        }
         let frames: Arc<[Frame]> = frames.into();
         self.kernel_stacks.insert(id, frames.clone());
         frames
@@ -390,6 +396,17 @@ fn lost_stack(id: i32, lost: &mut bool) -> Arc<[Frame]> {
     }
     *lost = true;
     Arc::from([Frame::from("[stack lost]")])
+}
+
+/// Kernel frames of the tracepoint machinery and of BPF programs (names from kallsyms, with
+/// the `_[k]` suffix; a program's own frame is `bpf_prog_<tag>_<name>`).
+fn is_tracing_frame(f: &str) -> bool {
+    let name = f.strip_suffix("_[k]").unwrap_or(f);
+    name.starts_with("bpf_trace_run")
+        || name.starts_with("__bpf_trace_")
+        || name.starts_with("__traceiter_")
+        || name.starts_with("bpf_prog_")
+        || name.starts_with("trace_call_bpf")
 }
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
