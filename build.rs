@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use libbpf_cargo::SkeletonBuilder;
 
 const PROGRAMS: &[&str] = &[
-    "sockdata", "sockcap", "flows", "drops", "procs", "infer", "testdrop",
+    "sockdata", "sockcap", "flows", "drops", "procs", "infer", "testdrop", "profile",
 ];
 
 /// A protocol's kernel rule, from the first line of its `infer.h`:

@@ -5,6 +5,17 @@ use std::time::Duration;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Parser, Subcommand, ValueEnum};
 
+/// `--profile-off-cpu-min`: a duration, or `off` (no off-CPU profile).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OffCpuMin(pub Option<Duration>);
+
+fn off_cpu_min(s: &str) -> Result<OffCpuMin, String> {
+    if s == "off" {
+        return Ok(OffCpuMin(None));
+    }
+    duration(s).map(|d| OffCpuMin(Some(d)))
+}
+
 fn duration(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 10s, 1m, 500ms)"))?;
     if d.is_zero() {
@@ -142,6 +153,32 @@ pub struct Args {
     /// duration, close reason) to the collector's /v1/logs. The flow table runs for it.
     #[arg(long, requires = "otlp")]
     pub otlp_flow_logs: bool,
+
+    /// Profile the processes the session traces (--pid, --comm, --cgroup; all without them):
+    /// on-CPU stacks sampled on every CPU (--profile-hz) and off-CPU time per stack (blocks
+    /// of at least --profile-off-cpu-min), counted in the kernel. User stacks are walked by
+    /// frame pointers: code built without them gives short stacks (a hint says so). Written
+    /// at the end as `profile` JSON lines and with --profile-out. Live only.
+    #[arg(long)]
+    pub profile: bool,
+
+    /// With --profile: on-CPU samples per second on each CPU (1-1000).
+    #[arg(long, value_name = "HZ", default_value_t = 99, requires = "profile",
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub profile_hz: u32,
+
+    /// With --profile: the shortest block added to the off-CPU profile (shorter ones are
+    /// counted only); `off`: no off-CPU profile (no sched_switch program).
+    #[arg(long, value_name = "DURATION|off", default_value = "1ms", requires = "profile",
+          value_parser = off_cpu_min)]
+    pub profile_off_cpu_min: OffCpuMin,
+
+    /// With --profile: write the on-CPU profile to FILE and the off-CPU one beside it: gzipped
+    /// pprof (go tool pprof, Pyroscope) when FILE ends in .pb.gz (X.pb.gz, X.off-cpu.pb.gz),
+    /// else folded stacks for flamegraph.pl or speedscope (FILE: samples, FILE.off-cpu:
+    /// nanoseconds), one line per stack: `comm-pid;root;…;leaf count`.
+    #[arg(long, value_name = "FILE", requires = "profile")]
+    pub profile_out: Option<std::path::PathBuf>,
 
     /// Record what the probes deliver to FILE (zstd frames, mode 0600), alone or with --json.
     /// With -r, writes the records that pass the filters: a filtered copy.

@@ -28,6 +28,7 @@ pub mod preflight;
 pub mod process_events;
 pub mod procfs;
 pub mod procinfo;
+pub mod profile;
 pub mod protocols;
 pub mod record;
 pub mod report;

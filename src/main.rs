@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::{CommandFactory, FromArgMatches};
 
 use ebtop::cli::{Args, Command, Depth};
@@ -412,6 +412,9 @@ fn session<S: Sink>(
         .transpose()?;
     let sink = Exporting::new(sink, prometheus).with_otlp(otlp);
     match &args.read {
+        Some(_) if args.profile => {
+            bail!("--profile is live only: a recording holds no profile yet")
+        }
         Some(path) => replay_session(args, path, stop, sink, rewind),
         None => live_session(args, stop, sink),
     }
@@ -497,6 +500,22 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
         bpf_stats: args.bpf_stats.into(),
         tracking_threads: tracking_threads(args),
     };
+    // Its own object and thread; it loads while the capture does.
+    let profiler = args
+        .profile
+        .then(|| {
+            ebtop::profile::kernel::ProfileProbe::spawn(
+                ebtop::profile::kernel::ProfileConfig {
+                    hz: args.profile_hz,
+                    off_cpu_min: args.profile_off_cpu_min.0,
+                    filters: live_cfg.filters.clone(),
+                    cgroups: live_cfg.cgroups.clone(),
+                },
+                args.delay,
+            )
+        })
+        .transpose()
+        .context("--profile")?;
     let start = monotonic_ns();
     live::run(
         &live_cfg,
@@ -505,15 +524,54 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
         args.duration,
         args.delay,
         &meta,
-        |pipeline, counters, reason| {
+        |mut pipeline, counters, reason| {
+            let profile = profiler.map(|p| p.finish()).transpose()?;
             if reason == StopReason::OutputClosed {
                 return Ok(());
+            }
+            if let Some(profile) = profile {
+                write_profile(args, &profile)?;
+                pipeline.on_profile(&profile.lines())?;
             }
             let (_, summary) = pipeline.finish(counters, monotonic_ns() - start)?;
             report_recording(args, &summary);
             recording_outcome(&summary)
         },
     )
+}
+
+/// `--profile-out`'s folded files, and the hints for processes whose stacks stop short.
+fn write_profile(args: &Args, profile: &ebtop::profile::Profile) -> Result<()> {
+    for hint in profile.unwind_hints() {
+        ebtop::diag!("{hint}");
+    }
+    let Some(path) = &args.profile_out else {
+        return Ok(());
+    };
+    // pprof where the name says so, folded stacks otherwise.
+    let pprof = path.to_string_lossy().ends_with(".pb.gz");
+    let write = |path: &std::path::Path, on_cpu: bool| -> Result<()> {
+        let mut out = std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        );
+        if pprof {
+            ebtop::profile::pprof::write_gz(
+                profile,
+                on_cpu,
+                profile.start_unix_ns,
+                profile.duration_ns,
+                &mut out,
+            )?;
+        } else {
+            profile.write_folded(on_cpu, &mut out)?;
+        }
+        std::io::Write::flush(&mut out).with_context(|| format!("writing {}", path.display()))
+    };
+    write(path, true)?;
+    if profile.off_cpu_min_ns.is_some() {
+        write(&ebtop::profile::off_cpu_path(path), false)?;
+    }
+    Ok(())
 }
 
 fn replay_session<S: Sink>(

@@ -328,6 +328,14 @@ impl<S: Sink> Pipeline<S> {
             .tls_started(crate::clock::monotonic_ns(), start)
     }
 
+    /// Live with `--profile`: the session's profile lines, before the summary.
+    pub fn on_profile(&mut self, lines: &[crate::profile::ProfileLine]) -> io::Result<()> {
+        let now = crate::clock::monotonic_ns();
+        lines
+            .iter()
+            .try_for_each(|l| self.down.sink.profile(now, l))
+    }
+
     /// A cap the driver watches (the TLS lookout's file caps) was hit.
     pub fn on_warning(&mut self, w: &crate::sink::Warning) -> io::Result<()> {
         self.down.sink.warning(crate::clock::monotonic_ns(), w)

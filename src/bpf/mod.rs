@@ -25,6 +25,7 @@ skeleton!(infer);
 skeleton!(testdrop);
 
 pub mod drop_injector;
+skeleton!(profile);
 
 /// Runs `f` with the kernel's protocol recognition (src/bpf/infer.h, the rule both capture
 /// programs load) as a function of a connection's first bytes, whether its socket is a

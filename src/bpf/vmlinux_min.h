@@ -148,6 +148,7 @@ struct mm_struct {
 
 struct task_struct {
 	struct files_struct *files;
+	int pid;
 	int tgid;
 	int exit_code;
 	struct task_struct *real_parent;

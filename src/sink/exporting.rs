@@ -163,6 +163,9 @@ impl<S: Sink> Sink for Exporting<S> {
     fn warning(&mut self, mono_ns: u64, warning: &Warning) -> io::Result<()> {
         self.sink.warning(mono_ns, warning)
     }
+    fn profile(&mut self, mono_ns: u64, profile: &crate::profile::ProfileLine) -> io::Result<()> {
+        self.sink.profile(mono_ns, profile)
+    }
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ pub const SELECTABLE_TYPES: &[&str] = &[
     "flow_end",
     "flow_stats",
     "drop",
+    "profile",
 ];
 
 /// Which line types a sink writes, and how much of them.
@@ -221,6 +222,7 @@ enum Line<'a> {
     FlowEnd(FlowLine<'a>),
     FlowStats(Stamped<'a, crate::flows::FlowStats>),
     Drop(Stamped<'a, crate::flows::drops::DropCount>),
+    Profile(Stamped<'a, crate::profile::ProfileLine>),
     Summary(SummaryLine<'a>),
 }
 
@@ -497,6 +499,16 @@ impl<W: Write> Sink for JsonSink<W> {
         // After the calls before it; seen at once, not at the next batch's flush.
         self.write_call_lines()?;
         self.line(&Line::Warning(Stamped { ts: &ts, body: w }))?;
+        self.out().flush()
+    }
+
+    fn profile(&mut self, mono_ns: u64, p: &crate::profile::ProfileLine) -> io::Result<()> {
+        if !self.select.wants("profile") {
+            return Ok(());
+        }
+        let ts = self.clock.rfc3339(mono_ns);
+        self.write_call_lines()?;
+        self.line(&Line::Profile(Stamped { ts: &ts, body: p }))?;
         self.out().flush()
     }
 

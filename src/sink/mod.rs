@@ -131,6 +131,10 @@ pub trait Sink {
     fn summary(&mut self, _summary: &Summary) -> io::Result<()> {
         Ok(())
     }
+    /// A process's profile (`--profile`), at the session's end (docs/json.md, `profile`).
+    fn profile(&mut self, _mono_ns: u64, _profile: &crate::profile::ProfileLine) -> io::Result<()> {
+        Ok(())
+    }
     /// Something the user must know now, not only from the summary: a cap hit this interval,
     /// the recording failing (docs/json.md, `warning`).
     fn warning(&mut self, _mono_ns: u64, _warning: &Warning) -> io::Result<()> {

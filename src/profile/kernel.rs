@@ -1,0 +1,425 @@
+//! The profile's kernel side (src/bpf/profile.bpf.c): loaded only with `--profile`, on a
+//! thread of its own that reads and symbolizes the counts once per interval.
+
+use std::collections::HashMap;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags};
+
+use super::symbols::Symbols;
+use super::{Frame, Kind, Profile, StackKey, Tally};
+use crate::bpf::profile::{ProfileSkel, ProfileSkelBuilder};
+use crate::cgroups::CgroupFilter;
+use crate::filters::Filters;
+
+/// What to profile and how.
+#[derive(Clone, Debug)]
+pub struct ProfileConfig {
+    /// On-CPU samples per second per CPU (software cpu-clock).
+    pub hz: u32,
+    /// Off-CPU: the shortest block added to a stack; `None`: no off-CPU profile.
+    pub off_cpu_min: Option<Duration>,
+    pub filters: Filters,
+    pub cgroups: Vec<CgroupFilter>,
+}
+
+/// Stacks the kernel's stack map holds (user and kernel stacks share it; 1 KiB each,
+/// preallocated: 16 MiB).
+const STACK_MAP_ENTRIES: u32 = 16_384;
+/// Frames per stack (the kernel's `perf_event_max_stack` default).
+const MAX_FRAMES: usize = 127;
+/// `struct ebtop_profile_key`: tgid, pid, user and kernel stack ids, kind, comm.
+const KEY_LEN: usize = 36;
+/// `bpf_get_stackid`'s answer for a task with no stack of that kind (a kernel thread's user
+/// stack; a sample taken in user mode has no kernel stack).
+const NO_STACK: i32 = -libc::EFAULT;
+
+/// The profile's counters (`PROF_*` in profile.bpf.c).
+const PROF_SAMPLES: usize = 0;
+const PROF_BLOCKS: usize = 1;
+const PROF_SHORT_BLOCKS: usize = 2;
+const PROF_COUNTS_FULL: usize = 3;
+const PROF_NO_STORAGE: usize = 4;
+
+/// A running profile: started with [`ProfileProbe::spawn`], ended with [`ProfileProbe::finish`].
+pub struct ProfileProbe {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Result<Profile>>,
+}
+
+impl ProfileProbe {
+    /// Loads and attaches the profile's programs on a thread of its own and returns once they
+    /// run (or failed to load: the error). The thread reads the counts every `interval`.
+    pub fn spawn(cfg: ProfileConfig, interval: Duration) -> Result<ProfileProbe> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (started_tx, started_rx) = std::sync::mpsc::channel::<Result<()>>();
+        let thread_stop = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("ebtop-profile".into())
+            .spawn(move || {
+                let mut reader = match Reader::start(&cfg) {
+                    Ok(r) => {
+                        let _ = started_tx.send(Ok(()));
+                        r
+                    }
+                    Err(e) => {
+                        let _ = started_tx.send(Err(e));
+                        return Ok(Profile::default());
+                    }
+                };
+                let mut next = Instant::now() + interval;
+                while !thread_stop.load(Ordering::Relaxed) {
+                    let now = Instant::now();
+                    if now >= next {
+                        reader.poll()?;
+                        next += interval;
+                        continue;
+                    }
+                    std::thread::sleep((next - now).min(Duration::from_millis(20)));
+                }
+                reader.poll()?;
+                reader.profile.duration_ns = reader.started.elapsed().as_nanos() as u64;
+                Ok(std::mem::take(&mut reader.profile))
+            })
+            .context("starting the profile's thread failed")?;
+        match started_rx.recv() {
+            Ok(Ok(())) => Ok(ProfileProbe { stop, thread }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => match thread.join() {
+                Ok(Err(e)) => Err(e),
+                _ => bail!("the profile's thread ended before it started"),
+            },
+        }
+    }
+
+    /// Reads the last counts, detaches and returns the session's profile.
+    pub fn finish(self) -> Result<Profile> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .join()
+            .map_err(|_| anyhow!("the profile's thread panicked"))?
+    }
+}
+
+struct Reader {
+    skel: ProfileSkel<'static>,
+    /// Kept for their lifetime: dropping them detaches (and closes the perf events).
+    _links: Vec<Link>,
+    /// Each kernel key's counts at the last read: the counts are cumulative.
+    previous: HashMap<[u8; KEY_LEN], Tally>,
+    symbols: Symbols,
+    user_stacks: HashMap<(u32, i32), Arc<[Frame]>>,
+    kernel_stacks: HashMap<i32, Arc<[Frame]>>,
+    comms: HashMap<u32, String>,
+    profile: Profile,
+    started: Instant,
+}
+
+/// Opens the software cpu-clock event of `cpu` sampling at `hz` (all tasks on that CPU).
+fn open_cpu_clock(cpu: i32, hz: u32) -> std::io::Result<OwnedFd> {
+    let mut attr = libbpf_rs::libbpf_sys::perf_event_attr {
+        type_: libbpf_rs::libbpf_sys::PERF_TYPE_SOFTWARE,
+        size: std::mem::size_of::<libbpf_rs::libbpf_sys::perf_event_attr>() as u32,
+        config: libbpf_rs::libbpf_sys::PERF_COUNT_SW_CPU_CLOCK as u64,
+        ..Default::default()
+    };
+    attr.__bindgen_anon_1.sample_freq = u64::from(hz);
+    attr.set_freq(1);
+    // SAFETY: `attr` is a valid, initialised perf_event_attr of the size it states; the
+    // kernel only reads it.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &attr as *const _,
+            -1 as libc::pid_t,
+            cpu,
+            -1 as libc::c_int,
+            libbpf_rs::libbpf_sys::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor the kernel just returned, owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+impl Reader {
+    fn start(cfg: &ProfileConfig) -> Result<Reader> {
+        let storage = Box::leak(Box::new(MaybeUninit::uninit()));
+        let mut open = ProfileSkelBuilder::default()
+            .open(storage)
+            .context("opening the profile's BPF object failed")?;
+        let ro = open
+            .maps
+            .rodata_data
+            .as_deref_mut()
+            .ok_or_else(|| anyhow!("profile BPF object has no .rodata section"))?;
+        ro.own_tgid = std::process::id();
+        ro.off_cpu_min_ns = cfg.off_cpu_min.map_or(0, |d| d.as_nanos() as u64);
+        if let Some(pids) = &cfg.filters.pid {
+            crate::bpf::set_list_filter(&mut ro.filter_tgids, &mut ro.filter_tgid_count, pids);
+        }
+        if let Some(comms) = &cfg.filters.comm {
+            crate::bpf::set_comm_filters(&mut ro.filter_comms, &mut ro.filter_comm_count, comms);
+        }
+        crate::bpf::set_cgroup_filters(
+            &mut ro.filter_cgroup_ids,
+            &mut ro.filter_cgroup_levels,
+            &mut ro.filter_cgroup_count,
+            &cfg.cgroups,
+        );
+        open.maps
+            .stacks
+            .set_max_entries(STACK_MAP_ENTRIES)
+            .context("sizing the profile's stack map failed")?;
+        if cfg.off_cpu_min.is_none() {
+            open.progs.off_cpu_switch.set_autoload(false);
+        }
+        let skel = open
+            .load()
+            .map_err(|e| anyhow!("loading the profile's BPF programs failed: {e}"))?;
+        let mut links = Vec::new();
+        let mut events = 0;
+        let cpus = libbpf_rs::num_possible_cpus().context("counting the CPUs failed")?;
+        let mut refusal = None;
+        for cpu in 0..cpus {
+            match open_cpu_clock(cpu as i32, cfg.hz) {
+                Ok(fd) => {
+                    links.push(
+                        skel.progs
+                            .on_cpu_sample
+                            .attach_perf_event(fd.as_raw_fd())
+                            .map_err(|e| anyhow!("attaching the on-CPU sampler failed: {e}"))?,
+                    );
+                    // The link owns the event now: libbpf closes it when the link goes.
+                    let _ = fd.into_raw_fd();
+                    events += 1;
+                }
+                // An offline CPU has no event to open.
+                Err(e) if e.raw_os_error() == Some(libc::ENODEV) => {}
+                Err(e) => refusal = Some(e),
+            }
+        }
+        if events == 0 {
+            bail!(
+                "the kernel refused the cpu-clock sampling event: {}",
+                refusal.map_or_else(|| "no CPU online".to_owned(), |e| e.to_string())
+            );
+        }
+        if cfg.off_cpu_min.is_some() {
+            links.push(
+                skel.progs.off_cpu_switch.attach().map_err(|e| {
+                    anyhow!("attaching the off-CPU tracer (sched_switch) failed: {e}")
+                })?,
+            );
+        }
+        Ok(Reader {
+            skel,
+            _links: links,
+            previous: HashMap::new(),
+            symbols: Symbols::new(),
+            user_stacks: HashMap::new(),
+            kernel_stacks: HashMap::new(),
+            comms: HashMap::new(),
+            profile: Profile {
+                hz: cfg.hz,
+                off_cpu_min_ns: cfg.off_cpu_min.map(|d| d.as_nanos() as u64),
+                start_unix_ns: crate::clock::now_unix_ns().max(0) as u64,
+                ..Default::default()
+            },
+            started: Instant::now(),
+        })
+    }
+
+    /// Adds what the kernel counted since the last read to the profile.
+    fn poll(&mut self) -> Result<()> {
+        let keys: Vec<Vec<u8>> = self.skel.maps.profile_counts.keys().collect();
+        for raw in keys {
+            let Ok(key) = <[u8; KEY_LEN]>::try_from(raw.as_slice()) else {
+                continue;
+            };
+            let Some(per_cpu) = self
+                .skel
+                .maps
+                .profile_counts
+                .lookup_percpu(&key, MapFlags::ANY)
+                .context("reading the profile's counts failed")?
+            else {
+                continue;
+            };
+            let mut now = Tally::default();
+            for v in &per_cpu {
+                now.count += u64_at(v, 0);
+                now.ns += u64_at(v, 8);
+            }
+            let before = self.previous.insert(key, now).unwrap_or_default();
+            let delta = Tally {
+                count: now.count.saturating_sub(before.count),
+                ns: now.ns.saturating_sub(before.ns),
+            };
+            if delta.count == 0 && delta.ns == 0 {
+                continue;
+            }
+            self.add(&key, delta);
+        }
+        let mut counters = [0u64; 8];
+        for (i, c) in counters.iter_mut().enumerate() {
+            if let Ok(Some(per_cpu)) = self
+                .skel
+                .maps
+                .profile_counters
+                .lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)
+            {
+                *c = per_cpu.iter().map(|v| u64_at(v, 0)).sum();
+            }
+        }
+        let _ = (counters[PROF_SAMPLES], counters[PROF_BLOCKS]);
+        self.profile.losses.counts_table_full = counters[PROF_COUNTS_FULL];
+        self.profile.losses.short_blocks = counters[PROF_SHORT_BLOCKS];
+        self.profile.losses.blocks_untimed = counters[PROF_NO_STORAGE];
+        // Names of processes gone are dropped: their ids may come back as other programs.
+        let gone: Vec<u32> = self
+            .symbols
+            .cached_processes()
+            .filter(|t| !crate::procfs::exists(*t))
+            .collect();
+        for tgid in gone {
+            self.symbols.forget(tgid);
+            self.user_stacks.retain(|(t, _), _| *t != tgid);
+        }
+        Ok(())
+    }
+
+    fn add(&mut self, key: &[u8; KEY_LEN], delta: Tally) {
+        let tgid = u32_at(key, 0);
+        let user_id = u32_at(key, 8) as i32;
+        let kernel_id = u32_at(key, 12) as i32;
+        let Some(kind) = Kind::from_kernel(u32_at(key, 16)) else {
+            return;
+        };
+        let thread_comm = comm_of(&key[20..36]);
+        let mut lost = false;
+        let user = self.user_frames(tgid, user_id, &mut lost);
+        let kernel = self.kernel_frames(kernel_id, &mut lost);
+        if lost {
+            self.profile.losses.stacks_lost += delta.count;
+        }
+        let frames: Arc<[Frame]> = user.iter().chain(kernel.iter()).cloned().collect();
+        let comm = self
+            .comms
+            .entry(tgid)
+            .or_insert_with(|| {
+                std::fs::read_to_string(format!("/proc/{tgid}/comm"))
+                    .map(|s| s.trim_end().to_owned())
+                    .unwrap_or(thread_comm)
+            })
+            .clone();
+        self.profile
+            .add(StackKey { tgid, kind, frames }, &comm, delta);
+    }
+
+    /// A user stack's frames, root first.
+    fn user_frames(&mut self, tgid: u32, id: i32, lost: &mut bool) -> Arc<[Frame]> {
+        if id < 0 {
+            return lost_stack(id, lost);
+        }
+        if let Some(f) = self.user_stacks.get(&(tgid, id)) {
+            return f.clone();
+        }
+        let addrs = self.stack_addrs(id);
+        let mut frames = self.symbols.user(tgid, &addrs);
+        frames.reverse();
+        let frames: Arc<[Frame]> = frames.into();
+        self.user_stacks.insert((tgid, id), frames.clone());
+        frames
+    }
+
+    fn kernel_frames(&mut self, id: i32, lost: &mut bool) -> Arc<[Frame]> {
+        if id < 0 {
+            return lost_stack(id, lost);
+        }
+        if let Some(f) = self.kernel_stacks.get(&id) {
+            return f.clone();
+        }
+        let addrs = self.stack_addrs(id);
+        let mut frames = self.symbols.kernel(&addrs);
+        frames.reverse();
+        // An off-CPU stack is taken inside the sched_switch tracepoint: its leaf frames are
+        // the tracepoint's and the BPF program's own, not the task's (which end in
+        // `__schedule`).
+        while frames.last().is_some_and(|f| is_tracing_frame(f)) {
+            frames.pop();
+        }
+        let frames: Arc<[Frame]> = frames.into();
+        self.kernel_stacks.insert(id, frames.clone());
+        frames
+    }
+
+    /// A stack's addresses, leaf first. Every frame but the leaf is a return address, which
+    /// points past its call: one byte back is inside the call (and inside the calling
+    /// function even when the call is its last instruction).
+    fn stack_addrs(&self, id: i32) -> Vec<u64> {
+        let Ok(Some(bytes)) = self
+            .skel
+            .maps
+            .stacks
+            .lookup(&(id as u32).to_ne_bytes(), MapFlags::ANY)
+        else {
+            return Vec::new();
+        };
+        bytes
+            .chunks_exact(8)
+            .take(MAX_FRAMES)
+            .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
+            .take_while(|a| *a != 0)
+            .enumerate()
+            .map(|(i, a)| if i == 0 { a } else { a - 1 })
+            .collect()
+    }
+}
+
+/// The frames of a stack the kernel did not keep: none where there was no stack to take,
+/// else one `[stack lost]` frame (the time still counts).
+fn lost_stack(id: i32, lost: &mut bool) -> Arc<[Frame]> {
+    if id == NO_STACK {
+        return Arc::from([]);
+    }
+    *lost = true;
+    Arc::from([Frame::from("[stack lost]")])
+}
+
+/// Kernel frames of the tracepoint machinery and of BPF programs (names from kallsyms, with
+/// the `_[k]` suffix; a program's own frame is `bpf_prog_<tag>_<name>`).
+fn is_tracing_frame(f: &str) -> bool {
+    let name = f.strip_suffix("_[k]").unwrap_or(f);
+    name.starts_with("bpf_trace_run")
+        || name.starts_with("__bpf_trace_")
+        || name.starts_with("__traceiter_")
+        || name.starts_with("bpf_prog_")
+        || name.starts_with("trace_call_bpf")
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    b.get(at..at + 8)
+        .map_or(0, |s| u64::from_ne_bytes(s.try_into().expect("8 bytes")))
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    b.get(at..at + 4)
+        .map_or(0, |s| u32::from_ne_bytes(s.try_into().expect("4 bytes")))
+}
+
+fn comm_of(b: &[u8]) -> String {
+    let end = b.iter().position(|c| *c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}

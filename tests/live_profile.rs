@@ -1,0 +1,261 @@
+//! `--profile` against programs whose profile is known by construction
+//! (tests/fixtures/profile/): on-CPU shares of two functions doing 3:1 of the same work, and
+//! the off-CPU time of a program that measures its own sleeps.
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{require_root, Ebtop};
+use serde_json::Value;
+
+/// Builds a fixture with frame pointers into `dir`.
+fn build(dir: &Path, name: &str) -> PathBuf {
+    let src =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/profile/{name}.c"));
+    let bin = dir.join(name);
+    let out = Command::new("cc")
+        .args(["-O2", "-fno-omit-frame-pointer", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .expect("cc runs");
+    assert!(
+        out.status.success(),
+        "cc {name}.c: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    bin
+}
+
+/// Starts a fixture and reads its first stdout line.
+fn start(bin: &Path) -> (Child, BufReader<std::process::ChildStdout>, String) {
+    let mut child = Command::new(bin)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the fixture starts");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).expect("the fixture writes a line");
+    (child, out, line)
+}
+
+/// Nanoseconds process `pid` (one thread) has run on a CPU (/proc/PID/schedstat, exact).
+fn cpu_ns(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
+        .expect("the program runs")
+        .split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .expect("schedstat's first field")
+}
+
+fn profile_line<'a>(lines: &'a [Value], kind: &str, pid: u32) -> &'a Value {
+    lines
+        .iter()
+        .find(|v| v["type"] == "profile" && v["kind"] == kind && v["pid"] == pid)
+        .unwrap_or_else(|| panic!("no {kind} profile line for pid {pid}"))
+}
+
+fn has_frame(stack: &Value, name: &str) -> bool {
+    stack["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f == name)
+}
+
+#[test]
+fn on_cpu_shares_of_known_functions_are_within_five_points() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let bin = build(dir.path(), "hot");
+    let folded = dir.path().join("hot.folded");
+    let (mut child, _out, ready) = start(&bin);
+    assert_eq!(ready.trim(), "ready");
+    let pid = child.id();
+    let ebtop = Ebtop::start(&[
+        "--json",
+        "--only",
+        "profile",
+        "--profile",
+        "--profile-hz",
+        "997",
+        "--profile-off-cpu-min",
+        "off",
+        "--profile-out",
+        folded.to_str().unwrap(),
+        "-p",
+        &pid.to_string(),
+    ]);
+    // Until the program has run 2 CPU seconds (≈ 2,000 samples at 997 Hz, so a share's
+    // standard error is under 1 point), however busy the CPUs are.
+    let first = cpu_ns(pid);
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while cpu_ns(pid) - first < 2_000_000_000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the program got no 2 CPU s in 90 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let ran_ns = cpu_ns(pid) - first;
+    let lines = ebtop.stop();
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let on = profile_line(&lines, "on_cpu", pid);
+    assert_eq!(on["comm"], "hot");
+    let samples = on["samples"].as_u64().unwrap();
+    // The profile spans the measured run (it starts before ebtop's meta and ends after the
+    // stop): at 997 Hz at least ~997 samples per CPU second, less the sampling noise.
+    let expected = ran_ns as f64 * 997.0 / 1e9;
+    assert!(
+        samples as f64 >= 0.9 * expected,
+        "{samples} samples for {ran_ns} ns on the CPU ({expected:.0} expected)"
+    );
+    let stacks = on["stacks"].as_array().unwrap();
+    let sum: u64 = stacks.iter().map(|s| s["samples"].as_u64().unwrap()).sum();
+    assert_eq!(sum, samples, "the stacks add up to the samples");
+    let share = |f: &str| {
+        let n: u64 = stacks
+            .iter()
+            .filter(|s| has_frame(s, f))
+            .map(|s| s["samples"].as_u64().unwrap())
+            .sum();
+        100.0 * n as f64 / samples as f64
+    };
+    let (three, one) = (share("work_three"), share("work_one"));
+    assert!(
+        (three - 75.0).abs() <= 5.0,
+        "work_three {three:.1}% (75 expected)"
+    );
+    assert!(
+        (one - 25.0).abs() <= 5.0,
+        "work_one {one:.1}% (25 expected)"
+    );
+    let main = share("main");
+    eprintln!(
+        "on-CPU: {samples} samples for {ran_ns} ns on the CPU; work_three {three:.1}%, \
+         work_one {one:.1}%, through main {main:.1}%"
+    );
+    assert!(main >= 95.0, "{main:.1}% of samples reach main");
+    let with_main: u64 = stacks
+        .iter()
+        .filter(|s| has_frame(s, "main"))
+        .map(|s| s["samples"].as_u64().unwrap())
+        .sum();
+    let reaching = on["samples_reaching_entry"].as_u64().unwrap();
+    assert!(
+        reaching >= with_main && reaching <= samples,
+        "samples_reaching_entry {reaching} counts at least the {with_main} stacks through main"
+    );
+    // Only the profiled process.
+    assert!(
+        lines
+            .iter()
+            .all(|v| v["type"] != "profile" || v["pid"] == pid),
+        "only --pid's process is profiled"
+    );
+    // The folded file holds the same stacks and counts.
+    let text = std::fs::read_to_string(&folded).unwrap();
+    let folded_sum: u64 = text
+        .lines()
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(folded_sum, samples);
+    assert!(
+        text.lines().all(|l| l.starts_with(&format!("hot-{pid};"))),
+        "{text}"
+    );
+    assert!(
+        text.contains(";main;work_three;spin "),
+        "a folded stack main → work_three → spin: {text}"
+    );
+    assert!(
+        !dir.path().join("hot.folded.off-cpu").exists(),
+        "no off-CPU file when off"
+    );
+}
+
+#[test]
+fn off_cpu_time_of_a_sleeping_loop_equals_its_measured_sleep_within_5_percent() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let bin = build(dir.path(), "sleeper");
+    let folded = dir.path().join("sleep.folded");
+    let ebtop = Ebtop::start(&[
+        "--json",
+        "--only",
+        "profile",
+        "--profile",
+        "--profile-out",
+        folded.to_str().unwrap(),
+        "--comm",
+        "sleeper",
+        "-d",
+        "200ms",
+    ]);
+    // Starts after ebtop's meta: the profile is attached by then.
+    let (mut child, _out, slept) = start(&bin);
+    let pid = child.id();
+    let slept: u64 = slept
+        .trim()
+        .strip_prefix("slept_ns ")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("sleeper said {slept:?}"));
+    // Read at least once while the sleeper is alive (its stacks are named then): two
+    // intervals of 200 ms.
+    std::thread::sleep(Duration::from_millis(500));
+    let lines = ebtop.stop();
+    drop(child.stdin.take());
+    child.wait().unwrap();
+
+    let off = profile_line(&lines, "off_cpu", pid);
+    let total = off["off_cpu_ns"].as_u64().unwrap();
+    let stacks = off["stacks"].as_array().unwrap();
+    let sleeping: u64 = stacks
+        .iter()
+        .filter(|s| {
+            s["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f.as_str().unwrap().contains("nanosleep"))
+        })
+        .map(|s| s["ns"].as_u64().unwrap())
+        .sum();
+    let err = (sleeping as f64 - slept as f64).abs() / slept as f64;
+    eprintln!("off-CPU in nanosleep {sleeping} ns, measured sleep {slept} ns");
+    assert!(
+        err <= 0.05,
+        "off-CPU in nanosleep {sleeping} ns, measured sleep {slept} ns ({:.1}% apart); {off}",
+        err * 100.0
+    );
+    assert!(total >= sleeping);
+    assert!(
+        stacks
+            .iter()
+            .filter(|s| has_frame(s, "main"))
+            .map(|s| s["ns"].as_u64().unwrap())
+            .sum::<u64>()
+            >= sleeping * 95 / 100,
+        "off-CPU stacks reach main: {off}"
+    );
+    assert_eq!(
+        off["blocks"].as_u64().unwrap(),
+        stacks
+            .iter()
+            .map(|s| s["blocks"].as_u64().unwrap())
+            .sum::<u64>()
+    );
+    let text = std::fs::read_to_string(dir.path().join("sleep.folded.off-cpu")).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(&format!("sleeper-{pid};[interruptible];"))),
+        "{text}"
+    );
+}
