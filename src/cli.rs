@@ -123,7 +123,7 @@ pub struct Args {
     pub command: Option<Command>,
 
     /// Print JSON lines instead of the terminal UI: one object per line, its kind in `type`
-    /// (meta, proc, call, exit, endpoint, process, overhead, flow, flow_end, flow_stats, lost,
+    /// (meta, proc, call, exit, endpoint, process, overhead, flow, flow_end, flow_stats, drop, profile, lost,
     /// summary); units in field names (`latency_ns`, `req_bytes`); times in RFC 3339 UTC.
     #[arg(long)]
     pub json: bool,
@@ -349,7 +349,7 @@ pub struct Args {
     pub threads: Threads,
 
     /// With --json: write only these line types (comma-separated: proc, call, exit, endpoint,
-    /// process, overhead, flow, flow_end, flow_stats); meta, lost and summary are always
+    /// process, overhead, flow, flow_end, flow_stats, drop, profile); meta, lost and summary are always
     /// written. Live, only what they need is attached: the flow table only if a flow type is
     /// chosen; the payload capture, process events and TLS probes only if a call-derived type
     /// (proc, call, exit, endpoint, process) is (flow lines then carry no `l7`).

@@ -455,7 +455,7 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
     // Before any capture thread starts: they inherit it.
     ebtop::preflight::set_capture_priority(args.nice);
     let clock = WallClock::live();
-    let meta = SessionMeta::this_host("live", args.snaplen, filters.clone(), clock.offset_ns);
+    let mut meta = SessionMeta::this_host("live", args.snaplen, filters.clone(), clock.offset_ns);
     let mut pipeline = Pipeline::new(tracker_config(args), ProcessTable::new(true), sink)
         .with_raw_resources(args.raw_resources)
         .with_call_filter(args.filter.clone().unwrap_or_default());
@@ -516,6 +516,9 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
         })
         .transpose()
         .context("--profile")?;
+    if profiler.is_some() {
+        meta.loaded.push("profile".to_owned());
+    }
     let start = monotonic_ns();
     live::run(
         &live_cfg,

@@ -104,6 +104,15 @@ fn on_cpu_shares_of_known_functions_are_within_five_points() {
     }
     let ran_ns = cpu_ns(pid) - first;
     let lines = ebtop.stop();
+    assert!(
+        lines[0]["loaded"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l == "profile"),
+        "meta.loaded names the profile: {}",
+        lines[0]
+    );
     child.kill().unwrap();
     child.wait().unwrap();
 

@@ -381,6 +381,8 @@ pub fn run<S: Sink, R>(
     .into_iter()
     .flatten()
     .map(str::to_owned)
+    // Parts the caller runs beside the session (`profile`) follow.
+    .chain(std::mem::take(&mut meta.loaded))
     .collect();
     meta.event_rings = Some(shards as u32);
     // The session starts now, with everything attached: `meta.start` is this moment, and

@@ -1,7 +1,7 @@
 //! Addresses → function names, with blazesym: a process's addresses through its
 //! `/proc/PID/maps` and `map_files` (so a container's files are read through the process's
-//! own mounts, and a deleted or replaced binary is still the one mapped), ELF symbols and
-//! DWARF where present, `/tmp/perf-PID.map` for JIT code; kernel addresses from kallsyms.
+//! own mounts, and a deleted or replaced binary is still the one mapped), ELF symbol tables
+//! (not DWARF: see `user`), `/tmp/perf-PID.map` for JIT code; kernel addresses from kallsyms.
 //! Names are cached per process and address: a stack seen again costs hash lookups only.
 //!
 //! blazesym maps the files it reads (no read of unbounded length into memory) and opens only
@@ -68,7 +68,12 @@ impl Symbols {
             if cache.len() + missing.len() > MAX_CACHED_PER_PROCESS {
                 cache.clear();
             }
-            let src = Source::Process(Process::new(Pid::from(tgid)));
+            // ELF symbols only: a process's DWARF (librustc_driver's is hundreds of MB) costs
+            // seconds and memory per file, and names no more functions where a symbol table
+            // is present.
+            let mut process = Process::new(Pid::from(tgid));
+            process.debug_syms = false;
+            let src = Source::Process(process);
             let names = resolve(&self.symbolizer, &src, &missing);
             for (a, n) in missing.iter().zip(names) {
                 cache.insert(*a, n.unwrap_or_else(|| self.unknown.clone()));
