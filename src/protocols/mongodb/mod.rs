@@ -214,6 +214,8 @@ struct Request {
     awaitable: bool,
     span: MessageSpan,
     truncated: bool,
+    /// The direction it was sent in: only a message the other way answers it.
+    dir: usize,
 }
 
 /// What a message says, decoded from its kept bytes.
@@ -356,6 +358,7 @@ impl MongoParser {
             awaitable: m.awaitable,
             span,
             truncated,
+            dir: d,
         };
         let before = self.pending.evicted;
         self.pending.insert(h.request_id as u32 as u64, req);
@@ -373,7 +376,12 @@ impl MongoParser {
         let (span, truncated) = self.streams.dirs[d].acc.take();
         let more = m.opcode == OP_MSG && m.flags & MORE_TO_COME != 0;
         let key = h.response_to as u32 as u64;
-        let paired = self.pending.take(key);
+        let mut paired = self.pending.take(key);
+        if let Some(req) = paired.take_if(|r| r.dir == d) {
+            // Sent the same way as the request it names: no answer to it (a request's id
+            // reused in a response's field by chance, or bytes not where they seemed).
+            self.pending.insert(key, req);
+        }
         if paired.is_none() && self.streaming.take(key).is_none() {
             stats.unmatched_responses += 1;
             return;

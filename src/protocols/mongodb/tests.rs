@@ -204,6 +204,35 @@ fn a_request_and_its_reply_make_a_call_with_command_collection_and_db() {
     assert!(!format!("{c:?}").contains("secret-value"));
 }
 
+/// A message that names a request in `responseTo` but travels the request's own way answers
+/// nothing (fuzzing found a 920-byte insert claimed as sent the other way): it is unmatched,
+/// and the request still pairs with the reply that comes the other way.
+#[test]
+fn only_a_message_the_other_way_answers_a_request() {
+    let mut t = driver();
+    let insert = op_msg(
+        7,
+        0,
+        0,
+        Doc::default().str("insert", "orders").str("$db", "shop"),
+    );
+    t.seg(OUT, &insert);
+    t.seg(OUT, &op_msg(8, 7, 0, ok()));
+    assert!(t.calls.is_empty());
+    assert_eq!(t.stats.unmatched_responses, 1);
+    let reply = op_msg(9, 7, 0, ok());
+    t.seg(IN, &reply);
+    t.close();
+    assert_eq!(t.calls.len(), 1);
+    let c = &t.calls[0];
+    assert_eq!(c.request_dir, OUT);
+    assert_eq!(
+        (c.req.bytes, c.resp.bytes),
+        (insert.len() as u64, reply.len() as u64)
+    );
+    assert_eq!(t.stats.unanswered_requests, 0);
+}
+
 #[test]
 fn replies_pair_by_response_to_in_any_order() {
     let mut t = driver();
