@@ -260,10 +260,8 @@ fn tcp_drops_per_reason_equal_what_the_drop_program_dropped() {
         at_veth.iter().all(|d| d["iface"] == net.host_dev.as_str()),
         "{at_veth:?}"
     );
-    assert!(
-        at_veth.iter().all(|d| d["reason"] == "TC_INGRESS"),
-        "{at_veth:?}"
-    );
+    // (Other reasons may show there too: a spurious retransmission's copy is dropped by the
+    // receiver as TCP_OLD_DATA.)
 
     let ends = of_type(&lines, "flow_end");
     let end_at = |local: &str| -> &Value {
@@ -274,11 +272,32 @@ fn tcp_drops_per_reason_equal_what_the_drop_program_dropped() {
     let server = end_at(&format!("{}:{port}", net.host_ip));
     let client_local = server["peer"].as_str().unwrap();
     let client = end_at(client_local);
-    assert_eq!(u(&server["drops"], "in"), injected.segments, "{server}");
-    assert_eq!(u(&server["drops"], "out"), 0, "{server}");
-    assert_eq!(reason_count(server, "TC_INGRESS"), injected.segments);
-    assert_eq!(u(&client["drops"], "out"), injected.segments, "{client}");
-    assert_eq!(u(&client["drops"], "in"), 0, "{client}");
+    // The receiver's in, the sender's out; by reason, the drop program's exactly.
+    assert_eq!(
+        reason_count(server, "TC_INGRESS"),
+        injected.segments,
+        "{server}"
+    );
+    assert_eq!(
+        reason_count(client, "TC_INGRESS"),
+        injected.segments,
+        "{client}"
+    );
+    assert!(u(&server["drops"], "in") >= injected.segments, "{server}");
+    assert!(u(&client["drops"], "out") >= injected.segments, "{client}");
+    for f in [server, client] {
+        let by_reason: u64 = f["drops"]["by_reason"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|n| n.as_u64().unwrap())
+            .sum();
+        assert_eq!(
+            by_reason,
+            u(&f["drops"], "in") + u(&f["drops"], "out"),
+            "{f}"
+        );
+    }
     // Every interval's share adds up to the total.
     let client_id = &client["flow_id"];
     let iv: u64 = of_type(&lines, "flow")
@@ -287,10 +306,11 @@ fn tcp_drops_per_reason_equal_what_the_drop_program_dropped() {
         .map(|f| u(&f["drops"], "interval_out"))
         .sum::<u64>()
         + u(&client["drops"], "interval_out");
-    assert_eq!(iv, injected.segments);
+    assert_eq!(iv, u(&client["drops"], "out"));
     // The drop lines name the flows they hit.
     let hit: Vec<u64> = at_veth
         .iter()
+        .filter(|d| d["reason"] == "TC_INGRESS")
         .flat_map(|d| d["flows"].as_array().unwrap().iter())
         .filter(|h| &h["flow_id"] == client_id)
         .map(|h| u(h, "packets"))

@@ -102,9 +102,17 @@ fn replay_of_flows_recording_prints_the_live_runs_flow_lines() {
     for l in got.iter().filter(|l| l.contains("\"proto\":\"tcp\"")) {
         assert!(l.contains(",\"l7\":\"http\""), "{l}");
     }
+    // Drops were not counted when the fixture was recorded: they replay as `null` (unknown),
+    // never as zero.
+    for l in got.iter().filter(|l| !l.contains("\"type\":\"call\"")) {
+        assert!(l.contains(",\"drops\":null"), "{l}");
+    }
     let got: Vec<String> = got
         .iter()
-        .map(|l| l.replace(",\"l7\":\"http\"", ""))
+        .map(|l| {
+            l.replace(",\"l7\":\"http\"", "")
+                .replace(",\"drops\":null", "")
+        })
         .collect();
     assert_eq!(got, want);
 

@@ -290,6 +290,8 @@ impl FlowReport {
         self.ends.append(&mut later.ends);
         later.udp.truncate(max.saturating_sub(held(self)));
         self.udp.append(&mut later.udp);
+        // A recording's parts are untrusted: their drop lines are held under the same bound.
+        later.drops.truncate(max.saturating_sub(self.drops.len()));
         self.drops.append(&mut later.drops);
         self.mono_ns = later.mono_ns;
         self.stats = later.stats;

@@ -5,7 +5,6 @@
 //! Reason names come from the running kernel's BTF (`enum skb_drop_reason`): the numbers
 //! change between kernels, the names do not, and no table here could know a later kernel's.
 
-use std::collections::BTreeMap;
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 
@@ -202,15 +201,12 @@ impl DropProgram {
             tuples: handle(&self.skel.maps.drop_tuples, "tuples")?,
             counters: handle(&self.skel.maps.drop_counters, "counters")?,
             reason_names: names.is_some(),
-            names: names.unwrap_or_default(),
+            join: DropJoin::new(names.unwrap_or_default()),
             own_netns: own_netns(),
             cpus: libbpf_rs::num_possible_cpus().unwrap_or(1).max(1),
             prev_totals: FxHashMap::default(),
             prev_tuples: FxHashMap::default(),
-            pending: FxHashMap::default(),
-            per_flow: FxHashMap::default(),
             changed: Vec::new(),
-            hits: FxHashMap::default(),
             iface_names: FxHashMap::default(),
         })
     }
@@ -256,83 +252,34 @@ pub struct FlowAt<'a> {
     pub comm: Option<&'a str>,
 }
 
-/// Reads the drop maps and joins them to flows (on the flow table's reader thread).
-pub struct DropTracker {
-    totals: MapHandle,
-    tuples: MapHandle,
-    counters: MapHandle,
+/// The join of drops to flows by address (pure: what [`DropTracker`] read goes in, flows'
+/// drops and the flows each reason hit come out).
+pub struct DropJoin {
     names: ReasonNames,
-    reason_names: bool,
-    own_netns: Option<u32>,
-    cpus: usize,
-    prev_totals: FxHashMap<DropKey, (u64, u64)>,
-    /// Packets per address pair as last read (the kernel's key bytes).
-    prev_tuples: FxHashMap<Vec<u8>, u64>,
     /// By (protocol, source, destination).
     pending: FxHashMap<(u8, SocketAddr, SocketAddr), Pending>,
     /// Drops of each flow reported so far, by flow id (removed at its end).
     per_flow: FxHashMap<u64, FlowDrops>,
-    /// This interval's changes.
-    changed: Vec<Changed>,
+    /// The flows each key's drops hit in this interval.
     hits: FxHashMap<DropKey, Vec<DropHit>>,
-    iface_names: FxHashMap<u32, Option<CompactString>>,
 }
 
-impl DropTracker {
-    /// Starts an interval's report: reads the kernel's counts (a poll's first step, before any
-    /// flow is reported).
-    pub fn begin(&mut self, now_ns: u64) {
-        self.changed.clear();
-        self.hits.clear();
-        let stride = COUNT_LEN.next_multiple_of(8) * self.cpus;
-        let mut totals = crate::bpf::HashMapBatches::new(&self.totals, 1024).per_cpu(self.cpus);
-        while let Some((keys, values)) = totals.next_batch() {
-            for (k, v) in keys.chunks_exact(KEY_LEN).zip(values.chunks_exact(stride)) {
-                let Some(key) = DropKey::decode(k) else {
-                    continue;
-                };
-                let (packets, _, bytes, _) = sum_percpu(v);
-                let prev = self.prev_totals.insert(key, (packets, bytes));
-                let (p0, b0) = prev.unwrap_or((0, 0));
-                if packets != p0 || prev.is_none() {
-                    let delta = (packets.saturating_sub(p0), bytes.saturating_sub(b0));
-                    self.changed.push(Changed {
-                        key,
-                        total: (packets, bytes),
-                        interval: delta,
-                    });
-                }
-            }
+impl DropJoin {
+    pub fn new(names: ReasonNames) -> DropJoin {
+        DropJoin {
+            names,
+            pending: FxHashMap::default(),
+            per_flow: FxHashMap::default(),
+            hits: FxHashMap::default(),
         }
-        let mut expired: Vec<Vec<u8>> = Vec::new();
-        let mut tuples = crate::bpf::HashMapBatches::new(&self.tuples, 4096).per_cpu(self.cpus);
-        while let Some((keys, values)) = tuples.next_batch() {
-            for (k, v) in keys
-                .chunks_exact(TUPLE_LEN)
-                .zip(values.chunks_exact(stride))
-            {
-                let (packets, _, _, last_ns) = sum_percpu(v);
-                let p0 = self.prev_tuples.get(k).copied().unwrap_or(0);
-                if packets == p0 {
-                    if now_ns.saturating_sub(last_ns) > TUPLE_IDLE_NS {
-                        expired.push(k.to_vec());
-                    }
-                    continue;
-                }
-                self.prev_tuples.insert(k.to_vec(), packets);
-                let Some(t) = DropTuple::decode(k) else {
-                    continue;
-                };
-                let p = self.pending.entry((t.proto, t.src, t.dst)).or_default();
-                add_to(&mut p.for_src, t.at, packets.saturating_sub(p0));
-                add_to(&mut p.for_dst, t.at, packets.saturating_sub(p0));
-                p.polls = 0;
-            }
-        }
-        for k in expired {
-            let _ = self.tuples.delete(&k);
-            self.prev_tuples.remove(&k);
-        }
+    }
+
+    /// `n` more packets dropped at `t`'s addresses: they wait for the flows there.
+    pub fn add(&mut self, t: DropTuple, n: u64) {
+        let p = self.pending.entry((t.proto, t.src, t.dst)).or_default();
+        add_to(&mut p.for_src, t.at, n);
+        add_to(&mut p.for_dst, t.at, n);
+        p.polls = 0;
     }
 
     /// The drops of a flow reported in this interval: its totals with those of the pairs of
@@ -405,6 +352,110 @@ impl DropTracker {
         self.per_flow.remove(&flow_id);
     }
 
+    /// The flows `key`'s drops hit in this interval, the most packets first (at most
+    /// [`MAX_HITS`]).
+    pub fn take_hits(&mut self, key: &DropKey) -> Vec<DropHit> {
+        let mut flows = self.hits.remove(key).unwrap_or_default();
+        flows.sort_by(|a, b| b.packets.cmp(&a.packets).then(a.flow_id.cmp(&b.flow_id)));
+        flows.truncate(MAX_HITS);
+        flows
+    }
+
+    /// Ends an interval: drops no flow took within a few polls stay unmatched.
+    pub fn end_interval(&mut self) {
+        self.hits.clear();
+        self.pending.retain(|_, p| {
+            p.polls += 1;
+            p.polls < PENDING_POLLS
+        });
+    }
+}
+
+/// Reads the drop maps and joins them to flows (on the flow table's reader thread).
+pub struct DropTracker {
+    totals: MapHandle,
+    tuples: MapHandle,
+    counters: MapHandle,
+    join: DropJoin,
+    reason_names: bool,
+    own_netns: Option<u32>,
+    cpus: usize,
+    prev_totals: FxHashMap<DropKey, (u64, u64)>,
+    /// Packets per address pair as last read (the kernel's key bytes).
+    prev_tuples: FxHashMap<Vec<u8>, u64>,
+    /// This interval's changes.
+    changed: Vec<Changed>,
+    iface_names: FxHashMap<u32, Option<CompactString>>,
+}
+
+impl DropTracker {
+    /// Starts an interval's report: reads the kernel's counts (a poll's first step, before any
+    /// flow is reported).
+    pub fn begin(&mut self, now_ns: u64) {
+        self.changed.clear();
+        let stride = COUNT_LEN.next_multiple_of(8) * self.cpus;
+        let mut totals = crate::bpf::HashMapBatches::new(&self.totals, 1024).per_cpu(self.cpus);
+        while let Some((keys, values)) = totals.next_batch() {
+            for (k, v) in keys.chunks_exact(KEY_LEN).zip(values.chunks_exact(stride)) {
+                let Some(key) = DropKey::decode(k) else {
+                    continue;
+                };
+                let (packets, _, bytes, _) = sum_percpu(v);
+                let prev = self.prev_totals.insert(key, (packets, bytes));
+                let (p0, b0) = prev.unwrap_or((0, 0));
+                if packets != p0 || prev.is_none() {
+                    let delta = (packets.saturating_sub(p0), bytes.saturating_sub(b0));
+                    self.changed.push(Changed {
+                        key,
+                        total: (packets, bytes),
+                        interval: delta,
+                    });
+                }
+            }
+        }
+        let mut expired: Vec<Vec<u8>> = Vec::new();
+        let mut tuples = crate::bpf::HashMapBatches::new(&self.tuples, 4096).per_cpu(self.cpus);
+        while let Some((keys, values)) = tuples.next_batch() {
+            for (k, v) in keys
+                .chunks_exact(TUPLE_LEN)
+                .zip(values.chunks_exact(stride))
+            {
+                let (packets, _, _, last_ns) = sum_percpu(v);
+                let p0 = self.prev_tuples.get(k).copied().unwrap_or(0);
+                if packets == p0 {
+                    if now_ns.saturating_sub(last_ns) > TUPLE_IDLE_NS {
+                        expired.push(k.to_vec());
+                    }
+                    continue;
+                }
+                self.prev_tuples.insert(k.to_vec(), packets);
+                let Some(t) = DropTuple::decode(k) else {
+                    continue;
+                };
+                self.join.add(t, packets.saturating_sub(p0));
+            }
+        }
+        for k in expired {
+            let _ = self.tuples.delete(&k);
+            self.prev_tuples.remove(&k);
+        }
+    }
+
+    /// See [`DropJoin::claim`].
+    pub fn claim(&mut self, f: FlowAt<'_>) -> FlowDrops {
+        self.join.claim(f)
+    }
+
+    /// See [`DropJoin::has_pending`].
+    pub fn has_pending(&self, proto: u8, local: SocketAddr, peer: SocketAddr) -> bool {
+        self.join.has_pending(proto, local, peer)
+    }
+
+    /// See [`DropJoin::forget`].
+    pub fn forget(&mut self, flow_id: u64) {
+        self.join.forget(flow_id);
+    }
+
     fn iface(&mut self, key: &DropKey) -> Option<CompactString> {
         if key.ifindex == 0 || self.own_netns != Some(key.netns) {
             return None;
@@ -426,11 +477,9 @@ impl DropTracker {
             interval: (interval_packets, interval_bytes),
         } in changed
         {
-            let mut flows = self.hits.remove(&key).unwrap_or_default();
-            flows.sort_by(|a, b| b.packets.cmp(&a.packets).then(a.flow_id.cmp(&b.flow_id)));
-            flows.truncate(MAX_HITS);
+            let flows = self.join.take_hits(&key);
             lines.push(DropCount {
-                reason: self.names.name(key.reason),
+                reason: self.join.names.name(key.reason),
                 reason_code: key.reason,
                 iface: self.iface(&key),
                 ifindex: (key.ifindex != 0).then_some(key.ifindex),
@@ -448,11 +497,7 @@ impl DropTracker {
                 .then(a.reason.cmp(&b.reason))
                 .then(a.ifindex.cmp(&b.ifindex))
         });
-        // Pairs no flow took within a few polls stay unmatched.
-        self.pending.retain(|_, p| {
-            p.polls += 1;
-            p.polls < PENDING_POLLS
-        });
+        self.join.end_interval();
         let c = |i: u32| -> u64 { crate::bpf::percpu_u64(&self.counters, i).iter().sum() };
         let stats = DropStats {
             reason_names: self.reason_names,
@@ -477,19 +522,6 @@ fn iface_name(ifindex: u32) -> Option<CompactString> {
     // SAFETY: if_indextoname succeeded: `buf` holds a NUL-terminated string.
     let name = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
     Some(CompactString::from(name.to_string_lossy()))
-}
-
-/// Reason totals of a set of flows' drops (the terminal's Drops panel).
-pub fn by_reason<'a>(
-    drops: impl IntoIterator<Item = &'a FlowDrops>,
-) -> BTreeMap<CompactString, u64> {
-    let mut out = BTreeMap::new();
-    for d in drops {
-        for (r, n) in &d.by_reason {
-            *out.entry(r.clone()).or_default() += n;
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -531,6 +563,85 @@ mod tests {
         b[12] = 0;
         assert!(DropTuple::decode(&b).is_none());
         assert!(DropTuple::decode(&b[..20]).is_none());
+    }
+
+    fn tuple(reason: u32, src: &str, dst: &str) -> DropTuple {
+        DropTuple {
+            at: DropKey {
+                netns: 1,
+                ifindex: 2,
+                reason,
+            },
+            proto: 6,
+            src: src.parse().unwrap(),
+            dst: dst.parse().unwrap(),
+        }
+    }
+
+    fn flow(id: u64, local: &str, peer: &str) -> FlowAt<'static> {
+        FlowAt {
+            flow_id: id,
+            proto: 6,
+            local: local.parse().unwrap(),
+            peer: peer.parse().unwrap(),
+            pid: Some(7),
+            comm: Some("srv"),
+        }
+    }
+
+    /// Both ends of a local connection take the same drops, the sender as `out`, the receiver
+    /// as `in`, each once; totals grow, interval counts restart; a flow elsewhere takes none.
+    #[test]
+    fn each_end_of_a_connection_takes_its_side_of_the_drops_once() {
+        let names = ReasonNames::from_members([
+            ("SKB_DROP_REASON_TC_INGRESS", 73),
+            ("SKB_DROP_REASON_TCP_OLD_DATA", 33),
+        ]);
+        let mut j = DropJoin::new(names);
+        let (cli, srv) = ("10.0.0.2:40000", "10.0.0.1:80");
+        j.add(tuple(73, cli, srv), 5);
+        j.add(tuple(33, cli, srv), 1);
+        j.add(tuple(73, srv, cli), 2);
+        assert!(j.has_pending(6, srv.parse().unwrap(), cli.parse().unwrap()));
+        let s = j.claim(flow(1, srv, cli));
+        assert_eq!((s.packets_in, s.packets_out), (6, 2));
+        assert_eq!((s.interval_in, s.interval_out), (6, 2));
+        assert_eq!(s.by_reason["TC_INGRESS"], 7);
+        assert_eq!(s.by_reason["TCP_OLD_DATA"], 1);
+        // Taken once: the server reported again gets nothing new.
+        let again = j.claim(flow(1, srv, cli));
+        assert_eq!((again.packets_in, again.interval_in), (6, 0));
+        let c = j.claim(flow(2, cli, srv));
+        assert_eq!((c.packets_in, c.packets_out), (2, 6));
+        assert!(!j.has_pending(6, cli.parse().unwrap(), srv.parse().unwrap()));
+        let other = j.claim(flow(3, "10.0.0.1:81", cli));
+        assert_eq!(other, FlowDrops::default());
+        // The drop line's flows: the most packets first.
+        let key = tuple(73, cli, srv).at;
+        let hits = j.take_hits(&key);
+        let ids: Vec<(u64, u64)> = hits.iter().map(|h| (h.flow_id, h.packets)).collect();
+        assert_eq!(ids, vec![(1, 7), (2, 7)]);
+        j.end_interval();
+        // The next interval: totals go on, interval counts are the new drops.
+        j.add(tuple(73, cli, srv), 3);
+        let s = j.claim(flow(1, srv, cli));
+        assert_eq!((s.packets_in, s.interval_in, s.interval_out), (9, 3, 0));
+        j.forget(1);
+        let s = j.claim(flow(1, srv, cli));
+        assert_eq!(s, FlowDrops::default());
+    }
+
+    /// Drops no flow takes are let go after a few intervals (bounded memory).
+    #[test]
+    fn drops_no_flow_takes_are_let_go() {
+        let mut j = DropJoin::new(ReasonNames::default());
+        j.add(tuple(3, "10.0.0.2:1", "10.0.0.1:2"), 4);
+        for _ in 0..PENDING_POLLS {
+            j.end_interval();
+        }
+        assert!(j.pending.is_empty());
+        let s = j.claim(flow(1, "10.0.0.1:2", "10.0.0.2:1"));
+        assert_eq!(s, FlowDrops::default());
     }
 
     #[test]
