@@ -13,12 +13,13 @@ window's rate by the mean of the off windows on either side. Each select-only tr
 one statement, so two spans (pgbench's and the backend's). Reports medians (and quartiles)
 over the cycles; writes bench/pgbench-toggle-results.json.
 """
-import argparse, json, os, shutil, signal, subprocess, sys, tempfile, threading, time
+import argparse, json, os, shutil, signal, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import build  # noqa: E402
 from toggle import wait_attached  # noqa: E402
 from redis_toggle import cpu_ns, quartiles  # noqa: E402
+import paired_sessions  # noqa: E402
 
 PORT = 18934
 NOBODY = 65534
@@ -34,29 +35,12 @@ def as_nobody():
     os.setuid(NOBODY)
 
 
-class Progress:
-    """pgbench's progress lines (`progress: <unix time> s, <tps> tps, …`) read by a thread."""
-
-    def __init__(self, stream):
-        self.points, self.lock = [], threading.Lock()
-        threading.Thread(target=self.read, args=(stream,), daemon=True).start()
-
-    def read(self, stream):
-        for line in stream:
-            f = line.decode(errors="replace").split()
-            if len(f) >= 5 and f[0] == "progress:" and f[4] == "tps,":
-                with self.lock:
-                    self.points.append((float(f[1]), float(f[3])))
-
-    def rate_over(self, seconds):
-        """Sleeps `seconds`, then the mean tps of the reports that fell inside."""
-        t0 = time.time()
-        time.sleep(seconds)
-        t1 = time.time()
-        time.sleep(1.2)  # the report of the window's last second
-        with self.lock:
-            inside = [tps for t, tps in self.points if t0 + 1 <= t <= t1]
-        return sum(inside) / len(inside) if inside else 0.0
+def pgbench_progress(line):
+    """pgbench's `progress: <unix time> s, <tps> tps, …`: (that time, tps)."""
+    f = line.split()
+    if len(f) >= 5 and f[0] == "progress:" and f[4] == "tps,":
+        return float(f[1]), float(f[3])
+    return None
 
 
 def main():
@@ -98,7 +82,7 @@ def main():
                              "-c", str(a.clients), "-j", "1", "-T", "100000", "--progress", "1",
                              "--progress-timestamp", "bench"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    progress = Progress(load.stderr)
+    progress = paired_sessions.Progress(load.stderr, pgbench_progress)
     time.sleep(3)
     windows, sessions = [], []
     try:
