@@ -58,7 +58,7 @@ fn read_lenrpc(s: &mut TcpStream) -> Option<(u8, u32, Vec<u8>)> {
 
 /// The status the server answers request `id` with: an error (7) for every fifth.
 fn status_of(id: u32) -> u8 {
-    if id % 5 == 0 {
+    if id.is_multiple_of(5) {
         7
     } else {
         0

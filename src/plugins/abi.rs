@@ -12,6 +12,9 @@ pub const HEADER_LEN: usize = 96;
 /// Bytes of a message the host writes after the header at most (the rest is unseen to the
 /// guest, as bytes beyond the snaplen are).
 pub const MAX_INPUT: usize = BUFFER_LEN - HEADER_LEN;
+/// Bytes of a message ebtop keeps for a guest per connection and direction (a parse plugin's
+/// body prefix, an enriched response): what bounds the memory plugins add per connection.
+pub const KEEP: usize = 16 * 1024;
 
 /// `hook` values in the header.
 pub const HOOK_FRAME: u8 = 1;

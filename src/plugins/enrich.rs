@@ -1,8 +1,8 @@
 //! Enrich plugins: the built-in HTTP/1 parser makes the call, a plugin reads its response
 //! and may change its outcome, give it a status text and add attributes (docs/plugins.md).
 //!
-//! [`Enriched`] wraps the built-in parser and keeps, per direction, the captured bytes since
-//! the last call (at most `abi::MAX_INPUT`). A call is handed to the plugins only when those
+//! [`Enriched`] wraps the built-in parser and keeps the captured bytes of the response since
+//! the last call (at most `abi::KEEP`, 16 KiB: the rest is unseen to the plugin, flagged). A call is handed to the plugins only when those
 //! bytes are provably its response's alone: the call was the only one its segment completed,
 //! in the response's direction, and the bytes moved since the last call are exactly the
 //! response's (`resp.bytes`: nothing lost, no interim response, no next response begun).
@@ -52,6 +52,8 @@ impl Enriched {
     fn restart(&mut self) {
         for d in 0..2 {
             self.bytes[d].clear();
+            // An idle connection holds little.
+            self.bytes[d].shrink_to(4096);
             self.moved[d] = 0;
             self.unseen[d] = false;
         }
@@ -164,8 +166,15 @@ fn enrich_one(
 impl StreamParser for Enriched {
     fn on_segment(&mut self, seg: &Segment<'_>, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
         let d = seg.dir.index();
-        let room = abi::MAX_INPUT.saturating_sub(self.bytes[d].len());
-        let take = seg.payload.len().min(room);
+        // Only a response's bytes are kept (a request's direction never starts with this),
+        // at most `abi::KEEP` of it: the memory an enrich plugin adds per connection.
+        let take = if self.bytes[d].is_empty() && !seg.payload.starts_with(b"HTTP/") {
+            0
+        } else {
+            seg.payload
+                .len()
+                .min(abi::KEEP.saturating_sub(self.bytes[d].len()))
+        };
         self.bytes[d].extend_from_slice(&seg.payload[..take]);
         self.moved[d] = self.moved[d].saturating_add(seg.total_len);
         // Bytes past the snaplen (a tail included: not contiguous) or past the room.

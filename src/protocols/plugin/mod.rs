@@ -27,7 +27,7 @@ use crate::plugins::{Fault, SharedGuest};
 
 pub const DESCRIPTOR: ProtocolDescriptor = ProtocolDescriptor {
     folder: "plugin",
-    title: "Wasm plugin protocols",
+    title: "Wasm plugins",
     calls: &[CallKind {
         proto: Protocol::Plugin,
         name: "plugin",
@@ -219,7 +219,7 @@ impl PluginParser {
                 self.head[d].clear();
                 self.head[d].extend_from_slice(hdr);
                 self.body_len[d] = body_len;
-                let keep = abi::MAX_INPUT.saturating_sub(hdr.len());
+                let keep = abi::KEEP.saturating_sub(hdr.len());
                 self.streams.dirs[d].start_body(keep.min(body_len as usize));
                 Header::Frame {
                     body_len,
