@@ -159,6 +159,10 @@ fn a_protocol_only_a_plugin_parses_gives_every_call_live_and_in_a_replay() {
     sent.extend(lenrpc_client(port, 31, 20));
     // Each call twice: the client's side and the server's (both in this process).
     wait_for_calls(&mut e, 2 * sent.len());
+    e.wait_for(Duration::from_secs(10), |v| {
+        v["type"] == "overhead" && v["plugins"][0]["name"] == "lenrpc"
+    })
+    .expect("an overhead line with the plugin's figures");
     let lines = e.stop();
     let mut want: Vec<_> = sent
         .iter()
@@ -186,12 +190,6 @@ fn a_protocol_only_a_plugin_parses_gives_every_call_live_and_in_a_replay() {
     assert!(
         p["calls"].as_u64().unwrap() >= 3 * 2 * 2 * sent.len() as u64,
         "{p}"
-    );
-    assert!(
-        lines
-            .iter()
-            .any(|v| v["type"] == "overhead" && v["plugins"][0]["name"] == "lenrpc"),
-        "the overhead lines show the plugin"
     );
 
     // The replay with the plugin sees the recorded bytes: the same calls.
@@ -347,22 +345,23 @@ fn a_runaway_loop_and_a_grow_bomb_are_disabled_with_a_warning_and_the_rest_goes_
     assert_eq!(warnings.len(), 2, "{warnings:?}");
     assert!(warnings
         .iter()
-        .any(|w| w.starts_with("plugin runaway disabled after 3 faults")));
+        .any(|w| w.starts_with("plugin runaway disabled after")));
     assert!(warnings
         .iter()
-        .any(|w| w.starts_with("plugin grow_bomb disabled after 3 faults")));
+        .any(|w| w.starts_with("plugin grow_bomb disabled after")));
+    // Disabled at the third fault; each other tracking thread may have had one call under way
+    // then (each its own instance).
+    let threads: u64 = std::env::var("EBTOP_TEST_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(1);
     let r = summary_plugin(&lines, "runaway");
-    assert_eq!(
-        (r["disabled"].as_bool(), r["out_of_fuel"].as_u64()),
-        (Some(true), Some(3)),
-        "{r}"
-    );
     let b = summary_plugin(&lines, "grow_bomb");
-    assert_eq!(
-        (b["disabled"].as_bool(), b["traps"].as_u64()),
-        (Some(true), Some(3)),
-        "{b}"
-    );
+    for (p, faults) in [(r, &r["out_of_fuel"]), (b, &b["traps"])] {
+        assert_eq!(p["disabled"], true, "{p}");
+        let n = faults.as_u64().unwrap();
+        assert!((3..=2 + threads.max(1)).contains(&n), "{p}");
+    }
     // The good plugin's calls, exactly.
     assert_eq!(plugin_calls(&lines, "client").len(), sent.len());
     assert_eq!(plugin_calls(&lines, "server").len(), sent.len());
