@@ -271,6 +271,13 @@ pub struct Args {
     #[arg(long)]
     pub capture_all: bool,
 
+    /// Load a WebAssembly protocol plugin (repeatable; live and with -r): a protocol of its
+    /// own on the ports its manifest names, or fields of HTTP/1 calls (docs/plugins.md).
+    /// A parse plugin makes the kernel copy connections it does not recognise (as
+    /// --capture-all).
+    #[arg(long, value_name = "FILE.wasm")]
+    pub plugin: Vec<std::path::PathBuf>,
+
     /// Endpoints keyed on the raw resource (`/users/123`) instead of the normalised one
     /// (`/users/{id}`); the endpoint cap still holds.
     #[arg(long)]

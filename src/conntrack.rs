@@ -7,8 +7,10 @@ use std::net::SocketAddr;
 
 use crate::call::Call;
 use crate::event::{Event, EventKind, SOCK_DGRAM, TLS_STREAM_BIT};
+use crate::plugins::{PluginHost, SharedGuest};
 use crate::protocols::{
-    self, L7Call, ParseDepth, ParseStats, ParserConfig, ProtoSet, StreamParser, Transport,
+    self, L7Call, ParseDepth, ParseStats, ParserConfig, ProtoSet, Protocol, ProtocolDescriptor,
+    StreamParser, Transport,
 };
 
 #[derive(Debug, Clone, Copy)]
@@ -114,16 +116,54 @@ pub struct ConnTracker {
     pub stats: TrackerStats,
     pub parse: ParseStats,
     scratch: Vec<L7Call>,
+    /// This tracker's instances of the session's Wasm plugins (src/plugins/).
+    plugins: PluginHost,
+}
+
+/// What parses a new connection.
+enum Choice {
+    /// A Wasm plugin that claims one of its ports.
+    Plugin(SharedGuest),
+    Builtin(&'static ProtocolDescriptor),
+    None,
 }
 
 impl ConnTracker {
     pub fn new(cfg: TrackerConfig) -> Self {
+        Self::with_plugins(cfg, PluginHost::for_tracker())
+    }
+
+    /// With these plugin instances (tests; [`ConnTracker::new`] makes the session's).
+    pub fn with_plugins(cfg: TrackerConfig, plugins: PluginHost) -> Self {
         ConnTracker {
             cfg,
             conns: HashMap::default(),
             stats: TrackerStats::default(),
             parse: ParseStats::default(),
             scratch: Vec::new(),
+            plugins,
+        }
+    }
+
+    /// The parser a connection whose first payload is `ev`'s gets: a parse plugin claiming
+    /// its ports first (stream sockets), then the built-in protocols by their first bytes.
+    fn choose(&self, ev: &Event) -> Choice {
+        if ev.sock_type != SOCK_DGRAM {
+            if let Some(g) = self.plugins.parser_for(ev.local().port(), ev.peer().port()) {
+                return Choice::Plugin(g.clone());
+            }
+        }
+        match protocols::detect(ev.payload) {
+            Some(spec) => Choice::Builtin(spec),
+            None => Choice::None,
+        }
+    }
+
+    fn wants(&self, c: &Choice) -> bool {
+        match c {
+            Choice::Plugin(_) => self.cfg.protocols.contains(Protocol::Plugin),
+            Choice::Builtin(spec) => self.cfg.protocols.wants_parser(spec),
+            Choice::None => false,
         }
     }
 
@@ -213,13 +253,13 @@ impl ConnTracker {
             // Decide before anything is counted: a connection not (yet) known to be of a
             // selected protocol is not part of this session. Undecided ones are not tracked:
             // tracking starts with the first message of a selected protocol.
-            match protocols::detect(ev.payload) {
-                Some(spec) if self.cfg.protocols.wants_parser(spec) => {}
-                Some(_) => {
+            match self.choose(ev) {
+                c if self.wants(&c) => {}
+                Choice::None => return Verdict::NotSelected,
+                _ => {
                     self.insert_conn(ev).parser = ParserSlot::NotSelected;
                     return Verdict::NotSelected;
                 }
-                None => return Verdict::NotSelected,
             }
         }
         self.stats.data_events += 1;
@@ -261,16 +301,59 @@ impl ConnTracker {
         }
 
         if let ParserSlot::Undecided = conn.parser {
-            match protocols::detect(ev.payload) {
-                Some(spec) if self.cfg.protocols.wants_parser(spec) => {
-                    conn.parser = ParserSlot::Active((spec.new_parser)(&ParserConfig {
-                        depth: self.cfg.depth,
-                        transport: conn.transport,
-                        keep_head: self.cfg.keep_head,
-                    }))
+            let choice = if conn.transport == Transport::Stream {
+                self.plugins
+                    .parser_for(conn.local.port(), conn.peer.port())
+                    .map(|g| Choice::Plugin(g.clone()))
+            } else {
+                None
+            }
+            .unwrap_or_else(|| match protocols::detect(ev.payload) {
+                Some(spec) => Choice::Builtin(spec),
+                None => Choice::None,
+            });
+            let wanted = match &choice {
+                Choice::Plugin(_) => self.cfg.protocols.contains(Protocol::Plugin),
+                Choice::Builtin(spec) => self.cfg.protocols.wants_parser(spec),
+                Choice::None => false,
+            };
+            let pcfg = ParserConfig {
+                depth: self.cfg.depth,
+                transport: conn.transport,
+                keep_head: self.cfg.keep_head,
+            };
+            match choice {
+                Choice::Plugin(guest) if wanted => {
+                    let info = protocols::plugin::ConnInfo {
+                        conn_id: key & !TLS_STREAM_BIT,
+                        pid: conn.pid,
+                        comm: conn.comm,
+                        local: conn.local,
+                        peer: conn.peer,
+                    };
+                    conn.parser = ParserSlot::Active(Box::new(
+                        protocols::plugin::PluginParser::new(guest, &info, &pcfg),
+                    ));
+                }
+                Choice::Builtin(spec) if wanted => {
+                    let parser = (spec.new_parser)(&pcfg);
+                    conn.parser = ParserSlot::Active(
+                        if spec.folder == protocols::http1::DESCRIPTOR.folder
+                            && !self.plugins.enrich_http.is_empty()
+                        {
+                            Box::new(crate::plugins::enrich::Enriched::new(
+                                parser,
+                                self.plugins.enrich_http.clone(),
+                                key & !TLS_STREAM_BIT,
+                                conn.pid,
+                            ))
+                        } else {
+                            parser
+                        },
+                    )
                 }
                 // With a selection, decided above before anything was counted.
-                Some(_) | None => {
+                _ => {
                     self.stats.unrecognised_events += 1;
                     return Verdict::Selected;
                 }

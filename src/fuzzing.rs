@@ -46,6 +46,10 @@ pub const TARGETS: &[Target] = &[
         name: "elf",
         drive: crate::tls::elf_fuzzing::drive,
     },
+    Target {
+        name: "plugin",
+        drive: crate::plugins::fuzzing::drive,
+    },
 ];
 
 pub fn target(name: &str) -> Option<&'static Target> {
@@ -146,6 +150,7 @@ pub fn seeds(target: &str, root: &Path) -> io::Result<Vec<(String, Vec<u8>)>> {
         }
         "go_binary" => out = crate::tls::golang::fuzzing::seeds(),
         "elf" => out = crate::tls::elf_fuzzing::seeds(),
+        "plugin" => out = crate::plugins::fuzzing::seeds(),
         _ => {}
     }
     Ok(out)

@@ -23,6 +23,7 @@ pub mod flows;
 pub mod fuzzing;
 pub mod kernel_counters;
 pub mod pipeline;
+pub mod plugins;
 pub mod pods;
 pub mod preflight;
 pub mod process_events;

@@ -107,6 +107,13 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 }
 
 fn run(args: Args) -> Result<()> {
+    // Plugins load (and are checked) before anything else starts: a bad file fails at once.
+    let plugins = args
+        .plugin
+        .iter()
+        .map(|p| ebtop::plugins::Plugin::load(p, ebtop::plugins::Limits::default()))
+        .collect::<Result<Vec<_>>>()?;
+    ebtop::plugins::install(plugins)?;
     // Serving metrics with no terminal and no --json (a service): headless.
     let headless_exporter =
         (args.prometheus.is_some() || args.otlp.is_some()) && !io::stdout().is_terminal();
@@ -367,6 +374,12 @@ fn tracking_threads(args: &Args) -> usize {
     args.threads.resolve(cpus)
 }
 
+/// The kernel copies connections of protocols it does not recognise: `--capture-all`, or a
+/// plugin that parses a protocol of its own.
+fn capture_all(args: &Args) -> bool {
+    args.capture_all || ebtop::plugins::wants_unrecognised(ebtop::plugins::session())
+}
+
 fn tracker_config(args: &Args) -> TrackerConfig {
     TrackerConfig {
         depth: match args.depth {
@@ -470,7 +483,7 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
             options: RecordOptions {
                 snaplen: args.snaplen,
                 filters: filters.clone(),
-                capture_all: args.capture_all,
+                capture_all: capture_all(args),
                 delay_ns: args.delay.as_nanos() as u64,
             },
             processes,
@@ -485,7 +498,7 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
         snaplen: args.snaplen,
         copy_whole: args.copy_whole,
         ringbuf_bytes: args.ringbuf_mb.map(|mb| mb * 1024 * 1024),
-        capture_all: args.capture_all,
+        capture_all: capture_all(args),
         filters,
         verbose: args.verbose,
         max_flows: args.max_flows,

@@ -701,6 +701,9 @@ impl<S: Sink> Pipeline<S> {
         // the last interval's): closed with what is known of the table.
         self.down.close_following_flows()?;
         self.down.summary.kernel = kernel.clone();
+        let last_ns = self.down.last_ns;
+        self.down.warn_plugins(last_ns)?;
+        self.down.summary.plugins = crate::plugins::overheads();
         let state = match &mut self.tracking {
             Tracking::Inline(tracker) => {
                 tracker.end_session();
@@ -1122,9 +1125,12 @@ impl<S: Sink> Downstream<S> {
         &mut self,
         now_ns: u64,
         kernel: &KernelCounters,
-        overhead: Option<OverheadSnapshot>,
+        mut overhead: Option<OverheadSnapshot>,
         state: TrackerState,
     ) -> io::Result<()> {
+        if let Some(ov) = overhead.as_mut() {
+            ov.plugins = crate::plugins::overheads();
+        }
         // The last interval's report never got its last part (a frame of a recording lost).
         self.close_following_flows()?;
         self.calls_in_interval = 0;
@@ -1303,6 +1309,23 @@ impl<S: Sink> Downstream<S> {
             }
         }
         self.caps_warned = now;
+        self.warn_plugins(now_ns)
+    }
+
+    /// A `warning` for each plugin disabled since the last look.
+    fn warn_plugins(&mut self, now_ns: u64) -> io::Result<()> {
+        for message in crate::plugins::take_disabled_warnings() {
+            self.sink.warning(
+                now_ns,
+                &crate::sink::Warning {
+                    kind: crate::sink::Warning::PLUGIN_DISABLED,
+                    cap: None,
+                    limit: None,
+                    count: None,
+                    message,
+                },
+            )?;
+        }
         Ok(())
     }
 

@@ -43,6 +43,9 @@ pub struct Summary {
     /// With --otlp: spans exported and dropped (docs/fleet.md).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub otlp: Option<OtlpStats>,
+    /// With --plugin: each plugin's calls, cost and faults (docs/plugins.md).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub plugins: Vec<crate::plugins::PluginOverhead>,
 }
 
 /// What the summary and the interval totals say of `--otlp`'s export (src/sink/otlp/; `otlp`

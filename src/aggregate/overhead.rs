@@ -307,6 +307,9 @@ pub struct OverheadSnapshot {
     /// user_cpu_pct + bpf_cpu_pct (the BPF part counted as 0 when unavailable: then a lower
     /// bound, as `bpf_stats_available` says).
     pub ebtop_cpu_pct: Option<f64>,
+    /// With --plugin: each plugin's calls, cost and faults since the start (docs/plugins.md).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub plugins: Vec<crate::plugins::PluginOverhead>,
 }
 
 impl OverheadSnapshot {
@@ -315,6 +318,7 @@ impl OverheadSnapshot {
         OverheadSnapshot {
             bpf_programs: Vec::new(),
             bpf_stats_error: self.bpf_stats_error.clone(),
+            plugins: self.plugins.clone(),
             ..*self
         }
     }
@@ -411,6 +415,7 @@ impl Overhead {
             tls_running_scanned: None,
             tls_installed_scanned: None,
             ebtop_cpu_pct: user_cpu_pct.map(|u| u + bpf.as_ref().map_or(0.0, |b| b.cpu_pct)),
+            plugins: Vec::new(),
             bpf_programs: bpf.map(|b| b.programs).unwrap_or_default(),
         }
     }

@@ -30,6 +30,7 @@ pub mod matching;
 pub mod memcached;
 pub mod mongodb;
 pub mod mysql;
+pub mod plugin;
 pub mod postgres;
 pub mod redact;
 pub mod redis;
@@ -55,6 +56,9 @@ pub const REGISTRY: &[ProtocolDescriptor] = &[
     mongodb::DESCRIPTOR,
     // Last: its mid-connection frame rule is the loosest.
     http2::DESCRIPTOR,
+    // Calls of protocols parsed by Wasm plugins, which take connections by port: never
+    // detected from bytes.
+    plugin::DESCRIPTOR,
 ];
 
 /// What the rest of ebtop knows of one protocol: all of it is here.
@@ -187,10 +191,13 @@ pub enum Protocol {
     Grpc,
     Kafka,
     Mongodb,
+    /// Calls of a protocol a Wasm plugin parses (`--plugin`; the plugin's name in the call's
+    /// `plugin` detail).
+    Plugin,
 }
 
 /// Number of [`Protocol`] variants (the last one's value plus one).
-const PROTOCOL_COUNT: usize = Protocol::Mongodb as usize + 1;
+const PROTOCOL_COUNT: usize = Protocol::Plugin as usize + 1;
 
 /// For each [`Protocol`] (by value), where its [`CallKind`] is in the [`REGISTRY`]: (descriptor,
 /// call kind). Built when compiling, which fails if a variant has no kind, or two.

@@ -164,11 +164,14 @@ pub struct Warning {
 impl Warning {
     pub const CAP: &'static str = "cap";
     pub const RECORDING_ERROR: &'static str = "recording_error";
+    /// A Wasm plugin was disabled (its faults: docs/plugins.md).
+    pub const PLUGIN_DISABLED: &'static str = "plugin_disabled";
 
     /// The few words the terminal UI's header shows.
     pub fn short(&self) -> String {
         match self.cap {
             Some(cap) => format!("{cap} cap hit"),
+            None if self.kind == Self::PLUGIN_DISABLED => "PLUGIN DISABLED".to_owned(),
             None => "RECORDING FAILED".to_owned(),
         }
     }

@@ -1401,8 +1401,18 @@ fn draw_overhead(f: &mut Frame, app: &App, area: Rect) {
                 (Some(n), _) => format!("  TLS: {n} files probed, scanning programs"),
                 (None, _) => String::new(),
             };
+            // With --plugin: each plugin's cost per call, or that it was disabled.
+            let plugins: String = o
+                .plugins
+                .iter()
+                .map(|p| match (p.disabled, p.ns_per_call) {
+                    (true, _) => format!("  plugin {}: DISABLED", p.name),
+                    (false, Some(ns)) => format!("  plugin {}: {ns:.0} ns/call", p.name),
+                    (false, None) => format!("  plugin {}: no calls", p.name),
+                })
+                .collect();
             format!(
-                "BPF {} ns/run  BPF CPU {}  ebtop CPU {}  RSS {} MiB  events {}/s  lost {}{tls}",
+                "BPF {} ns/run  BPF CPU {}  ebtop CPU {}  RSS {} MiB  events {}/s  lost {}{tls}{plugins}",
                 o.bpf_ns_per_run
                     .map_or("n/a".to_owned(), |v| format!("{v:.0}")),
                 bpf_cpu,

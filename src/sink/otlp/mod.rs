@@ -815,6 +815,15 @@ fn span_of(c: &SpanCall, query_text: bool, ids: &mut IdSource) -> Span {
                 normalized.clone()
             }
         }
+        Protocol::Plugin => {
+            // A plugin's protocol: an RPC system named after the plugin.
+            attrs.push(kv_str(
+                "rpc.system",
+                detail(c, "plugin").unwrap_or("plugin"),
+            ));
+            attrs.push(kv_str("rpc.method", &c.method));
+            format!("{} {}", c.method, normalized).trim_end().to_owned()
+        }
         Protocol::Kafka => {
             // OpenTelemetry's messaging conventions: the destination is what the resource
             // names after the API (topics, a group), absent when it names none.

@@ -1,0 +1,59 @@
+;; json_code: an enrich plugin for HTTP/1 responses (ebtop ABI 1, docs/plugins.md). A 2xx
+;; response whose body holds "code": "X" (an application error code in a JSON body, the
+;; DeepFlow article's case) becomes a server error with status text X.
+(module
+  (@custom "ebtop.plugin" "name=json_code\nabi=1\nkind=enrich\nenrich=http\n")
+  (memory (export "memory") 2)
+  (global $buf i32 (i32.const 1024))
+  (func (export "ebtop_buffer") (result i32) (global.get $buf))
+
+  (func (export "ebtop_enrich") (param $len i32) (result i32)
+    (local $b i32) (local $p i32) (local $end i32) (local $status i32) (local $v i32)
+    (local $n i32)
+    (local.set $b (global.get $buf))
+    (local.set $status (i32.load offset=60 (local.get $b)))
+    (if (i32.or (i32.lt_u (local.get $status) (i32.const 200))
+                (i32.gt_u (local.get $status) (i32.const 299)))
+      (then (return (i32.const 0))))
+    ;; The body: after the head (its length at offset 6).
+    (local.set $p (i32.add (i32.add (local.get $b) (i32.const 96))
+                           (i32.load16_u offset=6 (local.get $b))))
+    (local.set $end (i32.add (i32.add (local.get $b) (i32.const 96)) (local.get $len)))
+    ;; Find "code" (6 bytes with its quotes: 0x22 c o d e 0x22).
+    (block $none
+      (loop $scan
+        (br_if $none (i32.gt_u (i32.add (local.get $p) (i32.const 6)) (local.get $end)))
+        (if (i32.and
+              (i32.eq (i32.load (local.get $p)) (i32.const 0x646f6322))
+              (i32.eq (i32.load16_u offset=4 (local.get $p)) (i32.const 0x2265)))
+          (then
+            (local.set $p (i32.add (local.get $p) (i32.const 6)))
+            ;; Spaces and one colon, then the value's opening quote.
+            (block $val
+              (loop $skip
+                (br_if $none (i32.ge_u (local.get $p) (local.get $end)))
+                (local.set $v (i32.load8_u (local.get $p)))
+                (br_if $val (i32.eq (local.get $v) (i32.const 0x22)))
+                (br_if $none (i32.and (i32.ne (local.get $v) (i32.const 0x20))
+                                      (i32.ne (local.get $v) (i32.const 0x3a))))
+                (local.set $p (i32.add (local.get $p) (i32.const 1)))
+                (br $skip)))
+            (local.set $p (i32.add (local.get $p) (i32.const 1)))
+            ;; The value up to its closing quote, at most 64 bytes.
+            (loop $str
+              (br_if $none (i32.ge_u (i32.add (local.get $p) (local.get $n)) (local.get $end)))
+              (if (i32.ne (i32.load8_u (i32.add (local.get $p) (local.get $n))) (i32.const 0x22))
+                (then
+                  (local.set $n (i32.add (local.get $n) (i32.const 1)))
+                  (br_if $none (i32.gt_u (local.get $n) (i32.const 64)))
+                  (br $str))))
+            (memory.fill (local.get $b) (i32.const 0) (i32.const 24))
+            ;; Outcome server_error, status text = the code.
+            (i32.store8 offset=1 (local.get $b) (i32.const 2))
+            (i32.store16 offset=20 (local.get $b) (local.get $n))
+            (memory.copy (i32.add (local.get $b) (i32.const 24)) (local.get $p) (local.get $n))
+            (return (i32.add (i32.const 24) (local.get $n)))))
+        (local.set $p (i32.add (local.get $p) (i32.const 1)))
+        (br $scan)))
+    (i32.const 0))
+)
