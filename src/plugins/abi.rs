@@ -3,7 +3,7 @@
 //! `ebtop_frame`, and the answer a guest writes back into the same buffer, decoded here with
 //! every length checked (the guest is untrusted: a bad answer is a fault, never a panic).
 
-use crate::protocols::Outcome;
+use crate::protocols::outcome::Outcome;
 
 /// The guest's buffer: the host writes a header and bytes into it, the guest its answer.
 pub const BUFFER_LEN: usize = 64 * 1024;

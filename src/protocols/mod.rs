@@ -30,6 +30,7 @@ pub mod matching;
 pub mod memcached;
 pub mod mongodb;
 pub mod mysql;
+pub mod outcome;
 pub mod plugin;
 pub mod postgres;
 pub mod redact;
@@ -495,19 +496,7 @@ impl BytesSince {
     }
 }
 
-/// Error class of a call, as the protocol defines it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    Ok,
-    /// The client's fault (HTTP 4xx).
-    ClientError,
-    /// The server's fault (HTTP 5xx) or a protocol-level error reply.
-    ServerError,
-    /// Not known: what decides it was not seen or could not be decoded (an HTTP/2 status in
-    /// an HPACK table entry from before ebtop started). Counted, never taken for `Ok`.
-    Unknown,
-}
+pub use outcome::Outcome;
 
 /// A request paired with its response, as a parser sees it.
 #[derive(Debug, Clone, PartialEq)]
