@@ -1059,7 +1059,11 @@ impl Framer for KafkaParser {
             Some(rd) if rd == d => request_start(p, MAX_MESSAGE as u32),
             // A response: a correlation id ≥ 0.
             Some(_) => p.len() < 5 || p[4] < 0x80,
-            None => is_connection_start(p),
+            // Roles not known yet (a connection older than ebtop): a length read alone of any
+            // size also picks up (brokers and the Java clients read lengths apart, and a
+            // saturated producer's batches are far above 4 KiB); the message it frames then
+            // tells which way requests go (`frame_done`).
+            None => is_connection_start(p) || (p.len() == 4 && len >= 8),
         }
     }
 

@@ -250,3 +250,26 @@ fn a_walked_api_in_a_version_past_those_known_is_not_misread() {
     assert_eq!(c.outcome, Outcome::Unknown);
     assert_eq!(c.status_text, None);
 }
+
+/// A broker's side of a producer's connection older than ebtop, at saturation: the first read
+/// seen is a request's body without its length, then each request comes as a length read
+/// alone (16 KiB batches, far above a connection's first requests) and its body. The parser
+/// picks up at the next length, takes the roles from the message it frames, and pairs the
+/// rest; the response naming the request it never saw is unmatched.
+#[test]
+fn an_old_connection_is_picked_up_at_a_large_length_read_alone() {
+    let mut d = driver();
+    let first = request(0, 9, 70_000, &[7u8; 16_000]);
+    d.seg(IN, &first[4..]);
+    d.seg(OUT, &frame(&[0, 1, 0x11, 0x70, 0, 0, 0, 0]));
+    for corr in 70_001..70_004 {
+        let req = request(0, 9, corr, &[7u8; 16_000]);
+        d.seg(IN, &req[..4]).seg(IN, &req[4..]);
+        let mut resp = corr.to_be_bytes().to_vec();
+        resp.extend_from_slice(&[0, 0, 0, 0]);
+        d.seg(OUT, &frame(&resp));
+    }
+    d.close();
+    assert_eq!(d.calls.len(), 3, "{:?}", d.stats);
+    assert!(d.calls.iter().all(|c| c.method == "produce" && c.request_dir == IN));
+}
