@@ -271,5 +271,8 @@ fn an_old_connection_is_picked_up_at_a_large_length_read_alone() {
     }
     d.close();
     assert_eq!(d.calls.len(), 3, "{:?}", d.stats);
-    assert!(d.calls.iter().all(|c| c.method == "produce" && c.request_dir == IN));
+    assert!(d
+        .calls
+        .iter()
+        .all(|c| c.method == "produce" && c.request_dir == IN));
 }
