@@ -258,21 +258,25 @@ fn a_walked_api_in_a_version_past_those_known_is_not_misread() {
 /// rest; the response naming the request it never saw is unmatched.
 #[test]
 fn an_old_connection_is_picked_up_at_a_large_length_read_alone() {
-    let mut d = driver();
-    let first = request(0, 9, 70_000, &[7u8; 16_000]);
-    d.seg(IN, &first[4..]);
-    d.seg(OUT, &frame(&[0, 1, 0x11, 0x70, 0, 0, 0, 0]));
-    for corr in 70_001..70_004 {
-        let req = request(0, 9, corr, &[7u8; 16_000]);
-        d.seg(IN, &req[..4]).seg(IN, &req[4..]);
-        let mut resp = corr.to_be_bytes().to_vec();
+    for start_corr in [70_000, 14_206] {
+        let mut d = driver();
+        let first = request(0, 9, start_corr, &[7u8; 16_000]);
+        d.seg(IN, &first[4..]);
+        let mut resp = start_corr.to_be_bytes().to_vec();
         resp.extend_from_slice(&[0, 0, 0, 0]);
         d.seg(OUT, &frame(&resp));
+        for corr in start_corr + 1..start_corr + 4 {
+            let req = request(0, 9, corr, &[7u8; 16_000]);
+            d.seg(IN, &req[..4]).seg(IN, &req[4..]);
+            let mut resp = corr.to_be_bytes().to_vec();
+            resp.extend_from_slice(&[0, 0, 0, 0]);
+            d.seg(OUT, &frame(&resp));
+        }
+        d.close();
+        assert_eq!(d.calls.len(), 3, "{start_corr}: {:?}", d.stats);
+        assert!(d
+            .calls
+            .iter()
+            .all(|c| c.method == "produce" && c.request_dir == IN));
     }
-    d.close();
-    assert_eq!(d.calls.len(), 3, "{:?}", d.stats);
-    assert!(d
-        .calls
-        .iter()
-        .all(|c| c.method == "produce" && c.request_dir == IN));
 }
