@@ -319,9 +319,12 @@ impl Reader {
             .comms
             .entry(tgid)
             .or_insert_with(|| {
-                std::fs::read_to_string(format!("/proc/{tgid}/comm"))
-                    .map(|s| s.trim_end().to_owned())
-                    .unwrap_or(thread_comm)
+                let comm = crate::procfs::read_comm(tgid);
+                if comm.is_empty() {
+                    thread_comm
+                } else {
+                    comm
+                }
             })
             .clone();
         self.profile

@@ -229,7 +229,7 @@ impl DropProgram {
 
 fn own_netns() -> Option<u32> {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self/ns/net")
+    std::fs::metadata(crate::procfs::self_path("ns/net"))
         .ok()
         .map(|m| m.ino() as u32)
 }
