@@ -87,7 +87,7 @@ pub const KEYS: &[KeyHelp] = &[
     },
     KeyHelp {
         keys: &[":"],
-        action: "command: calls, endpoints, flows, procs, filter EXPR, sort COL, goto 14:32, quit (Tab completes)",
+        action: "command line: views, filter, sort, goto, quit (Tab)",
     },
     KeyHelp {
         keys: &["+", "-"],
