@@ -153,7 +153,7 @@ impl ConnTracker {
                 return Choice::Plugin(g.clone());
             }
         }
-        match protocols::detect(ev.payload) {
+        match detect(ev) {
             Some(spec) => Choice::Builtin(spec),
             None => Choice::None,
         }
@@ -308,7 +308,7 @@ impl ConnTracker {
             } else {
                 None
             }
-            .unwrap_or_else(|| match protocols::detect(ev.payload) {
+            .unwrap_or_else(|| match detect(ev) {
                 Some(spec) => Choice::Builtin(spec),
                 None => Choice::None,
             });
@@ -483,6 +483,20 @@ impl ConnTracker {
     }
 }
 
+/// The protocol of a connection's first record seen: what its bytes start (user space's rule,
+/// `protocols::detect`), else what the kernel recognised the connection as (the record's
+/// `proto_hint`): later in a connection the kernel also takes what a first payload never is (a
+/// Kafka request's header read apart from its length, on a connection older than ebtop), and
+/// the connection's first record user space sees may be another of its messages.
+fn detect(ev: &Event) -> Option<&'static protocols::ProtocolDescriptor> {
+    protocols::detect(ev.payload).or_else(|| {
+        let hint = ev.proto_hint;
+        protocols::REGISTRY
+            .iter()
+            .find(|d| hint != 0 && d.kernel_id == Some(hint))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -556,6 +570,29 @@ mod tests {
         assert_eq!(marks[..3], [false, false, true], "{marks:?}");
         assert!(marks[3..].iter().all(|m| !m), "{marks:?}");
         assert_eq!(t.stats.gaps, 2);
+    }
+
+    /// A connection older than ebtop whose first record user space sees is a Kafka request's
+    /// body read apart from its length (a broker's): user space's rule, made for first payloads,
+    /// does not take it, the kernel did (the record's hint): the connection gets the Kafka
+    /// parser, nothing is unrecognised. Without the hint it stays unrecognised.
+    #[test]
+    fn the_kernels_recognition_decides_what_a_first_payload_rule_cannot() {
+        let mut body = vec![0, 0, 0, 13, 0, 0, 0x37, 0x7e, 0, 4];
+        body.extend_from_slice(b"perf");
+        body.extend_from_slice(&[0; 20]);
+        let kafka = protocols::kafka::DESCRIPTOR.kernel_id.unwrap();
+        for (hint, unrecognised) in [(kafka, 0), (0, 1)] {
+            let mut t = ConnTracker::new(TrackerConfig::default());
+            let raw = EventBuilder::data(Direction::Ingress, 9, 4, body.len() as u64)
+                .times(100, 110)
+                .process(7, 7, "java")
+                .v4([127, 0, 0, 1], 9092, [127, 0, 0, 1], 40000)
+                .proto_hint(hint)
+                .build(&body);
+            t.handle(&Event::decode(&raw).unwrap(), &mut Vec::new());
+            assert_eq!(t.stats.unrecognised_events, unrecognised, "hint {hint}");
+        }
     }
 
     #[test]

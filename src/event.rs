@@ -383,7 +383,9 @@ impl EventBuilder {
         b.header[58] = if dir == Direction::Egress { 2 } else { 1 };
         b.header[59] = AF_INET;
         b.header[60] = SOCK_STREAM;
-        b.header[61] = 1;
+        // No kernel hint (as in --capture-all): user space's detection decides, unless a test
+        // says what the kernel recognised (`proto_hint`).
+        b.header[61] = 0;
         b
     }
     pub fn lifecycle(kind: EventKind, sock_id: u64) -> EventBuilder {
@@ -404,6 +406,11 @@ impl EventBuilder {
     pub fn times(mut self, start_ns: u64, end_ns: u64) -> Self {
         self.set_u64(0, start_ns);
         self.set_u64(8, end_ns);
+        self
+    }
+    /// The protocol the kernel recognised the connection as (`enum ebtop_l7_proto`).
+    pub fn proto_hint(mut self, id: u8) -> Self {
+        self.header[61] = id;
         self
     }
     pub fn process(mut self, pid: u32, tid: u32, comm: &str) -> Self {
