@@ -23,19 +23,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn sh(cmd: &[&str]) -> String {
-    let out = Command::new(cmd[0])
-        .args(&cmd[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// Waits until no TCP socket on `port` is open (TIME-WAIT aside: it is no flow), as `ss`
 /// sees them; panics after `limit`.
 fn wait_closed(port: u16, limit: Duration) {

@@ -564,3 +564,17 @@ pub fn spawn_nginx(dir: &std::path::Path) -> Child {
         .spawn()
         .expect("nginx is installed (Debian: nginx-light)")
 }
+
+/// Runs a command to its end; its stdout. Panics, with its stderr, when it fails.
+pub fn sh(cmd: &[&str]) -> String {
+    let out = Command::new(cmd[0])
+        .args(&cmd[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
