@@ -102,17 +102,14 @@ pub struct Drill {
 impl Drill {
     /// The key of its endpoint row (as `table::endpoint_key`).
     pub fn endpoint_key(&self) -> String {
-        let key = super::table::endpoint_key_of(
+        super::table::endpoint_key_of(
             &self.comm,
             self.side,
             self.proto,
             &self.method,
             &self.resource,
-        );
-        match self.pid {
-            Some(pid) => format!("{key}\u{1f}{pid}"),
-            None => key,
-        }
+            self.pid,
+        )
     }
 
     /// Whether the call was counted in this endpoint's row (by the row the pipeline gave it:
@@ -128,11 +125,7 @@ impl Drill {
     }
 
     pub fn label(&self) -> String {
-        let process = match self.pid {
-            Some(0) => format!("{}/*", self.comm),
-            Some(pid) => super::table::proc_label(&self.comm, pid),
-            None => self.comm.clone(),
-        };
+        let process = super::table::endpoint_process_of(&self.comm, self.pid);
         format!(
             "{process} {} {} {}",
             self.side.name(),

@@ -427,20 +427,21 @@ pub fn proc_label(comm: &str, pid: u32) -> String {
 }
 
 pub(crate) fn endpoint_key(e: &EndpointSnapshot) -> String {
-    let key = endpoint_key_of(&e.comm, e.side, e.proto, &e.method, &e.resource);
-    match e.pid {
-        Some(pid) => format!("{key}\u{1f}{pid}"),
-        None => key,
-    }
+    endpoint_key_of(&e.comm, e.side, e.proto, &e.method, &e.resource, e.pid)
 }
 
 /// An endpoint row's PROCESS: its command name, and on a row by process the pid (`*` for
 /// the processes that did not fit a row of their own).
 pub(crate) fn endpoint_process(e: &EndpointSnapshot) -> String {
-    match e.pid {
-        Some(0) => format!("{}/*", e.comm),
-        Some(pid) => proc_label(&e.comm, pid),
-        None => e.comm.clone(),
+    endpoint_process_of(&e.comm, e.pid)
+}
+
+/// [`endpoint_process`] of a command name and, on a row by process, its pid.
+pub(crate) fn endpoint_process_of(comm: &str, pid: Option<u32>) -> String {
+    match pid {
+        Some(0) => format!("{comm}/*"),
+        Some(pid) => proc_label(comm, pid),
+        None => comm.to_owned(),
     }
 }
 
@@ -451,12 +452,17 @@ pub(crate) fn endpoint_key_of(
     proto: crate::protocols::Protocol,
     method: &str,
     resource: &str,
+    pid: Option<u32>,
 ) -> String {
-    format!(
+    let key = format!(
         "{comm}\u{1f}{}\u{1f}{}\u{1f}{method}\u{1f}{resource}",
         side.name(),
         proto.name()
-    )
+    );
+    match pid {
+        Some(pid) => format!("{key}\u{1f}{pid}"),
+        None => key,
+    }
 }
 
 /// A call's status as shown: the number (HTTP), the error's name (Redis), or `-`.
