@@ -8,7 +8,15 @@ use std::path::{Path, PathBuf};
 use libbpf_cargo::SkeletonBuilder;
 
 const PROGRAMS: &[&str] = &[
-    "sockdata", "sockcap", "flows", "drops", "procs", "infer", "testdrop", "profile",
+    "sockdata",
+    "sockcap",
+    "flows",
+    "drops",
+    "procs",
+    "infer",
+    "testdrop",
+    "profile",
+    "ifaceflows",
 ];
 
 /// A protocol's kernel rule, from the first line of its `infer.h`:
@@ -165,6 +173,7 @@ fn main() {
     println!("cargo:rerun-if-changed=src/bpf/flowtable.h");
     println!("cargo:rerun-if-changed=src/bpf/infer.h");
     println!("cargo:rerun-if-changed=src/bpf/tls.h");
+    println!("cargo:rerun-if-changed=src/bpf/skbuff.h");
     for name in PROGRAMS {
         let src = format!("src/bpf/{name}.bpf.c");
         println!("cargo:rerun-if-changed={src}");

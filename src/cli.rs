@@ -319,6 +319,21 @@ pub struct Args {
           value_parser = clap::value_parser!(u32).range(1..=16_777_216))]
     pub max_flows: u32,
 
+    /// Interface flows: bytes and packets per 5-tuple crossing these interfaces each way,
+    /// whether or not a local socket sent or received them (forwarded, bridged, container to
+    /// container traffic): tcx programs (a clsact filter before Linux 6.6), `iface` and
+    /// `iface_flow` lines, the Flows view's interface panel. NAME[,NAME...] or `all` (every
+    /// interface of ebtop's network namespace, also ones that appear later).
+    #[arg(long, value_name = "NAME|all")]
+    pub iface: Vec<String>,
+
+    /// Capacity of the kernel's interface flow table (--iface): 5-tuples per interval, all
+    /// interfaces together (~140 bytes per CPU each, allocated only for flows seen). What
+    /// does not fit is counted per interface as `unattributed`.
+    #[arg(long, value_name = "N", default_value_t = ebtop_iface_default(),
+          value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
+    pub max_iface_flows: u32,
+
     /// Where socket data is captured: the socket layer (cheaper, sees io_uring and sendfile
     /// lengths), the syscall tracepoints, or auto (the socket layer where the kernel has it).
     #[arg(long, value_enum, default_value_t = Hooks::Auto)]
@@ -384,6 +399,10 @@ pub enum Command {
     },
 }
 
+const fn ebtop_iface_default() -> u32 {
+    crate::source::flow_table::iface::DEFAULT_MAX_IFACE_FLOWS
+}
+
 /// `--nice` by default: the capture threads' CFS weight is ~9x a nice-0 thread's, so a host
 /// whose every core runs the traced load still leaves them the CPU they need (measured on 16
 /// cores: docs/performance-history.md, "Many cores").
@@ -396,6 +415,8 @@ const LIVE_ONLY: &[&str] = &[
     "ringbuf_mb",
     "capture_all",
     "max_flows",
+    "iface",
+    "max_iface_flows",
     "hooks",
     "tls",
     "bpf_stats",

@@ -502,10 +502,13 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
         filters,
         verbose: args.verbose,
         max_flows: args.max_flows,
+        ifaces: ebtop::source::flow_table::iface::IfaceSelection::parse(&args.iface)?,
+        max_iface_flows: args.max_iface_flows,
         hooks: args.hooks,
         capture: wants_capture(args),
         tls: wants_tls(args),
         flow_table: json_lines(args).wants_flows()
+            || !args.iface.is_empty()
             || !args.json
             || args.write.is_some()
             || args.otlp_flow_logs,

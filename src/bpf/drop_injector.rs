@@ -6,7 +6,6 @@ use std::mem::MaybeUninit;
 
 use anyhow::{anyhow, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::AsRawLibbpf;
 
 use super::testdrop::{TestdropSkel, TestdropSkelBuilder};
 
@@ -22,8 +21,9 @@ pub struct InjectedDrops {
 
 /// The drop program, attached to an interface's tcx ingress until dropped.
 pub struct DropInjector {
+    // Dropped first: the link detaches before the program goes.
+    _link: libbpf_rs::Link,
     skel: Box<TestdropSkel<'static>>,
-    link: *mut libbpf_rs::libbpf_sys::bpf_link,
 }
 
 impl DropInjector {
@@ -44,25 +44,9 @@ impl DropInjector {
         rodata.proto = proto;
         rodata.every = every;
         let skel = Box::new(open.load().context("loading the test drop program")?);
-        let opts = libbpf_rs::libbpf_sys::bpf_tcx_opts {
-            sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_tcx_opts>() as _,
-            ..Default::default()
-        };
-        let prog = skel.progs.drop_every_nth.as_libbpf_object();
-        // SAFETY: the program is loaded and lives in `skel`, which the returned value owns
-        // (the link is destroyed before it); opts is plain data with its size set.
-        let link = unsafe {
-            libbpf_rs::libbpf_sys::bpf_program__attach_tcx(prog.as_ptr(), ifindex as i32, &opts)
-        };
-        // SAFETY: libbpf_get_error only inspects the returned pointer.
-        let err = unsafe { libbpf_rs::libbpf_sys::libbpf_get_error(link.cast()) };
-        if link.is_null() || err != 0 {
-            return Err(anyhow!(
-                "attaching the test drop program to tcx ingress of ifindex {ifindex}: {}",
-                std::io::Error::from_raw_os_error(-err as i32)
-            ));
-        }
-        Ok(DropInjector { skel, link })
+        let link = super::attach_tcx(&skel.progs.drop_every_nth, ifindex)
+            .context("attaching the test drop program")?;
+        Ok(DropInjector { _link: link, skel })
     }
 
     pub fn counts(&self) -> InjectedDrops {
@@ -81,14 +65,5 @@ impl DropInjector {
                 segments: unsafe { std::ptr::read_volatile(&b.dropped_segs) },
             },
         )
-    }
-}
-
-impl Drop for DropInjector {
-    fn drop(&mut self) {
-        // SAFETY: the link came from bpf_program__attach_tcx and is destroyed once, here.
-        unsafe {
-            libbpf_rs::libbpf_sys::bpf_link__destroy(self.link);
-        }
     }
 }

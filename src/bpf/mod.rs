@@ -26,6 +26,7 @@ skeleton!(testdrop);
 
 pub mod drop_injector;
 skeleton!(profile);
+skeleton!(ifaceflows);
 
 /// Runs `f` with the kernel's protocol recognition (src/bpf/infer.h, the rule both capture
 /// programs load) as a function of a connection's first bytes, whether its socket is a
@@ -198,6 +199,8 @@ pub struct HashMapBatches {
     done: bool,
     /// The map was read to its end (not cut short by an error).
     complete: bool,
+    /// Each batch is deleted as it is read (`bpf_map_lookup_and_delete_batch`).
+    delete: bool,
 }
 
 impl HashMapBatches {
@@ -224,6 +227,7 @@ impl HashMapBatches {
             from: None,
             done: false,
             complete: false,
+            delete: false,
         }
     }
 
@@ -249,10 +253,15 @@ impl HashMapBatches {
             } else {
                 std::ptr::null_mut()
             };
+            let batch_fn = if self.delete {
+                sys::bpf_map_lookup_and_delete_batch
+            } else {
+                sys::bpf_map_lookup_batch
+            };
             // SAFETY: the key and value buffers have room for `count` entries, the position
             // tokens are u32s that outlive the call, and the caller keeps the map open.
             let ret = unsafe {
-                sys::bpf_map_lookup_batch(
+                batch_fn(
                     self.fd,
                     from_ptr,
                     (&mut next as *mut u32).cast(),
@@ -302,6 +311,13 @@ impl HashMapBatches {
         self
     }
 
+    /// Deletes what it reads: for a map no program writes to any more (a table swapped out),
+    /// so the read and the deletion see the same counts.
+    pub fn deleting(mut self) -> HashMapBatches {
+        self.delete = true;
+        self
+    }
+
     /// Whether the map was read to its end: false while batches remain, or after an error.
     pub fn complete(&self) -> bool {
         self.complete
@@ -344,4 +360,37 @@ pub mod counter {
     pub const DEEP_BYTES: u32 = 16;
     pub const DEEP_CUT: u32 = 17;
     pub const COUNT: u32 = 18;
+}
+
+/// Attaches a loaded tc program to interface `ifindex`'s tcx hook (ingress or egress, as the
+/// program's `SEC("tcx/…")` says), as the last program there: the link detaches when dropped
+/// (or when the process ends, whatever ends it). An error names the interface.
+pub fn attach_tcx(prog: &libbpf_rs::Program<'_>, ifindex: u32) -> anyhow::Result<libbpf_rs::Link> {
+    use libbpf_rs::AsRawLibbpf;
+    let opts = libbpf_rs::libbpf_sys::bpf_tcx_opts {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_tcx_opts>() as _,
+        ..Default::default()
+    };
+    // SAFETY: the program is loaded (a borrowed, live object); opts is plain data with its
+    // size set.
+    let link = unsafe {
+        libbpf_rs::libbpf_sys::bpf_program__attach_tcx(
+            prog.as_libbpf_object().as_ptr(),
+            ifindex as i32,
+            &opts,
+        )
+    };
+    // SAFETY: libbpf_get_error only inspects the returned pointer.
+    let err = unsafe { libbpf_rs::libbpf_sys::libbpf_get_error(link.cast()) };
+    match std::ptr::NonNull::new(link) {
+        Some(link) if err == 0 => {
+            // SAFETY: a link libbpf just made, owned by nothing else from here on.
+            Ok(unsafe { libbpf_rs::Link::from_ptr(link) })
+        }
+        _ => Err(anyhow::anyhow!(
+            "attaching {} to tcx of ifindex {ifindex}: {}",
+            prog.name().to_string_lossy(),
+            std::io::Error::from_raw_os_error((-err) as i32)
+        )),
+    }
 }

@@ -12,43 +12,8 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-/* The UAPI context of tc/tcx programs (linux/bpf.h; a fixed layout), as far as used here. */
-struct __sk_buff {
-	__u32 len;
-	__u32 pkt_type;
-	__u32 mark;
-	__u32 queue_mapping;
-	__u32 protocol;
-	__u32 vlan_present;
-	__u32 vlan_tci;
-	__u32 vlan_proto;
-	__u32 priority;
-	__u32 ingress_ifindex;
-	__u32 ifindex;
-	__u32 tc_index;
-	__u32 cb[5];
-	__u32 hash;
-	__u32 tc_classid;
-	__u32 data;
-	__u32 data_end;
-	__u32 napi_id;
-	__u32 family;
-	__u32 remote_ip4;
-	__u32 local_ip4;
-	__u32 remote_ip6[4];
-	__u32 local_ip6[4];
-	__u32 remote_port;
-	__u32 local_port;
-	__u32 data_meta;
-	__u64 flow_keys;
-	__u64 tstamp;
-	__u32 wire_len;
-	__u32 gso_segs;
-};
+#include "skbuff.h"
 
-#define TCX_NEXT -1
-#define TCX_DROP 2
-#define ETH_HLEN 14
 #define ETH_P_IP 0x0800
 #define IPPROTO_TCP 6
 #define IPPROTO_UDP 17

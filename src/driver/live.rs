@@ -280,6 +280,15 @@ pub fn run<S: Sink, R>(
     // A stop during the start (SIGTERM, `q`) skips what is left to load: the session then
     // ends at once, with its meta and summary.
     let stopping = || stop.load(Ordering::Relaxed);
+    // Interface flows: asked for by name, so an interface that is not there, or programs
+    // the kernel refuses, end the start with the reason (before the flow table they join).
+    let mut ifaces = match cfg.ifaces.clone().filter(|_| !stopping()) {
+        Some(sel) => Some(
+            crate::source::flow_table::iface::IfaceProgram::start(sel, cfg.max_iface_flows)
+                .context("--iface")?,
+        ),
+        None => None,
+    };
     // The flow table: optional. If it cannot load, HTTP capture goes on without it.
     let mut flows = match (cfg.flow_table && !stopping()).then(|| {
         // Without the capture attached the flow table does its per-send work itself.
@@ -301,12 +310,15 @@ pub fn run<S: Sink, R>(
                 FlowCollector::load(&flow_cfg, shared)
             }
         };
-        loaded.and_then(|l| FlowCollector::attach(l, &flow_cfg))
+        loaded.and_then(|l| FlowCollector::attach(l, &flow_cfg, ifaces.take()))
     }) {
         None => None,
         Some(Ok(c)) => Some(c),
         Some(Err(e)) => {
             crate::diag!("ebtop: warning: flow table unavailable, going on without it: {e:#}");
+            if ifaces.is_some() {
+                crate::diag!("ebtop: warning: interface flows (--iface) are read with the flow table: not counted");
+            }
             None
         }
     };

@@ -5,6 +5,7 @@
 //! src/source/flow_table/ (design and costs: docs/architecture.md, "Flow table").
 
 pub mod drops;
+pub mod iface;
 pub mod names;
 
 use std::net::SocketAddr;
@@ -171,6 +172,9 @@ pub struct FlowStats {
     /// The drop counters' health; `null` where drops are not counted.
     #[serde(default)]
     pub drops: Option<DropStats>,
+    /// The interface counters' health (`--iface`); absent without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iface: Option<iface::IfaceStats>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -183,6 +187,13 @@ pub struct FlowReport {
     /// Drops per {interface, reason} that changed in the interval (the report's last part).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drops: Vec<DropCount>,
+    /// Interface flows (`--iface`): the interval's 5-tuples per interface and direction.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub iface_flows: Vec<iface::IfaceFlow>,
+    /// Interface totals (`--iface`) of the interface directions with traffic in the interval
+    /// (the report's last part).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub iface_totals: Vec<iface::IfaceTotal>,
     /// This is a part of the interval's report and more parts follow: the reader thread
     /// hands a report on in parts ([`FLOWS_PER_PART`]), a recording stores it in parts
     /// ([`FlowReport::parts`]). Never set on a whole report or its last part.
@@ -200,6 +211,10 @@ pub struct FlowReportPart<'a> {
     stats: &'a FlowStats,
     #[serde(skip_serializing_if = "<[DropCount]>::is_empty")]
     drops: &'a [DropCount],
+    #[serde(skip_serializing_if = "<[iface::IfaceFlow]>::is_empty")]
+    iface_flows: &'a [iface::IfaceFlow],
+    #[serde(skip_serializing_if = "<[iface::IfaceTotal]>::is_empty")]
+    iface_totals: &'a [iface::IfaceTotal],
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     more: bool,
     /// Its report goes on after the interval's record (the recording's kind 7): said apart
@@ -232,7 +247,7 @@ impl FlowReport {
     /// accepts, and held its whole JSON text in memory twice over.
     pub fn parts(&self, max: usize) -> Vec<FlowReportPart<'_>> {
         let max = max.max(1);
-        let total = self.flows.len() + self.ends.len() + self.udp.len();
+        let total = self.flows.len() + self.ends.len() + self.udp.len() + self.iface_flows.len();
         let part = |flows, ends, udp, more| FlowReportPart {
             mono_ns: self.mono_ns,
             flows,
@@ -240,12 +255,16 @@ impl FlowReport {
             udp,
             stats: &self.stats,
             drops: &[],
+            iface_flows: &[],
+            iface_totals: &[],
             more,
             continued: false,
         };
         if total <= max {
             let mut whole = part(&self.flows[..], &self.ends[..], &self.udp[..], self.more);
             whole.drops = &self.drops;
+            whole.iface_flows = &self.iface_flows;
+            whole.iface_totals = &self.iface_totals;
             return vec![whole];
         }
         let mut parts: Vec<FlowReportPart<'_>> = Vec::with_capacity(total.div_ceil(max) + 2);
@@ -259,9 +278,15 @@ impl FlowReport {
         for c in self.ends.chunks(max) {
             parts.push(part(&[], c, &[], true));
         }
+        for c in self.iface_flows.chunks(max) {
+            let mut p = part(&[], &[], &[], true);
+            p.iface_flows = c;
+            parts.push(p);
+        }
         if let Some(last) = parts.last_mut() {
             last.more = self.more;
             last.drops = &self.drops;
+            last.iface_totals = &self.iface_totals;
         }
         parts
     }
@@ -290,6 +315,14 @@ impl FlowReport {
         self.ends.append(&mut later.ends);
         later.udp.truncate(max.saturating_sub(held(self)));
         self.udp.append(&mut later.udp);
+        later
+            .iface_flows
+            .truncate(max.saturating_sub(held(self) + self.iface_flows.len()));
+        self.iface_flows.append(&mut later.iface_flows);
+        later
+            .iface_totals
+            .truncate(max.saturating_sub(self.iface_totals.len()));
+        self.iface_totals.append(&mut later.iface_totals);
         // A recording's parts are untrusted: their drop lines are held under the same bound.
         later.drops.truncate(max.saturating_sub(self.drops.len()));
         self.drops.append(&mut later.drops);

@@ -27,6 +27,8 @@ pub const SELECTABLE_TYPES: &[&str] = &[
     "flow_end",
     "flow_stats",
     "drop",
+    "iface",
+    "iface_flow",
     "profile",
 ];
 
@@ -81,6 +83,8 @@ impl LineSelection {
             || self.wants("flow_end")
             || self.wants("flow_stats")
             || self.wants("drop")
+            || self.wants("iface")
+            || self.wants("iface_flow")
     }
 }
 
@@ -222,6 +226,8 @@ enum Line<'a> {
     FlowEnd(FlowLine<'a>),
     FlowStats(Stamped<'a, crate::flows::FlowStats>),
     Drop(Stamped<'a, crate::flows::drops::DropCount>),
+    Iface(Stamped<'a, crate::flows::iface::IfaceTotal>),
+    IfaceFlow(Stamped<'a, crate::flows::iface::IfaceFlow>),
     Profile(Stamped<'a, crate::profile::ProfileLine>),
     Summary(SummaryLine<'a>),
 }
@@ -373,6 +379,12 @@ impl<W: Write> JsonSink<W> {
         }
         for d in fr.drops.iter().filter(|_| select.wants("drop")) {
             self.line(&Line::Drop(Stamped { ts, body: d }))?;
+        }
+        for f in fr.iface_flows.iter().filter(|_| select.wants("iface_flow")) {
+            self.line(&Line::IfaceFlow(Stamped { ts, body: f }))?;
+        }
+        for t in fr.iface_totals.iter().filter(|_| select.wants("iface")) {
+            self.line(&Line::Iface(Stamped { ts, body: t }))?;
         }
         if !fr.more && select.wants("flow_stats") {
             self.line(&Line::FlowStats(Stamped {

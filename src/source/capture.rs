@@ -40,6 +40,10 @@ pub struct LiveConfig {
     pub verbose: bool,
     /// Capacity of the kernel flow table (`--max-flows`).
     pub max_flows: u32,
+    /// Interface flows (`--iface`): which interfaces; None without the option.
+    pub ifaces: Option<crate::source::flow_table::iface::IfaceSelection>,
+    /// Capacity of the interface flow table (`--max-iface-flows`).
+    pub max_iface_flows: u32,
     /// Where socket data is captured (`--hooks`).
     pub hooks: Hooks,
     /// How ebtop's BPF run time is measured (`--bpf-stats`).

@@ -11,6 +11,7 @@
 //! the capture ring filled up meanwhile.
 
 pub mod drops;
+pub mod iface;
 pub mod listening;
 pub mod owners;
 pub mod raw;
@@ -166,6 +167,8 @@ pub struct FlowCollector {
     outstanding: usize,
     /// The drop counter (tp_btf/kfree_skb), if the kernel took it.
     drop_program: Option<drops::DropProgram>,
+    /// Interface flows (`--iface`): the programs and the interfaces they are on.
+    iface: Option<iface::IfaceProgram>,
 }
 
 /// Flow-end records drained since the last poll, back to back (each `raw::FLOW_LEN`), in
@@ -229,9 +232,14 @@ impl<'a> Parts<'a> {
         self.send_if_full();
     }
 
+    fn iface(&mut self, f: crate::flows::iface::IfaceFlow) {
+        self.part.iface_flows.push(f);
+        self.send_if_full();
+    }
+
     fn send_if_full(&mut self) {
         let p = &self.part;
-        if p.flows.len() + p.ends.len() + p.udp.len() < FLOWS_PER_PART {
+        if p.flows.len() + p.ends.len() + p.udp.len() + p.iface_flows.len() < FLOWS_PER_PART {
             return;
         }
         let next = FlowReport {
@@ -364,6 +372,9 @@ impl FlowReads<'_> {
 struct PollRequest {
     now_ns: u64,
     ends: EndsBuf,
+    /// The interfaces counted now (`--iface`), and how many could not be attached so far.
+    ifaces: Vec<(u32, CompactString)>,
+    iface_attach_failures: u64,
 }
 
 /// The user-space half of the table (what was reported, owners), with its own handles on the
@@ -403,6 +414,8 @@ struct FlowTableReader {
     late_ends: EndsSource,
     /// Packet drops, joined to the flows by address (None: not counted).
     drops: Option<drops::DropTracker>,
+    /// Interface flows' interval read (None: no `--iface`).
+    iface: Option<iface::IfaceReader>,
 }
 
 /// The flow-end ring and the buffer its records are drained into.
@@ -489,7 +502,7 @@ impl FlowCollector {
     /// Loads and attaches the flow programs. The skeleton lives as long as the process (one
     /// collector per run); dropping the collector detaches every probe.
     pub fn start(cfg: &FlowConfig, shared: Option<SharedFlowMaps>) -> Result<FlowCollector> {
-        Self::attach(Self::load(cfg, shared)?, cfg)
+        Self::attach(Self::load(cfg, shared)?, cfg, None)
     }
 
     /// Loads the flow programs, on the capture's maps if `shared`.
@@ -510,7 +523,13 @@ impl FlowCollector {
     }
 
     /// Attaches loaded flow programs and starts the threads that read them.
-    pub fn attach(loaded: LoadedFlows, cfg: &FlowConfig) -> Result<FlowCollector> {
+    /// `ifaces`: the interface flow programs (`--iface`), attached already, read with the
+    /// flow table's intervals.
+    pub fn attach(
+        loaded: LoadedFlows,
+        cfg: &FlowConfig,
+        ifaces: Option<iface::IfaceProgram>,
+    ) -> Result<FlowCollector> {
         let LoadedFlows { skel, shared } = loaded;
         let mut links = Vec::new();
         let mut udp_peer_hooks = false;
@@ -622,6 +641,10 @@ impl FlowCollector {
             batch_buffers: Default::default(),
             late_ends: (ring.clone(), ends.clone()),
             drops: drop_tracker,
+            iface: match ifaces.as_ref().map(|p| p.reader()) {
+                Some(r) => Some(r?),
+                None => None,
+            },
         };
         // One request in flight at a time (the loop waits for a report's last part before
         // the next). Two parts in the channel at most: the reader waits for the session to
@@ -640,7 +663,8 @@ impl FlowCollector {
                 let mut send = |part: FlowReport| done.send(part).is_ok();
                 while let Ok(job) = jobs.recv() {
                     let parts = Parts::new(job.now_ns, &mut send);
-                    if !reader.poll(job.ends, reads.as_ref(), parts) {
+                    let ifaces = (job.ifaces, job.iface_attach_failures);
+                    if !reader.poll(job.ends, reads.as_ref(), &ifaces, parts) {
                         break;
                     }
                 }
@@ -657,6 +681,7 @@ impl FlowCollector {
             burst_drain,
             outstanding: 0,
             drop_program,
+            iface: ifaces,
         })
     }
 
@@ -670,6 +695,9 @@ impl FlowCollector {
         let mut progs = crate::bpf::program_fds(self.skel.object(), "flows");
         if let Some(d) = &self.drop_program {
             progs.extend(d.programs());
+        }
+        if let Some(i) = &self.iface {
+            progs.extend(i.programs());
         }
         progs
     }
@@ -696,10 +724,26 @@ impl FlowCollector {
         // Ends drained after this are reported with the next interval.
         self.consume();
         let ends = std::mem::take(&mut *self.ends.lock().unwrap_or_else(|e| e.into_inner()));
+        // Interfaces that came (`--iface all`, or a named one back) are attached first.
+        let (ifaces, iface_attach_failures) = match self.iface.as_mut() {
+            Some(p) => {
+                for w in p.refresh() {
+                    crate::diag!("ebtop: warning: {w}");
+                }
+                (p.names(), p.attach_failures())
+            }
+            None => (Vec::new(), 0),
+        };
+        let request = PollRequest {
+            now_ns,
+            ends,
+            ifaces,
+            iface_attach_failures,
+        };
         let sent = self
             .requests
             .as_ref()
-            .is_some_and(|r| r.send(PollRequest { now_ns, ends }).is_ok());
+            .is_some_and(|r| r.send(request).is_ok());
         if !sent {
             return Err(self.reader_failed());
         }
@@ -1104,7 +1148,13 @@ impl FlowTableReader {
     /// Ends an interval: snapshots every flow's counters in the kernel, reads the tables and
     /// hands `parts` what was active since the previous poll and what ended. False if the
     /// parts' receiver is gone.
-    fn poll(&mut self, ends: EndsBuf, reads: Option<&FlowReads<'_>>, mut parts: Parts<'_>) -> bool {
+    fn poll(
+        &mut self,
+        ends: EndsBuf,
+        reads: Option<&FlowReads<'_>>,
+        ifaces: &(Vec<(u32, CompactString)>, u64),
+        mut parts: Parts<'_>,
+    ) -> bool {
         let t0 = std::time::Instant::now();
         let now_ns = parts.part.mono_ns;
         self.polls += 1;
@@ -1306,12 +1356,21 @@ impl FlowTableReader {
             // Read by the collector (it holds the programs).
             missed_events: 0,
             drops: None,
+            iface: None,
         };
         let mut stats = stats;
         if let Some(d) = &mut self.drops {
             let (lines, drop_stats) = d.finish();
             parts.part.drops = lines;
             stats.drops = Some(drop_stats);
+        }
+        if let Some(r) = &mut self.iface {
+            let read = r.read(&ifaces.0, ifaces.1);
+            for f in read.flows {
+                parts.iface(f);
+            }
+            parts.part.iface_totals = read.totals;
+            stats.iface = Some(read.stats);
         }
         parts.finish(stats)
     }
