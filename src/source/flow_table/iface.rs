@@ -172,10 +172,7 @@ impl IfaceProgram {
             .open(storage)
             .context("opening the interface flow programs")?;
         let max_flows = max_flows.max(1);
-        for m in [
-            &mut open.maps.iface_flows_a,
-            &mut open.maps.iface_flows_b,
-        ] {
+        for m in [&mut open.maps.iface_flows_a, &mut open.maps.iface_flows_b] {
             m.set_max_entries(max_flows)
                 .context("sizing the interface flow tables")?;
         }
@@ -184,9 +181,12 @@ impl IfaceProgram {
             .iface_flows_shared
             .set_max_entries(1)
             .context("sizing the interface flow tables")?;
-        let skel: &'static IfaceflowsSkel<'static> = Box::leak(Box::new(open.load().map_err(
-            |e| anyhow!("loading the interface flow programs (tc, Linux >= 5.1 with BTF) failed: {e}"),
-        )?));
+        let skel: &'static IfaceflowsSkel<'static> =
+            Box::leak(Box::new(open.load().map_err(|e| {
+                anyhow!(
+                    "loading the interface flow programs (tc, Linux >= 5.1 with BTF) failed: {e}"
+                )
+            })?));
         let mode = match std::env::var("EBTOP_IFACE_ATTACH").as_deref() {
             // Tests only: the fallback on a kernel that has tcx.
             Ok("clsact") => AttachMode::Clsact,
@@ -226,8 +226,10 @@ impl IfaceProgram {
     /// per name). Once per interval, on the session's thread.
     pub fn refresh(&mut self) -> Vec<String> {
         let now = interfaces();
-        self.attached
-            .retain(|ifindex, a| now.iter().any(|i| i.ifindex == *ifindex && i.name == a.name));
+        self.attached.retain(|ifindex, a| {
+            now.iter()
+                .any(|i| i.ifindex == *ifindex && i.name == a.name)
+        });
         let mut warnings = Vec::new();
         for i in now {
             let wanted = match &self.selection {
@@ -439,7 +441,10 @@ impl IfaceReader {
             let ifindex = u32::from_le_bytes(k[0..4].try_into().unwrap_or_default());
             let dir_raw = u32::from_le_bytes(k[4..8].try_into().unwrap_or_default());
             let now = sum_percpu(&v);
-            let prev = self.overflow_prev.insert((ifindex, dir_raw), now).unwrap_or_default();
+            let prev = self
+                .overflow_prev
+                .insert((ifindex, dir_raw), now)
+                .unwrap_or_default();
             let delta = IfaceCount {
                 packets: now.packets.saturating_sub(prev.packets),
                 bytes: now.bytes.saturating_sub(prev.bytes),
@@ -475,7 +480,12 @@ impl IfaceReader {
             });
         }
         // The busiest first, as the lines are read.
-        flows.sort_by(|a, b| b.count.bytes.cmp(&a.count.bytes).then(a.ifindex.cmp(&b.ifindex)));
+        flows.sort_by(|a, b| {
+            b.count
+                .bytes
+                .cmp(&a.count.bytes)
+                .then(a.ifindex.cmp(&b.ifindex))
+        });
         IfaceRead {
             flows,
             totals,
@@ -624,7 +634,9 @@ mod tests {
         // Not IP: no addresses, the ethertype names it.
         b[5] = 0;
         b[12..14].copy_from_slice(&0x0806u16.to_le_bytes());
-        let f = RawKey::decode(&b).unwrap().flow(&"eth0".into(), IfaceCount::default());
+        let f = RawKey::decode(&b)
+            .unwrap()
+            .flow(&"eth0".into(), IfaceCount::default());
         assert_eq!((f.proto.as_str(), f.src, f.sport), ("arp", None, None));
         assert!(RawKey::decode(&b[..40]).is_none());
     }
