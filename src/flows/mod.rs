@@ -444,6 +444,8 @@ pub(crate) mod test_reports {
                 .collect(),
             stats: reports.last().unwrap().stats.clone(),
             drops: Vec::new(),
+            iface_flows: Vec::new(),
+            iface_totals: Vec::new(),
             more: false,
         }
     }

@@ -569,6 +569,8 @@ mod tests {
                     ..Default::default()
                 },
                 drops: Vec::new(),
+                iface_flows: Vec::new(),
+                iface_totals: Vec::new(),
                 more: false,
             };
             let mut parts = crate::flows::test_reports::owned_parts(&r, 700).into_iter();
