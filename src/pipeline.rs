@@ -1221,7 +1221,20 @@ impl<S: Sink> Downstream<S> {
             }
         }
         // Made only for a sink that shows them (the table keeps history only then).
-        let windows = (self.endpoints.history_ns() > 0).then(|| Box::new(self.endpoints.windows()));
+        let mut windows =
+            (self.endpoints.history_ns() > 0).then(|| Box::new(self.endpoints.windows()));
+        if let Some(w) = windows.as_mut().filter(|_| self.sampled) {
+            // Rows over several intervals, some sampled since the start: marked (a row is
+            // never shown exact when part of it is a sample).
+            for e in w
+                .since_start
+                .iter_mut()
+                .chain(w.last_10s.iter_mut())
+                .chain(w.last_1m.iter_mut())
+            {
+                e.sampled = true;
+            }
+        }
         let report = IntervalReport {
             mono_ns: now_ns,
             period_ns,

@@ -105,7 +105,7 @@ fn a_sample_of_connections_is_exact_per_kept_connection_and_marked_and_replays_t
     let rec = dir.path().join("sampled.ebt");
     let port = server.port.to_string();
     let pid = std::process::id().to_string();
-    let mut ebtop = Ebtop::start(&[
+    let ebtop = Ebtop::start(&[
         "--json",
         "--port",
         &port,
@@ -216,7 +216,7 @@ fn without_sampling_nothing_is_marked() {
     let server = TestServer::start();
     let port = server.port.to_string();
     let pid = std::process::id().to_string();
-    let mut ebtop = Ebtop::start(&[
+    let ebtop = Ebtop::start(&[
         "--json", "--port", &port, "--pid", &pid, "--delay", "200ms", "--tls", "off",
     ]);
     let conns = traffic(&server, 10);
