@@ -76,6 +76,8 @@ def main():
                     "threads), socket-early (the window starts at attach, the TLS scan not "
                     "waited for), socket:--only=flow+--nice=0 (after ':', more ebtop "
                     "arguments joined by '+'; NAME=VALUE sets an environment variable), …")
+    ap.add_argument("--settle", type=float, default=4.0,
+                    help="seconds a --max-cpu mode runs before its window (its sample settles)")
     ap.add_argument("--other-binary", help="the ebtop that modes ending in @other run")
     ap.add_argument("--https", action="store_true", help="nginx over TLS (see above)")
     ap.add_argument("--go", action="store_true", help="the Go HTTPS server (see above)")
@@ -93,7 +95,8 @@ def main():
         apt("bpftrace")
         if not os.path.isdir("/sys/kernel/tracing/events"):  # bpftrace needs tracefs, a fresh host may lack it
             subprocess.run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"], check=True)
-    binary, _ = build()
+    # EBTOP_BENCH_BINARY: a release binary already built (skips the build of the examples).
+    binary = os.environ.get("EBTOP_BENCH_BINARY") or build()[0]
     ncpu = os.cpu_count()
     d = tempfile.mkdtemp(prefix="ebtop-toggle-")
     os.chmod(d, 0o755)
@@ -139,6 +142,8 @@ http {{ access_log off; keepalive_requests 1000000000;
     windows = []  # (mode, rate)
     bpf_costs = []  # (mode, BPF ns per request, {program: ns per request}) for -fullstats modes
     calls_per_request = []  # (mode, calls written per request served) with --https
+    budgets = []  # (mode, median ebtop_cpu_pct, median sampling ratio) for --max-cpu modes
+    load = []  # the host's load average (1 min) at each budget window: the VM is shared
     try:
         for _ in range(a.cycles):
             for mode in modes:
@@ -174,7 +179,8 @@ http {{ access_log off; keepalive_requests 1000000000;
                         extra.append(arg)
                 # With full statistics the output is kept: its overhead lines give the BPF run
                 # time of the whole session, divided by the requests nginx served meanwhile.
-                keep = "fullstats" in opts or a.https
+                budget = "--max-cpu" in more
+                keep = "fullstats" in opts or a.https or budget
                 out = tempfile.TemporaryFile() if keep else subprocess.DEVNULL
                 r_start = requests_total()
                 e = subprocess.Popen([exe, "--json", "--hooks", hooks, "--port", str(PORT)] + extra,
@@ -191,11 +197,31 @@ http {{ access_log off; keepalive_requests 1000000000;
                 if "early" not in opts:
                     wait_tls_scan(e.pid)
                     r_start = requests_total()
+                if budget:
+                    # A budget measures the load for two intervals, then samples: the window
+                    # starts once the sample has settled.
+                    time.sleep(a.settle)
+                    out.seek(0, os.SEEK_END)
+                    skip_to = out.tell()
                 windows.append((mode, rate_over(a.window)))
                 served = requests_total() - r_start
+                if budget:
+                    load.append(os.getloadavg()[0])
                 e.send_signal(signal.SIGINT)
                 e.wait()
-                if out is not subprocess.DEVNULL:
+                if budget:
+                    out.seek(skip_to)
+                    cpu, ratio = [], []
+                    for line in out:
+                        rec = json.loads(line)
+                        if rec.get("type") == "overhead" and rec.get("ebtop_cpu_pct") is not None:
+                            cpu.append(rec["ebtop_cpu_pct"])
+                        if rec.get("type") == "sampling" and rec.get("ratio") is not None:
+                            ratio.append(rec["ratio"])
+                    budgets.append((mode, statistics.median(cpu) if cpu else None,
+                                    statistics.median(ratio) if ratio else 1.0))
+                    out.close()
+                elif out is not subprocess.DEVNULL:
                     out.seek(0)
                     per_prog = {}
                     calls = 0
@@ -240,6 +266,14 @@ http {{ access_log off; keepalive_requests 1000000000;
                         progs.setdefault(k, []).append(v)
             report[mode]["bpf_ns_per_request_by_program"] = {
                 k: round(statistics.median(v)) for k, v in sorted(progs.items())}
+    for mode in modes:
+        cpu = [c for m, c, _ in budgets if m == mode and c is not None]
+        if cpu:
+            report[mode]["ebtop_cpu_pct_median"] = round(statistics.median(cpu), 1)
+            report[mode]["sampled_ratio_median"] = round(
+                statistics.median(r for m, _, r in budgets if m == mode), 3)
+    if load:
+        report["loadavg_1m_median"] = round(statistics.median(load), 2)
     report["off_rps_median"] = round(statistics.median(r for m, r in windows if m == "off"))
     # Time each request costs the saturated nginx worker more with ebtop on (its CPU is the
     # bottleneck): 1/on − 1/off, from the median ratio and the median off rate.
@@ -251,7 +285,8 @@ http {{ access_log off; keepalive_requests 1000000000;
             "tls-toggle-results.json" if a.https else "toggle-results.json")
     path = a.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
     with open(path, "w") as f:
-        json.dump({"report": report, "windows": windows, "bpf_costs": bpf_costs}, f, indent=1)
+        json.dump({"report": report, "windows": windows, "bpf_costs": bpf_costs,
+                   "budgets": budgets}, f, indent=1)
     print(json.dumps(report, indent=1))
 
 

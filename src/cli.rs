@@ -45,6 +45,41 @@ fn speed(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
+/// `--max-cpu`: a percentage of one CPU (above 0, at most 100 per CPU), or `off`.
+fn max_cpu(s: &str) -> Result<MaxCpu, String> {
+    if s == "off" {
+        return Ok(MaxCpu(None));
+    }
+    let pct: f64 = s
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("{s:?} is not a percentage of one CPU (e.g. 10) or off"))?;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    if !(pct > 0.0 && pct <= 100.0 * cpus) {
+        return Err(format!(
+            "{s}: a budget is above 0 and at most 100 per CPU ({})",
+            100.0 * cpus
+        ));
+    }
+    Ok(MaxCpu(Some(pct)))
+}
+
+/// `--max-cpu`: None is off (no budget).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MaxCpu(pub Option<f64>);
+
+/// `--sample`: a share of connections, 0–100%.
+fn sample_pct(s: &str) -> Result<f64, String> {
+    let pct: f64 = s
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("{s:?} is not a percentage (0-100)"))?;
+    if !(0.0..=100.0).contains(&pct) {
+        return Err(format!("{s}: a share of connections is 0-100"));
+    }
+    Ok(pct)
+}
+
 fn replay_time(s: &str) -> Result<crate::driver::replay::ReplayTime, String> {
     crate::driver::replay::ReplayTime::parse(s)
 }
@@ -348,6 +383,21 @@ pub struct Args {
     #[arg(long, value_enum)]
     pub tls: Option<OnOff>,
 
+    /// ebtop's CPU budget, % of one CPU, counting its own threads and its BPF programs (which
+    /// run in the traced processes' syscalls), or off. Above it ebtop captures a
+    /// deterministic sample of connections, decided in the kernel once per connection
+    /// (a connection captured stays captured: its calls are exact), and raises the sample
+    /// again when the load falls; every figure made from a sample is marked (`sampling`
+    /// lines, the header's SAMPLED). A budget measures the load first: nothing is captured
+    /// in its first two intervals. Default: off (every connection captured).
+    #[arg(long, value_name = "PCT", default_value = "off", value_parser = max_cpu)]
+    pub max_cpu: MaxCpu,
+
+    /// Capture a fixed, deterministic share of connections (0-100%), chosen by a hash of the
+    /// socket in the kernel, whatever the load (marked as --max-cpu's sample is).
+    #[arg(long, value_name = "PCT", value_parser = sample_pct, conflicts_with = "max_cpu")]
+    pub sample: Option<f64>,
+
     /// How ebtop measures its own BPF run time: sampled (statistics on for the last tenth of
     /// each interval, scaled; they cost every BPF program on the host ~60-110 ns per run while
     /// on) or full (on all the time: exact counts).
@@ -420,6 +470,8 @@ const LIVE_ONLY: &[&str] = &[
     "hooks",
     "tls",
     "bpf_stats",
+    "max_cpu",
+    "sample",
     "nice",
     "duration",
     "cgroup",

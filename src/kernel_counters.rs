@@ -53,6 +53,18 @@ pub struct KernelCounters {
     pub copied_whole_bytes: u64,
     #[serde(default)]
     pub not_copied_whole: u64,
+    /// Connection sampling (`--max-cpu`, `--sample`): data sends and receives on connections
+    /// sampled out (not captured), connections decided out and decided in while sampling was
+    /// on, and the share of connections the sample keeps now (parts per million; absent when
+    /// every connection is captured). 0 and absent in recordings made before they existed.
+    #[serde(default)]
+    pub shed_runs: u64,
+    #[serde(default)]
+    pub shed_connections: u64,
+    #[serde(default)]
+    pub kept_connections: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_keep_ppm: Option<u64>,
     /// Files probed for TLS plaintext since the start (those at start and those found later:
     /// programs exec'd, libraries dlopen'd), and files that define the functions but could
     /// not be probed (each also a line on stderr; the `meta` line names those of the start).

@@ -369,6 +369,16 @@ fn shows_tui(args: &Args) -> bool {
     !args.json && (args.write.is_none() || args.tui)
 }
 
+/// `--max-cpu`, `--sample`: what decides which connections are captured.
+fn sampling_mode(args: &Args) -> ebtop::source::sampling::SamplingMode {
+    use ebtop::source::sampling::SamplingMode;
+    match (args.sample, args.max_cpu.0) {
+        (Some(pct), _) => SamplingMode::Fixed(pct / 100.0),
+        (None, Some(budget)) => SamplingMode::Budget(budget),
+        (None, None) => SamplingMode::Off,
+    }
+}
+
 fn tracking_threads(args: &Args) -> usize {
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     args.threads.resolve(cpus)
@@ -515,6 +525,7 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
         cgroups,
         bpf_stats: args.bpf_stats.into(),
         tracking_threads: tracking_threads(args),
+        sampling: sampling_mode(args),
     };
     // Its own object and thread; it loads while the capture does.
     let profiler = args

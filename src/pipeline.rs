@@ -101,6 +101,10 @@ struct Downstream<S: Sink> {
     /// Kernel time the current interval started, and calls since.
     interval_start_ns: Option<u64>,
     calls_in_interval: u64,
+    /// Connection sampling: whether any interval was sampled, and the session's calls
+    /// estimated (each sampled interval's estimate, the others' calls).
+    sampled: bool,
+    calls_estimated: u64,
     summary: Summary,
     first_ns: Option<u64>,
     last_ns: u64,
@@ -210,6 +214,8 @@ impl<S: Sink> Pipeline<S> {
             proc_stats: ProcessStats::new(DEFAULT_MAX_PROCESSES, read_proc),
             interval_start_ns: None,
             calls_in_interval: 0,
+            sampled: false,
+            calls_estimated: 0,
             procs,
             sink,
             filters: Filters::default(),
@@ -719,6 +725,18 @@ impl<S: Sink> Pipeline<S> {
             }
         };
         self.down.summary.endpoints = self.down.endpoints.cumulative();
+        if self.down.sampled {
+            // Since-start rows made partly of sampled intervals: marked as such.
+            for e in &mut self.down.summary.endpoints {
+                e.sampled = true;
+            }
+            let calls = self.down.summary.calls;
+            let estimated = self.down.calls_estimated;
+            if let Some(t) = self.down.summary.sampling.as_mut() {
+                t.calls_seen = calls;
+                t.calls_estimated = estimated.max(calls);
+            }
+        }
         self.down.summary.endpoint_table = self.down.endpoints.stats();
         self.down.summary.duration_ns = duration_ns;
         self.down.summary.tracker = state.stats;
@@ -1133,6 +1151,7 @@ impl<S: Sink> Downstream<S> {
         }
         // The last interval's report never got its last part (a frame of a recording lost).
         self.close_following_flows()?;
+        let calls_in_interval = self.calls_in_interval;
         self.calls_in_interval = 0;
         self.procs.purge_exited();
         self.proc_stats.set_open_connections(&state.open_per_pid);
@@ -1171,20 +1190,60 @@ impl<S: Sink> Downstream<S> {
                     .observe_tls_hits(*pid, hits, stepped.min(hits));
             }
         }
-        self.summary.kernel = kernel.clone();
         let start = self.interval_start_ns.replace(now_ns).unwrap_or(now_ns);
         let period_ns = now_ns.saturating_sub(start);
-        let endpoints = self.endpoints.end_interval(period_ns);
+        // From the kernel's counters the interval's record carries: a replay marks the same.
+        let sampling = crate::report::SamplingSnapshot::between(
+            &self.summary.kernel,
+            kernel,
+            period_ns,
+            calls_in_interval,
+        );
+        self.summary.kernel = kernel.clone();
+        let mut endpoints = self.endpoints.end_interval(period_ns);
+        let mut processes = self.proc_stats.end_interval(period_ns);
+        self.calls_estimated += sampling
+            .as_ref()
+            .map_or(Some(calls_in_interval), |sm| sm.calls_estimated)
+            .unwrap_or(calls_in_interval);
+        if let Some(sm) = &sampling {
+            self.sampled = true;
+            let totals = self.summary.sampling.get_or_insert_with(Default::default);
+            totals.intervals += 1;
+            totals.syscalls_not_captured += sm.syscalls_not_captured;
+            for e in &mut endpoints {
+                e.sampled = true;
+                e.calls_per_s_estimated = sm.scale_rate(e.calls_per_s);
+            }
+            for p in &mut processes {
+                p.sampled = true;
+                p.calls_per_s_estimated = sm.scale_rate(p.calls_per_s);
+            }
+        }
         // Made only for a sink that shows them (the table keeps history only then).
-        let windows = (self.endpoints.history_ns() > 0).then(|| Box::new(self.endpoints.windows()));
+        let mut windows =
+            (self.endpoints.history_ns() > 0).then(|| Box::new(self.endpoints.windows()));
+        if let Some(w) = windows.as_mut().filter(|_| self.sampled) {
+            // Rows over several intervals, some sampled since the start: marked (a row is
+            // never shown exact when part of it is a sample).
+            for e in w
+                .since_start
+                .iter_mut()
+                .chain(w.last_10s.iter_mut())
+                .chain(w.last_1m.iter_mut())
+            {
+                e.sampled = true;
+            }
+        }
         let report = IntervalReport {
             mono_ns: now_ns,
             period_ns,
             endpoints,
             windows,
             conns: self.conns.as_ref().map(|c| c.snapshot()),
-            processes: self.proc_stats.end_interval(period_ns),
+            processes,
             overhead,
+            sampling,
             totals: self.totals(),
             open_connections,
             flows: self.pending_flows.take(),

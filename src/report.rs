@@ -33,4 +33,70 @@ pub struct IntervalReport {
     /// list of connections without a flow table counts no call itself either.
     #[serde(skip)]
     pub conns: Option<Vec<crate::aggregate::conns::ConnStats>>,
+    /// Connection sampling in this interval (`--max-cpu`, `--sample`): present only when some
+    /// send or receive went uncaptured because its connection was sampled out. Made from the
+    /// kernel's counters the interval's record carries, so a replay marks the same intervals.
+    pub sampling: Option<SamplingSnapshot>,
+}
+
+/// What a sampled interval's numbers are made of (the JSON `sampling` line).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SamplingSnapshot {
+    pub period_ns: u64,
+    /// Share of the traced sends and receives that were on captured connections: what the
+    /// interval's calls are a sample of (null when none was traced).
+    pub ratio: Option<f64>,
+    /// Share of connections the sample keeps for connections decided now (null: sampling
+    /// ended at the interval's end).
+    pub keep_ratio: Option<f64>,
+    /// Data sends and receives traced on selected sockets, and of those not captured.
+    pub syscalls: u64,
+    pub syscalls_not_captured: u64,
+    /// Connections decided out and in during the interval.
+    pub connections_sampled_out: u64,
+    pub connections_sampled_in: u64,
+    /// Calls completed from captured connections (exact each), and the interval's calls
+    /// estimated: calls_seen / ratio (null when nothing was captured).
+    pub calls_seen: u64,
+    pub calls_estimated: Option<u64>,
+}
+
+impl SamplingSnapshot {
+    /// The interval between two readings of the kernel's cumulative counters; None when
+    /// nothing went uncaptured in it.
+    pub fn between(
+        before: &crate::kernel_counters::KernelCounters,
+        now: &crate::kernel_counters::KernelCounters,
+        period_ns: u64,
+        calls_seen: u64,
+    ) -> Option<SamplingSnapshot> {
+        let shed = now.shed_runs.saturating_sub(before.shed_runs);
+        if shed == 0 {
+            return None;
+        }
+        let syscalls = now
+            .socket_syscalls
+            .saturating_sub(before.socket_syscalls)
+            .max(shed);
+        let ratio = (syscalls > 0).then(|| (syscalls - shed) as f64 / syscalls as f64);
+        Some(SamplingSnapshot {
+            period_ns,
+            ratio,
+            keep_ratio: now.sample_keep_ppm.map(|p| p as f64 / 1e6),
+            syscalls,
+            syscalls_not_captured: shed,
+            connections_sampled_out: now.shed_connections.saturating_sub(before.shed_connections),
+            connections_sampled_in: now.kept_connections.saturating_sub(before.kept_connections),
+            calls_seen,
+            calls_estimated: ratio
+                .filter(|r| *r > 0.0)
+                .map(|r| (calls_seen as f64 / r).round() as u64),
+        })
+    }
+
+    /// `n` per second scaled to all traffic (a rate scales soundly; a count of a sample does
+    /// not: the counts stay raw).
+    pub fn scale_rate(&self, per_s: f64) -> Option<f64> {
+        self.ratio.filter(|r| *r > 0.0).map(|r| per_s / r)
+    }
 }

@@ -46,6 +46,23 @@ pub struct Summary {
     /// With --plugin: each plugin's calls, cost and faults (docs/plugins.md).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub plugins: Vec<crate::plugins::PluginOverhead>,
+    /// When some interval was sampled (`--max-cpu`, `--sample`): what the session's numbers
+    /// are a sample of. Absent when every connection was captured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<SamplingTotals>,
+}
+
+/// The session's connection sampling (`summary.sampling`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SamplingTotals {
+    /// Intervals in which some send or receive was not captured (each has a `sampling` line).
+    pub intervals: u64,
+    /// Sends and receives not captured (their connections were sampled out).
+    pub syscalls_not_captured: u64,
+    /// Calls seen (as `calls`), and calls estimated: each sampled interval's estimate plus
+    /// the other intervals' calls.
+    pub calls_seen: u64,
+    pub calls_estimated: u64,
 }
 
 /// What the summary and the interval totals say of `--otlp`'s export (src/sink/otlp/; `otlp`

@@ -377,6 +377,7 @@ fn header_shows_capture_filters_the_call_filter_and_the_recording() {
                 flows: None,
                 windows: None,
                 conns: None,
+                sampling: None,
             },
         )));
         let s = screen(&app, w, h);

@@ -316,6 +316,13 @@ pub struct EndpointSnapshot {
     pub period_ns: u64,
     pub calls: u64,
     pub calls_per_s: f64,
+    /// Its calls are of a sample of connections (`--max-cpu`, `--sample`): counts, bytes and
+    /// latencies are the captured connections' (exact for those); absent when not sampled.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub sampled: bool,
+    /// In a sampled interval: `calls_per_s` scaled to all traffic by the interval's ratio.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calls_per_s_estimated: Option<f64>,
     /// Server errors (HTTP 5xx, protocol error replies).
     pub server_errors: u64,
     /// Client errors (HTTP 4xx).
@@ -1164,6 +1171,8 @@ fn snapshot(
         period_ns,
         calls: c.calls,
         calls_per_s: per_s(c.calls, period_ns),
+        sampled: false,
+        calls_per_s_estimated: None,
         server_errors: c.server_errors,
         client_errors: c.client_errors,
         unknown_outcomes: c.unknown_outcomes,

@@ -304,6 +304,9 @@ pub struct OverheadSnapshot {
     /// at after the start, between the looks at new processes) was looked at; absent as above.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls_installed_scanned: Option<bool>,
+    /// `--max-cpu`: ebtop's budget, % of one CPU (absent without one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_cpu_pct: Option<f64>,
     /// user_cpu_pct + bpf_cpu_pct (the BPF part counted as 0 when unavailable: then a lower
     /// bound, as `bpf_stats_available` says).
     pub ebtop_cpu_pct: Option<f64>,
@@ -414,6 +417,7 @@ impl Overhead {
             tls_files_skipped: None,
             tls_running_scanned: None,
             tls_installed_scanned: None,
+            max_cpu_pct: None,
             ebtop_cpu_pct: user_cpu_pct.map(|u| u + bpf.as_ref().map_or(0.0, |b| b.cpu_pct)),
             plugins: Vec::new(),
             bpf_programs: bpf.map(|b| b.programs).unwrap_or_default(),

@@ -87,6 +87,11 @@ pub struct ProcessSnapshot {
     pub rss_bytes: Option<u64>,
     pub calls: u64,
     pub calls_per_s: f64,
+    /// As an endpoint's: its calls are of a sample of connections; absent when not sampled.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub sampled: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calls_per_s_estimated: Option<f64>,
     /// Server errors (HTTP 5xx, protocol error replies).
     pub server_errors: u64,
     /// Client errors (HTTP 4xx).
@@ -372,6 +377,8 @@ impl ProcessStats {
                 rss_bytes: e.rss_bytes,
                 calls: a.calls,
                 calls_per_s: per_s(a.calls),
+                sampled: false,
+                calls_per_s_estimated: None,
                 server_errors: a.server_errors,
                 client_errors: a.client_errors,
                 unknown_outcomes: a.unknown_outcomes,

@@ -240,6 +240,86 @@ static __always_inline void count(__u32 idx, __u64 n)
 }
 
 /*
+ * Connection sampling (--max-cpu, --sample): which connections are captured, decided in the
+ * kernel once per connection, before any copy or ring write. User space writes the one entry
+ * (src/source/sampling.rs); all zero (the default) is no sampling: every connection captured.
+ *   keep_below: a connection is kept when its hash (sample_hash, 32 bits) is below this
+ *               (0 .. 2^32: none .. all);
+ *   epoch:      raised when user space raises keep_below: connections sampled out under an
+ *               older epoch are decided again (they join mid-stream, as a connection older
+ *               than ebtop does); lowering it leaves every decision as it was, so a connection
+ *               being captured is never cut;
+ *   active:     sampling is on (else every connection is kept, one map lookup per new one);
+ *   hold:       decide nothing yet (start of a budget: the load is measured first); the
+ *               records of undecided connections are not captured.
+ */
+struct ebtop_sample_ctl {
+	__u64 keep_below;
+	__u32 epoch;
+	__u32 active;
+	__u32 hold;
+	__u32 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ebtop_sample_ctl);
+} sample_ctl SEC(".maps");
+
+#define EBTOP_SAMPLE_UNDECIDED 0
+#define EBTOP_SAMPLE_IN 1
+#define EBTOP_SAMPLE_OUT 2
+
+/* A connection's place in the sample: src/source/sampling.rs `sample_hash` is the same. */
+static __always_inline __u32 sample_hash(__u64 id)
+{
+	id ^= id >> 33;
+	id *= 0xff51afd7ed558ccdULL;
+	id ^= id >> 33;
+	id *= 0xc4ceb9fe1a85ec53ULL;
+	id ^= id >> 33;
+	return (__u32)id;
+}
+
+/*
+ * Whether this send or receive of connection `sock_id` is captured; `state`/`epoch` are the
+ * connection's own (socket storage or its entry in sock_states). A connection captured stays
+ * captured: one byte compared. Else one array lookup (inlined by the verifier).
+ */
+static __always_inline bool sample_keeps(__u8 *state, __u32 *epoch, __u64 sock_id)
+{
+	if (*state == EBTOP_SAMPLE_IN)
+		return true;
+	__u32 zero = 0;
+	struct ebtop_sample_ctl *ctl = bpf_map_lookup_elem(&sample_ctl, &zero);
+	if (!ctl || !ctl->active) {
+		*state = EBTOP_SAMPLE_IN;
+		return true;
+	}
+	if (*state == EBTOP_SAMPLE_OUT && *epoch == ctl->epoch) {
+		count(EBTOP_CNT_SHED_RUNS, 1);
+		return false;
+	}
+	if (ctl->hold) {
+		count(EBTOP_CNT_SHED_RUNS, 1);
+		return false;
+	}
+	*epoch = ctl->epoch;
+	if ((__u64)sample_hash(sock_id) < ctl->keep_below) {
+		*state = EBTOP_SAMPLE_IN;
+		count(EBTOP_CNT_KEPT_CONNS, 1);
+		return true;
+	}
+	if (*state != EBTOP_SAMPLE_OUT)
+		count(EBTOP_CNT_SHED_CONNS, 1);
+	*state = EBTOP_SAMPLE_OUT;
+	count(EBTOP_CNT_SHED_RUNS, 1);
+	return false;
+}
+
+/*
  * A word of a task name with the bytes from its first NUL on zeroed (little-endian), without
  * a branch: the lowest flag of the zero-byte test is exact (bit 8k+7 for the first zero byte
  * k), and no flag leaves the word whole.

@@ -105,6 +105,12 @@ enum ebtop_counter {
 	 * EBTOP_DEEP_MAX, a failed user copy, or no room in the ring for the whole): delivered as
 	 * a head and a tail; what their parsers cannot see is counted there. */
 	EBTOP_CNT_DEEP_CUT,
+	/* Connection sampling (--max-cpu, --sample; capture.h sample_keeps): data sends/receives
+	 * on connections sampled out (not captured: only the hook and the per-socket state ran),
+	 * and connections decided out and in while sampling was on. */
+	EBTOP_CNT_SHED_RUNS,
+	EBTOP_CNT_SHED_CONNS,
+	EBTOP_CNT_KEPT_CONNS,
 	EBTOP_CNT__MAX,
 };
 

@@ -359,7 +359,10 @@ pub mod counter {
     pub const DEEP: u32 = 15;
     pub const DEEP_BYTES: u32 = 16;
     pub const DEEP_CUT: u32 = 17;
-    pub const COUNT: u32 = 18;
+    pub const SHED_RUNS: u32 = 18;
+    pub const SHED_CONNS: u32 = 19;
+    pub const KEPT_CONNS: u32 = 20;
+    pub const COUNT: u32 = 21;
 }
 
 /// Attaches a loaded tc program to interface `ifindex`'s tcx hook (ingress or egress, as the

@@ -71,7 +71,8 @@ struct sk_state {
 	__u8 proto;
 	__u8 delivered; /* a record of this socket reached user space: its close matters */
 	__u8 flow_owner_known; /* its flow-table entry has an owner: no lookup per send */
-	__u8 _pad;
+	__u8 sample; /* EBTOP_SAMPLE_*: captured, sampled out, undecided (capture.h) */
+	__u32 sample_epoch;
 	char comm[EBTOP_TASK_COMM_LEN];
 };
 
@@ -396,6 +397,10 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	count(EBTOP_CNT_SOCK_SYSCALLS, 1);
 	if (!st->sock_id)
 		st->sock_id = sock_inode(sk);
+	/* Sampled out: nothing more than the hook and the socket's storage (the flow's bytes
+	 * were counted above). */
+	if (!sample_keeps(&st->sample, &st->sample_epoch, st->sock_id))
+		return 0;
 	__u64 len = (__u64)ret;
 	__u64 seq = __sync_fetch_and_add(&st->seq[dir & 1], len);
 	if (st->proto == EBTOP_PROTO_FILTERED || bench_cut == 2)

@@ -38,6 +38,8 @@ struct inflight {
 struct sock_state {
 	__u64 seq[2];
 	__u8 proto;
+	__u8 sample; /* EBTOP_SAMPLE_*: captured, sampled out, undecided (capture.h) */
+	__u32 sample_epoch;
 };
 
 struct {
@@ -148,6 +150,9 @@ static __always_inline int emit_data(const struct inflight *inf, __u64 end_ns, _
 		if (!st)
 			return 0;
 	}
+	/* Sampled out: the hooks and the socket's state only. */
+	if (!sample_keeps(&st->sample, &st->sample_epoch, inf->sock_id))
+		return 0;
 	__u8 dir = inf->dir & 1;
 	__u64 seq = __sync_fetch_and_add(&st->seq[dir], len);
 
@@ -374,7 +379,7 @@ int enter_close(struct ebtop_sys_enter_ctx *ctx)
 	struct sock_state *st = bpf_map_lookup_elem(&sock_states, &inf.sock_id);
 	if (!st)
 		return 0;
-	bool delivered = st->proto != EBTOP_PROTO_FILTERED &&
+	bool delivered = st->proto != EBTOP_PROTO_FILTERED && st->sample != EBTOP_SAMPLE_OUT &&
 			 (capture_all || st->proto != EBTOP_PROTO_UNKNOWN);
 	/* A TLS socket's close ends its plaintext stream (user space ignores the close of one
 	 * whose plaintext it never saw). */

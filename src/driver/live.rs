@@ -22,6 +22,7 @@ pub use crate::source::capture::{LiveConfig, MAX_SHARDS};
 use crate::source::flow_table::{FlowCollector, FlowConfig, LoadedFlows};
 use crate::source::process_probe::ProcessProbe;
 use crate::source::ring_feed::RingFeed;
+use crate::source::sampling::{IntervalLoad, Sampler};
 use crate::tls::TlsProbes;
 
 /// Records consumed per loop pass before ticks, signals and the deadline are checked again.
@@ -505,6 +506,10 @@ pub fn run<S: Sink, R>(
         }
     };
     let mut pending_tick: Option<(u64, KernelCounters, OverheadSnapshot)> = None;
+    // Connection sampling (`--max-cpu`, `--sample`): the kernel's control entry was written
+    // before attach; a budget moves it once per interval.
+    let mut sampler = Sampler::new(cfg.sampling);
+    let mut runs_before = (0u64, 0u64);
     // TLS candidate files skipped as untrusted input, as last warned about.
     let mut tls_skips_warned = 0;
     // Records the last look at the ring found (with a ring per tracking thread, the threads
@@ -634,6 +639,24 @@ pub fn run<S: Sink, R>(
                     lost: k.lost,
                 },
             );
+            let mut k = k;
+            let runs = (k.socket_syscalls, k.shed_runs);
+            let load = IntervalLoad {
+                period_ns: ov.period_ns,
+                user_cpu_pct: ov.user_cpu_pct,
+                bpf_cpu_pct: ov.bpf_cpu_pct,
+                runs: runs.0.saturating_sub(runs_before.0),
+                shed_runs: runs.1.saturating_sub(runs_before.1),
+            };
+            runs_before = runs;
+            if let Some(ctl) = sampler.on_interval(&load) {
+                if let Err(e) = capture.set_sampling(ctl) {
+                    crate::diag!("ebtop: warning: {e:#}");
+                }
+            }
+            // What the next interval's records are decided under (a recording keeps it).
+            k.sample_keep_ppm = sampler.ctl().keep_ppm();
+            ov.max_cpu_pct = sampler.budget_pct();
             if let Some(t) = tls.as_ref() {
                 let skipped = t.skipped();
                 if skipped > tls_skips_warned {
@@ -701,7 +724,8 @@ pub fn run<S: Sink, R>(
             reason = r;
         }
     }
-    let counters = read_counters(&capture, procs.as_ref(), tls.as_ref());
+    let mut counters = read_counters(&capture, procs.as_ref(), tls.as_ref());
+    counters.sample_keep_ppm = sampler.ctl().keep_ppm();
     drop(ring);
     // Flows that ended since the last interval are reported with the last, partial one.
     let mut flow_links = Vec::new();

@@ -58,7 +58,7 @@ impl LineSelection {
             let n = n.as_ref();
             let i = SELECTABLE_TYPES.iter().position(|t| *t == n).ok_or_else(|| {
                 format!(
-                    "unknown line type {n:?} (known: {}; meta, lost and summary are always written)",
+                    "unknown line type {n:?} (known: {}; meta, lost, sampling and summary are always written)",
                     SELECTABLE_TYPES.join(", ")
                 )
             })?;
@@ -222,6 +222,7 @@ enum Line<'a> {
     Endpoint(Stamped<'a, crate::aggregate::EndpointSnapshot>),
     Process(Stamped<'a, crate::aggregate::ProcessSnapshot>),
     Overhead(Stamped<'a, crate::aggregate::OverheadSnapshot>),
+    Sampling(Stamped<'a, crate::report::SamplingSnapshot>),
     Flow(FlowLine<'a>),
     FlowEnd(FlowLine<'a>),
     FlowStats(Stamped<'a, crate::flows::FlowStats>),
@@ -527,6 +528,10 @@ impl<W: Write> Sink for JsonSink<W> {
     fn interval(&mut self, r: &IntervalReport) -> io::Result<()> {
         let ts = self.clock.rfc3339(r.mono_ns);
         let select = self.select;
+        // Always written (as `lost` is): it says the interval's numbers are of a sample.
+        if let Some(sm) = &r.sampling {
+            self.line(&Line::Sampling(Stamped { ts: &ts, body: sm }))?;
+        }
         for e in r.endpoints.iter().filter(|_| select.wants("endpoint")) {
             self.line(&Line::Endpoint(Stamped { ts: &ts, body: e }))?;
         }

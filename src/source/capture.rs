@@ -61,6 +61,9 @@ pub struct LiveConfig {
     /// Connection-tracking threads (`--threads`): with more than one, each reads its own
     /// event ring (`ring_layout`).
     pub tracking_threads: usize,
+    /// Connection sampling (`--max-cpu`, `--sample`): its first control entry is written
+    /// before the programs are attached; the live driver moves it.
+    pub sampling: crate::source::sampling::SamplingMode,
 }
 
 /// Event rings the capture objects have (`EBTOP_MAX_SHARDS` in src/bpf/capture.h): at most
@@ -205,6 +208,15 @@ impl Capture<'_> {
         ) {
             crate::diag!("ebtop: warning: Go TLS calls will not be placed on their sockets: {e}");
         }
+    }
+
+    /// Writes the sampling control entry the capture programs read (capture.h `sample_ctl`).
+    pub(crate) fn set_sampling(&self, ctl: crate::source::sampling::SampleCtl) -> Result<()> {
+        let map = match self {
+            Capture::Socket(s, _) => &s.maps.sample_ctl,
+            Capture::Syscalls(s, _) => &s.maps.sample_ctl,
+        };
+        write_sampling(map, ctl)
     }
 
     pub(crate) fn counters(&self) -> &libbpf_rs::Map<'_> {
@@ -463,6 +475,15 @@ fn attach_capture(object: &mut libbpf_rs::Object) -> Result<Vec<libbpf_rs::Link>
     Ok(links)
 }
 
+fn write_sampling(map: &libbpf_rs::Map<'_>, ctl: crate::source::sampling::SampleCtl) -> Result<()> {
+    map.update(
+        &0u32.to_ne_bytes(),
+        &ctl.to_bytes(),
+        libbpf_rs::MapFlags::ANY,
+    )
+    .context("writing the connection sampling's control entry failed")
+}
+
 /// Attaches both copies of a loaded capture (none without `capture`).
 fn attach_both(
     cfg: &LiveConfig,
@@ -513,6 +534,10 @@ fn load_socket_layer<'obj>(
              Linux >= 6.3 with BTF; --hooks syscalls works on older kernels)"
         )
     })?;
+    write_sampling(
+        &skel.maps.sample_ctl,
+        crate::source::sampling::Sampler::new(cfg.sampling).ctl(),
+    )?;
     let links = attach_both(cfg, skel.object_mut(), beside.object_mut())?;
     Ok((Capture::Socket(Box::new(skel), beside.object()), links))
 }
@@ -539,6 +564,10 @@ fn load_syscall_hooks<'obj>(
              run with --verbose for the verifier's log)"
         )
     })?;
+    write_sampling(
+        &skel.maps.sample_ctl,
+        crate::source::sampling::Sampler::new(cfg.sampling).ctl(),
+    )?;
     let links = attach_both(cfg, skel.object_mut(), beside.object_mut())?;
     Ok((Capture::Syscalls(Box::new(skel), beside.object()), links))
 }
@@ -675,6 +704,11 @@ pub(crate) fn read_counters(
         copied_whole: sum(counter::DEEP).0,
         copied_whole_bytes: sum(counter::DEEP_BYTES).0,
         not_copied_whole: sum(counter::DEEP_CUT).0,
+        shed_runs: sum(counter::SHED_RUNS).0,
+        shed_connections: sum(counter::SHED_CONNS).0,
+        kept_connections: sum(counter::KEPT_CONNS).0,
+        // The live driver sets it from what it wrote (the kernel does not say).
+        sample_keep_ppm: None,
         tls_files_probed: tls.map_or(0, |t| t.status().files.len() as u64),
         tls_probe_failures: tls.map_or(0, |t| t.status().failures.len() as u64),
         tls_probe_hits,

@@ -7,6 +7,7 @@ pub mod capture;
 pub mod flow_table;
 pub mod process_probe;
 pub mod ring_feed;
+pub mod sampling;
 
 /// Whether a benchmark build's cut (`read`, `read-cpu`) has user space drop each record as it
 /// is read; never in a normal build.

@@ -975,6 +975,7 @@ mod tests {
             flows: parts.next(),
             windows: None,
             conns: None,
+            sampling: None,
         };
         let (tx, rx) = std::sync::mpsc::sync_channel(8);
         let mut sink = TuiSink::new(tx);

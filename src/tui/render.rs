@@ -206,6 +206,19 @@ fn header_top(app: &App, k: HeaderDetail) -> Vec<Span<'static>> {
             ),
         ));
     }
+    if let Some(sm) = d.report.as_ref().and_then(|r| r.sampling.as_ref()) {
+        // The last interval's numbers are of a sample of connections (rows marked `~`).
+        let share = sm
+            .ratio
+            .map_or("?".to_owned(), |r| format!("{:.0}%", r * 100.0));
+        top.push(Span::styled(
+            format!("  SAMPLED {share}"),
+            style(
+                app,
+                Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
+            ),
+        ));
+    }
     if d.ended.is_some() {
         top.push(Span::raw("  [ENDED]"));
     }

@@ -477,6 +477,16 @@ pub fn status_text(l7: &crate::protocols::L7Call) -> String {
 
 /// A count of calls, marked `≥` when connections it was counted on lost bytes (records lost or
 /// not captured): calls may be missing from it.
+/// A number of a sample of connections (`--max-cpu`, `--sample`): `~` before it, as the
+/// header's SAMPLED says.
+fn sampled(of_sample: bool, cell: String) -> String {
+    if of_sample {
+        format!("~{cell}")
+    } else {
+        cell
+    }
+}
+
 fn at_least(lossy: bool, cell: String) -> String {
     if lossy {
         format!("≥{cell}")
@@ -568,8 +578,8 @@ pub(crate) fn endpoint_row(e: &EndpointSnapshot) -> Row {
             e.side.name().to_owned(),
             e.method.clone(),
             e.resource.clone(),
-            at_least(e.conn_loss, human(e.calls as f64)),
-            human_rate(e.calls_per_s),
+            sampled(e.sampled, at_least(e.conn_loss, human(e.calls as f64))),
+            sampled(e.sampled, human_rate(e.calls_per_s)),
             rate_cell(e.server_error_rate, e.unknown_outcomes),
             rate_cell(e.client_error_rate, e.unknown_outcomes),
             ms(e.latency_p50_ns),
@@ -722,7 +732,7 @@ pub(crate) fn process_row(
             opt(p.rss_bytes.map(|b| b as f64), |v| {
                 format!("{:.1}", v / 1048576.0)
             }),
-            at_least(p.conn_loss, human_rate(p.calls_per_s)),
+            sampled(p.sampled, at_least(p.conn_loss, human_rate(p.calls_per_s))),
             human_rate(per_s(p.server_errors)),
             human_rate(per_s(p.client_errors)),
             human(bytes_in_per_s.round()),

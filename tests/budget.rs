@@ -1,0 +1,236 @@
+//! Connection sampling (`--sample`, the fixed share `--max-cpu` moves): the kernel captures a
+//! deterministic sample of connections, each kept connection exactly, and every figure of a
+//! sampled interval is marked — live and in a replay of its recording. Needs root.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{BufReader, Write};
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use ebtop::source::sampling::{keep_below_of, keeps};
+use serde_json::Value;
+
+/// The socket's inode number: the id the kernel hashes (`sock_id` in call lines).
+fn inode(s: &TcpStream) -> u64 {
+    // SAFETY: fstat on an open descriptor into a zeroed stat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::fstat(s.as_raw_fd(), &mut st) }, 0);
+    st.st_ino
+}
+
+/// The inode of the server's socket of the connection from local port `client_port` to
+/// `server_port` (/proc/net/tcp: local and remote address in hex, inode in column 10).
+fn server_inode(server_port: u16, client_port: u16) -> Option<u64> {
+    let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let local = format!(":{server_port:04X}");
+    let remote = format!(":{client_port:04X}");
+    tcp.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        (f.len() > 9 && f[1].ends_with(&local) && f[2].ends_with(&remote))
+            .then(|| f[9].parse().unwrap())
+    })
+}
+
+struct Conn {
+    stream: TcpStream,
+    reader: BufReader<TcpStream>,
+    client: u64,
+    server: u64,
+    requests: u64,
+}
+
+/// `n` connections to `server`, connection i making i + 1 requests (all answered before the
+/// next), ebtop running meanwhile.
+fn traffic(server: &TestServer, n: usize) -> Vec<Conn> {
+    let mut conns: Vec<Conn> = (0..n)
+        .map(|_| {
+            let stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+            let reader = BufReader::new(stream.try_clone().unwrap());
+            let client = inode(&stream);
+            let port = stream.local_addr().unwrap().port();
+            Conn {
+                stream,
+                reader,
+                client,
+                server: 0,
+                requests: 0,
+            }
+            .with_server(server.port, port)
+        })
+        .collect();
+    for (i, c) in conns.iter_mut().enumerate() {
+        for _ in 0..=i {
+            c.stream
+                .write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+                .unwrap();
+            assert_eq!(read_response(&mut c.reader).0, 200);
+            c.requests += 1;
+        }
+    }
+    conns
+}
+
+impl Conn {
+    fn with_server(mut self, server_port: u16, client_port: u16) -> Conn {
+        // Until the server's thread accepts it, the socket has no file: inode 0.
+        for _ in 0..500 {
+            if let Some(ino) = server_inode(server_port, client_port).filter(|i| *i != 0) {
+                self.server = ino;
+                return self;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("the server did not accept the connection from port {client_port}");
+    }
+}
+
+fn calls_by_socket(lines: &[Value]) -> HashMap<u64, u64> {
+    let mut by = HashMap::new();
+    for c in calls(lines) {
+        *by.entry(c["sock_id"].as_u64().unwrap()).or_default() += 1;
+    }
+    by
+}
+
+#[test]
+fn a_sample_of_connections_is_exact_per_kept_connection_and_marked_and_replays_the_same() {
+    require_root();
+    let server = TestServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("sampled.ebt");
+    let port = server.port.to_string();
+    let pid = std::process::id().to_string();
+    let ebtop = Ebtop::start(&[
+        "--json",
+        "--port",
+        &port,
+        "--pid",
+        &pid,
+        "--sample",
+        "50",
+        "--delay",
+        "200ms",
+        "-w",
+        rec.to_str().unwrap(),
+        "--tls",
+        "off",
+    ]);
+    let conns = traffic(&server, 40);
+    let lines = ebtop.stop();
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
+
+    // Every kept connection's calls are exactly its requests, on both sides; a connection
+    // sampled out has none. Which are kept is the hash of each socket, nothing else.
+    let keep = keep_below_of(0.5);
+    let by_sock = calls_by_socket(&lines);
+    let (mut kept, mut out) = (0, 0);
+    for c in &conns {
+        for sock in [c.client, c.server] {
+            let want = if keeps(sock, keep) { c.requests } else { 0 };
+            assert_eq!(
+                by_sock.get(&sock).copied().unwrap_or(0),
+                want,
+                "socket {sock} ({} requests)",
+                c.requests
+            );
+            if want > 0 {
+                kept += 1;
+            } else {
+                out += 1;
+            }
+        }
+    }
+    // 80 sockets at 50%: both kinds, or the test proves nothing.
+    assert!(kept >= 10 && out >= 10, "kept {kept}, out {out}");
+    assert_eq!(
+        by_sock.values().sum::<u64>(),
+        calls(&lines).len() as u64,
+        "no call of another socket"
+    );
+
+    // Marks: a sampling line in every interval with uncaptured traffic, the endpoint lines of
+    // those intervals marked, and the summary saying what the numbers are a sample of.
+    let sampling: Vec<&Value> = lines.iter().filter(|v| v["type"] == "sampling").collect();
+    assert!(!sampling.is_empty(), "no sampling line");
+    let not_captured: u64 = sampling
+        .iter()
+        .map(|s| s["syscalls_not_captured"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        summary["kernel"]["shed_runs"].as_u64().unwrap(),
+        not_captured,
+        "every uncaptured syscall in some interval's sampling line"
+    );
+    for s in &sampling {
+        assert_eq!(s["keep_ratio"], 0.5, "{s}");
+        let ratio = s["ratio"].as_f64().unwrap();
+        assert!(ratio < 1.0, "{s}");
+    }
+    let sampled_ts: Vec<&Value> = sampling.iter().map(|s| &s["ts"]).collect();
+    for e in lines.iter().filter(|v| v["type"] == "endpoint") {
+        let marked = sampled_ts.contains(&&e["ts"]);
+        assert_eq!(e["sampled"] == true, marked, "{e}");
+        assert_eq!(e.get("calls_per_s_estimated").is_some(), marked, "{e}");
+    }
+    assert_eq!(
+        summary["sampling"]["intervals"].as_u64().unwrap(),
+        sampling.len() as u64
+    );
+    assert!(
+        summary["sampling"]["calls_estimated"].as_u64().unwrap()
+            >= summary["sampling"]["calls_seen"].as_u64().unwrap()
+    );
+
+    // The replay marks the same intervals the same way (from the recorded counters).
+    let out = Command::new(env!("CARGO_BIN_EXE_ebtop"))
+        .args(["-r", rec.to_str().unwrap(), "--json"])
+        .args(replay_args())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let replayed: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let of = |ls: &[Value], ty: &str| -> Vec<Value> {
+        ls.iter().filter(|v| v["type"] == ty).cloned().collect()
+    };
+    assert_eq!(of(&replayed, "sampling"), of(&lines, "sampling"));
+    assert_eq!(of(&replayed, "endpoint"), of(&lines, "endpoint"));
+    assert_eq!(replayed.last().unwrap()["sampling"], summary["sampling"]);
+}
+
+#[test]
+fn without_sampling_nothing_is_marked() {
+    require_root();
+    let server = TestServer::start();
+    let port = server.port.to_string();
+    let pid = std::process::id().to_string();
+    let ebtop = Ebtop::start(&[
+        "--json", "--port", &port, "--pid", &pid, "--delay", "200ms", "--tls", "off",
+    ]);
+    let conns = traffic(&server, 10);
+    let lines = ebtop.stop();
+    let by_sock = calls_by_socket(&lines);
+    for c in &conns {
+        assert_eq!(by_sock.get(&c.client).copied(), Some(c.requests));
+        assert_eq!(by_sock.get(&c.server).copied(), Some(c.requests));
+    }
+    assert!(lines.iter().all(|v| v["type"] != "sampling"));
+    assert!(lines
+        .iter()
+        .all(|v| v.get("sampled").is_none() && v.get("calls_per_s_estimated").is_none()));
+    let summary = lines.last().unwrap();
+    assert!(summary.get("sampling").is_none(), "{summary}");
+    assert_eq!(summary["kernel"]["shed_runs"], 0);
+}
