@@ -60,6 +60,7 @@ pub fn drive(data: &[u8]) -> usize {
                             start_ns: now,
                             end_ns: now + 10,
                             peer: None,
+                            pos: 0,
                         };
                         fed[dir.index()] += seg.total_len;
                         p.on_segment(&seg, &mut out, &mut stats);
@@ -82,6 +83,7 @@ pub fn drive(data: &[u8]) -> usize {
                             start_ns: now,
                             end_ns: now + 10,
                             peer: None,
+                            pos: 0,
                         };
                         fed[dir.index()] += seg.total_len;
                         p.on_segment(&seg, &mut out, &mut stats);
