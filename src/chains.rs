@@ -148,6 +148,17 @@ pub enum Disposition {
     Hold,
 }
 
+/// A client call that completed before the server call it reached (its read of the response
+/// may end before the server's write returns): what that server call needs of it.
+struct Recent {
+    id: u64,
+    resp_pos: Option<u64>,
+    method: String,
+    resource: String,
+    trace: Option<Arc<str>>,
+    due_ns: u64,
+}
+
 struct Held<T> {
     call: Call,
     extra: T,
@@ -163,6 +174,9 @@ pub struct Chains<T> {
     held: HashMap<HopKey, Held<T>>,
     /// Held keys in the order they were held (with their due time), for expiry.
     held_order: VecDeque<(u64, HopKey)>,
+    /// Client calls to a traced socket of this host whose server call has not come yet.
+    recent: HashMap<HopKey, Recent>,
+    recent_order: VecDeque<(u64, HopKey)>,
     /// Calls without a request-start id: numbered in order (deterministic in a replay).
     next: u64,
     pub stats: ChainStats,
@@ -176,6 +190,8 @@ impl<T> Default for Chains<T> {
             by_addr: HashMap::default(),
             held: HashMap::default(),
             held_order: VecDeque::new(),
+            recent: HashMap::default(),
+            recent_order: VecDeque::new(),
             next: 0,
             stats: ChainStats::default(),
         }
@@ -423,6 +439,26 @@ impl<T> Chains<T> {
                 call.id = id;
                 call.parent_id = None;
                 call.trace_id = own.or(start_trace);
+                if let Some(req_pos) = call.l7.req.first_pos {
+                    let hop = (call.local, call.peer, call.tls, req_pos);
+                    if let Some(c) = self.recent.remove(&hop) {
+                        // Its client call is out already.
+                        if c.resp_pos.is_some()
+                            && c.resp_pos == call.l7.resp.first_pos
+                            && c.method == call.l7.method
+                            && c.resource == call.l7.resource
+                        {
+                            self.stats.hops += 1;
+                            call.parent_id = Some(c.id);
+                            if call.trace_id.is_none() {
+                                call.trace_id = c.trace;
+                            }
+                        } else {
+                            self.stats.hop_disproved += 1;
+                        }
+                        return Disposition::Now;
+                    }
+                }
                 let peer_traced = call.l7.req.first_pos.is_some()
                     && call.l7.resp.first_pos.is_some()
                     && self
@@ -480,6 +516,34 @@ impl<T> Chains<T> {
                             self.stats.hop_disproved += 1;
                         }
                         released.push((h.call, h.extra));
+                    } else if call.l7.resp.first_pos.is_some()
+                        && self
+                            .by_addr
+                            .contains_key(&(call.peer, call.local, call.tls))
+                    {
+                        // Its server call may still come (its write returned after this
+                        // read): kept for it a while.
+                        while self.recent.len() >= MAX_HELD {
+                            match self.recent_order.pop_front() {
+                                Some((_, k)) => {
+                                    self.recent.remove(&k);
+                                }
+                                None => break,
+                            }
+                        }
+                        let due_ns = call.l7.resp.last_end_ns.saturating_add(HOLD_NS);
+                        self.recent.insert(
+                            hop,
+                            Recent {
+                                id: call.id,
+                                resp_pos: call.l7.resp.first_pos,
+                                method: call.l7.method.clone(),
+                                resource: call.l7.resource.clone(),
+                                trace: call.trace_id.clone(),
+                                due_ns,
+                            },
+                        );
+                        self.recent_order.push_back((due_ns, hop));
                     }
                 }
                 Disposition::Now
@@ -545,6 +609,15 @@ impl<T> Chains<T> {
 
     /// Server calls held past their due time at `now_ns` (kernel time), in the order held.
     pub fn expire(&mut self, now_ns: u64, released: &mut Vec<(Call, T)>) {
+        while let Some(&(due, key)) = self.recent_order.front() {
+            if due > now_ns {
+                break;
+            }
+            self.recent_order.pop_front();
+            if self.recent.get(&key).is_some_and(|c| c.due_ns == due) {
+                self.recent.remove(&key);
+            }
+        }
         while let Some(&(due, key)) = self.held_order.front() {
             if due > now_ns {
                 break;
@@ -563,9 +636,9 @@ impl<T> Chains<T> {
         }
     }
 
-    /// Whether any call is held.
+    /// Whether any call is held or client call kept (something [`Chains::expire`] may do).
     pub fn holding(&self) -> bool {
-        !self.held.is_empty()
+        !self.held.is_empty() || !self.recent.is_empty()
     }
 }
 

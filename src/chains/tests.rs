@@ -356,3 +356,20 @@ fn request_lines_are_told_from_bodies_and_responses() {
     assert!(!is_request_line(b"{\"GET / HTTP/1.1\r\n"));
     assert!(!is_request_line(b""));
 }
+
+/// The client's read of the reply may return before the server's write does (the reader
+/// wakes inside the writer's send): the client call completes first and the server call,
+/// when it comes, still finds it.
+#[test]
+fn a_client_call_completed_before_its_server_call_is_still_one_hop() {
+    let mut s = Sim::new();
+    s.io(APP, 7, R1, OUT, &redis_get("early"));
+    s.io(REDIS, 1, RS1, IN, &redis_get("early"));
+    s.io(APP, 7, R1, IN, b"$-1\r\n");
+    s.io(REDIS, 1, RS1, OUT, b"$-1\r\n");
+    s.finish();
+    let c = s.one(Side::Client, "GET", "early");
+    let redis = s.one(Side::Server, "GET", "early");
+    assert_eq!(redis.parent_id, Some(c.id));
+    assert_eq!(s.chains.stats.hops, 1);
+}
