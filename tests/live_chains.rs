@@ -163,8 +163,12 @@ fn a_threaded_apps_calls_sit_under_the_request_they_were_made_for() {
     wait_for_listener("127.0.0.1", app_port, "the app");
 
     let port_s = app_port.to_string();
+    let recording = dir.join("chains.ebtop");
+    let rec_s = recording.display().to_string();
     let ebtop = Ebtop::start(&[
         "--json",
+        "-w",
+        &rec_s,
         "--port",
         &port_s,
         "--port",
@@ -278,5 +282,40 @@ fn a_threaded_apps_calls_sit_under_the_request_they_were_made_for() {
     );
     assert_eq!(chains["ambiguous"], 0, "{chains}");
     assert_eq!(chains["unconfirmed"], 0, "{chains}");
+
+    // The recording replays into the same chains: every call's id, parent and trace id.
+    let out = Command::new(env!("CARGO_BIN_EXE_ebtop"))
+        .args(["-r", &rec_s, "--json"])
+        .args(replay_args())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let chain_of = |c: &Value| {
+        (
+            str_of(c, "resource").to_owned(),
+            c["side"].clone(),
+            c["id"].clone(),
+            c["parent_id"].clone(),
+            c["trace_id"].clone(),
+        )
+    };
+    let mut live: Vec<_> = calls.iter().map(|c| chain_of(c)).collect();
+    let replayed: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut replay: Vec<_> = replayed
+        .iter()
+        .filter(|v| v["type"] == "call")
+        .map(chain_of)
+        .collect();
+    live.sort_by_key(|k| format!("{k:?}"));
+    replay.sort_by_key(|k| format!("{k:?}"));
+    assert_eq!(live.len(), replay.len());
+    assert!(
+        live == replay,
+        "the replay's chains differ from the live run's"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
