@@ -57,6 +57,7 @@ fn parser(c: &mut Criterion) {
                         start_ns: i as u64 * 1000,
                         end_ns: i as u64 * 1000 + 10,
                         peer: None,
+                        pos: 0,
                     };
                     p.on_segment(&seg, &mut out, &mut st);
                 }
@@ -119,6 +120,7 @@ fn run(
             start_ns: i as u64 * 1000,
             end_ns: i as u64 * 1000 + 10,
             peer: *peer,
+            pos: 0,
         };
         p.on_segment(&seg, &mut out, &mut st);
     }

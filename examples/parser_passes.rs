@@ -38,6 +38,7 @@ fn passes(proto: protocols::Protocol, segs: &Segs, n: usize) -> usize {
                 start_ns: i as u64 * 1000,
                 end_ns: i as u64 * 1000 + 10,
                 peer: None,
+                pos: 0,
             };
             p.on_segment(&seg, &mut out, &mut st);
         }

@@ -50,6 +50,13 @@ pub struct Call {
     /// Client: first request write entry → last response read exit. Server: last request read
     /// exit → first response write entry.
     pub latency_ns: u64,
+    /// Its id in the session's call chains (src/chains.rs; 0 until the pipeline links it).
+    pub id: u64,
+    /// The call it was made for: the server call its thread was serving (a client call), the
+    /// client call that reached it on this host (a server call). None: none known.
+    pub parent_id: Option<u64>,
+    /// The application's trace id (`traceparent`, request-id headers) of it or its parent.
+    pub trace_id: Option<std::sync::Arc<str>>,
 }
 
 impl Call {
@@ -91,6 +98,9 @@ impl Call {
             peer,
             start_ns,
             latency_ns,
+            id: 0,
+            parent_id: None,
+            trace_id: None,
         }
     }
 }

@@ -368,6 +368,7 @@ impl ConnTracker {
                 start_ns: ev.start_ns,
                 end_ns: ev.end_ns,
                 peer: (conn.transport == Transport::Datagram).then_some(conn.peer),
+                pos: ev.seq,
             };
             p.on_segment(&seg, &mut self.scratch, &mut self.parse);
         }

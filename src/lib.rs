@@ -7,6 +7,7 @@ pub mod bpf;
 pub mod call;
 pub mod call_filter;
 pub mod cgroups;
+pub mod chains;
 pub mod cli;
 pub mod clock;
 pub mod conntrack;

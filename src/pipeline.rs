@@ -24,6 +24,7 @@ use crate::aggregate::process::DEFAULT_MAX_PROCESSES;
 use crate::aggregate::RowRef;
 use crate::aggregate::{EndpointTable, OverheadSnapshot, ProcessStats};
 use crate::call::{Call, Side};
+use crate::chains::{Chains, Disposition};
 use crate::conntrack::{ConnTracker, TrackerConfig, Verdict};
 use crate::event::{Direction, Event, EventHead, EventKind};
 use crate::filters::Filters;
@@ -130,6 +131,14 @@ struct Downstream<S: Sink> {
     caps_warned: CapsWarned,
     /// The connection table's cap (`TrackerConfig::max_conns`; per tracking thread).
     max_conns: usize,
+    /// Call chains (src/chains.rs): ids, parents, trace ids, and the server calls held for
+    /// the client call that reached them (with their endpoint rows). None with
+    /// `EBTOP_CHAINS=0` (for measuring their cost).
+    chains: Option<Chains<RowRef>>,
+    /// Held calls released, to go to the sink (reused).
+    released: Vec<(Call, RowRef)>,
+    /// A tracking thread's call line with the chain fields added (reused).
+    spliced: Vec<u8>,
 }
 
 /// What each cap had left out when it was last warned about: a `warning` goes out in an
@@ -195,6 +204,12 @@ fn apply_held_exits<S: Sink>(
     Ok(())
 }
 
+/// Whether call chains are made: yes unless `EBTOP_CHAINS=0` (a switch for measuring what
+/// they cost, docs/performance.md).
+fn chains_enabled() -> bool {
+    std::env::var_os("EBTOP_CHAINS").is_none_or(|v| v != "0")
+}
+
 /// Whether a record passes the user-space filters (live: the kernel applied them already).
 fn passes(f: &Filters, ev: &Event) -> bool {
     f.selects_ports(ev.lport, ev.rport) && f.selects_process(ev.pid, &ev.comm)
@@ -233,6 +248,9 @@ impl<S: Sink> Pipeline<S> {
             stop_on_recording_failure: None,
             caps_warned: CapsWarned::default(),
             max_conns: cfg.max_conns,
+            chains: chains_enabled().then(Chains::new),
+            released: Vec::new(),
+            spliced: Vec::new(),
         };
         Pipeline {
             tracking: Tracking::Inline(ConnTracker::new(cfg)),
@@ -639,6 +657,7 @@ impl<S: Sink> Pipeline<S> {
             });
         }
         self.down.check_recording(now_ns)?;
+        self.down.release_held(Some(now_ns))?;
         self.down.report_interval(now_ns, kernel, overhead, state)
     }
 
@@ -691,6 +710,8 @@ impl<S: Sink> Pipeline<S> {
         // the last event, which a replay knows as well as the live run did. Losses since the
         // last report are reported either way.
         self.apply_steps(Apply::All)?;
+        // Server calls still held for their client call go out now.
+        self.down.release_held(None)?;
         if self.down.calls_in_interval > 0
             || Downstream::<S>::loss_of(kernel) != self.down.lost_reported
             || self.down.pending_flows.is_some()
@@ -940,6 +961,21 @@ impl<S: Sink> Downstream<S> {
     ) -> io::Result<()> {
         let mut result = Ok(());
         let mut n = 0u64;
+        if let Some(chains) = self
+            .chains
+            .as_mut()
+            .filter(|_| verdict == Verdict::Selected)
+        {
+            // The record first: a request it starts or a response it begins is in force for
+            // the calls it completes.
+            if let Ok(e) = Event::decode(raw) {
+                chains.on_record(&e);
+            }
+            if chains.holding() {
+                chains.expire(ev.end_ns, &mut self.released);
+                result = self.emit_released();
+            }
+        }
         match calls {
             Calls::Shared(calls) => {
                 for (i, call) in calls.iter().enumerate() {
@@ -953,27 +989,60 @@ impl<S: Sink> Downstream<S> {
                         c.thread = Some(std::mem::replace(&mut c.comm, name));
                         c
                     });
-                    let call = renamed.as_ref().unwrap_or(call);
                     let is_renamed = renamed.is_some();
-                    if let Some(row) = self
-                        .account_call(call, is_renamed, i, &mut keyed, &mut result)
-                        .filter(|_| self.selected(call))
-                    {
-                        result = match line {
-                            Some(line) if !is_renamed => self.sink.call_formatted(call, line),
-                            _ => self.sink.call_in(call, row),
-                        };
+                    // Linked here, on a copy: the tracking thread's call is shared.
+                    let mut linked = renamed;
+                    let mut hold = false;
+                    if self.chains.is_some() {
+                        let mut c = linked.take().unwrap_or_else(|| call.clone());
+                        hold = self.link(&mut c) == Disposition::Hold;
+                        linked = Some(c);
                     }
+                    let call = linked.as_ref().unwrap_or(call);
+                    let Some(row) = self.account_call(call, is_renamed, i, &mut keyed, &mut result)
+                    else {
+                        continue;
+                    };
+                    if hold {
+                        self.hold(linked.take().expect("linked above"), row, ev.end_ns);
+                        continue;
+                    }
+                    if result.is_ok() {
+                        result = self.emit_released();
+                    }
+                    if result.is_err() || !self.selected(call) {
+                        continue;
+                    }
+                    result = match line {
+                        Some(line) if !is_renamed && linked.is_some() => {
+                            let mut spliced = std::mem::take(&mut self.spliced);
+                            crate::sink::call_line::with_chain_fields(&mut spliced, line, call);
+                            let r = self.sink.call_formatted(call, &spliced);
+                            self.spliced = spliced;
+                            r
+                        }
+                        Some(line) if !is_renamed => self.sink.call_formatted(call, line),
+                        _ => self.sink.call_in(call, row),
+                    };
                 }
             }
             Calls::Owned(calls) if self.sink.keeps_calls() => {
                 for (i, mut call) in calls.drain(..).enumerate() {
                     n += 1;
                     let renamed = self.rename(&mut call);
-                    if let Some(row) = self
-                        .account_call(&call, renamed, i, &mut keyed, &mut result)
-                        .filter(|_| self.selected(&call))
-                    {
+                    let hold = self.link(&mut call) == Disposition::Hold;
+                    let Some(row) = self.account_call(&call, renamed, i, &mut keyed, &mut result)
+                    else {
+                        continue;
+                    };
+                    if hold {
+                        self.hold(call, row, ev.end_ns);
+                        continue;
+                    }
+                    if result.is_ok() {
+                        result = self.emit_released();
+                    }
+                    if result.is_ok() && self.selected(&call) {
                         result = self.sink.call_owned_in(call, row);
                     }
                 }
@@ -982,11 +1051,19 @@ impl<S: Sink> Downstream<S> {
                 for (i, call) in calls.iter_mut().enumerate() {
                     n += 1;
                     let renamed = self.rename(call);
-                    if self
-                        .account_call(call, renamed, i, &mut keyed, &mut result)
-                        .is_some()
-                        && self.selected(call)
-                    {
+                    let hold = self.link(call) == Disposition::Hold;
+                    let Some(row) = self.account_call(call, renamed, i, &mut keyed, &mut result)
+                    else {
+                        continue;
+                    };
+                    if hold {
+                        self.hold(call.clone(), row, ev.end_ns);
+                        continue;
+                    }
+                    if result.is_ok() {
+                        result = self.emit_released();
+                    }
+                    if result.is_ok() && self.selected(call) {
                         result = self.sink.call(call);
                     }
                 }
@@ -1017,6 +1094,55 @@ impl<S: Sink> Downstream<S> {
             }
         }
         result
+    }
+
+    /// Links `call` into its chain (ids, parent, trace; a server call whose client call may
+    /// still come is to be held). A held call that this client call completes is released.
+    fn link(&mut self, call: &mut Call) -> Disposition {
+        match self.chains.as_mut() {
+            Some(chains) => chains.link(call, &mut self.released),
+            None => Disposition::Now,
+        }
+    }
+
+    /// Holds a server call (counted in every aggregate already) for its client call.
+    fn hold(&mut self, call: Call, row: RowRef, now_ns: u64) {
+        if let Some(chains) = self.chains.as_mut() {
+            chains.hold(call, row, now_ns, &mut self.released);
+        }
+    }
+
+    /// Hands the released held calls to the sink (those the call selection keeps).
+    fn emit_released(&mut self) -> io::Result<()> {
+        if self.released.is_empty() {
+            return Ok(());
+        }
+        let mut released = std::mem::take(&mut self.released);
+        let mut result = Ok(());
+        for (call, row) in released.drain(..) {
+            if result.is_err() || !self.selected(&call) {
+                continue;
+            }
+            result = if self.sink.keeps_calls() {
+                self.sink.call_owned_in(call, row)
+            } else {
+                self.sink.call_in(&call, row)
+            };
+        }
+        self.released = released;
+        result
+    }
+
+    /// Every held call goes out (the session ends), or those due at `now_ns`.
+    fn release_held(&mut self, now_ns: Option<u64>) -> io::Result<()> {
+        if let Some(chains) = self.chains.as_mut() {
+            match now_ns {
+                Some(now) => chains.expire(now, &mut self.released),
+                None => chains.release_all(&mut self.released),
+            }
+            self.summary.chains = Some(chains.stats);
+        }
+        self.emit_released()
     }
 
     /// Whether a call counted in the aggregates goes on to the sink's call outputs (the call

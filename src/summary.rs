@@ -43,6 +43,9 @@ pub struct Summary {
     /// With --otlp: spans exported and dropped (docs/fleet.md).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub otlp: Option<OtlpStats>,
+    /// Call chains: links made and not made (src/chains.rs; absent with `EBTOP_CHAINS=0`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chains: Option<crate::chains::ChainStats>,
     /// With --plugin: each plugin's calls, cost and faults (docs/plugins.md).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub plugins: Vec<crate::plugins::PluginOverhead>,

@@ -102,6 +102,7 @@ fn parse_steps(transport: Transport, steps: &[Step]) -> (Vec<L7Call>, ParseStats
             start_ns: r.start_ns,
             end_ns: r.end_ns,
             peer: (transport == Transport::Datagram).then_some(r.peer),
+            pos: 0,
         };
         p.on_segment(&seg, &mut out, &mut stats);
     }

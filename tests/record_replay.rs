@@ -32,6 +32,19 @@ fn ebtop(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// A replay of a committed recording, compared with the lines its live run printed before
+/// call chains existed: with chains off (`EBTOP_CHAINS=0`: no `id`/`parent_id`/`trace_id`,
+/// no server call held for its client call), which is what that run printed. Chains in a
+/// replay are compared with their live run in tests/live_chains.rs.
+fn golden_replay(fixture: &str) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ebtop"))
+        .args(["-r", fixture, "--json"])
+        .args(common::replay_args())
+        .env("EBTOP_CHAINS", "0")
+        .output()
+        .unwrap()
+}
+
 /// ebtop with exactly `args` (not the environment's `--hooks`/`--threads`).
 fn plain_ebtop(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ebtop"))
@@ -67,7 +80,7 @@ const FLOWS_FIXTURE_LINES: &str = concat!(
 
 #[test]
 fn replay_of_flows_recording_prints_the_live_runs_flow_lines() {
-    let out = ebtop(&["-r", FLOWS_FIXTURE, "--json"]);
+    let out = golden_replay(FLOWS_FIXTURE);
     assert!(
         out.status.success(),
         "{}",
@@ -208,7 +221,7 @@ fn a_copy_over_its_own_input_is_refused() {
 
 #[test]
 fn replay_of_committed_recording_equals_what_the_live_run_printed() {
-    let out = ebtop(&["-r", FIXTURE, "--json"]);
+    let out = golden_replay(FIXTURE);
     assert!(
         out.status.success(),
         "{}",
@@ -645,7 +658,7 @@ fn replay_of_process_records_describes_and_ends_processes_as_live() {
             .map(str::to_owned)
             .collect()
     };
-    let out = ebtop(&["-r", PROCS_FIXTURE, "--json"]);
+    let out = golden_replay(PROCS_FIXTURE);
     assert!(
         out.status.success(),
         "{}",
@@ -694,7 +707,12 @@ fn replay_of_process_records_describes_and_ends_processes_as_live() {
     assert_eq!(summary["decode_errors"], 0);
 
     // Filters apply to process records as to calls.
-    let curl_only = ebtop(&["-r", PROCS_FIXTURE, "--json", "--comm", "curl"]);
+    let curl_only = Command::new(env!("CARGO_BIN_EXE_ebtop"))
+        .args(["-r", PROCS_FIXTURE, "--json", "--comm", "curl"])
+        .args(common::replay_args())
+        .env("EBTOP_CHAINS", "0") // compared with the golden lines, as above
+        .output()
+        .unwrap();
     let got = of_kinds(&curl_only);
     let want_curl: Vec<&String> = want
         .iter()

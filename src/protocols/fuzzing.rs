@@ -75,6 +75,7 @@ fn drive_spec(spec: &super::ProtocolDescriptor, data: &[u8]) -> usize {
                             start_ns: now,
                             end_ns: now + 10,
                             peer: None,
+                            pos: 0,
                         };
                         fed[dir.index()] += seg.total_len;
                         p.on_segment(&seg, &mut out, &mut stats);
@@ -97,6 +98,7 @@ fn drive_spec(spec: &super::ProtocolDescriptor, data: &[u8]) -> usize {
                             start_ns: now,
                             end_ns: now + 10,
                             peer: None,
+                            pos: 0,
                         };
                         fed[dir.index()] += seg.total_len;
                         p.on_segment(&seg, &mut out, &mut stats);

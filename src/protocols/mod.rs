@@ -410,6 +410,27 @@ pub struct Segment<'a> {
     /// The peer a datagram came from or went to (datagram sockets; None on streams, where
     /// the connection has one peer).
     pub peer: Option<std::net::SocketAddr>,
+    /// Stream position of `payload[0]`: bytes the socket moved in this direction before this
+    /// syscall since ebtop first saw it (the record's `seq`); 0 in tests that do not care.
+    pub pos: u64,
+}
+
+impl Segment<'_> {
+    /// The stream position of the byte `at` points to, when `at` starts inside this
+    /// segment's head or tail (a parser's view of its bytes); None for bytes of a parser's
+    /// own buffer (a header joined across syscalls).
+    pub fn pos_of(&self, at: &[u8]) -> Option<u64> {
+        let p = at.as_ptr() as usize;
+        let within = |s: &[u8]| {
+            let b = s.as_ptr() as usize;
+            (b <= p && p < b + s.len()).then(|| (p - b) as u64)
+        };
+        if let Some(off) = within(self.payload) {
+            return Some(self.pos.wrapping_add(off));
+        }
+        let tail_at = self.total_len.checked_sub(self.tail.len() as u64)?;
+        within(self.tail).map(|off| self.pos.wrapping_add(tail_at).wrapping_add(off))
+    }
 }
 
 /// The head and tail the kernel side copies of a stream syscall of `bytes` at `snaplen` (no
@@ -436,6 +457,11 @@ pub struct MessageSpan {
     /// Bytes of the message (headers and body) as moved by the kernel.
     pub bytes: u64,
     pub syscalls: u32,
+    /// Stream position of the message's first byte, where its parser knows it
+    /// ([`MessageSpan::starting_at`]; HTTP/1 and Redis): what matches a client call to the
+    /// server call it reached (src/chains.rs). Not an output field.
+    #[serde(skip)]
+    pub first_pos: Option<u64>,
 }
 
 impl MessageSpan {
@@ -447,6 +473,14 @@ impl MessageSpan {
             last_end_ns: seg.end_ns,
             bytes: 0,
             syscalls: 1,
+            first_pos: None,
+        }
+    }
+    /// A message whose first byte is `at`, a slice of `seg`'s bytes (its position kept).
+    pub fn starting_at(seg: &Segment, at: &[u8]) -> MessageSpan {
+        MessageSpan {
+            first_pos: seg.pos_of(at),
+            ..MessageSpan::starting(seg)
         }
     }
     /// Records that `seg` (a later syscall) carried part of this message.

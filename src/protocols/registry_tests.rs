@@ -112,6 +112,7 @@ fn benchmark_fixtures_give_the_calls_their_descriptors_say() {
                     start_ns: i as u64 * 1000,
                     end_ns: i as u64 * 1000 + 10,
                     peer: None,
+                    pos: 0,
                 };
                 p.on_segment(&seg, &mut out, &mut stats);
             }

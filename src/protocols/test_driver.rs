@@ -44,6 +44,7 @@ impl<P: StreamParser> Driver<P> {
             start_ns: self.now,
             end_ns: self.now + 500,
             peer: None,
+            pos: self.fed[dir.index()],
         };
         self.fed[dir.index()] = self.fed[dir.index()].saturating_add(total);
         self.p.on_segment(&seg, &mut self.calls, &mut self.stats);
@@ -64,6 +65,7 @@ impl<P: StreamParser> Driver<P> {
             start_ns: self.now,
             end_ns: self.now + 500,
             peer: None,
+            pos: self.fed[dir.index()],
         };
         self.fed[dir.index()] = self.fed[dir.index()].saturating_add(bytes.len() as u64);
         self.p.on_segment(&seg, &mut self.calls, &mut self.stats);

@@ -319,6 +319,43 @@ fn write(
         out.push(b':');
         string(out, value);
     }
+    if c.id != 0 {
+        chain_fields(out, c);
+    }
+    out.extend_from_slice(b"}\n");
+}
+
+/// The call's place in its chain (src/chains.rs): `id`, `parent_id`, `trace_id`, last in
+/// its line. Calls tracked on other threads are linked on the pipeline's thread after their
+/// line was written (id 0 then): [`with_chain_fields`] adds these to it.
+pub fn chain_fields(out: &mut Vec<u8>, c: &Call) {
+    let hex = |out: &mut Vec<u8>, id: u64| {
+        out.push(b'"');
+        for i in (0..16).rev() {
+            out.push(b"0123456789abcdef"[(id >> (i * 4)) as usize & 15]);
+        }
+        out.push(b'"');
+    };
+    out.extend_from_slice(b",\"id\":");
+    hex(out, c.id);
+    out.extend_from_slice(b",\"parent_id\":");
+    match c.parent_id {
+        Some(p) => hex(out, p),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"trace_id\":");
+    match &c.trace_id {
+        Some(t) => string(out, t),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+/// `line` (a call line written before `c` was linked) with `c`'s chain fields, into `out`.
+pub fn with_chain_fields(out: &mut Vec<u8>, line: &[u8], c: &Call) {
+    out.clear();
+    let body = line.strip_suffix(b"}\n").unwrap_or(line);
+    out.extend_from_slice(body);
+    chain_fields(out, c);
     out.extend_from_slice(b"}\n");
 }
 

@@ -1057,6 +1057,7 @@ mod tests {
                 start_ns: t_ms * 1_000_000,
                 end_ns: t_ms * 1_000_000 + 1000,
                 peer: Some(peer.parse().unwrap()),
+                pos: 0,
             };
             self.p.on_segment(&seg, &mut self.out, &mut self.stats);
             self

@@ -466,6 +466,9 @@ pub fn on_segment<F: Framer>(
         payload: tail,
         tail: &[],
         total_len: tail.len() as u64,
+        pos: seg
+            .pos
+            .wrapping_add(seg.total_len.saturating_sub(tail.len() as u64)),
         ..*seg
     };
     let d = seg.dir.index();

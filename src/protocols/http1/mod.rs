@@ -298,7 +298,7 @@ impl Http1Parser {
         ds.state = State::Headers;
         ds.hdr_buf.clear();
         ds.cur_seg = self.seg_counter;
-        let span = MessageSpan::starting(seg);
+        let span = MessageSpan::starting_at(seg, data);
         ds.cur = match kind {
             // The id is assigned when the header block is complete.
             Kind::Request => Current::Request {
@@ -786,6 +786,9 @@ impl Http1Parser {
             payload: seg.tail,
             tail: &[],
             total_len: seg.tail.len() as u64,
+            pos: seg
+                .pos
+                .wrapping_add(seg.total_len.saturating_sub(seg.tail.len() as u64)),
             ..*seg
         };
         let mut data = seg.tail;
@@ -850,6 +853,9 @@ impl StreamParser for Http1Parser {
                     total_len: seg
                         .total_len
                         .saturating_sub((seg.payload.len() - data.len()) as u64),
+                    pos: seg
+                        .pos
+                        .wrapping_add((seg.payload.len() - data.len()) as u64),
                     ..*seg
                 };
                 if rest.total_len > 0 {

@@ -1462,6 +1462,7 @@ mod tests {
                 start_ns: self.t,
                 end_ns: self.t + 1,
                 peer: None,
+                pos: 0,
             };
             self.p.on_segment(&seg, &mut self.calls, &mut self.stats);
         }

@@ -884,11 +884,12 @@ impl Dir {
         self.reset_framing();
     }
 
-    fn begin(&mut self, cx: &Cx) {
+    /// A message starts at `at` (the parser's view of the segment's bytes).
+    fn begin(&mut self, at: &[u8], cx: &Cx) {
         self.clear_message();
         self.cur_seg = cx.seg_counter;
         self.msg = Some(Msg {
-            span: MessageSpan::starting(cx.seg),
+            span: MessageSpan::starting_at(cx.seg, at),
             truncated: false,
             top: 0,
             top_len: 0,
@@ -921,7 +922,7 @@ impl Dir {
             if cx.commands && (c == b'\r' || c == b'\n') {
                 return (1, Ev::None);
             }
-            self.begin(cx);
+            self.begin(data, cx);
         }
         if self.streamed_str {
             if c != b';' {
@@ -2483,6 +2484,7 @@ mod tests {
             assert!(d.calls[..17].iter().all(|c| c.req
                 == MessageSpan {
                     bytes: c.req.bytes,
+                    first_pos: c.req.first_pos,
                     ..first
                 }));
             assert_eq!(d.calls[1].req.bytes, 45);
@@ -2560,6 +2562,7 @@ mod tests {
             && c.req
                 == MessageSpan {
                     bytes: 38,
+                    first_pos: c.req.first_pos,
                     ..d.calls[8].req
                 }));
         // EXEC's results hold the WRONGTYPE of the LPUSH queued before it.

@@ -1,0 +1,653 @@
+//! Call chains on one host (issue 50): which call was made while serving which, and which
+//! client call reached which server call. Runs on the pipeline's thread, after tracking, over
+//! every record (in kernel time order, whichever thread tracked it) and every completed call,
+//! so a live session and the replay of its recording link the same calls.
+//!
+//! Two kinds of link, both exact or none:
+//! - **Within a process** (thread per request): a client call is the child of the server
+//!   request its thread was serving when the client call's first request write began. A
+//!   thread serves a request from the read that starts it (a record read on a connection
+//!   whose first bytes after the other direction's are a whole HTTP/1 request line) until
+//!   the first response write on that connection (by any thread). The state lives here, not
+//!   in the parsers: it spans connections (a thread's server connection and its client
+//!   connections may be tracked by different threads), and the parsers make calls only when
+//!   they complete — after their children. So the parent's id is fixed when its request
+//!   starts (its connection and the request's stream position, [`server_id`]), and the call
+//!   the parser completes later gets the same id when its first request read is that record
+//!   (else a new id, and no child named the old one but those counted `unconfirmed`). A
+//!   thread with two requests open at once (an event loop: nginx, Node, asyncio) gives no
+//!   link from then on (counted `ambiguous`): which of its requests a call serves is not in
+//!   the syscalls.
+//! - **Across processes** (one hop): a client call and the server call it reached, on the
+//!   two sockets of one connection seen on this host (client local/peer = server peer/local),
+//!   are matched by the stream positions of the request's first byte and the response's
+//!   first byte, both exact (HTTP/1 and Redis parsers give them). Positions count from where
+//!   ebtop first saw each socket; a server's count of the request stream can only start
+//!   earlier than its client's (it reads what the client wrote) and a client's count of the
+//!   response stream only earlier than its server's, so two different exchanges cannot agree
+//!   on both positions: equality on both proves one exchange. Never matched by time. The
+//!   server call completes first: it is held (not yet handed to the sink) while a traced
+//!   socket of this host is its peer, until its client call completes ([`HOLD_NS`] at most).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::VecDeque;
+
+use crate::call::{Call, Side};
+use crate::event::{Direction, Event, EventKind, SOCK_STREAM};
+use crate::protocols::trace_context::TraceParent;
+
+/// Longest a server call waits for the client call that reached it (kernel time).
+pub const HOLD_NS: u64 = 2_000_000_000;
+/// Server calls held at most at once; beyond, the oldest goes out unlinked (counted).
+const MAX_HELD: usize = 16_384;
+/// Connections and threads followed at most; beyond, the state starts over (counted).
+const MAX_CONNS: usize = 65_536;
+const MAX_THREADS: usize = 65_536;
+/// Per connection: request starts remembered (server side) and parent changes (client side).
+const MAX_STARTS: usize = 64;
+const MAX_PARENTS: usize = 64;
+/// Longest request-id header value taken as a trace id.
+const MAX_REQUEST_ID: usize = 128;
+
+/// What the chains did, all counted (`summary.chains`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ChainStats {
+    /// Client calls linked to the server request their thread was serving.
+    pub linked: u64,
+    /// Server calls linked to the client call that reached them (a hop on this host).
+    pub hops: u64,
+    /// Client calls made on a thread serving more than one request (now or before: an event
+    /// loop): no link.
+    pub ambiguous: u64,
+    /// Client calls whose first request write ebtop has no state for (a connection's state
+    /// started over, or beyond the per-connection memory): no link.
+    pub unknown_start: u64,
+    /// Server requests that children were linked to whose call never came with that first
+    /// read (a request read ebtop took for one that was not): those children's parent is not
+    /// a call of the output. Expected 0.
+    pub unconfirmed: u64,
+    /// Server calls held for their client call that went out without it (no client call
+    /// with both positions equal within `HOLD_NS`, or too many held).
+    pub hop_unmatched: u64,
+    /// Client calls whose server call was held with the same request position but another
+    /// response position: not one exchange (positions counted from different points).
+    pub hop_disproved: u64,
+    /// Times the connection or thread state was cleared at its cap.
+    pub state_resets: u64,
+}
+
+/// A call's place in a chain, set by [`Chains::link`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChainIds {
+    /// Unique in the session (and the same in a replay of its recording).
+    pub id: u64,
+    pub parent_id: Option<u64>,
+    /// The application's trace: a `traceparent`'s trace id (32 hex digits), else an
+    /// `x-request-id`/`x-correlation-id`/`request-id` value, of this call's request or
+    /// its parent's.
+    pub trace_id: Option<Arc<str>>,
+}
+
+/// What the thread was serving when a client call started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Parent {
+    None,
+    One {
+        conn: u64,
+        id: u64,
+        trace: Option<Arc<str>>,
+    },
+    Ambiguous,
+}
+
+/// A request a server connection started (by its first read).
+#[derive(Debug, Clone)]
+struct ReqStart {
+    start_ns: u64,
+    end_ns: u64,
+    seq: u64,
+    id: u64,
+    trace: Option<Arc<str>>,
+    /// Children were linked to it (it must be confirmed by its call).
+    parent_of: bool,
+}
+
+#[derive(Debug)]
+struct ConnChain {
+    local: SocketAddr,
+    peer: SocketAddr,
+    tls: bool,
+    last_dir: Option<Direction>,
+    /// The thread whose open request this connection holds.
+    open_on: Option<(u32, u32)>,
+    starts: VecDeque<ReqStart>,
+    /// Client side: (egress record start, the thread's parent then), pushed when it changes.
+    parents: VecDeque<(u64, Parent)>,
+}
+
+#[derive(Debug, Default)]
+struct ThreadChain {
+    /// Requests open on this thread: (connection, request id, trace).
+    open: Vec<(u64, u64, Option<Arc<str>>)>,
+    /// It had two requests open at once: an event loop, whose calls are never linked.
+    multiplexed: bool,
+}
+
+/// Where a held server call waits: its socket pair, TLS or not, request position.
+type HopKey = (SocketAddr, SocketAddr, bool, u64);
+
+/// What the caller does with a call [`Chains::link`] linked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// Hand it on now (after any server calls [`Chains::link`] released).
+    Now,
+    /// Hold it ([`Chains::hold`]): a server call whose client call may still come.
+    Hold,
+}
+
+/// A client call that completed before the server call it reached (its read of the response
+/// may end before the server's write returns): what that server call needs of it.
+struct Recent {
+    id: u64,
+    resp_pos: Option<u64>,
+    method: String,
+    resource: String,
+    trace: Option<Arc<str>>,
+    due_ns: u64,
+}
+
+struct Held<T> {
+    call: Call,
+    extra: T,
+    resp_pos: Option<u64>,
+    due_ns: u64,
+}
+
+pub struct Chains<T> {
+    conns: HashMap<u64, ConnChain>,
+    threads: HashMap<(u32, u32), ThreadChain>,
+    /// Stream connections by (local, peer, tls): the client socket of a server's peer.
+    by_addr: HashMap<(SocketAddr, SocketAddr, bool), u64>,
+    held: HashMap<HopKey, Held<T>>,
+    /// Held keys in the order they were held (with their due time), for expiry.
+    held_order: VecDeque<(u64, HopKey)>,
+    /// Client calls to a traced socket of this host whose server call has not come yet.
+    recent: HashMap<HopKey, Recent>,
+    recent_order: VecDeque<(u64, HopKey)>,
+    /// Calls without a request-start id: numbered in order (deterministic in a replay).
+    next: u64,
+    pub stats: ChainStats,
+}
+
+impl<T> Default for Chains<T> {
+    fn default() -> Self {
+        Chains {
+            conns: HashMap::default(),
+            threads: HashMap::default(),
+            by_addr: HashMap::default(),
+            held: HashMap::default(),
+            held_order: VecDeque::new(),
+            recent: HashMap::default(),
+            recent_order: VecDeque::new(),
+            next: 0,
+            stats: ChainStats::default(),
+        }
+    }
+}
+
+/// A 64-bit mix (splitmix64's finaliser) of a tag and two values: ids of different kinds
+/// never meet but by a 2^-64 chance, and never 0.
+fn mix(tag: u64, a: u64, b: u64) -> u64 {
+    let mut z = tag
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        .wrapping_add(a)
+        .rotate_left(29)
+        .wrapping_add(b.wrapping_mul(0xbf58_476d_1ce4_e5b9));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    z.max(1)
+}
+
+/// The id of the server request that started on connection `conn` at stream position `seq`.
+pub fn server_id(conn: u64, seq: u64) -> u64 {
+    mix(1, conn, seq)
+}
+
+/// An id as the outputs write it: 16 hex digits (an OpenTelemetry span id's form).
+pub fn hex_id(id: u64) -> String {
+    format!("{id:016x}")
+}
+
+/// Whether `p` starts with a whole HTTP/1 request line (`METHOD SP target SP HTTP/1.x`).
+fn is_request_line(p: &[u8]) -> bool {
+    let Some(sp) = p.iter().take(24).position(|&c| c == b' ') else {
+        return false;
+    };
+    if sp == 0 || !p[..sp].iter().all(|c| c.is_ascii_uppercase() || *c == b'-') {
+        return false;
+    }
+    let rest = &p[sp + 1..];
+    let Some(eol) = rest.iter().position(|&c| c == b'\n') else {
+        return false;
+    };
+    let line = rest[..eol].strip_suffix(b"\r").unwrap_or(&rest[..eol]);
+    match line.iter().rposition(|&c| c == b' ') {
+        Some(i) if i > 0 => line[i + 1..].starts_with(b"HTTP/1."),
+        _ => false,
+    }
+}
+
+/// The application's trace id in an HTTP/1 request head (as captured): a valid
+/// `traceparent`'s trace id, else the first request-id header's value (printable, bounded).
+pub fn request_trace(head: &[u8]) -> Option<Arc<str>> {
+    let end = head
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(head.len());
+    let mut request_id = None;
+    for line in head[..end].split(|&c| c == b'\n').skip(1) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = line.iter().position(|&c| c == b':') else {
+            continue;
+        };
+        let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
+        if name.eq_ignore_ascii_case(b"traceparent") {
+            if let Some(tp) = TraceParent::parse(value) {
+                return Some(trace_hex(&tp.trace_id).into());
+            }
+        } else if request_id.is_none()
+            && [&b"x-request-id"[..], b"x-correlation-id", b"request-id"]
+                .iter()
+                .any(|n| name.eq_ignore_ascii_case(n))
+            && !value.is_empty()
+            && value.len() <= MAX_REQUEST_ID
+            && value.iter().all(|c| c.is_ascii_graphic())
+        {
+            request_id = std::str::from_utf8(value).ok().map(Arc::from);
+        }
+    }
+    request_id
+}
+
+fn trace_hex(id: &[u8; 16]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A call's own trace id: its `traceparent` detail (HTTP/1, HTTP/2), else its request-id
+/// detail.
+fn own_trace(call: &Call) -> Option<Arc<str>> {
+    for (k, v) in &call.l7.details {
+        if *k == "traceparent" {
+            if let Some(tp) = TraceParent::parse(v.as_bytes()) {
+                return Some(trace_hex(&tp.trace_id).into());
+            }
+        }
+    }
+    None
+}
+
+impl<T> Chains<T> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// One record (after the user-space filters, of a selected connection), in kernel time
+    /// order.
+    pub fn on_record(&mut self, ev: &Event) {
+        let key = ev.conn_key();
+        match ev.kind {
+            EventKind::Data if ev.sock_type == SOCK_STREAM => {}
+            EventKind::Close => {
+                self.forget(key);
+                return;
+            }
+            _ => return,
+        }
+        if self.conns.len() >= MAX_CONNS && !self.conns.contains_key(&key) {
+            self.conns.clear();
+            self.by_addr.clear();
+            self.threads.clear();
+            self.stats.state_resets += 1;
+        }
+        let (local, peer, tls) = (ev.local(), ev.peer(), ev.is_tls());
+        let conn = self.conns.entry(key).or_insert_with(|| ConnChain {
+            local,
+            peer,
+            tls,
+            last_dir: None,
+            open_on: None,
+            starts: VecDeque::new(),
+            parents: VecDeque::new(),
+        });
+        let turned = conn.last_dir != Some(ev.dir);
+        conn.last_dir = Some(ev.dir);
+        if turned && conn.starts.is_empty() && conn.parents.is_empty() {
+            self.by_addr.insert((local, peer, tls), key);
+        }
+        let thread = (ev.pid, ev.tid);
+        match ev.dir {
+            Direction::Ingress => {
+                if !turned || !is_request_line(ev.payload) {
+                    return;
+                }
+                // A request starts here: this thread serves it until a response write.
+                let id = server_id(key, ev.seq);
+                let trace = request_trace(ev.payload);
+                if conn.starts.len() >= MAX_STARTS {
+                    conn.starts.pop_front();
+                }
+                conn.starts.push_back(ReqStart {
+                    start_ns: ev.start_ns,
+                    end_ns: ev.end_ns,
+                    seq: ev.seq,
+                    id,
+                    trace: trace.clone(),
+                    parent_of: false,
+                });
+                let before = conn.open_on.replace(thread);
+                if let Some(t) = before {
+                    close_open(&mut self.threads, t, key);
+                }
+                if self.threads.len() >= MAX_THREADS && !self.threads.contains_key(&thread) {
+                    self.threads.clear();
+                    self.stats.state_resets += 1;
+                }
+                let t = self.threads.entry(thread).or_default();
+                t.open.push((key, id, trace));
+                if t.open.len() > 1 {
+                    t.multiplexed = true;
+                }
+            }
+            Direction::Egress => {
+                if let Some(t) = conn.open_on.take() {
+                    // The response starts: the request is no longer being served.
+                    close_open(&mut self.threads, t, key);
+                    return;
+                }
+                if !conn.starts.is_empty() {
+                    return; // a server connection's later response writes
+                }
+                let parent = match self.threads.get(&thread) {
+                    Some(t) if t.multiplexed => Parent::Ambiguous,
+                    Some(t) => match t.open.as_slice() {
+                        [] => Parent::None,
+                        [(conn, id, trace)] => Parent::One {
+                            conn: *conn,
+                            id: *id,
+                            trace: trace.clone(),
+                        },
+                        _ => Parent::Ambiguous,
+                    },
+                    None => Parent::None,
+                };
+                if conn.parents.back().map(|(_, p)| p) != Some(&parent) {
+                    if conn.parents.len() >= MAX_PARENTS {
+                        conn.parents.pop_front();
+                    }
+                    conn.parents.push_back((ev.start_ns, parent));
+                }
+            }
+        }
+    }
+
+    fn forget(&mut self, key: u64) {
+        if let Some(c) = self.conns.remove(&key) {
+            if let Some(t) = c.open_on {
+                close_open(&mut self.threads, t, key);
+            }
+            if self.by_addr.get(&(c.local, c.peer, c.tls)) == Some(&key) {
+                self.by_addr.remove(&(c.local, c.peer, c.tls));
+            }
+            self.stats.unconfirmed += c.starts.iter().filter(|s| s.parent_of).count() as u64;
+        }
+    }
+
+    /// Sets `call`'s id, parent and trace. A client call may complete a hop: the server
+    /// call it reached, if held, is pushed to `released` (to go out before this one). A
+    /// server call whose client call may still come is to be held (`Disposition::Hold`).
+    pub fn link(&mut self, call: &mut Call, released: &mut Vec<(Call, T)>) -> Disposition {
+        let key = call.sock_id
+            | if call.tls {
+                crate::event::TLS_STREAM_BIT
+            } else {
+                0
+            };
+        let own = own_trace(call);
+        match call.side {
+            Side::Server => {
+                let start = self.conns.get_mut(&key).and_then(|c| {
+                    let i = c.starts.iter().rposition(|s| {
+                        s.start_ns == call.l7.req.first_start_ns
+                            && s.end_ns == call.l7.req.first_end_ns
+                            && Some(s.seq) == call.l7.req.first_pos
+                    })?;
+                    // Confirmed; earlier unconfirmed starts will not be.
+                    let unconfirmed = c.starts.drain(..i).filter(|s| s.parent_of).count();
+                    Some((c.starts.pop_front()?, unconfirmed as u64))
+                });
+                let (id, start_trace) = match start {
+                    Some((s, unconfirmed)) => {
+                        self.stats.unconfirmed += unconfirmed;
+                        (s.id, s.trace)
+                    }
+                    None => (self.fresh_id(), None),
+                };
+                call.id = id;
+                call.parent_id = None;
+                call.trace_id = own.or(start_trace);
+                if let Some(req_pos) = call.l7.req.first_pos {
+                    let hop = (call.local, call.peer, call.tls, req_pos);
+                    if let Some(c) = self.recent.remove(&hop) {
+                        // Its client call is out already.
+                        if c.resp_pos.is_some()
+                            && c.resp_pos == call.l7.resp.first_pos
+                            && c.method == call.l7.method
+                            && c.resource == call.l7.resource
+                        {
+                            self.stats.hops += 1;
+                            call.parent_id = Some(c.id);
+                            if call.trace_id.is_none() {
+                                call.trace_id = c.trace;
+                            }
+                        } else {
+                            self.stats.hop_disproved += 1;
+                        }
+                        return Disposition::Now;
+                    }
+                }
+                let peer_traced = call.l7.req.first_pos.is_some()
+                    && call.l7.resp.first_pos.is_some()
+                    && self
+                        .by_addr
+                        .contains_key(&(call.peer, call.local, call.tls));
+                if peer_traced {
+                    Disposition::Hold
+                } else {
+                    Disposition::Now
+                }
+            }
+            Side::Client => {
+                call.id = self.fresh_id();
+                let parent = self.conns.get(&key).and_then(|c| {
+                    let i = c
+                        .parents
+                        .partition_point(|(ns, _)| *ns <= call.l7.req.first_start_ns);
+                    (i > 0).then(|| c.parents[i - 1].1.clone())
+                });
+                let (parent_id, trace) = match parent {
+                    Some(Parent::One { conn, id, trace }) => {
+                        self.stats.linked += 1;
+                        self.mark_parent(conn, id);
+                        (Some(id), trace)
+                    }
+                    Some(Parent::Ambiguous) => {
+                        self.stats.ambiguous += 1;
+                        (None, None)
+                    }
+                    Some(Parent::None) => (None, None),
+                    None => {
+                        self.stats.unknown_start += 1;
+                        (None, None)
+                    }
+                };
+                call.parent_id = parent_id;
+                call.trace_id = own.or(trace);
+                if let Some(req_pos) = call.l7.req.first_pos {
+                    let hop = (call.peer, call.local, call.tls, req_pos);
+                    if let Some(mut h) = self.held.remove(&hop) {
+                        // Both positions, and the request as both sides read it (a client
+                        // pipelining across ebtop's start may pair a reply with the wrong
+                        // command: its call's server call is not this one).
+                        if h.resp_pos.is_some()
+                            && h.resp_pos == call.l7.resp.first_pos
+                            && h.call.l7.method == call.l7.method
+                            && h.call.l7.resource == call.l7.resource
+                        {
+                            self.stats.hops += 1;
+                            h.call.parent_id = Some(call.id);
+                            if h.call.trace_id.is_none() {
+                                h.call.trace_id = call.trace_id.clone();
+                            }
+                        } else {
+                            self.stats.hop_disproved += 1;
+                        }
+                        released.push((h.call, h.extra));
+                    } else if call.l7.resp.first_pos.is_some()
+                        && self
+                            .by_addr
+                            .contains_key(&(call.peer, call.local, call.tls))
+                    {
+                        // Its server call may still come (its write returned after this
+                        // read): kept for it a while.
+                        while self.recent.len() >= MAX_HELD {
+                            match self.recent_order.pop_front() {
+                                Some((_, k)) => {
+                                    self.recent.remove(&k);
+                                }
+                                None => break,
+                            }
+                        }
+                        let due_ns = call.l7.resp.last_end_ns.saturating_add(HOLD_NS);
+                        self.recent.insert(
+                            hop,
+                            Recent {
+                                id: call.id,
+                                resp_pos: call.l7.resp.first_pos,
+                                method: call.l7.method.clone(),
+                                resource: call.l7.resource.clone(),
+                                trace: call.trace_id.clone(),
+                                due_ns,
+                            },
+                        );
+                        self.recent_order.push_back((due_ns, hop));
+                    }
+                }
+                Disposition::Now
+            }
+        }
+    }
+
+    /// Marks the request start `id` of connection `conn` as a parent (its call must
+    /// confirm it).
+    fn mark_parent(&mut self, conn: u64, id: u64) {
+        if let Some(s) = self
+            .conns
+            .get_mut(&conn)
+            .and_then(|c| c.starts.iter_mut().rev().find(|s| s.id == id))
+        {
+            s.parent_of = true;
+        }
+    }
+
+    fn fresh_id(&mut self) -> u64 {
+        self.next += 1;
+        mix(2, self.next, 0)
+    }
+
+    /// Holds a server call [`Chains::link`] said to hold, until its client call or `now_ns`
+    /// + [`HOLD_NS`]; the oldest held goes to `released` beyond the cap.
+    pub fn hold(&mut self, call: Call, extra: T, now_ns: u64, released: &mut Vec<(Call, T)>) {
+        let Some(req_pos) = call.l7.req.first_pos else {
+            released.push((call, extra));
+            return;
+        };
+        let key = (call.local, call.peer, call.tls, req_pos);
+        while self.held.len() >= MAX_HELD {
+            match self.held_order.pop_front() {
+                Some((_, k)) => self.release(&k, released),
+                None => break,
+            }
+        }
+        let due_ns = now_ns.saturating_add(HOLD_NS);
+        let resp_pos = call.l7.resp.first_pos;
+        if let Some(old) = self.held.insert(
+            key,
+            Held {
+                call,
+                extra,
+                resp_pos,
+                due_ns,
+            },
+        ) {
+            // Same socket pair and position: an older connection's (ports reused).
+            self.stats.hop_unmatched += 1;
+            released.push((old.call, old.extra));
+        }
+        self.held_order.push_back((due_ns, key));
+    }
+
+    fn release(&mut self, key: &HopKey, released: &mut Vec<(Call, T)>) {
+        if let Some(h) = self.held.remove(key) {
+            self.stats.hop_unmatched += 1;
+            released.push((h.call, h.extra));
+        }
+    }
+
+    /// Server calls held past their due time at `now_ns` (kernel time), in the order held.
+    pub fn expire(&mut self, now_ns: u64, released: &mut Vec<(Call, T)>) {
+        while let Some(&(due, key)) = self.recent_order.front() {
+            if due > now_ns {
+                break;
+            }
+            self.recent_order.pop_front();
+            if self.recent.get(&key).is_some_and(|c| c.due_ns == due) {
+                self.recent.remove(&key);
+            }
+        }
+        while let Some(&(due, key)) = self.held_order.front() {
+            if due > now_ns {
+                break;
+            }
+            self.held_order.pop_front();
+            if self.held.get(&key).is_some_and(|h| h.due_ns == due) {
+                self.release(&key, released);
+            }
+        }
+    }
+
+    /// Every held call (the session ends, or output is flushed).
+    pub fn release_all(&mut self, released: &mut Vec<(Call, T)>) {
+        while let Some((_, key)) = self.held_order.pop_front() {
+            self.release(&key, released);
+        }
+    }
+
+    /// Whether any call is held or client call kept (something [`Chains::expire`] may do).
+    pub fn holding(&self) -> bool {
+        !self.held.is_empty() || !self.recent.is_empty()
+    }
+}
+
+/// Closes the open request of connection `conn` on `thread`.
+fn close_open(threads: &mut HashMap<(u32, u32), ThreadChain>, thread: (u32, u32), conn: u64) {
+    if let Some(t) = threads.get_mut(&thread) {
+        t.open.retain(|(c, _, _)| *c != conn);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,375 @@
+//! The linking rules on real bytes: records through the connection tracker and its parsers,
+//! then through [`Chains`] as the pipeline runs them.
+
+use super::*;
+use crate::conntrack::{ConnTracker, TrackerConfig};
+use crate::event::{Syscall, AF_INET};
+
+const APP: u32 = 100;
+const REDIS: u32 = 200;
+const CLIENT: u32 = 300;
+
+/// Sockets: (inode, local port, peer port).
+const K1: (u64, u16, u16) = (11, 8080, 40001); // app's server side of client 1's connection
+const K2: (u64, u16, u16) = (12, 8080, 40002);
+const C1: (u64, u16, u16) = (21, 40001, 8080); // the client's side of K1
+const R1: (u64, u16, u16) = (31, 50001, 6379); // app → redis, client side
+const RS1: (u64, u16, u16) = (41, 6379, 50001); // redis's side of R1
+const R2: (u64, u16, u16) = (32, 50002, 6379);
+
+struct Sim {
+    tracker: ConnTracker,
+    chains: Chains<()>,
+    out: Vec<Call>,
+    now: u64,
+    pos: HashMap<(u64, u8), u64>,
+}
+
+impl Sim {
+    fn new() -> Sim {
+        Sim {
+            tracker: ConnTracker::new(TrackerConfig::default()),
+            chains: Chains::new(),
+            out: Vec::new(),
+            now: 1_000_000,
+            pos: HashMap::default(),
+        }
+    }
+
+    /// One syscall of `bytes` on socket `s` by thread `tid` of `pid`.
+    fn io(&mut self, pid: u32, tid: u32, s: (u64, u16, u16), dir: Direction, bytes: &[u8]) {
+        self.now += 10_000;
+        let seq = self.pos.entry((s.0, dir as u8)).or_insert(0);
+        let mut laddr = [0u8; 16];
+        laddr[..4].copy_from_slice(&[127, 0, 0, 1]);
+        let ev = Event {
+            start_ns: self.now,
+            end_ns: self.now + 1_000,
+            sock_id: s.0,
+            seq: *seq,
+            total_len: bytes.len() as u64,
+            pid,
+            tid,
+            fd: 3,
+            kind: EventKind::Data,
+            dir,
+            syscall: if dir == Direction::Egress {
+                Syscall::Sendto
+            } else {
+                Syscall::Recvfrom
+            },
+            family: AF_INET,
+            sock_type: SOCK_STREAM,
+            proto_hint: 0,
+            flags: 0,
+            lport: s.1,
+            rport: s.2,
+            laddr,
+            raddr: laddr,
+            comm: *b"app\0\0\0\0\0\0\0\0\0\0\0\0\0",
+            payload: bytes,
+            tail: &[],
+        };
+        *seq += bytes.len() as u64;
+        let mut calls = Vec::new();
+        self.tracker.handle(&ev, &mut calls);
+        self.chains.on_record(&ev);
+        let mut released = Vec::new();
+        self.chains.expire(ev.end_ns, &mut released);
+        self.out.extend(released.drain(..).map(|(c, ())| c));
+        for mut c in calls {
+            match self.chains.link(&mut c, &mut released) {
+                Disposition::Hold => self.chains.hold(c, (), ev.end_ns, &mut released),
+                Disposition::Now => {
+                    self.out.extend(released.drain(..).map(|(c, ())| c));
+                    self.out.push(c);
+                }
+            }
+            self.out.extend(released.drain(..).map(|(c, ())| c));
+        }
+    }
+
+    fn finish(&mut self) {
+        let mut released = Vec::new();
+        self.chains.release_all(&mut released);
+        self.out.extend(released.into_iter().map(|(c, ())| c));
+    }
+
+    fn calls(&self, side: Side, method: &str, resource: &str) -> Vec<&Call> {
+        self.out
+            .iter()
+            .filter(|c| c.side == side && c.l7.method == method && c.l7.resource == resource)
+            .collect()
+    }
+
+    fn one(&self, side: Side, method: &str, resource: &str) -> &Call {
+        let v = self.calls(side, method, resource);
+        assert_eq!(v.len(), 1, "{side:?} {method} {resource}: {:#?}", self.out);
+        v[0]
+    }
+}
+
+use Direction::{Egress as OUT, Ingress as IN};
+
+fn get(path: &str, extra: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nHost: app\r\n{extra}\r\n").into_bytes()
+}
+const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+
+fn redis_get(key: &str) -> Vec<u8> {
+    format!("*2\r\n$3\r\nGET\r\n${}\r\n{key}\r\n", key.len()).into_bytes()
+}
+
+/// A request served by one thread, which calls Redis twice meanwhile: both calls are its
+/// children; the server call's id is the one they name; a call after the response is none's.
+#[test]
+fn a_threads_client_calls_are_children_of_the_request_it_serves() {
+    let mut s = Sim::new();
+    s.io(APP, 7, K1, IN, &get("/a", ""));
+    s.io(APP, 7, R1, OUT, &redis_get("a1"));
+    s.io(APP, 7, R1, IN, b"$-1\r\n");
+    s.io(APP, 7, R1, OUT, &redis_get("a2"));
+    s.io(APP, 7, R1, IN, b"$1\r\nx\r\n");
+    s.io(APP, 7, K1, OUT, OK);
+    s.io(APP, 7, R1, OUT, &redis_get("after"));
+    s.io(APP, 7, R1, IN, b"$-1\r\n");
+    s.finish();
+    let server = s.one(Side::Server, "GET", "/a");
+    assert_eq!(server.id, server_id(K1.0, 0));
+    assert_eq!(server.parent_id, None);
+    for key in ["a1", "a2"] {
+        let c = s.one(Side::Client, "GET", key);
+        assert_eq!(c.parent_id, Some(server.id), "{key}");
+        assert_ne!(c.id, server.id);
+    }
+    assert_eq!(s.one(Side::Client, "GET", "after").parent_id, None);
+    assert_eq!(s.chains.stats.linked, 2);
+    assert_eq!(s.chains.stats.unconfirmed, 0);
+}
+
+/// A thread reused for the next request on the same connection, then on another
+/// connection: each request's calls go under it, never under the one before.
+#[test]
+fn a_reused_thread_links_each_call_to_its_own_request() {
+    let mut s = Sim::new();
+    for (i, k) in [(1, K1), (2, K1), (3, K2)] {
+        let path = format!("/r{i}");
+        s.io(APP, 7, k, IN, &get(&path, ""));
+        s.io(APP, 7, R1, OUT, &redis_get(&format!("k{i}")));
+        s.io(APP, 7, R1, IN, b"$-1\r\n");
+        s.io(APP, 7, k, OUT, OK);
+    }
+    s.finish();
+    for i in 1..=3 {
+        let server = s.one(Side::Server, "GET", &format!("/r{i}"));
+        let c = s.one(Side::Client, "GET", &format!("k{i}"));
+        assert_eq!(c.parent_id, Some(server.id), "request {i}");
+    }
+    let ids: std::collections::HashSet<u64> = s.out.iter().map(|c| c.id).collect();
+    assert_eq!(ids.len(), s.out.len(), "ids unique");
+}
+
+/// An event loop: one thread with two requests open gives no link, and none from then on
+/// (which request a later call serves is not in its syscalls); counted.
+#[test]
+fn a_thread_with_two_requests_open_links_nothing() {
+    let mut s = Sim::new();
+    s.io(APP, 9, K1, IN, &get("/x", ""));
+    s.io(APP, 9, K2, IN, &get("/y", ""));
+    s.io(APP, 9, R1, OUT, &redis_get("both"));
+    s.io(APP, 9, R1, IN, b"$-1\r\n");
+    s.io(APP, 9, K1, OUT, OK);
+    s.io(APP, 9, K2, OUT, OK);
+    // Later, one request open: still an event loop's thread.
+    s.io(APP, 9, K1, IN, &get("/z", ""));
+    s.io(APP, 9, R2, OUT, &redis_get("later"));
+    s.io(APP, 9, R2, IN, b"$-1\r\n");
+    s.io(APP, 9, K1, OUT, OK);
+    s.finish();
+    assert_eq!(s.one(Side::Client, "GET", "both").parent_id, None);
+    assert_eq!(s.one(Side::Client, "GET", "later").parent_id, None);
+    assert_eq!(s.chains.stats.ambiguous, 2);
+    assert_eq!(s.chains.stats.linked, 0);
+}
+
+/// Two threads of one process, each serving its own request, interleaved: each thread's
+/// calls under its own request (a connection pool's connection used by both in turn).
+#[test]
+fn interleaved_threads_each_link_to_their_own_request() {
+    let mut s = Sim::new();
+    s.io(APP, 7, K1, IN, &get("/t7", ""));
+    s.io(APP, 8, K2, IN, &get("/t8", ""));
+    s.io(APP, 8, R1, OUT, &redis_get("by8"));
+    s.io(APP, 8, R1, IN, b"$-1\r\n");
+    s.io(APP, 7, R1, OUT, &redis_get("by7"));
+    s.io(APP, 7, R1, IN, b"$-1\r\n");
+    s.io(APP, 8, K2, OUT, OK);
+    s.io(APP, 7, K1, OUT, OK);
+    s.finish();
+    let t7 = s.one(Side::Server, "GET", "/t7").id;
+    let t8 = s.one(Side::Server, "GET", "/t8").id;
+    assert_eq!(s.one(Side::Client, "GET", "by7").parent_id, Some(t7));
+    assert_eq!(s.one(Side::Client, "GET", "by8").parent_id, Some(t8));
+}
+
+/// A hop on this host: the app's Redis call and Redis's server call of the same command,
+/// matched by both stream positions; Redis's call goes out (held) just before the app's.
+#[test]
+fn a_client_call_and_the_server_call_it_reached_are_one_hop() {
+    let mut s = Sim::new();
+    s.io(APP, 7, K1, IN, &get("/h", TRACE));
+    for key in ["h1", "h2"] {
+        s.io(APP, 7, R1, OUT, &redis_get(key));
+        s.io(REDIS, 1, RS1, IN, &redis_get(key));
+        s.io(REDIS, 1, RS1, OUT, b"$-1\r\n");
+        s.io(APP, 7, R1, IN, b"$-1\r\n");
+    }
+    s.io(APP, 7, K1, OUT, OK);
+    s.finish();
+    let server = s.one(Side::Server, "GET", "/h");
+    for key in ["h1", "h2"] {
+        let c = s.one(Side::Client, "GET", key);
+        let redis = s
+            .out
+            .iter()
+            .find(|x| x.side == Side::Server && x.l7.resource == key)
+            .unwrap();
+        assert_eq!(c.parent_id, Some(server.id));
+        assert_eq!(redis.parent_id, Some(c.id), "{key}");
+        // The trace id goes down the chain: the request's header, its calls, their hop.
+        assert_eq!(redis.trace_id.as_deref(), Some(TRACE_ID));
+        let at = |id| s.out.iter().position(|x| x.id == id).unwrap();
+        assert_eq!(at(redis.id) + 1, at(c.id));
+    }
+    assert_eq!(server.trace_id.as_deref(), Some(TRACE_ID));
+    assert_eq!(s.chains.stats.hops, 2);
+    assert_eq!(s.chains.stats.hop_unmatched, 0);
+}
+
+const TRACE: &str = "traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n";
+const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+
+/// The hop's two sides counted from different points of the request stream: a pipelining
+/// client wrote "old" before ebtop saw its socket and "new" after, the server read both
+/// after. The server's call of "old" and the client's of "new" (paired, unavoidably, with
+/// the reply to "old") agree on both positions; the command tells them apart — no link,
+/// counted.
+#[test]
+fn positions_counted_from_different_points_are_no_hop() {
+    let mut s = Sim::new();
+    s.io(APP, 7, R1, OUT, &redis_get("new"));
+    let both = [redis_get("old"), redis_get("new")].concat();
+    s.io(REDIS, 1, RS1, IN, &both);
+    s.io(REDIS, 1, RS1, OUT, b"$-1\r\n");
+    s.io(REDIS, 1, RS1, OUT, b"$1\r\nx\r\n");
+    s.io(APP, 7, R1, IN, b"$-1\r\n");
+    s.finish();
+    let old = s.one(Side::Server, "GET", "old");
+    let new = s.one(Side::Client, "GET", "new");
+    assert_eq!(
+        (old.l7.req.first_pos, new.l7.req.first_pos),
+        (Some(0), Some(0))
+    );
+    assert_eq!(
+        (old.l7.resp.first_pos, new.l7.resp.first_pos),
+        (Some(0), Some(0))
+    );
+    assert!(s.out.iter().all(|c| c.parent_id.is_none()), "{:#?}", s.out);
+    assert_eq!(s.chains.stats.hop_disproved, 1);
+    assert_eq!(s.chains.stats.hops, 0);
+}
+
+/// A server call whose client never completes goes out unlinked after `HOLD_NS`.
+#[test]
+fn a_held_server_call_goes_out_without_its_client_call() {
+    let mut s = Sim::new();
+    s.io(APP, 7, R1, OUT, &redis_get("lost"));
+    s.io(REDIS, 1, RS1, IN, &redis_get("lost"));
+    s.io(REDIS, 1, RS1, OUT, b"$-1\r\n");
+    assert!(s.calls(Side::Server, "GET", "lost").is_empty(), "held");
+    s.now += HOLD_NS;
+    s.io(APP, 7, R2, OUT, &redis_get("later"));
+    let redis = s.one(Side::Server, "GET", "lost");
+    assert_eq!(redis.parent_id, None);
+    assert_eq!(s.chains.stats.hop_unmatched, 1);
+}
+
+/// A request-id header is the trace id when no `traceparent` is; a client calling from the
+/// request carries it; a malformed `traceparent` is none.
+#[test]
+fn request_ids_and_traceparents_give_the_trace_id() {
+    let mut s = Sim::new();
+    s.io(APP, 7, K1, IN, &get("/rid", "X-Request-Id: req-42\r\n"));
+    s.io(APP, 7, R1, OUT, &redis_get("rid"));
+    s.io(APP, 7, R1, IN, b"$-1\r\n");
+    s.io(APP, 7, K1, OUT, OK);
+    s.io(
+        APP,
+        7,
+        K1,
+        IN,
+        &get("/bad", "traceparent: 00-zz-00f067aa0ba902b7-01\r\n"),
+    );
+    s.io(APP, 7, K1, OUT, OK);
+    s.finish();
+    assert_eq!(
+        s.one(Side::Server, "GET", "/rid").trace_id.as_deref(),
+        Some("req-42")
+    );
+    assert_eq!(
+        s.one(Side::Client, "GET", "rid").trace_id.as_deref(),
+        Some("req-42")
+    );
+    assert_eq!(s.one(Side::Server, "GET", "/bad").trace_id, None);
+    assert_eq!(
+        request_trace(format!("GET / HTTP/1.1\r\n{TRACE}X-Request-Id: r\r\n\r\n").as_bytes())
+            .as_deref(),
+        Some(TRACE_ID)
+    );
+}
+
+/// The client side of an HTTP exchange on this host, under the app's request, and the hop
+/// from the client's call to it (the load generator's call is the app call's parent).
+#[test]
+fn an_http_hop_links_the_app_call_under_its_callers_call() {
+    let mut s = Sim::new();
+    let req = get("/up", "");
+    s.io(CLIENT, 1, C1, OUT, &req);
+    s.io(APP, 7, K1, IN, &req);
+    s.io(APP, 7, R1, OUT, &redis_get("u"));
+    s.io(APP, 7, R1, IN, b"$-1\r\n");
+    s.io(APP, 7, K1, OUT, OK);
+    s.io(CLIENT, 1, C1, IN, OK);
+    s.finish();
+    let caller = s.one(Side::Client, "GET", "/up");
+    let app = s.one(Side::Server, "GET", "/up");
+    assert_eq!(app.parent_id, Some(caller.id));
+    assert_eq!(s.one(Side::Client, "GET", "u").parent_id, Some(app.id));
+}
+
+#[test]
+fn request_lines_are_told_from_bodies_and_responses() {
+    assert!(is_request_line(b"GET / HTTP/1.1\r\n"));
+    assert!(is_request_line(b"M-SEARCH * HTTP/1.1\r\n"));
+    assert!(!is_request_line(b"HTTP/1.1 200 OK\r\n"));
+    assert!(!is_request_line(b"GET / HTTP/1.1")); // the line not whole
+    assert!(!is_request_line(b"{\"GET / HTTP/1.1\r\n"));
+    assert!(!is_request_line(b""));
+}
+
+/// The client's read of the reply may return before the server's write does (the reader
+/// wakes inside the writer's send): the client call completes first and the server call,
+/// when it comes, still finds it.
+#[test]
+fn a_client_call_completed_before_its_server_call_is_still_one_hop() {
+    let mut s = Sim::new();
+    s.io(APP, 7, R1, OUT, &redis_get("early"));
+    s.io(REDIS, 1, RS1, IN, &redis_get("early"));
+    s.io(APP, 7, R1, IN, b"$-1\r\n");
+    s.io(REDIS, 1, RS1, OUT, b"$-1\r\n");
+    s.finish();
+    let c = s.one(Side::Client, "GET", "early");
+    let redis = s.one(Side::Server, "GET", "early");
+    assert_eq!(redis.parent_id, Some(c.id));
+    assert_eq!(s.chains.stats.hops, 1);
+}

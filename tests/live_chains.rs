@@ -1,0 +1,321 @@
+//! Live call chains on one host (issue 50): a threaded Python HTTP app (ThreadingHTTPServer)
+//! that calls Redis twice and another local HTTP service once per request, driven by
+//! concurrent keep-alive clients of this test. Ground truth: the request id is in every
+//! downstream call the app makes (the Redis keys, the backend's path), and the app logs which
+//! calls each request made. Every app client call must sit under the app server call of its
+//! own request (a call under another request's is a failure, counted), each app server call
+//! under this test's client call that reached it, and each Redis and backend server call
+//! under the app's client call that reached it; a `traceparent` sent with one request is the
+//! trace id of its whole chain. Needs root.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{BufReader, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+
+const APP: &str = r#"
+import http.client, http.server, socket, sys, threading
+
+port, redis_port, backend_port, log_path = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+local = threading.local()
+log_lock = threading.Lock()
+
+def redis_get(key):
+    s = getattr(local, "redis", None)
+    if s is None:
+        s = local.redis = socket.create_connection(("127.0.0.1", redis_port))
+    k = key.encode()
+    s.sendall(b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(k), k))
+    reply = b""
+    while not reply.endswith(b"\r\n"):
+        reply += s.recv(4096)
+
+def backend_get(path):
+    c = getattr(local, "backend", None)
+    if c is None:
+        c = local.backend = http.client.HTTPConnection("127.0.0.1", backend_port)
+    c.request("GET", path)
+    r = c.getresponse()
+    r.read()
+
+class App(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        rid = self.path.rsplit("/", 1)[-1]
+        made = ["rid:%s:1" % rid, "rid:%s:2" % rid, "/b/%s" % rid]
+        redis_get(made[0])
+        backend_get(made[2])
+        redis_get(made[1])
+        body = b"ok"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        with log_lock:
+            with open(log_path, "a") as f:
+                f.write("%s %d %s\n" % (rid, threading.get_ident(), " ".join(made)))
+    def log_message(self, *a):
+        pass
+
+class Backend(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "1")
+        self.end_headers()
+        self.wfile.write(b"b")
+    def log_message(self, *a):
+        pass
+
+mode = sys.argv[5]
+if mode == "backend":
+    http.server.ThreadingHTTPServer(("127.0.0.1", backend_port), Backend).serve_forever()
+else:
+    http.server.ThreadingHTTPServer(("127.0.0.1", port), App).serve_forever()
+"#;
+
+const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CLIENTS: usize = 6;
+const PER_CLIENT: usize = 20;
+
+struct Killed(Child);
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn python(script: &std::path::Path, args: &[String]) -> Killed {
+    Killed(
+        Command::new("python3")
+            .arg(script)
+            .args(args)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("python3 runs"),
+    )
+}
+
+/// One keep-alive client: `n` requests for ids `c-0`…, the first of client 0 with a
+/// `traceparent`.
+fn drive(port: u16, client: usize, n: usize) {
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    for i in 0..n {
+        let trace = if client == 0 && i == 0 {
+            format!("traceparent: 00-{TRACE_ID}-00f067aa0ba902b7-01\r\n")
+        } else {
+            String::new()
+        };
+        let req = format!("GET /req/{client}-{i} HTTP/1.1\r\nHost: app\r\n{trace}\r\n");
+        w.write_all(req.as_bytes()).unwrap();
+        let (status, _) = read_response(&mut r);
+        assert_eq!(status, 200);
+    }
+}
+
+fn str_of<'a>(c: &'a Value, k: &str) -> &'a str {
+    c[k].as_str().unwrap_or("")
+}
+
+#[test]
+fn a_threaded_apps_calls_sit_under_the_request_they_were_made_for() {
+    require_root();
+    let dir = std::env::temp_dir().join(format!("ebtop-chains-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("app.py");
+    std::fs::write(&script, APP).unwrap();
+    let log = dir.join("app.log");
+
+    let redis_port = free_tcp_port();
+    let _redis = Killed(
+        Command::new("redis-server")
+            .args(["--port", &redis_port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed (scripts/deps installs it)"),
+    );
+    let (app_port, backend_port) = (free_tcp_port(), free_tcp_port());
+    let ports = |mode: &str| {
+        vec![
+            app_port.to_string(),
+            redis_port.to_string(),
+            backend_port.to_string(),
+            log.display().to_string(),
+            mode.to_owned(),
+        ]
+    };
+    let _backend = python(&script, &ports("backend"));
+    let _app = python(&script, &ports("app"));
+    wait_for_listener("127.0.0.1", redis_port, "redis-server");
+    wait_for_listener("127.0.0.1", backend_port, "the backend");
+    wait_for_listener("127.0.0.1", app_port, "the app");
+
+    let port_s = app_port.to_string();
+    let recording = dir.join("chains.ebtop");
+    let rec_s = recording.display().to_string();
+    let ebtop = Ebtop::start(&[
+        "--json",
+        "-w",
+        &rec_s,
+        "--port",
+        &port_s,
+        "--port",
+        &redis_port.to_string(),
+        "--port",
+        &backend_port.to_string(),
+    ]);
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|c| std::thread::spawn(move || drive(app_port, c, PER_CLIENT)))
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    let lines = ebtop.stop();
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
+
+    // The app's own account: request id → the downstream calls it made.
+    let made: HashMap<String, Vec<String>> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut w = l.split(' ');
+            let rid = w.next().unwrap().to_owned();
+            let _thread = w.next();
+            (rid, w.map(str::to_owned).collect())
+        })
+        .collect();
+    assert_eq!(
+        made.len(),
+        CLIENTS * PER_CLIENT,
+        "the app served every request"
+    );
+
+    let calls = calls(&lines);
+    let by_id: HashMap<&str, &Value> = calls.iter().map(|c| (str_of(c, "id"), *c)).collect();
+    assert_eq!(by_id.len(), calls.len(), "ids are unique");
+    let on = |side: &str, port: u16, resource: &str| -> Vec<&Value> {
+        calls
+            .iter()
+            .copied()
+            .filter(|c| {
+                c["side"] == side
+                    && port_of(if side == "server" {
+                        &c["local"]
+                    } else {
+                        &c["peer"]
+                    }) == port
+                    && str_of(c, "resource") == resource
+            })
+            .collect()
+    };
+    let one = |side: &str, port: u16, resource: &str| -> &Value {
+        let v = on(side, port, resource);
+        assert_eq!(v.len(), 1, "{side} {resource} on {port}: {v:?}");
+        v[0]
+    };
+
+    let mut wrong = Vec::new();
+    let mut missing = Vec::new();
+    for (rid, downstream) in &made {
+        let path = format!("/req/{rid}");
+        let app = one("server", app_port, &path);
+        let driver = one("client", app_port, &path);
+        // The hop: this test's call reached the app's server call.
+        if app["parent_id"] != driver["id"] {
+            missing.push(format!(
+                "{path}: app call's parent {} ≠ the test's call",
+                app["parent_id"]
+            ));
+        }
+        for d in downstream {
+            let (port, server_port) = if d.starts_with("/b/") {
+                (backend_port, backend_port)
+            } else {
+                (redis_port, redis_port)
+            };
+            let client = one("client", port, d);
+            match client["parent_id"].as_str() {
+                Some(p) if p == str_of(app, "id") => {}
+                Some(p) => wrong.push(format!(
+                    "{d} under {} instead of {path}",
+                    by_id.get(p).map_or("?", |c| str_of(c, "resource"))
+                )),
+                None => missing.push(format!("{d}: no parent")),
+            }
+            let server = one("server", server_port, d);
+            if server["parent_id"] != client["id"] {
+                missing.push(format!("{d}: server call's parent {}", server["parent_id"]));
+            }
+            if rid == "0-0" {
+                for c in [client, server] {
+                    assert_eq!(c["trace_id"], TRACE_ID, "{d}: {c}");
+                }
+            } else {
+                assert!(client["trace_id"].is_null(), "{c}", c = client);
+            }
+        }
+        if rid == "0-0" {
+            assert_eq!(app["trace_id"], TRACE_ID);
+            assert_eq!(driver["trace_id"], TRACE_ID);
+        }
+    }
+    assert!(wrong.is_empty(), "calls under another request: {wrong:#?}");
+    assert!(missing.is_empty(), "links not made: {missing:#?}");
+    let chains = &summary["chains"];
+    assert_eq!(
+        chains["linked"],
+        (CLIENTS * PER_CLIENT * 3) as u64,
+        "{chains}"
+    );
+    assert_eq!(chains["ambiguous"], 0, "{chains}");
+    assert_eq!(chains["unconfirmed"], 0, "{chains}");
+
+    // The recording replays into the same chains: every call's id, parent and trace id.
+    let out = Command::new(env!("CARGO_BIN_EXE_ebtop"))
+        .args(["-r", &rec_s, "--json"])
+        .args(replay_args())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let chain_of = |c: &Value| {
+        (
+            str_of(c, "resource").to_owned(),
+            c["side"].clone(),
+            c["id"].clone(),
+            c["parent_id"].clone(),
+            c["trace_id"].clone(),
+        )
+    };
+    let mut live: Vec<_> = calls.iter().map(|c| chain_of(c)).collect();
+    let replayed: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut replay: Vec<_> = replayed
+        .iter()
+        .filter(|v| v["type"] == "call")
+        .map(chain_of)
+        .collect();
+    live.sort_by_key(|k| format!("{k:?}"));
+    replay.sort_by_key(|k| format!("{k:?}"));
+    assert_eq!(live.len(), replay.len());
+    assert!(
+        live == replay,
+        "the replay's chains differ from the live run's"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
