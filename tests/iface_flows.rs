@@ -413,6 +413,46 @@ fn bridged_traffic_between_two_namespaces_equals_the_senders_counts() {
     for (r, l) in replayed.iter().zip(live) {
         assert_eq!(r, l);
     }
+
+    // The terminal UI's Flows view, replaying the recording: an Iface line per bridge port;
+    // while the UDP test ran, its rates and the busiest 5-tuple (iperf3's), then idle.
+    let mut app = ebtop::tui::app::App::new("replay iface.ebt", Duration::from_secs(1), true);
+    let (w, h) = (200u16, 30u16);
+    app.set_size(w, h);
+    app.handle_key(crossterm::event::KeyEvent::new(
+        crossterm::event::KeyCode::Char('3'),
+        crossterm::event::KeyModifiers::NONE,
+    ));
+    let iface_lines = |app: &ebtop::tui::app::App| -> Vec<String> {
+        let mut term = ratatui::Terminal::new(ratatui::backend::TestBackend::new(w, h)).unwrap();
+        term.draw(|f| ebtop::tui::render::draw(f, app)).unwrap();
+        let buf = term.backend().buffer();
+        (0..h)
+            .map(|y| (0..w).map(|x| buf[(x, y)].symbol()).collect::<String>())
+            .filter(|l| l.contains("Iface "))
+            .map(|l| l.trim_end().to_string())
+            .collect()
+    };
+    let busy = format!("Iface {}: in ", net.ports[0]);
+    let top = format!("top udp {}:", net.ips[0]);
+    let mut seen_busy = false;
+    for m in ebtop::tui::collect_replay(&rec).unwrap() {
+        app.apply(m);
+        let lines = iface_lines(&app);
+        seen_busy |= lines
+            .iter()
+            .any(|l| l.starts_with(&busy) && l.contains("pkt/s") && l.contains(&top));
+    }
+    assert!(seen_busy, "no interval showed {busy}… with {top}…");
+    let last = iface_lines(&app);
+    assert_eq!(last.len(), 2, "{last:?}");
+    for port in &net.ports {
+        assert!(
+            last.iter()
+                .any(|l| l.contains(&format!("Iface {port}: idle"))),
+            "{last:?}"
+        );
+    }
 }
 
 /// A table too small for the interval's flows: what does not fit is counted per interface as

@@ -235,6 +235,10 @@ impl FlowRow {
     }
 }
 
+/// Interface flows the board keeps per interval (the Iface lines show the top one per
+/// interface).
+pub const MAX_IFACE_TOP: usize = 16;
+
 /// The flows known from the reports so far.
 #[derive(Debug, Clone, Default)]
 pub struct FlowBoard {
@@ -249,6 +253,11 @@ pub struct FlowBoard {
     /// The last interval's drops per {interface, reason}, the most first (the view's Drops
     /// lines).
     pub drops: Vec<crate::flows::drops::DropCount>,
+    /// `--iface`: the last interval's interface totals (the view's Iface lines).
+    pub iface: Vec<crate::flows::iface::IfaceTotal>,
+    /// `--iface`: the last interval's busiest interface flows, the most bytes first (at most
+    /// [`MAX_IFACE_TOP`], gathered over the report's parts).
+    pub iface_top: Vec<crate::flows::iface::IfaceFlow>,
     /// The length of the last report's interval (for the rates of its later parts).
     period_ns: u64,
 }
@@ -280,6 +289,7 @@ impl FlowBoard {
             f.out_per_s = 0.0;
             f.trouble = false;
         }
+        self.iface_top.clear();
         self.apply_part(report);
     }
 
@@ -295,12 +305,22 @@ impl FlowBoard {
             stats,
             more,
             drops,
+            iface_flows,
+            iface_totals,
             ..
         } = part;
         if !more {
             self.stats = stats;
             self.drops = drops;
+            self.iface = iface_totals;
         }
+        // The busiest interface flows of the interval: a part's own are sorted (most bytes
+        // first), so its first few are all it can add.
+        self.iface_top
+            .extend(iface_flows.into_iter().take(MAX_IFACE_TOP));
+        self.iface_top
+            .sort_by(|a, b| b.count.bytes.cmp(&a.count.bytes));
+        self.iface_top.truncate(MAX_IFACE_TOP);
         let per_s = |n: u64| {
             if period_ns == 0 {
                 0.0

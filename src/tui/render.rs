@@ -43,7 +43,7 @@ pub fn draw(f: &mut Frame, app: &App) {
     let area = f.area();
     let drilled = app.view == View::Calls && app.drill.is_some();
     let footer_h = if app.view == View::Flows {
-        2 + drop_lines_shown(app)
+        2 + drop_lines_shown(app) + iface_lines_shown(app)
     } else if app.view == View::Processes {
         2
     } else if drilled {
@@ -681,7 +681,105 @@ fn flow_panel(app: &App, width: u16) -> Vec<Line<'static>> {
         )),
     ];
     lines.extend(drop_lines(app, width));
+    lines.extend(iface_lines(app, width));
     lines
+}
+
+/// The Flows view's Iface lines (`--iface`): one per interface that carried traffic in the
+/// last interval, the busiest first.
+const MAX_IFACE_LINES: usize = 2;
+
+/// The interfaces with traffic in the last interval, the most bytes first: (name, ingress,
+/// egress, unattributed packets).
+fn iface_rows(app: &App) -> Vec<(String, [crate::flows::iface::IfaceCount; 2], u64)> {
+    use crate::flows::iface::IfaceDir;
+    let b = &app.shown().flows;
+    let mut rows: Vec<(String, [crate::flows::iface::IfaceCount; 2], u64)> = Vec::new();
+    for t in &b.iface {
+        let i = match rows.iter().position(|r| r.0 == t.iface.as_str()) {
+            Some(i) => i,
+            None => {
+                rows.push((t.iface.to_string(), Default::default(), 0));
+                rows.len() - 1
+            }
+        };
+        let d = usize::from(t.dir == IfaceDir::Egress);
+        rows[i].1[d].add(&t.interval);
+        rows[i].2 += t.unattributed.packets;
+    }
+    rows.sort_by_key(|r| std::cmp::Reverse(r.1[0].bytes + r.1[1].bytes));
+    // Interfaces counted but idle in the interval come last (they are counted all the same).
+    if let Some(st) = &b.stats.iface {
+        for name in &st.attached {
+            if !rows.iter().any(|r| r.0 == name.as_str()) {
+                rows.push((name.to_string(), Default::default(), 0));
+            }
+        }
+    }
+    rows
+}
+
+fn iface_lines_shown(app: &App) -> u16 {
+    if !app.shown().flows.active {
+        return 0;
+    }
+    iface_rows(app).len().min(MAX_IFACE_LINES) as u16
+}
+
+/// `Iface veth1: in 12.1 MB/s 8.6k pkt/s, out 1.2 kB/s 20 pkt/s; top udp 10.0.0.2:5353 →
+/// 10.0.0.1:53 in 11.9 MB/s`, for the busiest interfaces of the last interval.
+fn iface_lines(app: &App, width: u16) -> Vec<Line<'static>> {
+    use crate::flows::iface::IfaceDir;
+    let b = &app.shown().flows;
+    iface_rows(app)
+        .into_iter()
+        .take(MAX_IFACE_LINES)
+        .map(|(name, [i, o], unattributed)| {
+            if i.packets + o.packets + unattributed == 0 {
+                return Line::from(first_fitting(vec![format!("Iface {name}: idle")], width));
+            }
+            let head = format!(
+                "Iface {name}: in {}B/s {} pkt/s, out {}B/s {} pkt/s",
+                human_rate(b.per_s(i.bytes)),
+                human_rate(b.per_s(i.packets)),
+                human_rate(b.per_s(o.bytes)),
+                human_rate(b.per_s(o.packets)),
+            );
+            let head = if unattributed > 0 {
+                format!(
+                    "{head} ({} pkt/s without 5-tuple: table full)",
+                    human_rate(b.per_s(unattributed))
+                )
+            } else {
+                head
+            };
+            let top = b
+                .iface_top
+                .iter()
+                .find(|f| f.iface == name.as_str())
+                .map(|f| {
+                    let end = |a: Option<std::net::IpAddr>, p: Option<u16>| match (a, p) {
+                        (Some(a), Some(p)) => std::net::SocketAddr::new(a, p).to_string(),
+                        (Some(a), None) => a.to_string(),
+                        _ => "-".to_owned(),
+                    };
+                    format!(
+                        "; top {} {} → {} {} {}B/s",
+                        f.proto,
+                        end(f.src, f.sport),
+                        end(f.dst, f.dport),
+                        if f.dir == IfaceDir::Ingress {
+                            "in"
+                        } else {
+                            "out"
+                        },
+                        human_rate(b.per_s(f.count.bytes))
+                    )
+                });
+            let full = format!("{head}{}", top.unwrap_or_default());
+            Line::from(first_fitting(vec![full, head], width))
+        })
+        .collect()
 }
 
 /// The Flows view's Drops lines: one per {interface, reason} that dropped packets in the
