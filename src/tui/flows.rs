@@ -319,7 +319,7 @@ impl FlowBoard {
         self.iface_top
             .extend(iface_flows.into_iter().take(MAX_IFACE_TOP));
         self.iface_top
-            .sort_by(|a, b| b.count.bytes.cmp(&a.count.bytes));
+            .sort_by_key(|f| std::cmp::Reverse(f.count.bytes));
         self.iface_top.truncate(MAX_IFACE_TOP);
         let per_s = |n: u64| {
             if period_ns == 0 {
