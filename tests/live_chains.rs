@@ -317,5 +317,45 @@ fn a_threaded_apps_calls_sit_under_the_request_they_were_made_for() {
         live == replay,
         "the replay's chains differ from the live run's"
     );
-    let _ = std::fs::remove_dir_all(&dir);
+
+    // The terminal UI, replaying the recording: request 0-0's app call shows its parent (the
+    // test's call) and, as a waterfall, the downstream calls the app's log says it made.
+    let mut tui = ebtop::tui::app::App::new("replay", std::time::Duration::from_secs(1), true);
+    for m in ebtop::tui::collect_replay(std::path::Path::new(&rec_s)).unwrap() {
+        tui.apply(m);
+    }
+    let seq = tui
+        .shown()
+        .calls
+        .iter()
+        .find(|e| {
+            e.call.side.name() == "server"
+                && e.call.local.port() == app_port
+                && e.call.l7.resource.as_str() == "/req/0-0"
+        })
+        .map(|e| e.seq)
+        .expect("request 0-0's app call among the calls kept");
+    let (w, h) = (120u16, 80u16);
+    tui.set_size(w, h);
+    tui.detail = Some(seq);
+    let mut term = ratatui::Terminal::new(ratatui::backend::TestBackend::new(w, h)).unwrap();
+    term.draw(|f| ebtop::tui::render::draw(f, &tui)).unwrap();
+    let buf = term.backend().buffer();
+    let screen: String = (0..h)
+        .map(|y| (0..w).map(|x| buf[(x, y)].symbol()).collect::<String>() + "\n")
+        .collect();
+    let downstream = &made["0-0"];
+    assert!(
+        screen.contains(&format!("{} children, self time", downstream.len())),
+        "{screen}"
+    );
+    assert!(screen.contains("parent   #"), "{screen}");
+    for d in downstream {
+        assert!(
+            screen
+                .lines()
+                .any(|l| l.contains('█') && l.contains(d.as_str())),
+            "{d} not in the waterfall:\n{screen}"
+        );
+    }
 }

@@ -1774,6 +1774,7 @@ fn call_detail_lines(app: &App, c: &Call, seq: u64) -> Vec<Line<'static>> {
     for (k, val) in &l7.details {
         v.push(format!("Detail     {k}: {val}"));
     }
+    v.extend(chain_lines(app, c));
     let dropped = seq < app.shown().heads_dropped_before;
     for (what, head, body) in [
         ("Request", &l7.req_head, l7.req.bytes),
@@ -1789,6 +1790,115 @@ fn call_detail_lines(app: &App, c: &Call, seq: u64) -> Vec<Line<'static>> {
         }
     }
     v.into_iter().map(Line::from).collect()
+}
+
+/// Children a call's waterfall lists at most (the rest are counted).
+const MAX_CHAIN_CHILDREN: usize = 24;
+
+/// The call's place in its chain (src/chains.rs): its ids, its parent, and its children as a
+/// waterfall — each one's offset from the call's start, its duration and a bar on the call's
+/// time line — and the call's self time (its duration less the time its children covered).
+/// Parent and children are looked up among the calls the view keeps.
+fn chain_lines(app: &App, c: &Call) -> Vec<String> {
+    if c.id == 0 {
+        return Vec::new();
+    }
+    let d = app.shown();
+    let hex = |id: u64| format!("{id:016x}");
+    let mut v = vec![format!(
+        "Chain      id {}  parent {}  trace {}",
+        hex(c.id),
+        c.parent_id.map_or("none".to_owned(), hex),
+        c.trace_id.as_deref().unwrap_or("none")
+    )];
+    let label = |p: &Call| {
+        format!(
+            "{} {} {} {} ({:.3} ms)",
+            proc_label(&p.comm, p.pid),
+            p.side.name(),
+            p.l7.method,
+            p.l7.resource,
+            p.latency_ns as f64 / 1e6
+        )
+    };
+    if let Some(pid) = c.parent_id {
+        match d.calls.iter().rev().find(|e| e.call.id == pid) {
+            Some(e) => v.push(format!("  parent   #{} {}", e.seq, label(&e.call))),
+            None => v.push("  parent   not among the calls kept".to_owned()),
+        }
+    }
+    let mut children: Vec<(u64, &Call)> = d
+        .calls
+        .iter()
+        .filter(|e| e.call.parent_id == Some(c.id))
+        .map(|e| (e.seq, &*e.call))
+        .collect();
+    if children.is_empty() {
+        return v;
+    }
+    children.sort_by_key(|(_, k)| k.start_ns);
+    let (start, end) = (c.start_ns, c.start_ns.saturating_add(c.latency_ns));
+    // Self time: the call's duration less the union of its children's, within it.
+    let mut covered = 0u64;
+    let mut reach = start;
+    for (_, k) in &children {
+        let a = k.start_ns.clamp(start, end).max(reach);
+        let b = k.start_ns.saturating_add(k.latency_ns).clamp(start, end);
+        if b > a {
+            covered += b - a;
+            reach = b;
+        }
+    }
+    let lo = children
+        .iter()
+        .map(|(_, k)| k.start_ns)
+        .min()
+        .unwrap_or(start)
+        .min(start);
+    let hi = children
+        .iter()
+        .map(|(_, k)| k.start_ns.saturating_add(k.latency_ns))
+        .max()
+        .unwrap_or(end)
+        .max(end);
+    const BAR: usize = 32;
+    let span = (hi - lo).max(1) as f64;
+    let bar = |a: u64, b: u64| {
+        let x0 = ((((a - lo) as f64 / span) * BAR as f64).floor() as usize).min(BAR - 1);
+        let x1 = ((((b - lo) as f64 / span) * BAR as f64).ceil() as usize).clamp(x0 + 1, BAR);
+        format!(
+            "{}{}{}",
+            " ".repeat(x0),
+            "█".repeat(x1 - x0),
+            " ".repeat(BAR - x1)
+        )
+    };
+    v.push(format!(
+        "  {} children, self time {:.3} ms of {:.3} ms",
+        children.len(),
+        c.latency_ns.saturating_sub(covered) as f64 / 1e6,
+        c.latency_ns as f64 / 1e6
+    ));
+    v.push(format!("  |{}|  this call", bar(start, end.max(start + 1))));
+    for (seq, k) in children.iter().take(MAX_CHAIN_CHILDREN) {
+        let k_end = k.start_ns.saturating_add(k.latency_ns);
+        v.push(format!(
+            "  |{}|  {:+.3} ms  {:.3} ms  #{seq} {} {} {}",
+            bar(k.start_ns, k_end.max(k.start_ns + 1)),
+            (k.start_ns as f64 - start as f64) / 1e6,
+            k.latency_ns as f64 / 1e6,
+            k.l7.proto.name(),
+            k.l7.method,
+            k.l7.resource
+        ));
+    }
+    if children.len() > MAX_CHAIN_CHILDREN {
+        v.push(format!(
+            "  … {} more children",
+            children.len() - MAX_CHAIN_CHILDREN
+        ));
+    }
+    v
 }
 
 /// A message head as captured: text (control bytes escaped) or, if it is not text, hex;
