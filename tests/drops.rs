@@ -22,14 +22,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn u(v: &Value, k: &str) -> u64 {
-    v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"))
-}
-
-fn of_type<'a>(lines: &'a [Value], ty: &str) -> Vec<&'a Value> {
-    lines.iter().filter(|v| v["type"] == ty).collect()
-}
-
 /// A network namespace joined to this one by a veth pair (`host_dev` here, with `host_ip`;
 /// `ns_ip` inside), removed on drop (also on panic).
 struct Veth {

@@ -41,16 +41,8 @@ fn wait_closed(port: u16, limit: Duration) {
     }
 }
 
-fn of_type<'a>(lines: &'a [Value], ty: &str) -> Vec<&'a Value> {
-    lines.iter().filter(|v| v["type"] == ty).collect()
-}
-
 fn port_of(v: &Value) -> u16 {
     v.as_str().unwrap().parse::<SocketAddr>().unwrap().port()
-}
-
-fn u(v: &Value, k: &str) -> u64 {
-    v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"))
 }
 
 /// Two network namespaces joined by a link with impairments on the A → B direction (delay,

@@ -20,14 +20,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn u(v: &Value, k: &str) -> u64 {
-    v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"))
-}
-
-fn of_type<'a>(lines: &'a [Value], ty: &str) -> Vec<&'a Value> {
-    lines.iter().filter(|v| v["type"] == ty).collect()
-}
-
 /// Two namespaces `a` and `b`, each with a veth whose other end is a port of a bridge here
 /// (`port_a`, `port_b`); addresses `ip_a`, `ip_b` in one subnet. Removed on drop.
 struct Bridged {

@@ -397,7 +397,17 @@ pub fn assert_clean_summary(summary: &Value) {
 }
 
 pub fn calls(lines: &[Value]) -> Vec<&Value> {
-    lines.iter().filter(|v| v["type"] == "call").collect()
+    of_type(lines, "call")
+}
+
+/// The lines of one `type`.
+pub fn of_type<'a>(lines: &'a [Value], ty: &str) -> Vec<&'a Value> {
+    lines.iter().filter(|v| v["type"] == ty).collect()
+}
+
+/// Field `k` of a line, a number (panics, with the line, if it is not one).
+pub fn u(v: &Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"))
 }
 
 /// A self-signed certificate and its key for `localhost`, made in `dir` with openssl:
