@@ -77,6 +77,9 @@ pub struct ChainStats {
     pub hop_disproved: u64,
     /// Times the connection or thread state was cleared at its cap.
     pub state_resets: u64,
+    /// Server calls held now (counted in the aggregates, not yet written: they go out with
+    /// their client call or within 2 s).
+    pub held_now: u64,
 }
 
 /// A call's place in a chain, set by [`Chains::link`].
@@ -634,6 +637,11 @@ impl<T> Chains<T> {
         while let Some((_, key)) = self.held_order.pop_front() {
             self.release(&key, released);
         }
+    }
+
+    /// Server calls held now (counted, not yet handed to the sink).
+    pub fn held_count(&self) -> u64 {
+        self.held.len() as u64
     }
 
     /// Whether any call is held or client call kept (something [`Chains::expire`] may do).

@@ -1140,7 +1140,9 @@ impl<S: Sink> Downstream<S> {
                 Some(now) => chains.expire(now, &mut self.released),
                 None => chains.release_all(&mut self.released),
             }
-            self.summary.chains = Some(chains.stats);
+            let mut stats = chains.stats;
+            stats.held_now = chains.held_count();
+            self.summary.chains = Some(stats);
         }
         self.emit_released()
     }
