@@ -388,6 +388,10 @@ pub fn run<S: Sink, R>(
             .as_ref()
             .is_some_and(|f| f.counts_drops())
             .then_some("packet_drops"),
+        flows
+            .as_ref()
+            .is_some_and(|f| f.counts_iface())
+            .then_some("iface_flows"),
         procs.is_some().then_some("process_events"),
         tls.is_some().then_some("tls_probes"),
     ]

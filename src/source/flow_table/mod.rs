@@ -685,6 +685,11 @@ impl FlowCollector {
         })
     }
 
+    /// Whether interface flows are counted (`--iface`: the programs attached).
+    pub fn counts_iface(&self) -> bool {
+        self.iface.is_some()
+    }
+
     /// Whether packet drops are counted (the kernel took the drop counter).
     pub fn counts_drops(&self) -> bool {
         self.drop_program.is_some()
