@@ -376,7 +376,11 @@ fn bridged_traffic_between_two_namespaces_equals_the_senders_counts() {
     assert_eq!(last["iface"]["attach"], "tcx");
     let meta = &lines[0];
     assert!(
-        meta["loaded"].as_array().unwrap().iter().any(|l| l == "iface_flows"),
+        meta["loaded"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l == "iface_flows"),
         "{meta}"
     );
     assert_eq!(last["iface"]["attached"].as_array().unwrap().len(), 2);
