@@ -61,9 +61,9 @@ impl Bridged {
                 "netns",
                 "exec",
                 ns,
-                "sysctl",
-                "-qw",
-                "net.ipv6.conf.all.disable_ipv6=1",
+                "sh",
+                "-c",
+                "echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6",
             ]);
             sh(&[
                 "ip",
@@ -209,12 +209,10 @@ fn nstat(ns: &str, counter: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {counter} in {out}"))
 }
 
+/// IPv6 off on a link of this namespace (no router solicitation or neighbour discovery on it).
 fn no_ipv6(dev: &str) {
-    sh(&[
-        "sysctl",
-        "-qw",
-        &format!("net.ipv6.conf.{dev}.disable_ipv6=1"),
-    ]);
+    let path = format!("/proc/sys/net/ipv6/conf/{dev}/disable_ipv6");
+    std::fs::write(&path, "1").unwrap_or_else(|e| panic!("{path}: {e}"));
 }
 
 /// The `iface_flow` lines of one 5-tuple at one interface one way, summed.
