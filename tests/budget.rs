@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::io::{BufReader, Write};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -188,20 +187,7 @@ fn a_sample_of_connections_is_exact_per_kept_connection_and_marked_and_replays_t
     );
 
     // The replay marks the same intervals the same way (from the recorded counters).
-    let out = Command::new(env!("CARGO_BIN_EXE_ebtop"))
-        .args(["-r", rec.to_str().unwrap(), "--json"])
-        .args(replay_args())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let replayed: Vec<Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let replayed = replay_json(&rec, &[]);
     let of = |ls: &[Value], ty: &str| -> Vec<Value> {
         ls.iter().filter(|v| v["type"] == ty).cloned().collect()
     };

@@ -384,25 +384,9 @@ fn bridged_traffic_between_two_namespaces_equals_the_senders_counts() {
     assert_eq!(last["iface"]["attached"].as_array().unwrap().len(), 2);
 
     // The recording replays the same interface lines.
-    let replay = Command::new(env!("CARGO_BIN_EXE_ebtop"))
-        .args([
-            "-r",
-            rec.to_str().unwrap(),
-            "--json",
-            "--only",
-            "iface,iface_flow",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        replay.status.success(),
-        "{}",
-        String::from_utf8_lossy(&replay.stderr)
-    );
-    let replayed: Vec<Value> = String::from_utf8_lossy(&replay.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|v: &Value| v["type"] == "iface" || v["type"] == "iface_flow")
+    let replayed: Vec<Value> = replay_json(&rec, &["--only", "iface,iface_flow"])
+        .into_iter()
+        .filter(|v| v["type"] == "iface" || v["type"] == "iface_flow")
         .collect();
     let live: Vec<&Value> = lines
         .iter()

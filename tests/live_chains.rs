@@ -284,12 +284,7 @@ fn a_threaded_apps_calls_sit_under_the_request_they_were_made_for() {
     assert_eq!(chains["unconfirmed"], 0, "{chains}");
 
     // The recording replays into the same chains: every call's id, parent and trace id.
-    let out = Command::new(env!("CARGO_BIN_EXE_ebtop"))
-        .args(["-r", &rec_s, "--json"])
-        .args(replay_args())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    let replayed = replay_json(std::path::Path::new(&rec_s), &[]);
     let chain_of = |c: &Value| {
         (
             str_of(c, "resource").to_owned(),
@@ -300,11 +295,6 @@ fn a_threaded_apps_calls_sit_under_the_request_they_were_made_for() {
         )
     };
     let mut live: Vec<_> = calls.iter().map(|c| chain_of(c)).collect();
-    let replayed: Vec<Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
     let mut replay: Vec<_> = replayed
         .iter()
         .filter(|v| v["type"] == "call")

@@ -19,6 +19,17 @@ pub enum IfaceDir {
     Egress,
 }
 
+impl IfaceDir {
+    /// From the kernel's direction (ifaceflows.bpf.c: 0 ingress, else egress).
+    pub fn from_raw(dir: u32) -> IfaceDir {
+        if dir == 0 {
+            IfaceDir::Ingress
+        } else {
+            IfaceDir::Egress
+        }
+    }
+}
+
 /// Packets, bytes and payload: an interval's or since the start.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IfaceCount {

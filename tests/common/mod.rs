@@ -240,6 +240,29 @@ pub fn replay_args() -> Vec<String> {
     args
 }
 
+/// Replays recording `path` to JSON (`ebtop -r PATH --json EXTRA…` with [`replay_args`]):
+/// its lines. Panics, with ebtop's stderr, if the replay fails.
+pub fn replay_json(path: &std::path::Path, extra: &[&str]) -> Vec<Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_ebtop"))
+        .arg("-r")
+        .arg(path)
+        .arg("--json")
+        .args(extra)
+        .args(replay_args())
+        .output()
+        .expect("ebtop runs");
+    assert!(
+        out.status.success(),
+        "replay of {} failed: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
+        .collect()
+}
+
 /// A running `ebtop --json`, its stdout lines collected by a thread.
 pub struct Ebtop {
     child: Child,

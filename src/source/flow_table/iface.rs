@@ -386,6 +386,8 @@ impl IfaceReader {
     /// an interface detached since, whose index may be another's now).
     pub fn read(&mut self, names: &[(u32, CompactString)], attach_failures: u64) -> IfaceRead {
         let started = std::time::Instant::now();
+        // Looked up per flow read: a map, not a scan of up to 1,024 interfaces each time.
+        let by_index: FxHashMap<u32, &CompactString> = names.iter().map(|(i, n)| (*i, n)).collect();
         let next = 1 - self.counting;
         let fd = self.tables[next].as_fd();
         use std::os::fd::AsRawFd;
@@ -415,7 +417,7 @@ impl IfaceReader {
                     let Some(key) = RawKey::decode(k) else {
                         continue;
                     };
-                    let Some(name) = name_of(names, key.ifindex) else {
+                    let Some(name) = by_index.get(&key.ifindex) else {
                         continue;
                     };
                     let count = sum_percpu(v);
@@ -430,47 +432,41 @@ impl IfaceReader {
         // What did not fit: cumulative per interface direction, the change is the interval's.
         let mut unattributed: FxHashMap<(u32, IfaceDir), IfaceCount> = FxHashMap::default();
         let stride = COUNT_LEN.next_multiple_of(8) * self.cpus;
-        let mut overflow = Vec::new();
         let mut batches = crate::bpf::HashMapBatches::new(&self.overflow, 256).per_cpu(self.cpus);
         while let Some((keys, values)) = batches.next_batch() {
             for (k, v) in keys.chunks_exact(8).zip(values.chunks_exact(stride)) {
-                overflow.push((k.to_vec(), v.to_vec()));
+                let ifindex = u32::from_le_bytes(k[0..4].try_into().unwrap_or_default());
+                let dir_raw = u32::from_le_bytes(k[4..8].try_into().unwrap_or_default());
+                let now = sum_percpu(v);
+                let prev = self
+                    .overflow_prev
+                    .insert((ifindex, dir_raw), now)
+                    .unwrap_or_default();
+                let delta = IfaceCount {
+                    packets: now.packets.saturating_sub(prev.packets),
+                    bytes: now.bytes.saturating_sub(prev.bytes),
+                    payload: now.payload.saturating_sub(prev.payload),
+                };
+                if delta.is_zero() || !by_index.contains_key(&ifindex) {
+                    continue;
+                }
+                let dir = IfaceDir::from_raw(dir_raw);
+                self.unattributed_packets = self.unattributed_packets.saturating_add(delta.packets);
+                unattributed.entry((ifindex, dir)).or_default().add(&delta);
+                interval.entry((ifindex, dir)).or_default().0.add(&delta);
             }
-        }
-        for (k, v) in overflow {
-            let ifindex = u32::from_le_bytes(k[0..4].try_into().unwrap_or_default());
-            let dir_raw = u32::from_le_bytes(k[4..8].try_into().unwrap_or_default());
-            let now = sum_percpu(&v);
-            let prev = self
-                .overflow_prev
-                .insert((ifindex, dir_raw), now)
-                .unwrap_or_default();
-            let delta = IfaceCount {
-                packets: now.packets.saturating_sub(prev.packets),
-                bytes: now.bytes.saturating_sub(prev.bytes),
-                payload: now.payload.saturating_sub(prev.payload),
-            };
-            if delta.is_zero() || name_of(names, ifindex).is_none() {
-                continue;
-            }
-            let dir = if dir_raw == 0 {
-                IfaceDir::Ingress
-            } else {
-                IfaceDir::Egress
-            };
-            self.unattributed_packets = self.unattributed_packets.saturating_add(delta.packets);
-            unattributed.entry((ifindex, dir)).or_default().add(&delta);
-            interval.entry((ifindex, dir)).or_default().0.add(&delta);
         }
         // Totals of interfaces no longer attached are forgotten (an index may be reused).
-        self.totals
-            .retain(|(i, _), _| names.iter().any(|(n, _)| n == i));
+        self.totals.retain(|(i, _), _| by_index.contains_key(i));
         let mut totals = Vec::with_capacity(interval.len());
         for ((ifindex, dir), (count, nflows)) in interval {
             let total = self.totals.entry((ifindex, dir)).or_default();
             total.add(&count);
             totals.push(IfaceTotal {
-                iface: name_of(names, ifindex).cloned().unwrap_or_default(),
+                iface: by_index
+                    .get(&ifindex)
+                    .map(|n| (*n).clone())
+                    .unwrap_or_default(),
                 ifindex,
                 dir,
                 total: *total,
@@ -499,10 +495,6 @@ impl IfaceReader {
             },
         }
     }
-}
-
-fn name_of(names: &[(u32, CompactString)], ifindex: u32) -> Option<&CompactString> {
-    names.iter().find(|(i, _)| *i == ifindex).map(|(_, n)| n)
 }
 
 /// Sums a per-CPU `struct ebtop_iface_count` (each CPU's copy 8-byte aligned).
@@ -541,11 +533,7 @@ impl RawKey {
         let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
         Some(RawKey {
             ifindex: u32::from_le_bytes(b[0..4].try_into().ok()?),
-            dir: if b[4] == 0 {
-                IfaceDir::Ingress
-            } else {
-                IfaceDir::Egress
-            },
+            dir: IfaceDir::from_raw(u32::from(b[4])),
             family: b[5],
             proto: b[6],
             sport: u16_at(8),
