@@ -170,6 +170,7 @@ fn main() {
     println!("cargo:rerun-if-changed=src/bpf/fdwalk.h");
     println!("cargo:rerun-if-changed=src/bpf/capture.h");
     println!("cargo:rerun-if-changed=src/bpf/sockaddr.h");
+    println!("cargo:rerun-if-changed=src/bpf/taskcomm.h");
     println!("cargo:rerun-if-changed=src/bpf/flowtable.h");
     println!("cargo:rerun-if-changed=src/bpf/infer.h");
     println!("cargo:rerun-if-changed=src/bpf/tls.h");

@@ -63,6 +63,13 @@ pub fn debug_skip_close() -> bool {
     cfg!(debug_assertions) && std::env::var_os("EBTOP_DEBUG_SKIP_CLOSE").is_some_and(|v| v == "1")
 }
 
+/// Debug builds only: `EBTOP_DEBUG_UDP_PEER_HASH=1` keeps the UDP peer stash in its hash by
+/// thread, as on kernels whose cgroup programs cannot use task storage (flowtable.h), so the
+/// tests cover both. Always false in release builds.
+pub fn debug_udp_peer_hash() -> bool {
+    cfg!(debug_assertions) && std::env::var_os("EBTOP_DEBUG_UDP_PEER_HASH").is_some_and(|v| v == "1")
+}
+
 /// Debug builds only: `EBTOP_DEBUG_FLOW_ENDS_KIB=<KiB>` sizes the flow-end ring (4 MiB)
 /// down, and `EBTOP_DEBUG_INTERVAL_STALL_MS=<ms>` has the session's loop stop that long at
 /// each interval's end (as writing a huge report does), so the tests can see that ends do not

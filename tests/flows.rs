@@ -787,6 +787,21 @@ fn ten_thousand_short_connections_each_end_once() {
 fn udp_datagrams_counted_exactly_both_ways() {
     require_root();
     let _g = serial();
+    udp_datagrams_exact(&[]);
+}
+
+/// The same where the kernel's cgroup programs cannot keep the peer in task storage (before
+/// Linux 6.13 or so): the hash by thread.
+#[test]
+fn udp_datagrams_counted_exactly_with_the_peer_hash() {
+    require_root();
+    let _g = serial();
+    udp_datagrams_exact(&[("EBTOP_DEBUG_UDP_PEER_HASH", "1")]);
+}
+
+/// Datagrams both ways on unconnected sockets (peers from the cgroup hooks) and a connected
+/// one; a failed send stashes a peer no later datagram may take.
+fn udp_datagrams_exact(env: &[(&str, &str)]) {
     let a = UdpSocket::bind("127.0.0.1:0").unwrap();
     let b = UdpSocket::bind("127.0.0.1:0").unwrap();
     let (pa, pb) = (a.local_addr().unwrap(), b.local_addr().unwrap());
@@ -794,9 +809,22 @@ fn udp_datagrams_counted_exactly_both_ways() {
     let c = UdpSocket::bind("127.0.0.1:0").unwrap();
     c.connect(pb).unwrap();
     let pc = c.local_addr().unwrap();
-    let ebtop = Ebtop::start(&["--json", "--delay", "200ms"]);
+    // Unconnected at first: its failed sends (broadcast without SO_BROADCAST: refused after
+    // the cgroup hook saw the address) leave the thread a stashed peer that its later
+    // connected sends must not take.
+    let d = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let pd = d.local_addr().unwrap();
+    let ebtop = Ebtop::start_with_env(&["--json", "--delay", "200ms"], env);
     let (mut a_out, mut b_out, mut c_out) = (0u64, 0u64, 0u64);
     let mut buf = [0u8; 2048];
+    d.connect(pb).unwrap();
+    for _ in 0..20 {
+        let refused = d.send_to(b"x", "255.255.255.255:9");
+        assert!(refused.is_err(), "a broadcast without SO_BROADCAST was sent");
+        d.send(b"yy").unwrap();
+        let (_, from) = b.recv_from(&mut buf).unwrap();
+        assert_eq!(from, pd);
+    }
     for i in 0..1000usize {
         let n = 1 + i % 1400;
         a.send_to(&vec![1u8; n], pb).unwrap();
@@ -858,6 +886,13 @@ fn udp_datagrams_counted_exactly_both_ways() {
     );
     let bc = last(pb, pc);
     assert_eq!(u(bc, "dgrams_in"), 100, "{bc}");
+    let db = last(pd, pb);
+    assert_eq!((u(db, "dgrams_out"), u(db, "bytes_out")), (20, 40), "{db}");
+    let strays: Vec<_> = flows
+        .iter()
+        .filter(|f| f["local"] == pd.to_string() && f["peer"] != pb.to_string())
+        .collect();
+    assert!(strays.is_empty(), "datagrams under a failed send's peer: {strays:#?}");
     assert_eq!(ab["pid"], std::process::id());
     // Interval counts add up to the totals.
     let sum: u64 = flows

@@ -621,7 +621,15 @@ static __always_inline int stash_peer(struct bpf_sock_addr *ctx, bool v6)
 		__u32 a = ctx->user_ip4;
 		__builtin_memcpy(p.addr, &a, 4);
 	}
-	bpf_map_update_elem(&udp_peer, &id, &p, BPF_ANY);
+	if (peer_stash_in_task) {
+		struct peer_stash *slot =
+			bpf_task_storage_get(&udp_peer_task, bpf_get_current_task_btf(), 0,
+					     BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (slot)
+			*slot = p;
+	} else {
+		bpf_map_update_elem(&udp_peer, &id, &p, BPF_ANY);
+	}
 	return 1; /* always allow */
 }
 
@@ -662,21 +670,27 @@ static __always_inline int length_hook(__u64 *args, bool tx)
 	struct sock *sk = (struct sock *)args[0];
 	int ret = (int)args[1];
 	int flags = (int)args[2];
-	if (ret <= 0)
+	if (!sk)
 		return 0;
 	struct sock___flows *s0 = (struct sock___flows *)sk;
 	__u16 protocol = BPF_CORE_READ(s0, sk_protocol);
 	if (protocol == IPPROTO_TCP) {
-		if (owner_from_data)
+		if (owner_from_data && ret > 0)
 			flow_note_owner(sk);
 		return 0;
 	}
-	if (protocol != IPPROTO_UDP || (!tx && (flags & MSG_PEEK)))
+	if (protocol != IPPROTO_UDP)
+		return 0;
+	/* Taken whatever the call returned: the stash is this syscall's only. */
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct peer_stash peer = {};
+	udp_take_peer(sk, task, &peer);
+	if (ret <= 0 || (!tx && (flags & MSG_PEEK)))
 		return 0;
 	__u16 family = BPF_CORE_READ(s0, __sk_common.skc_family);
 	if (family != AF_INET && family != AF_INET6)
 		return 0;
-	flow_count_udp(sk, family, ret, tx, NULL);
+	flow_count_udp(sk, family, ret, tx, &peer, task, bpf_ktime_get_ns());
 	return 0;
 }
 

@@ -10,6 +10,7 @@
 #define EBTOP_FLOWTABLE_H
 
 #include "sockaddr.h"
+#include "taskcomm.h"
 
 #ifndef AF_INET6
 #define AF_INET6 10
@@ -142,9 +143,27 @@ struct {
 	__type(value, struct ebtop_udp_flow);
 } udp_flows SEC(".maps");
 
+/*
+ * The peer of an unconnected UDP socket's datagram, from the cgroup sendmsg/recvmsg hooks to
+ * the sock_send_length/sock_recv_length run of the same syscall on the same thread: in the
+ * thread's task storage where the kernel lets cgroup programs use it (user space probes it and
+ * sets `peer_stash_in_task`: one slot per thread, no hash, no lock), else in a hash by thread
+ * (LRU: a thread that exits leaves its entry). Every run of the length hooks on a UDP socket
+ * takes the stash and clears it, whatever the call returned, so a stash never outlives its
+ * syscall (a failed send's peer is not the next connected send's).
+ */
+const volatile bool peer_stash_in_task = false;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct peer_stash);
+} udp_peer_task SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 16384); /* 1 when the task storage holds the stash */
 	__type(key, __u64);
 	__type(value, struct peer_stash);
 } udp_peer SEC(".maps");
@@ -200,26 +219,47 @@ static __always_inline bool flow_note_owner(struct sock *sk)
 }
 
 /*
- * A UDP datagram of `len` bytes was sent (tx) or received by a syscall on `sk`: counted per
- * (socket, peer). The peer is the one the cgroup sendmsg/recvmsg hooks stashed for this thread
- * in the same syscall (unconnected sockets), else the connected address. A stashed peer is
- * also copied to `*stashed` (if given): the only source of a received datagram's sender at
- * this point, as the syscall copies it to the caller only after the receive.
+ * Takes the stashed peer of `task` (the current one) (see udp_peer_task) into `*out` if it was stashed for `sk`
+ * (else `out->family` stays 0), and clears the stash. Runs on every length-hook run of a UDP
+ * socket, failed calls and MSG_PEEK included.
+ */
+static __always_inline void udp_take_peer(struct sock *sk, struct task_struct *task,
+					  struct peer_stash *out)
+{
+	if (peer_stash_in_task) {
+		struct peer_stash *p = bpf_task_storage_get(&udp_peer_task, task, 0, 0);
+		if (!p || !p->sk)
+			return;
+		if (p->sk == (__u64)sk)
+			*out = *p;
+		p->sk = 0;
+		return;
+	}
+	__u64 id = bpf_get_current_pid_tgid();
+	struct peer_stash *p = bpf_map_lookup_elem(&udp_peer, &id);
+	if (!p)
+		return;
+	if (p->sk == (__u64)sk)
+		*out = *p;
+	bpf_map_delete_elem(&udp_peer, &id);
+}
+
+/*
+ * A UDP datagram of `len` bytes was sent (tx) or received by a syscall of `task` on `sk` at
+ * `now`: counted per (socket, peer). The peer is `stashed` (udp_take_peer: the address the
+ * cgroup hooks saw in this syscall, for unconnected sockets; family 0 if none), else the
+ * connected address, else unknown.
  */
 static __always_inline void flow_count_udp(struct sock *sk, __u16 family, int len, bool tx,
-					   struct peer_stash *stashed)
+					   const struct peer_stash *stashed,
+					   struct task_struct *task, __u64 now)
 {
 	struct ebtop_udp_key k = {};
 	k.sk = (__u64)sk;
-	__u64 id = bpf_get_current_pid_tgid();
-	struct peer_stash *p = bpf_map_lookup_elem(&udp_peer, &id);
-	if (p && p->sk == k.sk) {
-		if (stashed)
-			*stashed = *p;
-		__builtin_memcpy(k.raddr, p->addr, 16);
-		k.rport = p->port;
-		k.family = p->family;
-		bpf_map_delete_elem(&udp_peer, &id);
+	if (stashed->family) {
+		__builtin_memcpy(k.raddr, stashed->addr, 16);
+		k.rport = stashed->port;
+		k.family = stashed->family;
 	} else {
 		__u16 dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
 		if (dport) { /* connected socket */
@@ -228,7 +268,6 @@ static __always_inline void flow_count_udp(struct sock *sk, __u16 family, int le
 			sock_remote_addr(sk, family, k.raddr);
 		}
 	}
-	__u64 now = bpf_ktime_get_ns();
 	struct ebtop_udp_flow *v = bpf_map_lookup_elem(&udp_flows, &k);
 	if (!v) {
 		struct ebtop_udp_flow fresh = {};
@@ -243,9 +282,9 @@ static __always_inline void flow_count_udp(struct sock *sk, __u16 family, int le
 			return;
 		}
 	}
-	/* Syscall context: the caller owns the socket. */
-	v->pid = id >> 32;
-	bpf_get_current_comm(v->comm, sizeof(v->comm));
+	/* Syscall context: the caller owns the socket. Plain loads of its name, no helper. */
+	v->pid = task->tgid;
+	task_comm(task, v->comm);
 	v->last_ns = now;
 	if (tx) {
 		__sync_fetch_and_add(&v->tx_bytes, (__u64)len);

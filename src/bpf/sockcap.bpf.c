@@ -336,7 +336,8 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	/* Helpers taken once per run: each call is a return through this VM's (and any
 	 * SRSO-mitigated CPU's) return thunk. */
 	struct task_struct___cap *task = (struct task_struct___cap *)bpf_get_current_task_btf();
-	if (dir == EBTOP_DIR_EGRESS) {
+	/* A send's start is the TCP layer's (tcp_sendmsg_locked): a datagram's is its hook. */
+	if (dir == EBTOP_DIR_EGRESS && !(sk && ((struct sock___cap *)sk)->sk_type == SOCK_DGRAM)) {
 		/* Taken whatever the outcome, so a failed send leaves no stale start behind. */
 		struct send_start *ss = bpf_task_storage_get(&send_starts, (struct task_struct *)task,
 							     0, 0);
@@ -346,14 +347,17 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 			ss->ns = 0;
 		}
 	}
-	if (ret <= 0) {
-		mmsg_cursor_on_nothing_moved(task, ret);
-		return 0;
+	bool peek = dir == EBTOP_DIR_INGRESS && (flags & MSG_PEEK);
+	if (ret <= 0 || !sk || peek) {
+		if (ret <= 0)
+			mmsg_cursor_on_nothing_moved(task, ret);
+		/* A UDP peer the cgroup hooks stashed in this syscall is this call's only. */
+		if (count_flows && sk && ((struct sock___flows *)sk)->sk_protocol == IPPROTO_UDP) {
+			struct peer_stash stale = {};
+			udp_take_peer(sk, (struct task_struct *)task, &stale);
+		}
+		return 0; /* a peek's bytes are read again later */
 	}
-	if (!sk)
-		return 0;
-	if (dir == EBTOP_DIR_INGRESS && (flags & MSG_PEEK))
-		return 0; /* the bytes are read again later */
 	__u8 family = sk->__sk_common.skc_family;
 	if (family != AF_INET && family != AF_INET6)
 		return 0;
@@ -364,8 +368,11 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	/* The flow table counts every process's datagrams, selected or not. */
 	struct peer_stash dgram_peer = {};
 	if (count_flows && sock_type == SOCK_DGRAM &&
-	    ((struct sock___flows *)sk)->sk_protocol == IPPROTO_UDP)
-		flow_count_udp(sk, family, ret, dir == EBTOP_DIR_EGRESS, &dgram_peer);
+	    ((struct sock___flows *)sk)->sk_protocol == IPPROTO_UDP) {
+		udp_take_peer(sk, (struct task_struct *)task, &dgram_peer);
+		flow_count_udp(sk, family, ret, dir == EBTOP_DIR_EGRESS, &dgram_peer,
+			       (struct task_struct *)task, now);
+	}
 	__u64 id = bpf_get_current_pid_tgid();
 	bool selected = task_selected(id >> 32);
 	if (selected && filter_port_count) {
@@ -407,7 +414,8 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 		return 0;
 	struct call_args c = {};
 	bool have_args = false;
-	if (tls_may_be(st->proto)) {
+	/* TLS runs over streams (DTLS is not decoded): a datagram socket skips its checks. */
+	if (sock_type == SOCK_STREAM && tls_may_be(st->proto)) {
 		/* Inside an SSL call of this thread: a TLS socket, whose plaintext the TLS probes
 		 * deliver; its close then matters to user space. Outside any: perhaps the
 		 * ciphertext of a memory BIO, which the socket's first bytes may bind (tls.h). */

@@ -105,16 +105,17 @@ struct FlowsLoading {
 }
 
 impl FlowsLoading {
-    fn start(cfg: &FlowConfig, shared: Option<[std::os::fd::OwnedFd; 4]>) -> Option<FlowsLoading> {
+    fn start(cfg: &FlowConfig, shared: Option<[std::os::fd::OwnedFd; 5]>) -> Option<FlowsLoading> {
         let (flow_cfg, is_shared) = (cfg.clone(), shared.is_some());
         let thread = load_on_thread("ebtop-load-flows", move || {
             let maps = shared
                 .as_ref()
-                .map(|[flows, udp_flows, udp_peer, counters]| {
+                .map(|[flows, udp_flows, udp_peer, udp_peer_task, counters]| {
                     crate::source::flow_table::SharedFlowMaps {
                         flows: flows.as_fd(),
                         udp_flows: udp_flows.as_fd(),
                         udp_peer: udp_peer.as_fd(),
+                        udp_peer_task: udp_peer_task.as_fd(),
                         counters: counters.as_fd(),
                     }
                 });
@@ -137,7 +138,7 @@ impl FlowsLoading {
 /// Duplicates of the capture's maps the flow table shares (None if one is missing).
 fn shared_flow_fds(
     maps: &crate::source::capture::CaptureMaps,
-) -> Option<[std::os::fd::OwnedFd; 4]> {
+) -> Option<[std::os::fd::OwnedFd; 5]> {
     let dup = |name: &str| {
         maps.iter()
             .find(|(n, _)| n == name)
@@ -147,6 +148,7 @@ fn shared_flow_fds(
         dup("flows")?,
         dup("udp_flows")?,
         dup("udp_peer")?,
+        dup("udp_peer_task")?,
         dup("flow_counters")?,
     ])
 }

@@ -233,6 +233,7 @@ impl Capture<'_> {
                 flows: s.maps.flows.as_fd(),
                 udp_flows: s.maps.udp_flows.as_fd(),
                 udp_peer: s.maps.udp_peer.as_fd(),
+                udp_peer_task: s.maps.udp_peer_task.as_fd(),
                 counters: s.maps.flow_counters.as_fd(),
             }),
             Capture::Syscalls(..) => None,
@@ -518,11 +519,20 @@ fn load_socket_layer<'obj>(
         .flows
         .set_max_entries(cfg.max_flows.max(1))
         .context("sizing the flow table failed")?;
-    open.maps
+    let peer_in_task = crate::source::flow_table::peer_stash_in_task();
+    if peer_in_task {
+        open.maps
+            .udp_peer
+            .set_max_entries(1)
+            .context("sizing the UDP peer hash failed")?;
+    }
+    let rodata = open
+        .maps
         .rodata_data
         .as_deref_mut()
-        .ok_or_else(|| anyhow!("BPF object has no .rodata section"))?
-        .count_flows = cfg.flow_table && cfg.capture;
+        .ok_or_else(|| anyhow!("BPF object has no .rodata section"))?;
+    rodata.count_flows = cfg.flow_table && cfg.capture;
+    rodata.peer_stash_in_task = peer_in_task;
     #[cfg(feature = "bench-cuts")]
     if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
         rodata.bench_cut = super::bench_cuts::kernel_cut();

@@ -62,7 +62,35 @@ pub struct SharedFlowMaps<'a> {
     pub flows: BorrowedFd<'a>,
     pub udp_flows: BorrowedFd<'a>,
     pub udp_peer: BorrowedFd<'a>,
+    pub udp_peer_task: BorrowedFd<'a>,
     pub counters: BorrowedFd<'a>,
+}
+
+/// Whether the UDP peer stash is the thread's task storage (flowtable.h `peer_stash_in_task`):
+/// cgroup sock_addr programs may call `bpf_task_storage_get` and `bpf_get_current_task_btf`
+/// on newer kernels only; elsewhere the stash is a hash by thread (a lookup, a locked update
+/// and a locked delete per datagram). Probed once.
+pub(crate) fn peer_stash_in_task() -> bool {
+    static IN_TASK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *IN_TASK.get_or_init(|| {
+        if crate::diag::debug_udp_peer_hash() {
+            return false;
+        }
+        let allowed = |helper| {
+            // SAFETY: libbpf loads and frees a two-instruction program of this type calling
+            // the helper; no pointer is kept (null options).
+            let rc = unsafe {
+                libbpf_rs::libbpf_sys::libbpf_probe_bpf_helper(
+                    libbpf_rs::libbpf_sys::BPF_PROG_TYPE_CGROUP_SOCK_ADDR,
+                    helper,
+                    std::ptr::null(),
+                )
+            };
+            rc == 1
+        };
+        allowed(libbpf_rs::libbpf_sys::BPF_FUNC_task_storage_get)
+            && allowed(libbpf_rs::libbpf_sys::BPF_FUNC_get_current_task_btf)
+    })
 }
 
 impl Default for FlowConfig {
@@ -451,13 +479,21 @@ fn load_flows(
             (&mut open.maps.flows, maps.flows),
             (&mut open.maps.udp_flows, maps.udp_flows),
             (&mut open.maps.udp_peer, maps.udp_peer),
+            (&mut open.maps.udp_peer_task, maps.udp_peer_task),
             (&mut open.maps.flow_counters, maps.counters),
         ] {
             map.reuse_fd(fd)
                 .context("sharing the flow table's maps with the capture failed")?;
         }
     }
+    if shared.is_none() && peer_stash_in_task() {
+        open.maps
+            .udp_peer
+            .set_max_entries(1)
+            .context("sizing the UDP peer hash failed")?;
+    }
     if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+        ro.peer_stash_in_task = peer_stash_in_task();
         ro.owner_from_data = !cfg.accept_hooks && shared.is_none();
         ro.debug_skip_close = crate::diag::debug_skip_close();
     }
