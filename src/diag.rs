@@ -67,7 +67,8 @@ pub fn debug_skip_close() -> bool {
 /// thread, as on kernels whose cgroup programs cannot use task storage (flowtable.h), so the
 /// tests cover both. Always false in release builds.
 pub fn debug_udp_peer_hash() -> bool {
-    cfg!(debug_assertions) && std::env::var_os("EBTOP_DEBUG_UDP_PEER_HASH").is_some_and(|v| v == "1")
+    cfg!(debug_assertions)
+        && std::env::var_os("EBTOP_DEBUG_UDP_PEER_HASH").is_some_and(|v| v == "1")
 }
 
 /// Debug builds only: `EBTOP_DEBUG_FLOW_ENDS_KIB=<KiB>` sizes the flow-end ring (4 MiB)

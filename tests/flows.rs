@@ -820,7 +820,10 @@ fn udp_datagrams_exact(env: &[(&str, &str)]) {
     d.connect(pb).unwrap();
     for _ in 0..20 {
         let refused = d.send_to(b"x", "255.255.255.255:9");
-        assert!(refused.is_err(), "a broadcast without SO_BROADCAST was sent");
+        assert!(
+            refused.is_err(),
+            "a broadcast without SO_BROADCAST was sent"
+        );
         d.send(b"yy").unwrap();
         let (_, from) = b.recv_from(&mut buf).unwrap();
         assert_eq!(from, pd);
@@ -892,7 +895,10 @@ fn udp_datagrams_exact(env: &[(&str, &str)]) {
         .iter()
         .filter(|f| f["local"] == pd.to_string() && f["peer"] != pb.to_string())
         .collect();
-    assert!(strays.is_empty(), "datagrams under a failed send's peer: {strays:#?}");
+    assert!(
+        strays.is_empty(),
+        "datagrams under a failed send's peer: {strays:#?}"
+    );
     assert_eq!(ab["pid"], std::process::id());
     // Interval counts add up to the totals.
     let sum: u64 = flows

@@ -348,4 +348,55 @@ fn a_threaded_apps_calls_sit_under_the_request_they_were_made_for() {
             "{d} not in the waterfall:\n{screen}"
         );
     }
+
+    // Tab picks the parent, then the first child (by start); Enter follows it: the child's
+    // details name request 0-0's call as their parent; Esc goes back to it, then out.
+    let press = |tui: &mut ebtop::tui::app::App, code| {
+        tui.handle_key(crossterm::event::KeyEvent::from(code));
+    };
+    let targets = tui.chain_targets();
+    assert_eq!(
+        targets.len(),
+        1 + downstream.len(),
+        "the parent and each child"
+    );
+    use crossterm::event::KeyCode;
+    press(&mut tui, KeyCode::Tab);
+    press(&mut tui, KeyCode::Tab);
+    let child = targets[1];
+    assert_eq!(tui.chain_picked(), Some(child));
+    term.draw(|f| ebtop::tui::render::draw(f, &tui)).unwrap();
+    let screen: String = (0..h)
+        .map(|y| {
+            let buf = term.backend().buffer();
+            (0..w).map(|x| buf[(x, y)].symbol()).collect::<String>() + "\n"
+        })
+        .collect();
+    assert!(
+        screen
+            .lines()
+            .any(|l| l.starts_with("│▶ |") || l.contains("▶ |")),
+        "the picked child is marked:\n{screen}"
+    );
+    press(&mut tui, KeyCode::Enter);
+    assert_eq!(tui.detail, Some(child));
+    term.draw(|f| ebtop::tui::render::draw(f, &tui)).unwrap();
+    let screen: String = (0..h)
+        .map(|y| {
+            let buf = term.backend().buffer();
+            (0..w).map(|x| buf[(x, y)].symbol()).collect::<String>() + "\n"
+        })
+        .collect();
+    assert!(
+        screen.contains(&format!("parent   #{seq} ")),
+        "the child's parent is request 0-0's call:\n{screen}"
+    );
+    press(&mut tui, KeyCode::Esc);
+    assert_eq!(
+        tui.detail,
+        Some(seq),
+        "Esc goes back to the call followed from"
+    );
+    press(&mut tui, KeyCode::Esc);
+    assert_eq!(tui.detail, None);
 }

@@ -108,17 +108,18 @@ impl FlowsLoading {
     fn start(cfg: &FlowConfig, shared: Option<[std::os::fd::OwnedFd; 5]>) -> Option<FlowsLoading> {
         let (flow_cfg, is_shared) = (cfg.clone(), shared.is_some());
         let thread = load_on_thread("ebtop-load-flows", move || {
-            let maps = shared
-                .as_ref()
-                .map(|[flows, udp_flows, udp_peer, udp_peer_task, counters]| {
-                    crate::source::flow_table::SharedFlowMaps {
-                        flows: flows.as_fd(),
-                        udp_flows: udp_flows.as_fd(),
-                        udp_peer: udp_peer.as_fd(),
-                        udp_peer_task: udp_peer_task.as_fd(),
-                        counters: counters.as_fd(),
-                    }
-                });
+            let maps =
+                shared
+                    .as_ref()
+                    .map(|[flows, udp_flows, udp_peer, udp_peer_task, counters]| {
+                        crate::source::flow_table::SharedFlowMaps {
+                            flows: flows.as_fd(),
+                            udp_flows: udp_flows.as_fd(),
+                            udp_peer: udp_peer.as_fd(),
+                            udp_peer_task: udp_peer_task.as_fd(),
+                            counters: counters.as_fd(),
+                        }
+                    });
             FlowCollector::load(&flow_cfg, maps)
         })?;
         Some(FlowsLoading {

@@ -225,6 +225,12 @@ pub struct App {
     pub drill_state: ViewState,
     /// Seq of the call whose details are open.
     pub detail: Option<u64>,
+    /// Calls whose details were open before Enter followed a relative in their chain (the
+    /// newest last): Esc/Backspace goes back to them one by one.
+    pub detail_back: Vec<u64>,
+    /// In call details: which of the call's chain relatives Tab picked (an index into
+    /// [`App::chain_targets`]).
+    pub chain_pick: Option<usize>,
     /// F3's search: typed while `search_prompt`, then the next matching row is selected.
     pub last_search: Option<String>,
     pub search_prompt: bool,
@@ -314,6 +320,8 @@ impl App {
                 ..ViewState::default()
             },
             detail: None,
+            detail_back: Vec::new(),
+            chain_pick: None,
             row_detail: None,
             expanded_groups: Default::default(),
             endpoints_by_process: false,
@@ -766,8 +774,49 @@ impl App {
     fn switch_view(&mut self, v: View) {
         self.view = v;
         self.drill = None;
+        self.close_details();
+    }
+
+    fn close_details(&mut self) {
         self.detail = None;
+        self.detail_back.clear();
+        self.chain_pick = None;
         self.row_detail = None;
+    }
+
+    /// The open call's chain relatives Tab can pick, as seqs: its parent (when kept), then its
+    /// children by start (as many as the waterfall lists).
+    pub fn chain_targets(&self) -> Vec<u64> {
+        let d = self.shown();
+        let Some(c) = self.detail.and_then(|seq| d.find_call(seq)) else {
+            return Vec::new();
+        };
+        let rel = d.chain_relatives(c);
+        rel.parent
+            .map(|(seq, _)| seq)
+            .into_iter()
+            .chain(
+                rel.children
+                    .iter()
+                    .take(super::data::MAX_CHAIN_CHILDREN)
+                    .map(|(seq, _)| *seq),
+            )
+            .collect()
+    }
+
+    /// The seq of the relative Tab picked, if it is still among the targets.
+    pub fn chain_picked(&self) -> Option<u64> {
+        self.chain_pick
+            .and_then(|i| self.chain_targets().get(i).copied())
+    }
+
+    /// Opens the details of another call, the open one kept to go back to.
+    fn follow_chain(&mut self, seq: u64) {
+        if let Some(cur) = self.detail.replace(seq) {
+            self.detail_back.push(cur);
+        }
+        self.chain_pick = None;
+        self.detail_scroll = 0;
     }
 
     fn enter(&mut self) {
@@ -791,6 +840,8 @@ impl App {
         match self.view {
             View::Calls => {
                 self.detail = key.parse().ok();
+                self.detail_back.clear();
+                self.chain_pick = None;
                 self.detail_scroll = 0;
             }
             View::Endpoints => {
@@ -843,7 +894,14 @@ impl App {
     }
 
     fn back(&mut self) -> Action {
-        if self.detail.take().is_some() || self.row_detail.take().is_some() {
+        if self.detail.is_some() {
+            // Back along the chain followed, then out of the details.
+            self.detail = self.detail_back.pop();
+            self.chain_pick = None;
+            self.detail_scroll = 0;
+            return Action::Redraw;
+        }
+        if self.row_detail.take().is_some() {
             return Action::Redraw;
         }
         if self.drill.take().is_some() {
@@ -1113,8 +1171,23 @@ impl App {
                 let s = self.detail_scroll;
                 self.detail_scroll = match key.code {
                     KeyCode::Enter => {
-                        self.detail = None;
-                        self.row_detail = None;
+                        match self.chain_picked() {
+                            Some(seq) => self.follow_chain(seq),
+                            None => self.close_details(),
+                        }
+                        return Action::Redraw;
+                    }
+                    KeyCode::Tab | KeyCode::BackTab if self.detail.is_some() => {
+                        let n = self.chain_targets().len();
+                        if n == 0 {
+                            return Action::None;
+                        }
+                        self.chain_pick = Some(match (self.chain_pick, key.code) {
+                            (None, KeyCode::Tab) => 0,
+                            (None, _) => n - 1,
+                            (Some(i), KeyCode::Tab) => (i + 1) % n,
+                            (Some(i), _) => (i + n - 1) % n,
+                        });
                         return Action::Redraw;
                     }
                     KeyCode::Up | KeyCode::Char('k') => s.saturating_sub(1),

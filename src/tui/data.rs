@@ -300,6 +300,29 @@ impl Data {
         (r.period_ns > 0).then(|| calls as f64 * 1e9 / r.period_ns as f64)
     }
 
+    /// A call's relatives in its chain among the calls kept (src/chains.rs): its parent and
+    /// its children, by start, each with its seq.
+    pub fn chain_relatives(&self, c: &Call) -> ChainRelatives<'_> {
+        if c.id == 0 {
+            return ChainRelatives::default();
+        }
+        let parent = c.parent_id.and_then(|pid| {
+            self.calls
+                .iter()
+                .rev()
+                .find(|e| e.call.id == pid)
+                .map(|e| (e.seq, &*e.call))
+        });
+        let mut children: Vec<(u64, &Call)> = self
+            .calls
+            .iter()
+            .filter(|e| e.call.parent_id == Some(c.id))
+            .map(|e| (e.seq, &*e.call))
+            .collect();
+        children.sort_by_key(|(_, k)| k.start_ns);
+        ChainRelatives { parent, children }
+    }
+
     pub fn find_call(&self, seq: u64) -> Option<&Call> {
         let first = self.calls.front()?.seq;
         let idx = seq.checked_sub(first)? as usize;
@@ -308,6 +331,17 @@ impl Data {
             .filter(|e| e.seq == seq)
             .map(|e| &*e.call)
     }
+}
+
+/// Children a call's waterfall lists (and Tab can pick) at most; the rest are counted.
+pub const MAX_CHAIN_CHILDREN: usize = 24;
+
+/// A call's parent and children among the calls kept ([`Data::chain_relatives`]).
+#[derive(Debug, Default)]
+pub struct ChainRelatives<'a> {
+    pub parent: Option<(u64, &'a Call)>,
+    /// By start time.
+    pub children: Vec<(u64, &'a Call)>,
 }
 
 /// Per pid, bytes (in, out).

@@ -18,8 +18,8 @@ pub const KEYS: &[KeyHelp] = &[
         action: "help (any key closes it)",
     },
     KeyHelp {
-        keys: &["Tab", "1", "2", "3", "4"],
-        action: "next view / calls, endpoints, flows, processes",
+        keys: &["Tab", "Shift-Tab", "1", "2", "3", "4"],
+        action: "views: next/prev, 1-4; call details: pick parent/child",
     },
     KeyHelp {
         keys: &["Up", "Down", "j", "k"],
@@ -39,7 +39,7 @@ pub const KEYS: &[KeyHelp] = &[
     },
     KeyHelp {
         keys: &["Backspace", "Esc"],
-        action: "back (selection kept)",
+        action: "back (selection kept; along a chain followed)",
     },
     KeyHelp {
         keys: &["/", "F4"],

@@ -1588,7 +1588,17 @@ fn hint_text(app: &App) -> String {
             app.last_search.as_deref().unwrap_or("")
         )
     } else if app.detail.is_some() {
-        "Esc/Backspace/Enter: back  q: quit".to_owned()
+        let back = match app.detail_back.len() {
+            0 => "Esc/Backspace: back".to_owned(),
+            n => format!("Esc/Backspace: back to the call before ({n})"),
+        };
+        if app.chain_picked().is_some() {
+            format!("Enter: follow the call marked ▶  Tab: next  {back}  q: quit")
+        } else if app.chain_targets().is_empty() {
+            format!("{back}  Enter: close  q: quit")
+        } else {
+            format!("Tab: pick the parent or a child  {back}  Enter: close  q: quit")
+        }
     } else {
         FOOTER.to_owned()
     }
@@ -1792,9 +1802,6 @@ fn call_detail_lines(app: &App, c: &Call, seq: u64) -> Vec<Line<'static>> {
     v.into_iter().map(Line::from).collect()
 }
 
-/// Children a call's waterfall lists at most (the rest are counted).
-const MAX_CHAIN_CHILDREN: usize = 24;
-
 /// The call's place in its chain (src/chains.rs): its ids, its parent, and its children as a
 /// waterfall — each one's offset from the call's start, its duration and a bar on the call's
 /// time line — and the call's self time (its duration less the time its children covered).
@@ -1821,22 +1828,20 @@ fn chain_lines(app: &App, c: &Call) -> Vec<String> {
             p.latency_ns as f64 / 1e6
         )
     };
-    if let Some(pid) = c.parent_id {
-        match d.calls.iter().rev().find(|e| e.call.id == pid) {
-            Some(e) => v.push(format!("  parent   #{} {}", e.seq, label(&e.call))),
+    // The relative Tab picked (Enter follows it) is marked.
+    let picked = app.chain_picked();
+    let mark = |seq: u64| if picked == Some(seq) { '▶' } else { ' ' };
+    let rel = d.chain_relatives(c);
+    if c.parent_id.is_some() {
+        match rel.parent {
+            Some((seq, p)) => v.push(format!("{} parent   #{seq} {}", mark(seq), label(p))),
             None => v.push("  parent   not among the calls kept".to_owned()),
         }
     }
-    let mut children: Vec<(u64, &Call)> = d
-        .calls
-        .iter()
-        .filter(|e| e.call.parent_id == Some(c.id))
-        .map(|e| (e.seq, &*e.call))
-        .collect();
+    let children = rel.children;
     if children.is_empty() {
         return v;
     }
-    children.sort_by_key(|(_, k)| k.start_ns);
     let (start, end) = (c.start_ns, c.start_ns.saturating_add(c.latency_ns));
     // Self time: the call's duration less the union of its children's, within it.
     let mut covered = 0u64;
@@ -1880,10 +1885,11 @@ fn chain_lines(app: &App, c: &Call) -> Vec<String> {
         c.latency_ns as f64 / 1e6
     ));
     v.push(format!("  |{}|  this call", bar(start, end.max(start + 1))));
-    for (seq, k) in children.iter().take(MAX_CHAIN_CHILDREN) {
+    for (seq, k) in children.iter().take(super::data::MAX_CHAIN_CHILDREN) {
         let k_end = k.start_ns.saturating_add(k.latency_ns);
         v.push(format!(
-            "  |{}|  {:+.3} ms  {:.3} ms  #{seq} {} {} {}",
+            "{} |{}|  {:+.3} ms  {:.3} ms  #{seq} {} {} {}",
+            mark(*seq),
             bar(k.start_ns, k_end.max(k.start_ns + 1)),
             (k.start_ns as f64 - start as f64) / 1e6,
             k.latency_ns as f64 / 1e6,
@@ -1892,10 +1898,10 @@ fn chain_lines(app: &App, c: &Call) -> Vec<String> {
             k.l7.resource
         ));
     }
-    if children.len() > MAX_CHAIN_CHILDREN {
+    if children.len() > super::data::MAX_CHAIN_CHILDREN {
         v.push(format!(
             "  … {} more children",
-            children.len() - MAX_CHAIN_CHILDREN
+            children.len() - super::data::MAX_CHAIN_CHILDREN
         ));
     }
     v
