@@ -399,4 +399,60 @@ fn a_threaded_apps_calls_sit_under_the_request_they_were_made_for() {
     );
     press(&mut tui, KeyCode::Esc);
     assert_eq!(tui.detail, None);
+
+    // The app's endpoint, drilled into (over the whole replay): its time by downstream
+    // endpoint — each request made two Redis calls and one backend call (the app's log).
+    press(&mut tui, KeyCode::Char('2'));
+    press(&mut tui, KeyCode::Char('c'));
+    press(&mut tui, KeyCode::Char('c'));
+    let rows = tui.rows();
+    let app_row = rows
+        .iter()
+        .find(|r| r.cells[1] == "server" && r.cells[3].starts_with("/req/"))
+        .unwrap_or_else(|| {
+            panic!(
+                "the app's endpoint row: {:?}",
+                rows.iter().map(|r| &r.cells).collect::<Vec<_>>()
+            )
+        });
+    let key = app_row.key.clone();
+    tui.select_key(&key);
+    press(&mut tui, KeyCode::Enter);
+    assert!(tui.drill.is_some(), "Enter drills into the endpoint");
+    let ds = tui
+        .drill_downstream()
+        .expect("the app's calls have children");
+    // The endpoint learns its pattern after its first requests (those have rows of their
+    // own): its row's own count is what the drill-down covers.
+    let requests: u64 = app_row.cells[4].parse().unwrap();
+    assert!(requests > made.len() as u64 / 2, "{:?}", app_row.cells);
+    assert_eq!((ds.calls, ds.calls_with_children), (requests, requests));
+    let of = |proto: &str| -> u64 {
+        ds.rows
+            .iter()
+            .filter(|r| r.endpoint.starts_with(proto))
+            .map(|r| r.calls)
+            .sum()
+    };
+    assert_eq!(of("redis"), 2 * requests, "{:?}", ds.rows);
+    assert_eq!(of("http"), requests, "{:?}", ds.rows);
+    assert_eq!(ds.rows.iter().map(|r| r.calls).sum::<u64>(), 3 * requests);
+    assert!(ds.self_ns <= ds.time_ns);
+    term.draw(|f| ebtop::tui::render::draw(f, &tui)).unwrap();
+    let screen: String = (0..h)
+        .map(|y| {
+            let buf = term.backend().buffer();
+            (0..w).map(|x| buf[(x, y)].symbol()).collect::<String>() + "\n"
+        })
+        .collect();
+    assert!(
+        screen.contains(&format!(
+            "Time of its {requests} calls kept with calls downstream ({requests} in all): self "
+        )),
+        "{screen}"
+    );
+    assert!(
+        screen.contains(&ds.rows[0].endpoint),
+        "the endpoint taking most time is listed:\n{screen}"
+    );
 }

@@ -3,6 +3,7 @@
 //! and resizes itself ([`App::handle_key`]); [`crate::tui::render`] draws it.
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -133,6 +134,28 @@ impl Drill {
             self.resource
         )
     }
+}
+
+/// The drilled-into endpoint's time by downstream endpoint ([`App::drill_downstream`]).
+#[derive(Debug, Default)]
+pub struct Downstream {
+    /// The endpoint's calls kept, and those of them with children kept.
+    pub calls: u64,
+    pub calls_with_children: u64,
+    /// Their durations added, and their self times (less their children's spans).
+    pub time_ns: u64,
+    pub self_ns: u64,
+    /// Most time first.
+    pub rows: Vec<DownstreamRow>,
+}
+
+/// One downstream endpoint: its calls made by the drilled-into endpoint's calls, and their
+/// durations added (concurrent children can add up past their parent's duration).
+#[derive(Debug)]
+pub struct DownstreamRow {
+    pub endpoint: String,
+    pub calls: u64,
+    pub time_ns: u64,
 }
 
 /// A view's columns; the Flows view's depend on whether the source has a flow table.
@@ -589,6 +612,78 @@ impl App {
 
     /// The drilled-into endpoint's latency bins since the start, as the pipeline sent them
     /// (`EndpointWindows::latency_bins`): (low ns, high ns, calls).
+    /// Where the drilled-into endpoint's time goes, among the calls kept: its calls' children
+    /// (src/chains.rs) by their endpoint, and its calls' self time. None without a drill-down
+    /// or when none of its calls kept has a child kept.
+    pub fn drill_downstream(&self) -> Option<Downstream> {
+        let dr = self.drill.as_ref()?;
+        let d = self.shown();
+        let mut children: HashMap<u64, Vec<&CallEntry>> = HashMap::new();
+        for e in &d.calls {
+            if let Some(p) = e.call.parent_id {
+                children.entry(p).or_default().push(e);
+            }
+        }
+        if children.is_empty() {
+            return None;
+        }
+        // A child's endpoint as its row names it (normalised), else as the call does.
+        let labels: HashMap<RowRef, String> = d
+            .windows
+            .since_start
+            .iter()
+            .map(|s| {
+                (
+                    s.row,
+                    format!("{} {} {}", s.proto.name(), s.method, s.resource),
+                )
+            })
+            .collect();
+        let mut out = Downstream::default();
+        let mut by: HashMap<String, (u64, u64)> = HashMap::new();
+        for e in d.calls.iter().filter(|e| dr.matches(e)) {
+            out.calls += 1;
+            out.time_ns += e.call.latency_ns;
+            let kids = (e.call.id != 0).then(|| children.get(&e.call.id)).flatten();
+            let Some(kids) = kids else {
+                out.self_ns += e.call.latency_ns;
+                continue;
+            };
+            out.calls_with_children += 1;
+            out.self_ns += super::data::self_time_ns(&e.call, kids.iter().map(|k| &*k.call));
+            for k in kids {
+                let label = k
+                    .endpoint
+                    .and_then(|r| labels.get(&r).cloned())
+                    .unwrap_or_else(|| {
+                        format!(
+                            "{} {} {}",
+                            k.call.l7.proto.name(),
+                            k.call.l7.method,
+                            k.call.l7.resource
+                        )
+                    });
+                let v = by.entry(label).or_default();
+                v.0 += 1;
+                v.1 += k.call.latency_ns;
+            }
+        }
+        if out.calls_with_children == 0 {
+            return None;
+        }
+        out.rows = by
+            .into_iter()
+            .map(|(endpoint, (calls, time_ns))| DownstreamRow {
+                endpoint,
+                calls,
+                time_ns,
+            })
+            .collect();
+        out.rows
+            .sort_by(|a, b| b.time_ns.cmp(&a.time_ns).then(a.endpoint.cmp(&b.endpoint)));
+        Some(out)
+    }
+
     pub fn drill_latency_bins(&self) -> Option<Vec<(u64, u64, u64)>> {
         let d = self.drill.as_ref()?;
         if d.other {

@@ -333,6 +333,30 @@ impl Data {
     }
 }
 
+/// A call's self time: its duration less the union of its children's spans within it.
+pub fn self_time_ns<'a>(c: &Call, children: impl IntoIterator<Item = &'a Call>) -> u64 {
+    let (start, end) = (c.start_ns, c.start_ns.saturating_add(c.latency_ns));
+    let mut spans: Vec<(u64, u64)> = children
+        .into_iter()
+        .map(|k| {
+            (
+                k.start_ns.clamp(start, end),
+                k.start_ns.saturating_add(k.latency_ns).clamp(start, end),
+            )
+        })
+        .collect();
+    spans.sort_unstable();
+    let (mut covered, mut reach) = (0u64, start);
+    for (a, b) in spans {
+        let a = a.max(reach);
+        if b > a {
+            covered += b - a;
+            reach = b;
+        }
+    }
+    c.latency_ns.saturating_sub(covered)
+}
+
 /// Children a call's waterfall lists (and Tab can pick) at most; the rest are counted.
 pub const MAX_CHAIN_CHILDREN: usize = 24;
 

@@ -46,6 +46,9 @@ pub fn draw(f: &mut Frame, app: &App) {
         2 + drop_lines_shown(app) + iface_lines_shown(app)
     } else if app.view == View::Processes {
         2
+    } else if drilled && app.drill_downstream().is_some() {
+        // Room for the downstream lines too.
+        (area.height * 2 / 5).clamp(3, 15)
     } else if drilled {
         // Leave the calls most of a small screen.
         (area.height / 3).clamp(3, 10)
@@ -1424,7 +1427,9 @@ fn short_duration(ns: u64) -> String {
 }
 
 /// The drilled-into endpoint in pictures: rate, p99, server and client errors over the last
-/// intervals, and its latency distribution since the start.
+/// intervals, where its time goes downstream (the chains of the calls kept: self time, the
+/// endpoints its calls called — share of its time, calls per call, mean duration), and its
+/// latency distribution since the start.
 fn endpoint_panel(app: &App, width: u16, height: u16) -> Vec<Line<'static>> {
     let Some(dr) = &app.drill else {
         return Vec::new();
@@ -1457,6 +1462,33 @@ fn endpoint_panel(app: &App, width: u16, height: u16) -> Vec<Line<'static>> {
             cell("5xx %", 2, pct(max(2))),
             cell("4xx %", 3, pct(max(3)))
         )));
+    }
+    // Where its time goes: self time, and the downstream endpoints that took most.
+    if let Some(ds) = app.drill_downstream() {
+        let pct = |ns: u64| ns as f64 * 100.0 / ds.time_ns.max(1) as f64;
+        lines.push(Line::from(format!(
+            "Time of its {} call{} kept with calls downstream ({} in all): self {:.0}%",
+            ds.calls_with_children,
+            if ds.calls_with_children == 1 { "" } else { "s" },
+            ds.calls,
+            pct(ds.self_ns)
+        )));
+        let shown = ds.rows.len().min(3);
+        for r in &ds.rows[..shown] {
+            lines.push(Line::from(format!(
+                "  {:>5.1}%  {:>6.2} per call  {:>9}  {}",
+                pct(r.time_ns),
+                r.calls as f64 / ds.calls.max(1) as f64,
+                format!("{:.3} ms", r.time_ns as f64 / 1e6 / r.calls.max(1) as f64),
+                r.endpoint
+            )));
+        }
+        if ds.rows.len() > shown {
+            lines.push(Line::from(format!(
+                "  … {} more downstream endpoints",
+                ds.rows.len() - shown
+            )));
+        }
     }
     let Some(bins) = app.drill_latency_bins() else {
         if dr.other {
@@ -1843,17 +1875,7 @@ fn chain_lines(app: &App, c: &Call) -> Vec<String> {
         return v;
     }
     let (start, end) = (c.start_ns, c.start_ns.saturating_add(c.latency_ns));
-    // Self time: the call's duration less the union of its children's, within it.
-    let mut covered = 0u64;
-    let mut reach = start;
-    for (_, k) in &children {
-        let a = k.start_ns.clamp(start, end).max(reach);
-        let b = k.start_ns.saturating_add(k.latency_ns).clamp(start, end);
-        if b > a {
-            covered += b - a;
-            reach = b;
-        }
-    }
+    let self_ns = super::data::self_time_ns(c, children.iter().map(|(_, k)| *k));
     let lo = children
         .iter()
         .map(|(_, k)| k.start_ns)
@@ -1881,7 +1903,7 @@ fn chain_lines(app: &App, c: &Call) -> Vec<String> {
     v.push(format!(
         "  {} children, self time {:.3} ms of {:.3} ms",
         children.len(),
-        c.latency_ns.saturating_sub(covered) as f64 / 1e6,
+        self_ns as f64 / 1e6,
         c.latency_ns as f64 / 1e6
     ));
     v.push(format!("  |{}|  this call", bar(start, end.max(start + 1))));
