@@ -436,7 +436,10 @@ fn session<S: Sink>(
     let sink = Exporting::new(sink, prometheus).with_otlp(otlp);
     match &args.read {
         Some(_) if args.profile => {
-            bail!("--profile is live only: a recording holds no profile yet")
+            bail!(
+                "--profile is live only: a replay shows the profiles its recording holds \
+                 (recorded with --profile -w) without it"
+            )
         }
         Some(path) => replay_session(args, path, stop, sink, rewind),
         None => live_session(args, stop, sink),
@@ -528,7 +531,7 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
         sampling: sampling_mode(args),
     };
     // Its own object and thread; it loads while the capture does.
-    let profiler = args
+    let mut profiler = args
         .profile
         .then(|| {
             ebtop::profile::kernel::ProfileProbe::spawn(
@@ -537,15 +540,20 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
                     off_cpu_min: args.profile_off_cpu_min.0,
                     filters: live_cfg.filters.clone(),
                     cgroups: live_cfg.cgroups.clone(),
+                    gate: ebtop::profile::kernel::Gate::Open,
                 },
                 args.delay,
             )
         })
         .transpose()
         .context("--profile")?;
-    if profiler.is_some() {
-        meta.loaded.push("profile".to_owned());
-    }
+    let pipeline = match profiler.as_mut().and_then(|p| p.take_intervals()) {
+        Some(feed) => {
+            meta.loaded.push("profile".to_owned());
+            pipeline.with_profile_feed(feed)
+        }
+        None => pipeline,
+    };
     let start = monotonic_ns();
     live::run(
         &live_cfg,
@@ -554,14 +562,14 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
         args.duration,
         args.delay,
         &meta,
-        |mut pipeline, counters, reason| {
+        |pipeline, counters, reason| {
             let profile = profiler.map(|p| p.finish()).transpose()?;
             if reason == StopReason::OutputClosed {
                 return Ok(());
             }
+            // The session's `profile` lines come from the pipeline (the intervals it was fed).
             if let Some(profile) = profile {
                 write_profile(args, &profile)?;
-                pipeline.on_profile(&profile.lines())?;
             }
             let (_, summary) = pipeline.finish(counters, monotonic_ns() - start)?;
             report_recording(args, &summary);

@@ -378,6 +378,7 @@ fn header_shows_capture_filters_the_call_filter_and_the_recording() {
                 windows: None,
                 conns: None,
                 sampling: None,
+                profile: None,
             },
         )));
         let s = screen(&app, w, h);

@@ -94,6 +94,7 @@ pub fn run_rewindable<S: Sink, R: Read>(
             }
             Item::Flows(report) => pipeline.set_flows(*report)?,
             Item::ProcEvent(raw) => pipeline.on_proc_record(raw)?,
+            Item::Profile(p) => pipeline.set_profile(*p)?,
             Item::End(e) => end = Some(e),
         }
         Ok(())

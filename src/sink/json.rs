@@ -548,6 +548,12 @@ impl<W: Write> Sink for JsonSink<W> {
                 }))?;
             }
         }
+        if let Some(p) = r.profile.as_ref().filter(|_| select.wants("profile")) {
+            // Its own reading's period (the profile's thread reads on a clock of its own).
+            for l in p.lines_of(crate::profile::Span::Interval, Some(p.duration_ns)) {
+                self.line(&Line::Profile(Stamped { ts: &ts, body: &l }))?;
+            }
+        }
         match &r.flows {
             Some(fr) => self.flow_lines(&ts, r.mono_ns, fr),
             None => Ok(()),

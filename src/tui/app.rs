@@ -250,6 +250,8 @@ pub struct App {
     /// The largest useful `detail_scroll`, as the last drawing found it.
     pub detail_max_scroll: std::cell::Cell<u16>,
     pub help: bool,
+    /// The Profile view (`5`; open over the view it was opened from).
+    pub profile: super::profile::ProfileUi,
     /// F6's "Sort by" menu is open, its cursor on this column of the view.
     pub sort_menu: Option<usize>,
     /// Typing a filter.
@@ -327,6 +329,7 @@ impl App {
             detail_scroll: 0,
             detail_max_scroll: std::cell::Cell::new(0),
             help: false,
+            profile: Default::default(),
             sort_menu: None,
             prompt: false,
             window: EndpointWindow::Last10s,
@@ -1095,6 +1098,27 @@ impl App {
                 _ => Action::Redraw,
             };
         }
+        if self.profile.open {
+            let page = self.page_rows;
+            let shown = self.frozen.as_deref().unwrap_or(&self.data);
+            let profile = shown.profile.clone();
+            if self.profile.key(key.code, profile.as_deref(), page) {
+                return Action::Redraw;
+            }
+            match key.code {
+                KeyCode::Esc | KeyCode::Backspace | KeyCode::Char('q') | KeyCode::Char('5') => {
+                    self.profile.open = false;
+                    return Action::Redraw;
+                }
+                KeyCode::Tab | KeyCode::BackTab | KeyCode::Char('1'..='4') => {
+                    self.profile.open = false;
+                    if key.code == KeyCode::Tab || key.code == KeyCode::BackTab {
+                        return Action::Redraw;
+                    }
+                }
+                _ => {}
+            }
+        }
         match key.code {
             KeyCode::F(10) => return Action::Quit,
             // k9s and htop hands: `q` closes what is open (details, a drill-down) and quits
@@ -1132,6 +1156,7 @@ impl App {
             KeyCode::Char(c @ '1'..='4') => {
                 self.switch_view(View::ALL[c as usize - '1' as usize]);
             }
+            KeyCode::Char('5') => self.profile.open = true,
             KeyCode::Up | KeyCode::Char('k') => self.move_selection(|i, _| i.saturating_sub(1)),
             KeyCode::Down | KeyCode::Char('j') => self.move_selection(|i, _| i + 1),
             KeyCode::PageUp => {

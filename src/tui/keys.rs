@@ -18,8 +18,8 @@ pub const KEYS: &[KeyHelp] = &[
         action: "help (any key closes it)",
     },
     KeyHelp {
-        keys: &["Tab", "1", "2", "3", "4"],
-        action: "next view / calls, endpoints, flows, processes",
+        keys: &["Tab", "1", "2", "3", "4", "5"],
+        action: "next view / calls, endpoints, flows, processes; 5: profile",
     },
     KeyHelp {
         keys: &["Up", "Down", "j", "k"],
@@ -35,7 +35,7 @@ pub const KEYS: &[KeyHelp] = &[
     },
     KeyHelp {
         keys: &["Enter"],
-        action: "details (call, flow, process, ▸ group); endpoint: calls",
+        action: "details (call, flow, process, ▸ group); endpoint: calls; profile: open/close",
     },
     KeyHelp {
         keys: &["Backspace", "Esc"],
@@ -72,6 +72,10 @@ pub const KEYS: &[KeyHelp] = &[
     KeyHelp {
         keys: &["f"],
         action: "calls: follow the newest call",
+    },
+    KeyHelp {
+        keys: &["o", "w"],
+        action: "profile: on-CPU samples / off-CPU time; w: one process / all",
     },
     KeyHelp {
         keys: &["p", "Space"],

@@ -14,6 +14,7 @@ pub mod filter;
 pub mod flows;
 pub mod input;
 pub mod keys;
+pub mod profile;
 pub mod render;
 pub mod table;
 pub mod terminal;
@@ -976,6 +977,7 @@ mod tests {
             windows: None,
             conns: None,
             sampling: None,
+            profile: None,
         };
         let (tx, rx) = std::sync::mpsc::sync_channel(8);
         let mut sink = TuiSink::new(tx);

@@ -62,6 +62,20 @@ pub fn draw(f: &mut Frame, app: &App) {
     ])
     .areas(area);
     draw_header(f, app, header);
+    if app.profile.open {
+        let d = app.shown();
+        let body = Rect {
+            height: body.height + panel.height,
+            ..body
+        };
+        app.profile
+            .draw(f, body, d.profile.as_deref(), app.no_color);
+        draw_hint(f, app, hint);
+        if app.help {
+            draw_help(f, app, area);
+        }
+        return;
+    }
     draw_table(f, app, body);
     match app.view {
         View::Processes => draw_overhead(f, app, panel),
@@ -1569,6 +1583,15 @@ fn hint_text(app: &App) -> String {
         }
     } else if let Some(e) = &app.command_error {
         e.clone()
+    } else if app.profile.open && !app.help {
+        if app.profile.searching {
+            format!(
+                "/{}_   (frames holding it; Enter: keep, Esc: clear)",
+                app.profile.search
+            )
+        } else {
+            "Enter/→/← open/close  o on/off-CPU  w one process/all  / search  Esc/q back".to_owned()
+        }
     } else if app.prompt {
         // While typing, the reason a filter is refused shows here too: the header's end is
         // cut on a narrow terminal.
