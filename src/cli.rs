@@ -215,6 +215,25 @@ pub struct Args {
     #[arg(long, value_name = "FILE", requires = "profile")]
     pub profile_out: Option<std::path::PathBuf>,
 
+    /// With --profile: profile only when RULE holds (repeatable; the first that holds fires),
+    /// the processes it names, for --profile-for; then no rule fires for --profile-silence.
+    /// The programs stay loaded, selecting nothing in between. RULE: `cpu>80%` (a process's
+    /// CPU, 100% = one core), `p99(GLOB)>200ms` (endpoints whose resource matches GLOB),
+    /// `errors>5%` or `errors(GLOB)>5%`; `>`, `>=`, `<`, `<=`; then `:M/N` (true in M of
+    /// the last N intervals) or `:M/Ns` (of the last N seconds), e.g. `cpu>80%:3/5s`.
+    #[arg(long, value_name = "RULE", requires = "profile")]
+    pub profile_when: Vec<String>,
+
+    /// With --profile: how long a trigger (--profile-when, the terminal UI's P key) profiles.
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "10s",
+          requires = "profile")]
+    pub profile_for: Duration,
+
+    /// With --profile-when: after a triggered profile ends, how long no rule fires.
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "60s",
+          requires = "profile")]
+    pub profile_silence: Duration,
+
     /// Record what the probes deliver to FILE (zstd frames, mode 0600), alone or with --json.
     /// With -r, writes the records that pass the filters: a filtered copy.
     #[arg(short = 'w', long = "write", value_name = "FILE")]

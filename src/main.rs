@@ -530,6 +530,18 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
         tracking_threads: tracking_threads(args),
         sampling: sampling_mode(args),
     };
+    // Rules parsed before anything loads: a typo is a one-line error at once.
+    let rules = args
+        .profile_when
+        .iter()
+        .map(|r| ebtop::profile::trigger::parse(r, args.delay))
+        .collect::<std::result::Result<Vec<_>, String>>()
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let idle_gate = if rules.is_empty() {
+        ebtop::profile::kernel::Gate::Open
+    } else {
+        ebtop::profile::kernel::Gate::Closed
+    };
     // Its own object and thread; it loads while the capture does.
     let mut profiler = args
         .profile
@@ -540,7 +552,7 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
                     off_cpu_min: args.profile_off_cpu_min.0,
                     filters: live_cfg.filters.clone(),
                     cgroups: live_cfg.cgroups.clone(),
-                    gate: ebtop::profile::kernel::Gate::Open,
+                    gate: idle_gate.clone(),
                 },
                 args.delay,
             )
@@ -550,7 +562,16 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
     let pipeline = match profiler.as_mut().and_then(|p| p.take_intervals()) {
         Some(feed) => {
             meta.loaded.push("profile".to_owned());
-            pipeline.with_profile_feed(feed)
+            let gate = profiler.as_ref().map(|p| p.gate()).expect("a profiler");
+            let triggers = ebtop::profile::trigger::Triggers::new(
+                rules,
+                args.profile_for,
+                args.profile_silence,
+            );
+            pipeline.with_profile_feed(feed).with_triggers(
+                ebtop::profile::trigger::TriggerCtl::new(triggers, gate, idle_gate)
+                    .with_filters(live_cfg.filters.clone()),
+            )
         }
         None => pipeline,
     };

@@ -128,6 +128,8 @@ struct Downstream<S: Sink> {
     /// The profile of the interval being closed (the parts so far), and the session's.
     pending_profile: Option<crate::profile::Profile>,
     profile_total: Option<crate::profile::Profile>,
+    /// Live with `--profile`: the triggers (`--profile-when`, the UI's key) and the gate.
+    triggers: Option<crate::profile::trigger::TriggerCtl>,
     /// The tracker's counters at the last interval end (what `totals` shows).
     tracker_state: TrackerState,
     /// Set when writing the recording failed, so the session ends (the loop's stop flag).
@@ -252,6 +254,7 @@ impl<S: Sink> Pipeline<S> {
             profile_feed: None,
             pending_profile: None,
             profile_total: None,
+            triggers: None,
             tracker_state: TrackerState::default(),
             stop_on_recording_failure: None,
             caps_warned: CapsWarned::default(),
@@ -367,6 +370,12 @@ impl<S: Sink> Pipeline<S> {
         feed: std::sync::mpsc::Receiver<crate::profile::Profile>,
     ) -> Self {
         self.down.profile_feed = Some(feed);
+        self
+    }
+
+    /// Live with `--profile`: the triggers, run at every interval's end.
+    pub fn with_triggers(mut self, t: crate::profile::trigger::TriggerCtl) -> Self {
+        self.down.triggers = Some(t);
         self
     }
 
@@ -1437,6 +1446,11 @@ impl<S: Sink> Downstream<S> {
             Some(f) if f.more => self.flows_following = Some(f.mono_ns),
             Some(f) => self.last_flow_stats = Some(f.stats.clone()),
             None => {}
+        }
+        if let Some(t) = self.triggers.as_mut() {
+            for e in t.on_interval(now_ns, &report) {
+                self.sink.profile_trigger(now_ns, &e)?;
+            }
         }
         // The sink is the report's last user (the recorder got the flows in `set_flows`).
         self.sink.interval_owned(report)

@@ -337,6 +337,14 @@ impl<S: Sink> Sink for InRange<S> {
         }
         Ok(())
     }
+    /// The session's profile (`--from`/`--to` leave its intervals out, not its totals).
+    fn profile(
+        &mut self,
+        mono_ns: u64,
+        profile: &crate::profile::ProfileLine,
+    ) -> std::io::Result<()> {
+        self.sink.profile(mono_ns, profile)
+    }
     fn lost(&mut self, mono_ns: u64, loss: &crate::sink::Loss) -> std::io::Result<()> {
         if self.range.holds(mono_ns) {
             self.sink.lost(mono_ns, loss)?;
