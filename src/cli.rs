@@ -193,7 +193,9 @@ pub struct Args {
     /// on-CPU stacks sampled on every CPU (--profile-hz) and off-CPU time per stack (blocks
     /// of at least --profile-off-cpu-min), counted in the kernel. User stacks are walked by
     /// frame pointers: code built without them gives short stacks (a hint says so). Written
-    /// at the end as `profile` JSON lines and with --profile-out. Live only.
+    /// every interval and at the end as `profile` JSON lines, at the end with --profile-out;
+    /// the terminal UI's Profile view (5); recorded with -w, symbolized (-r shows it without
+    /// the binaries). Live only.
     #[arg(long)]
     pub profile: bool,
 

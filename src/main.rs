@@ -228,6 +228,7 @@ fn tui_session(
         replay: control.clone(),
         call_returner,
         live_filter,
+        profile_requests: (!replay && args.profile).then(|| sink.profile_requests()),
         call_filter: args.filter.as_ref().map(|f| f.text().to_owned()),
         recording: args.write.clone(),
         metrics: prometheus.as_ref().map(PrometheusExporter::local_addr),
@@ -563,6 +564,7 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
         Some(feed) => {
             meta.loaded.push("profile".to_owned());
             let gate = profiler.as_ref().map(|p| p.gate()).expect("a profiler");
+            let requests = pipeline.sink().profile_requests();
             let triggers = ebtop::profile::trigger::Triggers::new(
                 rules,
                 args.profile_for,
@@ -570,7 +572,8 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
             );
             pipeline.with_profile_feed(feed).with_triggers(
                 ebtop::profile::trigger::TriggerCtl::new(triggers, gate, idle_gate)
-                    .with_filters(live_cfg.filters.clone()),
+                    .with_filters(live_cfg.filters.clone())
+                    .with_requests(requests),
             )
         }
         None => pipeline,

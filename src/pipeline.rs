@@ -1441,16 +1441,19 @@ impl<S: Sink> Downstream<S> {
             open_connections,
             flows: self.pending_flows.take(),
             profile: self.pending_profile.take().map(Box::new),
+            profile_status: None,
         };
         match report.flows.as_ref() {
             Some(f) if f.more => self.flows_following = Some(f.mono_ns),
             Some(f) => self.last_flow_stats = Some(f.stats.clone()),
             None => {}
         }
+        let mut report = report;
         if let Some(t) = self.triggers.as_mut() {
             for e in t.on_interval(now_ns, &report) {
                 self.sink.profile_trigger(now_ns, &e)?;
             }
+            report.profile_status = Some(t.status_line(now_ns));
         }
         // The sink is the report's last user (the recorder got the flows in `set_flows`).
         self.sink.interval_owned(report)

@@ -41,6 +41,10 @@ pub struct IntervalReport {
     /// kernel counted since the previous reading, symbolized. JSON writes its `profile` lines.
     #[serde(skip)]
     pub profile: Option<Box<crate::profile::Profile>>,
+    /// Live with `--profile`: what the triggers do now, for the terminal UI's header
+    /// (`PROFILING spin (42) 8s more [cpu>80%]`, `profile: silent 50s more`).
+    #[serde(skip)]
+    pub profile_status: Option<String>,
 }
 
 /// What a sampled interval's numbers are made of (the JSON `sampling` line).

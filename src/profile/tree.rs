@@ -82,10 +82,11 @@ impl Tree {
                 format!("{comm}-{}", k.tgid)
             });
             let mut at = t.child(0, pname.clone(), &mut index);
+            let mut path = vec![0, at];
             if opts.off_cpu {
                 at = t.child(at, format!("[{}]", kind_name(k.kind)), &mut index);
+                path.push(at);
             }
-            let mut path = vec![0, at];
             for f in k.frames.iter() {
                 at = t.child(at, f.to_string(), &mut index);
                 path.push(at);

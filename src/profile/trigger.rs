@@ -668,9 +668,12 @@ pub struct TriggerCtl {
     /// The session's `--pid` and `--comm`: only their processes are profiled, so only theirs
     /// are read for `cpu` rules.
     filters: crate::filters::Filters,
-    /// A run asked for by hand (the UI's key): pids and name, taken at the next interval.
-    pub requests: std::sync::Arc<std::sync::Mutex<Option<(Vec<u32>, String)>>>,
+    /// A run asked for by hand (the UI's key), taken at the next interval.
+    pub requests: ProfileRequests,
 }
+
+/// Where a run by hand is asked for: the processes and their name (the newest ask wins).
+pub type ProfileRequests = std::sync::Arc<std::sync::Mutex<Option<(Vec<u32>, String)>>>;
 
 impl TriggerCtl {
     pub fn new(
@@ -686,6 +689,14 @@ impl TriggerCtl {
             filters: Default::default(),
             requests: Default::default(),
         }
+    }
+
+    /// A viewer's requests (the terminal UI's `P`) reach the triggers through `r`.
+    pub fn with_requests(mut self, r: Option<ProfileRequests>) -> Self {
+        if let Some(r) = r {
+            self.requests = r;
+        }
+        self
     }
 
     pub fn with_filters(mut self, filters: crate::filters::Filters) -> Self {
@@ -732,9 +743,35 @@ impl TriggerCtl {
         events
     }
 
-    /// What the header shows: the run going on (its processes, until when), or the silence.
-    pub fn state(&self) -> &State {
-        self.triggers.state()
+    /// What the header shows: the run going on (its processes, how long still), or the
+    /// silence, or the rules waited for.
+    pub fn status_line(&self, now_ns: u64) -> String {
+        let left = |until: u64| format!("{:.0}s", until.saturating_sub(now_ns) as f64 / 1e9);
+        match self.triggers.state() {
+            State::Running {
+                until_ns,
+                rule,
+                pids,
+                comm,
+            } => {
+                let who = match pids.as_slice() {
+                    [one] => format!("{comm} ({one})"),
+                    many => format!("{comm} ({} processes)", many.len()),
+                };
+                format!("PROFILING {who} {} more [{rule}]", left(*until_ns))
+            }
+            State::Silent { until_ns } => format!("profile: silent {} more", left(*until_ns)),
+            State::Waiting if self.triggers.rules.is_empty() => "profiling".to_owned(),
+            State::Waiting => format!(
+                "profile: waiting for {}",
+                self.triggers
+                    .rules
+                    .iter()
+                    .map(|r| r.text.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            ),
+        }
     }
 }
 

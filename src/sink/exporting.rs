@@ -173,6 +173,9 @@ impl<S: Sink> Sink for Exporting<S> {
     ) -> io::Result<()> {
         self.sink.profile_trigger(mono_ns, event)
     }
+    fn profile_requests(&self) -> Option<crate::profile::trigger::ProfileRequests> {
+        self.sink.profile_requests()
+    }
 }
 
 #[cfg(test)]

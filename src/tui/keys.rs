@@ -78,6 +78,10 @@ pub const KEYS: &[KeyHelp] = &[
         action: "profile: on-CPU samples / off-CPU time; w: one process / all",
     },
     KeyHelp {
+        keys: &["P"],
+        action: "process or endpoint row: profile it for --profile-for (live, --profile)",
+    },
+    KeyHelp {
         keys: &["p", "Space"],
         action: "pause the display (collection goes on; replay waits)",
     },

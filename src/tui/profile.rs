@@ -164,15 +164,17 @@ impl ProfileUi {
         } else {
             format!("{total} samples")
         };
-        let mut s = format!("Profile: {side} of {who}, since the start: {amount}");
+        let mut s = String::new();
+        // The search first: a narrow terminal cuts the line's end.
         if !self.search.is_empty() || self.searching {
             let m = tree.matched_total(&self.search);
             s.push_str(&format!(
-                "  search \"{}\": {}%",
+                "search \"{}\": {}% of the total  ",
                 self.search,
                 percent(m, total)
             ));
         }
+        s.push_str(&format!("Profile: {side} of {who}, since the start: {amount}"));
         s
     }
 

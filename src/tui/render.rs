@@ -340,7 +340,7 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
     let mut tabs = Vec::new();
     for v in View::ALL {
         let label = format!("{} {}", v.index() + 1, v.title());
-        if v == app.view {
+        if v == app.view && !app.profile.open {
             tabs.push(Span::styled(
                 format!("[{label}]"),
                 style(
@@ -351,6 +351,17 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
         } else {
             tabs.push(Span::raw(format!(" {label} ")));
         }
+        tabs.push(Span::raw(" "));
+    }
+    // The Profile view opens over the others (5; Esc: back to the one under it).
+    if app.profile.open {
+        tabs.push(Span::styled(
+            "[5 Profile]",
+            style(
+                app,
+                Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD),
+            ),
+        ));
         tabs.push(Span::raw(" "));
     }
     let st = app.view_state();
@@ -406,6 +417,16 @@ fn scope_line(app: &App) -> Vec<Span<'static>> {
                 app,
                 Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
             ),
+        ));
+    }
+    // What the profile's triggers do (live with --profile): PROFILING marked like REC.
+    if let Some(status) = app.shown().report.as_ref().and_then(|r| r.profile_status.clone()) {
+        if !line.is_empty() {
+            line.push(Span::raw("  "));
+        }
+        line.push(Span::styled(
+            status,
+            style(app, Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD)),
         ));
     }
     let mut say = |text: String| {
