@@ -19,7 +19,7 @@ pub const KEYS: &[KeyHelp] = &[
     },
     KeyHelp {
         keys: &["Tab", "1", "2", "3", "4", "5"],
-        action: "next view / calls, endpoints, flows, processes; 5: profile",
+        action: "next view / calls, endpoints, flows, processes, profile",
     },
     KeyHelp {
         keys: &["Up", "Down", "j", "k"],
@@ -35,7 +35,7 @@ pub const KEYS: &[KeyHelp] = &[
     },
     KeyHelp {
         keys: &["Enter"],
-        action: "details (call, flow, process, ▸ group); endpoint: calls; profile: open/close",
+        action: "details (call, flow, process, ▸ group); endpoint: calls",
     },
     KeyHelp {
         keys: &["Backspace", "Esc"],
@@ -74,12 +74,8 @@ pub const KEYS: &[KeyHelp] = &[
         action: "calls: follow the newest call",
     },
     KeyHelp {
-        keys: &["o", "w"],
-        action: "profile: on-CPU samples / off-CPU time; w: one process / all",
-    },
-    KeyHelp {
-        keys: &["P"],
-        action: "process or endpoint row: profile it for --profile-for (live, --profile)",
+        keys: &["o", "w", "P"],
+        action: "profile: on/off-CPU; w: a process/all; P: profile a row",
     },
     KeyHelp {
         keys: &["p", "Space"],
