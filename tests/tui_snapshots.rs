@@ -379,7 +379,7 @@ fn header_shows_capture_filters_the_call_filter_and_the_recording() {
                 conns: None,
                 sampling: None,
                 profile: None,
-            profile_status: None,
+                profile_status: None,
             },
         )));
         let s = screen(&app, w, h);
@@ -785,7 +785,10 @@ fn profile_view_expands_collapses_and_filters_by_process() {
     app.set_size(120, 40);
     keys(&mut app, &[KeyCode::Char('5')]);
     let s = screen(&app, 120, 40);
-    assert!(s.contains("Profile: on-CPU samples of all processes"), "{s}");
+    assert!(
+        s.contains("Profile: on-CPU samples of all processes"),
+        "{s}"
+    );
     let rows = |s: &str| s.lines().filter(|l| l.contains('%')).count();
     let opened = rows(&s);
     // The first row (the process) closed: one row left; opened again: as before.

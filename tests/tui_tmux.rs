@@ -1145,7 +1145,10 @@ fn tui_in_tmux_profile_view() {
     let s = t.wait("the profile", |s| {
         s.contains("[5 Profile]") && s.contains("on-CPU samples of all processes")
     });
-    assert!(s.contains("▾ main") && s.contains("hot") && s.contains("warm"), "{s}");
+    assert!(
+        s.contains("▾ main") && s.contains("hot") && s.contains("warm"),
+        "{s}"
+    );
     t.keys(&["o"]);
     t.wait("off-CPU time", |s| {
         s.contains("off-CPU time of all processes") && s.contains("[interruptible]")
@@ -1156,7 +1159,9 @@ fn tui_in_tmux_profile_view() {
     let s = t.wait("the search", |s| s.contains("search \"warm\""));
     assert!(!s.contains(" hot"), "only the paths to matches:\n{s}");
     t.keys(&["Escape"]);
-    t.wait("back to calls", |s| s.contains("[1 Calls]") && !s.contains("Profile:"));
+    t.wait("back to calls", |s| {
+        s.contains("[1 Calls]") && !s.contains("Profile:")
+    });
     t.keys(&["q"]);
     let s = t.wait("the exit status", |s| s.contains("ebtop exited"));
     assert!(s.contains("ebtop exited 0"), "{s}");

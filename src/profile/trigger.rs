@@ -184,7 +184,7 @@ fn parse_ns(s: &str) -> Option<u64> {
     for (u, mul) in units {
         if let Some(n) = s.strip_suffix(u) {
             let v: f64 = n.trim().parse().ok()?;
-            return (v.is_finite() && v >= 0.0).then(|| (v * mul) as u64);
+            return (v.is_finite() && v >= 0.0).then_some((v * mul) as u64);
         }
     }
     None
@@ -791,8 +791,8 @@ impl ProcCpu {
         let hz = crate::aggregate::procfs::clock_ticks_per_s().max(1) as f64;
         let mut out = Vec::new();
         let mut now = HashMap::new();
-        let all: Box<dyn Iterator<Item = u32>> = match pids {
-            Some(p) => Box::new(p.to_vec().into_iter()),
+        let all: Box<dyn Iterator<Item = u32> + '_> = match pids {
+            Some(p) => Box::new(p.iter().copied()),
             None => Box::new(crate::procfs::pids()),
         };
         for pid in all.take(MAX_CPU_PROCESSES) {

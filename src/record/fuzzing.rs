@@ -120,7 +120,7 @@ mod tests {
         .unwrap();
         let seed = profile_record_seed(&ebt).expect("the fixture holds profiles");
         drive(&seed);
-        let mut next = crate::xorshift::sequence(0x5eed_0f_9f0f11e);
+        let mut next = crate::xorshift::sequence(0x0005_eed0_f9f0_f11e);
         for _ in 0..200 {
             let mut b = seed.clone();
             for _ in 0..3 {

@@ -790,7 +790,11 @@ impl App {
         };
         let key = rows[i].key.clone();
         let d = self.shown();
-        let processes = d.report.as_ref().map(|r| r.processes.as_slice()).unwrap_or(&[]);
+        let processes = d
+            .report
+            .as_ref()
+            .map(|r| r.processes.as_slice())
+            .unwrap_or(&[]);
         let of_comm = |comm: &str| -> Vec<u32> {
             processes
                 .iter()

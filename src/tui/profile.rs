@@ -174,7 +174,9 @@ impl ProfileUi {
                 percent(m, total)
             ));
         }
-        s.push_str(&format!("Profile: {side} of {who}, since the start: {amount}"));
+        s.push_str(&format!(
+            "Profile: {side} of {who}, since the start: {amount}"
+        ));
         s
     }
 

@@ -420,13 +420,21 @@ fn scope_line(app: &App) -> Vec<Span<'static>> {
         ));
     }
     // What the profile's triggers do (live with --profile): PROFILING marked like REC.
-    if let Some(status) = app.shown().report.as_ref().and_then(|r| r.profile_status.clone()) {
+    if let Some(status) = app
+        .shown()
+        .report
+        .as_ref()
+        .and_then(|r| r.profile_status.clone())
+    {
         if !line.is_empty() {
             line.push(Span::raw("  "));
         }
         line.push(Span::styled(
             status,
-            style(app, Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD)),
+            style(
+                app,
+                Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
+            ),
         ));
     }
     let mut say = |text: String| {
