@@ -809,3 +809,48 @@ fn profile_view_expands_collapses_and_filters_by_process() {
     keys(&mut app, &[KeyCode::Esc]);
     assert!(!screen(&app, 120, 40).contains("Profile:"));
 }
+
+/// `P` on a process row asks for a profile of that process (the slot the session's triggers
+/// read at the next interval); the header shows what the triggers do.
+#[test]
+fn p_on_a_process_row_asks_for_its_profile_and_the_header_shows_the_run() {
+    let mut app = app_of(FIXTURE);
+    app.set_size(120, 40);
+    // Without --profile the key says why it does nothing.
+    keys(&mut app, &[KeyCode::Char('4'), KeyCode::Char('P')]);
+    assert!(screen(&app, 120, 40).contains("with --profile"));
+    let slot = ebtop::profile::trigger::ProfileRequests::default();
+    app.profile_requests = Some(slot.clone());
+    keys(&mut app, &[KeyCode::Home, KeyCode::Char('P')]);
+    let s = screen(&app, 120, 40);
+    let row = s.lines().find(|l| l.starts_with('>')).unwrap().to_owned();
+    let (pids, comm) = slot.lock().unwrap().take().expect("a request");
+    assert_eq!(pids.len(), 1);
+    assert!(
+        row.contains(&pids[0].to_string()) && row.contains(&comm),
+        "{row} {comm}"
+    );
+    // On the Calls view the key names the rows it works on.
+    keys(&mut app, &[KeyCode::Char('1'), KeyCode::Char('P')]);
+    assert!(screen(&app, 120, 40).contains("select a process (4) or an endpoint (2) row"));
+    assert!(slot.lock().unwrap().is_none());
+
+    app.apply(ebtop::tui::UiMsg::Interval(Box::new(
+        ebtop::report::IntervalReport {
+            mono_ns: u64::MAX / 2,
+            period_ns: 1_000_000_000,
+            endpoints: vec![],
+            processes: vec![],
+            overhead: None,
+            totals: ebtop::summary::Summary::default(),
+            open_connections: 0,
+            flows: None,
+            windows: None,
+            conns: None,
+            sampling: None,
+            profile: None,
+            profile_status: Some("PROFILING spin (42) 8s more [cpu>80%]".to_owned()),
+        },
+    )));
+    assert!(screen(&app, 120, 40).contains("PROFILING spin (42) 8s more [cpu>80%]"));
+}
