@@ -1,7 +1,8 @@
 #!/bin/bash
 # BPF time per run of --profile's programs during `perf bench sched pipe` (docs/performance.md,
 # "Profiles"): the sched_switch program with the bench's tasks profiled and with an unrelated
-# process profiled, and the cpu-clock sampler. Reads run_time_ns/run_cnt from ebtop's program
+# process profiled, with the gate closed (--profile-when a rule that never holds: the bench's
+# tasks are the filter's but nothing is selected until a trigger), and the cpu-clock sampler. Reads run_time_ns/run_cnt from ebtop's program
 # descriptors (/proc/PID/fdinfo) with kernel.bpf_stats_enabled on for the run (restored after).
 # Usage (root): bench/profile_cost.sh [path/to/ebtop]
 set -u
@@ -17,7 +18,8 @@ stats() {
   done
 }
 sleep 600 & idle=$!
-for args in "--comm sched-pipe" "-p $idle" "--profile-off-cpu-min off"; do
+for args in "--comm sched-pipe" "-p $idle" "--comm sched-pipe --profile-when cpu>100000%" \
+    "--profile-off-cpu-min off"; do
   "$E" --json --only profile --profile $args >/dev/null 2>&1 &
   ep=$!
   sleep 3

@@ -193,7 +193,9 @@ pub struct Args {
     /// on-CPU stacks sampled on every CPU (--profile-hz) and off-CPU time per stack (blocks
     /// of at least --profile-off-cpu-min), counted in the kernel. User stacks are walked by
     /// frame pointers: code built without them gives short stacks (a hint says so). Written
-    /// at the end as `profile` JSON lines and with --profile-out. Live only.
+    /// every interval and at the end as `profile` JSON lines, at the end with --profile-out;
+    /// the terminal UI's Profile view (5); recorded with -w, symbolized (-r shows it without
+    /// the binaries). Live only.
     #[arg(long)]
     pub profile: bool,
 
@@ -214,6 +216,25 @@ pub struct Args {
     /// nanoseconds), one line per stack: `comm-pid;root;…;leaf count`.
     #[arg(long, value_name = "FILE", requires = "profile")]
     pub profile_out: Option<std::path::PathBuf>,
+
+    /// With --profile: profile only when RULE holds (repeatable; the first that holds fires),
+    /// the processes it names, for --profile-for; then no rule fires for --profile-silence.
+    /// The programs stay loaded, selecting nothing in between. RULE: `cpu>80%` (a process's
+    /// CPU, 100% = one core), `p99(GLOB)>200ms` (endpoints whose resource matches GLOB),
+    /// `errors>5%` or `errors(GLOB)>5%`; `>`, `>=`, `<`, `<=`; then `:M/N` (true in M of
+    /// the last N intervals) or `:M/Ns` (of the last N seconds), e.g. `cpu>80%:3/5s`.
+    #[arg(long, value_name = "RULE", requires = "profile")]
+    pub profile_when: Vec<String>,
+
+    /// With --profile: how long a trigger (--profile-when, the terminal UI's P key) profiles.
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "10s",
+          requires = "profile")]
+    pub profile_for: Duration,
+
+    /// With --profile-when: after a triggered profile ends, how long no rule fires.
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "60s",
+          requires = "profile")]
+    pub profile_silence: Duration,
 
     /// Record what the probes deliver to FILE (zstd frames, mode 0600), alone or with --json.
     /// With -r, writes the records that pass the filters: a filtered copy.

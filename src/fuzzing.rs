@@ -145,7 +145,15 @@ pub fn seeds(target: &str, root: &Path) -> io::Result<Vec<(String, Vec<u8>)>> {
                 out.push((name, crate::protocols::fuzzing::seed_from_seg(&seg, 8192)));
             }
         }
-        "recording" => out = recordings(root)?,
+        "recording" => {
+            out = recordings(root)?;
+            // Kind 8 records alone, so mutations reach the profile record's reader.
+            for (name, bytes) in recordings(root)? {
+                if let Some(seed) = crate::record::fuzzing::profile_record_seed(&bytes) {
+                    out.push((format!("{name}.profile_records"), seed));
+                }
+            }
+        }
         "pipeline" => {
             let segs = seg_files(root)?;
             for (name, seg) in &segs {

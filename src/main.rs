@@ -228,6 +228,7 @@ fn tui_session(
         replay: control.clone(),
         call_returner,
         live_filter,
+        profile_requests: (!replay && args.profile).then(|| sink.profile_requests()),
         call_filter: args.filter.as_ref().map(|f| f.text().to_owned()),
         recording: args.write.clone(),
         metrics: prometheus.as_ref().map(PrometheusExporter::local_addr),
@@ -436,7 +437,10 @@ fn session<S: Sink>(
     let sink = Exporting::new(sink, prometheus).with_otlp(otlp);
     match &args.read {
         Some(_) if args.profile => {
-            bail!("--profile is live only: a recording holds no profile yet")
+            bail!(
+                "--profile is live only: a replay shows the profiles its recording holds \
+                 (recorded with --profile -w) without it"
+            )
         }
         Some(path) => replay_session(args, path, stop, sink, rewind),
         None => live_session(args, stop, sink),
@@ -527,8 +531,20 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
         tracking_threads: tracking_threads(args),
         sampling: sampling_mode(args),
     };
+    // Rules parsed before anything loads: a typo is a one-line error at once.
+    let rules = args
+        .profile_when
+        .iter()
+        .map(|r| ebtop::profile::trigger::parse(r, args.delay))
+        .collect::<std::result::Result<Vec<_>, String>>()
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let idle_gate = if rules.is_empty() {
+        ebtop::profile::kernel::Gate::Open
+    } else {
+        ebtop::profile::kernel::Gate::Closed
+    };
     // Its own object and thread; it loads while the capture does.
-    let profiler = args
+    let mut profiler = args
         .profile
         .then(|| {
             ebtop::profile::kernel::ProfileProbe::spawn(
@@ -537,15 +553,31 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
                     off_cpu_min: args.profile_off_cpu_min.0,
                     filters: live_cfg.filters.clone(),
                     cgroups: live_cfg.cgroups.clone(),
+                    gate: idle_gate.clone(),
                 },
                 args.delay,
             )
         })
         .transpose()
         .context("--profile")?;
-    if profiler.is_some() {
-        meta.loaded.push("profile".to_owned());
-    }
+    let pipeline = match profiler.as_mut().and_then(|p| p.take_intervals()) {
+        Some(feed) => {
+            meta.loaded.push("profile".to_owned());
+            let gate = profiler.as_ref().map(|p| p.gate()).expect("a profiler");
+            let requests = pipeline.sink().profile_requests();
+            let triggers = ebtop::profile::trigger::Triggers::new(
+                rules,
+                args.profile_for,
+                args.profile_silence,
+            );
+            pipeline.with_profile_feed(feed).with_triggers(
+                ebtop::profile::trigger::TriggerCtl::new(triggers, gate, idle_gate)
+                    .with_filters(live_cfg.filters.clone())
+                    .with_requests(requests),
+            )
+        }
+        None => pipeline,
+    };
     let start = monotonic_ns();
     live::run(
         &live_cfg,
@@ -554,14 +586,14 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
         args.duration,
         args.delay,
         &meta,
-        |mut pipeline, counters, reason| {
+        |pipeline, counters, reason| {
             let profile = profiler.map(|p| p.finish()).transpose()?;
             if reason == StopReason::OutputClosed {
                 return Ok(());
             }
+            // The session's `profile` lines come from the pipeline (the intervals it was fed).
             if let Some(profile) = profile {
                 write_profile(args, &profile)?;
-                pipeline.on_profile(&profile.lines())?;
             }
             let (_, summary) = pipeline.finish(counters, monotonic_ns() - start)?;
             report_recording(args, &summary);

@@ -123,6 +123,13 @@ struct Downstream<S: Sink> {
     /// The L7 protocol of the calls seen per connection, for the flows (bounded: cleared
     /// when it holds `MAX_L7_SEEN` pairs; flows seen again get their name back).
     l7_seen: crate::flows::L7Seen,
+    /// Live with `--profile`: each interval's profile as the profile's thread reads it.
+    profile_feed: Option<std::sync::mpsc::Receiver<crate::profile::Profile>>,
+    /// The profile of the interval being closed (the parts so far), and the session's.
+    pending_profile: Option<crate::profile::Profile>,
+    profile_total: Option<crate::profile::Profile>,
+    /// Live with `--profile`: the triggers (`--profile-when`, the UI's key) and the gate.
+    triggers: Option<crate::profile::trigger::TriggerCtl>,
     /// The tracker's counters at the last interval end (what `totals` shows).
     tracker_state: TrackerState,
     /// Set when writing the recording failed, so the session ends (the loop's stop flag).
@@ -244,6 +251,10 @@ impl<S: Sink> Pipeline<S> {
             flows_following: None,
             last_flow_stats: None,
             l7_seen: Default::default(),
+            profile_feed: None,
+            pending_profile: None,
+            profile_total: None,
+            triggers: None,
             tracker_state: TrackerState::default(),
             stop_on_recording_failure: None,
             caps_warned: CapsWarned::default(),
@@ -352,12 +363,56 @@ impl<S: Sink> Pipeline<S> {
             .tls_started(crate::clock::monotonic_ns(), start)
     }
 
-    /// Live with `--profile`: the session's profile lines, before the summary.
-    pub fn on_profile(&mut self, lines: &[crate::profile::ProfileLine]) -> io::Result<()> {
-        let now = crate::clock::monotonic_ns();
-        lines
-            .iter()
-            .try_for_each(|l| self.down.sink.profile(now, l))
+    /// Live with `--profile`: where the profile's thread sends each interval's profile; read
+    /// at every interval's end (and at the session's end, after the thread's last reading).
+    pub fn with_profile_feed(
+        mut self,
+        feed: std::sync::mpsc::Receiver<crate::profile::Profile>,
+    ) -> Self {
+        self.down.profile_feed = Some(feed);
+        self
+    }
+
+    /// Live with `--profile`: the triggers, run at every interval's end.
+    pub fn with_triggers(mut self, t: crate::profile::trigger::TriggerCtl) -> Self {
+        self.down.triggers = Some(t);
+        self
+    }
+
+    /// A profile (an interval's reading, or a recorded part of one) for the interval being
+    /// closed: recorded as it comes (after the filters), added to the interval's and the
+    /// session's. Shown with the interval (`IntervalReport::profile`); the session's totals are
+    /// written at the end, before the summary.
+    pub fn set_profile(&mut self, mut p: crate::profile::Profile) -> io::Result<()> {
+        let f = &self.down.filters;
+        if f.pid.is_some() || f.comm.is_some() {
+            p.retain_processes(|pid, comm| {
+                let mut c = [0u8; 16];
+                let n = comm.len().min(15);
+                c[..n].copy_from_slice(&comm.as_bytes()[..n]);
+                f.selects_process(pid, &c)
+            });
+        }
+        if let Some(rec) = &mut self.down.recorder {
+            rec.profile(&p);
+        }
+        self.down
+            .profile_total
+            .get_or_insert_with(Default::default)
+            .merge(&p);
+        match &mut self.down.pending_profile {
+            Some(earlier) => earlier.merge(&p),
+            None => self.down.pending_profile = Some(p),
+        }
+        Ok(())
+    }
+
+    fn drain_profile_feed(&mut self) -> io::Result<()> {
+        let parts: Vec<_> = match &self.down.profile_feed {
+            Some(feed) => feed.try_iter().collect(),
+            None => return Ok(()),
+        };
+        parts.into_iter().try_for_each(|p| self.set_profile(p))
     }
 
     /// A cap the driver watches (the TLS lookout's file caps) was hit.
@@ -648,6 +703,7 @@ impl<S: Sink> Pipeline<S> {
     ) -> io::Result<()> {
         // Every record delivered before the interval's end is applied (and recorded) first.
         self.apply_steps(Apply::All)?;
+        self.drain_profile_feed()?;
         let state = self.interval_state(now_ns)?;
         self.down.record_pending_flows();
         if let Some(rec) = &mut self.down.recorder {
@@ -710,11 +766,13 @@ impl<S: Sink> Pipeline<S> {
         // the last event, which a replay knows as well as the live run did. Losses since the
         // last report are reported either way.
         self.apply_steps(Apply::All)?;
+        self.drain_profile_feed()?;
         // Server calls still held for their client call go out now.
         self.down.release_held(None)?;
         if self.down.calls_in_interval > 0
             || Downstream::<S>::loss_of(kernel) != self.down.lost_reported
             || self.down.pending_flows.is_some()
+            || self.down.pending_profile.is_some()
         {
             let end = self
                 .down
@@ -727,6 +785,13 @@ impl<S: Sink> Pipeline<S> {
         // A report whose last part never came (a recording cut short, or its first part is
         // the last interval's): closed with what is known of the table.
         self.down.close_following_flows()?;
+        // The session's profile, before the summary.
+        if let Some(total) = self.down.profile_total.take() {
+            let end = self.down.last_ns.max(total.mono_ns);
+            for line in total.lines() {
+                self.down.sink.profile(end, &line)?;
+            }
+        }
         self.down.summary.kernel = kernel.clone();
         let last_ns = self.down.last_ns;
         self.down.warn_plugins(last_ns)?;
@@ -1375,11 +1440,20 @@ impl<S: Sink> Downstream<S> {
             totals: self.totals(),
             open_connections,
             flows: self.pending_flows.take(),
+            profile: self.pending_profile.take().map(Box::new),
+            profile_status: None,
         };
         match report.flows.as_ref() {
             Some(f) if f.more => self.flows_following = Some(f.mono_ns),
             Some(f) => self.last_flow_stats = Some(f.stats.clone()),
             None => {}
+        }
+        let mut report = report;
+        if let Some(t) = self.triggers.as_mut() {
+            for e in t.on_interval(now_ns, &report) {
+                self.sink.profile_trigger(now_ns, &e)?;
+            }
+            report.profile_status = Some(t.status_line(now_ns));
         }
         // The sink is the report's last user (the recorder got the flows in `set_flows`).
         self.sink.interval_owned(report)

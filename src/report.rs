@@ -37,6 +37,14 @@ pub struct IntervalReport {
     /// send or receive went uncaptured because its connection was sampled out. Made from the
     /// kernel's counters the interval's record carries, so a replay marks the same intervals.
     pub sampling: Option<SamplingSnapshot>,
+    /// The interval's profile (`--profile`, or a recording that holds one): the stacks the
+    /// kernel counted since the previous reading, symbolized. JSON writes its `profile` lines.
+    #[serde(skip)]
+    pub profile: Option<Box<crate::profile::Profile>>,
+    /// Live with `--profile`: what the triggers do now, for the terminal UI's header
+    /// (`PROFILING spin (42) 8s more [cpu>80%]`, `profile: silent 50s more`).
+    #[serde(skip)]
+    pub profile_status: Option<String>,
 }
 
 /// What a sampled interval's numbers are made of (the JSON `sampling` line).

@@ -12,6 +12,7 @@ const RECORDINGS: &[&str] = &[
     "tests/fixtures/recordings/flows_mix.ebt",
     "tests/fixtures/recordings/procs_mix.ebt",
     "src/protocols/dns/fixtures/dns_mix.ebt",
+    "tests/fixtures/recordings/profile_burn.ebt",
 ];
 
 /// The text of each `## \`type\`` section of docs/json.md.
@@ -79,6 +80,7 @@ fn every_field_written_is_documented_for_its_line_type() {
         "flow",
         "flow_end",
         "flow_stats",
+        "profile",
         "summary",
     ] {
         assert!(

@@ -56,7 +56,9 @@ fn cpu_ns(pid: u32) -> u64 {
 fn profile_line<'a>(lines: &'a [Value], kind: &str, pid: u32) -> &'a Value {
     lines
         .iter()
-        .find(|v| v["type"] == "profile" && v["kind"] == kind && v["pid"] == pid)
+        .find(|v| {
+            v["type"] == "profile" && v["span"] == "session" && v["kind"] == kind && v["pid"] == pid
+        })
         .unwrap_or_else(|| panic!("no {kind} profile line for pid {pid}"))
 }
 

@@ -378,6 +378,8 @@ fn header_shows_capture_filters_the_call_filter_and_the_recording() {
                 windows: None,
                 conns: None,
                 sampling: None,
+                profile: None,
+                profile_status: None,
             },
         )));
         let s = screen(&app, w, h);
@@ -753,4 +755,102 @@ fn endpoints_fold_a_scan_into_one_row_and_count_its_keys() {
         );
         insta::assert_snapshot!(format!("endpoints_folded_scan_{w}x{h}"), s);
     }
+}
+
+/// A recording made with `--profile` (a program whose `hot` does 3× the work of `warm`, and
+/// sleeps 20 ms per loop): its profile, symbolized at capture, replays into the Profile view.
+const PROFILE_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/recordings/profile_burn.ebt"
+);
+
+#[test]
+fn profile_view() {
+    // Opens on the hottest path; then off-CPU; then a search.
+    snap_of(PROFILE_FIXTURE, "profile", &[KeyCode::Char('5')]);
+    snap_of(
+        PROFILE_FIXTURE,
+        "profile_off_cpu",
+        &[KeyCode::Char('5'), KeyCode::Char('o')],
+    );
+    let mut search = vec![KeyCode::Char('5'), KeyCode::Char('/')];
+    search.extend("warm".chars().map(KeyCode::Char));
+    search.push(KeyCode::Enter);
+    snap_of(PROFILE_FIXTURE, "profile_search", &search);
+}
+
+#[test]
+fn profile_view_expands_collapses_and_filters_by_process() {
+    let mut app = app_of(PROFILE_FIXTURE);
+    app.set_size(120, 40);
+    keys(&mut app, &[KeyCode::Char('5')]);
+    let s = screen(&app, 120, 40);
+    assert!(
+        s.contains("Profile: on-CPU samples of all processes"),
+        "{s}"
+    );
+    let rows = |s: &str| s.lines().filter(|l| l.contains('%')).count();
+    let opened = rows(&s);
+    // The first row (the process) closed: one row left; opened again: as before.
+    keys(&mut app, &[KeyCode::Home, KeyCode::Enter]);
+    let closed = screen(&app, 120, 40);
+    assert_eq!(rows(&closed), 1, "{closed}");
+    assert!(closed.contains("▸ burn-"), "{closed}");
+    keys(&mut app, &[KeyCode::Right]);
+    assert!(rows(&screen(&app, 120, 40)) >= 2);
+    // One process (`w`): the title names it; back to all after the last.
+    keys(&mut app, &[KeyCode::Char('w')]);
+    let one = screen(&app, 120, 40);
+    assert!(one.contains("on-CPU samples of burn-"), "{one}");
+    keys(&mut app, &[KeyCode::Char('w')]);
+    assert!(screen(&app, 120, 40).contains("of all processes"));
+    assert!(opened >= 3, "the hottest path opens: {s}");
+    // Esc goes back to the view it was opened over.
+    keys(&mut app, &[KeyCode::Esc]);
+    assert!(!screen(&app, 120, 40).contains("Profile:"));
+}
+
+/// `P` on a process row asks for a profile of that process (the slot the session's triggers
+/// read at the next interval); the header shows what the triggers do.
+#[test]
+fn p_on_a_process_row_asks_for_its_profile_and_the_header_shows_the_run() {
+    let mut app = app_of(FIXTURE);
+    app.set_size(120, 40);
+    // Without --profile the key says why it does nothing.
+    keys(&mut app, &[KeyCode::Char('4'), KeyCode::Char('P')]);
+    assert!(screen(&app, 120, 40).contains("with --profile"));
+    let slot = ebtop::profile::trigger::ProfileRequests::default();
+    app.profile_requests = Some(slot.clone());
+    keys(&mut app, &[KeyCode::Home, KeyCode::Char('P')]);
+    let s = screen(&app, 120, 40);
+    let row = s.lines().find(|l| l.starts_with('>')).unwrap().to_owned();
+    let (pids, comm) = slot.lock().unwrap().take().expect("a request");
+    assert_eq!(pids.len(), 1);
+    assert!(
+        row.contains(&pids[0].to_string()) && row.contains(&comm),
+        "{row} {comm}"
+    );
+    // On the Calls view the key names the rows it works on.
+    keys(&mut app, &[KeyCode::Char('1'), KeyCode::Char('P')]);
+    assert!(screen(&app, 120, 40).contains("select a process (4) or an endpoint (2) row"));
+    assert!(slot.lock().unwrap().is_none());
+
+    app.apply(ebtop::tui::UiMsg::Interval(Box::new(
+        ebtop::report::IntervalReport {
+            mono_ns: u64::MAX / 2,
+            period_ns: 1_000_000_000,
+            endpoints: vec![],
+            processes: vec![],
+            overhead: None,
+            totals: ebtop::summary::Summary::default(),
+            open_connections: 0,
+            flows: None,
+            windows: None,
+            conns: None,
+            sampling: None,
+            profile: None,
+            profile_status: Some("PROFILING spin (42) 8s more [cpu>80%]".to_owned()),
+        },
+    )));
+    assert!(screen(&app, 120, 40).contains("PROFILING spin (42) 8s more [cpu>80%]"));
 }

@@ -1129,3 +1129,40 @@ fn tui_in_tmux_rows_by_process_or_command_and_the_tree() {
     let _ = parent.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The Profile view in a real terminal, from a recording made with `--profile`: the tree opens
+/// on the hottest path, `o` shows off-CPU time, `/` searches, Esc goes back, q quits.
+#[test]
+fn tui_in_tmux_profile_view() {
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/recordings/profile_burn.ebt"
+    );
+    let t = Tmux::new();
+    t.start_ebtop(&format!("-r '{fixture}' --speed 1000"));
+    t.wait("the replay's end", |s| s.contains("[ENDED]"));
+    t.keys(&["5"]);
+    let s = t.wait("the profile", |s| {
+        s.contains("[5 Profile]") && s.contains("on-CPU samples of all processes")
+    });
+    assert!(
+        s.contains("▾ main") && s.contains("hot") && s.contains("warm"),
+        "{s}"
+    );
+    t.keys(&["o"]);
+    t.wait("off-CPU time", |s| {
+        s.contains("off-CPU time of all processes") && s.contains("[interruptible]")
+    });
+    t.keys(&["o", "/"]);
+    t.literal("warm");
+    t.keys(&["Enter"]);
+    let s = t.wait("the search", |s| s.contains("search \"warm\""));
+    assert!(!s.contains(" hot"), "only the paths to matches:\n{s}");
+    t.keys(&["Escape"]);
+    t.wait("back to calls", |s| {
+        s.contains("[1 Calls]") && !s.contains("Profile:")
+    });
+    t.keys(&["q"]);
+    let s = t.wait("the exit status", |s| s.contains("ebtop exited"));
+    assert!(s.contains("ebtop exited 0"), "{s}");
+}

@@ -39,6 +39,21 @@ const volatile __u32 own_tgid = 0;
 /* Shorter blocks are counted (`PROF_SHORT_BLOCKS`), not added to a stack. */
 const volatile __u64 off_cpu_min_ns = 1000000;
 
+/* Which of the tasks the filters select are profiled (src/profile/kernel.rs `Gate`): all,
+ * none (loaded and attached, waiting for a trigger: one load per run), or only the processes
+ * in `armed`. Written by user space while the programs run. */
+#define EBTOP_GATE_OPEN 0
+#define EBTOP_GATE_CLOSED 1
+#define EBTOP_GATE_LISTED 2
+volatile __u32 gate_mode = EBTOP_GATE_OPEN;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u8);
+} armed SEC(".maps");
+
 /* Kinds of a count; src/profile/mod.rs `Kind`. */
 enum ebtop_profile_kind {
 	EBTOP_PROF_ON_CPU = 0,
@@ -123,7 +138,10 @@ static __always_inline void count(__u32 idx)
 /* Whether the current task is profiled (its tgid and name given). */
 static __always_inline bool selected(__u32 tgid, const char *comm)
 {
-	if (tgid == 0 || tgid == own_tgid)
+	__u32 gate = gate_mode;
+	if (gate == EBTOP_GATE_CLOSED || tgid == 0 || tgid == own_tgid)
+		return false;
+	if (gate == EBTOP_GATE_LISTED && !bpf_map_lookup_elem(&armed, &tgid))
 		return false;
 	if (filter_tgid_count && !u32_listed(tgid, filter_tgids, filter_tgid_count))
 		return false;

@@ -94,6 +94,7 @@ pub fn run_rewindable<S: Sink, R: Read>(
             }
             Item::Flows(report) => pipeline.set_flows(*report)?,
             Item::ProcEvent(raw) => pipeline.on_proc_record(raw)?,
+            Item::Profile(p) => pipeline.set_profile(*p)?,
             Item::End(e) => end = Some(e),
         }
         Ok(())
@@ -335,6 +336,14 @@ impl<S: Sink> Sink for InRange<S> {
             self.sink.process_exit(exit)?;
         }
         Ok(())
+    }
+    /// The session's profile (`--from`/`--to` leave its intervals out, not its totals).
+    fn profile(
+        &mut self,
+        mono_ns: u64,
+        profile: &crate::profile::ProfileLine,
+    ) -> std::io::Result<()> {
+        self.sink.profile(mono_ns, profile)
     }
     fn lost(&mut self, mono_ns: u64, loss: &crate::sink::Loss) -> std::io::Result<()> {
         if self.range.holds(mono_ns) {

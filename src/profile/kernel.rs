@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,7 +28,25 @@ pub struct ProfileConfig {
     pub off_cpu_min: Option<Duration>,
     pub filters: Filters,
     pub cgroups: Vec<CgroupFilter>,
+    /// What the programs select from the start: everything the filters do (`--profile`), or
+    /// nothing until a trigger arms them (`--profile-when`, the TUI's key).
+    pub gate: Gate,
 }
+
+/// Which of the tasks the filters select the loaded programs profile (`gate_mode` in
+/// profile.bpf.c). The programs stay attached; a closed gate costs one load per run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Gate {
+    /// Every task the session's filters select.
+    Open,
+    /// None.
+    Closed,
+    /// Only these processes (and only if the filters select them too).
+    Processes(Vec<u32>),
+}
+
+/// Most processes a gate can list (`armed` in profile.bpf.c).
+pub const MAX_ARMED: usize = 64;
 
 /// Stacks the kernel's stack map holds (user and kernel stacks share it; 1 KiB each,
 /// preallocated: 16 MiB).
@@ -51,6 +70,8 @@ const PROF_NO_STORAGE: usize = 4;
 pub struct ProfileProbe {
     stop: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<Result<Profile>>,
+    intervals: Option<Receiver<Profile>>,
+    gate: Sender<Gate>,
 }
 
 impl ProfileProbe {
@@ -59,6 +80,8 @@ impl ProfileProbe {
     pub fn spawn(cfg: ProfileConfig, interval: Duration) -> Result<ProfileProbe> {
         let stop = Arc::new(AtomicBool::new(false));
         let (started_tx, started_rx) = std::sync::mpsc::channel::<Result<()>>();
+        let (interval_tx, interval_rx) = std::sync::mpsc::channel::<Profile>();
+        let (gate_tx, gate_rx) = std::sync::mpsc::channel::<Gate>();
         let thread_stop = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name("ebtop-profile".into())
@@ -75,21 +98,30 @@ impl ProfileProbe {
                 };
                 let mut next = Instant::now() + interval;
                 while !thread_stop.load(Ordering::Relaxed) {
+                    // The newest gate asked for wins (a trigger's start, its end).
+                    if let Some(gate) = gate_rx.try_iter().last() {
+                        reader.set_gate(&gate)?;
+                    }
                     let now = Instant::now();
                     if now >= next {
-                        reader.poll()?;
+                        let _ = interval_tx.send(reader.poll()?);
                         next += interval;
                         continue;
                     }
                     std::thread::sleep((next - now).min(Duration::from_millis(20)));
                 }
-                reader.poll()?;
+                let _ = interval_tx.send(reader.poll()?);
                 reader.profile.duration_ns = reader.started.elapsed().as_nanos() as u64;
                 Ok(std::mem::take(&mut reader.profile))
             })
             .context("starting the profile's thread failed")?;
         match started_rx.recv() {
-            Ok(Ok(())) => Ok(ProfileProbe { stop, thread }),
+            Ok(Ok(())) => Ok(ProfileProbe {
+                stop,
+                thread,
+                intervals: Some(interval_rx),
+                gate: gate_tx,
+            }),
             Ok(Err(e)) => {
                 let _ = thread.join();
                 Err(e)
@@ -99,6 +131,17 @@ impl ProfileProbe {
                 _ => bail!("the profile's thread ended before it started"),
             },
         }
+    }
+
+    /// Each interval's profile (what the kernel counted since the previous reading), as the
+    /// thread reads it; the last one is sent before [`Self::finish`] returns.
+    pub fn take_intervals(&mut self) -> Option<Receiver<Profile>> {
+        self.intervals.take()
+    }
+
+    /// Where the gate is set from (the thread applies the newest within ~20 ms).
+    pub fn gate(&self) -> Sender<Gate> {
+        self.gate.clone()
     }
 
     /// Reads the last counts, detaches and returns the session's profile.
@@ -121,6 +164,9 @@ struct Reader {
     kernel_stacks: HashMap<i32, Arc<[Frame]>>,
     comms: HashMap<u32, String>,
     profile: Profile,
+    /// What the current reading adds (sent on as the interval's profile).
+    interval: Profile,
+    last_read: Instant,
     started: Instant,
 }
 
@@ -185,6 +231,11 @@ impl Reader {
         if cfg.off_cpu_min.is_none() {
             open.progs.off_cpu_switch.set_autoload(false);
         }
+        open.maps
+            .bss_data
+            .as_deref_mut()
+            .ok_or_else(|| anyhow!("profile BPF object has no .bss section"))?
+            .gate_mode = gate_mode(&cfg.gate);
         let skel = open
             .load()
             .map_err(|e| anyhow!("loading the profile's BPF programs failed: {e}"))?;
@@ -223,7 +274,7 @@ impl Reader {
                 })?,
             );
         }
-        Ok(Reader {
+        let mut reader = Reader {
             skel,
             _links: links,
             previous: HashMap::new(),
@@ -237,12 +288,59 @@ impl Reader {
                 start_unix_ns: crate::clock::now_unix_ns().max(0) as u64,
                 ..Default::default()
             },
+            interval: Profile::default(),
+            last_read: Instant::now(),
             started: Instant::now(),
-        })
+        };
+        reader.set_gate(&cfg.gate)?;
+        Ok(reader)
     }
 
-    /// Adds what the kernel counted since the last read to the profile.
-    fn poll(&mut self) -> Result<()> {
+    /// Opens, closes or narrows what the programs profile: the process list first, then the
+    /// mode, so a narrowed gate never selects a process of the previous list.
+    fn set_gate(&mut self, gate: &Gate) -> Result<()> {
+        let keys: Vec<Vec<u8>> = self.skel.maps.armed.keys().collect();
+        if let Gate::Processes(pids) = gate {
+            let bss = self
+                .skel
+                .maps
+                .bss_data
+                .as_deref_mut()
+                .ok_or_else(|| anyhow!("profile BPF object has no .bss section"))?;
+            bss.gate_mode = GATE_CLOSED;
+            for k in &keys {
+                let _ = self.skel.maps.armed.delete(k);
+            }
+            for pid in pids.iter().take(MAX_ARMED) {
+                self.skel
+                    .maps
+                    .armed
+                    .update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY)
+                    .context("arming the profile for a process failed")?;
+            }
+        }
+        self.skel
+            .maps
+            .bss_data
+            .as_deref_mut()
+            .ok_or_else(|| anyhow!("profile BPF object has no .bss section"))?
+            .gate_mode = gate_mode(gate);
+        Ok(())
+    }
+
+    /// Adds what the kernel counted since the last read to the profile; returns that part
+    /// alone (the interval's profile).
+    fn poll(&mut self) -> Result<Profile> {
+        let now = Instant::now();
+        self.interval = Profile {
+            hz: self.profile.hz,
+            off_cpu_min_ns: self.profile.off_cpu_min_ns,
+            start_unix_ns: crate::clock::now_unix_ns().max(0) as u64,
+            duration_ns: now.duration_since(self.last_read).as_nanos() as u64,
+            ..Default::default()
+        };
+        self.last_read = now;
+        let losses_before = self.profile.losses;
         let keys: Vec<Vec<u8>> = self.skel.maps.profile_counts.keys().collect();
         for raw in keys {
             let Ok(key) = <[u8; KEY_LEN]>::try_from(raw.as_slice()) else {
@@ -297,7 +395,15 @@ impl Reader {
             self.symbols.forget(tgid);
             self.user_stacks.retain(|(t, _), _| *t != tgid);
         }
-        Ok(())
+        let (l, b) = (self.profile.losses, losses_before);
+        self.interval.losses = super::ProfileLosses {
+            counts_table_full: l.counts_table_full.saturating_sub(b.counts_table_full),
+            stacks_lost: l.stacks_lost.saturating_sub(b.stacks_lost),
+            short_blocks: l.short_blocks.saturating_sub(b.short_blocks),
+            blocks_untimed: l.blocks_untimed.saturating_sub(b.blocks_untimed),
+        };
+        self.interval.mono_ns = crate::clock::monotonic_ns();
+        Ok(std::mem::take(&mut self.interval))
     }
 
     fn add(&mut self, key: &[u8; KEY_LEN], delta: Tally) {
@@ -327,8 +433,9 @@ impl Reader {
                 }
             })
             .clone();
-        self.profile
-            .add(StackKey { tgid, kind, frames }, &comm, delta);
+        let key = StackKey { tgid, kind, frames };
+        self.interval.add(key.clone(), &comm, delta);
+        self.profile.add(key, &comm, delta);
     }
 
     /// A user stack's frames, root first.
@@ -388,6 +495,19 @@ impl Reader {
             .enumerate()
             .map(|(i, a)| if i == 0 { a } else { a - 1 })
             .collect()
+    }
+}
+
+/// `gate_mode` values (profile.bpf.c `EBTOP_GATE_*`).
+const GATE_OPEN: u32 = 0;
+const GATE_CLOSED: u32 = 1;
+const GATE_LISTED: u32 = 2;
+
+fn gate_mode(g: &Gate) -> u32 {
+    match g {
+        Gate::Open => GATE_OPEN,
+        Gate::Closed => GATE_CLOSED,
+        Gate::Processes(_) => GATE_LISTED,
     }
 }
 

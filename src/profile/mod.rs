@@ -9,16 +9,19 @@
 
 pub mod kernel;
 pub mod pprof;
+pub mod recorded;
 pub mod symbols;
+pub mod tree;
+pub mod trigger;
 
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What a count measures (the kernel's `enum ebtop_profile_kind`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// Samples of the task on a CPU.
@@ -91,7 +94,7 @@ pub fn reaches_entry(frames: &[Frame]) -> bool {
 }
 
 /// Per process: its name and how complete its stacks are.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProcessTotals {
     pub comm: String,
     pub on_cpu_samples: u64,
@@ -102,7 +105,8 @@ pub struct ProcessTotals {
 }
 
 /// Counts the kernel could not attribute, over the session.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ProfileLosses {
     /// Samples and blocks lost because the kernel's counts table was full.
     pub counts_table_full: u64,
@@ -115,8 +119,17 @@ pub struct ProfileLosses {
     pub blocks_untimed: u64,
 }
 
+impl ProfileLosses {
+    fn add(&mut self, o: &ProfileLosses) {
+        self.counts_table_full += o.counts_table_full;
+        self.stacks_lost += o.stacks_lost;
+        self.short_blocks += o.short_blocks;
+        self.blocks_untimed += o.blocks_untimed;
+    }
+}
+
 /// The session's profile: stacks with their tallies, and per-process totals.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Profile {
     pub stacks: HashMap<StackKey, Tally>,
     pub processes: HashMap<u32, ProcessTotals>,
@@ -127,6 +140,9 @@ pub struct Profile {
     /// When the programs were attached (Unix ns) and how long they ran.
     pub start_unix_ns: u64,
     pub duration_ns: u64,
+    /// An interval's profile (the probe's reading, a recorded part): when it was read
+    /// (CLOCK_MONOTONIC); 0 for a session's.
+    pub mono_ns: u64,
 }
 
 impl Profile {
@@ -148,6 +164,54 @@ impl Profile {
         let t = self.stacks.entry(key).or_default();
         t.count += tally.count;
         t.ns += tally.ns;
+    }
+
+    /// Adds another profile (a later interval's) to this one: stacks, totals, losses.
+    pub fn merge(&mut self, other: &Profile) {
+        for (k, t) in &other.stacks {
+            let e = self.stacks.entry(k.clone()).or_default();
+            e.count += t.count;
+            e.ns += t.ns;
+        }
+        for (pid, p) in &other.processes {
+            let e = self.processes.entry(*pid).or_default();
+            if e.comm.is_empty() {
+                e.comm = p.comm.clone();
+            }
+            e.on_cpu_samples += p.on_cpu_samples;
+            e.on_cpu_reaching_entry += p.on_cpu_reaching_entry;
+            e.off_cpu_blocks += p.off_cpu_blocks;
+            e.off_cpu_ns += p.off_cpu_ns;
+        }
+        self.losses.add(&other.losses);
+        if self.hz == 0 {
+            self.hz = other.hz;
+        }
+        if self.off_cpu_min_ns.is_none() {
+            self.off_cpu_min_ns = other.off_cpu_min_ns;
+        }
+        if self.start_unix_ns == 0 {
+            self.start_unix_ns = other.start_unix_ns;
+        }
+        self.duration_ns += other.duration_ns;
+        self.mono_ns = self.mono_ns.max(other.mono_ns);
+    }
+
+    /// Keeps only the processes `keep` selects (pid, name): a filtered replay.
+    pub fn retain_processes(&mut self, mut keep: impl FnMut(u32, &str) -> bool) {
+        let procs = &self.processes;
+        let mut kept: HashMap<u32, bool> = HashMap::new();
+        for (pid, p) in procs {
+            kept.insert(*pid, keep(*pid, &p.comm));
+        }
+        self.stacks
+            .retain(|k, _| kept.get(&k.tgid).copied().unwrap_or(false));
+        self.processes
+            .retain(|pid, _| kept.get(pid).copied().unwrap_or(false));
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.stacks.is_empty()
     }
 
     /// The stacks of one side (on-CPU, or all off-CPU states), sorted for stable output:
@@ -186,8 +250,14 @@ impl Profile {
         Ok(())
     }
 
-    /// The JSON `profile` lines: one per process and side, its stacks heaviest first.
+    /// The JSON `profile` lines of the session's totals.
     pub fn lines(&self) -> Vec<ProfileLine> {
+        self.lines_of(Span::Session, None)
+    }
+
+    /// The JSON `profile` lines: one per process and side, its stacks heaviest first;
+    /// `period_ns` for an interval's.
+    pub fn lines_of(&self, span: Span, period_ns: Option<u64>) -> Vec<ProfileLine> {
         let mut tgids: Vec<u32> = self.processes.keys().copied().collect();
         tgids.sort_unstable();
         let mut out = Vec::new();
@@ -217,6 +287,8 @@ impl Profile {
                     ))
                 });
                 out.push(ProfileLine {
+                    span,
+                    period_ns,
                     kind: if on_cpu { "on_cpu" } else { "off_cpu" },
                     pid: tgid,
                     comm: p.comm.clone(),
@@ -290,9 +362,22 @@ fn folded_name(s: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// What a `profile` line covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Span {
+    /// One interval (`--delay`): what the kernel counted since the previous reading.
+    Interval,
+    /// The whole session, written at its end.
+    Session,
+}
+
 /// A JSON `profile` line (docs/json.md).
 #[derive(Clone, Debug, Serialize)]
 pub struct ProfileLine {
+    pub span: Span,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub period_ns: Option<u64>,
     pub kind: &'static str,
     pub pid: u32,
     pub comm: String,
@@ -308,7 +393,7 @@ pub struct ProfileLine {
     pub off_cpu_ns: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_block_ns: Option<u64>,
-    /// The session's losses (all processes).
+    /// The losses of the span (all processes).
     pub losses: ProfileLosses,
     pub stacks: Vec<ProfileStack>,
 }

@@ -66,6 +66,27 @@ pub fn drive(data: &[u8]) -> Option<Summary> {
     whole
 }
 
+/// The profile records (kind 8) of recording `ebt` as a frame's record stream: a seed whose
+/// bytes reach the profile record's reader directly (the driver's second way).
+pub fn profile_record_seed(ebt: &[u8]) -> Option<Vec<u8>> {
+    let mut reader = RecordingReader::new(ebt).ok()?;
+    let mut out = Vec::new();
+    reader
+        .for_each(|item| {
+            if let super::reader::Item::Profile(p) = item {
+                for rec in crate::profile::recorded::records(&p) {
+                    let json = serde_json::to_vec(&rec)?;
+                    out.push(super::KIND_PROFILE);
+                    out.extend_from_slice(&(json.len() as u32).to_le_bytes());
+                    out.extend_from_slice(&json);
+                }
+            }
+            Ok(())
+        })
+        .ok()?;
+    (!out.is_empty()).then_some(out)
+}
+
 fn replay_bytes(bytes: &[u8]) -> Option<Summary> {
     let Ok(mut reader) = RecordingReader::new(bytes) else {
         return None;
@@ -87,6 +108,29 @@ fn replay_bytes(bytes: &[u8]) -> Option<Summary> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The profile seed replays its profiles through the second way, and mutated it never
+    /// panics the profile record's reader.
+    #[test]
+    fn profile_records_seed_and_mutations_never_panic() {
+        let ebt = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/recordings/profile_burn.ebt"
+        ))
+        .unwrap();
+        let seed = profile_record_seed(&ebt).expect("the fixture holds profiles");
+        drive(&seed);
+        let mut next = crate::xorshift::sequence(0x0005_eed0_f9f0_f11e);
+        for _ in 0..200 {
+            let mut b = seed.clone();
+            for _ in 0..3 {
+                let x = next();
+                let i = (x as usize) % b.len();
+                b[i] = (x >> 32) as u8;
+            }
+            drive(&b);
+        }
+    }
 
     /// The same driver as the fuzz target, on random and event-shaped inputs (stable toolchain).
     #[test]

@@ -6,7 +6,8 @@
 //! then frames: "EBFR" compressed_len:u32 raw_len:u32 crc32:u32 zstd(records)
 //! record: kind:u8 len:u32 bytes   (kind 1 raw kernel record, 2 process JSON,
 //!                                   3 interval JSON, 4 end JSON, 5 flow table JSON,
-//!                                   6 raw process exec/exit record; unknown kinds are skipped)
+//!                                   6 raw process exec/exit record, 7 a later flow part,
+//!                                   8 an interval's profile JSON; unknown kinds are skipped)
 //! ```
 //! Frames are independent, so a truncated file replays up to its last whole frame and a corrupt
 //! frame is skipped and counted.
@@ -39,8 +40,9 @@ pub const MAJOR: u16 = 1;
 /// reader takes it for the whole report), the others after the interval's kind 3, as kind 7.
 /// 7: a kind 1 record may carry a tail, the syscall's last bytes (flag 8, `tail_len` at
 /// offset 68, its bytes after the payload): an older reader takes the record for a head cut at
-/// `cap_len`, as records always were.
-pub const MINOR: u16 = 7;
+/// `cap_len`, as records always were. 8: kind 8 (an interval's profile, symbolized; several
+/// records for one interval add up).
+pub const MINOR: u16 = 8;
 pub const FILE_HEADER_LEN: usize = 16;
 pub const FRAME_HEADER_LEN: usize = 16;
 /// Largest frame a reader accepts (a corrupt length must not allocate gigabytes).
@@ -58,6 +60,9 @@ pub const KIND_PROC_EVENT: u8 = 6;
 /// A later part of the flow report of the interval recorded last (kind 5 `continued`); the
 /// same form as kind 5. Older readers skip it (an unknown kind): they show the first part.
 pub const KIND_FLOWS_LATER: u8 = 7;
+/// A part of an interval's profile (`--profile`), names not addresses
+/// ([`crate::profile::recorded`]); those before an interval's record belong to it.
+pub const KIND_PROFILE: u8 = 8;
 
 /// The options of the recording run.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

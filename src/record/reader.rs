@@ -22,6 +22,8 @@ pub enum Item<'a> {
     Flows(Box<crate::flows::FlowReport>),
     /// A process exec/exit record as the kernel delivered it.
     ProcEvent(&'a [u8]),
+    /// A part of an interval's profile (those before an interval's record belong to it).
+    Profile(Box<crate::profile::Profile>),
 }
 
 /// A kind 5 or 7 record: a flow report or a part of one (`continued`: see
@@ -363,6 +365,18 @@ impl<R: Read> RecordingReader<R> {
                         }
                     }
                     KIND_PROC_EVENT => f(Item::ProcEvent(body))?,
+                    KIND_PROFILE => {
+                        match serde_json::from_slice::<crate::profile::recorded::RecordIn>(body) {
+                            Ok(rec) => {
+                                let (profile, dropped) = rec.into_profile();
+                                if dropped > 0 {
+                                    self.stats.bad_records += 1;
+                                }
+                                f(Item::Profile(Box::new(profile)))?
+                            }
+                            Err(_) => self.stats.bad_records += 1,
+                        }
+                    }
                     _ => self.stats.unknown_records += 1,
                 }
             }

@@ -367,6 +367,15 @@ impl Recorder {
         self.push_flow_records(KIND_FLOWS, report.first_parts(FLOWS_PER_RECORD));
     }
 
+    /// An interval's profile (kind 8), in records of bounded size.
+    pub fn profile(&mut self, p: &crate::profile::Profile) {
+        for record in crate::profile::recorded::records(p) {
+            if let Ok(j) = serde_json::to_vec(&record) {
+                self.push(KIND_PROFILE, &j);
+            }
+        }
+    }
+
     /// A later part of the flow report of the interval recorded last (kind 7).
     pub fn flows_later(&mut self, part: &crate::flows::FlowReport) {
         self.push_flow_records(KIND_FLOWS_LATER, part.parts(FLOWS_PER_RECORD));

@@ -166,6 +166,16 @@ impl<S: Sink> Sink for Exporting<S> {
     fn profile(&mut self, mono_ns: u64, profile: &crate::profile::ProfileLine) -> io::Result<()> {
         self.sink.profile(mono_ns, profile)
     }
+    fn profile_trigger(
+        &mut self,
+        mono_ns: u64,
+        event: &crate::profile::trigger::TriggerEvent,
+    ) -> io::Result<()> {
+        self.sink.profile_trigger(mono_ns, event)
+    }
+    fn profile_requests(&self) -> Option<crate::profile::trigger::ProfileRequests> {
+        self.sink.profile_requests()
+    }
 }
 
 #[cfg(test)]

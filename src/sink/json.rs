@@ -230,6 +230,7 @@ enum Line<'a> {
     Iface(Stamped<'a, crate::flows::iface::IfaceTotal>),
     IfaceFlow(Stamped<'a, crate::flows::iface::IfaceFlow>),
     Profile(Stamped<'a, crate::profile::ProfileLine>),
+    ProfileTrigger(Stamped<'a, crate::profile::trigger::TriggerEvent>),
     Summary(SummaryLine<'a>),
 }
 
@@ -525,6 +526,17 @@ impl<W: Write> Sink for JsonSink<W> {
         self.out().flush()
     }
 
+    fn profile_trigger(
+        &mut self,
+        mono_ns: u64,
+        e: &crate::profile::trigger::TriggerEvent,
+    ) -> io::Result<()> {
+        let ts = self.clock.rfc3339(mono_ns);
+        self.write_call_lines()?;
+        self.line(&Line::ProfileTrigger(Stamped { ts: &ts, body: e }))?;
+        self.out().flush()
+    }
+
     fn interval(&mut self, r: &IntervalReport) -> io::Result<()> {
         let ts = self.clock.rfc3339(r.mono_ns);
         let select = self.select;
@@ -545,6 +557,19 @@ impl<W: Write> Sink for JsonSink<W> {
                 self.line(&Line::Overhead(Stamped {
                     ts: &ts,
                     body: &o.without_programs(),
+                }))?;
+            }
+        }
+        if let Some(p) = r.profile.as_ref().filter(|_| select.wants("profile")) {
+            // The time and period of its own reading: the profile's thread reads the kernel
+            // on a clock of its own, and the interval hands on the readings done in it.
+            let read_ts = self
+                .clock
+                .rfc3339(if p.mono_ns > 0 { p.mono_ns } else { r.mono_ns });
+            for l in p.lines_of(crate::profile::Span::Interval, Some(p.duration_ns)) {
+                self.line(&Line::Profile(Stamped {
+                    ts: &read_ts,
+                    body: &l,
                 }))?;
             }
         }

@@ -135,6 +135,20 @@ pub trait Sink {
     fn profile(&mut self, _mono_ns: u64, _profile: &crate::profile::ProfileLine) -> io::Result<()> {
         Ok(())
     }
+    /// Where a viewer asks for a profile of chosen processes (the terminal UI's `P` key):
+    /// the session's triggers take it at the next interval.
+    fn profile_requests(&self) -> Option<crate::profile::trigger::ProfileRequests> {
+        None
+    }
+    /// A profiling trigger started or ended (`--profile-when`, the UI's key; docs/json.md,
+    /// `profile_trigger`).
+    fn profile_trigger(
+        &mut self,
+        _mono_ns: u64,
+        _event: &crate::profile::trigger::TriggerEvent,
+    ) -> io::Result<()> {
+        Ok(())
+    }
     /// Something the user must know now, not only from the summary: a cap hit this interval,
     /// the recording failing (docs/json.md, `warning`).
     fn warning(&mut self, _mono_ns: u64, _warning: &Warning) -> io::Result<()> {

@@ -279,6 +279,8 @@ pub struct App {
     /// The largest useful `detail_scroll`, as the last drawing found it.
     pub detail_max_scroll: std::cell::Cell<u16>,
     pub help: bool,
+    /// The Profile view (`5`; open over the view it was opened from).
+    pub profile: super::profile::ProfileUi,
     /// F6's "Sort by" menu is open, its cursor on this column of the view.
     pub sort_menu: Option<usize>,
     /// Typing a filter.
@@ -299,6 +301,8 @@ pub struct App {
     /// The pipeline's end of the Calls filter: set when Enter keeps it (None: a UI without a
     /// collector, as in tests of the state alone).
     pub live_filter: Option<std::sync::Arc<LiveCallFilter>>,
+    /// Live with `--profile`: where `P` asks for a profile of the selected row's processes.
+    pub profile_requests: Option<crate::profile::trigger::ProfileRequests>,
     /// The Calls filter the pipeline applies now (what Enter last kept).
     pub applied_filter: String,
     /// `--filter`, as given (the header shows it).
@@ -358,6 +362,7 @@ impl App {
             detail_scroll: 0,
             detail_max_scroll: std::cell::Cell::new(0),
             help: false,
+            profile: Default::default(),
             sort_menu: None,
             prompt: false,
             window: EndpointWindow::Last10s,
@@ -369,6 +374,7 @@ impl App {
             clock_ns: None,
             no_color,
             live_filter: None,
+            profile_requests: None,
             applied_filter: String::new(),
             fixed_filter: None,
             recording: None,
@@ -914,6 +920,72 @@ impl App {
         self.detail_scroll = 0;
     }
 
+    /// `P`: a profile of the selected process row's process, or of the selected endpoint
+    /// row's processes, for `--profile-for` (live with `--profile`); the header shows it.
+    fn ask_profile(&mut self) {
+        let Some(requests) = self.profile_requests.clone() else {
+            self.command_error =
+                Some("P profiles a row's processes live, with --profile".to_owned());
+            return;
+        };
+        let rows = self.rows();
+        let Some(i) = self.selected_index(&rows) else {
+            return;
+        };
+        let key = rows[i].key.clone();
+        let d = self.shown();
+        let processes = d
+            .report
+            .as_ref()
+            .map(|r| r.processes.as_slice())
+            .unwrap_or(&[]);
+        let of_comm = |comm: &str| -> Vec<u32> {
+            processes
+                .iter()
+                .filter(|p| p.comm == comm)
+                .map(|p| p.pid)
+                .collect()
+        };
+        let (pids, comm) = match self.view {
+            View::Processes => match super::table::pid_of_process_key(&key) {
+                Some(pid) => (
+                    vec![pid],
+                    processes
+                        .iter()
+                        .find(|p| p.pid == pid)
+                        .map(|p| p.comm.clone())
+                        .unwrap_or_default(),
+                ),
+                None => {
+                    let comm = key
+                        .strip_prefix(super::table::GROUP_KEY_PREFIX)
+                        .unwrap_or(&key)
+                        .to_owned();
+                    (of_comm(&comm), comm)
+                }
+            },
+            View::Endpoints => match self.endpoint_rows().iter().find(|e| endpoint_key(e) == key) {
+                Some(e) => match e.pid.filter(|p| *p != 0) {
+                    Some(pid) => (vec![pid], e.comm.clone()),
+                    None => (of_comm(&e.comm), e.comm.clone()),
+                },
+                None => (Vec::new(), String::new()),
+            },
+            _ => {
+                self.command_error =
+                    Some("P: select a process (4) or an endpoint (2) row".to_owned());
+                return;
+            }
+        };
+        if pids.is_empty() {
+            self.command_error = Some("P: no running process on this row".to_owned());
+            return;
+        }
+        if let Ok(mut r) = requests.lock() {
+            *r = Some((pids, comm));
+        };
+    }
+
     fn enter(&mut self) {
         let rows = self.rows();
         let drawn = self.drawn_selection.borrow().clone();
@@ -1248,6 +1320,27 @@ impl App {
                 _ => Action::Redraw,
             };
         }
+        if self.profile.open {
+            let page = self.page_rows;
+            let shown = self.frozen.as_deref().unwrap_or(&self.data);
+            let profile = shown.profile.clone();
+            if self.profile.key(key.code, profile.as_deref(), page) {
+                return Action::Redraw;
+            }
+            match key.code {
+                KeyCode::Esc | KeyCode::Backspace | KeyCode::Char('q') | KeyCode::Char('5') => {
+                    self.profile.open = false;
+                    return Action::Redraw;
+                }
+                KeyCode::Tab | KeyCode::BackTab | KeyCode::Char('1'..='4') => {
+                    self.profile.open = false;
+                    if key.code == KeyCode::Tab || key.code == KeyCode::BackTab {
+                        return Action::Redraw;
+                    }
+                }
+                _ => {}
+            }
+        }
         match key.code {
             KeyCode::F(10) => return Action::Quit,
             // k9s and htop hands: `q` closes what is open (details, a drill-down) and quits
@@ -1300,6 +1393,8 @@ impl App {
             KeyCode::Char(c @ '1'..='4') => {
                 self.switch_view(View::ALL[c as usize - '1' as usize]);
             }
+            KeyCode::Char('5') => self.profile.open = true,
+            KeyCode::Char('P') => self.ask_profile(),
             KeyCode::Up | KeyCode::Char('k') => self.move_selection(|i, _| i.saturating_sub(1)),
             KeyCode::Down | KeyCode::Char('j') => self.move_selection(|i, _| i + 1),
             KeyCode::PageUp => {

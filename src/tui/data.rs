@@ -77,6 +77,8 @@ pub struct Data {
     pub conns: std::rc::Rc<[ConnEntry]>,
     /// The kernel flow table's flows, from the interval reports.
     pub flows: super::flows::FlowBoard,
+    /// The profile since the start (`--profile`, or a recording's), from the intervals.
+    pub profile: Option<std::rc::Rc<crate::profile::Profile>>,
     /// Latest recorded (kernel) time seen.
     pub position_ns: u64,
     /// Processes described so far (command lines), by pid.
@@ -117,6 +119,10 @@ impl Data {
                 returner.spare(calls);
             }
             UiMsg::Interval(mut r) => {
+                if let Some(p) = r.profile.take() {
+                    let total = d.profile.get_or_insert_with(Default::default);
+                    std::rc::Rc::make_mut(total).merge(&p);
+                }
                 if let Some(w) = r.windows.take() {
                     d.windows = (*w).into();
                 }

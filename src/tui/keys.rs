@@ -18,8 +18,8 @@ pub const KEYS: &[KeyHelp] = &[
         action: "help (any key closes it)",
     },
     KeyHelp {
-        keys: &["Tab", "Shift-Tab", "1", "2", "3", "4"],
-        action: "views: next/prev, 1-4; call details: pick parent/child",
+        keys: &["Tab", "Shift-Tab", "1", "2", "3", "4", "5"],
+        action: "next/prev view, 1-5 (5 profile); details: parent/child",
     },
     KeyHelp {
         keys: &["Up", "Down", "j", "k"],
@@ -72,6 +72,10 @@ pub const KEYS: &[KeyHelp] = &[
     KeyHelp {
         keys: &["f"],
         action: "calls: follow the newest call",
+    },
+    KeyHelp {
+        keys: &["o", "w", "P"],
+        action: "profile: on/off-CPU; w: a process/all; P: profile a row",
     },
     KeyHelp {
         keys: &["p", "Space"],

@@ -14,6 +14,7 @@ pub mod filter;
 pub mod flows;
 pub mod input;
 pub mod keys;
+pub mod profile;
 pub mod render;
 pub mod table;
 pub mod terminal;
@@ -257,6 +258,8 @@ pub struct TuiSink {
     met: bool,
     /// The Calls filter the UI sets and the pipeline applies (`Sink::live_call_filter`).
     live_filter: Arc<crate::pipeline::LiveCallFilter>,
+    /// Where the `P` key asks for a profile (`Sink::profile_requests`).
+    profile_requests: crate::profile::trigger::ProfileRequests,
 }
 
 /// Batches of calls the UI handed back, in flight at most (past that the UI frees them).
@@ -335,6 +338,7 @@ impl TuiSink {
             returned: None,
             met: false,
             live_filter: Arc::default(),
+            profile_requests: Arc::default(),
         }
     }
 
@@ -342,6 +346,11 @@ impl TuiSink {
     pub fn with_live_filter(mut self, live: Arc<crate::pipeline::LiveCallFilter>) -> TuiSink {
         self.live_filter = live;
         self
+    }
+
+    /// Where the UI's `P` key asks for a profile (`UiOptions::profile_requests`).
+    pub fn profile_requests(&self) -> crate::profile::trigger::ProfileRequests {
+        Arc::clone(&self.profile_requests)
     }
 
     /// The Calls filter's shared end, for the UI (`UiOptions::live_filter`).
@@ -527,6 +536,10 @@ impl Sink for TuiSink {
         Some(self.live_filter())
     }
 
+    fn profile_requests(&self) -> Option<crate::profile::trigger::ProfileRequests> {
+        Some(TuiSink::profile_requests(self))
+    }
+
     fn call_in(&mut self, call: &Call, row: RowRef) -> io::Result<()> {
         self.call_owned_in(call.clone(), row)
     }
@@ -607,6 +620,8 @@ pub struct UiOptions {
     pub call_returner: Option<SyncSender<Vec<Box<Call>>>>,
     /// The Calls filter the collector's pipeline applies (`TuiSink::live_filter`).
     pub live_filter: Option<Arc<crate::pipeline::LiveCallFilter>>,
+    /// Live with `--profile`: where the `P` key asks for a profile.
+    pub profile_requests: Option<crate::profile::trigger::ProfileRequests>,
     /// `--filter`, as given: shown in the header.
     pub call_filter: Option<String>,
     /// `-w FILE`: the header marks the recording with its size.
@@ -637,6 +652,7 @@ pub fn run_ui(
     }
     app.replay = opts.replay.clone();
     app.live_filter = opts.live_filter.clone();
+    app.profile_requests = opts.profile_requests.clone();
     app.fixed_filter = opts.call_filter.clone();
     app.metrics = opts.metrics;
     let recording_size = |path: &std::path::Path| std::fs::metadata(path).map_or(0, |m| m.len());
@@ -976,6 +992,8 @@ mod tests {
             windows: None,
             conns: None,
             sampling: None,
+            profile: None,
+            profile_status: None,
         };
         let (tx, rx) = std::sync::mpsc::sync_channel(8);
         let mut sink = TuiSink::new(tx);

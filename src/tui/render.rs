@@ -65,6 +65,20 @@ pub fn draw(f: &mut Frame, app: &App) {
     ])
     .areas(area);
     draw_header(f, app, header);
+    if app.profile.open {
+        let d = app.shown();
+        let body = Rect {
+            height: body.height + panel.height,
+            ..body
+        };
+        app.profile
+            .draw(f, body, d.profile.as_deref(), app.no_color);
+        draw_hint(f, app, hint);
+        if app.help {
+            draw_help(f, app, area);
+        }
+        return;
+    }
     draw_table(f, app, body);
     match app.view {
         View::Processes => draw_overhead(f, app, panel),
@@ -329,7 +343,7 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
     let mut tabs = Vec::new();
     for v in View::ALL {
         let label = format!("{} {}", v.index() + 1, v.title());
-        if v == app.view {
+        if v == app.view && !app.profile.open {
             tabs.push(Span::styled(
                 format!("[{label}]"),
                 style(
@@ -340,6 +354,17 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
         } else {
             tabs.push(Span::raw(format!(" {label} ")));
         }
+        tabs.push(Span::raw(" "));
+    }
+    // The Profile view opens over the others (5; Esc: back to the one under it).
+    if app.profile.open {
+        tabs.push(Span::styled(
+            "[5 Profile]",
+            style(
+                app,
+                Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD),
+            ),
+        ));
         tabs.push(Span::raw(" "));
     }
     let st = app.view_state();
@@ -394,6 +419,24 @@ fn scope_line(app: &App) -> Vec<Span<'static>> {
             style(
                 app,
                 Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+            ),
+        ));
+    }
+    // What the profile's triggers do (live with --profile): PROFILING marked like REC.
+    if let Some(status) = app
+        .shown()
+        .report
+        .as_ref()
+        .and_then(|r| r.profile_status.clone())
+    {
+        if !line.is_empty() {
+            line.push(Span::raw("  "));
+        }
+        line.push(Span::styled(
+            status,
+            style(
+                app,
+                Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD),
             ),
         ));
     }
@@ -1601,6 +1644,15 @@ fn hint_text(app: &App) -> String {
         }
     } else if let Some(e) = &app.command_error {
         e.clone()
+    } else if app.profile.open && !app.help {
+        if app.profile.searching {
+            format!(
+                "/{}_   (frames holding it; Enter: keep, Esc: clear)",
+                app.profile.search
+            )
+        } else {
+            "Enter/→/← open/close  o on/off-CPU  w one process/all  / search  Esc/q back".to_owned()
+        }
     } else if app.prompt {
         // While typing, the reason a filter is refused shows here too: the header's end is
         // cut on a narrow terminal.

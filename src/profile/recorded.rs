@@ -1,0 +1,343 @@
+//! An interval's profile as a recording keeps it (`-w`, record kind 8): already symbolized —
+//! frame names, not addresses — so `-r` shows the same profile without the binaries, the
+//! kernel or BPF. Each record is self-contained (its own table of names) and holds at most
+//! [`RECORD_BYTES`] of names and frames, so a large interval is several records; a replay adds
+//! every record before an interval's record to that interval.
+//!
+//! The reader is untrusted input: every list is read within a cap ([`crate::record::limits`]),
+//! a frame index outside the record's names drops its stack (counted), nothing it declares
+//! sizes an allocation.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Frame, Kind, Profile, ProfileLosses, StackKey, Tally};
+use crate::record::limits::{CappedSeq, CappedString};
+
+/// Bytes of names and frame indexes after which a record is cut (a frame of the recording
+/// holds ~1 MiB; a record never nears the reader's 16 MiB frame cap).
+pub const RECORD_BYTES: usize = 256 << 10;
+/// Longest frame name kept (C++ templates and Rust closures run long).
+pub const MAX_NAME: usize = 1024;
+/// Names, stacks and processes one record may hold; frames per stack (127 user + 127
+/// kernel, with room for the `[stack lost]` markers).
+pub const MAX_NAMES: usize = 1 << 16;
+pub const MAX_STACKS: usize = 1 << 16;
+pub const MAX_PROCESSES: usize = 1 << 14;
+pub const MAX_FRAMES: usize = 256;
+
+#[derive(Serialize)]
+pub struct RecordOut<'a> {
+    mono_ns: u64,
+    period_ns: u64,
+    hz: u32,
+    off_cpu_min_ns: Option<u64>,
+    losses: ProfileLosses,
+    processes: Vec<ProcessOut<'a>>,
+    names: Vec<&'a str>,
+    stacks: Vec<StackOut>,
+}
+
+#[derive(Serialize)]
+struct ProcessOut<'a> {
+    pid: u32,
+    comm: &'a str,
+}
+
+#[derive(Serialize)]
+struct StackOut {
+    pid: u32,
+    kind: Kind,
+    frames: Vec<u32>,
+    count: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    ns: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// The records of an interval's profile (the first carries the losses; none for an empty
+/// profile with no losses).
+pub fn records(p: &Profile) -> Vec<RecordOut<'_>> {
+    let mut keys: Vec<(&StackKey, &Tally)> = p.stacks.iter().collect();
+    keys.sort_by(|a, b| {
+        (a.0.tgid, a.0.kind, &a.0.frames[..]).cmp(&(b.0.tgid, b.0.kind, &b.0.frames[..]))
+    });
+    let new = |first: bool| RecordOut {
+        mono_ns: p.mono_ns,
+        period_ns: p.duration_ns,
+        hz: p.hz,
+        off_cpu_min_ns: p.off_cpu_min_ns,
+        losses: if first {
+            p.losses
+        } else {
+            ProfileLosses::default()
+        },
+        processes: Vec::new(),
+        names: Vec::new(),
+        stacks: Vec::new(),
+    };
+    let mut out = Vec::new();
+    let mut cur = new(true);
+    let mut index: HashMap<&str, u32> = HashMap::new();
+    let mut pids: HashMap<u32, ()> = HashMap::new();
+    let mut bytes = 0usize;
+    for (k, t) in keys {
+        if bytes >= RECORD_BYTES || cur.stacks.len() >= MAX_STACKS {
+            out.push(std::mem::replace(&mut cur, new(false)));
+            index.clear();
+            pids.clear();
+            bytes = 0;
+        }
+        if pids.insert(k.tgid, ()).is_none() {
+            let comm = p.processes.get(&k.tgid).map_or("", |pr| pr.comm.as_str());
+            cur.processes.push(ProcessOut { pid: k.tgid, comm });
+        }
+        let mut frames = Vec::with_capacity(k.frames.len().min(MAX_FRAMES));
+        for f in k.frames.iter().take(MAX_FRAMES) {
+            let name = crate::text::cut(f, MAX_NAME);
+            let next = index.len() as u32;
+            let i = *index.entry(name).or_insert_with(|| {
+                bytes += name.len() + 3;
+                cur.names.push(name);
+                next
+            });
+            frames.push(i);
+            bytes += 6;
+        }
+        cur.stacks.push(StackOut {
+            pid: k.tgid,
+            kind: k.kind,
+            frames,
+            count: t.count,
+            ns: t.ns,
+        });
+    }
+    if !cur.stacks.is_empty() || cur.losses != ProfileLosses::default() || out.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+#[derive(Deserialize)]
+pub struct RecordIn {
+    #[serde(default)]
+    mono_ns: u64,
+    #[serde(default)]
+    period_ns: u64,
+    #[serde(default)]
+    hz: u32,
+    #[serde(default)]
+    off_cpu_min_ns: Option<u64>,
+    #[serde(default)]
+    losses: ProfileLosses,
+    #[serde(default)]
+    processes: CappedSeq<ProcessIn, MAX_PROCESSES>,
+    #[serde(default)]
+    names: CappedSeq<CappedString<MAX_NAME>, MAX_NAMES>,
+    #[serde(default)]
+    stacks: CappedSeq<StackIn, MAX_STACKS>,
+}
+
+#[derive(Deserialize)]
+struct ProcessIn {
+    pid: u32,
+    #[serde(deserialize_with = "crate::record::limits::comm")]
+    comm: String,
+}
+
+#[derive(Deserialize)]
+struct StackIn {
+    pid: u32,
+    kind: Kind,
+    frames: CappedSeq<u32, MAX_FRAMES>,
+    count: u64,
+    #[serde(default)]
+    ns: u64,
+}
+
+impl RecordIn {
+    /// The profile the record holds, and how many of its stacks or lists were left out
+    /// (beyond a cap, or naming a frame the record has no name for).
+    pub fn into_profile(self) -> (Profile, u64) {
+        let mut dropped = self.processes.dropped + self.names.dropped + self.stacks.dropped;
+        let names: Vec<Frame> = self
+            .names
+            .items
+            .into_iter()
+            .map(|n| Frame::from(n.0))
+            .collect();
+        let comms: HashMap<u32, String> = self
+            .processes
+            .items
+            .into_iter()
+            .map(|p| (p.pid, p.comm))
+            .collect();
+        let mut p = Profile {
+            hz: self.hz,
+            off_cpu_min_ns: self.off_cpu_min_ns,
+            duration_ns: self.period_ns,
+            mono_ns: self.mono_ns,
+            losses: self.losses,
+            ..Default::default()
+        };
+        for s in self.stacks.items {
+            let frames: Option<Arc<[Frame]>> = s
+                .frames
+                .items
+                .iter()
+                .map(|i| names.get(*i as usize).cloned())
+                .collect();
+            let Some(frames) = frames.filter(|_| s.frames.dropped == 0) else {
+                dropped += 1;
+                continue;
+            };
+            let comm = comms.get(&s.pid).map_or("?", String::as_str);
+            p.add(
+                StackKey {
+                    tgid: s.pid,
+                    kind: s.kind,
+                    frames,
+                },
+                comm,
+                Tally {
+                    count: s.count,
+                    ns: s.ns,
+                },
+            );
+        }
+        (p, dropped)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn sample() -> Profile {
+        let mut p = Profile {
+            hz: 99,
+            off_cpu_min_ns: Some(1_000_000),
+            mono_ns: 5_000_000_000,
+            duration_ns: 1_000_000_000,
+            losses: ProfileLosses {
+                stacks_lost: 2,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let key = |tgid, kind, f: &[&str]| StackKey {
+            tgid,
+            kind,
+            frames: f.iter().map(|s| Frame::from(*s)).collect(),
+        };
+        p.add(
+            key(7, Kind::OnCpu, &["_start", "main", "hot"]),
+            "burn",
+            Tally { count: 40, ns: 0 },
+        );
+        p.add(
+            key(7, Kind::OnCpu, &["_start", "main", "cold"]),
+            "burn",
+            Tally { count: 10, ns: 0 },
+        );
+        p.add(
+            key(
+                7,
+                Kind::Interruptible,
+                &["main", "nanosleep", "do_nanosleep_[k]"],
+            ),
+            "burn",
+            Tally {
+                count: 3,
+                ns: 60_000_000,
+            },
+        );
+        p.add(
+            key(9, Kind::OnCpu, &["[stack lost]"]),
+            "other",
+            Tally { count: 2, ns: 0 },
+        );
+        p
+    }
+
+    fn round_trip(p: &Profile) -> Profile {
+        let mut back = Profile::default();
+        for r in records(p) {
+            let json = serde_json::to_vec(&r).unwrap();
+            let rec: RecordIn = serde_json::from_slice(&json).unwrap();
+            let (part, dropped) = rec.into_profile();
+            assert_eq!(dropped, 0);
+            back.merge(&part);
+        }
+        back
+    }
+
+    #[test]
+    fn a_profile_reads_back_as_it_was_recorded() {
+        let p = sample();
+        let back = round_trip(&p);
+        assert_eq!(back.stacks, p.stacks);
+        assert_eq!(back.losses, p.losses);
+        assert_eq!(
+            (back.hz, back.off_cpu_min_ns, back.mono_ns),
+            (99, Some(1_000_000), p.mono_ns)
+        );
+        assert_eq!(back.processes[&7].comm, "burn");
+        assert_eq!(back.processes[&7].on_cpu_reaching_entry, 50);
+        assert_eq!(back.processes[&7].off_cpu_ns, 60_000_000);
+    }
+
+    #[test]
+    fn a_large_profile_is_cut_into_records_that_add_up() {
+        let mut p = Profile::default();
+        for i in 0..3000u32 {
+            let frames: Arc<[Frame]> = (0..40)
+                .map(|j| Frame::from(format!("function_number_{i}_{j}_with_a_long_name")))
+                .collect();
+            p.add(
+                StackKey {
+                    tgid: 1 + i % 5,
+                    kind: Kind::OnCpu,
+                    frames,
+                },
+                "many",
+                Tally { count: 1, ns: 0 },
+            );
+        }
+        let recs = records(&p);
+        assert!(recs.len() > 5, "{} records", recs.len());
+        for r in &recs {
+            assert!(serde_json::to_vec(r).unwrap().len() < 2 * RECORD_BYTES + 64 * 1024);
+        }
+        let back = round_trip(&p);
+        assert_eq!(back.stacks, p.stacks);
+        assert_eq!(back.processes[&3].on_cpu_samples, 600);
+    }
+
+    #[test]
+    fn a_hostile_record_is_read_within_its_caps() {
+        // An index past the names, a huge count of frames, unknown fields: no panic, the bad
+        // stacks dropped and counted.
+        let many: Vec<String> = (0..5000).map(|i| i.to_string()).collect();
+        let json = format!(
+            r#"{{"names":["a","b"],"processes":[{{"pid":1,"comm":"{}"}}],
+               "stacks":[{{"pid":1,"kind":"on_cpu","frames":[0,1],"count":3}},
+                         {{"pid":1,"kind":"on_cpu","frames":[0,7],"count":1}},
+                         {{"pid":1,"kind":"on_cpu","frames":[{}],"count":1}}],
+               "future":1}}"#,
+            "x".repeat(10_000),
+            many.join(",")
+        );
+        let rec: RecordIn = serde_json::from_str(&json).unwrap();
+        let (p, dropped) = rec.into_profile();
+        assert_eq!(dropped, 2);
+        assert_eq!(p.stacks.len(), 1);
+        assert!(p.processes[&1].comm.len() <= crate::record::limits::MAX_COMM);
+        assert!(serde_json::from_str::<RecordIn>(r#"{"stacks":[{"pid":1}]}"#).is_err());
+    }
+}
