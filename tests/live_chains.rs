@@ -329,11 +329,7 @@ fn a_threaded_apps_calls_sit_under_the_request_they_were_made_for() {
     tui.set_size(w, h);
     tui.detail = Some(seq);
     let mut term = ratatui::Terminal::new(ratatui::backend::TestBackend::new(w, h)).unwrap();
-    term.draw(|f| ebtop::tui::render::draw(f, &tui)).unwrap();
-    let buf = term.backend().buffer();
-    let screen: String = (0..h)
-        .map(|y| (0..w).map(|x| buf[(x, y)].symbol()).collect::<String>() + "\n")
-        .collect();
+    let screen = draw(&mut term, &tui);
     let downstream = &made["0-0"];
     assert!(
         screen.contains(&format!("{} children, self time", downstream.len())),
@@ -365,13 +361,7 @@ fn a_threaded_apps_calls_sit_under_the_request_they_were_made_for() {
     press(&mut tui, KeyCode::Tab);
     let child = targets[1];
     assert_eq!(tui.chain_picked(), Some(child));
-    term.draw(|f| ebtop::tui::render::draw(f, &tui)).unwrap();
-    let screen: String = (0..h)
-        .map(|y| {
-            let buf = term.backend().buffer();
-            (0..w).map(|x| buf[(x, y)].symbol()).collect::<String>() + "\n"
-        })
-        .collect();
+    let screen = draw(&mut term, &tui);
     assert!(
         screen
             .lines()
@@ -380,13 +370,7 @@ fn a_threaded_apps_calls_sit_under_the_request_they_were_made_for() {
     );
     press(&mut tui, KeyCode::Enter);
     assert_eq!(tui.detail, Some(child));
-    term.draw(|f| ebtop::tui::render::draw(f, &tui)).unwrap();
-    let screen: String = (0..h)
-        .map(|y| {
-            let buf = term.backend().buffer();
-            (0..w).map(|x| buf[(x, y)].symbol()).collect::<String>() + "\n"
-        })
-        .collect();
+    let screen = draw(&mut term, &tui);
     assert!(
         screen.contains(&format!("parent   #{seq} ")),
         "the child's parent is request 0-0's call:\n{screen}"
@@ -438,13 +422,7 @@ fn a_threaded_apps_calls_sit_under_the_request_they_were_made_for() {
     assert_eq!(of("http"), requests, "{:?}", ds.rows);
     assert_eq!(ds.rows.iter().map(|r| r.calls).sum::<u64>(), 3 * requests);
     assert!(ds.self_ns <= ds.time_ns);
-    term.draw(|f| ebtop::tui::render::draw(f, &tui)).unwrap();
-    let screen: String = (0..h)
-        .map(|y| {
-            let buf = term.backend().buffer();
-            (0..w).map(|x| buf[(x, y)].symbol()).collect::<String>() + "\n"
-        })
-        .collect();
+    let screen = draw(&mut term, &tui);
     assert!(
         screen.contains(&format!(
             "Time of its {requests} calls kept with calls downstream ({requests} in all): self "
@@ -455,4 +433,17 @@ fn a_threaded_apps_calls_sit_under_the_request_they_were_made_for() {
         screen.contains(&ds.rows[0].endpoint),
         "the endpoint taking most time is listed:\n{screen}"
     );
+}
+
+/// The terminal UI drawn on a test terminal, as text (a line per row).
+fn draw(
+    term: &mut ratatui::Terminal<ratatui::backend::TestBackend>,
+    tui: &ebtop::tui::app::App,
+) -> String {
+    term.draw(|f| ebtop::tui::render::draw(f, tui)).unwrap();
+    let buf = term.backend().buffer();
+    let (w, h) = (buf.area.width, buf.area.height);
+    (0..h)
+        .map(|y| (0..w).map(|x| buf[(x, y)].symbol()).collect::<String>() + "\n")
+        .collect()
 }
