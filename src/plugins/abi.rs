@@ -277,6 +277,9 @@ mod tests {
         for cut in 0..b.len() {
             assert!(answer(&b[..cut]).is_err(), "cut at {cut}");
         }
+        let mut part = b.clone();
+        part[0] = HALF_PART;
+        assert_eq!(answer(&part).map(|a| a.kind), Ok(HALF_PART));
         let mut bad = b.clone();
         bad[0] = 9;
         assert_eq!(answer(&bad), Err(AnswerError::BadValue));
