@@ -65,7 +65,10 @@ fn main() {
 
     let mut json = load(&wat("json_code"), "json_code");
     for (what, body) in [
-        ("json_code, 256-byte body, no code (whole body scanned)", &plain),
+        (
+            "json_code, 256-byte body, no code (whole body scanned)",
+            &plain,
+        ),
         ("json_code, 256-byte body, code at its end", &coded),
     ] {
         let input = [&head[..], &body[..]].concat();
