@@ -334,6 +334,12 @@ pub struct Args {
     #[arg(long, value_name = "FILE.wasm")]
     pub plugin: Vec<std::path::PathBuf>,
 
+    /// Let plugins import WASI (Go's wasip1 guests), given deterministic stubs: no args or
+    /// environment, a clock of their own from 0, fixed random bytes, writes discarded and
+    /// counted, proc_exit a trap.
+    #[arg(long, requires = "plugin")]
+    pub plugin_wasi_stubs: bool,
+
     /// Endpoints keyed on the raw resource (`/users/123`) instead of the normalised one
     /// (`/users/{id}`); the endpoint cap still holds.
     #[arg(long)]

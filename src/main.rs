@@ -111,7 +111,13 @@ fn run(args: Args) -> Result<()> {
     let plugins = args
         .plugin
         .iter()
-        .map(|p| ebtop::plugins::Plugin::load(p, ebtop::plugins::Limits::default()))
+        .map(|p| {
+            let limits = ebtop::plugins::Limits {
+                wasi_stubs: args.plugin_wasi_stubs,
+                ..Default::default()
+            };
+            ebtop::plugins::Plugin::load(p, limits)
+        })
         .collect::<Result<Vec<_>>>()?;
     ebtop::plugins::install(plugins)?;
     // Serving metrics with no terminal and no --json (a service): headless.

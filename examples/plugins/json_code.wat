@@ -5,6 +5,8 @@
   (@custom "ebtop.plugin" "name=json_code\nabi=1\nkind=enrich\nenrich=http\n")
   (memory (export "memory") 2)
   (global $buf i32 (i32.const 1024))
+  ;; Horspool's shifts for "code" with its quotes: 5 for ", 4 c, 3 o, 2 d, 1 e, 6 for the rest.
+  (data (i32.const 0) "\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\05\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\04\02\01\06\06\06\06\06\06\06\06\06\03\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06\06")
   (func (export "ebtop_buffer") (result i32) (global.get $buf))
 
   (func (export "ebtop_enrich") (param $len i32) (result i32)
@@ -19,7 +21,9 @@
     (local.set $p (i32.add (i32.add (local.get $b) (i32.const 96))
                            (i32.load16_u offset=6 (local.get $b))))
     (local.set $end (i32.add (i32.add (local.get $b) (i32.const 96)) (local.get $len)))
-    ;; Find "code" (6 bytes with its quotes: 0x22 c o d e 0x22).
+    ;; Find "code" (6 bytes with its quotes: 0x22 c o d e 0x22), Horspool's way: the window's
+    ;; last byte says how far the pattern can move on (a table at 0), so most of a body is
+    ;; stepped over 6 bytes at a time rather than read byte by byte.
     (block $none
       (loop $scan
         (br_if $none (i32.gt_u (i32.add (local.get $p) (i32.const 6)) (local.get $end)))
@@ -53,7 +57,8 @@
             (i32.store16 offset=20 (local.get $b) (local.get $n))
             (memory.copy (i32.add (local.get $b) (i32.const 24)) (local.get $p) (local.get $n))
             (return (i32.add (i32.const 24) (local.get $n)))))
-        (local.set $p (i32.add (local.get $p) (i32.const 1)))
+        (local.set $p (i32.add (local.get $p)
+                               (i32.load8_u (i32.load8_u offset=5 (local.get $p)))))
         (br $scan)))
     (i32.const 0))
 )

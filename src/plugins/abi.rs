@@ -86,6 +86,9 @@ pub fn frame_answer(r: i64, max_header: usize) -> FrameAnswer {
 /// Answer `kind`.
 pub const HALF_REQUEST: u8 = 1;
 pub const HALF_RESPONSE: u8 = 2;
+/// A message that is part of the next call half of its direction (a Memcached `VALUE` of a
+/// reply that ends with `END`): its bytes and syscalls join that half's span.
+pub const HALF_PART: u8 = 3;
 /// The answer's fixed part; method, resource, status text and attributes follow.
 pub const ANSWER_FIXED: usize = 24;
 pub const MAX_METHOD: usize = 64;
@@ -138,7 +141,7 @@ pub fn answer(b: &[u8]) -> Result<Answer, AnswerError> {
     let fixed = b.get(..ANSWER_FIXED).ok_or(AnswerError::Short)?;
     let u16_at = |i: usize| u16::from_le_bytes([fixed[i], fixed[i + 1]]) as usize;
     let kind = fixed[0];
-    if !matches!(kind, 0 | HALF_REQUEST | HALF_RESPONSE) {
+    if !matches!(kind, 0 | HALF_REQUEST | HALF_RESPONSE | HALF_PART) {
         return Err(AnswerError::BadValue);
     }
     let outcome = match fixed[1] {
@@ -274,6 +277,9 @@ mod tests {
         for cut in 0..b.len() {
             assert!(answer(&b[..cut]).is_err(), "cut at {cut}");
         }
+        let mut part = b.clone();
+        part[0] = HALF_PART;
+        assert_eq!(answer(&part).map(|a| a.kind), Ok(HALF_PART));
         let mut bad = b.clone();
         bad[0] = 9;
         assert_eq!(answer(&bad), Err(AnswerError::BadValue));

@@ -66,6 +66,14 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
         ),
         ("answer".into(), abi::encode_answer(&answer)),
         (
+            "answer_part".into(),
+            abi::encode_answer(&abi::Answer {
+                kind: abi::HALF_PART,
+                outcome: None,
+                ..Default::default()
+            }),
+        ),
+        (
             "frame_need".into(),
             (abi::FRAME_NEED | 9).to_le_bytes().to_vec(),
         ),

@@ -89,6 +89,32 @@ fn leb_u32(b: &[u8], at: &mut usize) -> Result<u32, ManifestError> {
     Err(ManifestError::Truncated)
 }
 
+/// `module` with a custom section `ebtop.plugin` holding `manifest` appended: the post-link
+/// step for toolchains that cannot emit one (Go; docs/plugins.md). Custom sections may come
+/// anywhere after the header, so appending leaves the module valid.
+pub fn with_section(module: &[u8], manifest: &str) -> Vec<u8> {
+    fn leb(mut v: usize, out: &mut Vec<u8>) {
+        loop {
+            let b = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                out.push(b);
+                return;
+            }
+            out.push(b | 0x80);
+        }
+    }
+    let mut body = Vec::new();
+    leb(SECTION.len(), &mut body);
+    body.extend_from_slice(SECTION.as_bytes());
+    body.extend_from_slice(manifest.as_bytes());
+    let mut out = module.to_vec();
+    out.push(0);
+    leb(body.len(), &mut out);
+    out.extend_from_slice(&body);
+    out
+}
+
 /// The payload of the module's `ebtop.plugin` custom section (exactly one).
 pub fn section(module: &[u8]) -> Result<&[u8], ManifestError> {
     if module.get(..8) != Some(b"\0asm\x01\0\0\0") {

@@ -20,6 +20,7 @@ pub mod enrich;
 #[cfg(any(test, feature = "test-support"))]
 pub mod fuzzing;
 pub mod manifest;
+pub mod wasi;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -27,7 +28,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
-use wasmi::{Engine, Linker, Memory, Module, Store, StoreLimits, StoreLimitsBuilder, TypedFunc};
+use wasi::HostState;
+use wasmi::{Engine, Linker, Memory, Module, Store, StoreLimitsBuilder, TypedFunc};
 
 pub use manifest::{EnrichProto, Manifest, PluginKind};
 
@@ -45,6 +47,8 @@ pub struct Limits {
     pub memory_bytes: usize,
     /// Faults (traps, fuel run out, answers outside the ABI) before the plugin is disabled.
     pub max_faults: u64,
+    /// Guests may import WASI, given deterministic stubs ([`wasi`], `--plugin-wasi-stubs`).
+    pub wasi_stubs: bool,
 }
 
 impl Default for Limits {
@@ -54,6 +58,7 @@ impl Default for Limits {
             fuel_to_start: 50_000_000,
             memory_bytes: 32 << 20,
             max_faults: 3,
+            wasi_stubs: false,
         }
     }
 }
@@ -69,6 +74,8 @@ pub struct Counters {
     pub bad_answers: AtomicU64,
     /// Enrichments not made: the response's bytes were not all seen, or not this call's alone.
     pub skipped: AtomicU64,
+    /// Bytes the guest wrote through the WASI stubs (discarded).
+    pub wasi_written: Arc<AtomicU64>,
     pub disabled: AtomicBool,
     /// Why it was disabled, once: taken by the pipeline for its `warning` line.
     disabled_why: Mutex<Option<String>>,
@@ -95,6 +102,8 @@ pub struct PluginOverhead {
     pub out_of_fuel: u64,
     pub bad_answers: u64,
     pub enrich_skipped: u64,
+    /// Bytes written through the WASI stubs (`fd_write`, discarded); 0 without them.
+    pub wasi_written_bytes: u64,
     pub disabled: bool,
 }
 
@@ -134,12 +143,28 @@ impl Plugin {
         let engine = Engine::new(&config);
         let module = Module::new(&engine, bytes)
             .map_err(|e| anyhow!("plugin {path}: invalid module: {e}"))?;
-        if let Some(i) = module.imports().next() {
-            bail!(
-                "plugin {path}: imports {}.{}: ABI 1 plugins import nothing",
-                i.module(),
-                i.name()
-            );
+        for i in module.imports() {
+            let stubbed = i.module() == wasi::MODULE
+                && wasi::FUNCS.contains(&i.name())
+                && matches!(i.ty(), wasmi::ExternType::Func(_));
+            if stubbed && !limits.wasi_stubs {
+                bail!(
+                    "plugin {path}: imports {}.{}: run with --plugin-wasi-stubs to give it \
+                     ebtop's deterministic WASI stubs (docs/plugins.md)",
+                    i.module(),
+                    i.name()
+                );
+            }
+            if !stubbed {
+                bail!(
+                    "plugin {path}: imports {}.{}: ABI 1 plugins import nothing but, with \
+                     --plugin-wasi-stubs, these of {}: {}",
+                    i.module(),
+                    i.name(),
+                    wasi::MODULE,
+                    wasi::FUNCS.join(", ")
+                );
+            }
         }
         let plugin = Plugin {
             manifest,
@@ -169,22 +194,35 @@ impl Plugin {
             .instances(1)
             .trap_on_grow_failure(true)
             .build();
-        let mut store = Store::new(&self.engine, limits);
-        store.limiter(|l: &mut StoreLimits| l);
+        let state = HostState::new(limits, self.counters.wasi_written.clone());
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s: &mut HostState| &mut s.limits);
         store
             .set_fuel(self.limits.fuel_to_start)
             .map_err(|e| e.to_string())?;
-        let linker = Linker::<StoreLimits>::new(&self.engine);
-        let instance = match linker.instantiate_and_start(&mut store, &self.module) {
-            Ok(i) => i,
-            Err(e) if is_out_of_fuel(&e) => {
-                return Err(format!(
-                    "instantiating: its start ran out of its {} fuel",
+        let mut linker = Linker::<HostState>::new(&self.engine);
+        if self.limits.wasi_stubs {
+            wasi::define(&mut linker).map_err(|e| e.to_string())?;
+        }
+        let ran_out = |e: &wasmi::Error, what: &str| {
+            if is_out_of_fuel(e) {
+                format!(
+                    "instantiating: its {what} ran out of its {} fuel",
                     self.limits.fuel_to_start
-                ));
+                )
+            } else {
+                format!("instantiating: {what}: {e}")
             }
-            Err(e) => return Err(format!("instantiating: {e}")),
         };
+        let instance = linker
+            .instantiate_and_start(&mut store, &self.module)
+            .map_err(|e| ran_out(&e, "start"))?;
+        // A WASI reactor (Go's c-shared build) initialises its runtime in `_initialize`,
+        // within the same fuel.
+        if let Ok(init) = instance.get_typed_func::<(), ()>(&store, "_initialize") {
+            init.call(&mut store, ())
+                .map_err(|e| ran_out(&e, "_initialize"))?;
+        }
         let memory = instance
             .get_memory(&store, "memory")
             .ok_or("exports no `memory`")?;
@@ -285,13 +323,14 @@ impl Plugin {
             out_of_fuel: c.out_of_fuel.load(Ordering::Relaxed),
             bad_answers: c.bad_answers.load(Ordering::Relaxed),
             enrich_skipped: c.skipped.load(Ordering::Relaxed),
+            wasi_written_bytes: c.wasi_written.load(Ordering::Relaxed),
             disabled: self.is_disabled(),
         }
     }
 }
 
 struct GuestParts {
-    store: Store<StoreLimits>,
+    store: Store<HostState>,
     memory: Memory,
     buffer: usize,
     frame: Option<TypedFunc<i32, i64>>,

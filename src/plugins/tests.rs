@@ -224,3 +224,62 @@ mod enrich {
         assert!(d.calls.iter().skip(3).all(|c| c.status_text.is_none()));
     }
 }
+
+/// A guest importing WASI: `ebtop_enrich` reads the clock into buffer[0..8], 8 random bytes
+/// into buffer[8..16], writes 5 bytes to stderr, and exits when the input is 1 byte long.
+const WASI_GUEST: &str = r#"(module
+  (import "wasi_snapshot_preview1" "clock_time_get" (func $clock (param i32 i64 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "random_get" (func $random (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_write" (func $write (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (@custom "ebtop.plugin" "name=wasi_t\nabi=1\nkind=enrich\nenrich=http\n")
+  (memory (export "memory") 2)
+  (data (i32.const 512) "hello")
+  (func (export "ebtop_buffer") (result i32) (i32.const 1024))
+  (func (export "ebtop_enrich") (param $len i32) (result i32)
+    (if (i32.eq (local.get $len) (i32.const 1)) (then (call $exit (i32.const 3))))
+    (drop (call $clock (i32.const 1) (i64.const 0) (i32.const 1024)))
+    (drop (call $random (i32.const 1032) (i32.const 8)))
+    ;; an iovec at 600: (512, 5); the count written at 608
+    (i32.store (i32.const 600) (i32.const 512))
+    (i32.store (i32.const 604) (i32.const 5))
+    (drop (call $write (i32.const 2) (i32.const 600) (i32.const 1) (i32.const 608)))
+    ;; a pointer outside memory: EFAULT, not a fault of the host
+    (i32.store (i32.const 1040) (call $random (i32.const 0x7fff0000) (i32.const 8)))
+    (i32.const 0)))"#;
+
+#[test]
+fn wasi_imports_are_refused_without_the_stubs_and_deterministic_with_them() {
+    let wasm = wat::parse_str(WASI_GUEST).unwrap();
+    let err = Plugin::from_bytes(&wasm, "w", Limits::default())
+        .err()
+        .expect("refused without --plugin-wasi-stubs")
+        .to_string();
+    assert!(err.contains("--plugin-wasi-stubs"), "{err}");
+    let limits = Limits {
+        wasi_stubs: true,
+        ..Limits::default()
+    };
+    let p = Arc::new(Plugin::from_bytes(&wasm, "w", limits).unwrap());
+    let run = |g: &SharedGuest| {
+        let mut g = g.lock().unwrap();
+        assert_eq!(g.enrich(100), Ok(0));
+        let b = g.buffer().unwrap();
+        let clock = u64::from_le_bytes(b[0..8].try_into().unwrap());
+        let random: [u8; 8] = b[8..16].try_into().unwrap();
+        let efault = u32::from_le_bytes(b[16..20].try_into().unwrap());
+        (clock, random, efault)
+    };
+    let (g1, g2) = (guest(&p), guest(&p));
+    let first = run(&g1);
+    assert_eq!(first.0, 1_000, "the instance's own clock, 1 µs per reading");
+    assert_ne!(first.1, [0; 8]);
+    assert_eq!(first.2, 21, "EFAULT");
+    assert_eq!(run(&g1).0, 2_000);
+    // Another instance: the same sequence from the start.
+    assert_eq!(run(&g2), first);
+    assert_eq!(p.overhead().wasi_written_bytes, 15);
+    // proc_exit is a trap (a fault).
+    assert_eq!(g1.lock().unwrap().enrich(1), Err(Fault::Trap));
+    assert_eq!(p.overhead().traps, 1);
+}

@@ -236,12 +236,15 @@ impl PluginParser {
     }
 
     fn message(&mut self, d: usize, body: &[u8], out: &mut Vec<L7Call>, stats: &mut ParseStats) {
-        let (span, mut truncated) = self.streams.dirs[d].acc.take();
         let head = std::mem::take(&mut self.head[d]);
         let body_len = self.body_len[d];
-        truncated |= (body.len() as u64) < body_len;
+        let body_cut = (body.len() as u64) < body_len;
         let msg_len = (head.len() as u64).saturating_add(body_len);
-        let flags = if truncated { abi::FLAG_TRUNCATED } else { 0 };
+        let flags = if body_cut || self.streams.dirs[d].acc.truncated {
+            abi::FLAG_TRUNCATED
+        } else {
+            0
+        };
         let answered = self.call(
             abi::HOOK_MESSAGE,
             d,
@@ -251,6 +254,15 @@ impl PluginParser {
             |g, n| g.message(n),
         );
         self.head[d] = head;
+        if let Some((_, Some(a))) = &answered {
+            if a.kind == abi::HALF_PART {
+                // Its bytes stay counted for the next half of this direction.
+                return;
+            }
+        }
+        // The call is truncated when bytes were not captured; a body captured whole but
+        // longer than the guest's share (`abi::KEEP`) is flagged to the guest only.
+        let (span, truncated) = self.streams.dirs[d].acc.take();
         let Some((r, answer)) = answered else {
             stats.damaged_messages += 1;
             return;

@@ -1,0 +1,3 @@
+module lenrpc_go
+
+go 1.24
