@@ -7,6 +7,7 @@
 //! (`--profile-out`) and as JSON `profile` lines. The data here is pure: stacks of names in,
 //! lines out.
 
+pub mod filesyms;
 pub mod kernel;
 pub mod pprof;
 pub mod symbols;
