@@ -43,14 +43,15 @@ fn start(bin: &Path) -> (Child, BufReader<std::process::ChildStdout>, String) {
     (child, out, line)
 }
 
-/// Nanoseconds process `pid` (one thread) has run on a CPU (/proc/PID/schedstat, exact).
+/// Nanoseconds process `pid` has run on a CPU, all its threads (/proc/PID/task/*/schedstat,
+/// exact; a Go program's goroutine moves between threads).
 fn cpu_ns(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
+    std::fs::read_dir(format!("/proc/{pid}/task"))
         .expect("the program runs")
-        .split_whitespace()
-        .next()
-        .and_then(|v| v.parse().ok())
-        .expect("schedstat's first field")
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
 }
 
 fn profile_line<'a>(lines: &'a [Value], kind: &str, pid: u32) -> &'a Value {
@@ -68,15 +69,10 @@ fn has_frame(stack: &Value, name: &str) -> bool {
         .any(|f| f == name)
 }
 
-#[test]
-fn on_cpu_shares_of_known_functions_are_within_five_points() {
-    require_root();
-    let dir = tempfile::tempdir().unwrap();
-    let bin = build(dir.path(), "hot");
-    let folded = dir.path().join("hot.folded");
-    let (mut child, _out, ready) = start(&bin);
-    assert_eq!(ready.trim(), "ready");
-    let pid = child.id();
+/// Profiles the running fixture `pid` (on-CPU only, 997 Hz, into `folded`) until it has run
+/// 2 CPU seconds (≈ 2,000 samples, so a share's standard error is under 1 point), however
+/// busy the CPUs are; returns ebtop's lines and the nanoseconds it ran meanwhile.
+fn profile_two_cpu_seconds(pid: u32, folded: &Path) -> (Vec<Value>, u64) {
     let ebtop = Ebtop::start(&[
         "--json",
         "--only",
@@ -91,8 +87,6 @@ fn on_cpu_shares_of_known_functions_are_within_five_points() {
         "-p",
         &pid.to_string(),
     ]);
-    // Until the program has run 2 CPU seconds (≈ 2,000 samples at 997 Hz, so a share's
-    // standard error is under 1 point), however busy the CPUs are.
     let first = cpu_ns(pid);
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
     while cpu_ns(pid) - first < 2_000_000_000 {
@@ -103,21 +97,21 @@ fn on_cpu_shares_of_known_functions_are_within_five_points() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let ran_ns = cpu_ns(pid) - first;
-    let lines = ebtop.stop();
-    assert!(
-        lines[0]["loaded"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|l| l == "profile"),
-        "meta.loaded names the profile: {}",
-        lines[0]
-    );
-    child.kill().unwrap();
-    child.wait().unwrap();
+    (ebtop.stop(), ran_ns)
+}
 
-    let on = profile_line(&lines, "on_cpu", pid);
-    assert_eq!(on["comm"], "hot");
+/// The assertions every language's fixture meets: its `on_cpu` line counts the samples its
+/// CPU time gives, `three` and `one` take 75% and 25% of them (±5 points), and ≥ 95% reach
+/// `main` (the frame named so) and the thread's entry. Returns the `on_cpu` line.
+fn assert_known_shares(
+    lines: &[Value],
+    pid: u32,
+    ran_ns: u64,
+    comm: &str,
+    (three, one, main): (&str, &str, &str),
+) -> Value {
+    let on = profile_line(lines, "on_cpu", pid).clone();
+    assert_eq!(on["comm"], comm);
     let samples = on["samples"].as_u64().unwrap();
     // The profile spans the measured run (it starts before ebtop's meta and ends after the
     // stop): at 997 Hz at least ~997 samples per CPU second, less the sampling noise.
@@ -129,39 +123,60 @@ fn on_cpu_shares_of_known_functions_are_within_five_points() {
     let stacks = on["stacks"].as_array().unwrap();
     let sum: u64 = stacks.iter().map(|s| s["samples"].as_u64().unwrap()).sum();
     assert_eq!(sum, samples, "the stacks add up to the samples");
-    let share = |f: &str| {
-        let n: u64 = stacks
+    let through = |f: &str| -> u64 {
+        stacks
             .iter()
             .filter(|s| has_frame(s, f))
             .map(|s| s["samples"].as_u64().unwrap())
-            .sum();
-        100.0 * n as f64 / samples as f64
+            .sum()
     };
-    let (three, one) = (share("work_three"), share("work_one"));
-    assert!(
-        (three - 75.0).abs() <= 5.0,
-        "work_three {three:.1}% (75 expected)"
-    );
-    assert!(
-        (one - 25.0).abs() <= 5.0,
-        "work_one {one:.1}% (25 expected)"
-    );
-    let main = share("main");
+    let share = |f: &str| 100.0 * through(f) as f64 / samples as f64;
+    let (s3, s1, sm) = (share(three), share(one), share(main));
     eprintln!(
-        "on-CPU: {samples} samples for {ran_ns} ns on the CPU; work_three {three:.1}%, \
-         work_one {one:.1}%, through main {main:.1}%"
+        "{comm} on-CPU: {samples} samples for {ran_ns} ns on the CPU; {three} {s3:.1}%, \
+         {one} {s1:.1}%, through {main} {sm:.1}%"
     );
-    assert!(main >= 95.0, "{main:.1}% of samples reach main");
-    let with_main: u64 = stacks
-        .iter()
-        .filter(|s| has_frame(s, "main"))
-        .map(|s| s["samples"].as_u64().unwrap())
-        .sum();
+    assert!((s3 - 75.0).abs() <= 5.0, "{three} {s3:.1}% (75 expected)");
+    assert!((s1 - 25.0).abs() <= 5.0, "{one} {s1:.1}% (25 expected)");
+    assert!(sm >= 95.0, "{sm:.1}% of samples reach {main}");
     let reaching = on["samples_reaching_entry"].as_u64().unwrap();
     assert!(
-        reaching >= with_main && reaching <= samples,
-        "samples_reaching_entry {reaching} counts at least the {with_main} stacks through main"
+        reaching >= through(main) && reaching <= samples,
+        "samples_reaching_entry {reaching} counts at least the {} stacks through {main}",
+        through(main)
     );
+    on
+}
+
+#[test]
+fn on_cpu_shares_of_known_functions_are_within_five_points() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let bin = build(dir.path(), "hot");
+    let folded = dir.path().join("hot.folded");
+    let (mut child, _out, ready) = start(&bin);
+    assert_eq!(ready.trim(), "ready");
+    let pid = child.id();
+    let (lines, ran_ns) = profile_two_cpu_seconds(pid, &folded);
+    assert!(
+        lines[0]["loaded"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l == "profile"),
+        "meta.loaded names the profile: {}",
+        lines[0]
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let on = assert_known_shares(
+        &lines,
+        pid,
+        ran_ns,
+        "hot",
+        ("work_three", "work_one", "main"),
+    );
+    let samples = on["samples"].as_u64().unwrap();
     // Only the profiled process.
     assert!(
         lines
@@ -266,5 +281,82 @@ fn off_cpu_time_of_a_sleeping_loop_equals_its_measured_sleep_within_5_percent() 
         text.lines()
             .any(|l| l.starts_with(&format!("sleeper-{pid};[interruptible];"))),
         "{text}"
+    );
+}
+
+/// Runs `cmd` (a compiler), failing the test with its output if it fails.
+fn compile(mut cmd: Command, what: &str) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: {e} (scripts/deps installs it)"));
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn stripped_go_is_named_from_its_function_table_at_known_shares() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("hotgo");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/profile/hot.go");
+    let mut go = Command::new(if Path::new("/usr/local/go/bin/go").exists() {
+        "/usr/local/go/bin/go"
+    } else {
+        "go"
+    });
+    go.args(["build", "-ldflags=-s -w", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .env("GOTOOLCHAIN", "local")
+        .env("CGO_ENABLED", "0");
+    compile(go, "go build hot.go");
+    // Stripped: no symbol table, only Go's own function table names its functions.
+    let bytes = std::fs::read(&bin).unwrap();
+    let elf = ebtop::tls::elf::Elf::parse(&bytes[..]).unwrap().unwrap();
+    assert!(elf.section(".symtab").is_none(), "-s strips .symtab");
+    assert!(elf.section(".gopclntab").is_some());
+    let (mut child, _out, ready) = start(&bin);
+    assert_eq!(ready.trim(), "ready");
+    let pid = child.id();
+    let (lines, ran_ns) = profile_two_cpu_seconds(pid, &dir.path().join("go.folded"));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_known_shares(
+        &lines,
+        pid,
+        ran_ns,
+        "hotgo",
+        ("main.workThree", "main.workOne", "main.main"),
+    );
+}
+
+#[test]
+fn rust_with_frame_pointers_is_named_at_known_shares() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("hotrs");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/profile/hot.rs");
+    let mut rustc = Command::new("rustc");
+    rustc
+        .args(["-O", "-C", "force-frame-pointers=yes", "-o"])
+        .arg(&bin)
+        .arg(&src);
+    compile(rustc, "rustc hot.rs");
+    let (mut child, _out, ready) = start(&bin);
+    assert_eq!(ready.trim(), "ready");
+    let pid = child.id();
+    let (lines, ran_ns) = profile_two_cpu_seconds(pid, &dir.path().join("rs.folded"));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Demangled, without the hash: `hot::work_three`.
+    assert_known_shares(
+        &lines,
+        pid,
+        ran_ns,
+        "hotrs",
+        ("hot::work_three", "hot::work_one", "hot::main"),
     );
 }
