@@ -360,3 +360,159 @@ fn rust_with_frame_pointers_is_named_at_known_shares() {
         ("hot::work_three", "hot::work_one", "hot::main"),
     );
 }
+
+/// The last `symbol_cache` of a session's `profile` lines (every line carries the session's).
+fn symbol_cache(lines: &[Value]) -> &Value {
+    &lines
+        .iter()
+        .rfind(|v| v["type"] == "profile")
+        .expect("a profile line")["symbol_cache"]
+}
+
+/// Names are cached per file, not per process: eight processes of one program read its
+/// files once (a cache per process would read each file eight times).
+#[test]
+fn one_program_run_eight_times_is_read_once() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("hotrs");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/profile/hot.rs");
+    let mut rustc = Command::new("rustc");
+    rustc
+        .args(["-O", "-C", "force-frame-pointers=yes", "-o"])
+        .arg(&bin)
+        .arg(&src);
+    compile(rustc, "rustc hot.rs");
+    let ebtop = Ebtop::start(&[
+        "--json",
+        "--only",
+        "profile",
+        "--profile",
+        "--profile-off-cpu-min",
+        "off",
+        "--comm",
+        "hotrs",
+        "-d",
+        "200ms",
+    ]);
+    let mut children: Vec<_> = (0..8).map(|_| start(&bin)).collect();
+    let pids: Vec<u32> = children.iter().map(|c| c.0.id()).collect();
+    // Until each has run 0.3 CPU s (≈ 30 samples at 99 Hz), then two reads more.
+    let firsts: Vec<u64> = pids.iter().map(|p| cpu_ns(*p)).collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while pids
+        .iter()
+        .zip(&firsts)
+        .any(|(p, f)| cpu_ns(*p) - f < 300_000_000)
+    {
+        assert!(std::time::Instant::now() < deadline, "no 0.3 CPU s each");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let lines = ebtop.stop();
+    for (c, _, _) in children.iter_mut() {
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+    for pid in &pids {
+        let on = profile_line(&lines, "on_cpu", *pid);
+        assert!(
+            on["stacks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| has_frame(s, "hot::work_three")),
+            "process {pid} is named: {on}"
+        );
+    }
+    // The program, libc, the loader, libgcc_s: each read once for all eight.
+    let cache = symbol_cache(&lines);
+    let read = cache["files_read"].as_u64().unwrap();
+    eprintln!("8 processes of one program: symbol cache {cache}");
+    assert!(
+        (1..=5).contains(&read),
+        "files read once each, not per process: {cache}"
+    );
+    assert_eq!(cache["evictions"], 0, "{cache}");
+}
+
+/// Profiling every process while many processes of several large programs run (rustc with
+/// its 150 MB librustc_driver, clang with libLLVM, node, python3): ebtop's peak memory stays
+/// bounded and the symbol tables within their budget. Measured here: 82 MiB peak with the
+/// per-file cache (11 MB of tables), against 120 MiB and growing with the cache per process
+/// it replaced (20 s of the same load).
+#[test]
+fn memory_stays_bounded_profiling_all_processes_of_large_programs() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("small.rs"),
+        "fn main() { let v: Vec<String> = (0..10).map(|i| format!(\"{i}\")).collect(); \
+         println!(\"{}\", v.len()); }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("small.c"),
+        "#include <stdio.h>\nint main(void) { printf(\"%d\\n\", 1); return 0; }\n",
+    )
+    .unwrap();
+    let ebtop = Ebtop::start(&["--json", "--only", "profile", "--profile", "-d", "200ms"]);
+    let ebtop_pid = ebtop.pid();
+    let mut started = 0;
+    for round in 0..4 {
+        let mut cmds: Vec<Command> = Vec::new();
+        for i in 0..2 {
+            let mut c = Command::new("rustc");
+            c.current_dir(dir.path())
+                .args(["-O", "-o", &format!("rs{round}{i}"), "small.rs"]);
+            cmds.push(c);
+        }
+        let mut c = Command::new("clang");
+        c.current_dir(dir.path())
+            .args(["-O2", "-o", &format!("c{round}"), "small.c"]);
+        cmds.push(c);
+        let mut c = Command::new("python3");
+        c.args([
+            "-c",
+            "import json; [json.dumps({'a': i}) for i in range(300000)]",
+        ]);
+        cmds.push(c);
+        let mut c = Command::new("node");
+        c.args(["-e", "let s = 0; for (let i = 0; i < 5e7; i++) s += i;"]);
+        cmds.push(c);
+        let children: Vec<Child> = cmds
+            .iter_mut()
+            .filter_map(|c| c.stdout(Stdio::null()).stderr(Stdio::null()).spawn().ok())
+            .collect();
+        started += children.len();
+        for mut c in children {
+            c.wait().unwrap();
+        }
+    }
+    assert!(
+        started >= 12,
+        "rustc, clang, python3 and node ran: {started}"
+    );
+    // Two reads more, then ebtop's peak resident memory.
+    std::thread::sleep(Duration::from_millis(500));
+    let status = std::fs::read_to_string(format!("/proc/{ebtop_pid}/status")).unwrap();
+    let hwm_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    let lines = ebtop.stop();
+    let cache = symbol_cache(&lines);
+    eprintln!(
+        "{started} processes: ebtop peak RSS {} MiB, symbol cache {cache}",
+        hwm_kib >> 10
+    );
+    assert!(cache["files_read"].as_u64().unwrap() >= 3, "{cache}");
+    assert!(
+        cache["bytes"].as_u64().unwrap() <= cache["budget_bytes"].as_u64().unwrap(),
+        "{cache}"
+    );
+    // The tables' 64 MiB budget, ebtop's own ~70 MiB (a debug build, its BPF maps' copies),
+    // and room: a cache per process passed this with a few hundred processes.
+    assert!(hwm_kib < 160 << 10, "ebtop's peak RSS {hwm_kib} KiB");
+}

@@ -8,8 +8,11 @@
 //! sizes, opened `O_NONBLOCK`. The cache is keyed by the file's identity — device, inode,
 //! size and modification time, so a file rewritten in place is read again — and bounded by a
 //! byte budget: the least recently used files are dropped first, each drop counted
-//! ([`CacheStats`]). A table larger than the whole budget is not kept (its frames are
-//! `[unknown]`, the file counted as skipped).
+//! ([`CacheStats`]). A table holds 24 bytes per function and the names asked for: the names
+//! themselves stay in the file (kept open, read one `pread` each when first asked for), as
+//! the string tables of large programs are tens of MB (librustc_driver's: 20 MB). A table
+//! larger than the whole budget is not kept (its frames are `[unknown]`, the file counted as
+//! skipped).
 
 use std::collections::HashMap;
 
@@ -60,21 +63,26 @@ impl FileKey {
     }
 }
 
+/// Files kept open at most (each cached table holds its file, to read names from).
+pub const MAX_FILES: usize = 256;
+
 /// A function: where it starts in the file's addresses, its length (0: unknown, it runs to
-/// the next), and its name in [`SymTable::names`].
+/// the next), and where its name lies in the file (in string table `strings`).
 #[derive(Clone, Copy, Debug)]
 struct Sym {
     addr: u64,
-    size: u64,
-    name_at: u32,
-    name_len: u32,
+    name: u64,
+    size: u32,
+    strings: u16,
 }
 
-/// One file's functions, sorted by address.
-#[derive(Debug, Default)]
+/// One file's functions, sorted by address, and the file to read their names from.
+#[derive(Default)]
 pub struct SymTable {
+    file: Option<Box<dyn ReadAt>>,
     syms: Vec<Sym>,
-    names: Vec<u8>,
+    /// The string tables names lie in: (file offset, end).
+    strings: Vec<(u64, u64)>,
     /// The executable sections: (file offset, size, address), to turn a file offset into the
     /// address the symbols are given at.
     sections: Vec<(u64, u64, u64)>,
@@ -86,35 +94,48 @@ pub struct SymTable {
 }
 
 impl SymTable {
-    /// Reads a file's function names: Go's function table where there is one, and the ELF
+    /// Reads a file's functions: Go's function table where there is one, and the ELF
     /// symbol tables (a Go program's C parts, every other program). Ok(None): no ELF file.
-    pub fn read<R: ReadAt + ?Sized>(file: &R) -> Result<Option<SymTable>, Skip> {
-        let Some(elf) = Elf::parse(file)? else {
-            return Ok(None);
+    pub fn read<R: ReadAt + 'static>(file: R) -> Result<Option<SymTable>, Skip> {
+        let mut t = {
+            let Some(elf) = Elf::parse(&file)? else {
+                return Ok(None);
+            };
+            let mut t = SymTable {
+                sections: elf
+                    .sections
+                    .iter()
+                    .filter(|s| s.flags & (SHF_ALLOC | SHF_EXECINSTR) == SHF_ALLOC | SHF_EXECINSTR)
+                    .filter_map(|s| s.file_range().map(|(off, size)| (off, size, s.addr)))
+                    .collect(),
+                ..Default::default()
+            };
+            // Go first: at an address both name, the first added is kept.
+            t.go = t.read_go(&elf)?;
+            for kind in [SHT_SYMTAB, SHT_DYNSYM] {
+                t.read_symbols(&elf, kind)?;
+            }
+            t
         };
-        let mut t = SymTable {
-            sections: elf
-                .sections
-                .iter()
-                .filter(|s| s.flags & (SHF_ALLOC | SHF_EXECINSTR) == SHF_ALLOC | SHF_EXECINSTR)
-                .filter_map(|s| s.file_range().map(|(off, size)| (off, size, s.addr)))
-                .collect(),
-            ..Default::default()
-        };
-        // Go first: at an address both name, the first added is kept.
-        t.go = t.read_go(&elf)?;
-        for kind in [SHT_SYMTAB, SHT_DYNSYM] {
-            t.read_symbols(&elf, kind)?;
-        }
         // Stable: the first added at an address wins (Go's, then .symtab's, then .dynsym's).
         t.syms.sort_by_key(|s| s.addr);
         t.syms.dedup_by_key(|s| s.addr);
         t.syms.shrink_to_fit();
-        t.names.shrink_to_fit();
+        t.file = Some(Box::new(file));
         Ok(Some(t))
     }
 
-    /// Reads a file's Go function table (Go ≥ 1.18, x86-64). Whether there was one.
+    /// A string table's index in [`SymTable::strings`].
+    fn add_strings(&mut self, off: u64, size: u64) -> Result<u16, Skip> {
+        let end = off
+            .checked_add(size)
+            .ok_or_else(|| Skip::new("a string table past the end of the address space"))?;
+        self.strings.push((off, end));
+        u16::try_from(self.strings.len() - 1).map_err(|_| Skip::new("too many string tables"))
+    }
+
+    /// Reads a file's Go function table (Go ≥ 1.18, x86-64): read whole (bounded) to walk it,
+    /// then dropped. Whether there was one.
     fn read_go<R: ReadAt + ?Sized>(&mut self, elf: &Elf<R>) -> Result<bool, Skip> {
         let Some(table) = elf
             .section(".gopclntab")
@@ -122,7 +143,9 @@ impl SymTable {
         else {
             return Ok(false);
         };
-        let Some(text) = elf.section(".text") else {
+        let (Some(text), Some((table_off, table_size))) =
+            (elf.section(".text"), table.file_range())
+        else {
             return Ok(false);
         };
         let text = text.addr;
@@ -131,6 +154,7 @@ impl SymTable {
         let Ok(pcln) = Pclntab::parse(&data) else {
             return Ok(false);
         };
+        let strings = self.add_strings(table_off, table_size)?;
         for i in 0..pcln.len() {
             let Some(f) = pcln.function(i) else {
                 continue;
@@ -138,13 +162,20 @@ impl SymTable {
             let Some(addr) = text.checked_add(u64::from(f.entry_off)) else {
                 continue;
             };
-            self.push(addr, u64::from(f.end_off - f.entry_off), f.name)?;
+            // The name's place in the section (a slice of `data`).
+            let at = f.name.as_ptr() as usize - data.as_ptr() as usize;
+            self.syms.push(Sym {
+                addr,
+                name: table_off + at as u64,
+                size: f.end_off - f.entry_off,
+                strings,
+            });
         }
         Ok(true)
     }
 
     /// Adds the function symbols of the first table of `kind` (linear in its symbols, read in
-    /// pieces; its string table read whole, capped).
+    /// pieces; its string table is not read: names are read when asked for).
     fn read_symbols<R: ReadAt + ?Sized>(&mut self, elf: &Elf<R>, kind: u32) -> Result<(), Skip> {
         let Some(table) = elf.sections.iter().find(|s| s.kind == kind) else {
             return Ok(());
@@ -170,7 +201,7 @@ impl SymTable {
                 "a symbol string table of {str_size} bytes (at most {MAX_STRINGS} are read)"
             )));
         }
-        let strings = elf.file.read_at(str_off, str_size)?;
+        let strings = self.add_strings(str_off, str_size)?;
         let mut at = 0;
         while at < count {
             let n = (count - at).min(SYMBOL_PIECE);
@@ -180,39 +211,25 @@ impl SymTable {
                 let shndx = u16::from_le_bytes([sym[6], sym[7]]);
                 let value = u64::from_le_bytes(sym[8..16].try_into().unwrap_or_default());
                 let size = u64::from_le_bytes(sym[16..24].try_into().unwrap_or_default());
+                let name_off = u32::from_le_bytes(sym[0..4].try_into().unwrap_or_default());
                 if !(info == STT_FUNC || info == STT_GNU_IFUNC)
                     || shndx == 0
                     || shndx >= 0xff00
                     || value == 0
+                    || name_off == 0
+                    || u64::from(name_off) >= str_size
                 {
                     continue;
                 }
-                let name_off = u32::from_le_bytes(sym[0..4].try_into().unwrap_or_default());
-                let name = strings.get(name_off as usize..).unwrap_or_default();
-                let name = &name[..name.len().min(MAX_NAME)];
-                let len = name.iter().position(|&b| b == 0).unwrap_or(name.len());
-                if len > 0 {
-                    self.push(value, size, &name[..len])?;
-                }
+                self.syms.push(Sym {
+                    addr: value,
+                    name: str_off + u64::from(name_off),
+                    size: u32::try_from(size).unwrap_or(u32::MAX),
+                    strings,
+                });
             }
             at += n;
         }
-        Ok(())
-    }
-
-    fn push(&mut self, addr: u64, size: u64, name: &[u8]) -> Result<(), Skip> {
-        let (Ok(name_at), Ok(name_len)) =
-            (u32::try_from(self.names.len()), u32::try_from(name.len()))
-        else {
-            return Err(Skip::new("names past 4 GiB"));
-        };
-        self.names.extend_from_slice(name);
-        self.syms.push(Sym {
-            addr,
-            size,
-            name_at,
-            name_len,
-        });
         Ok(())
     }
 
@@ -224,18 +241,25 @@ impl SymTable {
         })
     }
 
-    /// The name of the function at file offset `file_off`, demangled (Rust, C++), or None.
+    /// The name of the function at file offset `file_off`, demangled (Rust, C++), or None
+    /// (no function there, or its name could not be read).
     pub fn name(&mut self, file_off: u64) -> Option<Frame> {
         let va = self.address_of(file_off)?;
         let i = self.syms.partition_point(|s| s.addr <= va).checked_sub(1)?;
         let s = self.syms[i];
-        if s.size != 0 && va - s.addr >= s.size {
+        if s.size != 0 && va - s.addr >= u64::from(s.size) {
             return None;
         }
         if let Some(f) = self.frames.get(&(i as u32)) {
             return Some(f.clone());
         }
-        let raw = &self.names[s.name_at as usize..(s.name_at + s.name_len) as usize];
+        let (_, end) = *self.strings.get(usize::from(s.strings))?;
+        let len = end.checked_sub(s.name)?.min(MAX_NAME as u64);
+        let raw = self.file.as_ref()?.read_at(s.name, len).ok()?;
+        let raw = &raw[..raw.iter().position(|&b| b == 0).unwrap_or(raw.len())];
+        if raw.is_empty() {
+            return None;
+        }
         let f = demangle(raw);
         self.frame_bytes += f.len() + FRAME_OVERHEAD;
         self.frames.insert(i as u32, f.clone());
@@ -246,7 +270,7 @@ impl SymTable {
     pub fn bytes(&self) -> usize {
         std::mem::size_of::<SymTable>()
             + self.syms.capacity() * std::mem::size_of::<Sym>()
-            + self.names.capacity()
+            + self.strings.capacity() * 16
             + self.sections.capacity() * 24
             + self.frame_bytes
     }
@@ -373,7 +397,7 @@ impl FileCache {
     /// Drops the least recently used tables until the cache is within its budget (`keep`
     /// last: the one in use goes only when it alone is over).
     fn evict(&mut self, keep: FileKey) {
-        while self.used > self.budget {
+        while self.used > self.budget || self.files.len() > MAX_FILES {
             let victim = self
                 .files
                 .iter()
@@ -405,15 +429,39 @@ mod tests {
         }
     }
 
+    /// Bytes as a file.
+    struct Bytes(Vec<u8>);
+
+    impl ReadAt for Bytes {
+        fn len(&self) -> u64 {
+            self.0.len() as u64
+        }
+        fn read_at(&self, offset: u64, len: u64) -> Result<Vec<u8>, Skip> {
+            self.0[..].read_at(offset, len)
+        }
+    }
+
+    /// A table of functions (name, address, size) in a text section at file offset 0x1000,
+    /// address 0x40_1000; their names in a "file" of their own.
     fn table(names: &[(&str, u64, u64)]) -> SymTable {
+        let mut file = vec![0u8];
         let mut t = SymTable {
             sections: vec![(0x1000, 0x10_0000, 0x40_1000)],
             ..Default::default()
         };
         for (n, a, s) in names {
-            t.push(*a, *s, n.as_bytes()).unwrap();
+            t.syms.push(Sym {
+                addr: *a,
+                name: file.len() as u64,
+                size: *s as u32,
+                strings: 0,
+            });
+            file.extend_from_slice(n.as_bytes());
+            file.push(0);
         }
+        t.strings.push((0, file.len() as u64));
         t.syms.sort_by_key(|s| s.addr);
+        t.file = Some(Box::new(Bytes(file)));
         t
     }
 
@@ -483,24 +531,47 @@ mod tests {
             .unwrap()
             .open()
             .unwrap();
-        let t = SymTable::read(&f).unwrap().unwrap();
+        let mut t = SymTable::read(f).unwrap().unwrap();
         assert!(t.len() > 1000, "{} functions", t.len());
         assert!(!t.go);
+        // This very function, by the file offset of its own code.
+        let here = this_test_binary_names_its_own_functions as fn() as usize as u64;
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let off = maps
+            .lines()
+            .find_map(|l| {
+                let (range, rest) = l.split_once(' ')?;
+                let (a, b) = range.split_once('-')?;
+                let (a, b) = (
+                    u64::from_str_radix(a, 16).ok()?,
+                    u64::from_str_radix(b, 16).ok()?,
+                );
+                let off = u64::from_str_radix(rest.split(' ').nth(1)?, 16).ok()?;
+                (a <= here && here < b).then_some(here - a + off)
+            })
+            .unwrap();
+        let name = t.name(off).unwrap();
+        assert!(
+            name.ends_with("this_test_binary_names_its_own_functions"),
+            "{name}"
+        );
     }
 
     #[test]
     fn garbage_is_no_table_and_no_panic() {
         let bytes = crate::tls::elf::minimal();
-        // Every truncation of a valid file.
+        // Every truncation of a valid file, every offset asked.
         for n in 0..bytes.len() {
-            let _ = SymTable::read(&bytes[..n]);
+            if let Ok(Some(mut t)) = SymTable::read(Bytes(bytes[..n].to_vec())) {
+                for off in 0..n as u64 {
+                    let _ = t.name(off);
+                }
+            }
         }
-        let mut t = SymTable::read(&bytes[..]).unwrap().unwrap();
+        let mut t = SymTable::read(Bytes(bytes.clone())).unwrap().unwrap();
+        assert_eq!(t.len(), 2, "SSL_write and SSL_read");
         let _ = t.name(0);
-        assert!(
-            SymTable::read(&b"not an elf file at all, just some bytes.................."[..])
-                .unwrap()
-                .is_none()
-        );
+        let text = b"not an elf file at all, just some bytes..................".to_vec();
+        assert!(SymTable::read(Bytes(text)).unwrap().is_none());
     }
 }

@@ -122,6 +122,8 @@ pub struct Profile {
     pub stacks: HashMap<StackKey, Tally>,
     pub processes: HashMap<u32, ProcessTotals>,
     pub losses: ProfileLosses,
+    /// The user symbol tables' cache (src/profile/filesyms.rs) at the last read.
+    pub symbol_cache: filesyms::CacheStats,
     /// Sampling frequency (Hz) and off-CPU threshold (ns), for the readers.
     pub hz: u32,
     pub off_cpu_min_ns: Option<u64>,
@@ -228,6 +230,7 @@ impl Profile {
                     off_cpu_ns: (!on_cpu).then_some(p.off_cpu_ns),
                     min_block_ns: if on_cpu { None } else { self.off_cpu_min_ns },
                     losses: self.losses,
+                    symbol_cache: self.symbol_cache,
                     stacks,
                 });
             }
@@ -311,6 +314,8 @@ pub struct ProfileLine {
     pub min_block_ns: Option<u64>,
     /// The session's losses (all processes).
     pub losses: ProfileLosses,
+    /// The session's symbol cache (all processes).
+    pub symbol_cache: filesyms::CacheStats,
     pub stacks: Vec<ProfileStack>,
 }
 

@@ -140,7 +140,7 @@ impl Symbols {
                         if FileKey::of_fd(found.fd.as_fd()) != Some(key) {
                             return Err(crate::tls::untrusted::Skip::new("changed"));
                         }
-                        SymTable::read(&found.open()?)
+                        SymTable::read(found.open()?)
                     })
                 }
                 Some(Target::Anon) => match p.jit.get(&a) {
