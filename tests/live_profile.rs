@@ -516,3 +516,106 @@ fn memory_stays_bounded_profiling_all_processes_of_large_programs() {
     // and room: a cache per process passed this with a few hundred processes.
     assert!(hwm_kib < 160 << 10, "ebtop's peak RSS {hwm_kib} KiB");
 }
+
+/// Samples of process `pid` per function in `perf script` output (`-F comm,pid,ip,sym`:
+/// a header line per sample, then its call chain, one frame a line): how many samples hold
+/// each of `names` in their chain, and the samples in all.
+fn perf_shares(script: &str, pid: u32, names: &[&str]) -> (Vec<u64>, u64) {
+    let mut counts = vec![0u64; names.len()];
+    let mut total = 0;
+    for sample in script.split("\n\n") {
+        let mut lines = sample.lines().filter(|l| !l.trim().is_empty());
+        let Some(header) = lines.next() else {
+            continue;
+        };
+        if header.split_whitespace().nth(1) != Some(&pid.to_string()) {
+            continue;
+        }
+        total += 1;
+        let syms: Vec<&str> = lines.filter_map(|l| l.split_whitespace().nth(1)).collect();
+        for (c, n) in counts.iter_mut().zip(names) {
+            if syms.contains(n) {
+                *c += 1;
+            }
+        }
+    }
+    (counts, total)
+}
+
+/// The same run profiled by ebtop (frame pointers, in the kernel) and by `perf record -a
+/// --call-graph dwarf` (the software clock; copies of the stacks unwound by perf from DWARF):
+/// the shares of the hot functions agree within ±5 points.
+#[test]
+fn shares_agree_with_perf_dwarf_on_the_same_run() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let bin = build(dir.path(), "hot");
+    let (mut child, _out, ready) = start(&bin);
+    assert_eq!(ready.trim(), "ready");
+    let pid = child.id();
+    let data = dir.path().join("perf.data");
+    // perf record -p gets no samples on this kernel; -a does. 4 KiB of stack per sample: the
+    // program's is shallow.
+    let mut perf = Command::new("perf")
+        .args([
+            "record",
+            "-a",
+            "-e",
+            "cpu-clock",
+            "-F",
+            "499",
+            "--call-graph",
+            "dwarf,4096",
+            "-o",
+        ])
+        .arg(&data)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("perf runs (scripts/deps installs linux-perf)");
+    std::thread::sleep(Duration::from_millis(500));
+    let (lines, _) = profile_two_cpu_seconds(pid, &dir.path().join("hot.folded"));
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(perf.id() as i32, libc::SIGINT) };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // perf writes its data on SIGINT and exits with the signal's status.
+    perf.wait().unwrap();
+
+    // No debuginfod (no network here) and no inline lookups: perf report's own may take
+    // minutes; perf script's chains are counted here.
+    let out = Command::new("perf")
+        .args(["script", "--no-inline", "-F", "comm,pid,ip,sym", "-i"])
+        .arg(&data)
+        .env("DEBUGINFOD_URLS", "")
+        .stderr(Stdio::null())
+        .output()
+        .expect("perf script runs");
+    let script = String::from_utf8_lossy(&out.stdout);
+    let names = ["work_three", "work_one", "main"];
+    let (counts, perf_total) = perf_shares(&script, pid, &names);
+    assert!(
+        perf_total >= 500,
+        "perf sampled the program {perf_total} times"
+    );
+
+    let on = profile_line(&lines, "on_cpu", pid);
+    let samples = on["samples"].as_u64().unwrap();
+    let stacks = on["stacks"].as_array().unwrap();
+    for (name, perf_n) in names.iter().zip(&counts) {
+        let ebtop_n: u64 = stacks
+            .iter()
+            .filter(|s| has_frame(s, name))
+            .map(|s| s["samples"].as_u64().unwrap())
+            .sum();
+        let ours = 100.0 * ebtop_n as f64 / samples as f64;
+        let theirs = 100.0 * *perf_n as f64 / perf_total as f64;
+        eprintln!(
+            "{name}: ebtop {ours:.1}% of {samples} samples, perf {theirs:.1}% of {perf_total}"
+        );
+        assert!(
+            (ours - theirs).abs() <= 5.0,
+            "{name}: ebtop {ours:.1}%, perf {theirs:.1}%"
+        );
+    }
+}
