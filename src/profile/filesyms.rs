@@ -291,10 +291,8 @@ fn demangle(raw: &[u8]) -> Frame {
         return Frame::from(format!("{d:#}"));
     }
     if s.starts_with("_Z") {
-        if let Ok(d) = cpp_demangle::Symbol::new(s.as_bytes()).map(|sym| sym.demangle()) {
-            if let Ok(d) = d {
-                return Frame::from(d);
-            }
+        if let Ok(Ok(d)) = cpp_demangle::Symbol::new(s.as_bytes()).map(|sym| sym.demangle()) {
+            return Frame::from(d);
         }
     }
     Frame::from(s.as_ref())

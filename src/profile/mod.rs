@@ -238,24 +238,36 @@ impl Profile {
         out
     }
 
-    /// One line per process whose on-CPU stacks mostly stop short: the reason and the fix.
+    /// One line per program (processes of one name together: a build's hundred compiler
+    /// processes get one line) whose on-CPU stacks mostly stop short: the reason and the fix.
     pub fn unwind_hints(&self) -> Vec<String> {
+        // comm → (first pid, processes, samples, samples reaching the entry)
+        let mut by_comm: std::collections::BTreeMap<&str, (u32, u64, u64, u64)> =
+            std::collections::BTreeMap::new();
         let mut tgids: Vec<u32> = self.processes.keys().copied().collect();
         tgids.sort_unstable();
-        tgids
+        for tgid in tgids {
+            let p = &self.processes[&tgid];
+            let e = by_comm.entry(p.comm.as_str()).or_insert((tgid, 0, 0, 0));
+            e.1 += 1;
+            e.2 += p.on_cpu_samples;
+            e.3 += p.on_cpu_reaching_entry;
+        }
+        by_comm
             .into_iter()
-            .filter_map(|tgid| {
-                let p = &self.processes[&tgid];
-                let n = p.on_cpu_samples;
-                // Under half the samples complete, out of enough samples to say so.
-                (n >= 20 && p.on_cpu_reaching_entry * 2 < n).then(|| {
-                    format!(
-                        "ebtop: profile: {} ({tgid}): {} of {n} samples reach the thread's entry: \
-                         its code likely has no frame pointers (build with \
-                         -fno-omit-frame-pointer, or Rust -C force-frame-pointers=yes)",
-                        p.comm, p.on_cpu_reaching_entry
-                    )
-                })
+            // Under half the samples complete, out of enough samples to say so.
+            .filter(|(_, (_, _, n, reaching))| *n >= 20 && reaching * 2 < *n)
+            .map(|(comm, (pid, procs, n, reaching))| {
+                let who = if procs == 1 {
+                    format!("{pid}")
+                } else {
+                    format!("{procs} processes")
+                };
+                format!(
+                    "ebtop: profile: {comm} ({who}): {reaching} of {n} samples reach the \
+                     thread's entry: its code likely has no frame pointers (build with \
+                     -fno-omit-frame-pointer, or Rust -C force-frame-pointers=yes)"
+                )
             })
             .collect()
     }
@@ -445,5 +457,20 @@ mod tests {
         let hints = p.unwind_hints();
         assert_eq!(hints.len(), 1);
         assert!(hints[0].contains("nofp (5): 0 of 30"), "{}", hints[0]);
+        // Processes of one program: one line for them all.
+        for pid in [8, 9] {
+            p.add(
+                key(pid, Kind::OnCpu, &["leaf"]),
+                "cc1",
+                Tally { count: 15, ns: 0 },
+            );
+        }
+        let hints = p.unwind_hints();
+        assert_eq!(hints.len(), 2, "{hints:?}");
+        assert!(
+            hints[0].contains("cc1 (2 processes): 0 of 30"),
+            "{}",
+            hints[0]
+        );
     }
 }
