@@ -307,6 +307,9 @@ pub struct CacheStats {
     pub evictions: u64,
     /// Files not read: unreadable, over a cap, larger than the whole budget.
     pub files_skipped: u64,
+    /// Frames whose file was not cached and could not be reached (the process gone, the
+    /// code unmapped): `[unknown]`; the file is read for the next process that maps it.
+    pub files_gone: u64,
     /// Memory the cached tables hold now, and the budget.
     pub bytes: u64,
     pub budget_bytes: u64,
@@ -351,13 +354,19 @@ impl FileCache {
     }
 
     /// The name at `file_off` of the file `key`, its table read with `read` if not cached.
+    /// `read` answers None where the file could not be reached (the process is gone): that
+    /// is not the file's fault, and nothing is cached.
     pub fn name<F>(&mut self, key: FileKey, file_off: u64, read: F) -> Option<Frame>
     where
-        F: FnOnce() -> Result<Option<SymTable>, Skip>,
+        F: FnOnce() -> Option<Result<Option<SymTable>, Skip>>,
     {
         self.tick += 1;
         if !self.files.contains_key(&key) {
-            let table = match read() {
+            let Some(read) = read() else {
+                self.stats.files_gone += 1;
+                return None;
+            };
+            let table = match read {
                 Ok(Some(t)) if t.bytes() <= self.budget => {
                     self.stats.files_read += 1;
                     Some(t)
@@ -490,7 +499,7 @@ mod tests {
         let mut look = |c: &mut FileCache, ino: u64| {
             c.name(key(ino), 0x1000, || {
                 reads += 1;
-                Ok(Some(table(&[("f", 0x40_1000, 0x10)])))
+                Some(Ok(Some(table(&[("f", 0x40_1000, 0x10)]))))
             })
         };
         for ino in [1, 2, 1, 3] {
@@ -509,15 +518,27 @@ mod tests {
         // Skipped files are not read again while cached, and counted once.
         for _ in 0..3 {
             assert_eq!(
-                c.name(key(9), 0x1000, || Err(Skip::new("unreadable"))),
+                c.name(key(9), 0x1000, || Some(Err(Skip::new("unreadable")))),
                 None
             );
         }
         assert_eq!(c.stats().files_skipped, 1);
+        // A file out of reach (its process gone) is asked for again next time.
+        assert_eq!(c.name(key(10), 0x1000, || None), None);
+        assert_eq!(
+            c.name(key(10), 0x1000, || Some(Ok(Some(table(&[(
+                "g", 0x40_1000, 16
+            )])))))
+            .as_deref(),
+            Some("g")
+        );
+        assert_eq!(c.stats().files_gone, 1);
         // A table over the whole budget is not kept.
         let mut small = FileCache::new(16);
         assert_eq!(
-            small.name(key(1), 0x1000, || Ok(Some(table(&[("f", 0x40_1000, 16)])))),
+            small.name(key(1), 0x1000, || Some(Ok(Some(table(&[(
+                "f", 0x40_1000, 16
+            )]))))),
             None
         );
         assert_eq!(small.stats().files_skipped, 1);
