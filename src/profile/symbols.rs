@@ -33,6 +33,9 @@ const MAX_MAPS_BYTES: u64 = 16 << 20;
 /// loads a library, or execs, maps new code).
 const MAPS_REFRESH: Duration = Duration::from_secs(1);
 
+/// ... and for an address none of its mappings covers, at most this often.
+const MAPS_REFRESH_ON_MISS: Duration = Duration::from_millis(100);
+
 /// What an executable mapping holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Target {
@@ -58,6 +61,13 @@ struct ProcessMaps {
     maps: Vec<Mapping>,
     read_at: Instant,
     jit: HashMap<u64, Frame>,
+}
+
+impl ProcessMaps {
+    fn covers(&self, a: u64) -> bool {
+        let i = self.maps.partition_point(|m| m.start <= a);
+        i.checked_sub(1).is_some_and(|i| a < self.maps[i].end)
+    }
 }
 
 pub struct Symbols {
@@ -102,10 +112,14 @@ impl Symbols {
 
     /// Names of the user addresses `addrs` of process `tgid`, in order.
     pub fn user(&mut self, tgid: u32, addrs: &[u64]) -> Vec<Frame> {
-        let stale = self
-            .processes
-            .get(&tgid)
-            .is_none_or(|p| p.read_at.elapsed() >= MAPS_REFRESH);
+        // Read again once a second, and sooner for an address no mapping covers (code mapped
+        // since; a stack cut short by code without frame pointers holds such garbage too,
+        // hence the shorter bound rather than none).
+        let stale = self.processes.get(&tgid).is_none_or(|p| {
+            let age = p.read_at.elapsed();
+            age >= MAPS_REFRESH
+                || (age >= MAPS_REFRESH_ON_MISS && addrs.iter().any(|a| !p.covers(*a)))
+        });
         if stale {
             let old = self.processes.remove(&tgid);
             let (old_maps, jit) = old.map_or_else(Default::default, |p| (p.maps, p.jit));
@@ -309,4 +323,54 @@ fn parse_maps(text: &str) -> impl Iterator<Item = (Mapping, &str)> {
         };
         (m.start < m.end).then_some((m, path))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_executable_mappings_are_kept_with_their_paths() {
+        let maps = "\
+55d0c0a00000-55d0c0a01000 r--p 00000000 08:01 1234 /usr/bin/hot
+55d0c0a01000-55d0c0a02000 r-xp 00001000 08:01 1234 /usr/bin/hot
+7f0000000000-7f0000100000 r-xp 00000000 00:00 0 
+7f1000000000-7f1000001000 r-xp 00028000 08:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6 (deleted)
+7ffd00000000-7ffd00002000 r-xp 00000000 00:00 0                          [vdso]
+garbage line
+ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsyscall]
+";
+        let got: Vec<(u64, u64, u64, u64, &str)> = parse_maps(maps)
+            .map(|(m, p)| (m.start, m.end, m.offset, m.ino, p))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0x55d0c0a01000, 0x55d0c0a02000, 0x1000, 1234, "/usr/bin/hot"),
+                (0x7f0000000000, 0x7f0000100000, 0, 0, ""),
+                (
+                    0x7f1000000000,
+                    0x7f1000001000,
+                    0x28000,
+                    99,
+                    "/usr/lib/x86_64-linux-gnu/libc.so.6 (deleted)"
+                ),
+                (0x7ffd00000000, 0x7ffd00002000, 0, 0, "[vdso]"),
+                (0xffffffffff600000, 0xffffffffff601000, 0, 0, "[vsyscall]"),
+            ]
+        );
+    }
+
+    #[test]
+    fn this_process_names_its_own_code_through_its_maps() {
+        let mut s = Symbols::new();
+        let here = this_process_names_its_own_code_through_its_maps as fn() as usize as u64;
+        let names = s.user(std::process::id(), &[here, 8]);
+        assert!(
+            names[0].ends_with("this_process_names_its_own_code_through_its_maps"),
+            "{names:?}"
+        );
+        assert_eq!(&*names[1], UNKNOWN, "an address nothing maps");
+        assert_eq!(s.cache_stats().files_read, 1);
+    }
 }
