@@ -30,8 +30,31 @@ fn build(dir: &Path, name: &str) -> PathBuf {
     bin
 }
 
+/// A fixture's process, killed when dropped (a failed assertion leaves no program spinning).
+struct Fixture(Child);
+
+impl std::ops::Deref for Fixture {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Fixture {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Starts a fixture and reads its first stdout line.
-fn start(bin: &Path) -> (Child, BufReader<std::process::ChildStdout>, String) {
+fn start(bin: &Path) -> (Fixture, BufReader<std::process::ChildStdout>, String) {
     let mut child = Command::new(bin)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -40,7 +63,7 @@ fn start(bin: &Path) -> (Child, BufReader<std::process::ChildStdout>, String) {
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     out.read_line(&mut line).expect("the fixture writes a line");
-    (child, out, line)
+    (Fixture(child), out, line)
 }
 
 /// Nanoseconds process `pid` has run on a CPU, all its threads (/proc/PID/task/*/schedstat,
@@ -518,8 +541,8 @@ fn memory_stays_bounded_profiling_all_processes_of_large_programs() {
 }
 
 /// Samples of process `pid` per function in `perf script` output (`-F comm,pid,ip,sym`:
-/// a header line per sample, then its call chain, one frame a line): how many samples hold
-/// each of `names` in their chain, and the samples in all.
+/// a header line per sample, then its call chain, one frame a line): how many samples whose
+/// chain reaches `main` hold each of `names` in it, and the samples in all.
 fn perf_shares(script: &str, pid: u32, names: &[&str]) -> (Vec<u64>, u64) {
     let mut counts = vec![0u64; names.len()];
     let mut total = 0;
@@ -533,6 +556,10 @@ fn perf_shares(script: &str, pid: u32, names: &[&str]) -> (Vec<u64>, u64) {
         }
         total += 1;
         let syms: Vec<&str> = lines.filter_map(|l| l.split_whitespace().nth(1)).collect();
+        // Counted in chains through main only (the shares are compared among those).
+        if !syms.contains(&"main") {
+            continue;
+        }
         for (c, n) in counts.iter_mut().zip(names) {
             if syms.contains(n) {
                 *c += 1;
@@ -594,25 +621,33 @@ fn shares_agree_with_perf_dwarf_on_the_same_run() {
     let script = String::from_utf8_lossy(&out.stdout);
     let names = ["work_three", "work_one", "main"];
     let (counts, perf_total) = perf_shares(&script, pid, &names);
+    // Compared among the samples whose chain reaches main on each side: perf unwinds a copy
+    // of the stack in user space, and a sample whose copy it could not unwind (seen here
+    // under load: 6% of them) names neither function — a loss of perf's, not a share.
+    let perf_main = counts[2];
     assert!(
-        perf_total >= 500,
-        "perf sampled the program {perf_total} times"
+        perf_main >= 500 && perf_main * 2 >= perf_total,
+        "perf unwound {perf_main} of {perf_total} samples of the program to main"
     );
 
     let on = profile_line(&lines, "on_cpu", pid);
     let samples = on["samples"].as_u64().unwrap();
     let stacks = on["stacks"].as_array().unwrap();
-    for (name, perf_n) in names.iter().zip(&counts) {
-        let ebtop_n: u64 = stacks
+    let ebtop_count = |name: &str| -> u64 {
+        stacks
             .iter()
-            .filter(|s| has_frame(s, name))
+            .filter(|s| has_frame(s, name) && has_frame(s, "main"))
             .map(|s| s["samples"].as_u64().unwrap())
-            .sum();
-        let ours = 100.0 * ebtop_n as f64 / samples as f64;
-        let theirs = 100.0 * *perf_n as f64 / perf_total as f64;
-        eprintln!(
-            "{name}: ebtop {ours:.1}% of {samples} samples, perf {theirs:.1}% of {perf_total}"
-        );
+            .sum()
+    };
+    let ebtop_main = ebtop_count("main");
+    eprintln!(
+        "through main: ebtop {ebtop_main} of {samples} samples, perf {perf_main} of {perf_total}"
+    );
+    for (name, perf_n) in names.iter().zip(&counts).take(2) {
+        let ours = 100.0 * ebtop_count(name) as f64 / ebtop_main as f64;
+        let theirs = 100.0 * *perf_n as f64 / perf_main as f64;
+        eprintln!("{name}: ebtop {ours:.1}%, perf {theirs:.1}%");
         assert!(
             (ours - theirs).abs() <= 5.0,
             "{name}: ebtop {ours:.1}%, perf {theirs:.1}%"
