@@ -385,6 +385,7 @@ impl Reader {
         self.profile.losses.counts_table_full = counters[PROF_COUNTS_FULL];
         self.profile.losses.short_blocks = counters[PROF_SHORT_BLOCKS];
         self.profile.losses.blocks_untimed = counters[PROF_NO_STORAGE];
+        self.profile.symbol_cache = self.symbols.cache_stats();
         // Names of processes gone are dropped: their ids may come back as other programs.
         let gone: Vec<u32> = self
             .symbols

@@ -7,6 +7,7 @@
 //! (`--profile-out`) and as JSON `profile` lines. The data here is pure: stacks of names in,
 //! lines out.
 
+pub mod filesyms;
 pub mod kernel;
 pub mod pprof;
 pub mod recorded;
@@ -134,6 +135,8 @@ pub struct Profile {
     pub stacks: HashMap<StackKey, Tally>,
     pub processes: HashMap<u32, ProcessTotals>,
     pub losses: ProfileLosses,
+    /// The user symbol tables' cache (src/profile/filesyms.rs) at the last read.
+    pub symbol_cache: filesyms::CacheStats,
     /// Sampling frequency (Hz) and off-CPU threshold (ns), for the readers.
     pub hz: u32,
     pub off_cpu_min_ns: Option<u64>,
@@ -299,6 +302,7 @@ impl Profile {
                     off_cpu_ns: (!on_cpu).then_some(p.off_cpu_ns),
                     min_block_ns: if on_cpu { None } else { self.off_cpu_min_ns },
                     losses: self.losses,
+                    symbol_cache: self.symbol_cache,
                     stacks,
                 });
             }
@@ -306,24 +310,36 @@ impl Profile {
         out
     }
 
-    /// One line per process whose on-CPU stacks mostly stop short: the reason and the fix.
+    /// One line per program (processes of one name together: a build's hundred compiler
+    /// processes get one line) whose on-CPU stacks mostly stop short: the reason and the fix.
     pub fn unwind_hints(&self) -> Vec<String> {
+        // comm → (first pid, processes, samples, samples reaching the entry)
+        let mut by_comm: std::collections::BTreeMap<&str, (u32, u64, u64, u64)> =
+            std::collections::BTreeMap::new();
         let mut tgids: Vec<u32> = self.processes.keys().copied().collect();
         tgids.sort_unstable();
-        tgids
+        for tgid in tgids {
+            let p = &self.processes[&tgid];
+            let e = by_comm.entry(p.comm.as_str()).or_insert((tgid, 0, 0, 0));
+            e.1 += 1;
+            e.2 += p.on_cpu_samples;
+            e.3 += p.on_cpu_reaching_entry;
+        }
+        by_comm
             .into_iter()
-            .filter_map(|tgid| {
-                let p = &self.processes[&tgid];
-                let n = p.on_cpu_samples;
-                // Under half the samples complete, out of enough samples to say so.
-                (n >= 20 && p.on_cpu_reaching_entry * 2 < n).then(|| {
-                    format!(
-                        "ebtop: profile: {} ({tgid}): {} of {n} samples reach the thread's entry: \
-                         its code likely has no frame pointers (build with \
-                         -fno-omit-frame-pointer, or Rust -C force-frame-pointers=yes)",
-                        p.comm, p.on_cpu_reaching_entry
-                    )
-                })
+            // Under half the samples complete, out of enough samples to say so.
+            .filter(|(_, (_, _, n, reaching))| *n >= 20 && reaching * 2 < *n)
+            .map(|(comm, (pid, procs, n, reaching))| {
+                let who = if procs == 1 {
+                    format!("{pid}")
+                } else {
+                    format!("{procs} processes")
+                };
+                format!(
+                    "ebtop: profile: {comm} ({who}): {reaching} of {n} samples reach the \
+                     thread's entry: its code likely has no frame pointers (build with \
+                     -fno-omit-frame-pointer, or Rust -C force-frame-pointers=yes)"
+                )
             })
             .collect()
     }
@@ -395,6 +411,8 @@ pub struct ProfileLine {
     pub min_block_ns: Option<u64>,
     /// The losses of the span (all processes).
     pub losses: ProfileLosses,
+    /// The session's symbol cache (all processes).
+    pub symbol_cache: filesyms::CacheStats,
     pub stacks: Vec<ProfileStack>,
 }
 
@@ -524,5 +542,20 @@ mod tests {
         let hints = p.unwind_hints();
         assert_eq!(hints.len(), 1);
         assert!(hints[0].contains("nofp (5): 0 of 30"), "{}", hints[0]);
+        // Processes of one program: one line for them all.
+        for pid in [8, 9] {
+            p.add(
+                key(pid, Kind::OnCpu, &["leaf"]),
+                "cc1",
+                Tally { count: 15, ns: 0 },
+            );
+        }
+        let hints = p.unwind_hints();
+        assert_eq!(hints.len(), 2, "{hints:?}");
+        assert!(
+            hints[0].contains("cc1 (2 processes): 0 of 30"),
+            "{}",
+            hints[0]
+        );
     }
 }
