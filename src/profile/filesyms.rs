@@ -315,6 +315,14 @@ pub struct CacheStats {
     pub budget_bytes: u64,
 }
 
+impl CacheStats {
+    /// Not known: a profile replayed from a recording (the cache ran while it was recorded;
+    /// its budget is never 0 live).
+    pub fn is_unknown(&self) -> bool {
+        self.budget_bytes == 0
+    }
+}
+
 struct Cached {
     /// None: the file was skipped (not asked again while cached).
     table: Option<SymTable>,

@@ -403,6 +403,9 @@ impl Reader {
             short_blocks: l.short_blocks.saturating_sub(b.short_blocks),
             blocks_untimed: l.blocks_untimed.saturating_sub(b.blocks_untimed),
         };
+        // The cache's counts are the session's so far (a state, not a delta): each part
+        // carries them as of its reading.
+        self.interval.symbol_cache = self.profile.symbol_cache;
         self.interval.mono_ns = crate::clock::monotonic_ns();
         Ok(std::mem::take(&mut self.interval))
     }

@@ -187,6 +187,10 @@ impl Profile {
             e.off_cpu_ns += p.off_cpu_ns;
         }
         self.losses.add(&other.losses);
+        // A state as of its reading, not a delta: the later reading's holds.
+        if other.mono_ns >= self.mono_ns {
+            self.symbol_cache = other.symbol_cache;
+        }
         if self.hz == 0 {
             self.hz = other.hz;
         }
@@ -411,7 +415,8 @@ pub struct ProfileLine {
     pub min_block_ns: Option<u64>,
     /// The losses of the span (all processes).
     pub losses: ProfileLosses,
-    /// The session's symbol cache (all processes).
+    /// The session's symbol cache (all processes); absent in a replay.
+    #[serde(skip_serializing_if = "filesyms::CacheStats::is_unknown")]
     pub symbol_cache: filesyms::CacheStats,
     pub stacks: Vec<ProfileStack>,
 }
