@@ -634,7 +634,9 @@ fn the_memcached_plugin_gives_the_builtin_parsers_calls_on_a_recording() {
     let n = answered.get();
     let main_port = t.local_port();
     // Whose is this error, the noreply set's or the incr's? (The incr's: memcached stores the
-    // set.) Neither parser can know from the bytes.
+    // set and answers a noreply command with nothing, errors included.) The built-in parser
+    // follows memcached 1.6 (the command that must be answered gets it); the plugin proves
+    // nothing from the bytes and makes no call of it.
     let mut amb = McText::connect(server.port);
     amb.send(b"set amb 0 0 1 noreply\r\na\r\n");
     let r = amb.cmd(b"incr user:1 1\r\n");
@@ -718,6 +720,35 @@ fn the_memcached_plugin_gives_the_builtin_parsers_calls_on_a_recording() {
         .collect();
     assert_eq!(amb_calls.len(), 2, "{amb_calls:?}");
     assert!(amb_calls.iter().all(|(_, m)| m == "get"));
+    // The built-in's: on each side the incr with memcached's error and the get (the silent
+    // set makes no call).
+    let mut amb_builtin: Vec<(String, String, String)> = calls(&builtin)
+        .into_iter()
+        .filter(|c| client_port(c) == amb_port)
+        .map(|c| {
+            (
+                c["side"].as_str().unwrap().into(),
+                c["method"].as_str().unwrap().into(),
+                c["status_text"].as_str().unwrap_or("").into(),
+            )
+        })
+        .collect();
+    amb_builtin.sort();
+    let want = |side: &str| {
+        [
+            (side.to_owned(), "get".to_owned(), String::new()),
+            (
+                side.to_owned(),
+                "incr".to_owned(),
+                "CLIENT_ERROR".to_owned(),
+            ),
+        ]
+    };
+    assert_eq!(
+        amb_builtin,
+        [want("client"), want("server")].concat(),
+        "the built-in parser's calls on the noreply connection"
+    );
     let parse = &plugin.last().unwrap()["parse"];
     assert_eq!(parse["damaged_messages"], 2, "{parse}");
     assert_eq!(parse["unanswered_requests"], 2, "{parse}");

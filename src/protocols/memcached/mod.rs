@@ -13,8 +13,9 @@
 //!
 //! Pairing is in order (the server answers in the order it reads), with commands that may get
 //! no reply handled by what can answer them:
-//! - text `noreply` and `quit`: no reply, except that memcached still sends an error
-//!   (`CLIENT_ERROR`, `SERVER_ERROR`) for a failed `noreply` command;
+//! - text `noreply` and `quit`: no reply. memcached 1.6 sends nothing for a `noreply`
+//!   command, errors included; a line it cannot parse may still get one: an error goes to
+//!   the oldest pending command that must be answered, else to a `noreply` one;
 //! - meta quiet mode (`q` flag): `mg` answers only a hit (`VA`, `HD`), `ms`/`md`/`ma` only a
 //!   failure (`NS`, `EX`, `NF`, `EN`); `mn` (answered `MN`) marks where the silent ones ended;
 //! - binary quiet opcodes (`getq`, `setq`, …): a response only on a miss-free get or a failure,
@@ -1130,7 +1131,29 @@ impl MemcachedParser {
             self.replies_to_skip -= 1;
             return None;
         }
-        let at = self.pending.iter().position(|q| q.accepts(r));
+        let mut at = self.pending.iter().position(|q| q.accepts(r));
+        // memcached 1.6 answers a `noreply` command with nothing, errors included (checked:
+        // a failed `incr … noreply`, a value too large, a bad data chunk); only a line it
+        // cannot parse (where it cannot see the `noreply`) may get an error. So an error while
+        // a command that must be answered waits behind `noreply` ones is that command's, and
+        // the `noreply` ones before it were silent.
+        if let Some(i) = at {
+            let noreply_first = self
+                .pending
+                .iter()
+                .nth(i)
+                .is_some_and(|q| q.answer == Answer::ErrorsOnly);
+            if noreply_first {
+                if let Some(j) = self
+                    .pending
+                    .iter()
+                    .skip(i + 1)
+                    .position(|q| q.answer != Answer::ErrorsOnly && q.accepts(r))
+                {
+                    at = Some(i + 1 + j);
+                }
+            }
+        }
         let upto = at.unwrap_or(self.pending.len());
         if self
             .pending
@@ -1970,15 +1993,17 @@ mod tests {
 
     #[test]
     fn noreply_error_still_answers_its_command() {
-        // memcached sends errors even for noreply commands.
+        // An error with nothing else waiting: the noreply command's (a line memcached could
+        // not parse may get one).
         let mut d = Driver::new();
         d.seg(OUT, b"set a 0 0 1\r\nx\r\n")
             .seg(IN, b"STORED\r\n")
-            .seg(OUT, b"incr a 1 noreply\r\nget a\r\n")
+            .seg(OUT, b"incr a 1 noreply\r\n")
             .seg(
                 IN,
                 b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
             )
+            .seg(OUT, b"get a\r\n")
             .seg(IN, b"VALUE a 0 1\r\nx\r\nEND\r\n")
             .close();
         assert_eq!(
@@ -1990,6 +2015,22 @@ mod tests {
             ]
         );
         assert_eq!(d.stats.unreplied_requests, 0);
+        clean(&d.stats);
+        // memcached 1.6's own answers (recorded from it): `set q … noreply` is silent, the
+        // error is the `incr` behind it (`a` holds no number), the `get` gets its value.
+        let mut d = Driver::new();
+        d.seg(OUT, b"set q 0 0 1 noreply\r\nx\r\nincr a 1\r\nget q\r\n")
+            .seg(
+                IN,
+                b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n\
+                  VALUE q 0 1\r\nx\r\nEND\r\n",
+            )
+            .close();
+        assert_eq!(
+            as_want(&d.summary()),
+            [("incr", "a", Some("CLIENT_ERROR")), ("get", "q", None)]
+        );
+        assert_eq!(d.stats.unreplied_requests, 1, "the silent set");
         clean(&d.stats);
         // A noreply command that succeeded: silence, until the next reply shows it.
         let mut d = Driver::new();
