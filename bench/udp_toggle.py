@@ -29,9 +29,12 @@ ap.add_argument("--other-binary")
 ap.add_argument("--stats", action="store_true")
 ap.add_argument("--stats-windows", type=int, default=1, help="statistics windows per mode (medians)")
 ap.add_argument("--out", default=os.path.join(ROOT, "bench", "udp-toggle-results.json"))
+ap.add_argument("--no-build", action="store_true", help="use target/release/examples/udp_flood as it is")
 a = ap.parse_args()
 modes = a.modes.split(",")
-subprocess.run(["cargo", "build", "--release", "--quiet", "--example", "udp_flood"], cwd=ROOT, check=True)
+if not a.no_build:
+    subprocess.run(["cargo", "build", "--release", "--quiet", "--example", "udp_flood"], cwd=ROOT,
+                   check=True)
 flood = os.path.join(TARGET, "release", "examples", "udp_flood")
 
 
