@@ -56,6 +56,21 @@ fn read_lenrpc(s: &mut TcpStream) -> Option<(u8, u32, Vec<u8>)> {
     Some((rest[0], id, rest[5..].to_vec()))
 }
 
+/// The calls the client's requests should make, as `plugin_calls` lists them: (resource,
+/// method, status, outcome), sorted.
+fn want_calls(sent: &[(u32, String, String)]) -> Vec<(String, String, u64, String)> {
+    let mut want: Vec<_> = sent
+        .iter()
+        .map(|(id, m, r)| {
+            let s = u64::from(status_of(*id));
+            let outcome = if s == 0 { "ok" } else { "server_error" };
+            (r.clone(), m.clone(), s, outcome.to_owned())
+        })
+        .collect();
+    want.sort();
+    want
+}
+
 /// The status the server answers request `id` with: an error (7) for every fifth.
 fn status_of(id: u32) -> u8 {
     if id.is_multiple_of(5) {
@@ -164,15 +179,7 @@ fn a_protocol_only_a_plugin_parses_gives_every_call_live_and_in_a_replay() {
     })
     .expect("an overhead line with the plugin's figures");
     let lines = e.stop();
-    let mut want: Vec<_> = sent
-        .iter()
-        .map(|(id, m, r)| {
-            let s = u64::from(status_of(*id));
-            let outcome = if s == 0 { "ok" } else { "server_error" };
-            (r.clone(), m.clone(), s, outcome.to_owned())
-        })
-        .collect();
-    want.sort();
+    let want = want_calls(&sent);
     assert_eq!(plugin_calls(&lines, "client"), want);
     assert_eq!(plugin_calls(&lines, "server"), want);
     assert!(calls(&lines)
@@ -842,15 +849,7 @@ fn a_go_guest_with_wasi_stubs_gives_exact_calls_and_identical_replays() {
     let sent = lenrpc_client(port, 1, 25);
     wait_for_calls(&mut e, 2 * sent.len());
     let live = e.stop();
-    let mut want: Vec<_> = sent
-        .iter()
-        .map(|(id, m, r)| {
-            let s = u64::from(status_of(*id));
-            let outcome = if s == 0 { "ok" } else { "server_error" };
-            (r.clone(), m.clone(), s, outcome.to_owned())
-        })
-        .collect();
-    want.sort();
+    let want = want_calls(&sent);
     assert_eq!(plugin_calls(&live, "client"), want);
     assert_eq!(plugin_calls(&live, "server"), want);
     for c in calls(&live) {

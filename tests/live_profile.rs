@@ -362,14 +362,7 @@ fn stripped_go_is_named_from_its_function_table_at_known_shares() {
 fn rust_with_frame_pointers_is_named_at_known_shares() {
     require_root();
     let dir = tempfile::tempdir().unwrap();
-    let bin = dir.path().join("hotrs");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/profile/hot.rs");
-    let mut rustc = Command::new("rustc");
-    rustc
-        .args(["-O", "-C", "force-frame-pointers=yes", "-o"])
-        .arg(&bin)
-        .arg(&src);
-    compile(rustc, "rustc hot.rs");
+    let bin = build_hot_rs(dir.path());
     let (mut child, _out, ready) = start(&bin);
     assert_eq!(ready.trim(), "ready");
     let pid = child.id();
@@ -400,14 +393,7 @@ fn symbol_cache(lines: &[Value]) -> &Value {
 fn one_program_run_eight_times_is_read_once() {
     require_root();
     let dir = tempfile::tempdir().unwrap();
-    let bin = dir.path().join("hotrs");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/profile/hot.rs");
-    let mut rustc = Command::new("rustc");
-    rustc
-        .args(["-O", "-C", "force-frame-pointers=yes", "-o"])
-        .arg(&bin)
-        .arg(&src);
-    compile(rustc, "rustc hot.rs");
+    let bin = build_hot_rs(dir.path());
     let ebtop = Ebtop::start(&[
         "--json",
         "--only",
@@ -655,4 +641,17 @@ fn shares_agree_with_perf_dwarf_on_the_same_run() {
             "{name}: ebtop {ours:.1}%, perf {theirs:.1}%"
         );
     }
+}
+
+/// tests/fixtures/profile/hot.rs built with frame pointers into `dir`.
+fn build_hot_rs(dir: &Path) -> std::path::PathBuf {
+    let bin = dir.join("hotrs");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/profile/hot.rs");
+    let mut rustc = Command::new("rustc");
+    rustc
+        .args(["-O", "-C", "force-frame-pointers=yes", "-o"])
+        .arg(&bin)
+        .arg(&src);
+    compile(rustc, "rustc hot.rs");
+    bin
 }
