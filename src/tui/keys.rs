@@ -30,8 +30,8 @@ pub const KEYS: &[KeyHelp] = &[
         action: "move by a page",
     },
     KeyHelp {
-        keys: &["g", "G", "Home", "End"],
-        action: "first row (calls: follow the newest again) / last row",
+        keys: &["g", "G", "Home", "End", "f"],
+        action: "first / last row; calls: g or f follow the newest call",
     },
     KeyHelp {
         keys: &["Enter"],
@@ -68,10 +68,6 @@ pub const KEYS: &[KeyHelp] = &[
     KeyHelp {
         keys: &["c"],
         action: "endpoints: 10 s / 1 min / since start / interval",
-    },
-    KeyHelp {
-        keys: &["f"],
-        action: "calls: follow the newest call",
     },
     KeyHelp {
         keys: &["o", "w", "P"],
