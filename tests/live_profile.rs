@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{require_root, Ebtop};
+use common::{compile, require_root, Ebtop};
 use serde_json::Value;
 
 /// Builds a fixture with frame pointers into `dir`.
@@ -16,17 +16,11 @@ fn build(dir: &Path, name: &str) -> PathBuf {
     let src =
         Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/profile/{name}.c"));
     let bin = dir.join(name);
-    let out = Command::new("cc")
-        .args(["-O2", "-fno-omit-frame-pointer", "-o"])
+    let mut cc = Command::new("cc");
+    cc.args(["-O2", "-fno-omit-frame-pointer", "-o"])
         .arg(&bin)
-        .arg(&src)
-        .output()
-        .expect("cc runs");
-    assert!(
-        out.status.success(),
-        "cc {name}.c: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .arg(&src);
+    compile(cc, &format!("cc {name}.c"));
     bin
 }
 
@@ -309,18 +303,6 @@ fn off_cpu_time_of_a_sleeping_loop_equals_its_measured_sleep_within_5_percent() 
     );
 }
 
-/// Runs `cmd` (a compiler), failing the test with its output if it fails.
-fn compile(mut cmd: Command, what: &str) {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: {e} (scripts/deps installs it)"));
-    assert!(
-        out.status.success(),
-        "{what}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[test]
 fn stripped_go_is_named_from_its_function_table_at_known_shares() {
     require_root();
@@ -343,16 +325,9 @@ fn stripped_go_is_named_from_its_function_table_at_known_shares() {
     let elf = ebtop::tls::elf::Elf::parse(&bytes[..]).unwrap().unwrap();
     assert!(elf.section(".symtab").is_none(), "-s strips .symtab");
     assert!(elf.section(".gopclntab").is_some());
-    let (mut child, _out, ready) = start(&bin);
-    assert_eq!(ready.trim(), "ready");
-    let pid = child.id();
-    let (lines, ran_ns) = profile_two_cpu_seconds(pid, &dir.path().join("go.folded"));
-    child.kill().unwrap();
-    child.wait().unwrap();
-    assert_known_shares(
-        &lines,
-        pid,
-        ran_ns,
+    profiled_at_known_shares(
+        &bin,
+        &dir.path().join("go.folded"),
         "hotgo",
         ("main.workThree", "main.workOne", "main.main"),
     );
@@ -363,20 +338,25 @@ fn rust_with_frame_pointers_is_named_at_known_shares() {
     require_root();
     let dir = tempfile::tempdir().unwrap();
     let bin = build_hot_rs(dir.path());
-    let (mut child, _out, ready) = start(&bin);
-    assert_eq!(ready.trim(), "ready");
-    let pid = child.id();
-    let (lines, ran_ns) = profile_two_cpu_seconds(pid, &dir.path().join("rs.folded"));
-    child.kill().unwrap();
-    child.wait().unwrap();
     // Demangled, without the hash: `hot::work_three`.
-    assert_known_shares(
-        &lines,
-        pid,
-        ran_ns,
+    profiled_at_known_shares(
+        &bin,
+        &dir.path().join("rs.folded"),
         "hotrs",
         ("hot::work_three", "hot::work_one", "hot::main"),
     );
+}
+
+/// A hot.* fixture (3:1 work split) started, profiled for two CPU seconds and stopped; its
+/// three functions (3×, 1× the work, main) at their known shares.
+fn profiled_at_known_shares(bin: &Path, folded: &Path, comm: &str, names: (&str, &str, &str)) {
+    let (mut child, _out, ready) = start(bin);
+    assert_eq!(ready.trim(), "ready");
+    let pid = child.id();
+    let (lines, ran_ns) = profile_two_cpu_seconds(pid, folded);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_known_shares(&lines, pid, ran_ns, comm, names);
 }
 
 /// The last `symbol_cache` of a session's `profile` lines (every line carries the session's).

@@ -23,17 +23,11 @@ fn build_spin(dir: &Path) -> std::path::PathBuf {
     let src = dir.join("spin.c");
     std::fs::write(&src, SPIN).unwrap();
     let bin = dir.join("spin");
-    let out = Command::new("cc")
-        .args(["-O1", "-fno-omit-frame-pointer", "-o"])
+    let mut cc = Command::new("cc");
+    cc.args(["-O1", "-fno-omit-frame-pointer", "-o"])
         .arg(&bin)
-        .arg(&src)
-        .output()
-        .expect("cc runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .arg(&src);
+    common::compile(cc, "cc spin.c");
     bin
 }
 

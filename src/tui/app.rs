@@ -885,24 +885,13 @@ impl App {
         self.row_detail = None;
     }
 
-    /// The open call's chain relatives Tab can pick, as seqs: its parent (when kept), then its
-    /// children by start (as many as the waterfall lists).
+    /// The open call's chain relatives Tab can pick ([`super::data::ChainRelatives::targets`]).
     pub fn chain_targets(&self) -> Vec<u64> {
         let d = self.shown();
         let Some(c) = self.detail.and_then(|seq| d.find_call(seq)) else {
             return Vec::new();
         };
-        let rel = d.chain_relatives(c);
-        rel.parent
-            .map(|(seq, _)| seq)
-            .into_iter()
-            .chain(
-                rel.children
-                    .iter()
-                    .take(super::data::MAX_CHAIN_CHILDREN)
-                    .map(|(seq, _)| *seq),
-            )
-            .collect()
+        d.chain_relatives(c).targets()
     }
 
     /// The seq of the relative Tab picked, if it is still among the targets.

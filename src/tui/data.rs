@@ -374,6 +374,23 @@ pub struct ChainRelatives<'a> {
     pub children: Vec<(u64, &'a Call)>,
 }
 
+impl ChainRelatives<'_> {
+    /// The relatives Tab can pick, as seqs: the parent (when kept), then the children by
+    /// start (as many as the waterfall lists).
+    pub fn targets(&self) -> Vec<u64> {
+        self.parent
+            .map(|(seq, _)| seq)
+            .into_iter()
+            .chain(
+                self.children
+                    .iter()
+                    .take(MAX_CHAIN_CHILDREN)
+                    .map(|(seq, _)| *seq),
+            )
+            .collect()
+    }
+}
+
 /// Per pid, bytes (in, out).
 pub type BytesByPid = HashMap<u32, (u64, u64)>;
 

@@ -42,11 +42,17 @@ fn duration_str(ns: u64) -> String {
 pub fn draw(f: &mut Frame, app: &App) {
     let area = f.area();
     let drilled = app.view == View::Calls && app.drill.is_some();
+    // Once a frame: it walks the calls kept.
+    let downstream = if drilled {
+        app.drill_downstream()
+    } else {
+        None
+    };
     let footer_h = if app.view == View::Flows {
         2 + drop_lines_shown(app) + iface_lines_shown(app)
     } else if app.view == View::Processes {
         2
-    } else if drilled && app.drill_downstream().is_some() {
+    } else if downstream.is_some() {
         // Room for the downstream lines too.
         (area.height * 2 / 5).clamp(3, 15)
     } else if drilled {
@@ -84,7 +90,12 @@ pub fn draw(f: &mut Frame, app: &App) {
         View::Processes => draw_overhead(f, app, panel),
         View::Flows => f.render_widget(Paragraph::new(flow_panel(app, panel.width)), panel),
         View::Calls if drilled => f.render_widget(
-            Paragraph::new(endpoint_panel(app, panel.width, panel.height)),
+            Paragraph::new(endpoint_panel(
+                app,
+                downstream.as_ref(),
+                panel.width,
+                panel.height,
+            )),
             panel,
         ),
         _ => {}
@@ -1473,7 +1484,12 @@ fn short_duration(ns: u64) -> String {
 /// intervals, where its time goes downstream (the chains of the calls kept: self time, the
 /// endpoints its calls called — share of its time, calls per call, mean duration), and its
 /// latency distribution since the start.
-fn endpoint_panel(app: &App, width: u16, height: u16) -> Vec<Line<'static>> {
+fn endpoint_panel(
+    app: &App,
+    downstream: Option<&super::app::Downstream>,
+    width: u16,
+    height: u16,
+) -> Vec<Line<'static>> {
     let Some(dr) = &app.drill else {
         return Vec::new();
     };
@@ -1507,7 +1523,7 @@ fn endpoint_panel(app: &App, width: u16, height: u16) -> Vec<Line<'static>> {
         )));
     }
     // Where its time goes: self time, and the downstream endpoints that took most.
-    if let Some(ds) = app.drill_downstream() {
+    if let Some(ds) = downstream {
         let pct = |ns: u64| ns as f64 * 100.0 / ds.time_ns.max(1) as f64;
         lines.push(Line::from(format!(
             "Time of its {} call{} kept with calls downstream ({} in all): self {:.0}%",
@@ -1676,9 +1692,10 @@ fn hint_text(app: &App) -> String {
             0 => "Esc/Backspace: back".to_owned(),
             n => format!("Esc/Backspace: back to the call before ({n})"),
         };
-        if app.chain_picked().is_some() {
+        let targets = app.chain_targets();
+        if app.chain_pick.is_some_and(|i| i < targets.len()) {
             format!("Enter: follow the call marked ▶  Tab: next  {back}  q: quit")
-        } else if app.chain_targets().is_empty() {
+        } else if targets.is_empty() {
             format!("{back}  Enter: close  q: quit")
         } else {
             format!("Tab: pick the parent or a child  {back}  Enter: close  q: quit")
@@ -1912,10 +1929,10 @@ fn chain_lines(app: &App, c: &Call) -> Vec<String> {
             p.latency_ns as f64 / 1e6
         )
     };
-    // The relative Tab picked (Enter follows it) is marked.
-    let picked = app.chain_picked();
-    let mark = |seq: u64| if picked == Some(seq) { '▶' } else { ' ' };
     let rel = d.chain_relatives(c);
+    // The relative Tab picked (Enter follows it) is marked.
+    let picked = app.chain_pick.and_then(|i| rel.targets().get(i).copied());
+    let mark = |seq: u64| if picked == Some(seq) { '▶' } else { ' ' };
     if c.parent_id.is_some() {
         match rel.parent {
             Some((seq, p)) => v.push(format!("{} parent   #{seq} {}", mark(seq), label(p))),

@@ -611,3 +611,16 @@ pub fn sh(cmd: &[&str]) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// Runs a build command of a test's fixture (cc, rustc, go) and fails the test with its
+/// stderr if it fails.
+pub fn compile(mut cmd: Command, what: &str) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: {e} (scripts/deps installs it)"));
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
