@@ -392,3 +392,71 @@ fn pipelined_tcp_queries_pair_by_id_and_unanswered_ones_are_counted() {
     // The asking socket and the silent one each held the query when they closed.
     assert_eq!(summary["parse"]["unanswered_requests"], 2, "{summary}");
 }
+
+/// A datagram socket judged to carry no known protocol (on the socket-layer path: 32 unknown
+/// datagrams in a row, then one in 32 examined, the rest skipped unread) still finds DNS that
+/// comes later on it: from the first query examined on, every query is seen, and the datagrams
+/// skipped before it are counted as unexamined. The syscall path examines every datagram.
+#[test]
+fn dns_after_unknown_datagrams_on_one_socket_is_found_and_the_skipped_are_counted() {
+    require_root();
+    let port = free_port();
+    let _server = Dnsmasq::start("127.0.0.1", port);
+    let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let me = std::process::id();
+    let ebtop = Ebtop::start(&["--json", "--pid", &me.to_string()]);
+
+    // One unconnected socket: a run of datagrams of no protocol ebtop knows, then queries.
+    let asker = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let junk = [0x5au8; 64];
+    for _ in 0..40 {
+        asker.send_to(&junk, sink.local_addr().unwrap()).unwrap();
+    }
+    const N: u16 = 40;
+    let mut buf = [0u8; 512];
+    for i in 0..N {
+        asker
+            .send_to(&query(0x5000 + i, "a.test", 1), ("127.0.0.1", port))
+            .unwrap();
+        let (n, _) = asker.recv_from(&mut buf).unwrap();
+        assert_eq!(u16::from_be_bytes([buf[0], buf[1]]), 0x5000 + i);
+        assert!(n > 12);
+    }
+    let asker_port = asker.local_addr().unwrap().port();
+    drop(asker);
+
+    let lines = ebtop.stop();
+    let summary = lines.last().unwrap();
+    let socket_path = lines[0]["hooks"] == "socket";
+    let mut ids: Vec<u16> = calls(&lines)
+        .iter()
+        .filter(|c| c["side"] == "client" && port_of(&c["local"]) == asker_port)
+        .map(|c| {
+            assert_eq!(c["resource"], "A a.test", "{c}");
+            assert_eq!(c["status_text"], "NOERROR", "{c}");
+            c["txid"].as_str().unwrap().parse::<u16>().unwrap()
+        })
+        .collect();
+    ids.sort();
+    let seen = ids.len() as u16;
+    // A suffix of the queries, each once: none after the first one found is missed.
+    assert_eq!(
+        ids,
+        (0x5000 + N - seen..0x5000 + N).collect::<Vec<_>>(),
+        "{summary}"
+    );
+    let unexamined = summary["kernel"]["skipped_unexamined"].as_u64().unwrap();
+    if socket_path {
+        // The run of unknown datagrams made the verdict; the queries before the first one
+        // examined (at most 31 datagrams apart: 16 exchanges) went unread, and were counted.
+        assert!(seen < N && N - seen <= 16, "seen {seen} of {N}; {summary}");
+        assert!(
+            unexamined >= 2 * u64::from(N - seen),
+            "unexamined {unexamined}, queries missed {}; {summary}",
+            N - seen
+        );
+    } else {
+        assert_eq!(seen, N, "{summary}");
+        assert_eq!(unexamined, 0, "{summary}");
+    }
+}

@@ -111,6 +111,9 @@ enum ebtop_counter {
 	EBTOP_CNT_SHED_RUNS,
 	EBTOP_CNT_SHED_CONNS,
 	EBTOP_CNT_KEPT_CONNS,
+	/* Of EBTOP_CNT_SKIPPED_UNKNOWN: datagrams of sockets judged to carry no known protocol,
+	 * skipped without being examined (sockcap.bpf.c dgram_unexamined). */
+	EBTOP_CNT_SKIPPED_UNEXAMINED,
 	EBTOP_CNT__MAX,
 };
 

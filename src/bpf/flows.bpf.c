@@ -690,7 +690,7 @@ static __always_inline int length_hook(__u64 *args, bool tx)
 	__u16 family = BPF_CORE_READ(s0, __sk_common.skc_family);
 	if (family != AF_INET && family != AF_INET6)
 		return 0;
-	flow_count_udp(sk, family, ret, tx, &peer, task, bpf_ktime_get_ns());
+	flow_count_udp(sk, family, ret, tx, &peer, task);
 	return 0;
 }
 

@@ -90,7 +90,7 @@ struct ebtop_udp_key {
 
 struct ebtop_udp_flow {
 	__u64 first_ns;
-	__u64 last_ns;
+	__u64 _reserved; /* user space ages entries by their counts: no clock read per datagram */
 	__u64 tx_bytes;
 	__u64 rx_bytes;
 	__u64 tx_dgrams;
@@ -245,14 +245,16 @@ static __always_inline void udp_take_peer(struct sock *sk, struct task_struct *t
 }
 
 /*
- * A UDP datagram of `len` bytes was sent (tx) or received by a syscall of `task` on `sk` at
- * `now`: counted per (socket, peer). The peer is `stashed` (udp_take_peer: the address the
- * cgroup hooks saw in this syscall, for unconnected sockets; family 0 if none), else the
- * connected address, else unknown.
+ * A UDP datagram of `len` bytes was sent (tx) or received by a syscall of `task` on `sk`:
+ * counted per (socket, peer). The peer is `stashed` (udp_take_peer: the address the cgroup
+ * hooks saw in this syscall, for unconnected sockets; family 0 if none), else the connected
+ * address, else unknown. Only a flow's first datagram reads the clock: user space ages
+ * entries out by their counts (it reads them every interval), since the clock source costs
+ * a guest ~50 ns a read and this runs per datagram (docs/performance.md, the UDP flood).
  */
 static __always_inline void flow_count_udp(struct sock *sk, __u16 family, int len, bool tx,
 					   const struct peer_stash *stashed,
-					   struct task_struct *task, __u64 now)
+					   struct task_struct *task)
 {
 	struct ebtop_udp_key k = {};
 	k.sk = (__u64)sk;
@@ -271,7 +273,7 @@ static __always_inline void flow_count_udp(struct sock *sk, __u16 family, int le
 	struct ebtop_udp_flow *v = bpf_map_lookup_elem(&udp_flows, &k);
 	if (!v) {
 		struct ebtop_udp_flow fresh = {};
-		fresh.first_ns = now;
+		fresh.first_ns = bpf_ktime_get_ns();
 		fresh.family = family;
 		fresh.lport = BPF_CORE_READ(sk, __sk_common.skc_num);
 		sock_local_addr(sk, family, fresh.laddr);
@@ -285,7 +287,6 @@ static __always_inline void flow_count_udp(struct sock *sk, __u16 family, int le
 	/* Syscall context: the caller owns the socket. Plain loads of its name, no helper. */
 	v->pid = task->tgid;
 	task_comm(task, v->comm);
-	v->last_ns = now;
 	if (tx) {
 		__sync_fetch_and_add(&v->tx_bytes, (__u64)len);
 		__sync_fetch_and_add(&v->tx_dgrams, 1);

@@ -72,6 +72,7 @@ struct sk_state {
 	__u8 delivered; /* a record of this socket reached user space: its close matters */
 	__u8 flow_owner_known; /* its flow-table entry has an owner: no lookup per send */
 	__u8 sample; /* EBTOP_SAMPLE_*: captured, sampled out, undecided (capture.h) */
+	__u8 dgram_unknown; /* datagram verdict: see dgram_unexamined() */
 	__u32 sample_epoch;
 	char comm[EBTOP_TASK_COMM_LEN];
 };
@@ -327,17 +328,54 @@ static __always_inline void fill_header(struct ebtop_event *ev, struct task_stru
  */
 const volatile bool count_flows = false;
 
+/*
+ * The per-socket verdict on datagrams (a stream's protocol is decided by its first bytes; a
+ * datagram socket's is looked for in every datagram until one is recognised, since any may be
+ * the first of a DNS exchange). After DGRAM_VERDICT_AFTER datagrams of no known protocol in a
+ * row, a socket is judged to carry none: only one datagram in DGRAM_RECHECK is examined after
+ * that (a protocol that appears later is still found, from the next datagram examined), the
+ * others are skipped unread and counted (EBTOP_CNT_SKIPPED_UNEXAMINED, within
+ * EBTOP_CNT_SKIPPED_UNKNOWN). This is most of the capture's cost on a flood of unknown
+ * datagrams (QUIC, RTP, statsd, a game's traffic): the syscall's arguments, a user-memory read
+ * and the rules. The counter in the socket's storage is updated without atomics: two threads
+ * racing on one socket may examine one datagram more or less, never deliver a wrong one.
+ */
+#define DGRAM_VERDICT_AFTER 32
+#define DGRAM_RECHECK 32
+
+/* True when this datagram of a socket judged to carry no known protocol is not examined. */
+static __always_inline bool dgram_unexamined(struct sk_state *st)
+{
+	__u8 n = st->dgram_unknown;
+	if (n < DGRAM_VERDICT_AFTER)
+		return false;
+	/* Judged: n cycles through VERDICT_AFTER .. VERDICT_AFTER + RECHECK - 1; the first of
+	 * each cycle is examined. */
+	st->dgram_unknown = n + 1 < DGRAM_VERDICT_AFTER + DGRAM_RECHECK ? n + 1 : DGRAM_VERDICT_AFTER;
+	return n != DGRAM_VERDICT_AFTER;
+}
+
+/* A datagram examined was of no known protocol. */
+static __always_inline void dgram_note_unknown(struct sk_state *st)
+{
+	if (st->dgram_unknown < DGRAM_VERDICT_AFTER)
+		st->dgram_unknown++;
+}
+
 static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 dir)
 {
 	if (bench_cut == 1)
 		return 0;
-	__u64 now = bpf_ktime_get_ns();
+	bool dgram = sk && ((struct sock___cap *)sk)->sk_type == SOCK_DGRAM;
+	/* A datagram is stamped once it is to be delivered: most are not (no known protocol,
+	 * another process's), and reading the clock source costs a guest ~50 ns per datagram. */
+	__u64 now = dgram ? 0 : bpf_ktime_get_ns();
 	__u64 start = now;
 	/* Helpers taken once per run: each call is a return through this VM's (and any
 	 * SRSO-mitigated CPU's) return thunk. */
 	struct task_struct___cap *task = (struct task_struct___cap *)bpf_get_current_task_btf();
 	/* A send's start is the TCP layer's (tcp_sendmsg_locked): a datagram's is its hook. */
-	if (dir == EBTOP_DIR_EGRESS && !(sk && ((struct sock___cap *)sk)->sk_type == SOCK_DGRAM)) {
+	if (dir == EBTOP_DIR_EGRESS && !dgram) {
 		/* Taken whatever the outcome, so a failed send leaves no stale start behind. */
 		struct send_start *ss = bpf_task_storage_get(&send_starts, (struct task_struct *)task,
 							     0, 0);
@@ -371,7 +409,7 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	    ((struct sock___flows *)sk)->sk_protocol == IPPROTO_UDP) {
 		udp_take_peer(sk, (struct task_struct *)task, &dgram_peer);
 		flow_count_udp(sk, family, ret, dir == EBTOP_DIR_EGRESS, &dgram_peer,
-			       (struct task_struct *)task, now);
+			       (struct task_struct *)task);
 	}
 	__u64 id = bpf_get_current_pid_tgid();
 	bool selected = task_selected(id >> 32);
@@ -412,6 +450,13 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	__u64 seq = __sync_fetch_and_add(&st->seq[dir & 1], len);
 	if (st->proto == EBTOP_PROTO_FILTERED || bench_cut == 2)
 		return 0;
+	if (sock_type == SOCK_DGRAM && st->proto == EBTOP_PROTO_UNKNOWN && !capture_all &&
+	    dgram_unexamined(st)) {
+		count(EBTOP_CNT_SKIPPED_UNKNOWN, 1);
+		count(EBTOP_CNT_SKIPPED_BYTES, len);
+		count(EBTOP_CNT_SKIPPED_UNEXAMINED, 1);
+		return 0;
+	}
 	struct call_args c = {};
 	bool have_args = false;
 	/* TLS runs over streams (DTLS is not decoded): a datagram socket skips its checks. */
@@ -448,8 +493,12 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	bool deliver;
 	__u8 proto = select_protocol(&st->proto, c.source, c.arg, c.arg2, limit, len,
 				     sock_type == SOCK_DGRAM, seq, &deliver);
+	if (sock_type == SOCK_DGRAM && st->proto == EBTOP_PROTO_UNKNOWN)
+		dgram_note_unknown(st);
 	if (!deliver || bench_cut == 3)
 		return 0;
+	if (!now)
+		start = now = bpf_ktime_get_ns();
 	if (!st->delivered) {
 		st->delivered = 1;
 		st->pid = id >> 32;

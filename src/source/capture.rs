@@ -692,6 +692,7 @@ pub(crate) fn read_counters(
         lost_bytes: sum(counter::LOST_BYTES).0,
         skipped_unknown_proto: sum(counter::SKIPPED_UNKNOWN).0,
         skipped_unknown_bytes: sum(counter::SKIPPED_BYTES).0,
+        skipped_unexamined: sum(counter::SKIPPED_UNEXAMINED).0,
         inflight_full: sum(counter::INFLIGHT_FULL).0,
         socket_syscalls: sum(counter::SOCK_SYSCALLS).0,
         truncated: sum(counter::TRUNCATED).0,

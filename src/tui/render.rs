@@ -544,9 +544,15 @@ fn no_calls_reason(app: &App) -> String {
             .skipped_unknown_proto
             .saturating_add(t.tracker.unrecognised_events);
         if unrecognised > 0 {
-            parts.push(format!(
-                "{unrecognised} sends/receives of no recognised protocol skipped"
-            ));
+            let unexamined = t.kernel.skipped_unexamined;
+            parts.push(if unexamined > 0 {
+                format!(
+                    "{unrecognised} sends/receives of no recognised protocol skipped \
+                     ({unexamined} datagrams of sockets judged to carry none, unexamined)"
+                )
+            } else {
+                format!("{unrecognised} sends/receives of no recognised protocol skipped")
+            });
         }
         if t.kernel.tls_cipher_events > 0 {
             parts.push(format!(

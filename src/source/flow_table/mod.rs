@@ -125,6 +125,9 @@ struct UdpPrev {
     id: u64,
     tx: (u64, u64),
     rx: (u64, u64),
+    /// When its counts were last seen to change (monotonic ns): the kernel does not stamp
+    /// each datagram, so an entry's idleness is measured here, between reads.
+    changed_ns: u64,
 }
 
 /// Why a flow closed, from its counters and the socket error at close.
@@ -1291,19 +1294,20 @@ impl FlowTableReader {
                     continue;
                 };
                 udp_count += 1;
-                if now_ns.saturating_sub(u.last_ns) > UDP_IDLE_NS {
+                let prev = self.udp_prev.get(&key).copied();
+                let counts_unchanged = prev.is_some_and(|p| {
+                    p.tx == (u.tx_dgrams, u.tx_bytes) && p.rx == (u.rx_dgrams, u.rx_bytes)
+                });
+                let changed_ns = match prev {
+                    Some(p) if counts_unchanged => p.changed_ns,
+                    _ => now_ns,
+                };
+                if now_ns.saturating_sub(changed_ns) > UDP_IDLE_NS {
                     expired.push(key);
                     continue;
                 }
-                let prev = self.udp_prev.get(&key).copied();
                 let p = match prev {
-                    Some(p)
-                        if p.tx == (u.tx_dgrams, u.tx_bytes)
-                            && p.rx == (u.rx_dgrams, u.rx_bytes)
-                            && !self.udp_drops_wait(&key, &u) =>
-                    {
-                        continue;
-                    }
+                    Some(_) if counts_unchanged && !self.udp_drops_wait(&key, &u) => continue,
                     Some(p) => p,
                     None => {
                         self.next_id += 1;
@@ -1311,6 +1315,7 @@ impl FlowTableReader {
                             id: self.next_id - 1,
                             tx: (0, 0),
                             rx: (0, 0),
+                            changed_ns,
                         }
                     }
                 };
@@ -1347,6 +1352,7 @@ impl FlowTableReader {
                         id: p.id,
                         tx: (u.tx_dgrams, u.tx_bytes),
                         rx: (u.rx_dgrams, u.rx_bytes),
+                        changed_ns,
                     },
                 );
                 if self.selected(&f.local, f.peer.as_ref(), Some(f.pid), Some(&f.comm)) {

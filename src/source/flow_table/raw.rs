@@ -158,7 +158,6 @@ impl RawUdpKey {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RawUdp {
     pub first_ns: u64,
-    pub last_ns: u64,
     pub tx_bytes: u64,
     pub rx_bytes: u64,
     pub tx_dgrams: u64,
@@ -177,7 +176,6 @@ impl RawUdp {
         }
         Some(RawUdp {
             first_ns: u64_at(b, 0),
-            last_ns: u64_at(b, 8),
             tx_bytes: u64_at(b, 16),
             rx_bytes: u64_at(b, 24),
             tx_dgrams: u64_at(b, 32),
