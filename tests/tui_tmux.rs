@@ -929,7 +929,14 @@ fn tui_in_tmux_exited_processes_are_one_row_that_opens() {
             while std::time::Instant::now() < deadline {
                 if t.screen().contains(group) {
                     t.keys(&["p"]);
-                    shown = true;
+                    // A refresh may come between the look and the key: then the display
+                    // paused on the next interval, without the group. Resume and try again.
+                    let paused = t.wait("the display paused", |s| s.contains("PAUSED"));
+                    shown = paused.contains(group);
+                    if !shown {
+                        t.keys(&["p"]);
+                        t.wait("the display resumed", |s| !s.contains("PAUSED"));
+                    }
                     break;
                 }
                 std::thread::sleep(std::time::Duration::from_millis(50));
@@ -940,7 +947,7 @@ fn tui_in_tmux_exited_processes_are_one_row_that_opens() {
         }
         assert!(
             shown,
-            "{w}x{h}: no interval showed {group}:\n{}",
+            "{w}x{h}: no interval showed {group} while paused:\n{}",
             t.screen()
         );
         let s = t.wait("the display paused on the group", |s| {

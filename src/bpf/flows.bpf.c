@@ -607,7 +607,6 @@ static __always_inline int stash_peer(struct bpf_sock_addr *ctx, bool v6)
 {
 	if (ctx->protocol != IPPROTO_UDP)
 		return 1;
-	__u64 id = bpf_get_current_pid_tgid();
 	struct peer_stash p = {};
 	p.sk = (__u64)ctx->sk;
 	p.port = bpf_ntohs((__u16)ctx->user_port);
@@ -628,6 +627,7 @@ static __always_inline int stash_peer(struct bpf_sock_addr *ctx, bool v6)
 		if (slot)
 			*slot = p;
 	} else {
+		__u64 id = bpf_get_current_pid_tgid();
 		bpf_map_update_elem(&udp_peer, &id, &p, BPF_ANY);
 	}
 	return 1; /* always allow */
