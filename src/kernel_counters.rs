@@ -68,6 +68,11 @@ pub struct KernelCounters {
     pub shed_connections: u64,
     #[serde(default)]
     pub kept_connections: u64,
+    /// SSL calls that moved plaintext on connections sampled out (their plaintext not
+    /// captured, as their bytes are not; OpenSSL and Go, whose socket I/O runs inside the
+    /// calls). 0 in recordings made before it existed.
+    #[serde(default)]
+    pub tls_shed_calls: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sample_keep_ppm: Option<u64>,
     /// Files probed for TLS plaintext since the start (those at start and those found later:

@@ -220,3 +220,122 @@ fn without_sampling_nothing_is_marked() {
     assert!(summary.get("sampling").is_none(), "{summary}");
     assert_eq!(summary["kernel"]["shed_runs"], 0);
 }
+
+/// nginx serving `index.html` over TLS on `tls` and in clear text on `plain` (to wait on: a
+/// bare connect to the TLS port would be a failed handshake); killed on drop.
+struct TlsNginx {
+    child: std::process::Child,
+    tls: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl TlsNginx {
+    fn start() -> TlsNginx {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let (cert, key) = self_signed_cert(d);
+        std::fs::write(d.join("index.html"), "<html>sampled over TLS</html>\n").unwrap();
+        let (tls, plain) = (free_tcp_port(), free_tcp_port());
+        let p = d.display();
+        let conf = format!(
+            "daemon off;
+master_process off;
+pid {p}/nginx.pid;
+error_log {p}/error.log;
+events {{ worker_connections 256; }}
+http {{
+  access_log off;
+  client_body_temp_path {p}/body;
+  proxy_temp_path {p}/proxy;
+  fastcgi_temp_path {p}/fastcgi;
+  uwsgi_temp_path {p}/uwsgi;
+  scgi_temp_path {p}/scgi;
+  server {{
+    listen 127.0.0.1:{tls} ssl;
+    ssl_certificate {cert};
+    ssl_certificate_key {key};
+    root {p};
+  }}
+  server {{
+    listen 127.0.0.1:{plain};
+    root {p};
+  }}
+}}
+",
+            cert = cert.display(),
+            key = key.display(),
+        );
+        std::fs::write(d.join("nginx.conf"), conf).unwrap();
+        let child = spawn_nginx(d);
+        wait_for_listener("127.0.0.1", plain, "nginx");
+        TlsNginx {
+            child,
+            tls,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for TlsNginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// TLS connections sampled out (curl: OpenSSL over a socket BIO, one request per
+/// connection): their plaintext is counted as shed (`tls_shed_calls`), never as calls of no
+/// socket, and every kept connection's one call is there.
+#[test]
+fn tls_plaintext_of_sampled_out_connections_is_counted_as_shed() {
+    require_root();
+    let nginx = TlsNginx::start();
+    let ebtop = Ebtop::start(&["--json", "--comm", "curl", "--sample", "50", "--tls", "on"]);
+    const N: usize = 30;
+    let url = format!("https://127.0.0.1:{}/index.html", nginx.tls);
+    let out = std::process::Command::new("curl")
+        .args([
+            "-k",
+            "-s",
+            "--http1.1",
+            "-H",
+            "Connection: close",
+            "-o",
+            "/dev/null",
+        ])
+        .args(["-w", "%{http_code} %{num_connects}\\n"])
+        .args(std::iter::repeat_n(url.as_str(), N))
+        .output()
+        .expect("curl is installed");
+    assert!(out.status.success(), "curl: {out:?}");
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        report.lines().filter(|l| *l == "200 1").count(),
+        N,
+        "{report}"
+    );
+    let lines = ebtop.stop();
+    let summary = lines.last().unwrap();
+    let k = &summary["kernel"];
+
+    // curl's N sockets were each decided once; the kept ones have their one call each.
+    let (kept, shed) = (u(k, "kept_connections"), u(k, "shed_connections"));
+    assert_eq!(kept + shed, N as u64, "{summary}");
+    assert!(
+        kept >= 3 && shed >= 3,
+        "both kinds, or this proves nothing: {summary}"
+    );
+    let keep = keep_below_of(0.5);
+    let by_sock = calls_by_socket(&lines);
+    for (sock, n) in &by_sock {
+        assert!(
+            keeps(*sock, keep),
+            "a call of socket {sock}, which the sample leaves out"
+        );
+        assert_eq!(*n, 1, "socket {sock}");
+    }
+    assert_eq!(by_sock.len() as u64, kept, "{summary}");
+    // A shed connection's request and response went through SSL calls, counted as shed.
+    assert_eq!(u(k, "tls_no_socket"), 0, "{summary}");
+    assert!(u(k, "tls_shed_calls") >= 2 * shed, "{summary}");
+}

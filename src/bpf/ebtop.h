@@ -114,6 +114,9 @@ enum ebtop_counter {
 	/* Of EBTOP_CNT_SKIPPED_UNKNOWN: datagrams of sockets judged to carry no known protocol,
 	 * skipped without being examined (sockcap.bpf.c dgram_unexamined). */
 	EBTOP_CNT_SKIPPED_UNEXAMINED,
+	/* SSL calls that moved plaintext on sockets the connection sample leaves out (tls.h
+	 * tls_note_shed): not captured, not a loss of a captured connection. */
+	EBTOP_CNT_TLS_SHED,
 	EBTOP_CNT__MAX,
 };
 

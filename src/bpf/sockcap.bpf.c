@@ -73,6 +73,7 @@ struct sk_state {
 	__u8 flow_owner_known; /* its flow-table entry has an owner: no lookup per send */
 	__u8 sample; /* EBTOP_SAMPLE_*: captured, sampled out, undecided (capture.h) */
 	__u8 dgram_unknown; /* datagram verdict: see dgram_unexamined() */
+	__u8 shed_tls_looks; /* sampled out: tls_note_shed() */
 	__u32 sample_epoch;
 	char comm[EBTOP_TASK_COMM_LEN];
 };
@@ -444,8 +445,11 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 		st->sock_id = sock_inode(sk);
 	/* Sampled out: nothing more than the hook and the socket's storage (the flow's bytes
 	 * were counted above). */
-	if (!sample_keeps(&st->sample, &st->sample_epoch, st->sock_id))
+	if (!sample_keeps(&st->sample, &st->sample_epoch, st->sock_id)) {
+		if (sock_type == SOCK_STREAM)
+			tls_note_shed(&st->shed_tls_looks);
 		return 0;
+	}
 	__u64 len = (__u64)ret;
 	__u64 seq = __sync_fetch_and_add(&st->seq[dir & 1], len);
 	if (st->proto == EBTOP_PROTO_FILTERED || bench_cut == 2)

@@ -39,6 +39,7 @@ struct sock_state {
 	__u64 seq[2];
 	__u8 proto;
 	__u8 sample; /* EBTOP_SAMPLE_*: captured, sampled out, undecided (capture.h) */
+	__u8 shed_tls_looks; /* sampled out: tls_note_shed() (tls.h) */
 	__u32 sample_epoch;
 };
 
@@ -151,8 +152,11 @@ static __always_inline int emit_data(const struct inflight *inf, __u64 end_ns, _
 			return 0;
 	}
 	/* Sampled out: the hooks and the socket's state only. */
-	if (!sample_keeps(&st->sample, &st->sample_epoch, inf->sock_id))
+	if (!sample_keeps(&st->sample, &st->sample_epoch, inf->sock_id)) {
+		if (inf->sock_type == SOCK_STREAM)
+			tls_note_shed(&st->shed_tls_looks);
 		return 0;
+	}
 	__u8 dir = inf->dir & 1;
 	__u64 seq = __sync_fetch_and_add(&st->seq[dir], len);
 

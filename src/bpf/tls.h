@@ -35,6 +35,8 @@
 
 /* tls_call.has_sock: the call's I/O was on a socket --port leaves out. */
 #define TLS_UNWATCHED 2
+/* tls_call.has_sock: the call's I/O was on a socket the connection sample leaves out. */
+#define TLS_SHED 3
 
 /* Set by user space: the TLS probes are attached (--tls on). */
 const volatile bool tls_capture = false;
@@ -473,6 +475,37 @@ static __always_inline void tls_membio_close(__u64 sock_id)
 }
 
 /*
+ * A send or receive on a socket the connection sample leaves out (sample_keeps), `looks`
+ * the socket's own byte for this: if inside an SSL call, that call's plaintext is of a
+ * sampled-out connection — counted (EBTOP_CNT_TLS_SHED), never taken for a call of no
+ * socket (tls_no_socket) nor of the socket its object ran on before. A socket is looked at
+ * on its first TLS_SHED_LOOKS sampled-out sends and receives (a TLS socket does its first
+ * I/O inside the handshake's call; PostgreSQL and MySQL switch after a cleartext
+ * exchange of two), then only if one was inside an SSL call: a sampled-out socket that is not
+ * TLS costs this lookup that many times, not per run. Memory-BIO TLS (its I/O outside the
+ * calls) is not seen here: its plaintext stays counted as tls_no_socket.
+ */
+#define TLS_SHED_LOOKS 4
+#define TLS_SHED_SEEN 0xff
+
+static __always_inline void tls_note_shed(__u8 *looks)
+{
+	if (!tls_capture)
+		return;
+	if (*looks != TLS_SHED_SEEN) {
+		if (*looks >= TLS_SHED_LOOKS)
+			return;
+		*looks += 1;
+	}
+	struct tls_call *c = tls_current_call();
+	if (!c)
+		return;
+	*looks = TLS_SHED_SEEN;
+	if (c->has_sock != 1)
+		c->has_sock = TLS_SHED;
+}
+
+/*
  * A send or receive of a selected process on a socket --port leaves out: if inside an SSL
  * call, that call (and its SSL object, from now on) is not on a watched socket, and the
  * object's remembered socket — perhaps a watched one it ran on before (nginx reuses freed
@@ -563,8 +596,11 @@ static __always_inline int tls_complete(struct tls_call *cp, __u64 len, __u64 id
 	struct tls_call c = *cp;
 	__u32 tgid = id >> 32;
 	struct tls_conn_key key = { .ssl = c.ssl, .tgid = tgid };
-	if (c.has_sock == TLS_UNWATCHED) {
+	if (c.has_sock == TLS_UNWATCHED || c.has_sock == TLS_SHED) {
+		/* Its object may remember a socket it ran on before (nginx reuses freed ones). */
 		bpf_map_delete_elem(&tls_conns, &key);
+		if (c.has_sock == TLS_SHED && c.dir != TLS_HANDSHAKE && len)
+			count(EBTOP_CNT_TLS_SHED, 1);
 		return 0;
 	}
 	if (c.dir == TLS_HANDSHAKE) {
