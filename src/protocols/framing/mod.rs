@@ -618,8 +618,11 @@ pub fn feed<F: Framer>(
                 if F::SPANS && (s.hdr_len == 0 || F::TOUCH_HEADER_PIECES) {
                     if s.hdr_len == 0 {
                         s.opened_acc = s.acc.span.is_none();
+                        // A header starts at `data`: the span's first byte if it opens here.
+                        s.acc.touch_at(seg_id, seg, data);
+                    } else {
+                        s.acc.touch(seg_id, seg);
                     }
-                    s.acc.touch(seg_id, seg);
                 }
                 let (have, need) = (s.hdr_len as usize, s.need as usize);
                 if have == 0 && data.len() >= need {
