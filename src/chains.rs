@@ -21,8 +21,8 @@
 //! - **Across processes** (one hop): a client call and the server call it reached, on the
 //!   two sockets of one connection seen on this host (client local/peer = server peer/local),
 //!   are matched by the stream positions of the request's first byte and the response's
-//!   first byte, both exact (HTTP/1 and Redis parsers give them). Positions count from where
-//!   ebtop first saw each socket; a server's count of the request stream can only start
+//!   first byte, both exact (the parsers of HTTP/1, Redis and the framing core's protocols
+//!   give them). Positions count from where ebtop first saw each socket; a server's count of the request stream can only start
 //!   earlier than its client's (it reads what the client wrote) and a client's count of the
 //!   response stream only earlier than its server's, so two different exchanges cannot agree
 //!   on both positions: equality on both proves one exchange. Never matched by time. The

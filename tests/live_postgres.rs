@@ -261,6 +261,12 @@ fn pgbench_statements_are_counted_exactly_in_every_query_mode() {
                 assert!(c["latency_ns"].as_u64().unwrap() > 0, "{c}");
             }
             assert_clean_summary(lines.last().unwrap());
+            // Both ends are on this host: every call is one hop (issue 50).
+            let hops = assert_every_call_a_hop(&lines, server.port);
+            assert!(
+                hops >= transactions * shapes.len(),
+                "-M {mode} {script}: {hops}"
+            );
         }
     }
 }

@@ -583,3 +583,13 @@ fn mongodb_calls_are_hops_on_both_sides() {
         });
     }
 }
+
+#[test]
+fn http2_calls_are_hops_on_both_sides() {
+    for name in fixtures_of("http2") {
+        hops_of_fixture("http2", &name, 8443, CUTS, |_, b| {
+            // A frame header: a HEADERS frame (type 1) of a client-opened stream (odd id).
+            b.len() >= 9 && b[3] == 1 && b[8] & 1 == 1
+        });
+    }
+}
