@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{calls, free_tcp_port, require_root, Ebtop, Peer};
+use common::{assert_hops, calls, free_tcp_port, require_root, Ebtop, Peer};
 use serde_json::Value;
 
 /// Where scripts/kafka caches the broker's jars (it prints the folder).

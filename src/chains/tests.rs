@@ -358,6 +358,44 @@ fn an_http_hop_links_the_app_call_under_its_callers_call() {
     let app = s.one(Side::Server, "GET", "/up");
     assert_eq!(app.parent_id, Some(caller.id));
     assert_eq!(s.one(Side::Client, "GET", "u").parent_id, Some(app.id));
+    // Roots (an exported chain's trace): the app call's child went out before the hop was
+    // known, in the app call's root; so the app call keeps it, its caller a link.
+    assert_eq!(s.one(Side::Client, "GET", "u").root_id, app.id);
+    assert_eq!(app.root_id, app.id);
+    assert_eq!(app.caller, Some((caller.id, caller.id)));
+    assert_eq!(caller.root_id, caller.id);
+}
+
+/// A chain's calls share a root where the hops allow it: a leaf server call (Redis's) joins
+/// its caller's root whether it completes before or after it, so the request, the app's
+/// Redis calls and Redis's calls are one exported trace.
+#[test]
+fn leaf_hops_join_their_callers_root() {
+    let mut s = Sim::new();
+    s.io(APP, 7, K1, IN, &get("/r", ""));
+    s.io(APP, 7, R1, OUT, &redis_get("a"));
+    s.io(REDIS, 1, RS1, IN, &redis_get("a"));
+    s.io(REDIS, 1, RS1, OUT, b"$-1\r\n");
+    s.io(APP, 7, R1, IN, b"$-1\r\n");
+    s.io(APP, 7, R1, OUT, &redis_get("b"));
+    s.io(REDIS, 1, RS1, IN, &redis_get("b"));
+    s.io(APP, 7, R1, IN, b"$-1\r\n"); // the client's read returns first
+    s.io(REDIS, 1, RS1, OUT, b"$-1\r\n");
+    s.io(APP, 7, K1, OUT, OK);
+    s.finish();
+    let app = s.one(Side::Server, "GET", "/r");
+    assert_eq!(app.root_id, app.id);
+    for key in ["a", "b"] {
+        let c = s.one(Side::Client, "GET", key);
+        let redis = s
+            .out
+            .iter()
+            .find(|x| x.side == Side::Server && x.l7.resource == key)
+            .unwrap();
+        assert_eq!(redis.parent_id, Some(c.id), "{key}");
+        assert_eq!((c.root_id, redis.root_id), (app.id, app.id), "{key}");
+        assert_eq!(redis.caller, None);
+    }
 }
 
 #[test]
