@@ -20,7 +20,7 @@ use common::*;
 use serde_json::Value;
 
 const APP: &str = r#"
-import http.client, http.server, socket, sys, threading
+import http.client, http.server, socket, struct, sys, threading
 
 port, redis_port, backend_port, log_path = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 local = threading.local()
@@ -35,6 +35,30 @@ def redis_get(key):
     reply = b""
     while not reply.endswith(b"\r\n"):
         reply += s.recv(4096)
+
+def pg_messages(s, until):
+    # Reads PostgreSQL messages up to one of type `until` (ReadyForQuery).
+    buf = b""
+    while True:
+        while len(buf) < 5:
+            buf += s.recv(65536)
+        n = struct.unpack("!I", buf[1:5])[0]
+        while len(buf) < 1 + n:
+            buf += s.recv(65536)
+        t, buf = buf[0:1], buf[1 + n:]
+        if t == until:
+            return
+
+def pg_query(sql):
+    s = getattr(local, "pg", None)
+    if s is None:
+        s = local.pg = socket.create_connection(("127.0.0.1", pg_port))
+        body = struct.pack("!I", 196608) + b"user\0postgres\0database\0postgres\0\0"
+        s.sendall(struct.pack("!I", len(body) + 4) + body)
+        pg_messages(s, b"Z")
+    q = sql.encode() + b"\0"
+    s.sendall(b"Q" + struct.pack("!I", len(q) + 4) + q)
+    pg_messages(s, b"Z")
 
 def backend_get(path):
     c = getattr(local, "backend", None)
@@ -52,6 +76,9 @@ class App(http.server.BaseHTTPRequestHandler):
         redis_get(made[0])
         backend_get(made[2])
         redis_get(made[1])
+        if pg_port:
+            made.append("SELECT'rid:%s'" % rid)
+            pg_query(made[3])
         body = b"ok"
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -74,6 +101,7 @@ class Backend(http.server.BaseHTTPRequestHandler):
         pass
 
 mode = sys.argv[5]
+pg_port = int(sys.argv[6]) if len(sys.argv) > 6 else 0
 if mode == "backend":
     http.server.ThreadingHTTPServer(("127.0.0.1", backend_port), Backend).serve_forever()
 else:
@@ -449,7 +477,8 @@ fn draw(
 }
 
 /// nginx in front (the issue's chain): this test's clients → nginx (one process, an event
-/// loop) → the threaded app → Redis and the backend, concurrent keep-alive clients. Each
+/// loop) → the threaded app → Redis, the backend and PostgreSQL (a simple query naming the
+/// request), concurrent keep-alive clients. Each
 /// app server call is a hop under nginx's upstream call for the same request; each nginx
 /// server call under this test's call; the app's calls under the app's request (its log).
 /// nginx's upstream calls are linked to the request they proxy only while its worker has
@@ -483,8 +512,11 @@ fn nginx_in_front_hops_into_the_app_and_never_links_a_wrong_request() {
             mode.to_owned(),
         ]
     };
+    let pg = common::postgres::PgServer::start();
     let _backend = python(&script, &ports("backend"));
-    let _app = python(&script, &ports("app"));
+    let mut app_args = ports("app");
+    app_args.push(pg.port.to_string());
+    let _app = python(&script, &app_args);
     let p = dir.display();
     let conf = format!(
         "daemon off;
@@ -528,6 +560,8 @@ http {{
         &redis_port.to_string(),
         "--port",
         &backend_port.to_string(),
+        "--port",
+        &pg.port.to_string(),
     ]);
     let clients: Vec<_> = (0..CLIENTS)
         .map(|c| std::thread::spawn(move || drive(nginx_port, c, PER_CLIENT)))
@@ -552,6 +586,10 @@ http {{
         made.len(),
         CLIENTS * PER_CLIENT,
         "the app served every request"
+    );
+    assert!(
+        made.values().all(|d| d.len() == 4),
+        "each request made 4 calls"
     );
 
     let calls = calls(&lines);
@@ -599,6 +637,8 @@ http {{
         for d in downstream {
             let port = if d.starts_with("/b/") {
                 backend_port
+            } else if d.starts_with("SELECT") {
+                pg.port
             } else {
                 redis_port
             };
@@ -620,12 +660,12 @@ http {{
     assert!(missing.is_empty(), "links not made: {missing:#?}");
     let chains = &summary["chains"];
     let n = (CLIENTS * PER_CLIENT) as u64;
-    // Hops: test → nginx, nginx → app, app → Redis (2) and the backend.
-    assert_eq!(chains["hops"], 5 * n, "{chains}");
+    // Hops: test → nginx, nginx → app, app → Redis (2), the backend and PostgreSQL.
+    assert_eq!(chains["hops"], 6 * n, "{chains}");
     assert_eq!(chains["hop_unmatched"], 0, "{chains}");
     assert_eq!(chains["hop_disproved"], 0, "{chains}");
     // The app's calls, and nginx's upstream calls where its worker had one request open.
-    assert_eq!(chains["linked"], 3 * n + proxied_linked, "{chains}");
+    assert_eq!(chains["linked"], 4 * n + proxied_linked, "{chains}");
     assert_eq!(chains["ambiguous"], n - proxied_linked, "{chains}");
     eprintln!("nginx upstream calls linked to their request: {proxied_linked} of {n}");
 }

@@ -1,6 +1,7 @@
 //! Shared helpers for integration tests: root check, a real HTTP/1.1 server, running ebtop.
 #![allow(dead_code)]
 
+pub mod postgres;
 pub mod tmux;
 
 use std::io::{BufRead, BufReader, Read, Write};
