@@ -57,6 +57,13 @@ pub struct Call {
     pub parent_id: Option<u64>,
     /// The application's trace id (`traceparent`, request-id headers) of it or its parent.
     pub trace_id: Option<std::sync::Arc<str>>,
+    /// The id of its chain's root as known when it goes out (0: not linked): the calls of one
+    /// root share an exported trace when no application trace is known (src/chains.rs).
+    /// Not an output field.
+    pub root_id: u64,
+    /// A server call reached by a client call of this host after children of it went out
+    /// (they are in its own root's trace): that client call's id and root, a span link.
+    pub caller: Option<(u64, u64)>,
 }
 
 impl Call {
@@ -101,6 +108,8 @@ impl Call {
             id: 0,
             parent_id: None,
             trace_id: None,
+            root_id: 0,
+            caller: None,
         }
     }
 }

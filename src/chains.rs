@@ -21,8 +21,8 @@
 //! - **Across processes** (one hop): a client call and the server call it reached, on the
 //!   two sockets of one connection seen on this host (client local/peer = server peer/local),
 //!   are matched by the stream positions of the request's first byte and the response's
-//!   first byte, both exact (HTTP/1 and Redis parsers give them). Positions count from where
-//!   ebtop first saw each socket; a server's count of the request stream can only start
+//!   first byte, both exact (the parsers of HTTP/1, Redis and the framing core's protocols
+//!   give them). Positions count from where ebtop first saw each socket; a server's count of the request stream can only start
 //!   earlier than its client's (it reads what the client wrote) and a client's count of the
 //!   response stream only earlier than its server's, so two different exchanges cannot agree
 //!   on both positions: equality on both proves one exchange. Never matched by time. The
@@ -51,6 +51,9 @@ const MAX_STARTS: usize = 64;
 const MAX_PARENTS: usize = 64;
 /// Longest request-id header value taken as a trace id.
 const MAX_REQUEST_ID: usize = 128;
+/// Server requests remembered as parents, and hop-linked server calls' roots (for their
+/// late children), at most.
+const MAX_ROOTS: usize = 65_536;
 
 /// What the chains did, all counted (`summary.chains`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -155,6 +158,7 @@ pub enum Disposition {
 /// may end before the server's write returns): what that server call needs of it.
 struct Recent {
     id: u64,
+    root: u64,
     resp_pos: Option<u64>,
     method: String,
     resource: String,
@@ -182,7 +186,33 @@ pub struct Chains<T> {
     recent_order: VecDeque<(u64, HopKey)>,
     /// Calls without a request-start id: numbered in order (deterministic in a replay).
     next: u64,
+    /// Server requests that a client call was linked under (their trace is their own once
+    /// a child went out with it), in the order marked.
+    parented: Bounded<()>,
+    /// Hop-linked server calls without children when they went out: the root they joined
+    /// (a child completing after its parent takes it).
+    joined: Bounded<u64>,
     pub stats: ChainStats,
+}
+
+/// A map of at most [`MAX_ROOTS`] entries, the oldest forgotten first.
+#[derive(Default)]
+struct Bounded<V> {
+    map: HashMap<u64, V>,
+    order: VecDeque<u64>,
+}
+
+impl<V> Bounded<V> {
+    fn insert(&mut self, k: u64, v: V) {
+        if self.map.insert(k, v).is_none() {
+            if self.order.len() >= MAX_ROOTS {
+                if let Some(old) = self.order.pop_front() {
+                    self.map.remove(&old);
+                }
+            }
+            self.order.push_back(k);
+        }
+    }
 }
 
 impl<T> Default for Chains<T> {
@@ -196,9 +226,16 @@ impl<T> Default for Chains<T> {
             recent: HashMap::default(),
             recent_order: VecDeque::new(),
             next: 0,
+            parented: Bounded::default(),
+            joined: Bounded::default(),
             stats: ChainStats::default(),
         }
     }
+}
+
+/// [`mix`] for other users of chain ids (the OTLP exporter's trace ids of chain roots).
+pub fn mix64(tag: u64, a: u64, b: u64) -> u64 {
+    mix(tag, a, b)
 }
 
 /// A 64-bit mix (splitmix64's finaliser) of a tag and two values: ids of different kinds
@@ -442,6 +479,8 @@ impl<T> Chains<T> {
                 call.id = id;
                 call.parent_id = None;
                 call.trace_id = own.or(start_trace);
+                call.root_id = id;
+                call.caller = None;
                 if let Some(req_pos) = call.l7.req.first_pos {
                     let hop = (call.local, call.peer, call.tls, req_pos);
                     if let Some(c) = self.recent.remove(&hop) {
@@ -452,10 +491,7 @@ impl<T> Chains<T> {
                             && c.resource == call.l7.resource
                         {
                             self.stats.hops += 1;
-                            call.parent_id = Some(c.id);
-                            if call.trace_id.is_none() {
-                                call.trace_id = c.trace;
-                            }
+                            self.join(call, c.id, c.root, c.trace);
                         } else {
                             self.stats.hop_disproved += 1;
                         }
@@ -499,6 +535,12 @@ impl<T> Chains<T> {
                 };
                 call.parent_id = parent_id;
                 call.trace_id = own.or(trace);
+                call.caller = None;
+                call.root_id = match parent_id {
+                    // A parent that went out already joined its caller's root.
+                    Some(p) => self.joined.map.get(&p).copied().unwrap_or(p),
+                    None => call.id,
+                };
                 if let Some(req_pos) = call.l7.req.first_pos {
                     let hop = (call.peer, call.local, call.tls, req_pos);
                     if let Some(mut h) = self.held.remove(&hop) {
@@ -511,10 +553,7 @@ impl<T> Chains<T> {
                             && h.call.l7.resource == call.l7.resource
                         {
                             self.stats.hops += 1;
-                            h.call.parent_id = Some(call.id);
-                            if h.call.trace_id.is_none() {
-                                h.call.trace_id = call.trace_id.clone();
-                            }
+                            self.join(&mut h.call, call.id, call.root_id, call.trace_id.clone());
                         } else {
                             self.stats.hop_disproved += 1;
                         }
@@ -539,6 +578,7 @@ impl<T> Chains<T> {
                             hop,
                             Recent {
                                 id: call.id,
+                                root: call.root_id,
                                 resp_pos: call.l7.resp.first_pos,
                                 method: call.l7.method.clone(),
                                 resource: call.l7.resource.clone(),
@@ -554,9 +594,27 @@ impl<T> Chains<T> {
         }
     }
 
+    /// Server call `server` was reached by client call `client` (of root `root`, trace
+    /// `trace`): its parent. It joins the client's root when none of its children went out
+    /// yet (they would be in its own root's trace); else it keeps its own, the client call
+    /// its `caller`.
+    fn join(&mut self, server: &mut Call, client: u64, root: u64, trace: Option<Arc<str>>) {
+        server.parent_id = Some(client);
+        if server.trace_id.is_none() {
+            server.trace_id = trace;
+        }
+        if self.parented.map.contains_key(&server.id) {
+            server.caller = Some((client, root));
+        } else {
+            server.root_id = root;
+            self.joined.insert(server.id, root);
+        }
+    }
+
     /// Marks the request start `id` of connection `conn` as a parent (its call must
     /// confirm it).
     fn mark_parent(&mut self, conn: u64, id: u64) {
+        self.parented.insert(id, ());
         if let Some(s) = self
             .conns
             .get_mut(&conn)

@@ -20,7 +20,7 @@ use common::*;
 use serde_json::Value;
 
 const APP: &str = r#"
-import http.client, http.server, socket, sys, threading
+import http.client, http.server, socket, struct, sys, threading
 
 port, redis_port, backend_port, log_path = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 local = threading.local()
@@ -35,6 +35,30 @@ def redis_get(key):
     reply = b""
     while not reply.endswith(b"\r\n"):
         reply += s.recv(4096)
+
+def pg_messages(s, until):
+    # Reads PostgreSQL messages up to one of type `until` (ReadyForQuery).
+    buf = b""
+    while True:
+        while len(buf) < 5:
+            buf += s.recv(65536)
+        n = struct.unpack("!I", buf[1:5])[0]
+        while len(buf) < 1 + n:
+            buf += s.recv(65536)
+        t, buf = buf[0:1], buf[1 + n:]
+        if t == until:
+            return
+
+def pg_query(sql):
+    s = getattr(local, "pg", None)
+    if s is None:
+        s = local.pg = socket.create_connection(("127.0.0.1", pg_port))
+        body = struct.pack("!I", 196608) + b"user\0postgres\0database\0postgres\0\0"
+        s.sendall(struct.pack("!I", len(body) + 4) + body)
+        pg_messages(s, b"Z")
+    q = sql.encode() + b"\0"
+    s.sendall(b"Q" + struct.pack("!I", len(q) + 4) + q)
+    pg_messages(s, b"Z")
 
 def backend_get(path):
     c = getattr(local, "backend", None)
@@ -52,6 +76,9 @@ class App(http.server.BaseHTTPRequestHandler):
         redis_get(made[0])
         backend_get(made[2])
         redis_get(made[1])
+        if pg_port:
+            made.append("SELECT'rid:%s'" % rid)
+            pg_query(made[3])
         body = b"ok"
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -74,6 +101,7 @@ class Backend(http.server.BaseHTTPRequestHandler):
         pass
 
 mode = sys.argv[5]
+pg_port = int(sys.argv[6]) if len(sys.argv) > 6 else 0
 if mode == "backend":
     http.server.ThreadingHTTPServer(("127.0.0.1", backend_port), Backend).serve_forever()
 else:
@@ -446,4 +474,198 @@ fn draw(
     (0..h)
         .map(|y| (0..w).map(|x| buf[(x, y)].symbol()).collect::<String>() + "\n")
         .collect()
+}
+
+/// nginx in front (the issue's chain): this test's clients → nginx (one process, an event
+/// loop) → the threaded app → Redis, the backend and PostgreSQL (a simple query naming the
+/// request), concurrent keep-alive clients. Each
+/// app server call is a hop under nginx's upstream call for the same request; each nginx
+/// server call under this test's call; the app's calls under the app's request (its log).
+/// nginx's upstream calls are linked to the request they proxy only while its worker has
+/// that one request open and never served two at once; else none (`ambiguous`): no call
+/// under a request it was not made for, ever.
+#[test]
+fn nginx_in_front_hops_into_the_app_and_never_links_a_wrong_request() {
+    require_root();
+    let dir = std::env::temp_dir().join(format!("ebtop-chains-nginx-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("app.py");
+    std::fs::write(&script, APP).unwrap();
+    let log = dir.join("app.log");
+    let redis_port = free_tcp_port();
+    let _redis = Killed(
+        Command::new("redis-server")
+            .args(["--port", &redis_port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed (scripts/deps installs it)"),
+    );
+    let (app_port, backend_port, nginx_port) = (free_tcp_port(), free_tcp_port(), free_tcp_port());
+    let ports = |mode: &str| {
+        vec![
+            app_port.to_string(),
+            redis_port.to_string(),
+            backend_port.to_string(),
+            log.display().to_string(),
+            mode.to_owned(),
+        ]
+    };
+    let pg = common::postgres::PgServer::start();
+    let _backend = python(&script, &ports("backend"));
+    let mut app_args = ports("app");
+    app_args.push(pg.port.to_string());
+    let _app = python(&script, &app_args);
+    let p = dir.display();
+    let conf = format!(
+        "daemon off;
+master_process off;
+pid {p}/nginx.pid;
+error_log {p}/error.log;
+events {{ worker_connections 256; }}
+http {{
+  access_log off;
+  client_body_temp_path {p}/body;
+  proxy_temp_path {p}/proxy;
+  fastcgi_temp_path {p}/fastcgi;
+  uwsgi_temp_path {p}/uwsgi;
+  scgi_temp_path {p}/scgi;
+  upstream app {{ server 127.0.0.1:{app_port}; keepalive 16; }}
+  server {{
+    listen 127.0.0.1:{nginx_port};
+    location / {{
+      proxy_pass http://app;
+      proxy_http_version 1.1;
+      proxy_set_header Connection \"\";
+    }}
+  }}
+}}
+"
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+    let _nginx = Peer(spawn_nginx(&dir));
+    wait_for_listener("127.0.0.1", redis_port, "redis-server");
+    wait_for_listener("127.0.0.1", backend_port, "the backend");
+    wait_for_listener("127.0.0.1", app_port, "the app");
+    wait_for_listener("127.0.0.1", nginx_port, "nginx");
+
+    let ebtop = Ebtop::start(&[
+        "--json",
+        "--port",
+        &nginx_port.to_string(),
+        "--port",
+        &app_port.to_string(),
+        "--port",
+        &redis_port.to_string(),
+        "--port",
+        &backend_port.to_string(),
+        "--port",
+        &pg.port.to_string(),
+    ]);
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|c| std::thread::spawn(move || drive(nginx_port, c, PER_CLIENT)))
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    let lines = ebtop.stop();
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
+    let made: HashMap<String, Vec<String>> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut w = l.split(' ');
+            let rid = w.next().unwrap().to_owned();
+            let _thread = w.next();
+            (rid, w.map(str::to_owned).collect())
+        })
+        .collect();
+    assert_eq!(
+        made.len(),
+        CLIENTS * PER_CLIENT,
+        "the app served every request"
+    );
+    assert!(
+        made.values().all(|d| d.len() == 4),
+        "each request made 4 calls"
+    );
+
+    let calls = calls(&lines);
+    let by_id: HashMap<&str, &Value> = calls.iter().map(|c| (str_of(c, "id"), *c)).collect();
+    let one = |side: &str, port: u16, resource: &str| -> &Value {
+        let v: Vec<&Value> = calls
+            .iter()
+            .copied()
+            .filter(|c| {
+                c["side"] == side
+                    && port_of(if side == "server" {
+                        &c["local"]
+                    } else {
+                        &c["peer"]
+                    }) == port
+                    && str_of(c, "resource") == resource
+            })
+            .collect();
+        assert_eq!(v.len(), 1, "{side} {resource} on {port}: {v:?}");
+        v[0]
+    };
+    let (mut wrong, mut missing, mut proxied_linked) = (Vec::new(), Vec::new(), 0);
+    for (rid, downstream) in &made {
+        let path = format!("/req/{rid}");
+        let driver = one("client", nginx_port, &path);
+        let front = one("server", nginx_port, &path);
+        let upstream = one("client", app_port, &path);
+        let app = one("server", app_port, &path);
+        if front["parent_id"] != driver["id"] {
+            missing.push(format!("{path}: nginx's call not under the test's"));
+        }
+        if app["parent_id"] != upstream["id"] {
+            missing.push(format!(
+                "{path}: the app's call not under nginx's upstream call"
+            ));
+        }
+        match upstream["parent_id"].as_str() {
+            None => {}
+            Some(p) if p == str_of(front, "id") => proxied_linked += 1,
+            Some(p) => wrong.push(format!(
+                "nginx's upstream {path} under {}",
+                by_id.get(p).map_or("?", |c| str_of(c, "resource"))
+            )),
+        }
+        for d in downstream {
+            let port = if d.starts_with("/b/") {
+                backend_port
+            } else if d.starts_with("SELECT") {
+                pg.port
+            } else {
+                redis_port
+            };
+            let client = one("client", port, d);
+            match client["parent_id"].as_str() {
+                Some(p) if p == str_of(app, "id") => {}
+                Some(p) => wrong.push(format!(
+                    "{d} under {} instead of {path}",
+                    by_id.get(p).map_or("?", |c| str_of(c, "resource"))
+                )),
+                None => missing.push(format!("{d}: no parent")),
+            }
+            if one("server", port, d)["parent_id"] != client["id"] {
+                missing.push(format!("{d}: its server call not under it"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "calls under another request: {wrong:#?}");
+    assert!(missing.is_empty(), "links not made: {missing:#?}");
+    let chains = &summary["chains"];
+    let n = (CLIENTS * PER_CLIENT) as u64;
+    // Hops: test → nginx, nginx → app, app → Redis (2), the backend and PostgreSQL.
+    assert_eq!(chains["hops"], 6 * n, "{chains}");
+    assert_eq!(chains["hop_unmatched"], 0, "{chains}");
+    assert_eq!(chains["hop_disproved"], 0, "{chains}");
+    // The app's calls, and nginx's upstream calls where its worker had one request open.
+    assert_eq!(chains["linked"], 4 * n + proxied_linked, "{chains}");
+    assert_eq!(chains["ambiguous"], n - proxied_linked, "{chains}");
+    eprintln!("nginx upstream calls linked to their request: {proxied_linked} of {n}");
 }

@@ -162,6 +162,8 @@ fn h2load_2000_requests_are_2000_calls_per_side() {
     assert_clean_summary(summary);
     assert_eq!(summary["parse"]["partial_headers"], 0, "{summary}");
     assert_eq!(summary["parse"]["unanswered_requests"], 0, "{summary}");
+    // Both ends are on this host: every stream is one hop (issue 50), 16 open at once.
+    assert_eq!(assert_every_call_a_hop(&lines, port), 2000);
 }
 
 /// curl with prior knowledge: a page and a missing one (404, the client's error), one
@@ -421,6 +423,8 @@ fn grpc_unary_streams_and_not_found_exact_on_both_sides() {
         assert_eq!(missing["grpc_status"], "5", "{missing}");
     }
     assert_clean_summary(lines.last().unwrap());
+    // Both ends are on this host: every call is one hop (issue 50).
+    assert_eq!(assert_every_call_a_hop(&lines, port), 53);
 }
 
 /// A gRPC channel connected (and its header tables filled) before ebtop started: no call is

@@ -277,6 +277,9 @@ fn text_and_binary_clients_are_counted_exactly_on_both_sides() {
         2 * (NOREPLY as u64 + 1),
         "{summary}"
     );
+    // Both ends are on this host: every call is one hop (issue 50).
+    let hops = assert_every_call_a_hop(&lines, server.port);
+    assert!(hops >= 4 * N, "{hops}");
 }
 
 /// Multi-gets and pipelines far beyond one capture at the default snaplen (issue 43 item 2): the

@@ -203,4 +203,7 @@ fn pymongo_commands_are_counted_exactly_on_both_sides() {
         sides.push(mine);
     }
     assert_paired(&sides[0], &sides[1]);
+    // Both ends are on this host: every call is one hop (issue 50), the handshakes too.
+    let hops = assert_every_call_a_hop(&lines, server.port);
+    assert!(hops >= sides[0].len(), "{hops}");
 }

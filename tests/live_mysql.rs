@@ -162,6 +162,9 @@ fn mysqlslap_queries_are_counted_exactly_on_both_sides() {
         assert_eq!(c["rows"], "1", "{c}");
     }
     assert_clean_summary(lines.last().unwrap());
+    // Both ends are on this host: every call is one hop (issue 50).
+    let hops = assert_every_call_a_hop(&lines, db.port);
+    assert!(hops >= logged, "{hops}");
 }
 
 /// Server-side prepared statements (DBD::MariaDB, `mariadb_server_prepare`): every execute shown

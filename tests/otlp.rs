@@ -180,9 +180,17 @@ fn the_collector_receives_one_span_per_call_with_the_applications_trace() {
     assert_eq!(otlp["spans_dropped"], 0, "{otlp}");
     let spans = wait_for_spans(&[dir.path().join("c.json")], call_lines.len());
     assert_eq!(spans.len(), call_lines.len());
-    // Per traceparent: exactly one SERVER and one CLIENT span, in the application's trace,
-    // children of the span the header named.
+    // The chains (issue 50): each CLIENT span the test's call, in the application's trace
+    // as a child of the span its header named, or (no header) the root of a trace of its
+    // own; each SERVER span the child of the CLIENT span that reached it (one hop), in its
+    // trace.
+    let by_id: BTreeMap<&str, &Value> = spans
+        .iter()
+        .map(|s| (s["spanId"].as_str().unwrap(), s))
+        .collect();
+    assert_eq!(by_id.len(), spans.len(), "span ids are unique");
     let mut by_parent: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    let mut hops: BTreeMap<&str, usize> = BTreeMap::new();
     for s in &spans {
         assert_eq!(attr(s, "http.request.method"), Some(&Value::from("GET")));
         assert_eq!(
@@ -200,7 +208,13 @@ fn the_collector_receives_one_span_per_call_with_the_applications_trace() {
             _ => panic!("{s}"),
         }
         let parent_id = s["parentSpanId"].as_str().unwrap_or("");
-        if parent_id.is_empty() {
+        if kind == 2 {
+            let client = by_id.get(parent_id).unwrap_or_else(|| panic!("hop: {s}"));
+            assert_eq!(client["kind"], 3, "{s}");
+            assert_eq!(client["traceId"], s["traceId"], "{s}");
+            assert_eq!(attr(client, "url.path"), attr(s, "url.path"), "{s}");
+            *hops.entry(parent_id).or_default() += 1;
+        } else if parent_id.is_empty() {
             assert_ne!(s["traceId"], TRACE_ID, "{s}");
         } else {
             assert_eq!(s["traceId"], TRACE_ID, "{s}");
@@ -215,10 +229,23 @@ fn the_collector_receives_one_span_per_call_with_the_applications_trace() {
     }
     assert_eq!(by_parent.len(), 40);
     for i in 0..40 {
-        let mut kinds = by_parent[&parent(i)].clone();
-        kinds.sort();
-        assert_eq!(kinds, vec![2, 3], "parent {}", parent(i));
+        assert_eq!(by_parent[&parent(i)], vec![3], "parent {}", parent(i));
     }
+    assert_eq!(
+        hops.len(),
+        40 + 15 + 7,
+        "every CLIENT span reached one SERVER span"
+    );
+    assert!(hops.values().all(|&n| n == 1));
+    // Traces without a header: one per request (its two spans), never shared.
+    let mut own_traces: BTreeMap<&str, usize> = BTreeMap::new();
+    for s in spans.iter().filter(|s| s["traceId"] != TRACE_ID) {
+        *own_traces
+            .entry(s["traceId"].as_str().unwrap())
+            .or_default() += 1;
+    }
+    assert_eq!(own_traces.len(), 15 + 7);
+    assert!(own_traces.values().all(|&n| n == 2));
     // The metrics reached the collector too (at least the last, at the end).
     assert!(
         std::fs::metadata(dir.path().join("c-metrics.json")).is_ok_and(|m| m.len() > 0),

@@ -38,6 +38,19 @@ impl Sim {
 
     /// One syscall of `bytes` on socket `s` by thread `tid` of `pid`.
     fn io(&mut self, pid: u32, tid: u32, s: (u64, u16, u16), dir: Direction, bytes: &[u8]) {
+        self.io_of(pid, tid, s, dir, bytes, bytes.len() as u64);
+    }
+
+    /// One syscall that moved `total` bytes, of which `bytes` were captured.
+    fn io_of(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        s: (u64, u16, u16),
+        dir: Direction,
+        bytes: &[u8],
+        total: u64,
+    ) {
         self.now += 10_000;
         let seq = self.pos.entry((s.0, dir as u8)).or_insert(0);
         let mut laddr = [0u8; 16];
@@ -47,7 +60,7 @@ impl Sim {
             end_ns: self.now + 1_000,
             sock_id: s.0,
             seq: *seq,
-            total_len: bytes.len() as u64,
+            total_len: total,
             pid,
             tid,
             fd: 3,
@@ -70,7 +83,7 @@ impl Sim {
             payload: bytes,
             tail: &[],
         };
-        *seq += bytes.len() as u64;
+        *seq += total;
         let mut calls = Vec::new();
         self.tracker.handle(&ev, &mut calls);
         self.chains.on_record(&ev);
@@ -345,6 +358,44 @@ fn an_http_hop_links_the_app_call_under_its_callers_call() {
     let app = s.one(Side::Server, "GET", "/up");
     assert_eq!(app.parent_id, Some(caller.id));
     assert_eq!(s.one(Side::Client, "GET", "u").parent_id, Some(app.id));
+    // Roots (an exported chain's trace): the app call's child went out before the hop was
+    // known, in the app call's root; so the app call keeps it, its caller a link.
+    assert_eq!(s.one(Side::Client, "GET", "u").root_id, app.id);
+    assert_eq!(app.root_id, app.id);
+    assert_eq!(app.caller, Some((caller.id, caller.id)));
+    assert_eq!(caller.root_id, caller.id);
+}
+
+/// A chain's calls share a root where the hops allow it: a leaf server call (Redis's) joins
+/// its caller's root whether it completes before or after it, so the request, the app's
+/// Redis calls and Redis's calls are one exported trace.
+#[test]
+fn leaf_hops_join_their_callers_root() {
+    let mut s = Sim::new();
+    s.io(APP, 7, K1, IN, &get("/r", ""));
+    s.io(APP, 7, R1, OUT, &redis_get("a"));
+    s.io(REDIS, 1, RS1, IN, &redis_get("a"));
+    s.io(REDIS, 1, RS1, OUT, b"$-1\r\n");
+    s.io(APP, 7, R1, IN, b"$-1\r\n");
+    s.io(APP, 7, R1, OUT, &redis_get("b"));
+    s.io(REDIS, 1, RS1, IN, &redis_get("b"));
+    s.io(APP, 7, R1, IN, b"$-1\r\n"); // the client's read returns first
+    s.io(REDIS, 1, RS1, OUT, b"$-1\r\n");
+    s.io(APP, 7, K1, OUT, OK);
+    s.finish();
+    let app = s.one(Side::Server, "GET", "/r");
+    assert_eq!(app.root_id, app.id);
+    for key in ["a", "b"] {
+        let c = s.one(Side::Client, "GET", key);
+        let redis = s
+            .out
+            .iter()
+            .find(|x| x.side == Side::Server && x.l7.resource == key)
+            .unwrap();
+        assert_eq!(redis.parent_id, Some(c.id), "{key}");
+        assert_eq!((c.root_id, redis.root_id), (app.id, app.id), "{key}");
+        assert_eq!(redis.caller, None);
+    }
 }
 
 #[test]
@@ -372,4 +423,211 @@ fn a_client_call_completed_before_its_server_call_is_still_one_hop() {
     let redis = s.one(Side::Server, "GET", "early");
     assert_eq!(redis.parent_id, Some(c.id));
     assert_eq!(s.chains.stats.hops, 1);
+}
+
+/// Every call of a protocol's captured traffic (real bytes, its fixtures) is one hop when
+/// both ends are on this host: the fixture's syscalls replayed as the client's, the same
+/// bytes read and written by the server in other syscall boundaries (cut at `cuts`, cycled:
+/// a server reading a length apart from its body, a byte at a time, or more at once), the
+/// two views interleaved as the exchange goes. The parsers must give both sides the same
+/// request and response positions (and method and resource): every server call under the
+/// client call of the same exchange, none unmatched or disproved. A syscall captured in
+/// part is the same syscall on both sides.
+/// `starts(request, at)`: the request (true) or response stream's bytes from a call's position
+/// start a message of that kind (the positions are message starts, not merely agreed on).
+fn hops_of_fixture(
+    folder: &str,
+    name: &str,
+    port: u16,
+    cuts: &[usize],
+    starts: fn(bool, &[u8]) -> bool,
+) -> usize {
+    let f = crate::protocols::fixture_support::load(folder, name);
+    let client = (61, 40000, port);
+    let server = (62, port, 40000);
+    let mut s = Sim::new();
+    let mut cut = cuts.iter().copied().cycle();
+    let mut seen = [false; 2];
+    for e in &f.entries {
+        let (c_dir, s_dir) = if e.to_server { (OUT, IN) } else { (IN, OUT) };
+        if e.bytes.len() as u64 != e.total_len {
+            // Captured in part (beyond the fixture's snaplen): the same syscall both ways.
+            let (first, then) = if e.to_server {
+                ((APP, 7, client, c_dir), (REDIS, 1, server, s_dir))
+            } else {
+                ((REDIS, 1, server, s_dir), (APP, 7, client, c_dir))
+            };
+            for (pid, tid, sock, dir) in [first, then] {
+                s.io_of(pid, tid, sock, dir, &e.bytes, e.total_len);
+            }
+            seen[s_dir.index()] = true;
+            continue;
+        }
+        // The server's view: its first syscall each way whole (what detection reads), then
+        // cut.
+        let mut pieces = Vec::new();
+        let mut rest = &e.bytes[..];
+        while !rest.is_empty() {
+            let n = if seen[s_dir.index()] {
+                cut.next().unwrap().clamp(1, rest.len())
+            } else {
+                rest.len()
+            };
+            seen[s_dir.index()] = true;
+            pieces.push(&rest[..n]);
+            rest = &rest[n..];
+        }
+        if e.to_server {
+            s.io(APP, 7, client, c_dir, &e.bytes);
+            for p in pieces {
+                s.io(REDIS, 1, server, s_dir, p);
+            }
+        } else {
+            for p in pieces {
+                s.io(REDIS, 1, server, s_dir, p);
+            }
+            s.io(APP, 7, client, c_dir, &e.bytes);
+        }
+    }
+    s.finish();
+    // Each direction's bytes as the client moved them (unseen bytes as zeros).
+    let mut stream = [Vec::new(), Vec::new()];
+    for e in &f.entries {
+        let st = &mut stream[usize::from(!e.to_server)];
+        st.extend_from_slice(&e.bytes);
+        st.resize(st.len() + (e.total_len as usize - e.bytes.len()), 0);
+    }
+    let side = |side: Side| -> Vec<&Call> { s.out.iter().filter(|c| c.side == side).collect() };
+    let (clients, servers) = (side(Side::Client), side(Side::Server));
+    assert!(!clients.is_empty(), "{name}: calls");
+    assert_eq!(clients.len(), servers.len(), "{name}: {:#?}", s.out);
+    let by_id: HashMap<u64, &Call> = clients.iter().map(|c| (c.id, *c)).collect();
+    for sc in &servers {
+        let Some(cc) = sc.parent_id.and_then(|p| by_id.get(&p)) else {
+            panic!("{name}: server call without its client call: {sc:#?}");
+        };
+        let (Some(req), Some(resp)) = (sc.l7.req.first_pos, sc.l7.resp.first_pos) else {
+            panic!("{name}: positions: {sc:#?}");
+        };
+        assert!(
+            starts(true, &stream[0][req as usize..]) && starts(false, &stream[1][resp as usize..]),
+            "{name}: {} {} at {req}/{resp} is no message start",
+            sc.l7.method,
+            sc.l7.resource
+        );
+        assert_eq!(
+            (
+                &cc.l7.method,
+                &cc.l7.resource,
+                cc.l7.req.first_pos,
+                cc.l7.resp.first_pos
+            ),
+            (
+                &sc.l7.method,
+                &sc.l7.resource,
+                sc.l7.req.first_pos,
+                sc.l7.resp.first_pos
+            ),
+            "{name}"
+        );
+    }
+    let st = s.chains.stats;
+    assert_eq!(
+        (st.hops, st.hop_unmatched, st.hop_disproved),
+        (servers.len() as u64, 0, 0),
+        "{name}"
+    );
+    servers.len()
+}
+
+/// Server syscall boundaries the hop tests replay: lengths read apart, single bytes, more.
+const CUTS: &[usize] = &[4, 1, 9, 300, 2, 4096, 5];
+
+fn fixtures_of(folder: &str) -> Vec<String> {
+    let dir = format!(
+        "{}/src/protocols/{folder}/fixtures",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".seg"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn postgres_calls_are_hops_on_both_sides() {
+    for name in fixtures_of("postgres") {
+        hops_of_fixture("postgres", &name, 5432, CUTS, |req, b| {
+            // A frontend message that begins a call, a backend message of a reply.
+            let ty = b[0];
+            (if req {
+                &b"QPBDEF"[..]
+            } else {
+                &b"123tnTDCIEsZ"[..]
+            })
+            .contains(&ty)
+                && u32::from_be_bytes([b[1], b[2], b[3], b[4]]) >= 4
+        });
+    }
+}
+
+#[test]
+fn mysql_calls_are_hops_on_both_sides() {
+    for name in fixtures_of("mysql") {
+        hops_of_fixture("mysql", &name, 3306, CUTS, |req, b| {
+            // A packet's sequence id: 0 starts a command, 1 its reply.
+            b.len() > 4 && b[3] == u8::from(!req)
+        });
+    }
+}
+
+#[test]
+fn memcached_calls_are_hops_on_both_sides() {
+    for name in fixtures_of("memcached") {
+        hops_of_fixture("memcached", &name, 11211, CUTS, |req, b| {
+            // Binary: the request or response magic; text: a command word or a reply line.
+            let word = b
+                .iter()
+                .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+                .count();
+            b[0] == if req { 0x80 } else { 0x81 }
+                || (word > 0 && matches!(b.get(word), Some(b' ' | b'\r' | b'\n')))
+        });
+    }
+}
+
+#[test]
+fn kafka_calls_are_hops_on_both_sides() {
+    for name in fixtures_of("kafka") {
+        hops_of_fixture("kafka", &name, 9092, CUTS, |req, b| {
+            // A length, then a request's api key and version or a response's correlation id.
+            let len = u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize;
+            len >= 4 && len <= b.len() - 4 && (!req || (b[4] == 0 && b[6] == 0))
+        });
+    }
+}
+
+#[test]
+fn mongodb_calls_are_hops_on_both_sides() {
+    for name in fixtures_of("mongodb") {
+        hops_of_fixture("mongodb", &name, 27017, CUTS, |_, b| {
+            // The message header: its length and an opcode (OP_MSG, OP_QUERY, OP_REPLY).
+            let len = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
+            let op = i32::from_le_bytes([b[12], b[13], b[14], b[15]]);
+            len >= 16 && len <= b.len() && [1, 2004, 2013].contains(&op)
+        });
+    }
+}
+
+#[test]
+fn http2_calls_are_hops_on_both_sides() {
+    for name in fixtures_of("http2") {
+        hops_of_fixture("http2", &name, 8443, CUTS, |_, b| {
+            // A frame header: a HEADERS frame (type 1) of a client-opened stream (odd id).
+            b.len() >= 9 && b[3] == 1 && b[8] & 1 == 1
+        });
+    }
 }

@@ -18,7 +18,7 @@
 mod desync_tests;
 pub mod dns;
 #[cfg(test)]
-mod fixture_support;
+pub(crate) mod fixture_support;
 pub mod framing;
 #[doc(hidden)]
 #[cfg(any(test, feature = "test-support"))]
@@ -458,8 +458,10 @@ pub struct MessageSpan {
     pub bytes: u64,
     pub syscalls: u32,
     /// Stream position of the message's first byte, where its parser knows it
-    /// ([`MessageSpan::starting_at`]; HTTP/1 and Redis): what matches a client call to the
-    /// server call it reached (src/chains.rs). Not an output field.
+    /// ([`MessageSpan::starting_at`]: HTTP/1, Redis, and the framing core's protocols —
+    /// PostgreSQL, MySQL, Memcached, Kafka, MongoDB — whose spans open at a header's first
+    /// byte, [`BytesSince::touch_at`]): what matches a client call to the server call it
+    /// reached (src/chains.rs). Not an output field.
     #[serde(skip)]
     pub first_pos: Option<u64>,
 }
@@ -504,7 +506,19 @@ pub struct BytesSince {
 }
 
 impl BytesSince {
+    /// Segment `seg_id` carries a message starting at `at` (a slice of `seg`'s bytes): the
+    /// span's first byte when it opens here ([`MessageSpan::first_pos`]); else as `touch`.
+    pub fn touch_at(&mut self, seg_id: u64, seg: &Segment, at: &[u8]) {
+        if self.span.is_none() {
+            self.span = Some(MessageSpan::starting_at(seg, at));
+            self.last_seg = seg_id;
+        } else {
+            self.touch(seg_id, seg);
+        }
+    }
+
     /// Segment `seg_id` carries some of these bytes (once per segment however often called).
+    /// A span opened here has no first position (its first byte is not known to be here).
     pub fn touch(&mut self, seg_id: u64, seg: &Segment) {
         match self.span.as_mut() {
             None => {

@@ -1,6 +1,7 @@
 //! Shared helpers for integration tests: root check, a real HTTP/1.1 server, running ebtop.
 #![allow(dead_code)]
 
+pub mod postgres;
 pub mod tmux;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -623,4 +624,67 @@ pub fn compile(mut cmd: Command, what: &str) {
         "{what}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Every call this host made to `port` and the server call it reached are one hop (issue 50,
+/// matched by socket pair and stream positions): each server call on `port` is the child of
+/// a client call to `port` with the same method and resource, as many server calls as client
+/// calls, and the summary's `chains` count them all, none unmatched or disproved. Returns the
+/// hops.
+pub fn assert_every_call_a_hop(lines: &[Value], port: u16) -> usize {
+    assert_hops(lines, port, 0)
+}
+
+/// As [`assert_every_call_a_hop`], but for `unread` server calls whose response their client
+/// never read (it exited first): those go out unlinked, counted in `hop_unmatched`.
+pub fn assert_hops(lines: &[Value], port: u16, unread: usize) -> usize {
+    let calls = calls(lines);
+    let on = |side: &str| -> Vec<&Value> {
+        calls
+            .iter()
+            .copied()
+            .filter(|c| {
+                c["side"] == side
+                    && port_of(if side == "server" {
+                        &c["local"]
+                    } else {
+                        &c["peer"]
+                    }) == port
+            })
+            .collect()
+    };
+    let (clients, servers) = (on("client"), on("server"));
+    let by_id: std::collections::HashMap<&str, &Value> = clients
+        .iter()
+        .map(|c| (c["id"].as_str().unwrap(), *c))
+        .collect();
+    let mut unlinked = Vec::new();
+    for s in &servers {
+        match s["parent_id"].as_str().and_then(|p| by_id.get(p)) {
+            Some(c) => assert_eq!(
+                (&c["method"], &c["resource"]),
+                (&s["method"], &s["resource"]),
+                "a server call under another request's client call: {s} under {c}"
+            ),
+            None => unlinked.push(s),
+        }
+    }
+    assert!(
+        unlinked.len() == unread,
+        "{} of {} server calls on port {port} without their client call ({unread} unread): \
+         {unlinked:#?}",
+        unlinked.len(),
+        servers.len()
+    );
+    let hops = servers.len() - unread;
+    assert_eq!(
+        clients.len(),
+        hops,
+        "client calls and linked server calls on {port}"
+    );
+    let chains = &lines.last().unwrap()["chains"];
+    assert_eq!(chains["hops"], hops as u64, "{chains}");
+    assert_eq!(chains["hop_unmatched"], unread as u64, "{chains}");
+    assert_eq!(chains["hop_disproved"], 0, "{chains}");
+    hops
 }

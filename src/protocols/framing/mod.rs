@@ -130,6 +130,10 @@ pub struct FramedStream<K, P> {
     pub acc: BytesSince,
     /// The current message is the first of the bytes `acc` holds.
     pub opened_acc: bool,
+    /// Stream position of the frame header being read or last read, where it started in a
+    /// segment's bytes (None: a protocol's own buffer): for a protocol counting its own spans
+    /// ([`Framer::SPANS`] off: HTTP/2's streams) to give their first byte.
+    pub frame_pos: Option<u64>,
     /// Pending requests when this direction lost its place (for a protocol to end them).
     pub lost_with: usize,
 }
@@ -152,6 +156,7 @@ impl<K: Copy + Default, P: Copy + PartialEq> FramedStream<K, P> {
             keep: 0,
             acc: BytesSince::default(),
             opened_acc: false,
+            frame_pos: None,
             lost_with: 0,
         }
     }
@@ -615,11 +620,17 @@ pub fn feed<F: Framer>(
             }
             St::Header => {
                 let s = &mut p.streams().dirs[d];
+                if !F::SPANS && s.hdr_len == 0 {
+                    s.frame_pos = seg.pos_of(data);
+                }
                 if F::SPANS && (s.hdr_len == 0 || F::TOUCH_HEADER_PIECES) {
                     if s.hdr_len == 0 {
                         s.opened_acc = s.acc.span.is_none();
+                        // A header starts at `data`: the span's first byte if it opens here.
+                        s.acc.touch_at(seg_id, seg, data);
+                    } else {
+                        s.acc.touch(seg_id, seg);
                     }
-                    s.acc.touch(seg_id, seg);
                 }
                 let (have, need) = (s.hdr_len as usize, s.need as usize);
                 if have == 0 && data.len() >= need {

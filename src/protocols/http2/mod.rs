@@ -627,7 +627,15 @@ impl Http2Parser {
         let ds = &mut self.dirs[d];
         // Only a header block's frames come while a block is open (`frame_start`).
         if ds.block_stream.is_some() {
+            let opens = ds.block_span.is_none();
             touch(&mut ds.block_span, &mut ds.block_seg, seg_id, seg);
+            if opens {
+                // The block's first frame header: a stream's first block is where its
+                // request or response starts (what a hop matches, src/chains.rs).
+                if let Some(b) = ds.block_span.as_mut() {
+                    b.first_pos = self.framing.dirs[d].frame_pos;
+                }
+            }
             ds.block_wire += wire;
         }
     }

@@ -12,7 +12,8 @@
 //! call's own timestamps (a replay's recorded times), OpenTelemetry semantic-convention
 //! attributes per protocol ([`span_of`]), trace and parent ids from the request's
 //! `traceparent` header when it carried a valid one (the `traceparent` call detail, HTTP/1),
-//! so the span joins the application's trace; otherwise a fresh random trace.
+//! so the span joins the application's trace; otherwise the call's chain: span ids from
+//! chain ids, parents from `parent_id`, one trace per chain root ([`chain_ids`]).
 //!
 //! Metrics: the Prometheus page's model (`super::prometheus::Model`: the endpoint table since
 //! the start and ebtop's own counters), cumulative, every [`METRICS_EVERY`] of session time
@@ -161,6 +162,13 @@ struct SpanCall {
     start_unix_ns: u64,
     end_unix_ns: u64,
     tls: bool,
+    /// Its chain (src/chains.rs): id, parent, root, the application's trace, a caller in
+    /// another trace ([`Call::caller`]); id 0: chains off.
+    id: u64,
+    parent_id: Option<u64>,
+    root_id: u64,
+    app_trace: Option<Arc<str>>,
+    caller: Option<(u64, u64)>,
 }
 
 struct MetricsBatch {
@@ -265,6 +273,11 @@ impl OtlpExporter {
             start_unix_ns: start,
             end_unix_ns: start.saturating_add(call.latency_ns),
             tls: call.tls,
+            id: call.id,
+            parent_id: call.parent_id,
+            root_id: call.root_id,
+            app_trace: call.trace_id.clone(),
+            caller: call.caller,
         };
         self.counters.offered.fetch_add(1, Ordering::Relaxed);
         self.chunk.push(span);
@@ -621,8 +634,9 @@ fn count_sent(sent: Sent, n: u64, exported: &AtomicU64, failed: &AtomicU64) {
 }
 
 /// Random span and trace ids: xorshift from the kernel's random bytes (ids need to be unique,
-/// not secret).
-struct IdSource(u64);
+/// not secret); and the session's salt for ids made from chain ids (which repeat from session
+/// to session: a replay links the same calls with the same ids).
+struct IdSource(u64, u64);
 
 impl IdSource {
     fn seeded() -> IdSource {
@@ -633,7 +647,22 @@ impl IdSource {
         if n != 8 || s == 0 {
             s = crate::clock::monotonic_ns() | 1;
         }
-        IdSource(s)
+        let mut ids = IdSource(s, 0);
+        ids.1 = ids.next();
+        ids
+    }
+
+    /// The span id of the call of chain id `id` (not 0): the same for its parent reference.
+    fn chain_span_id(&self, id: u64) -> [u8; 8] {
+        (id ^ self.1).max(1).to_be_bytes()
+    }
+
+    /// The trace of the calls of chain root `root`: the same for all of them.
+    fn chain_trace_id(&self, root: u64) -> [u8; 16] {
+        let mut id = [0u8; 16];
+        id[..8].copy_from_slice(&crate::chains::mix64(self.1, root, 1).to_be_bytes());
+        id[8..].copy_from_slice(&crate::chains::mix64(self.1, root, 2).to_be_bytes());
+        id
     }
 
     fn next(&mut self) -> u64 {
@@ -751,13 +780,85 @@ fn detail<'c>(c: &'c SpanCall, key: &str) -> Option<&'c str> {
         .map(|(_, v)| v.as_str())
 }
 
+/// A span's trace, span and parent ids, flags and links. Span ids are the chain's ids (salted
+/// per session), so a parent's span is the span `parent_id` names. The trace: the request's
+/// own `traceparent` (a server call's parent the client call on this host that sent it, else
+/// the header's parent), else the chain's application trace when it is a `traceparent`'s, else one
+/// trace per chain root (`Call::root_id`); a server call that keeps its own root while its
+/// caller is in another trace links to the caller's span. Without chains: random, as before.
+#[allow(clippy::type_complexity)]
+fn chain_ids(
+    c: &SpanCall,
+    ids: &mut IdSource,
+) -> ([u8; 16], [u8; 8], Vec<u8>, u32, Vec<span::Link>) {
+    let own = detail(c, "traceparent").and_then(|t| TraceParent::parse(t.as_bytes()));
+    if c.id == 0 {
+        return match own {
+            Some(p) => (
+                p.trace_id,
+                ids.span_id(),
+                p.parent_id.to_vec(),
+                u32::from(p.flags),
+                Vec::new(),
+            ),
+            None => (ids.trace_id(), ids.span_id(), Vec::new(), 0, Vec::new()),
+        };
+    }
+    let span_id = ids.chain_span_id(c.id);
+    let parent = c.parent_id.map(|p| ids.chain_span_id(p).to_vec());
+    let app = c.app_trace.as_deref().and_then(hex_trace);
+    let root_trace = |root: u64| {
+        if c.caller.is_none() {
+            app.unwrap_or_else(|| ids.chain_trace_id(root))
+        } else {
+            ids.chain_trace_id(root)
+        }
+    };
+    let links = match c.caller {
+        Some((caller, root)) => vec![span::Link {
+            trace_id: app.unwrap_or_else(|| ids.chain_trace_id(root)).to_vec(),
+            span_id: ids.chain_span_id(caller).to_vec(),
+            ..Default::default()
+        }],
+        None => Vec::new(),
+    };
+    match own {
+        // A server call's hop parent sent this very header (same trace); a client call's
+        // header names the application's own span, the parent in its trace.
+        Some(p) => (
+            p.trace_id,
+            span_id,
+            parent
+                .filter(|_| c.caller.is_none() && c.side == Side::Server)
+                .unwrap_or_else(|| p.parent_id.to_vec()),
+            u32::from(p.flags),
+            links,
+        ),
+        None => (
+            root_trace(c.root_id),
+            span_id,
+            parent.filter(|_| c.caller.is_none()).unwrap_or_default(),
+            0,
+            links,
+        ),
+    }
+}
+
+/// A trace id written as 32 hex digits (a `traceparent`'s, as chains keep it), not all zero.
+fn hex_trace(s: &str) -> Option<[u8; 16]> {
+    if s.len() != 32 {
+        return None;
+    }
+    let mut id = [0u8; 16];
+    for (i, b) in id.iter_mut().enumerate() {
+        *b = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    (id != [0; 16]).then_some(id)
+}
+
 /// A call's span: ids, kind, times, name, attributes and status (docs/fleet.md lists them).
 fn span_of(c: &SpanCall, query_text: bool, ids: &mut IdSource) -> Span {
-    let parent = detail(c, "traceparent").and_then(|t| TraceParent::parse(t.as_bytes()));
-    let (trace_id, parent_span_id, flags) = match parent {
-        Some(p) => (p.trace_id, p.parent_id.to_vec(), u32::from(p.flags)),
-        None => (ids.trace_id(), Vec::new(), 0),
-    };
+    let (trace_id, span_id, parent_span_id, flags, links) = chain_ids(c, ids);
     let (server, client) = match c.side {
         Side::Server => (c.local, c.peer),
         Side::Client => (c.peer, c.local),
@@ -883,9 +984,10 @@ fn span_of(c: &SpanCall, query_text: bool, ids: &mut IdSource) -> Span {
     };
     Span {
         trace_id: trace_id.to_vec(),
-        span_id: ids.span_id().to_vec(),
+        span_id: span_id.to_vec(),
         parent_span_id,
         flags,
+        links,
         name,
         kind: match c.side {
             Side::Server => span::SpanKind::Server,

@@ -466,3 +466,107 @@ fn flow_ends_become_log_records_only_when_asked_for() {
     assert_eq!(stats.flow_logs_exported, None);
     assert!(rx.logs().is_empty());
 }
+
+/// Chains as spans (issue 50): span ids are the chain's ids and parents the spans their
+/// `parent_id` names; the calls of one root share a trace without an application trace (an
+/// app request, its Redis call, Redis's server call of it), another root is another trace;
+/// a server call that kept its own root (its children went out before its hop was known)
+/// links to its caller's span in the caller's trace; an application trace id in the chain
+/// is the trace of the calls that carry it.
+#[test]
+fn a_chain_is_one_trace_with_its_parents() {
+    let rx = Receiver::start();
+    let mut e = exporter(&rx.url, Mode::Replay, false, FINAL_WAIT);
+    let linked = |pid: u32, side: Direction, id: u64, parent: Option<u64>, root: u64| {
+        let mut c = call("app", pid, "GET", "/x", 1_000);
+        c.l7.request_dir = side;
+        let mut c = Call::new(
+            c.l7,
+            pid,
+            pid,
+            "app".into(),
+            1,
+            "127.0.0.1:8080".parse().unwrap(),
+            "127.0.0.1:50000".parse().unwrap(),
+        );
+        (c.id, c.parent_id, c.root_id) = (id, parent, root);
+        c
+    };
+    let (srv, cli) = (Direction::Ingress, Direction::Egress);
+    let app = linked(1, srv, 10, None, 10);
+    let redis_call = linked(2, cli, 11, Some(10), 10);
+    let redis = linked(3, srv, 12, Some(11), 10);
+    let other = linked(4, srv, 20, None, 20);
+    let caller = linked(5, cli, 31, None, 31);
+    let mut kept = linked(6, srv, 30, Some(31), 30);
+    kept.caller = Some((31, 31));
+    // A request-id, not a trace id: the root's trace.
+    let mut with_request_id = linked(8, cli, 41, None, 41);
+    with_request_id.trace_id = Some("req-42".into());
+    // A request whose header carried the application's trace (not kept as a detail here)
+    // and its call: both in that trace.
+    let mut app_traced = linked(9, srv, 50, None, 50);
+    app_traced.trace_id = Some("4bf92f3577b34da6a3ce929d0e0e4736".into());
+    let mut in_app_trace = linked(7, cli, 51, Some(50), 50);
+    in_app_trace.trace_id = app_traced.trace_id.clone();
+    for c in [
+        &with_request_id,
+        &app_traced,
+        &redis,
+        &redis_call,
+        &app,
+        &other,
+        &kept,
+        &caller,
+        &in_app_trace,
+    ] {
+        e.call(c);
+    }
+    assert_eq!(e.finish().spans_exported, 9);
+    let spans = rx.spans();
+    let by_pid = |pid: i64| -> &Span {
+        spans
+            .iter()
+            .find(|(r, _)| {
+                r.attributes.iter().any(|kv| {
+                    kv.key == "process.pid"
+                        && kv.value.as_ref().unwrap().value == Some(any_value::Value::IntValue(pid))
+                })
+            })
+            .map(|(_, s)| s)
+            .unwrap()
+    };
+    let (app, redis_call, redis) = (by_pid(1), by_pid(2), by_pid(3));
+    let (other, caller, kept, in_app) = (by_pid(4), by_pid(5), by_pid(6), by_pid(7));
+    assert_eq!(app.trace_id.len(), 16);
+    assert_eq!(
+        (&redis_call.trace_id, &redis.trace_id),
+        (&app.trace_id, &app.trace_id)
+    );
+    assert!(app.parent_span_id.is_empty());
+    assert_eq!(redis_call.parent_span_id, app.span_id);
+    assert_eq!(redis.parent_span_id, redis_call.span_id);
+    let ids: std::collections::HashSet<_> = [app, redis_call, redis, other, caller, kept]
+        .iter()
+        .map(|s| s.span_id.clone())
+        .collect();
+    assert_eq!(ids.len(), 6, "span ids differ");
+    assert_ne!(other.trace_id, app.trace_id);
+    assert_ne!(kept.trace_id, caller.trace_id);
+    assert!(kept.parent_span_id.is_empty());
+    assert_eq!(kept.links.len(), 1);
+    assert_eq!(
+        (&kept.links[0].trace_id, &kept.links[0].span_id),
+        (&caller.trace_id, &caller.span_id)
+    );
+    let tp = TraceParent::parse(TP.as_bytes()).unwrap();
+    let app_traced = by_pid(9);
+    assert_eq!(
+        (&in_app.trace_id, &app_traced.trace_id),
+        (&tp.trace_id.to_vec(), &tp.trace_id.to_vec())
+    );
+    assert_eq!(in_app.parent_span_id, app_traced.span_id);
+    let rid = by_pid(8);
+    assert_eq!(rid.trace_id.len(), 16);
+    assert!(![&app.trace_id, &other.trace_id, &tp.trace_id.to_vec()].contains(&&rid.trace_id));
+}
