@@ -3,6 +3,7 @@
 //! [`call`] → [`pipeline`] → [`sink`] (JSON lines | TUI | recorder).
 
 pub mod aggregate;
+pub mod allocator;
 pub mod bpf;
 pub mod call;
 pub mod call_filter;

@@ -400,6 +400,10 @@ impl Scout {
             let now = Instant::now();
             let next = self.pending.iter().map(|(at, _)| *at).min();
             let scanning = matches!(self.installed, Installed::ToList | Installed::Left(_));
+            if !scanning && next.is_none_or(|at| at > now) {
+                // About to wait: what the looks read (symbol and string tables) goes back.
+                crate::allocator::release_freed();
+            }
             let job = match next {
                 Some(at) if at <= now => None,
                 // Installed programs wait: one of them whenever no job waits.
