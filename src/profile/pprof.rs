@@ -117,8 +117,9 @@ pub fn encode(profile: &Profile, on_cpu: bool, time_nanos: u64, duration_nanos: 
         .iter()
         .filter(|(k, _)| k.kind.is_on_cpu() == on_cpu)
         .collect();
-    stacks
-        .sort_by(|a, b| (a.0.tgid, a.0.kind, &a.0.frames).cmp(&(b.0.tgid, b.0.kind, &b.0.frames)));
+    stacks.sort_by(|a, b| {
+        (a.0.tgid, a.0.tid, a.0.kind, &a.0.frames).cmp(&(b.0.tgid, b.0.tid, b.0.kind, &b.0.frames))
+    });
     for (k, t) in stacks {
         let comm = profile
             .processes
@@ -257,6 +258,7 @@ mod tests {
         };
         let k = |frames: &[&str]| StackKey {
             tgid: 42,
+            tid: None,
             kind: Kind::OnCpu,
             frames: frames.iter().map(|f| Frame::from(*f)).collect(),
         };
