@@ -218,8 +218,9 @@ pub struct Args {
     pub profile_out: Option<std::path::PathBuf>,
 
     /// With --profile: keep stacks per thread (the kernel counts them per thread; without
-    /// this a process's threads are added up): `profile` lines give each stack's `tid`, the
-    /// terminal UI's Profile view steps through threads too (w).
+    /// this a process's threads are added up): `profile` lines give each stack's `tid`,
+    /// --profile-out's pprof samples a `tid` label, the terminal UI's Profile view steps
+    /// through threads too (w).
     #[arg(long, requires = "profile")]
     pub profile_threads: bool,
 
