@@ -217,6 +217,13 @@ pub struct Args {
     #[arg(long, value_name = "FILE", requires = "profile")]
     pub profile_out: Option<std::path::PathBuf>,
 
+    /// With --profile: keep stacks per thread (the kernel counts them per thread; without
+    /// this a process's threads are added up): `profile` lines give each stack's `tid`,
+    /// --profile-out's pprof samples a `tid` label, the terminal UI's Profile view steps
+    /// through threads too (w).
+    #[arg(long, requires = "profile")]
+    pub profile_threads: bool,
+
     /// With --profile: profile only when RULE holds (repeatable; the first that holds fires),
     /// the processes it names, for --profile-for; then no rule fires for --profile-silence.
     /// The programs stay loaded, selecting nothing in between. RULE: `cpu>80%` (a process's

@@ -64,6 +64,12 @@ pub const TARGETS: &[Target] = &[
         name: "plugin",
         drive: crate::plugins::fuzzing::drive,
     },
+    Target {
+        name: "symbols",
+        drive: |d| {
+            crate::profile::filesyms::fuzzing::drive(d);
+        },
+    },
 ];
 
 pub fn target(name: &str) -> Option<&'static Target> {
@@ -182,6 +188,7 @@ pub fn seeds(target: &str, root: &Path) -> io::Result<Vec<(String, Vec<u8>)>> {
         "go_binary" => out = crate::tls::golang::fuzzing::seeds(),
         "elf" => out = crate::tls::elf_fuzzing::seeds(),
         "plugin" => out = crate::plugins::fuzzing::seeds(),
+        "symbols" => out = crate::profile::filesyms::fuzzing::seeds(root)?,
         _ => {}
     }
     Ok(out)

@@ -560,6 +560,7 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
                     filters: live_cfg.filters.clone(),
                     cgroups: live_cfg.cgroups.clone(),
                     gate: idle_gate.clone(),
+                    threads: args.profile_threads,
                 },
                 args.delay,
             )

@@ -130,6 +130,8 @@ struct Downstream<S: Sink> {
     profile_total: Option<crate::profile::Profile>,
     /// Live with `--profile`: the triggers (`--profile-when`, the UI's key) and the gate.
     triggers: Option<crate::profile::trigger::TriggerCtl>,
+    /// Replay: the trigger events recorded at the end of the interval being closed (kind 9).
+    replayed_triggers: Vec<crate::profile::trigger::TriggerEvent>,
     /// The tracker's counters at the last interval end (what `totals` shows).
     tracker_state: TrackerState,
     /// Set when writing the recording failed, so the session ends (the loop's stop flag).
@@ -255,6 +257,7 @@ impl<S: Sink> Pipeline<S> {
             pending_profile: None,
             profile_total: None,
             triggers: None,
+            replayed_triggers: Vec::new(),
             tracker_state: TrackerState::default(),
             stop_on_recording_failure: None,
             caps_warned: CapsWarned::default(),
@@ -405,6 +408,27 @@ impl<S: Sink> Pipeline<S> {
             None => self.down.pending_profile = Some(p),
         }
         Ok(())
+    }
+
+    /// Replay: the interval `on_interval` closes next, with the trigger events recorded at
+    /// its end (kind 9 records follow their interval's record: the replay holds the interval
+    /// until they are read), written where the live run wrote them, before its lines.
+    pub fn on_replayed_interval(
+        &mut self,
+        iv: &crate::record::IntervalRecord,
+        triggers: Vec<crate::profile::trigger::TriggerEvent>,
+    ) -> io::Result<()> {
+        self.down.replayed_triggers = triggers;
+        self.on_interval(iv.mono_ns, &iv.kernel, None)
+    }
+
+    /// Replay: a trigger event with no interval before it (a recording cut or damaged there).
+    pub fn replayed_trigger(
+        &mut self,
+        mono_ns: u64,
+        e: &crate::profile::trigger::TriggerEvent,
+    ) -> io::Result<()> {
+        self.down.profile_trigger(mono_ns, e)
     }
 
     fn drain_profile_feed(&mut self) -> io::Result<()> {
@@ -1449,14 +1473,31 @@ impl<S: Sink> Downstream<S> {
             None => {}
         }
         let mut report = report;
-        if let Some(t) = self.triggers.as_mut() {
-            for e in t.on_interval(now_ns, &report) {
-                self.sink.profile_trigger(now_ns, &e)?;
+        let triggered = match self.triggers.as_mut() {
+            Some(t) => {
+                let events = t.on_interval(now_ns, &report);
+                report.profile_status = Some(t.status_line(now_ns));
+                events
             }
-            report.profile_status = Some(t.status_line(now_ns));
+            None => std::mem::take(&mut self.replayed_triggers),
+        };
+        for e in &triggered {
+            self.profile_trigger(now_ns, e)?;
         }
         // The sink is the report's last user (the recorder got the flows in `set_flows`).
         self.sink.interval_owned(report)
+    }
+
+    /// A profile trigger event at `now_ns`: recorded (after the interval's record) and written.
+    fn profile_trigger(
+        &mut self,
+        now_ns: u64,
+        e: &crate::profile::trigger::TriggerEvent,
+    ) -> io::Result<()> {
+        if let Some(rec) = &mut self.recorder {
+            rec.profile_trigger(now_ns, e);
+        }
+        self.sink.profile_trigger(now_ns, e)
     }
 
     /// Writing the recording failed: told at once (a `warning`, the terminal UI's header,

@@ -143,8 +143,9 @@ fn parsers_driver_finds_the_calls_of_real_traffic() {
 #[test]
 fn recording_driver_replays_the_recordings() {
     let seeds = seeds("recording");
-    // Four recordings of traffic, a profile's, and that one's profile records alone.
-    assert_eq!(seeds.len(), 6);
+    // Four recordings of traffic, two of profiles (one with its trigger records), and those
+    // two's profile and trigger records alone.
+    assert_eq!(seeds.len(), 8);
     for (name, seed) in seeds {
         if name.ends_with(".profile_records") {
             // Records without a recording's header: the driver wraps them in one (no summary

@@ -13,6 +13,7 @@ const RECORDINGS: &[&str] = &[
     "tests/fixtures/recordings/procs_mix.ebt",
     "src/protocols/dns/fixtures/dns_mix.ebt",
     "tests/fixtures/recordings/profile_burn.ebt",
+    "tests/fixtures/recordings/profile_trigger.ebt",
 ];
 
 /// The text of each `## \`type\`` section of docs/json.md.

@@ -635,3 +635,87 @@ fn build_hot_rs(dir: &Path) -> std::path::PathBuf {
     compile(rustc, "rustc hot.rs");
     bin
 }
+
+/// Nanoseconds thread `tid` of `pid` has run on a CPU (its schedstat, exact).
+fn thread_cpu_ns(pid: u32, tid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .expect("the thread runs")
+}
+
+/// `--profile-threads`: a program whose main thread spins in `spin_main` and whose worker
+/// spins in `spin_worker` (their tids told by the program itself). Every stack of its
+/// `on_cpu` line names one of the two threads, each function only under its own thread, and
+/// each thread's share of the samples is its share of the CPU time its schedstat counted
+/// over the same run (±5 points).
+#[test]
+fn threads_are_kept_apart_with_profile_threads() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let bin = build(dir.path(), "threads");
+    let (child, _out, line) = start(&bin);
+    let pid = child.id();
+    let tids: Vec<u32> = line
+        .trim()
+        .strip_prefix("tids ")
+        .map(|s| s.split(' ').filter_map(|t| t.parse().ok()).collect())
+        .unwrap_or_default();
+    let [main_tid, worker_tid] = tids[..] else {
+        panic!("the program said {line:?}");
+    };
+    assert_eq!(main_tid, pid);
+    let ebtop = Ebtop::start(&[
+        "--json",
+        "--only",
+        "profile",
+        "--profile",
+        "--profile-threads",
+        "--profile-hz",
+        "997",
+        "--profile-off-cpu-min",
+        "off",
+        "-p",
+        &pid.to_string(),
+    ]);
+    let before = [main_tid, worker_tid].map(|t| thread_cpu_ns(pid, t));
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while cpu_ns(pid) - before.iter().sum::<u64>() < 2_000_000_000 {
+        assert!(std::time::Instant::now() < deadline, "no 2 CPU s in 90 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let ran = [main_tid, worker_tid].map(|t| thread_cpu_ns(pid, t));
+    let lines = ebtop.stop();
+    drop(child);
+
+    let on = profile_line(&lines, "on_cpu", pid);
+    let mut per_thread = std::collections::HashMap::<u64, u64>::new();
+    for s in on["stacks"].as_array().unwrap() {
+        let tid = s["tid"].as_u64().unwrap_or_else(|| panic!("no tid: {s}"));
+        assert!(
+            tid == u64::from(main_tid) || tid == u64::from(worker_tid),
+            "a thread the program does not have: {s}"
+        );
+        if has_frame(s, "spin_main") {
+            assert_eq!(tid, u64::from(main_tid), "{s}");
+        }
+        if has_frame(s, "spin_worker") {
+            assert_eq!(tid, u64::from(worker_tid), "{s}");
+        }
+        *per_thread.entry(tid).or_default() += s["samples"].as_u64().unwrap();
+    }
+    let samples = on["samples"].as_u64().unwrap();
+    assert_eq!(per_thread.values().sum::<u64>(), samples);
+    let cpu: Vec<u64> = ran.iter().zip(before).map(|(a, b)| a - b).collect();
+    let cpu_total: u64 = cpu.iter().sum();
+    for (i, tid) in [main_tid, worker_tid].into_iter().enumerate() {
+        let got = per_thread.get(&u64::from(tid)).copied().unwrap_or(0);
+        let share = 100.0 * got as f64 / samples as f64;
+        let want = 100.0 * cpu[i] as f64 / cpu_total as f64;
+        eprintln!("thread {tid}: {got} of {samples} samples ({share:.1}%), CPU {want:.1}%");
+        assert!(
+            (share - want).abs() <= 5.0,
+            "thread {tid}: {share:.1}% of the samples, {want:.1}% of the CPU time"
+        );
+    }
+}

@@ -3,7 +3,7 @@
 //! Asserted from the JSON lines: the `profile_trigger` lines (when, which rule, which process,
 //! how long) and the interval `profile` lines (samples only from readings that overlap the
 //! run: the gate is closed before and after). The recording made meanwhile replays the same
-//! `profile` lines without BPF.
+//! `profile` and `profile_trigger` lines, in the same order, without BPF.
 mod common;
 
 use std::path::Path;
@@ -130,11 +130,12 @@ fn a_cpu_rule_fires_once_then_stays_silent() {
     );
 
     // The recording holds the same profiles, names and all (the symbol cache's counts are
-    // the live session's, not recorded).
+    // the live session's, not recorded), and the same trigger lines, each before its
+    // interval's profile lines as live.
     let replayed = replay_json(&rec, &["--only", "profile"]);
     let profiles = |ls: &[Value]| -> Vec<Value> {
         ls.iter()
-            .filter(|v| v["type"] == "profile")
+            .filter(|v| v["type"] == "profile" || is_trigger(v))
             .cloned()
             .map(|mut v| {
                 v.as_object_mut().unwrap().remove("symbol_cache");
@@ -142,5 +143,28 @@ fn a_cpu_rule_fires_once_then_stays_silent() {
             })
             .collect()
     };
-    assert_eq!(profiles(&replayed), profiles(&lines));
+    let live = profiles(&lines);
+    assert_eq!(live.iter().filter(|v| is_trigger(v)).count(), 2);
+    assert_eq!(profiles(&replayed), live);
+}
+
+/// The committed recording of a triggered run (tests/fixtures/recordings/regenerate.sh
+/// profile_trigger; format minor 9) replays the `profile_trigger` and `profile` lines its live
+/// run printed, in the same order (no root: no BPF).
+#[test]
+fn a_recorded_trigger_replays_its_lines() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recordings");
+    let live: Vec<Value> = std::fs::read_to_string(dir.join("profile_trigger.lines.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let triggers = live.iter().filter(|v| v["type"] == "profile_trigger");
+    assert_eq!(triggers.count(), 2, "a start and an end");
+    let replayed: Vec<Value> =
+        replay_json(&dir.join("profile_trigger.ebt"), &["--only", "profile"])
+            .into_iter()
+            .filter(|v| v["type"] == "profile" || v["type"] == "profile_trigger")
+            .collect();
+    assert_eq!(replayed, live);
 }

@@ -71,7 +71,20 @@ pub fn run_rewindable<S: Sink, R: Read>(
     let mut kernel = KernelCounters::default();
     let mut end = None;
     let mut since_flush = 0u32;
+    // The interval read last, held until the records after it are not its trigger events
+    // (kind 9 follows kind 3; the live run wrote their lines before the interval's).
+    let mut held: Option<(crate::record::IntervalRecord, Vec<_>)> = None;
     let result = reader.for_each(|item| {
+        if let Item::ProfileTrigger(mono_ns, e) = item {
+            match held.as_mut() {
+                Some((iv, events)) if iv.mono_ns == mono_ns => events.push(*e),
+                _ => pipeline.replayed_trigger(mono_ns, &e)?,
+            }
+            return Ok(());
+        }
+        if let Some((iv, events)) = held.take() {
+            pipeline.on_replayed_interval(&iv, events)?;
+        }
         match item {
             Item::Event(raw) => {
                 if rewind_requested() {
@@ -89,13 +102,15 @@ pub fn run_rewindable<S: Sink, R: Read>(
             }
             Item::Process(info) => pipeline.know_process(info)?,
             Item::Interval(iv) => {
-                pipeline.on_interval(iv.mono_ns, &iv.kernel, None)?;
-                kernel = iv.kernel;
+                kernel = iv.kernel.clone();
+                held = Some((iv, Vec::new()));
             }
             Item::Flows(report) => pipeline.set_flows(*report)?,
             Item::ProcEvent(raw) => pipeline.on_proc_record(raw)?,
             Item::Profile(p) => pipeline.set_profile(*p)?,
             Item::End(e) => end = Some(e),
+            // Taken above.
+            Item::ProfileTrigger(..) => {}
         }
         Ok(())
     });
@@ -104,6 +119,9 @@ pub fn run_rewindable<S: Sink, R: Read>(
         Err(e) if e.is::<Stop>() => true,
         Err(e) => return Err(e),
     };
+    if let Some((iv, events)) = held.take() {
+        pipeline.on_replayed_interval(&iv, events)?;
+    }
     let rewound = rewind_requested();
     pipeline.flush()?;
     pipeline.set_replay_stats(reader.stats);
@@ -238,7 +256,7 @@ impl TimeRange {
 
 /// A sink that passes on only what happened in a [`TimeRange`]: calls by the time they
 /// completed (`tui::call_time`, as the terminal UI places them), intervals that overlap it
-/// (with their flow reports), losses, warnings and exits by their time. Everything else
+/// (with their flow reports), losses, profile triggers, warnings and exits by their time. Everything else
 /// (meta, processes, the summary) passes.
 pub struct InRange<S> {
     sink: S,
@@ -348,6 +366,16 @@ impl<S: Sink> Sink for InRange<S> {
     fn lost(&mut self, mono_ns: u64, loss: &crate::sink::Loss) -> std::io::Result<()> {
         if self.range.holds(mono_ns) {
             self.sink.lost(mono_ns, loss)?;
+        }
+        Ok(())
+    }
+    fn profile_trigger(
+        &mut self,
+        mono_ns: u64,
+        event: &crate::profile::trigger::TriggerEvent,
+    ) -> std::io::Result<()> {
+        if self.range.holds(mono_ns) {
+            self.sink.profile_trigger(mono_ns, event)?;
         }
         Ok(())
     }

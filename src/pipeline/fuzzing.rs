@@ -658,7 +658,11 @@ pub fn seed_from_recording(bytes: &[u8]) -> Option<Vec<u8>> {
                 Item::Interval(iv) => {
                     enc.interval_at(iv.mono_ns, iv.kernel.lost, iv.kernel.lost_bytes)
                 }
-                Item::Process(_) | Item::Flows(_) | Item::Profile(_) | Item::End(_) => {}
+                Item::Process(_)
+                | Item::Flows(_)
+                | Item::Profile(_)
+                | Item::ProfileTrigger(..)
+                | Item::End(_) => {}
             }
             Ok(())
         })

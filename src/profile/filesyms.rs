@@ -429,6 +429,144 @@ impl FileCache {
     }
 }
 
+/// The fuzz target `symbols` (fuzz/fuzz_targets/symbols.rs): the profile's reader of a
+/// mapped file's function names — ELF `.symtab`/`.dynsym`, a Go program's `.gopclntab`, the
+/// names read back and demangled — on any bytes.
+#[cfg(any(test, feature = "test-support"))]
+pub mod fuzzing {
+    use super::*;
+    use std::path::Path;
+
+    /// Names asked of one table at most (each a `pread` and a demangling).
+    const MAX_LOOKUPS: usize = 4096;
+    /// Where the wrapper puts `.text` (a Go table's entries are offsets into it).
+    const TEXT_ADDR: u64 = 0x40_1000;
+
+    /// Bytes as a file.
+    pub struct Owned(pub Vec<u8>);
+
+    impl ReadAt for Owned {
+        fn len(&self) -> u64 {
+            self.0.len() as u64
+        }
+        fn read_at(&self, offset: u64, len: u64) -> Result<Vec<u8>, Skip> {
+            self.0[..].read_at(offset, len)
+        }
+    }
+
+    /// The first byte picks what the rest is: even, a whole file; odd, a `.gopclntab`'s
+    /// bytes, put in an ELF file beside a `.text` (so mutations reach the Go table without
+    /// first having to keep an ELF file's headers whole). The table read, every function's
+    /// name is asked for at its first byte, its last and one past its end. Returns the names
+    /// found.
+    pub fn drive(data: &[u8]) -> Vec<Frame> {
+        let Some((&mode, rest)) = data.split_first() else {
+            return Vec::new();
+        };
+        let file = if mode % 2 == 0 {
+            rest.to_vec()
+        } else {
+            go_file(rest)
+        };
+        let Ok(Some(mut t)) = SymTable::read(Owned(file)) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let syms: Vec<Sym> = t.syms.iter().take(MAX_LOOKUPS).copied().collect();
+        for s in syms {
+            let Some(off) = t.sections.iter().find_map(|&(off, size, addr)| {
+                let rel = s.addr.checked_sub(addr)?;
+                (rel < size).then(|| off.checked_add(rel)).flatten()
+            }) else {
+                continue;
+            };
+            let first = t.name(off);
+            // Asked again: the cached name, the same.
+            assert_eq!(t.name(off), first, "a name that changed when asked again");
+            let last = u64::from(s.size.max(1)) - 1;
+            let _ = t.name(off.saturating_add(last));
+            let _ = t.name(off.saturating_add(u64::from(s.size)));
+            out.extend(first);
+        }
+        out
+    }
+
+    /// An ELF file with a `.text` at [`TEXT_ADDR`] (its bytes are never read: it claims
+    /// 16 MiB past the file's end) and `table` as its `.gopclntab`.
+    pub fn go_file(table: &[u8]) -> Vec<u8> {
+        let shstr = b"\0.text\0.gopclntab\0.shstrtab\0";
+        let mut f = vec![0u8; 64];
+        f[..8].copy_from_slice(b"\x7fELF\x02\x01\x01\x00");
+        f[18..20].copy_from_slice(&crate::tls::elf::EM_X86_64.to_le_bytes());
+        let table_off = f.len() as u64;
+        f.extend_from_slice(table);
+        let shstr_off = f.len() as u64;
+        f.extend_from_slice(shstr);
+        let shoff = f.len() as u64;
+        let sh = |name: u32, kind: u32, flags: u64, addr: u64, off: u64, size: u64| {
+            let mut s = vec![0u8; 64];
+            s[..4].copy_from_slice(&name.to_le_bytes());
+            s[4..8].copy_from_slice(&kind.to_le_bytes());
+            s[8..16].copy_from_slice(&flags.to_le_bytes());
+            s[16..24].copy_from_slice(&addr.to_le_bytes());
+            s[24..32].copy_from_slice(&off.to_le_bytes());
+            s[32..40].copy_from_slice(&size.to_le_bytes());
+            s
+        };
+        f.extend(vec![0u8; 64]);
+        f.extend(sh(
+            1,
+            1,
+            SHF_ALLOC | SHF_EXECINSTR,
+            TEXT_ADDR,
+            0x1000,
+            16 << 20,
+        ));
+        f.extend(sh(
+            7,
+            1,
+            SHF_ALLOC,
+            0x80_0000,
+            table_off,
+            table.len() as u64,
+        ));
+        f.extend(sh(18, 3, 0, 0, shstr_off, shstr.len() as u64));
+        f[40..48].copy_from_slice(&shoff.to_le_bytes());
+        f[58..60].copy_from_slice(&64u16.to_le_bytes());
+        f[60..62].copy_from_slice(&4u16.to_le_bytes());
+        f[62..64].copy_from_slice(&3u16.to_le_bytes());
+        f
+    }
+
+    /// The fixtures the seeds are made of (tests/fixtures/profile/symbols/, made by its
+    /// make.sh from real builds).
+    pub const FIXTURES: &str = "tests/fixtures/profile/symbols";
+
+    /// Seeds: a small shared object (C, C++ and Rust names; with its symbol tables and
+    /// stripped to `.dynsym`), a stripped Go program's function table cut to 25 of its
+    /// functions, as a table and as a whole file, and the TLS reader's minimal ELF file.
+    pub fn seeds(root: &Path) -> std::io::Result<Vec<(String, Vec<u8>)>> {
+        let dir = root.join(FIXTURES);
+        let mut out = Vec::new();
+        for name in ["syms.so", "syms.stripped.so"] {
+            let mut d = vec![0u8];
+            d.extend(std::fs::read(dir.join(name))?);
+            out.push((name.to_string(), d));
+        }
+        let table = std::fs::read(dir.join("go_stripped.pclntab"))?;
+        let mut d = vec![1u8];
+        d.extend_from_slice(&table);
+        out.push(("go_stripped.pclntab".into(), d));
+        let mut d = vec![0u8];
+        d.extend(go_file(&table));
+        out.push(("go_stripped.elf".into(), d));
+        let mut d = vec![0u8];
+        d.extend(crate::tls::elf::minimal());
+        out.push(("minimal.elf".into(), d));
+        Ok(out)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -600,5 +738,66 @@ mod tests {
         let _ = t.name(0);
         let text = b"not an elf file at all, just some bytes..................".to_vec();
         assert!(SymTable::read(Bytes(text)).unwrap().is_none());
+    }
+
+    /// The fuzz target's seeds, real builds' tables: every function named as its symbol
+    /// says, mangled names demangled; a stripped Go program named from its table alone.
+    #[test]
+    fn the_fuzz_seeds_name_their_functions() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let seeds = fuzzing::seeds(root).unwrap();
+        let names = |seed: &str| -> Vec<String> {
+            let (_, d) = seeds.iter().find(|(n, _)| n == seed).unwrap();
+            let mut v: Vec<String> = fuzzing::drive(d).iter().map(|f| f.to_string()).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(
+            names("syms.so"),
+            [
+                "core::fmt::write",
+                "foo::Bar::method(int)",
+                "hot_loop",
+                "impl_a",
+                "local_step",
+                "mycrate::work",
+                // The IFUNC `picked` and its resolver share an address: .symtab lists the
+                // (local) resolver first, and the first at an address is kept.
+                "resolve_pick",
+            ]
+        );
+        // .dynsym only: the exported functions (the IFUNC by its own name).
+        assert_eq!(
+            names("syms.stripped.so"),
+            [
+                "core::fmt::write",
+                "foo::Bar::method(int)",
+                "hot_loop",
+                "mycrate::work",
+                "picked",
+            ]
+        );
+        for seed in ["go_stripped.pclntab", "go_stripped.elf"] {
+            let go = names(seed);
+            assert_eq!(go.len(), 25, "{seed}: {go:?}");
+            assert!(go.iter().any(|n| n == "main.main"), "{seed}");
+            assert!(go.iter().any(|n| n == "runtime.cmpstring"), "{seed}");
+        }
+        assert_eq!(names("minimal.elf"), ["SSL_read", "SSL_write"]);
+    }
+
+    /// Every byte of the small seeds damaged in turn: read or refused, never a panic.
+    #[test]
+    fn damaged_seeds_are_driven_without_panic() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        for (_, seed) in fuzzing::seeds(root).unwrap() {
+            for i in 1..seed.len() {
+                let mut d = seed.clone();
+                d[i] ^= 0xff;
+                fuzzing::drive(&d);
+                d.truncate(i);
+                fuzzing::drive(&d);
+            }
+        }
     }
 }

@@ -31,6 +31,9 @@ pub struct ProfileConfig {
     /// What the programs select from the start: everything the filters do (`--profile`), or
     /// nothing until a trigger arms them (`--profile-when`, the TUI's key).
     pub gate: Gate,
+    /// Stacks kept per thread (`--profile-threads`): the kernel's key always holds the
+    /// thread; without it, a process's threads' counts of a stack are added up here.
+    pub threads: bool,
 }
 
 /// Which of the tasks the filters select the loaded programs profile (`gate_mode` in
@@ -163,6 +166,8 @@ struct Reader {
     user_stacks: HashMap<(u32, i32), Arc<[Frame]>>,
     kernel_stacks: HashMap<i32, Arc<[Frame]>>,
     comms: HashMap<u32, String>,
+    /// `ProfileConfig::threads`.
+    threads: bool,
     profile: Profile,
     /// What the current reading adds (sent on as the interval's profile).
     interval: Profile,
@@ -282,6 +287,7 @@ impl Reader {
             user_stacks: HashMap::new(),
             kernel_stacks: HashMap::new(),
             comms: HashMap::new(),
+            threads: cfg.threads,
             profile: Profile {
                 hz: cfg.hz,
                 off_cpu_min_ns: cfg.off_cpu_min.map(|d| d.as_nanos() as u64),
@@ -437,7 +443,13 @@ impl Reader {
                 }
             })
             .clone();
-        let key = StackKey { tgid, kind, frames };
+        let tid = self.threads.then(|| u32_at(key, 4));
+        let key = StackKey {
+            tgid,
+            tid,
+            kind,
+            frames,
+        };
         self.interval.add(key.clone(), &comm, delta);
         self.profile.add(key, &comm, delta);
     }

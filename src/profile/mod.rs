@@ -59,6 +59,8 @@ pub type Frame = Arc<str>;
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct StackKey {
     pub tgid: u32,
+    /// The thread (`--profile-threads`; None without, and in recordings made without).
+    pub tid: Option<u32>,
     pub kind: Kind,
     pub frames: Arc<[Frame]>,
 }
@@ -230,7 +232,12 @@ impl Profile {
             .filter(|(k, _)| k.kind.is_on_cpu() == on_cpu)
             .collect();
         v.sort_by(|a, b| {
-            (a.0.tgid, a.0.kind, &a.0.frames[..]).cmp(&(b.0.tgid, b.0.kind, &b.0.frames[..]))
+            (a.0.tgid, a.0.tid, a.0.kind, &a.0.frames[..]).cmp(&(
+                b.0.tgid,
+                b.0.tid,
+                b.0.kind,
+                &b.0.frames[..],
+            ))
         });
         v
     }
@@ -276,6 +283,7 @@ impl Profile {
                     .iter()
                     .filter(|(k, _)| k.tgid == tgid && k.kind.is_on_cpu() == on_cpu)
                     .map(|(k, t)| ProfileStack {
+                        tid: k.tid,
                         state: (!on_cpu).then_some(k.kind),
                         frames: k.frames.iter().map(|f| f.to_string()).collect(),
                         samples: on_cpu.then_some(t.count),
@@ -287,10 +295,11 @@ impl Profile {
                     continue;
                 }
                 stacks.sort_by(|a, b| {
-                    (b.ns.unwrap_or(0), b.samples.unwrap_or(0), &a.frames).cmp(&(
+                    (b.ns.unwrap_or(0), b.samples.unwrap_or(0), &a.frames, a.tid).cmp(&(
                         a.ns.unwrap_or(0),
                         a.samples.unwrap_or(0),
                         &b.frames,
+                        b.tid,
                     ))
                 });
                 out.push(ProfileLine {
@@ -423,6 +432,9 @@ pub struct ProfileLine {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct ProfileStack {
+    /// The thread (`--profile-threads`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state: Option<Kind>,
     /// Root first; kernel frames last, with a `_[k]` suffix.
@@ -442,6 +454,7 @@ mod tests {
     fn key(tgid: u32, kind: Kind, frames: &[&str]) -> StackKey {
         StackKey {
             tgid,
+            tid: None,
             kind,
             frames: frames.iter().map(|f| Frame::from(*f)).collect(),
         }
@@ -529,6 +542,30 @@ mod tests {
         let v = serde_json::to_value(&lines[1]).unwrap();
         assert_eq!(v["stacks"][0]["state"], "uninterruptible");
         assert!(v.get("samples").is_none());
+        assert!(v["stacks"][0].get("tid").is_none(), "not kept per thread");
+    }
+
+    /// Kept per thread: one line per process and side still, each stack with its `tid`, the
+    /// process's totals the sum of its threads'.
+    #[test]
+    fn json_lines_give_each_threads_stack_its_tid() {
+        let mut p = Profile::default();
+        for (tid, count) in [(5, 4), (6, 7)] {
+            let mut k = key(5, Kind::OnCpu, &["main", "work"]);
+            k.tid = Some(tid);
+            p.add(k, "srv", Tally { count, ns: 0 });
+        }
+        let lines = p.lines();
+        assert_eq!(lines.len(), 1);
+        assert_eq!(lines[0].samples, Some(11));
+        let v = serde_json::to_value(&lines[0]).unwrap();
+        let stacks: Vec<(u64, u64)> = v["stacks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| (s["tid"].as_u64().unwrap(), s["samples"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(stacks, [(6, 7), (5, 4)]);
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //!
 //! One location and one function per frame name (ebtop names frames when it reads them, so a
 //! profile needs no binaries later); each sample's locations are leaf first, with the process
-//! (`comm-pid`, as in the folded files) as the root frame and a `pid` label.
+//! (`comm-pid`, as in the folded files) as the root frame and a `pid` label (and a `tid` label
+//! with `--profile-threads`).
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -117,8 +118,9 @@ pub fn encode(profile: &Profile, on_cpu: bool, time_nanos: u64, duration_nanos: 
         .iter()
         .filter(|(k, _)| k.kind.is_on_cpu() == on_cpu)
         .collect();
-    stacks
-        .sort_by(|a, b| (a.0.tgid, a.0.kind, &a.0.frames).cmp(&(b.0.tgid, b.0.kind, &b.0.frames)));
+    stacks.sort_by(|a, b| {
+        (a.0.tgid, a.0.tid, a.0.kind, &a.0.frames).cmp(&(b.0.tgid, b.0.tid, b.0.kind, &b.0.frames))
+    });
     for (k, t) in stacks {
         let comm = profile
             .processes
@@ -149,6 +151,12 @@ pub fn encode(profile: &Profile, on_cpu: bool, time_nanos: u64, duration_nanos: 
         uint_field(&mut label, 1, pid_key);
         uint_field(&mut label, 3, u64::from(k.tgid));
         bytes_field(&mut sample, 3, &label);
+        if let Some(tid) = k.tid {
+            let mut label = Vec::new();
+            uint_field(&mut label, 1, strings.id("tid"));
+            uint_field(&mut label, 3, u64::from(tid));
+            bytes_field(&mut sample, 3, &label);
+        }
         bytes_field(&mut out, 2, &sample);
     }
     for (id, _) in &function_order {
@@ -257,6 +265,7 @@ mod tests {
         };
         let k = |frames: &[&str]| StackKey {
             tgid: 42,
+            tid: None,
             kind: Kind::OnCpu,
             frames: frames.iter().map(|f| Frame::from(*f)).collect(),
         };
@@ -319,5 +328,31 @@ mod tests {
         let period = top.iter().find(|f| f.0 == 12).unwrap().1;
         assert_eq!(period, 10_000_000);
         assert_eq!(top.iter().find(|f| f.0 == 10).unwrap().1, 5_000_000_000);
+        // Kept per thread: each sample also has a `tid` label.
+        let mut with_tid = k(&["main", "a"]);
+        with_tid.tid = Some(43);
+        let mut p = Profile::default();
+        p.add(with_tid, "prog", Tally { count: 1, ns: 0 });
+        let bytes = encode(&p, true, 0, 1);
+        let top = fields(&bytes);
+        let strings: Vec<&str> = top
+            .iter()
+            .filter(|f| f.0 == 6)
+            .map(|f| std::str::from_utf8(f.2).unwrap())
+            .collect();
+        let sample = fields(top.iter().find(|f| f.0 == 2).unwrap().2);
+        let labels: Vec<(&str, u64)> = sample
+            .iter()
+            .filter(|x| x.0 == 3)
+            .map(|x| {
+                let l = fields(x.2);
+                let key = l.iter().find(|y| y.0 == 1).unwrap().1;
+                (
+                    strings[key as usize],
+                    l.iter().find(|y| y.0 == 3).unwrap().1,
+                )
+            })
+            .collect();
+        assert_eq!(labels, [("pid", 42), ("tid", 43)]);
     }
 }

@@ -49,6 +49,9 @@ struct ProcessOut<'a> {
 #[derive(Serialize)]
 struct StackOut {
     pid: u32,
+    /// The thread (`--profile-threads`; format minor ≥ 9).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tid: Option<u32>,
     kind: Kind,
     frames: Vec<u32>,
     count: u64,
@@ -65,7 +68,12 @@ fn is_zero(v: &u64) -> bool {
 pub fn records(p: &Profile) -> Vec<RecordOut<'_>> {
     let mut keys: Vec<(&StackKey, &Tally)> = p.stacks.iter().collect();
     keys.sort_by(|a, b| {
-        (a.0.tgid, a.0.kind, &a.0.frames[..]).cmp(&(b.0.tgid, b.0.kind, &b.0.frames[..]))
+        (a.0.tgid, a.0.tid, a.0.kind, &a.0.frames[..]).cmp(&(
+            b.0.tgid,
+            b.0.tid,
+            b.0.kind,
+            &b.0.frames[..],
+        ))
     });
     let new = |first: bool| RecordOut {
         mono_ns: p.mono_ns,
@@ -111,6 +119,7 @@ pub fn records(p: &Profile) -> Vec<RecordOut<'_>> {
         }
         cur.stacks.push(StackOut {
             pid: k.tgid,
+            tid: k.tid,
             kind: k.kind,
             frames,
             count: t.count,
@@ -153,6 +162,8 @@ struct ProcessIn {
 #[derive(Deserialize)]
 struct StackIn {
     pid: u32,
+    #[serde(default)]
+    tid: Option<u32>,
     kind: Kind,
     frames: CappedSeq<u32, MAX_FRAMES>,
     count: u64,
@@ -200,6 +211,7 @@ impl RecordIn {
             p.add(
                 StackKey {
                     tgid: s.pid,
+                    tid: s.tid,
                     kind: s.kind,
                     frames,
                 },
@@ -232,6 +244,7 @@ mod tests {
         };
         let key = |tgid, kind, f: &[&str]| StackKey {
             tgid,
+            tid: None,
             kind,
             frames: f.iter().map(|s| Frame::from(*s)).collect(),
         };
@@ -292,6 +305,34 @@ mod tests {
         assert_eq!(back.processes[&7].off_cpu_ns, 60_000_000);
     }
 
+    /// Stacks kept per thread (`--profile-threads`) read back per thread; a record without
+    /// `tid` (format minor < 9, or a run without the option) reads back per process.
+    #[test]
+    fn threads_read_back_as_recorded_and_old_records_have_none() {
+        let mut p = Profile::default();
+        for (tid, count) in [(7, 30), (8, 12)] {
+            p.add(
+                StackKey {
+                    tgid: 7,
+                    tid: Some(tid),
+                    kind: Kind::OnCpu,
+                    frames: ["main", "hot"].iter().map(|s| Frame::from(*s)).collect(),
+                },
+                "burn",
+                Tally { count, ns: 0 },
+            );
+        }
+        let back = round_trip(&p);
+        assert_eq!(back.stacks, p.stacks);
+        assert_eq!(back.stacks.len(), 2);
+        let json = r#"{"names":["main"],"processes":[{"pid":1,"comm":"a"}],
+                       "stacks":[{"pid":1,"kind":"on_cpu","frames":[0],"count":3}]}"#;
+        let (old, _) = serde_json::from_str::<RecordIn>(json)
+            .unwrap()
+            .into_profile();
+        assert!(old.stacks.keys().all(|k| k.tid.is_none()));
+    }
+
     #[test]
     fn a_large_profile_is_cut_into_records_that_add_up() {
         let mut p = Profile::default();
@@ -302,6 +343,7 @@ mod tests {
             p.add(
                 StackKey {
                     tgid: 1 + i % 5,
+                    tid: None,
                     kind: Kind::OnCpu,
                     frames,
                 },

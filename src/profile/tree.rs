@@ -14,6 +14,8 @@ pub struct TreeOptions {
     pub off_cpu: bool,
     /// One process only.
     pub pid: Option<u32>,
+    /// One thread only (stacks kept per thread: `--profile-threads`).
+    pub tid: Option<u32>,
 }
 
 #[derive(Clone, Debug)]
@@ -68,9 +70,15 @@ impl Tree {
             .iter()
             .filter(|(k, _)| k.kind.is_on_cpu() != opts.off_cpu)
             .filter(|(k, _)| opts.pid.is_none_or(|pid| k.tgid == pid))
+            .filter(|(k, _)| opts.tid.is_none_or(|tid| k.tid == Some(tid)))
             .collect();
         stacks.sort_by(|a, b| {
-            (a.0.tgid, a.0.kind, &a.0.frames[..]).cmp(&(b.0.tgid, b.0.kind, &b.0.frames[..]))
+            (a.0.tgid, a.0.tid, a.0.kind, &a.0.frames[..]).cmp(&(
+                b.0.tgid,
+                b.0.tid,
+                b.0.kind,
+                &b.0.frames[..],
+            ))
         });
         for (k, tally) in stacks {
             let v = if opts.off_cpu { tally.ns } else { tally.count };
@@ -266,6 +274,7 @@ mod tests {
             p.add(
                 StackKey {
                     tgid,
+                    tid: None,
                     kind,
                     frames: f.iter().map(|s| Frame::from(*s)).collect(),
                 },
@@ -352,6 +361,7 @@ mod tests {
         let opts = TreeOptions {
             off_cpu: true,
             pid: Some(7),
+            tid: None,
         };
         let t = Tree::build(&profile(), &opts);
         assert_eq!(t.root_total(), 400);
@@ -368,8 +378,45 @@ mod tests {
             &TreeOptions {
                 off_cpu: false,
                 pid: Some(8),
+                tid: None,
             },
         );
         assert_eq!(t.root_total(), 10);
+    }
+
+    /// Stacks kept per thread: a thread filter keeps that thread's; no filter adds them up
+    /// under the process as before.
+    #[test]
+    fn a_thread_filter_narrows_to_its_stacks() {
+        let mut p = Profile::default();
+        for (tid, f, count) in [(7, "accept", 5), (9, "work", 30), (10, "work", 20)] {
+            p.add(
+                StackKey {
+                    tgid: 7,
+                    tid: Some(tid),
+                    kind: Kind::OnCpu,
+                    frames: ["main", f].iter().map(|s| Frame::from(*s)).collect(),
+                },
+                "srv",
+                Tally { count, ns: 0 },
+            );
+        }
+        let opts = |tid| TreeOptions {
+            off_cpu: false,
+            pid: Some(7),
+            tid,
+        };
+        assert_eq!(Tree::build(&p, &opts(None)).root_total(), 55);
+        let t = Tree::build(&p, &opts(Some(9)));
+        assert_eq!(t.root_total(), 30);
+        let all: HashSet<String> = (1..t.nodes.len()).map(|n| t.path(n)).collect();
+        let names: Vec<String> = t.rows(&all, "").into_iter().map(|r| r.name).collect();
+        assert_eq!(names, ["srv-7", "main", "work"]);
+        // The whole profile, unfiltered: one "work" node of both threads.
+        let t = Tree::build(&p, &TreeOptions::default());
+        let all: HashSet<String> = (1..t.nodes.len()).map(|n| t.path(n)).collect();
+        let work = t.rows(&all, "").into_iter().find(|r| r.name == "work");
+        assert_eq!(work.map(|r| r.total), Some(50));
+        assert_eq!(Tree::build(&p, &opts(Some(11))).root_total(), 0);
     }
 }

@@ -18,7 +18,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+
+use crate::record::limits::{CappedSeq, CappedString};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Metric {
@@ -294,6 +296,60 @@ pub struct TriggerEvent {
     pub value: Option<f64>,
     /// (`start`) how long it profiles; (`end`) how long no rule fires now.
     pub duration_ns: u64,
+}
+
+/// A trigger event as a recording keeps it (`-w`, record kind 9, after its interval's kind 3
+/// record): the line's fields and the interval's end, so `-r` writes the same line in the
+/// same place.
+#[derive(Serialize)]
+pub struct RecordOut<'a> {
+    pub mono_ns: u64,
+    #[serde(flatten)]
+    pub event: &'a TriggerEvent,
+}
+
+/// A kind 9 record read back: untrusted, every string and list within a cap.
+#[derive(Deserialize)]
+pub struct RecordIn {
+    #[serde(default)]
+    mono_ns: u64,
+    event: CappedString<8>,
+    #[serde(default, deserialize_with = "crate::record::limits::string")]
+    rule: String,
+    #[serde(default)]
+    pids: CappedSeq<u32, { super::kernel::MAX_ARMED }>,
+    #[serde(default, deserialize_with = "crate::record::limits::comm")]
+    comm: String,
+    #[serde(default)]
+    value: Option<f64>,
+    #[serde(default)]
+    duration_ns: u64,
+}
+
+impl RecordIn {
+    /// The interval's end and the event; None for one no ebtop writes (an unknown `event`,
+    /// more processes than a trigger arms): never a line with a part left out.
+    pub fn into_event(self) -> Option<(u64, TriggerEvent)> {
+        let event = match self.event.0.as_str() {
+            "start" => "start",
+            "end" => "end",
+            _ => return None,
+        };
+        if self.pids.dropped > 0 {
+            return None;
+        }
+        Some((
+            self.mono_ns,
+            TriggerEvent {
+                event,
+                rule: self.rule,
+                pids: self.pids.items,
+                comm: self.comm,
+                value: self.value.filter(|v| v.is_finite()),
+                duration_ns: self.duration_ns,
+            },
+        ))
+    }
 }
 
 /// The state between intervals.

@@ -7,7 +7,8 @@
 //! record: kind:u8 len:u32 bytes   (kind 1 raw kernel record, 2 process JSON,
 //!                                   3 interval JSON, 4 end JSON, 5 flow table JSON,
 //!                                   6 raw process exec/exit record, 7 a later flow part,
-//!                                   8 an interval's profile JSON; unknown kinds are skipped)
+//!                                   8 an interval's profile JSON, 9 a profile trigger JSON;
+//!                                   unknown kinds are skipped)
 //! ```
 //! Frames are independent, so a truncated file replays up to its last whole frame and a corrupt
 //! frame is skipped and counted.
@@ -41,8 +42,9 @@ pub const MAJOR: u16 = 1;
 /// 7: a kind 1 record may carry a tail, the syscall's last bytes (flag 8, `tail_len` at
 /// offset 68, its bytes after the payload): an older reader takes the record for a head cut at
 /// `cap_len`, as records always were. 8: kind 8 (an interval's profile, symbolized; several
-/// records for one interval add up).
-pub const MINOR: u16 = 8;
+/// records for one interval add up). 9: kind 9 (a `profile_trigger` event, after its interval's
+/// kind 3 record; an older reader skips it).
+pub const MINOR: u16 = 9;
 pub const FILE_HEADER_LEN: usize = 16;
 pub const FRAME_HEADER_LEN: usize = 16;
 /// Largest frame a reader accepts (a corrupt length must not allocate gigabytes).
@@ -63,6 +65,9 @@ pub const KIND_FLOWS_LATER: u8 = 7;
 /// A part of an interval's profile (`--profile`), names not addresses
 /// ([`crate::profile::recorded`]); those before an interval's record belong to it.
 pub const KIND_PROFILE: u8 = 8;
+/// A triggered profile's start or end (`profile_trigger`, [`crate::profile::trigger`]), written
+/// after the kind 3 record of the interval whose end it happened at.
+pub const KIND_PROFILE_TRIGGER: u8 = 9;
 
 /// The options of the recording run.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -24,6 +24,8 @@ pub enum Item<'a> {
     ProcEvent(&'a [u8]),
     /// A part of an interval's profile (those before an interval's record belong to it).
     Profile(Box<crate::profile::Profile>),
+    /// A triggered profile's start or end at the end of the interval read last (its time).
+    ProfileTrigger(u64, Box<crate::profile::trigger::TriggerEvent>),
 }
 
 /// A kind 5 or 7 record: a flow report or a part of one (`continued`: see
@@ -375,6 +377,15 @@ impl<R: Read> RecordingReader<R> {
                                 f(Item::Profile(Box::new(profile)))?
                             }
                             Err(_) => self.stats.bad_records += 1,
+                        }
+                    }
+                    KIND_PROFILE_TRIGGER => {
+                        match serde_json::from_slice::<crate::profile::trigger::RecordIn>(body)
+                            .ok()
+                            .and_then(|r| r.into_event())
+                        {
+                            Some((mono_ns, e)) => f(Item::ProfileTrigger(mono_ns, Box::new(e)))?,
+                            None => self.stats.bad_records += 1,
                         }
                     }
                     _ => self.stats.unknown_records += 1,

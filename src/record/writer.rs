@@ -376,6 +376,15 @@ impl Recorder {
         }
     }
 
+    /// A triggered profile's start or end at the interval's end `mono_ns` (kind 9; after the
+    /// interval's kind 3 record).
+    pub fn profile_trigger(&mut self, mono_ns: u64, e: &crate::profile::trigger::TriggerEvent) {
+        let rec = crate::profile::trigger::RecordOut { mono_ns, event: e };
+        if let Ok(j) = serde_json::to_vec(&rec) {
+            self.push(KIND_PROFILE_TRIGGER, &j);
+        }
+    }
+
     /// A later part of the flow report of the interval recorded last (kind 7).
     pub fn flows_later(&mut self, part: &crate::flows::FlowReport) {
         self.push_flow_records(KIND_FLOWS_LATER, part.parts(FLOWS_PER_RECORD));

@@ -125,7 +125,8 @@ impl ProfileUi {
                 self.reset_expansion();
             }
             KeyCode::Char('w') => {
-                self.opts.pid = next_pid(profile, self.opts.pid);
+                (self.opts.pid, self.opts.tid) =
+                    next_subject(profile, self.opts.pid, self.opts.tid);
                 self.reset_expansion();
             }
             KeyCode::Char('/') | KeyCode::F(4) => {
@@ -153,8 +154,11 @@ impl ProfileUi {
         };
         let who = match (self.opts.pid, profile) {
             (Some(pid), Some(p)) => format!(
-                "{}-{pid}",
-                p.processes.get(&pid).map_or("?", |t| t.comm.as_str())
+                "{}-{pid}{}",
+                p.processes.get(&pid).map_or("?", |t| t.comm.as_str()),
+                self.opts
+                    .tid
+                    .map_or(String::new(), |t| format!(" thread {t}"))
             ),
             _ => "all processes".to_owned(),
         };
@@ -266,13 +270,86 @@ fn time_str(ns: u64) -> String {
 }
 
 /// The process after `current` in the profile (by pid), then all again.
-fn next_pid(profile: Option<&Profile>, current: Option<u32>) -> Option<u32> {
-    let mut pids: Vec<u32> = profile
-        .map(|p| p.processes.keys().copied().collect())
-        .unwrap_or_default();
+/// The next of: all processes, then each process, each followed by its threads when the
+/// stacks are kept per thread (`--profile-threads`), then all again.
+fn next_subject(
+    profile: Option<&Profile>,
+    pid: Option<u32>,
+    tid: Option<u32>,
+) -> (Option<u32>, Option<u32>) {
+    let Some(p) = profile else {
+        return (None, None);
+    };
+    let mut pids: Vec<u32> = p.processes.keys().copied().collect();
     pids.sort_unstable();
-    match current {
+    let threads = |pid: u32| -> Vec<u32> {
+        let mut t: Vec<u32> = p
+            .stacks
+            .keys()
+            .filter(|k| k.tgid == pid)
+            .filter_map(|k| k.tid)
+            .collect();
+        t.sort_unstable();
+        t.dedup();
+        t
+    };
+    let next_pid = |after: Option<u32>| match after {
         None => pids.first().copied(),
-        Some(c) => pids.into_iter().find(|p| *p > c),
+        Some(c) => pids.iter().copied().find(|p| *p > c),
+    };
+    match pid {
+        None => (next_pid(None), None),
+        Some(pid) => {
+            let next_tid = match tid {
+                None => threads(pid).first().copied(),
+                Some(t) => threads(pid).into_iter().find(|x| *x > t),
+            };
+            match next_tid {
+                Some(t) => (Some(pid), Some(t)),
+                None => (next_pid(Some(pid)), None),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::{Frame, Kind, StackKey, Tally};
+
+    /// `w` goes all → each process → its threads (when kept per thread) → all again.
+    #[test]
+    fn w_steps_through_processes_and_their_threads() {
+        let mut p = Profile::default();
+        for (tgid, tid) in [(3, Some(3)), (3, Some(4)), (9, None)] {
+            p.add(
+                StackKey {
+                    tgid,
+                    tid,
+                    kind: Kind::OnCpu,
+                    frames: [Frame::from("main")].into_iter().collect(),
+                },
+                "x",
+                Tally { count: 1, ns: 0 },
+            );
+        }
+        let mut at = (None, None);
+        let mut seen = Vec::new();
+        for _ in 0..6 {
+            at = next_subject(Some(&p), at.0, at.1);
+            seen.push(at);
+        }
+        assert_eq!(
+            seen,
+            [
+                (Some(3), None),
+                (Some(3), Some(3)),
+                (Some(3), Some(4)),
+                (Some(9), None),
+                (None, None),
+                (Some(3), None),
+            ]
+        );
+        assert_eq!(next_subject(None, Some(3), None), (None, None));
     }
 }
