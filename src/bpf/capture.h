@@ -284,6 +284,17 @@ static __always_inline __u32 sample_hash(__u64 id)
 	return (__u32)id;
 }
 
+/* Whether a connection decided out stays out (sample_keeps would shed its next run): its
+ * state alone, no count. */
+static __always_inline bool sample_sheds(__u8 state, __u32 epoch)
+{
+	if (state != EBTOP_SAMPLE_OUT)
+		return false;
+	__u32 zero = 0;
+	struct ebtop_sample_ctl *ctl = bpf_map_lookup_elem(&sample_ctl, &zero);
+	return ctl && ctl->active && epoch == ctl->epoch;
+}
+
 /*
  * Whether this send or receive of connection `sock_id` is captured; `state`/`epoch` are the
  * connection's own (socket storage or its entry in sock_states). A connection captured stays

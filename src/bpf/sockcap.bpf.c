@@ -554,6 +554,12 @@ int BPF_PROG(cap_recv_length, struct sock *sk, int ret, int flags)
 SEC("tp_btf/tcp_sendmsg_locked")
 int BPF_PROG(cap_tcp_send_start, struct sock *sk)
 {
+	/* A connection sampled out or left out by --proto needs no start: a lookup of its state
+	 * instead of a clock read and a task-storage write per send (measured: 452 ns of BPF per
+	 * nginx request with every connection sampled out, docs/performance.md). */
+	struct sk_state *st = bpf_sk_storage_get(&sk_states, sk, 0, 0);
+	if (st && (st->proto == EBTOP_PROTO_FILTERED || sample_sheds(st->sample, st->sample_epoch)))
+		return 0;
 	struct send_start *ss = bpf_task_storage_get(&send_starts, bpf_get_current_task_btf(), 0,
 						     BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!ss)
