@@ -20,7 +20,8 @@ pub const MAX_NAME: usize = 32;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PluginKind {
     /// Frames and parses a protocol of its own on connections to or from these ports.
-    Parse { ports: Vec<u16> },
+    /// `datagrams`: `transport=udp`, each datagram one message (no framing).
+    Parse { ports: Vec<u16>, datagrams: bool },
     /// Reads the responses of a built-in protocol's calls and adds to them (HTTP/1 only in
     /// ABI 1).
     Enrich { proto: EnrichProto },
@@ -71,6 +72,8 @@ pub enum ManifestError {
     BadPorts(String),
     #[error("manifest enrich `{0}`: only `http` can be enriched")]
     BadEnrich(String),
+    #[error("manifest transport `{0}`: `tcp` (the default) or `udp`")]
+    BadTransport(String),
     #[error("manifest: `{0}` does not go with kind={1}")]
     Misplaced(&'static str, &'static str),
 }
@@ -157,7 +160,8 @@ pub fn parse(text: &[u8]) -> Result<Manifest, ManifestError> {
         return Err(ManifestError::TooLong);
     }
     let text = std::str::from_utf8(text).map_err(|_| ManifestError::NotText)?;
-    let (mut name, mut abi, mut kind, mut ports, mut enrich) = (None, None, None, None, None);
+    let (mut name, mut abi, mut kind, mut ports, mut enrich, mut transport) =
+        (None, None, None, None, None, None);
     for line in text.lines().map(str::trim) {
         if line.is_empty() || line.starts_with('#') {
             continue;
@@ -172,6 +176,7 @@ pub fn parse(text: &[u8]) -> Result<Manifest, ManifestError> {
             "kind" => &mut kind,
             "ports" => &mut ports,
             "enrich" => &mut enrich,
+            "transport" => &mut transport,
             _ => return Err(ManifestError::UnknownKey(k.chars().take(64).collect())),
         };
         if slot.replace(v).is_some() {
@@ -210,11 +215,26 @@ pub fn parse(text: &[u8]) -> Result<Manifest, ManifestError> {
                     list.push(port);
                 }
             }
-            PluginKind::Parse { ports: list }
+            let datagrams = match transport.unwrap_or("tcp") {
+                "tcp" => false,
+                "udp" => true,
+                other => {
+                    return Err(ManifestError::BadTransport(
+                        other.chars().take(32).collect(),
+                    ))
+                }
+            };
+            PluginKind::Parse {
+                ports: list,
+                datagrams,
+            }
         }
         "enrich" => {
             if ports.is_some() {
                 return Err(ManifestError::Misplaced("ports", "enrich"));
+            }
+            if transport.is_some() {
+                return Err(ManifestError::Misplaced("transport", "enrich"));
             }
             match enrich.ok_or(ManifestError::MissingKey("enrich"))? {
                 "http" => PluginKind::Enrich {
@@ -274,8 +294,17 @@ mod tests {
                 name: "lenrpc".into(),
                 abi: 1,
                 kind: PluginKind::Parse {
-                    ports: vec![7070, 7071]
+                    ports: vec![7070, 7071],
+                    datagrams: false,
                 },
+            }
+        );
+        let udp = parse(b"name=dns\nabi=1\nkind=parse\nports=53\ntransport=udp\n").unwrap();
+        assert_eq!(
+            udp.kind,
+            PluginKind::Parse {
+                ports: vec![53],
+                datagrams: true
             }
         );
     }
@@ -323,6 +352,14 @@ mod tests {
             (
                 b"name=a\nabi=1\nkind=enrich\nenrich=http\nports=1",
                 E::Misplaced("ports", "enrich"),
+            ),
+            (
+                b"name=a\nabi=1\nkind=parse\nports=1\ntransport=sctp",
+                E::BadTransport("sctp".into()),
+            ),
+            (
+                b"name=a\nabi=1\nkind=enrich\nenrich=http\ntransport=udp",
+                E::Misplaced("transport", "enrich"),
             ),
             (b"name=a\nabi=1\nkind=x", E::BadKind("x".into())),
             (b"name=a\nwasi=1", E::UnknownKey("wasi".into())),

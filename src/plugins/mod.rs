@@ -481,8 +481,8 @@ pub fn wants_unrecognised(plugins: &[Arc<Plugin>]) -> bool {
 /// One tracking thread's instances of the session's plugins.
 #[derive(Default)]
 pub struct PluginHost {
-    /// Parse plugins and their ports.
-    parse: Vec<(SharedGuest, Vec<u16>)>,
+    /// Parse plugins, their ports, and whether they parse datagrams (`transport=udp`).
+    parse: Vec<(SharedGuest, Vec<u16>, bool)>,
     /// The enrich plugins of HTTP/1 calls.
     pub enrich_http: Vec<SharedGuest>,
 }
@@ -493,7 +493,9 @@ impl PluginHost {
         for p in plugins {
             let guest = Arc::new(Mutex::new(Guest::new(p.clone())));
             match &p.manifest.kind {
-                PluginKind::Parse { ports } => host.parse.push((guest, ports.clone())),
+                PluginKind::Parse { ports, datagrams } => {
+                    host.parse.push((guest, ports.clone(), *datagrams))
+                }
                 PluginKind::Enrich {
                     proto: EnrichProto::Http,
                 } => host.enrich_http.push(guest),
@@ -512,19 +514,20 @@ impl PluginHost {
     }
 
     /// The parse plugin of a connection between these ports (the first listed that claims
-    /// either), if one is enabled.
-    pub fn parser_for(&self, local: u16, peer: u16) -> Option<&SharedGuest> {
+    /// either, for this transport: `datagrams` for a datagram socket), if one is enabled.
+    pub fn parser_for(&self, local: u16, peer: u16, datagrams: bool) -> Option<&SharedGuest> {
         self.parse
             .iter()
-            .find(|(g, ports)| {
-                (ports.contains(&local) || ports.contains(&peer))
+            .find(|(g, ports, dg)| {
+                *dg == datagrams
+                    && (ports.contains(&local) || ports.contains(&peer))
                     && !g
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .plugin
                         .is_disabled()
             })
-            .map(|(g, _)| g)
+            .map(|(g, _, _)| g)
     }
 }
 

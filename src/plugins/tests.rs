@@ -23,7 +23,8 @@ fn the_examples_load_with_their_manifests() {
     assert_eq!(
         p.manifest.kind,
         PluginKind::Parse {
-            ports: vec![7878, 7879]
+            ports: vec![7878, 7879],
+            datagrams: false
         }
     );
     let e = example("json_code", Limits::default());
