@@ -315,6 +315,8 @@ pub fn drive_host(template: &[u8], data: &[u8]) -> usize {
     script[16..20].copy_from_slice(&(msgs_start as u32).to_le_bytes());
     let text = if enrich {
         "name=fz\nabi=1\nkind=enrich\nenrich=http\n"
+    } else if mode & 0x10 != 0 {
+        "name=fz\nabi=1\nkind=parse\nports=7878\ntransport=udp\n"
     } else {
         "name=fz\nabi=1\nkind=parse\nports=7878\n"
     };
@@ -327,7 +329,7 @@ pub fn drive_host(template: &[u8], data: &[u8]) -> usize {
     let calls = if enrich {
         drive_enrich(guest, &mut b)
     } else {
-        drive_parse(guest, &mut b)
+        drive_parse(guest, &mut b, mode & 0x10 != 0)
     };
     let o = plugin.overhead();
     let faults = o.traps + o.out_of_fuel + o.bad_answers;
@@ -343,7 +345,9 @@ pub fn drive_host(template: &[u8], data: &[u8]) -> usize {
     calls
 }
 
-fn drive_parse(guest: super::SharedGuest, b: &mut Bytes) -> usize {
+/// `datagrams`: a `transport=udp` plugin on a datagram socket, each segment a datagram from
+/// or to one of two peers.
+fn drive_parse(guest: super::SharedGuest, b: &mut Bytes, datagrams: bool) -> usize {
     use crate::event::Direction;
     use crate::protocols::plugin::{ConnInfo, PluginParser};
     use crate::protocols::{ParseDepth, ParseStats, ParserConfig, Segment, StreamParser};
@@ -356,9 +360,17 @@ fn drive_parse(guest: super::SharedGuest, b: &mut Bytes) -> usize {
     };
     let cfg = ParserConfig {
         depth: ParseDepth::Full,
-        transport: crate::protocols::Transport::Stream,
+        transport: if datagrams {
+            crate::protocols::Transport::Datagram
+        } else {
+            crate::protocols::Transport::Stream
+        },
         keep_head: 0,
     };
+    let peers: [std::net::SocketAddr; 2] = [
+        "127.0.0.1:7878".parse().expect("address"),
+        "[::1]:5353".parse().expect("address"),
+    ];
     let mut p = PluginParser::new(guest, &conn, &cfg);
     let mut out = Vec::new();
     let mut stats = ParseStats::default();
@@ -391,7 +403,7 @@ fn drive_parse(guest: super::SharedGuest, b: &mut Bytes) -> usize {
                     total_len: payload.len() as u64 + extra,
                     start_ns: now,
                     end_ns: now + 10,
-                    peer: None,
+                    peer: datagrams.then_some(peers[usize::from(ctl & 0x20 != 0)]),
                     pos: fed[dir.index()],
                 };
                 fed[dir.index()] += seg.total_len;
@@ -534,7 +546,18 @@ pub fn host_seeds() -> Vec<(String, Vec<u8>)> {
     enrich.push(5);
     enrich.extend_from_slice(br#"{"code":"E42"}"#);
     enrich.extend_from_slice(&[b' ', 0, 0x81, b'a', b'b', b'c', 1]);
-    vec![("host_parse".into(), parse), ("host_enrich".into(), enrich)]
+    // Datagrams: the same answers, no frames; a request and a part sent, a response received.
+    let mut dgram = vec![0x10u8, 0, 3];
+    dgram.extend_from_slice(&parse[9..9 + 14 + 7 + 16]);
+    for (ctl, fill) in [(16u8, b'q'), (17, b'p'), (17, b'r')] {
+        dgram.push(ctl);
+        dgram.extend_from_slice(&[fill; 8]);
+    }
+    vec![
+        ("host_parse".into(), parse),
+        ("host_enrich".into(), enrich),
+        ("host_datagrams".into(), dgram),
+    ]
 }
 
 #[cfg(test)]
@@ -569,7 +592,7 @@ mod tests {
         );
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for i in 0..400 {
-            let mut data = seeds[i % 2].1.clone();
+            let mut data = seeds[i % 3].1.clone();
             for _ in 0..(i % 64) {
                 x ^= x << 13;
                 x ^= x >> 7;
