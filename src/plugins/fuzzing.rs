@@ -212,6 +212,39 @@ fn scripted_module(template: &[u8], script: &[u8], text: &str) -> Vec<u8> {
     m
 }
 
+/// A plugin of the scripted guest ([`SCRIPTED_WASM`]) with `manifest`, answering `frames` to
+/// `ebtop_frame` and `answers` to `ebtop_message`/`ebtop_enrich`, each in turn (over again
+/// after the last): for tests that need a guest to say exactly this.
+pub fn scripted_plugin(
+    frames: &[i64],
+    answers: &[abi::Answer],
+    manifest: &str,
+    limits: super::Limits,
+) -> std::sync::Arc<super::Plugin> {
+    let mut script = vec![0u8; 32];
+    for f in frames {
+        script.extend_from_slice(&f.to_le_bytes());
+    }
+    let msgs_start = SCRIPT as usize + script.len();
+    for a in answers {
+        let bytes = abi::encode_answer(a);
+        script.extend_from_slice(&(bytes.len() as i32).to_le_bytes());
+        script.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        script.extend_from_slice(&bytes);
+    }
+    let msgs_end = SCRIPT as usize + script.len();
+    assert!(msgs_end <= SCRIPT_END, "the script fits the guest's memory");
+    script[0..4].copy_from_slice(&(frames.len() as u32).to_le_bytes());
+    script[8..12].copy_from_slice(&(msgs_start as u32).to_le_bytes());
+    script[12..16].copy_from_slice(&(msgs_end as u32).to_le_bytes());
+    script[16..20].copy_from_slice(&(msgs_start as u32).to_le_bytes());
+    let module = scripted_module(SCRIPTED_WASM, &script, manifest);
+    std::sync::Arc::new(
+        super::Plugin::from_bytes(&module, "scripted", limits)
+            .unwrap_or_else(|e| panic!("the scripted guest loads: {e:#}")),
+    )
+}
+
 /// A frame answer from three fuzz bytes: mostly the ABI's codes, sometimes out of range.
 fn frame_code(b: &mut Bytes) -> i64 {
     let tag = b.u8();
