@@ -340,20 +340,16 @@ impl ConnTracker {
                 }
                 Choice::Builtin(spec) if wanted => {
                     let parser = (spec.new_parser)(&pcfg);
-                    conn.parser = ParserSlot::Active(
-                        if spec.folder == protocols::http1::DESCRIPTOR.folder
-                            && !self.plugins.enrich_http.is_empty()
-                        {
-                            Box::new(crate::plugins::enrich::Enriched::new(
-                                parser,
-                                self.plugins.enrich_http.clone(),
-                                key & !TLS_STREAM_BIT,
-                                conn.pid,
-                            ))
-                        } else {
-                            parser
-                        },
-                    )
+                    conn.parser = ParserSlot::Active(match self.plugins.enrichers(spec.folder) {
+                        Some((proto, guests)) => Box::new(crate::plugins::enrich::Enriched::new(
+                            parser,
+                            proto,
+                            guests.to_vec(),
+                            key & !TLS_STREAM_BIT,
+                            conn.pid,
+                        )),
+                        None => parser,
+                    })
                 }
                 // With a selection, decided above before anything was counted.
                 _ => {

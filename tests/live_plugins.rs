@@ -1142,3 +1142,136 @@ fn the_dns_datagram_plugin_gives_every_query_live_as_the_builtin_parser_does() {
     let builtin = replay_json(&rec, &[]);
     assert_eq!(dns_calls(&builtin, "dns", Some("udp"), ""), mine);
 }
+
+/// A redis-server of the test's own on a free port (no persistence), killed on drop.
+struct Redis(std::process::Child, u16);
+
+impl Redis {
+    fn start() -> Redis {
+        let port = free_tcp_port();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server is installed (scripts/deps installs it)");
+        wait_for_listener("127.0.0.1", port, "redis-server");
+        Redis(child, port)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A RESP command of `args`.
+fn resp_cmd(args: &[&str]) -> Vec<u8> {
+    let mut m = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        m.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+    }
+    m
+}
+
+/// Reads one RESP reply (simple, error, integer or bulk string) whole.
+fn resp_reply(r: &mut BufReader<TcpStream>) -> String {
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    if let Some(n) = line.strip_prefix('$') {
+        let n: i64 = n.trim().parse().unwrap();
+        if n >= 0 {
+            let mut body = vec![0; n as usize + 2];
+            r.read_exact(&mut body).unwrap();
+            line.push_str(&String::from_utf8_lossy(&body));
+        }
+    }
+    line
+}
+
+/// Issue 46, enrich beyond HTTP/1: `enrich=redis` (examples/plugins/redis_code.wat) reads a
+/// real redis-server's replies: a GET of a JSON document with `"code": "E42"` becomes a server
+/// error with status text E42, a GET of another document, a miss and a SET stay as the
+/// built-in parser made them. Two GETs written at once are answered in one read: whose bytes
+/// are whose is not provable, so neither is handed over (`enrich_skipped`), both calls made.
+#[test]
+fn the_redis_enrich_plugin_turns_an_error_code_in_a_value_into_an_error() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Redis::start();
+    let wasm = plugin(dir.path(), "redis_code", None);
+    let p = server.1.to_string();
+    let mut e = Ebtop::start(&["--json", "--plugin", wasm.to_str().unwrap(), "--port", &p]);
+    let s = TcpStream::connect(("127.0.0.1", server.1)).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    let fail = r#"{"code": "E42", "message": "out of stock"}"#;
+    let mut cmd = |args: &[&str]| {
+        w.write_all(&resp_cmd(args)).unwrap();
+        resp_reply(&mut r)
+    };
+    assert_eq!(cmd(&["SET", "order:1", fail]), "+OK\r\n");
+    assert_eq!(cmd(&["SET", "order:2", r#"{"items": [1, 2]}"#]), "+OK\r\n");
+    let mut gets = Vec::new();
+    for i in 0..12 {
+        let key = ["order:1", "order:2", "order:9"][i % 3];
+        let reply = cmd(&["GET", key]);
+        assert!(reply.starts_with('$'), "{reply:?}");
+        gets.push(key);
+    }
+    // Pipelined: both GETs in one write, their replies (most likely) in one read.
+    let mut w2 = r.get_ref().try_clone().unwrap();
+    let two = [resp_cmd(&["GET", "order:1"]), resp_cmd(&["GET", "order:2"])].concat();
+    w2.write_all(&two).unwrap();
+    let (a, b) = (resp_reply(&mut r), resp_reply(&mut r));
+    assert!(a.contains("E42") && b.contains("items"));
+    let want = 2 + gets.len() + 2;
+    let seen = std::cell::Cell::new(0);
+    e.wait_for(Duration::from_secs(30), |v| {
+        if v["type"] == "call" && v["side"] == "client" && v["proto"] == "redis" {
+            seen.set(seen.get() + 1);
+        }
+        seen.get() >= want
+    })
+    .expect("every Redis call within 30 s");
+    let lines = e.stop();
+    let client: Vec<&Value> = calls(&lines)
+        .into_iter()
+        .filter(|c| c["side"] == "client" && c["proto"] == "redis")
+        .collect();
+    assert_eq!(client.len(), want);
+    let p = summary_plugin(&lines, "redis_code");
+    let skipped = p["enrich_skipped"].as_u64().unwrap();
+    // Both sides' calls: each handed over or skipped, never both, never neither.
+    assert_eq!(
+        p["calls"].as_u64().unwrap() + skipped,
+        2 * want as u64,
+        "{p}"
+    );
+    assert!(skipped <= 4, "only the pipelined pair's, on each side: {p}");
+    let errors: Vec<&&Value> = client
+        .iter()
+        .filter(|c| c["outcome"] == "server_error")
+        .collect();
+    for c in &client {
+        if c["outcome"] == "server_error" {
+            assert_eq!(
+                (&c["method"], &c["status_text"]),
+                (&"GET".into(), &"E42".into()),
+                "{c}"
+            );
+            assert!(c["resource"].as_str().unwrap().contains("order:1"), "{c}");
+        } else {
+            assert_eq!(c["outcome"], "ok", "{c}");
+        }
+    }
+    // Each sequential GET of order:1; the pipelined one's only when its reply came alone.
+    let sequential = gets.iter().filter(|k| **k == "order:1").count();
+    assert!(
+        errors.len() == sequential || (skipped == 0 && errors.len() == sequential + 1),
+        "{} errors, {sequential} sequential GETs of order:1, {skipped} skipped",
+        errors.len()
+    );
+}

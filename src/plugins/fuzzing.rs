@@ -465,8 +465,13 @@ fn drive_enrich(guest: super::SharedGuest, b: &mut Bytes) -> usize {
         keep_head: 0,
     };
     let mut bare = (http1::DESCRIPTOR.new_parser)(&cfg);
-    let mut enriched =
-        super::enrich::Enriched::new((http1::DESCRIPTOR.new_parser)(&cfg), vec![guest], 7, 42);
+    let mut enriched = super::enrich::Enriched::new(
+        (http1::DESCRIPTOR.new_parser)(&cfg),
+        super::EnrichProto::Http,
+        vec![guest],
+        7,
+        42,
+    );
     let (mut out_b, mut out_e) = (Vec::new(), Vec::new());
     let (mut st_b, mut st_e) = (ParseStats::default(), ParseStats::default());
     let mut now = 0;

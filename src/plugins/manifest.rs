@@ -31,6 +31,8 @@ pub enum PluginKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EnrichProto {
     Http,
+    /// Redis (RESP): the guest sees a reply's bytes (no head).
+    Redis,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,7 +72,7 @@ pub enum ManifestError {
     BadKind(String),
     #[error("manifest ports `{0}`: 1-{MAX_PORTS} port numbers 1-65535, comma-separated")]
     BadPorts(String),
-    #[error("manifest enrich `{0}`: only `http` can be enriched")]
+    #[error("manifest enrich `{0}`: `http` or `redis`")]
     BadEnrich(String),
     #[error("manifest transport `{0}`: `tcp` (the default) or `udp`")]
     BadTransport(String),
@@ -240,6 +242,9 @@ pub fn parse(text: &[u8]) -> Result<Manifest, ManifestError> {
                 "http" => PluginKind::Enrich {
                     proto: EnrichProto::Http,
                 },
+                "redis" => PluginKind::Enrich {
+                    proto: EnrichProto::Redis,
+                },
                 other => return Err(ManifestError::BadEnrich(other.chars().take(32).collect())),
             }
         }
@@ -346,8 +351,8 @@ mod tests {
                 E::Repeated("ports".into()),
             ),
             (
-                b"name=a\nabi=1\nkind=enrich\nenrich=redis",
-                E::BadEnrich("redis".into()),
+                b"name=a\nabi=1\nkind=enrich\nenrich=kafka",
+                E::BadEnrich("kafka".into()),
             ),
             (
                 b"name=a\nabi=1\nkind=enrich\nenrich=http\nports=1",

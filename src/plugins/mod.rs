@@ -485,6 +485,8 @@ pub struct PluginHost {
     parse: Vec<(SharedGuest, Vec<u16>, bool)>,
     /// The enrich plugins of HTTP/1 calls.
     pub enrich_http: Vec<SharedGuest>,
+    /// The enrich plugins of Redis calls.
+    pub enrich_redis: Vec<SharedGuest>,
 }
 
 impl PluginHost {
@@ -499,6 +501,9 @@ impl PluginHost {
                 PluginKind::Enrich {
                     proto: EnrichProto::Http,
                 } => host.enrich_http.push(guest),
+                PluginKind::Enrich {
+                    proto: EnrichProto::Redis,
+                } => host.enrich_redis.push(guest),
             }
         }
         host
@@ -510,7 +515,20 @@ impl PluginHost {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.parse.is_empty() && self.enrich_http.is_empty()
+        self.parse.is_empty() && self.enrich_http.is_empty() && self.enrich_redis.is_empty()
+    }
+
+    /// The enrich plugins of the calls of the built-in parser in `protocols/<folder>/`, and
+    /// the protocol as the enrich wrapper knows it (None: none enrich it).
+    pub fn enrichers(&self, folder: &str) -> Option<(EnrichProto, &[SharedGuest])> {
+        let (proto, guests) = if folder == crate::protocols::http1::DESCRIPTOR.folder {
+            (EnrichProto::Http, &self.enrich_http)
+        } else if folder == crate::protocols::redis::DESCRIPTOR.folder {
+            (EnrichProto::Redis, &self.enrich_redis)
+        } else {
+            return None;
+        };
+        (!guests.is_empty()).then_some((proto, guests.as_slice()))
     }
 
     /// The parse plugin of a connection between these ports (the first listed that claims

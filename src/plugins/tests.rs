@@ -162,7 +162,8 @@ mod enrich {
     fn driver() -> (Arc<Plugin>, Driver<super::super::enrich::Enriched>) {
         let p = example("json_code", Limits::default());
         let inner = (http1::DESCRIPTOR.new_parser)(&stream_config(0));
-        let e = super::super::enrich::Enriched::new(inner, vec![guest(&p)], 1, 2);
+        let e =
+            super::super::enrich::Enriched::new(inner, EnrichProto::Http, vec![guest(&p)], 1, 2);
         (p, Driver::with_parser(e))
     }
 
