@@ -349,6 +349,11 @@ fn a_busy_guest_ends_at_its_fuel_on_a_small_host_stack_in_every_build() {
             o.fuel_per_call.unwrap()
         })
         .unwrap();
-    let fuel = t.join().expect("the guest's calls end cleanly on a 256 KiB stack");
-    assert!(fuel > 0.99 * Limits::default().fuel_per_call as f64, "{fuel}");
+    let fuel = t
+        .join()
+        .expect("the guest's calls end cleanly on a 256 KiB stack");
+    assert!(
+        fuel > 0.99 * Limits::default().fuel_per_call as f64,
+        "{fuel}"
+    );
 }

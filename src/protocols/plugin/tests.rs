@@ -234,3 +234,36 @@ fn datagrams_pair_per_peer_by_key_and_in_order_and_a_loss_stops_in_order_pairing
         (1, 1)
     );
 }
+
+/// Found by the `plugin` fuzz target: a plugin asks for a 4-byte header, then says the header
+/// is a line, which already ended inside those 4 bytes. The framing core subtracted the bytes
+/// counted from the line's length (an overflow: a panic in debug builds, a byte count of
+/// ~2^64 in release ones); now the answer contradicts itself and is no message.
+#[test]
+fn a_line_answer_for_a_header_that_already_ended_is_no_message() {
+    let p = crate::plugins::fuzzing::scripted_plugin(
+        &[abi::FRAME_NEED | 4, abi::FRAME_LINE | 100],
+        &[],
+        "name=lines\nabi=1\nkind=parse\nports=7878\n",
+        Limits::default(),
+    );
+    let conn = ConnInfo {
+        conn_id: 7,
+        pid: 42,
+        comm: [0; 16],
+        local: "127.0.0.1:40000".parse().unwrap(),
+        peer: "127.0.0.1:7878".parse().unwrap(),
+    };
+    for split in [false, true] {
+        let mut d = Driver::with_parser(PluginParser::new(guest(&p), &conn, &stream_config(0)));
+        if split {
+            // The header buffered across segments.
+            d.seg(Egress, b"a").seg(Egress, b"\nbc");
+        } else {
+            d.seg(Egress, b"a\nbcdef");
+        }
+        assert!(d.calls.is_empty());
+        assert!(d.stats.desyncs >= 1, "{:?}", d.stats);
+        assert!(d.stats.unparsed_bytes <= 7, "{:?}", d.stats);
+    }
+}
