@@ -335,7 +335,7 @@ pub struct Args {
     pub capture_all: bool,
 
     /// Load a WebAssembly protocol plugin (repeatable; live and with -r): a protocol of its
-    /// own on the ports its manifest names, or fields of HTTP/1 calls.
+    /// own on the TCP (or UDP) ports its manifest names, or fields of HTTP/1 and Redis calls.
     /// A parse plugin makes the kernel copy connections it does not recognise (as
     /// --capture-all).
     #[arg(long, value_name = "FILE.wasm")]

@@ -148,10 +148,12 @@ impl ConnTracker {
     /// The parser a connection whose first payload is `ev`'s gets: a parse plugin claiming
     /// its ports first (stream sockets), then the built-in protocols by their first bytes.
     fn choose(&self, ev: &Event) -> Choice {
-        if ev.sock_type != SOCK_DGRAM {
-            if let Some(g) = self.plugins.parser_for(ev.local().port(), ev.peer().port()) {
-                return Choice::Plugin(g.clone());
-            }
+        let dgram = ev.sock_type == SOCK_DGRAM;
+        if let Some(g) = self
+            .plugins
+            .parser_for(ev.local().port(), ev.peer().port(), dgram)
+        {
+            return Choice::Plugin(g.clone());
         }
         match detect(ev) {
             Some(spec) => Choice::Builtin(spec),
@@ -301,17 +303,18 @@ impl ConnTracker {
         }
 
         if let ParserSlot::Undecided = conn.parser {
-            let choice = if conn.transport == Transport::Stream {
-                self.plugins
-                    .parser_for(conn.local.port(), conn.peer.port())
-                    .map(|g| Choice::Plugin(g.clone()))
-            } else {
-                None
-            }
-            .unwrap_or_else(|| match detect(ev) {
-                Some(spec) => Choice::Builtin(spec),
-                None => Choice::None,
-            });
+            let choice = self
+                .plugins
+                .parser_for(
+                    conn.local.port(),
+                    conn.peer.port(),
+                    conn.transport == Transport::Datagram,
+                )
+                .map(|g| Choice::Plugin(g.clone()))
+                .unwrap_or_else(|| match detect(ev) {
+                    Some(spec) => Choice::Builtin(spec),
+                    None => Choice::None,
+                });
             let wanted = match &choice {
                 Choice::Plugin(_) => self.cfg.protocols.contains(Protocol::Plugin),
                 Choice::Builtin(spec) => self.cfg.protocols.wants_parser(spec),
@@ -337,20 +340,16 @@ impl ConnTracker {
                 }
                 Choice::Builtin(spec) if wanted => {
                     let parser = (spec.new_parser)(&pcfg);
-                    conn.parser = ParserSlot::Active(
-                        if spec.folder == protocols::http1::DESCRIPTOR.folder
-                            && !self.plugins.enrich_http.is_empty()
-                        {
-                            Box::new(crate::plugins::enrich::Enriched::new(
-                                parser,
-                                self.plugins.enrich_http.clone(),
-                                key & !TLS_STREAM_BIT,
-                                conn.pid,
-                            ))
-                        } else {
-                            parser
-                        },
-                    )
+                    conn.parser = ParserSlot::Active(match self.plugins.enrichers(spec.folder) {
+                        Some((proto, guests)) => Box::new(crate::plugins::enrich::Enriched::new(
+                            parser,
+                            proto,
+                            guests.to_vec(),
+                            key & !TLS_STREAM_BIT,
+                            conn.pid,
+                        )),
+                        None => parser,
+                    })
                 }
                 // With a selection, decided above before anything was counted.
                 _ => {

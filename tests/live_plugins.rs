@@ -2,8 +2,9 @@
 //! examples/plugins/ compiled by the test: a length-prefixed RPC protocol only its plugin
 //! parses (server and client here, every call compared with what they did, live and in a
 //! replay of the recording), the HTTP enrich plugin (an error code in a 200's JSON body), and
-//! a runaway loop and a memory.grow bomb disabled with a warning while the rest goes on.
-//! Needs root.
+//! a runaway loop and a memory.grow bomb disabled with a warning while the rest goes on, a
+//! DNS datagram plugin diffed with the built-in parser (live, and on the committed recording).
+//! Needs root (but the replay of the committed DNS recording).
 
 mod common;
 
@@ -878,4 +879,399 @@ fn a_go_guest_with_wasi_stubs_gives_exact_calls_and_identical_replays() {
     assert_eq!(c1, c2, "two replays, the same call lines");
     assert_eq!(plugin_calls(&r1, "client"), want);
     assert_eq!(plugin_calls(&r1, "server"), want);
+}
+
+/// A DNS call's fields the built-in parser and examples/plugins/dns.c both give (the plugin's
+/// details under `dns.`), for a diff.
+fn dns_call_fields(c: &Value, prefix: &str) -> Vec<String> {
+    let mut v: Vec<String> = [
+        "side",
+        "sock_id",
+        "ts",
+        "pid",
+        "local",
+        "peer",
+        "method",
+        "resource",
+        "status",
+        "status_text",
+        "outcome",
+        "latency_ns",
+        "req_bytes",
+        "resp_bytes",
+        "req_syscalls",
+        "resp_syscalls",
+        "truncated",
+        "end_inferred",
+    ]
+    .iter()
+    .map(|k| c[*k].to_string())
+    .collect();
+    for k in ["answers", "authority", "additional", "txid"] {
+        v.push(c[format!("{prefix}{k}")].to_string());
+    }
+    v
+}
+
+/// Sorted `dns_call_fields` of the calls of `proto` (and, for the built-in, `version`).
+fn dns_calls(
+    lines: &[Value],
+    proto: &str,
+    version: Option<&str>,
+    prefix: &str,
+) -> Vec<Vec<String>> {
+    let mut v: Vec<Vec<String>> = calls(lines)
+        .into_iter()
+        .filter(|c| c["proto"] == proto && version.is_none_or(|ver| c["version"] == ver))
+        .map(|c| dns_call_fields(c, prefix))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Issue 46, datagram plugins: DNS over UDP parsed by a `transport=udp` plugin
+/// (examples/plugins/dns.c) gives the built-in parser's calls, call for call, on the committed
+/// recording of dnsmasq asked by dig and by Python clients (src/protocols/dns/fixtures/
+/// dns_mix.ebt: among them one unconnected socket asking three times): side, socket, time,
+/// method, resource, rcode, outcome, latency, bytes, syscalls, record counts and id. The TCP
+/// calls of the same server port stay the built-in parser's (the plugin claims datagrams
+/// only). No root needed: a replay.
+#[test]
+fn the_dns_datagram_plugin_gives_the_builtin_parsers_udp_calls_on_a_recording() {
+    let dir = tempfile::tempdir().unwrap();
+    // The port dnsmasq listened on in the recording.
+    let Some(wasm) = c_plugin(dir.path(), "dns", &["-DPORTS=\"18484\"".to_owned()]) else {
+        return;
+    };
+    let rec = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/protocols/dns/fixtures/dns_mix.ebt");
+    let builtin = replay_json(&rec, &[]);
+    let plugin = replay_json(&rec, &["--plugin", wasm.to_str().unwrap()]);
+    let (bu, pu) = (
+        dns_calls(&builtin, "dns", Some("udp"), ""),
+        dns_calls(&plugin, "plugin", None, "dns."),
+    );
+    assert_eq!(bu.len(), 16, "the recording's UDP calls, both sides");
+    assert_eq!(pu, bu);
+    assert_eq!(
+        dns_calls(&plugin, "dns", None, ""),
+        dns_calls(&builtin, "dns", Some("tcp"), ""),
+        "TCP stays the built-in parser's"
+    );
+    for c in calls(&plugin).iter().filter(|c| c["proto"] == "plugin") {
+        assert_eq!((&c["plugin"], &c["version"]), (&"dns".into(), &"".into()));
+    }
+    let s = plugin.last().unwrap();
+    for k in [
+        "damaged_messages",
+        "unmatched_responses",
+        "unanswered_requests",
+    ] {
+        assert_eq!(s["parse"][k], 0, "{k}: {s}");
+    }
+    let p = summary_plugin(&plugin, "dns");
+    // Each UDP message once: 16 calls of two messages.
+    assert_eq!(
+        (p["calls"].as_u64(), &p["disabled"]),
+        (Some(32), &false.into())
+    );
+}
+
+/// A dnsmasq of the test's own on 127.0.0.1:`port` (UDP and TCP), answering `a.test` (A and
+/// AAAA) and NXDOMAIN for other names under `test`; killed on drop.
+struct Dnsmasq(std::process::Child);
+
+impl Dnsmasq {
+    fn start(port: u16) -> Dnsmasq {
+        let child = std::process::Command::new("dnsmasq")
+            .args(["-k", "--conf-file=/dev/null", "--pid-file=", "--user=root"])
+            .arg(format!("--port={port}"))
+            .args([
+                "--listen-address=127.0.0.1",
+                "--bind-interfaces",
+                "--no-resolv",
+                "--no-hosts",
+                "--local=/test/",
+                "--host-record=a.test,192.0.2.10,2001:db8::10",
+                "--cache-size=0",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("dnsmasq is installed (scripts/deps installs it)");
+        let d = Dnsmasq(child);
+        wait_for_listener("127.0.0.1", port, "dnsmasq");
+        d
+    }
+}
+
+impl Drop for Dnsmasq {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A DNS query for `name` of type `qtype` (class IN), id `id`.
+fn dns_query(id: u16, name: &str, qtype: u16) -> Vec<u8> {
+    let mut m = id.to_be_bytes().to_vec();
+    m.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
+    for label in name.split('.') {
+        m.push(label.len() as u8);
+        m.extend_from_slice(label.as_bytes());
+    }
+    m.extend_from_slice(&[0, 0, qtype as u8, 0, 1]);
+    m
+}
+
+/// Issue 46, datagram plugins, live: dig and a socket of the test's own (unconnected, asking
+/// two names with the same id in turn, and two sockets asking with one id at once) against a
+/// real dnsmasq, with the DNS plugin: every query a call on each side with the rcode the
+/// client got, and the live plugin's calls equal the built-in parser's on the recording of
+/// the same run.
+#[test]
+fn the_dns_datagram_plugin_gives_every_query_live_as_the_builtin_parser_does() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let port = loop {
+        let p = free_tcp_port();
+        if std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok() {
+            break p;
+        }
+    };
+    let Some(wasm) = c_plugin(dir.path(), "dns", &[format!("-DPORTS=\"{port}\"")]) else {
+        return;
+    };
+    let _server = Dnsmasq::start(port);
+    let rec = dir.path().join("dns.ebt");
+    let ps = port.to_string();
+    let mut e = Ebtop::start(&[
+        "--json",
+        "--port",
+        &ps,
+        "--plugin",
+        wasm.to_str().unwrap(),
+        "-w",
+        rec.to_str().unwrap(),
+    ]);
+    let batch = dir.path().join("batch.txt");
+    std::fs::write(
+        &batch,
+        "a.test A\na.test AAAA\nnope.test A\na.test A\nversion.bind TXT CH\n",
+    )
+    .unwrap();
+    let dig = std::process::Command::new("dig")
+        .arg("-f")
+        .arg(&batch)
+        .args(["@127.0.0.1", "-p", &ps, "+tries=1", "+time=5", "+notcp"])
+        .output()
+        .expect("dig is installed (scripts/deps installs it)");
+    assert!(dig.status.success());
+    let text = String::from_utf8_lossy(&dig.stdout);
+    let status = |s: &str| text.matches(&format!("status: {s},")).count();
+    assert_eq!(
+        (status("NOERROR"), status("NXDOMAIN")),
+        (4, 1),
+        "dig's own account"
+    );
+    // One unconnected socket, one id, two names in turn; then two sockets, one id, at once.
+    let server: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let ask = |s: &std::net::UdpSocket, q: &[u8]| {
+        s.send_to(q, server).unwrap();
+    };
+    let rcode = |s: &std::net::UdpSocket| {
+        let mut b = [0u8; 512];
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let (n, from) = s.recv_from(&mut b).unwrap();
+        assert!(n >= 12 && from == server);
+        b[3] & 0xf
+    };
+    let s1 = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    ask(&s1, &dns_query(7, "a.test", 1));
+    assert_eq!(rcode(&s1), 0);
+    ask(&s1, &dns_query(7, "nope.test", 1));
+    assert_eq!(rcode(&s1), 3);
+    let s2 = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    ask(&s1, &dns_query(9, "a.test", 28));
+    ask(&s2, &dns_query(9, "other.test", 28));
+    assert_eq!((rcode(&s1), rcode(&s2)), (0, 3));
+    let queries = 5 + 4;
+    let seen = std::cell::Cell::new(0);
+    e.wait_for(Duration::from_secs(30), |v| {
+        if v["type"] == "call" && v["proto"] == "plugin" {
+            seen.set(seen.get() + 1);
+        }
+        seen.get() >= 2 * queries
+    })
+    .unwrap_or_else(|| panic!("{} of {} DNS calls within 30 s", seen.get(), 2 * queries));
+    let live = e.stop();
+    let s = live.last().unwrap();
+    assert_eq!(s["kernel"]["lost"], 0, "{s}");
+    let mine = dns_calls(&live, "plugin", None, "dns.");
+    assert_eq!(mine.len(), 2 * queries);
+    let tally = |side: &str| {
+        let mut t: Vec<(String, String)> = calls(&live)
+            .iter()
+            .filter(|c| c["proto"] == "plugin" && c["side"] == side)
+            .map(|c| {
+                (
+                    c["resource"].as_str().unwrap().to_owned(),
+                    c["status_text"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        t.sort();
+        t
+    };
+    let want: Vec<(String, String)> = [
+        ("A a.test", "NOERROR"),
+        ("A a.test", "NOERROR"),
+        ("A a.test", "NOERROR"),
+        ("A nope.test", "NXDOMAIN"),
+        ("A nope.test", "NXDOMAIN"),
+        ("AAAA a.test", "NOERROR"),
+        ("AAAA a.test", "NOERROR"),
+        ("AAAA other.test", "NXDOMAIN"),
+        ("TXT version.bind CH", "NOERROR"),
+    ]
+    .iter()
+    .map(|(r, s)| (r.to_string(), s.to_string()))
+    .collect();
+    assert_eq!(tally("client"), want);
+    assert_eq!(tally("server"), want);
+    // The built-in parser on the recording of this run: the same calls.
+    let builtin = replay_json(&rec, &[]);
+    assert_eq!(dns_calls(&builtin, "dns", Some("udp"), ""), mine);
+}
+
+/// A redis-server of the test's own on a free port (no persistence), killed on drop.
+struct Redis(std::process::Child, u16);
+
+impl Redis {
+    fn start() -> Redis {
+        let port = free_tcp_port();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server is installed (scripts/deps installs it)");
+        wait_for_listener("127.0.0.1", port, "redis-server");
+        Redis(child, port)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A RESP command of `args`.
+fn resp_cmd(args: &[&str]) -> Vec<u8> {
+    let mut m = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        m.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+    }
+    m
+}
+
+/// Reads one RESP reply (simple, error, integer or bulk string) whole.
+fn resp_reply(r: &mut BufReader<TcpStream>) -> String {
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    if let Some(n) = line.strip_prefix('$') {
+        let n: i64 = n.trim().parse().unwrap();
+        if n >= 0 {
+            let mut body = vec![0; n as usize + 2];
+            r.read_exact(&mut body).unwrap();
+            line.push_str(&String::from_utf8_lossy(&body));
+        }
+    }
+    line
+}
+
+/// Issue 46, enrich beyond HTTP/1: `enrich=redis` (examples/plugins/redis_code.wat) reads a
+/// real redis-server's replies: a GET of a JSON document with `"code": "E42"` becomes a server
+/// error with status text E42, a GET of another document, a miss and a SET stay as the
+/// built-in parser made them. Two GETs written at once are answered in one read: whose bytes
+/// are whose is not provable, so neither is handed over (`enrich_skipped`), both calls made.
+#[test]
+fn the_redis_enrich_plugin_turns_an_error_code_in_a_value_into_an_error() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Redis::start();
+    let wasm = plugin(dir.path(), "redis_code", None);
+    let p = server.1.to_string();
+    let mut e = Ebtop::start(&["--json", "--plugin", wasm.to_str().unwrap(), "--port", &p]);
+    let s = TcpStream::connect(("127.0.0.1", server.1)).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    let fail = r#"{"code": "E42", "message": "out of stock"}"#;
+    let mut cmd = |args: &[&str]| {
+        w.write_all(&resp_cmd(args)).unwrap();
+        resp_reply(&mut r)
+    };
+    assert_eq!(cmd(&["SET", "order:1", fail]), "+OK\r\n");
+    assert_eq!(cmd(&["SET", "order:2", r#"{"items": [1, 2]}"#]), "+OK\r\n");
+    let mut gets = Vec::new();
+    for i in 0..12 {
+        let key = ["order:1", "order:2", "order:9"][i % 3];
+        let reply = cmd(&["GET", key]);
+        assert!(reply.starts_with('$'), "{reply:?}");
+        gets.push(key);
+    }
+    // Pipelined: both GETs in one write, their replies (most likely) in one read.
+    let mut w2 = r.get_ref().try_clone().unwrap();
+    let two = [resp_cmd(&["GET", "order:1"]), resp_cmd(&["GET", "order:2"])].concat();
+    w2.write_all(&two).unwrap();
+    let (a, b) = (resp_reply(&mut r), resp_reply(&mut r));
+    assert!(a.contains("E42") && b.contains("items"));
+    let want = 2 + gets.len() + 2;
+    let seen = std::cell::Cell::new(0);
+    e.wait_for(Duration::from_secs(30), |v| {
+        if v["type"] == "call" && v["side"] == "client" && v["proto"] == "redis" {
+            seen.set(seen.get() + 1);
+        }
+        seen.get() >= want
+    })
+    .expect("every Redis call within 30 s");
+    let lines = e.stop();
+    let client: Vec<&Value> = calls(&lines)
+        .into_iter()
+        .filter(|c| c["side"] == "client" && c["proto"] == "redis")
+        .collect();
+    assert_eq!(client.len(), want);
+    let p = summary_plugin(&lines, "redis_code");
+    let skipped = p["enrich_skipped"].as_u64().unwrap();
+    // Both sides' calls: each handed over or skipped, never both, never neither.
+    assert_eq!(
+        p["calls"].as_u64().unwrap() + skipped,
+        2 * want as u64,
+        "{p}"
+    );
+    assert!(skipped <= 4, "only the pipelined pair's, on each side: {p}");
+    let errors: Vec<&&Value> = client
+        .iter()
+        .filter(|c| c["outcome"] == "server_error")
+        .collect();
+    for c in &client {
+        if c["outcome"] == "server_error" {
+            assert_eq!(
+                (&c["method"], &c["status_text"]),
+                (&"GET".into(), &"E42".into()),
+                "{c}"
+            );
+            assert!(c["resource"].as_str().unwrap().contains("order:1"), "{c}");
+        } else {
+            assert_eq!(c["outcome"], "ok", "{c}");
+        }
+    }
+    // Each sequential GET of order:1; the pipelined one's only when its reply came alone.
+    let sequential = gets.iter().filter(|k| **k == "order:1").count();
+    assert!(
+        errors.len() == sequential || (skipped == 0 && errors.len() == sequential + 1),
+        "{} errors, {sequential} sequential GETs of order:1, {skipped} skipped",
+        errors.len()
+    );
 }

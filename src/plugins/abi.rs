@@ -25,6 +25,9 @@ pub const HOOK_ENRICH: u8 = 3;
 /// Bytes of the message were not captured (beyond the snaplen, or lost): the input is a
 /// prefix (or, for enrich, the captured part) of `msg_len` bytes.
 pub const FLAG_TRUNCATED: u8 = 1;
+/// (`ebtop_message`, `transport=udp` plugins) The input is one whole datagram, the header's
+/// peer its sender or receiver. Bit 2 is `protocols::plugin::FLAG_LINE` (frame calls).
+pub const FLAG_DATAGRAM: u8 = 4;
 
 /// Field offsets in the input header (little-endian).
 pub mod off {

@@ -1,5 +1,6 @@
-//! Enrich plugins: the built-in HTTP/1 parser makes the call, a plugin reads its response
-//! and may change its outcome, give it a status text and add attributes (docs/plugins.md).
+//! Enrich plugins: a built-in parser (HTTP/1, Redis) makes the call, a plugin reads its
+//! response and may change its outcome, give it a status text and add attributes
+//! (docs/plugins.md).
 //!
 //! [`Enriched`] wraps the built-in parser and keeps the captured bytes of the response since
 //! the last call (at most `abi::KEEP`, 16 KiB: the rest is unseen to the plugin, flagged). A call is handed to the plugins only when those
@@ -8,17 +9,19 @@
 //! response's (`resp.bytes`: nothing lost, no interim response, no next response begun).
 //! Otherwise the call goes on unchanged and the plugin's `enrich_skipped` counts it. The
 //! plugin sees the head with its secrets redacted (`http1::redact_head`), then the body as
-//! captured (bytes past the snaplen are unseen to it, flagged truncated).
+//! captured (bytes past the snaplen are unseen to it, flagged truncated). A Redis reply has
+//! no head: the plugin sees its bytes (RESP) as captured, head length 0.
 
 use std::sync::atomic::Ordering;
 
 use super::abi::{self, off};
-use super::{Fault, SharedGuest};
+use super::{EnrichProto, Fault, SharedGuest};
 use crate::event::Direction;
 use crate::protocols::{L7Call, ParseStats, Segment, StreamParser};
 
 pub struct Enriched {
     inner: Box<dyn StreamParser>,
+    proto: EnrichProto,
     plugins: Vec<SharedGuest>,
     /// Captured bytes per direction since the last call (bounded).
     bytes: [Vec<u8>; 2],
@@ -33,12 +36,14 @@ pub struct Enriched {
 impl Enriched {
     pub fn new(
         inner: Box<dyn StreamParser>,
+        proto: EnrichProto,
         plugins: Vec<SharedGuest>,
         conn_id: u64,
         pid: u32,
     ) -> Enriched {
         Enriched {
             inner,
+            proto,
             plugins,
             bytes: [Vec::new(), Vec::new()],
             moved: [0; 2],
@@ -86,6 +91,7 @@ impl Enriched {
                 }
                 enrich_one(
                     &mut guest,
+                    self.proto,
                     &self.bytes[r],
                     self.unseen[r],
                     self.conn_id,
@@ -101,8 +107,10 @@ impl Enriched {
 }
 
 /// Runs one plugin's `ebtop_enrich` on a response and applies its answer.
+#[allow(clippy::too_many_arguments)]
 fn enrich_one(
     guest: &mut super::Guest,
+    proto: EnrichProto,
     resp: &[u8],
     unseen: bool,
     conn_id: u64,
@@ -110,7 +118,11 @@ fn enrich_one(
     dir: usize,
     call: &mut L7Call,
 ) {
-    let head_end = memchr::memmem::find(resp, b"\r\n\r\n").map(|i| i + 4);
+    let head_end = match proto {
+        EnrichProto::Http => memchr::memmem::find(resp, b"\r\n\r\n").map(|i| i + 4),
+        // A RESP reply has no head.
+        EnrichProto::Redis => Some(0),
+    };
     let Some(head_end) = head_end else {
         // The head itself was not all captured: nothing to hand over safely.
         guest
@@ -120,7 +132,10 @@ fn enrich_one(
             .fetch_add(1, Ordering::Relaxed);
         return;
     };
-    let head = crate::protocols::http1::redact_head(&resp[..head_end]);
+    let head = match proto {
+        EnrichProto::Http => crate::protocols::http1::redact_head(&resp[..head_end]),
+        EnrichProto::Redis => Default::default(),
+    };
     let body = &resp[head_end..];
     let Some(buf) = guest.buffer() else { return };
     let (hdr, room) = buf.split_at_mut(abi::HEADER_LEN);
@@ -167,8 +182,12 @@ impl StreamParser for Enriched {
     fn on_segment(&mut self, seg: &Segment<'_>, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
         let d = seg.dir.index();
         // Only a response's bytes are kept (a request's direction never starts with this),
-        // at most `abi::KEEP` of it: the memory an enrich plugin adds per connection.
-        let take = if self.bytes[d].is_empty() && !seg.payload.starts_with(b"HTTP/") {
+        // at most `abi::KEEP` of it: the memory an enrich plugin adds per connection. (RESP
+        // says no direction at its start: Redis keeps both directions' bytes, each bounded.)
+        let take = if self.proto == EnrichProto::Http
+            && self.bytes[d].is_empty()
+            && !seg.payload.starts_with(b"HTTP/")
+        {
             0
         } else {
             seg.payload

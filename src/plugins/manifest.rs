@@ -20,7 +20,8 @@ pub const MAX_NAME: usize = 32;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PluginKind {
     /// Frames and parses a protocol of its own on connections to or from these ports.
-    Parse { ports: Vec<u16> },
+    /// `datagrams`: `transport=udp`, each datagram one message (no framing).
+    Parse { ports: Vec<u16>, datagrams: bool },
     /// Reads the responses of a built-in protocol's calls and adds to them (HTTP/1 only in
     /// ABI 1).
     Enrich { proto: EnrichProto },
@@ -30,6 +31,8 @@ pub enum PluginKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EnrichProto {
     Http,
+    /// Redis (RESP): the guest sees a reply's bytes (no head).
+    Redis,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,8 +72,10 @@ pub enum ManifestError {
     BadKind(String),
     #[error("manifest ports `{0}`: 1-{MAX_PORTS} port numbers 1-65535, comma-separated")]
     BadPorts(String),
-    #[error("manifest enrich `{0}`: only `http` can be enriched")]
+    #[error("manifest enrich `{0}`: `http` or `redis`")]
     BadEnrich(String),
+    #[error("manifest transport `{0}`: `tcp` (the default) or `udp`")]
+    BadTransport(String),
     #[error("manifest: `{0}` does not go with kind={1}")]
     Misplaced(&'static str, &'static str),
 }
@@ -157,7 +162,8 @@ pub fn parse(text: &[u8]) -> Result<Manifest, ManifestError> {
         return Err(ManifestError::TooLong);
     }
     let text = std::str::from_utf8(text).map_err(|_| ManifestError::NotText)?;
-    let (mut name, mut abi, mut kind, mut ports, mut enrich) = (None, None, None, None, None);
+    let (mut name, mut abi, mut kind, mut ports, mut enrich, mut transport) =
+        (None, None, None, None, None, None);
     for line in text.lines().map(str::trim) {
         if line.is_empty() || line.starts_with('#') {
             continue;
@@ -172,6 +178,7 @@ pub fn parse(text: &[u8]) -> Result<Manifest, ManifestError> {
             "kind" => &mut kind,
             "ports" => &mut ports,
             "enrich" => &mut enrich,
+            "transport" => &mut transport,
             _ => return Err(ManifestError::UnknownKey(k.chars().take(64).collect())),
         };
         if slot.replace(v).is_some() {
@@ -210,15 +217,33 @@ pub fn parse(text: &[u8]) -> Result<Manifest, ManifestError> {
                     list.push(port);
                 }
             }
-            PluginKind::Parse { ports: list }
+            let datagrams = match transport.unwrap_or("tcp") {
+                "tcp" => false,
+                "udp" => true,
+                other => {
+                    return Err(ManifestError::BadTransport(
+                        other.chars().take(32).collect(),
+                    ))
+                }
+            };
+            PluginKind::Parse {
+                ports: list,
+                datagrams,
+            }
         }
         "enrich" => {
             if ports.is_some() {
                 return Err(ManifestError::Misplaced("ports", "enrich"));
             }
+            if transport.is_some() {
+                return Err(ManifestError::Misplaced("transport", "enrich"));
+            }
             match enrich.ok_or(ManifestError::MissingKey("enrich"))? {
                 "http" => PluginKind::Enrich {
                     proto: EnrichProto::Http,
+                },
+                "redis" => PluginKind::Enrich {
+                    proto: EnrichProto::Redis,
                 },
                 other => return Err(ManifestError::BadEnrich(other.chars().take(32).collect())),
             }
@@ -274,8 +299,17 @@ mod tests {
                 name: "lenrpc".into(),
                 abi: 1,
                 kind: PluginKind::Parse {
-                    ports: vec![7070, 7071]
+                    ports: vec![7070, 7071],
+                    datagrams: false,
                 },
+            }
+        );
+        let udp = parse(b"name=dns\nabi=1\nkind=parse\nports=53\ntransport=udp\n").unwrap();
+        assert_eq!(
+            udp.kind,
+            PluginKind::Parse {
+                ports: vec![53],
+                datagrams: true
             }
         );
     }
@@ -317,12 +351,20 @@ mod tests {
                 E::Repeated("ports".into()),
             ),
             (
-                b"name=a\nabi=1\nkind=enrich\nenrich=redis",
-                E::BadEnrich("redis".into()),
+                b"name=a\nabi=1\nkind=enrich\nenrich=kafka",
+                E::BadEnrich("kafka".into()),
             ),
             (
                 b"name=a\nabi=1\nkind=enrich\nenrich=http\nports=1",
                 E::Misplaced("ports", "enrich"),
+            ),
+            (
+                b"name=a\nabi=1\nkind=parse\nports=1\ntransport=sctp",
+                E::BadTransport("sctp".into()),
+            ),
+            (
+                b"name=a\nabi=1\nkind=enrich\nenrich=http\ntransport=udp",
+                E::Misplaced("transport", "enrich"),
             ),
             (b"name=a\nabi=1\nkind=x", E::BadKind("x".into())),
             (b"name=a\nwasi=1", E::UnknownKey("wasi".into())),

@@ -481,10 +481,12 @@ pub fn wants_unrecognised(plugins: &[Arc<Plugin>]) -> bool {
 /// One tracking thread's instances of the session's plugins.
 #[derive(Default)]
 pub struct PluginHost {
-    /// Parse plugins and their ports.
-    parse: Vec<(SharedGuest, Vec<u16>)>,
+    /// Parse plugins, their ports, and whether they parse datagrams (`transport=udp`).
+    parse: Vec<(SharedGuest, Vec<u16>, bool)>,
     /// The enrich plugins of HTTP/1 calls.
     pub enrich_http: Vec<SharedGuest>,
+    /// The enrich plugins of Redis calls.
+    pub enrich_redis: Vec<SharedGuest>,
 }
 
 impl PluginHost {
@@ -493,10 +495,15 @@ impl PluginHost {
         for p in plugins {
             let guest = Arc::new(Mutex::new(Guest::new(p.clone())));
             match &p.manifest.kind {
-                PluginKind::Parse { ports } => host.parse.push((guest, ports.clone())),
+                PluginKind::Parse { ports, datagrams } => {
+                    host.parse.push((guest, ports.clone(), *datagrams))
+                }
                 PluginKind::Enrich {
                     proto: EnrichProto::Http,
                 } => host.enrich_http.push(guest),
+                PluginKind::Enrich {
+                    proto: EnrichProto::Redis,
+                } => host.enrich_redis.push(guest),
             }
         }
         host
@@ -508,23 +515,37 @@ impl PluginHost {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.parse.is_empty() && self.enrich_http.is_empty()
+        self.parse.is_empty() && self.enrich_http.is_empty() && self.enrich_redis.is_empty()
+    }
+
+    /// The enrich plugins of the calls of the built-in parser in `protocols/<folder>/`, and
+    /// the protocol as the enrich wrapper knows it (None: none enrich it).
+    pub fn enrichers(&self, folder: &str) -> Option<(EnrichProto, &[SharedGuest])> {
+        let (proto, guests) = if folder == crate::protocols::http1::DESCRIPTOR.folder {
+            (EnrichProto::Http, &self.enrich_http)
+        } else if folder == crate::protocols::redis::DESCRIPTOR.folder {
+            (EnrichProto::Redis, &self.enrich_redis)
+        } else {
+            return None;
+        };
+        (!guests.is_empty()).then_some((proto, guests.as_slice()))
     }
 
     /// The parse plugin of a connection between these ports (the first listed that claims
-    /// either), if one is enabled.
-    pub fn parser_for(&self, local: u16, peer: u16) -> Option<&SharedGuest> {
+    /// either, for this transport: `datagrams` for a datagram socket), if one is enabled.
+    pub fn parser_for(&self, local: u16, peer: u16, datagrams: bool) -> Option<&SharedGuest> {
         self.parse
             .iter()
-            .find(|(g, ports)| {
-                (ports.contains(&local) || ports.contains(&peer))
+            .find(|(g, ports, dg)| {
+                *dg == datagrams
+                    && (ports.contains(&local) || ports.contains(&peer))
                     && !g
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .plugin
                         .is_disabled()
             })
-            .map(|(g, _)| g)
+            .map(|(g, _, _)| g)
     }
 }
 

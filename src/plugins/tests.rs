@@ -23,7 +23,8 @@ fn the_examples_load_with_their_manifests() {
     assert_eq!(
         p.manifest.kind,
         PluginKind::Parse {
-            ports: vec![7878, 7879]
+            ports: vec![7878, 7879],
+            datagrams: false
         }
     );
     let e = example("json_code", Limits::default());
@@ -161,7 +162,8 @@ mod enrich {
     fn driver() -> (Arc<Plugin>, Driver<super::super::enrich::Enriched>) {
         let p = example("json_code", Limits::default());
         let inner = (http1::DESCRIPTOR.new_parser)(&stream_config(0));
-        let e = super::super::enrich::Enriched::new(inner, vec![guest(&p)], 1, 2);
+        let e =
+            super::super::enrich::Enriched::new(inner, EnrichProto::Http, vec![guest(&p)], 1, 2);
         (p, Driver::with_parser(e))
     }
 
@@ -282,4 +284,76 @@ fn wasi_imports_are_refused_without_the_stubs_and_deterministic_with_them() {
     // proc_exit is a trap (a fault).
     assert_eq!(g1.lock().unwrap().enrich(1), Err(Fault::Trap));
     assert_eq!(p.overhead().traps, 1);
+}
+
+/// A guest whose every call runs, until its fuel is out, a loop of many kinds of instruction
+/// (integer and float arithmetic, conversions, loads and stores, bulk memory, select,
+/// br_table, globals, direct, indirect and recursive calls). Run on a thread with a small
+/// stack: whatever the dispatch of the build (wasmi's tail calls need every handler's call of
+/// the next to be a sibling call), a call must end at its fuel with a fault, not grow the
+/// host's stack with the instructions it runs (an abort of ebtop).
+const BUSY: &str = r#"(module
+  (@custom "ebtop.plugin" "name=busy\nabi=1\nkind=parse\nports=7881\n")
+  (memory (export "memory") 2)
+  (global $g (mut i64) (i64.const 1))
+  (type $t (func (param i32) (result i32)))
+  (table 2 funcref)
+  (elem (i32.const 0) $inc $dec)
+  (func $inc (type $t) (i32.add (local.get 0) (i32.const 1)))
+  (func $dec (type $t) (i32.sub (local.get 0) (i32.const 1)))
+  (func $deep (param $n i32) (result i32)
+    (if (result i32) (i32.eqz (local.get $n))
+      (then (i32.const 0))
+      (else (i32.add (i32.const 1) (call $deep (i32.sub (local.get $n) (i32.const 1)))))))
+  (func (export "ebtop_buffer") (result i32) (i32.const 1024))
+  (func (export "ebtop_frame") (param $len i32) (result i64)
+    (local $i i32) (local $f f64) (local $x i64)
+    (loop $forever
+      (local.set $i (i32.and (i32.add (local.get $i) (i32.const 7)) (i32.const 0xfff)))
+      (i32.store (local.get $i) (i32.mul (local.get $i) (i32.load offset=4 (local.get $i))))
+      (i64.store8 offset=8 (local.get $i) (i64.rotl (global.get $g) (i64.extend_i32_u (local.get $i))))
+      (local.set $x (i64.div_u (i64.or (global.get $g) (i64.const 1)) (i64.const 3)))
+      (global.set $g (i64.xor (local.get $x) (i64.shl (local.get $x) (i64.const 13))))
+      (local.set $f (f64.add (f64.mul (local.get $f) (f64.const 0.5))
+                             (f64.convert_i32_u (local.get $i))))
+      (local.set $i (i32.add (local.get $i) (i32.trunc_sat_f64_u (f64.sqrt (local.get $f)))))
+      (local.set $i (select (local.get $i) (i32.const 3) (i32.lt_u (local.get $i) (i32.const 4000))))
+      (memory.copy (i32.const 8192) (i32.const 4096) (i32.const 64))
+      (memory.fill (i32.const 9000) (local.get $i) (i32.const 16))
+      (local.set $i (call_indirect (type $t) (local.get $i) (i32.and (local.get $i) (i32.const 1))))
+      (local.set $i (i32.add (local.get $i) (call $deep (i32.const 50))))
+      (block $b2 (block $b1 (block $b0
+        (br_table $b0 $b1 $b2 (i32.and (local.get $i) (i32.const 3))))
+        (local.set $i (i32.popcnt (local.get $i))))
+        (local.set $i (i32.clz (local.get $i))))
+      (br $forever))
+    (i64.const -1))
+  (func (export "ebtop_message") (param i32) (result i32) (i32.const 0))
+)"#;
+
+#[test]
+fn a_busy_guest_ends_at_its_fuel_on_a_small_host_stack_in_every_build() {
+    let wasm = wat::parse_str(BUSY).unwrap();
+    let t = std::thread::Builder::new()
+        // Far less than a million instructions would take if each grew the stack by a frame.
+        .stack_size(256 << 10)
+        .spawn(move || {
+            let p = Arc::new(Plugin::from_bytes(&wasm, "busy", Limits::default()).unwrap());
+            let g = guest(&p);
+            let mut g = g.lock().unwrap();
+            for i in 1..=3 {
+                assert_eq!(g.frame(1), Err(Fault::OutOfFuel), "call {i}");
+            }
+            let o = p.overhead();
+            assert!(o.disabled);
+            o.fuel_per_call.unwrap()
+        })
+        .unwrap();
+    let fuel = t
+        .join()
+        .expect("the guest's calls end cleanly on a 256 KiB stack");
+    assert!(
+        fuel > 0.99 * Limits::default().fuel_per_call as f64,
+        "{fuel}"
+    );
 }

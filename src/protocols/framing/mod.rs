@@ -655,6 +655,13 @@ pub fn feed<F: Framer>(
                     Header::NeedMore(m) if m > n && m <= MAX_HEADER => {
                         p.streams().dirs[d].need = m as u8;
                     }
+                    // A line that ended before the header's last byte contradicts the
+                    // header's length (see header_in_place): not a message.
+                    Header::Line { max } if max >= n && hdr[..n - 1].contains(&b'\n') => {
+                        if !header_said(p, d, seg, Header::NotAFrame, data, out, stats) {
+                            return;
+                        }
+                    }
                     Header::Line { max } if max >= n => {
                         let s = &mut p.streams().dirs[d];
                         s.line.extend_from_slice(&hdr[..n]);
@@ -740,7 +747,10 @@ fn header_in_place<'a, F: Framer>(
             Header::Line { max } if max >= n => {
                 let end = memchr::memchr(b'\n', data);
                 let take = end.map_or(data.len(), |i| i + 1);
-                if take > max {
+                // A line that ended inside the n bytes the framer asked for as the header
+                // contradicts it (those bytes are counted already): not a message, as a line
+                // too long is (a plugin can answer so; fuzz target `plugin`).
+                if take > max || take < n {
                     // Too long for a line: not a message; skipped with the rest.
                     lose_sync(p, d, stats);
                     p.lost(d, Loss::NotAFrame, stats);

@@ -121,12 +121,19 @@ pub struct PluginParser {
     in_order_broken: bool,
     /// The plugin was disabled: the connection's bytes are counted, not parsed.
     stopped: bool,
+    /// A datagram socket (`transport=udp`): each datagram one message, no framing.
+    datagrams: bool,
+    /// Datagram requests pending, oldest first: pairing key, the datagram's peer, the half.
+    /// A response pairs with the oldest of its key from its peer (key 0: in order per peer).
+    dgram_pending: std::collections::VecDeque<(u64, Option<SocketAddr>, Half)>,
+    /// Datagram parts (kind 3) waiting for the next half of their direction.
+    dgram_part: [Option<MessageSpan>; 2],
 }
 
 const DIRS: [Direction; 2] = [Direction::Egress, Direction::Ingress];
 
 impl PluginParser {
-    pub fn new(guest: SharedGuest, conn: &ConnInfo, _cfg: &ParserConfig) -> PluginParser {
+    pub fn new(guest: SharedGuest, conn: &ConnInfo, cfg: &ParserConfig) -> PluginParser {
         let plugin = guest
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -144,6 +151,9 @@ impl PluginParser {
             by_key: ById::new(DEPTH),
             in_order_broken: false,
             stopped: false,
+            datagrams: cfg.transport == super::Transport::Datagram,
+            dgram_pending: Default::default(),
+            dgram_part: [None, None],
         }
     }
 
@@ -309,33 +319,156 @@ impl PluginParser {
                     stats.unmatched_responses += 1;
                     return;
                 };
-                let mut details = Vec::with_capacity(1 + req.attrs.len() + a.attrs.len());
-                details.push(("plugin", self.name.clone()));
-                for (k, v) in req.attrs.into_iter().chain(a.attrs) {
-                    if let Some(key) = crate::plugins::intern_key(&self.name, &k) {
-                        details.push((key, v));
-                    }
-                }
-                out.push(L7Call {
-                    proto: Protocol::Plugin,
-                    request_dir: req.dir,
-                    method: req.method,
-                    resource: req.resource,
-                    version: "",
-                    status: a.status,
-                    status_text: a.status_text,
-                    // A plugin that leaves it unsaid is not taken to mean success.
-                    outcome: a.outcome.unwrap_or(Outcome::Unknown),
-                    req: req.span,
-                    resp: span,
-                    truncated: req.truncated || truncated,
-                    end_inferred: false,
-                    details,
-                    req_head: Default::default(),
-                    resp_head: Default::default(),
-                });
+                out.push(self.make_call(req, a, span, truncated));
             }
             _ => {}
+        }
+    }
+
+    /// The call of a request half and the response's answer.
+    fn make_call(&self, req: Half, a: abi::Answer, span: MessageSpan, truncated: bool) -> L7Call {
+        let mut details = Vec::with_capacity(1 + req.attrs.len() + a.attrs.len());
+        details.push(("plugin", self.name.clone()));
+        for (k, v) in req.attrs.into_iter().chain(a.attrs) {
+            if let Some(key) = crate::plugins::intern_key(&self.name, &k) {
+                details.push((key, v));
+            }
+        }
+        L7Call {
+            proto: Protocol::Plugin,
+            request_dir: req.dir,
+            method: req.method,
+            resource: req.resource,
+            version: "",
+            status: a.status,
+            status_text: a.status_text,
+            // A plugin that leaves it unsaid is not taken to mean success.
+            outcome: a.outcome.unwrap_or(Outcome::Unknown),
+            req: req.span,
+            resp: span,
+            truncated: req.truncated || truncated,
+            end_inferred: false,
+            details,
+            req_head: Default::default(),
+            resp_head: Default::default(),
+        }
+    }
+
+    /// One datagram: one whole message, handed to `ebtop_message` as captured (flag
+    /// datagram; truncated when the datagram was longer than its capture), the header's peer
+    /// being the datagram's. Pairing is per peer: by key, or in order of that peer's requests.
+    fn on_datagram(&mut self, seg: &Segment<'_>, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
+        let d = seg.dir.index();
+        if let Some(peer) = seg.peer {
+            let ip = match peer.ip() {
+                std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+                std::net::IpAddr::V6(v6) => v6.octets(),
+            };
+            self.template[off::PEER_PORT..off::PEER_PORT + 2]
+                .copy_from_slice(&peer.port().to_le_bytes());
+            self.template[off::PEER_IP..off::PEER_IP + 16].copy_from_slice(&ip);
+        }
+        let cut = (seg.payload.len() as u64) < seg.total_len;
+        let flags = abi::FLAG_DATAGRAM | if cut { abi::FLAG_TRUNCATED } else { 0 };
+        let answered = self.call(
+            abi::HOOK_MESSAGE,
+            d,
+            flags,
+            seg.total_len,
+            [seg.payload, &[]],
+            |g, n| g.message(n),
+        );
+        let mut span = MessageSpan::starting(seg);
+        span.bytes = seg.total_len;
+        let Some((r, answer)) = answered else {
+            stats.damaged_messages += 1;
+            return;
+        };
+        if r < 0 {
+            stats.damaged_messages += 1;
+            return;
+        }
+        let Some(a) = answer else { return };
+        if a.kind == abi::HALF_PART {
+            // Joins the next half of its direction, as a part does on a stream.
+            let joined = match self.dgram_part[d].take() {
+                Some(p) => join(p, span),
+                None => span,
+            };
+            self.dgram_part[d] = Some(joined);
+            return;
+        }
+        if let Some(p) = self.dgram_part[d].take() {
+            span = join(p, span);
+        }
+        let dir = DIRS[d];
+        let half = |a: abi::Answer| Half {
+            method: a.method,
+            resource: a.resource,
+            attrs: a.attrs,
+            span,
+            truncated: cut,
+            dir,
+        };
+        match a.kind {
+            abi::HALF_REQUEST => {
+                let key = a.pair_key;
+                if key == 0 && self.in_order_broken {
+                    stats.unanswered_requests += 1;
+                    return;
+                }
+                if key != 0 {
+                    // Sent again with the same key to the same peer: the first went unanswered.
+                    if let Some(i) = self
+                        .dgram_pending
+                        .iter()
+                        .position(|(k, p, _)| *k == key && *p == seg.peer)
+                    {
+                        self.dgram_pending.remove(i);
+                        stats.unanswered_requests += 1;
+                    }
+                }
+                if self.dgram_pending.len() == DEPTH {
+                    let (k, _, _) = self.dgram_pending.pop_front().expect("full");
+                    stats.pending_dropped += 1;
+                    if k == 0 {
+                        // Its answer would pair with a later request of that peer.
+                        self.break_in_order_dgram(stats);
+                    }
+                }
+                if key != 0 || !self.in_order_broken {
+                    self.dgram_pending.push_back((key, seg.peer, half(a)));
+                }
+            }
+            abi::HALF_RESPONSE => {
+                let key = a.pair_key;
+                let at = if key == 0 && self.in_order_broken {
+                    None
+                } else {
+                    self.dgram_pending
+                        .iter()
+                        .position(|(k, p, _)| *k == key && *p == seg.peer)
+                };
+                let Some(req) = at
+                    .filter(|&i| self.dgram_pending[i].2.dir != dir)
+                    .and_then(|i| self.dgram_pending.remove(i))
+                else {
+                    stats.unmatched_responses += 1;
+                    return;
+                };
+                out.push(self.make_call(req.2, a, span, cut));
+            }
+            _ => {}
+        }
+    }
+
+    /// After a loss on a datagram socket no request is paired in order any more.
+    fn break_in_order_dgram(&mut self, stats: &mut ParseStats) {
+        if !self.in_order_broken {
+            self.in_order_broken = true;
+            let before = self.dgram_pending.len();
+            self.dgram_pending.retain(|(k, _, _)| *k != 0);
+            stats.unanswered_requests += (before - self.dgram_pending.len()) as u64;
         }
     }
 
@@ -350,6 +483,18 @@ impl PluginParser {
 
 /// Header flag of a frame call: the input is a whole line header (after `FRAME_LINE`).
 pub const FLAG_LINE: u8 = 2;
+
+/// A part's span joined to the span of the half that follows it in its direction.
+fn join(part: MessageSpan, next: MessageSpan) -> MessageSpan {
+    MessageSpan {
+        first_start_ns: part.first_start_ns,
+        first_end_ns: part.first_end_ns,
+        first_pos: part.first_pos,
+        bytes: part.bytes.saturating_add(next.bytes),
+        syscalls: part.syscalls.saturating_add(next.syscalls),
+        ..next
+    }
+}
 
 impl framing::Framer for PluginParser {
     type Kind = ();
@@ -423,15 +568,26 @@ impl StreamParser for PluginParser {
             stats.skipped(seg.total_len);
             return;
         }
-        framing::on_segment(self, seg, out, stats);
+        if self.datagrams {
+            self.on_datagram(seg, out, stats);
+        } else {
+            framing::on_segment(self, seg, out, stats);
+        }
     }
 
     fn on_gap(&mut self, dir: Direction, len: Option<u64>, stats: &mut ParseStats) {
-        framing::on_gap(self, dir, len, stats);
+        if self.datagrams {
+            // Datagrams were lost: a later response of a peer could answer one of them.
+            self.break_in_order_dgram(stats);
+        } else {
+            framing::on_gap(self, dir, len, stats);
+        }
     }
 
     fn on_close(&mut self, _out: &mut Vec<L7Call>, stats: &mut ParseStats) {
-        stats.unanswered_requests += (self.in_order.len() + self.by_key.len()) as u64;
+        stats.unanswered_requests +=
+            (self.in_order.len() + self.by_key.len() + self.dgram_pending.len()) as u64;
+        self.dgram_pending.clear();
         self.in_order.drain().for_each(drop);
         self.by_key.retain(|_| false);
     }
