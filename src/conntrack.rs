@@ -340,7 +340,9 @@ impl ConnTracker {
                 }
                 Choice::Builtin(spec) if wanted => {
                     let parser = (spec.new_parser)(&pcfg);
-                    conn.parser = ParserSlot::Active(match self.plugins.enrichers(spec.folder) {
+                    let enrich = enrich_proto(spec.folder)
+                        .and_then(|p| Some((p, self.plugins.enrichers(p)?)));
+                    conn.parser = ParserSlot::Active(match enrich {
                         Some((proto, guests)) => Box::new(crate::plugins::enrich::Enriched::new(
                             parser,
                             proto,
@@ -495,6 +497,19 @@ fn detect(ev: &Event) -> Option<&'static protocols::ProtocolDescriptor> {
             .iter()
             .find(|d| hint != 0 && d.kernel_id == Some(hint))
     })
+}
+
+/// The protocol of the built-in parser in `protocols/<folder>/` as enrich plugins name it,
+/// if plugins may enrich its calls.
+fn enrich_proto(folder: &str) -> Option<crate::plugins::manifest::EnrichProto> {
+    use crate::plugins::manifest::EnrichProto;
+    if folder == crate::protocols::http1::DESCRIPTOR.folder {
+        Some(EnrichProto::Http)
+    } else if folder == crate::protocols::redis::DESCRIPTOR.folder {
+        Some(EnrichProto::Redis)
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]

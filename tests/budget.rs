@@ -237,20 +237,8 @@ impl TlsNginx {
         std::fs::write(d.join("index.html"), "<html>sampled over TLS</html>\n").unwrap();
         let (tls, plain) = (free_tcp_port(), free_tcp_port());
         let p = d.display();
-        let conf = format!(
-            "daemon off;
-master_process off;
-pid {p}/nginx.pid;
-error_log {p}/error.log;
-events {{ worker_connections 256; }}
-http {{
-  access_log off;
-  client_body_temp_path {p}/body;
-  proxy_temp_path {p}/proxy;
-  fastcgi_temp_path {p}/fastcgi;
-  uwsgi_temp_path {p}/uwsgi;
-  scgi_temp_path {p}/scgi;
-  server {{
+        let servers = format!(
+            "  server {{
     listen 127.0.0.1:{tls} ssl;
     ssl_certificate {cert};
     ssl_certificate_key {key};
@@ -259,14 +247,11 @@ http {{
   server {{
     listen 127.0.0.1:{plain};
     root {p};
-  }}
-}}
-",
+  }}",
             cert = cert.display(),
             key = key.display(),
         );
-        std::fs::write(d.join("nginx.conf"), conf).unwrap();
-        let child = spawn_nginx(d);
+        let child = start_nginx_with(d, &servers);
         wait_for_listener("127.0.0.1", plain, "nginx");
         TlsNginx {
             child,

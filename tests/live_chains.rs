@@ -131,6 +131,37 @@ fn python(script: &std::path::Path, args: &[String]) -> Killed {
     )
 }
 
+/// CLIENTS threads, each making PER_CLIENT requests to `port` ([`drive`]), run to their end.
+fn drive_all(port: u16) {
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|c| std::thread::spawn(move || drive(port, c, PER_CLIENT)))
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+}
+
+/// The app's own account (its log): request id → the downstream calls it made; every
+/// request the clients made is in it.
+fn app_log(log: &std::path::Path) -> HashMap<String, Vec<String>> {
+    let made: HashMap<String, Vec<String>> = std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut w = l.split(' ');
+            let rid = w.next().unwrap().to_owned();
+            let _thread = w.next();
+            (rid, w.map(str::to_owned).collect())
+        })
+        .collect();
+    assert_eq!(
+        made.len(),
+        CLIENTS * PER_CLIENT,
+        "the app served every request"
+    );
+    made
+}
+
 /// One keep-alive client: `n` requests for ids `c-0`…, the first of client 0 with a
 /// `traceparent`.
 fn drive(port: u16, client: usize, n: usize) {
@@ -204,32 +235,12 @@ fn a_threaded_apps_calls_sit_under_the_request_they_were_made_for() {
         "--port",
         &backend_port.to_string(),
     ]);
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|c| std::thread::spawn(move || drive(app_port, c, PER_CLIENT)))
-        .collect();
-    for c in clients {
-        c.join().unwrap();
-    }
+    drive_all(app_port);
     let lines = ebtop.stop();
     let summary = lines.last().unwrap();
     assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
 
-    // The app's own account: request id → the downstream calls it made.
-    let made: HashMap<String, Vec<String>> = std::fs::read_to_string(&log)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let mut w = l.split(' ');
-            let rid = w.next().unwrap().to_owned();
-            let _thread = w.next();
-            (rid, w.map(str::to_owned).collect())
-        })
-        .collect();
-    assert_eq!(
-        made.len(),
-        CLIENTS * PER_CLIENT,
-        "the app served every request"
-    );
+    let made = app_log(&log);
 
     let calls = calls(&lines);
     let by_id: HashMap<&str, &Value> = calls.iter().map(|c| (str_of(c, "id"), *c)).collect();
@@ -517,21 +528,8 @@ fn nginx_in_front_hops_into_the_app_and_never_links_a_wrong_request() {
     let mut app_args = ports("app");
     app_args.push(pg.port.to_string());
     let _app = python(&script, &app_args);
-    let p = dir.display();
-    let conf = format!(
-        "daemon off;
-master_process off;
-pid {p}/nginx.pid;
-error_log {p}/error.log;
-events {{ worker_connections 256; }}
-http {{
-  access_log off;
-  client_body_temp_path {p}/body;
-  proxy_temp_path {p}/proxy;
-  fastcgi_temp_path {p}/fastcgi;
-  uwsgi_temp_path {p}/uwsgi;
-  scgi_temp_path {p}/scgi;
-  upstream app {{ server 127.0.0.1:{app_port}; keepalive 16; }}
+    let proxy = format!(
+        "  upstream app {{ server 127.0.0.1:{app_port}; keepalive 16; }}
   server {{
     listen 127.0.0.1:{nginx_port};
     location / {{
@@ -539,12 +537,9 @@ http {{
       proxy_http_version 1.1;
       proxy_set_header Connection \"\";
     }}
-  }}
-}}
-"
+  }}"
     );
-    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
-    let _nginx = Peer(spawn_nginx(&dir));
+    let _nginx = Peer(start_nginx_with(&dir, &proxy));
     wait_for_listener("127.0.0.1", redis_port, "redis-server");
     wait_for_listener("127.0.0.1", backend_port, "the backend");
     wait_for_listener("127.0.0.1", app_port, "the app");
@@ -563,30 +558,11 @@ http {{
         "--port",
         &pg.port.to_string(),
     ]);
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|c| std::thread::spawn(move || drive(nginx_port, c, PER_CLIENT)))
-        .collect();
-    for c in clients {
-        c.join().unwrap();
-    }
+    drive_all(nginx_port);
     let lines = ebtop.stop();
     let summary = lines.last().unwrap();
     assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
-    let made: HashMap<String, Vec<String>> = std::fs::read_to_string(&log)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let mut w = l.split(' ');
-            let rid = w.next().unwrap().to_owned();
-            let _thread = w.next();
-            (rid, w.map(str::to_owned).collect())
-        })
-        .collect();
-    assert_eq!(
-        made.len(),
-        CLIENTS * PER_CLIENT,
-        "the app served every request"
-    );
+    let made = app_log(&log);
     assert!(
         made.values().all(|d| d.len() == 4),
         "each request made 4 calls"

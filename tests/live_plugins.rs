@@ -1102,7 +1102,16 @@ fn the_dns_datagram_plugin_gives_every_query_live_as_the_builtin_parser_does() {
         }
         seen.get() >= 2 * queries
     })
-    .unwrap_or_else(|| panic!("{} of {} DNS calls within 30 s", seen.get(), 2 * queries));
+    .unwrap_or_else(|| {
+        for v in e
+            .collected
+            .iter()
+            .filter(|v| v["type"] == "call" || v["type"] == "summary")
+        {
+            eprintln!("seen: {v}");
+        }
+        panic!("{} of {} DNS calls within 30 s", seen.get(), 2 * queries)
+    });
     let live = e.stop();
     let s = live.last().unwrap();
     assert_eq!(s["kernel"]["lost"], 0, "{s}");

@@ -56,35 +56,19 @@ impl Nginx {
         std::fs::create_dir(&www).unwrap();
         std::fs::write(www.join("index.html"), INDEX).unwrap();
         let (h1, h2, unwatched) = (free_tcp_port(), free_tcp_port(), free_tcp_port());
-        let p = d.display();
-        let conf = format!(
-            "daemon off;
-master_process off;
-pid {p}/nginx.pid;
-error_log {p}/error.log;
-events {{ worker_connections 256; }}
-http {{
-  access_log off;
-  client_body_temp_path {p}/body;
-  proxy_temp_path {p}/proxy;
-  fastcgi_temp_path {p}/fastcgi;
-  uwsgi_temp_path {p}/uwsgi;
-  scgi_temp_path {p}/scgi;
-  keepalive_requests 100000;
+        let http = format!(
+            "  keepalive_requests 100000;
   ssl_certificate {cert};
   ssl_certificate_key {key};
   root {www};
   server {{ listen 127.0.0.1:{h1} ssl; }}
   server {{ listen 127.0.0.1:{h2} ssl http2; }}
-  server {{ listen 127.0.0.1:{unwatched} ssl; }}
-}}
-",
+  server {{ listen 127.0.0.1:{unwatched} ssl; }}",
             cert = cert.display(),
             key = key.display(),
             www = www.display(),
         );
-        std::fs::write(d.join("nginx.conf"), conf).unwrap();
-        let child = common::spawn_nginx(d);
+        let child = common::start_nginx_with(d, &http);
         wait_for_pid_file(&d.join("nginx.pid"));
         wait_for_listener("127.0.0.1", h1, "nginx");
         Nginx {

@@ -33,6 +33,9 @@ struct inflight {
 	__u8 dir;
 	__u8 family;
 	__u8 sock_type;
+	/* --port: an unconnected datagram socket of no listed local port; each datagram's own
+	 * peer (its sockaddr) decides, in emit_data. */
+	__u8 peer_port_decides;
 };
 
 struct sock_state {
@@ -78,8 +81,11 @@ static __always_inline bool inet_socket(int fd, struct inflight *inf)
 		__u16 rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
 		if (!u16_listed(lport, filter_ports, filter_port_count) &&
 		    !u16_listed(rport, filter_ports, filter_port_count)) {
-			tls_note_unwatched_io();
-			return false;
+			if (type != SOCK_DGRAM || rport) {
+				tls_note_unwatched_io();
+				return false;
+			}
+			inf->peer_port_decides = 1;
 		}
 	}
 	inf->sk = (__u64)sk;
@@ -142,6 +148,16 @@ static __always_inline void fill_common(struct ebtop_event *ev, const struct inf
 static __always_inline int emit_data(const struct inflight *inf, __u64 end_ns, __u64 len,
 				     __u8 source, __u64 ptr, __u64 cnt, __u64 peer_sa)
 {
+	if (inf->peer_port_decides) {
+		/* The datagram's peer as the syscall gave it (a send's destination, a receive's
+		 * source, filled by the time of its exit); none given or not inet: not listed. */
+		__u16 fam = 0, port = 0;
+		if (!peer_sa || bpf_probe_read_user(&fam, sizeof(fam), (void *)peer_sa) ||
+		    (fam != AF_INET && fam != AF_INET6) ||
+		    bpf_probe_read_user(&port, sizeof(port), (void *)(peer_sa + 2)) ||
+		    !u16_listed(bpf_ntohs(port), filter_ports, filter_port_count))
+			return 0;
+	}
 	__u32 cpu = bpf_get_smp_processor_id();
 	struct sock_state *st = bpf_map_lookup_elem(&sock_states, &inf->sock_id);
 	if (!st) {

@@ -518,17 +518,15 @@ impl PluginHost {
         self.parse.is_empty() && self.enrich_http.is_empty() && self.enrich_redis.is_empty()
     }
 
-    /// The enrich plugins of the calls of the built-in parser in `protocols/<folder>/`, and
-    /// the protocol as the enrich wrapper knows it (None: none enrich it).
-    pub fn enrichers(&self, folder: &str) -> Option<(EnrichProto, &[SharedGuest])> {
-        let (proto, guests) = if folder == crate::protocols::http1::DESCRIPTOR.folder {
-            (EnrichProto::Http, &self.enrich_http)
-        } else if folder == crate::protocols::redis::DESCRIPTOR.folder {
-            (EnrichProto::Redis, &self.enrich_redis)
-        } else {
-            return None;
+    /// The enrich plugins of `proto`'s calls (None: none enrich them). The caller names the
+    /// built-in parser's protocol (conntrack: plugins know no parser, so that protocols, whose
+    /// plugin parser drives plugins, import nothing back from here).
+    pub fn enrichers(&self, proto: EnrichProto) -> Option<&[SharedGuest]> {
+        let guests = match proto {
+            EnrichProto::Http => &self.enrich_http,
+            EnrichProto::Redis => &self.enrich_redis,
         };
-        (!guests.is_empty()).then_some((proto, guests.as_slice()))
+        (!guests.is_empty()).then_some(guests.as_slice())
     }
 
     /// The parse plugin of a connection between these ports (the first listed that claims
