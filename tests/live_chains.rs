@@ -186,25 +186,35 @@ fn str_of<'a>(c: &'a Value, k: &str) -> &'a str {
     c[k].as_str().unwrap_or("")
 }
 
-#[test]
-fn a_threaded_apps_calls_sit_under_the_request_they_were_made_for() {
-    require_root();
-    let dir = std::env::temp_dir().join(format!("ebtop-chains-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+/// A fresh `dir` with the app's script written in it: (script, where the app's log goes).
+fn app_dir(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
     let script = dir.join("app.py");
     std::fs::write(&script, APP).unwrap();
-    let log = dir.join("app.log");
+    (script, dir.join("app.log"))
+}
 
-    let redis_port = free_tcp_port();
-    let _redis = Killed(
+/// A redis-server of the test's own on `port` (no persistence); killed on drop.
+fn redis_on(port: u16) -> Killed {
+    Killed(
         Command::new("redis-server")
-            .args(["--port", &redis_port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .stdout(Stdio::null())
             .spawn()
             .expect("redis-server is installed (scripts/deps installs it)"),
-    );
+    )
+}
+
+#[test]
+fn a_threaded_apps_calls_sit_under_the_request_they_were_made_for() {
+    require_root();
+    let dir = std::env::temp_dir().join(format!("ebtop-chains-{}", std::process::id()));
+    let (script, log) = app_dir(&dir);
+
+    let redis_port = free_tcp_port();
+    let _redis = redis_on(redis_port);
     let (app_port, backend_port) = (free_tcp_port(), free_tcp_port());
     let ports = |mode: &str| {
         vec![
@@ -249,15 +259,7 @@ fn a_threaded_apps_calls_sit_under_the_request_they_were_made_for() {
         calls
             .iter()
             .copied()
-            .filter(|c| {
-                c["side"] == side
-                    && port_of(if side == "server" {
-                        &c["local"]
-                    } else {
-                        &c["peer"]
-                    }) == port
-                    && str_of(c, "resource") == resource
-            })
+            .filter(|c| on_server_port(c, side, port) && str_of(c, "resource") == resource)
             .collect()
     };
     let one = |side: &str, port: u16, resource: &str| -> &Value {
@@ -499,20 +501,9 @@ fn draw(
 fn nginx_in_front_hops_into_the_app_and_never_links_a_wrong_request() {
     require_root();
     let dir = std::env::temp_dir().join(format!("ebtop-chains-nginx-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let script = dir.join("app.py");
-    std::fs::write(&script, APP).unwrap();
-    let log = dir.join("app.log");
+    let (script, log) = app_dir(&dir);
     let redis_port = free_tcp_port();
-    let _redis = Killed(
-        Command::new("redis-server")
-            .args(["--port", &redis_port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed (scripts/deps installs it)"),
-    );
+    let _redis = redis_on(redis_port);
     let (app_port, backend_port, nginx_port) = (free_tcp_port(), free_tcp_port(), free_tcp_port());
     let ports = |mode: &str| {
         vec![
@@ -574,15 +565,7 @@ fn nginx_in_front_hops_into_the_app_and_never_links_a_wrong_request() {
         let v: Vec<&Value> = calls
             .iter()
             .copied()
-            .filter(|c| {
-                c["side"] == side
-                    && port_of(if side == "server" {
-                        &c["local"]
-                    } else {
-                        &c["peer"]
-                    }) == port
-                    && str_of(c, "resource") == resource
-            })
+            .filter(|c| on_server_port(c, side, port) && str_of(c, "resource") == resource)
             .collect();
         assert_eq!(v.len(), 1, "{side} {resource} on {port}: {v:?}");
         v[0]

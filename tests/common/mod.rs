@@ -661,6 +661,17 @@ pub fn assert_every_call_a_hop(lines: &[Value], port: u16) -> usize {
     assert_hops(lines, port, 0)
 }
 
+/// Whether call `c` is of `side` on a connection to the server's `port` (a server call's
+/// local port, a client call's peer port).
+pub fn on_server_port(c: &Value, side: &str, port: u16) -> bool {
+    c["side"] == side
+        && port_of(if side == "server" {
+            &c["local"]
+        } else {
+            &c["peer"]
+        }) == port
+}
+
 /// As [`assert_every_call_a_hop`], but for `unread` server calls whose response their client
 /// never read (it exited first): those go out unlinked, counted in `hop_unmatched`.
 pub fn assert_hops(lines: &[Value], port: u16, unread: usize) -> usize {
@@ -669,14 +680,7 @@ pub fn assert_hops(lines: &[Value], port: u16, unread: usize) -> usize {
         calls
             .iter()
             .copied()
-            .filter(|c| {
-                c["side"] == side
-                    && port_of(if side == "server" {
-                        &c["local"]
-                    } else {
-                        &c["peer"]
-                    }) == port
-            })
+            .filter(|c| on_server_port(c, side, port))
             .collect()
     };
     let (clients, servers) = (on("client"), on("server"));
