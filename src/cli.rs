@@ -420,10 +420,11 @@ pub struct Args {
     /// ebtop's CPU budget, % of one CPU, counting its own threads and its BPF programs (which
     /// run in the traced processes' syscalls), or off. Above it ebtop captures a
     /// deterministic sample of connections, decided in the kernel once per connection
-    /// (a connection captured stays captured: its calls are exact), and raises the sample
-    /// again when the load falls; every figure made from a sample is marked (`sampling`
-    /// lines, the header's SAMPLED). A budget measures the load first: nothing is captured
-    /// in its first two intervals. Default: off (every connection captured).
+    /// (new connections first; a captured one is only ever cut at a call boundary: its
+    /// calls are exact), and raises the sample again when the load falls; every figure made
+    /// from a sample is marked (`sampling` lines, the header's SAMPLED). A budget measures
+    /// the load first: nothing is captured in its first two intervals. Default: off (every
+    /// connection captured).
     #[arg(long, value_name = "PCT", default_value = "off", value_parser = max_cpu)]
     pub max_cpu: MaxCpu,
 

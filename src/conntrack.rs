@@ -12,6 +12,7 @@ use crate::protocols::{
     self, L7Call, ParseDepth, ParseStats, ParserConfig, ProtoSet, Protocol, ProtocolDescriptor,
     StreamParser, Transport,
 };
+use crate::source::sampling::{sample_hash, CutBoard, CutName, CUT_BOARD};
 
 #[derive(Debug, Clone, Copy)]
 pub struct TrackerConfig {
@@ -108,6 +109,8 @@ struct Conn {
     /// Bytes of the connection were lost (a stream gap) since its last call was handed on:
     /// the calls it hands on next carry `after_loss` (calls in the gap may be missing).
     lost: bool,
+    /// The generation of cuts it was last named under (0: never; [`ConnTracker::name_cuts`]).
+    cut_generation: u32,
 }
 
 pub struct ConnTracker {
@@ -405,6 +408,7 @@ impl ConnTracker {
             parser: ParserSlot::Undecided,
             last_seen_ns: ev.end_ns,
             lost: false,
+            cut_generation: 0,
         })
     }
 
@@ -452,12 +456,54 @@ impl ConnTracker {
         n
     }
 
-    /// Forgets connections idle since before `now_ns - idle_timeout`.
+    /// Forgets connections idle since before `now_ns - idle_timeout`; names the connections
+    /// a CPU budget asks to cut (the session's [`CUT_BOARD`]).
     pub fn expire(&mut self, now_ns: u64) {
         let cutoff = now_ns.saturating_sub(self.cfg.idle_timeout_ns);
         let before = self.open_conns();
         self.conns.retain(|_, c| c.last_seen_ns >= cutoff);
         self.stats.conns_expired += (before - self.open_conns()) as u64;
+        self.name_cuts(&CUT_BOARD);
+    }
+
+    /// Offers `board` the captured connections to cut, when it asks: those above the share
+    /// (by the kernel's sample hash of their socket) whose parser knows the direction their
+    /// requests take and has seen one call at a time ([`StreamParser::request_direction`]);
+    /// each once per generation. TLS plaintext streams are left alone (their socket's bytes
+    /// are not what the kernel would cut).
+    pub fn name_cuts(&mut self, board: &CutBoard) {
+        let Some((from_hash, generation)) = board.asked() else {
+            return;
+        };
+        let mut names = Vec::new();
+        let room = board.room();
+        for (&key, c) in self.conns.iter_mut() {
+            if names.len() >= room {
+                break;
+            }
+            if key & TLS_STREAM_BIT != 0
+                || c.transport != Transport::Stream
+                || c.cut_generation == generation
+                || u64::from(sample_hash(key)) < from_hash
+            {
+                continue;
+            }
+            let ParserSlot::Active(p) = &c.parser else {
+                continue;
+            };
+            let Some(dir) = p.request_direction() else {
+                continue;
+            };
+            c.cut_generation = generation;
+            names.push(CutName {
+                sock_id: key,
+                request_dir: dir as u8,
+                generation,
+            });
+        }
+        if !names.is_empty() {
+            board.offer(&names);
+        }
     }
 
     /// At the cap: drop the least recently seen tenth of the table (amortised O(1) per insert).

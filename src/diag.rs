@@ -49,6 +49,29 @@ pub fn debug_exec_lag() -> (std::time::Duration, Option<Vec<u8>>) {
     (debug_ms("EBTOP_DEBUG_EXEC_LAG_MS"), name)
 }
 
+/// Debug builds only: `EBTOP_DEBUG_SAMPLE_SCHEDULE=<pct>,<pct>,...` has a CPU budget
+/// (`--max-cpu`) set the share of connections to these values, one per interval (the last
+/// one stays), instead of from the measured load, so the tests can lower the share under
+/// captured connections at a known time and see them cut at a call boundary. None in
+/// release builds and when unset or malformed.
+pub fn debug_sample_schedule() -> Option<Vec<f64>> {
+    if !cfg!(debug_assertions) {
+        return None;
+    }
+    let v = std::env::var("EBTOP_DEBUG_SAMPLE_SCHEDULE").ok()?;
+    let shares: Option<Vec<f64>> = v
+        .split(',')
+        .map(|p| {
+            p.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|x| (0.0..=100.0).contains(x))
+        })
+        .map(|p| p.map(|x| x / 100.0))
+        .collect();
+    shares.filter(|s| !s.is_empty())
+}
+
 /// Debug builds only: `EBTOP_DEBUG_FLOW_READS_KIB=<KiB>` sizes the ring of changed flows
 /// (`flow_reads`, 8 MiB) down, so the tests can have it overflow with a few hundred flows and
 /// the table read whole instead. None in release builds.

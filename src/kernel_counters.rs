@@ -73,6 +73,10 @@ pub struct KernelCounters {
     /// calls). 0 in recordings made before it existed.
     #[serde(default)]
     pub tls_shed_calls: u64,
+    /// Captured connections a budget cut at a call boundary (their calls before it whole,
+    /// none after). 0 in recordings made before it existed.
+    #[serde(default)]
+    pub cut_connections: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sample_keep_ppm: Option<u64>,
     /// Files probed for TLS plaintext since the start (those at start and those found later:

@@ -63,6 +63,10 @@ pub struct SamplingSnapshot {
     /// Connections decided out and in during the interval.
     pub connections_sampled_out: u64,
     pub connections_sampled_in: u64,
+    /// Captured connections cut at a call boundary during the interval (the budget was
+    /// still exceeded after new connections were sampled: their calls before the cut are
+    /// whole, none after it is seen).
+    pub connections_cut: u64,
     /// Calls completed from captured connections (exact each), and the interval's calls
     /// estimated: calls_seen / ratio (null when nothing was captured).
     pub calls_seen: u64,
@@ -95,6 +99,7 @@ impl SamplingSnapshot {
             syscalls_not_captured: shed,
             connections_sampled_out: now.shed_connections.saturating_sub(before.shed_connections),
             connections_sampled_in: now.kept_connections.saturating_sub(before.kept_connections),
+            connections_cut: now.cut_connections.saturating_sub(before.cut_connections),
             calls_seen,
             calls_estimated: ratio
                 .filter(|r| *r > 0.0)

@@ -324,3 +324,164 @@ fn tls_plaintext_of_sampled_out_connections_is_counted_as_shed() {
     assert_eq!(u(k, "tls_no_socket"), 0, "{summary}");
     assert!(u(k, "tls_shed_calls") >= 2 * shed, "{summary}");
 }
+
+/// A budget still over after new connections were sampled cuts captured (long-lived)
+/// connections at a call boundary: the share drops under 20 keep-alive connections already
+/// captured (a debug build's `EBTOP_DEBUG_SAMPLE_SCHEDULE` moves it at a known interval
+/// instead of the measured load), and each socket above the new share stops being captured
+/// at the first bytes of a request — its calls are exactly its first requests, whole, in
+/// order; the sockets below the share, and those of connections that pipeline, keep every
+/// call. Counted and replayed the same.
+#[test]
+fn a_budget_cuts_captured_connections_at_a_call_boundary() {
+    require_root();
+    let server = TestServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("cut.ebt");
+    let port = server.port.to_string();
+    let pid = std::process::id().to_string();
+    let mut ebtop = Ebtop::start_with_env(
+        &[
+            "--json",
+            "--port",
+            &port,
+            "--pid",
+            &pid,
+            "--max-cpu",
+            "50",
+            "--delay",
+            "200ms",
+            "-w",
+            rec.to_str().unwrap(),
+            "--tls",
+            "off",
+        ],
+        // All captured for four intervals, then 30%.
+        &[("EBTOP_DEBUG_SAMPLE_SCHEDULE", "100,100,100,100,30")],
+    );
+    let mut conns: Vec<Conn> = (0..20)
+        .map(|_| {
+            let stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+            let reader = BufReader::new(stream.try_clone().unwrap());
+            let client = inode(&stream);
+            let port = stream.local_addr().unwrap().port();
+            Conn {
+                stream,
+                reader,
+                client,
+                server: 0,
+                requests: 0,
+            }
+            .with_server(server.port, port)
+        })
+        .collect();
+    // The clients of the last 4 connections pipeline: each request goes out before the
+    // answer to the one before it is read, so a turn into their request direction comes
+    // inside a call and their sockets are never cut (their servers answer one at a time:
+    // those may be).
+    let pipelined = 16;
+    let keep = keep_below_of(0.3);
+    let clients: Vec<u64> = conns.iter().map(|c| c.client).collect();
+    let may_cut = |k: usize, sock: u64| !keeps(sock, keep) && (k < pipelined || sock != clients[k]);
+    let above: usize = conns
+        .iter()
+        .enumerate()
+        .flat_map(|(k, c)| [(k, c.client), (k, c.server)])
+        .filter(|&(k, s)| may_cut(k, s))
+        .count();
+    // 36 sockets that may be cut, at 30%: some cut, some not, or the test proves nothing (the inodes are
+    // whatever the kernel gave; a run where all fall on one side is retried by nobody).
+    assert!(
+        (5..=31).contains(&above),
+        "{above} of 36 sockets above the share"
+    );
+
+    // Requests round after round (each answered before the next on its connection) until
+    // every socket above the share was cut, then five rounds more.
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    let (mut cut, mut rounds_after) = (0u64, 0);
+    while rounds_after < 5 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{cut} of {above} sockets cut within 90 s"
+        );
+        for (k, c) in conns.iter_mut().enumerate() {
+            let ahead = u64::from(k >= pipelined);
+            let first = if c.requests == 0 {
+                0
+            } else {
+                c.requests + ahead
+            };
+            let req: String = (first..=c.requests + ahead)
+                .map(|i| format!("GET /sleep/0/c{k}r{i} HTTP/1.1\r\nHost: t\r\n\r\n"))
+                .collect();
+            c.stream.write_all(req.as_bytes()).unwrap();
+            assert_eq!(read_response(&mut c.reader).0, 200);
+            c.requests += 1;
+        }
+        while let Some(v) = ebtop.wait_for(Duration::from_millis(1), |v| v["type"] == "sampling") {
+            cut += v["connections_cut"].as_u64().unwrap();
+        }
+        if cut as usize >= above {
+            rounds_after += 1;
+        }
+    }
+    // The requests sent ahead are answered.
+    for c in conns[pipelined..].iter_mut() {
+        assert_eq!(read_response(&mut c.reader).0, 200);
+        c.requests += 1;
+    }
+    let lines = ebtop.stop();
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
+    assert_eq!(
+        u(&summary["kernel"], "cut_connections"),
+        above as u64,
+        "{summary}"
+    );
+    assert_eq!(summary["parse"]["unanswered_requests"], 0, "{summary}");
+
+    // Per socket, its calls in order: the first requests of its connection, each whole; all
+    // of them below the share, fewer above it (it was cut before the last five rounds).
+    let mut resources: HashMap<u64, Vec<String>> = HashMap::new();
+    for c in calls(&lines) {
+        assert_eq!(c["status"], 200, "{c}");
+        resources
+            .entry(c["sock_id"].as_u64().unwrap())
+            .or_default()
+            .push(c["resource"].as_str().unwrap().to_string());
+    }
+    for (k, c) in conns.iter().enumerate() {
+        for sock in [c.client, c.server] {
+            let seen = resources.remove(&sock).unwrap_or_default();
+            let want: Vec<String> = (0..seen.len())
+                .map(|i| format!("/sleep/0/c{k}r{i}"))
+                .collect();
+            assert_eq!(seen, want, "socket {sock}: not its first requests in order");
+            if !may_cut(k, sock) {
+                assert_eq!(seen.len() as u64, c.requests, "socket {sock} not cut");
+            } else {
+                assert!(
+                    (seen.len() as u64) + 5 <= c.requests && !seen.is_empty(),
+                    "socket {sock} above the share: {} of {} calls",
+                    seen.len(),
+                    c.requests
+                );
+            }
+        }
+    }
+    assert!(
+        resources.is_empty(),
+        "calls of other sockets: {resources:?}"
+    );
+
+    // The replay writes the same sampling lines (the cuts are in the recorded counters).
+    let replayed = replay_json(&rec, &[]);
+    let of = |ls: &[Value]| -> Vec<Value> {
+        ls.iter()
+            .filter(|v| v["type"] == "sampling")
+            .cloned()
+            .collect()
+    };
+    assert_eq!(of(&replayed), of(&lines));
+}

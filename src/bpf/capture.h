@@ -252,14 +252,16 @@ static __always_inline void count(__u32 idx, __u64 n)
  *               being captured is never cut;
  *   active:     sampling is on (else every connection is kept, one map lookup per new one);
  *   hold:       decide nothing yet (start of a budget: the load is measured first); the
- *               records of undecided connections are not captured.
+ *               records of undecided connections are not captured;
+ *   cuts:       user space has put connections in sample_cuts (below): a captured
+ *               connection looks there when its direction turns, nothing more otherwise.
  */
 struct ebtop_sample_ctl {
 	__u64 keep_below;
 	__u32 epoch;
 	__u32 active;
 	__u32 hold;
-	__u32 _pad;
+	__u32 cuts;
 };
 
 struct {
@@ -269,9 +271,34 @@ struct {
 	__type(value, struct ebtop_sample_ctl);
 } sample_ctl SEC(".maps");
 
+/*
+ * Captured connections a budget sheds at a call boundary (src/source/sampling.rs, issue 51):
+ * user space names a connection here when its parser has seen it carry one call at a time,
+ * with the direction its requests take (EBTOP_DIR_*). The connection is cut at its next turn
+ * into that direction — the first bytes of its next request, its previous response whole —
+ * and stays out until it closes (its close still reaches user space). An LRU: a name left by
+ * a connection that closed first is pushed out, never found by another (socket ids are inode
+ * numbers, not reused while user space may hold the name).
+ */
+struct ebtop_cut_name {
+	__u32 generation; /* ebtop_sample_ctl.cuts when named: an older ask's names are ignored */
+	__u8 dir;
+	__u8 _pad[3];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct ebtop_cut_name);
+} sample_cuts SEC(".maps");
+
 #define EBTOP_SAMPLE_UNDECIDED 0
 #define EBTOP_SAMPLE_IN 1
 #define EBTOP_SAMPLE_OUT 2
+/* Cut at a call boundary while captured (sample_cuts): out until it closes, whatever the
+ * epoch (joining again would append later bytes to a stream whose positions stopped). */
+#define EBTOP_SAMPLE_CUT 3
 
 /* A connection's place in the sample: src/source/sampling.rs `sample_hash` is the same. */
 static __always_inline __u32 sample_hash(__u64 id)
@@ -288,6 +315,8 @@ static __always_inline __u32 sample_hash(__u64 id)
  * state alone, no count. */
 static __always_inline bool sample_sheds(__u8 state, __u32 epoch)
 {
+	if (state == EBTOP_SAMPLE_CUT)
+		return true;
 	if (state != EBTOP_SAMPLE_OUT)
 		return false;
 	__u32 zero = 0;
@@ -295,19 +324,50 @@ static __always_inline bool sample_sheds(__u8 state, __u32 epoch)
 	return ctl && ctl->active && epoch == ctl->epoch;
 }
 
-/*
- * Whether this send or receive of connection `sock_id` is captured; `state`/`epoch` are the
- * connection's own (socket storage or its entry in sock_states). A connection captured stays
- * captured: one byte compared. Else one array lookup (inlined by the verifier).
- */
-static __always_inline bool sample_keeps(__u8 *state, __u32 *epoch, __u64 sock_id)
+/* A captured connection whose direction just turned to `dir`: whether user space asked to
+ * cut it at a request in that direction (sample_cuts). One array lookup per turn; the hash
+ * only while cuts are asked for. */
+static __always_inline bool sample_cut_here(__u8 *state, __u8 dir, __u64 sock_id)
 {
-	if (*state == EBTOP_SAMPLE_IN)
-		return true;
+	__u32 zero = 0;
+	struct ebtop_sample_ctl *ctl = bpf_map_lookup_elem(&sample_ctl, &zero);
+	if (!ctl || !ctl->cuts)
+		return false;
+	struct ebtop_cut_name *name = bpf_map_lookup_elem(&sample_cuts, &sock_id);
+	if (!name || name->dir != dir || name->generation != ctl->cuts)
+		return false;
+	bpf_map_delete_elem(&sample_cuts, &sock_id);
+	*state = EBTOP_SAMPLE_CUT;
+	count(EBTOP_CNT_CUT_CONNS, 1);
+	count(EBTOP_CNT_SHED_RUNS, 1);
+	return true;
+}
+
+/*
+ * Whether this send or receive (direction `dir`) of connection `sock_id` is captured;
+ * `state`/`epoch`/`last_dir` are the connection's own (socket storage or its entry in
+ * sock_states). A connection captured stays captured unless cut at a call boundary: one
+ * byte compared per run, and at a turn of direction one array lookup (sample_cut_here).
+ * Else one array lookup (inlined by the verifier).
+ */
+static __always_inline bool sample_keeps(__u8 *state, __u32 *epoch, __u8 *last_dir, __u8 dir,
+					 __u64 sock_id)
+{
+	if (*state == EBTOP_SAMPLE_IN) {
+		if (*last_dir == dir + 1)
+			return true;
+		*last_dir = dir + 1;
+		return !sample_cut_here(state, dir, sock_id);
+	}
+	if (*state == EBTOP_SAMPLE_CUT) {
+		count(EBTOP_CNT_SHED_RUNS, 1);
+		return false;
+	}
 	__u32 zero = 0;
 	struct ebtop_sample_ctl *ctl = bpf_map_lookup_elem(&sample_ctl, &zero);
 	if (!ctl || !ctl->active) {
 		*state = EBTOP_SAMPLE_IN;
+		*last_dir = dir + 1;
 		return true;
 	}
 	if (*state == EBTOP_SAMPLE_OUT && *epoch == ctl->epoch) {
@@ -321,6 +381,7 @@ static __always_inline bool sample_keeps(__u8 *state, __u32 *epoch, __u64 sock_i
 	*epoch = ctl->epoch;
 	if ((__u64)sample_hash(sock_id) < ctl->keep_below) {
 		*state = EBTOP_SAMPLE_IN;
+		*last_dir = dir + 1;
 		count(EBTOP_CNT_KEPT_CONNS, 1);
 		return true;
 	}

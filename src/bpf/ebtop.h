@@ -117,6 +117,8 @@ enum ebtop_counter {
 	/* SSL calls that moved plaintext on sockets the connection sample leaves out (tls.h
 	 * tls_note_shed): not captured, not a loss of a captured connection. */
 	EBTOP_CNT_TLS_SHED,
+	/* Captured connections cut at a call boundary (capture.h sample_cut_here). */
+	EBTOP_CNT_CUT_CONNS,
 	EBTOP_CNT__MAX,
 };
 

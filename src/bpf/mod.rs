@@ -364,7 +364,8 @@ pub mod counter {
     pub const KEPT_CONNS: u32 = 20;
     pub const SKIPPED_UNEXAMINED: u32 = 21;
     pub const TLS_SHED: u32 = 22;
-    pub const COUNT: u32 = 23;
+    pub const CUT_CONNS: u32 = 23;
+    pub const COUNT: u32 = 24;
 }
 
 /// Attaches a loaded tc program to interface `ifindex`'s tcx hook (ingress or egress, as the

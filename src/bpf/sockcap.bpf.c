@@ -74,6 +74,7 @@ struct sk_state {
 	__u8 sample; /* EBTOP_SAMPLE_*: captured, sampled out, undecided (capture.h) */
 	__u8 dgram_unknown; /* datagram verdict: see dgram_unexamined() */
 	__u8 shed_tls_looks; /* sampled out: tls_note_shed() */
+	__u8 last_dir; /* EBTOP_DIR_* + 1 of its last captured run (0: none): sample_keeps() */
 	__u32 sample_epoch;
 	char comm[EBTOP_TASK_COMM_LEN];
 };
@@ -445,7 +446,7 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 		st->sock_id = sock_inode(sk);
 	/* Sampled out: nothing more than the hook and the socket's storage (the flow's bytes
 	 * were counted above). */
-	if (!sample_keeps(&st->sample, &st->sample_epoch, st->sock_id)) {
+	if (!sample_keeps(&st->sample, &st->sample_epoch, &st->last_dir, dir, st->sock_id)) {
 		if (sock_type == SOCK_STREAM)
 			tls_note_shed(&st->shed_tls_looks);
 		return 0;

@@ -43,6 +43,7 @@ struct sock_state {
 	__u8 proto;
 	__u8 sample; /* EBTOP_SAMPLE_*: captured, sampled out, undecided (capture.h) */
 	__u8 shed_tls_looks; /* sampled out: tls_note_shed() (tls.h) */
+	__u8 last_dir; /* EBTOP_DIR_* + 1 of its last captured run (0: none): sample_keeps() */
 	__u32 sample_epoch;
 };
 
@@ -168,7 +169,8 @@ static __always_inline int emit_data(const struct inflight *inf, __u64 end_ns, _
 			return 0;
 	}
 	/* Sampled out: the hooks and the socket's state only. */
-	if (!sample_keeps(&st->sample, &st->sample_epoch, inf->sock_id)) {
+	if (!sample_keeps(&st->sample, &st->sample_epoch, &st->last_dir, inf->dir,
+			  inf->sock_id)) {
 		if (inf->sock_type == SOCK_STREAM)
 			tls_note_shed(&st->shed_tls_looks);
 		return 0;

@@ -22,7 +22,7 @@ pub use crate::source::capture::{LiveConfig, MAX_SHARDS};
 use crate::source::flow_table::{FlowCollector, FlowConfig, LoadedFlows};
 use crate::source::process_probe::ProcessProbe;
 use crate::source::ring_feed::RingFeed;
-use crate::source::sampling::{IntervalLoad, Sampler};
+use crate::source::sampling::{IntervalLoad, Sampler, CUT_BOARD};
 use crate::tls::TlsProbes;
 
 /// Records consumed per loop pass before ticks, signals and the deadline are checked again.
@@ -656,11 +656,17 @@ pub fn run<S: Sink, R>(
                 shed_runs: runs.1.saturating_sub(runs_before.1),
             };
             runs_before = runs;
+            // The connections the trackers named at the last interval's end (cuts asked then).
+            let names = CUT_BOARD.take();
+            if let Err(e) = capture.name_cuts(&names) {
+                crate::diag!("ebtop: warning: {e:#}");
+            }
             if let Some(ctl) = sampler.on_interval(&load) {
                 if let Err(e) = capture.set_sampling(ctl) {
                     crate::diag!("ebtop: warning: {e:#}");
                 }
             }
+            CUT_BOARD.ask(sampler.cuts());
             // What the next interval's records are decided under (a recording keeps it).
             k.sample_keep_ppm = sampler.ctl().keep_ppm();
             ov.max_cpu_pct = sampler.budget_pct();

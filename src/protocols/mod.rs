@@ -639,6 +639,14 @@ pub trait StreamParser: Send {
     fn on_gap(&mut self, dir: Direction, len: Option<u64>, stats: &mut ParseStats);
     /// The connection ended; complete what can be completed, count the rest.
     fn on_close(&mut self, out: &mut Vec<L7Call>, stats: &mut ParseStats);
+    /// The direction this connection's requests take, when every call so far came alone (its
+    /// request after the previous response had begun: no pipelining, no multiplexing, no
+    /// stream of replies), so that the first bytes of a turn into that direction start a
+    /// new call: where a CPU budget may stop capturing it without cutting a call
+    /// (src/source/sampling.rs). None when not known or not so (the default).
+    fn request_direction(&self) -> Option<Direction> {
+        None
+    }
 }
 
 /// The protocol whose start `payload` looks like, if any.

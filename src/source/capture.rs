@@ -219,6 +219,25 @@ impl Capture<'_> {
         write_sampling(map, ctl)
     }
 
+    /// Names captured connections to cut at their next request (capture.h `sample_cuts`):
+    /// socket id and the direction its requests take. Entries left from an earlier call stay
+    /// (the kernel deletes what it cuts; the map is an LRU).
+    pub(crate) fn name_cuts(&self, cuts: &[crate::source::sampling::CutName]) -> Result<()> {
+        let map = match self {
+            Capture::Socket(s, _) => &s.maps.sample_cuts,
+            Capture::Syscalls(s, _) => &s.maps.sample_cuts,
+        };
+        for c in cuts {
+            map.update(
+                &c.sock_id.to_ne_bytes(),
+                &c.value_bytes(),
+                libbpf_rs::MapFlags::ANY,
+            )
+            .context("naming a connection to cut at its next request failed")?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn counters(&self) -> &libbpf_rs::Map<'_> {
         match self {
             Capture::Socket(s, _) => &s.maps.counters,
@@ -719,6 +738,7 @@ pub(crate) fn read_counters(
         shed_connections: sum(counter::SHED_CONNS).0,
         kept_connections: sum(counter::KEPT_CONNS).0,
         tls_shed_calls: sum(counter::TLS_SHED).0,
+        cut_connections: sum(counter::CUT_CONNS).0,
         // The live driver sets it from what it wrote (the kernel does not say).
         sample_keep_ppm: None,
         tls_files_probed: tls.map_or(0, |t| t.status().files.len() as u64),

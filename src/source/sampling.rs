@@ -5,11 +5,16 @@
 //! the user-space half: the same hash, the control entry the kernel reads (`sample_ctl`), and
 //! the controller that moves it once per interval.
 //!
-//! Why by connection and only for new (or sampled-out) connections: a connection captured is
-//! captured until it ends, so every call seen is a whole call and its numbers are exact; the
-//! sample changes only which connections are seen. Lowering the share decides new connections
-//! against the lower threshold; raising it (a new `epoch`) lets sampled-out connections be
-//! decided again — they join mid-stream, as a connection older than ebtop does.
+//! Why by connection and new connections first: a connection captured is captured until it
+//! ends or until a call boundary, so every call seen is a whole call and its numbers are
+//! exact; the sample changes only which connections are seen. Lowering the share decides new
+//! connections against the lower threshold; raising it (a new `epoch`) lets sampled-out
+//! connections be decided again — they join mid-stream, as a connection older than ebtop
+//! does. When the budget is still exceeded after the share for new connections went down
+//! (long-lived connections: keep-alive, pools), captured connections above the share are
+//! cut at a call boundary ([`CutBoard`]): the trackers name those whose parser has seen one
+//! call at a time and knows the direction of their requests, and the kernel stops capturing
+//! each at its next turn into that direction — the first bytes of a new request.
 
 /// A connection's place in the sample (the kernel's `sample_hash`, capture.h).
 pub fn sample_hash(id: u64) -> u32 {
@@ -39,6 +44,9 @@ pub struct SampleCtl {
     pub epoch: u32,
     pub active: bool,
     pub hold: bool,
+    /// The generation of cuts asked for (0: none): the kernel cuts a connection named in
+    /// `sample_cuts` under this generation only.
+    pub cuts: u32,
 }
 
 impl SampleCtl {
@@ -48,6 +56,7 @@ impl SampleCtl {
         b[8..12].copy_from_slice(&self.epoch.to_ne_bytes());
         b[12..16].copy_from_slice(&u32::from(self.active).to_ne_bytes());
         b[16..20].copy_from_slice(&u32::from(self.hold).to_ne_bytes());
+        b[20..24].copy_from_slice(&self.cuts.to_ne_bytes());
         b
     }
 
@@ -61,6 +70,90 @@ impl SampleCtl {
             return Some(0);
         }
         Some((self.keep_below as u128 * 1_000_000 / (1u128 << 32)) as u64)
+    }
+}
+
+/// A captured connection to cut at its next request (the kernel's `sample_cuts` entry: key
+/// the socket id, value the generation and the direction its requests take).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CutName {
+    pub sock_id: u64,
+    pub request_dir: u8,
+    pub generation: u32,
+}
+
+impl CutName {
+    /// The kernel's `struct ebtop_cut_name` (capture.h).
+    pub fn value_bytes(self) -> [u8; 8] {
+        let mut b = [0u8; 8];
+        b[0..4].copy_from_slice(&self.generation.to_ne_bytes());
+        b[4] = self.request_dir;
+        b
+    }
+}
+
+/// Names offered by the trackers in one interval, at most (the rest are named at the next).
+pub const MAX_CUT_NAMES: usize = 4096;
+
+/// Where the session's loop asks for cuts and the trackers (on their own threads) offer the
+/// connections to cut: one per process ([`CUT_BOARD`]); a replay never asks.
+pub struct CutBoard {
+    /// Connections whose sample hash is at least this are cut (u64::MAX: none asked).
+    from_hash: std::sync::atomic::AtomicU64,
+    generation: std::sync::atomic::AtomicU32,
+    names: std::sync::Mutex<Vec<CutName>>,
+}
+
+/// The session's board (live only).
+pub static CUT_BOARD: CutBoard = CutBoard::new();
+
+impl CutBoard {
+    pub const fn new() -> CutBoard {
+        CutBoard {
+            from_hash: std::sync::atomic::AtomicU64::new(u64::MAX),
+            generation: std::sync::atomic::AtomicU32::new(0),
+            names: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Asks for cuts of captured connections whose hash is at least `from_hash` under
+    /// `generation` (None: none asked from now on).
+    pub fn ask(&self, cut: Option<(u64, u32)>) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (from, generation) = cut.unwrap_or((u64::MAX, 0));
+        self.generation.store(generation, Relaxed);
+        self.from_hash.store(from, Relaxed);
+    }
+
+    /// What is asked now: the hash from which connections are cut, and the generation.
+    pub fn asked(&self) -> Option<(u64, u32)> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let from = self.from_hash.load(Relaxed);
+        (from != u64::MAX).then(|| (from, self.generation.load(Relaxed)))
+    }
+
+    /// Room for this many more names in the interval.
+    pub fn room(&self) -> usize {
+        let names = self.names.lock().unwrap_or_else(|p| p.into_inner());
+        MAX_CUT_NAMES.saturating_sub(names.len())
+    }
+
+    /// A tracker's names (at most [`CutBoard::room`] are kept).
+    pub fn offer(&self, offered: &[CutName]) {
+        let mut names = self.names.lock().unwrap_or_else(|p| p.into_inner());
+        let room = MAX_CUT_NAMES.saturating_sub(names.len());
+        names.extend_from_slice(&offered[..offered.len().min(room)]);
+    }
+
+    /// The names offered since the last call.
+    pub fn take(&self) -> Vec<CutName> {
+        std::mem::take(&mut *self.names.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+impl Default for CutBoard {
+    fn default() -> Self {
+        CutBoard::new()
     }
 }
 
@@ -139,6 +232,15 @@ pub struct Sampler {
     per_run_pct: f64,
     /// Intervals seen (the first one holds the load start-up's cost: not measured from).
     intervals: u64,
+    /// Intervals in a row over the budget while sampling.
+    over_budget: u32,
+    /// Cuts asked for: captured connections whose hash is at least this are cut at a call
+    /// boundary, under `ctl.cuts` (its generation).
+    cut_from: Option<u64>,
+    /// The last generation of cuts asked for.
+    cut_generation: u32,
+    /// `EBTOP_DEBUG_SAMPLE_SCHEDULE` (debug builds): the share per interval, not the load's.
+    schedule: Option<Vec<f64>>,
 }
 
 impl Sampler {
@@ -150,6 +252,7 @@ impl Sampler {
                 epoch: 0,
                 active: true,
                 hold: false,
+                cuts: 0,
             },
             // Nothing decided until the load is measured: a connection decided in now would
             // stay in whatever it costs.
@@ -158,15 +261,60 @@ impl Sampler {
                 epoch: 0,
                 active: true,
                 hold: true,
+                cuts: 0,
             },
         };
-        Sampler {
+        let mut sampler = Sampler {
             mode,
             ctl,
             base_pct: None,
             per_run_pct: (PRIOR_USER_NS_PER_RUN + KEPT_RUN_NS) / 1e7,
             intervals: 0,
+            over_budget: 0,
+            cut_from: None,
+            cut_generation: 0,
+            schedule: None,
+        };
+        if matches!(mode, SamplingMode::Budget(_)) {
+            if let Some(s) = crate::diag::debug_sample_schedule() {
+                sampler.ctl = SampleCtl::default();
+                sampler.apply_schedule(&s, 0);
+                sampler.schedule = Some(s);
+            }
         }
+        sampler
+    }
+
+    /// Cuts asked for now: (the hash from which captured connections are cut, generation).
+    pub fn cuts(&self) -> Option<(u64, u32)> {
+        self.cut_from.map(|from| (from, self.ctl.cuts))
+    }
+
+    /// Asks for cuts of captured connections above the share now (a new generation when the
+    /// share moved since the last ask), or none.
+    fn ask_cuts(&mut self, on: bool) {
+        if !on || !self.ctl.active {
+            self.cut_from = None;
+            self.ctl.cuts = 0;
+            return;
+        }
+        if self.cut_from != Some(self.ctl.keep_below) {
+            self.cut_from = Some(self.ctl.keep_below);
+            // Names of an earlier ask (another share) are never read again; never 0 (none).
+            self.cut_generation = self.cut_generation.wrapping_add(1).max(1);
+        }
+        self.ctl.cuts = self.cut_generation;
+    }
+
+    /// The schedule's share for interval `i` (the last one stays); cuts asked whenever the
+    /// share is below one that came before it.
+    fn apply_schedule(&mut self, schedule: &[f64], i: usize) {
+        let share = schedule[i.min(schedule.len() - 1)];
+        self.set_ratio(share);
+        let lowered = schedule[..=i.min(schedule.len() - 1)]
+            .iter()
+            .any(|&s| s > share);
+        self.ask_cuts(lowered);
     }
 
     pub fn mode(&self) -> SamplingMode {
@@ -192,6 +340,12 @@ impl Sampler {
             return None;
         };
         self.intervals += 1;
+        if let Some(schedule) = self.schedule.take() {
+            let before = self.ctl;
+            self.apply_schedule(&schedule, self.intervals as usize);
+            self.schedule = Some(schedule);
+            return (self.ctl != before).then_some(self.ctl);
+        }
         let cost = load.cost_pct()?;
         let runs_per_s = load.per_s(load.runs);
         let kept_per_s = load.per_s(load.runs.saturating_sub(load.shed_runs));
@@ -209,6 +363,7 @@ impl Sampler {
                 epoch: self.ctl.epoch.wrapping_add(1),
                 active: ratio < 1.0,
                 hold: false,
+                cuts: 0,
             };
             return (self.ctl != before).then_some(self.ctl);
         }
@@ -233,6 +388,15 @@ impl Sampler {
                 self.set_ratio(want);
             }
         }
+        // New connections first: a budget still exceeded in the interval after the share
+        // for them went down is spent on captured ones (long-lived connections), which are
+        // cut at their next call boundary from then on, while it lasts.
+        self.over_budget = if cost > budget && self.ctl.active {
+            self.over_budget.saturating_add(1)
+        } else {
+            0
+        };
+        self.ask_cuts(self.over_budget >= 2);
         (self.ctl != before).then_some(self.ctl)
     }
 
@@ -256,6 +420,7 @@ impl Sampler {
                     epoch: self.ctl.epoch.wrapping_add(1),
                     active: false,
                     hold: false,
+                    cuts: self.ctl.cuts,
                 };
             }
             return;
@@ -271,6 +436,7 @@ impl Sampler {
             },
             active: true,
             hold: false,
+            cuts: self.ctl.cuts,
         };
     }
 }
@@ -299,11 +465,19 @@ mod tests {
             epoch: 3,
             active: true,
             hold: false,
+            cuts: 7,
         };
         let b = ctl.to_bytes();
         assert_eq!(u64::from_ne_bytes(b[0..8].try_into().unwrap()), 1 << 31);
         assert_eq!(u32::from_ne_bytes(b[8..12].try_into().unwrap()), 3);
         assert_eq!(u32::from_ne_bytes(b[12..16].try_into().unwrap()), 1);
+        assert_eq!(u32::from_ne_bytes(b[20..24].try_into().unwrap()), 7);
+        let name = CutName {
+            sock_id: 9,
+            request_dir: 1,
+            generation: 7,
+        };
+        assert_eq!(name.value_bytes(), [7, 0, 0, 0, 1, 0, 0, 0]);
         assert_eq!(ctl.keep_ppm(), Some(500_000));
         assert_eq!(SampleCtl::default().keep_ppm(), None);
     }
@@ -353,5 +527,51 @@ mod tests {
             }
         }
         assert!(!last.active, "{last:?}");
+    }
+
+    #[test]
+    fn a_budget_still_over_after_new_connections_went_down_cuts_captured_ones() {
+        let mut s = Sampler::new(SamplingMode::Budget(10.0));
+        s.on_interval(&load(80.0, 200_000, 200_000));
+        let first = s.on_interval(&load(2.0, 200_000, 200_000)).unwrap();
+        assert_eq!((first.cuts, s.cuts()), (0, None));
+        // Over once: new connections go down, nothing cut yet.
+        let lower = s.on_interval(&load(30.0, 200_000, 0)).unwrap();
+        assert_eq!((lower.cuts, s.cuts()), (0, None));
+        // Still over: captured connections above the share are cut.
+        let cut = s.on_interval(&load(30.0, 200_000, 0)).unwrap();
+        assert_ne!(cut.cuts, 0);
+        assert_eq!(s.cuts(), Some((cut.keep_below, cut.cuts)));
+        // The share goes on down: a new generation (names of the last ask are not read).
+        let again = s.on_interval(&load(30.0, 200_000, 0)).unwrap();
+        assert!(again.keep_below < cut.keep_below);
+        assert!(again.cuts != 0 && again.cuts != cut.cuts);
+        // Within the budget: no more cuts; a later ask is yet another generation.
+        let under = s.on_interval(&load(8.0, 200_000, 100_000)).unwrap();
+        assert_eq!((under.cuts, s.cuts()), (0, None));
+        s.on_interval(&load(30.0, 200_000, 0));
+        let later = s.on_interval(&load(30.0, 200_000, 0)).unwrap();
+        assert!(later.cuts != 0 && later.cuts != again.cuts && later.cuts != cut.cuts);
+    }
+
+    #[test]
+    fn a_board_hands_on_what_trackers_offered_within_its_bound() {
+        let board = CutBoard::new();
+        assert_eq!(board.asked(), None);
+        board.ask(Some((5, 2)));
+        assert_eq!(board.asked(), Some((5, 2)));
+        let name = |i| CutName {
+            sock_id: i,
+            request_dir: 0,
+            generation: 2,
+        };
+        let many: Vec<CutName> = (0..MAX_CUT_NAMES as u64 + 10).map(name).collect();
+        board.offer(&many[..10]);
+        assert_eq!(board.room(), MAX_CUT_NAMES - 10);
+        board.offer(&many);
+        assert_eq!(board.take().len(), MAX_CUT_NAMES);
+        assert!(board.take().is_empty());
+        board.ask(None);
+        assert_eq!(board.asked(), None);
     }
 }

@@ -209,6 +209,11 @@ pub struct Http1Parser {
     /// Answers still to come for requests dropped from a full `pending` (the oldest): they
     /// come before the pending requests' and are skipped, framed without their method.
     answers_to_skip: u64,
+    /// Direction of the last segment (turns: [`StreamParser::request_direction`]).
+    last_dir: Option<usize>,
+    /// A turn into the request direction came while a call was under way (pipelining, a
+    /// body after `100 Continue`, a gap): a turn does not mark a call's start here.
+    calls_overlapped: bool,
 }
 
 impl Http1Parser {
@@ -224,7 +229,18 @@ impl Http1Parser {
             request_dir: None,
             h2: None,
             answers_to_skip: 0,
+            last_dir: None,
+            calls_overlapped: false,
         }
+    }
+
+    /// Nothing of a call is under way: the next byte in either direction starts a message,
+    /// and every request seen was answered.
+    fn between_calls(&self) -> bool {
+        self.dirs.iter().all(|ds| ds.state == State::Start)
+            && self.pending.is_empty()
+            && self.orphans.is_empty()
+            && self.answers_to_skip == 0
     }
 
     /// Makes `seg` part of direction d's current message span.
@@ -808,12 +824,29 @@ impl Http1Parser {
 }
 
 impl StreamParser for Http1Parser {
+    fn request_direction(&self) -> Option<Direction> {
+        if self.h2.is_some()
+            || self.calls_overlapped
+            || self.dirs.iter().any(|ds| ds.state == State::Tunnel)
+        {
+            return None;
+        }
+        match self.request_dir? {
+            0 => Some(Direction::Egress),
+            _ => Some(Direction::Ingress),
+        }
+    }
+
     fn on_segment(&mut self, seg: &Segment<'_>, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
         if let Some(h2) = self.h2.as_mut() {
             return h2.on_segment(seg, out, stats);
         }
         self.seg_counter += 1;
         let d = seg.dir.index();
+        if self.last_dir == Some(1 - d) && self.request_dir == Some(d) && !self.between_calls() {
+            self.calls_overlapped = true;
+        }
+        self.last_dir = Some(d);
         match self.dirs[d].state {
             State::Tunnel => return,
             // A response to an unseen request, none of its body come, and a segment that
@@ -898,6 +931,8 @@ impl StreamParser for Http1Parser {
         if let Some(h2) = self.h2.as_mut() {
             return h2.on_gap(dir, len, stats);
         }
+        // Turns inside lost bytes are unknown.
+        self.calls_overlapped = true;
         let d = dir.index();
         let ds = &mut self.dirs[d];
         // A gap strictly inside a body of known length only skips bytes: the message's end is

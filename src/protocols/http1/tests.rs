@@ -729,3 +729,51 @@ fn a_valid_traceparent_header_is_kept_as_a_detail() {
         None
     );
 }
+
+/// Where a CPU budget may cut a connection (src/source/sampling.rs): the direction of its
+/// requests while every call came alone; never once calls overlapped.
+#[test]
+fn a_turn_into_the_request_direction_starts_a_call_only_while_calls_came_alone() {
+    let mut d = Driver::new();
+    assert_eq!(d.p.request_direction(), None, "nothing seen yet");
+    d.seg(OUT, REQ_A)
+        .seg(IN, RESP_OK)
+        .seg(OUT, REQ_A)
+        .seg(IN, RESP_OK);
+    assert_eq!(
+        d.p.request_direction(),
+        Some(OUT),
+        "client, one call at a time"
+    );
+    // The server's side of the same traffic.
+    let mut s = Driver::new();
+    s.seg(IN, REQ_A).seg(OUT, RESP_OK).seg(IN, REQ_A);
+    assert_eq!(s.p.request_direction(), Some(IN));
+
+    // Pipelined: the second request goes out before the first response.
+    let mut p = Driver::new();
+    p.seg(OUT, REQ_A).seg(IN, &RESP_OK[..10]).seg(OUT, REQ_A);
+    p.seg(IN, &RESP_OK[10..]).seg(IN, RESP_OK);
+    assert_eq!(p.calls.len(), 2);
+    assert_eq!(p.p.request_direction(), None, "pipelined");
+
+    // A body after `100 Continue`: a turn into the request direction inside a call.
+    let mut c = Driver::new();
+    c.seg(
+        OUT,
+        b"POST /u HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n",
+    )
+    .seg(IN, b"HTTP/1.1 100 Continue\r\n\r\n")
+    .seg(OUT, b"abc")
+    .seg(IN, RESP_OK);
+    assert_eq!(c.calls.len(), 1);
+    assert_eq!(c.p.request_direction(), None, "100 Continue");
+
+    // Lost bytes hide turns.
+    let mut g = Driver::new();
+    g.seg(OUT, REQ_A)
+        .seg(IN, RESP_OK)
+        .gap(IN, Some(10))
+        .seg(OUT, REQ_A);
+    assert_eq!(g.p.request_direction(), None, "after a gap");
+}
