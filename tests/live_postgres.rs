@@ -1002,3 +1002,55 @@ fn calls_of<'a>(lines: &'a [Value], side: &str) -> Vec<&'a Value> {
         .filter(|c| c["side"] == side)
         .collect()
 }
+
+/// A CPU budget over pooled connections (pgbench's 8, open for the whole run): once the
+/// share drops under them (`EBTOP_DEBUG_SAMPLE_SCHEDULE`, a debug build's stand-in for the
+/// measured load), every socket above the share — pgbench's and the backends' — is cut at a
+/// query's first bytes: no call cut in two, nothing unanswered, and exactly those sockets
+/// counted as cut.
+#[test]
+fn a_budget_cuts_pooled_connections_between_queries() {
+    require_root();
+    let server = PgServer::start();
+    let port = server.port.to_string();
+    let ebtop = Ebtop::start_with_env(
+        &[
+            "--json",
+            "--port",
+            &port,
+            "--max-cpu",
+            "50",
+            "--delay",
+            "200ms",
+        ],
+        &[("EBTOP_DEBUG_SAMPLE_SCHEDULE", "100,100,100,100,30")],
+    );
+    let args = [
+        "-n", "-c", "8", "-j", "2", "-T", "4", "-M", "extended", "-S",
+    ];
+    let out = server.pgbench(&args);
+    assert!(out.status.success(), "pgbench {args:?}: {out:?}");
+    let lines = ebtop.stop();
+    let summary = lines.last().unwrap();
+    assert_clean_summary(summary);
+    assert_eq!(summary["parse"]["unanswered_requests"], 0, "{summary}");
+    // The pool's sockets: hundreds of queries each before the share drops. (pgbench's first
+    // connection, which reads the scale, makes a few and closes at the start: never cut.)
+    let keep = ebtop::source::sampling::keep_below_of(0.3);
+    let mut per_sock = std::collections::BTreeMap::<u64, u64>::new();
+    for c in calls(&lines) {
+        assert_eq!(c["outcome"], "ok", "{c}");
+        *per_sock.entry(c["sock_id"].as_u64().unwrap()).or_default() += 1;
+    }
+    let above: Vec<u64> = per_sock
+        .iter()
+        .filter(|&(&sock, &n)| n >= 10 && !ebtop::source::sampling::keeps(sock, keep))
+        .map(|(&sock, _)| sock)
+        .collect();
+    assert!(!above.is_empty(), "no socket above the share: {per_sock:?}");
+    assert_eq!(
+        summary["kernel"]["cut_connections"].as_u64().unwrap(),
+        above.len() as u64,
+        "{per_sock:?} {summary}"
+    );
+}

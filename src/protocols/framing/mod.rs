@@ -100,6 +100,54 @@ pub enum Loss {
     Gap,
 }
 
+/// The turns of a connection's direction, for [`super::StreamParser::request_direction`]:
+/// whether a turn into the request direction has always come between calls (so the first
+/// bytes of such a turn start a new call: where a CPU budget may cut the connection,
+/// src/source/sampling.rs).
+#[derive(Debug, Default)]
+pub struct Turns {
+    last: Option<usize>,
+    overlapped: bool,
+}
+
+impl Turns {
+    /// A segment in direction `d`; `request_dir` as known now; `between`: nothing of a call
+    /// is under way ([`between_calls`], asked before the segment is framed).
+    pub fn note(&mut self, d: usize, request_dir: Option<usize>, between: bool) {
+        if self.last == Some(1 - d) && request_dir == Some(d) && !between {
+            self.overlapped = true;
+        }
+        self.last = Some(d);
+    }
+
+    /// Bytes were lost: turns inside them are unknown.
+    pub fn lost(&mut self) {
+        self.overlapped = true;
+    }
+
+    /// The request direction while every turn into it came between calls.
+    pub fn request_direction(&self, request_dir: Option<usize>) -> Option<Direction> {
+        if self.overlapped {
+            return None;
+        }
+        match request_dir? {
+            0 => Some(Direction::Egress),
+            _ => Some(Direction::Ingress),
+        }
+    }
+}
+
+/// Nothing of a call is under way on a framed connection: no request pending and both
+/// directions at a message's start (a protocol state of its own is not one), or not yet in
+/// sync at all (a connection's first bytes: nothing of it framed yet).
+pub fn between_calls<F: Framer>(p: &F) -> bool {
+    p.pending() == 0
+        && p.streams_ref()
+            .dirs
+            .iter()
+            .all(|s| !s.in_message() && (s.st == St::Header || (s.st == St::Lost && !s.synced)))
+}
+
 /// One direction's framing state.
 #[derive(Debug)]
 pub struct FramedStream<K, P> {

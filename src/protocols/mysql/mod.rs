@@ -482,6 +482,8 @@ pub struct MysqlParser {
     /// Compression was negotiated: parsing stops once authentication ends.
     compressed: bool,
     pending: InOrder<Call>,
+    /// Turns of direction (where a CPU budget may cut: `request_direction`).
+    turns: framing::Turns,
     unseen: Option<Unseen>,
     statements: BTreeMap<u32, String>,
     /// The SQL of the connection's last `COM_STMT_PREPARE` (what statement id 0xFFFFFFFF
@@ -514,6 +516,7 @@ impl MysqlParser {
             deprecate_eof: None,
             compressed: false,
             pending: InOrder::new(MAX_PENDING),
+            turns: framing::Turns::default(),
             unseen: None,
             end_candidate: None,
             statements: BTreeMap::new(),
@@ -1616,11 +1619,21 @@ impl Framer for MysqlParser {
 
 impl StreamParser for MysqlParser {
     fn on_segment(&mut self, seg: &Segment<'_>, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
+        let between = framing::between_calls(self);
+        self.turns.note(seg.dir.index(), self.client, between);
         framing::on_segment(self, seg, out, stats);
     }
 
     fn on_gap(&mut self, dir: Direction, len: Option<u64>, stats: &mut ParseStats) {
+        self.turns.lost();
         framing::on_gap(self, dir, len, stats);
+    }
+
+    fn request_direction(&self) -> Option<Direction> {
+        if self.phase != Phase::Commands || self.end_candidate.is_some() || self.unseen.is_some() {
+            return None;
+        }
+        self.turns.request_direction(self.client)
     }
 
     fn on_close(&mut self, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
@@ -2899,5 +2912,29 @@ mod tests {
             .close();
         assert!(d.calls.is_empty());
         assert_eq!(d.stats.unanswered_requests, 1);
+    }
+
+    /// Where a CPU budget may cut a connection (src/source/sampling.rs): a command's first
+    /// bytes after the last one's answer, once authenticated; never once a command went out
+    /// before the last answer or bytes were lost.
+    #[test]
+    fn a_turn_to_the_client_starts_a_call_only_while_commands_came_alone() {
+        let mut d = Driver::connected(CAPS);
+        d.seg(OUT, &query("UPDATE t SET a = 1"))
+            .seg(IN, &ok(1, 1, 0, 2));
+        d.seg(OUT, &query("UPDATE t SET a = 2"))
+            .seg(IN, &ok(1, 1, 0, 2));
+        assert_eq!(d.calls.len(), 2);
+        assert_eq!(d.p.request_direction(), Some(OUT));
+
+        let mut p = Driver::connected(CAPS);
+        p.seg(OUT, &query("UPDATE t SET a = 1"))
+            .seg(IN, &ok(1, 1, 0, 2)[..3]);
+        p.seg(OUT, &query("UPDATE t SET a = 2"));
+        assert_eq!(p.p.request_direction(), None);
+
+        let mut g = Driver::connected(CAPS);
+        g.seg(OUT, &query("UPDATE t SET a = 1")).gap(IN, Some(5));
+        assert_eq!(g.p.request_direction(), None);
     }
 }

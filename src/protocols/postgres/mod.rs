@@ -525,6 +525,8 @@ pub struct PostgresParser {
     /// Index of the direction the client's messages travel, once known.
     frontend: Option<usize>,
     pending: InOrder<Expect>,
+    /// Turns of direction (where a CPU budget may cut: `request_direction`).
+    turns: framing::Turns,
     statements: HashMap<String, String>,
     portals: HashMap<String, String>,
     /// The connection switched to TLS or GSS encryption: nothing more is parsed.
@@ -544,6 +546,7 @@ impl PostgresParser {
             streams: new_streams(),
             frontend: None,
             pending: InOrder::new(MAX_PENDING),
+            turns: framing::Turns::default(),
             statements: HashMap::new(),
             portals: HashMap::new(),
             encrypted: false,
@@ -1602,11 +1605,21 @@ fn remember(map: &mut HashMap<String, String>, name: String, value: String) {
 
 impl StreamParser for PostgresParser {
     fn on_segment(&mut self, seg: &Segment<'_>, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
+        let between = framing::between_calls(self);
+        self.turns.note(seg.dir.index(), self.frontend, between);
         framing::on_segment(self, seg, out, stats);
     }
 
     fn on_gap(&mut self, dir: Direction, len: Option<u64>, stats: &mut ParseStats) {
+        self.turns.lost();
         framing::on_gap(self, dir, len, stats);
+    }
+
+    fn request_direction(&self) -> Option<Direction> {
+        if self.encrypted {
+            return None;
+        }
+        self.turns.request_direction(self.frontend)
     }
 
     fn on_close(&mut self, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
@@ -2619,5 +2632,41 @@ mod tests {
 
     fn rows_of(n: usize) -> Vec<u8> {
         (0..n).flat_map(|_| row()).collect()
+    }
+
+    /// Where a CPU budget may cut a connection (src/source/sampling.rs): a query's first
+    /// bytes after the last one's ReadyForQuery; never once the client sent while a query
+    /// was under way (COPY FROM STDIN's data, pipelining) or bytes were lost.
+    #[test]
+    fn a_turn_to_the_frontend_starts_a_call_only_while_queries_came_alone() {
+        let mut d = Driver::new();
+        d.seg(OUT, &startup()).seg(IN, &startup_reply());
+        for _ in 0..2 {
+            d.seg(OUT, &q("SELECT 1"));
+            d.seg(
+                IN,
+                &[rowdesc(), row(), complete("SELECT 1"), ready()].concat(),
+            );
+        }
+        assert_eq!(d.calls.len(), 2);
+        assert_eq!(d.p.request_direction(), Some(OUT));
+
+        // The next query before the last one's ReadyForQuery.
+        let mut p = Driver::new();
+        p.seg(OUT, &startup()).seg(IN, &startup_reply());
+        p.seg(OUT, &q("SELECT 1"))
+            .seg(IN, &[rowdesc(), row()].concat());
+        p.seg(OUT, &q("SELECT 2"));
+        p.seg(
+            IN,
+            &[complete("SELECT 1"), ready(), complete("SELECT 2"), ready()].concat(),
+        );
+        assert_eq!(p.p.request_direction(), None);
+
+        let mut g = Driver::new();
+        g.seg(OUT, &startup())
+            .seg(IN, &startup_reply())
+            .gap(IN, Some(3));
+        assert_eq!(g.p.request_direction(), None);
     }
 }

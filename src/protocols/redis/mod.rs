@@ -1608,6 +1608,11 @@ pub struct RedisParser {
     /// reply looks like a reply), so not even the replies' count is known. An idle
     /// connection proves nothing either: "nothing pending" is itself a count.
     unpaired: bool,
+    /// Direction of the last segment (turns: [`StreamParser::request_direction`]).
+    last_dir: Option<usize>,
+    /// A turn into the command direction came while a command or reply was under way
+    /// (pipelining, a gap): a turn does not mark a call's start here.
+    calls_overlapped: bool,
 }
 
 impl RedisParser {
@@ -1628,7 +1633,20 @@ impl RedisParser {
             tunnel: false,
             skip_replies: 0,
             unpaired: false,
+            last_dir: None,
+            calls_overlapped: false,
         }
+    }
+
+    /// Nothing of a call is under way: no message begun in either direction, every command
+    /// answered, replies one per command.
+    fn between_calls(&self) -> bool {
+        self.dirs
+            .iter()
+            .all(|ds| ds.msg.is_none() && matches!(ds.st, None | Some(St::Type)))
+            && self.pending.is_empty()
+            && self.orphans.is_empty()
+            && self.skip_replies == 0
     }
 
     /// May direction d carry commands (as far as is known)?
@@ -2155,12 +2173,35 @@ impl RedisParser {
 }
 
 impl StreamParser for RedisParser {
+    /// Commands and replies one for one, in turn: not after a subscription, `MONITOR`,
+    /// `CLIENT REPLY OFF|SKIP` or a replication stream (replies that no command asked for),
+    /// nor once pairing is distrusted.
+    fn request_direction(&self) -> Option<Direction> {
+        if self.calls_overlapped
+            || self.tunnel
+            || self.subscribed
+            || self.monitor
+            || self.unpaired
+            || self.reply_mode != ReplyMode::On
+        {
+            return None;
+        }
+        match self.request_dir? {
+            0 => Some(Direction::Egress),
+            _ => Some(Direction::Ingress),
+        }
+    }
+
     fn on_segment(&mut self, seg: &Segment<'_>, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
         if self.tunnel {
             return;
         }
         self.seg_counter += 1;
         let d = seg.dir.index();
+        if self.last_dir == Some(1 - d) && self.request_dir == Some(d) && !self.between_calls() {
+            self.calls_overlapped = true;
+        }
+        self.last_dir = Some(d);
         if self.request_dir == Some(d)
             && self.dirs[d].msg.is_none()
             && self.dirs[d].st != Some(St::Lost)
@@ -2245,6 +2286,8 @@ impl StreamParser for RedisParser {
         if self.tunnel {
             return;
         }
+        // Turns inside lost bytes are unknown.
+        self.calls_overlapped = true;
         let d = dir.index();
         let ds = &mut self.dirs[d];
         // A gap strictly inside a value of known length only skips bytes.
@@ -3481,5 +3524,44 @@ mod tests {
             .close();
         assert_eq!(as_want(&d.summary()), [ok("PSYNC", "")]);
         assert_eq!(d.stats, ParseStats::default());
+    }
+
+    /// Where a CPU budget may cut a connection (src/source/sampling.rs): commands one at a
+    /// time, each answered before the next goes out; never once they overlapped or replies
+    /// come that no command asked for.
+    #[test]
+    fn a_turn_into_the_command_direction_starts_a_call_only_while_calls_came_alone() {
+        const GET: &[u8] = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+        let mut d = Driver::new();
+        assert_eq!(d.p.request_direction(), None);
+        d.seg(OUT, GET)
+            .seg(IN, b"$1\r\nv\r\n")
+            .seg(OUT, GET)
+            .seg(IN, b"$-1\r\n");
+        assert_eq!(d.calls.len(), 2);
+        assert_eq!(d.p.request_direction(), Some(OUT));
+        // A batch written at once and read whole starts at a turn too.
+        d.seg(OUT, &[GET, GET].concat())
+            .seg(IN, b"$1\r\nv\r\n$1\r\nv\r\n");
+        assert_eq!(d.p.request_direction(), Some(OUT));
+
+        // The next command before the last reply: never.
+        let mut p = Driver::new();
+        p.seg(OUT, GET)
+            .seg(IN, b"$1\r")
+            .seg(OUT, GET)
+            .seg(IN, b"\nv\r\n$-1\r\n");
+        assert_eq!(p.calls.len(), 2);
+        assert_eq!(p.p.request_direction(), None);
+
+        // Pushes after SUBSCRIBE: replies no command asked for.
+        let mut s = Driver::new();
+        s.seg(OUT, b"*2\r\n$9\r\nSUBSCRIBE\r\n$1\r\nc\r\n")
+            .seg(IN, b"*3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n");
+        assert_eq!(s.p.request_direction(), None);
+
+        let mut g = Driver::new();
+        g.seg(OUT, GET).seg(IN, b"$1\r\nv\r\n").gap(IN, Some(4));
+        assert_eq!(g.p.request_direction(), None);
     }
 }
