@@ -46,22 +46,7 @@ struct Conn {
 /// `n` connections to `server`, connection i making i + 1 requests (all answered before the
 /// next), ebtop running meanwhile.
 fn traffic(server: &TestServer, n: usize) -> Vec<Conn> {
-    let mut conns: Vec<Conn> = (0..n)
-        .map(|_| {
-            let stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
-            let reader = BufReader::new(stream.try_clone().unwrap());
-            let client = inode(&stream);
-            let port = stream.local_addr().unwrap().port();
-            Conn {
-                stream,
-                reader,
-                client,
-                server: 0,
-                requests: 0,
-            }
-            .with_server(server.port, port)
-        })
-        .collect();
+    let mut conns: Vec<Conn> = (0..n).map(|_| Conn::to(server)).collect();
     for (i, c) in conns.iter_mut().enumerate() {
         for _ in 0..=i {
             c.stream
@@ -75,6 +60,22 @@ fn traffic(server: &TestServer, n: usize) -> Vec<Conn> {
 }
 
 impl Conn {
+    /// A new connection to `server`, both its sockets' inodes known.
+    fn to(server: &TestServer) -> Conn {
+        let stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        let reader = BufReader::new(stream.try_clone().unwrap());
+        let client = inode(&stream);
+        let port = stream.local_addr().unwrap().port();
+        Conn {
+            stream,
+            reader,
+            client,
+            server: 0,
+            requests: 0,
+        }
+        .with_server(server.port, port)
+    }
+
     fn with_server(mut self, server_port: u16, client_port: u16) -> Conn {
         // Until the server's thread accepts it, the socket has no file: inode 0.
         for _ in 0..500 {
@@ -359,22 +360,7 @@ fn a_budget_cuts_captured_connections_at_a_call_boundary() {
         // All captured for four intervals, then 30%.
         &[("EBTOP_DEBUG_SAMPLE_SCHEDULE", "100,100,100,100,30")],
     );
-    let mut conns: Vec<Conn> = (0..20)
-        .map(|_| {
-            let stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
-            let reader = BufReader::new(stream.try_clone().unwrap());
-            let client = inode(&stream);
-            let port = stream.local_addr().unwrap().port();
-            Conn {
-                stream,
-                reader,
-                client,
-                server: 0,
-                requests: 0,
-            }
-            .with_server(server.port, port)
-        })
-        .collect();
+    let mut conns: Vec<Conn> = (0..20).map(|_| Conn::to(&server)).collect();
     // The clients of the last 4 connections pipeline: each request goes out before the
     // answer to the one before it is read, so a turn into their request direction comes
     // inside a call and their sockets are never cut (their servers answer one at a time:
