@@ -18,6 +18,13 @@
 //!   thread with two requests open at once (an event loop: nginx, Node, asyncio) gives no
 //!   link from then on (counted `ambiguous`): which of its requests a call serves is not in
 //!   the syscalls.
+//!   In a Go program the same holds per goroutine: a record the kernel proved a goroutine
+//!   for (`Event::goroutine`, src/bpf/gochain.h) is that goroutine's, whatever thread ran
+//!   it, so a handler's own calls are linked to the request its goroutine read. A goroutine
+//!   serves nothing it did not read itself: those a handler starts, and an HTTP client's
+//!   connection goroutines (net/http's `persistConn.writeLoop` writes the request of
+//!   whichever goroutine asked), make calls that stay unlinked and counted
+//!   (`goroutine_unlinked`).
 //! - **Across processes** (one hop): a client call and the server call it reached, on the
 //!   two sockets of one connection seen on this host (client local/peer = server peer/local),
 //!   are matched by the stream positions of the request's first byte and the response's
@@ -65,6 +72,11 @@ pub struct ChainStats {
     /// Client calls made on a thread serving more than one request (now or before: an event
     /// loop): no link.
     pub ambiguous: u64,
+    /// Of `linked`: client calls of Go programs, linked by their goroutine.
+    pub goroutine_linked: u64,
+    /// Client calls of a Go goroutine serving no request it read itself (one a handler
+    /// started, an HTTP client's connection goroutines): no link.
+    pub goroutine_unlinked: u64,
     /// Client calls whose first request write ebtop has no state for (a connection's state
     /// started over, or beyond the per-connection memory): no link.
     pub unknown_start: u64,
@@ -105,9 +117,19 @@ enum Parent {
         conn: u64,
         id: u64,
         trace: Option<Arc<str>>,
+        /// Found by the goroutine (a Go program), not the thread.
+        goroutine: bool,
     },
     Ambiguous,
+    /// A Go goroutine that serves no request.
+    GoroutineNone,
 }
+
+/// Whose requests and calls a record is: (process, thread id) or, in a Go program,
+/// (process, [`GOROUTINE`] | the goroutine's g).
+type Ctx = (u32, u64);
+/// Marks a goroutine's context (a g is a user address: bit 63 is never set).
+const GOROUTINE: u64 = 1 << 63;
 
 /// A request a server connection started (by its first read).
 #[derive(Debug, Clone)]
@@ -128,7 +150,7 @@ struct ConnChain {
     tls: bool,
     last_dir: Option<Direction>,
     /// The thread whose open request this connection holds.
-    open_on: Option<(u32, u32)>,
+    open_on: Option<Ctx>,
     starts: VecDeque<ReqStart>,
     /// Client side: (egress record start, the thread's parent then), pushed when it changes.
     parents: VecDeque<(u64, Parent)>,
@@ -175,7 +197,7 @@ struct Held<T> {
 
 pub struct Chains<T> {
     conns: HashMap<u64, ConnChain>,
-    threads: HashMap<(u32, u32), ThreadChain>,
+    threads: HashMap<Ctx, ThreadChain>,
     /// Stream connections by (local, peer, tls): the client socket of a server's peer.
     by_addr: HashMap<(SocketAddr, SocketAddr, bool), u64>,
     held: HashMap<HopKey, Held<T>>,
@@ -368,7 +390,10 @@ impl<T> Chains<T> {
         if turned && conn.starts.is_empty() && conn.parents.is_empty() {
             self.by_addr.insert((local, peer, tls), key);
         }
-        let thread = (ev.pid, ev.tid);
+        let thread: Ctx = match ev.goroutine {
+            Some(g) => (ev.pid, GOROUTINE | g),
+            None => (ev.pid, u64::from(ev.tid)),
+        };
         match ev.dir {
             Direction::Ingress => {
                 if !turned || !is_request_line(ev.payload) {
@@ -411,18 +436,25 @@ impl<T> Chains<T> {
                 if !conn.starts.is_empty() {
                     return; // a server connection's later response writes
                 }
+                let goroutine = thread.1 & GOROUTINE != 0;
+                let none = if goroutine {
+                    Parent::GoroutineNone
+                } else {
+                    Parent::None
+                };
                 let parent = match self.threads.get(&thread) {
                     Some(t) if t.multiplexed => Parent::Ambiguous,
                     Some(t) => match t.open.as_slice() {
-                        [] => Parent::None,
+                        [] => none,
                         [(conn, id, trace)] => Parent::One {
                             conn: *conn,
                             id: *id,
                             trace: trace.clone(),
+                            goroutine,
                         },
                         _ => Parent::Ambiguous,
                     },
-                    None => Parent::None,
+                    None => none,
                 };
                 if conn.parents.back().map(|(_, p)| p) != Some(&parent) {
                     if conn.parents.len() >= MAX_PARENTS {
@@ -518,8 +550,14 @@ impl<T> Chains<T> {
                     (i > 0).then(|| c.parents[i - 1].1.clone())
                 });
                 let (parent_id, trace) = match parent {
-                    Some(Parent::One { conn, id, trace }) => {
+                    Some(Parent::One {
+                        conn,
+                        id,
+                        trace,
+                        goroutine,
+                    }) => {
                         self.stats.linked += 1;
+                        self.stats.goroutine_linked += u64::from(goroutine);
                         self.mark_parent(conn, id);
                         (Some(id), trace)
                     }
@@ -528,6 +566,10 @@ impl<T> Chains<T> {
                         (None, None)
                     }
                     Some(Parent::None) => (None, None),
+                    Some(Parent::GoroutineNone) => {
+                        self.stats.goroutine_unlinked += 1;
+                        (None, None)
+                    }
                     None => {
                         self.stats.unknown_start += 1;
                         (None, None)
@@ -709,7 +751,7 @@ impl<T> Chains<T> {
 }
 
 /// Closes the open request of connection `conn` on `thread`.
-fn close_open(threads: &mut HashMap<(u32, u32), ThreadChain>, thread: (u32, u32), conn: u64) {
+fn close_open(threads: &mut HashMap<Ctx, ThreadChain>, thread: Ctx, conn: u64) {
     if let Some(t) = threads.get_mut(&thread) {
         t.open.retain(|(c, _, _)| *c != conn);
     }

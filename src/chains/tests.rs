@@ -82,6 +82,7 @@ impl Sim {
             comm: *b"app\0\0\0\0\0\0\0\0\0\0\0\0\0",
             payload: bytes,
             tail: &[],
+            goroutine: None,
         };
         *seq += total;
         let mut calls = Vec::new();
