@@ -151,9 +151,38 @@ struct ConnChain {
     last_dir: Option<Direction>,
     /// The thread whose open request this connection holds.
     open_on: Option<Ctx>,
+    /// A short read that may begin a request line (Go's net/http reads a request's first
+    /// byte in a goroutine of its own, `backgroundRead`, while the previous response goes
+    /// out): the record that completes the line starts the request at this read's position,
+    /// served by whoever read the rest.
+    prefix: Option<Prefix>,
     starts: VecDeque<ReqStart>,
     /// Client side: (egress record start, the thread's parent then), pushed when it changes.
     parents: VecDeque<(u64, Parent)>,
+}
+
+#[derive(Debug)]
+struct Prefix {
+    start_ns: u64,
+    end_ns: u64,
+    seq: u64,
+    bytes: Vec<u8>,
+}
+
+/// A request line's prefix is at most this long (a method and a little more).
+const MAX_PREFIX: usize = 16;
+/// Bytes of a record joined to a prefix to find the request line and its headers in.
+const MAX_HEAD: usize = 8192;
+
+/// Whether a read may be the first bytes of a request line and no more: whole (not cut),
+/// short, with no line end, starting with a method's letter.
+fn may_begin_request(ev: &Event) -> bool {
+    let p = ev.payload;
+    !p.is_empty()
+        && p.len() <= MAX_PREFIX
+        && p.len() as u64 == ev.total_len
+        && p[0].is_ascii_uppercase()
+        && !p.contains(&b'\n')
 }
 
 #[derive(Debug, Default)]
@@ -382,6 +411,7 @@ impl<T> Chains<T> {
             tls,
             last_dir: None,
             open_on: None,
+            prefix: None,
             starts: VecDeque::new(),
             parents: VecDeque::new(),
         });
@@ -396,19 +426,44 @@ impl<T> Chains<T> {
         };
         match ev.dir {
             Direction::Ingress => {
-                if !turned || !is_request_line(ev.payload) {
+                let pending = conn.prefix.take();
+                let (start_ns, end_ns, seq, trace) = if turned {
+                    if is_request_line(ev.payload) {
+                        (ev.start_ns, ev.end_ns, ev.seq, request_trace(ev.payload))
+                    } else {
+                        if may_begin_request(ev) {
+                            conn.prefix = Some(Prefix {
+                                start_ns: ev.start_ns,
+                                end_ns: ev.end_ns,
+                                seq: ev.seq,
+                                bytes: ev.payload.to_vec(),
+                            });
+                        }
+                        return;
+                    }
+                } else if let Some(p) = pending {
+                    // The rest of a request line whose first bytes another read took.
+                    if p.seq.checked_add(p.bytes.len() as u64) != Some(ev.seq) {
+                        return;
+                    }
+                    let mut head = p.bytes;
+                    head.extend_from_slice(&ev.payload[..ev.payload.len().min(MAX_HEAD)]);
+                    if !is_request_line(&head) {
+                        return;
+                    }
+                    (p.start_ns, p.end_ns, p.seq, request_trace(&head))
+                } else {
                     return;
-                }
+                };
                 // A request starts here: this thread serves it until a response write.
-                let id = server_id(key, ev.seq);
-                let trace = request_trace(ev.payload);
+                let id = server_id(key, seq);
                 if conn.starts.len() >= MAX_STARTS {
                     conn.starts.pop_front();
                 }
                 conn.starts.push_back(ReqStart {
-                    start_ns: ev.start_ns,
-                    end_ns: ev.end_ns,
-                    seq: ev.seq,
+                    start_ns,
+                    end_ns,
+                    seq,
                     id,
                     trace: trace.clone(),
                     parent_of: false,
@@ -428,6 +483,7 @@ impl<T> Chains<T> {
                 }
             }
             Direction::Egress => {
+                conn.prefix = None;
                 if let Some(t) = conn.open_on.take() {
                     // The response starts: the request is no longer being served.
                     close_open(&mut self.threads, t, key);

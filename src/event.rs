@@ -553,4 +553,33 @@ mod tests {
         a[12..].copy_from_slice(&[10, 0, 0, 1]);
         assert_eq!(ip(AF_INET6, &a).to_string(), "10.0.0.1");
     }
+
+    /// A Go program's record names its goroutine after the payload and the tail; a record
+    /// without the flag, or too short to hold it, names none.
+    #[test]
+    fn the_goroutine_follows_the_payload_and_the_tail() {
+        let head = || {
+            EventBuilder::data(Direction::Egress, 5, 0, 600)
+                .process(1, 2, "app")
+                .v4([127, 0, 0, 1], 1, [127, 0, 0, 1], 2)
+        };
+        let raw = head().build_with_goroutine(b"GET /", 0xc000_1234_5678);
+        let ev = Event::decode(&raw).unwrap();
+        assert_eq!((ev.payload, ev.goroutine), (&b"GET /"[..], Some(0xc000_1234_5678)));
+
+        let mut with_tail = head().build_with_tail(b"GET /", b"tail!");
+        let flags = u16_at(&with_tail, 62) | FLAG_GOROUTINE;
+        with_tail[62..64].copy_from_slice(&flags.to_le_bytes());
+        with_tail.extend_from_slice(&7u64.to_le_bytes());
+        let ev = Event::decode(&with_tail).unwrap();
+        assert_eq!((ev.tail, ev.goroutine), (&b"tail!"[..], Some(7)));
+
+        let mut short = raw.clone();
+        short.truncate(raw.len() - 1);
+        assert_eq!(Event::decode(&short).unwrap().goroutine, None);
+        let mut unflagged = raw.clone();
+        unflagged[62..64].copy_from_slice(&0u16.to_le_bytes());
+        assert_eq!(Event::decode(&unflagged).unwrap().goroutine, None);
+        assert_eq!(Event::decode(&head().build(b"GET /")).unwrap().goroutine, None);
+    }
 }
