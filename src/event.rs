@@ -565,7 +565,10 @@ mod tests {
         };
         let raw = head().build_with_goroutine(b"GET /", 0xc000_1234_5678);
         let ev = Event::decode(&raw).unwrap();
-        assert_eq!((ev.payload, ev.goroutine), (&b"GET /"[..], Some(0xc000_1234_5678)));
+        assert_eq!(
+            (ev.payload, ev.goroutine),
+            (&b"GET /"[..], Some(0xc000_1234_5678))
+        );
 
         let mut with_tail = head().build_with_tail(b"GET /", b"tail!");
         let flags = u16_at(&with_tail, 62) | FLAG_GOROUTINE;
@@ -580,6 +583,9 @@ mod tests {
         let mut unflagged = raw.clone();
         unflagged[62..64].copy_from_slice(&0u16.to_le_bytes());
         assert_eq!(Event::decode(&unflagged).unwrap().goroutine, None);
-        assert_eq!(Event::decode(&head().build(b"GET /")).unwrap().goroutine, None);
+        assert_eq!(
+            Event::decode(&head().build(b"GET /")).unwrap().goroutine,
+            None
+        );
     }
 }

@@ -809,5 +809,8 @@ fn a_go_services_goroutines_link_their_own_calls_to_their_request_and_no_other()
         .collect();
     live.sort_by_key(|k| format!("{k:?}"));
     replay.sort_by_key(|k| format!("{k:?}"));
-    assert!(live == replay, "the replay's chains differ from the live run's");
+    assert!(
+        live == replay,
+        "the replay's chains differ from the live run's"
+    );
 }

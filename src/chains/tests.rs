@@ -690,7 +690,10 @@ fn a_goroutine_serving_nothing_links_nothing_and_is_counted() {
     assert_eq!(s.one(Side::Client, "GET", "cgo").parent_id, None);
     assert_eq!(s.one(Side::Client, "GET", "own").parent_id, Some(h));
     let st = s.chains.stats;
-    assert_eq!((st.linked, st.goroutine_linked, st.goroutine_unlinked), (1, 1, 1));
+    assert_eq!(
+        (st.linked, st.goroutine_linked, st.goroutine_unlinked),
+        (1, 1, 1)
+    );
 }
 
 /// Go's net/http reads the next request's first byte in a goroutine of its own
@@ -718,8 +721,15 @@ fn a_request_line_split_across_two_reads_is_served_by_the_second_reader() {
     s.finish();
     let second = s.one(Side::Server, "GET", "/second");
     let at = get("/first", "").len() as u64;
-    assert_eq!(second.id, server_id(K1.0, at), "its id: the first byte's position");
-    assert_eq!(s.one(Side::Client, "GET", "for-second").parent_id, Some(second.id));
+    assert_eq!(
+        second.id,
+        server_id(K1.0, at),
+        "its id: the first byte's position"
+    );
+    assert_eq!(
+        s.one(Side::Client, "GET", "for-second").parent_id,
+        Some(second.id)
+    );
     assert_eq!(s.one(Side::Client, "GET", "after-junk").parent_id, None);
     assert_eq!(s.chains.stats.unconfirmed, 0);
 }
