@@ -39,7 +39,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use rustc_hash::FxHashMap as HashMap;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::collections::VecDeque;
 
 use crate::call::{Call, Side};
@@ -77,6 +77,9 @@ pub struct ChainStats {
     /// Client calls of a Go goroutine serving no request it read itself (one a handler
     /// started, an HTTP client's connection goroutines): no link.
     pub goroutine_unlinked: u64,
+    /// Client calls of a Go program made where the kernel proved no goroutine (cgo's C
+    /// code): no link (the thread says nothing of the goroutine).
+    pub goroutine_unknown: u64,
     /// Client calls whose first request write ebtop has no state for (a connection's state
     /// started over, or beyond the per-connection memory): no link.
     pub unknown_start: u64,
@@ -123,6 +126,8 @@ enum Parent {
     Ambiguous,
     /// A Go goroutine that serves no request.
     GoroutineNone,
+    /// A Go program's write of no proved goroutine.
+    GoroutineUnknown,
 }
 
 /// Whose requests and calls a record is: (process, thread id) or, in a Go program,
@@ -227,6 +232,9 @@ struct Held<T> {
 pub struct Chains<T> {
     conns: HashMap<u64, ConnChain>,
     threads: HashMap<Ctx, ThreadChain>,
+    /// Processes a record proved a goroutine for (Go programs): their records without one
+    /// (cgo's C code) link nothing, for their thread is not what serves in them.
+    go_pids: HashSet<u32>,
     /// Stream connections by (local, peer, tls): the client socket of a server's peer.
     by_addr: HashMap<(SocketAddr, SocketAddr, bool), u64>,
     held: HashMap<HopKey, Held<T>>,
@@ -271,6 +279,7 @@ impl<T> Default for Chains<T> {
         Chains {
             conns: HashMap::default(),
             threads: HashMap::default(),
+            go_pids: HashSet::default(),
             by_addr: HashMap::default(),
             held: HashMap::default(),
             held_order: VecDeque::new(),
@@ -424,6 +433,14 @@ impl<T> Chains<T> {
             Some(g) => (ev.pid, GOROUTINE | g),
             None => (ev.pid, u64::from(ev.tid)),
         };
+        if ev.goroutine.is_some() && !self.go_pids.contains(&ev.pid) {
+            if self.go_pids.len() >= MAX_THREADS {
+                self.go_pids.clear();
+                self.stats.state_resets += 1;
+            }
+            self.go_pids.insert(ev.pid);
+        }
+        let unproved = ev.goroutine.is_none() && self.go_pids.contains(&ev.pid);
         match ev.dir {
             Direction::Ingress => {
                 let pending = conn.prefix.take();
@@ -468,9 +485,13 @@ impl<T> Chains<T> {
                     trace: trace.clone(),
                     parent_of: false,
                 });
-                let before = conn.open_on.replace(thread);
+                // A Go program's read of no proved goroutine: served by no context known.
+                let before = std::mem::replace(&mut conn.open_on, (!unproved).then_some(thread));
                 if let Some(t) = before {
                     close_open(&mut self.threads, t, key);
+                }
+                if unproved {
+                    return;
                 }
                 if self.threads.len() >= MAX_THREADS && !self.threads.contains_key(&thread) {
                     self.threads.clear();
@@ -499,6 +520,7 @@ impl<T> Chains<T> {
                     Parent::None
                 };
                 let parent = match self.threads.get(&thread) {
+                    _ if unproved => Parent::GoroutineUnknown,
                     Some(t) if t.multiplexed => Parent::Ambiguous,
                     Some(t) => match t.open.as_slice() {
                         [] => none,
@@ -624,6 +646,10 @@ impl<T> Chains<T> {
                     Some(Parent::None) => (None, None),
                     Some(Parent::GoroutineNone) => {
                         self.stats.goroutine_unlinked += 1;
+                        (None, None)
+                    }
+                    Some(Parent::GoroutineUnknown) => {
+                        self.stats.goroutine_unknown += 1;
                         (None, None)
                     }
                     None => {

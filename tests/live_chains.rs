@@ -786,6 +786,7 @@ fn a_go_services_goroutines_link_their_own_calls_to_their_request_and_no_other()
         (FANOUT as u64 + 1) * n,
         "the fan-out's and the HTTP client's calls: {chains}"
     );
+    assert_eq!(chains["goroutine_unknown"], 0, "no cgo: {chains}");
     assert_eq!(chains["ambiguous"], 0, "{chains}");
     assert_eq!(chains["unconfirmed"], 0, "{chains}");
     // Hops: test → app, app → Redis (2 + FANOUT), app → backend.

@@ -669,8 +669,9 @@ fn a_goroutines_calls_go_under_its_request_whichever_thread_runs_them() {
 }
 
 /// A goroutine the handler started (or an HTTP client's writeLoop) serves no request it
-/// read: its call is no one's, counted, even on the thread that runs the handler; and a
-/// record of the same thread without a goroutine (cgo) is the thread's, not the handler's.
+/// read: its call is no one's, counted, even on the thread that runs the handler. A record
+/// of a Go program without a proved goroutine (cgo's C code) links nothing, not even to a
+/// request its own thread read without one: the thread is not what serves in Go.
 #[test]
 fn a_goroutine_serving_nothing_links_nothing_and_is_counted() {
     let mut s = Sim::new();
@@ -684,7 +685,12 @@ fn a_goroutine_serving_nothing_links_nothing_and_is_counted() {
     s.go_io(7, HANDLER, R1, OUT, &redis_get("own"));
     s.go_io(7, HANDLER, R1, IN, b"$-1\r\n");
     s.go_io(7, HANDLER, K1, OUT, OK);
+    s.io(APP, 7, K2, IN, &get("/cgo", ""));
+    s.io(APP, 7, R2, OUT, &redis_get("cgo-2"));
+    s.io(APP, 7, R2, IN, b"$-1\r\n");
+    s.io(APP, 7, K2, OUT, OK);
     s.finish();
+    assert_eq!(s.one(Side::Client, "GET", "cgo-2").parent_id, None);
     let h = s.one(Side::Server, "GET", "/h").id;
     assert_eq!(s.one(Side::Client, "GET", "fanout").parent_id, None);
     assert_eq!(s.one(Side::Client, "GET", "cgo").parent_id, None);
@@ -694,6 +700,7 @@ fn a_goroutine_serving_nothing_links_nothing_and_is_counted() {
         (st.linked, st.goroutine_linked, st.goroutine_unlinked),
         (1, 1, 1)
     );
+    assert_eq!(st.goroutine_unknown, 2);
 }
 
 /// Go's net/http reads the next request's first byte in a goroutine of its own
