@@ -10,7 +10,8 @@
  * trap alike — no probe on the scheduler (runtime.execute, casgstatus), so nothing is paid
  * per goroutine switch. It is trusted only when proved: a g begins with its stack's bounds
  * (`g.stack.lo`, `g.stack.hi`, the first two words in every Go version), and the user stack
- * pointer at the syscall must lie between them. Code that is not Go (C, or a Go program's cgo
+ * pointer at the syscall must lie between them — goroutine stacks never overlap, so only the
+ * running goroutine's g passes, whatever put its address in the register. Code that is not Go (C, or a Go program's cgo
  * calls) has no reason to keep such a pointer in R14; when it does, the pointer names a
  * structure that bounds the very stack the code runs on — that stack's execution context,
  * so still never two threads' at once. Costs one user read of 16 bytes per record (only
