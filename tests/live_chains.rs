@@ -9,7 +9,8 @@
 //! trace id of its whole chain. The same for a Go net/http service (tests/fixtures/chains/go,
 //! built by the test: needs a Go toolchain) whose handler calls Redis itself, from goroutines
 //! it starts, and another HTTP service through net/http's client: the handler's own calls
-//! under its request (goroutines, not threads), the others unlinked and counted. Needs root.
+//! under its request (goroutines, not threads), the others unlinked and counted; over plain
+//! HTTP and over HTTPS (crypto/tls, driven by curl). Needs root.
 
 mod common;
 
