@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Paired BPF cost per program run of two ebtop builds under the same load (run by hand, as root).
 
-    bench/bpf_ab.py A B [--rounds 6] [--window 4] [-- EXTRA EBTOP ARGS]
+    bench/bpf_ab.py A B [--rounds 6] [--window 4] [--go-server BIN] [-- EXTRA EBTOP ARGS]
 
 A and B are ebtop binaries; either may end in `+NAME=VALUE` to run it with that environment
 variable (e.g. `ebtop+EBTOP_BENCH_CUT=copy` for a `--features bench-cuts` build stopped before
@@ -11,6 +11,8 @@ the ring). nginx (1 worker pinned to the last CPU, `return 200 "ok"`) serves a c
 TLS lookout is at rest, the kernel's run-time statistics are switched on for --window seconds
 (and back off: they cost every BPF program on the host ~60 ns per run, both sides alike) and
 each program's run time and run count over the window are read from /proc/PID/fdinfo.
+`--go-server BIN`: a Go net/http server instead of nginx, `BIN backend PORT` pinned to the last
+CPU (tests/fixtures/chains/go built: it answers every request "b"), for what Go's records cost.
 
 Printed per build and program: the median ns per run over the rounds (statistics included),
 each round's figure, and runs per second (a send and a receive program run twice per request).
@@ -95,6 +97,7 @@ def main():
     ap.add_argument("b")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--window", type=float, default=4.0)
+    ap.add_argument("--go-server", help="a Go server (tests/fixtures/chains/go) instead of nginx")
     argv = sys.argv[1:]
     extra = argv[argv.index("--") + 1:] if "--" in argv else []  # more ebtop arguments
     args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
@@ -105,7 +108,11 @@ def main():
     bpf_stats_sysctl_on()  # restores the previous setting however this ends
     with open(STATS_SYSCTL, "w") as f:
         f.write("0")
-    nginx = pinned_ok_nginx(PORT, "ebtop-bpfab-")
+    if args.go_server:
+        last = str(os.cpu_count() - 1)
+        nginx = subprocess.Popen(["taskset", "-c", last, args.go_server, "backend", str(PORT)])
+    else:
+        nginx = pinned_ok_nginx(PORT, "ebtop-bpfab-")
     wrk = subprocess.Popen(["taskset", "-c", "0", "wrk", "-t1", "-c50", "-d3600",
                             f"http://127.0.0.1:{PORT}/"], stdout=subprocess.DEVNULL)
     results = {args.a: {}, args.b: {}}

@@ -18,6 +18,13 @@
 //!   thread with two requests open at once (an event loop: nginx, Node, asyncio) gives no
 //!   link from then on (counted `ambiguous`): which of its requests a call serves is not in
 //!   the syscalls.
+//!   In a Go program the same holds per goroutine: a record the kernel proved a goroutine
+//!   for (`Event::goroutine`, src/bpf/gochain.h) is that goroutine's, whatever thread ran
+//!   it, so a handler's own calls are linked to the request its goroutine read. A goroutine
+//!   serves nothing it did not read itself: those a handler starts, and an HTTP client's
+//!   connection goroutines (net/http's `persistConn.writeLoop` writes the request of
+//!   whichever goroutine asked), make calls that stay unlinked and counted
+//!   (`goroutine_unlinked`).
 //! - **Across processes** (one hop): a client call and the server call it reached, on the
 //!   two sockets of one connection seen on this host (client local/peer = server peer/local),
 //!   are matched by the stream positions of the request's first byte and the response's
@@ -32,7 +39,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use rustc_hash::FxHashMap as HashMap;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::collections::VecDeque;
 
 use crate::call::{Call, Side};
@@ -65,6 +72,14 @@ pub struct ChainStats {
     /// Client calls made on a thread serving more than one request (now or before: an event
     /// loop): no link.
     pub ambiguous: u64,
+    /// Of `linked`: client calls of Go programs, linked by their goroutine.
+    pub goroutine_linked: u64,
+    /// Client calls of a Go goroutine serving no request it read itself (one a handler
+    /// started, an HTTP client's connection goroutines): no link.
+    pub goroutine_unlinked: u64,
+    /// Client calls of a Go program made where the kernel proved no goroutine (cgo's C
+    /// code): no link (the thread says nothing of the goroutine).
+    pub goroutine_unknown: u64,
     /// Client calls whose first request write ebtop has no state for (a connection's state
     /// started over, or beyond the per-connection memory): no link.
     pub unknown_start: u64,
@@ -105,9 +120,21 @@ enum Parent {
         conn: u64,
         id: u64,
         trace: Option<Arc<str>>,
+        /// Found by the goroutine (a Go program), not the thread.
+        goroutine: bool,
     },
     Ambiguous,
+    /// A Go goroutine that serves no request.
+    GoroutineNone,
+    /// A Go program's write of no proved goroutine.
+    GoroutineUnknown,
 }
+
+/// Whose requests and calls a record is: (process, thread id) or, in a Go program,
+/// (process, [`GOROUTINE`] | the goroutine's g).
+type Ctx = (u32, u64);
+/// Marks a goroutine's context (a g is a user address: bit 63 is never set).
+const GOROUTINE: u64 = 1 << 63;
 
 /// A request a server connection started (by its first read).
 #[derive(Debug, Clone)]
@@ -128,10 +155,39 @@ struct ConnChain {
     tls: bool,
     last_dir: Option<Direction>,
     /// The thread whose open request this connection holds.
-    open_on: Option<(u32, u32)>,
+    open_on: Option<Ctx>,
+    /// A short read that may begin a request line (Go's net/http reads a request's first
+    /// byte in a goroutine of its own, `backgroundRead`, while the previous response goes
+    /// out): the record that completes the line starts the request at this read's position,
+    /// served by whoever read the rest.
+    prefix: Option<Prefix>,
     starts: VecDeque<ReqStart>,
     /// Client side: (egress record start, the thread's parent then), pushed when it changes.
     parents: VecDeque<(u64, Parent)>,
+}
+
+#[derive(Debug)]
+struct Prefix {
+    start_ns: u64,
+    end_ns: u64,
+    seq: u64,
+    bytes: Vec<u8>,
+}
+
+/// A request line's prefix is at most this long (a method and a little more).
+const MAX_PREFIX: usize = 16;
+/// Bytes of a record joined to a prefix to find the request line and its headers in.
+const MAX_HEAD: usize = 8192;
+
+/// Whether a read may be the first bytes of a request line and no more: whole (not cut),
+/// short, with no line end, starting with a method's letter.
+fn may_begin_request(ev: &Event) -> bool {
+    let p = ev.payload;
+    !p.is_empty()
+        && p.len() <= MAX_PREFIX
+        && p.len() as u64 == ev.total_len
+        && p[0].is_ascii_uppercase()
+        && !p.contains(&b'\n')
 }
 
 #[derive(Debug, Default)]
@@ -175,7 +231,10 @@ struct Held<T> {
 
 pub struct Chains<T> {
     conns: HashMap<u64, ConnChain>,
-    threads: HashMap<(u32, u32), ThreadChain>,
+    threads: HashMap<Ctx, ThreadChain>,
+    /// Processes a record proved a goroutine for (Go programs): their records without one
+    /// (cgo's C code) link nothing, for their thread is not what serves in them.
+    go_pids: HashSet<u32>,
     /// Stream connections by (local, peer, tls): the client socket of a server's peer.
     by_addr: HashMap<(SocketAddr, SocketAddr, bool), u64>,
     held: HashMap<HopKey, Held<T>>,
@@ -220,6 +279,7 @@ impl<T> Default for Chains<T> {
         Chains {
             conns: HashMap::default(),
             threads: HashMap::default(),
+            go_pids: HashSet::default(),
             by_addr: HashMap::default(),
             held: HashMap::default(),
             held_order: VecDeque::new(),
@@ -360,6 +420,7 @@ impl<T> Chains<T> {
             tls,
             last_dir: None,
             open_on: None,
+            prefix: None,
             starts: VecDeque::new(),
             parents: VecDeque::new(),
         });
@@ -368,29 +429,69 @@ impl<T> Chains<T> {
         if turned && conn.starts.is_empty() && conn.parents.is_empty() {
             self.by_addr.insert((local, peer, tls), key);
         }
-        let thread = (ev.pid, ev.tid);
+        let thread: Ctx = match ev.goroutine {
+            Some(g) => (ev.pid, GOROUTINE | g),
+            None => (ev.pid, u64::from(ev.tid)),
+        };
+        if ev.goroutine.is_some() && !self.go_pids.contains(&ev.pid) {
+            if self.go_pids.len() >= MAX_THREADS {
+                self.go_pids.clear();
+                self.stats.state_resets += 1;
+            }
+            self.go_pids.insert(ev.pid);
+        }
+        let unproved = ev.goroutine.is_none() && self.go_pids.contains(&ev.pid);
         match ev.dir {
             Direction::Ingress => {
-                if !turned || !is_request_line(ev.payload) {
+                let pending = conn.prefix.take();
+                let (start_ns, end_ns, seq, trace) = if turned {
+                    if is_request_line(ev.payload) {
+                        (ev.start_ns, ev.end_ns, ev.seq, request_trace(ev.payload))
+                    } else {
+                        if may_begin_request(ev) {
+                            conn.prefix = Some(Prefix {
+                                start_ns: ev.start_ns,
+                                end_ns: ev.end_ns,
+                                seq: ev.seq,
+                                bytes: ev.payload.to_vec(),
+                            });
+                        }
+                        return;
+                    }
+                } else if let Some(p) = pending {
+                    // The rest of a request line whose first bytes another read took.
+                    if p.seq.checked_add(p.bytes.len() as u64) != Some(ev.seq) {
+                        return;
+                    }
+                    let mut head = p.bytes;
+                    head.extend_from_slice(&ev.payload[..ev.payload.len().min(MAX_HEAD)]);
+                    if !is_request_line(&head) {
+                        return;
+                    }
+                    (p.start_ns, p.end_ns, p.seq, request_trace(&head))
+                } else {
                     return;
-                }
+                };
                 // A request starts here: this thread serves it until a response write.
-                let id = server_id(key, ev.seq);
-                let trace = request_trace(ev.payload);
+                let id = server_id(key, seq);
                 if conn.starts.len() >= MAX_STARTS {
                     conn.starts.pop_front();
                 }
                 conn.starts.push_back(ReqStart {
-                    start_ns: ev.start_ns,
-                    end_ns: ev.end_ns,
-                    seq: ev.seq,
+                    start_ns,
+                    end_ns,
+                    seq,
                     id,
                     trace: trace.clone(),
                     parent_of: false,
                 });
-                let before = conn.open_on.replace(thread);
+                // A Go program's read of no proved goroutine: served by no context known.
+                let before = std::mem::replace(&mut conn.open_on, (!unproved).then_some(thread));
                 if let Some(t) = before {
                     close_open(&mut self.threads, t, key);
+                }
+                if unproved {
+                    return;
                 }
                 if self.threads.len() >= MAX_THREADS && !self.threads.contains_key(&thread) {
                     self.threads.clear();
@@ -403,6 +504,7 @@ impl<T> Chains<T> {
                 }
             }
             Direction::Egress => {
+                conn.prefix = None;
                 if let Some(t) = conn.open_on.take() {
                     // The response starts: the request is no longer being served.
                     close_open(&mut self.threads, t, key);
@@ -411,18 +513,26 @@ impl<T> Chains<T> {
                 if !conn.starts.is_empty() {
                     return; // a server connection's later response writes
                 }
+                let goroutine = thread.1 & GOROUTINE != 0;
+                let none = if goroutine {
+                    Parent::GoroutineNone
+                } else {
+                    Parent::None
+                };
                 let parent = match self.threads.get(&thread) {
+                    _ if unproved => Parent::GoroutineUnknown,
                     Some(t) if t.multiplexed => Parent::Ambiguous,
                     Some(t) => match t.open.as_slice() {
-                        [] => Parent::None,
+                        [] => none,
                         [(conn, id, trace)] => Parent::One {
                             conn: *conn,
                             id: *id,
                             trace: trace.clone(),
+                            goroutine,
                         },
                         _ => Parent::Ambiguous,
                     },
-                    None => Parent::None,
+                    None => none,
                 };
                 if conn.parents.back().map(|(_, p)| p) != Some(&parent) {
                     if conn.parents.len() >= MAX_PARENTS {
@@ -518,8 +628,14 @@ impl<T> Chains<T> {
                     (i > 0).then(|| c.parents[i - 1].1.clone())
                 });
                 let (parent_id, trace) = match parent {
-                    Some(Parent::One { conn, id, trace }) => {
+                    Some(Parent::One {
+                        conn,
+                        id,
+                        trace,
+                        goroutine,
+                    }) => {
                         self.stats.linked += 1;
+                        self.stats.goroutine_linked += u64::from(goroutine);
                         self.mark_parent(conn, id);
                         (Some(id), trace)
                     }
@@ -528,6 +644,14 @@ impl<T> Chains<T> {
                         (None, None)
                     }
                     Some(Parent::None) => (None, None),
+                    Some(Parent::GoroutineNone) => {
+                        self.stats.goroutine_unlinked += 1;
+                        (None, None)
+                    }
+                    Some(Parent::GoroutineUnknown) => {
+                        self.stats.goroutine_unknown += 1;
+                        (None, None)
+                    }
                     None => {
                         self.stats.unknown_start += 1;
                         (None, None)
@@ -709,7 +833,7 @@ impl<T> Chains<T> {
 }
 
 /// Closes the open request of connection `conn` on `thread`.
-fn close_open(threads: &mut HashMap<(u32, u32), ThreadChain>, thread: (u32, u32), conn: u64) {
+fn close_open(threads: &mut HashMap<Ctx, ThreadChain>, thread: Ctx, conn: u64) {
     if let Some(t) = threads.get_mut(&thread) {
         t.open.retain(|(c, _, _)| *c != conn);
     }

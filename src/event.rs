@@ -29,6 +29,10 @@ pub const FLAG_TAIL: u16 = 8;
 /// Most bytes a tail holds (`EBTOP_TAIL_LEN`).
 pub const TAIL_LEN: usize = 256;
 
+/// Flag: 8 bytes after the payload and the tail name the Go goroutine (its `g`'s address)
+/// that moved the bytes (`src/bpf/gochain.h`).
+pub const FLAG_GOROUTINE: u16 = 16;
+
 /// Flag: TLS plaintext of the socket, from the TLS library probes (its own byte positions);
 /// on a close record: the socket was a TLS connection.
 pub const FLAG_TLS: u16 = 4;
@@ -178,6 +182,9 @@ pub struct Event<'a> {
     /// The syscall's last bytes, apart from the payload (empty: none). `payload`, the bytes
     /// between (uncaptured) and `tail` make up `total_len`.
     pub tail: &'a [u8],
+    /// The Go goroutine that made the syscall (its `g`, never 0), where the kernel proved one
+    /// (`FLAG_GOROUTINE`): call chains follow goroutines, not threads, in Go programs.
+    pub goroutine: Option<u64>,
 }
 
 fn u64_at(b: &[u8], off: usize) -> u64 {
@@ -278,6 +285,14 @@ impl<'a> Event<'a> {
         } else {
             &[]
         };
+        // The goroutine after the payload and the tail as the kernel wrote them (raw
+        // `tail_len`: the kernel sets it only with a tail).
+        let goroutine = end
+            .checked_add(tail_len)
+            .filter(|_| flags & FLAG_GOROUTINE != 0)
+            .and_then(|at| b.get(at..at.checked_add(8)?))
+            .map(|w| u64_at(w, 0))
+            .filter(|&g| g != 0);
         let kind = kind_of(b[56]).ok_or(DecodeError::Kind(b[56]))?;
         let dir = dir_of(b[57]);
         let syscall = Syscall::from_raw(b[58]).ok_or(DecodeError::Syscall(b[58]))?;
@@ -308,6 +323,7 @@ impl<'a> Event<'a> {
             comm: arr16(b, 104),
             payload: &b[HEADER_LEN..end],
             tail,
+            goroutine,
         })
     }
 
@@ -441,6 +457,15 @@ impl EventBuilder {
         v
     }
 
+    /// The record with `payload` and then the goroutine `g` (a Go program's record).
+    pub fn build_with_goroutine(mut self, payload: &[u8], g: u64) -> Vec<u8> {
+        let flags = u16_at(&self.header, 62) | FLAG_GOROUTINE;
+        self.header[62..64].copy_from_slice(&flags.to_le_bytes());
+        let mut v = self.build(payload);
+        v.extend_from_slice(&g.to_le_bytes());
+        v
+    }
+
     /// The record with `payload` (at most `total_len` bytes) appended.
     pub fn build(mut self, payload: &[u8]) -> Vec<u8> {
         let total = u64_at(&self.header, 32);
@@ -527,5 +552,40 @@ mod tests {
         a[11] = 0xff;
         a[12..].copy_from_slice(&[10, 0, 0, 1]);
         assert_eq!(ip(AF_INET6, &a).to_string(), "10.0.0.1");
+    }
+
+    /// A Go program's record names its goroutine after the payload and the tail; a record
+    /// without the flag, or too short to hold it, names none.
+    #[test]
+    fn the_goroutine_follows_the_payload_and_the_tail() {
+        let head = || {
+            EventBuilder::data(Direction::Egress, 5, 0, 600)
+                .process(1, 2, "app")
+                .v4([127, 0, 0, 1], 1, [127, 0, 0, 1], 2)
+        };
+        let raw = head().build_with_goroutine(b"GET /", 0xc000_1234_5678);
+        let ev = Event::decode(&raw).unwrap();
+        assert_eq!(
+            (ev.payload, ev.goroutine),
+            (&b"GET /"[..], Some(0xc000_1234_5678))
+        );
+
+        let mut with_tail = head().build_with_tail(b"GET /", b"tail!");
+        let flags = u16_at(&with_tail, 62) | FLAG_GOROUTINE;
+        with_tail[62..64].copy_from_slice(&flags.to_le_bytes());
+        with_tail.extend_from_slice(&7u64.to_le_bytes());
+        let ev = Event::decode(&with_tail).unwrap();
+        assert_eq!((ev.tail, ev.goroutine), (&b"tail!"[..], Some(7)));
+
+        let mut short = raw.clone();
+        short.truncate(raw.len() - 1);
+        assert_eq!(Event::decode(&short).unwrap().goroutine, None);
+        let mut unflagged = raw.clone();
+        unflagged[62..64].copy_from_slice(&0u16.to_le_bytes());
+        assert_eq!(Event::decode(&unflagged).unwrap().goroutine, None);
+        assert_eq!(
+            Event::decode(&head().build(b"GET /")).unwrap().goroutine,
+            None
+        );
     }
 }

@@ -215,7 +215,7 @@ fn apply_held_exits<S: Sink>(
 
 /// Whether call chains are made: yes unless `EBTOP_CHAINS=0` (a switch for measuring what
 /// they cost, docs/performance.md).
-fn chains_enabled() -> bool {
+pub fn chains_enabled() -> bool {
     std::env::var_os("EBTOP_CHAINS").is_none_or(|v| v != "0")
 }
 

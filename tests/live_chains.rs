@@ -6,7 +6,11 @@
 //! own request (a call under another request's is a failure, counted), each app server call
 //! under this test's client call that reached it, and each Redis and backend server call
 //! under the app's client call that reached it; a `traceparent` sent with one request is the
-//! trace id of its whole chain. Needs root.
+//! trace id of its whole chain. The same for a Go net/http service (tests/fixtures/chains/go,
+//! built by the test: needs a Go toolchain) whose handler calls Redis itself, from goroutines
+//! it starts, and another HTTP service through net/http's client: the handler's own calls
+//! under its request (goroutines, not threads), the others unlinked and counted; over plain
+//! HTTP and over HTTPS (crypto/tls, driven by curl). Needs root.
 
 mod common;
 
@@ -627,4 +631,234 @@ fn nginx_in_front_hops_into_the_app_and_never_links_a_wrong_request() {
     assert_eq!(chains["linked"], 4 * n + proxied_linked, "{chains}");
     assert_eq!(chains["ambiguous"], n - proxied_linked, "{chains}");
     eprintln!("nginx upstream calls linked to their request: {proxied_linked} of {n}");
+}
+
+/// The Go toolchain: `go` on PATH, else where Go's tarball or Debian puts it.
+fn go_tool() -> std::path::PathBuf {
+    let on_path: Vec<std::path::PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join("go")).collect())
+        .unwrap_or_default();
+    on_path
+        .into_iter()
+        .chain(["/usr/local/go/bin/go", "/usr/lib/go/bin/go"].map(std::path::PathBuf::from))
+        .find(|p| p.is_file())
+        .expect("a Go toolchain (go ≥ 1.18) is installed (scripts/deps installs it)")
+}
+
+/// tests/fixtures/chains/go built into `dir` (Go's build cache under target/tmp).
+fn go_app(dir: &std::path::Path) -> std::path::PathBuf {
+    let tmp = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/chains/go");
+    let bin = dir.join("gochains");
+    let go = go_tool();
+    let out = Command::new(&go)
+        .current_dir(&src)
+        .args(["build", "-buildvcs=false", "-o"])
+        .arg(&bin)
+        .arg(".")
+        .env("GOTOOLCHAIN", "local")
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOCACHE", tmp.join("go-cache"))
+        .env("GOPATH", tmp.join("go-path"))
+        .env("CGO_ENABLED", "0")
+        .output()
+        .unwrap_or_else(|e| panic!("{} runs: {e}", go.display()));
+    assert!(
+        out.status.success(),
+        "go build of {}: {}",
+        src.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    bin
+}
+
+/// Goroutines the Go app's handler starts for each request (each a Redis GET).
+const FANOUT: usize = 3;
+
+/// A Go net/http app (many requests in flight: CLIENTS keep-alive clients) whose handler
+/// makes two Redis GETs in its own goroutine, FANOUT from goroutines it starts, and one call
+/// to a Go backend through net/http's client (whose request its Transport's writeLoop
+/// goroutine writes). Ground truth: the app's log, per request id, of the calls it made and
+/// which goroutine made them. The handler's own calls must sit under their request's server
+/// call, all of them; the others are linked to no request (a goroutine serves only the
+/// requests it read) and counted; a call under another request is a failure. Every hop
+/// (test → app, app → Redis, app → backend) is linked, and the replay links the same.
+#[test]
+fn a_go_services_goroutines_link_their_own_calls_to_their_request_and_no_other() {
+    go_app_chains(false);
+}
+
+/// The same over HTTPS (Go's crypto/tls, read by ebtop's uprobes: the plaintext's records name
+/// their goroutine from the uprobe's registers), driven by curl (HTTP/1.1 keep-alive, through
+/// OpenSSL's probes).
+#[test]
+fn a_go_https_services_goroutines_link_their_own_calls_to_their_request() {
+    go_app_chains(true);
+}
+
+/// CLIENTS curl processes at once, each making PER_CLIENT HTTPS requests on one connection.
+fn drive_all_tls(port: u16) {
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let mut cmd = Command::new("curl");
+            cmd.args(["--http1.1", "-sk", "-w", "%{http_code}\\n"]);
+            for i in 0..PER_CLIENT {
+                cmd.arg(format!("https://127.0.0.1:{port}/req/{c}-{i}"));
+                cmd.args(["-o", "/dev/null"]);
+            }
+            cmd.stdout(Stdio::piped()).spawn().expect("curl runs")
+        })
+        .collect();
+    for c in clients {
+        let out = c.wait_with_output().unwrap();
+        let codes = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(codes, "200\n".repeat(PER_CLIENT), "curl: {out:?}");
+    }
+}
+
+fn go_app_chains(tls: bool) {
+    require_root();
+    let name = if tls { "go-tls" } else { "go" };
+    let dir = std::env::temp_dir().join(format!("ebtop-chains-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = go_app(&dir);
+    let log = dir.join("app.log");
+    let redis_port = free_tcp_port();
+    let _redis = redis_on(redis_port);
+    let (app_port, backend_port) = (free_tcp_port(), free_tcp_port());
+    let tls_files: Vec<(&str, std::path::PathBuf)> = if tls {
+        let (cert, key) = self_signed_cert(&dir);
+        vec![("GOCHAINS_CERT", cert), ("GOCHAINS_KEY", key)]
+    } else {
+        Vec::new()
+    };
+    let go = |mode: &str| {
+        Killed(
+            Command::new(&bin)
+                .args([mode, &app_port.to_string(), &redis_port.to_string()])
+                .args([&backend_port.to_string(), &log.display().to_string()])
+                .arg(FANOUT.to_string())
+                .envs(tls_files.iter().map(|(k, v)| (*k, v.as_os_str())))
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("the Go app runs"),
+        )
+    };
+    // The backend takes its port as the app's (its first argument).
+    let _backend = Killed(
+        Command::new(&bin)
+            .args(["backend", &backend_port.to_string()])
+            .spawn()
+            .expect("the Go backend runs"),
+    );
+    let _app = go("app");
+    wait_for_listener("127.0.0.1", redis_port, "redis-server");
+    wait_for_listener("127.0.0.1", backend_port, "the backend");
+    wait_for_listener("127.0.0.1", app_port, "the app");
+
+    let recording = dir.join("chains.ebtop");
+    let mut ebtop = Ebtop::start(&[
+        "--json",
+        "-w",
+        &recording.display().to_string(),
+        "--port",
+        &app_port.to_string(),
+        "--port",
+        &redis_port.to_string(),
+        "--port",
+        &backend_port.to_string(),
+    ]);
+    if tls {
+        // curl's libssl probed before it runs.
+        ebtop.installed_scanned();
+        drive_all_tls(app_port);
+    } else {
+        drive_all(app_port);
+    }
+    let lines = ebtop.stop();
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
+    let made = app_log(&log);
+    assert!(made.values().all(|d| d.len() == FANOUT + 3), "{made:?}");
+
+    let calls = calls(&lines);
+    let by_id: HashMap<&str, &Value> = calls.iter().map(|c| (str_of(c, "id"), *c)).collect();
+    assert_eq!(by_id.len(), calls.len(), "ids are unique");
+    let one = |side: &str, port: u16, resource: &str| -> &Value {
+        let v: Vec<&Value> = calls
+            .iter()
+            .copied()
+            .filter(|c| on_server_port(c, side, port) && str_of(c, "resource") == resource)
+            .collect();
+        assert_eq!(v.len(), 1, "{side} {resource} on {port}: {v:?}");
+        v[0]
+    };
+    let (mut wrong, mut missing) = (Vec::new(), Vec::new());
+    let n = made.len() as u64;
+    for (rid, downstream) in &made {
+        let path = format!("/req/{rid}");
+        let app = one("server", app_port, &path);
+        if app["parent_id"] != one("client", app_port, &path)["id"] {
+            missing.push(format!("{path}: the app's call not under the test's"));
+        }
+        for d in downstream {
+            let (by, what) = d.split_once(':').unwrap();
+            let port = if by == "B" { backend_port } else { redis_port };
+            let client = one("client", port, what);
+            match (by, client["parent_id"].as_str()) {
+                ("D", Some(p)) if p == str_of(app, "id") => {}
+                ("D", None) => missing.push(format!("{what}: no parent")),
+                (_, None) => {}
+                (_, Some(p)) => wrong.push(format!(
+                    "{by} {what} under {}",
+                    by_id.get(p).map_or("?", |c| str_of(c, "resource"))
+                )),
+            }
+            if one("server", port, what)["parent_id"] != client["id"] {
+                missing.push(format!("{what}: its server call not under it"));
+            }
+            if rid == "0-0" && by == "D" && !tls {
+                assert_eq!(client["trace_id"], TRACE_ID, "{what}: {client}");
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "calls under another request: {wrong:#?}");
+    assert!(missing.is_empty(), "links not made: {missing:#?}");
+    let chains = &summary["chains"];
+    assert_eq!(chains["linked"], 2 * n, "{chains}");
+    assert_eq!(chains["goroutine_linked"], 2 * n, "{chains}");
+    assert_eq!(
+        chains["goroutine_unlinked"],
+        (FANOUT as u64 + 1) * n,
+        "the fan-out's and the HTTP client's calls: {chains}"
+    );
+    assert_eq!(chains["goroutine_unknown"], 0, "no cgo: {chains}");
+    assert_eq!(chains["ambiguous"], 0, "{chains}");
+    assert_eq!(chains["unconfirmed"], 0, "{chains}");
+    // Hops: test → app, app → Redis (2 + FANOUT), app → backend.
+    assert_eq!(chains["hops"], (FANOUT as u64 + 4) * n, "{chains}");
+
+    // The recording (its records name their goroutines) replays into the same chains.
+    let chain_of = |c: &Value| {
+        (
+            str_of(c, "resource").to_owned(),
+            c["side"].clone(),
+            c["id"].clone(),
+            c["parent_id"].clone(),
+            c["trace_id"].clone(),
+        )
+    };
+    let mut live: Vec<_> = calls.iter().map(|c| chain_of(c)).collect();
+    let mut replay: Vec<_> = replay_json(&recording, &[])
+        .iter()
+        .filter(|v| v["type"] == "call")
+        .map(chain_of)
+        .collect();
+    live.sort_by_key(|k| format!("{k:?}"));
+    replay.sort_by_key(|k| format!("{k:?}"));
+    assert!(
+        live == replay,
+        "the replay's chains differ from the live run's"
+    );
 }

@@ -19,6 +19,7 @@
 #include "sockaddr.h"
 #include "taskcomm.h"
 #include "infer.h"
+#include "gochain.h"
 
 /* Set by user space before load. Filters run here so filtered-out traffic is never copied. */
 const volatile __u32 self_tgid = 0;
@@ -898,6 +899,17 @@ static __always_inline void submit_data(struct scratch *s, __u8 proto, __u64 seq
 		ev->flags |= EBTOP_F_TAIL;
 	__u64 size = sizeof(*ev) + (cap & (2 * EBTOP_MAX_SNAPLEN - 1)) +
 		     (tail & (2 * EBTOP_TAIL_LEN - 1));
+	/* A Go program's goroutine, after the payload and the tail (call chains: gochain.h). */
+	__u64 g = go_goroutine();
+	__u32 at = cap + tail;
+	if (g && at < 2 * EBTOP_MAX_SNAPLEN && size == sizeof(*ev) + at) {
+		/* Masked in the register that indexes (the compiler would reuse the sum). */
+		asm volatile("" : "+r"(at));
+		at &= 2 * EBTOP_MAX_SNAPLEN - 1;
+		__builtin_memcpy(&s->data[at], &g, sizeof(g));
+		ev->flags |= EBTOP_F_GOROUTINE;
+		size = sizeof(*ev) + at + sizeof(g); /* from the masked offset: provably bounded */
+	}
 	if (size > sizeof(s->ev) + sizeof(s->data))
 		return;
 	if (bench_cut == 4)

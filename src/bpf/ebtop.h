@@ -78,6 +78,9 @@ enum ebtop_event_flags {
 	/* `tail_len` bytes after the payload are the syscall's last bytes (a tail); the bytes
 	 * between the head (the payload, `cap_len`) and them went uncaptured. */
 	EBTOP_F_TAIL = 1 << 3,
+	/* 8 bytes after the payload and the tail: the Go goroutine (its `g`) that made the
+	 * syscall or TLS call (gochain.h). Records of older versions never have it. */
+	EBTOP_F_GOROUTINE = 1 << 4,
 };
 
 /* Indexes of the per-CPU counter array `counters`. */

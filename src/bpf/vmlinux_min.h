@@ -174,6 +174,7 @@ struct trace_event_raw_sched_process_exec {
 #if defined(__TARGET_ARCH_arm64)
 struct pt_regs {
 	__u64 regs[31];
+	__u64 sp;
 	__u64 orig_x0;
 } __attribute__((preserve_access_index));
 #else
@@ -187,6 +188,7 @@ struct pt_regs {
 	unsigned long dx;
 	unsigned long si;
 	unsigned long di;
+	unsigned long sp; /* the user stack pointer (gochain.h: which stack the code runs on) */
 } __attribute__((preserve_access_index));
 #endif
 

@@ -23,6 +23,8 @@ struct Sim {
     out: Vec<Call>,
     now: u64,
     pos: HashMap<(u64, u8), u64>,
+    /// The Go goroutine the next records carry (None: not a Go program's).
+    goroutine: Option<u64>,
 }
 
 impl Sim {
@@ -33,6 +35,7 @@ impl Sim {
             out: Vec::new(),
             now: 1_000_000,
             pos: HashMap::default(),
+            goroutine: None,
         }
     }
 
@@ -82,6 +85,7 @@ impl Sim {
             comm: *b"app\0\0\0\0\0\0\0\0\0\0\0\0\0",
             payload: bytes,
             tail: &[],
+            goroutine: self.goroutine,
         };
         *seq += total;
         let mut calls = Vec::new();
@@ -100,6 +104,13 @@ impl Sim {
             }
             self.out.extend(released.drain(..).map(|(c, ())| c));
         }
+    }
+
+    /// One syscall of goroutine `g` of a Go program, run by thread `tid`.
+    fn go_io(&mut self, tid: u32, g: u64, s: (u64, u16, u16), dir: Direction, bytes: &[u8]) {
+        self.goroutine = Some(g);
+        self.io(APP, tid, s, dir, bytes);
+        self.goroutine = None;
     }
 
     fn finish(&mut self) {
@@ -630,4 +641,102 @@ fn http2_calls_are_hops_on_both_sides() {
             b.len() >= 9 && b[3] == 1 && b[8] & 1 == 1
         });
     }
+}
+
+/// Go: goroutines take turns on threads and move between them. Each goroutine's calls go
+/// under the request it read, whichever thread ran them; a thread that ran two goroutines
+/// serving two requests is no event loop.
+#[test]
+fn a_goroutines_calls_go_under_its_request_whichever_thread_runs_them() {
+    let mut s = Sim::new();
+    const G1: u64 = 0xc000_1000;
+    const G2: u64 = 0xc000_2000;
+    s.go_io(7, G1, K1, IN, &get("/g1", ""));
+    s.go_io(7, G2, K2, IN, &get("/g2", ""));
+    s.go_io(8, G1, R1, OUT, &redis_get("by-g1"));
+    s.go_io(7, G1, R1, IN, b"$-1\r\n");
+    s.go_io(7, G2, R2, OUT, &redis_get("by-g2"));
+    s.go_io(8, G2, R2, IN, b"$-1\r\n");
+    s.go_io(9, G1, K1, OUT, OK);
+    s.go_io(9, G2, K2, OUT, OK);
+    s.finish();
+    let g1 = s.one(Side::Server, "GET", "/g1").id;
+    let g2 = s.one(Side::Server, "GET", "/g2").id;
+    assert_eq!(s.one(Side::Client, "GET", "by-g1").parent_id, Some(g1));
+    assert_eq!(s.one(Side::Client, "GET", "by-g2").parent_id, Some(g2));
+    let st = s.chains.stats;
+    assert_eq!((st.linked, st.goroutine_linked, st.ambiguous), (2, 2, 0));
+}
+
+/// A goroutine the handler started (or an HTTP client's writeLoop) serves no request it
+/// read: its call is no one's, counted, even on the thread that runs the handler. A record
+/// of a Go program without a proved goroutine (cgo's C code) links nothing, not even to a
+/// request its own thread read without one: the thread is not what serves in Go.
+#[test]
+fn a_goroutine_serving_nothing_links_nothing_and_is_counted() {
+    let mut s = Sim::new();
+    const HANDLER: u64 = 0xc000_1000;
+    const STARTED: u64 = 0xc000_3000;
+    s.go_io(7, HANDLER, K1, IN, &get("/h", ""));
+    s.go_io(7, STARTED, R1, OUT, &redis_get("fanout"));
+    s.go_io(7, STARTED, R1, IN, b"$-1\r\n");
+    s.io(APP, 7, R2, OUT, &redis_get("cgo"));
+    s.io(APP, 7, R2, IN, b"$-1\r\n");
+    s.go_io(7, HANDLER, R1, OUT, &redis_get("own"));
+    s.go_io(7, HANDLER, R1, IN, b"$-1\r\n");
+    s.go_io(7, HANDLER, K1, OUT, OK);
+    s.io(APP, 7, K2, IN, &get("/cgo", ""));
+    s.io(APP, 7, R2, OUT, &redis_get("cgo-2"));
+    s.io(APP, 7, R2, IN, b"$-1\r\n");
+    s.io(APP, 7, K2, OUT, OK);
+    s.finish();
+    assert_eq!(s.one(Side::Client, "GET", "cgo-2").parent_id, None);
+    let h = s.one(Side::Server, "GET", "/h").id;
+    assert_eq!(s.one(Side::Client, "GET", "fanout").parent_id, None);
+    assert_eq!(s.one(Side::Client, "GET", "cgo").parent_id, None);
+    assert_eq!(s.one(Side::Client, "GET", "own").parent_id, Some(h));
+    let st = s.chains.stats;
+    assert_eq!(
+        (st.linked, st.goroutine_linked, st.goroutine_unlinked),
+        (1, 1, 1)
+    );
+    assert_eq!(st.goroutine_unknown, 2);
+}
+
+/// Go's net/http reads the next request's first byte in a goroutine of its own
+/// (`backgroundRead`) while the previous response goes out; the serving goroutine reads the
+/// rest. The request starts at the first byte's position (its call's id) and is served by
+/// the goroutine that read the rest of its line.
+#[test]
+fn a_request_line_split_across_two_reads_is_served_by_the_second_reader() {
+    let mut s = Sim::new();
+    const SERVE: u64 = 0xc000_1000;
+    const BACKGROUND: u64 = 0xc000_4000;
+    s.go_io(7, SERVE, K1, IN, &get("/first", ""));
+    s.go_io(7, SERVE, K1, OUT, OK);
+    let next = get("/second", "");
+    s.go_io(8, BACKGROUND, K1, IN, &next[..1]);
+    s.go_io(7, SERVE, K1, IN, &next[1..]);
+    s.go_io(7, SERVE, R1, OUT, &redis_get("for-second"));
+    s.go_io(7, SERVE, R1, IN, b"$-1\r\n");
+    s.go_io(7, SERVE, K1, OUT, OK);
+    // A short read that is no request line's start starts nothing.
+    s.go_io(8, BACKGROUND, K1, IN, b"x");
+    s.go_io(7, SERVE, K1, IN, &get("/third", "")[1..]);
+    s.go_io(7, SERVE, R2, OUT, &redis_get("after-junk"));
+    s.go_io(7, SERVE, R2, IN, b"$-1\r\n");
+    s.finish();
+    let second = s.one(Side::Server, "GET", "/second");
+    let at = get("/first", "").len() as u64;
+    assert_eq!(
+        second.id,
+        server_id(K1.0, at),
+        "its id: the first byte's position"
+    );
+    assert_eq!(
+        s.one(Side::Client, "GET", "for-second").parent_id,
+        Some(second.id)
+    );
+    assert_eq!(s.one(Side::Client, "GET", "after-junk").parent_id, None);
+    assert_eq!(s.chains.stats.unconfirmed, 0);
 }

@@ -43,8 +43,10 @@ pub const MAJOR: u16 = 1;
 /// offset 68, its bytes after the payload): an older reader takes the record for a head cut at
 /// `cap_len`, as records always were. 8: kind 8 (an interval's profile, symbolized; several
 /// records for one interval add up). 9: kind 9 (a `profile_trigger` event, after its interval's
-/// kind 3 record; an older reader skips it).
-pub const MINOR: u16 = 9;
+/// kind 3 record; an older reader skips it). 10: a kind 1 data record of a Go program may name
+/// its goroutine (flag 16, 8 bytes after the payload and the tail): an older reader ignores
+/// them, as any bytes after a record's payload.
+pub const MINOR: u16 = 10;
 pub const FILE_HEADER_LEN: usize = 16;
 pub const FRAME_HEADER_LEN: usize = 16;
 /// Largest frame a reader accepts (a corrupt length must not allocate gigabytes).

@@ -316,6 +316,10 @@ macro_rules! configure_capture {
         }
         ro.capture_all = cfg.capture_all;
         ro.tls_capture = cfg.tls;
+        // Records of Go programs name their goroutine, for the call chains (gochain.h);
+        // `EBTOP_GOROUTINES=0` leaves it out (for measuring its cost).
+        ro.go_goroutines = crate::pipeline::chains_enabled()
+            && std::env::var_os("EBTOP_GOROUTINES").is_none_or(|v| v != "0");
         ro.wakeup_bytes = (ring_bytes / 16) as u64;
         ro.query_every_bytes = query_every_bytes(ro.wakeup_bytes, cpus);
         ro.n_shards = shards as u32;
