@@ -31,6 +31,7 @@ const volatile bool go_goroutines = false;
 #define GOCHAIN_G(r) ((r)->regs[28])
 #else
 #define GOCHAIN_G(r) ((r)->r14)
+#endif
 
 #ifndef BPF_F_NO_PREALLOC
 #define BPF_F_NO_PREALLOC 1 /* required of local storage maps */
@@ -77,8 +78,6 @@ static __always_inline __u64 go_prove(struct task_struct *task)
 		return 0;
 	return g;
 }
-
-#endif
 
 /* The current task's goroutine, or 0: none proved, or a thread that is no Go program's. */
 static __always_inline __u64 go_goroutine(void)
