@@ -346,7 +346,7 @@ impl Profile {
                     symbol_cache: self.symbol_cache,
                     endpoint: None,
                     calls: None,
-                    links: None,
+                    links: (!on_cpu && !self.serving.stats.is_zero()).then_some(self.serving.stats),
                     stacks,
                 });
             }

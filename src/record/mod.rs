@@ -44,7 +44,7 @@ pub const MAJOR: u16 = 1;
 /// `cap_len`, as records always were. 8: kind 8 (an interval's profile, symbolized; several
 /// records for one interval add up). 9: kind 9 (a `profile_trigger` event, after its interval's
 /// kind 3 record; an older reader skips it).
-pub const MINOR: u16 = 9;
+pub const MINOR: u16 = 10;
 pub const FILE_HEADER_LEN: usize = 16;
 pub const FRAME_HEADER_LEN: usize = 16;
 /// Largest frame a reader accepts (a corrupt length must not allocate gigabytes).
@@ -76,6 +76,10 @@ pub struct RecordOptions {
     pub filters: Filters,
     pub capture_all: bool,
     pub delay_ns: u64,
+    /// Off-CPU blocks are recorded with their bounds (kind 8 `blocks`, minor ≥ 10): a
+    /// replay links them to the calls their threads served, as the live run did.
+    #[serde(default)]
+    pub serving_links: bool,
 }
 
 /// A socket open when recording started (from /proc/PID/fd).
