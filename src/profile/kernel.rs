@@ -1,10 +1,10 @@
 //! The profile's kernel side (src/bpf/profile.bpf.c): loaded only with `--profile`, on a
 //! thread of its own that reads and symbolizes the counts once per interval.
 
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
-use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
@@ -483,6 +483,11 @@ impl Reader {
         let user = self.user_frames(tgid, u32_at(r, 24) as i32, &mut lost);
         let kernel = self.kernel_frames(u32_at(r, 28) as i32, &mut lost);
         let frames: Arc<[Frame]> = user.iter().chain(kernel.iter()).cloned().collect();
+        let comm = self
+            .comms
+            .entry(tgid)
+            .or_insert_with(|| crate::procfs::read_comm(tgid));
+        self.interval.note_process(tgid, comm);
         self.interval.blocks.push(Block {
             tgid,
             tid: u32_at(r, 4),

@@ -196,6 +196,16 @@ impl Profile {
         t.ns += tally.ns;
     }
 
+    /// Knows process `tgid` by its name (a block's process: a reading may hold its blocks
+    /// and none of its stacks, whose counts the kernel had not added yet when read; the
+    /// filters of a replay decide by the name).
+    pub fn note_process(&mut self, tgid: u32, comm: &str) {
+        let p = self.processes.entry(tgid).or_default();
+        if p.comm.is_empty() {
+            p.comm = comm.to_owned();
+        }
+    }
+
     /// Adds another profile (a later interval's) to this one: stacks, totals, losses.
     pub fn merge(&mut self, other: &Profile) {
         for (k, t) in &other.stacks {

@@ -147,7 +147,12 @@ pub fn records(p: &Profile) -> Vec<RecordOut<'_>> {
         if bytes >= RECORD_BYTES || cur.blocks.len() >= MAX_BLOCKS {
             out.push(std::mem::replace(&mut cur, new(false)));
             index.clear();
+            pids.clear();
             bytes = 0;
+        }
+        if pids.insert(b.tgid, ()).is_none() {
+            let comm = p.processes.get(&b.tgid).map_or("", |pr| pr.comm.as_str());
+            cur.processes.push(ProcessOut { pid: b.tgid, comm });
         }
         let mut frames = Vec::with_capacity(b.frames.len().min(MAX_FRAMES));
         for f in b.frames.iter().take(MAX_FRAMES) {
@@ -236,10 +241,8 @@ impl RecordIn {
     /// The profile the record holds, and how many of its stacks or lists were left out
     /// (beyond a cap, or naming a frame the record has no name for).
     pub fn into_profile(self) -> (Profile, u64) {
-        let mut dropped = self.processes.dropped
-            + self.names.dropped
-            + self.stacks.dropped
-            + self.blocks.dropped;
+        let mut dropped =
+            self.processes.dropped + self.names.dropped + self.stacks.dropped + self.blocks.dropped;
         let names: Vec<Frame> = self
             .names
             .items
@@ -294,12 +297,13 @@ impl RecordIn {
                 .map(|i| names.get(*i as usize).cloned())
                 .collect();
             // A block's bounds out of order, or an on-CPU kind, is not a block.
-            let Some(frames) = frames.filter(|_| {
-                b.frames.dropped == 0 && b.start_ns <= b.end_ns && !b.kind.is_on_cpu()
-            }) else {
+            let Some(frames) = frames
+                .filter(|_| b.frames.dropped == 0 && b.start_ns <= b.end_ns && !b.kind.is_on_cpu())
+            else {
                 dropped += 1;
                 continue;
             };
+            p.note_process(b.pid, comms.get(&b.pid).map_or("?", String::as_str));
             p.blocks.push(Block {
                 tgid: b.pid,
                 tid: b.tid,

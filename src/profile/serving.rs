@@ -199,7 +199,8 @@ impl ServingProfile {
 /// normalised as the endpoint rows do.
 pub fn endpoint_name(call: &Call) -> String {
     let l7 = &call.l7;
-    let resource = crate::aggregate::normalize::normalize(l7.proto, &l7.method, &l7.resource, false);
+    let resource =
+        crate::aggregate::normalize::normalize(l7.proto, &l7.method, &l7.resource, false);
     if l7.method.is_empty() {
         resource
     } else {

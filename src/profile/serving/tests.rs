@@ -150,7 +150,10 @@ fn a_block_waits_while_its_request_is_open() {
     s.linker.add_blocks(vec![b]);
     // Long after: the request is still open (no response yet).
     let early = s.linker.take(s.now + 5 * SETTLE_NS, false);
-    assert!(early.endpoints.is_empty() && early.stats.is_zero(), "{early:?}");
+    assert!(
+        early.endpoints.is_empty() && early.stats.is_zero(),
+        "{early:?}"
+    );
     s.io(7, K1, Direction::Egress, OK);
     let p = s.linker.take(s.now + SETTLE_NS, false);
     assert_eq!(served(&p, "GET /slow").ns, 30 * MS);
