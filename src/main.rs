@@ -579,7 +579,9 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
                 args.profile_silence,
             );
             let pipeline = if serving_links(args) {
-                pipeline.with_serving_links(serving_retain_ns(args.delay.as_nanos() as u64))
+                pipeline.with_serving_links(ebtop::profile::serving::retain_for_delay(
+                    args.delay.as_nanos() as u64,
+                ))
             } else {
                 pipeline
             };
@@ -619,12 +621,6 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
 /// profile (src/profile/serving.rs).
 fn serving_links(args: &Args) -> bool {
     args.profile && args.profile_off_cpu_min.0.is_some()
-}
-
-/// How long a serving span waits for the blocks inside it: a reading comes every `delay`,
-/// its blocks up to a reading after their end.
-fn serving_retain_ns(delay_ns: u64) -> u64 {
-    delay_ns.saturating_mul(2).saturating_add(2_000_000_000)
 }
 
 /// `--profile-out`'s folded files, and the hints for processes whose stacks stop short.
@@ -730,7 +726,9 @@ fn replay_pipeline<S: Sink>(args: &Args, sink: S, header: &RecordingHeader) -> P
         .with_filters(filters(args))
         .with_call_filter(args.filter.clone().unwrap_or_default());
     if header.options.serving_links {
-        p.with_serving_links(serving_retain_ns(header.options.delay_ns))
+        p.with_serving_links(ebtop::profile::serving::retain_for_delay(
+            header.options.delay_ns,
+        ))
     } else {
         p
     }

@@ -132,6 +132,8 @@ struct Downstream<S: Sink> {
     triggers: Option<crate::profile::trigger::TriggerCtl>,
     /// Replay: the trigger events recorded at the end of the interval being closed (kind 9).
     replayed_triggers: Vec<crate::profile::trigger::TriggerEvent>,
+    /// Replay: the header's profile line, from the trigger events replayed.
+    replayed_status: crate::profile::trigger::ReplayedStatus,
     /// With off-CPU profiles: the blocks placed inside the server calls their threads
     /// served (src/profile/serving.rs), fed every selected record, every call and each
     /// reading's blocks.
@@ -262,6 +264,7 @@ impl<S: Sink> Pipeline<S> {
             profile_total: None,
             triggers: None,
             replayed_triggers: Vec::new(),
+            replayed_status: Default::default(),
             serving: None,
             tracker_state: TrackerState::default(),
             stop_on_recording_failure: None,
@@ -446,6 +449,7 @@ impl<S: Sink> Pipeline<S> {
         mono_ns: u64,
         e: &crate::profile::trigger::TriggerEvent,
     ) -> io::Result<()> {
+        self.down.replayed_status.on_event(mono_ns, e);
         self.down.profile_trigger(mono_ns, e)
     }
 
@@ -1517,7 +1521,14 @@ impl<S: Sink> Downstream<S> {
                 report.profile_status = Some(t.status_line(now_ns));
                 events
             }
-            None => std::mem::take(&mut self.replayed_triggers),
+            None => {
+                let events = std::mem::take(&mut self.replayed_triggers);
+                for e in &events {
+                    self.replayed_status.on_event(now_ns, e);
+                }
+                report.profile_status = self.replayed_status.status_line(now_ns);
+                events
+            }
         };
         for e in &triggered {
             self.profile_trigger(now_ns, e)?;

@@ -195,6 +195,12 @@ impl ServingProfile {
     }
 }
 
+/// How long a serving span waits for the blocks inside it, readings coming every `delay_ns`:
+/// a block comes with the reading after its end.
+pub fn retain_for_delay(delay_ns: u64) -> u64 {
+    delay_ns.saturating_mul(2).saturating_add(2 * SETTLE_NS)
+}
+
 /// The name a call's endpoint has in the linking: `METHOD resource`, the resource
 /// normalised as the endpoint rows do.
 pub fn endpoint_name(call: &Call) -> String {
