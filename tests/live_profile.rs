@@ -868,7 +868,54 @@ fn off_cpu_time_is_linked_to_the_endpoint_its_thread_was_serving() {
             assert_eq!(a[k], b[k], "{ep} {k}: live {a} replay {b}");
         }
     }
+    // The terminal UI's details of a /slow call, from the same recording.
+    let details = slow_call_details(&rec);
+    let per_call = linked as f64 / 1e6 / slow_calls as f64;
+    assert!(
+        details.contains(&format!(
+            "Off-CPU    while serving GET /slow: {per_call:.3} ms per call ({slow_calls} calls"
+        )),
+        "{details}"
+    );
+    assert!(details.contains("do_nanosleep_[k]"), "{details}");
     let _ = server.kill();
+}
+
+/// The terminal UI on a replay of `rec`: the details of the newest /slow call in the Calls
+/// view (rows opened newest first until one is); the screen as text.
+fn slow_call_details(rec: &Path) -> String {
+    use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    let mut app = ebtop::tui::app::App::new("replay", Duration::from_secs(1), true);
+    let (w, h) = (200u16, 60u16);
+    app.set_size(w, h);
+    for m in ebtop::tui::collect_replay(rec).unwrap() {
+        app.apply(m);
+    }
+    let screen = |app: &ebtop::tui::app::App| {
+        let mut term = ratatui::Terminal::new(ratatui::backend::TestBackend::new(w, h)).unwrap();
+        term.draw(|f| ebtop::tui::render::draw(f, app)).unwrap();
+        let buf = term.backend().buffer();
+        (0..h)
+            .map(|y| (0..w).map(|x| buf[(x, y)].symbol()).collect::<String>())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let key = |app: &mut ebtop::tui::app::App, k| {
+        app.handle_key(KeyEvent::new(k, KeyModifiers::NONE));
+    };
+    for row in 0..8 {
+        for _ in 0..row {
+            key(&mut app, KeyCode::Down);
+        }
+        key(&mut app, KeyCode::Enter);
+        let s = screen(&app);
+        if s.contains("Request    GET /slow") {
+            return s;
+        }
+        key(&mut app, KeyCode::Esc);
+        key(&mut app, KeyCode::Home);
+    }
+    panic!("no /slow call among the newest rows: {}", screen(&app));
 }
 
 fn of_profile(lines: &[Value]) -> Vec<&Value> {
