@@ -113,6 +113,9 @@ pub struct Served {
     pub stacks: HashMap<(Kind, Arc<[Frame]>), Tally>,
 }
 
+/// An endpoint's heaviest stack: its frames and nanoseconds.
+pub type TopStack<'a> = (&'a [Frame], u64);
+
 /// Per (process, endpoint): the off-CPU time linked; and how the linking went.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ServingProfile {
@@ -184,7 +187,7 @@ impl ServingProfile {
 
     /// The endpoint's heaviest stack and its time, and the endpoint's total and calls (the
     /// terminal UI's call details).
-    pub fn top_of(&self, pid: u32, endpoint: &str) -> Option<(&Served, Option<(&[Frame], u64)>)> {
+    pub fn top_of(&self, pid: u32, endpoint: &str) -> Option<(&Served, Option<TopStack<'_>>)> {
         let s = self.endpoints.get(&(pid, Arc::from(endpoint)))?;
         let top = s
             .stacks
