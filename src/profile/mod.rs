@@ -136,8 +136,14 @@ pub struct ProfileLosses {
     /// Blocks not timed: the kernel had no task storage for the thread.
     pub blocks_untimed: u64,
     /// Blocks counted in their stacks but left out of the linking to calls (`serving`):
-    /// the kernel's ring of blocks or a reading's list of them was full.
+    /// the kernel's ring of blocks or a reading's list of them was full. Written when not 0
+    /// (lines and records of runs before it are unchanged).
+    #[serde(skip_serializing_if = "is_zero")]
     pub blocks_unlinked_full: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl ProfileLosses {
