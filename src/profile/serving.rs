@@ -132,11 +132,11 @@ impl ServingProfile {
             }
             e.calls += s.calls;
             e.blocks += s.blocks;
-            e.ns += s.ns;
+            e.ns = e.ns.saturating_add(s.ns);
             for (sk, t) in &s.stacks {
                 let et = e.stacks.entry(sk.clone()).or_default();
                 et.count += t.count;
-                et.ns += t.ns;
+                et.ns = et.ns.saturating_add(t.ns);
             }
         }
         self.stats.add(&o.stats);
@@ -558,11 +558,12 @@ impl ServingLinker {
                 if e.comm.is_empty() {
                     e.comm = comm.to_string();
                 }
+                // Saturating: a hostile recording's bounds may be anything.
                 e.blocks += 1;
-                e.ns += ns;
+                e.ns = e.ns.saturating_add(ns);
                 let t = e.stacks.entry((b.kind, b.frames.clone())).or_default();
                 t.count += 1;
-                t.ns += ns;
+                t.ns = t.ns.saturating_add(ns);
             }
         }
     }
