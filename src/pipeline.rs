@@ -387,8 +387,11 @@ impl<S: Sink> Pipeline<S> {
     /// With an off-CPU profile (live, or a recording made with one): off-CPU blocks linked
     /// to the server calls their threads served; `retain_ns` as
     /// [`crate::profile::serving::ServingLinker::new`] takes it.
+    /// `EBTOP_SERVING_LINKS=0` leaves them out (for measuring their cost).
     pub fn with_serving_links(mut self, retain_ns: u64) -> Self {
-        self.down.serving = Some(crate::profile::serving::ServingLinker::new(retain_ns));
+        if std::env::var_os("EBTOP_SERVING_LINKS").is_none_or(|v| v != "0") {
+            self.down.serving = Some(crate::profile::serving::ServingLinker::new(retain_ns));
+        }
         self
     }
 

@@ -241,7 +241,12 @@ struct SpanRec {
 
 #[derive(Debug, Default)]
 struct ThreadSpans {
+    /// In the order they opened (by start).
     spans: VecDeque<SpanRec>,
+    /// When it first opened a span while another was open (an event loop): its spans
+    /// overlap from then on, and its blocks ending later are ambiguous. Before, its spans
+    /// are disjoint, so sorted by their ends too (a block's spans are found by a search).
+    multiplexed_since: Option<u64>,
     /// Spans that ended before this were forgotten: a block starting earlier is unknown.
     forgotten_until: u64,
 }
@@ -339,6 +344,10 @@ impl ServingLinker {
                     self.reset(ev.start_ns);
                 }
                 let t = self.threads.entry(thread).or_default();
+                if t.multiplexed_since.is_none() && t.spans.back().is_some_and(|s| s.end_ns == OPEN)
+                {
+                    t.multiplexed_since = Some(ev.end_ns);
+                }
                 if t.spans.len() >= MAX_SPANS_PER_THREAD {
                     if let Some(old) = t.spans.pop_front() {
                         t.forgotten_until = t.forgotten_until.max(old.end_ns);
@@ -403,16 +412,20 @@ impl ServingLinker {
             return;
         };
         c.server = true;
-        let matches = |s: &SpanRec| s.conn == key && s.start_ns == start && s.end_ns == end;
-        let thread = c.recent.iter().rev().copied().find(|t| {
-            self.threads
-                .get(t)
-                .is_some_and(|ts| ts.spans.iter().any(matches))
+        // Newest first, down to the spans that opened before it (in start order).
+        let at = |spans: &VecDeque<SpanRec>| {
+            spans
+                .iter()
+                .rev()
+                .take_while(|s| s.start_ns >= start)
+                .position(|s| s.conn == key && s.start_ns == start && s.end_ns == end)
+                .map(|i| spans.len() - 1 - i)
+        };
+        let found = c.recent.iter().rev().find_map(|t| {
+            let i = at(&self.threads.get(t)?.spans)?;
+            Some((*t, i))
         });
-        let Some(span) = thread.and_then(|t| {
-            let ts = self.threads.get_mut(&t)?;
-            ts.spans.iter_mut().rev().find(|s| matches(s))
-        }) else {
+        let Some(span) = found.and_then(|(t, i)| self.threads.get_mut(&t)?.spans.get_mut(i)) else {
             self.out.stats.calls_thread_unknown += 1;
             return;
         };
@@ -504,10 +517,17 @@ impl ServingLinker {
         if b.start_ns < ts.forgotten_until {
             return Some(Placed::Unknown);
         }
+        if ts.multiplexed_since.is_some_and(|t| b.end_ns > t) {
+            return Some(Placed::Ambiguous);
+        }
+        // Disjoint spans before it multiplexed: those opened before the block's end, back to
+        // the first that ended before its start.
+        let opened = ts.spans.partition_point(|s| s.start_ns < b.end_ns);
         let over: Vec<&SpanRec> = ts
             .spans
-            .iter()
-            .filter(|s| s.start_ns < b.end_ns && s.end_ns > b.start_ns)
+            .range(..opened)
+            .rev()
+            .take_while(|s| s.end_ns > b.start_ns)
             .collect();
         // A span still open, or closed but its call may still come: wait.
         let unsettled = over.iter().any(|s| {
