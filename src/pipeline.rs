@@ -421,6 +421,7 @@ impl<S: Sink> Pipeline<S> {
         // The blocks go to the linking only (never summed: a session would hold them all).
         let blocks = std::mem::take(&mut p.blocks);
         if let Some(l) = &mut self.down.serving {
+            l.set_min_block(p.off_cpu_min_ns);
             l.add_blocks(blocks);
         }
         self.down

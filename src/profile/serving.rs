@@ -45,7 +45,7 @@ pub const SETTLE_NS: u64 = 1_000_000_000;
 pub const MAX_WAIT_NS: u64 = 30_000_000_000;
 const MAX_CONNS: usize = 65_536;
 const MAX_THREADS: usize = 16_384;
-const MAX_SPANS_PER_THREAD: usize = 4_096;
+const MAX_SPANS_PER_THREAD: usize = 16_384;
 const MAX_PENDING: usize = 1 << 17;
 /// Endpoint names kept; beyond, calls are named [`OTHER`].
 const MAX_ENDPOINTS: usize = 1_024;
@@ -278,6 +278,9 @@ pub struct ServingLinker {
     /// Spans are kept this long after their end (the blocks of a reading come up to a
     /// reading's period after their end).
     retain_ns: u64,
+    /// The off-CPU threshold (from the readings; 0 until the first): a named span shorter
+    /// than it cannot hold a block (the thread runs at both its bounds), so it is not kept.
+    min_block_ns: u64,
     out: ServingProfile,
 }
 
@@ -293,6 +296,7 @@ impl ServingLinker {
             reset_until: 0,
             dropped_until: 0,
             retain_ns: retain_ns.max(2 * SETTLE_NS),
+            min_block_ns: 0,
             out: ServingProfile::default(),
         }
     }
@@ -425,14 +429,33 @@ impl ServingLinker {
             let i = at(&self.threads.get(t)?.spans)?;
             Some((*t, i))
         });
-        let Some(span) = found.and_then(|(t, i)| self.threads.get_mut(&t)?.spans.get_mut(i)) else {
+        let Some((t, i)) = found else {
             self.out.stats.calls_thread_unknown += 1;
             return;
         };
-        if span.handed_off {
+        let Some(ts) = self.threads.get_mut(&t) else {
+            return;
+        };
+        if ts.spans[i].handed_off {
             self.out.stats.calls_handed_off += 1;
             return;
         }
+        let short = ts.spans[i].end_ns - ts.spans[i].start_ns < self.min_block_ns;
+        if short && ts.multiplexed_since.is_none() {
+            // Too short to hold a block: counted, not kept (a fast endpoint's calls would
+            // fill the thread's spans). Kept on a multiplexed thread: ambiguous there anyway.
+            ts.spans.remove(i);
+        }
+        let endpoint = self.name(call);
+        if !short {
+            if let Some(span) = self.threads.get_mut(&t).and_then(|ts| ts.spans.get_mut(i)) {
+                span.named = Some((endpoint, call.comm.clone()));
+            }
+        }
+    }
+
+    /// The interned endpoint of server call `call`, the call counted.
+    fn name(&mut self, call: &Call) -> Arc<str> {
         let name = endpoint_name(call);
         let endpoint = match self.names.get(&name) {
             Some(n) => n.clone(),
@@ -443,13 +466,24 @@ impl ServingLinker {
             }
             None => Arc::from(OTHER),
         };
-        span.named = Some((endpoint.clone(), call.comm.clone()));
         self.out.stats.calls += 1;
-        let e = self.out.endpoints.entry((call.pid, endpoint)).or_default();
+        let e = self
+            .out
+            .endpoints
+            .entry((call.pid, endpoint.clone()))
+            .or_default();
         if e.comm.is_empty() {
             e.comm = call.comm.to_string();
         }
         e.calls += 1;
+        endpoint
+    }
+
+    /// The off-CPU threshold, as the readings give it.
+    pub fn set_min_block(&mut self, ns: Option<u64>) {
+        if let Some(ns) = ns {
+            self.min_block_ns = ns;
+        }
     }
 
     /// A reading's blocks, to be placed once settled.

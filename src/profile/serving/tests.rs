@@ -233,3 +233,21 @@ fn forgotten_spans_make_late_blocks_unknown() {
     let p = s.take_all(vec![other]);
     assert_eq!(p.stats.blocks_idle, 1);
 }
+
+/// A call shorter than the off-CPU threshold cannot hold a block: counted, its span not kept
+/// (a fast endpoint's thousands of calls a second would fill the thread's spans).
+#[test]
+fn spans_too_short_for_a_block_are_counted_not_kept() {
+    let mut s = Sim::new();
+    s.linker.set_min_block(Some(MS));
+    s.io(7, K1, Direction::Ingress, FAST);
+    s.io(7, K1, Direction::Egress, OK);
+    assert!(s.linker.threads[&(APP, 7)].spans.is_empty());
+    s.io(7, K1, Direction::Ingress, SLOW);
+    let b = s.block(7, 20 * MS, &["sleep"]);
+    s.io(7, K1, Direction::Egress, OK);
+    assert_eq!(s.linker.threads[&(APP, 7)].spans.len(), 1);
+    let p = s.take_all(vec![b]);
+    assert_eq!(served(&p, "GET /fast").calls, 1);
+    assert_eq!(served(&p, "GET /slow").ns, 20 * MS);
+}
