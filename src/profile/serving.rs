@@ -29,6 +29,8 @@
 //! capped; state dropped at a cap is counted and its blocks are `blocks_unknown`.
 
 use std::collections::{HashMap, VecDeque};
+
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -266,10 +268,10 @@ enum Placed {
 
 /// The linking's state (on the pipeline's thread).
 pub struct ServingLinker {
-    conns: HashMap<u64, Conn>,
-    threads: HashMap<(u32, u32), ThreadSpans>,
+    conns: FxHashMap<u64, Conn>,
+    threads: FxHashMap<(u32, u32), ThreadSpans>,
     pending: VecDeque<Block>,
-    names: HashMap<String, Arc<str>>,
+    names: FxHashMap<String, Arc<str>>,
     /// Blocks that started before this were of state cleared at a cap.
     reset_until: u64,
     /// The latest end of the spans of the threads forgotten (nothing left to place): a
@@ -289,10 +291,10 @@ impl ServingLinker {
     /// profile's reading period plus [`SETTLE_NS`]).
     pub fn new(retain_ns: u64) -> ServingLinker {
         ServingLinker {
-            conns: HashMap::new(),
-            threads: HashMap::new(),
+            conns: FxHashMap::default(),
+            threads: FxHashMap::default(),
             pending: VecDeque::new(),
-            names: HashMap::new(),
+            names: FxHashMap::default(),
             reset_until: 0,
             dropped_until: 0,
             retain_ns: retain_ns.max(2 * SETTLE_NS),
