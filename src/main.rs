@@ -505,6 +505,7 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
                 filters: filters.clone(),
                 capture_all: capture_all(args),
                 delay_ns: args.delay.as_nanos() as u64,
+                serving_links: serving_links(args),
             },
             processes,
             sockets,
@@ -577,6 +578,13 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
                 args.profile_for,
                 args.profile_silence,
             );
+            let pipeline = if serving_links(args) {
+                pipeline.with_serving_links(ebtop::profile::serving::retain_for_delay(
+                    args.delay.as_nanos() as u64,
+                ))
+            } else {
+                pipeline
+            };
             pipeline.with_profile_feed(feed).with_triggers(
                 ebtop::profile::trigger::TriggerCtl::new(triggers, gate, idle_gate)
                     .with_filters(live_cfg.filters.clone())
@@ -607,6 +615,12 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
             recording_outcome(&summary)
         },
     )
+}
+
+/// Whether off-CPU blocks are linked to the calls their threads served: with an off-CPU
+/// profile (src/profile/serving.rs).
+fn serving_links(args: &Args) -> bool {
+    args.profile && args.profile_off_cpu_min.0.is_some()
 }
 
 /// `--profile-out`'s folded files, and the hints for processes whose stacks stop short.
@@ -658,7 +672,8 @@ fn replay_session<S: Sink>(
     let (mut reader, meta) = open_recording(args, path)?;
     let mut sink = sink;
     loop {
-        let mut pipeline = replay_pipeline(args, sink).with_threads(tracking_threads(args));
+        let mut pipeline =
+            replay_pipeline(args, sink, &reader.header).with_threads(tracking_threads(args));
         pipeline.start(&meta)?;
         let end = replay::run_rewindable(
             &mut reader,
@@ -705,11 +720,18 @@ fn open_recording(
 }
 
 /// The pipeline a replay feeds (no /proc: the processes are the recording's).
-fn replay_pipeline<S: Sink>(args: &Args, sink: S) -> Pipeline<S> {
-    Pipeline::new(tracker_config(args), ProcessTable::new(false), sink)
+fn replay_pipeline<S: Sink>(args: &Args, sink: S, header: &RecordingHeader) -> Pipeline<S> {
+    let p = Pipeline::new(tracker_config(args), ProcessTable::new(false), sink)
         .with_raw_resources(args.raw_resources)
         .with_filters(filters(args))
-        .with_call_filter(args.filter.clone().unwrap_or_default())
+        .with_call_filter(args.filter.clone().unwrap_or_default());
+    if header.options.serving_links {
+        p.with_serving_links(ebtop::profile::serving::retain_for_delay(
+            header.options.delay_ns,
+        ))
+    } else {
+        p
+    }
 }
 
 /// A copy of a recording (`-r FILE -w OUT`) or a replay to JSON: replayed once.
@@ -723,7 +745,7 @@ fn replay_to_output<S: Sink>(
     let (mut reader, meta) = open_recording(args, path)?;
     // --from/--to: the lines about what happened in the range (the whole range by default).
     let range = replay::TimeRange::of(args.from, args.to, &meta);
-    let mut pipeline = replay_pipeline(args, replay::InRange::new(sink, range));
+    let mut pipeline = replay_pipeline(args, replay::InRange::new(sink, range), &reader.header);
     if let Some(out) = &args.write {
         if std::fs::canonicalize(out).ok() == std::fs::canonicalize(path).ok() {
             anyhow::bail!(

@@ -132,6 +132,12 @@ struct Downstream<S: Sink> {
     triggers: Option<crate::profile::trigger::TriggerCtl>,
     /// Replay: the trigger events recorded at the end of the interval being closed (kind 9).
     replayed_triggers: Vec<crate::profile::trigger::TriggerEvent>,
+    /// Replay: the header's profile line, from the trigger events replayed.
+    replayed_status: crate::profile::trigger::ReplayedStatus,
+    /// With off-CPU profiles: the blocks placed inside the server calls their threads
+    /// served (src/profile/serving.rs), fed every selected record, every call and each
+    /// reading's blocks.
+    serving: Option<crate::profile::serving::ServingLinker>,
     /// The tracker's counters at the last interval end (what `totals` shows).
     tracker_state: TrackerState,
     /// Set when writing the recording failed, so the session ends (the loop's stop flag).
@@ -258,6 +264,8 @@ impl<S: Sink> Pipeline<S> {
             profile_total: None,
             triggers: None,
             replayed_triggers: Vec::new(),
+            replayed_status: Default::default(),
+            serving: None,
             tracker_state: TrackerState::default(),
             stop_on_recording_failure: None,
             caps_warned: CapsWarned::default(),
@@ -376,6 +384,17 @@ impl<S: Sink> Pipeline<S> {
         self
     }
 
+    /// With an off-CPU profile (live, or a recording made with one): off-CPU blocks linked
+    /// to the server calls their threads served; `retain_ns` as
+    /// [`crate::profile::serving::ServingLinker::new`] takes it.
+    /// `EBTOP_SERVING_LINKS=0` leaves them out (for measuring their cost).
+    pub fn with_serving_links(mut self, retain_ns: u64) -> Self {
+        if std::env::var_os("EBTOP_SERVING_LINKS").is_none_or(|v| v != "0") {
+            self.down.serving = Some(crate::profile::serving::ServingLinker::new(retain_ns));
+        }
+        self
+    }
+
     /// Live with `--profile`: the triggers, run at every interval's end.
     pub fn with_triggers(mut self, t: crate::profile::trigger::TriggerCtl) -> Self {
         self.down.triggers = Some(t);
@@ -398,6 +417,12 @@ impl<S: Sink> Pipeline<S> {
         }
         if let Some(rec) = &mut self.down.recorder {
             rec.profile(&p);
+        }
+        // The blocks go to the linking only (never summed: a session would hold them all).
+        let blocks = std::mem::take(&mut p.blocks);
+        if let Some(l) = &mut self.down.serving {
+            l.set_min_block(p.off_cpu_min_ns);
+            l.add_blocks(blocks);
         }
         self.down
             .profile_total
@@ -428,6 +453,7 @@ impl<S: Sink> Pipeline<S> {
         mono_ns: u64,
         e: &crate::profile::trigger::TriggerEvent,
     ) -> io::Result<()> {
+        self.down.replayed_status.on_event(mono_ns, e);
         self.down.profile_trigger(mono_ns, e)
     }
 
@@ -728,6 +754,7 @@ impl<S: Sink> Pipeline<S> {
         // Every record delivered before the interval's end is applied (and recorded) first.
         self.apply_steps(Apply::All)?;
         self.drain_profile_feed()?;
+        self.down.take_serving(false);
         let state = self.interval_state(now_ns)?;
         self.down.record_pending_flows();
         if let Some(rec) = &mut self.down.recorder {
@@ -791,6 +818,7 @@ impl<S: Sink> Pipeline<S> {
         // last report are reported either way.
         self.apply_steps(Apply::All)?;
         self.drain_profile_feed()?;
+        self.down.take_serving(true);
         // Server calls still held for their client call go out now.
         self.down.release_held(None)?;
         if self.down.calls_in_interval > 0
@@ -1065,6 +1093,15 @@ impl<S: Sink> Downstream<S> {
                 result = self.emit_released();
             }
         }
+        if let Some(l) = self
+            .serving
+            .as_mut()
+            .filter(|_| verdict == Verdict::Selected)
+        {
+            if let Ok(e) = Event::decode(raw) {
+                l.on_record(&e);
+            }
+        }
         match calls {
             Calls::Shared(calls) => {
                 for (i, call) in calls.iter().enumerate() {
@@ -1088,6 +1125,9 @@ impl<S: Sink> Downstream<S> {
                         linked = Some(c);
                     }
                     let call = linked.as_ref().unwrap_or(call);
+                    if let Some(l) = self.serving.as_mut() {
+                        l.on_call(call);
+                    }
                     let Some(row) = self.account_call(call, is_renamed, i, &mut keyed, &mut result)
                     else {
                         continue;
@@ -1120,6 +1160,9 @@ impl<S: Sink> Downstream<S> {
                     n += 1;
                     let renamed = self.rename(&mut call);
                     let hold = self.link(&mut call) == Disposition::Hold;
+                    if let Some(l) = self.serving.as_mut() {
+                        l.on_call(&call);
+                    }
                     let Some(row) = self.account_call(&call, renamed, i, &mut keyed, &mut result)
                     else {
                         continue;
@@ -1141,6 +1184,9 @@ impl<S: Sink> Downstream<S> {
                     n += 1;
                     let renamed = self.rename(call);
                     let hold = self.link(call) == Disposition::Hold;
+                    if let Some(l) = self.serving.as_mut() {
+                        l.on_call(call);
+                    }
                     let Some(row) = self.account_call(call, renamed, i, &mut keyed, &mut result)
                     else {
                         continue;
@@ -1479,13 +1525,43 @@ impl<S: Sink> Downstream<S> {
                 report.profile_status = Some(t.status_line(now_ns));
                 events
             }
-            None => std::mem::take(&mut self.replayed_triggers),
+            None => {
+                let events = std::mem::take(&mut self.replayed_triggers);
+                for e in &events {
+                    self.replayed_status.on_event(now_ns, e);
+                }
+                report.profile_status = self.replayed_status.status_line(now_ns);
+                events
+            }
         };
         for e in &triggered {
             self.profile_trigger(now_ns, e)?;
         }
         // The sink is the report's last user (the recorder got the flows in `set_flows`).
         self.sink.interval_owned(report)
+    }
+
+    /// The off-CPU time linked to calls since the last interval (at the records' time; all
+    /// of it at the session's end), added to the interval's profile and the session's.
+    fn take_serving(&mut self, last: bool) {
+        let Some(l) = &mut self.serving else {
+            return;
+        };
+        let sp = l.take(self.last_ns, last);
+        if sp.endpoints.is_empty() && sp.stats.is_zero() {
+            return;
+        }
+        let part = crate::profile::Profile {
+            serving: sp,
+            ..Default::default()
+        };
+        self.profile_total
+            .get_or_insert_with(Default::default)
+            .merge(&part);
+        match &mut self.pending_profile {
+            Some(p) => p.merge(&part),
+            None => self.pending_profile = Some(part),
+        }
     }
 
     /// A profile trigger event at `now_ns`: recorded (after the interval's record) and written.

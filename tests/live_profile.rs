@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{compile, require_root, Ebtop};
+use common::{compile, require_root, u, Ebtop};
 use serde_json::Value;
 
 /// Builds a fixture with frame pointers into `dir`.
@@ -718,4 +718,206 @@ fn threads_are_kept_apart_with_profile_threads() {
             "thread {tid}: {share:.1}% of the samples, {want:.1}% of the CPU time"
         );
     }
+}
+
+/// One HTTP/1.1 request on a kept-alive connection: the response's body.
+fn get(stream: &mut BufReader<std::net::TcpStream>, path: &str) -> String {
+    use std::io::{Read, Write};
+    // One write: the server reads a request with one recv.
+    let req = format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n");
+    stream.get_mut().write_all(req.as_bytes()).unwrap();
+    let mut len = 0usize;
+    loop {
+        let mut line = String::new();
+        stream.read_line(&mut line).unwrap();
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap();
+        }
+    }
+    let mut body = vec![0u8; len];
+    stream.read_exact(&mut body).unwrap();
+    String::from_utf8(body).unwrap()
+}
+
+fn endpoint_line<'a>(lines: &'a [Value], pid: u32, endpoint: &str) -> Option<&'a Value> {
+    lines.iter().find(|v| {
+        v["type"] == "profile"
+            && v["span"] == "session"
+            && v["pid"] == pid
+            && v["endpoint"] == endpoint
+    })
+}
+
+/// Off-CPU time linked to the calls its threads served (issue 47): a thread-per-connection
+/// server (tests/fixtures/profile/serving.c) whose /slow sleeps 20 ms and whose /fast cannot
+/// block. /slow's linked time is its measured sleeps within 5% (and never above them: each
+/// block lies inside its sleep); /fast gets its calls and 0 ns; the waits for the next
+/// request (the client pauses 5 ms between requests) and the accept loop are not linked. The
+/// recording made meanwhile replays the same linked lines.
+#[test]
+fn off_cpu_time_is_linked_to_the_endpoint_its_thread_was_serving() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let bin = build(dir.path(), "serving");
+    let (mut server, _out, first) = start(&bin);
+    let pid = server.id();
+    let port: u16 = first
+        .trim()
+        .strip_prefix("port ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("the server said {first:?}"));
+    let rec = dir.path().join("serving.ebt");
+    let ebtop = Ebtop::start(&[
+        "--json",
+        "--profile",
+        "-p",
+        &pid.to_string(),
+        "-d",
+        "200ms",
+        "-w",
+        rec.to_str().unwrap(),
+    ]);
+    const CONNS: usize = 2;
+    const EACH: usize = 20;
+    for _ in 0..CONNS {
+        let mut c = BufReader::new(std::net::TcpStream::connect(("127.0.0.1", port)).unwrap());
+        for _ in 0..EACH {
+            assert_eq!(get(&mut c, "/slow"), "slow");
+            std::thread::sleep(Duration::from_millis(5));
+            assert_eq!(get(&mut c, "/fast"), "fast");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    let mut c = BufReader::new(std::net::TcpStream::connect(("127.0.0.1", port)).unwrap());
+    let stats = get(&mut c, "/stats");
+    let field = |name: &str| -> u64 {
+        let mut w = stats.split_whitespace();
+        w.position(|w| w == name)
+            .and_then(|_| w.next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {stats:?}"))
+    };
+    let (slept, slow_calls) = (field("slept_ns"), field("slow"));
+    let (blocked_ns, blocked_calls) = (field("blocked_ns"), field("blocked"));
+    assert_eq!(slow_calls, (CONNS * EACH) as u64);
+    // Blocks are placed once the records are 1 s past them: the last /slow's need a record
+    // that late (this request) and a reading after it.
+    std::thread::sleep(Duration::from_millis(1300));
+    get(&mut c, "/fast");
+    std::thread::sleep(Duration::from_millis(500));
+    let lines = ebtop.stop();
+    drop(c);
+
+    let slow = endpoint_line(&lines, pid, "GET /slow")
+        .unwrap_or_else(|| panic!("no GET /slow line: {:?}", of_profile(&lines)));
+    let linked = slow["off_cpu_ns"].as_u64().unwrap();
+    eprintln!(
+        "linked to /slow {linked} ns in {} blocks over {} calls; measured sleep {slept} ns, \
+         {blocked_ns} ns in the {blocked_calls} sleeps that blocked",
+        slow["blocks"], slow["calls"]
+    );
+    assert_eq!(slow["calls"], slow_calls, "{slow}");
+    // Each block lies inside its sleep's measured bounds: never more than the sleeps.
+    assert!(linked <= slept, "linked {linked} > slept {slept}");
+    // The sleeps in which the thread blocked (the others were spent preempted, runnable:
+    // not blocked time) are the blocks, within 5% of their measured time.
+    let blocks = slow["blocks"].as_u64().unwrap();
+    assert!(
+        blocks >= blocked_calls && blocks <= slow_calls,
+        "{blocks} blocks, {blocked_calls} sleeps blocked: {slow}"
+    );
+    let err = (linked as f64 - blocked_ns as f64).abs() / blocked_ns as f64;
+    assert!(
+        err <= 0.05,
+        "linked {linked} ns, the blocked sleeps {blocked_ns} ns ({:.1}% apart)",
+        err * 100.0
+    );
+    assert!(
+        slow["stacks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| has_frame(s, "serve") && has_frame(s, "do_nanosleep_[k]")),
+        "every linked stack is in the sleep: {slow}"
+    );
+    let fast = endpoint_line(&lines, pid, "GET /fast").expect("a GET /fast line");
+    assert_eq!(fast["calls"], (CONNS * EACH + 1) as u64, "{fast}");
+    assert_eq!(fast["off_cpu_ns"], 0, "/fast cannot block: {fast}");
+    let links = &slow["links"];
+    // The waits for the next request (≥ the client's 5 ms pause) are blocks, none linked.
+    assert!(
+        u(links, "blocks_idle") >= (2 * CONNS * EACH - CONNS) as u64,
+        "{links}"
+    );
+    assert_eq!(u(links, "blocks_ambiguous"), 0, "{links}");
+    assert_eq!(u(links, "calls_handed_off"), 0, "{links}");
+    assert_eq!(u(links, "blocks_split"), 0, "{links}");
+    let process = profile_line(&lines, "off_cpu", pid);
+    assert!(process["off_cpu_ns"].as_u64().unwrap() > linked + 100_000_000);
+
+    // The replay links the same.
+    let replayed = common::replay_json(&rec, &[]);
+    for ep in ["GET /slow", "GET /fast"] {
+        let (a, b) = (
+            endpoint_line(&lines, pid, ep).unwrap(),
+            endpoint_line(&replayed, pid, ep).unwrap_or_else(|| panic!("replay has no {ep}")),
+        );
+        for k in ["calls", "blocks", "off_cpu_ns", "stacks"] {
+            assert_eq!(a[k], b[k], "{ep} {k}: live {a} replay {b}");
+        }
+    }
+    // The terminal UI's details of a /slow call, from the same recording.
+    let details = slow_call_details(&rec);
+    let per_call = linked as f64 / 1e6 / slow_calls as f64;
+    assert!(
+        details.contains(&format!(
+            "Off-CPU    while serving GET /slow: {per_call:.3} ms per call ({slow_calls} calls"
+        )),
+        "{details}"
+    );
+    assert!(details.contains("do_nanosleep_[k]"), "{details}");
+    let _ = server.kill();
+}
+
+/// The terminal UI on a replay of `rec`: the details of the newest /slow call in the Calls
+/// view (rows opened newest first until one is); the screen as text.
+fn slow_call_details(rec: &Path) -> String {
+    use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    let mut app = ebtop::tui::app::App::new("replay", Duration::from_secs(1), true);
+    let (w, h) = (200u16, 60u16);
+    app.set_size(w, h);
+    for m in ebtop::tui::collect_replay(rec).unwrap() {
+        app.apply(m);
+    }
+    let screen = |app: &ebtop::tui::app::App| {
+        let mut term = ratatui::Terminal::new(ratatui::backend::TestBackend::new(w, h)).unwrap();
+        term.draw(|f| ebtop::tui::render::draw(f, app)).unwrap();
+        let buf = term.backend().buffer();
+        (0..h)
+            .map(|y| (0..w).map(|x| buf[(x, y)].symbol()).collect::<String>())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let key = |app: &mut ebtop::tui::app::App, k| {
+        app.handle_key(KeyEvent::new(k, KeyModifiers::NONE));
+    };
+    for row in 0..8 {
+        for _ in 0..row {
+            key(&mut app, KeyCode::Down);
+        }
+        key(&mut app, KeyCode::Enter);
+        let s = screen(&app);
+        if s.contains("Request    GET /slow") {
+            return s;
+        }
+        key(&mut app, KeyCode::Esc);
+        key(&mut app, KeyCode::Home);
+    }
+    panic!("no /slow call among the newest rows: {}", screen(&app));
+}
+
+fn of_profile(lines: &[Value]) -> Vec<&Value> {
+    lines.iter().filter(|v| v["type"] == "profile").collect()
 }

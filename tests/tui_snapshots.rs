@@ -854,3 +854,43 @@ fn p_on_a_process_row_asks_for_its_profile_and_the_header_shows_the_run() {
     )));
     assert!(screen(&app, 120, 40).contains("PROFILING spin (42) 8s more [cpu>80%]"));
 }
+
+/// A recording made with `--profile-when` (a C loop crossing `cpu>20%:2/3`, profiled 2 s,
+/// then 60 s of silence): its trigger events (kind 9).
+const TRIGGER_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/recordings/profile_trigger.ebt"
+);
+
+/// The replay's header (its third line) shows the PROFILING line the live header showed
+/// while the run lasted (process, pid and rule of the recorded start), then its silence; a snapshot of the
+/// first screen with it.
+#[test]
+fn replay_header_shows_profiling_while_a_recorded_trigger_runs() {
+    let mut app = App::new("replay profile_trigger.ebt", Duration::from_secs(1), true);
+    app.set_size(120, 40);
+    let (mut profiling, mut silent) = (None, false);
+    for m in collect_replay(TRIGGER_FIXTURE.as_ref()).unwrap() {
+        app.apply(m);
+        let s = screen(&app, 120, 40);
+        // The header's third line holds it (with REC and the capture filters).
+        let header = s.lines().take(3).collect::<Vec<_>>().join("\n");
+        if profiling.is_none() && header.contains("PROFILING") {
+            profiling = Some(s);
+        } else if profiling.is_some() && header.contains("profile: silent") {
+            silent = true;
+        }
+        assert!(
+            !(silent && header.contains("PROFILING")),
+            "profiling again after the silence began: {header}"
+        );
+    }
+    let shown = profiling.expect("a screen with PROFILING");
+    let header = shown.lines().nth(2).unwrap();
+    assert!(
+        header.contains("PROFILING spin (25369)") && header.contains("[cpu>20%:2/3]"),
+        "{header}"
+    );
+    assert!(silent, "the silence after the run is shown");
+    insta::assert_snapshot!("replay_profiling_header_120x40", shown);
+}

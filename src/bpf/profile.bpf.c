@@ -88,6 +88,7 @@ enum {
 	PROF_SHORT_BLOCKS = 2, /* ... shorter than off_cpu_min_ns (not added) */
 	PROF_COUNTS_FULL = 3,  /* samples or blocks lost: the counts table was full */
 	PROF_NO_STORAGE = 4,   /* blocks not timed: no task storage */
+	PROF_BLOCKS_RING_FULL = 5, /* blocks not put in `serve_blocks`: the ring was full */
 	PROF__MAX = 8,
 };
 
@@ -127,6 +128,26 @@ struct {
 	__type(key, int);
 	__type(value, struct ebtop_blocked);
 } blocked SEC(".maps");
+
+/* Each off-CPU block added to a stack, with its thread and its bounds (src/profile/serving.rs
+ * places it inside the calls the thread served). Only blocks that reach off_cpu_min_ns of
+ * selected tasks: a few hundred a second per busy thread at most. A full ring drops the block
+ * from the linking (counted), never from the counts above. */
+struct ebtop_block {
+	__u32 tgid;
+	__u32 pid;
+	__u64 start_ns;
+	__u64 end_ns;
+	__s32 user_stack;
+	__s32 kernel_stack;
+	__u32 kind;
+	__u32 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} serve_blocks SEC(".maps");
 
 static __always_inline void count(__u32 idx)
 {
@@ -242,5 +263,19 @@ int BPF_PROG(off_cpu_switch, bool preempt, struct task_struct *prev, struct task
 	key.kernel_stack = b->kernel_stack;
 	key.kind = b->kind;
 	add(&key, off_ns);
+	struct ebtop_block *r = bpf_ringbuf_reserve(&serve_blocks, sizeof(*r), 0);
+	if (!r) {
+		count(PROF_BLOCKS_RING_FULL);
+		return 0;
+	}
+	r->tgid = key.tgid;
+	r->pid = key.pid;
+	r->start_ns = now - off_ns;
+	r->end_ns = now;
+	r->user_stack = key.user_stack;
+	r->kernel_stack = key.kernel_stack;
+	r->kind = key.kind;
+	r->_pad = 0;
+	bpf_ringbuf_submit(r, 0);
 	return 0;
 }

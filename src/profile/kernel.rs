@@ -1,9 +1,11 @@
 //! The profile's kernel side (src/bpf/profile.bpf.c): loaded only with `--profile`, on a
 //! thread of its own that reads and symbolizes the counts once per interval.
 
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
@@ -11,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags};
+use libbpf_rs::{Link, MapCore, MapFlags, RingBuffer, RingBufferBuilder};
 
 use super::symbols::Symbols;
-use super::{Frame, Kind, Profile, StackKey, Tally};
+use super::{Block, Frame, Kind, Profile, StackKey, Tally};
 use crate::bpf::profile::{ProfileSkel, ProfileSkelBuilder};
 use crate::cgroups::CgroupFilter;
 use crate::filters::Filters;
@@ -68,6 +70,13 @@ const PROF_BLOCKS: usize = 1;
 const PROF_SHORT_BLOCKS: usize = 2;
 const PROF_COUNTS_FULL: usize = 3;
 const PROF_NO_STORAGE: usize = 4;
+const PROF_BLOCKS_RING_FULL: usize = 5;
+
+/// `struct ebtop_block`: tgid, pid, start, end, user and kernel stack ids, kind.
+const BLOCK_LEN: usize = 40;
+/// Blocks an interval's part carries at most (each ~64 bytes here); beyond, counted in
+/// `ProfileLosses::blocks_unlinked_full` and left out of the linking.
+pub const MAX_BLOCKS: usize = 1 << 16;
 
 /// A running profile: started with [`ProfileProbe::spawn`], ended with [`ProfileProbe::finish`].
 pub struct ProfileProbe {
@@ -105,6 +114,7 @@ impl ProfileProbe {
                     if let Some(gate) = gate_rx.try_iter().last() {
                         reader.set_gate(&gate)?;
                     }
+                    reader.drain_blocks();
                     let now = Instant::now();
                     if now >= next {
                         let _ = interval_tx.send(reader.poll()?);
@@ -168,6 +178,11 @@ struct Reader {
     comms: HashMap<u32, String>,
     /// `ProfileConfig::threads`.
     threads: bool,
+    /// The off-CPU blocks' ring (`serve_blocks`), drained every 20 ms into `raw_blocks`
+    /// (at most [`MAX_BLOCKS`] per reading; the rest counted in `blocks_over`).
+    blocks_ring: Option<RingBuffer<'static>>,
+    raw_blocks: Rc<RefCell<Vec<[u8; BLOCK_LEN]>>>,
+    blocks_over: Rc<Cell<u64>>,
     profile: Profile,
     /// What the current reading adds (sent on as the interval's profile).
     interval: Profile,
@@ -279,9 +294,33 @@ impl Reader {
                 })?,
             );
         }
+        let raw_blocks: Rc<RefCell<Vec<[u8; BLOCK_LEN]>>> = Rc::default();
+        let blocks_over: Rc<Cell<u64>> = Rc::default();
+        let blocks_ring = if cfg.off_cpu_min.is_some() {
+            let (into, over) = (Rc::clone(&raw_blocks), Rc::clone(&blocks_over));
+            let mut b = RingBufferBuilder::new();
+            b.add(&skel.maps.serve_blocks, move |data: &[u8]| {
+                let mut v = into.borrow_mut();
+                match <[u8; BLOCK_LEN]>::try_from(data) {
+                    Ok(r) if v.len() < MAX_BLOCKS => v.push(r),
+                    _ => over.set(over.get() + 1),
+                }
+                0
+            })
+            .context("setting up the off-CPU blocks' ring failed")?;
+            Some(
+                b.build()
+                    .context("setting up the off-CPU blocks' ring failed")?,
+            )
+        } else {
+            None
+        };
         let mut reader = Reader {
             skel,
             _links: links,
+            blocks_ring,
+            raw_blocks,
+            blocks_over,
             previous: HashMap::new(),
             symbols: Symbols::new(),
             user_stacks: HashMap::new(),
@@ -391,6 +430,13 @@ impl Reader {
         self.profile.losses.counts_table_full = counters[PROF_COUNTS_FULL];
         self.profile.losses.short_blocks = counters[PROF_SHORT_BLOCKS];
         self.profile.losses.blocks_untimed = counters[PROF_NO_STORAGE];
+        self.drain_blocks();
+        let raw = std::mem::take(&mut *self.raw_blocks.borrow_mut());
+        self.profile.losses.blocks_unlinked_full =
+            counters[PROF_BLOCKS_RING_FULL] + self.blocks_over.get();
+        for r in &raw {
+            self.add_block(r);
+        }
         self.profile.symbol_cache = self.symbols.cache_stats();
         // Names of processes gone are dropped: their ids may come back as other programs.
         let gone: Vec<u32> = self
@@ -408,12 +454,48 @@ impl Reader {
             stacks_lost: l.stacks_lost.saturating_sub(b.stacks_lost),
             short_blocks: l.short_blocks.saturating_sub(b.short_blocks),
             blocks_untimed: l.blocks_untimed.saturating_sub(b.blocks_untimed),
+            blocks_unlinked_full: l
+                .blocks_unlinked_full
+                .saturating_sub(b.blocks_unlinked_full),
         };
         // The cache's counts are the session's so far (a state, not a delta): each part
         // carries them as of its reading.
         self.interval.symbol_cache = self.profile.symbol_cache;
         self.interval.mono_ns = crate::clock::monotonic_ns();
         Ok(std::mem::take(&mut self.interval))
+    }
+
+    /// Moves the blocks waiting in the ring to `raw_blocks` (bounded there).
+    fn drain_blocks(&mut self) {
+        if let Some(ring) = &self.blocks_ring {
+            let _ = ring.consume();
+        }
+    }
+
+    /// One off-CPU block, named, for the interval's part (not the session's profile: the
+    /// pipeline places it inside the calls its thread served and keeps only the sums).
+    fn add_block(&mut self, r: &[u8; BLOCK_LEN]) {
+        let tgid = u32_at(r, 0);
+        let Some(kind) = Kind::from_kernel(u32_at(r, 32)) else {
+            return;
+        };
+        let mut lost = false;
+        let user = self.user_frames(tgid, u32_at(r, 24) as i32, &mut lost);
+        let kernel = self.kernel_frames(u32_at(r, 28) as i32, &mut lost);
+        let frames: Arc<[Frame]> = user.iter().chain(kernel.iter()).cloned().collect();
+        let comm = self
+            .comms
+            .entry(tgid)
+            .or_insert_with(|| crate::procfs::read_comm(tgid));
+        self.interval.note_process(tgid, comm);
+        self.interval.blocks.push(Block {
+            tgid,
+            tid: u32_at(r, 4),
+            start_ns: u64_at(r, 8),
+            end_ns: u64_at(r, 16),
+            kind,
+            frames,
+        });
     }
 
     fn add(&mut self, key: &[u8; KEY_LEN], delta: Tally) {

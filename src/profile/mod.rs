@@ -11,6 +11,7 @@ pub mod filesyms;
 pub mod kernel;
 pub mod pprof;
 pub mod recorded;
+pub mod serving;
 pub mod symbols;
 pub mod tree;
 pub mod trigger;
@@ -61,6 +62,20 @@ pub struct StackKey {
     pub tgid: u32,
     /// The thread (`--profile-threads`; None without, and in recordings made without).
     pub tid: Option<u32>,
+    pub kind: Kind,
+    pub frames: Arc<[Frame]>,
+}
+
+/// One off-CPU block of a thread (one that reached the threshold), with its bounds
+/// (CLOCK_MONOTONIC, the capture's clock): what [`serving`] places inside the calls the
+/// thread was serving. Carried by an interval's part only, never summed into a session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Block {
+    pub tgid: u32,
+    pub tid: u32,
+    /// Switched out (blocked) and switched in again.
+    pub start_ns: u64,
+    pub end_ns: u64,
     pub kind: Kind,
     pub frames: Arc<[Frame]>,
 }
@@ -120,6 +135,15 @@ pub struct ProfileLosses {
     pub short_blocks: u64,
     /// Blocks not timed: the kernel had no task storage for the thread.
     pub blocks_untimed: u64,
+    /// Blocks counted in their stacks but left out of the linking to calls (`serving`):
+    /// the kernel's ring of blocks or a reading's list of them was full. Written when not 0
+    /// (lines and records of runs before it are unchanged).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub blocks_unlinked_full: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl ProfileLosses {
@@ -128,6 +152,7 @@ impl ProfileLosses {
         self.stacks_lost += o.stacks_lost;
         self.short_blocks += o.short_blocks;
         self.blocks_untimed += o.blocks_untimed;
+        self.blocks_unlinked_full += o.blocks_unlinked_full;
     }
 }
 
@@ -148,6 +173,12 @@ pub struct Profile {
     /// An interval's profile (the probe's reading, a recorded part): when it was read
     /// (CLOCK_MONOTONIC); 0 for a session's.
     pub mono_ns: u64,
+    /// A reading's off-CPU blocks with their bounds, for the pipeline's linking (taken out
+    /// there: never merged, so a session's profile holds none).
+    pub blocks: Vec<Block>,
+    /// Off-CPU time linked to the server calls its threads served, per endpoint (made by
+    /// the pipeline from `blocks` and the calls, never read from the kernel or recorded).
+    pub serving: serving::ServingProfile,
 }
 
 impl Profile {
@@ -171,6 +202,16 @@ impl Profile {
         t.ns += tally.ns;
     }
 
+    /// Knows process `tgid` by its name (a block's process: a reading may hold its blocks
+    /// and none of its stacks, whose counts the kernel had not added yet when read; the
+    /// filters of a replay decide by the name).
+    pub fn note_process(&mut self, tgid: u32, comm: &str) {
+        let p = self.processes.entry(tgid).or_default();
+        if p.comm.is_empty() {
+            p.comm = comm.to_owned();
+        }
+    }
+
     /// Adds another profile (a later interval's) to this one: stacks, totals, losses.
     pub fn merge(&mut self, other: &Profile) {
         for (k, t) in &other.stacks {
@@ -189,6 +230,7 @@ impl Profile {
             e.off_cpu_ns += p.off_cpu_ns;
         }
         self.losses.add(&other.losses);
+        self.serving.merge(&other.serving);
         // A state as of its reading, not a delta: the later reading's holds.
         if other.mono_ns >= self.mono_ns {
             self.symbol_cache = other.symbol_cache;
@@ -215,12 +257,14 @@ impl Profile {
         }
         self.stacks
             .retain(|k, _| kept.get(&k.tgid).copied().unwrap_or(false));
+        self.blocks
+            .retain(|b| kept.get(&b.tgid).copied().unwrap_or(false));
         self.processes
             .retain(|pid, _| kept.get(pid).copied().unwrap_or(false));
     }
 
     pub fn is_empty(&self) -> bool {
-        self.stacks.is_empty()
+        self.stacks.is_empty() && self.serving.endpoints.is_empty()
     }
 
     /// The stacks of one side (on-CPU, or all off-CPU states), sorted for stable output:
@@ -316,10 +360,14 @@ impl Profile {
                     min_block_ns: if on_cpu { None } else { self.off_cpu_min_ns },
                     losses: self.losses,
                     symbol_cache: self.symbol_cache,
+                    endpoint: None,
+                    calls: None,
+                    links: (!on_cpu && !self.serving.stats.is_zero()).then_some(self.serving.stats),
                     stacks,
                 });
             }
         }
+        out.extend(self.serving.lines(self, span, period_ns));
         out
     }
 
@@ -427,6 +475,17 @@ pub struct ProfileLine {
     /// The session's symbol cache (all processes); absent in a replay.
     #[serde(skip_serializing_if = "filesyms::CacheStats::is_unknown")]
     pub symbol_cache: filesyms::CacheStats,
+    /// An `off_cpu` line of the time the process's threads spent off the CPU while serving
+    /// this endpoint's calls (`METHOD resource`, the endpoint rows' form; src/profile/serving.rs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// The endpoint's server calls whose serving thread was known (read its request, wrote
+    /// its response, nothing else in between): those whose blocks could be linked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calls: Option<u64>,
+    /// How the span's blocks and calls were linked (all processes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub links: Option<serving::ServingStats>,
     pub stacks: Vec<ProfileStack>,
 }
 

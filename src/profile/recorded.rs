@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Frame, Kind, Profile, ProfileLosses, StackKey, Tally};
+use super::{Block, Frame, Kind, Profile, ProfileLosses, StackKey, Tally};
 use crate::record::limits::{CappedSeq, CappedString};
 
 /// Bytes of names and frame indexes after which a record is cut (a frame of the recording
@@ -27,6 +27,9 @@ pub const MAX_NAMES: usize = 1 << 16;
 pub const MAX_STACKS: usize = 1 << 16;
 pub const MAX_PROCESSES: usize = 1 << 14;
 pub const MAX_FRAMES: usize = 256;
+/// Off-CPU blocks one record may hold (a reading holds at most
+/// [`super::kernel::MAX_BLOCKS`], cut into records by size like its stacks).
+pub const MAX_BLOCKS: usize = 1 << 16;
 
 #[derive(Serialize)]
 pub struct RecordOut<'a> {
@@ -38,6 +41,19 @@ pub struct RecordOut<'a> {
     processes: Vec<ProcessOut<'a>>,
     names: Vec<&'a str>,
     stacks: Vec<StackOut>,
+    /// The reading's off-CPU blocks with their bounds (format minor ≥ 11).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    blocks: Vec<BlockOut>,
+}
+
+#[derive(Serialize)]
+struct BlockOut {
+    pid: u32,
+    tid: u32,
+    start_ns: u64,
+    end_ns: u64,
+    kind: Kind,
+    frames: Vec<u32>,
 }
 
 #[derive(Serialize)]
@@ -88,6 +104,7 @@ pub fn records(p: &Profile) -> Vec<RecordOut<'_>> {
         processes: Vec::new(),
         names: Vec::new(),
         stacks: Vec::new(),
+        blocks: Vec::new(),
     };
     let mut out = Vec::new();
     let mut cur = new(true);
@@ -126,7 +143,44 @@ pub fn records(p: &Profile) -> Vec<RecordOut<'_>> {
             ns: t.ns,
         });
     }
-    if !cur.stacks.is_empty() || cur.losses != ProfileLosses::default() || out.is_empty() {
+    for b in &p.blocks {
+        if bytes >= RECORD_BYTES || cur.blocks.len() >= MAX_BLOCKS {
+            out.push(std::mem::replace(&mut cur, new(false)));
+            index.clear();
+            pids.clear();
+            bytes = 0;
+        }
+        if pids.insert(b.tgid, ()).is_none() {
+            let comm = p.processes.get(&b.tgid).map_or("", |pr| pr.comm.as_str());
+            cur.processes.push(ProcessOut { pid: b.tgid, comm });
+        }
+        let mut frames = Vec::with_capacity(b.frames.len().min(MAX_FRAMES));
+        for f in b.frames.iter().take(MAX_FRAMES) {
+            let name = crate::text::cut(f, MAX_NAME);
+            let next = index.len() as u32;
+            let i = *index.entry(name).or_insert_with(|| {
+                bytes += name.len() + 3;
+                cur.names.push(name);
+                next
+            });
+            frames.push(i);
+            bytes += 6;
+        }
+        bytes += 64;
+        cur.blocks.push(BlockOut {
+            pid: b.tgid,
+            tid: b.tid,
+            start_ns: b.start_ns,
+            end_ns: b.end_ns,
+            kind: b.kind,
+            frames,
+        });
+    }
+    if !cur.stacks.is_empty()
+        || !cur.blocks.is_empty()
+        || cur.losses != ProfileLosses::default()
+        || out.is_empty()
+    {
         out.push(cur);
     }
     out
@@ -150,6 +204,18 @@ pub struct RecordIn {
     names: CappedSeq<CappedString<MAX_NAME>, MAX_NAMES>,
     #[serde(default)]
     stacks: CappedSeq<StackIn, MAX_STACKS>,
+    #[serde(default)]
+    blocks: CappedSeq<BlockIn, MAX_BLOCKS>,
+}
+
+#[derive(Deserialize)]
+struct BlockIn {
+    pid: u32,
+    tid: u32,
+    start_ns: u64,
+    end_ns: u64,
+    kind: Kind,
+    frames: CappedSeq<u32, MAX_FRAMES>,
 }
 
 #[derive(Deserialize)]
@@ -175,7 +241,8 @@ impl RecordIn {
     /// The profile the record holds, and how many of its stacks or lists were left out
     /// (beyond a cap, or naming a frame the record has no name for).
     pub fn into_profile(self) -> (Profile, u64) {
-        let mut dropped = self.processes.dropped + self.names.dropped + self.stacks.dropped;
+        let mut dropped =
+            self.processes.dropped + self.names.dropped + self.stacks.dropped + self.blocks.dropped;
         let names: Vec<Frame> = self
             .names
             .items
@@ -221,6 +288,30 @@ impl RecordIn {
                     ns: s.ns,
                 },
             );
+        }
+        for b in self.blocks.items {
+            let frames: Option<Arc<[Frame]>> = b
+                .frames
+                .items
+                .iter()
+                .map(|i| names.get(*i as usize).cloned())
+                .collect();
+            // A block's bounds out of order, or an on-CPU kind, is not a block.
+            let Some(frames) = frames
+                .filter(|_| b.frames.dropped == 0 && b.start_ns <= b.end_ns && !b.kind.is_on_cpu())
+            else {
+                dropped += 1;
+                continue;
+            };
+            p.note_process(b.pid, comms.get(&b.pid).map_or("?", String::as_str));
+            p.blocks.push(Block {
+                tgid: b.pid,
+                tid: b.tid,
+                start_ns: b.start_ns,
+                end_ns: b.end_ns,
+                kind: b.kind,
+                frames,
+            });
         }
         (p, dropped)
     }
@@ -381,5 +472,47 @@ mod tests {
         assert_eq!(p.stacks.len(), 1);
         assert!(p.processes[&1].comm.len() <= crate::record::limits::MAX_COMM);
         assert!(serde_json::from_str::<RecordIn>(r#"{"stacks":[{"pid":1}]}"#).is_err());
+    }
+
+    /// A reading's blocks (minor ≥ 11) read back with their bounds, threads and frames, in
+    /// order, across the records a large reading is cut into; a block whose bounds are out
+    /// of order or whose kind is on-CPU is dropped and counted.
+    #[test]
+    fn blocks_read_back_in_order_across_records() {
+        let mut p = sample();
+        for i in 0..20_000u64 {
+            p.blocks.push(Block {
+                tgid: 7,
+                tid: 8 + (i % 3) as u32,
+                start_ns: i * 10,
+                end_ns: i * 10 + 5,
+                kind: Kind::Interruptible,
+                frames: ["main", &format!("f{}", i % 500)]
+                    .iter()
+                    .map(|s| Frame::from(*s))
+                    .collect(),
+            });
+        }
+        let recs = records(&p);
+        assert!(recs.len() > 1, "cut by size");
+        let mut back = Vec::new();
+        for r in recs {
+            let json = serde_json::to_vec(&r).unwrap();
+            let (part, dropped) = serde_json::from_slice::<RecordIn>(&json)
+                .unwrap()
+                .into_profile();
+            assert_eq!(dropped, 0);
+            back.extend(part.blocks);
+        }
+        assert_eq!(back, p.blocks);
+        let json = r#"{"names":["main"],"blocks":[
+            {"pid":1,"tid":2,"start_ns":9,"end_ns":3,"kind":"interruptible","frames":[0]},
+            {"pid":1,"tid":2,"start_ns":1,"end_ns":3,"kind":"on_cpu","frames":[0]},
+            {"pid":1,"tid":2,"start_ns":1,"end_ns":3,"kind":"interruptible","frames":[5]},
+            {"pid":1,"tid":2,"start_ns":1,"end_ns":3,"kind":"interruptible","frames":[0]}]}"#;
+        let (part, dropped) = serde_json::from_str::<RecordIn>(json)
+            .unwrap()
+            .into_profile();
+        assert_eq!((part.blocks.len(), dropped), (1, 3));
     }
 }

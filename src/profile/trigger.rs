@@ -802,21 +802,14 @@ impl TriggerCtl {
     /// What the header shows: the run going on (its processes, how long still), or the
     /// silence, or the rules waited for.
     pub fn status_line(&self, now_ns: u64) -> String {
-        let left = |until: u64| format!("{:.0}s", until.saturating_sub(now_ns) as f64 / 1e9);
         match self.triggers.state() {
             State::Running {
                 until_ns,
                 rule,
                 pids,
                 comm,
-            } => {
-                let who = match pids.as_slice() {
-                    [one] => format!("{comm} ({one})"),
-                    many => format!("{comm} ({} processes)", many.len()),
-                };
-                format!("PROFILING {who} {} more [{rule}]", left(*until_ns))
-            }
-            State::Silent { until_ns } => format!("profile: silent {} more", left(*until_ns)),
+            } => running_line(comm, pids, rule, *until_ns, now_ns),
+            State::Silent { until_ns } => silent_line(*until_ns, now_ns),
             State::Waiting if self.triggers.rules.is_empty() => "profiling".to_owned(),
             State::Waiting => format!(
                 "profile: waiting for {}",
@@ -827,6 +820,50 @@ impl TriggerCtl {
                     .collect::<Vec<_>>()
                     .join(" | ")
             ),
+        }
+    }
+}
+
+fn left(until_ns: u64, now_ns: u64) -> String {
+    format!("{:.0}s", until_ns.saturating_sub(now_ns) as f64 / 1e9)
+}
+
+/// The header's line while a run lasts.
+fn running_line(comm: &str, pids: &[u32], rule: &str, until_ns: u64, now_ns: u64) -> String {
+    let who = match pids {
+        [one] => format!("{comm} ({one})"),
+        many => format!("{comm} ({} processes)", many.len()),
+    };
+    format!("PROFILING {who} {} more [{rule}]", left(until_ns, now_ns))
+}
+
+fn silent_line(until_ns: u64, now_ns: u64) -> String {
+    format!("profile: silent {} more", left(until_ns, now_ns))
+}
+
+/// The header's profile state in a replay, from the recorded trigger events (kind 9, at their
+/// interval's end): the live run's `PROFILING …` line while a run lasts and its silence line
+/// after, as the live header showed them at the same interval ends. The rules a live run
+/// was waiting on are not recorded: no line then.
+#[derive(Debug, Default)]
+pub struct ReplayedStatus {
+    last: Option<(u64, TriggerEvent)>,
+}
+
+impl ReplayedStatus {
+    /// An event replayed at the end of the interval `now_ns`.
+    pub fn on_event(&mut self, now_ns: u64, e: &TriggerEvent) {
+        self.last = Some((now_ns, e.clone()));
+    }
+
+    /// The header's line at the end of the interval `now_ns` (after its events).
+    pub fn status_line(&self, now_ns: u64) -> Option<String> {
+        let (at, e) = self.last.as_ref()?;
+        let until = at.saturating_add(e.duration_ns);
+        match e.event {
+            "start" => Some(running_line(&e.comm, &e.pids, &e.rule, until, now_ns)),
+            _ if now_ns < until => Some(silent_line(until, now_ns)),
+            _ => None,
         }
     }
 }

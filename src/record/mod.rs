@@ -45,8 +45,9 @@ pub const MAJOR: u16 = 1;
 /// records for one interval add up). 9: kind 9 (a `profile_trigger` event, after its interval's
 /// kind 3 record; an older reader skips it). 10: a kind 1 data record of a Go program may name
 /// its goroutine (flag 16, 8 bytes after the payload and the tail): an older reader ignores
-/// them, as any bytes after a record's payload.
-pub const MINOR: u16 = 10;
+/// them, as any bytes after a record's payload. 11: a kind 8 record may carry the reading's
+/// off-CPU blocks with their bounds (`blocks`), and the header's options `serving_links`.
+pub const MINOR: u16 = 11;
 pub const FILE_HEADER_LEN: usize = 16;
 pub const FRAME_HEADER_LEN: usize = 16;
 /// Largest frame a reader accepts (a corrupt length must not allocate gigabytes).
@@ -78,6 +79,10 @@ pub struct RecordOptions {
     pub filters: Filters,
     pub capture_all: bool,
     pub delay_ns: u64,
+    /// Off-CPU blocks are recorded with their bounds (kind 8 `blocks`, minor ≥ 11): a
+    /// replay links them to the calls their threads served, as the live run did.
+    #[serde(default)]
+    pub serving_links: bool,
 }
 
 /// A socket open when recording started (from /proc/PID/fd).

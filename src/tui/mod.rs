@@ -795,6 +795,11 @@ pub fn collect_replay_filtered(
         crate::procinfo::ProcessTable::new(false),
         sink,
     );
+    let o = &reader.header.options;
+    if o.serving_links {
+        pipeline =
+            pipeline.with_serving_links(crate::profile::serving::retain_for_delay(o.delay_ns));
+    }
     pipeline.start(&meta)?;
     let stop = AtomicBool::new(false);
     let end = crate::driver::replay::run(&mut reader, &mut pipeline, &stop)?;

@@ -1892,6 +1892,7 @@ fn call_detail_lines(app: &App, c: &Call, seq: u64) -> Vec<Line<'static>> {
         v.push(format!("Detail     {k}: {val}"));
     }
     v.extend(chain_lines(app, c));
+    v.extend(serving_lines(app, c));
     let dropped = seq < app.shown().heads_dropped_before;
     for (what, head, body) in [
         ("Request", &l7.req_head, l7.req.bytes),
@@ -1907,6 +1908,39 @@ fn call_detail_lines(app: &App, c: &Call, seq: u64) -> Vec<Line<'static>> {
         }
     }
     v.into_iter().map(Line::from).collect()
+}
+
+/// A server call's endpoint's off-CPU time while serving (src/profile/serving.rs), since the
+/// start: per call on average, and its heaviest stack's top frames. Kept per endpoint, not
+/// per call (a call's blocks are placed after it is shown).
+fn serving_lines(app: &App, c: &Call) -> Vec<String> {
+    if c.side != crate::call::Side::Server {
+        return Vec::new();
+    }
+    let Some(p) = app.shown().profile.as_deref() else {
+        return Vec::new();
+    };
+    let endpoint = crate::profile::serving::endpoint_name(c);
+    let Some((s, top)) = p.serving.top_of(c.pid, &endpoint) else {
+        return Vec::new();
+    };
+    let per_call = |ns: u64| ns as f64 / 1e6 / s.calls.max(1) as f64;
+    let mut v = vec![format!(
+        "Off-CPU    while serving {endpoint}: {:.3} ms per call ({} calls, {} blocks, since the start)",
+        per_call(s.ns),
+        s.calls,
+        s.blocks
+    )];
+    if let Some((frames, ns)) = top {
+        // The leaf end: where the thread blocked.
+        let from = frames.len().saturating_sub(4);
+        v.push(format!(
+            "  top      {}  {:.3} ms per call",
+            frames[from..].join(" > "),
+            per_call(ns)
+        ));
+    }
+    v
 }
 
 /// The call's place in its chain (src/chains.rs): its ids, its parent, and its children as a
