@@ -1163,8 +1163,12 @@ fn the_dns_datagram_plugin_gives_every_query_live_as_the_builtin_parser_does() {
 fn a_datagram_plugins_unanswered_requests_time_out_as_the_builtin_parsers_do() {
     require_root();
     let dir = tempfile::tempdir().unwrap();
-    let server = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let port = server.local_addr().unwrap().port();
+    let port = loop {
+        let p = free_tcp_port();
+        if std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok() {
+            break p;
+        }
+    };
     let Some(wasm) = c_plugin(dir.path(), "dns", &[format!("-DPORTS=\"{port}\"")]) else {
         return;
     };
@@ -1179,6 +1183,7 @@ fn a_datagram_plugins_unanswered_requests_time_out_as_the_builtin_parsers_do() {
         "-w",
         rec.to_str().unwrap(),
     ]);
+    let server = std::net::UdpSocket::bind(("127.0.0.1", port)).unwrap();
     // Answers: the query as a response (QR, RA, NOERROR; its question, no records). Even ids
     // at once; id 3 held until id 8 comes, then answered before it; 1 and 5 never.
     let responder = thread::spawn(move || {
@@ -1212,8 +1217,13 @@ fn a_datagram_plugins_unanswered_requests_time_out_as_the_builtin_parsers_do() {
     let to = format!("127.0.0.1:{port}");
     let answer = || {
         let mut b = [0u8; 512];
-        let n = client.recv(&mut b).unwrap();
-        assert!(n >= 12, "a DNS message");
+        // recv_from: an unconnected socket's datagram is ebtop's by the peer its syscall
+        // names (a plain recv names none: not captured, its sends are).
+        let (n, from) = client.recv_from(&mut b).unwrap();
+        assert!(
+            n >= 12 && from.port() == port,
+            "a DNS message from the server"
+        );
         u16::from_be_bytes([b[0], b[1]])
     };
     for id in 1..=6u16 {
@@ -1254,7 +1264,8 @@ fn a_datagram_plugins_unanswered_requests_time_out_as_the_builtin_parsers_do() {
         })
         .collect();
     got.sort();
-    let want: Vec<(String, String)> = ["client", "server"]
+    let sides = ["client", "server"];
+    let want: Vec<(String, String)> = sides
         .iter()
         .flat_map(|side| [2, 4, 6, 8].map(|id| (side.to_string(), format!("A q{id}.test"))))
         .collect();
