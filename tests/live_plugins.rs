@@ -3,7 +3,8 @@
 //! parses (server and client here, every call compared with what they did, live and in a
 //! replay of the recording), the HTTP enrich plugin (an error code in a 200's JSON body), and
 //! a runaway loop and a memory.grow bomb disabled with a warning while the rest goes on, a
-//! DNS datagram plugin diffed with the built-in parser (live, and on the committed recording).
+//! DNS datagram plugin diffed with the built-in parser (live, and on the committed recording),
+//! also on a server that answers only some queries (unanswered ones time out as DNS's do).
 //! Needs root (but the replay of the committed DNS recording).
 
 mod common;
