@@ -2,7 +2,7 @@
 """Paired cost of the HTTP enrich plugin (examples/plugins/json_code.wat, issue 46): ebtop's CPU
 per span with it against none, on the same saturation traffic (run by hand, as root).
 
-    bench/plugin_ab.py [--seconds 6] [--rounds 15] [--binary target/release/ebtop]
+    bench/plugin_ab.py [--seconds 6] [--rounds 15] [--binary target/release/ebtop] [--out FILE]
 
 nginx (1 worker pinned to the last CPU) answers every request 200 with a 256-byte JSON body
 (no error code in it: the plugin scans the whole body, its most expensive path) under
@@ -14,7 +14,8 @@ then replayed in turns, without the plugin (A) and with it (B), --rounds times; 
 CPU time (user + sys, from wait4) of each, and B/A. Reports the median CPU µs per span of
 each, the median of the paired ratios, the median added ns per span ((B − A) / spans of the
 round), and the plugin's own ns per call (its `ns_per_call` in the summary: the time inside
-wasmi, ebtop's input and answer handling included). Writes bench/plugin-ab-results.json.
+wasmi, ebtop's input and answer handling included). Writes bench/plugin-ab-results.json
+(--out: elsewhere, for a trial run on a busy host whose figures are not to be kept).
 """
 import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time
 
@@ -54,7 +55,10 @@ def main():
     ap.add_argument("--seconds", type=int, default=6)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--binary", default=os.path.join(ROOT, "target/release/ebtop"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench/plugin-ab-results.json"))
     args = ap.parse_args()
+    if not os.access(args.binary, os.X_OK):
+        sys.exit(f"{args.binary}: not built (cargo build --release)")
     d = tempfile.mkdtemp(prefix="ebtop-plugin-ab-")
     os.chmod(d, 0o755)
     wasm = f"{d}/json_code.wasm"
@@ -104,7 +108,7 @@ def main():
         "plugin_ns_per_call_median": statistics.median(plugin_ns),
     }
     print(json.dumps(res, indent=1))
-    with open(os.path.join(ROOT, "bench/plugin-ab-results.json"), "w") as f:
+    with open(args.out, "w") as f:
         json.dump(res, f, indent=1)
     shutil.rmtree(d, ignore_errors=True)
 

@@ -3,7 +3,8 @@
 //! parses (server and client here, every call compared with what they did, live and in a
 //! replay of the recording), the HTTP enrich plugin (an error code in a 200's JSON body), and
 //! a runaway loop and a memory.grow bomb disabled with a warning while the rest goes on, a
-//! DNS datagram plugin diffed with the built-in parser (live, and on the committed recording).
+//! DNS datagram plugin diffed with the built-in parser (live, and on the committed recording),
+//! also on a server that answers only some queries (unanswered ones time out as DNS's do).
 //! Needs root (but the replay of the committed DNS recording).
 
 mod common;
@@ -1150,6 +1151,147 @@ fn the_dns_datagram_plugin_gives_every_query_live_as_the_builtin_parser_does() {
     // The built-in parser on the recording of this run: the same calls.
     let builtin = replay_json(&rec, &[]);
     assert_eq!(dns_calls(&builtin, "dns", Some("udp"), ""), mine);
+}
+
+/// Issue 46, datagram plugins' pending requests, live: a UDP server of the test's own that
+/// answers only the even ids of a client's DNS queries, one of the odd ones late (after the
+/// 10 s the built-in DNS parser waits), with the DNS plugin. The answered queries are calls
+/// on each side; the unanswered ones are counted unanswered, by the same rule and counter as
+/// the built-in parser, and the late answer pairs with nothing (not with the query sent just
+/// before it): the live plugin's calls and counters equal the built-in parser's on the
+/// recording of the same run, and the plugin's replay of it gives the same again.
+#[test]
+fn a_datagram_plugins_unanswered_requests_time_out_as_the_builtin_parsers_do() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let port = loop {
+        let p = free_tcp_port();
+        if std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok() {
+            break p;
+        }
+    };
+    let Some(wasm) = c_plugin(dir.path(), "dns", &[format!("-DPORTS=\"{port}\"")]) else {
+        return;
+    };
+    let rec = dir.path().join("dns.ebt");
+    let ps = port.to_string();
+    let mut e = Ebtop::start(&[
+        "--json",
+        "--port",
+        &ps,
+        "--plugin",
+        wasm.to_str().unwrap(),
+        "-w",
+        rec.to_str().unwrap(),
+    ]);
+    let server = std::net::UdpSocket::bind(("127.0.0.1", port)).unwrap();
+    // Answers: the query as a response (QR, RA, NOERROR; its question, no records). Even ids
+    // at once; id 3 held until id 8 comes, then answered before it; 1 and 5 never.
+    let responder = thread::spawn(move || {
+        let mut held = None;
+        let mut b = [0u8; 512];
+        loop {
+            let (n, from) = server.recv_from(&mut b).unwrap();
+            let mut m = b[..n].to_vec();
+            m[2] |= 0x80;
+            m[3] = 0x80;
+            let id = u16::from_be_bytes([m[0], m[1]]);
+            if id == 3 {
+                held = Some(m);
+                continue;
+            }
+            if id == 8 {
+                server.send_to(&held.take().unwrap(), from).unwrap();
+            }
+            if id % 2 == 0 {
+                server.send_to(&m, from).unwrap();
+            }
+            if id == 8 {
+                return;
+            }
+        }
+    });
+    let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let to = format!("127.0.0.1:{port}");
+    let answer = || {
+        let mut b = [0u8; 512];
+        // recv_from: an unconnected socket's datagram is ebtop's by the peer its syscall
+        // names (a plain recv names none: not captured, its sends are).
+        let (n, from) = client.recv_from(&mut b).unwrap();
+        assert!(
+            n >= 12 && from.port() == port,
+            "a DNS message from the server"
+        );
+        u16::from_be_bytes([b[0], b[1]])
+    };
+    for id in 1..=6u16 {
+        client
+            .send_to(&dns_query(id, &format!("q{id}.test"), 1), &to)
+            .unwrap();
+        if id % 2 == 0 {
+            assert_eq!(answer(), id);
+        }
+    }
+    // Past the timeout (QUERY_TIMEOUT_NS, 10 s): the next query of each socket lets 1, 3 and
+    // 5 go, so the late answer to 3 finds nothing to pair with. 6's answer came: the server
+    // had read 5 before this sleep, so each socket's next datagram is > 10.5 s after 5.
+    thread::sleep(Duration::from_millis(10_500));
+    client.send_to(&dns_query(8, "q8.test", 1), &to).unwrap();
+    assert_eq!((answer(), answer()), (3, 8));
+    responder.join().unwrap();
+    drop(client);
+    let seen = std::cell::Cell::new(0);
+    e.wait_for(Duration::from_secs(30), |v| {
+        if v["type"] == "call" && v["proto"] == "plugin" {
+            seen.set(seen.get() + 1);
+        }
+        seen.get() >= 8
+    })
+    .unwrap_or_else(|| panic!("{} of 8 DNS calls within 30 s", seen.get()));
+    let live = e.stop();
+    let s = live.last().unwrap();
+    assert_eq!(s["kernel"]["lost"], 0, "{s}");
+    let mut got: Vec<(String, String)> = calls(&live)
+        .iter()
+        .filter(|c| c["proto"] == "plugin")
+        .map(|c| {
+            (
+                c["side"].as_str().unwrap().to_owned(),
+                c["resource"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    got.sort();
+    let sides = ["client", "server"];
+    let want: Vec<(String, String)> = sides
+        .iter()
+        .flat_map(|side| [2, 4, 6, 8].map(|id| (side.to_string(), format!("A q{id}.test"))))
+        .collect();
+    assert_eq!(got, want);
+    // 1, 3 and 5 on each side unanswered; the late answer to 3 unmatched on each side.
+    let counts = |s: &Value| {
+        (
+            s["parse"]["unanswered_requests"].as_u64(),
+            s["parse"]["unmatched_responses"].as_u64(),
+            s["parse"]["pending_dropped"].as_u64(),
+        )
+    };
+    assert_eq!(counts(s), (Some(6), Some(2), Some(0)), "{s}");
+    let builtin = replay_json(&rec, &[]);
+    assert_eq!(
+        dns_calls(&builtin, "dns", Some("udp"), ""),
+        dns_calls(&live, "plugin", None, "dns.")
+    );
+    assert_eq!(counts(builtin.last().unwrap()), counts(s));
+    let replayed = replay_json(&rec, &["--plugin", wasm.to_str().unwrap()]);
+    assert_eq!(
+        dns_calls(&replayed, "plugin", None, "dns."),
+        dns_calls(&live, "plugin", None, "dns.")
+    );
+    assert_eq!(counts(replayed.last().unwrap()), counts(s));
 }
 
 /// A redis-server of the test's own on a free port (no persistence), killed on drop.

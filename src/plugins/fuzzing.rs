@@ -245,6 +245,26 @@ pub fn scripted_plugin(
     )
 }
 
+/// The template compiled, once for [`SCRIPTED_WASM`]: compiling it (parsing, validating, and
+/// translating each function at its first call) was half of an input's time when the driver
+/// compiled a module per input (perf, 2026-11-29: module parsing and lazy translation 2/3 of
+/// the driver's time on small inputs).
+fn compiled(template: &[u8]) -> (wasmi::Engine, wasmi::Module) {
+    static SCRIPTED: std::sync::OnceLock<(wasmi::Engine, wasmi::Module)> =
+        std::sync::OnceLock::new();
+    let compile = |t: &[u8]| {
+        let engine = super::new_engine();
+        let module = wasmi::Module::new(&engine, t)
+            .unwrap_or_else(|e| panic!("the scripted guest compiles: {e}"));
+        (engine, module)
+    };
+    if template == SCRIPTED_WASM {
+        SCRIPTED.get_or_init(|| compile(SCRIPTED_WASM)).clone()
+    } else {
+        compile(template)
+    }
+}
+
 /// A frame answer from three fuzz bytes: mostly the ABI's codes, sometimes out of range.
 fn frame_code(b: &mut Bytes) -> i64 {
     let tag = b.u8();
@@ -346,21 +366,41 @@ pub fn drive_host(template: &[u8], data: &[u8]) -> usize {
     script[8..12].copy_from_slice(&(msgs_start as u32).to_le_bytes());
     script[12..16].copy_from_slice(&(msgs_end as u32).to_le_bytes());
     script[16..20].copy_from_slice(&(msgs_start as u32).to_le_bytes());
-    let text = if enrich {
+    let redis = enrich && mode & 0x10 != 0;
+    let text = if redis {
+        "name=fz\nabi=1\nkind=enrich\nenrich=redis\n"
+    } else if enrich {
         "name=fz\nabi=1\nkind=enrich\nenrich=http\n"
     } else if mode & 0x10 != 0 {
         "name=fz\nabi=1\nkind=parse\nports=7878\ntransport=udp\n"
     } else {
         "name=fz\nabi=1\nkind=parse\nports=7878\n"
     };
-    let module = scripted_module(template, &script, text);
-    let plugin = std::sync::Arc::new(
-        super::Plugin::from_bytes(&module, "scripted", limits)
-            .unwrap_or_else(|e| panic!("the scripted guest loads: {e:#}")),
-    );
-    let guest = std::sync::Arc::new(std::sync::Mutex::new(super::Guest::new(plugin.clone())));
-    let calls = if enrich {
-        drive_enrich(guest, &mut b)
+    // The plugin as `Plugin::from_bytes` makes it from the module with the script as a data
+    // segment and the manifest as a section (`scripted_plugin`), without compiling per input:
+    // the compiled template is shared and the script written into the instance's memory.
+    let manifest = manifest::parse(text.as_bytes()).expect("the driver's manifests parse");
+    let (engine, module) = compiled(template);
+    let plugin = std::sync::Arc::new(super::Plugin {
+        manifest,
+        path: "scripted".into(),
+        limits,
+        engine,
+        module,
+        counters: Default::default(),
+    });
+    let mut guest = super::Guest::new(plugin.clone());
+    let parts = guest
+        .parts
+        .as_mut()
+        .expect("the scripted guest instantiates");
+    parts.memory.data_mut(&mut parts.store)[SCRIPT as usize..][..script.len()]
+        .copy_from_slice(&script);
+    let guest = std::sync::Arc::new(std::sync::Mutex::new(guest));
+    let calls = if redis {
+        drive_enrich(guest, &mut b, super::EnrichProto::Redis)
+    } else if enrich {
+        drive_enrich(guest, &mut b, super::EnrichProto::Http)
     } else {
         drive_parse(guest, &mut b, mode & 0x10 != 0)
     };
@@ -456,42 +496,185 @@ fn drive_parse(guest: super::SharedGuest, b: &mut Bytes, datagrams: bool) -> usi
     out.len()
 }
 
-fn drive_enrich(guest: super::SharedGuest, b: &mut Bytes) -> usize {
+/// One HTTP/1 exchange of `ctl`: a GET, its response (an interim one first when asked) with
+/// `body`.
+fn http_exchange(ctl: u8, body: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let req = format!("GET /o/{ctl} HTTP/1.1\r\nHost: x\r\n\r\n").into_bytes();
+    let mut resp = Vec::new();
+    if ctl & 0x40 != 0 {
+        resp.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+    }
+    let code = [200, 404, 500, 204][(ctl >> 6) as usize % 4];
+    let len = if code == 204 { 0 } else { body.len() };
+    resp.extend_from_slice(
+        format!("HTTP/1.1 {code} X\r\nContent-Length: {len}\r\nCookie: s=1\r\n\r\n").as_bytes(),
+    );
+    resp.extend_from_slice(&body[..len]);
+    (req, resp)
+}
+
+/// RESP bulk string.
+fn bulk(out: &mut Vec<u8>, s: &[u8]) {
+    out.extend_from_slice(format!("${}\r\n", s.len()).as_bytes());
+    out.extend_from_slice(s);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A RESP command of bulk strings.
+fn command(out: &mut Vec<u8>, args: &[&[u8]]) {
+    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for a in args {
+        bulk(out, a);
+    }
+}
+
+/// One Redis exchange: commands (some pipelined, in a transaction, switching to RESP3, or
+/// inline) and their replies of each RESP type, `body` as a value or an error's text — or,
+/// rarely, a reply that is no RESP or a push, the cases pairing must refuse or count.
+fn redis_exchange(ctl: u8, body: &[u8], b: &mut Bytes, big_done: &mut bool) -> (Vec<u8>, Vec<u8>) {
+    let sel = b.u8();
+    let key = [b'k', b'0' + (sel >> 4) % 8];
+    // A value past the 16 KiB an enrich plugin is shown (abi::KEEP), from few input bytes:
+    // once per input (parsing it twice is most of an input's time).
+    let big;
+    let value: &[u8] = if sel & 0x80 != 0 && ctl & 0x80 != 0 && !body.is_empty() && !*big_done {
+        *big_done = true;
+        big = body.repeat(abi::KEEP / body.len() + 1);
+        &big
+    } else {
+        body
+    };
+    let text: Vec<u8> = body
+        .iter()
+        .map(|&c| if c.is_ascii_alphanumeric() { c } else { b' ' })
+        .collect();
+    let (mut req, mut resp) = (Vec::new(), Vec::new());
+    match sel % 10 {
+        0 => {
+            command(&mut req, &[b"GET", &key]);
+            if body.is_empty() {
+                resp.extend_from_slice(b"$-1\r\n");
+            } else {
+                bulk(&mut resp, value);
+            }
+        }
+        1 => {
+            command(&mut req, &[b"SET", &key, value]);
+            if ctl & 0x40 != 0 {
+                resp.extend_from_slice(b"-ERR ");
+                resp.extend_from_slice(&text);
+                resp.extend_from_slice(b"\r\n");
+            } else {
+                resp.extend_from_slice(b"+OK\r\n");
+            }
+        }
+        2 => {
+            command(&mut req, &[b"INCR", &key]);
+            if ctl & 0x40 != 0 {
+                resp.extend_from_slice(
+                    b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+                );
+            } else {
+                resp.extend_from_slice(format!(":{}\r\n", body.len()).as_bytes());
+            }
+        }
+        3 => {
+            command(&mut req, &[b"LRANGE", &key, b"0", b"-1"]);
+            let items: Vec<&[u8]> = body.chunks(7).collect();
+            resp.extend_from_slice(format!("*{}\r\n", items.len()).as_bytes());
+            for i in items {
+                bulk(&mut resp, i);
+            }
+        }
+        4 => {
+            // Pipelined: two calls complete in one segment, neither handed over.
+            command(&mut req, &[b"GET", &key]);
+            command(&mut req, &[b"PING"]);
+            bulk(&mut resp, value);
+            resp.extend_from_slice(b"+PONG\r\n");
+        }
+        5 => {
+            command(&mut req, &[b"MULTI"]);
+            command(&mut req, &[b"SET", &key, value]);
+            command(&mut req, &[b"EXEC"]);
+            resp.extend_from_slice(b"+OK\r\n+QUEUED\r\n*1\r\n");
+            if ctl & 0x40 != 0 {
+                resp.extend_from_slice(b"-ERR ");
+                resp.extend_from_slice(&text);
+                resp.extend_from_slice(b"\r\n");
+            } else {
+                resp.extend_from_slice(b"+OK\r\n");
+            }
+        }
+        6 => {
+            // RESP3 from here on: a map, a null, a double, a verbatim string.
+            command(&mut req, &[b"HELLO", b"3"]);
+            resp.extend_from_slice(b"%1\r\n$6\r\nserver\r\n$5\r\nredis\r\n");
+            command(&mut req, &[b"GET", &key]);
+            if body.is_empty() {
+                resp.extend_from_slice(b"_\r\n");
+            } else if ctl & 0x40 != 0 {
+                resp.extend_from_slice(format!(",{}.5\r\n", body.len()).as_bytes());
+            } else {
+                resp.extend_from_slice(format!("={}\r\ntxt:", value.len() + 4).as_bytes());
+                resp.extend_from_slice(value);
+                resp.extend_from_slice(b"\r\n");
+            }
+        }
+        7 => {
+            command(&mut req, &[b"SUBSCRIBE", &key]);
+            resp.extend_from_slice(b"*3\r\n$9\r\nsubscribe\r\n");
+            bulk(&mut resp, &key);
+            resp.extend_from_slice(b":1\r\n*3\r\n$7\r\nmessage\r\n");
+            bulk(&mut resp, &key);
+            bulk(&mut resp, value);
+        }
+        8 => {
+            req.extend_from_slice(b"PING\r\n");
+            resp.extend_from_slice(b"+PONG\r\n");
+        }
+        _ => {
+            // Whatever the input says, as a reply: RESP or not.
+            command(&mut req, &[b"GET", &key]);
+            resp.extend_from_slice(body);
+        }
+    }
+    (req, resp)
+}
+
+/// An enrich plugin's answers applied to calls of `proto` (HTTP/1 or Redis) on generated
+/// exchanges, diffed with the bare built-in parser on the same segments.
+fn drive_enrich(guest: super::SharedGuest, b: &mut Bytes, proto: super::EnrichProto) -> usize {
     use crate::event::Direction;
-    use crate::protocols::{http1, ParseDepth, ParseStats, ParserConfig, Segment, StreamParser};
+    use crate::protocols::{
+        http1, redis, ParseDepth, ParseStats, ParserConfig, Segment, StreamParser,
+    };
     let cfg = ParserConfig {
         depth: ParseDepth::Full,
         transport: crate::protocols::Transport::Stream,
         keep_head: 0,
     };
-    let mut bare = (http1::DESCRIPTOR.new_parser)(&cfg);
-    let mut enriched = super::enrich::Enriched::new(
-        (http1::DESCRIPTOR.new_parser)(&cfg),
-        super::EnrichProto::Http,
-        vec![guest],
-        7,
-        42,
-    );
+    let descriptor = match proto {
+        super::EnrichProto::Http => &http1::DESCRIPTOR,
+        super::EnrichProto::Redis => &redis::DESCRIPTOR,
+    };
+    let mut bare = (descriptor.new_parser)(&cfg);
+    let mut enriched =
+        super::enrich::Enriched::new((descriptor.new_parser)(&cfg), proto, vec![guest], 7, 42);
     let (mut out_b, mut out_e) = (Vec::new(), Vec::new());
     let (mut st_b, mut st_e) = (ParseStats::default(), ParseStats::default());
     let mut now = 0;
     let mut pos = [0u64; 2];
-    // HTTP/1 exchanges: each cut into syscalls, some pipelined, some with gaps or bytes
-    // past the snaplen, some interim responses: the cases an enrichment must be refused in.
+    let mut big_done = false;
+    // Exchanges, each cut into syscalls, some pipelined, some with gaps or bytes past the
+    // snaplen, some with interim responses: the cases an enrichment must be refused in.
     while !b.0.is_empty() {
         let ctl = b.u8();
         let body = b.take((ctl as usize & 0x3f) * 3).to_vec();
-        let req = format!("GET /o/{ctl} HTTP/1.1\r\nHost: x\r\n\r\n").into_bytes();
-        let mut resp = Vec::new();
-        if ctl & 0x40 != 0 {
-            resp.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
-        }
-        let code = [200, 404, 500, 204][(ctl >> 6) as usize % 4];
-        let len = if code == 204 { 0 } else { body.len() };
-        resp.extend_from_slice(
-            format!("HTTP/1.1 {code} X\r\nContent-Length: {len}\r\nCookie: s=1\r\n\r\n").as_bytes(),
-        );
-        resp.extend_from_slice(&body[..len]);
+        let (req, resp) = match proto {
+            super::EnrichProto::Http => http_exchange(ctl, &body),
+            super::EnrichProto::Redis => redis_exchange(ctl, &body, b, &mut big_done),
+        };
         let cut = b.u8();
         let mut feed = |dir: Direction, bytes: &[u8], extra: u64| {
             now += 1000;
@@ -591,10 +774,23 @@ pub fn host_seeds() -> Vec<(String, Vec<u8>)> {
         dgram.push(ctl);
         dgram.extend_from_slice(&[fill; 8]);
     }
+    // Redis enrich: the same answers; a GET's bulk reply in one syscall, a SET's error, a
+    // pipelined GET and PING (skipped), an LRANGE's array in two syscalls.
+    let mut redis = vec![0x11u8];
+    redis.extend_from_slice(&enrich[1..3 + 12]);
+    for (ctl, fill, sel, cut) in [(5u8, b'v', 0u8, 0u8), (0x41, b'x', 1, 0), (2, b'p', 4, 1)] {
+        redis.push(ctl);
+        redis.extend(std::iter::repeat_n(fill, (ctl as usize & 0x3f) * 3));
+        redis.extend_from_slice(&[sel, cut]);
+    }
+    redis.extend_from_slice(&[
+        3, b'a', b'b', b'c', b'd', b'e', b'f', b'g', b'h', b'i', 3, 9,
+    ]);
     vec![
         ("host_parse".into(), parse),
         ("host_enrich".into(), enrich),
         ("host_datagrams".into(), dgram),
+        ("host_enrich_redis".into(), redis),
     ]
 }
 
@@ -628,9 +824,13 @@ mod tests {
             drive_host(&t, &seeds[1].1) >= 1,
             "the enrich seed's calls pass"
         );
+        assert!(
+            drive_host(&t, &seeds[3].1) >= 4,
+            "the Redis enrich seed's calls pass"
+        );
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for i in 0..400 {
-            let mut data = seeds[i % 3].1.clone();
+            let mut data = seeds[i % seeds.len()].1.clone();
             for _ in 0..(i % 64) {
                 x ^= x << 13;
                 x ^= x >> 7;

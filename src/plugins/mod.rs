@@ -138,9 +138,7 @@ impl Plugin {
 
     pub fn from_bytes(bytes: &[u8], path: &str, limits: Limits) -> Result<Plugin> {
         let manifest = manifest::read(bytes).map_err(|e| anyhow!("plugin {path}: {e}"))?;
-        let mut config = wasmi::Config::default();
-        config.consume_fuel(true);
-        let engine = Engine::new(&config);
+        let engine = new_engine();
         let module = Module::new(&engine, bytes)
             .map_err(|e| anyhow!("plugin {path}: invalid module: {e}"))?;
         for i in module.imports() {
@@ -445,6 +443,13 @@ impl Guest {
             }
         }
     }
+}
+
+/// The engine a plugin's module is compiled for: fuel metered.
+fn new_engine() -> Engine {
+    let mut config = wasmi::Config::default();
+    config.consume_fuel(true);
+    Engine::new(&config)
 }
 
 fn is_out_of_fuel(e: &wasmi::Error) -> bool {

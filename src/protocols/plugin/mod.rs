@@ -62,8 +62,144 @@ impl StreamParser for NoPlugin {
     fn on_close(&mut self, _: &mut Vec<L7Call>, _: &mut ParseStats) {}
 }
 
-/// Pending requests per connection (each way of pairing).
+/// Pending requests per connection (each way of pairing); on a datagram socket, per peer.
 const DEPTH: usize = 256;
+/// Datagram requests pending on one socket, all peers together (a server socket answers
+/// many): the built-in DNS parser's bound.
+const DGRAM_PENDING: usize = 4096;
+
+/// A datagram socket's requests waiting for their responses, per peer, oldest first (pairing
+/// key and half). A request leaves unanswered — counted in `unanswered_requests`, as the
+/// built-in DNS parser counts its queries — when it is sent again with its key (a retry),
+/// when the socket closes, or once a later datagram of the socket is
+/// [`dns::QUERY_TIMEOUT_NS`](super::dns::QUERY_TIMEOUT_NS) newer (checked at most once a
+/// second of capture time, as DNS does); past [`DEPTH`] of one peer or [`DGRAM_PENDING`] in
+/// all, the oldest (of the peer, or of the socket) is dropped (`pending_dropped`).
+#[derive(Default)]
+struct DgramPending {
+    peers: rustc_hash::FxHashMap<Option<SocketAddr>, std::collections::VecDeque<(u64, Half)>>,
+    len: usize,
+    newest_ns: u64,
+    expired_at_ns: u64,
+}
+
+/// What leaving a datagram request did: how many left, and whether one was of key 0 (whose
+/// response, should it still come, would pair with a later request in order).
+#[derive(Default, Clone, Copy)]
+struct Left {
+    n: u64,
+    key0: bool,
+}
+
+impl DgramPending {
+    /// Requests older than the timeout, once `now_ns` is a second past the last check.
+    fn expire(&mut self, now_ns: u64) -> Left {
+        self.newest_ns = self.newest_ns.max(now_ns);
+        if self.newest_ns < self.expired_at_ns.saturating_add(1_000_000_000) {
+            return Left::default();
+        }
+        self.expired_at_ns = self.newest_ns;
+        let cutoff = self.newest_ns.saturating_sub(super::dns::QUERY_TIMEOUT_NS);
+        self.remove_where(|_, h| h.span.last_end_ns < cutoff)
+    }
+
+    /// Removes the requests `gone` says, in every peer's queue.
+    fn remove_where(&mut self, mut gone: impl FnMut(u64, &Half) -> bool) -> Left {
+        let mut left = Left::default();
+        self.peers.retain(|_, q| {
+            q.retain(|(k, h)| {
+                let g = gone(*k, h);
+                if g {
+                    left.n += 1;
+                    left.key0 |= *k == 0;
+                }
+                !g
+            });
+            !q.is_empty()
+        });
+        self.len -= left.n as usize;
+        left
+    }
+
+    /// Adds a request of `peer`: first takes out one of the same (non-zero) key from that
+    /// peer (`retried`), then the peer's oldest when it has [`DEPTH`], or the socket's oldest
+    /// at [`DGRAM_PENDING`] (`dropped`).
+    fn push(&mut self, peer: Option<SocketAddr>, key: u64, half: Half) -> (Left, Left) {
+        let (mut retried, mut dropped) = (Left::default(), Left::default());
+        let q = self.peers.entry(peer).or_default();
+        if key != 0 {
+            if let Some(i) = q.iter().position(|(k, _)| *k == key) {
+                q.remove(i);
+                self.len -= 1;
+                retried = Left { n: 1, key0: false };
+            }
+        }
+        if q.len() >= DEPTH {
+            if let Some((k, _)) = q.pop_front() {
+                self.len -= 1;
+                dropped = Left { n: 1, key0: k == 0 };
+            }
+        } else if self.len >= DGRAM_PENDING {
+            // The socket's oldest: the earliest of the peers' oldest (bounded: the peers with
+            // a request pending, at most DGRAM_PENDING).
+            let oldest = self
+                .peers
+                .iter()
+                .filter_map(|(p, q)| q.front().map(|(_, h)| (h.span.first_start_ns, *p)))
+                .min_by_key(|(t, _)| *t)
+                .map(|(_, p)| p);
+            if let Some(p) = oldest {
+                let q = self.peers.get_mut(&p).expect("a peer just seen");
+                let (k, _) = q.pop_front().expect("a peer with a request");
+                if q.is_empty() {
+                    self.peers.remove(&p);
+                }
+                self.len -= 1;
+                dropped = Left { n: 1, key0: k == 0 };
+            }
+        }
+        self.peers.entry(peer).or_default().push_back((key, half));
+        self.len += 1;
+        (retried, dropped)
+    }
+
+    /// The request a response of `peer` with `key`, travelling `dir`, answers: the oldest
+    /// of its key from that peer, sent the other way. Key 0 (in order) only when it is the
+    /// peer's one key-0 request pending: with two, a datagram went unseen or unanswered and
+    /// which the response answers is unknown (`Err`).
+    fn take(
+        &mut self,
+        peer: Option<SocketAddr>,
+        key: u64,
+        dir: Direction,
+    ) -> Result<Option<Half>, ()> {
+        let Some(q) = self.peers.get_mut(&peer) else {
+            return Ok(None);
+        };
+        let Some(i) = q.iter().position(|(k, _)| *k == key) else {
+            return Ok(None);
+        };
+        if key == 0 && q.iter().filter(|(k, _)| *k == 0).count() > 1 {
+            return Err(());
+        }
+        if q[i].1.dir == dir {
+            return Ok(None);
+        }
+        let (_, half) = q.remove(i).expect("a position just found");
+        if q.is_empty() {
+            self.peers.remove(&peer);
+        }
+        self.len -= 1;
+        Ok(Some(half))
+    }
+
+    fn clear(&mut self) -> u64 {
+        let n = self.len as u64;
+        self.peers.clear();
+        self.len = 0;
+        n
+    }
+}
 
 /// What the plugin is told of a connection (fixed for its life).
 #[derive(Debug, Clone, Copy)]
@@ -123,9 +259,8 @@ pub struct PluginParser {
     stopped: bool,
     /// A datagram socket (`transport=udp`): each datagram one message, no framing.
     datagrams: bool,
-    /// Datagram requests pending, oldest first: pairing key, the datagram's peer, the half.
-    /// A response pairs with the oldest of its key from its peer (key 0: in order per peer).
-    dgram_pending: std::collections::VecDeque<(u64, Option<SocketAddr>, Half)>,
+    /// Datagram requests pending, per peer ([`DgramPending`]).
+    dgram_pending: DgramPending,
     /// Datagram parts (kind 3) waiting for the next half of their direction.
     dgram_part: [Option<MessageSpan>; 2],
 }
@@ -359,6 +494,12 @@ impl PluginParser {
     /// being the datagram's. Pairing is per peer: by key, or in order of that peer's requests.
     fn on_datagram(&mut self, seg: &Segment<'_>, out: &mut Vec<L7Call>, stats: &mut ParseStats) {
         let d = seg.dir.index();
+        let expired = self.dgram_pending.expire(seg.end_ns);
+        stats.unanswered_requests += expired.n;
+        if expired.key0 {
+            // Its response, should it still come, would pair with a later request.
+            self.break_in_order_dgram(stats);
+        }
         if let Some(peer) = seg.peer {
             let ip = match peer.ip() {
                 std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
@@ -417,46 +558,30 @@ impl PluginParser {
                     stats.unanswered_requests += 1;
                     return;
                 }
-                if key != 0 {
-                    // Sent again with the same key to the same peer: the first went unanswered.
-                    if let Some(i) = self
-                        .dgram_pending
-                        .iter()
-                        .position(|(k, p, _)| *k == key && *p == seg.peer)
-                    {
-                        self.dgram_pending.remove(i);
-                        stats.unanswered_requests += 1;
-                    }
-                }
-                if self.dgram_pending.len() == DEPTH {
-                    let (k, _, _) = self.dgram_pending.pop_front().expect("full");
-                    stats.pending_dropped += 1;
-                    if k == 0 {
-                        // Its answer would pair with a later request of that peer.
-                        self.break_in_order_dgram(stats);
-                    }
-                }
-                if key != 0 || !self.in_order_broken {
-                    self.dgram_pending.push_back((key, seg.peer, half(a)));
+                let (retried, dropped) = self.dgram_pending.push(seg.peer, key, half(a));
+                // Sent again with the same key to the same peer: the first went unanswered.
+                stats.unanswered_requests += retried.n;
+                stats.pending_dropped += dropped.n;
+                if dropped.key0 {
+                    // Its answer would pair with a later request of that peer.
+                    self.break_in_order_dgram(stats);
                 }
             }
             abi::HALF_RESPONSE => {
                 let key = a.pair_key;
-                let at = if key == 0 && self.in_order_broken {
-                    None
+                let req = if key == 0 && self.in_order_broken {
+                    Ok(None)
                 } else {
-                    self.dgram_pending
-                        .iter()
-                        .position(|(k, p, _)| *k == key && *p == seg.peer)
+                    self.dgram_pending.take(seg.peer, key, dir)
                 };
-                let Some(req) = at
-                    .filter(|&i| self.dgram_pending[i].2.dir != dir)
-                    .and_then(|i| self.dgram_pending.remove(i))
-                else {
-                    stats.unmatched_responses += 1;
-                    return;
-                };
-                out.push(self.make_call(req.2, a, span, cut));
+                match req {
+                    Ok(Some(req)) => out.push(self.make_call(req, a, span, cut)),
+                    Ok(None) => stats.unmatched_responses += 1,
+                    Err(()) => {
+                        stats.unmatched_responses += 1;
+                        self.break_in_order_dgram(stats);
+                    }
+                }
             }
             _ => {}
         }
@@ -466,9 +591,7 @@ impl PluginParser {
     fn break_in_order_dgram(&mut self, stats: &mut ParseStats) {
         if !self.in_order_broken {
             self.in_order_broken = true;
-            let before = self.dgram_pending.len();
-            self.dgram_pending.retain(|(k, _, _)| *k != 0);
-            stats.unanswered_requests += (before - self.dgram_pending.len()) as u64;
+            stats.unanswered_requests += self.dgram_pending.remove_where(|k, _| k == 0).n;
         }
     }
 
@@ -585,9 +708,8 @@ impl StreamParser for PluginParser {
     }
 
     fn on_close(&mut self, _out: &mut Vec<L7Call>, stats: &mut ParseStats) {
-        stats.unanswered_requests +=
-            (self.in_order.len() + self.by_key.len() + self.dgram_pending.len()) as u64;
-        self.dgram_pending.clear();
+        stats.unanswered_requests += (self.in_order.len() + self.by_key.len()) as u64;
+        stats.unanswered_requests += self.dgram_pending.clear();
         self.in_order.drain().for_each(drop);
         self.by_key.retain(|_| false);
     }

@@ -235,6 +235,147 @@ fn datagrams_pair_per_peer_by_key_and_in_order_and_a_loss_stops_in_order_pairing
     );
 }
 
+/// Issue 46: a datagram request that gets no response leaves by the built-in DNS parser's
+/// rule (a later datagram of the socket `QUERY_TIMEOUT_NS` newer), counted in
+/// `unanswered_requests`, and its response, should it come late, pairs with nothing: by key
+/// it is unmatched; in order (key 0) the timeout stops in-order pairing on the socket.
+#[test]
+fn unanswered_datagram_requests_time_out_and_never_pair_with_a_later_response() {
+    use abi::{HALF_REQUEST as REQ, HALF_RESPONSE as RESP};
+    let mut d = datagram_driver(&[
+        half(REQ, 1, "/lost"),
+        half(REQ, 2, "/b"),
+        half(RESP, 1, ""),
+        half(RESP, 2, ""),
+        half(REQ, 0, "/c"),
+        half(REQ, 9, "/x"),
+        half(RESP, 0, ""),
+        half(REQ, 0, "/d"),
+    ]);
+    let (a, b) = ("10.0.0.1:1000", "10.0.0.2:2000");
+    let mut out = Vec::new();
+    let s = 1_000_000_000;
+    let mut feed = |d: &mut Driver<PluginParser>, dir, peer, n: usize, t: u64| {
+        let bytes = vec![b'x'; n];
+        d.p.on_segment(&dgram(dir, peer, &bytes, t), &mut out, &mut d.stats);
+    };
+    feed(&mut d, Ingress, a, 10, 0);
+    // 11 s later: /lost is gone, counted; its late response (key 1) pairs with nothing.
+    feed(&mut d, Ingress, a, 11, 11 * s);
+    assert_eq!(d.stats.unanswered_requests, 1);
+    feed(&mut d, Egress, a, 20, 11 * s + 100);
+    feed(&mut d, Egress, a, 21, 11 * s + 200);
+    // In order: /c unanswered 11 s; its late answer pairs with nothing, nor with /d.
+    feed(&mut d, Ingress, a, 12, 12 * s);
+    feed(&mut d, Ingress, b, 13, 23 * s);
+    assert_eq!(d.stats.unanswered_requests, 2);
+    feed(&mut d, Egress, a, 22, 23 * s + 100);
+    feed(&mut d, Ingress, a, 14, 23 * s + 200);
+    d.p.on_close(&mut out, &mut d.stats);
+    let got: Vec<(&str, u64, u64)> = out
+        .iter()
+        .map(|c| (c.resource.as_str(), c.req.bytes, c.resp.bytes))
+        .collect();
+    assert_eq!(got, [("/b", 11, 21)]);
+    // /lost and /c by the timeout, /d (in order after it), /x at the close; the responses
+    // of key 1 and 0.
+    let st = &d.stats;
+    assert_eq!(
+        (
+            st.unanswered_requests,
+            st.unmatched_responses,
+            st.pending_dropped
+        ),
+        (4, 2, 0)
+    );
+}
+
+/// In order (key 0) a response pairs only with its peer's one pending key-0 request: with
+/// two, one datagram went unseen or unanswered and which this answers is unknown.
+#[test]
+fn a_key0_response_while_its_peer_has_two_requests_pending_pairs_with_neither() {
+    use abi::{HALF_REQUEST as REQ, HALF_RESPONSE as RESP};
+    let mut d = datagram_driver(&[
+        half(REQ, 0, "/a"),
+        half(REQ, 0, "/b"),
+        half(RESP, 0, ""),
+        half(REQ, 4, "/k"),
+        half(RESP, 4, ""),
+    ]);
+    let a = "10.0.0.1:1000";
+    let mut out = Vec::new();
+    for (i, dir) in [Ingress, Ingress, Egress, Ingress, Egress]
+        .into_iter()
+        .enumerate()
+    {
+        let bytes = vec![b'x'; 10 + i];
+        let seg = dgram(dir, a, &bytes, i as u64 * 1000);
+        d.p.on_segment(&seg, &mut out, &mut d.stats);
+    }
+    d.p.on_close(&mut out, &mut d.stats);
+    // Keyed pairing goes on.
+    assert_eq!(
+        out.iter().map(|c| c.resource.as_str()).collect::<Vec<_>>(),
+        ["/k"]
+    );
+    assert_eq!(
+        (d.stats.unanswered_requests, d.stats.unmatched_responses),
+        (2, 1)
+    );
+}
+
+/// Pending datagram requests: at most `DEPTH` per peer and `DGRAM_PENDING` per socket; past
+/// either the oldest (of the peer, of the socket) is dropped, counted.
+#[test]
+fn datagram_requests_pending_are_bounded_per_peer_and_per_socket() {
+    let half_at = |t: u64| Half {
+        method: "Q".into(),
+        resource: String::new(),
+        attrs: Vec::new(),
+        span: MessageSpan {
+            first_start_ns: t,
+            last_end_ns: t + 10,
+            ..Default::default()
+        },
+        truncated: false,
+        dir: Ingress,
+    };
+    let start = |h: Result<Option<Half>, ()>| h.map(|h| h.map(|h| h.span.first_start_ns));
+    let mut p = DgramPending::default();
+    let a: Option<SocketAddr> = Some("10.0.0.1:1".parse().unwrap());
+    for k in 1..=DEPTH as u64 {
+        assert_eq!(p.push(a, k, half_at(k)).1.n, 0);
+    }
+    let (_, dropped) = p.push(a, 1000, half_at(1000));
+    assert_eq!((dropped.n, dropped.key0, p.len), (1, false, DEPTH));
+    assert_eq!(start(p.take(a, 1, Egress)), Ok(None));
+    assert_eq!(start(p.take(a, 2, Egress)), Ok(Some(2)));
+    // A response the request's own way answers nothing.
+    assert_eq!(start(p.take(a, 3, Ingress)), Ok(None));
+    assert_eq!(p.clear(), DEPTH as u64 - 1);
+    let peer = |i: usize| Some(SocketAddr::from(([10, 0, (i >> 8) as u8, i as u8], 1000)));
+    for i in 0..DGRAM_PENDING {
+        assert_eq!(p.push(peer(i), 7, half_at(5000 + i as u64)).1.n, 0);
+    }
+    let (_, dropped) = p.push(peer(DGRAM_PENDING), 0, half_at(9_999_999));
+    assert_eq!(
+        (dropped.n, p.len, p.peers.len()),
+        (1, DGRAM_PENDING, DGRAM_PENDING)
+    );
+    assert_eq!(
+        start(p.take(peer(0), 7, Egress)),
+        Ok(None),
+        "the oldest went"
+    );
+    assert_eq!(start(p.take(peer(1), 7, Egress)), Ok(Some(5001)));
+    // The timeout: all but the newest are 10 s older than it.
+    let gone = p.expire(9_999_999 + 10 + crate::protocols::dns::QUERY_TIMEOUT_NS);
+    assert_eq!(
+        (gone.n, gone.key0, p.len),
+        (DGRAM_PENDING as u64 - 2, false, 1)
+    );
+}
+
 /// Found by the `plugin` fuzz target: a plugin asks for a 4-byte header, then says the header
 /// is a line, which already ended inside those 4 bytes. The framing core subtracted the bytes
 /// counted from the line's length (an overflow: a panic in debug builds, a byte count of
