@@ -226,6 +226,54 @@ fn dir_of(b: u8) -> Direction {
     }
 }
 
+/// A test's record of one send or receive on a loopback stream socket `sock` (id, local port,
+/// peer port) of process `app`, 1 µs long from `start_ns` (the chains' and the off-CPU
+/// linking's unit tests drive their trackers with these).
+#[cfg(test)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn loopback_stream_record<'a>(
+    start_ns: u64,
+    sock: (u64, u16, u16),
+    seq: u64,
+    total_len: u64,
+    (pid, tid): (u32, u32),
+    dir: Direction,
+    payload: &'a [u8],
+    goroutine: Option<u64>,
+) -> Event<'a> {
+    let mut laddr = [0u8; 16];
+    laddr[..4].copy_from_slice(&[127, 0, 0, 1]);
+    Event {
+        start_ns,
+        end_ns: start_ns + 1_000,
+        sock_id: sock.0,
+        seq,
+        total_len,
+        pid,
+        tid,
+        fd: 3,
+        kind: EventKind::Data,
+        dir,
+        syscall: if dir == Direction::Egress {
+            Syscall::Sendto
+        } else {
+            Syscall::Recvfrom
+        },
+        family: AF_INET,
+        sock_type: SOCK_STREAM,
+        proto_hint: 0,
+        flags: 0,
+        lport: sock.1,
+        rport: sock.2,
+        laddr,
+        raddr: laddr,
+        comm: *b"app\0\0\0\0\0\0\0\0\0\0\0\0\0",
+        payload,
+        tail: &[],
+        goroutine,
+    }
+}
+
 /// What applying a record's results needs of the record (its times, process and size): taken
 /// by a tracking thread from the record it decoded, and handed to the pipeline thread with the
 /// results.

@@ -3,7 +3,6 @@
 
 use super::*;
 use crate::conntrack::{ConnTracker, TrackerConfig};
-use crate::event::{Syscall, AF_INET};
 
 const APP: u32 = 100;
 const REDIS: u32 = 200;
@@ -56,37 +55,16 @@ impl Sim {
     ) {
         self.now += 10_000;
         let seq = self.pos.entry((s.0, dir as u8)).or_insert(0);
-        let mut laddr = [0u8; 16];
-        laddr[..4].copy_from_slice(&[127, 0, 0, 1]);
-        let ev = Event {
-            start_ns: self.now,
-            end_ns: self.now + 1_000,
-            sock_id: s.0,
-            seq: *seq,
-            total_len: total,
-            pid,
-            tid,
-            fd: 3,
-            kind: EventKind::Data,
+        let ev = crate::event::loopback_stream_record(
+            self.now,
+            s,
+            *seq,
+            total,
+            (pid, tid),
             dir,
-            syscall: if dir == Direction::Egress {
-                Syscall::Sendto
-            } else {
-                Syscall::Recvfrom
-            },
-            family: AF_INET,
-            sock_type: SOCK_STREAM,
-            proto_hint: 0,
-            flags: 0,
-            lport: s.1,
-            rport: s.2,
-            laddr,
-            raddr: laddr,
-            comm: *b"app\0\0\0\0\0\0\0\0\0\0\0\0\0",
-            payload: bytes,
-            tail: &[],
-            goroutine: self.goroutine,
-        };
+            bytes,
+            self.goroutine,
+        );
         *seq += total;
         let mut calls = Vec::new();
         self.tracker.handle(&ev, &mut calls);

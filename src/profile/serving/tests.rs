@@ -3,7 +3,6 @@
 
 use super::*;
 use crate::conntrack::{ConnTracker, TrackerConfig};
-use crate::event::{Syscall, AF_INET};
 
 const APP: u32 = 100;
 /// Sockets: (inode, local port, peer port).
@@ -41,37 +40,16 @@ impl Sim {
     fn io(&mut self, tid: u32, s: (u64, u16, u16), dir: Direction, bytes: &[u8]) -> (u64, u64) {
         self.now += 10_000;
         let seq = self.pos.entry((s.0, dir as u8)).or_insert(0);
-        let mut laddr = [0u8; 16];
-        laddr[..4].copy_from_slice(&[127, 0, 0, 1]);
-        let ev = Event {
-            start_ns: self.now,
-            end_ns: self.now + 1_000,
-            sock_id: s.0,
-            seq: *seq,
-            total_len: bytes.len() as u64,
-            pid: APP,
-            tid,
-            fd: 3,
-            kind: EventKind::Data,
+        let ev = crate::event::loopback_stream_record(
+            self.now,
+            s,
+            *seq,
+            bytes.len() as u64,
+            (APP, tid),
             dir,
-            syscall: if dir == Direction::Egress {
-                Syscall::Sendto
-            } else {
-                Syscall::Recvfrom
-            },
-            family: AF_INET,
-            sock_type: SOCK_STREAM,
-            proto_hint: 0,
-            flags: 0,
-            lport: s.1,
-            rport: s.2,
-            laddr,
-            raddr: laddr,
-            comm: *b"app\0\0\0\0\0\0\0\0\0\0\0\0\0",
-            payload: bytes,
-            tail: &[],
-            goroutine: self.goroutine,
-        };
+            bytes,
+            self.goroutine,
+        );
         *seq += bytes.len() as u64;
         let mut calls = Vec::new();
         self.tracker.handle(&ev, &mut calls);
