@@ -79,6 +79,56 @@ fn is_zero(v: &u64) -> bool {
     *v == 0
 }
 
+/// A record being filled: its names' indexes, the processes it names, its size so far.
+struct Filling<'a> {
+    cur: RecordOut<'a>,
+    index: HashMap<&'a str, u32>,
+    pids: HashMap<u32, ()>,
+    bytes: usize,
+}
+
+impl<'a> Filling<'a> {
+    /// Hands the record on and starts the next when it is full (by size, or `full`).
+    fn roll_if(
+        &mut self,
+        full: bool,
+        out: &mut Vec<RecordOut<'a>>,
+        new: &impl Fn(bool) -> RecordOut<'a>,
+    ) {
+        if self.bytes >= RECORD_BYTES || full {
+            out.push(std::mem::replace(&mut self.cur, new(false)));
+            self.index.clear();
+            self.pids.clear();
+            self.bytes = 0;
+        }
+    }
+
+    /// Names process `pid` in the record (once).
+    fn process(&mut self, p: &'a Profile, pid: u32) {
+        if self.pids.insert(pid, ()).is_none() {
+            let comm = p.processes.get(&pid).map_or("", |pr| pr.comm.as_str());
+            self.cur.processes.push(ProcessOut { pid, comm });
+        }
+    }
+
+    /// A stack's frames as indexes into the record's names (each name written once).
+    fn frames(&mut self, frames: &'a [Frame]) -> Vec<u32> {
+        let mut out = Vec::with_capacity(frames.len().min(MAX_FRAMES));
+        for f in frames.iter().take(MAX_FRAMES) {
+            let name = crate::text::cut(f, MAX_NAME);
+            let next = self.index.len() as u32;
+            let i = *self.index.entry(name).or_insert_with(|| {
+                self.bytes += name.len() + 3;
+                self.cur.names.push(name);
+                next
+            });
+            out.push(i);
+            self.bytes += 6;
+        }
+        out
+    }
+}
+
 /// The records of an interval's profile (the first carries the losses; none for an empty
 /// profile with no losses).
 pub fn records(p: &Profile) -> Vec<RecordOut<'_>> {
@@ -107,34 +157,17 @@ pub fn records(p: &Profile) -> Vec<RecordOut<'_>> {
         blocks: Vec::new(),
     };
     let mut out = Vec::new();
-    let mut cur = new(true);
-    let mut index: HashMap<&str, u32> = HashMap::new();
-    let mut pids: HashMap<u32, ()> = HashMap::new();
-    let mut bytes = 0usize;
+    let mut f = Filling {
+        cur: new(true),
+        index: HashMap::new(),
+        pids: HashMap::new(),
+        bytes: 0,
+    };
     for (k, t) in keys {
-        if bytes >= RECORD_BYTES || cur.stacks.len() >= MAX_STACKS {
-            out.push(std::mem::replace(&mut cur, new(false)));
-            index.clear();
-            pids.clear();
-            bytes = 0;
-        }
-        if pids.insert(k.tgid, ()).is_none() {
-            let comm = p.processes.get(&k.tgid).map_or("", |pr| pr.comm.as_str());
-            cur.processes.push(ProcessOut { pid: k.tgid, comm });
-        }
-        let mut frames = Vec::with_capacity(k.frames.len().min(MAX_FRAMES));
-        for f in k.frames.iter().take(MAX_FRAMES) {
-            let name = crate::text::cut(f, MAX_NAME);
-            let next = index.len() as u32;
-            let i = *index.entry(name).or_insert_with(|| {
-                bytes += name.len() + 3;
-                cur.names.push(name);
-                next
-            });
-            frames.push(i);
-            bytes += 6;
-        }
-        cur.stacks.push(StackOut {
+        f.roll_if(f.cur.stacks.len() >= MAX_STACKS, &mut out, &new);
+        f.process(p, k.tgid);
+        let frames = f.frames(&k.frames);
+        f.cur.stacks.push(StackOut {
             pid: k.tgid,
             tid: k.tid,
             kind: k.kind,
@@ -144,30 +177,11 @@ pub fn records(p: &Profile) -> Vec<RecordOut<'_>> {
         });
     }
     for b in &p.blocks {
-        if bytes >= RECORD_BYTES || cur.blocks.len() >= MAX_BLOCKS {
-            out.push(std::mem::replace(&mut cur, new(false)));
-            index.clear();
-            pids.clear();
-            bytes = 0;
-        }
-        if pids.insert(b.tgid, ()).is_none() {
-            let comm = p.processes.get(&b.tgid).map_or("", |pr| pr.comm.as_str());
-            cur.processes.push(ProcessOut { pid: b.tgid, comm });
-        }
-        let mut frames = Vec::with_capacity(b.frames.len().min(MAX_FRAMES));
-        for f in b.frames.iter().take(MAX_FRAMES) {
-            let name = crate::text::cut(f, MAX_NAME);
-            let next = index.len() as u32;
-            let i = *index.entry(name).or_insert_with(|| {
-                bytes += name.len() + 3;
-                cur.names.push(name);
-                next
-            });
-            frames.push(i);
-            bytes += 6;
-        }
-        bytes += 64;
-        cur.blocks.push(BlockOut {
+        f.roll_if(f.cur.blocks.len() >= MAX_BLOCKS, &mut out, &new);
+        f.process(p, b.tgid);
+        let frames = f.frames(&b.frames);
+        f.bytes += 64;
+        f.cur.blocks.push(BlockOut {
             pid: b.tgid,
             tid: b.tid,
             start_ns: b.start_ns,
@@ -176,6 +190,7 @@ pub fn records(p: &Profile) -> Vec<RecordOut<'_>> {
             frames,
         });
     }
+    let cur = f.cur;
     if !cur.stacks.is_empty()
         || !cur.blocks.is_empty()
         || cur.losses != ProfileLosses::default()

@@ -23,8 +23,9 @@
 //!   block of a thread that read a request for a Go goroutine: the thread runs whichever
 //!   goroutine is ready, and its blocks are the scheduler's parking);
 //!   one named → linked, the overlap only (a block crossing the span's bounds is split,
-//!   `blocks_split`: the thread was running at both bounds, so this needs the two programs'
-//!   clocks to disagree); one unnamed → `blocks_unnamed`. A block whose span is still open
+//!   `blocks_split`: the bounds are the syscalls' stamps, and a thread may block inside a
+//!   syscall before its stamp — a send waiting for its socket's lock — or the two programs'
+//!   clocks may disagree); one unnamed → `blocks_unnamed`. A block whose span is still open
 //!   after [`MAX_WAIT_NS`], or whose spans were forgotten, is `blocks_unknown`.
 //!
 //! Bounded: connections, threads, spans per thread, pending blocks and endpoint names are
