@@ -357,8 +357,11 @@ fn a_budget_cuts_captured_connections_at_a_call_boundary() {
             "--tls",
             "off",
         ],
-        // All captured for four intervals, then 30%.
-        &[("EBTOP_DEBUG_SAMPLE_SCHEDULE", "100,100,100,100,30")],
+        // All captured for ten intervals (2 s: the connections open meanwhile), then 30%.
+        &[(
+            "EBTOP_DEBUG_SAMPLE_SCHEDULE",
+            "100,100,100,100,100,100,100,100,100,100,30",
+        )],
     );
     let mut conns: Vec<Conn> = (0..20).map(|_| Conn::to(&server)).collect();
     // The clients of the last 4 connections pipeline: each request goes out before the
