@@ -1024,6 +1024,16 @@ fn dns_query(id: u16, name: &str, qtype: u16) -> Vec<u8> {
     m
 }
 
+/// A port free for both TCP and UDP on 127.0.0.1 (the DNS plugin's server listens on UDP).
+fn free_udp_port() -> u16 {
+    loop {
+        let p = free_tcp_port();
+        if std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok() {
+            return p;
+        }
+    }
+}
+
 /// Issue 46, datagram plugins, live: dig and a socket of the test's own (unconnected, asking
 /// two names with the same id in turn, and two sockets asking with one id at once) against a
 /// real dnsmasq, with the DNS plugin: every query a call on each side with the rcode the
@@ -1033,12 +1043,7 @@ fn dns_query(id: u16, name: &str, qtype: u16) -> Vec<u8> {
 fn the_dns_datagram_plugin_gives_every_query_live_as_the_builtin_parser_does() {
     require_root();
     let dir = tempfile::tempdir().unwrap();
-    let port = loop {
-        let p = free_tcp_port();
-        if std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok() {
-            break p;
-        }
-    };
+    let port = free_udp_port();
     let Some(wasm) = c_plugin(dir.path(), "dns", &[format!("-DPORTS=\"{port}\"")]) else {
         return;
     };
@@ -1164,12 +1169,7 @@ fn the_dns_datagram_plugin_gives_every_query_live_as_the_builtin_parser_does() {
 fn a_datagram_plugins_unanswered_requests_time_out_as_the_builtin_parsers_do() {
     require_root();
     let dir = tempfile::tempdir().unwrap();
-    let port = loop {
-        let p = free_tcp_port();
-        if std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok() {
-            break p;
-        }
-    };
+    let port = free_udp_port();
     let Some(wasm) = c_plugin(dir.path(), "dns", &[format!("-DPORTS=\"{port}\"")]) else {
         return;
     };
