@@ -33,6 +33,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import (STATS_SYSCTL, apt, bpf_stats_sysctl_on, pinned_ok_nginx, prog_stats,  # noqa: E402
                  wait_attached, wait_tls_scan)
 
+# Figures are of every call captured: no CPU budget unless a mode asks for one (--max-cpu).
+os.environ.setdefault("EBTOP_MAX_CPU", "off")
+
 PORT = 18937
 NR_BPF = {"x86_64": 321, "aarch64": 280}[os.uname().machine]
 BPF_PROG_GET_FD_BY_ID, BPF_OBJ_GET_INFO_BY_FD = 13, 15

@@ -18,6 +18,9 @@ from run import build  # noqa: E402
 from toggle import wait_attached  # noqa: E402
 from redis_toggle import cpu_ns, quartiles, session_totals  # noqa: E402
 
+# Figures are of every call captured: no CPU budget unless a mode asks for one (--max-cpu).
+os.environ.setdefault("EBTOP_MAX_CPU", "off")
+
 PORT = 18944
 
 

@@ -24,6 +24,9 @@ PYTHON = "/var/cache/ebtop-tests/membio-venv/bin/python"
 
 LOAD = """
 import sys, threading, pymongo
+
+# Figures are of every call captured: no CPU budget unless a mode asks for one (--max-cpu).
+os.environ.setdefault("EBTOP_MAX_CPU", "off")
 c = pymongo.MongoClient(f"mongodb://127.0.0.1:{sys.argv[1]}/")
 t = c.bench.docs
 t.drop()

@@ -8,6 +8,9 @@ a file exporter to /dev/null will do) and a server on PORT (nginx returning a fi
   bench/otlp_ab.py EBTOP URL ROUNDS SECONDS [PORT]
 """
 import json, os, signal, subprocess, sys, time
+
+# Figures are of every call captured: no CPU budget unless a mode asks for one (--max-cpu).
+os.environ.setdefault("EBTOP_MAX_CPU", "off")
 BIN, URL, ROUNDS, SECS = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 PORT = sys.argv[5] if len(sys.argv) > 5 else "18089"
 OUT = "/tmp/ebtop-otlp-ab.jsonl"

@@ -23,6 +23,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import apt, build, pinned_ok_nginx, wait_attached, wait_tls_scan, warn_if_bpf_stats_on  # noqa: E402
 
+# Figures are of every call captured: no CPU budget unless a mode asks for one (--max-cpu).
+os.environ.setdefault("EBTOP_MAX_CPU", "off")
+
 PORT = 18935
 PERCENTILES = ("p50_ns", "p90_ns", "p99_ns")
 

@@ -11,6 +11,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from toggle import wait_attached  # noqa: E402
 from redis_toggle import cpu_ns, quartiles, session_totals  # noqa: E402
 
+# Figures are of every call captured: no CPU budget unless a mode asks for one (--max-cpu).
+os.environ.setdefault("EBTOP_MAX_CPU", "off")
+
 
 def run(binary, port, rate_over, served_total, cycles, window, settle=1.0):
     """`rate_over(seconds)`: the load's rate over the next `seconds`; `served_total()`: the

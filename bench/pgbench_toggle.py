@@ -21,6 +21,9 @@ from toggle import wait_attached  # noqa: E402
 from redis_toggle import cpu_ns, quartiles  # noqa: E402
 import paired_sessions  # noqa: E402
 
+# Figures are of every call captured: no CPU budget unless a mode asks for one (--max-cpu).
+os.environ.setdefault("EBTOP_MAX_CPU", "off")
+
 PORT = 18934
 NOBODY = 65534
 

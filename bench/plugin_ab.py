@@ -19,6 +19,9 @@ wasmi, ebtop's input and answer handling included). Writes bench/plugin-ab-resul
 """
 import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time
 
+# Figures are of every call captured: no CPU budget unless a mode asks for one (--max-cpu).
+os.environ.setdefault("EBTOP_MAX_CPU", "off")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PORT = 18934
 BODY = '{"items": [1, 2, 3], "total": 3, "next": null, "note": "' + "x" * 198 + '"}'

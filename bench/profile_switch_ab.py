@@ -13,6 +13,9 @@ system from /proc/PID/stat, as a share of one CPU). Writes bench/profile-switch-
 """
 import argparse, json, os, re, signal, statistics, subprocess, time
 
+# Figures are of every call captured: no CPU budget unless a mode asks for one (--max-cpu).
+os.environ.setdefault("EBTOP_MAX_CPU", "off")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ap = argparse.ArgumentParser()
 ap.add_argument("--binary", default=os.path.join(ROOT, "target/x86_64-unknown-linux-gnu/release/ebtop"))

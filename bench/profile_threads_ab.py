@@ -13,6 +13,9 @@ way (its key always holds the thread). Writes bench/profile-threads-results.json
 """
 import argparse, json, os, signal, statistics, subprocess, tempfile, time
 
+# Figures are of every call captured: no CPU budget unless a mode asks for one (--max-cpu).
+os.environ.setdefault("EBTOP_MAX_CPU", "off")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ap = argparse.ArgumentParser()
 ap.add_argument("--binary", default=os.path.join(ROOT, "target/release/ebtop"))

@@ -18,6 +18,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import apt  # noqa: E402
 from toggle import PORT, wait_attached  # noqa: E402
 
+# Figures are of every call captured: no CPU budget unless a mode asks for one (--max-cpu).
+os.environ.setdefault("EBTOP_MAX_CPU", "off")
+
 SCRIPT = r"""
 tracepoint:syscalls:sys_exit_epoll_wait /tid == $1/ { @left = nsecs; }
 tracepoint:syscalls:sys_enter_epoll_wait /tid == $1 && @left/ {

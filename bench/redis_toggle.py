@@ -20,6 +20,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import build  # noqa: E402
 from toggle import wait_attached  # noqa: E402
 
+# Figures are of every call captured: no CPU budget unless a mode asks for one (--max-cpu).
+os.environ.setdefault("EBTOP_MAX_CPU", "off")
+
 PORT = 18933
 TICK_NS = 1e9 / os.sysconf("SC_CLK_TCK")
 

@@ -21,6 +21,9 @@ lost events, CPU µs per span and traced/baseline RPS.
 """
 import argparse, atexit, glob, json, os, platform, re, shutil, signal, subprocess, sys, tempfile, time
 
+# Figures are of every call captured: no CPU budget unless a mode asks for one (--max-cpu).
+os.environ.setdefault("EBTOP_MAX_CPU", "off")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PORT = 18931
 HZ = os.sysconf("SC_CLK_TCK")

@@ -49,6 +49,9 @@ from replay_threads import thread_cpu  # noqa: E402
 from threadstates import ThreadSampler  # noqa: E402
 from toggle import wait_attached  # noqa: E402
 
+# Figures are of every call captured: no CPU budget unless a mode asks for one (--max-cpu).
+os.environ.setdefault("EBTOP_MAX_CPU", "off")
+
 PORT = 18942
 STATUS_PORT = PORT + 1
 

@@ -17,6 +17,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import (HZ, PORT, Nginx, apt, bpf_run_ns, bpf_stats_sysctl_on, build, cpu_ticks,  # noqa: E402
                  rss_split_kb)
 
+# Figures are of every call captured: no CPU budget unless a mode asks for one (--max-cpu).
+os.environ.setdefault("EBTOP_MAX_CPU", "off")
+
 SAMPLE_S = 10
 
 

@@ -16,6 +16,9 @@ import statistics
 import sys
 import time
 
+# Figures are of every call captured: no CPU budget unless a mode asks for one (--max-cpu).
+os.environ.setdefault("EBTOP_MAX_CPU", "off")
+
 
 def one_run(binary, duration_s, extra):
     t0 = time.monotonic()

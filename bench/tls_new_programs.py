@@ -27,6 +27,9 @@ import sys
 import tempfile
 import time
 
+# Figures are of every call captured: no CPU budget unless a mode asks for one (--max-cpu).
+os.environ.setdefault("EBTOP_MAX_CPU", "off")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -32,6 +32,9 @@ import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import apt, build, wait_attached, wait_tls_scan, warn_if_bpf_stats_on  # noqa: E402
 
+# Figures are of every call captured: no CPU budget unless a mode asks for one (--max-cpu).
+os.environ.setdefault("EBTOP_MAX_CPU", "off")
+
 PORT = 18932
 
 

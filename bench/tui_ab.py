@@ -16,6 +16,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import (HZ, apt, build, cpu_ticks, pinned_ok_nginx, wait_attached,  # noqa: E402
                  wait_tls_scan, warn_if_bpf_stats_on)
 
+# Figures are of every call captured: no CPU budget unless a mode asks for one (--max-cpu).
+os.environ.setdefault("EBTOP_MAX_CPU", "off")
+
 PORT = 18934
 
 

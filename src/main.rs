@@ -376,14 +376,17 @@ fn shows_tui(args: &Args) -> bool {
     !args.json && (args.write.is_none() || args.tui)
 }
 
-/// `--max-cpu`, `--sample`: what decides which connections are captured.
-fn sampling_mode(args: &Args) -> ebtop::source::sampling::SamplingMode {
+/// `--max-cpu` (or its environment default), `--sample`: what decides which connections are
+/// captured.
+fn sampling_mode(args: &Args) -> Result<ebtop::source::sampling::SamplingMode> {
     use ebtop::source::sampling::SamplingMode;
-    match (args.sample, args.max_cpu.0) {
-        (Some(pct), _) => SamplingMode::Fixed(pct / 100.0),
-        (None, Some(budget)) => SamplingMode::Budget(budget),
-        (None, None) => SamplingMode::Off,
+    if let Some(pct) = args.sample {
+        return Ok(SamplingMode::Fixed(pct / 100.0));
     }
+    Ok(match args.cpu_budget().map_err(anyhow::Error::msg)? {
+        Some(budget) => SamplingMode::Budget(budget),
+        None => SamplingMode::Off,
+    })
 }
 
 fn tracking_threads(args: &Args) -> usize {
@@ -536,7 +539,7 @@ fn live_session<S: Sink>(args: &Args, stop: &Arc<AtomicBool>, sink: S) -> Result
         cgroups,
         bpf_stats: args.bpf_stats.into(),
         tracking_threads: tracking_threads(args),
-        sampling: sampling_mode(args),
+        sampling: sampling_mode(args)?,
     };
     // Rules parsed before anything loads: a typo is a one-line error at once.
     let rules = args

@@ -474,3 +474,44 @@ fn a_budget_cuts_captured_connections_at_a_call_boundary() {
     };
     assert_eq!(of(&replayed), of(&lines));
 }
+
+/// The budget without `--max-cpu`: `EBTOP_MAX_CPU` when set, else 25% of one CPU — within
+/// which nothing is sampled (this idle session captures everything and writes no `sampling`
+/// line); `off` is no budget; a bad value is a one-line error before anything loads.
+#[test]
+fn the_budget_defaults_to_a_quarter_of_a_cpu_or_the_environments() {
+    require_root();
+    let budget_of = |env: Option<&str>| -> Option<f64> {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ebtop"));
+        match env {
+            Some(v) => cmd.env("EBTOP_MAX_CPU", v),
+            None => cmd.env_remove("EBTOP_MAX_CPU"),
+        };
+        let mut ebtop =
+            Ebtop::start_command(cmd, &["--json", "--delay", "200ms", "--tls", "off"], &[]);
+        let ov = ebtop
+            .wait_for(Duration::from_secs(20), |v| v["type"] == "overhead")
+            .expect("an overhead line");
+        let lines = ebtop.stop();
+        assert!(
+            lines.iter().all(|v| v["type"] != "sampling"),
+            "an idle session within its budget samples nothing"
+        );
+        ov["max_cpu_pct"].as_f64()
+    };
+    assert_eq!(budget_of(None), Some(25.0));
+    assert_eq!(budget_of(Some("12.5")), Some(12.5));
+    assert_eq!(budget_of(Some("off")), None);
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ebtop"))
+        .env("EBTOP_MAX_CPU", "lots")
+        .args(["--json", "--duration", "1s"])
+        .output()
+        .expect("ebtop runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("EBTOP_MAX_CPU=\"lots\"") && err.lines().count() == 1,
+        "{err}"
+    );
+}

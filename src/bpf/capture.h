@@ -252,8 +252,6 @@ static __always_inline void count(__u32 idx, __u64 n)
  *               than ebtop does); lowering it leaves every decision as it was, so a connection
  *               being captured is never cut;
  *   active:     sampling is on (else every connection is kept, one map lookup per new one);
- *   hold:       decide nothing yet (start of a budget: the load is measured first); the
- *               records of undecided connections are not captured;
  *   cuts:       user space has put connections in sample_cuts (below): a captured
  *               connection looks there when its direction turns, nothing more otherwise.
  */
@@ -261,8 +259,8 @@ struct ebtop_sample_ctl {
 	__u64 keep_below;
 	__u32 epoch;
 	__u32 active;
-	__u32 hold;
 	__u32 cuts;
+	__u32 _pad;
 };
 
 struct {
@@ -372,10 +370,6 @@ static __always_inline bool sample_keeps(__u8 *state, __u32 *epoch, __u8 *last_d
 		return true;
 	}
 	if (*state == EBTOP_SAMPLE_OUT && *epoch == ctl->epoch) {
-		count(EBTOP_CNT_SHED_RUNS, 1);
-		return false;
-	}
-	if (ctl->hold) {
 		count(EBTOP_CNT_SHED_RUNS, 1);
 		return false;
 	}

@@ -364,11 +364,47 @@ static __always_inline void dgram_note_unknown(struct sk_state *st)
 		st->dgram_unknown++;
 }
 
+/*
+ * A send or receive that moved bytes on a connection sampled out (or cut): what the full path
+ * below does for it, without its clock read and checks — the socket's storage, the thread's
+ * send start cleared, the counts (bench/notes.md: the sampled-out run's cost). Only a
+ * connection decided out can be (the decision is made below, on the full path); streams only:
+ * a datagram's flow entry is counted per datagram. False: the full path runs.
+ */
+static __always_inline bool shed_stream_run(struct sock *sk, __u8 dir)
+{
+	struct sk_state *st = bpf_sk_storage_get(&sk_states, sk, 0, 0);
+	if (!st || !st->sock_id || !sample_sheds(st->sample, st->sample_epoch))
+		return false;
+	if (dir == EBTOP_DIR_EGRESS) {
+		/* Its start hook stamps nothing for a connection out, unless another thread
+		 * decided it out between that hook and this one: taken here as below. */
+		struct send_start *ss =
+			bpf_task_storage_get(&send_starts, bpf_get_current_task_btf(), 0, 0);
+		if (ss && ss->sk == (__u64)sk)
+			ss->ns = 0;
+	}
+	if (!task_selected(bpf_get_current_pid_tgid() >> 32)) {
+		if (count_flows)
+			flow_note_owner(sk);
+		return true;
+	}
+	if (count_flows && !st->flow_owner_known)
+		st->flow_owner_known = flow_note_owner(sk);
+	count(EBTOP_CNT_SOCK_SYSCALLS, 1);
+	count(EBTOP_CNT_SHED_RUNS, 1);
+	tls_note_shed(&st->shed_tls_looks);
+	return true;
+}
+
 static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 dir)
 {
 	if (bench_cut == 1)
 		return 0;
 	bool dgram = sk && ((struct sock___cap *)sk)->sk_type == SOCK_DGRAM;
+	if (!dgram && sk && ret > 0 && !(dir == EBTOP_DIR_INGRESS && (flags & MSG_PEEK)) &&
+	    shed_stream_run(sk, dir))
+		return 0;
 	/* A datagram is stamped once it is to be delivered: most are not (no known protocol,
 	 * another process's), and reading the clock source costs a guest ~50 ns per datagram. */
 	__u64 now = dgram ? 0 : bpf_ktime_get_ns();

@@ -43,7 +43,6 @@ pub struct SampleCtl {
     pub keep_below: u64,
     pub epoch: u32,
     pub active: bool,
-    pub hold: bool,
     /// The generation of cuts asked for (0: none): the kernel cuts a connection named in
     /// `sample_cuts` under this generation only.
     pub cuts: u32,
@@ -55,19 +54,14 @@ impl SampleCtl {
         b[0..8].copy_from_slice(&self.keep_below.to_ne_bytes());
         b[8..12].copy_from_slice(&self.epoch.to_ne_bytes());
         b[12..16].copy_from_slice(&u32::from(self.active).to_ne_bytes());
-        b[16..20].copy_from_slice(&u32::from(self.hold).to_ne_bytes());
-        b[20..24].copy_from_slice(&self.cuts.to_ne_bytes());
+        b[16..20].copy_from_slice(&self.cuts.to_ne_bytes());
         b
     }
 
-    /// The share of connections kept, in parts per million (None when not sampling; 0 while
-    /// holding: nothing is decided, nothing new captured).
+    /// The share of connections kept, in parts per million (None when not sampling).
     pub fn keep_ppm(self) -> Option<u64> {
         if !self.active {
             return None;
-        }
-        if self.hold {
-            return Some(0);
         }
         Some((self.keep_below as u128 * 1_000_000 / (1u128 << 32)) as u64)
     }
@@ -226,7 +220,8 @@ impl IntervalLoad {
 pub struct Sampler {
     mode: SamplingMode,
     ctl: SampleCtl,
-    /// ebtop's CPU with nothing new captured (% of one CPU), measured while holding.
+    /// ebtop's CPU with nothing captured (% of one CPU): estimated when the budget is first
+    /// exceeded, measured whenever little is captured.
     base_pct: Option<f64>,
     /// CPU per captured run per second (% of one CPU per run/s), learned.
     per_run_pct: f64,
@@ -251,18 +246,11 @@ impl Sampler {
                 keep_below: keep_below_of(r),
                 epoch: 0,
                 active: true,
-                hold: false,
                 cuts: 0,
             },
-            // Nothing decided until the load is measured: a connection decided in now would
-            // stay in whatever it costs.
-            SamplingMode::Budget(_) => SampleCtl {
-                keep_below: 0,
-                epoch: 0,
-                active: true,
-                hold: true,
-                cuts: 0,
-            },
+            // Every connection captured until the budget is exceeded: a captured connection
+            // can be cut at a call boundary later, so starting with all costs nothing exact.
+            SamplingMode::Budget(_) => SampleCtl::default(),
         };
         let mut sampler = Sampler {
             mode,
@@ -350,25 +338,26 @@ impl Sampler {
         let runs_per_s = load.per_s(load.runs);
         let kept_per_s = load.per_s(load.runs.saturating_sub(load.shed_runs));
         let before = self.ctl;
-        if self.ctl.hold {
-            // The first interval carries the start-up (loading, the TLS lookout's first pass):
-            // the second one measures what the hooks cost with nothing captured.
-            if self.intervals < 2 {
-                return None;
-            }
-            self.base_pct = Some(cost);
-            let ratio = self.ratio_for(budget, cost, runs_per_s);
-            self.ctl = SampleCtl {
-                keep_below: keep_below_of(ratio),
-                epoch: self.ctl.epoch.wrapping_add(1),
-                active: ratio < 1.0,
-                hold: false,
-                cuts: 0,
-            };
-            return (self.ctl != before).then_some(self.ctl);
+        // The first interval carries the start-up (loading, the TLS lookout's first pass).
+        if self.intervals < 2 {
+            return None;
         }
-        let base = self.base_pct.unwrap_or(0.0).min(cost);
-        if kept_per_s >= MIN_RUNS_PER_S {
+        let base = match self.base_pct {
+            // Nearly nothing captured: what ebtop costs now is its cost with nothing captured.
+            Some(_) if kept_per_s < MIN_RUNS_PER_S && self.ctl.active => cost,
+            Some(b) => b.min(cost),
+            None if cost <= budget => return None,
+            // First over the budget, everything captured so far: the cost with nothing
+            // captured is estimated from the per-run prior, at least the sampled-out runs'
+            // own BPF floor (measured again once little is captured; the feedback below keeps
+            // the budget whatever the model's error).
+            None => {
+                let floor = runs_per_s * SHED_RUN_NS / 1e7;
+                (cost - self.per_run_pct * kept_per_s).clamp(floor.min(cost), cost)
+            }
+        };
+        self.base_pct = Some(base);
+        if kept_per_s >= MIN_RUNS_PER_S && self.ctl.active {
             // Learned slowly: one noisy interval must not swing the sample.
             let measured = (cost - base).max(0.0) / kept_per_s;
             self.per_run_pct = 0.7 * self.per_run_pct + 0.3 * measured;
@@ -419,7 +408,6 @@ impl Sampler {
                     keep_below,
                     epoch: self.ctl.epoch.wrapping_add(1),
                     active: false,
-                    hold: false,
                     cuts: self.ctl.cuts,
                 };
             }
@@ -435,7 +423,6 @@ impl Sampler {
                 self.ctl.epoch
             },
             active: true,
-            hold: false,
             cuts: self.ctl.cuts,
         };
     }
@@ -464,14 +451,14 @@ mod tests {
             keep_below: 1 << 31,
             epoch: 3,
             active: true,
-            hold: false,
             cuts: 7,
         };
         let b = ctl.to_bytes();
         assert_eq!(u64::from_ne_bytes(b[0..8].try_into().unwrap()), 1 << 31);
         assert_eq!(u32::from_ne_bytes(b[8..12].try_into().unwrap()), 3);
         assert_eq!(u32::from_ne_bytes(b[12..16].try_into().unwrap()), 1);
-        assert_eq!(u32::from_ne_bytes(b[20..24].try_into().unwrap()), 7);
+        assert_eq!(u32::from_ne_bytes(b[16..20].try_into().unwrap()), 7);
+        assert_eq!(&b[20..24], &[0; 4]);
         let name = CutName {
             sock_id: 9,
             request_dir: 1,
@@ -503,21 +490,30 @@ mod tests {
     }
 
     #[test]
-    fn a_budget_holds_then_samples_then_raises_when_load_falls() {
+    fn a_budget_captures_everything_until_exceeded_then_samples_then_raises_when_load_falls() {
         let mut s = Sampler::new(SamplingMode::Budget(10.0));
-        assert!(s.ctl().hold && s.ctl().active);
-        // The first interval (start-up) decides nothing.
-        assert_eq!(s.on_interval(&load(80.0, 200_000, 200_000)), None);
-        // Holding: 2% with 200K runs/s, all shed. Prior 3.3 µs per run: 10 * 0.85 - 2 = 6.5%
-        // of room for 200K runs/s at 0.00033 % each = ~10%.
-        let ctl = s.on_interval(&load(2.0, 200_000, 200_000)).unwrap();
-        assert!(!ctl.hold && ctl.active);
+        assert!(!s.ctl().active, "every connection captured from the start");
+        // The first interval (start-up) decides nothing, however costly.
+        assert_eq!(s.on_interval(&load(80.0, 200_000, 0)), None);
+        // Within the budget: nothing sampled.
+        assert_eq!(s.on_interval(&load(9.0, 20_000, 0)), None);
+        assert!(!s.ctl().active);
+        // Over it, everything captured: 20% with 200K runs/s. The cost with nothing captured
+        // is estimated from the prior (3.3 µs per run: more than the cost, so the floor of
+        // the sampled-out runs, 200K × 150 ns = 3%): 10 * 0.85 - 3 = 5.5% of room for 200K
+        // runs/s at 0.00033 % each = ~8% of connections.
+        let ctl = s.on_interval(&load(20.0, 200_000, 0)).unwrap();
+        assert!(ctl.active && ctl.cuts == 0);
         let r = ctl.keep_below as f64 / (1u64 << 32) as f64;
-        assert!((0.09..0.11).contains(&r), "{r}");
-        // Over the budget: new connections go down, the epoch stays (nobody is cut).
+        assert!((0.07..0.095).contains(&r), "{r}");
+        // Little captured now (1K runs/s of 200K): its cost is what nothing captured costs,
+        // measured; within the budget (above the 70% that raises it), the share stays.
+        assert_eq!(s.on_interval(&load(7.5, 200_000, 199_000)), None);
+        // Over the budget again: new connections go down, the epoch stays (nobody is cut in
+        // the first interval over).
         let lower = s.on_interval(&load(30.0, 200_000, 150_000)).unwrap();
         assert!(lower.keep_below < ctl.keep_below);
-        assert_eq!(lower.epoch, ctl.epoch);
+        assert_eq!((lower.epoch, lower.cuts), (ctl.epoch, 0));
         // The load falls away: raised, sampled-out connections decided again, then off.
         let mut last = lower;
         for _ in 0..20 {
@@ -530,11 +526,25 @@ mod tests {
     }
 
     #[test]
+    fn a_budget_exceeded_while_everything_is_captured_cuts_long_lived_connections_next() {
+        // Keep-alive connections open before the budget was exceeded: no new connection
+        // comes, so lowering the share for new ones changes nothing; the interval after, the
+        // captured connections above the share are cut.
+        let mut s = Sampler::new(SamplingMode::Budget(10.0));
+        s.on_interval(&load(80.0, 200_000, 0));
+        let first = s.on_interval(&load(30.0, 200_000, 0)).unwrap();
+        assert!(first.active);
+        assert_eq!((first.cuts, s.cuts()), (0, None));
+        let cut = s.on_interval(&load(30.0, 200_000, 0)).unwrap();
+        assert_ne!(cut.cuts, 0);
+        assert_eq!(s.cuts(), Some((cut.keep_below, cut.cuts)));
+    }
+
+    #[test]
     fn a_budget_still_over_after_new_connections_went_down_cuts_captured_ones() {
         let mut s = Sampler::new(SamplingMode::Budget(10.0));
-        s.on_interval(&load(80.0, 200_000, 200_000));
-        let first = s.on_interval(&load(2.0, 200_000, 200_000)).unwrap();
-        assert_eq!((first.cuts, s.cuts()), (0, None));
+        s.on_interval(&load(80.0, 200_000, 0));
+        s.on_interval(&load(9.0, 200_000, 0));
         // Over once: new connections go down, nothing cut yet.
         let lower = s.on_interval(&load(30.0, 200_000, 0)).unwrap();
         assert_eq!((lower.cuts, s.cuts()), (0, None));

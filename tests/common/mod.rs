@@ -279,7 +279,16 @@ impl Ebtop {
 
     /// As `start`, with these environment variables set for ebtop.
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Ebtop {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ebtop"))
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ebtop"));
+        // Tests compare every call with ground truth: no CPU budget unless one asks for it
+        // (`--max-cpu` wins over this; tests/budget.rs checks the default itself).
+        cmd.env("EBTOP_MAX_CPU", "off");
+        Ebtop::start_command(cmd, args, env)
+    }
+
+    /// As `start_with_env`, from `cmd` (ebtop's path, and what the caller set on it).
+    pub fn start_command(mut cmd: Command, args: &[&str], env: &[(&str, &str)]) -> Ebtop {
+        let mut child = cmd
             .args(args)
             .args(hooks_args())
             .envs(env.iter().copied())
