@@ -72,6 +72,17 @@ pub fn debug_sample_schedule() -> Option<Vec<f64>> {
     shares.filter(|s| !s.is_empty())
 }
 
+/// Debug builds only: `EBTOP_DEBUG_SAMPLE_GATE=<path>` holds `EBTOP_DEBUG_SAMPLE_SCHEDULE` at
+/// its first share until that file exists (its next entry comes at the interval after), so a
+/// test lowers the share once its connections are captured, not after a time that load can
+/// stretch. None in release builds and when unset.
+pub fn debug_sample_gate() -> Option<std::path::PathBuf> {
+    if !cfg!(debug_assertions) {
+        return None;
+    }
+    std::env::var_os("EBTOP_DEBUG_SAMPLE_GATE").map(std::path::PathBuf::from)
+}
+
 /// Debug builds only: `EBTOP_DEBUG_FLOW_READS_KIB=<KiB>` sizes the ring of changed flows
 /// (`flow_reads`, 8 MiB) down, so the tests can have it overflow with a few hundred flows and
 /// the table read whole instead. None in release builds.

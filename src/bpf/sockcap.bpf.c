@@ -405,26 +405,19 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	if (!dgram && sk && ret > 0 && !(dir == EBTOP_DIR_INGRESS && (flags & MSG_PEEK)) &&
 	    shed_stream_run(sk, dir))
 		return 0;
-	/* A datagram is stamped once it is to be delivered: most are not (no known protocol,
-	 * another process's), and reading the clock source costs a guest ~50 ns per datagram. */
-	__u64 now = dgram ? 0 : bpf_ktime_get_ns();
-	__u64 start = now;
 	/* Helpers taken once per run: each call is a return through this VM's (and any
 	 * SRSO-mitigated CPU's) return thunk. */
 	struct task_struct___cap *task = (struct task_struct___cap *)bpf_get_current_task_btf();
-	/* A send's start is the TCP layer's (tcp_sendmsg_locked): a datagram's is its hook. */
-	if (dir == EBTOP_DIR_EGRESS && !dgram) {
-		/* Taken whatever the outcome, so a failed send leaves no stale start behind. */
-		struct send_start *ss = bpf_task_storage_get(&send_starts, (struct task_struct *)task,
-							     0, 0);
-		if (ss) {
-			if (ss->sk == (__u64)sk && ss->ns && ss->ns <= now)
-				start = ss->ns;
-			ss->ns = 0;
-		}
-	}
 	bool peek = dir == EBTOP_DIR_INGRESS && (flags & MSG_PEEK);
 	if (ret <= 0 || !sk || peek) {
+		/* A send's start is taken whatever the outcome, so a failed send leaves no stale
+		 * start behind. */
+		if (dir == EBTOP_DIR_EGRESS && !dgram) {
+			struct send_start *ss = bpf_task_storage_get(
+				&send_starts, (struct task_struct *)task, 0, 0);
+			if (ss)
+				ss->ns = 0;
+		}
 		if (ret <= 0)
 			mmsg_cursor_on_nothing_moved(task, ret);
 		/* A UDP peer the cgroup hooks stashed in this syscall is this call's only. */
@@ -440,6 +433,22 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	__u8 sock_type = ((struct sock___cap *)sk)->sk_type;
 	if (sock_type != SOCK_STREAM && sock_type != SOCK_DGRAM)
 		return 0;
+	/* The clock only for bytes that moved on an Internet socket (an event loop's empty
+	 * receives, EAGAIN, are one per request for nginx). A datagram is stamped once it is to
+	 * be delivered: most are not (no known protocol, another process's), and reading the
+	 * clock source costs a guest ~50 ns per datagram. */
+	__u64 now = dgram ? 0 : bpf_ktime_get_ns();
+	__u64 start = now;
+	/* A send's start is the TCP layer's (tcp_sendmsg_locked): a datagram's is its hook. */
+	if (dir == EBTOP_DIR_EGRESS && !dgram) {
+		struct send_start *ss = bpf_task_storage_get(&send_starts, (struct task_struct *)task,
+							     0, 0);
+		if (ss) {
+			if (ss->sk == (__u64)sk && ss->ns && ss->ns <= now)
+				start = ss->ns;
+			ss->ns = 0;
+		}
+	}
 	bool tcp_flow = count_flows && sock_type == SOCK_STREAM;
 	/* The flow table counts every process's datagrams, selected or not. */
 	struct peer_stash dgram_peer = {};

@@ -236,6 +236,10 @@ pub struct Sampler {
     cut_generation: u32,
     /// `EBTOP_DEBUG_SAMPLE_SCHEDULE` (debug builds): the share per interval, not the load's.
     schedule: Option<Vec<f64>>,
+    /// The schedule's entry now: one more per interval, once `EBTOP_DEBUG_SAMPLE_GATE`'s
+    /// file exists when one is named.
+    schedule_step: usize,
+    schedule_gate: Option<std::path::PathBuf>,
 }
 
 impl Sampler {
@@ -262,12 +266,15 @@ impl Sampler {
             cut_from: None,
             cut_generation: 0,
             schedule: None,
+            schedule_step: 0,
+            schedule_gate: None,
         };
         if matches!(mode, SamplingMode::Budget(_)) {
             if let Some(s) = crate::diag::debug_sample_schedule() {
                 sampler.ctl = SampleCtl::default();
                 sampler.apply_schedule(&s, 0);
                 sampler.schedule = Some(s);
+                sampler.schedule_gate = crate::diag::debug_sample_gate();
             }
         }
         sampler
@@ -330,7 +337,10 @@ impl Sampler {
         self.intervals += 1;
         if let Some(schedule) = self.schedule.take() {
             let before = self.ctl;
-            self.apply_schedule(&schedule, self.intervals as usize);
+            if self.schedule_gate.as_ref().is_none_or(|g| g.exists()) {
+                self.schedule_step += 1;
+            }
+            self.apply_schedule(&schedule, self.schedule_step);
             self.schedule = Some(schedule);
             return (self.ctl != before).then_some(self.ctl);
         }

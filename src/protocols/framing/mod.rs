@@ -125,6 +125,12 @@ impl Turns {
         self.overlapped = true;
     }
 
+    /// A request came while an earlier one awaited its answer (pipelining, even within one
+    /// segment, before any turn showed it): a turn no longer marks a call's start.
+    pub fn pipelined(&mut self) {
+        self.overlapped = true;
+    }
+
     /// The request direction while every turn into it came between calls.
     pub fn request_direction(&self, request_dir: Option<usize>) -> Option<Direction> {
         if self.overlapped {

@@ -347,6 +347,11 @@ impl Http1Parser {
                 traceparent,
             } => {
                 self.request_dir = Some(d);
+                // A request while an earlier one awaits its answer: pipelining (perhaps in
+                // the very segment that carried both, before any turn could show it).
+                if !self.pending.is_empty() || self.answers_to_skip > 0 {
+                    self.calls_overlapped = true;
+                }
                 let id = self.next_id;
                 self.next_id += 1;
                 let (span, truncated) = match &mut self.dirs[d].cur {

@@ -756,6 +756,17 @@ fn a_turn_into_the_request_direction_starts_a_call_only_while_calls_came_alone()
     p.seg(IN, &RESP_OK[10..]).seg(IN, RESP_OK);
     assert_eq!(p.calls.len(), 2);
     assert_eq!(p.p.request_direction(), None, "pipelined");
+    // Two requests in one segment: pipelining before any turn shows it.
+    let mut b = Driver::new();
+    b.seg(OUT, &[REQ_A, REQ_A].concat());
+    assert_eq!(b.p.request_direction(), None, "two requests at once");
+    let mut bs = Driver::new();
+    bs.seg(IN, &[REQ_A, REQ_A].concat()).seg(OUT, RESP_OK);
+    assert_eq!(
+        bs.p.request_direction(),
+        None,
+        "a server reading two at once"
+    );
 
     // A body after `100 Continue`: a turn into the request direction inside a call.
     let mut c = Driver::new();

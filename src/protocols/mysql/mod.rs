@@ -616,6 +616,9 @@ impl MysqlParser {
                 u.after_ns = c.req.first_start_ns.max(1);
             }
         }
+        if !self.pending.is_empty() {
+            self.turns.pipelined();
+        }
         self.pending.push(c);
     }
 
@@ -2932,6 +2935,13 @@ mod tests {
             .seg(IN, &ok(1, 1, 0, 2)[..3]);
         p.seg(OUT, &query("UPDATE t SET a = 2"));
         assert_eq!(p.p.request_direction(), None);
+        // Two commands in one segment: pipelining before any turn shows it.
+        let mut b = Driver::connected(CAPS);
+        b.seg(
+            OUT,
+            &[query("UPDATE t SET a = 1"), query("UPDATE t SET a = 2")].concat(),
+        );
+        assert_eq!(b.p.request_direction(), None);
 
         let mut g = Driver::connected(CAPS);
         g.seg(OUT, &query("UPDATE t SET a = 1")).gap(IN, Some(5));

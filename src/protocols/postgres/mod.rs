@@ -629,6 +629,12 @@ impl PostgresParser {
                 *after_ns = at_ns.max(1);
             }
         }
+        // A second exchange (a Sync or a simple query) while one awaits its ReadyForQuery:
+        // pipelining, perhaps within one segment. An extended exchange's own messages
+        // (Parse, Bind, Execute … Sync) are one exchange.
+        if e.awaits_ready() && self.pending.iter().any(Expect::awaits_ready) {
+            self.turns.pipelined();
+        }
         self.pending.push(e);
     }
 
@@ -2662,6 +2668,20 @@ mod tests {
             &[complete("SELECT 1"), ready(), complete("SELECT 2"), ready()].concat(),
         );
         assert_eq!(p.p.request_direction(), None);
+
+        // Two queries in one segment: pipelining before any turn shows it.
+        let mut b = Driver::new();
+        b.seg(OUT, &startup()).seg(IN, &startup_reply());
+        b.seg(OUT, &[q("SELECT 1"), q("SELECT 2")].concat());
+        assert_eq!(b.p.request_direction(), None);
+        // An extended exchange (Parse, Bind, Execute, Sync at once) is one call.
+        let mut e = Driver::new();
+        e.seg(OUT, &startup()).seg(IN, &startup_reply());
+        e.seg(
+            OUT,
+            &[parse("", "SELECT 1"), bind("", ""), execute(""), sync()].concat(),
+        );
+        assert_eq!(e.p.request_direction(), Some(OUT));
 
         let mut g = Driver::new();
         g.seg(OUT, &startup())

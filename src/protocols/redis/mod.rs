@@ -1856,6 +1856,11 @@ impl RedisParser {
             self.tunnel = true;
             return;
         }
+        // A command while an earlier one awaits its reply: pipelining (perhaps in the very
+        // segment that carried both, before any turn could show it).
+        if !self.pending.is_empty() || self.skip_replies > 0 {
+            self.calls_overlapped = true;
+        }
         if self.pending.is_full() {
             // Pipelined deeper than the connection's depth and the shared budget allow: the
             // oldest command is dropped, and its replies, which come first, are skipped so the
@@ -3540,10 +3545,13 @@ mod tests {
             .seg(IN, b"$-1\r\n");
         assert_eq!(d.calls.len(), 2);
         assert_eq!(d.p.request_direction(), Some(OUT));
-        // A batch written at once and read whole starts at a turn too.
+        // A batch written at once: pipelining, even read whole — a client that batches may
+        // write its next batch before it read the last one's replies, so the turn a cut
+        // would come at may be inside a call.
         d.seg(OUT, &[GET, GET].concat())
             .seg(IN, b"$1\r\nv\r\n$1\r\nv\r\n");
-        assert_eq!(d.p.request_direction(), Some(OUT));
+        assert_eq!(d.calls.len(), 4);
+        assert_eq!(d.p.request_direction(), None);
 
         // The next command before the last reply: never.
         let mut p = Driver::new();
