@@ -79,7 +79,7 @@ def main():
                     "threads), socket-early (the window starts at attach, the TLS scan not "
                     "waited for), socket:--only=flow+--nice=0 (after ':', more ebtop "
                     "arguments joined by '+'; NAME=VALUE sets an environment variable), …")
-    ap.add_argument("--settle", type=float, default=4.0,
+    ap.add_argument("--settle", type=float, default=8.0,
                     help="seconds a --max-cpu mode runs before its window (its sample settles)")
     ap.add_argument("--other-binary", help="the ebtop that modes ending in @other run")
     ap.add_argument("--https", action="store_true", help="nginx over TLS (see above)")
@@ -201,8 +201,9 @@ http {{ access_log off; keepalive_requests 1000000000;
                     wait_tls_scan(e.pid)
                     r_start = requests_total()
                 if budget:
-                    # A budget measures the load for two intervals, then samples: the window
-                    # starts once the sample has settled.
+                    # A budget captures everything until an interval (after the first) costs
+                    # more, then samples, cutting captured connections from the interval after:
+                    # the window starts once the sample has settled.
                     time.sleep(a.settle)
                     out.seek(0, os.SEEK_END)
                     skip_to = out.tell()
