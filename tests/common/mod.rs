@@ -381,12 +381,22 @@ impl Ebtop {
 
     /// Everything up to and including the summary; asserts a clean exit.
     pub fn finish(mut self) -> Vec<Value> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            match self.next_line(Duration::from_secs(5)) {
-                Some(v) if v["type"] == "summary" => break,
-                Some(_) => {}
-                None => break,
+        // Until the summary or the end of ebtop's output: a loaded host may leave ebtop
+        // silent for seconds while it drains what it captured (a pause is no end).
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left.max(Duration::from_millis(1))) {
+                Ok(l) => {
+                    let v: Value = serde_json::from_str(&l)
+                        .unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}"));
+                    let summary = v["type"] == "summary";
+                    self.collected.push(v);
+                    if summary {
+                        break;
+                    }
+                }
+                Err(_) => break,
             }
         }
         let status = self.child.wait().unwrap();
