@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""ebtop's own memory in scenario D (examples/many_conns: N connections held, 1,000 new/s, then
+all closed at once when it exits), while the connections are held and at their mass close,
+for one or more ebtop binaries run in turn (A B A B ...: the host's load is shared alike).
+
+Memory is RSS less the `bpf` mappings (the kernel's rings mapped into ebtop), from
+/proc/PID/smaps every 0.25 s. Also checked per run: every flow end shown or counted lost
+(`flow_end` lines vs `flow_stats.ends`, `ends_lost`) and how long the teardown's interval
+took to write.
+
+    sudo bench/teardown_mem.py --rounds 2 target/release/ebtop /tmp/ebtop-before \\
+        --many-conns target/release/examples/many_conns
+"""
+
+import argparse, json, os, signal, subprocess, sys, tempfile, threading, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import rss_split_kb, wait_attached, wait_tls_scan  # noqa: E402
+
+
+def sampler(pid, stop, samples):
+    while not stop.is_set():
+        try:
+            total, bpf = rss_split_kb(pid)
+        except (OSError, ValueError):
+            return
+        samples.append((time.monotonic(), (total - bpf) / 1024))
+        time.sleep(0.25)
+
+
+def one_run(binary, many_conns, conns, secs, tmp):
+    out_path = os.path.join(tmp, "out.jsonl")
+    with open(out_path, "w") as out:
+        e = subprocess.Popen([binary, "--json"], stdout=out, stderr=subprocess.DEVNULL)
+    wait_attached(e.pid)
+    wait_tls_scan(e.pid)
+    samples, stop = [], threading.Event()
+    t = threading.Thread(target=sampler, args=(e.pid, stop, samples))
+    t.start()
+    mc = subprocess.Popen([many_conns, str(conns), "1000", str(secs)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    held_from = None
+    for line in mc.stderr:
+        if "holding" in line:
+            held_from = time.monotonic()  # the last worker's: all held after it
+    mc.wait()
+    closed_at = time.monotonic()
+    # The teardown: until the flow_end lines stop coming (at most 60 s).
+    last_n, same, end = -1, 0, closed_at + 60
+    while same < 8 and time.monotonic() < end:
+        time.sleep(0.5)
+        n = os.path.getsize(out_path)
+        same = same + 1 if n == last_n else 0
+        last_n = n
+    stop.set()
+    t.join()
+    e.send_signal(signal.SIGINT)
+    e.wait(timeout=120)
+    ends = 0
+    stats = None
+    big = (0, None)  # the interval with the most flow_end lines: (count, its ts)
+    per_ts = {}
+    with open(out_path) as f:
+        for line in f:
+            if '"flow_end"' in line or '"flow_stats"' in line:
+                v = json.loads(line)
+                if v["type"] == "flow_end":
+                    ends += 1
+                    per_ts[v["ts"]] = per_ts.get(v["ts"], 0) + 1
+                else:
+                    stats = v
+    for ts, n in per_ts.items():
+        big = max(big, (n, ts))
+    held = [m for (ts, m) in samples if held_from and held_from + 2 <= ts <= closed_at]
+    after = [m for (ts, m) in samples if ts >= closed_at]
+    return {
+        "binary": binary,
+        "held_mb": [round(min(held), 1), round(max(held), 1)] if held else None,
+        "teardown_peak_mb": round(max(after), 1) if after else None,
+        "after_mb": round(after[-1], 1) if after else None,
+        "flow_end_lines": ends,
+        "ends_written": stats and stats["ends"],
+        "ends_lost": stats and stats["ends_lost"],
+        "largest_interval_ends": big[0],
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("binaries", nargs="+")
+    ap.add_argument("--many-conns", default="target/release/examples/many_conns")
+    ap.add_argument("--conns", type=int, default=100_000)
+    ap.add_argument("--seconds", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=1)
+    a = ap.parse_args()
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(a.rounds):
+            for b in a.binaries:
+                res = one_run(b, a.many_conns, a.conns, a.seconds, tmp)
+                res["round"] = r
+                print(json.dumps(res), flush=True)
+                results.append(res)
+                time.sleep(3)
+    return results
+
+
+if __name__ == "__main__":
+    main()
