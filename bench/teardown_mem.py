@@ -37,6 +37,7 @@ def one_run(binary, many_conns, conns, secs, tmp):
     samples, stop = [], threading.Event()
     t = threading.Thread(target=sampler, args=(e.pid, stop, samples))
     t.start()
+    mc_start = time.monotonic()
     mc = subprocess.Popen([many_conns, str(conns), "1000", str(secs)], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
     held_from = None
@@ -71,8 +72,12 @@ def one_run(binary, many_conns, conns, secs, tmp):
                     stats = v
     for ts, n in per_ts.items():
         big = max(big, (n, ts))
-    held = [m for (ts, m) in samples if held_from and held_from + 2 <= ts <= closed_at]
-    after = [m for (ts, m) in samples if ts >= closed_at]
+    # The workers hold their connections until `secs` after they started, then close them
+    # all and exit: held from the last one's "holding" line to then (less 2 s either side:
+    # the first reads of the new table, a worker's late start).
+    teardown = mc_start + secs
+    held = [m for (ts, m) in samples if held_from and held_from + 2 <= ts <= teardown - 2]
+    after = [m for (ts, m) in samples if ts >= teardown - 2]
     return {
         "binary": binary,
         "held_mb": [round(min(held), 1), round(max(held), 1)] if held else None,
@@ -82,6 +87,7 @@ def one_run(binary, many_conns, conns, secs, tmp):
         "ends_written": stats and stats["ends"],
         "ends_lost": stats and stats["ends_lost"],
         "largest_interval_ends": big[0],
+        "samples": [(round(ts - mc_start, 2), round(m, 1)) for (ts, m) in samples],
     }
 
 
@@ -92,6 +98,7 @@ def main():
     ap.add_argument("--conns", type=int, default=100_000)
     ap.add_argument("--seconds", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--save", help="write every run with its samples (s from the start, MB) here")
     a = ap.parse_args()
     results = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -99,9 +106,14 @@ def main():
             for b in a.binaries:
                 res = one_run(b, a.many_conns, a.conns, a.seconds, tmp)
                 res["round"] = r
+                samples = res.pop("samples")
                 print(json.dumps(res), flush=True)
+                res["samples"] = samples
                 results.append(res)
                 time.sleep(3)
+    if a.save:
+        with open(a.save, "w") as f:
+            json.dump(results, f, indent=1)
     return results
 
 
