@@ -18,13 +18,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import rss_split_kb, wait_attached, wait_tls_scan  # noqa: E402
 
 
-def sampler(pid, stop, samples):
+def sampler(pid, out_path, stop, samples):
     while not stop.is_set():
         try:
             total, bpf = rss_split_kb(pid)
         except (OSError, ValueError):
             return
-        samples.append((time.monotonic(), (total - bpf) / 1024))
+        samples.append((time.monotonic(), (total - bpf) / 1024, os.path.getsize(out_path)))
         time.sleep(0.25)
 
 
@@ -35,7 +35,7 @@ def one_run(binary, many_conns, conns, secs, tmp):
     wait_attached(e.pid)
     wait_tls_scan(e.pid)
     samples, stop = [], threading.Event()
-    t = threading.Thread(target=sampler, args=(e.pid, stop, samples))
+    t = threading.Thread(target=sampler, args=(e.pid, out_path, stop, samples))
     t.start()
     mc_start = time.monotonic()
     mc = subprocess.Popen([many_conns, str(conns), "1000", str(secs)], stdout=subprocess.PIPE,
@@ -61,23 +61,38 @@ def one_run(binary, many_conns, conns, secs, tmp):
     stats = None
     big = (0, None)  # the interval with the most flow_end lines: (count, its ts)
     per_ts = {}
-    with open(out_path) as f:
-        for line in f:
+    # Where each interval's flow_end lines begin in the output, and where its flow_stats line
+    # ends: with the output's size sampled, how long the interval took to write.
+    span = {}
+    with open(out_path, "rb") as f:
+        at = 0
+        for raw in f:
+            line = raw.decode()
+            at += len(raw)
             if '"flow_end"' in line or '"flow_stats"' in line:
                 v = json.loads(line)
                 if v["type"] == "flow_end":
                     ends += 1
                     per_ts[v["ts"]] = per_ts.get(v["ts"], 0) + 1
+                    span.setdefault(v["ts"], [at - len(raw), at])
                 else:
                     stats = v
+                    if v["ts"] in span:
+                        span[v["ts"]][1] = at
     for ts, n in per_ts.items():
         big = max(big, (n, ts))
+    write_s = None
+    if big[1]:
+        first, last = span[big[1]]
+        began = next((t for (t, _, size) in samples if size > first), None)
+        done = next((t for (t, _, size) in samples if size >= last), None)
+        write_s = round(done - began, 2) if began and done else None
     # The workers hold their connections until `secs` after they started, then close them
     # all and exit: held from the last one's "holding" line to then (less 2 s either side:
     # the first reads of the new table, a worker's late start).
     teardown = mc_start + secs
-    held = [m for (ts, m) in samples if held_from and held_from + 2 <= ts <= teardown - 2]
-    after = [m for (ts, m) in samples if ts >= teardown - 2]
+    held = [m for (ts, m, _) in samples if held_from and held_from + 2 <= ts <= teardown - 2]
+    after = [m for (ts, m, _) in samples if ts >= teardown - 2]
     return {
         "binary": binary,
         "held_mb": [round(min(held), 1), round(max(held), 1)] if held else None,
@@ -87,7 +102,9 @@ def one_run(binary, many_conns, conns, secs, tmp):
         "ends_written": stats and stats["ends"],
         "ends_lost": stats and stats["ends_lost"],
         "largest_interval_ends": big[0],
-        "samples": [(round(ts - mc_start, 2), round(m, 1)) for (ts, m) in samples],
+        # From its first flow_end line to its flow_stats line (±0.25 s: the sampling).
+        "largest_interval_write_s": write_s,
+        "samples": [(round(ts - mc_start, 2), round(m, 1)) for (ts, m, _) in samples],
     }
 
 

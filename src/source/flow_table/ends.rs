@@ -5,7 +5,7 @@
 //! interval's ends wait in memory until then: a teardown of 100,000 connections is 200,000
 //! ends in one interval (40 MB as the kernel's 200-byte records). Here each record is kept as
 //! the difference from the one before it (varints; the addresses, the command name and the
-//! many zero or equal fields of a burst cost a byte or nothing): ~40 bytes an end in such a
+//! many zero or equal fields of a burst cost a byte or nothing): ~46 bytes an end in such a
 //! teardown, never more than [`MAX_RECORD`]. And the memory is bounded whatever comes: at most
 //! `max_chunks` chunks of [`CHUNK_BYTES`] are held (counting the chunks a poll has taken and
 //! not read yet); past that the ring is not drained, the kernel's ring fills and the ends it
@@ -23,7 +23,7 @@ pub const CHUNK_BYTES: usize = 64 * 1024;
 /// be longer.
 pub const MAX_RECORD: usize = 1 + FLOW_LEN;
 
-/// The default bound on the bytes of ends held: 16 MiB, ~400,000 ends of a teardown (the
+/// The default bound on the bytes of ends held: 16 MiB, ~350,000 ends of a teardown (the
 /// default `--max-flows` table torn down at once fits), 83,000 at the worst.
 pub const DEFAULT_HELD_BYTES: usize = 16 << 20;
 
