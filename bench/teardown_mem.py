@@ -130,7 +130,7 @@ def main():
                 time.sleep(3)
     if a.save:
         with open(a.save, "w") as f:
-            json.dump(results, f, indent=1)
+            f.write("[\n" + ",\n".join(json.dumps(r) for r in results) + "\n]\n")
     return results
 
 
