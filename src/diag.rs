@@ -113,6 +113,20 @@ pub fn debug_flow_ends_bytes() -> Option<u32> {
     debug_ring_bytes("EBTOP_DEBUG_FLOW_ENDS_KIB")
 }
 
+/// Debug builds only: `EBTOP_DEBUG_FLOW_ENDS_HELD_KIB=<KiB>` bounds the flow ends held in
+/// memory between two intervals (16 MiB; at least one 64 KiB chunk), so the tests can see the
+/// ring take the rest and count what it has no room for. None in release builds.
+pub fn debug_flow_ends_held_bytes() -> Option<usize> {
+    if !cfg!(debug_assertions) {
+        return None;
+    }
+    let kib: usize = std::env::var("EBTOP_DEBUG_FLOW_ENDS_HELD_KIB")
+        .ok()?
+        .parse()
+        .ok()?;
+    Some(kib.saturating_mul(1024))
+}
+
 /// A ring size in KiB from `var` (debug builds), as a ring must be: a power of two pages.
 fn debug_ring_bytes(var: &str) -> Option<u32> {
     if !cfg!(debug_assertions) {

@@ -11,6 +11,7 @@
 //! the capture ring filled up meanwhile.
 
 pub mod drops;
+pub mod ends;
 pub mod iface;
 pub mod listening;
 pub mod owners;
@@ -36,6 +37,7 @@ use crate::filters::Filters;
 use crate::flows::names::{CloseReason, Role, TcpProto, TcpState};
 use crate::flows::{FlowReport, FlowStats, TcpFlow, UdpFlow, DEFAULT_MAX_FLOWS, FLOWS_PER_PART};
 use compact_str::CompactString;
+use ends::EndsBuf;
 use owners::Owners;
 use raw::{RawFlow, RawUdp, RawUdpKey};
 
@@ -202,28 +204,6 @@ pub struct FlowCollector {
     iface: Option<iface::IfaceProgram>,
 }
 
-/// Flow-end records drained since the last poll, back to back (each `raw::FLOW_LEN`), in
-/// chunks: a teardown's 200,000 ends grow it a chunk at a time, not by doubling one buffer
-/// (which held both copies while it moved them), and the poll frees each chunk once read.
-#[derive(Default)]
-struct EndsBuf(Vec<Vec<u8>>);
-
-/// Flow-end records per chunk of [`EndsBuf`].
-const ENDS_PER_CHUNK: usize = 4096;
-
-impl EndsBuf {
-    fn push(&mut self, record: &[u8]) {
-        match self.0.last_mut() {
-            Some(c) if c.len() + record.len() <= c.capacity() => c.extend_from_slice(record),
-            _ => {
-                let mut c = Vec::with_capacity(raw::FLOW_LEN * ENDS_PER_CHUNK);
-                c.extend_from_slice(record);
-                self.0.push(c);
-            }
-        }
-    }
-}
-
 /// An interval's report as the reader thread makes it: full parts are sent on at once
 /// (`more` set), the last one with the table's stats when the poll is done.
 struct Parts<'a> {
@@ -305,15 +285,23 @@ struct EndsRing(RingBuffer<'static>);
 unsafe impl Send for EndsRing {}
 
 impl EndsRing {
-    fn consume(ring: &Mutex<EndsRing>) {
+    /// Drains the ring into `ends` as far as its bound allows; the rest waits in the ring
+    /// (which, when full, counts the ends it has no room for: `ends_lost`).
+    fn consume(ring: &Mutex<EndsRing>, ends: &Mutex<EndsBuf>) {
         let r = ring.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = r.0.consume_raw();
+        // Only this thread pushes (it holds the ring), and a poll only frees: the room
+        // read now is there until the drain ends.
+        let room = ends.lock().unwrap_or_else(|e| e.into_inner()).room();
+        if room > 0 {
+            // (libbpf reads one record when asked for none.)
+            let _ = r.0.consume_raw_n(room);
+        }
     }
 }
 
 /// The burst drain thread: waits for the ring's wakeups (edge-triggered: ends written without
 /// one keep the ring readable, and the loop drains those) or `stop`.
-fn drain_bursts(ring: Arc<Mutex<EndsRing>>, stop: Doorbell) -> Result<std::thread::JoinHandle<()>> {
+fn drain_bursts((ring, ends): EndsSource, stop: Doorbell) -> Result<std::thread::JoinHandle<()>> {
     let epoll = crate::eventfd::new_epoll().context("waiting for flow ends")?;
     let ring_fd = ring.lock().unwrap_or_else(|e| e.into_inner()).0.epoll_fd();
     crate::eventfd::epoll_add_edge(epoll.as_raw_fd(), ring_fd, 0)
@@ -330,7 +318,7 @@ fn drain_bursts(ring: Arc<Mutex<EndsRing>>, stop: Doorbell) -> Result<std::threa
             if stop.clear() {
                 return;
             }
-            EndsRing::consume(&ring);
+            EndsRing::consume(&ring, &ends);
         })
         .context("starting the flow-end reader thread failed")
 }
@@ -348,6 +336,10 @@ impl Drop for FlowCollector {
 /// first time); in between only the flows touched lately are read, and come through the
 /// `flow_reads` ring. The whole read also forgets flows that left the table without an end.
 const FULL_READ_EVERY: u64 = 8;
+
+/// Times a poll drains the flow-end ring after reading the counters, at most (a flood of
+/// ends could keep it there).
+const LATE_DRAINS: usize = 8;
 
 /// Flows read from the `flow_reads` ring at a time.
 const READS_PER_BATCH: usize = 4096;
@@ -613,15 +605,14 @@ impl FlowCollector {
             // `snapshot` (raw_tp) is run on demand, never attached.
         }
         let skel: &'static FlowsSkel<'static> = skel;
-        let ends: Arc<Mutex<EndsBuf>> = Arc::default();
+        let held = crate::diag::debug_flow_ends_held_bytes().unwrap_or(ends::DEFAULT_HELD_BYTES);
+        let ends = Arc::new(Mutex::new(EndsBuf::new(held)));
         let sink = ends.clone();
         let mut builder = RingBufferBuilder::new();
         builder
             .add(&skel.maps.flow_ends, move |data: &[u8]| {
-                // Back to back in chunks, not an allocation each (200,000 at a teardown).
-                if data.len() == raw::FLOW_LEN {
-                    sink.lock().unwrap_or_else(|e| e.into_inner()).push(data);
-                }
+                // Compact, in chunks, not an allocation each (200,000 at a teardown).
+                sink.lock().unwrap_or_else(|e| e.into_inner()).push(data);
                 0
             })
             .context("setting up the flow-end ring failed")?;
@@ -633,7 +624,7 @@ impl FlowCollector {
         let stop = Doorbell::new().context("waiting for flow ends")?;
         let burst_drain = Some((
             stop.try_clone().context("waiting for flow ends")?,
-            drain_bursts(ring.clone(), stop)?,
+            drain_bursts((ring.clone(), ends.clone()), stop)?,
         ));
         let handle = |m: &libbpf_rs::Map, what: &str| {
             MapHandle::try_from(m).with_context(|| format!("opening the flow table's {what} map"))
@@ -757,7 +748,7 @@ impl FlowCollector {
     /// Drains the flow-end ring into memory (cheap; call it every loop iteration so bursts of
     /// short connections do not fill the ring between intervals).
     pub fn consume(&mut self) {
-        EndsRing::consume(&self.ring);
+        EndsRing::consume(&self.ring, &self.ends);
     }
 
     /// Ends an interval: the reader thread snapshots every flow's counters in the kernel and
@@ -767,7 +758,7 @@ impl FlowCollector {
     pub fn request_poll(&mut self, now_ns: u64) -> Result<()> {
         // Ends drained after this are reported with the next interval.
         self.consume();
-        let ends = std::mem::take(&mut *self.ends.lock().unwrap_or_else(|e| e.into_inner()));
+        let ends = self.ends.lock().unwrap_or_else(|e| e.into_inner()).take();
         // Interfaces that came (`--iface all`, or a named one back) are attached first.
         let (ifaces, iface_attach_failures) = match self.iface.as_mut() {
             Some(p) => {
@@ -1156,11 +1147,8 @@ impl FlowTableReader {
 
     /// One flow-end record: the flow's last report; its address forgotten unless a newer
     /// flow has it.
-    fn end_flow(&mut self, data: &[u8], now_ns: u64, parts: &mut Parts<'_>) {
-        let Some(r) = RawFlow::decode(data) else {
-            return;
-        };
-        let mut f = self.tcp_flow(&r, now_ns, true);
+    fn end_flow(&mut self, r: &RawFlow, now_ns: u64, parts: &mut Parts<'_>) {
+        let mut f = self.tcp_flow(r, now_ns, true);
         let owner = (f.pid, f.comm.as_deref());
         f.drops = self.flow_drops(f.flow_id, 6, (f.local, f.peer), owner, true);
         // Unless the address is already a newer flow's.
@@ -1224,11 +1212,7 @@ impl FlowTableReader {
         }
         // Ended flows first: a socket address can be reused by a new flow at once. Each chunk
         // of records is freed once read.
-        for chunk in ends.0 {
-            for data in chunk.chunks_exact(raw::FLOW_LEN) {
-                self.end_flow(data, now_ns, &mut parts);
-            }
-        }
+        ends.read(|r| self.end_flow(r, now_ns, &mut parts));
 
         let flow_len = self.flows.value_size() as usize;
         match reads {
@@ -1377,13 +1361,17 @@ impl FlowTableReader {
         // counters were read are counted in `ends`: their records are read now and reported
         // with this interval (the session's last report would otherwise count an end it
         // never shows).
+        // Read a bound's worth at a time (each read frees its room), until the ring is
+        // empty: the ring holds 20,000 ends and the bound ~80,000 or more, but the ends
+        // drained meanwhile for the next interval hold some of it.
         let (ring, buf) = self.late_ends.clone();
-        EndsRing::consume(&ring);
-        let late = std::mem::take(&mut *buf.lock().unwrap_or_else(|e| e.into_inner()));
-        for chunk in late.0 {
-            for data in chunk.chunks_exact(raw::FLOW_LEN) {
-                self.end_flow(data, now_ns, &mut parts);
+        for _ in 0..LATE_DRAINS {
+            EndsRing::consume(&ring, &buf);
+            let late = buf.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if late.is_empty() {
+                break;
             }
+            late.read(|r| self.end_flow(r, now_ns, &mut parts));
         }
         let stats = FlowStats {
             max_flows: self.cfg.max_flows as u64,
