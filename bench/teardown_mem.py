@@ -17,6 +17,9 @@ import argparse, json, os, signal, subprocess, sys, tempfile, threading, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import rss_split_kb, wait_attached, wait_tls_scan  # noqa: E402
 
+# Figures are of every call captured: no CPU budget unless a mode asks for one (--max-cpu).
+os.environ.setdefault("EBTOP_MAX_CPU", "off")
+
 
 def sampler(pid, out_path, stop, samples):
     while not stop.is_set():
