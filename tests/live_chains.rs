@@ -672,17 +672,21 @@ fn go_app(dir: &std::path::Path) -> std::path::PathBuf {
     bin
 }
 
-/// Goroutines the Go app's handler starts for each request (each a Redis GET).
+/// Goroutines the Go app's handler starts for each request (each a Redis GET), besides one
+/// that calls the backend.
 const FANOUT: usize = 3;
 
 /// A Go net/http app (many requests in flight: CLIENTS keep-alive clients) whose handler
-/// makes two Redis GETs in its own goroutine, FANOUT from goroutines it starts, and one call
-/// to a Go backend through net/http's client (whose request its Transport's writeLoop
-/// goroutine writes). Ground truth: the app's log, per request id, of the calls it made and
-/// which goroutine made them. The handler's own calls must sit under their request's server
-/// call, all of them; the others are linked to no request (a goroutine serves only the
-/// requests it read) and counted; a call under another request is a failure. Every hop
-/// (test → app, app → Redis, app → backend) is linked, and the replay links the same.
+/// makes two Redis GETs in its own goroutine, FANOUT from goroutines it starts, and two calls
+/// to a Go backend through net/http's client (whose requests its Transport's writeLoop
+/// goroutines write, on keep-alive connections every request's goroutines take turns on):
+/// one from its own goroutine, one from a goroutine it started, at the same time. Ground
+/// truth: the app's log, per request id, of the calls it made and which goroutine made them.
+/// The handler's own calls, the HTTP client's included (through the roundTrip that asked for
+/// them: src/bpf/gohttp.h), must sit under their request's server call, all of them; the
+/// others are linked to no request (a goroutine serves only the requests it read) and
+/// counted; a call under another request is a failure. Every hop (test → app, app → Redis,
+/// app → backend) is linked, and the replay links the same.
 #[test]
 fn a_go_services_goroutines_link_their_own_calls_to_their_request_and_no_other() {
     go_app_chains(false);
@@ -780,7 +784,7 @@ fn go_app_chains(tls: bool) {
     let summary = lines.last().unwrap();
     assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
     let made = app_log(&log);
-    assert!(made.values().all(|d| d.len() == FANOUT + 3), "{made:?}");
+    assert!(made.values().all(|d| d.len() == FANOUT + 4), "{made:?}");
 
     let calls = calls(&lines);
     let by_id: HashMap<&str, &Value> = calls.iter().map(|c| (str_of(c, "id"), *c)).collect();
@@ -804,12 +808,16 @@ fn go_app_chains(tls: bool) {
         }
         for d in downstream {
             let (by, what) = d.split_once(':').unwrap();
-            let port = if by == "B" { backend_port } else { redis_port };
+            let port = if by == "B" || by == "G" {
+                backend_port
+            } else {
+                redis_port
+            };
             let client = one("client", port, what);
             match (by, client["parent_id"].as_str()) {
-                ("D", Some(p)) if p == str_of(app, "id") => {}
-                ("D", None) => missing.push(format!("{what}: no parent")),
-                (_, None) => {}
+                ("D" | "B", Some(p)) if p == str_of(app, "id") => {}
+                ("D" | "B", None) => missing.push(format!("{what}: no parent")),
+                (_, None) => {} // F and G: a goroutine the handler started
                 (_, Some(p)) => wrong.push(format!(
                     "{by} {what} under {}",
                     by_id.get(p).map_or("?", |c| str_of(c, "resource"))
@@ -826,18 +834,21 @@ fn go_app_chains(tls: bool) {
     assert!(wrong.is_empty(), "calls under another request: {wrong:#?}");
     assert!(missing.is_empty(), "links not made: {missing:#?}");
     let chains = &summary["chains"];
-    assert_eq!(chains["linked"], 2 * n, "{chains}");
-    assert_eq!(chains["goroutine_linked"], 2 * n, "{chains}");
+    assert_eq!(chains["linked"], 3 * n, "{chains}");
+    assert_eq!(chains["goroutine_linked"], 3 * n, "{chains}");
+    eprintln!("Go app's chains: {chains}");
+    assert_eq!(chains["http_client_linked"], n, "{chains}");
+    assert_eq!(chains["http_unproved"], 0, "{chains}");
     assert_eq!(
         chains["goroutine_unlinked"],
         (FANOUT as u64 + 1) * n,
-        "the fan-out's and the HTTP client's calls: {chains}"
+        "the fan-out's calls, Redis and HTTP: {chains}"
     );
     assert_eq!(chains["goroutine_unknown"], 0, "no cgo: {chains}");
     assert_eq!(chains["ambiguous"], 0, "{chains}");
     assert_eq!(chains["unconfirmed"], 0, "{chains}");
-    // Hops: test → app, app → Redis (2 + FANOUT), app → backend.
-    assert_eq!(chains["hops"], (FANOUT as u64 + 4) * n, "{chains}");
+    // Hops: test → app, app → Redis (2 + FANOUT), app → backend (2).
+    assert_eq!(chains["hops"], (FANOUT as u64 + 5) * n, "{chains}");
 
     // The recording (its records name their goroutines) replays into the same chains.
     let chain_of = |c: &Value| {
