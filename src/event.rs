@@ -625,6 +625,31 @@ mod tests {
         assert_eq!(Event::decode(&raw).unwrap_err(), DecodeError::Kind(99));
     }
 
+    /// A Go net/http client probe's record: which probe, on which object, by which
+    /// goroutine; one with no goroutine, or of a probe this ebtop does not know, says nothing.
+    #[test]
+    fn go_http_records_name_their_probe_object_and_goroutine() {
+        let raw = EventBuilder::go_http(2, 0xc000_a000, 500)
+            .process(7, 8, "app")
+            .build_go_http(0xc000_1000);
+        let ev = Event::decode(&raw).unwrap();
+        assert_eq!((ev.kind, ev.start_ns, ev.end_ns), (EventKind::GoHttp, 500, 500));
+        assert_eq!(
+            ev.go_http(),
+            Some(GoHttp::RoundTrip {
+                pc: 0xc000_a000,
+                g: 0xc000_1000
+            })
+        );
+        let ev = Event::decode(&raw[..HEADER_LEN]).unwrap();
+        assert_eq!(ev.go_http(), None, "no goroutine");
+        let mut raw = raw.clone();
+        raw[32] = 9;
+        assert_eq!(Event::decode(&raw).unwrap().go_http(), None, "unknown probe");
+        let data = EventBuilder::data(Direction::Egress, 1, 2, 3).build_with_goroutine(b"abc", 9);
+        assert_eq!(Event::decode(&data).unwrap().go_http(), None);
+    }
+
     #[test]
     fn a_tail_follows_the_head_and_only_with_its_flag() {
         let raw =
