@@ -633,7 +633,10 @@ mod tests {
             .process(7, 8, "app")
             .build_go_http(0xc000_1000);
         let ev = Event::decode(&raw).unwrap();
-        assert_eq!((ev.kind, ev.start_ns, ev.end_ns), (EventKind::GoHttp, 500, 500));
+        assert_eq!(
+            (ev.kind, ev.start_ns, ev.end_ns),
+            (EventKind::GoHttp, 500, 500)
+        );
         assert_eq!(
             ev.go_http(),
             Some(GoHttp::RoundTrip {
@@ -645,7 +648,11 @@ mod tests {
         assert_eq!(ev.go_http(), None, "no goroutine");
         let mut raw = raw.clone();
         raw[32] = 9;
-        assert_eq!(Event::decode(&raw).unwrap().go_http(), None, "unknown probe");
+        assert_eq!(
+            Event::decode(&raw).unwrap().go_http(),
+            None,
+            "unknown probe"
+        );
         let data = EventBuilder::data(Direction::Egress, 1, 2, 3).build_with_goroutine(b"abc", 9);
         assert_eq!(Event::decode(&data).unwrap().go_http(), None);
     }

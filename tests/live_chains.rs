@@ -773,6 +773,20 @@ fn go_app_chains(tls: bool) {
         "--port",
         &backend_port.to_string(),
     ]);
+    // The Go programs' net/http client probes were placed before any request (`start` waits
+    // for the lookout's look at the running processes): a connection whose writeLoop began
+    // before them writes for no asker ebtop knows.
+    let tls_line = tls_start(&ebtop.collected).clone();
+    let probed = tls_line["tls_probed"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        probed
+            .iter()
+            .any(|f| f.as_str().is_some_and(|f| f.ends_with(" [go+http]"))),
+        "the Go app's net/http client probed: {tls_line}"
+    );
     if tls {
         // curl's libssl probed before it runs.
         ebtop.installed_scanned();

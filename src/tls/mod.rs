@@ -391,7 +391,7 @@ fn attach_found(progs: &TlsPrograms, found: Found) -> Probed {
         }),
         Plan::Go(sites) => attach_go(progs, &target, pid, sites).map(|mut links| {
             // net/http's client too, for the call chains: apart (its failure leaves TLS on).
-            match (&sites.http, crate::pipeline::chains_enabled()) {
+            match (&sites.http, go_http_wanted()) {
                 (Ok(Some(http)), true) => match attach_go_http(progs, &target, pid, http) {
                     Ok(more) => {
                         links.extend(more);
@@ -507,6 +507,12 @@ fn attach_go(
     let mut links = returns.place(pid, &target.path)?;
     links.extend(entries.place(pid, &target.path)?);
     Ok(links)
+}
+
+/// Whether Go programs' net/http client is probed: for the call chains, when they are on;
+/// `EBTOP_GO_HTTP=0` leaves it out (for measuring what its probes cost: docs/performance.md).
+fn go_http_wanted() -> bool {
+    crate::pipeline::chains_enabled() && std::env::var_os("EBTOP_GO_HTTP").is_none_or(|v| v != "0")
 }
 
 /// Entry probes on a Go program's net/http client (`golang::HttpSites`, src/bpf/gohttp.h):
