@@ -889,3 +889,26 @@ fn a_writeloop_that_ended_or_whose_goroutine_was_reused_writes_for_no_asker() {
     assert_eq!((st.http_client_linked, st.goroutine_unlinked), (2, 3));
     assert_eq!(st.http_unproved, 1);
 }
+
+/// Untrusted records (a crafted recording): Go HTTP client probe records of ever new objects
+/// and goroutines keep the state bounded (started over at its cap, counted), in linear time.
+#[test]
+fn go_http_records_without_end_keep_the_state_bounded() {
+    let mut s = Sim::new();
+    let n = MAX_GO_CONNS as u64 * 2 + 10;
+    for i in 0..n {
+        s.go_http(WRITE_LOOP, 0x1000 + i * 8, 0xc100_0000 + i * 8, 0);
+        s.go_http(ROUND_TRIP, 0x9000_0000 + i * 8, 0xc900_0000 + i * 8, 0);
+        for _ in 0..MAX_ASKS {
+            s.go_http(ROUND_TRIP, 0x1000 + i * 8, H1, 0);
+        }
+        assert!(s.chains.go_conns.len() <= MAX_GO_CONNS);
+        assert!(s.chains.go_writers.len() <= s.chains.go_conns.len());
+    }
+    assert!(s
+        .chains
+        .go_conns
+        .values()
+        .all(|o| o.asks.len() <= MAX_ASKS + 1));
+    assert!(s.chains.stats.state_resets >= 2);
+}
