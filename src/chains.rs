@@ -25,8 +25,9 @@
 //!   unlinked and counted (`goroutine_unlinked`).
 //!   A request made through net/http's HTTP/1 client is written by its connection's
 //!   `persistConn.writeLoop` goroutine, not by the goroutine that asked: uprobes
-//!   (src/bpf/gohttp.h, [`GoHttp`]) say which goroutine W runs the writeLoop of which
-//!   connection object P, and which goroutine H called `P.roundTrip` when. A connection
+//!   (src/bpf/gohttp.h, [`GoHttp`]) say which goroutine W writes for which connection
+//!   object P (at each flush, right before the write: connections older than ebtop too),
+//!   when W's writeLoop ends, and which goroutine H called `P.roundTrip` when. A connection
 //!   carries one request at a time (Go's client never pipelines, and gives a connection to
 //!   the next request only once the last one's write is done), so the request whose first
 //!   write W makes after a read (or first of all) is the one H asked for, when exactly one
@@ -156,8 +157,8 @@ enum Parent {
     HttpUnproved,
 }
 
-/// A Go net/http client connection object (`*persistConn`) whose writeLoop ebtop saw begin,
-/// or that a roundTrip named (its writeLoop may begin after: the dialer starts it).
+/// A Go net/http client connection object (`*persistConn`) whose writer ebtop saw write, or
+/// that a roundTrip named (its writer writes after).
 #[derive(Debug)]
 struct GoConnObj {
     /// The goroutine running its writeLoop.
@@ -682,8 +683,12 @@ impl<T> Chains<T> {
     /// A Go net/http client probe's record (src/bpf/gohttp.h) of process `pid` at `ns`.
     fn on_go_http(&mut self, pid: u32, ns: u64, h: GoHttp) {
         match h {
-            GoHttp::WriteLoop { pc, g } => {
+            GoHttp::ConnWrite { pc, g } => {
                 let writer = (pid, GOROUTINE | g);
+                // Each flush of a request says so again: the writer of pc already.
+                if self.go_writers.get(&writer) == Some(&pc) {
+                    return;
+                }
                 self.drop_writer(writer);
                 self.bound_go_conns(pid, pc);
                 let obj = self.go_conns.entry((pid, pc)).or_insert_with(|| GoConnObj {

@@ -52,9 +52,9 @@ pub enum EventKind {
 /// record's process ...
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GoHttp {
-    /// ... runs `(*persistConn).writeLoop` of connection object `pc` (it writes that
-    /// connection's requests from now on).
-    WriteLoop { pc: u64, g: u64 },
+    /// ... writes connection object `pc`'s socket now (`persistConnWriter.Write` began: it
+    /// runs that connection's writeLoop).
+    ConnWrite { pc: u64, g: u64 },
     /// ... called `(*persistConn).roundTrip` on `pc`: it asks for `pc`'s next request.
     RoundTrip { pc: u64, g: u64 },
     /// ... returned from writeLoop (the goroutine ends; its `g` may be reused).
@@ -425,7 +425,7 @@ impl<'a> Event<'a> {
         }
         let g = self.goroutine?;
         match self.total_len {
-            1 => Some(GoHttp::WriteLoop { pc: self.seq, g }),
+            1 => Some(GoHttp::ConnWrite { pc: self.seq, g }),
             2 => Some(GoHttp::RoundTrip { pc: self.seq, g }),
             3 => Some(GoHttp::WriteLoopEnd { g }),
             _ => None,

@@ -683,7 +683,7 @@ const FANOUT: usize = 3;
 /// one from its own goroutine, one from a goroutine it started, at the same time. Ground
 /// truth: the app's log, per request id, of the calls it made and which goroutine made them.
 /// The handler's own calls, the HTTP client's included (through the roundTrip that asked for
-/// them: src/bpf/gohttp.h), must sit under their request's server call, all of them; the
+/// them: src/bpf/gohttp.h; on connections opened before ebtop started too), must sit under their request's server call, all of them; the
 /// others are linked to no request (a goroutine serves only the requests it read) and
 /// counted; a call under another request is a failure. Every hop (test → app, app → Redis,
 /// app → backend) is linked, and the replay links the same.
@@ -760,6 +760,22 @@ fn go_app_chains(tls: bool) {
     wait_for_listener("127.0.0.1", redis_port, "redis-server");
     wait_for_listener("127.0.0.1", backend_port, "the backend");
     wait_for_listener("127.0.0.1", app_port, "the app");
+
+    // Before ebtop, a request whose backend calls open two of the app's client connections:
+    // requests of the session reuse connections whose writeLoop began before ebtop (their
+    // writer is learned at its writes). Its log line is cleared.
+    let scheme = if tls { "https" } else { "http" };
+    let warm = Command::new("curl")
+        .args(["-sk", "-o", "/dev/null", "-w", "%{http_code}"])
+        .arg(format!("{scheme}://127.0.0.1:{app_port}/req/warm"))
+        .output()
+        .expect("curl runs");
+    assert_eq!(String::from_utf8_lossy(&warm.stdout), "200", "{warm:?}");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&log)
+        .and_then(|f| f.set_len(0))
+        .expect("the app's log cleared");
 
     let recording = dir.join("chains.ebtop");
     let mut ebtop = Ebtop::start(&[

@@ -47,9 +47,11 @@ enum ebtop_event_kind {
 
 /* total_len of an EBTOP_EV_GO_HTTP record. */
 enum ebtop_go_http {
-	EBTOP_GO_HTTP_WRITE_LOOP = 1,     /* net/http.(*persistConn).writeLoop began */
+	EBTOP_GO_HTTP_CONN_WRITE = 1,     /* net/http.persistConnWriter.Write began: the
+					   * goroutine writes pc's connection now */
 	EBTOP_GO_HTTP_ROUND_TRIP = 2,     /* net/http.(*persistConn).roundTrip began */
-	EBTOP_GO_HTTP_WRITE_LOOP_END = 3, /* writeLoop returned (its goroutine ends) */
+	EBTOP_GO_HTTP_WRITE_LOOP_END = 3, /* (*persistConn).writeLoop returned (its goroutine
+					   * ends) */
 };
 
 enum ebtop_direction {

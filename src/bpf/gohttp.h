@@ -4,7 +4,9 @@
  * with `http.Get`/`Client.Do` is written to its socket by the connection's
  * `persistConn.writeLoop` goroutine, not by the goroutine that asked, so the write's
  * goroutine (gochain.h) says nothing of the request it serves. Three uprobes say who asked:
- *   - entry of `(*persistConn).writeLoop(pc)`, once per connection: goroutine W writes for pc;
+ *   - entry of `persistConnWriter.Write(w)` (w is one pointer, pc: the register holds it),
+ *     where writeLoop's buffered writer flushes a request to the socket, right before the
+ *     write: goroutine W writes for pc (also on connections older than ebtop);
  *   - each return instruction of writeLoop: W ends (its g may then run another goroutine);
  *   - entry of `(*persistConn).roundTrip(pc, req)`, once per request: the calling goroutine
  *     asks pc for its next request (pc carries one request at a time: Go's client never
@@ -59,15 +61,16 @@ static __always_inline int go_http_note(struct pt_regs *ctx, __u64 what, __u64 p
 	return 0;
 }
 
-/* func (pc *persistConn) writeLoop() */
+/* func (w persistConnWriter) Write(p []byte) (int, error); persistConnWriter{pc} */
 SEC("uprobe")
-int go_http_write_loop_enter(struct pt_regs *ctx)
+int go_http_conn_write_enter(struct pt_regs *ctx)
 {
 	__u64 pc = GO_ARG1(ctx);
 	asm volatile("" : "+r"(pc));
-	return go_http_note(ctx, EBTOP_GO_HTTP_WRITE_LOOP, pc);
+	return go_http_note(ctx, EBTOP_GO_HTTP_CONN_WRITE, pc);
 }
 
+/* func (pc *persistConn) writeLoop(): its return instructions */
 SEC("uprobe")
 int go_http_write_loop_return(struct pt_regs *ctx)
 {

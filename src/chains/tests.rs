@@ -736,7 +736,7 @@ fn a_request_line_split_across_two_reads_is_served_by_the_second_reader() {
 }
 
 /// net/http's client: `GoHttp` probes' `what`.
-const WRITE_LOOP: u64 = 1;
+const CONN_WRITE: u64 = 1;
 const ROUND_TRIP: u64 = 2;
 const WRITE_LOOP_END: u64 = 3;
 /// The app's client connections to a backend on port 9000, and the backend's sides.
@@ -754,20 +754,25 @@ const R: u64 = 0xc000_7000; // readLoop: reads the responses
 /// A request made through net/http's client is written by its connection's writeLoop
 /// goroutine: it is the call of the goroutine whose roundTrip asked for it (the one since the
 /// connection's previous request), under the request that goroutine serves — two handlers
-/// taking turns on one keep-alive connection, each request in two writes (head, body).
+/// taking turns on one keep-alive connection older than ebtop, each request in two writes
+/// (head, body; the writer's flush says it writes for that connection before each).
 #[test]
 fn an_http_client_request_is_the_call_of_the_goroutine_that_asked_for_it() {
     let mut s = Sim::new();
     s.go_io(7, H1, K1, IN, &get("/a", ""));
     s.go_io(8, H2, K2, IN, &get("/b", ""));
-    // H1 asks before the dialer's writeLoop begins (the dialer starts it).
+    // A connection older than ebtop: its writer wrote before any probe record.
+    s.go_io(9, W1, B1, OUT, &get("/before", ""));
+    s.go_io(9, R, B1, IN, OK);
+    // H1 asks; its writer says so at its first flush, right before the write.
     s.go_http(ROUND_TRIP, P1, H1, 0);
-    s.go_http(WRITE_LOOP, P1, W1, 0);
+    s.go_http(CONN_WRITE, P1, W1, 0);
     let post = b"POST /for-a HTTP/1.1\r\nHost: b\r\nContent-Length: 4\r\n\r\n";
     s.go_io(9, W1, B1, OUT, post);
     s.go_io(9, W1, B1, OUT, b"body");
     s.go_io(7, R, B1, IN, OK);
     s.go_http(ROUND_TRIP, P1, H2, 0);
+    s.go_http(CONN_WRITE, P1, W1, 0);
     s.go_io(7, W1, B1, OUT, &get("/for-b", ""));
     s.go_io(9, R, B1, IN, OK);
     s.go_io(7, H1, K1, OUT, OK);
@@ -782,7 +787,12 @@ fn an_http_client_request_is_the_call_of_the_goroutine_that_asked_for_it() {
         (st.linked, st.goroutine_linked, st.http_client_linked),
         (2, 2, 2)
     );
-    assert_eq!((st.http_unproved, st.goroutine_unlinked), (0, 0));
+    assert_eq!(
+        (st.http_unproved, st.goroutine_unlinked),
+        (0, 1),
+        "/before: no asker"
+    );
+    assert_eq!(s.one(Side::Client, "GET", "/before").parent_id, None);
 }
 
 /// Whenever which roundTrip asked is not proved, no link, counted: no roundTrip since the
@@ -794,7 +804,7 @@ fn an_http_client_request_whose_asker_is_not_proved_links_nothing() {
     let mut s = Sim::new();
     s.go_io(7, H1, K1, IN, &get("/a", ""));
     s.go_io(8, H2, K2, IN, &get("/b", ""));
-    s.go_http(WRITE_LOOP, P1, W1, 0);
+    s.go_http(CONN_WRITE, P1, W1, 0);
     // No ask.
     s.go_io(9, W1, B1, OUT, &get("/unasked", ""));
     s.go_io(9, R, B1, IN, OK);
@@ -847,7 +857,7 @@ fn an_http_client_request_whose_asker_is_not_proved_links_nothing() {
 fn a_writeloop_that_ended_or_whose_goroutine_was_reused_writes_for_no_asker() {
     let mut s = Sim::new();
     s.go_io(7, H1, K1, IN, &get("/a", ""));
-    s.go_http(WRITE_LOOP, P1, W1, 0);
+    s.go_http(CONN_WRITE, P1, W1, 0);
     s.go_http(ROUND_TRIP, P1, H1, 0);
     s.go_io(9, W1, B1, OUT, &get("/by-w1", ""));
     s.go_io(9, R, B1, IN, OK);
@@ -857,7 +867,7 @@ fn a_writeloop_that_ended_or_whose_goroutine_was_reused_writes_for_no_asker() {
     s.go_io(9, W1, R1, OUT, &redis_get("w1-reused"));
     s.go_io(9, W1, R1, IN, b"$-1\r\n");
     // A writeLoop on P2 whose goroutine then writes elsewhere: no longer P2's writer.
-    s.go_http(WRITE_LOOP, P2, W2, 0);
+    s.go_http(CONN_WRITE, P2, W2, 0);
     s.go_http(ROUND_TRIP, P2, H1, 0);
     s.go_io(9, W2, B2, OUT, &get("/by-w2", ""));
     s.go_io(9, R, B2, IN, OK);
@@ -868,7 +878,7 @@ fn a_writeloop_that_ended_or_whose_goroutine_was_reused_writes_for_no_asker() {
     s.go_io(9, R, B2, IN, OK);
     // P1's address reused by a new object whose writeLoop is W2: the old asks on P1 (one,
     // H1's, never written) and a new one make two: unproved.
-    s.go_http(WRITE_LOOP, P1, W2, 0);
+    s.go_http(CONN_WRITE, P1, W2, 0);
     s.go_http(ROUND_TRIP, P1, H1, 0);
     s.go_io(9, W2, B2, OUT, &get("/p1-reused", ""));
     s.go_io(9, R, B2, IN, OK);
@@ -897,7 +907,7 @@ fn go_http_records_without_end_keep_the_state_bounded() {
     let mut s = Sim::new();
     let n = MAX_GO_CONNS as u64 * 2 + 10;
     for i in 0..n {
-        s.go_http(WRITE_LOOP, 0x1000 + i * 8, 0xc100_0000 + i * 8, 0);
+        s.go_http(CONN_WRITE, 0x1000 + i * 8, 0xc100_0000 + i * 8, 0);
         s.go_http(ROUND_TRIP, 0x9000_0000 + i * 8, 0xc900_0000 + i * 8, 0);
         for _ in 0..MAX_ASKS {
             s.go_http(ROUND_TRIP, 0x1000 + i * 8, H1, 0);

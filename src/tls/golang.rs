@@ -23,6 +23,7 @@ pub const HANDSHAKES: [&str; 2] = [
 /// net/http's HTTP/1 client (call chains: src/bpf/gohttp.h): the goroutine that writes a
 /// connection's requests, and the call by which a goroutine asks it for one.
 pub const WRITE_LOOP: &str = "net/http.(*persistConn).writeLoop";
+pub const CONN_WRITE: &str = "net/http.persistConnWriter.Write";
 pub const ROUND_TRIP: &str = "net/http.(*persistConn).roundTrip";
 
 /// Why a Go program that uses crypto/tls cannot be probed.
@@ -202,14 +203,16 @@ pub struct GoSites {
     pub read: FuncSites,
     /// Those of the handshake functions the program has (a server only, a client only).
     pub handshakes: Vec<FuncSites>,
-    /// net/http's client, where the program has it (its writeLoop's entry and returns,
-    /// roundTrip's entry), or why its code cannot be probed (the TLS probes go on).
+    /// net/http's client, where the program has it (its connection writer's entry,
+    /// writeLoop's returns, roundTrip's entry), or why its code cannot be probed (the TLS probes go on).
     pub http: Result<Option<HttpSites>, String>,
 }
 
-/// The probe sites of net/http's HTTP/1 client ([`WRITE_LOOP`], [`ROUND_TRIP`]).
+/// The probe sites of net/http's HTTP/1 client ([`CONN_WRITE`], [`WRITE_LOOP`],
+/// [`ROUND_TRIP`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpSites {
+    pub conn_write: FuncSites,
     pub write_loop: FuncSites,
     pub round_trip: FuncSites,
 }
@@ -347,13 +350,18 @@ pub fn sites_of_elf<R: ReadAt + ?Sized>(elf: &Elf<R>) -> Result<Option<GoSites>,
             returns: returns.into_iter().map(file_off).collect(),
         })
     };
-    let http = match (pcln.find(WRITE_LOOP), pcln.find(ROUND_TRIP)) {
-        (Some(w), Some(r)) => match (sites(w), sites(r)) {
-            (Ok(write_loop), Ok(round_trip)) => Ok(Some(HttpSites {
+    let http = match (
+        pcln.find(CONN_WRITE),
+        pcln.find(WRITE_LOOP),
+        pcln.find(ROUND_TRIP),
+    ) {
+        (Some(c), Some(w), Some(r)) => match (sites(c), sites(w), sites(r)) {
+            (Ok(conn_write), Ok(write_loop), Ok(round_trip)) => Ok(Some(HttpSites {
+                conn_write,
                 write_loop,
                 round_trip,
             })),
-            (Err(e), _) | (_, Err(e)) => Err(e.to_string()),
+            (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => Err(e.to_string()),
         },
         _ => Ok(None),
     };

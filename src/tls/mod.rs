@@ -516,8 +516,8 @@ fn go_http_wanted() -> bool {
 }
 
 /// Entry probes on a Go program's net/http client (`golang::HttpSites`, src/bpf/gohttp.h):
-/// writeLoop's entry and return instructions, roundTrip's entry; all or nothing. The returns
-/// first, as for crypto/tls: a writeLoop seen to begin is seen to end.
+/// the connection writer's entry, writeLoop's return instructions, roundTrip's entry; all or
+/// nothing. The returns first, as for crypto/tls: a writeLoop seen to write is seen to end.
 fn attach_go_http(
     progs: &TlsPrograms,
     target: &Target,
@@ -532,7 +532,7 @@ fn attach_go_http(
         returns.add(ret, false, usize::try_from(*r)?, true);
     }
     for (func, enter) in [
-        (&sites.write_loop, "go_http_write_loop_enter"),
+        (&sites.conn_write, "go_http_conn_write_enter"),
         (&sites.round_trip, "go_http_round_trip_enter"),
     ] {
         entries.add(
