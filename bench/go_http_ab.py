@@ -1,5 +1,5 @@
-"""What the Go net/http client probes (src/bpf/gohttp.h: roundTrip's entry per request,
-writeLoop's entry and returns per connection) cost, paired. The chains' Go app
+"""What the Go net/http client probes (src/bpf/gohttp.h: roundTrip's entry per request, the
+connection writer's entry per flush, writeLoop's returns per connection) cost, paired. The chains' Go app
 (tests/fixtures/chains/go, FANOUT 0: per request a Redis GET, two backend calls through
 net/http's client — one from the handler's goroutine, one from a goroutine it starts — and a
 second Redis GET) under wrk; per round two ebtop sessions (release build, `--json
