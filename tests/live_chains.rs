@@ -694,7 +694,8 @@ fn a_go_services_goroutines_link_their_own_calls_to_their_request_and_no_other()
 
 /// The same over HTTPS (Go's crypto/tls, read by ebtop's uprobes: the plaintext's records name
 /// their goroutine from the uprobe's registers), driven by curl (HTTP/1.1 keep-alive, through
-/// OpenSSL's probes).
+/// OpenSSL's probes); the app calls the backend over HTTPS/1.1 too (net/http's writeLoop
+/// writes through crypto/tls).
 #[test]
 fn a_go_https_services_goroutines_link_their_own_calls_to_their_request() {
     go_app_chains(true);
@@ -753,6 +754,7 @@ fn go_app_chains(tls: bool) {
     let _backend = Killed(
         Command::new(&bin)
             .args(["backend", &backend_port.to_string()])
+            .envs(tls_files.iter().map(|(k, v)| (*k, v.as_os_str())))
             .spawn()
             .expect("the Go backend runs"),
     );
@@ -763,19 +765,22 @@ fn go_app_chains(tls: bool) {
 
     // Before ebtop, a request whose backend calls open two of the app's client connections:
     // requests of the session reuse connections whose writeLoop began before ebtop (their
-    // writer is learned at its writes). Its log line is cleared.
-    let scheme = if tls { "https" } else { "http" };
-    let warm = Command::new("curl")
-        .args(["-sk", "-o", "/dev/null", "-w", "%{http_code}"])
-        .arg(format!("{scheme}://127.0.0.1:{app_port}/req/warm"))
-        .output()
-        .expect("curl runs");
-    assert_eq!(String::from_utf8_lossy(&warm.stdout), "200", "{warm:?}");
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&log)
-        .and_then(|f| f.set_len(0))
-        .expect("the app's log cleared");
+    // writer is learned at its writes). Its log line is cleared. Not over TLS: the first
+    // exchange of a Go TLS connection opened before ebtop is not captured (its plaintext
+    // goes out before ebtop knows the socket is TLS), whoever wrote it.
+    if !tls {
+        let warm = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+            .arg(format!("http://127.0.0.1:{app_port}/req/warm"))
+            .output()
+            .expect("curl runs");
+        assert_eq!(String::from_utf8_lossy(&warm.stdout), "200", "{warm:?}");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&log)
+            .and_then(|f| f.set_len(0))
+            .expect("the app's log cleared");
+    }
 
     let recording = dir.join("chains.ebtop");
     let mut ebtop = Ebtop::start(&[
