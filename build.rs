@@ -174,6 +174,8 @@ fn main() {
     println!("cargo:rerun-if-changed=src/bpf/flowtable.h");
     println!("cargo:rerun-if-changed=src/bpf/infer.h");
     println!("cargo:rerun-if-changed=src/bpf/tls.h");
+    println!("cargo:rerun-if-changed=src/bpf/gochain.h");
+    println!("cargo:rerun-if-changed=src/bpf/gohttp.h");
     println!("cargo:rerun-if-changed=src/bpf/skbuff.h");
     for name in PROGRAMS {
         let src = format!("src/bpf/{name}.bpf.c");

@@ -21,10 +21,22 @@
 //!   In a Go program the same holds per goroutine: a record the kernel proved a goroutine
 //!   for (`Event::goroutine`, src/bpf/gochain.h) is that goroutine's, whatever thread ran
 //!   it, so a handler's own calls are linked to the request its goroutine read. A goroutine
-//!   serves nothing it did not read itself: those a handler starts, and an HTTP client's
-//!   connection goroutines (net/http's `persistConn.writeLoop` writes the request of
-//!   whichever goroutine asked), make calls that stay unlinked and counted
-//!   (`goroutine_unlinked`).
+//!   serves nothing it did not read itself: those a handler starts make calls that stay
+//!   unlinked and counted (`goroutine_unlinked`).
+//!   A request made through net/http's HTTP/1 client is written by its connection's
+//!   `persistConn.writeLoop` goroutine, not by the goroutine that asked: uprobes
+//!   (src/bpf/gohttp.h, [`GoHttp`]) say which goroutine W writes for which connection
+//!   object P (at each flush, right before the write: connections older than ebtop too),
+//!   when W's writeLoop ends, and which goroutine H called `P.roundTrip` when. A connection
+//!   carries one request at a time (Go's client never pipelines, and gives a connection to
+//!   the next request only once the last one's write is done), so the request whose first
+//!   write W makes after a read (or first of all) is the one H asked for, when exactly one
+//!   roundTrip on P came since W's previous such write: it is H's call, linked to what H was
+//!   serving when it asked. None, or two, or one stamped before the previous request's
+//!   write (its record came late): no link (`http_unproved`). W's other writes (a body
+//!   after `100 Continue`, or after an early response) begin no request. A writeLoop that
+//!   returned, or whose goroutine is seen serving a request, asking, or writing on another
+//!   connection, writes for nothing (its g may run another goroutine since).
 //! - **Across processes** (one hop): a client call and the server call it reached, on the
 //!   two sockets of one connection seen on this host (client local/peer = server peer/local),
 //!   are matched by the stream positions of the request's first byte and the response's
@@ -43,7 +55,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::collections::VecDeque;
 
 use crate::call::{Call, Side};
-use crate::event::{Direction, Event, EventKind, SOCK_STREAM};
+use crate::event::{Direction, Event, EventKind, GoHttp, SOCK_STREAM};
 use crate::protocols::trace_context::TraceParent;
 
 /// Longest a server call waits for the client call that reached it (kernel time).
@@ -56,6 +68,10 @@ const MAX_THREADS: usize = 65_536;
 /// Per connection: request starts remembered (server side) and parent changes (client side).
 const MAX_STARTS: usize = 64;
 const MAX_PARENTS: usize = 64;
+/// Go HTTP client connection objects followed at most (beyond, they start over, counted).
+const MAX_GO_CONNS: usize = 65_536;
+/// roundTrip calls remembered per connection object: one is all a proof takes.
+const MAX_ASKS: usize = 4;
 /// Longest request-id header value taken as a trace id.
 const MAX_REQUEST_ID: usize = 128;
 /// Server requests remembered as parents, and hop-linked server calls' roots (for their
@@ -93,6 +109,13 @@ pub struct ChainStats {
     /// Client calls whose server call was held with the same request position but another
     /// response position: not one exchange (positions counted from different points).
     pub hop_disproved: u64,
+    /// Of `goroutine_linked`: client calls written by net/http's connection goroutine
+    /// (`persistConn.writeLoop`), linked through the goroutine whose roundTrip asked for them.
+    pub http_client_linked: u64,
+    /// Client calls written by net/http's connection goroutine whose asking goroutine is not
+    /// proved (no roundTrip on the connection since its previous request, two, or one whose
+    /// record came after the request's write): no link.
+    pub http_unproved: u64,
     /// Times the connection or thread state was cleared at its cap.
     pub state_resets: u64,
     /// Server calls held now (counted in the aggregates, not yet written: they go out with
@@ -122,12 +145,31 @@ enum Parent {
         trace: Option<Arc<str>>,
         /// Found by the goroutine (a Go program), not the thread.
         goroutine: bool,
+        /// Through the roundTrip that asked net/http's connection goroutine for it.
+        http: bool,
     },
     Ambiguous,
     /// A Go goroutine that serves no request.
     GoroutineNone,
     /// A Go program's write of no proved goroutine.
     GoroutineUnknown,
+    /// A request written by net/http's connection goroutine whose asker is not proved.
+    HttpUnproved,
+}
+
+/// A Go net/http client connection object (`*persistConn`) whose writer ebtop saw write, or
+/// that a roundTrip named (its writer writes after).
+#[derive(Debug)]
+struct GoConnObj {
+    /// The goroutine running its writeLoop.
+    writer: Option<Ctx>,
+    /// The connection its writer writes on (its first write's): a write on another proves
+    /// the goroutine is no longer its writer.
+    conn: Option<u64>,
+    /// roundTrip calls not yet taken by a request write: (time, what the asker served then).
+    asks: VecDeque<(u64, Parent)>,
+    /// Start of the last request write (an ask stamped before it came late).
+    last_write_ns: u64,
 }
 
 /// Whose requests and calls a record is: (process, thread id) or, in a Go program,
@@ -192,8 +234,9 @@ fn may_begin_request(ev: &Event) -> bool {
 
 #[derive(Debug, Default)]
 struct ThreadChain {
-    /// Requests open on this thread: (connection, request id, trace).
-    open: Vec<(u64, u64, Option<Arc<str>>)>,
+    /// Requests open on this thread: (connection, request id, trace, start of the read
+    /// that began it).
+    open: Vec<(u64, u64, Option<Arc<str>>, u64)>,
     /// It had two requests open at once: an event loop, whose calls are never linked.
     multiplexed: bool,
 }
@@ -235,6 +278,10 @@ pub struct Chains<T> {
     /// Processes a record proved a goroutine for (Go programs): their records without one
     /// (cgo's C code) link nothing, for their thread is not what serves in them.
     go_pids: HashSet<u32>,
+    /// Go net/http client connection objects by (process, address), and their writers'
+    /// goroutines (→ the object's address).
+    go_conns: HashMap<(u32, u64), GoConnObj>,
+    go_writers: HashMap<Ctx, u64>,
     /// Stream connections by (local, peer, tls): the client socket of a server's peer.
     by_addr: HashMap<(SocketAddr, SocketAddr, bool), u64>,
     held: HashMap<HopKey, Held<T>>,
@@ -280,6 +327,8 @@ impl<T> Default for Chains<T> {
             conns: HashMap::default(),
             threads: HashMap::default(),
             go_pids: HashSet::default(),
+            go_conns: HashMap::default(),
+            go_writers: HashMap::default(),
             by_addr: HashMap::default(),
             held: HashMap::default(),
             held_order: VecDeque::new(),
@@ -405,6 +454,12 @@ impl<T> Chains<T> {
                 self.forget(key);
                 return;
             }
+            EventKind::GoHttp => {
+                if let Some(h) = ev.go_http() {
+                    self.on_go_http(ev.pid, ev.start_ns, h);
+                }
+                return;
+            }
             _ => return,
         }
         if self.conns.len() >= MAX_CONNS && !self.conns.contains_key(&key) {
@@ -497,8 +552,14 @@ impl<T> Chains<T> {
                     self.threads.clear();
                     self.stats.state_resets += 1;
                 }
+                // A goroutine serving a request runs no writeLoop (its g was reused).
+                if thread.1 & GOROUTINE != 0 {
+                    self.drop_writer(thread);
+                }
                 let t = self.threads.entry(thread).or_default();
-                t.open.push((key, id, trace));
+                // Since this read (the rest of a request line another goroutine began, too):
+                // a roundTrip stamped before it was asked for an earlier request.
+                t.open.push((key, id, trace, ev.start_ns));
                 if t.open.len() > 1 {
                     t.multiplexed = true;
                 }
@@ -513,26 +574,14 @@ impl<T> Chains<T> {
                 if !conn.starts.is_empty() {
                     return; // a server connection's later response writes
                 }
-                let goroutine = thread.1 & GOROUTINE != 0;
-                let none = if goroutine {
-                    Parent::GoroutineNone
-                } else {
-                    Parent::None
+                let parent = match self.writer_parent(thread, key, turned, ev.start_ns) {
+                    Some(Some(p)) => p,
+                    // A continuation of the request being written: its parent stands.
+                    Some(None) => return,
+                    None => self.parent_of(thread, unproved, None),
                 };
-                let parent = match self.threads.get(&thread) {
-                    _ if unproved => Parent::GoroutineUnknown,
-                    Some(t) if t.multiplexed => Parent::Ambiguous,
-                    Some(t) => match t.open.as_slice() {
-                        [] => none,
-                        [(conn, id, trace)] => Parent::One {
-                            conn: *conn,
-                            id: *id,
-                            trace: trace.clone(),
-                            goroutine,
-                        },
-                        _ => Parent::Ambiguous,
-                    },
-                    None => none,
+                let Some(conn) = self.conns.get_mut(&key) else {
+                    return;
                 };
                 if conn.parents.back().map(|(_, p)| p) != Some(&parent) {
                     if conn.parents.len() >= MAX_PARENTS {
@@ -541,6 +590,157 @@ impl<T> Chains<T> {
                     conn.parents.push_back((ev.start_ns, parent));
                 }
             }
+        }
+    }
+
+    /// What thread (or goroutine) `thread` serves now: its one open request, or why none.
+    /// `asked_ns`: for a roundTrip at that time, a request that began after it is not the
+    /// one it served then (the ask's record came late): unproved.
+    fn parent_of(&self, thread: Ctx, unproved: bool, asked_ns: Option<u64>) -> Parent {
+        let goroutine = thread.1 & GOROUTINE != 0;
+        let none = if goroutine {
+            Parent::GoroutineNone
+        } else {
+            Parent::None
+        };
+        match self.threads.get(&thread) {
+            _ if unproved => Parent::GoroutineUnknown,
+            Some(t) if t.multiplexed => Parent::Ambiguous,
+            Some(t) => match t.open.as_slice() {
+                [] => none,
+                [(_, _, _, opened)] if asked_ns.is_some_and(|at| *opened > at) => {
+                    Parent::HttpUnproved
+                }
+                [(conn, id, trace, _)] => Parent::One {
+                    conn: *conn,
+                    id: *id,
+                    trace: trace.clone(),
+                    goroutine,
+                    http: asked_ns.is_some(),
+                },
+                _ => Parent::Ambiguous,
+            },
+            None => none,
+        }
+    }
+
+    /// A write by `thread` on connection `key` when that goroutine runs a net/http client
+    /// connection's writeLoop: `Some(Some(parent))` for a request's first write (after a
+    /// read, or the first), `Some(None)` for a later write of the same request; None when
+    /// the goroutine writes for no such connection (or no longer: its state is dropped).
+    fn writer_parent(
+        &mut self,
+        thread: Ctx,
+        key: u64,
+        turned: bool,
+        start_ns: u64,
+    ) -> Option<Option<Parent>> {
+        let pc = *self.go_writers.get(&thread)?;
+        let serving = self
+            .threads
+            .get(&thread)
+            .is_some_and(|t| !t.open.is_empty());
+        let obj = self
+            .go_conns
+            .get_mut(&(thread.0, pc))
+            .filter(|o| o.writer == Some(thread))?;
+        if serving || obj.conn.is_some_and(|c| c != key) {
+            self.drop_writer(thread);
+            return None;
+        }
+        obj.conn = Some(key);
+        if !turned {
+            return Some(None);
+        }
+        let taken = obj
+            .asks
+            .iter()
+            .take_while(|(at, _)| *at <= start_ns)
+            .count();
+        let mut asks = obj.asks.drain(..taken);
+        let parent = match (asks.next(), asks.next()) {
+            (Some((_, p)), None) => p,
+            _ => Parent::HttpUnproved,
+        };
+        drop(asks);
+        obj.last_write_ns = start_ns;
+        Some(Some(parent))
+    }
+
+    /// Goroutine `thread` runs no writeLoop (any more).
+    fn drop_writer(&mut self, thread: Ctx) {
+        if let Some(pc) = self.go_writers.remove(&thread) {
+            if self
+                .go_conns
+                .get(&(thread.0, pc))
+                .is_some_and(|o| o.writer == Some(thread))
+            {
+                self.go_conns.remove(&(thread.0, pc));
+            }
+        }
+    }
+
+    /// A Go net/http client probe's record (src/bpf/gohttp.h) of process `pid` at `ns`.
+    fn on_go_http(&mut self, pid: u32, ns: u64, h: GoHttp) {
+        match h {
+            GoHttp::ConnWrite { pc, g } => {
+                let writer = (pid, GOROUTINE | g);
+                // Each flush of a request says so again: the writer of pc already.
+                if self.go_writers.get(&writer) == Some(&pc) {
+                    return;
+                }
+                self.drop_writer(writer);
+                self.bound_go_conns(pid, pc);
+                let obj = self.go_conns.entry((pid, pc)).or_insert_with(|| GoConnObj {
+                    writer: None,
+                    conn: None,
+                    asks: VecDeque::new(),
+                    last_write_ns: 0,
+                });
+                // An object at a reused address: its old writer writes for it no more (the
+                // asks stay: more than one makes the next write's asker unproved).
+                if let Some(old) = obj.writer.replace(writer) {
+                    obj.conn = None;
+                    self.go_writers.remove(&old);
+                }
+                self.go_writers.insert(writer, pc);
+            }
+            GoHttp::WriteLoopEnd { g } => self.drop_writer((pid, GOROUTINE | g)),
+            GoHttp::RoundTrip { pc, g } => {
+                let asker = (pid, GOROUTINE | g);
+                // A goroutine that asks runs no writeLoop (its g was reused).
+                self.drop_writer(asker);
+                // What it serves now: its records came before this one (time order).
+                let parent = self.parent_of(asker, false, Some(ns));
+                self.bound_go_conns(pid, pc);
+                let obj = self.go_conns.entry((pid, pc)).or_insert_with(|| GoConnObj {
+                    writer: None,
+                    conn: None,
+                    asks: VecDeque::new(),
+                    last_write_ns: 0,
+                });
+                let parent = if ns < obj.last_write_ns {
+                    Parent::HttpUnproved // came after a later request's write
+                } else {
+                    parent
+                };
+                if obj.asks.len() >= MAX_ASKS {
+                    // More than one makes the next write's asker unproved: one stands for
+                    // those forgotten (taken with that write, whatever its time).
+                    obj.asks.clear();
+                    obj.asks.push_back((0, Parent::HttpUnproved));
+                }
+                obj.asks.push_back((ns, parent));
+            }
+        }
+    }
+
+    /// Starts the Go client state over before a new object would pass its cap (counted).
+    fn bound_go_conns(&mut self, pid: u32, pc: u64) {
+        if self.go_conns.len() >= MAX_GO_CONNS && !self.go_conns.contains_key(&(pid, pc)) {
+            self.go_conns.clear();
+            self.go_writers.clear();
+            self.stats.state_resets += 1;
         }
     }
 
@@ -633,9 +833,11 @@ impl<T> Chains<T> {
                         id,
                         trace,
                         goroutine,
+                        http,
                     }) => {
                         self.stats.linked += 1;
                         self.stats.goroutine_linked += u64::from(goroutine);
+                        self.stats.http_client_linked += u64::from(http);
                         self.mark_parent(conn, id);
                         (Some(id), trace)
                     }
@@ -650,6 +852,10 @@ impl<T> Chains<T> {
                     }
                     Some(Parent::GoroutineUnknown) => {
                         self.stats.goroutine_unknown += 1;
+                        (None, None)
+                    }
+                    Some(Parent::HttpUnproved) => {
+                        self.stats.http_unproved += 1;
                         (None, None)
                     }
                     None => {
@@ -835,7 +1041,7 @@ impl<T> Chains<T> {
 /// Closes the open request of connection `conn` on `thread`.
 fn close_open(threads: &mut HashMap<Ctx, ThreadChain>, thread: Ctx, conn: u64) {
     if let Some(t) = threads.get_mut(&thread) {
-        t.open.retain(|(c, _, _)| *c != conn);
+        t.open.retain(|(c, ..)| *c != conn);
     }
 }
 

@@ -240,6 +240,9 @@ impl ConnTracker {
             // do, connections are counted when their data starts.
             EventKind::Connect | EventKind::Accept if all => Verdict::Selected,
             EventKind::Connect | EventKind::Accept => Verdict::NotSelected,
+            // No connection: for the call chains (src/chains.rs), which link HTTP client
+            // calls through them, and recorded so a replay links the same.
+            EventKind::GoHttp => Verdict::Selected,
         }
     }
 

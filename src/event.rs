@@ -43,6 +43,22 @@ pub enum EventKind {
     Connect,
     Accept,
     Close,
+    /// A Go net/http client probe fired (`src/bpf/gohttp.h`): no socket; [`Event::go_http`]
+    /// says which, on which connection object, by which goroutine.
+    GoHttp,
+}
+
+/// What an [`EventKind::GoHttp`] record says (`enum ebtop_go_http`): goroutine `g` of the
+/// record's process ...
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GoHttp {
+    /// ... writes connection object `pc`'s socket now (`persistConnWriter.Write` began: it
+    /// runs that connection's writeLoop).
+    ConnWrite { pc: u64, g: u64 },
+    /// ... called `(*persistConn).roundTrip` on `pc`: it asks for `pc`'s next request.
+    RoundTrip { pc: u64, g: u64 },
+    /// ... returned from writeLoop (the goroutine ends; its `g` may be reused).
+    WriteLoopEnd { g: u64 },
 }
 
 /// Direction as seen by the traced process.
@@ -213,6 +229,7 @@ fn kind_of(b: u8) -> Option<EventKind> {
         2 => Some(EventKind::Connect),
         3 => Some(EventKind::Accept),
         4 => Some(EventKind::Close),
+        5 => Some(EventKind::GoHttp),
         _ => None,
     }
 }
@@ -399,6 +416,22 @@ impl<'a> Event<'a> {
         }
     }
 
+    /// A Go net/http client probe's record: which probe, its connection object and
+    /// goroutine (None for any other record, or one that proved no goroutine or names an
+    /// unknown probe: nothing to join).
+    pub fn go_http(&self) -> Option<GoHttp> {
+        if self.kind != EventKind::GoHttp {
+            return None;
+        }
+        let g = self.goroutine?;
+        match self.total_len {
+            1 => Some(GoHttp::ConnWrite { pc: self.seq, g }),
+            2 => Some(GoHttp::RoundTrip { pc: self.seq, g }),
+            3 => Some(GoHttp::WriteLoopEnd { g }),
+            _ => None,
+        }
+    }
+
     /// Bytes the syscall moved that are not in `payload`.
     pub fn uncaptured(&self) -> u64 {
         self.total_len.saturating_sub(self.payload.len() as u64)
@@ -459,6 +492,7 @@ impl EventBuilder {
             EventKind::Connect => (2, 12),
             EventKind::Accept => (3, 14),
             EventKind::Close => (4, 15),
+            EventKind::GoHttp => (5, 16),
         };
         b.header[56] = k;
         b.header[58] = sc;
@@ -502,6 +536,25 @@ impl EventBuilder {
         self.header[68..72].copy_from_slice(&(tail.len() as u32).to_le_bytes());
         let mut v = self.build(payload);
         v.extend_from_slice(tail);
+        v
+    }
+
+    /// A Go net/http client probe's record (`src/bpf/gohttp.h`): probe `what`
+    /// (`enum ebtop_go_http`), connection object `pc`, at `ns` ([`EventBuilder::build_go_http`]
+    /// adds the goroutine).
+    pub fn go_http(what: u64, pc: u64, ns: u64) -> EventBuilder {
+        let mut b = EventBuilder::lifecycle(EventKind::GoHttp, 0).times(ns, ns);
+        b.set_u64(24, pc);
+        b.set_u64(32, what);
+        let flags = u16_at(&b.header, 62) | FLAG_GOROUTINE;
+        b.header[62..64].copy_from_slice(&flags.to_le_bytes());
+        b
+    }
+
+    /// The goroutine after a header-only record ([`EventBuilder::go_http`]).
+    pub fn build_go_http(self, g: u64) -> Vec<u8> {
+        let mut v = self.build(b"");
+        v.extend_from_slice(&g.to_le_bytes());
         v
     }
 
@@ -570,6 +623,38 @@ mod tests {
         let mut raw = EventBuilder::data(Direction::Egress, 1, 0, 0).build(b"");
         raw[56] = 99;
         assert_eq!(Event::decode(&raw).unwrap_err(), DecodeError::Kind(99));
+    }
+
+    /// A Go net/http client probe's record: which probe, on which object, by which
+    /// goroutine; one with no goroutine, or of a probe this ebtop does not know, says nothing.
+    #[test]
+    fn go_http_records_name_their_probe_object_and_goroutine() {
+        let raw = EventBuilder::go_http(2, 0xc000_a000, 500)
+            .process(7, 8, "app")
+            .build_go_http(0xc000_1000);
+        let ev = Event::decode(&raw).unwrap();
+        assert_eq!(
+            (ev.kind, ev.start_ns, ev.end_ns),
+            (EventKind::GoHttp, 500, 500)
+        );
+        assert_eq!(
+            ev.go_http(),
+            Some(GoHttp::RoundTrip {
+                pc: 0xc000_a000,
+                g: 0xc000_1000
+            })
+        );
+        let ev = Event::decode(&raw[..HEADER_LEN]).unwrap();
+        assert_eq!(ev.go_http(), None, "no goroutine");
+        let mut raw = raw.clone();
+        raw[32] = 9;
+        assert_eq!(
+            Event::decode(&raw).unwrap().go_http(),
+            None,
+            "unknown probe"
+        );
+        let data = EventBuilder::data(Direction::Egress, 1, 2, 3).build_with_goroutine(b"abc", 9);
+        assert_eq!(Event::decode(&data).unwrap().go_http(), None);
     }
 
     #[test]

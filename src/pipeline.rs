@@ -227,7 +227,10 @@ pub fn chains_enabled() -> bool {
 
 /// Whether a record passes the user-space filters (live: the kernel applied them already).
 fn passes(f: &Filters, ev: &Event) -> bool {
-    f.selects_ports(ev.lport, ev.rport) && f.selects_process(ev.pid, &ev.comm)
+    // A Go net/http client probe's record has no socket: its process decides (the calls it
+    // links are filtered by their own ports).
+    (ev.kind == EventKind::GoHttp || f.selects_ports(ev.lport, ev.rport))
+        && f.selects_process(ev.pid, &ev.comm)
 }
 
 impl<S: Sink> Pipeline<S> {

@@ -337,7 +337,13 @@ fn go_probed(meta: &Value) -> Vec<u32> {
                 .filter_map(|f| {
                     f.as_str()?
                         .strip_prefix("/proc/")?
-                        .strip_suffix("/exe [go]")?
+                        .strip_suffix("/exe [go]")
+                        // With net/http's client probed too (call chains).
+                        .or_else(|| {
+                            f.as_str()?
+                                .strip_prefix("/proc/")?
+                                .strip_suffix("/exe [go+http]")
+                        })?
                         .parse()
                         .ok()
                 })

@@ -39,6 +39,19 @@ enum ebtop_event_kind {
 	EBTOP_EV_CONNECT = 2, /* connect() returned (total_len holds its return value) */
 	EBTOP_EV_ACCEPT = 3,  /* accept()/accept4() returned a new socket */
 	EBTOP_EV_CLOSE = 4,   /* close() of a socket fd */
+	/* A Go net/http client probe fired (gohttp.h): header only, then the goroutine (flag
+	 * EBTOP_F_GOROUTINE, 8 bytes); `seq` the persistConn's address, `total_len` which probe
+	 * (EBTOP_GO_HTTP_*), start_ns = end_ns its time; sock_id 0, no addresses, ports 0. */
+	EBTOP_EV_GO_HTTP = 5,
+};
+
+/* total_len of an EBTOP_EV_GO_HTTP record. */
+enum ebtop_go_http {
+	EBTOP_GO_HTTP_CONN_WRITE = 1,     /* net/http.persistConnWriter.Write began: the
+					   * goroutine writes pc's connection now */
+	EBTOP_GO_HTTP_ROUND_TRIP = 2,     /* net/http.(*persistConn).roundTrip began */
+	EBTOP_GO_HTTP_WRITE_LOOP_END = 3, /* (*persistConn).writeLoop returned (its goroutine
+					   * ends) */
 };
 
 enum ebtop_direction {

@@ -811,4 +811,7 @@ int tls_go_handshake_return(struct pt_regs *ctx)
 	return tls_go_exit(ctx, true);
 }
 
+/* The Go net/http client probes (call chains) are attached with Go programs' TLS probes. */
+#include "gohttp.h"
+
 #endif

@@ -91,6 +91,23 @@ impl Sim {
         self.goroutine = None;
     }
 
+    /// A Go net/http client probe's record (src/bpf/gohttp.h) of the app: probe `what`,
+    /// connection object `pc`, goroutine `g`, stamped `back_ns` before now (0: now).
+    fn go_http(&mut self, what: u64, pc: u64, g: u64, back_ns: u64) {
+        self.now += 10_000;
+        let raw = crate::event::EventBuilder::go_http(what, pc, self.now - back_ns)
+            .process(APP, 7, "app")
+            .build_go_http(g);
+        let ev = Event::decode(&raw).expect("decodes");
+        let mut calls = Vec::new();
+        assert_eq!(
+            self.tracker.handle(&ev, &mut calls),
+            crate::conntrack::Verdict::Selected
+        );
+        assert!(calls.is_empty());
+        self.chains.on_record(&ev);
+    }
+
     fn finish(&mut self) {
         let mut released = Vec::new();
         self.chains.release_all(&mut released);
@@ -646,8 +663,7 @@ fn a_goroutines_calls_go_under_its_request_whichever_thread_runs_them() {
     assert_eq!((st.linked, st.goroutine_linked, st.ambiguous), (2, 2, 0));
 }
 
-/// A goroutine the handler started (or an HTTP client's writeLoop) serves no request it
-/// read: its call is no one's, counted, even on the thread that runs the handler. A record
+/// A goroutine the handler started serves no request it read: its call is no one's, counted, even on the thread that runs the handler. A record
 /// of a Go program without a proved goroutine (cgo's C code) links nothing, not even to a
 /// request its own thread read without one: the thread is not what serves in Go.
 #[test]
@@ -717,4 +733,192 @@ fn a_request_line_split_across_two_reads_is_served_by_the_second_reader() {
     );
     assert_eq!(s.one(Side::Client, "GET", "after-junk").parent_id, None);
     assert_eq!(s.chains.stats.unconfirmed, 0);
+}
+
+/// net/http's client: `GoHttp` probes' `what`.
+const CONN_WRITE: u64 = 1;
+const ROUND_TRIP: u64 = 2;
+const WRITE_LOOP_END: u64 = 3;
+/// The app's client connections to a backend on port 9000, and the backend's sides.
+const B1: (u64, u16, u16) = (51, 50010, 9000);
+const B2: (u64, u16, u16) = (52, 50011, 9000);
+/// Connection objects (`*persistConn`) and goroutines of the app.
+const P1: u64 = 0xc000_a000;
+const P2: u64 = 0xc000_b000;
+const H1: u64 = 0xc000_1000;
+const H2: u64 = 0xc000_2000;
+const W1: u64 = 0xc000_5000;
+const W2: u64 = 0xc000_6000;
+const R: u64 = 0xc000_7000; // readLoop: reads the responses
+
+/// A request made through net/http's client is written by its connection's writeLoop
+/// goroutine: it is the call of the goroutine whose roundTrip asked for it (the one since the
+/// connection's previous request), under the request that goroutine serves — two handlers
+/// taking turns on one keep-alive connection older than ebtop, each request in two writes
+/// (head, body; the writer's flush says it writes for that connection before each).
+#[test]
+fn an_http_client_request_is_the_call_of_the_goroutine_that_asked_for_it() {
+    let mut s = Sim::new();
+    s.go_io(7, H1, K1, IN, &get("/a", ""));
+    s.go_io(8, H2, K2, IN, &get("/b", ""));
+    // A connection older than ebtop: its writer wrote before any probe record.
+    s.go_io(9, W1, B1, OUT, &get("/before", ""));
+    s.go_io(9, R, B1, IN, OK);
+    // H1 asks; its writer says so at its first flush, right before the write.
+    s.go_http(ROUND_TRIP, P1, H1, 0);
+    s.go_http(CONN_WRITE, P1, W1, 0);
+    let post = b"POST /for-a HTTP/1.1\r\nHost: b\r\nContent-Length: 4\r\n\r\n";
+    s.go_io(9, W1, B1, OUT, post);
+    s.go_io(9, W1, B1, OUT, b"body");
+    s.go_io(7, R, B1, IN, OK);
+    s.go_http(ROUND_TRIP, P1, H2, 0);
+    s.go_http(CONN_WRITE, P1, W1, 0);
+    s.go_io(7, W1, B1, OUT, &get("/for-b", ""));
+    s.go_io(9, R, B1, IN, OK);
+    s.go_io(7, H1, K1, OUT, OK);
+    s.go_io(8, H2, K2, OUT, OK);
+    s.finish();
+    let a = s.one(Side::Server, "GET", "/a").id;
+    let b = s.one(Side::Server, "GET", "/b").id;
+    assert_eq!(s.one(Side::Client, "POST", "/for-a").parent_id, Some(a));
+    assert_eq!(s.one(Side::Client, "GET", "/for-b").parent_id, Some(b));
+    let st = s.chains.stats;
+    assert_eq!(
+        (st.linked, st.goroutine_linked, st.http_client_linked),
+        (2, 2, 2)
+    );
+    assert_eq!(
+        (st.http_unproved, st.goroutine_unlinked),
+        (0, 1),
+        "/before: no asker"
+    );
+    assert_eq!(s.one(Side::Client, "GET", "/before").parent_id, None);
+}
+
+/// Whenever which roundTrip asked is not proved, no link, counted: no roundTrip since the
+/// connection's previous request (a probe record lost, or the connection older than ebtop),
+/// two of them, or one stamped before the previous request's write (its record came late).
+/// A goroutine the handler started asks for nothing its handler serves.
+#[test]
+fn an_http_client_request_whose_asker_is_not_proved_links_nothing() {
+    let mut s = Sim::new();
+    s.go_io(7, H1, K1, IN, &get("/a", ""));
+    s.go_io(8, H2, K2, IN, &get("/b", ""));
+    s.go_http(CONN_WRITE, P1, W1, 0);
+    // No ask.
+    s.go_io(9, W1, B1, OUT, &get("/unasked", ""));
+    s.go_io(9, R, B1, IN, OK);
+    // Two asks, one write: whose is it?
+    s.go_http(ROUND_TRIP, P1, H1, 0);
+    s.go_http(ROUND_TRIP, P1, H2, 0);
+    s.go_io(9, W1, B1, OUT, &get("/two-asks", ""));
+    s.go_io(9, R, B1, IN, OK);
+    // The next write takes none of those.
+    s.go_io(9, W1, B1, OUT, &get("/after-two", ""));
+    s.go_io(9, R, B1, IN, OK);
+    // An ask stamped before the last write, whose record came after it.
+    s.go_http(ROUND_TRIP, P1, H1, 25_000);
+    s.go_io(9, W1, B1, OUT, &get("/late", ""));
+    s.go_io(9, R, B1, IN, OK);
+    // A goroutine the handler started asks.
+    const STARTED: u64 = 0xc000_3000;
+    s.go_http(ROUND_TRIP, P1, STARTED, 0);
+    s.go_io(9, W1, B1, OUT, &get("/fanout", ""));
+    s.go_io(9, R, B1, IN, OK);
+    // Asked before the request its goroutine serves began (its record came late).
+    s.go_io(7, H1, K1, OUT, OK);
+    s.go_io(7, H1, K1, IN, &get("/a2", ""));
+    s.go_http(ROUND_TRIP, P1, H1, 15_000);
+    s.go_io(9, W1, B1, OUT, &get("/before-a2", ""));
+    s.go_io(9, R, B1, IN, OK);
+    s.go_io(7, H1, K1, OUT, OK);
+    s.go_io(8, H2, K2, OUT, OK);
+    s.finish();
+    for r in [
+        "/unasked",
+        "/two-asks",
+        "/after-two",
+        "/late",
+        "/fanout",
+        "/before-a2",
+    ] {
+        assert_eq!(s.one(Side::Client, "GET", r).parent_id, None, "{r}");
+    }
+    let st = s.chains.stats;
+    assert_eq!((st.linked, st.http_client_linked), (0, 0));
+    assert_eq!((st.http_unproved, st.goroutine_unlinked), (5, 1));
+}
+
+/// A writeLoop goroutine writes for its connection only while it runs: once it returned, or
+/// once its goroutine (its `g`, which Go reuses) is seen serving a request or writing on
+/// another connection, its writes are its own again; and a connection object at a reused
+/// address has a new writer.
+#[test]
+fn a_writeloop_that_ended_or_whose_goroutine_was_reused_writes_for_no_asker() {
+    let mut s = Sim::new();
+    s.go_io(7, H1, K1, IN, &get("/a", ""));
+    s.go_http(CONN_WRITE, P1, W1, 0);
+    s.go_http(ROUND_TRIP, P1, H1, 0);
+    s.go_io(9, W1, B1, OUT, &get("/by-w1", ""));
+    s.go_io(9, R, B1, IN, OK);
+    s.go_http(WRITE_LOOP_END, 0, W1, 0);
+    // W1's g runs a goroutine the handler started, which calls Redis: no asker's.
+    s.go_http(ROUND_TRIP, P1, H1, 0);
+    s.go_io(9, W1, R1, OUT, &redis_get("w1-reused"));
+    s.go_io(9, W1, R1, IN, b"$-1\r\n");
+    // A writeLoop on P2 whose goroutine then writes elsewhere: no longer P2's writer.
+    s.go_http(CONN_WRITE, P2, W2, 0);
+    s.go_http(ROUND_TRIP, P2, H1, 0);
+    s.go_io(9, W2, B2, OUT, &get("/by-w2", ""));
+    s.go_io(9, R, B2, IN, OK);
+    s.go_http(ROUND_TRIP, P2, H1, 0);
+    s.go_io(9, W2, R2, OUT, &redis_get("w2-elsewhere"));
+    s.go_io(9, W2, R2, IN, b"$-1\r\n");
+    s.go_io(9, W2, B2, OUT, &get("/w2-dropped", ""));
+    s.go_io(9, R, B2, IN, OK);
+    // P1's address reused by a new object whose writeLoop is W2: the old asks on P1 (one,
+    // H1's, never written) and a new one make two: unproved.
+    s.go_http(CONN_WRITE, P1, W2, 0);
+    s.go_http(ROUND_TRIP, P1, H1, 0);
+    s.go_io(9, W2, B2, OUT, &get("/p1-reused", ""));
+    s.go_io(9, R, B2, IN, OK);
+    s.go_io(7, H1, K1, OUT, OK);
+    s.finish();
+    let a = s.one(Side::Server, "GET", "/a").id;
+    assert_eq!(s.one(Side::Client, "GET", "/by-w1").parent_id, Some(a));
+    assert_eq!(s.one(Side::Client, "GET", "/by-w2").parent_id, Some(a));
+    for (m, r) in [
+        ("GET", "w1-reused"),
+        ("GET", "w2-elsewhere"),
+        ("GET", "/w2-dropped"),
+        ("GET", "/p1-reused"),
+    ] {
+        assert_eq!(s.one(Side::Client, m, r).parent_id, None, "{r}");
+    }
+    let st = s.chains.stats;
+    assert_eq!((st.http_client_linked, st.goroutine_unlinked), (2, 3));
+    assert_eq!(st.http_unproved, 1);
+}
+
+/// Untrusted records (a crafted recording): Go HTTP client probe records of ever new objects
+/// and goroutines keep the state bounded (started over at its cap, counted), in linear time.
+#[test]
+fn go_http_records_without_end_keep_the_state_bounded() {
+    let mut s = Sim::new();
+    let n = MAX_GO_CONNS as u64 * 2 + 10;
+    for i in 0..n {
+        s.go_http(CONN_WRITE, 0x1000 + i * 8, 0xc100_0000 + i * 8, 0);
+        s.go_http(ROUND_TRIP, 0x9000_0000 + i * 8, 0xc900_0000 + i * 8, 0);
+        for _ in 0..MAX_ASKS {
+            s.go_http(ROUND_TRIP, 0x1000 + i * 8, H1, 0);
+        }
+        assert!(s.chains.go_conns.len() <= MAX_GO_CONNS);
+        assert!(s.chains.go_writers.len() <= s.chains.go_conns.len());
+    }
+    assert!(s
+        .chains
+        .go_conns
+        .values()
+        .all(|o| o.asks.len() <= MAX_ASKS + 1));
+    assert!(s.chains.stats.state_resets >= 2);
 }

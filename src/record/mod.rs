@@ -47,7 +47,9 @@ pub const MAJOR: u16 = 1;
 /// its goroutine (flag 16, 8 bytes after the payload and the tail): an older reader ignores
 /// them, as any bytes after a record's payload. 11: a kind 8 record may carry the reading's
 /// off-CPU blocks with their bounds (`blocks`), and the header's options `serving_links`.
-pub const MINOR: u16 = 11;
+/// 12: a kind 1 record may be of kind 5 (`EBTOP_EV_GO_HTTP`: a Go net/http client probe, for
+/// the call chains): an older reader counts it as a decode error and links no such call.
+pub const MINOR: u16 = 12;
 pub const FILE_HEADER_LEN: usize = 16;
 pub const FRAME_HEADER_LEN: usize = 16;
 /// Largest frame a reader accepts (a corrupt length must not allocate gigabytes).

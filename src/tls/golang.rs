@@ -20,6 +20,12 @@ pub const HANDSHAKES: [&str; 2] = [
     "crypto/tls.(*Conn).clientHandshake",
 ];
 
+/// net/http's HTTP/1 client (call chains: src/bpf/gohttp.h): the goroutine that writes a
+/// connection's requests, and the call by which a goroutine asks it for one.
+pub const WRITE_LOOP: &str = "net/http.(*persistConn).writeLoop";
+pub const CONN_WRITE: &str = "net/http.persistConnWriter.Write";
+pub const ROUND_TRIP: &str = "net/http.(*persistConn).roundTrip";
+
 /// Why a Go program that uses crypto/tls cannot be probed.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum GoError {
@@ -197,6 +203,18 @@ pub struct GoSites {
     pub read: FuncSites,
     /// Those of the handshake functions the program has (a server only, a client only).
     pub handshakes: Vec<FuncSites>,
+    /// net/http's client, where the program has it (its connection writer's entry,
+    /// writeLoop's returns, roundTrip's entry), or why its code cannot be probed (the TLS probes go on).
+    pub http: Result<Option<HttpSites>, String>,
+}
+
+/// The probe sites of net/http's HTTP/1 client ([`CONN_WRITE`], [`WRITE_LOOP`],
+/// [`ROUND_TRIP`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpSites {
+    pub conn_write: FuncSites,
+    pub write_loop: FuncSites,
+    pub round_trip: FuncSites,
 }
 
 /// Where a function's code at `addr` (its bytes `code`) is probed, as addresses: the entry
@@ -332,7 +350,23 @@ pub fn sites_of_elf<R: ReadAt + ?Sized>(elf: &Elf<R>) -> Result<Option<GoSites>,
             returns: returns.into_iter().map(file_off).collect(),
         })
     };
+    let http = match (
+        pcln.find(CONN_WRITE),
+        pcln.find(WRITE_LOOP),
+        pcln.find(ROUND_TRIP),
+    ) {
+        (Some(c), Some(w), Some(r)) => match (sites(c), sites(w), sites(r)) {
+            (Ok(conn_write), Ok(write_loop), Ok(round_trip)) => Ok(Some(HttpSites {
+                conn_write,
+                write_loop,
+                round_trip,
+            })),
+            (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => Err(e.to_string()),
+        },
+        _ => Ok(None),
+    };
     Ok(Some(GoSites {
+        http,
         write: sites(write)?,
         read: sites(read)?,
         handshakes: HANDSHAKES

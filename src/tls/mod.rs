@@ -328,7 +328,7 @@ impl TlsProbes {
         match probed.result {
             Ok(sites) => {
                 self.links.extend(probed.links);
-                if sites == "go" {
+                if sites.starts_with("go") {
                     self.go_files += 1;
                 }
                 self.status.files.push(format!("{} [{sites}]", probed.name));
@@ -389,7 +389,26 @@ fn attach_found(progs: &TlsPrograms, found: Found) -> Probed {
             // Which sites: OpenSSL's internal read/write, or the public functions.
             (links, if internal { "internal" } else { "public" })
         }),
-        Plan::Go(sites) => attach_go(progs, &target, pid, sites).map(|links| (links, "go")),
+        Plan::Go(sites) => attach_go(progs, &target, pid, sites).map(|mut links| {
+            // net/http's client too, for the call chains: apart (its failure leaves TLS on).
+            match (&sites.http, go_http_wanted()) {
+                (Ok(Some(http)), true) => match attach_go_http(progs, &target, pid, http) {
+                    Ok(more) => {
+                        links.extend(more);
+                        (links, "go+http")
+                    }
+                    Err(e) => {
+                        crate::diag!("ebtop: Go HTTP client probes not placed on {name}: {e:#}");
+                        (links, "go")
+                    }
+                },
+                (Err(e), true) => {
+                    crate::diag!("ebtop: Go HTTP client probes not placed on {name}: {e}");
+                    (links, "go")
+                }
+                _ => (links, "go"),
+            }
+        }),
         Plan::GoFailed(e) => Err(anyhow::anyhow!("{e}")),
     };
     // The file stays open until its probes are placed (the path is its descriptor).
@@ -480,6 +499,44 @@ fn attach_go(
         }
         entries.add(
             enter,
+            false,
+            usize::try_from(func.entry)?,
+            !func.entry_emulated,
+        );
+    }
+    let mut links = returns.place(pid, &target.path)?;
+    links.extend(entries.place(pid, &target.path)?);
+    Ok(links)
+}
+
+/// Whether Go programs' net/http client is probed: for the call chains, when they are on;
+/// `EBTOP_GO_HTTP=0` leaves it out (for measuring what its probes cost: docs/performance.md).
+fn go_http_wanted() -> bool {
+    crate::pipeline::chains_enabled() && std::env::var_os("EBTOP_GO_HTTP").is_none_or(|v| v != "0")
+}
+
+/// Entry probes on a Go program's net/http client (`golang::HttpSites`, src/bpf/gohttp.h):
+/// the connection writer's entry, writeLoop's return instructions, roundTrip's entry; all or
+/// nothing. The returns first, as for crypto/tls: a writeLoop seen to write is seen to end.
+fn attach_go_http(
+    progs: &TlsPrograms,
+    target: &Target,
+    pid: i32,
+    sites: &golang::HttpSites,
+) -> anyhow::Result<Vec<libbpf_rs::Link>> {
+    use anyhow::Context;
+    let prog = |n| program(progs, n).context("a Go HTTP client program is missing");
+    let (mut returns, mut entries) = (Probes::default(), Probes::default());
+    let ret = prog("go_http_write_loop_return")?;
+    for r in &sites.write_loop.returns {
+        returns.add(ret, false, usize::try_from(*r)?, true);
+    }
+    for (func, enter) in [
+        (&sites.conn_write, "go_http_conn_write_enter"),
+        (&sites.round_trip, "go_http_round_trip_enter"),
+    ] {
+        entries.add(
+            prog(enter)?,
             false,
             usize::try_from(func.entry)?,
             !func.entry_emulated,
