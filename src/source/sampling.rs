@@ -293,11 +293,18 @@ impl Sampler {
             self.ctl.cuts = 0;
             return;
         }
-        if self.cut_from != Some(self.ctl.keep_below) {
-            self.cut_from = Some(self.ctl.keep_below);
-            // Names of an earlier ask (another share) are never read again; never 0 (none).
-            self.cut_generation = self.cut_generation.wrapping_add(1).max(1);
+        match self.cut_from {
+            // The share went down (or stayed): the names of the last ask stay right — a
+            // connection above the higher share is above this one — so the kernel keeps
+            // reading them, and the trackers add those between the two shares. (A new
+            // generation at each step down would leave the names of one interval valid only
+            // until the next interval's ask, before most of them met a turn.)
+            Some(from) if self.ctl.keep_below <= from => {}
+            // First asked, or the share went up: names asked under the lower share are
+            // never read again; never 0 (none).
+            _ => self.cut_generation = self.cut_generation.wrapping_add(1).max(1),
         }
+        self.cut_from = Some(self.ctl.keep_below);
         self.ctl.cuts = self.cut_generation;
     }
 
@@ -562,10 +569,12 @@ mod tests {
         let cut = s.on_interval(&load(30.0, 200_000, 0)).unwrap();
         assert_ne!(cut.cuts, 0);
         assert_eq!(s.cuts(), Some((cut.keep_below, cut.cuts)));
-        // The share goes on down: a new generation (names of the last ask are not read).
+        // The share goes on down: the same generation (the names of the last ask are still
+        // right: above the higher share is above the lower), the bound lower.
         let again = s.on_interval(&load(30.0, 200_000, 0)).unwrap();
         assert!(again.keep_below < cut.keep_below);
-        assert!(again.cuts != 0 && again.cuts != cut.cuts);
+        assert_eq!(again.cuts, cut.cuts);
+        assert_eq!(s.cuts(), Some((again.keep_below, cut.cuts)));
         // Within the budget: no more cuts; a later ask is yet another generation.
         let under = s.on_interval(&load(8.0, 200_000, 100_000)).unwrap();
         assert_eq!((under.cuts, s.cuts()), (0, None));
