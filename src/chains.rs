@@ -159,7 +159,7 @@ enum Parent {
 
 /// A Go net/http client connection object (`*persistConn`) whose writer ebtop saw write, or
 /// that a roundTrip named (its writer writes after).
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct GoConnObj {
     /// The goroutine running its writeLoop.
     writer: Option<Ctx>,
@@ -691,12 +691,7 @@ impl<T> Chains<T> {
                 }
                 self.drop_writer(writer);
                 self.bound_go_conns(pid, pc);
-                let obj = self.go_conns.entry((pid, pc)).or_insert_with(|| GoConnObj {
-                    writer: None,
-                    conn: None,
-                    asks: VecDeque::new(),
-                    last_write_ns: 0,
-                });
+                let obj = self.go_conns.entry((pid, pc)).or_default();
                 // An object at a reused address: its old writer writes for it no more (the
                 // asks stay: more than one makes the next write's asker unproved).
                 if let Some(old) = obj.writer.replace(writer) {
@@ -713,12 +708,7 @@ impl<T> Chains<T> {
                 // What it serves now: its records came before this one (time order).
                 let parent = self.parent_of(asker, false, Some(ns));
                 self.bound_go_conns(pid, pc);
-                let obj = self.go_conns.entry((pid, pc)).or_insert_with(|| GoConnObj {
-                    writer: None,
-                    conn: None,
-                    asks: VecDeque::new(),
-                    last_write_ns: 0,
-                });
+                let obj = self.go_conns.entry((pid, pc)).or_default();
                 let parent = if ns < obj.last_write_ns {
                     Parent::HttpUnproved // came after a later request's write
                 } else {

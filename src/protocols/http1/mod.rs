@@ -234,12 +234,15 @@ impl Http1Parser {
         }
     }
 
-    /// Nothing of a call is under way: the next byte in either direction starts a message,
-    /// and every request seen was answered.
-    fn between_calls(&self) -> bool {
+    /// Nothing of a call is under way for a segment starting at `start_ns`: the next byte in
+    /// either direction starts a message, and every request seen was answered. A response
+    /// held for a request not seen (`orphans`) that ended before the segment answered one sent
+    /// before ebtop saw the connection: no call under way (one that ended later may be this
+    /// very request's, its record crossing it from another CPU: under way).
+    fn between_calls(&self, start_ns: u64) -> bool {
         self.dirs.iter().all(|ds| ds.state == State::Start)
             && self.pending.is_empty()
-            && self.orphans.is_empty()
+            && self.orphans.iter().all(|o| o.span.last_end_ns < start_ns)
             && self.answers_to_skip == 0
     }
 
@@ -848,7 +851,10 @@ impl StreamParser for Http1Parser {
         }
         self.seg_counter += 1;
         let d = seg.dir.index();
-        if self.last_dir == Some(1 - d) && self.request_dir == Some(d) && !self.between_calls() {
+        if self.last_dir == Some(1 - d)
+            && self.request_dir == Some(d)
+            && !self.between_calls(seg.start_ns)
+        {
             self.calls_overlapped = true;
         }
         self.last_dir = Some(d);

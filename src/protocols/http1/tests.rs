@@ -730,6 +730,22 @@ fn a_valid_traceparent_header_is_kept_as_a_detail() {
     );
 }
 
+/// A connection seen from mid-stream (older than ebtop: wrk's keep-alive clients): its first
+/// bytes answer a request sent before, held unpaired; the next request's turn is between
+/// calls, so a CPU budget may still cut it (it never could: every such client of a busy
+/// server stayed captured).
+#[test]
+fn an_answer_to_a_request_before_ebtop_leaves_no_call_under_way() {
+    let mut d = Driver::new();
+    d.seg(IN, RESP_OK)
+        .seg(OUT, REQ_A)
+        .seg(IN, RESP_OK)
+        .seg(OUT, REQ_A)
+        .seg(IN, RESP_OK);
+    assert_eq!(d.calls.len(), 2);
+    assert_eq!(d.p.request_direction(), Some(OUT));
+}
+
 /// Where a CPU budget may cut a connection (src/source/sampling.rs): the direction of its
 /// requests while every call came alone; never once calls overlapped.
 #[test]

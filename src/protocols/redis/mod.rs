@@ -1638,14 +1638,17 @@ impl RedisParser {
         }
     }
 
-    /// Nothing of a call is under way: no message begun in either direction, every command
-    /// answered, replies one per command.
-    fn between_calls(&self) -> bool {
+    /// Nothing of a call is under way for a segment starting at `start_ns`: no message begun
+    /// in either direction, every command answered, replies one per command. A reply held for
+    /// a command not seen (`orphans`) that ended before the segment answered one sent before
+    /// ebtop saw the connection: no call under way (one that ended later may be this very
+    /// command's, its record crossing it from another CPU: under way).
+    fn between_calls(&self, start_ns: u64) -> bool {
         self.dirs
             .iter()
             .all(|ds| ds.msg.is_none() && matches!(ds.st, None | Some(St::Type)))
             && self.pending.is_empty()
-            && self.orphans.is_empty()
+            && self.orphans.iter().all(|o| o.span.last_end_ns < start_ns)
             && self.skip_replies == 0
     }
 
@@ -2203,7 +2206,10 @@ impl StreamParser for RedisParser {
         }
         self.seg_counter += 1;
         let d = seg.dir.index();
-        if self.last_dir == Some(1 - d) && self.request_dir == Some(d) && !self.between_calls() {
+        if self.last_dir == Some(1 - d)
+            && self.request_dir == Some(d)
+            && !self.between_calls(seg.start_ns)
+        {
             self.calls_overlapped = true;
         }
         self.last_dir = Some(d);
@@ -3571,5 +3577,16 @@ mod tests {
         let mut g = Driver::new();
         g.seg(OUT, GET).seg(IN, b"$1\r\nv\r\n").gap(IN, Some(4));
         assert_eq!(g.p.request_direction(), None);
+
+        // Seen from mid-stream: the first bytes answer a command sent before ebtop saw the
+        // connection (held unpaired); the next command's turn is still between calls.
+        let mut m = Driver::new();
+        m.seg(IN, b"$1\r\nv\r\n")
+            .seg(OUT, GET)
+            .seg(IN, b"$1\r\nv\r\n")
+            .seg(OUT, GET)
+            .seg(IN, b"$-1\r\n");
+        assert_eq!(m.calls.len(), 2);
+        assert_eq!(m.p.request_direction(), Some(OUT));
     }
 }
