@@ -402,13 +402,12 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	if (bench_cut == 1)
 		return 0;
 	bool dgram = sk && ((struct sock___cap *)sk)->sk_type == SOCK_DGRAM;
-	if (!dgram && sk && ret > 0 && !(dir == EBTOP_DIR_INGRESS && (flags & MSG_PEEK)) &&
-	    shed_stream_run(sk, dir))
+	bool peek = dir == EBTOP_DIR_INGRESS && (flags & MSG_PEEK);
+	if (!dgram && sk && ret > 0 && !peek && shed_stream_run(sk, dir))
 		return 0;
 	/* Helpers taken once per run: each call is a return through this VM's (and any
 	 * SRSO-mitigated CPU's) return thunk. */
 	struct task_struct___cap *task = (struct task_struct___cap *)bpf_get_current_task_btf();
-	bool peek = dir == EBTOP_DIR_INGRESS && (flags & MSG_PEEK);
 	if (ret <= 0 || !sk || peek) {
 		/* A send's start is taken whatever the outcome, so a failed send leaves no stale
 		 * start behind. */
