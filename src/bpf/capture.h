@@ -365,6 +365,10 @@ static __always_inline bool sample_keeps(__u8 *state, __u32 *epoch, __u8 *last_d
 	__u32 zero = 0;
 	struct ebtop_sample_ctl *ctl = bpf_map_lookup_elem(&sample_ctl, &zero);
 	if (!ctl || !ctl->active) {
+		/* Decided under this epoch: a send start stamped before (while it was out) is
+		 * stale (sockcap.bpf.c, struct send_start). */
+		if (ctl)
+			*epoch = ctl->epoch;
 		*state = EBTOP_SAMPLE_IN;
 		*last_dir = dir + 1;
 		return true;

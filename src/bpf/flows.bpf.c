@@ -393,7 +393,11 @@ volatile __u32 snap_gen = 0;
 
 static __always_inline void touch(struct ebtop_flow *f)
 {
-	f->touched = (__u16)snap_gen;
+	/* Written only when it changes: a segment's probe then reads the flow's line and leaves it
+	 * clean (no write back, no line taken from the CPU that last wrote it). */
+	__u16 gen = (__u16)snap_gen;
+	if (f->touched != gen)
+		f->touched = gen;
 }
 
 SEC("tp_btf/tcp_retransmit_skb")

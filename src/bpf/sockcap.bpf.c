@@ -86,10 +86,19 @@ struct {
 	__type(value, struct sk_state);
 } sk_states SEC(".maps");
 
-/* Per task: the start of the TCP send in progress. */
+/*
+ * Per task: the start of the TCP send in progress, stamped under the sampling epoch then. A
+ * stamp is this send's only if made in an epoch no older than the one in which its
+ * connection was last decided captured (send_stamp_valid): a connection sampled out or cut
+ * clears no stamp (its runs stay cheap), and one left behind by a race (another thread
+ * decided the connection out between this thread's stamp and its length hook) is never read
+ * once the connection is captured again — that takes a new epoch.
+ */
 struct send_start {
 	__u64 sk;
 	__u64 ns;
+	__u32 epoch;
+	__u32 _pad;
 };
 
 struct {
@@ -365,25 +374,20 @@ static __always_inline void dgram_note_unknown(struct sk_state *st)
 }
 
 /*
- * A send or receive that moved bytes on a connection sampled out (or cut): what the full path
- * below does for it, without its clock read and checks — the socket's storage, the thread's
- * send start cleared, the counts (bench/notes.md: the sampled-out run's cost). Only a
- * connection decided out can be (the decision is made below, on the full path); streams only:
- * a datagram's flow entry is counted per datagram. False: the full path runs.
+ * A send or receive on a connection sampled out (or cut): what the full path below does for
+ * it, without its clock read and checks — the socket's storage and, when bytes moved, the
+ * counts (bench/notes.md: the sampled-out run's cost). No send start is cleared (see struct
+ * send_start) and a run that moved nothing (an event loop's EAGAIN) needs nothing more. Only
+ * a connection decided out can be (the decision is made below, on the full path); streams
+ * only: a datagram's flow entry is counted per datagram. False: the full path runs.
  */
-static __always_inline bool shed_stream_run(struct sock *sk, __u8 dir)
+static __always_inline bool shed_stream_run(struct sock *sk, bool moved)
 {
 	struct sk_state *st = bpf_sk_storage_get(&sk_states, sk, 0, 0);
 	if (!st || !st->sock_id || !sample_sheds(st->sample, st->sample_epoch))
 		return false;
-	if (dir == EBTOP_DIR_EGRESS) {
-		/* Its start hook stamps nothing for a connection out, unless another thread
-		 * decided it out between that hook and this one: taken here as below. */
-		struct send_start *ss =
-			bpf_task_storage_get(&send_starts, bpf_get_current_task_btf(), 0, 0);
-		if (ss && ss->sk == (__u64)sk)
-			ss->ns = 0;
-	}
+	if (!moved)
+		return true;
 	if (!task_selected(bpf_get_current_pid_tgid() >> 32)) {
 		if (count_flows)
 			flow_note_owner(sk);
@@ -397,13 +401,28 @@ static __always_inline bool shed_stream_run(struct sock *sk, __u8 dir)
 	return true;
 }
 
+/* Whether a send start stamped under `stamp_epoch` is of a send made since its connection was
+ * last decided captured (under `decided_epoch`): epochs only grow (wrapping). */
+static __always_inline bool send_stamp_valid(__u32 stamp_epoch, __u32 decided_epoch)
+{
+	return (__s32)(stamp_epoch - decided_epoch) >= 0;
+}
+
+/* The sampling epoch now (0 when no control entry is written). */
+static __always_inline __u32 sample_epoch_now(void)
+{
+	__u32 zero = 0;
+	struct ebtop_sample_ctl *ctl = bpf_map_lookup_elem(&sample_ctl, &zero);
+	return ctl ? ctl->epoch : 0;
+}
+
 static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 dir)
 {
 	if (bench_cut == 1)
 		return 0;
 	bool dgram = sk && ((struct sock___cap *)sk)->sk_type == SOCK_DGRAM;
 	bool peek = dir == EBTOP_DIR_INGRESS && (flags & MSG_PEEK);
-	if (!dgram && sk && ret > 0 && !peek && shed_stream_run(sk, dir))
+	if (!dgram && sk && shed_stream_run(sk, ret > 0 && !peek))
 		return 0;
 	/* Helpers taken once per run: each call is a return through this VM's (and any
 	 * SRSO-mitigated CPU's) return thunk. */
@@ -438,13 +457,18 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	 * clock source costs a guest ~50 ns per datagram. */
 	__u64 now = dgram ? 0 : bpf_ktime_get_ns();
 	__u64 start = now;
-	/* A send's start is the TCP layer's (tcp_sendmsg_locked): a datagram's is its hook. */
+	/* A send's start is the TCP layer's (tcp_sendmsg_locked): a datagram's is its hook. Taken
+	 * (and the stamp cleared) now, used once the connection's sampling decision is known. */
+	__u64 stamp_ns = 0;
+	__u32 stamp_epoch = 0;
 	if (dir == EBTOP_DIR_EGRESS && !dgram) {
 		struct send_start *ss = bpf_task_storage_get(&send_starts, (struct task_struct *)task,
 							     0, 0);
 		if (ss) {
-			if (ss->sk == (__u64)sk && ss->ns && ss->ns <= now)
-				start = ss->ns;
+			if (ss->sk == (__u64)sk && ss->ns && ss->ns <= now) {
+				stamp_ns = ss->ns;
+				stamp_epoch = ss->epoch;
+			}
 			ss->ns = 0;
 		}
 	}
@@ -495,6 +519,8 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 			tls_note_shed(&st->shed_tls_looks);
 		return 0;
 	}
+	if (stamp_ns && send_stamp_valid(stamp_epoch, st->sample_epoch))
+		start = stamp_ns;
 	__u64 len = (__u64)ret;
 	__u64 seq = __sync_fetch_and_add(&st->seq[dir & 1], len);
 	if (st->proto == EBTOP_PROTO_FILTERED || bench_cut == 2)
@@ -609,10 +635,14 @@ int BPF_PROG(cap_tcp_send_start, struct sock *sk)
 						     BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!ss)
 		return 0;
-	if (ss->ns && ss->sk == (__u64)sk)
+	__u32 epoch = sample_epoch_now();
+	/* The first segment's stamp stands; one of an older epoch may be a stale one (struct
+	 * send_start). */
+	if (ss->ns && ss->sk == (__u64)sk && ss->epoch == epoch)
 		return 0;
 	ss->sk = (__u64)sk;
 	ss->ns = bpf_ktime_get_ns();
+	ss->epoch = epoch;
 	return 0;
 }
 
