@@ -135,6 +135,9 @@ enum ebtop_counter {
 	EBTOP_CNT_TLS_SHED,
 	/* Captured connections cut at a call boundary (capture.h sample_cut_here). */
 	EBTOP_CNT_CUT_CONNS,
+	/* A sampled-out run of the socket layer's fast path (sockcap.bpf.c shed_stream_run): one
+	 * count for what is both a traced syscall and a shed run (user space adds it to each). */
+	EBTOP_CNT_SHED_FAST,
 	EBTOP_CNT__MAX,
 };
 

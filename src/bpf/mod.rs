@@ -365,7 +365,9 @@ pub mod counter {
     pub const SKIPPED_UNEXAMINED: u32 = 21;
     pub const TLS_SHED: u32 = 22;
     pub const CUT_CONNS: u32 = 23;
-    pub const COUNT: u32 = 24;
+    /// Counted once for a socket syscall that is also a shed run (both sums include it).
+    pub const SHED_FAST: u32 = 24;
+    pub const COUNT: u32 = 25;
 }
 
 /// Attaches a loaded tc program to interface `ifindex`'s tcx hook (ingress or egress, as the

@@ -375,8 +375,8 @@ static __always_inline void dgram_note_unknown(struct sk_state *st)
 
 /*
  * A send or receive on a connection sampled out (or cut): what the full path below does for
- * it, without its clock read and checks — the socket's storage and, when bytes moved, the
- * counts (bench/notes.md: the sampled-out run's cost). No send start is cleared (see struct
+ * it, without its clock read and checks — the socket's storage and, when bytes moved, one
+ * count (bench/notes.md: the sampled-out run's cost). No send start is cleared (see struct
  * send_start) and a run that moved nothing (an event loop's EAGAIN) needs nothing more. Only
  * a connection decided out can be (the decision is made below, on the full path); streams
  * only: a datagram's flow entry is counted per datagram. False: the full path runs.
@@ -395,8 +395,7 @@ static __always_inline bool shed_stream_run(struct sock *sk, bool moved)
 	}
 	if (count_flows && !st->flow_owner_known)
 		st->flow_owner_known = flow_note_owner(sk);
-	count(EBTOP_CNT_SOCK_SYSCALLS, 1);
-	count(EBTOP_CNT_SHED_RUNS, 1);
+	count(EBTOP_CNT_SHED_FAST, 1);
 	tls_note_shed(&st->shed_tls_looks);
 	return true;
 }

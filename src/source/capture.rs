@@ -706,6 +706,7 @@ pub(crate) fn read_counters(
         (per_cpu.iter().sum(), per_cpu)
     };
     let (lost, lost_per_cpu) = sum(counter::LOST);
+    let shed_fast = sum(counter::SHED_FAST).0;
     let (proc_events, proc_lost) = procs.map_or((0, 0), ProcessProbe::counters);
     let (tls_probe_hits, tls_probe_stepped_hits) =
         tls.map_or_else(Default::default, |t| t.hits_since_start(capture.tls_hits()));
@@ -717,7 +718,7 @@ pub(crate) fn read_counters(
         skipped_unknown_bytes: sum(counter::SKIPPED_BYTES).0,
         skipped_unexamined: sum(counter::SKIPPED_UNEXAMINED).0,
         inflight_full: sum(counter::INFLIGHT_FULL).0,
-        socket_syscalls: sum(counter::SOCK_SYSCALLS).0,
+        socket_syscalls: sum(counter::SOCK_SYSCALLS).0 + shed_fast,
         truncated: sum(counter::TRUNCATED).0,
         lost_per_cpu,
         proc_events,
@@ -738,7 +739,7 @@ pub(crate) fn read_counters(
         copied_whole: sum(counter::DEEP).0,
         copied_whole_bytes: sum(counter::DEEP_BYTES).0,
         not_copied_whole: sum(counter::DEEP_CUT).0,
-        shed_runs: sum(counter::SHED_RUNS).0,
+        shed_runs: sum(counter::SHED_RUNS).0 + shed_fast,
         shed_connections: sum(counter::SHED_CONNS).0,
         kept_connections: sum(counter::KEPT_CONNS).0,
         tls_shed_calls: sum(counter::TLS_SHED).0,
