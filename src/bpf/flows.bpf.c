@@ -479,7 +479,7 @@ struct flow_mark {
 	__u32 gen;
 	__u32 srtt_min;
 	__u32 srtt_max;
-	__u32 _pad;
+	__u32 set; /* 0: new storage, nothing written yet */
 };
 
 struct {
@@ -504,7 +504,8 @@ int flow_probe(__u64 *args)
 	__u32 gen = snap_gen;
 	struct flow_mark *m =
 		bpf_sk_storage_get(&flow_marks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (m && m->gen == gen && (!srtt || (srtt >= m->srtt_min && srtt <= m->srtt_max)))
+	if (m && m->set && m->gen == gen &&
+	    (!srtt || (srtt >= m->srtt_min && srtt <= m->srtt_max)))
 		return 0;
 	struct ebtop_flow *f = bpf_map_lookup_elem(&flows, &key);
 	if (!f) {
@@ -525,7 +526,8 @@ int flow_probe(__u64 *args)
 	/* The range as written under `gen` (a snapshot that begins meanwhile resets the flow's
 	 * and moves snap_gen on: the next segment finds its mark old and comes here). */
 	if (m) {
-		if (m->gen != gen) {
+		if (!m->set || m->gen != gen) {
+			m->set = 1;
 			m->gen = gen;
 			m->srtt_min = srtt ? srtt : 0xffffffff;
 			m->srtt_max = srtt;
