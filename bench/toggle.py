@@ -215,15 +215,19 @@ http {{ access_log off; keepalive_requests 1000000000;
                 e.wait()
                 if budget:
                     out.seek(skip_to)
-                    cpu, ratio = [], []
+                    cpu, ratio, user_cpu, bpf_cpu = [], [], [], []
                     for line in out:
                         rec = json.loads(line)
                         if rec.get("type") == "overhead" and rec.get("ebtop_cpu_pct") is not None:
                             cpu.append(rec["ebtop_cpu_pct"])
+                            user_cpu.append(rec.get("user_cpu_pct") or 0.0)
+                            bpf_cpu.append(rec.get("bpf_cpu_pct") or 0.0)
                         if rec.get("type") == "sampling" and rec.get("ratio") is not None:
                             ratio.append(rec["ratio"])
                     budgets.append((mode, statistics.median(cpu) if cpu else None,
-                                    statistics.median(ratio) if ratio else 1.0))
+                                    statistics.median(ratio) if ratio else 1.0,
+                                    statistics.median(user_cpu) if user_cpu else None,
+                                    statistics.median(bpf_cpu) if bpf_cpu else None))
                     out.close()
                 elif out is not subprocess.DEVNULL:
                     out.seek(0)
@@ -271,11 +275,17 @@ http {{ access_log off; keepalive_requests 1000000000;
             report[mode]["bpf_ns_per_request_by_program"] = {
                 k: round(statistics.median(v)) for k, v in sorted(progs.items())}
     for mode in modes:
-        cpu = [c for m, c, _ in budgets if m == mode and c is not None]
+        mine = [b for b in budgets if b[0] == mode]
+        cpu = [b[1] for b in mine if b[1] is not None]
         if cpu:
             report[mode]["ebtop_cpu_pct_median"] = round(statistics.median(cpu), 1)
-            report[mode]["sampled_ratio_median"] = round(
-                statistics.median(r for m, _, r in budgets if m == mode), 3)
+            report[mode]["sampled_ratio_median"] = round(statistics.median(b[2] for b in mine), 3)
+            # Its parts: ebtop's own threads, and its BPF programs as the statistics' window
+            # measured them (their own cost included).
+            for i, name in ((3, "user_cpu_pct_median"), (4, "bpf_cpu_pct_median")):
+                part = [b[i] for b in mine if b[i] is not None]
+                if part:
+                    report[mode][name] = round(statistics.median(part), 1)
     if load:
         report["loadavg_1m_median"] = round(statistics.median(load), 2)
     report["off_rps_median"] = round(statistics.median(r for m, r in windows if m == "off"))
