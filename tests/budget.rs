@@ -502,6 +502,12 @@ fn the_budget_defaults_to_a_quarter_of_a_cpu_or_the_environments() {
             lines.iter().all(|v| v["type"] != "sampling"),
             "an idle session within its budget samples nothing"
         );
+        // Said with a budget only, and an idle session is never over it.
+        assert_eq!(
+            ov["over_budget_at_floor"].as_bool(),
+            ov["max_cpu_pct"].as_f64().map(|_| false),
+            "{ov}"
+        );
         ov["max_cpu_pct"].as_f64()
     };
     assert_eq!(budget_of(None), Some(25.0));
@@ -519,4 +525,69 @@ fn the_budget_defaults_to_a_quarter_of_a_cpu_or_the_environments() {
         err.contains("EBTOP_MAX_CPU=\"lots\"") && err.lines().count() == 1,
         "{err}"
     );
+}
+
+/// A budget so small that ebtop's own work alone is over it: with every connection sampled
+/// out (short connections, each decided at its first send) the overhead line says it is over
+/// the budget with nothing captured — and says so only for intervals whose every traced send
+/// and receive was on a connection sampled out or cut.
+#[test]
+fn a_budget_over_with_nothing_captured_says_so() {
+    require_root();
+    let server = TestServer::start();
+    let port = server.port.to_string();
+    let pid = std::process::id().to_string();
+    let mut ebtop = Ebtop::start(&[
+        "--json",
+        "--port",
+        &port,
+        "--pid",
+        &pid,
+        "--delay",
+        "200ms",
+        "--tls",
+        "off",
+        "--max-cpu",
+        "0.01",
+    ]);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let said = std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut c = Conn::to(&server);
+                c.stream
+                    .write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+                    .unwrap();
+                assert_eq!(read_response(&mut c.reader).0, 200);
+            }
+        });
+        let said = ebtop.wait_for(Duration::from_secs(90), |v| {
+            v["type"] == "overhead" && v["over_budget_at_floor"] == true
+        });
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        said
+    });
+    let lines = ebtop.stop();
+    let said = said.expect("an interval over the budget with nothing captured");
+    assert!(said["ebtop_cpu_pct"].as_f64().unwrap() > 0.01, "{said}");
+    // Each interval's lines end with its overhead line; its sampling line comes before.
+    let mut sampling: Option<&Value> = None;
+    let mut at_floor = 0;
+    for v in &lines {
+        match v["type"].as_str() {
+            Some("sampling") => sampling = Some(v),
+            Some("overhead") => {
+                if v["over_budget_at_floor"] == true {
+                    let sm = sampling.expect("a sampling line in an interval at the floor");
+                    let syscalls = sm["syscalls"].as_u64().unwrap();
+                    assert!(syscalls > 0, "{sm}");
+                    assert_eq!(sm["syscalls_not_captured"].as_u64(), Some(syscalls), "{sm}");
+                    at_floor += 1;
+                }
+                sampling = None;
+            }
+            _ => {}
+        }
+    }
+    assert!(at_floor >= 1);
 }

@@ -307,6 +307,10 @@ pub struct OverheadSnapshot {
     /// `--max-cpu`: ebtop's budget, % of one CPU (absent without one).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_cpu_pct: Option<f64>,
+    /// With a budget: the interval cost more than it with nothing captured (every connection
+    /// sampled out or cut), so the excess is the attached hooks' own cost at this load.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub over_budget_at_floor: Option<bool>,
     /// user_cpu_pct + bpf_cpu_pct (the BPF part counted as 0 when unavailable: then a lower
     /// bound, as `bpf_stats_available` says).
     pub ebtop_cpu_pct: Option<f64>,
@@ -418,6 +422,7 @@ impl Overhead {
             tls_running_scanned: None,
             tls_installed_scanned: None,
             max_cpu_pct: None,
+            over_budget_at_floor: None,
             ebtop_cpu_pct: user_cpu_pct.map(|u| u + bpf.as_ref().map_or(0.0, |b| b.cpu_pct)),
             plugins: Vec::new(),
             bpf_programs: bpf.map(|b| b.programs).unwrap_or_default(),

@@ -670,6 +670,7 @@ pub fn run<S: Sink, R>(
             // What the next interval's records are decided under (a recording keeps it).
             k.sample_keep_ppm = sampler.ctl().keep_ppm();
             ov.max_cpu_pct = sampler.budget_pct();
+            ov.over_budget_at_floor = sampler.over_at_floor();
             if let Some(t) = tls.as_ref() {
                 let skipped = t.skipped();
                 if skipped > tls_skips_warned {

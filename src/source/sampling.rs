@@ -234,6 +234,9 @@ pub struct Sampler {
     cut_from: Option<u64>,
     /// The last generation of cuts asked for.
     cut_generation: u32,
+    /// The last interval cost more than the budget with nothing captured (every connection
+    /// sampled out or cut): what the hooks that stay attached cost at this load.
+    over_at_floor: bool,
     /// `EBTOP_DEBUG_SAMPLE_SCHEDULE` (debug builds): the share per interval, not the load's.
     schedule: Option<Vec<f64>>,
     /// The schedule's entry now: one more per interval, once `EBTOP_DEBUG_SAMPLE_GATE`'s
@@ -265,6 +268,7 @@ impl Sampler {
             over_budget: 0,
             cut_from: None,
             cut_generation: 0,
+            over_at_floor: false,
             schedule: None,
             schedule_step: 0,
             schedule_gate: None,
@@ -336,12 +340,24 @@ impl Sampler {
         }
     }
 
+    /// Whether the last interval cost more than the budget although nothing was captured
+    /// (None without a budget): sampling can go no lower, the rest is the hooks' own cost.
+    pub fn over_at_floor(&self) -> Option<bool> {
+        self.budget_pct().map(|_| self.over_at_floor)
+    }
+
     /// The interval that ended: returns the new control entry when it changed.
     pub fn on_interval(&mut self, load: &IntervalLoad) -> Option<SampleCtl> {
         let SamplingMode::Budget(budget) = self.mode else {
             return None;
         };
         self.intervals += 1;
+        // Nothing captured: every run on a connection sampled out or cut (a cut still
+        // pending keeps its connection captured until its call boundary).
+        self.over_at_floor = self.ctl.active
+            && load.runs > 0
+            && load.runs <= load.shed_runs
+            && load.cost_pct().is_some_and(|c| c > budget);
         if let Some(schedule) = self.schedule.take() {
             let before = self.ctl;
             if self.schedule_gate.as_ref().is_none_or(|g| g.exists()) {
@@ -581,6 +597,28 @@ mod tests {
         s.on_interval(&load(30.0, 200_000, 0));
         let later = s.on_interval(&load(30.0, 200_000, 0)).unwrap();
         assert!(later.cuts != 0 && later.cuts != again.cuts && later.cuts != cut.cuts);
+    }
+
+    #[test]
+    fn over_the_budget_with_nothing_captured_is_said_and_only_then() {
+        let mut s = Sampler::new(SamplingMode::Budget(10.0));
+        assert_eq!(Sampler::new(SamplingMode::Off).over_at_floor(), None);
+        // Start-up and an interval within the budget: nothing to say.
+        s.on_interval(&load(2.0, 100_000, 0));
+        s.on_interval(&load(2.0, 100_000, 0));
+        assert_eq!(s.over_at_floor(), Some(false));
+        // Over it while runs are still captured: sampling, not the floor.
+        for _ in 0..4 {
+            s.on_interval(&load(14.0, 400_000, 200_000));
+            assert!(s.ctl().active);
+            assert_eq!(s.over_at_floor(), Some(false));
+        }
+        // Every run shed and still over: said.
+        s.on_interval(&load(14.0, 400_000, 400_000));
+        assert_eq!(s.over_at_floor(), Some(true));
+        // Within the budget again: no longer.
+        s.on_interval(&load(9.0, 400_000, 400_000));
+        assert_eq!(s.over_at_floor(), Some(false));
     }
 
     #[test]

@@ -1619,8 +1619,15 @@ fn draw_overhead(f: &mut Frame, app: &App, area: Rect) {
                     (false, None) => format!("  plugin {}: no calls", p.name),
                 })
                 .collect();
+            // With a budget: it, and whether the interval went over it with nothing captured
+            // (the hooks' own cost at this load: sampling can go no lower).
+            let budget = match (o.max_cpu_pct, o.over_budget_at_floor) {
+                (Some(b), Some(true)) => format!(" (budget {b:.0}%: over with nothing captured)"),
+                (Some(b), _) => format!(" (budget {b:.0}%)"),
+                (None, _) => String::new(),
+            };
             format!(
-                "BPF {} ns/run  BPF CPU {}  ebtop CPU {}  RSS {} MiB  events {}/s  lost {}{tls}{plugins}",
+                "BPF {} ns/run  BPF CPU {}  ebtop CPU {}{budget}  RSS {} MiB  events {}/s  lost {}{tls}{plugins}",
                 o.bpf_ns_per_run
                     .map_or("n/a".to_owned(), |v| format!("{v:.0}")),
                 bpf_cpu,
