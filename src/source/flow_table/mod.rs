@@ -15,6 +15,7 @@ pub mod ends;
 pub mod iface;
 pub mod listening;
 pub mod owners;
+pub mod prev;
 pub mod raw;
 
 use std::cell::RefCell;
@@ -39,6 +40,7 @@ use crate::flows::{FlowReport, FlowStats, TcpFlow, UdpFlow, DEFAULT_MAX_FLOWS, F
 use compact_str::CompactString;
 use ends::EndsBuf;
 use owners::Owners;
+use prev::{Counters, Prev, PrevTable};
 use raw::{RawFlow, RawUdp, RawUdpKey};
 
 use crate::bpf::flows::{FlowsSkel, FlowsSkelBuilder};
@@ -103,23 +105,6 @@ impl Default for FlowConfig {
             accept_hooks: true,
         }
     }
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Prev {
-    id: u64,
-    /// The poll that last read the flow in the table.
-    seen: u64,
-    start_ns: u64,
-    raw_out: u64,
-    raw_in: u64,
-    bytes_out: u64,
-    bytes_in: u64,
-    segs_out: u64,
-    segs_in: u64,
-    retrans: u64,
-    retrans_events: u64,
-    rst: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -407,9 +392,9 @@ struct FlowTableReader {
     flows: MapHandle,
     udp_flows: MapHandle,
     counters: MapHandle,
-    /// By socket address (FxHash: the table is probed for every flow read, SipHash was a
-    /// fifth of the reader's time with 200,000 flows).
-    prev: FxHashMap<u64, Prev>,
+    /// By socket address (FxHash inside: the table is probed for every flow read, SipHash
+    /// was a fifth of the reader's time with 200,000 flows); compact, see prev.rs.
+    prev: PrevTable,
     /// Previous counters of flows whose socket address a newer flow took before their end
     /// record came (by address and start): the end still finds its flow's id.
     replaced: FxHashMap<(u64, u64), Prev>,
@@ -655,7 +640,7 @@ impl FlowCollector {
             flows: handle(&skel.maps.flows, "flows")?,
             udp_flows: handle(&skel.maps.udp_flows, "udp_flows")?,
             counters: handle(&skel.maps.flow_counters, "counters")?,
-            prev: FxHashMap::default(),
+            prev: PrevTable::default(),
             replaced: FxHashMap::default(),
             resolved: FxHashMap::default(),
             udp_prev: HashMap::new(),
@@ -899,7 +884,7 @@ impl FlowTableReader {
     fn tcp_flow(&mut self, r: &RawFlow, now_ns: u64, ended: bool) -> TcpFlow {
         let prev = self
             .prev
-            .get(&r.sk)
+            .get(r.sk)
             .copied()
             .filter(|p| p.start_ns == r.start_ns)
             .or_else(|| {
@@ -908,7 +893,7 @@ impl FlowTableReader {
                     .flatten()
             });
         let id = match prev {
-            Some(p) => p.id,
+            Some(p) => p.id(),
             None => {
                 self.next_id += 1;
                 self.next_id - 1
@@ -969,20 +954,8 @@ impl FlowTableReader {
                 comm = Some(c);
             }
         }
-        let p = prev.unwrap_or(Prev {
-            id,
-            seen: self.polls,
-            start_ns: r.start_ns,
-            raw_out: 0,
-            raw_in: 0,
-            bytes_out: 0,
-            bytes_in: 0,
-            segs_out: 0,
-            segs_in: 0,
-            retrans: 0,
-            retrans_events: 0,
-            rst: 0,
-        });
+        let p = prev.unwrap_or(Prev::new(id, Counters::default()));
+        let (prev_out, prev_in) = p.bytes();
         let snapped = r.flags & raw::FLAG_SNAPPED != 0;
         let srtt = (snapped && r.srtt_us > 0).then_some(r.srtt_us);
         let (lo, hi) = if ended {
@@ -1025,11 +998,11 @@ impl FlowTableReader {
             retrans_events: r.retrans_events as u64,
             rst_sent: r.rst_sent as u64,
             rst_received: r.rst_received as u64,
-            interval_bytes_out: bytes_out.saturating_sub(p.bytes_out),
-            interval_bytes_in: bytes_in.saturating_sub(p.bytes_in),
-            interval_segs_out: (r.segs_out as u64).saturating_sub(p.segs_out),
-            interval_segs_in: (r.segs_in as u64).saturating_sub(p.segs_in),
-            interval_retrans_segs: (r.total_retrans as u64).saturating_sub(p.retrans),
+            interval_bytes_out: bytes_out.saturating_sub(prev_out),
+            interval_bytes_in: bytes_in.saturating_sub(prev_in),
+            interval_segs_out: u64::from(r.segs_out.saturating_sub(p.segs_out)),
+            interval_segs_in: u64::from(r.segs_in.saturating_sub(p.segs_in)),
+            interval_retrans_segs: u64::from(r.total_retrans.saturating_sub(p.retrans)),
             srtt_us: srtt,
             srtt_min_us: (lo != u32::MAX && lo > 0).then_some(lo),
             srtt_max_us: (hi > 0).then_some(hi),
@@ -1095,22 +1068,23 @@ impl FlowTableReader {
         let Some(r) = RawFlow::decode(v) else {
             return;
         };
-        let prev = match self.prev.get_mut(&r.sk) {
+        let prev = match self.prev.get_mut(r.sk) {
             Some(p) if p.start_ns == r.start_ns => {
-                p.seen = self.polls;
+                p.seen = self.polls as u32;
                 Some(*p)
             }
             _ => None,
         };
+        let rst = r.rst_sent.wrapping_add(r.rst_received);
         let changed = match prev {
             None => true,
             Some(p) => {
                 p.raw_out != r.bytes_acked
                     || p.raw_in != r.bytes_received
-                    || p.segs_out != r.segs_out as u64
-                    || p.segs_in != r.segs_in as u64
-                    || p.retrans_events != r.retrans_events as u64
-                    || p.rst != (r.rst_sent + r.rst_received) as u64
+                    || p.segs_out != r.segs_out
+                    || p.segs_in != r.segs_in
+                    || p.retrans_events != r.retrans_events
+                    || p.rst != rst
             }
         };
         if !changed {
@@ -1121,20 +1095,22 @@ impl FlowTableReader {
         f.drops = self.flow_drops(f.flow_id, 6, (f.local, f.peer), owner, false);
         let earlier = self.prev.insert(
             r.sk,
-            Prev {
-                id: f.flow_id,
-                seen: self.polls,
-                start_ns: r.start_ns,
-                raw_out: r.bytes_acked,
-                raw_in: r.bytes_received,
-                bytes_out: f.bytes_out,
-                bytes_in: f.bytes_in,
-                segs_out: r.segs_out as u64,
-                segs_in: r.segs_in as u64,
-                retrans: r.total_retrans as u64,
-                retrans_events: r.retrans_events as u64,
-                rst: (r.rst_sent + r.rst_received) as u64,
-            },
+            Prev::new(
+                f.flow_id,
+                Counters {
+                    seen: self.polls as u32,
+                    start_ns: r.start_ns,
+                    raw_out: r.bytes_acked,
+                    raw_in: r.bytes_received,
+                    bytes_out: f.bytes_out,
+                    bytes_in: f.bytes_in,
+                    segs_out: r.segs_out,
+                    segs_in: r.segs_in,
+                    retrans: r.total_retrans,
+                    retrans_events: r.retrans_events,
+                    rst,
+                },
+            ),
         );
         // Another flow's counters at this address: its end has not come yet.
         if let Some(p) = earlier.filter(|p| p.start_ns != r.start_ns) {
@@ -1154,10 +1130,10 @@ impl FlowTableReader {
         // Unless the address is already a newer flow's.
         if self
             .prev
-            .get(&r.sk)
+            .get(r.sk)
             .is_some_and(|p| p.start_ns == r.start_ns)
         {
-            self.prev.remove(&r.sk);
+            self.prev.remove(r.sk);
         }
         if self.resolved.get(&r.sk).is_some_and(|o| o.0 == r.start_ns) {
             self.resolved.remove(&r.sk);
@@ -1249,10 +1225,14 @@ impl FlowTableReader {
                     // Flows gone from the table since the last whole read: their end
                     // records came meanwhile (the ring is drained on another thread; an end
                     // seen first would have found its id), unless lost.
-                    let since = self.last_whole_read;
-                    self.prev.retain(|_, p| p.seen >= since);
-                    self.replaced.retain(|_, p| p.seen >= since);
-                    self.resolved.retain(|sk, _| self.prev.contains_key(sk));
+                    let (since, now) = (self.last_whole_read, self.polls);
+                    self.prev
+                        .retain(|_, p| prev::seen_since(p.seen, since, now));
+                    self.replaced
+                        .retain(|_, p| prev::seen_since(p.seen, since, now));
+                    self.resolved.retain(|sk, _| self.prev.contains_key(*sk));
+                    // After a mass close: the memory back.
+                    self.prev.shrink_if_sparse();
                     self.last_whole_read = self.polls;
                 }
                 self.batch_buffers = batches.into_buffers();
