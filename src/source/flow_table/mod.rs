@@ -1024,6 +1024,25 @@ impl FlowTableReader {
         }
     }
 
+    /// `EBTOP_DEBUG_FLOW_MEMORY=1`: the reader's structures after a poll, on stderr.
+    fn print_memory(&self, last_part: usize) {
+        let (rss, commit) = crate::allocator::process_memory();
+        eprintln!(
+            "flow memory: poll {} prev {} flows {} B, replaced {}, resolved {}, udp {}, \
+             last part {} flows of {} B, process rss {} B commit {} B",
+            self.polls,
+            self.prev.len(),
+            self.prev.allocated_bytes(),
+            self.replaced.len(),
+            self.resolved.len(),
+            self.udp_prev.len(),
+            last_part,
+            std::mem::size_of::<TcpFlow>(),
+            rss,
+            commit,
+        );
+    }
+
     /// Whether drops wait for a UDP pair (reported for them though its counters are as
     /// they were).
     fn udp_drops_wait(&self, key: &RawUdpKey, u: &RawUdp) -> bool {
@@ -1387,6 +1406,9 @@ impl FlowTableReader {
             parts.part.iface_totals = read.totals;
             stats.iface = Some(read.stats);
         }
+        if crate::diag::debug_flow_memory() {
+            self.print_memory(parts.part.flows.len() + parts.part.ends.len());
+        }
         parts.finish(stats)
     }
 }
@@ -1442,11 +1464,15 @@ mod tests {
             .iter()
             .map(|p| p.flows.len() + p.ends.len() + p.udp.len())
             .collect();
-        assert_eq!(sizes, vec![4096, 4096, 10_010 - 2 * 4096]);
+        let full = 10_010 / FLOWS_PER_PART;
+        let mut want = vec![FLOWS_PER_PART; full];
+        want.push(10_010 - full * FLOWS_PER_PART);
+        assert_eq!(sizes, want);
         let more: Vec<bool> = sent.iter().map(|p| p.more).collect();
-        assert_eq!(more, vec![true, true, false]);
+        assert_eq!(more.iter().filter(|m| **m).count(), full);
+        assert_eq!(more.last(), Some(&false));
         assert!(sent.iter().all(|p| p.mono_ns == 5));
-        assert_eq!(sent[2].stats, whole.stats);
+        assert_eq!(sent[full].stats, whole.stats);
         let mut back = FlowReport {
             more: true,
             ..Default::default()
@@ -1455,6 +1481,14 @@ mod tests {
             back.append_part(p);
         }
         assert_eq!(back, whole);
+    }
+
+    /// A report in flight holds at most four parts (one filling on the reader's thread, two
+    /// in the channel, one the session writes): 4 MiB of flows, whatever the table holds.
+    #[test]
+    fn parts_in_flight_are_bounded() {
+        let bytes = 4 * FLOWS_PER_PART * std::mem::size_of::<TcpFlow>();
+        assert!(bytes <= 4 << 20, "{bytes}");
     }
 
     /// Once nobody takes the parts (the session ends), the rest are dropped, not sent.
