@@ -286,6 +286,13 @@ impl EndsRing {
 
 /// The burst drain thread: waits for the ring's wakeups (edge-triggered: ends written without
 /// one keep the ring readable, and the loop drains those) or `stop`.
+///
+/// The chunks it fills in a burst (up to the 16 MiB bound) are freed by the table's reader
+/// once it has read them, an interval or more later, while this thread waits: mimalloc hands
+/// pages freed by another thread back only when their own thread allocates or collects, and
+/// after a teardown this one never drains again, so they stayed resident for good. After a
+/// burst it looks once a second until at most one chunk is alive, and then returns what it
+/// made and is freed ([`crate::allocator::release_freed`]).
 fn drain_bursts((ring, ends): EndsSource, stop: Doorbell) -> Result<std::thread::JoinHandle<()>> {
     let epoll = crate::eventfd::new_epoll().context("waiting for flow ends")?;
     let ring_fd = ring.lock().unwrap_or_else(|e| e.into_inner()).0.epoll_fd();
@@ -295,15 +302,28 @@ fn drain_bursts((ring, ends): EndsSource, stop: Doorbell) -> Result<std::thread:
         .context("waiting for flow ends")?;
     std::thread::Builder::new()
         .name("ebtop-flow-ends".into())
-        .spawn(move || loop {
-            match crate::eventfd::epoll_wait(epoll.as_raw_fd(), -1) {
-                Err(e) if e.kind() != std::io::ErrorKind::Interrupted => return,
-                _ => {}
+        .spawn(move || {
+            let mut drained = false;
+            loop {
+                let timeout_ms = if drained { 1000 } else { -1 };
+                match crate::eventfd::epoll_wait(epoll.as_raw_fd(), timeout_ms) {
+                    Err(e) if e.kind() != std::io::ErrorKind::Interrupted => return,
+                    Ok(false) => {
+                        let held = ends.lock().unwrap_or_else(|e| e.into_inner()).held_bytes();
+                        if held <= ends::CHUNK_BYTES {
+                            crate::allocator::release_freed();
+                            drained = false;
+                        }
+                        continue;
+                    }
+                    _ => {}
+                }
+                if stop.clear() {
+                    return;
+                }
+                EndsRing::consume(&ring, &ends);
+                drained = true;
             }
-            if stop.clear() {
-                return;
-            }
-            EndsRing::consume(&ring, &ends);
         })
         .context("starting the flow-end reader thread failed")
 }
@@ -682,6 +702,10 @@ impl FlowCollector {
                     if !reader.poll(job.ends, reads.as_ref(), &ifaces, parts) {
                         break;
                     }
+                    // What the poll freed (a mass close's ends and counters, the parts the
+                    // session wrote) back to the system now, not when this thread's heap
+                    // next needs a page: a walk of its heap, microseconds.
+                    crate::allocator::release_freed();
                 }
             })
             .context("starting the flow table's reader thread failed")?;
