@@ -14,29 +14,6 @@ extern "C" {
     // mimalloc.h: `void mi_collect(bool force)`. Frees what the calling thread's heap holds
     // unused, and with `force` returns it to the system at once.
     fn mi_collect(force: bool);
-    // mimalloc.h: `mi_process_info(elapsed_msecs, user_msecs, system_msecs, current_rss,
-    // peak_rss, current_commit, peak_commit, page_faults)`, each a `size_t*` (may be null).
-    fn mi_process_info(
-        elapsed_msecs: *mut usize,
-        user_msecs: *mut usize,
-        system_msecs: *mut usize,
-        current_rss: *mut usize,
-        peak_rss: *mut usize,
-        current_commit: *mut usize,
-        peak_commit: *mut usize,
-        page_faults: *mut usize,
-    );
-}
-
-/// The process's resident and the allocator's committed bytes now (diagnostics: what the
-/// allocator holds against what is resident; the resident figure includes mapped BPF rings).
-pub fn process_memory() -> (usize, usize) {
-    let (mut rss, mut commit) = (0usize, 0usize);
-    let null = std::ptr::null_mut();
-    // SAFETY: mimalloc writes the two non-null out-pointers, which point to live locals, and
-    // skips the null ones.
-    unsafe { mi_process_info(null, null, null, &mut rss, null, &mut commit, null, null) };
-    (rss, commit)
 }
 
 /// Returns the calling thread's freed memory to the system now (a walk of that thread's

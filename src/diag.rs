@@ -84,8 +84,8 @@ pub fn debug_sample_gate() -> Option<std::path::PathBuf> {
 }
 
 /// `EBTOP_DEBUG_FLOW_MEMORY=1` (release builds too: it is for measuring them) has the flow
-/// table's reader print its structures' sizes and the process's memory on stderr after each
-/// poll (bench/teardown_mem.py `--diag`), to tell which holds ebtop's memory with many flows.
+/// table's reader print its structures' sizes on stderr after each poll
+/// (bench/teardown_mem.py `--diag`), to tell which holds ebtop's memory with many flows.
 pub fn debug_flow_memory() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var_os("EBTOP_DEBUG_FLOW_MEMORY").is_some_and(|v| v == "1"))

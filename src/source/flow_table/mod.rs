@@ -1050,10 +1050,9 @@ impl FlowTableReader {
 
     /// `EBTOP_DEBUG_FLOW_MEMORY=1`: the reader's structures after a poll, on stderr.
     fn print_memory(&self, last_part: usize) {
-        let (rss, commit) = crate::allocator::process_memory();
         eprintln!(
             "flow memory: poll {} prev {} flows {} B, replaced {}, resolved {}, udp {}, \
-             last part {} flows of {} B, process rss {} B commit {} B",
+             last part {} flows of {} B",
             self.polls,
             self.prev.len(),
             self.prev.allocated_bytes(),
@@ -1062,8 +1061,6 @@ impl FlowTableReader {
             self.udp_prev.len(),
             last_part,
             std::mem::size_of::<TcpFlow>(),
-            rss,
-            commit,
         );
     }
 
