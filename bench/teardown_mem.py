@@ -31,10 +31,13 @@ def sampler(pid, out_path, stop, samples):
         time.sleep(0.25)
 
 
-def one_run(binary, many_conns, conns, secs, tmp, args, after_s):
+def one_run(binary, many_conns, conns, secs, tmp, args, after_s, diag=False):
     out_path = os.path.join(tmp, "out.jsonl")
-    with open(out_path, "w") as out:
-        e = subprocess.Popen([binary, "--json"] + args, stdout=out, stderr=subprocess.DEVNULL)
+    err_path = os.path.join(tmp, "err.txt")
+    env = dict(os.environ, EBTOP_DEBUG_FLOW_MEMORY="1") if diag else None
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        e = subprocess.Popen([binary, "--json"] + args, stdout=out,
+                             stderr=err if diag else subprocess.DEVNULL, env=env)
     wait_attached(e.pid)
     wait_tls_scan(e.pid)
     samples, stop = [], threading.Event()
@@ -105,6 +108,9 @@ def one_run(binary, many_conns, conns, secs, tmp, args, after_s):
         # From its first flow_end line to its flow_stats line (±0.25 s: the sampling).
         "largest_interval_write_s": write_s,
         "samples": [(round(ts - mc_start, 2), round(m, 1)) for (ts, m, _) in samples],
+        # --diag: the flow table reader's structure sizes after each poll.
+        "diag": [l.strip() for l in open(err_path) if l.startswith("flow memory:")] if diag
+        else None,
     }
 
 
@@ -117,6 +123,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--after", type=float, default=15, help="seconds watched after the close")
     ap.add_argument("--ebtop-args", default="", help="more ebtop options, e.g. '--tls off'")
+    ap.add_argument("--diag", action="store_true",
+                    help="EBTOP_DEBUG_FLOW_MEMORY=1: the flow table's structure sizes per poll, "
+                    "saved with the samples")
     ap.add_argument("--save", help="write every run with its samples (s from the start, MB) here")
     a = ap.parse_args()
     results = []
@@ -124,11 +133,11 @@ def main():
         for r in range(a.rounds):
             for b in a.binaries:
                 res = one_run(b, a.many_conns, a.conns, a.seconds, tmp, a.ebtop_args.split(),
-                              a.after)
+                              a.after, a.diag)
                 res["round"] = r
-                samples = res.pop("samples")
+                samples, diag = res.pop("samples"), res.pop("diag")
                 print(json.dumps(res), flush=True)
-                res["samples"] = samples
+                res["samples"], res["diag"] = samples, diag
                 results.append(res)
                 time.sleep(3)
     if a.save:

@@ -83,6 +83,14 @@ pub fn debug_sample_gate() -> Option<std::path::PathBuf> {
     std::env::var_os("EBTOP_DEBUG_SAMPLE_GATE").map(std::path::PathBuf::from)
 }
 
+/// `EBTOP_DEBUG_FLOW_MEMORY=1` (release builds too: it is for measuring them) has the flow
+/// table's reader print its structures' sizes on stderr after each poll
+/// (bench/teardown_mem.py `--diag`), to tell which holds ebtop's memory with many flows.
+pub fn debug_flow_memory() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("EBTOP_DEBUG_FLOW_MEMORY").is_some_and(|v| v == "1"))
+}
+
 /// Debug builds only: `EBTOP_DEBUG_FLOW_READS_KIB=<KiB>` sizes the ring of changed flows
 /// (`flow_reads`, 8 MiB) down, so the tests can have it overflow with a few hundred flows and
 /// the table read whole instead. None in release builds.

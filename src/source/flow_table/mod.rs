@@ -15,6 +15,7 @@ pub mod ends;
 pub mod iface;
 pub mod listening;
 pub mod owners;
+pub mod prev;
 pub mod raw;
 
 use std::cell::RefCell;
@@ -39,6 +40,7 @@ use crate::flows::{FlowReport, FlowStats, TcpFlow, UdpFlow, DEFAULT_MAX_FLOWS, F
 use compact_str::CompactString;
 use ends::EndsBuf;
 use owners::Owners;
+use prev::{Counters, Prev, PrevTable};
 use raw::{RawFlow, RawUdp, RawUdpKey};
 
 use crate::bpf::flows::{FlowsSkel, FlowsSkelBuilder};
@@ -103,23 +105,6 @@ impl Default for FlowConfig {
             accept_hooks: true,
         }
     }
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Prev {
-    id: u64,
-    /// The poll that last read the flow in the table.
-    seen: u64,
-    start_ns: u64,
-    raw_out: u64,
-    raw_in: u64,
-    bytes_out: u64,
-    bytes_in: u64,
-    segs_out: u64,
-    segs_in: u64,
-    retrans: u64,
-    retrans_events: u64,
-    rst: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -301,6 +286,13 @@ impl EndsRing {
 
 /// The burst drain thread: waits for the ring's wakeups (edge-triggered: ends written without
 /// one keep the ring readable, and the loop drains those) or `stop`.
+///
+/// The chunks it fills in a burst (up to the 16 MiB bound) are freed by the table's reader
+/// once it has read them, an interval or more later, while this thread waits: mimalloc hands
+/// pages freed by another thread back only when their own thread allocates or collects, and
+/// after a teardown this one never drains again, so they stayed resident for good. After a
+/// burst it looks once a second until at most one chunk is alive, and then returns what it
+/// made and is freed ([`crate::allocator::release_freed`]).
 fn drain_bursts((ring, ends): EndsSource, stop: Doorbell) -> Result<std::thread::JoinHandle<()>> {
     let epoll = crate::eventfd::new_epoll().context("waiting for flow ends")?;
     let ring_fd = ring.lock().unwrap_or_else(|e| e.into_inner()).0.epoll_fd();
@@ -310,15 +302,28 @@ fn drain_bursts((ring, ends): EndsSource, stop: Doorbell) -> Result<std::thread:
         .context("waiting for flow ends")?;
     std::thread::Builder::new()
         .name("ebtop-flow-ends".into())
-        .spawn(move || loop {
-            match crate::eventfd::epoll_wait(epoll.as_raw_fd(), -1) {
-                Err(e) if e.kind() != std::io::ErrorKind::Interrupted => return,
-                _ => {}
+        .spawn(move || {
+            let mut drained = false;
+            loop {
+                let timeout_ms = if drained { 1000 } else { -1 };
+                match crate::eventfd::epoll_wait(epoll.as_raw_fd(), timeout_ms) {
+                    Err(e) if e.kind() != std::io::ErrorKind::Interrupted => return,
+                    Ok(false) => {
+                        let held = ends.lock().unwrap_or_else(|e| e.into_inner()).held_bytes();
+                        if held <= ends::CHUNK_BYTES {
+                            crate::allocator::release_freed();
+                            drained = false;
+                        }
+                        continue;
+                    }
+                    _ => {}
+                }
+                if stop.clear() {
+                    return;
+                }
+                EndsRing::consume(&ring, &ends);
+                drained = true;
             }
-            if stop.clear() {
-                return;
-            }
-            EndsRing::consume(&ring, &ends);
         })
         .context("starting the flow-end reader thread failed")
 }
@@ -407,9 +412,9 @@ struct FlowTableReader {
     flows: MapHandle,
     udp_flows: MapHandle,
     counters: MapHandle,
-    /// By socket address (FxHash: the table is probed for every flow read, SipHash was a
-    /// fifth of the reader's time with 200,000 flows).
-    prev: FxHashMap<u64, Prev>,
+    /// By socket address (FxHash inside: the table is probed for every flow read, SipHash
+    /// was a fifth of the reader's time with 200,000 flows); compact, see prev.rs.
+    prev: PrevTable,
     /// Previous counters of flows whose socket address a newer flow took before their end
     /// record came (by address and start): the end still finds its flow's id.
     replaced: FxHashMap<(u64, u64), Prev>,
@@ -655,7 +660,7 @@ impl FlowCollector {
             flows: handle(&skel.maps.flows, "flows")?,
             udp_flows: handle(&skel.maps.udp_flows, "udp_flows")?,
             counters: handle(&skel.maps.flow_counters, "counters")?,
-            prev: FxHashMap::default(),
+            prev: PrevTable::default(),
             replaced: FxHashMap::default(),
             resolved: FxHashMap::default(),
             udp_prev: HashMap::new(),
@@ -697,6 +702,10 @@ impl FlowCollector {
                     if !reader.poll(job.ends, reads.as_ref(), &ifaces, parts) {
                         break;
                     }
+                    // What the poll freed (a mass close's ends and counters, the parts the
+                    // session wrote) back to the system now, not when this thread's heap
+                    // next needs a page: a walk of its heap, microseconds.
+                    crate::allocator::release_freed();
                 }
             })
             .context("starting the flow table's reader thread failed")?;
@@ -899,7 +908,7 @@ impl FlowTableReader {
     fn tcp_flow(&mut self, r: &RawFlow, now_ns: u64, ended: bool) -> TcpFlow {
         let prev = self
             .prev
-            .get(&r.sk)
+            .get(r.sk)
             .copied()
             .filter(|p| p.start_ns == r.start_ns)
             .or_else(|| {
@@ -908,7 +917,7 @@ impl FlowTableReader {
                     .flatten()
             });
         let id = match prev {
-            Some(p) => p.id,
+            Some(p) => p.id(),
             None => {
                 self.next_id += 1;
                 self.next_id - 1
@@ -969,20 +978,8 @@ impl FlowTableReader {
                 comm = Some(c);
             }
         }
-        let p = prev.unwrap_or(Prev {
-            id,
-            seen: self.polls,
-            start_ns: r.start_ns,
-            raw_out: 0,
-            raw_in: 0,
-            bytes_out: 0,
-            bytes_in: 0,
-            segs_out: 0,
-            segs_in: 0,
-            retrans: 0,
-            retrans_events: 0,
-            rst: 0,
-        });
+        let p = prev.unwrap_or(Prev::new(id, Counters::default()));
+        let (prev_out, prev_in) = p.bytes();
         let snapped = r.flags & raw::FLAG_SNAPPED != 0;
         let srtt = (snapped && r.srtt_us > 0).then_some(r.srtt_us);
         let (lo, hi) = if ended {
@@ -1025,11 +1022,11 @@ impl FlowTableReader {
             retrans_events: r.retrans_events as u64,
             rst_sent: r.rst_sent as u64,
             rst_received: r.rst_received as u64,
-            interval_bytes_out: bytes_out.saturating_sub(p.bytes_out),
-            interval_bytes_in: bytes_in.saturating_sub(p.bytes_in),
-            interval_segs_out: (r.segs_out as u64).saturating_sub(p.segs_out),
-            interval_segs_in: (r.segs_in as u64).saturating_sub(p.segs_in),
-            interval_retrans_segs: (r.total_retrans as u64).saturating_sub(p.retrans),
+            interval_bytes_out: bytes_out.saturating_sub(prev_out),
+            interval_bytes_in: bytes_in.saturating_sub(prev_in),
+            interval_segs_out: u64::from(r.segs_out.saturating_sub(p.segs_out)),
+            interval_segs_in: u64::from(r.segs_in.saturating_sub(p.segs_in)),
+            interval_retrans_segs: u64::from(r.total_retrans.saturating_sub(p.retrans)),
             srtt_us: srtt,
             srtt_min_us: (lo != u32::MAX && lo > 0).then_some(lo),
             srtt_max_us: (hi > 0).then_some(hi),
@@ -1049,6 +1046,22 @@ impl FlowTableReader {
             tls: false,
             drops: None,
         }
+    }
+
+    /// `EBTOP_DEBUG_FLOW_MEMORY=1`: the reader's structures after a poll, on stderr.
+    fn print_memory(&self, last_part: usize) {
+        eprintln!(
+            "flow memory: poll {} prev {} flows {} B, replaced {}, resolved {}, udp {}, \
+             last part {} flows of {} B",
+            self.polls,
+            self.prev.len(),
+            self.prev.allocated_bytes(),
+            self.replaced.len(),
+            self.resolved.len(),
+            self.udp_prev.len(),
+            last_part,
+            std::mem::size_of::<TcpFlow>(),
+        );
     }
 
     /// Whether drops wait for a UDP pair (reported for them though its counters are as
@@ -1095,22 +1108,23 @@ impl FlowTableReader {
         let Some(r) = RawFlow::decode(v) else {
             return;
         };
-        let prev = match self.prev.get_mut(&r.sk) {
+        let prev = match self.prev.get_mut(r.sk) {
             Some(p) if p.start_ns == r.start_ns => {
-                p.seen = self.polls;
+                p.seen = self.polls as u32;
                 Some(*p)
             }
             _ => None,
         };
+        let rst = r.rst_sent.wrapping_add(r.rst_received);
         let changed = match prev {
             None => true,
             Some(p) => {
                 p.raw_out != r.bytes_acked
                     || p.raw_in != r.bytes_received
-                    || p.segs_out != r.segs_out as u64
-                    || p.segs_in != r.segs_in as u64
-                    || p.retrans_events != r.retrans_events as u64
-                    || p.rst != (r.rst_sent + r.rst_received) as u64
+                    || p.segs_out != r.segs_out
+                    || p.segs_in != r.segs_in
+                    || p.retrans_events != r.retrans_events
+                    || p.rst != rst
             }
         };
         if !changed {
@@ -1121,20 +1135,22 @@ impl FlowTableReader {
         f.drops = self.flow_drops(f.flow_id, 6, (f.local, f.peer), owner, false);
         let earlier = self.prev.insert(
             r.sk,
-            Prev {
-                id: f.flow_id,
-                seen: self.polls,
-                start_ns: r.start_ns,
-                raw_out: r.bytes_acked,
-                raw_in: r.bytes_received,
-                bytes_out: f.bytes_out,
-                bytes_in: f.bytes_in,
-                segs_out: r.segs_out as u64,
-                segs_in: r.segs_in as u64,
-                retrans: r.total_retrans as u64,
-                retrans_events: r.retrans_events as u64,
-                rst: (r.rst_sent + r.rst_received) as u64,
-            },
+            Prev::new(
+                f.flow_id,
+                Counters {
+                    seen: self.polls as u32,
+                    start_ns: r.start_ns,
+                    raw_out: r.bytes_acked,
+                    raw_in: r.bytes_received,
+                    bytes_out: f.bytes_out,
+                    bytes_in: f.bytes_in,
+                    segs_out: r.segs_out,
+                    segs_in: r.segs_in,
+                    retrans: r.total_retrans,
+                    retrans_events: r.retrans_events,
+                    rst,
+                },
+            ),
         );
         // Another flow's counters at this address: its end has not come yet.
         if let Some(p) = earlier.filter(|p| p.start_ns != r.start_ns) {
@@ -1154,10 +1170,10 @@ impl FlowTableReader {
         // Unless the address is already a newer flow's.
         if self
             .prev
-            .get(&r.sk)
+            .get(r.sk)
             .is_some_and(|p| p.start_ns == r.start_ns)
         {
-            self.prev.remove(&r.sk);
+            self.prev.remove(r.sk);
         }
         if self.resolved.get(&r.sk).is_some_and(|o| o.0 == r.start_ns) {
             self.resolved.remove(&r.sk);
@@ -1249,10 +1265,14 @@ impl FlowTableReader {
                     // Flows gone from the table since the last whole read: their end
                     // records came meanwhile (the ring is drained on another thread; an end
                     // seen first would have found its id), unless lost.
-                    let since = self.last_whole_read;
-                    self.prev.retain(|_, p| p.seen >= since);
-                    self.replaced.retain(|_, p| p.seen >= since);
-                    self.resolved.retain(|sk, _| self.prev.contains_key(sk));
+                    let (since, now) = (self.last_whole_read, self.polls);
+                    self.prev
+                        .retain(|_, p| prev::seen_since(p.seen, since, now));
+                    self.replaced
+                        .retain(|_, p| prev::seen_since(p.seen, since, now));
+                    self.resolved.retain(|sk, _| self.prev.contains_key(*sk));
+                    // After a mass close: the memory back.
+                    self.prev.shrink_if_sparse();
                     self.last_whole_read = self.polls;
                 }
                 self.batch_buffers = batches.into_buffers();
@@ -1407,6 +1427,9 @@ impl FlowTableReader {
             parts.part.iface_totals = read.totals;
             stats.iface = Some(read.stats);
         }
+        if crate::diag::debug_flow_memory() {
+            self.print_memory(parts.part.flows.len() + parts.part.ends.len());
+        }
         parts.finish(stats)
     }
 }
@@ -1462,11 +1485,15 @@ mod tests {
             .iter()
             .map(|p| p.flows.len() + p.ends.len() + p.udp.len())
             .collect();
-        assert_eq!(sizes, vec![4096, 4096, 10_010 - 2 * 4096]);
+        let full = 10_010 / FLOWS_PER_PART;
+        let mut want = vec![FLOWS_PER_PART; full];
+        want.push(10_010 - full * FLOWS_PER_PART);
+        assert_eq!(sizes, want);
         let more: Vec<bool> = sent.iter().map(|p| p.more).collect();
-        assert_eq!(more, vec![true, true, false]);
+        assert_eq!(more.iter().filter(|m| **m).count(), full);
+        assert_eq!(more.last(), Some(&false));
         assert!(sent.iter().all(|p| p.mono_ns == 5));
-        assert_eq!(sent[2].stats, whole.stats);
+        assert_eq!(sent[full].stats, whole.stats);
         let mut back = FlowReport {
             more: true,
             ..Default::default()
@@ -1475,6 +1502,14 @@ mod tests {
             back.append_part(p);
         }
         assert_eq!(back, whole);
+    }
+
+    /// A report in flight holds at most four parts (one filling on the reader's thread, two
+    /// in the channel, one the session writes): 4 MiB of flows, whatever the table holds.
+    #[test]
+    fn parts_in_flight_are_bounded() {
+        let bytes = 4 * FLOWS_PER_PART * std::mem::size_of::<TcpFlow>();
+        assert!(bytes <= 4 << 20, "{bytes}");
     }
 
     /// Once nobody takes the parts (the session ends), the rest are dropped, not sent.
