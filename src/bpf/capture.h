@@ -292,6 +292,13 @@ struct {
 	__type(value, struct ebtop_cut_name);
 } sample_cuts SEC(".maps");
 
+/* The one control entry (NULL only if the map is missing it, which an array never is). */
+static __always_inline struct ebtop_sample_ctl *sample_ctl_now(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&sample_ctl, &zero);
+}
+
 #define EBTOP_SAMPLE_UNDECIDED 0
 #define EBTOP_SAMPLE_IN 1
 #define EBTOP_SAMPLE_OUT 2
@@ -318,8 +325,7 @@ static __always_inline bool sample_sheds(__u8 state, __u32 epoch)
 		return true;
 	if (state != EBTOP_SAMPLE_OUT)
 		return false;
-	__u32 zero = 0;
-	struct ebtop_sample_ctl *ctl = bpf_map_lookup_elem(&sample_ctl, &zero);
+	struct ebtop_sample_ctl *ctl = sample_ctl_now();
 	return ctl && ctl->active && epoch == ctl->epoch;
 }
 
@@ -328,8 +334,7 @@ static __always_inline bool sample_sheds(__u8 state, __u32 epoch)
  * only while cuts are asked for. */
 static __always_inline bool sample_cut_here(__u8 *state, __u8 dir, __u64 sock_id)
 {
-	__u32 zero = 0;
-	struct ebtop_sample_ctl *ctl = bpf_map_lookup_elem(&sample_ctl, &zero);
+	struct ebtop_sample_ctl *ctl = sample_ctl_now();
 	if (!ctl || !ctl->cuts)
 		return false;
 	struct ebtop_cut_name *name = bpf_map_lookup_elem(&sample_cuts, &sock_id);
@@ -362,8 +367,7 @@ static __always_inline bool sample_keeps(__u8 *state, __u32 *epoch, __u8 *last_d
 		count(EBTOP_CNT_SHED_RUNS, 1);
 		return false;
 	}
-	__u32 zero = 0;
-	struct ebtop_sample_ctl *ctl = bpf_map_lookup_elem(&sample_ctl, &zero);
+	struct ebtop_sample_ctl *ctl = sample_ctl_now();
 	if (!ctl || !ctl->active) {
 		/* Decided under this epoch: a send start stamped before (while it was out) is
 		 * stale (sockcap.bpf.c, struct send_start). */

@@ -523,20 +523,14 @@ int flow_probe(__u64 *args)
 		if (srtt > f->srtt_max_us)
 			f->srtt_max_us = srtt;
 	}
-	/* The range as written under `gen` (a snapshot that begins meanwhile resets the flow's
-	 * and moves snap_gen on: the next segment finds its mark old and comes here). */
+	/* What the entry now holds, under `gen` (a snapshot that begins meanwhile resets the
+	 * flow's range and moves snap_gen on: the next segment finds its mark old and comes
+	 * here). */
 	if (m) {
-		if (!m->set || m->gen != gen) {
-			m->set = 1;
-			m->gen = gen;
-			m->srtt_min = srtt ? srtt : 0xffffffff;
-			m->srtt_max = srtt;
-		} else if (srtt) {
-			if (srtt < m->srtt_min)
-				m->srtt_min = srtt;
-			if (srtt > m->srtt_max)
-				m->srtt_max = srtt;
-		}
+		m->set = 1;
+		m->gen = gen;
+		m->srtt_min = f->srtt_min_us;
+		m->srtt_max = f->srtt_max_us;
 	}
 	return 0;
 }

@@ -407,14 +407,6 @@ static __always_inline bool send_stamp_valid(__u32 stamp_epoch, __u32 decided_ep
 	return (__s32)(stamp_epoch - decided_epoch) >= 0;
 }
 
-/* The sampling epoch now (0 when no control entry is written). */
-static __always_inline __u32 sample_epoch_now(void)
-{
-	__u32 zero = 0;
-	struct ebtop_sample_ctl *ctl = bpf_map_lookup_elem(&sample_ctl, &zero);
-	return ctl ? ctl->epoch : 0;
-}
-
 static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 dir)
 {
 	if (bench_cut == 1)
@@ -634,7 +626,8 @@ int BPF_PROG(cap_tcp_send_start, struct sock *sk)
 						     BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!ss)
 		return 0;
-	__u32 epoch = sample_epoch_now();
+	struct ebtop_sample_ctl *ctl = sample_ctl_now();
+	__u32 epoch = ctl ? ctl->epoch : 0;
 	/* The first segment's stamp stands; one of an older epoch may be a stale one (struct
 	 * send_start). */
 	if (ss->ns && ss->sk == (__u64)sk && ss->epoch == epoch)
