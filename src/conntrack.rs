@@ -57,6 +57,9 @@ pub struct TrackerStats {
     /// Calls of a protocol `--proto` leaves out on a connection it selects (HTTP/2 calls with
     /// `--proto grpc`, gRPC calls with `--proto http2`).
     pub filtered_calls: u64,
+    /// Connections whose parser started over where a CPU budget captured them again after
+    /// cutting them (`FLAG_REJOINED`): the bytes between were shed, not lost (no gap).
+    pub rejoins: u64,
 }
 
 impl TrackerStats {
@@ -73,6 +76,7 @@ impl TrackerStats {
         self.conns_expired = self.conns_expired.wrapping_add(o.conns_expired);
         self.conns_evicted = self.conns_evicted.wrapping_add(o.conns_evicted);
         self.filtered_calls = self.filtered_calls.wrapping_add(o.filtered_calls);
+        self.rejoins = self.rejoins.wrapping_add(o.rejoins);
     }
 }
 
@@ -290,6 +294,28 @@ impl ConnTracker {
             conn.peer = ev.peer();
         }
         let d = ev.dir.index();
+
+        // Captured again after a budget cut the connection at a call boundary: its positions
+        // went on over the bytes it shed, and this record begins a request or follows one.
+        // What the parser held ends as at a close; it starts over here as on a connection met
+        // mid-stream (no gap: nothing was lost). A flagged record where the position was
+        // expected (the other direction's started it over, or nothing was shed) is plain.
+        if ev.is_rejoined() && conn.next_seq[d].is_some_and(|expected| expected != ev.seq) {
+            self.stats.rejoins += 1;
+            if let ParserSlot::Active(p) = &mut conn.parser {
+                p.on_close(&mut self.scratch, &mut self.parse);
+            }
+            Self::flush(
+                &mut self.scratch,
+                conn,
+                key,
+                self.cfg.protocols,
+                &mut self.stats.filtered_calls,
+                emit,
+            );
+            conn.parser = ParserSlot::Undecided;
+            conn.next_seq = [None, None];
+        }
 
         // Stream position check: a record's seq must continue where the last one ended.
         let gap = match conn.next_seq[d] {
@@ -634,6 +660,50 @@ mod tests {
         assert_eq!(marks[..3], [false, false, true], "{marks:?}");
         assert!(marks[3..].iter().all(|m| !m), "{marks:?}");
         assert_eq!(t.stats.gaps, 2);
+    }
+
+    /// Issue 51: a connection a CPU budget cut and then captured again starts its parser over
+    /// at its first flagged record (a request's start), the positions having gone on over the
+    /// exchanges it shed: no gap, nothing marked after a loss, every exchange seen made whole.
+    /// A flagged record where the position was expected is plain; an unflagged jump is a gap.
+    #[test]
+    fn a_connection_captured_again_after_a_cut_starts_over_without_a_gap() {
+        let req = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n".as_slice();
+        let resp = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".as_slice();
+        let n = (req.len() as u64, resp.len() as u64);
+        // Exchanges 0 and 1 captured, 2 and 3 shed, 4 and 5 captured again (4's records
+        // flagged); then on another connection exchange 2's bytes lost without a flag.
+        let run = |sock: u64, flagged: &[u64]| {
+            let mut t = ConnTracker::new(TrackerConfig::default());
+            let mut calls = Vec::new();
+            for (i, k) in [0u64, 1, 4, 5].into_iter().enumerate() {
+                let t0 = 1_000 * (i as u64 + 1);
+                for (dir, seq, p) in [
+                    (Direction::Egress, k * n.0, req),
+                    (Direction::Ingress, k * n.1, resp),
+                ] {
+                    let mut b = EventBuilder::data(dir, sock, seq, p.len() as u64)
+                        .times(t0, t0 + 10)
+                        .process(7, 7, "app")
+                        .v4([127, 0, 0, 1], 4000, [127, 0, 0, 1], 80);
+                    if flagged.contains(&k) {
+                        b = b.rejoined();
+                    }
+                    t.handle(&Event::decode(&b.build(p)).unwrap(), &mut calls);
+                }
+            }
+            (t, calls)
+        };
+        let (t, calls) = run(1, &[4]);
+        assert_eq!(calls.len(), 4);
+        assert!(calls.iter().all(|c| !c.after_loss));
+        assert_eq!((t.stats.rejoins, t.stats.gaps), (1, 0));
+        assert_eq!((t.parse.unanswered_requests, t.parse.damaged_messages), (0, 0));
+        // Flagged records at the expected positions (nothing shed): nothing starts over.
+        let (t, calls) = run(2, &[1]);
+        assert_eq!(t.stats.rejoins, 0);
+        assert_eq!(t.stats.gaps, 2, "the unflagged jumps at exchange 4 are gaps (each way)");
+        assert!(calls.iter().any(|c| c.after_loss));
     }
 
     /// A connection older than ebtop whose first record user space sees is a Kafka request's

@@ -75,7 +75,8 @@ pub fn debug_sample_schedule() -> Option<Vec<f64>> {
 /// Debug builds only: `EBTOP_DEBUG_SAMPLE_GATE=<path>` holds `EBTOP_DEBUG_SAMPLE_SCHEDULE` at
 /// its first share until that file exists (its next entry comes at the interval after), so a
 /// test lowers the share once its connections are captured, not after a time that load can
-/// stretch. None in release builds and when unset.
+/// stretch; a file that holds a number N holds the schedule at its entry N (from 0) until the
+/// number changes. None in release builds and when unset.
 pub fn debug_sample_gate() -> Option<std::path::PathBuf> {
     if !cfg!(debug_assertions) {
         return None;

@@ -33,6 +33,12 @@ pub const TAIL_LEN: usize = 256;
 /// that moved the bytes (`src/bpf/gochain.h`).
 pub const FLAG_GOROUTINE: u16 = 16;
 
+/// Flag: the first record of its direction since its connection, cut by a CPU budget, was
+/// captured again (`EBTOP_F_REJOINED`): `seq` went on over the bytes shed since the cut, and
+/// the record begins a request or follows one ([`crate::conntrack`] starts the connection's
+/// parser over there, without counting a gap).
+pub const FLAG_REJOINED: u16 = 32;
+
 /// Flag: TLS plaintext of the socket, from the TLS library probes (its own byte positions);
 /// on a close record: the socket was a TLS connection.
 pub const FLAG_TLS: u16 = 4;
@@ -401,6 +407,12 @@ impl<'a> Event<'a> {
     pub fn comm_str(&self) -> String {
         comm_to_string(&self.comm)
     }
+    /// The first record of its direction since its connection was captured again after a
+    /// cut ([`FLAG_REJOINED`]).
+    pub fn is_rejoined(&self) -> bool {
+        self.flags & FLAG_REJOINED != 0
+    }
+
     /// TLS plaintext (or, on a close, the end of a TLS connection).
     pub fn is_tls(&self) -> bool {
         self.flags & FLAG_TLS != 0
@@ -504,6 +516,13 @@ impl EventBuilder {
     pub fn times(mut self, start_ns: u64, end_ns: u64) -> Self {
         self.set_u64(0, start_ns);
         self.set_u64(8, end_ns);
+        self
+    }
+    /// The first record of its direction since its connection was captured again after a
+    /// cut ([`FLAG_REJOINED`]).
+    pub fn rejoined(mut self) -> Self {
+        let flags = u16_at(&self.header, 62) | FLAG_REJOINED;
+        self.header[62..64].copy_from_slice(&flags.to_le_bytes());
         self
     }
     /// The protocol the kernel recognised the connection as (`enum ebtop_l7_proto`).

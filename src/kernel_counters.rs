@@ -77,6 +77,10 @@ pub struct KernelCounters {
     /// none after). 0 in recordings made before it existed.
     #[serde(default)]
     pub cut_connections: u64,
+    /// Cut connections captured again at a call boundary once the share was raised over
+    /// them. 0 in recordings made before it existed.
+    #[serde(default)]
+    pub rejoined_connections: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sample_keep_ppm: Option<u64>,
     /// Files probed for TLS plaintext since the start (those at start and those found later:

@@ -67,6 +67,9 @@ pub struct SamplingSnapshot {
     /// still exceeded after new connections were sampled: their calls before the cut are
     /// whole, none after it is seen).
     pub connections_cut: u64,
+    /// Cut connections captured again at a call boundary during the interval (the share was
+    /// raised over them: their calls from then on are whole again).
+    pub connections_rejoined: u64,
     /// Calls completed from captured connections (exact each), and the interval's calls
     /// estimated: calls_seen / ratio (null when nothing was captured).
     pub calls_seen: u64,
@@ -100,6 +103,9 @@ impl SamplingSnapshot {
             connections_sampled_out: now.shed_connections.saturating_sub(before.shed_connections),
             connections_sampled_in: now.kept_connections.saturating_sub(before.kept_connections),
             connections_cut: now.cut_connections.saturating_sub(before.cut_connections),
+            connections_rejoined: now
+                .rejoined_connections
+                .saturating_sub(before.rejoined_connections),
             calls_seen,
             calls_estimated: ratio
                 .filter(|r| *r > 0.0)

@@ -480,6 +480,202 @@ fn a_budget_cuts_captured_connections_at_a_call_boundary() {
     assert_eq!(of(&replayed), of(&lines));
 }
 
+/// When the budget affords more again, connections it cut are captured again — at a call
+/// boundary, the first bytes of a request — and the tracker starts their parsers over there
+/// without counting a gap (the bytes between were shed, not lost): the share drops to 30%
+/// under 20 keep-alive connections already captured, each socket above it is cut, then the
+/// share goes back to all (a debug build's `EBTOP_DEBUG_SAMPLE_SCHEDULE`, stepped by the
+/// gate file's number). Each cut socket's calls are exactly its first requests and its last
+/// ones, each whole, in order; counted and replayed the same.
+#[test]
+fn connections_a_budget_cut_rejoin_at_a_call_boundary_when_it_affords_them() {
+    require_root();
+    let server = TestServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("rejoin.ebt");
+    let gate = dir.path().join("schedule-step");
+    let port = server.port.to_string();
+    let pid = std::process::id().to_string();
+    let mut ebtop = Ebtop::start_with_env(
+        &[
+            "--json",
+            "--port",
+            &port,
+            "--pid",
+            &pid,
+            "--max-cpu",
+            "50",
+            "--delay",
+            "200ms",
+            "-w",
+            rec.to_str().unwrap(),
+            "--tls",
+            "off",
+        ],
+        // All captured (no gate file yet), then 30% while the file says 1, all at 2.
+        &[
+            ("EBTOP_DEBUG_SAMPLE_SCHEDULE", "100,30,100"),
+            ("EBTOP_DEBUG_SAMPLE_GATE", gate.to_str().unwrap()),
+        ],
+    );
+    let mut conns: Vec<Conn> = (0..20).map(|_| Conn::to(&server)).collect();
+    let keep = keep_below_of(0.3);
+    let above: Vec<u64> = conns
+        .iter()
+        .flat_map(|c| [c.client, c.server])
+        .filter(|&s| !keeps(s, keep))
+        .collect();
+    // 40 sockets at 30%: some cut, some not, or the test proves nothing.
+    assert!(
+        (5..=38).contains(&above.len()),
+        "{} of 40 sockets above the share",
+        above.len()
+    );
+
+    // One request per connection per round, each answered before the next.
+    let round = |conns: &mut Vec<Conn>| {
+        for (k, c) in conns.iter_mut().enumerate() {
+            let req = format!(
+                "GET /sleep/0/c{k}r{} HTTP/1.1\r\nHost: t\r\n\r\n",
+                c.requests
+            );
+            c.stream.write_all(req.as_bytes()).unwrap();
+            assert_eq!(read_response(&mut c.reader).0, 200);
+            c.requests += 1;
+        }
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    // Every connection has a call with the share at 100%: each is captured. Then 30% until
+    // every socket above it was cut.
+    round(&mut conns);
+    std::fs::write(&gate, b"1").unwrap();
+    let mut cut = 0u64;
+    while (cut as usize) < above.len() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{cut} of {} sockets cut",
+            above.len()
+        );
+        round(&mut conns);
+        while let Some(v) = ebtop.wait_for(Duration::from_millis(1), |v| v["type"] == "sampling") {
+            cut += v["connections_cut"].as_u64().unwrap();
+        }
+    }
+    assert_eq!(
+        cut as usize,
+        above.len(),
+        "only sockets above the share are cut"
+    );
+    round(&mut conns);
+    // All again: rounds until a call of every cut socket made after this point came out,
+    // then five more.
+    let all_again: Vec<u64> = conns.iter().map(|c| c.requests).collect();
+    std::fs::write(&gate, b"2").unwrap();
+    let mut back: HashMap<u64, bool> = above.iter().map(|&s| (s, false)).collect();
+    let index_of = |c: &Value| -> (usize, u64) {
+        let r = c["resource"].as_str().unwrap();
+        let (k, i) = r.trim_start_matches("/sleep/0/c").split_once('r').unwrap();
+        (k.parse().unwrap(), i.parse().unwrap())
+    };
+    while back.values().any(|b| !b) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} of {} cut sockets captured again",
+            back.values().filter(|b| **b).count(),
+            above.len()
+        );
+        round(&mut conns);
+        while let Some(c) = ebtop.wait_for(Duration::from_millis(1), |v| v["type"] == "call") {
+            let (k, i) = index_of(&c);
+            if i >= all_again[k] {
+                if let Some(b) = back.get_mut(&c["sock_id"].as_u64().unwrap()) {
+                    *b = true;
+                }
+            }
+        }
+    }
+    for _ in 0..5 {
+        round(&mut conns);
+    }
+    let lines = ebtop.stop();
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
+    let n = above.len() as u64;
+    assert_eq!(u(&summary["kernel"], "cut_connections"), n, "{summary}");
+    assert_eq!(
+        u(&summary["kernel"], "rejoined_connections"),
+        n,
+        "{summary}"
+    );
+    // Each cut socket's parser started over once, where it rejoined; no gap, nothing damaged
+    // or left unanswered.
+    assert_eq!(u(&summary["tracker"], "rejoins"), n, "{summary}");
+    assert_eq!(u(&summary["tracker"], "gaps"), 0, "{summary}");
+    assert_eq!(summary["parse"]["unanswered_requests"], 0, "{summary}");
+    assert_eq!(summary["parse"]["damaged_messages"], 0, "{summary}");
+
+    // Per socket, its calls, each whole: all of them below the share; above it its
+    // first requests, then none while cut, then its requests from where it rejoined on.
+    let mut seen: HashMap<u64, Vec<u64>> = HashMap::new();
+    for c in calls(&lines) {
+        assert_eq!(c["status"], 200, "{c}");
+        seen.entry(c["sock_id"].as_u64().unwrap())
+            .or_default()
+            .push(index_of(c).1);
+    }
+    for (k, c) in conns.iter().enumerate() {
+        for sock in [c.client, c.server] {
+            // In the order made (a server call held for its client call on this host may go
+            // out after later ones: the hop, docs/json.md `parent_id`).
+            let mut got = seen.remove(&sock).unwrap_or_default();
+            got.sort_unstable();
+            if !above.contains(&sock) {
+                assert_eq!(got, (0..c.requests).collect::<Vec<_>>(), "socket {sock}");
+                continue;
+            }
+            // The cut: the first index missing; the rejoin: the first index after it.
+            let before = got.iter().zip(0..).take_while(|(i, j)| *i == j).count();
+            let after = &got[before..];
+            assert!(
+                before >= 1,
+                "socket {sock}: no call before its cut: {got:?}"
+            );
+            let first_back = *after
+                .first()
+                .unwrap_or_else(|| panic!("socket {sock}: {got:?}"));
+            assert!(
+                first_back > before as u64 && first_back >= all_again[k],
+                "socket {sock} of c{k}: cut at {before}, back at {first_back} (all asked from {}): {got:?}",
+                all_again[k]
+            );
+            assert_eq!(
+                after,
+                (first_back..c.requests).collect::<Vec<_>>(),
+                "socket {sock}: after its rejoin, every call in order"
+            );
+            assert!(c.requests - first_back >= 5, "socket {sock}: {got:?}");
+        }
+    }
+    assert!(seen.is_empty(), "calls of other sockets: {seen:?}");
+
+    // The replay makes the same calls and counts (the flag is in the recorded records).
+    let replayed = replay_json(&rec, &[]);
+    let of = |ls: &[Value], ty: &str| -> Vec<Value> {
+        ls.iter().filter(|v| v["type"] == ty).cloned().collect()
+    };
+    assert_eq!(of(&replayed, "sampling"), of(&lines, "sampling"));
+    let resources = |ls: &[Value]| -> Vec<(u64, String)> {
+        let mut v: Vec<(u64, String)> = calls(ls)
+            .iter()
+            .map(|c| (c["sock_id"].as_u64().unwrap(), c["resource"].to_string()))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(resources(&replayed), resources(&lines));
+    assert_eq!(replayed.last().unwrap()["tracker"], summary["tracker"]);
+}
+
 /// The budget without `--max-cpu`: `EBTOP_MAX_CPU` when set, else 25% of one CPU — within
 /// which nothing is sampled (this idle session captures everything and writes no `sampling`
 /// line); `off` is no budget; a bad value is a one-line error before anything loads.

@@ -302,9 +302,21 @@ static __always_inline struct ebtop_sample_ctl *sample_ctl_now(void)
 #define EBTOP_SAMPLE_UNDECIDED 0
 #define EBTOP_SAMPLE_IN 1
 #define EBTOP_SAMPLE_OUT 2
-/* Cut at a call boundary while captured (sample_cuts): out until it closes, whatever the
- * epoch (joining again would append later bytes to a stream whose positions stopped). */
+/* Cut at a call boundary while captured (sample_cuts): out until the share is raised over it
+ * (a later epoch) and its requests' next turn — the next call boundary — and then captured
+ * again, its stream positions having gone on counting the bytes it shed. */
 #define EBTOP_SAMPLE_CUT 3
+
+/* A connection's place in the sample, in its socket's state (sockcap.bpf.c, sockdata.bpf.c). */
+struct ebtop_sample_state {
+	__u32 epoch;   /* of its last decision (a cut: of the cut) */
+	__u8 state;    /* EBTOP_SAMPLE_* */
+	__u8 last_dir; /* EBTOP_DIR_* + 1 of its last run that moved bytes, captured or cut (0: none) */
+	__u8 cut_dir;  /* cut: EBTOP_DIR_* + 1 of its requests (it may rejoin at their next turn) */
+	/* Captured again after a cut: bit (1 << dir) while that direction's first record since
+	 * has not gone out (it carries EBTOP_F_REJOINED: user space starts its parser over). */
+	__u8 rejoined;
+};
 
 /* A connection's place in the sample: src/source/sampling.rs `sample_hash` is the same. */
 static __always_inline __u32 sample_hash(__u64 id)
@@ -317,22 +329,29 @@ static __always_inline __u32 sample_hash(__u64 id)
 	return (__u32)id;
 }
 
-/* Whether a connection decided out stays out (sample_keeps would shed its next run): its
- * state alone, no count. */
-static __always_inline bool sample_sheds(__u8 state, __u32 epoch)
+/* Whether a cut connection's run in direction `dir` turns to its requests: where it may be
+ * captured again. */
+static __always_inline bool sample_cut_turns(const struct ebtop_sample_state *s, __u8 dir)
 {
-	if (state == EBTOP_SAMPLE_CUT)
+	return s->cut_dir == dir + 1 && s->last_dir != dir + 1;
+}
+
+/* Whether a run in direction `dir` of a connection decided out or cut is shed as it stands
+ * (sample_keeps would shed it): its state alone, no count. */
+static __always_inline bool sample_sheds(const struct ebtop_sample_state *s, __u8 dir)
+{
+	if (s->state == EBTOP_SAMPLE_CUT && !sample_cut_turns(s, dir))
 		return true;
-	if (state != EBTOP_SAMPLE_OUT)
+	if (s->state != EBTOP_SAMPLE_OUT && s->state != EBTOP_SAMPLE_CUT)
 		return false;
 	struct ebtop_sample_ctl *ctl = sample_ctl_now();
-	return ctl && ctl->active && epoch == ctl->epoch;
+	return ctl && ctl->active && s->epoch == ctl->epoch;
 }
 
 /* A captured connection whose direction just turned to `dir`: whether user space asked to
  * cut it at a request in that direction (sample_cuts). One array lookup per turn; the hash
  * only while cuts are asked for. */
-static __always_inline bool sample_cut_here(__u8 *state, __u8 dir, __u64 sock_id)
+static __always_inline bool sample_cut_here(struct ebtop_sample_state *s, __u8 dir, __u64 sock_id)
 {
 	struct ebtop_sample_ctl *ctl = sample_ctl_now();
 	if (!ctl || !ctl->cuts)
@@ -341,58 +360,88 @@ static __always_inline bool sample_cut_here(__u8 *state, __u8 dir, __u64 sock_id
 	if (!name || name->dir != dir || name->generation != ctl->cuts)
 		return false;
 	bpf_map_delete_elem(&sample_cuts, &sock_id);
-	*state = EBTOP_SAMPLE_CUT;
+	s->state = EBTOP_SAMPLE_CUT;
+	s->epoch = ctl->epoch;
+	s->cut_dir = dir + 1;
+	s->rejoined = 0;
 	count(EBTOP_CNT_CUT_CONNS, 1);
 	count(EBTOP_CNT_SHED_RUNS, 1);
 	return true;
 }
 
 /*
- * Whether this send or receive (direction `dir`) of connection `sock_id` is captured;
- * `state`/`epoch`/`last_dir` are the connection's own (socket storage or its entry in
- * sock_states). A connection captured stays captured unless cut at a call boundary: one
- * byte compared per run, and at a turn of direction one array lookup (sample_cut_here).
- * Else one array lookup (inlined by the verifier).
+ * Whether this send or receive (direction `dir`, having moved bytes) of connection `sock_id`
+ * is captured; `s` is the connection's own (socket storage or its entry in sock_states). A
+ * connection captured stays captured unless cut at a call boundary: one byte compared per
+ * run, and at a turn of direction one array lookup (sample_cut_here). Else one array lookup
+ * (inlined by the verifier). A run not captured of a connection left EBTOP_SAMPLE_CUT must
+ * still advance its stream position (the caller's), so that when it is captured again its
+ * records' positions say how many bytes it shed.
  */
-static __always_inline bool sample_keeps(__u8 *state, __u32 *epoch, __u8 *last_dir, __u8 dir,
-					 __u64 sock_id)
+static __always_inline bool sample_keeps(struct ebtop_sample_state *s, __u8 dir, __u64 sock_id)
 {
-	if (*state == EBTOP_SAMPLE_IN) {
-		if (*last_dir == dir + 1)
+	if (s->state == EBTOP_SAMPLE_IN) {
+		if (s->last_dir == dir + 1)
 			return true;
-		*last_dir = dir + 1;
-		return !sample_cut_here(state, dir, sock_id);
+		s->last_dir = dir + 1;
+		return !sample_cut_here(s, dir, sock_id);
 	}
-	if (*state == EBTOP_SAMPLE_CUT) {
-		count(EBTOP_CNT_SHED_RUNS, 1);
-		return false;
+	bool cut = s->state == EBTOP_SAMPLE_CUT;
+	if (cut) {
+		bool turns = sample_cut_turns(s, dir);
+		s->last_dir = dir + 1;
+		if (!turns) {
+			count(EBTOP_CNT_SHED_RUNS, 1);
+			return false;
+		}
 	}
 	struct ebtop_sample_ctl *ctl = sample_ctl_now();
 	if (!ctl || !ctl->active) {
 		/* Decided under this epoch: a send start stamped before (while it was out) is
 		 * stale (sockcap.bpf.c, struct send_start). */
 		if (ctl)
-			*epoch = ctl->epoch;
-		*state = EBTOP_SAMPLE_IN;
-		*last_dir = dir + 1;
+			s->epoch = ctl->epoch;
+		if (cut) {
+			s->rejoined = 3;
+			count(EBTOP_CNT_REJOINED_CONNS, 1);
+		}
+		s->state = EBTOP_SAMPLE_IN;
+		s->last_dir = dir + 1;
 		return true;
 	}
-	if (*state == EBTOP_SAMPLE_OUT && *epoch == ctl->epoch) {
+	if ((s->state == EBTOP_SAMPLE_OUT || cut) && s->epoch == ctl->epoch) {
 		count(EBTOP_CNT_SHED_RUNS, 1);
 		return false;
 	}
-	*epoch = ctl->epoch;
+	s->epoch = ctl->epoch;
 	if ((__u64)sample_hash(sock_id) < ctl->keep_below) {
-		*state = EBTOP_SAMPLE_IN;
-		*last_dir = dir + 1;
-		count(EBTOP_CNT_KEPT_CONNS, 1);
+		if (cut) {
+			s->rejoined = 3;
+			count(EBTOP_CNT_REJOINED_CONNS, 1);
+		} else {
+			count(EBTOP_CNT_KEPT_CONNS, 1);
+		}
+		s->state = EBTOP_SAMPLE_IN;
+		s->last_dir = dir + 1;
 		return true;
 	}
-	if (*state != EBTOP_SAMPLE_OUT)
+	if (s->state == EBTOP_SAMPLE_UNDECIDED)
 		count(EBTOP_CNT_SHED_CONNS, 1);
-	*state = EBTOP_SAMPLE_OUT;
+	if (!cut)
+		s->state = EBTOP_SAMPLE_OUT;
 	count(EBTOP_CNT_SHED_RUNS, 1);
 	return false;
+}
+
+/* A record of direction `dir` about to go out: marked when it is the first since its
+ * connection was captured again after a cut. Returns the bit to clear once it went out. */
+static __always_inline __u8 sample_mark_rejoined(const struct ebtop_sample_state *s,
+						 struct ebtop_event *ev, __u8 dir)
+{
+	__u8 bit = s->rejoined & (1 << (dir & 1));
+	if (bit)
+		ev->flags |= EBTOP_F_REJOINED;
+	return bit;
 }
 
 static __always_inline bool task_selected(__u32 tgid)
@@ -881,9 +930,9 @@ static __always_inline __u8 select_protocol(__u8 *conn_proto, __u8 source, __u64
 
 /*
  * Completes a data record whose header is filled (all but these fields) and sends it; `tail`:
- * bytes of a tail after the `cap` bytes of the head (take_tail).
+ * bytes of a tail after the `cap` bytes of the head (take_tail). Whether it went out.
  */
-static __always_inline void submit_data(struct scratch *s, __u8 proto, __u64 seq, __u64 len,
+static __always_inline bool submit_data(struct scratch *s, __u8 proto, __u64 seq, __u64 len,
 					__u32 cap, __u32 tail)
 {
 	struct ebtop_event *ev = &s->ev;
@@ -913,15 +962,16 @@ static __always_inline void submit_data(struct scratch *s, __u8 proto, __u64 seq
 		size = sizeof(*ev) + at + sizeof(g); /* from the masked offset: provably bounded */
 	}
 	if (size > sizeof(s->ev) + sizeof(s->data))
-		return;
+		return false;
 	if (bench_cut == 4)
-		return;
+		return false;
 	if (emit_record(s, size)) {
 		count(EBTOP_CNT_LOST, 1);
 		count(EBTOP_CNT_LOST_BYTES, len);
-	} else {
-		count(EBTOP_CNT_EVENTS, 1);
+		return false;
 	}
+	count(EBTOP_CNT_EVENTS, 1);
+	return true;
 }
 
 /* The record's ports and addresses, from the socket (CO-RE). */

@@ -94,6 +94,10 @@ enum ebtop_event_flags {
 	/* 8 bytes after the payload and the tail: the Go goroutine (its `g`) that made the
 	 * syscall or TLS call (gochain.h). Records of older versions never have it. */
 	EBTOP_F_GOROUTINE = 1 << 4,
+	/* The first record of its direction since its connection, cut by a CPU budget, was
+	 * captured again (capture.h sample_keeps): `seq` has gone on over the bytes shed since
+	 * the cut, and this record begins a request or follows one. */
+	EBTOP_F_REJOINED = 1 << 5,
 };
 
 /* Indexes of the per-CPU counter array `counters`. */
@@ -138,6 +142,9 @@ enum ebtop_counter {
 	/* A sampled-out run of the socket layer's fast path (sockcap.bpf.c shed_stream_run): one
 	 * count for what is both a traced syscall and a shed run (user space adds it to each). */
 	EBTOP_CNT_SHED_FAST,
+	/* Cut connections captured again at a call boundary (capture.h sample_keeps): the share
+	 * was raised over them. */
+	EBTOP_CNT_REJOINED_CONNS,
 	EBTOP_CNT__MAX,
 };
 

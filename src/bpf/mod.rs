@@ -367,7 +367,8 @@ pub mod counter {
     pub const CUT_CONNS: u32 = 23;
     /// Counted once for a socket syscall that is also a shed run (both sums include it).
     pub const SHED_FAST: u32 = 24;
-    pub const COUNT: u32 = 25;
+    pub const REJOINED_CONNS: u32 = 25;
+    pub const COUNT: u32 = 26;
 }
 
 /// Attaches a loaded tc program to interface `ifindex`'s tcx hook (ingress or egress, as the

@@ -71,11 +71,9 @@ struct sk_state {
 	__u8 proto;
 	__u8 delivered; /* a record of this socket reached user space: its close matters */
 	__u8 flow_owner_known; /* its flow-table entry has an owner: no lookup per send */
-	__u8 sample; /* EBTOP_SAMPLE_*: captured, sampled out, undecided (capture.h) */
 	__u8 dgram_unknown; /* datagram verdict: see dgram_unexamined() */
 	__u8 shed_tls_looks; /* sampled out: tls_note_shed() */
-	__u8 last_dir; /* EBTOP_DIR_* + 1 of its last captured run (0: none): sample_keeps() */
-	__u32 sample_epoch;
+	struct ebtop_sample_state sample; /* captured, sampled out, cut, undecided (capture.h) */
 	char comm[EBTOP_TASK_COMM_LEN];
 };
 
@@ -376,18 +374,23 @@ static __always_inline void dgram_note_unknown(struct sk_state *st)
 /*
  * A send or receive on a connection sampled out (or cut): what the full path below does for
  * it, without its clock read and checks — the socket's storage and, when bytes moved, one
- * count (bench/notes.md: the sampled-out run's cost). No send start is cleared (see struct
- * send_start) and a run that moved nothing (an event loop's EAGAIN) needs nothing more. Only
- * a connection decided out can be (the decision is made below, on the full path); streams
- * only: a datagram's flow entry is counted per datagram. False: the full path runs.
+ * count (bench/notes.md: the sampled-out run's cost); a cut connection's stream position
+ * and direction go on (sample_keeps). No send start is cleared (see struct send_start) and a
+ * run that moved nothing (an event loop's EAGAIN) needs nothing more. Only a connection
+ * decided out can be (the decision is made below, on the full path); streams only: a
+ * datagram's flow entry is counted per datagram. False: the full path runs.
  */
-static __always_inline bool shed_stream_run(struct sock *sk, bool moved)
+static __always_inline bool shed_stream_run(struct sock *sk, __u8 dir, int moved)
 {
 	struct sk_state *st = bpf_sk_storage_get(&sk_states, sk, 0, 0);
-	if (!st || !st->sock_id || !sample_sheds(st->sample, st->sample_epoch))
+	if (!st || !st->sock_id || !sample_sheds(&st->sample, dir))
 		return false;
-	if (!moved)
+	if (moved <= 0)
 		return true;
+	if (st->sample.state == EBTOP_SAMPLE_CUT) {
+		st->sample.last_dir = dir + 1;
+		__sync_fetch_and_add(&st->seq[dir & 1], (__u64)moved);
+	}
 	if (!task_selected(bpf_get_current_pid_tgid() >> 32)) {
 		if (count_flows)
 			flow_note_owner(sk);
@@ -413,7 +416,7 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 		return 0;
 	bool dgram = sk && ((struct sock___cap *)sk)->sk_type == SOCK_DGRAM;
 	bool peek = dir == EBTOP_DIR_INGRESS && (flags & MSG_PEEK);
-	if (!dgram && sk && shed_stream_run(sk, ret > 0 && !peek))
+	if (!dgram && sk && shed_stream_run(sk, dir, peek ? 0 : ret))
 		return 0;
 	/* Helpers taken once per run: each call is a return through this VM's (and any
 	 * SRSO-mitigated CPU's) return thunk. */
@@ -505,12 +508,14 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 		st->sock_id = sock_inode(sk);
 	/* Sampled out: nothing more than the hook and the socket's storage (the flow's bytes
 	 * were counted above). */
-	if (!sample_keeps(&st->sample, &st->sample_epoch, &st->last_dir, dir, st->sock_id)) {
+	if (!sample_keeps(&st->sample, dir, st->sock_id)) {
+		if (st->sample.state == EBTOP_SAMPLE_CUT)
+			__sync_fetch_and_add(&st->seq[dir & 1], (__u64)ret);
 		if (sock_type == SOCK_STREAM)
 			tls_note_shed(&st->shed_tls_looks);
 		return 0;
 	}
-	if (stamp_ns && send_stamp_valid(stamp_epoch, st->sample_epoch))
+	if (stamp_ns && send_stamp_valid(stamp_epoch, st->sample.epoch))
 		start = stamp_ns;
 	__u64 len = (__u64)ret;
 	__u64 seq = __sync_fetch_and_add(&st->seq[dir & 1], len);
@@ -592,11 +597,16 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 			peer_from_sockaddr(ev, c.peer_arg);
 		}
 	}
-	if (deep_sent(s, proto, seq, len, c.source, c.arg, c.arg2, sock_type == SOCK_STREAM))
-		return 0;
-	__u32 cap = copy_payload(cpu, s->data, c.source, c.arg, c.arg2, limit);
-	__u32 tail = take_tail(c.source, c.arg, c.arg2, len, &cap, sock_type == SOCK_STREAM);
-	submit_data(s, proto, seq, len, cap, tail);
+	__u8 rejoined = sample_mark_rejoined(&st->sample, ev, dir);
+	bool sent = deep_sent(s, proto, seq, len, c.source, c.arg, c.arg2, sock_type == SOCK_STREAM);
+	if (!sent) {
+		__u32 cap = copy_payload(cpu, s->data, c.source, c.arg, c.arg2, limit);
+		__u32 tail =
+			take_tail(c.source, c.arg, c.arg2, len, &cap, sock_type == SOCK_STREAM);
+		sent = submit_data(s, proto, seq, len, cap, tail);
+	}
+	if (sent && rejoined)
+		st->sample.rejoined &= ~rejoined;
 	return 0;
 }
 
@@ -620,7 +630,7 @@ int BPF_PROG(cap_tcp_send_start, struct sock *sk)
 	 * instead of a clock read and a task-storage write per send (measured: 452 ns of BPF per
 	 * nginx request with every connection sampled out, docs/performance.md). */
 	struct sk_state *st = bpf_sk_storage_get(&sk_states, sk, 0, 0);
-	if (st && (st->proto == EBTOP_PROTO_FILTERED || sample_sheds(st->sample, st->sample_epoch)))
+	if (st && (st->proto == EBTOP_PROTO_FILTERED || sample_sheds(&st->sample, EBTOP_DIR_EGRESS)))
 		return 0;
 	struct send_start *ss = bpf_task_storage_get(&send_starts, bpf_get_current_task_btf(), 0,
 						     BPF_LOCAL_STORAGE_GET_F_CREATE);

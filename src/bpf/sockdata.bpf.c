@@ -41,10 +41,8 @@ struct inflight {
 struct sock_state {
 	__u64 seq[2];
 	__u8 proto;
-	__u8 sample; /* EBTOP_SAMPLE_*: captured, sampled out, undecided (capture.h) */
 	__u8 shed_tls_looks; /* sampled out: tls_note_shed() (tls.h) */
-	__u8 last_dir; /* EBTOP_DIR_* + 1 of its last captured run (0: none): sample_keeps() */
-	__u32 sample_epoch;
+	struct ebtop_sample_state sample; /* captured, sampled out, cut, undecided (capture.h) */
 };
 
 struct {
@@ -169,8 +167,9 @@ static __always_inline int emit_data(const struct inflight *inf, __u64 end_ns, _
 			return 0;
 	}
 	/* Sampled out: the hooks and the socket's state only. */
-	if (!sample_keeps(&st->sample, &st->sample_epoch, &st->last_dir, inf->dir,
-			  inf->sock_id)) {
+	if (!sample_keeps(&st->sample, inf->dir, inf->sock_id)) {
+		if (st->sample.state == EBTOP_SAMPLE_CUT)
+			__sync_fetch_and_add(&st->seq[inf->dir & 1], len);
 		if (inf->sock_type == SOCK_STREAM)
 			tls_note_shed(&st->shed_tls_looks);
 		return 0;
@@ -204,11 +203,16 @@ static __always_inline int emit_data(const struct inflight *inf, __u64 end_ns, _
 	fill_common(ev, inf, end_ns);
 	if (inf->sock_type == SOCK_DGRAM)
 		peer_from_sockaddr(ev, peer_sa);
-	if (deep_sent(s, proto, seq, len, source, ptr, cnt, inf->sock_type == SOCK_STREAM))
-		return 0;
-	__u32 cap = copy_payload(cpu, s->data, source, ptr, cnt, limit);
-	__u32 tail = take_tail(source, ptr, cnt, len, &cap, inf->sock_type == SOCK_STREAM);
-	submit_data(s, proto, seq, len, cap, tail);
+	__u8 rejoined = sample_mark_rejoined(&st->sample, ev, dir);
+	bool sent = deep_sent(s, proto, seq, len, source, ptr, cnt, inf->sock_type == SOCK_STREAM);
+	if (!sent) {
+		__u32 cap = copy_payload(cpu, s->data, source, ptr, cnt, limit);
+		__u32 tail =
+			take_tail(source, ptr, cnt, len, &cap, inf->sock_type == SOCK_STREAM);
+		sent = submit_data(s, proto, seq, len, cap, tail);
+	}
+	if (sent && rejoined)
+		st->sample.rejoined &= ~rejoined;
 	return 0;
 }
 
@@ -401,7 +405,7 @@ int enter_close(struct ebtop_sys_enter_ctx *ctx)
 	struct sock_state *st = bpf_map_lookup_elem(&sock_states, &inf.sock_id);
 	if (!st)
 		return 0;
-	bool delivered = st->proto != EBTOP_PROTO_FILTERED && st->sample != EBTOP_SAMPLE_OUT &&
+	bool delivered = st->proto != EBTOP_PROTO_FILTERED && st->sample.state != EBTOP_SAMPLE_OUT &&
 			 (capture_all || st->proto != EBTOP_PROTO_UNKNOWN);
 	/* A TLS socket's close ends its plaintext stream (user space ignores the close of one
 	 * whose plaintext it never saw). */

@@ -49,7 +49,10 @@ pub const MAJOR: u16 = 1;
 /// off-CPU blocks with their bounds (`blocks`), and the header's options `serving_links`.
 /// 12: a kind 1 record may be of kind 5 (`EBTOP_EV_GO_HTTP`: a Go net/http client probe, for
 /// the call chains): an older reader counts it as a decode error and links no such call.
-pub const MINOR: u16 = 12;
+/// 13: a kind 1 data record may carry flag 32 (`EBTOP_F_REJOINED`: the first of its direction
+/// since a CPU budget captured its connection again after a cut; its `seq` is past the bytes
+/// shed): an older reader counts the jump as a gap.
+pub const MINOR: u16 = 13;
 pub const FILE_HEADER_LEN: usize = 16;
 pub const FRAME_HEADER_LEN: usize = 16;
 /// Largest frame a reader accepts (a corrupt length must not allocate gigabytes).

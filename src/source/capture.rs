@@ -744,6 +744,7 @@ pub(crate) fn read_counters(
         kept_connections: sum(counter::KEPT_CONNS).0,
         tls_shed_calls: sum(counter::TLS_SHED).0,
         cut_connections: sum(counter::CUT_CONNS).0,
+        rejoined_connections: sum(counter::REJOINED_CONNS).0,
         // The live driver sets it from what it wrote (the kernel does not say).
         sample_keep_ppm: None,
         tls_files_probed: tls.map_or(0, |t| t.status().files.len() as u64),

@@ -360,8 +360,13 @@ impl Sampler {
             && load.cost_pct().is_some_and(|c| c > budget);
         if let Some(schedule) = self.schedule.take() {
             let before = self.ctl;
-            if self.schedule_gate.as_ref().is_none_or(|g| g.exists()) {
-                self.schedule_step += 1;
+            match self.schedule_gate.as_ref().map(std::fs::read_to_string) {
+                None => self.schedule_step += 1,
+                Some(Ok(text)) => match text.trim().parse::<usize>() {
+                    Ok(step) => self.schedule_step = step,
+                    Err(_) => self.schedule_step += 1,
+                },
+                Some(Err(_)) => {}
             }
             self.apply_schedule(&schedule, self.schedule_step);
             self.schedule = Some(schedule);
