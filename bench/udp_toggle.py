@@ -75,7 +75,14 @@ def stop(p, out):
     p.send_signal(signal.SIGINT)
     p.wait(timeout=30)
     out.seek(0)
-    lines = [json.loads(l) for l in out if l.startswith("{")]
+    lines = []
+    for l in out:
+        if not l.startswith("{"):
+            continue
+        try:
+            lines.append(json.loads(l))
+        except json.JSONDecodeError as e:
+            sys.exit(f"ebtop wrote a line that is not JSON ({e}): {l[:400]!r}")
     out.close()
     os.unlink(out.name)
     return lines

@@ -698,11 +698,17 @@ mod tests {
         assert_eq!(calls.len(), 4);
         assert!(calls.iter().all(|c| !c.after_loss));
         assert_eq!((t.stats.rejoins, t.stats.gaps), (1, 0));
-        assert_eq!((t.parse.unanswered_requests, t.parse.damaged_messages), (0, 0));
+        assert_eq!(
+            (t.parse.unanswered_requests, t.parse.damaged_messages),
+            (0, 0)
+        );
         // Flagged records at the expected positions (nothing shed): nothing starts over.
         let (t, calls) = run(2, &[1]);
         assert_eq!(t.stats.rejoins, 0);
-        assert_eq!(t.stats.gaps, 2, "the unflagged jumps at exchange 4 are gaps (each way)");
+        assert_eq!(
+            t.stats.gaps, 2,
+            "the unflagged jumps at exchange 4 are gaps (each way)"
+        );
         assert!(calls.iter().any(|c| c.after_loss));
     }
 

@@ -397,8 +397,7 @@ static __always_inline bool sample_keeps(struct ebtop_sample_state *s, __u8 dir,
 	}
 	struct ebtop_sample_ctl *ctl = sample_ctl_now();
 	if (!ctl || !ctl->active) {
-		/* Decided under this epoch: a send start stamped before (while it was out) is
-		 * stale (sockcap.bpf.c, struct send_start). */
+		/* Decided under this epoch (sampling off: nothing is decided against it). */
 		if (ctl)
 			s->epoch = ctl->epoch;
 		if (cut) {

@@ -12,9 +12,9 @@
  *     msghdr, a message of an mmsghdr vector). A send or receive made by no such syscall
  *     (io_uring, sendfile/splice, a kernel thread) becomes a length-only record: positions
  *     stay exact and user space counts the bytes as not captured;
- *   - a TCP send is stamped at its start by tp_btf `tcp:tcp_sendmsg_locked` (per task, taken
- *     at the send's end if it is the same socket), so a send is stamped at its start as on the
- *     syscall path; UDP sends and receives are stamped when they complete;
+ *   - a TCP send is stamped at its start by tp_btf `tcp:tcp_sendmsg_locked` (in its socket's
+ *     storage, taken at the send's end by the same thread), so a send is stamped at its start
+ *     as on the syscall path; UDP sends and receives are stamped when they complete;
  *   - a TCP connection ends at tp_btf `sock:inet_sock_set_state` → TCP_CLOSE.
  * tp_btf programs are skipped only when they re-enter themselves on a CPU (counted), never
  * because another BPF program or a bpf() call holds the CPU, as classic tracepoints are.
@@ -74,6 +74,12 @@ struct sk_state {
 	__u8 dgram_unknown; /* datagram verdict: see dgram_unexamined() */
 	__u8 shed_tls_looks; /* sampled out: tls_note_shed() */
 	struct ebtop_sample_state sample; /* captured, sampled out, cut, undecided (capture.h) */
+	/* The start of the TCP send in progress (0: none) and the thread making it: taken and
+	 * cleared by the send's length hook, whatever becomes of the send (shed, failed), so a
+	 * stamp is never another send's. A thread's send whose stamp another thread's send
+	 * replaced (two threads writing one stream at once) has none: stamped at its end. */
+	__u64 send_ns;
+	__u32 send_tid;
 	char comm[EBTOP_TASK_COMM_LEN];
 };
 
@@ -83,28 +89,6 @@ struct {
 	__type(key, int);
 	__type(value, struct sk_state);
 } sk_states SEC(".maps");
-
-/*
- * Per task: the start of the TCP send in progress, stamped under the sampling epoch then. A
- * stamp is this send's only if made in an epoch no older than the one in which its
- * connection was last decided captured (send_stamp_valid): a connection sampled out or cut
- * clears no stamp (its runs stay cheap), and one left behind by a race (another thread
- * decided the connection out between this thread's stamp and its length hook) is never read
- * once the connection is captured again — that takes a new epoch.
- */
-struct send_start {
-	__u64 sk;
-	__u64 ns;
-	__u32 epoch;
-	__u32 _pad;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct send_start);
-} send_starts SEC(".maps");
 
 /*
  * Per task: the message of a sendmmsg/recvmmsg vector the next datagram is. The socket layer
@@ -375,8 +359,8 @@ static __always_inline void dgram_note_unknown(struct sk_state *st)
  * A send or receive on a connection sampled out (or cut): what the full path below does for
  * it, without its clock read and checks — the socket's storage and, when bytes moved, one
  * count (bench/notes.md: the sampled-out run's cost); a cut connection's stream position
- * and direction go on (sample_keeps). No send start is cleared (see struct send_start) and a
- * run that moved nothing (an event loop's EAGAIN) needs nothing more. Only a connection
+ * and direction go on (sample_keeps); a send's stamp is cleared (a store: struct sk_state).
+ * A run that moved nothing (an event loop's EAGAIN) needs nothing more. Only a connection
  * decided out can be (the decision is made below, on the full path); streams only: a
  * datagram's flow entry is counted per datagram. False: the full path runs.
  */
@@ -385,6 +369,8 @@ static __always_inline bool shed_stream_run(struct sock *sk, __u8 dir, int moved
 	struct sk_state *st = bpf_sk_storage_get(&sk_states, sk, 0, 0);
 	if (!st || !st->sock_id || !sample_sheds(&st->sample, dir))
 		return false;
+	if (dir == EBTOP_DIR_EGRESS)
+		st->send_ns = 0;
 	if (moved <= 0)
 		return true;
 	if (st->sample.state == EBTOP_SAMPLE_CUT) {
@@ -403,13 +389,6 @@ static __always_inline bool shed_stream_run(struct sock *sk, __u8 dir, int moved
 	return true;
 }
 
-/* Whether a send start stamped under `stamp_epoch` is of a send made since its connection was
- * last decided captured (under `decided_epoch`): epochs only grow (wrapping). */
-static __always_inline bool send_stamp_valid(__u32 stamp_epoch, __u32 decided_epoch)
-{
-	return (__s32)(stamp_epoch - decided_epoch) >= 0;
-}
-
 static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 dir)
 {
 	if (bench_cut == 1)
@@ -424,11 +403,10 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	if (ret <= 0 || !sk || peek) {
 		/* A send's start is taken whatever the outcome, so a failed send leaves no stale
 		 * start behind. */
-		if (dir == EBTOP_DIR_EGRESS && !dgram) {
-			struct send_start *ss = bpf_task_storage_get(
-				&send_starts, (struct task_struct *)task, 0, 0);
-			if (ss)
-				ss->ns = 0;
+		if (dir == EBTOP_DIR_EGRESS && !dgram && sk) {
+			struct sk_state *st = bpf_sk_storage_get(&sk_states, sk, 0, 0);
+			if (st)
+				st->send_ns = 0;
 		}
 		if (ret <= 0)
 			mmsg_cursor_on_nothing_moved(task, ret);
@@ -451,21 +429,6 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	 * clock source costs a guest ~50 ns per datagram. */
 	__u64 now = dgram ? 0 : bpf_ktime_get_ns();
 	__u64 start = now;
-	/* A send's start is the TCP layer's (tcp_sendmsg_locked): a datagram's is its hook. Taken
-	 * (and the stamp cleared) now, used once the connection's sampling decision is known. */
-	__u64 stamp_ns = 0;
-	__u32 stamp_epoch = 0;
-	if (dir == EBTOP_DIR_EGRESS && !dgram) {
-		struct send_start *ss = bpf_task_storage_get(&send_starts, (struct task_struct *)task,
-							     0, 0);
-		if (ss) {
-			if (ss->sk == (__u64)sk && ss->ns && ss->ns <= now) {
-				stamp_ns = ss->ns;
-				stamp_epoch = ss->epoch;
-			}
-			ss->ns = 0;
-		}
-	}
 	bool tcp_flow = count_flows && sock_type == SOCK_STREAM;
 	/* The flow table counts every process's datagrams, selected or not. */
 	struct peer_stash dgram_peer = {};
@@ -503,6 +466,13 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 	}
 	if (tcp_flow && !st->flow_owner_known)
 		st->flow_owner_known = flow_note_owner(sk);
+	/* A send's start is the TCP layer's (tcp_sendmsg_locked): a datagram's is its hook. Taken
+	 * (and the stamp cleared) now, used if the connection is captured. */
+	if (dir == EBTOP_DIR_EGRESS && !dgram) {
+		if (st->send_ns && st->send_ns <= now && st->send_tid == (__u32)id)
+			start = st->send_ns;
+		st->send_ns = 0;
+	}
 	count(EBTOP_CNT_SOCK_SYSCALLS, 1);
 	if (!st->sock_id)
 		st->sock_id = sock_inode(sk);
@@ -515,8 +485,6 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 			tls_note_shed(&st->shed_tls_looks);
 		return 0;
 	}
-	if (stamp_ns && send_stamp_valid(stamp_epoch, st->sample.epoch))
-		start = stamp_ns;
 	__u64 len = (__u64)ret;
 	__u64 seq = __sync_fetch_and_add(&st->seq[dir & 1], len);
 	if (st->proto == EBTOP_PROTO_FILTERED || bench_cut == 2)
@@ -627,24 +595,30 @@ SEC("tp_btf/tcp_sendmsg_locked")
 int BPF_PROG(cap_tcp_send_start, struct sock *sk)
 {
 	/* A connection sampled out or left out by --proto needs no start: a lookup of its state
-	 * instead of a clock read and a task-storage write per send (measured: 452 ns of BPF per
-	 * nginx request with every connection sampled out, docs/performance.md). */
+	 * instead of a clock read and a write per send (measured: 452 ns of BPF per nginx request
+	 * with every connection sampled out, docs/performance.md). */
 	struct sk_state *st = bpf_sk_storage_get(&sk_states, sk, 0, 0);
 	if (st && (st->proto == EBTOP_PROTO_FILTERED || sample_sheds(&st->sample, EBTOP_DIR_EGRESS)))
 		return 0;
-	struct send_start *ss = bpf_task_storage_get(&send_starts, bpf_get_current_task_btf(), 0,
-						     BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!ss)
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!st) {
+		/* A socket's first send: its state is made here if its length hook would make it. */
+		if (!task_selected(id >> 32))
+			return 0;
+		if (filter_port_count &&
+		    !u16_listed(sk->__sk_common.skc_num, filter_ports, filter_port_count) &&
+		    !u16_listed(bpf_ntohs(sk->__sk_common.skc_dport), filter_ports,
+				filter_port_count))
+			return 0;
+		st = bpf_sk_storage_get(&sk_states, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+		if (!st)
+			return 0;
+	}
+	/* The first segment's stamp stands (the length hook clears it). */
+	if (st->send_ns && st->send_tid == (__u32)id)
 		return 0;
-	struct ebtop_sample_ctl *ctl = sample_ctl_now();
-	__u32 epoch = ctl ? ctl->epoch : 0;
-	/* The first segment's stamp stands; one of an older epoch may be a stale one (struct
-	 * send_start). */
-	if (ss->ns && ss->sk == (__u64)sk && ss->epoch == epoch)
-		return 0;
-	ss->sk = (__u64)sk;
-	ss->ns = bpf_ktime_get_ns();
-	ss->epoch = epoch;
+	st->send_ns = bpf_ktime_get_ns();
+	st->send_tid = (__u32)id;
 	return 0;
 }
 
