@@ -26,6 +26,14 @@ pub const WRITE_LOOP: &str = "net/http.(*persistConn).writeLoop";
 pub const CONN_WRITE: &str = "net/http.persistConnWriter.Write";
 pub const ROUND_TRIP: &str = "net/http.(*persistConn).roundTrip";
 
+/// Goroutine creation (call chains: src/bpf/gospawn.h): a `go` statement calls [`NEWPROC`],
+/// which runs [`NEWPROC_FUNC1`] on the system stack: `newg := newproc1(...); runqput(pp,
+/// newg, true)`. Every creator of a goroutine calls [`NEWPROC1`] from a runtime closure.
+pub const NEWPROC: &str = "runtime.newproc";
+pub const NEWPROC_FUNC1: &str = "runtime.newproc.func1";
+pub const NEWPROC1: &str = "runtime.newproc1";
+pub const RUNQPUT: &str = "runtime.runqput";
+
 /// Why a Go program that uses crypto/tls cannot be probed.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum GoError {
@@ -206,6 +214,124 @@ pub struct GoSites {
     /// net/http's client, where the program has it (its connection writer's entry,
     /// writeLoop's returns, roundTrip's entry), or why its code cannot be probed (the TLS probes go on).
     pub http: Result<Option<HttpSites>, String>,
+    /// Goroutine creation, or why its code cannot be probed (no creation tracking for the
+    /// file; the other probes go on).
+    pub spawn: Result<SpawnSites, String>,
+}
+
+/// The probe sites of goroutine creation (src/bpf/gospawn.h), as file offsets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpawnSites {
+    /// [`NEWPROC`]'s entry (the push after the stack check: the creating goroutine).
+    pub newproc: FuncSites,
+    /// [`NEWPROC_FUNC1`]'s call of [`RUNQPUT`], whose second argument register holds
+    /// [`NEWPROC1`]'s result there (proved by [`queued_site`]).
+    pub queued: u64,
+    /// The instruction after each call of [`NEWPROC1`] in the runtime's other closures
+    /// (coroutines, debugger calls, testing/synctest): a g made a goroutine of no known creator.
+    pub others: Vec<u64>,
+}
+
+/// Instructions between newproc1's call and runqput's in [`queued_site`]: moves and no-ops
+/// only, whose destination is their first operand (so a register's writes are seen).
+fn plain_move(m: iced_x86::Mnemonic) -> bool {
+    use iced_x86::Mnemonic::*;
+    matches!(m, Mov | Movzx | Movsx | Movsxd | Lea | Nop | Xor | Xorps)
+}
+
+/// Where [`NEWPROC_FUNC1`] (code `code` at `addr`) calls runqput (at `runqput`) with
+/// newproc1's (at `newproc1`) result as its second argument: the one call of newproc1, then
+/// straight-line moves that copy RAX (the result) to RBX (the second argument) before
+/// anything writes RAX and after which nothing writes RBX, then the call of runqput. Else
+/// an error: the shape is not proved, so no site.
+pub fn queued_site(
+    code: &[u8],
+    addr: u64,
+    newproc1: u64,
+    runqput: u64,
+) -> Result<u64, &'static str> {
+    use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind, Register};
+    let mut decoder = Decoder::with_ip(64, code, addr, DecoderOptions::NONE);
+    let mut after_call = false;
+    let mut copied = false;
+    let mut site = None;
+    for ins in decoder.iter() {
+        if ins.is_invalid() {
+            return Err("undecodable instruction");
+        }
+        let calls = |target| {
+            ins.mnemonic() == Mnemonic::Call
+                && ins.op0_kind() == OpKind::NearBranch64
+                && ins.near_branch_target() == target
+        };
+        if calls(newproc1) {
+            if after_call || site.is_some() {
+                return Err("calls newproc1 more than once");
+            }
+            after_call = true;
+            continue;
+        }
+        if !after_call {
+            continue;
+        }
+        if calls(runqput) {
+            if !copied {
+                return Err("runqput's argument is not newproc1's result");
+            }
+            site = Some(ins.ip());
+            after_call = false;
+            continue;
+        }
+        if !plain_move(ins.mnemonic()) {
+            return Err("more than moves between newproc1 and runqput");
+        }
+        // The 64-bit register the destination is part of (RAX or RBX: those that matter).
+        let dest = (ins.op_count() > 0 && ins.op0_kind() == OpKind::Register).then(|| {
+            match ins.op0_register() {
+                Register::RAX | Register::EAX | Register::AX | Register::AL | Register::AH => {
+                    Register::RAX
+                }
+                Register::RBX | Register::EBX | Register::BX | Register::BL | Register::BH => {
+                    Register::RBX
+                }
+                r => r,
+            }
+        });
+        if ins.mnemonic() == Mnemonic::Mov
+            && !copied
+            && dest == Some(Register::RBX)
+            && ins.op1_kind() == OpKind::Register
+            && ins.op1_register() == Register::RAX
+        {
+            copied = true;
+        } else if dest == Some(if copied { Register::RBX } else { Register::RAX }) {
+            return Err("newproc1's result is overwritten before runqput");
+        }
+    }
+    site.ok_or("no call of newproc1 then runqput")
+}
+
+/// The instruction after each call of `newproc1` in code `code` at `addr`.
+pub fn after_calls_of(code: &[u8], addr: u64, newproc1: u64) -> Result<Vec<u64>, &'static str> {
+    use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind};
+    let mut decoder = Decoder::with_ip(64, code, addr, DecoderOptions::NONE);
+    let mut sites = Vec::new();
+    let mut pending = false;
+    for ins in decoder.iter() {
+        if ins.is_invalid() {
+            return Err("undecodable instruction");
+        }
+        if pending {
+            sites.push(ins.ip());
+        }
+        pending = ins.mnemonic() == Mnemonic::Call
+            && ins.op0_kind() == OpKind::NearBranch64
+            && ins.near_branch_target() == newproc1;
+    }
+    if pending {
+        return Err("a call of newproc1 ends the function");
+    }
+    Ok(sites)
 }
 
 /// The probe sites of net/http's HTTP/1 client ([`CONN_WRITE`], [`WRITE_LOOP`],
@@ -320,7 +446,8 @@ pub fn sites_of_elf<R: ReadAt + ?Sized>(elf: &Elf<R>) -> Result<Option<GoSites>,
         .file_range()
         .ok_or(GoError::Table(".text not in the file"))?;
     let text_addr = text.addr;
-    let sites = |f: GoFunc| -> Result<FuncSites, GoError> {
+    // A function's code and its address.
+    let code_of = |f: GoFunc| -> Result<(Vec<u8>, u64), GoError> {
         let name = String::from_utf8_lossy(f.name).into_owned();
         let len = f.end_off - f.entry_off;
         if len > MAX_FUNCTION_BYTES {
@@ -340,10 +467,13 @@ pub fn sites_of_elf<R: ReadAt + ?Sized>(elf: &Elf<R>) -> Result<Option<GoSites>,
             .file
             .read_at(at, u64::from(len))
             .map_err(|_| GoError::Code(name.clone(), "unreadable"))?;
-        let addr = addr - u64::from(len);
-        let (entry, returns) =
-            function_sites(&code, addr).map_err(|why| GoError::Code(name, why))?;
-        let file_off = |a: u64| a - text_addr + text_file_off;
+        Ok((code, addr - u64::from(len)))
+    };
+    let file_off = |a: u64| a - text_addr + text_file_off;
+    let sites = |f: GoFunc| -> Result<FuncSites, GoError> {
+        let (code, addr) = code_of(f)?;
+        let (entry, returns) = function_sites(&code, addr)
+            .map_err(|why| GoError::Code(String::from_utf8_lossy(f.name).into_owned(), why))?;
         Ok(FuncSites {
             entry: file_off(entry.unwrap_or(addr)),
             entry_emulated: entry.is_some(),
@@ -365,8 +495,11 @@ pub fn sites_of_elf<R: ReadAt + ?Sized>(elf: &Elf<R>) -> Result<Option<GoSites>,
         },
         _ => Ok(None),
     };
+    let spawn =
+        spawn_sites(&pcln, text_addr, &code_of, &sites, &file_off).map_err(|e| e.to_string());
     Ok(Some(GoSites {
         http,
+        spawn,
         write: sites(write)?,
         read: sites(read)?,
         handshakes: HANDSHAKES
@@ -375,6 +508,54 @@ pub fn sites_of_elf<R: ReadAt + ?Sized>(elf: &Elf<R>) -> Result<Option<GoSites>,
             .map(sites)
             .collect::<Result<_, _>>()?,
     }))
+}
+
+/// Goroutine creation's sites ([`SpawnSites`]): [`NEWPROC`]'s entry, [`queued_site`] in
+/// [`NEWPROC_FUNC1`], and the instruction after each call of [`NEWPROC1`] in the runtime's
+/// other closures (`runtime.…func…`: every caller of newproc1 runs it on the system stack, from
+/// a closure passed to systemstack, in Go 1.18–1.26). Go code only, decoded from its entry.
+fn spawn_sites(
+    pcln: &Pclntab,
+    text_addr: u64,
+    code_of: &dyn Fn(GoFunc) -> Result<(Vec<u8>, u64), GoError>,
+    sites: &dyn Fn(GoFunc) -> Result<FuncSites, GoError>,
+    file_off: &dyn Fn(u64) -> u64,
+) -> Result<SpawnSites, GoError> {
+    let find = |name: &'static str| {
+        pcln.find(name)
+            .ok_or(GoError::Code(name.into(), "not found"))
+    };
+    let (newproc, func1) = (find(NEWPROC)?, find(NEWPROC_FUNC1)?);
+    let addr_of = |f: GoFunc| text_addr + u64::from(f.entry_off);
+    let (newproc1, runqput) = (addr_of(find(NEWPROC1)?), addr_of(find(RUNQPUT)?));
+    let (code, addr) = code_of(func1)?;
+    let queued = queued_site(&code, addr, newproc1, runqput)
+        .map_err(|why| GoError::Code(NEWPROC_FUNC1.into(), why))?;
+    let mut others = Vec::new();
+    for i in 0..pcln.len() {
+        let Some(f) = pcln.function(i) else {
+            continue;
+        };
+        let closure = f.name.starts_with(b"runtime.")
+            && f.name.windows(5).any(|w| w == b".func")
+            && f.name != NEWPROC_FUNC1.as_bytes();
+        if !closure {
+            continue;
+        }
+        let (code, addr) = code_of(f)?;
+        let name = || String::from_utf8_lossy(f.name).into_owned();
+        others.extend(
+            after_calls_of(&code, addr, newproc1)
+                .map_err(|why| GoError::Code(name(), why))?
+                .into_iter()
+                .map(file_off),
+        );
+    }
+    Ok(SpawnSites {
+        newproc: sites(newproc)?,
+        queued: file_off(queued),
+        others,
+    })
 }
 
 /// The fuzz target `go_binary` (fuzz/fuzz_targets/go_binary.rs): what ebtop reads from a Go
