@@ -762,4 +762,44 @@ mod tests {
         assert!(function_sites(&[0x55, 0x0f, 0x0b, 0xc3], 0x10).is_ok()); // ud2 decodes
         assert!(function_sites(&[0x55, 0x0f], 0x10).is_err());
     }
+    /// Go 1.26.8's `runtime.newproc.func1` (amd64), at 0x458000: newproc1 at 0x458080,
+    /// runqput at 0x45d0e0 (the targets of its two calls).
+    const NEWPROC_FUNC1_1_26: [u8; 0x62] = [
+        0x49, 0x3b, 0x66, 0x10, 0x76, 0x53, 0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x20, 0x48,
+        0x8b, 0x5a, 0x10, 0x48, 0x8b, 0x4a, 0x18, 0x48, 0x8b, 0x42, 0x08, 0x31, 0xff, 0x31, 0xf6,
+        0x66, 0x90, 0xe8, 0x5b, 0x00, 0x00, 0x00, 0x49, 0x8b, 0x56, 0x30, 0x48, 0x8b, 0x92, 0xd0,
+        0x00, 0x00, 0x00, 0x48, 0x89, 0xc3, 0xb9, 0x01, 0x00, 0x00, 0x00, 0x48, 0x89, 0xd0, 0x0f,
+        0x1f, 0x44, 0x00, 0x00, 0xe8, 0x9b, 0x50, 0x00, 0x00, 0x80, 0x3d, 0x7a, 0xe4, 0x32, 0x00,
+        0x00, 0x74, 0x05, 0xe8, 0x0d, 0x96, 0x02, 0x00, 0x48, 0x83, 0xc4, 0x20, 0x5d, 0xc3, 0xe8,
+        0x22, 0xe1, 0x02, 0x00, 0x66, 0x90, 0xeb, 0x9e,
+    ];
+
+    /// runqput's call in newproc.func1 is the site only where newproc1's result (RAX) is
+    /// proved to be in runqput's second argument (RBX) there; any other shape: no site.
+    #[test]
+    fn the_new_goroutine_is_proved_in_runqputs_argument() {
+        let code = NEWPROC_FUNC1_1_26;
+        let (newproc1, runqput) = (0x458080, 0x45d0e0);
+        assert_eq!(queued_site(&code, 0x458000, newproc1, runqput), Ok(0x458040));
+        // Other call targets: not the shape.
+        assert!(queued_site(&code, 0x458000, newproc1 + 1, runqput).is_err());
+        assert!(queued_site(&code, 0x458000, newproc1, runqput + 1).is_err());
+        // `mov %rax,%rbx` made `mov %rax,%rcx`: RBX is not the result.
+        let mut other = code;
+        other[0x32] = 0xc1;
+        assert!(queued_site(&other, 0x458000, newproc1, runqput).is_err());
+        // `mov %rdx,%rax` before the copy (swap the two moves' order): RAX overwritten.
+        let mut clobber = code;
+        clobber[0x30..0x33].copy_from_slice(&[0x48, 0x89, 0xd0]);
+        clobber[0x38..0x3b].copy_from_slice(&[0x48, 0x89, 0xc3]);
+        assert!(queued_site(&clobber, 0x458000, newproc1, runqput).is_err());
+        // A move into RBX after the copy (`mov %rdx,%rax` made `mov %rdx,%rbx`).
+        let mut late = code;
+        late[0x3a] = 0xd3;
+        assert!(queued_site(&late, 0x458000, newproc1, runqput).is_err());
+        // The other creators' site: the instruction after newproc1's call (here newproc.func1's
+        // `movq 0x30(%r14),%rdx`); a call that ends the code leaves none.
+        assert_eq!(after_calls_of(&code, 0x458000, newproc1), Ok(vec![0x458025]));
+        assert_eq!(after_calls_of(&code[..0x25], 0x458000, newproc1).ok(), None);
+    }
 }
