@@ -21,8 +21,9 @@
 //!   In a Go program the same holds per goroutine: a record the kernel proved a goroutine
 //!   for (`Event::goroutine`, src/bpf/gochain.h) is that goroutine's, whatever thread ran
 //!   it, so a handler's own calls are linked to the request its goroutine read. A goroutine
-//!   serves nothing it did not read itself: those a handler starts make calls that stay
-//!   unlinked and counted (`goroutine_unlinked`).
+//!   a request's goroutine starts (src/bpf/gospawn.h: creation records, [`GoHttp::Spawn`];
+//!   and the goroutines those start) serves that request while it is open, and nothing
+//!   after (`spawn_after_parent`); one of unknown creation serves nothing (`spawn_unknown`).
 //!   A request made through net/http's HTTP/1 client is written by its connection's
 //!   `persistConn.writeLoop` goroutine, not by the goroutine that asked: uprobes
 //!   (src/bpf/gohttp.h, [`GoHttp`]) say which goroutine W writes for which connection
@@ -171,7 +172,7 @@ enum Parent {
     /// A request written by net/http's connection goroutine whose asker is not proved.
     HttpUnproved,
     /// A goroutine started while a request was served, after that request's response began.
-    SpawnAfterParent,
+    SpawnAfterRequest,
     /// A goroutine whose creation is not known, in a program whose creations are probed.
     SpawnUnknown,
 }
@@ -722,7 +723,7 @@ impl<T> Chains<T> {
                         spawned: true,
                     }
                 } else {
-                    Parent::SpawnAfterParent
+                    Parent::SpawnAfterRequest
                 }
             }
             Some(Spawned::Nothing) => Parent::GoroutineNone,
@@ -1033,7 +1034,7 @@ impl<T> Chains<T> {
                         self.stats.http_unproved += 1;
                         (None, None)
                     }
-                    Some(Parent::SpawnAfterParent) => {
+                    Some(Parent::SpawnAfterRequest) => {
                         self.stats.goroutine_unlinked += 1;
                         self.stats.spawn_after_parent += 1;
                         (None, None)

@@ -510,6 +510,9 @@ pub fn sites_of_elf<R: ReadAt + ?Sized>(elf: &Elf<R>) -> Result<Option<GoSites>,
     }))
 }
 
+/// A function's code and its address.
+type CodeOf<'a> = dyn Fn(GoFunc) -> Result<(Vec<u8>, u64), GoError> + 'a;
+
 /// Goroutine creation's sites ([`SpawnSites`]): [`NEWPROC`]'s entry, [`queued_site`] in
 /// [`NEWPROC_FUNC1`], and the instruction after each call of [`NEWPROC1`] in the runtime's
 /// other closures (`runtime.…func…`: every caller of newproc1 runs it on the system stack, from
@@ -517,7 +520,7 @@ pub fn sites_of_elf<R: ReadAt + ?Sized>(elf: &Elf<R>) -> Result<Option<GoSites>,
 fn spawn_sites(
     pcln: &Pclntab,
     text_addr: u64,
-    code_of: &dyn Fn(GoFunc) -> Result<(Vec<u8>, u64), GoError>,
+    code_of: &CodeOf,
     sites: &dyn Fn(GoFunc) -> Result<FuncSites, GoError>,
     file_off: &dyn Fn(u64) -> u64,
 ) -> Result<SpawnSites, GoError> {
@@ -780,7 +783,10 @@ mod tests {
     fn the_new_goroutine_is_proved_in_runqputs_argument() {
         let code = NEWPROC_FUNC1_1_26;
         let (newproc1, runqput) = (0x458080, 0x45d0e0);
-        assert_eq!(queued_site(&code, 0x458000, newproc1, runqput), Ok(0x458040));
+        assert_eq!(
+            queued_site(&code, 0x458000, newproc1, runqput),
+            Ok(0x458040)
+        );
         // Other call targets: not the shape.
         assert!(queued_site(&code, 0x458000, newproc1 + 1, runqput).is_err());
         assert!(queued_site(&code, 0x458000, newproc1, runqput + 1).is_err());
@@ -799,7 +805,10 @@ mod tests {
         assert!(queued_site(&late, 0x458000, newproc1, runqput).is_err());
         // The other creators' site: the instruction after newproc1's call (here newproc.func1's
         // `movq 0x30(%r14),%rdx`); a call that ends the code leaves none.
-        assert_eq!(after_calls_of(&code, 0x458000, newproc1), Ok(vec![0x458025]));
+        assert_eq!(
+            after_calls_of(&code, 0x458000, newproc1),
+            Ok(vec![0x458025])
+        );
         assert_eq!(after_calls_of(&code[..0x25], 0x458000, newproc1).ok(), None);
     }
 }
