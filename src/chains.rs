@@ -58,6 +58,7 @@ use std::collections::VecDeque;
 use crate::call::{Call, Side};
 use crate::event::{Direction, Event, EventKind, GoHttp, SOCK_STREAM};
 use crate::protocols::trace_context::TraceParent;
+use crate::protocols::Protocol;
 
 /// Longest a server call waits for the client call that reached it (kernel time).
 pub const HOLD_NS: u64 = 2_000_000_000;
@@ -130,6 +131,11 @@ pub struct ChainStats {
     /// record, a coroutine, a creator of unknown descent, or more than 32 creations below
     /// the request's goroutine): no link.
     pub spawn_unknown: u64,
+    /// HTTP/2 and gRPC client calls of goroutines that inherit a request from their
+    /// creation: no link. One connection multiplexes many requests and is written by its own
+    /// goroutines, started by whichever request opened it (grpc-go's loopyWriter), which
+    /// would inherit that request for every other's.
+    pub spawn_multiplexed: u64,
     /// Times the connection or thread state was cleared at its cap.
     pub state_resets: u64,
     /// Server calls held now (counted in the aggregates, not yet written: they go out with
@@ -1001,6 +1007,15 @@ impl<T> Chains<T> {
                         .partition_point(|(ns, _)| *ns <= call.l7.req.first_start_ns);
                     (i > 0).then(|| c.parents[i - 1].1.clone())
                 });
+                let parent = match parent {
+                    Some(Parent::One { spawned: true, .. })
+                        if matches!(call.l7.proto, Protocol::Http2 | Protocol::Grpc) =>
+                    {
+                        self.stats.spawn_multiplexed += 1;
+                        Some(Parent::None)
+                    }
+                    p => p,
+                };
                 let (parent_id, trace) = match parent {
                     Some(Parent::One {
                         conn,

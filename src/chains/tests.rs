@@ -1171,3 +1171,44 @@ fn creations_are_bounded_in_depth_and_memory() {
     assert!(s.chains.spawned.map.len() <= MAX_ROOTS);
     assert_eq!(s.chains.spawned.map.len(), s.chains.spawned.order.len());
 }
+
+/// An HTTP/2 (or gRPC) client connection carries many requests at once and is written by
+/// its own goroutines, started by whichever request opened it (grpc-go's loopyWriter): a
+/// call written by a goroutine that inherits a request from its creation links nothing.
+#[test]
+fn a_started_goroutines_http2_calls_link_nothing() {
+    let mut s = Sim::new();
+    const LOOPY: u64 = 0xc004_0000;
+    const H2C: (u64, u16, u16) = (61, 50020, 9001);
+    s.go_io(7, H1, K1, IN, &get("/a", ""));
+    s.spawn(H1, LOOPY);
+    // HPACK by hand: :method GET, :scheme http (static entries), :path and :authority
+    // literals with indexed names; the answer :status 200 (static).
+    let mut block = vec![0x82, 0x86, 0x04, 7];
+    block.extend_from_slice(b"/via-h2");
+    block.extend_from_slice(&[0x01, 1, b'b']);
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(h2_frame(4, 0, 0, &[]));
+    out.extend(h2_frame(1, 5, 1, &block));
+    s.go_io(9, LOOPY, H2C, OUT, &out);
+    let mut back = h2_frame(4, 0, 0, &[]);
+    back.extend(h2_frame(1, 5, 1, &[0x88]));
+    s.go_io(9, LOOPY, H2C, IN, &back);
+    s.go_io(7, H1, K1, OUT, OK);
+    s.finish();
+    assert_eq!(s.one(Side::Client, "GET", "/via-h2").parent_id, None);
+    let st = s.chains.stats;
+    assert_eq!(
+        (st.spawn_multiplexed, st.spawn_linked, st.linked),
+        (1, 0, 0)
+    );
+}
+
+/// An HTTP/2 frame: type, flags, stream, payload.
+fn h2_frame(ty: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let n = payload.len() as u32;
+    let mut f = vec![(n >> 16) as u8, (n >> 8) as u8, n as u8, ty, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}

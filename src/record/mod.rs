@@ -49,9 +49,9 @@ pub const MAJOR: u16 = 1;
 /// off-CPU blocks with their bounds (`blocks`), and the header's options `serving_links`.
 /// 12: a kind 1 record may be of kind 5 (`EBTOP_EV_GO_HTTP`: a Go net/http client probe, for
 /// the call chains): an older reader counts it as a decode error and links no such call.
-/// 14: a kind 5 record's `what` may be 4 (`EBTOP_GO_SPAWN`: goroutine creation, the child's g
-/// in `seq`) or 5 (`EBTOP_GO_NEW_G`): an older reader ignores them (a probe it does not know)
-/// and links no started goroutine's call.
+/// 14: a kind 1 record of event kind 5 (`EBTOP_EV_GO_HTTP`) may say probe 4 (`EBTOP_GO_SPAWN`:
+/// a goroutine's creation, the child's g in `seq`) or 5 (`EBTOP_GO_NEW_G`) in `total_len`: an
+/// older reader ignores them (a probe it does not know) and links no started goroutine's call.
 pub const MINOR: u16 = 14;
 pub const FILE_HEADER_LEN: usize = 16;
 pub const FRAME_HEADER_LEN: usize = 16;

@@ -390,39 +390,48 @@ fn attach_found(progs: &TlsPrograms, found: Found) -> Probed {
             (links, if internal { "internal" } else { "public" })
         }),
         Plan::Go(sites) => attach_go(progs, &target, pid, sites).map(|mut links| {
-            // Goroutine creation, for the call chains: apart (its failure leaves the rest on).
-            match (&sites.spawn, go_spawn_wanted()) {
-                (Ok(spawn), true) => match attach_go_spawn(progs, &target, pid, spawn) {
-                    Ok(more) => links.extend(more),
-                    Err(e) => crate::diag!(
-                        "ebtop: Go goroutine creation probes not placed on {name}: {e:#} \
-                         (calls of goroutines a handler starts are linked to no request)"
-                    ),
-                },
-                (Err(e), true) => crate::diag!(
-                    "ebtop: Go goroutine creation not probed on {name}: {e} (calls of \
-                     goroutines a handler starts are linked to no request)"
-                ),
-                _ => {}
-            }
             // net/http's client too, for the call chains: apart (its failure leaves TLS on).
-            match (&sites.http, go_http_wanted()) {
+            let (client_known, label) = match (&sites.http, go_http_wanted()) {
                 (Ok(Some(http)), true) => match attach_go_http(progs, &target, pid, http) {
                     Ok(more) => {
                         links.extend(more);
-                        (links, "go+http")
+                        (true, "go+http")
                     }
                     Err(e) => {
                         crate::diag!("ebtop: Go HTTP client probes not placed on {name}: {e:#}");
-                        (links, "go")
+                        (false, "go")
                     }
                 },
                 (Err(e), true) => {
                     crate::diag!("ebtop: Go HTTP client probes not placed on {name}: {e}");
-                    (links, "go")
+                    (false, "go")
                 }
-                _ => (links, "go"),
+                (Ok(None), _) => (true, "go"),
+                (Ok(Some(_)) | Err(_), false) => (false, "go"),
+            };
+            // Goroutine creation, for the call chains: apart (its failure leaves the rest
+            // on); only where net/http's client is probed or absent — its connection
+            // goroutines, started by one request, write every request's: without the client
+            // probes they would inherit the first.
+            let why = match (&sites.spawn, go_spawn_wanted(), client_known) {
+                (_, false, _) => None,
+                (_, true, false) => Some("net/http's client is not probed".to_owned()),
+                (Err(e), true, true) => Some(e.clone()),
+                (Ok(spawn), true, true) => match attach_go_spawn(progs, &target, pid, spawn) {
+                    Ok(more) => {
+                        links.extend(more);
+                        None
+                    }
+                    Err(e) => Some(format!("{e:#}")),
+                },
+            };
+            if let Some(why) = why {
+                crate::diag!(
+                    "ebtop: Go goroutine creation not probed on {name}: {why} (calls of \
+                     goroutines a handler starts are linked to no request)"
+                );
             }
+            (links, label)
         }),
         Plan::GoFailed(e) => Err(anyhow::anyhow!("{e}")),
     };
