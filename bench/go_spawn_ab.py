@@ -8,7 +8,8 @@ goroutine created in a window while ebtop runs, the go_spawn programs' runs and 
 Reports the median paired difference and ratio of ns per creation (probes on − off), the
 probes' hits per creation and BPF run time per hit.
 
-Run as root: python3 bench/go_spawn_ab.py target/release/ebtop [--rounds 7] [--window 4]"""
+Run as root: python3 bench/go_spawn_ab.py target/release/ebtop [--rounds 7] [--window 4]
+[--gomaxprocs 1]"""
 import argparse, json, os, signal, subprocess, sys, tempfile, threading, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -73,13 +74,17 @@ def main():
     ap.add_argument("binary")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--window", type=int, default=4)
+    ap.add_argument("--gomaxprocs", type=int, default=0,
+                    help="GOMAXPROCS of the Go program (1: ebtop's reader has the other CPU, "
+                         "so the program's time is the probes' own: traps and BPF runs)")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="go-spawn-ab-")
     prog = os.path.join(work, "gospawn")
     subprocess.run(["go", "build", "-buildvcs=false", "-o", prog, "."], check=True,
                    cwd=os.path.join(ROOT, "bench/gospawn"),
                    env=dict(os.environ, CGO_ENABLED="0", GOTOOLCHAIN="local"))
-    p = subprocess.Popen([prog], stdout=subprocess.PIPE, text=True)
+    env = dict(os.environ, GOMAXPROCS=str(a.gomaxprocs)) if a.gomaxprocs else None
+    p = subprocess.Popen([prog], stdout=subprocess.PIPE, text=True, env=env)
     try:
         rate = Rate(p)
         rate.window(2)  # warm up
