@@ -8,9 +8,10 @@
 //! under the app's client call that reached it; a `traceparent` sent with one request is the
 //! trace id of its whole chain. The same for a Go net/http service (tests/fixtures/chains/go,
 //! built by the test: needs a Go toolchain) whose handler calls Redis itself, from goroutines
-//! it starts, and another HTTP service through net/http's client: the handler's own calls
-//! under its request (goroutines, not threads), the others unlinked and counted; over plain
-//! HTTP and over HTTPS (crypto/tls, driven by curl). Needs root.
+//! it starts (and one they start), and another HTTP service through net/http's client: every
+//! call made while the request is open under it (goroutines, not threads; the started ones
+//! by their creation), a started goroutine's call after the response unlinked and counted;
+//! over plain HTTP and over HTTPS (crypto/tls, driven by curl). Needs root.
 
 mod common;
 
