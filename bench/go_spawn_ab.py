@@ -58,15 +58,20 @@ def session(binary, pid, rate, window, probes):
     e.wait()
     keep.wait()
     out.seek(0)
-    runs, run_ns = 0, 0
+    runs, run_ns, cpu = 0, 0, []
     for line in out:
-        for p in json.loads(line).get("bpf_programs") or []:
+        v = json.loads(line)
+        if v.get("user_cpu_pct") is not None:
+            cpu.append(v["user_cpu_pct"])
+        for p in v.get("bpf_programs") or []:
             if p["name"].startswith("go_spawn_"):
                 runs += p["runs"]
                 run_ns += p["run_time_ns"]
     out.close()
+    # ebtop's own CPU (its user-space threads), the median of its per-second overhead lines.
+    cpu = sorted(cpu)[len(cpu) // 2] if cpu else None
     return {"probes": probes, "ns_per_spawn": ns, "spawns": made, "go_spawn_runs": runs,
-            "go_spawn_run_ns": run_ns}
+            "go_spawn_run_ns": run_ns, "ebtop_cpu_pct": cpu}
 
 
 def main():
@@ -105,6 +110,11 @@ def main():
             "hits_per_spawn": quartiles([s["go_spawn_runs"] / s["spawns"] for s in on]),
             "bpf_ns_per_hit": quartiles([s["go_spawn_run_ns"] / s["go_spawn_runs"]
                                          for s in on if s["go_spawn_runs"]]),
+            "ebtop_cpu_pct_added": quartiles([s[True]["ebtop_cpu_pct"] - s[False]["ebtop_cpu_pct"]
+                                              for s in sessions
+                                              if s[True]["ebtop_cpu_pct"] is not None
+                                              and s[False]["ebtop_cpu_pct"] is not None]),
+            "spawns_per_s_on": quartiles([s["spawns"] / a.window for s in on]),
             "sessions": [[s[False], s[True]] for s in sessions],
         }
         print(json.dumps(result, indent=1))
