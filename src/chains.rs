@@ -21,8 +21,9 @@
 //!   In a Go program the same holds per goroutine: a record the kernel proved a goroutine
 //!   for (`Event::goroutine`, src/bpf/gochain.h) is that goroutine's, whatever thread ran
 //!   it, so a handler's own calls are linked to the request its goroutine read. A goroutine
-//!   serves nothing it did not read itself: those a handler starts make calls that stay
-//!   unlinked and counted (`goroutine_unlinked`).
+//!   a request's goroutine starts (src/bpf/gospawn.h: creation records, [`GoHttp::Spawn`];
+//!   and the goroutines those start) serves that request while it is open, and nothing
+//!   after (`spawn_after_parent`); one of unknown creation serves nothing (`spawn_unknown`).
 //!   A request made through net/http's HTTP/1 client is written by its connection's
 //!   `persistConn.writeLoop` goroutine, not by the goroutine that asked: uprobes
 //!   (src/bpf/gohttp.h, [`GoHttp`]) say which goroutine W writes for which connection
@@ -57,6 +58,7 @@ use std::collections::VecDeque;
 use crate::call::{Call, Side};
 use crate::event::{Direction, Event, EventKind, GoHttp, SOCK_STREAM};
 use crate::protocols::trace_context::TraceParent;
+use crate::protocols::Protocol;
 
 /// Longest a server call waits for the client call that reached it (kernel time).
 pub const HOLD_NS: u64 = 2_000_000_000;
@@ -116,6 +118,24 @@ pub struct ChainStats {
     /// proved (no roundTrip on the connection since its previous request, two, or one whose
     /// record came after the request's write): no link.
     pub http_unproved: u64,
+    /// Of `goroutine_linked`: client calls of goroutines a request's goroutine started
+    /// (directly, or through goroutines it started: `go func()`, errgroup fan-out), made
+    /// while that request was open (src/bpf/gospawn.h).
+    pub spawn_linked: u64,
+    /// Of `goroutine_unlinked`: client calls of goroutines started while a request was
+    /// served, made after its response began (a goroutine that outlives its request, or a
+    /// pool's that one request started and others use): no link.
+    pub spawn_after_parent: u64,
+    /// Of `goroutine_unlinked`: client calls, in a program whose goroutine creation is
+    /// probed, of goroutines whose creation ebtop did not see (created before ebtop, a lost
+    /// record, a coroutine, a creator of unknown descent, or more than 32 creations below
+    /// the request's goroutine): no link.
+    pub spawn_unknown: u64,
+    /// HTTP/2 and gRPC client calls of goroutines that inherit a request from their
+    /// creation: no link. One connection multiplexes many requests and is written by its own
+    /// goroutines, started by whichever request opened it (grpc-go's loopyWriter), which
+    /// would inherit that request for every other's.
+    pub spawn_multiplexed: u64,
     /// Times the connection or thread state was cleared at its cap.
     pub state_resets: u64,
     /// Server calls held now (counted in the aggregates, not yet written: they go out with
@@ -147,6 +167,8 @@ enum Parent {
         goroutine: bool,
         /// Through the roundTrip that asked net/http's connection goroutine for it.
         http: bool,
+        /// By a goroutine the request's goroutine started (directly or not).
+        spawned: bool,
     },
     Ambiguous,
     /// A Go goroutine that serves no request.
@@ -155,7 +177,35 @@ enum Parent {
     GoroutineUnknown,
     /// A request written by net/http's connection goroutine whose asker is not proved.
     HttpUnproved,
+    /// A goroutine started while a request was served, after that request's response began.
+    SpawnAfterRequest,
+    /// A goroutine whose creation is not known, in a program whose creations are probed.
+    SpawnUnknown,
 }
+
+/// What a goroutine's creation (src/bpf/gospawn.h) gave it.
+#[derive(Debug, Clone)]
+enum Spawned {
+    /// Its creator served request `id` (read by goroutine `server` on connection `conn`)
+    /// when it ran the `go` statement, itself or through its own creation (`depth`
+    /// creations below `server`): the goroutine serves that request while it is open.
+    Inherits {
+        server: Ctx,
+        conn: u64,
+        id: u64,
+        trace: Option<Arc<str>>,
+        depth: u8,
+    },
+    /// Its creator served no request (or more than one: no link).
+    Nothing,
+    /// Its creator is not known (a coroutine, a creator not proved, one itself of unknown
+    /// creation, or too deep).
+    Unknown,
+}
+
+/// Creations followed below a request's goroutine at most (each is looked up once, at the
+/// creation: the inheritance is copied down, so the depth costs nothing per call).
+const MAX_SPAWN_DEPTH: u8 = 32;
 
 /// A Go net/http client connection object (`*persistConn`) whose writer ebtop saw write, or
 /// that a roundTrip named (its writer writes after).
@@ -282,6 +332,13 @@ pub struct Chains<T> {
     /// goroutines (→ the object's address).
     go_conns: HashMap<(u32, u64), GoConnObj>,
     go_writers: HashMap<Ctx, u64>,
+    /// Processes whose goroutine creation is probed (a creation record came), and each
+    /// goroutine's creation: the newest of its g wins (a g is reused once its goroutine
+    /// ended, and every reuse is a creation).
+    spawn_pids: HashSet<u32>,
+    spawned: Bounded<Spawned, Ctx>,
+    /// Processes whose net/http client probes report (a record came).
+    http_pids: HashSet<u32>,
     /// Stream connections by (local, peer, tls): the client socket of a server's peer.
     by_addr: HashMap<(SocketAddr, SocketAddr, bool), u64>,
     held: HashMap<HopKey, Held<T>>,
@@ -301,15 +358,23 @@ pub struct Chains<T> {
     pub stats: ChainStats,
 }
 
-/// A map of at most [`MAX_ROOTS`] entries, the oldest forgotten first.
-#[derive(Default)]
-struct Bounded<V> {
-    map: HashMap<u64, V>,
-    order: VecDeque<u64>,
+/// A map of at most [`MAX_ROOTS`] entries, the oldest (first inserted) forgotten first.
+struct Bounded<V, K = u64> {
+    map: HashMap<K, V>,
+    order: VecDeque<K>,
 }
 
-impl<V> Bounded<V> {
-    fn insert(&mut self, k: u64, v: V) {
+impl<V, K> Default for Bounded<V, K> {
+    fn default() -> Self {
+        Bounded {
+            map: HashMap::default(),
+            order: VecDeque::new(),
+        }
+    }
+}
+
+impl<V, K: std::hash::Hash + Eq + Copy> Bounded<V, K> {
+    fn insert(&mut self, k: K, v: V) {
         if self.map.insert(k, v).is_none() {
             if self.order.len() >= MAX_ROOTS {
                 if let Some(old) = self.order.pop_front() {
@@ -329,6 +394,9 @@ impl<T> Default for Chains<T> {
             go_pids: HashSet::default(),
             go_conns: HashMap::default(),
             go_writers: HashMap::default(),
+            spawn_pids: HashSet::default(),
+            spawned: Bounded::default(),
+            http_pids: HashSet::default(),
             by_addr: HashMap::default(),
             held: HashMap::default(),
             held_order: VecDeque::new(),
@@ -578,7 +646,20 @@ impl<T> Chains<T> {
                     Some(Some(p)) => p,
                     // A continuation of the request being written: its parent stands.
                     Some(None) => return,
-                    None => self.parent_of(thread, unproved, None),
+                    None => match self.parent_of(thread, unproved, None) {
+                        // An HTTP/1 request a started goroutine writes itself, in a program
+                        // whose net/http client is probed: net/http's writeLoop (started by
+                        // a request, writing for any) whose write record was lost, as far
+                        // as ebtop can tell. Its requests link only through roundTrip.
+                        Parent::One { spawned: true, .. }
+                            if turned
+                                && self.http_pids.contains(&ev.pid)
+                                && is_request_line(ev.payload) =>
+                        {
+                            Parent::HttpUnproved
+                        }
+                        p => p,
+                    },
                 };
                 let Some(conn) = self.conns.get_mut(&key) else {
                     return;
@@ -607,6 +688,7 @@ impl<T> Chains<T> {
             _ if unproved => Parent::GoroutineUnknown,
             Some(t) if t.multiplexed => Parent::Ambiguous,
             Some(t) => match t.open.as_slice() {
+                [] if goroutine => self.spawn_parent(thread, asked_ns.is_some()),
                 [] => none,
                 [(_, _, _, opened)] if asked_ns.is_some_and(|at| *opened > at) => {
                     Parent::HttpUnproved
@@ -617,11 +699,103 @@ impl<T> Chains<T> {
                     trace: trace.clone(),
                     goroutine,
                     http: asked_ns.is_some(),
+                    spawned: false,
                 },
                 _ => Parent::Ambiguous,
             },
+            None if goroutine => self.spawn_parent(thread, asked_ns.is_some()),
             None => none,
         }
+    }
+
+    /// What goroutine `g` (serving no request it read) serves by its creation: the request
+    /// its creator served then, while that is open.
+    fn spawn_parent(&self, g: Ctx, http: bool) -> Parent {
+        match self.spawned.map.get(&g) {
+            Some(Spawned::Inherits {
+                server,
+                conn,
+                id,
+                trace,
+                ..
+            }) => {
+                if self.serves(*server, *id) {
+                    Parent::One {
+                        conn: *conn,
+                        id: *id,
+                        trace: trace.clone(),
+                        goroutine: true,
+                        http,
+                        spawned: true,
+                    }
+                } else {
+                    Parent::SpawnAfterRequest
+                }
+            }
+            Some(Spawned::Nothing) => Parent::GoroutineNone,
+            Some(Spawned::Unknown) => Parent::SpawnUnknown,
+            None if self.spawn_pids.contains(&g.0) => Parent::SpawnUnknown,
+            None => Parent::GoroutineNone,
+        }
+    }
+
+    /// Whether `thread` has request `id` open (read, its response not begun).
+    fn serves(&self, thread: Ctx, id: u64) -> bool {
+        self.threads
+            .get(&thread)
+            .is_some_and(|t| t.open.iter().any(|o| o.1 == id))
+    }
+
+    /// What a goroutine created now by goroutine `parent` inherits.
+    fn inheritance(&self, parent: Ctx) -> Spawned {
+        if let Some(t) = self.threads.get(&parent) {
+            match t.open.as_slice() {
+                _ if t.multiplexed => return Spawned::Nothing,
+                [(conn, id, trace, _)] => {
+                    return Spawned::Inherits {
+                        server: parent,
+                        conn: *conn,
+                        id: *id,
+                        trace: trace.clone(),
+                        depth: 1,
+                    }
+                }
+                [] => {}
+                _ => return Spawned::Nothing,
+            }
+        }
+        match self.spawned.map.get(&parent) {
+            Some(Spawned::Inherits {
+                server,
+                conn,
+                id,
+                trace,
+                depth,
+            }) if *depth < MAX_SPAWN_DEPTH => Spawned::Inherits {
+                server: *server,
+                conn: *conn,
+                id: *id,
+                trace: trace.clone(),
+                depth: depth + 1,
+            },
+            Some(Spawned::Inherits { .. }) | Some(Spawned::Unknown) | None => Spawned::Unknown,
+            Some(Spawned::Nothing) => Spawned::Nothing,
+        }
+    }
+
+    /// Goroutine `g` was created now (by a creator whose request it inherits, or not):
+    /// whatever ran at its g before has ended.
+    fn new_goroutine(&mut self, g: Ctx, from: Spawned) {
+        if !self.spawn_pids.contains(&g.0) {
+            if self.spawn_pids.len() >= MAX_THREADS {
+                self.spawn_pids.clear();
+                self.stats.state_resets += 1;
+            }
+            self.spawn_pids.insert(g.0);
+        }
+        self.drop_writer(g);
+        self.threads.remove(&g);
+        self.spawned.insert(g, from);
     }
 
     /// A write by `thread` on connection `key` when that goroutine runs a net/http client
@@ -682,7 +856,23 @@ impl<T> Chains<T> {
 
     /// A Go net/http client probe's record (src/bpf/gohttp.h) of process `pid` at `ns`.
     fn on_go_http(&mut self, pid: u32, ns: u64, h: GoHttp) {
+        if matches!(
+            h,
+            GoHttp::ConnWrite { .. } | GoHttp::RoundTrip { .. } | GoHttp::WriteLoopEnd { .. }
+        ) && !self.http_pids.contains(&pid)
+        {
+            if self.http_pids.len() >= MAX_THREADS {
+                self.http_pids.clear();
+                self.stats.state_resets += 1;
+            }
+            self.http_pids.insert(pid);
+        }
         match h {
+            GoHttp::Spawn { parent, child } => {
+                let from = self.inheritance((pid, GOROUTINE | parent));
+                self.new_goroutine((pid, GOROUTINE | child), from);
+            }
+            GoHttp::NewG { g } => self.new_goroutine((pid, GOROUTINE | g), Spawned::Unknown),
             GoHttp::ConnWrite { pc, g } => {
                 let writer = (pid, GOROUTINE | g);
                 // Each flush of a request says so again: the writer of pc already.
@@ -817,6 +1007,15 @@ impl<T> Chains<T> {
                         .partition_point(|(ns, _)| *ns <= call.l7.req.first_start_ns);
                     (i > 0).then(|| c.parents[i - 1].1.clone())
                 });
+                let parent = match parent {
+                    Some(Parent::One { spawned: true, .. })
+                        if matches!(call.l7.proto, Protocol::Http2 | Protocol::Grpc) =>
+                    {
+                        self.stats.spawn_multiplexed += 1;
+                        Some(Parent::None)
+                    }
+                    p => p,
+                };
                 let (parent_id, trace) = match parent {
                     Some(Parent::One {
                         conn,
@@ -824,10 +1023,12 @@ impl<T> Chains<T> {
                         trace,
                         goroutine,
                         http,
+                        spawned,
                     }) => {
                         self.stats.linked += 1;
                         self.stats.goroutine_linked += u64::from(goroutine);
                         self.stats.http_client_linked += u64::from(http);
+                        self.stats.spawn_linked += u64::from(spawned);
                         self.mark_parent(conn, id);
                         (Some(id), trace)
                     }
@@ -846,6 +1047,16 @@ impl<T> Chains<T> {
                     }
                     Some(Parent::HttpUnproved) => {
                         self.stats.http_unproved += 1;
+                        (None, None)
+                    }
+                    Some(Parent::SpawnAfterRequest) => {
+                        self.stats.goroutine_unlinked += 1;
+                        self.stats.spawn_after_parent += 1;
+                        (None, None)
+                    }
+                    Some(Parent::SpawnUnknown) => {
+                        self.stats.goroutine_unlinked += 1;
+                        self.stats.spawn_unknown += 1;
                         (None, None)
                     }
                     None => {

@@ -65,6 +65,11 @@ pub enum GoHttp {
     RoundTrip { pc: u64, g: u64 },
     /// ... returned from writeLoop (the goroutine ends; its `g` may be reused).
     WriteLoopEnd { g: u64 },
+    /// ... ran a `go` statement that made goroutine `child` (`src/bpf/gospawn.h`).
+    Spawn { parent: u64, child: u64 },
+    /// ... is a new goroutine whose creator is not known (a coroutine, or a `go` statement
+    /// whose creator was not seen): whatever its `g` was before is over.
+    NewG { g: u64 },
 }
 
 /// Direction as seen by the traced process.
@@ -440,6 +445,11 @@ impl<'a> Event<'a> {
             1 => Some(GoHttp::ConnWrite { pc: self.seq, g }),
             2 => Some(GoHttp::RoundTrip { pc: self.seq, g }),
             3 => Some(GoHttp::WriteLoopEnd { g }),
+            4 if self.seq != 0 => Some(GoHttp::Spawn {
+                parent: g,
+                child: self.seq,
+            }),
+            5 if self.seq == g => Some(GoHttp::NewG { g }),
             _ => None,
         }
     }
@@ -674,6 +684,29 @@ mod tests {
         );
         let data = EventBuilder::data(Direction::Egress, 1, 2, 3).build_with_goroutine(b"abc", 9);
         assert_eq!(Event::decode(&data).unwrap().go_http(), None);
+    }
+
+    /// Goroutine creation records (src/bpf/gospawn.h): the creator after the record, the
+    /// child in `seq`; a new g of no known creator names itself in both, else says nothing.
+    #[test]
+    fn go_spawn_records_name_the_creator_and_the_child() {
+        let raw = EventBuilder::go_http(4, 0xc000_2000, 500).build_go_http(0xc000_1000);
+        assert_eq!(
+            Event::decode(&raw).unwrap().go_http(),
+            Some(GoHttp::Spawn {
+                parent: 0xc000_1000,
+                child: 0xc000_2000
+            })
+        );
+        let raw = EventBuilder::go_http(4, 0, 500).build_go_http(0xc000_1000);
+        assert_eq!(Event::decode(&raw).unwrap().go_http(), None, "no child");
+        let raw = EventBuilder::go_http(5, 0xc000_2000, 500).build_go_http(0xc000_2000);
+        assert_eq!(
+            Event::decode(&raw).unwrap().go_http(),
+            Some(GoHttp::NewG { g: 0xc000_2000 })
+        );
+        let raw = EventBuilder::go_http(5, 0xc000_3000, 500).build_go_http(0xc000_2000);
+        assert_eq!(Event::decode(&raw).unwrap().go_http(), None, "two g's");
     }
 
     #[test]

@@ -8,9 +8,10 @@
 //! under the app's client call that reached it; a `traceparent` sent with one request is the
 //! trace id of its whole chain. The same for a Go net/http service (tests/fixtures/chains/go,
 //! built by the test: needs a Go toolchain) whose handler calls Redis itself, from goroutines
-//! it starts, and another HTTP service through net/http's client: the handler's own calls
-//! under its request (goroutines, not threads), the others unlinked and counted; over plain
-//! HTTP and over HTTPS (crypto/tls, driven by curl). Needs root.
+//! it starts (and one they start), and another HTTP service through net/http's client: every
+//! call made while the request is open under it (goroutines, not threads; the started ones
+//! by their creation), a started goroutine's call after the response unlinked and counted;
+//! over plain HTTP and over HTTPS (crypto/tls, driven by curl). Needs root.
 
 mod common;
 
@@ -677,14 +678,17 @@ fn go_app(dir: &std::path::Path) -> std::path::PathBuf {
 const FANOUT: usize = 3;
 
 /// A Go net/http app (many requests in flight: CLIENTS keep-alive clients) whose handler
-/// makes two Redis GETs in its own goroutine, FANOUT from goroutines it starts, and two calls
-/// to a Go backend through net/http's client (whose requests its Transport's writeLoop
-/// goroutines write, on keep-alive connections every request's goroutines take turns on):
-/// one from its own goroutine, one from a goroutine it started, at the same time. Ground
-/// truth: the app's log, per request id, of the calls it made and which goroutine made them.
-/// The handler's own calls, the HTTP client's included (through the roundTrip that asked for
-/// them: src/bpf/gohttp.h; on connections opened before ebtop started too), must sit under their request's server call, all of them; the
-/// others are linked to no request (a goroutine serves only the requests it read) and
+/// makes two Redis GETs in its own goroutine, FANOUT from goroutines it starts (plain `go
+/// func` with a WaitGroup; the first starts one more, nested), and two calls to a Go backend
+/// through net/http's client (whose requests its Transport's writeLoop goroutines write, on
+/// keep-alive connections every request's goroutines take turns on — goroutines a request
+/// started, that must never serve it): one from its own goroutine, one from a goroutine it
+/// started, at the same time; and a goroutine it started makes a Redis GET after the
+/// response went out. Ground truth: the app's log, per request id, of the calls it made and
+/// which goroutine made them. Every call made while the request was open, by its goroutine or
+/// one it started (src/bpf/gospawn.h), the HTTP client's included (through the roundTrip that
+/// asked for them: src/bpf/gohttp.h; on connections opened before ebtop started too), must
+/// sit under its request's server call, all of them; the late one is linked to no request and
 /// counted; a call under another request is a failure. Every hop (test → app, app → Redis,
 /// app → backend) is linked, and the replay links the same.
 #[test]
@@ -699,6 +703,28 @@ fn a_go_services_goroutines_link_their_own_calls_to_their_request_and_no_other()
 #[test]
 fn a_go_https_services_goroutines_link_their_own_calls_to_their_request() {
     go_app_chains(true);
+}
+
+/// The lines of `path` once it has `n` (the app writes them; 60 s at most).
+fn wait_for_lines(path: &std::path::Path, n: usize) -> Vec<String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let lines: Vec<String> = std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        if lines.len() >= n {
+            return lines;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}: {} lines of {n}",
+            path.display(),
+            lines.len()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 /// CLIENTS curl processes at once, each making PER_CLIENT HTTPS requests on one connection.
@@ -763,6 +789,7 @@ fn go_app_chains(tls: bool) {
     wait_for_listener("127.0.0.1", backend_port, "the backend");
     wait_for_listener("127.0.0.1", app_port, "the app");
 
+    let late_log = log.with_extension("log.late");
     // Before ebtop, a request whose backend calls open two of the app's client connections:
     // requests of the session reuse connections whose writeLoop began before ebtop (their
     // writer is learned at its writes). Its log line is cleared. Not over TLS: the first
@@ -775,11 +802,15 @@ fn go_app_chains(tls: bool) {
             .output()
             .expect("curl runs");
         assert_eq!(String::from_utf8_lossy(&warm.stdout), "200", "{warm:?}");
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&log)
-            .and_then(|f| f.set_len(0))
-            .expect("the app's log cleared");
+        // Its late call is made once its response is out: waited for, then cleared too.
+        wait_for_lines(&late_log, 1);
+        for l in [&log, &late_log] {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(l)
+                .and_then(|f| f.set_len(0))
+                .expect("the app's log cleared");
+        }
     }
 
     let recording = dir.join("chains.ebtop");
@@ -815,11 +846,14 @@ fn go_app_chains(tls: bool) {
     } else {
         drive_all(app_port);
     }
+    // Every request's late call made (after its response, so maybe after the clients end).
+    let late = wait_for_lines(&late_log, CLIENTS * PER_CLIENT);
+    assert!(late.iter().all(|l| l.ends_with(" <nil>")), "{late:?}");
     let lines = ebtop.stop();
     let summary = lines.last().unwrap();
     assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
     let made = app_log(&log);
-    assert!(made.values().all(|d| d.len() == FANOUT + 4), "{made:?}");
+    assert!(made.values().all(|d| d.len() == FANOUT + 5), "{made:?}");
 
     let calls = calls(&lines);
     let by_id: HashMap<&str, &Value> = calls.iter().map(|c| (str_of(c, "id"), *c)).collect();
@@ -849,11 +883,11 @@ fn go_app_chains(tls: bool) {
                 redis_port
             };
             let client = one("client", port, what);
-            match (by, client["parent_id"].as_str()) {
-                ("D" | "B", Some(p)) if p == str_of(app, "id") => {}
-                ("D" | "B", None) => missing.push(format!("{what}: no parent")),
-                (_, None) => {} // F and G: a goroutine the handler started
-                (_, Some(p)) => wrong.push(format!(
+            // D and B: the handler's goroutine; F, N and G: goroutines it started.
+            match client["parent_id"].as_str() {
+                Some(p) if p == str_of(app, "id") => {}
+                None => missing.push(format!("{by} {what}: no parent")),
+                Some(p) => wrong.push(format!(
                     "{by} {what} under {}",
                     by_id.get(p).map_or("?", |c| str_of(c, "resource"))
                 )),
@@ -861,29 +895,42 @@ fn go_app_chains(tls: bool) {
             if one("server", port, what)["parent_id"] != client["id"] {
                 missing.push(format!("{what}: its server call not under it"));
             }
-            if rid == "0-0" && by == "D" && !tls {
+            if rid == "0-0" && !tls {
                 assert_eq!(client["trace_id"], TRACE_ID, "{what}: {client}");
             }
+        }
+        // The late call: its request's response went out before it.
+        let what = format!("rid:{rid}:late");
+        let client = one("client", redis_port, &what);
+        if let Some(p) = client["parent_id"].as_str() {
+            wrong.push(format!(
+                "{what} (after its request) under {}",
+                by_id.get(p).map_or("?", |c| str_of(c, "resource"))
+            ));
+        }
+        if one("server", redis_port, &what)["parent_id"] != client["id"] {
+            missing.push(format!("{what}: its server call not under it"));
         }
     }
     assert!(wrong.is_empty(), "calls under another request: {wrong:#?}");
     assert!(missing.is_empty(), "links not made: {missing:#?}");
     let chains = &summary["chains"];
-    assert_eq!(chains["linked"], 3 * n, "{chains}");
-    assert_eq!(chains["goroutine_linked"], 3 * n, "{chains}");
     eprintln!("Go app's chains: {chains}");
-    assert_eq!(chains["http_client_linked"], n, "{chains}");
+    // Per request: D ×2, B, F ×FANOUT, N, G.
+    let linked = (FANOUT as u64 + 5) * n;
+    assert_eq!(chains["linked"], linked, "{chains}");
+    assert_eq!(chains["goroutine_linked"], linked, "{chains}");
+    assert_eq!(chains["spawn_linked"], (FANOUT as u64 + 2) * n, "{chains}");
+    assert_eq!(chains["http_client_linked"], 2 * n, "B and G: {chains}");
     assert_eq!(chains["http_unproved"], 0, "{chains}");
-    assert_eq!(
-        chains["goroutine_unlinked"],
-        (FANOUT as u64 + 1) * n,
-        "the fan-out's calls, Redis and HTTP: {chains}"
-    );
+    assert_eq!(chains["goroutine_unlinked"], n, "the late calls: {chains}");
+    assert_eq!(chains["spawn_after_parent"], n, "{chains}");
+    assert_eq!(chains["spawn_unknown"], 0, "{chains}");
     assert_eq!(chains["goroutine_unknown"], 0, "no cgo: {chains}");
     assert_eq!(chains["ambiguous"], 0, "{chains}");
     assert_eq!(chains["unconfirmed"], 0, "{chains}");
-    // Hops: test → app, app → Redis (2 + FANOUT), app → backend (2).
-    assert_eq!(chains["hops"], (FANOUT as u64 + 5) * n, "{chains}");
+    // Hops: test → app, app → Redis (2 + FANOUT + nested + late), app → backend (2).
+    assert_eq!(chains["hops"], (FANOUT as u64 + 7) * n, "{chains}");
 
     // The recording (its records name their goroutines) replays into the same chains.
     let chain_of = |c: &Value| {

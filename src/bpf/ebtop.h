@@ -52,6 +52,10 @@ enum ebtop_go_http {
 	EBTOP_GO_HTTP_ROUND_TRIP = 2,     /* net/http.(*persistConn).roundTrip began */
 	EBTOP_GO_HTTP_WRITE_LOOP_END = 3, /* (*persistConn).writeLoop returned (its goroutine
 					   * ends) */
+	EBTOP_GO_SPAWN = 4, /* a `go` statement of the goroutine after the record created the
+			     * goroutine whose g is in seq (src/bpf/gospawn.h) */
+	EBTOP_GO_NEW_G = 5, /* the g in seq (and after the record) was made a new goroutine
+			     * whose creator is not known: it inherits nothing */
 };
 
 enum ebtop_direction {

@@ -25,16 +25,10 @@ struct go_http_rec {
 	__u64 g;
 };
 
-static __always_inline int go_http_note(struct pt_regs *ctx, __u64 what, __u64 pc)
+/* One header-only record: probe `what`, object `pc` (in seq), goroutine `g` after it. */
+static __always_inline void go_http_emit(__u64 id, __u64 what, __u64 pc, __u64 g)
 {
-	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32;
-	if (!go_goroutines || !task_selected(tgid))
-		return 0;
-	tls_count_hit(ctx, tgid);
-	__u64 g = go_prove(bpf_get_current_task_btf());
-	if (!g)
-		return 0; /* no goroutine proved: nothing user space could join */
 	struct go_http_rec r = {};
 	__u64 now = bpf_ktime_get_ns();
 	r.ev.start_ns = now;
@@ -58,6 +52,19 @@ static __always_inline int go_http_note(struct pt_regs *ctx, __u64 what, __u64 p
 		count(EBTOP_CNT_LOST, 1);
 	else
 		count(EBTOP_CNT_EVENTS, 1);
+}
+
+static __always_inline int go_http_note(struct pt_regs *ctx, __u64 what, __u64 pc)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	if (!go_goroutines || !task_selected(tgid))
+		return 0;
+	tls_count_hit(ctx, tgid);
+	__u64 g = go_prove(bpf_get_current_task_btf());
+	if (!g)
+		return 0; /* no goroutine proved: nothing user space could join */
+	go_http_emit(id, what, pc, g);
 	return 0;
 }
 
@@ -85,5 +92,7 @@ int go_http_round_trip_enter(struct pt_regs *ctx)
 	asm volatile("" : "+r"(pc));
 	return go_http_note(ctx, EBTOP_GO_HTTP_ROUND_TRIP, pc);
 }
+
+#include "gospawn.h"
 
 #endif

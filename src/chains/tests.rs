@@ -922,3 +922,293 @@ fn go_http_records_without_end_keep_the_state_bounded() {
         .all(|o| o.asks.len() <= MAX_ASKS + 1));
     assert!(s.chains.stats.state_resets >= 2);
 }
+
+/// Goroutine creation records (src/bpf/gospawn.h): `GoHttp` probes' `what`.
+const SPAWN: u64 = 4;
+const NEW_G: u64 = 5;
+
+impl Sim {
+    /// Goroutine `parent` of the app ran a `go` statement that made goroutine `child`.
+    fn spawn(&mut self, parent: u64, child: u64) {
+        self.go_http(SPAWN, child, parent, 0);
+    }
+
+    /// A Redis GET of `key` and its reply, by goroutine `g` on connection `r`.
+    fn go_redis(&mut self, g: u64, r: (u64, u16, u16), key: &str) {
+        self.go_io(9, g, r, OUT, &redis_get(key));
+        self.go_io(9, g, r, IN, b"$-1\r\n");
+    }
+}
+
+/// Redis connections of the app's goroutines (each its own, as a pool hands them out).
+const R3: (u64, u16, u16) = (33, 50003, 6379);
+const R4: (u64, u16, u16) = (34, 50004, 6379);
+const R5: (u64, u16, u16) = (35, 50005, 6379);
+
+/// A handler's fan-out: goroutines its request's goroutine starts (and one they start in
+/// turn) make calls for its request while it is open, under it — two requests served at
+/// once, each with its own; the calls of a request's goroutine itself are linked as before.
+#[test]
+fn goroutines_a_handler_starts_serve_its_request_while_it_is_open() {
+    let mut s = Sim::new();
+    const F1: u64 = 0xc001_0000;
+    const F2: u64 = 0xc001_1000;
+    const NESTED: u64 = 0xc001_2000;
+    const G1: u64 = 0xc002_0000;
+    s.go_io(7, H1, K1, IN, &get("/a", ""));
+    s.go_io(8, H2, K2, IN, &get("/b", ""));
+    s.spawn(H1, F1);
+    s.spawn(H2, G1);
+    s.spawn(H1, F2);
+    s.spawn(F1, NESTED);
+    // Interleaved, on any thread.
+    s.go_redis(F2, R1, "a-f2");
+    s.go_redis(G1, R2, "b-g1");
+    s.go_redis(NESTED, R3, "a-nested");
+    s.go_redis(F1, R4, "a-f1");
+    s.go_redis(H1, R5, "a-own");
+    s.go_io(7, H1, K1, OUT, OK);
+    s.go_io(8, H2, K2, OUT, OK);
+    s.finish();
+    let a = s.one(Side::Server, "GET", "/a").id;
+    let b = s.one(Side::Server, "GET", "/b").id;
+    for k in ["a-f1", "a-f2", "a-nested", "a-own"] {
+        assert_eq!(s.one(Side::Client, "GET", k).parent_id, Some(a), "{k}");
+    }
+    assert_eq!(s.one(Side::Client, "GET", "b-g1").parent_id, Some(b));
+    let st = s.chains.stats;
+    assert_eq!((st.linked, st.goroutine_linked, st.spawn_linked), (5, 5, 4));
+    assert_eq!(
+        (
+            st.goroutine_unlinked,
+            st.spawn_after_parent,
+            st.spawn_unknown
+        ),
+        (0, 0, 0)
+    );
+    assert_eq!(st.unconfirmed, 0);
+}
+
+/// A goroutine started while its creator served request S1 serves S1 only: its call made
+/// after S1's response began — while the same goroutine serves the next request S2 of its
+/// keep-alive connection — is linked to nothing (counted), never to S2; and a goroutine
+/// started during S2 serves S2.
+#[test]
+fn a_goroutine_started_in_one_request_never_serves_its_creators_next() {
+    let mut s = Sim::new();
+    const LATE: u64 = 0xc001_0000;
+    const EARLY: u64 = 0xc001_1000;
+    const IN_S2: u64 = 0xc001_2000;
+    s.go_io(7, H1, K1, IN, &get("/s1", ""));
+    s.spawn(H1, LATE);
+    s.spawn(H1, EARLY);
+    s.go_redis(EARLY, R1, "early");
+    s.go_io(7, H1, K1, OUT, OK);
+    // S1's response began: LATE's calls serve nothing.
+    s.go_redis(LATE, R2, "late-between");
+    s.go_io(7, H1, K1, IN, &get("/s2", ""));
+    s.spawn(H1, IN_S2);
+    s.go_redis(LATE, R3, "late-in-s2");
+    s.go_redis(IN_S2, R4, "in-s2");
+    s.go_io(7, H1, K1, OUT, OK);
+    s.finish();
+    let s1 = s.one(Side::Server, "GET", "/s1").id;
+    let s2 = s.one(Side::Server, "GET", "/s2").id;
+    assert_eq!(s.one(Side::Client, "GET", "early").parent_id, Some(s1));
+    assert_eq!(s.one(Side::Client, "GET", "in-s2").parent_id, Some(s2));
+    for k in ["late-between", "late-in-s2"] {
+        assert_eq!(s.one(Side::Client, "GET", k).parent_id, None, "{k}");
+    }
+    let st = s.chains.stats;
+    assert_eq!((st.spawn_linked, st.spawn_after_parent), (2, 2));
+    assert_eq!(st.goroutine_unlinked, 2);
+}
+
+/// A g is reused once its goroutine ended, and the newest creation of it wins: a goroutine
+/// of request A whose g is made a goroutine of request B serves B; made a goroutine of no
+/// known creator (a coroutine) or of a creator serving nothing, it serves nothing. In a
+/// program whose creations are probed, a goroutine of unknown creation (older than ebtop)
+/// links nothing, and counts so; a goroutine serving a request it read is unaffected.
+#[test]
+fn the_newest_creation_of_a_g_wins_and_unknown_creations_link_nothing() {
+    let mut s = Sim::new();
+    const C: u64 = 0xc001_0000;
+    const OLD: u64 = 0xc009_0000;
+    const IDLE: u64 = 0xc00a_0000;
+    s.go_io(7, H1, K1, IN, &get("/a", ""));
+    s.go_io(8, H2, K2, IN, &get("/b", ""));
+    s.spawn(H1, C);
+    s.go_redis(C, R1, "a-c");
+    s.spawn(H2, C);
+    s.go_redis(C, R2, "b-c");
+    s.go_http(NEW_G, C, C, 0);
+    s.go_redis(C, R3, "coroutine");
+    // A goroutine serving nothing (the server's accept loop, say) starts one.
+    s.spawn(IDLE, C);
+    s.go_redis(C, R4, "idle-child");
+    s.go_redis(OLD, R5, "older-than-ebtop");
+    s.go_io(7, H1, K1, OUT, OK);
+    s.go_io(8, H2, K2, OUT, OK);
+    s.finish();
+    let a = s.one(Side::Server, "GET", "/a").id;
+    let b = s.one(Side::Server, "GET", "/b").id;
+    assert_eq!(s.one(Side::Client, "GET", "a-c").parent_id, Some(a));
+    assert_eq!(s.one(Side::Client, "GET", "b-c").parent_id, Some(b));
+    for k in ["coroutine", "idle-child", "older-than-ebtop"] {
+        assert_eq!(s.one(Side::Client, "GET", k).parent_id, None, "{k}");
+    }
+    let st = s.chains.stats;
+    assert_eq!(st.spawn_linked, 2);
+    // The idle goroutine's creation is unknown: its child's too.
+    assert_eq!(st.spawn_unknown, 3, "{st:?}");
+    assert_eq!(st.goroutine_unlinked, 3);
+}
+
+/// A request's goroutine that a served goroutine's g is reused for serves its own request:
+/// a creation ends what ran at that g before (its open request, its writeLoop).
+#[test]
+fn a_creation_ends_what_its_g_ran_before() {
+    let mut s = Sim::new();
+    const C: u64 = 0xc001_0000;
+    // H2's goroutine ended (its client went away mid-request) and its g was reused.
+    s.go_io(8, H2, K2, IN, &get("/abandoned", ""));
+    s.go_io(7, H1, K1, IN, &get("/a", ""));
+    s.spawn(H1, H2);
+    s.go_redis(H2, R1, "a-child");
+    // A writeLoop's g reused by a child of H1: its writes are no longer the writer's.
+    s.go_http(CONN_WRITE, P1, W1, 0);
+    s.spawn(H1, W1);
+    s.go_redis(W1, R2, "a-child-2");
+    s.spawn(H1, C);
+    s.go_io(7, H1, K1, OUT, OK);
+    s.finish();
+    let a = s.one(Side::Server, "GET", "/a").id;
+    assert_eq!(s.one(Side::Client, "GET", "a-child").parent_id, Some(a));
+    assert_eq!(s.one(Side::Client, "GET", "a-child-2").parent_id, Some(a));
+    assert!(s.chains.go_writers.is_empty());
+}
+
+/// net/http's Transport starts a connection's goroutines (dialConnFor, then readLoop and
+/// writeLoop) from the request that first needs it: they must never serve that request's
+/// successors. The writeLoop's requests link through the roundTrip that asked (another
+/// request's, while the first is still open); a started goroutine's own ask links to the
+/// request it inherits; and a writeLoop whose write record was lost (an HTTP/1 request
+/// written by a started goroutine, in a program whose client probes report) links nothing.
+#[test]
+fn a_connection_goroutine_one_request_started_never_inherits_it() {
+    let mut s = Sim::new();
+    const DIAL: u64 = 0xc003_0000;
+    const G: u64 = 0xc003_1000;
+    const W3: u64 = 0xc003_2000;
+    s.go_io(7, H1, K1, IN, &get("/a", ""));
+    s.go_io(8, H2, K2, IN, &get("/b", ""));
+    s.spawn(H1, DIAL);
+    s.spawn(DIAL, W1);
+    s.spawn(DIAL, R);
+    s.go_http(ROUND_TRIP, P1, H1, 0);
+    s.go_http(CONN_WRITE, P1, W1, 0);
+    s.go_io(9, W1, B1, OUT, &get("/for-a", ""));
+    s.go_io(9, R, B1, IN, OK);
+    // /a still open: H2's request on the same connection is /b's.
+    s.go_http(ROUND_TRIP, P1, H2, 0);
+    s.go_http(CONN_WRITE, P1, W1, 0);
+    s.go_io(9, W1, B1, OUT, &get("/for-b", ""));
+    s.go_io(9, R, B1, IN, OK);
+    // A goroutine /b's handler started asks.
+    s.spawn(H2, G);
+    s.go_http(ROUND_TRIP, P1, G, 0);
+    s.go_http(CONN_WRITE, P1, W1, 0);
+    s.go_io(9, W1, B1, OUT, &get("/for-b-by-g", ""));
+    s.go_io(9, R, B1, IN, OK);
+    // Another connection's writeLoop, started from /a, whose write record is lost.
+    s.spawn(DIAL, W3);
+    s.go_http(ROUND_TRIP, P2, H2, 0);
+    s.go_io(9, W3, B2, OUT, &get("/lost-write-record", ""));
+    s.go_io(9, R, B2, IN, OK);
+    s.go_io(7, H1, K1, OUT, OK);
+    s.go_io(8, H2, K2, OUT, OK);
+    s.finish();
+    let a = s.one(Side::Server, "GET", "/a").id;
+    let b = s.one(Side::Server, "GET", "/b").id;
+    assert_eq!(s.one(Side::Client, "GET", "/for-a").parent_id, Some(a));
+    assert_eq!(s.one(Side::Client, "GET", "/for-b").parent_id, Some(b));
+    assert_eq!(s.one(Side::Client, "GET", "/for-b-by-g").parent_id, Some(b));
+    assert_eq!(
+        s.one(Side::Client, "GET", "/lost-write-record").parent_id,
+        None
+    );
+    let st = s.chains.stats;
+    assert_eq!((st.http_client_linked, st.spawn_linked), (3, 1));
+    assert_eq!(st.http_unproved, 1);
+}
+
+/// Creations are followed down at most MAX_SPAWN_DEPTH below the request's goroutine
+/// (beyond: unknown, counted); untrusted creation records of ever new goroutines keep the
+/// state bounded (the oldest creation forgotten first), in linear time.
+#[test]
+fn creations_are_bounded_in_depth_and_memory() {
+    let mut s = Sim::new();
+    s.go_io(7, H1, K1, IN, &get("/a", ""));
+    let mut g = H1;
+    for i in 0..u64::from(MAX_SPAWN_DEPTH) + 1 {
+        let child = 0xc010_0000 + i * 0x1000;
+        s.spawn(g, child);
+        g = child;
+        if i + 1 == u64::from(MAX_SPAWN_DEPTH) {
+            s.go_redis(g, R1, "deepest");
+        }
+    }
+    s.go_redis(g, R2, "too-deep");
+    s.go_io(7, H1, K1, OUT, OK);
+    s.finish();
+    let a = s.one(Side::Server, "GET", "/a").id;
+    assert_eq!(s.one(Side::Client, "GET", "deepest").parent_id, Some(a));
+    assert_eq!(s.one(Side::Client, "GET", "too-deep").parent_id, None);
+    assert_eq!(s.chains.stats.spawn_unknown, 1);
+    for i in 0..MAX_ROOTS as u64 * 2 + 10 {
+        s.spawn(0xd000_0000 + i * 8, 0xe000_0000 + i * 8);
+    }
+    assert!(s.chains.spawned.map.len() <= MAX_ROOTS);
+    assert_eq!(s.chains.spawned.map.len(), s.chains.spawned.order.len());
+}
+
+/// An HTTP/2 (or gRPC) client connection carries many requests at once and is written by
+/// its own goroutines, started by whichever request opened it (grpc-go's loopyWriter): a
+/// call written by a goroutine that inherits a request from its creation links nothing.
+#[test]
+fn a_started_goroutines_http2_calls_link_nothing() {
+    let mut s = Sim::new();
+    const LOOPY: u64 = 0xc004_0000;
+    const H2C: (u64, u16, u16) = (61, 50020, 9001);
+    s.go_io(7, H1, K1, IN, &get("/a", ""));
+    s.spawn(H1, LOOPY);
+    // HPACK by hand: :method GET, :scheme http (static entries), :path and :authority
+    // literals with indexed names; the answer :status 200 (static).
+    let mut block = vec![0x82, 0x86, 0x04, 7];
+    block.extend_from_slice(b"/via-h2");
+    block.extend_from_slice(&[0x01, 1, b'b']);
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(h2_frame(4, 0, 0, &[]));
+    out.extend(h2_frame(1, 5, 1, &block));
+    s.go_io(9, LOOPY, H2C, OUT, &out);
+    let mut back = h2_frame(4, 0, 0, &[]);
+    back.extend(h2_frame(1, 5, 1, &[0x88]));
+    s.go_io(9, LOOPY, H2C, IN, &back);
+    s.go_io(7, H1, K1, OUT, OK);
+    s.finish();
+    assert_eq!(s.one(Side::Client, "GET", "/via-h2").parent_id, None);
+    let st = s.chains.stats;
+    assert_eq!(
+        (st.spawn_multiplexed, st.spawn_linked, st.linked),
+        (1, 0, 0)
+    );
+}
+
+/// An HTTP/2 frame: type, flags, stream, payload.
+fn h2_frame(ty: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let n = payload.len() as u32;
+    let mut f = vec![(n >> 16) as u8, (n >> 8) as u8, n as u8, ty, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}

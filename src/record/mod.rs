@@ -52,7 +52,10 @@ pub const MAJOR: u16 = 1;
 /// 13: a kind 1 data record may carry flag 32 (`EBTOP_F_REJOINED`: the first of its direction
 /// since a CPU budget captured its connection again after a cut; its `seq` is past the bytes
 /// shed): an older reader counts the jump as a gap.
-pub const MINOR: u16 = 13;
+/// 14: a kind 1 record of event kind 5 (`EBTOP_EV_GO_HTTP`) may say probe 4 (`EBTOP_GO_SPAWN`:
+/// a goroutine's creation, the child's g in `seq`) or 5 (`EBTOP_GO_NEW_G`) in `total_len`: an
+/// older reader ignores them (a probe it does not know) and links no started goroutine's call.
+pub const MINOR: u16 = 14;
 pub const FILE_HEADER_LEN: usize = 16;
 pub const FRAME_HEADER_LEN: usize = 16;
 /// Largest frame a reader accepts (a corrupt length must not allocate gigabytes).

@@ -26,6 +26,14 @@ pub const WRITE_LOOP: &str = "net/http.(*persistConn).writeLoop";
 pub const CONN_WRITE: &str = "net/http.persistConnWriter.Write";
 pub const ROUND_TRIP: &str = "net/http.(*persistConn).roundTrip";
 
+/// Goroutine creation (call chains: src/bpf/gospawn.h): a `go` statement calls [`NEWPROC`],
+/// which runs [`NEWPROC_FUNC1`] on the system stack: `newg := newproc1(...); runqput(pp,
+/// newg, true)`. Every creator of a goroutine calls [`NEWPROC1`] from a runtime closure.
+pub const NEWPROC: &str = "runtime.newproc";
+pub const NEWPROC_FUNC1: &str = "runtime.newproc.func1";
+pub const NEWPROC1: &str = "runtime.newproc1";
+pub const RUNQPUT: &str = "runtime.runqput";
+
 /// Why a Go program that uses crypto/tls cannot be probed.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum GoError {
@@ -206,6 +214,124 @@ pub struct GoSites {
     /// net/http's client, where the program has it (its connection writer's entry,
     /// writeLoop's returns, roundTrip's entry), or why its code cannot be probed (the TLS probes go on).
     pub http: Result<Option<HttpSites>, String>,
+    /// Goroutine creation, or why its code cannot be probed (no creation tracking for the
+    /// file; the other probes go on).
+    pub spawn: Result<SpawnSites, String>,
+}
+
+/// The probe sites of goroutine creation (src/bpf/gospawn.h), as file offsets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpawnSites {
+    /// [`NEWPROC`]'s entry (the push after the stack check: the creating goroutine).
+    pub newproc: FuncSites,
+    /// [`NEWPROC_FUNC1`]'s call of [`RUNQPUT`], whose second argument register holds
+    /// [`NEWPROC1`]'s result there (proved by [`queued_site`]).
+    pub queued: u64,
+    /// The instruction after each call of [`NEWPROC1`] in the runtime's other closures
+    /// (coroutines, debugger calls, testing/synctest): a g made a goroutine of no known creator.
+    pub others: Vec<u64>,
+}
+
+/// Instructions between newproc1's call and runqput's in [`queued_site`]: moves and no-ops
+/// only, whose destination is their first operand (so a register's writes are seen).
+fn plain_move(m: iced_x86::Mnemonic) -> bool {
+    use iced_x86::Mnemonic::*;
+    matches!(m, Mov | Movzx | Movsx | Movsxd | Lea | Nop | Xor | Xorps)
+}
+
+/// Where [`NEWPROC_FUNC1`] (code `code` at `addr`) calls runqput (at `runqput`) with
+/// newproc1's (at `newproc1`) result as its second argument: the one call of newproc1, then
+/// straight-line moves that copy RAX (the result) to RBX (the second argument) before
+/// anything writes RAX and after which nothing writes RBX, then the call of runqput. Else
+/// an error: the shape is not proved, so no site.
+pub fn queued_site(
+    code: &[u8],
+    addr: u64,
+    newproc1: u64,
+    runqput: u64,
+) -> Result<u64, &'static str> {
+    use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind, Register};
+    let mut decoder = Decoder::with_ip(64, code, addr, DecoderOptions::NONE);
+    let mut after_call = false;
+    let mut copied = false;
+    let mut site = None;
+    for ins in decoder.iter() {
+        if ins.is_invalid() {
+            return Err("undecodable instruction");
+        }
+        let calls = |target| {
+            ins.mnemonic() == Mnemonic::Call
+                && ins.op0_kind() == OpKind::NearBranch64
+                && ins.near_branch_target() == target
+        };
+        if calls(newproc1) {
+            if after_call || site.is_some() {
+                return Err("calls newproc1 more than once");
+            }
+            after_call = true;
+            continue;
+        }
+        if !after_call {
+            continue;
+        }
+        if calls(runqput) {
+            if !copied {
+                return Err("runqput's argument is not newproc1's result");
+            }
+            site = Some(ins.ip());
+            after_call = false;
+            continue;
+        }
+        if !plain_move(ins.mnemonic()) {
+            return Err("more than moves between newproc1 and runqput");
+        }
+        // The 64-bit register the destination is part of (RAX or RBX: those that matter).
+        let dest = (ins.op_count() > 0 && ins.op0_kind() == OpKind::Register).then(|| {
+            match ins.op0_register() {
+                Register::RAX | Register::EAX | Register::AX | Register::AL | Register::AH => {
+                    Register::RAX
+                }
+                Register::RBX | Register::EBX | Register::BX | Register::BL | Register::BH => {
+                    Register::RBX
+                }
+                r => r,
+            }
+        });
+        if ins.mnemonic() == Mnemonic::Mov
+            && !copied
+            && dest == Some(Register::RBX)
+            && ins.op1_kind() == OpKind::Register
+            && ins.op1_register() == Register::RAX
+        {
+            copied = true;
+        } else if dest == Some(if copied { Register::RBX } else { Register::RAX }) {
+            return Err("newproc1's result is overwritten before runqput");
+        }
+    }
+    site.ok_or("no call of newproc1 then runqput")
+}
+
+/// The instruction after each call of `newproc1` in code `code` at `addr`.
+pub fn after_calls_of(code: &[u8], addr: u64, newproc1: u64) -> Result<Vec<u64>, &'static str> {
+    use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind};
+    let mut decoder = Decoder::with_ip(64, code, addr, DecoderOptions::NONE);
+    let mut sites = Vec::new();
+    let mut pending = false;
+    for ins in decoder.iter() {
+        if ins.is_invalid() {
+            return Err("undecodable instruction");
+        }
+        if pending {
+            sites.push(ins.ip());
+        }
+        pending = ins.mnemonic() == Mnemonic::Call
+            && ins.op0_kind() == OpKind::NearBranch64
+            && ins.near_branch_target() == newproc1;
+    }
+    if pending {
+        return Err("a call of newproc1 ends the function");
+    }
+    Ok(sites)
 }
 
 /// The probe sites of net/http's HTTP/1 client ([`CONN_WRITE`], [`WRITE_LOOP`],
@@ -320,7 +446,8 @@ pub fn sites_of_elf<R: ReadAt + ?Sized>(elf: &Elf<R>) -> Result<Option<GoSites>,
         .file_range()
         .ok_or(GoError::Table(".text not in the file"))?;
     let text_addr = text.addr;
-    let sites = |f: GoFunc| -> Result<FuncSites, GoError> {
+    // A function's code and its address.
+    let code_of = |f: GoFunc| -> Result<(Vec<u8>, u64), GoError> {
         let name = String::from_utf8_lossy(f.name).into_owned();
         let len = f.end_off - f.entry_off;
         if len > MAX_FUNCTION_BYTES {
@@ -340,10 +467,13 @@ pub fn sites_of_elf<R: ReadAt + ?Sized>(elf: &Elf<R>) -> Result<Option<GoSites>,
             .file
             .read_at(at, u64::from(len))
             .map_err(|_| GoError::Code(name.clone(), "unreadable"))?;
-        let addr = addr - u64::from(len);
-        let (entry, returns) =
-            function_sites(&code, addr).map_err(|why| GoError::Code(name, why))?;
-        let file_off = |a: u64| a - text_addr + text_file_off;
+        Ok((code, addr - u64::from(len)))
+    };
+    let file_off = |a: u64| a - text_addr + text_file_off;
+    let sites = |f: GoFunc| -> Result<FuncSites, GoError> {
+        let (code, addr) = code_of(f)?;
+        let (entry, returns) = function_sites(&code, addr)
+            .map_err(|why| GoError::Code(String::from_utf8_lossy(f.name).into_owned(), why))?;
         Ok(FuncSites {
             entry: file_off(entry.unwrap_or(addr)),
             entry_emulated: entry.is_some(),
@@ -365,8 +495,11 @@ pub fn sites_of_elf<R: ReadAt + ?Sized>(elf: &Elf<R>) -> Result<Option<GoSites>,
         },
         _ => Ok(None),
     };
+    let spawn =
+        spawn_sites(&pcln, text_addr, &code_of, &sites, &file_off).map_err(|e| e.to_string());
     Ok(Some(GoSites {
         http,
+        spawn,
         write: sites(write)?,
         read: sites(read)?,
         handshakes: HANDSHAKES
@@ -375,6 +508,57 @@ pub fn sites_of_elf<R: ReadAt + ?Sized>(elf: &Elf<R>) -> Result<Option<GoSites>,
             .map(sites)
             .collect::<Result<_, _>>()?,
     }))
+}
+
+/// A function's code and its address.
+type CodeOf<'a> = dyn Fn(GoFunc) -> Result<(Vec<u8>, u64), GoError> + 'a;
+
+/// Goroutine creation's sites ([`SpawnSites`]): [`NEWPROC`]'s entry, [`queued_site`] in
+/// [`NEWPROC_FUNC1`], and the instruction after each call of [`NEWPROC1`] in the runtime's
+/// other closures (`runtime.…func…`: every caller of newproc1 runs it on the system stack, from
+/// a closure passed to systemstack, in Go 1.18–1.26). Go code only, decoded from its entry.
+fn spawn_sites(
+    pcln: &Pclntab,
+    text_addr: u64,
+    code_of: &CodeOf,
+    sites: &dyn Fn(GoFunc) -> Result<FuncSites, GoError>,
+    file_off: &dyn Fn(u64) -> u64,
+) -> Result<SpawnSites, GoError> {
+    let find = |name: &'static str| {
+        pcln.find(name)
+            .ok_or(GoError::Code(name.into(), "not found"))
+    };
+    let (newproc, func1) = (find(NEWPROC)?, find(NEWPROC_FUNC1)?);
+    let addr_of = |f: GoFunc| text_addr + u64::from(f.entry_off);
+    let (newproc1, runqput) = (addr_of(find(NEWPROC1)?), addr_of(find(RUNQPUT)?));
+    let (code, addr) = code_of(func1)?;
+    let queued = queued_site(&code, addr, newproc1, runqput)
+        .map_err(|why| GoError::Code(NEWPROC_FUNC1.into(), why))?;
+    let mut others = Vec::new();
+    for i in 0..pcln.len() {
+        let Some(f) = pcln.function(i) else {
+            continue;
+        };
+        let closure = f.name.starts_with(b"runtime.")
+            && f.name.windows(5).any(|w| w == b".func")
+            && f.name != NEWPROC_FUNC1.as_bytes();
+        if !closure {
+            continue;
+        }
+        let (code, addr) = code_of(f)?;
+        let name = || String::from_utf8_lossy(f.name).into_owned();
+        others.extend(
+            after_calls_of(&code, addr, newproc1)
+                .map_err(|why| GoError::Code(name(), why))?
+                .into_iter()
+                .map(file_off),
+        );
+    }
+    Ok(SpawnSites {
+        newproc: sites(newproc)?,
+        queued: file_off(queued),
+        others,
+    })
 }
 
 /// The fuzz target `go_binary` (fuzz/fuzz_targets/go_binary.rs): what ebtop reads from a Go
@@ -580,5 +764,51 @@ mod tests {
         assert!(function_sites(&[0x55, 0x90], 0x10).is_err());
         assert!(function_sites(&[0x55, 0x0f, 0x0b, 0xc3], 0x10).is_ok()); // ud2 decodes
         assert!(function_sites(&[0x55, 0x0f], 0x10).is_err());
+    }
+    /// Go 1.26.8's `runtime.newproc.func1` (amd64), at 0x458000: newproc1 at 0x458080,
+    /// runqput at 0x45d0e0 (the targets of its two calls).
+    const NEWPROC_FUNC1_1_26: [u8; 0x62] = [
+        0x49, 0x3b, 0x66, 0x10, 0x76, 0x53, 0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x20, 0x48,
+        0x8b, 0x5a, 0x10, 0x48, 0x8b, 0x4a, 0x18, 0x48, 0x8b, 0x42, 0x08, 0x31, 0xff, 0x31, 0xf6,
+        0x66, 0x90, 0xe8, 0x5b, 0x00, 0x00, 0x00, 0x49, 0x8b, 0x56, 0x30, 0x48, 0x8b, 0x92, 0xd0,
+        0x00, 0x00, 0x00, 0x48, 0x89, 0xc3, 0xb9, 0x01, 0x00, 0x00, 0x00, 0x48, 0x89, 0xd0, 0x0f,
+        0x1f, 0x44, 0x00, 0x00, 0xe8, 0x9b, 0x50, 0x00, 0x00, 0x80, 0x3d, 0x7a, 0xe4, 0x32, 0x00,
+        0x00, 0x74, 0x05, 0xe8, 0x0d, 0x96, 0x02, 0x00, 0x48, 0x83, 0xc4, 0x20, 0x5d, 0xc3, 0xe8,
+        0x22, 0xe1, 0x02, 0x00, 0x66, 0x90, 0xeb, 0x9e,
+    ];
+
+    /// runqput's call in newproc.func1 is the site only where newproc1's result (RAX) is
+    /// proved to be in runqput's second argument (RBX) there; any other shape: no site.
+    #[test]
+    fn the_new_goroutine_is_proved_in_runqputs_argument() {
+        let code = NEWPROC_FUNC1_1_26;
+        let (newproc1, runqput) = (0x458080, 0x45d0e0);
+        assert_eq!(
+            queued_site(&code, 0x458000, newproc1, runqput),
+            Ok(0x458040)
+        );
+        // Other call targets: not the shape.
+        assert!(queued_site(&code, 0x458000, newproc1 + 1, runqput).is_err());
+        assert!(queued_site(&code, 0x458000, newproc1, runqput + 1).is_err());
+        // `mov %rax,%rbx` made `mov %rax,%rcx`: RBX is not the result.
+        let mut other = code;
+        other[0x32] = 0xc1;
+        assert!(queued_site(&other, 0x458000, newproc1, runqput).is_err());
+        // `mov %rdx,%rax` before the copy (swap the two moves' order): RAX overwritten.
+        let mut clobber = code;
+        clobber[0x30..0x33].copy_from_slice(&[0x48, 0x89, 0xd0]);
+        clobber[0x38..0x3b].copy_from_slice(&[0x48, 0x89, 0xc3]);
+        assert!(queued_site(&clobber, 0x458000, newproc1, runqput).is_err());
+        // A move into RBX after the copy (`mov %rdx,%rax` made `mov %rdx,%rbx`).
+        let mut late = code;
+        late[0x3a] = 0xd3;
+        assert!(queued_site(&late, 0x458000, newproc1, runqput).is_err());
+        // The other creators' site: the instruction after newproc1's call (here newproc.func1's
+        // `movq 0x30(%r14),%rdx`); a call that ends the code leaves none.
+        assert_eq!(
+            after_calls_of(&code, 0x458000, newproc1),
+            Ok(vec![0x458025])
+        );
+        assert_eq!(after_calls_of(&code[..0x25], 0x458000, newproc1).ok(), None);
     }
 }

@@ -391,23 +391,47 @@ fn attach_found(progs: &TlsPrograms, found: Found) -> Probed {
         }),
         Plan::Go(sites) => attach_go(progs, &target, pid, sites).map(|mut links| {
             // net/http's client too, for the call chains: apart (its failure leaves TLS on).
-            match (&sites.http, go_http_wanted()) {
+            let (client_known, label) = match (&sites.http, go_http_wanted()) {
                 (Ok(Some(http)), true) => match attach_go_http(progs, &target, pid, http) {
                     Ok(more) => {
                         links.extend(more);
-                        (links, "go+http")
+                        (true, "go+http")
                     }
                     Err(e) => {
                         crate::diag!("ebtop: Go HTTP client probes not placed on {name}: {e:#}");
-                        (links, "go")
+                        (false, "go")
                     }
                 },
                 (Err(e), true) => {
                     crate::diag!("ebtop: Go HTTP client probes not placed on {name}: {e}");
-                    (links, "go")
+                    (false, "go")
                 }
-                _ => (links, "go"),
+                (Ok(None), _) => (true, "go"),
+                (Ok(Some(_)) | Err(_), false) => (false, "go"),
+            };
+            // Goroutine creation, for the call chains: apart (its failure leaves the rest
+            // on); only where net/http's client is probed or absent — its connection
+            // goroutines, started by one request, write every request's: without the client
+            // probes they would inherit the first.
+            let why = match (&sites.spawn, go_spawn_wanted(), client_known) {
+                (_, false, _) => None,
+                (_, true, false) => Some("net/http's client is not probed".to_owned()),
+                (Err(e), true, true) => Some(e.clone()),
+                (Ok(spawn), true, true) => match attach_go_spawn(progs, &target, pid, spawn) {
+                    Ok(more) => {
+                        links.extend(more);
+                        None
+                    }
+                    Err(e) => Some(format!("{e:#}")),
+                },
+            };
+            if let Some(why) = why {
+                crate::diag!(
+                    "ebtop: Go goroutine creation not probed on {name}: {why} (calls of \
+                     goroutines a handler starts are linked to no request)"
+                );
             }
+            (links, label)
         }),
         Plan::GoFailed(e) => Err(anyhow::anyhow!("{e}")),
     };
@@ -543,6 +567,46 @@ fn attach_go_http(
         );
     }
     let mut links = returns.place(pid, &target.path)?;
+    links.extend(entries.place(pid, &target.path)?);
+    Ok(links)
+}
+
+/// Whether Go programs' goroutine creation is probed: for the call chains, when they are on;
+/// `EBTOP_GO_SPAWN=0` leaves it out (for measuring what its probes cost: docs/performance.md).
+fn go_spawn_wanted() -> bool {
+    crate::pipeline::chains_enabled() && std::env::var_os("EBTOP_GO_SPAWN").is_none_or(|v| v != "0")
+}
+
+/// Probes on a Go program's goroutine creation (`golang::SpawnSites`, src/bpf/gospawn.h);
+/// all or nothing. Those that end a creation first (runqput's call, the other creators'),
+/// then newproc's entry: a creator kept is sure to be taken.
+fn attach_go_spawn(
+    progs: &TlsPrograms,
+    target: &Target,
+    pid: i32,
+    sites: &golang::SpawnSites,
+) -> anyhow::Result<Vec<libbpf_rs::Link>> {
+    use anyhow::Context;
+    let prog = |n| program(progs, n).context("a Go goroutine creation program is missing");
+    let (mut ends, mut entries) = (Probes::default(), Probes::default());
+    // A call instruction: the kernel emulates it.
+    ends.add(
+        prog("go_spawn_queued")?,
+        false,
+        usize::try_from(sites.queued)?,
+        false,
+    );
+    for o in &sites.others {
+        // Whatever follows a call: single-stepped (rare paths: coroutines, debuggers).
+        ends.add(prog("go_spawn_other")?, false, usize::try_from(*o)?, true);
+    }
+    entries.add(
+        prog("go_spawn_enter")?,
+        false,
+        usize::try_from(sites.newproc.entry)?,
+        !sites.newproc.entry_emulated,
+    );
+    let mut links = ends.place(pid, &target.path)?;
     links.extend(entries.place(pid, &target.path)?);
     Ok(links)
 }
