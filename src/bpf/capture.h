@@ -929,10 +929,11 @@ static __always_inline __u8 select_protocol(__u8 *conn_proto, __u8 source, __u64
 
 /*
  * Completes a data record whose header is filled (all but these fields) and sends it; `tail`:
- * bytes of a tail after the `cap` bytes of the head (take_tail). Whether it went out.
+ * bytes of a tail after the `cap` bytes of the head (take_tail); `go_hint`: the socket's byte
+ * for go_goroutine (gochain.h), or NULL. Whether it went out.
  */
 static __always_inline bool submit_data(struct scratch *s, __u8 proto, __u64 seq, __u64 len,
-					__u32 cap, __u32 tail)
+					__u32 cap, __u32 tail, __u8 *go_hint)
 {
 	struct ebtop_event *ev = &s->ev;
 	ev->kind = EBTOP_EV_DATA;
@@ -950,7 +951,7 @@ static __always_inline bool submit_data(struct scratch *s, __u8 proto, __u64 seq
 	__u64 size = sizeof(*ev) + (cap & (2 * EBTOP_MAX_SNAPLEN - 1)) +
 		     (tail & (2 * EBTOP_TAIL_LEN - 1));
 	/* A Go program's goroutine, after the payload and the tail (call chains: gochain.h). */
-	__u64 g = go_goroutine();
+	__u64 g = go_goroutine(go_hint);
 	__u32 at = cap + tail;
 	if (g && at < 2 * EBTOP_MAX_SNAPLEN && size == sizeof(*ev) + at) {
 		/* Masked in the register that indexes (the compiler would reuse the sum). */

@@ -79,16 +79,25 @@ static __always_inline __u64 go_prove(struct task_struct *task)
 	return g;
 }
 
-/* The current task's goroutine, or 0: none proved, or a thread that is no Go program's. */
-static __always_inline __u64 go_goroutine(void)
+/*
+ * The current task's goroutine, or 0: none proved, or a thread that is no Go program's.
+ * `sock_hint` (or NULL): the socket's own byte, GO_TASK_NOT_GO once a record of it came from a
+ * thread known not to be a Go program's — its later records spare the task-storage lookup (a
+ * socket is one program's; one handed to a Go program by another, rare, then names no
+ * goroutine: the chains count such calls unknown, never link them wrongly).
+ */
+static __always_inline __u64 go_goroutine(__u8 *sock_hint)
 {
-	if (!go_goroutines)
+	if (!go_goroutines || (sock_hint && *sock_hint == GO_TASK_NOT_GO))
 		return 0;
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct go_task *t =
 		bpf_task_storage_get(&go_tasks, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (t && t->state == GO_TASK_NOT_GO)
+	if (t && t->state == GO_TASK_NOT_GO) {
+		if (sock_hint)
+			*sock_hint = GO_TASK_NOT_GO;
 		return 0;
+	}
 	__u64 g = go_prove(task);
 	if (t && t->state == GO_TASK_UNKNOWN) {
 		if (g)

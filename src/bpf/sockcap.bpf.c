@@ -73,6 +73,7 @@ struct sk_state {
 	__u8 flow_owner_known; /* its flow-table entry has an owner: no lookup per send */
 	__u8 dgram_unknown; /* datagram verdict: see dgram_unexamined() */
 	__u8 shed_tls_looks; /* sampled out: tls_note_shed() */
+	__u8 go_hint; /* GO_TASK_NOT_GO: its records come from no Go program (gochain.h) */
 	struct ebtop_sample_state sample; /* captured, sampled out, cut, undecided (capture.h) */
 	/* The start of the TCP send in progress (0: none) and the thread making it: taken and
 	 * cleared by the send's length hook, whatever becomes of the send (shed, failed), so a
@@ -571,7 +572,7 @@ static __always_inline int on_length(struct sock *sk, int ret, int flags, __u8 d
 		__u32 cap = copy_payload(cpu, s->data, c.source, c.arg, c.arg2, limit);
 		__u32 tail =
 			take_tail(c.source, c.arg, c.arg2, len, &cap, sock_type == SOCK_STREAM);
-		sent = submit_data(s, proto, seq, len, cap, tail);
+		sent = submit_data(s, proto, seq, len, cap, tail, &st->go_hint);
 	}
 	if (sent && rejoined)
 		st->sample.rejoined &= ~rejoined;

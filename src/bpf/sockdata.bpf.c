@@ -42,6 +42,7 @@ struct sock_state {
 	__u64 seq[2];
 	__u8 proto;
 	__u8 shed_tls_looks; /* sampled out: tls_note_shed() (tls.h) */
+	__u8 go_hint; /* GO_TASK_NOT_GO: its records come from no Go program (gochain.h) */
 	struct ebtop_sample_state sample; /* captured, sampled out, cut, undecided (capture.h) */
 };
 
@@ -209,7 +210,7 @@ static __always_inline int emit_data(const struct inflight *inf, __u64 end_ns, _
 		__u32 cap = copy_payload(cpu, s->data, source, ptr, cnt, limit);
 		__u32 tail =
 			take_tail(source, ptr, cnt, len, &cap, inf->sock_type == SOCK_STREAM);
-		sent = submit_data(s, proto, seq, len, cap, tail);
+		sent = submit_data(s, proto, seq, len, cap, tail, &st->go_hint);
 	}
 	if (sent && rejoined)
 		st->sample.rejoined &= ~rejoined;

@@ -674,7 +674,7 @@ static __always_inline int tls_complete(struct tls_call *cp, __u64 len, __u64 id
 		return 0;
 	__u32 cap = copy_payload(cpu, s->data, SRC_BUF, c.buf, 0, limit);
 	__u32 tail = take_tail(SRC_BUF, c.buf, 0, len, &cap, conn->sock.sock_type == SOCK_STREAM);
-	submit_data(s, proto, seq, len, cap, tail);
+	submit_data(s, proto, seq, len, cap, tail, NULL);
 	return 0;
 }
 
