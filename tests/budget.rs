@@ -326,23 +326,18 @@ fn tls_plaintext_of_sampled_out_connections_is_counted_as_shed() {
     assert!(u(k, "tls_shed_calls") >= 2 * shed, "{summary}");
 }
 
-/// A budget still over after new connections were sampled cuts captured (long-lived)
-/// connections at a call boundary: the share drops under 20 keep-alive connections already
-/// captured (a debug build's `EBTOP_DEBUG_SAMPLE_SCHEDULE` moves it at a known interval
-/// instead of the measured load), and each socket above the new share stops being captured
-/// at the first bytes of a request — its calls are exactly its first requests, whole, in
-/// order; the sockets below the share, and those of connections that pipeline, keep every
-/// call. Counted and replayed the same.
-#[test]
-fn a_budget_cuts_captured_connections_at_a_call_boundary() {
-    require_root();
-    let server = TestServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let rec = dir.path().join("cut.ebt");
-    let gate = dir.path().join("lower-the-share");
+/// ebtop on this process's connections to `server` with a budget whose share a debug build's
+/// `EBTOP_DEBUG_SAMPLE_SCHEDULE` moves (`schedule`, stepped by the `gate` file), recording to
+/// `rec`, an interval every 200 ms.
+fn scheduled_budget(
+    server: &TestServer,
+    rec: &std::path::Path,
+    schedule: &str,
+    gate: &std::path::Path,
+) -> Ebtop {
     let port = server.port.to_string();
     let pid = std::process::id().to_string();
-    let mut ebtop = Ebtop::start_with_env(
+    Ebtop::start_with_env(
         &[
             "--json",
             "--port",
@@ -358,13 +353,30 @@ fn a_budget_cuts_captured_connections_at_a_call_boundary() {
             "--tls",
             "off",
         ],
-        // All captured until the gate file exists (every connection has had a call), then
-        // 30% from the next interval.
         &[
-            ("EBTOP_DEBUG_SAMPLE_SCHEDULE", "100,30"),
+            ("EBTOP_DEBUG_SAMPLE_SCHEDULE", schedule),
             ("EBTOP_DEBUG_SAMPLE_GATE", gate.to_str().unwrap()),
         ],
-    );
+    )
+}
+
+/// A budget still over after new connections were sampled cuts captured (long-lived)
+/// connections at a call boundary: the share drops under 20 keep-alive connections already
+/// captured (a debug build's `EBTOP_DEBUG_SAMPLE_SCHEDULE` moves it at a known interval
+/// instead of the measured load), and each socket above the new share stops being captured
+/// at the first bytes of a request — its calls are exactly its first requests, whole, in
+/// order; the sockets below the share, and those of connections that pipeline, keep every
+/// call. Counted and replayed the same.
+#[test]
+fn a_budget_cuts_captured_connections_at_a_call_boundary() {
+    require_root();
+    let server = TestServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("cut.ebt");
+    let gate = dir.path().join("lower-the-share");
+    // All captured until the gate file exists (every connection has had a call), then 30%
+    // from the next interval.
+    let mut ebtop = scheduled_budget(&server, &rec, "100,30", &gate);
     let mut conns: Vec<Conn> = (0..20).map(|_| Conn::to(&server)).collect();
     // The clients of the last 4 connections pipeline: their first two requests go out in one
     // write, and each later one before the answer to the one before it is read, so a turn
@@ -494,30 +506,8 @@ fn connections_a_budget_cut_rejoin_at_a_call_boundary_when_it_affords_them() {
     let dir = tempfile::tempdir().unwrap();
     let rec = dir.path().join("rejoin.ebt");
     let gate = dir.path().join("schedule-step");
-    let port = server.port.to_string();
-    let pid = std::process::id().to_string();
-    let mut ebtop = Ebtop::start_with_env(
-        &[
-            "--json",
-            "--port",
-            &port,
-            "--pid",
-            &pid,
-            "--max-cpu",
-            "50",
-            "--delay",
-            "200ms",
-            "-w",
-            rec.to_str().unwrap(),
-            "--tls",
-            "off",
-        ],
-        // All captured (no gate file yet), then 30% while the file says 1, all at 2.
-        &[
-            ("EBTOP_DEBUG_SAMPLE_SCHEDULE", "100,30,100"),
-            ("EBTOP_DEBUG_SAMPLE_GATE", gate.to_str().unwrap()),
-        ],
-    );
+    // All captured (no gate file yet), then 30% while the file says 1, all at 2.
+    let mut ebtop = scheduled_budget(&server, &rec, "100,30,100", &gate);
     let mut conns: Vec<Conn> = (0..20).map(|_| Conn::to(&server)).collect();
     let keep = keep_below_of(0.3);
     let above: Vec<u64> = conns
