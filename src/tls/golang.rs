@@ -56,6 +56,8 @@ pub const MAX_NAME: usize = 4096;
 /// The code of a function probed is read and decoded up to this size (crypto/tls's are a few
 /// KiB).
 pub const MAX_FUNCTION_BYTES: u32 = 1 << 20;
+/// Most code of the runtime's closures read for goroutine creation's other sites ([`SpawnSites`]).
+const MAX_CLOSURE_SCAN_BYTES: u64 = 1 << 20;
 
 /// One function of a Go program's function table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -535,6 +537,9 @@ fn spawn_sites(
     let queued = queued_site(&code, addr, newproc1, runqput)
         .map_err(|why| GoError::Code(NEWPROC_FUNC1.into(), why))?;
     let mut others = Vec::new();
+    // A crafted table may name many large "closures" over the same code: the scan stops at a
+    // bound far above any Go runtime's (Go 1.26's: 233 closures, 27 KB).
+    let mut scanned = 0u64;
     for i in 0..pcln.len() {
         let Some(f) = pcln.function(i) else {
             continue;
@@ -546,6 +551,13 @@ fn spawn_sites(
             continue;
         }
         let (code, addr) = code_of(f)?;
+        scanned += code.len() as u64;
+        if scanned > MAX_CLOSURE_SCAN_BYTES {
+            return Err(GoError::Code(
+                "runtime closures".into(),
+                "more code than any Go runtime's",
+            ));
+        }
         let name = || String::from_utf8_lossy(f.name).into_owned();
         others.extend(
             after_calls_of(&code, addr, newproc1)
