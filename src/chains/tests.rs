@@ -1324,7 +1324,13 @@ fn an_nginx_record_older_than_the_upstreams_last_read_is_unproved() {
     s.ngx(NGINX, 5, U1.0, D1.0);
     // /x's write record lost; its response read on U1; then /y on U1 with its record lost
     // and the thread's pending record still /x's.
-    s.io(NGINX, 6, U1, IN, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+    s.io(
+        NGINX,
+        6,
+        U1,
+        IN,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+    );
     s.io(NGINX, 5, U1, OUT, &get("/y", ""));
     s.io(NGINX, 5, U1, IN, OK);
     s.io(NGINX, 5, D2, OUT, OK);
