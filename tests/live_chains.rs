@@ -541,8 +541,11 @@ fn nginx_in_front_hops_into_the_app_and_never_links_a_wrong_request() {
     wait_for_listener("127.0.0.1", app_port, "the app");
     wait_for_listener("127.0.0.1", nginx_port, "nginx");
 
+    let recording = dir.join("chains.ebtop");
     let ebtop = Ebtop::start(&[
         "--json",
+        "-w",
+        &recording.display().to_string(),
         "--port",
         &nginx_port.to_string(),
         "--port",
@@ -636,6 +639,107 @@ fn nginx_in_front_hops_into_the_app_and_never_links_a_wrong_request() {
     assert_eq!(chains["proxy_unproved"], 0, "{chains}");
     assert_eq!(chains["linked"], 5 * n, "{chains}");
     assert_eq!(chains["ambiguous"], 0, "{chains}");
+
+    // The recording (with nginx's upstream records) replays into the same chains.
+    let chain_of = |c: &Value| {
+        (
+            str_of(c, "resource").to_owned(),
+            c["side"].clone(),
+            c["id"].clone(),
+            c["parent_id"].clone(),
+        )
+    };
+    let mut live: Vec<_> = calls.iter().map(|c| chain_of(c)).collect();
+    let replayed = replay_json(&recording, &[]);
+    let mut replay: Vec<_> = common::calls(&replayed).into_iter().map(chain_of).collect();
+    live.sort_by_key(|k| format!("{k:?}"));
+    replay.sort_by_key(|k| format!("{k:?}"));
+    assert!(
+        live == replay,
+        "the replay's chains differ from the live run's"
+    );
+    assert_eq!(replayed.last().unwrap()["chains"]["proxy_linked"], n);
+}
+
+/// nginx with an HTTP/2 downstream (h2c, driven by h2load: many streams open at once on one
+/// connection) proxying to an HTTP/1 backend: which stream an upstream request is for is not
+/// in the downstream connection's bytes as ebtop follows them (no HTTP/1 request open there),
+/// so nginx's upstream records link nothing (`proxy_unproved`, one per request), never a
+/// wrong request; the hop from nginx's upstream call into the backend stands.
+#[test]
+fn nginx_with_an_http2_downstream_links_no_upstream_call_and_counts_them() {
+    require_root();
+    let dir = std::env::temp_dir().join(format!("ebtop-chains-nginx-h2-{}", std::process::id()));
+    let (script, log) = app_dir(&dir);
+    let (backend_port, nginx_port) = (free_tcp_port(), free_tcp_port());
+    let args = vec![
+        "0".to_owned(),
+        "0".to_owned(),
+        backend_port.to_string(),
+        log.display().to_string(),
+        "backend".to_owned(),
+    ];
+    let _backend = python(&script, &args);
+    let proxy = format!(
+        "  upstream backend {{ server 127.0.0.1:{backend_port}; keepalive 16; }}
+  server {{
+    listen 127.0.0.1:{nginx_port} http2;
+    location / {{
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Connection \"\";
+    }}
+  }}"
+    );
+    let _nginx = Peer(start_nginx_with(&dir, &proxy));
+    wait_for_listener("127.0.0.1", backend_port, "the backend");
+    wait_for_listener("127.0.0.1", nginx_port, "nginx");
+    let ebtop = Ebtop::start(&[
+        "--json",
+        "--port",
+        &nginx_port.to_string(),
+        "--port",
+        &backend_port.to_string(),
+    ]);
+    let n: u64 = 60;
+    let out = Command::new("h2load")
+        .args(["-n", &n.to_string(), "-c", "2", "-m", "8"])
+        .arg(format!("http://127.0.0.1:{nginx_port}/h2"))
+        .output()
+        .expect("h2load runs (nghttp2-client)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("{n} succeeded")),
+        "h2load: every request succeeded: {text}"
+    );
+    let lines = ebtop.stop();
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
+    let upstream: Vec<&Value> = calls(&lines)
+        .into_iter()
+        .filter(|c| on_server_port(c, "client", backend_port))
+        .collect();
+    assert_eq!(upstream.len() as u64, n, "nginx's upstream calls");
+    let unlinked = upstream.iter().filter(|c| c["parent_id"].is_null()).count();
+    assert_eq!(
+        unlinked as u64, n,
+        "no upstream call under a downstream request"
+    );
+    let chains = &summary["chains"];
+    assert_eq!(chains["proxy_unproved"], n, "{chains}");
+    assert_eq!(chains["proxy_linked"], 0, "{chains}");
+    assert_eq!(chains["linked"], 0, "{chains}");
+    // Each backend server call under nginx's upstream call that reached it.
+    let backend_hops = calls(&lines)
+        .into_iter()
+        .filter(|c| on_server_port(c, "server", backend_port))
+        .filter(|c| {
+            upstream
+                .iter()
+                .any(|u| u["id"] == c["parent_id"] && !u["id"].is_null())
+        })
+        .count();
+    assert_eq!(backend_hops as u64, n, "{chains}");
 }
 
 /// The Go toolchain: `go` on PATH, else where Go's tarball or Debian puts it.
