@@ -29,6 +29,23 @@
 #define NGX_CONNECTION_FD 24           /* ngx_connection_t.fd (after data, read, write) */
 #define NGX_REQUEST_CONNECTION 8       /* ngx_http_request_t.connection */
 
+/* The first fields of ngx_connection_t and ngx_http_request_t (LP64). */
+struct ngx_conn_head {
+	__u64 data;
+	__u64 read;
+	__u64 write;
+	__s32 fd;
+};
+_Static_assert(__builtin_offsetof(struct ngx_conn_head, fd) == NGX_CONNECTION_FD, "fd");
+
+struct ngx_req_head {
+	__u32 signature;
+	__u32 pad;
+	__u64 connection;
+};
+_Static_assert(__builtin_offsetof(struct ngx_req_head, connection) == NGX_REQUEST_CONNECTION,
+	       "connection");
+
 struct ngx_upstream_rec {
 	struct ebtop_event ev;
 	__u64 down;
@@ -62,23 +79,23 @@ int ngx_chain_writer_enter(struct pt_regs *ctx)
 		return 0;
 	tls_count_hit(ctx, tgid);
 	__u64 writer = UPROBE_ARG1(ctx);
-	__u64 up_conn = 0, req = 0, down_conn = 0;
-	__u32 sig = 0;
-	int up_fd = -1, down_fd = -1;
-	if (bpf_probe_read_user(&up_conn, sizeof(up_conn), (void *)(writer + NGX_WRITER_CONNECTION)) ||
-	    !up_conn)
+	/* One read per struct (each probe read costs ~50-100 ns): the fields are adjacent. */
+	struct ngx_conn_head up_conn = {};
+	struct ngx_req_head req = {};
+	__u64 up_ptr = 0;
+	int down_fd = -1;
+	if (bpf_probe_read_user(&up_ptr, sizeof(up_ptr), (void *)(writer + NGX_WRITER_CONNECTION)) ||
+	    !up_ptr)
 		return 0;
-	if (bpf_probe_read_user(&req, sizeof(req), (void *)up_conn) || !req)
+	if (bpf_probe_read_user(&up_conn, sizeof(up_conn), (void *)up_ptr) || !up_conn.data)
 		return 0;
-	if (bpf_probe_read_user(&sig, sizeof(sig), (void *)req) || sig != NGX_HTTP_SIGNATURE)
+	if (bpf_probe_read_user(&req, sizeof(req), (void *)up_conn.data) ||
+	    req.signature != NGX_HTTP_SIGNATURE || !req.connection)
 		return 0; /* not an HTTP request's upstream (a stream or mail proxy's, say) */
-	if (bpf_probe_read_user(&down_conn, sizeof(down_conn),
-				(void *)(req + NGX_REQUEST_CONNECTION)) ||
-	    !down_conn)
+	if (bpf_probe_read_user(&down_fd, sizeof(down_fd),
+				(void *)(req.connection + NGX_CONNECTION_FD)))
 		return 0;
-	if (bpf_probe_read_user(&up_fd, sizeof(up_fd), (void *)(up_conn + NGX_CONNECTION_FD)) ||
-	    bpf_probe_read_user(&down_fd, sizeof(down_fd), (void *)(down_conn + NGX_CONNECTION_FD)))
-		return 0;
+	int up_fd = up_conn.fd;
 	if (up_fd == down_fd)
 		return 0;
 	__u64 up = ngx_tcp_socket(up_fd);
