@@ -661,6 +661,113 @@ fn nginx_in_front_hops_into_the_app_and_never_links_a_wrong_request() {
     assert_eq!(replayed.last().unwrap()["chains"]["proxy_linked"], n);
 }
 
+/// nginx with an HTTPS downstream (its plaintext from the TLS probes) proxying to an HTTP/1
+/// backend, driven by concurrent curl processes (each a keep-alive connection of several
+/// requests): every upstream call under the downstream request it proxies — the plaintext
+/// stream of the downstream socket nginx's record names — none under another.
+#[test]
+fn nginx_over_https_links_each_upstream_call_under_its_downstream_request() {
+    require_root();
+    let dir = std::env::temp_dir().join(format!("ebtop-chains-nginx-tls-{}", std::process::id()));
+    let (script, log) = app_dir(&dir);
+    let (cert, key) = self_signed_cert(&dir);
+    let (backend_port, nginx_port) = (free_tcp_port(), free_tcp_port());
+    let args = vec![
+        "0".to_owned(),
+        "0".to_owned(),
+        backend_port.to_string(),
+        log.display().to_string(),
+        "backend".to_owned(),
+    ];
+    let _backend = python(&script, &args);
+    let proxy = format!(
+        "  upstream backend {{ server 127.0.0.1:{backend_port}; keepalive 16; }}
+  server {{
+    listen 127.0.0.1:{nginx_port} ssl;
+    ssl_certificate {};
+    ssl_certificate_key {};
+    location / {{
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Connection \"\";
+    }}
+  }}",
+        cert.display(),
+        key.display()
+    );
+    let _nginx = Peer(start_nginx_with(&dir, &proxy));
+    wait_for_listener("127.0.0.1", backend_port, "the backend");
+    wait_for_listener("127.0.0.1", nginx_port, "nginx");
+    let ebtop = Ebtop::start(&[
+        "--json",
+        "--port",
+        &nginx_port.to_string(),
+        "--port",
+        &backend_port.to_string(),
+    ]);
+    let (clients, per_client) = (4, 10);
+    let curls: Vec<Child> = (0..clients)
+        .map(|c| {
+            // Each URL with its own `-o` (one connection, kept alive across them).
+            let urls: Vec<String> = (0..per_client)
+                .flat_map(|i| {
+                    let url = format!("https://127.0.0.1:{nginx_port}/tls/{c}-{i}");
+                    ["-o".to_owned(), "/dev/null".to_owned(), url]
+                })
+                .collect();
+            Command::new("curl")
+                .args(["-sk", "-w", "%{http_code}\\n"])
+                .args(&urls)
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("curl runs")
+        })
+        .collect();
+    for c in curls {
+        let out = c.wait_with_output().unwrap();
+        let codes = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            codes.lines().filter(|l| *l == "200").count(),
+            per_client,
+            "curl: {codes}"
+        );
+    }
+    let lines = ebtop.stop();
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
+    let calls = calls(&lines);
+    let n = (clients * per_client) as u64;
+    let mut wrong = Vec::new();
+    let mut linked = 0;
+    for c in 0..clients {
+        for i in 0..per_client {
+            let path = format!("/tls/{c}-{i}");
+            let of = |side: &str, port: u16| -> Vec<&Value> {
+                calls
+                    .iter()
+                    .copied()
+                    .filter(|v| on_server_port(v, side, port) && str_of(v, "resource") == path)
+                    .collect()
+            };
+            let (front, upstream) = (of("server", nginx_port), of("client", backend_port));
+            assert_eq!((front.len(), upstream.len()), (1, 1), "{path}");
+            match upstream[0]["parent_id"].as_str() {
+                Some(p) if p == str_of(front[0], "id") => linked += 1,
+                Some(p) => wrong.push(format!("{path} under {p}")),
+                None => {}
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "upstream calls under another request: {wrong:?}"
+    );
+    let chains = &summary["chains"];
+    assert_eq!(linked, n, "{chains}");
+    assert_eq!(chains["proxy_linked"], n, "{chains}");
+    assert_eq!(chains["proxy_unproved"], 0, "{chains}");
+}
+
 /// nginx with an HTTP/2 downstream (h2c, driven by h2load: many streams open at once on one
 /// connection) proxying to an HTTP/1 backend: which stream an upstream request is for is not
 /// in the downstream connection's bytes as ebtop follows them (no HTTP/1 request open there),
