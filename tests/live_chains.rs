@@ -11,7 +11,9 @@
 //! it starts (and one they start), and another HTTP service through net/http's client: every
 //! call made while the request is open under it (goroutines, not threads; the started ones
 //! by their creation), a started goroutine's call after the response unlinked and counted;
-//! over plain HTTP and over HTTPS (crypto/tls, driven by curl). Needs root.
+//! over plain HTTP and over HTTPS (crypto/tls, driven by curl). nginx in front: its upstream
+//! calls under the downstream requests they proxy (the request paths), over HTTP/1 and
+//! HTTPS downstreams; an HTTP/2 downstream links none and counts them. Needs root.
 
 mod common;
 
@@ -499,9 +501,9 @@ fn draw(
 /// request), concurrent keep-alive clients. Each
 /// app server call is a hop under nginx's upstream call for the same request; each nginx
 /// server call under this test's call; the app's calls under the app's request (its log).
-/// nginx's upstream calls are linked to the request they proxy only while its worker has
-/// that one request open and never served two at once; else none (`ambiguous`): no call
-/// under a request it was not made for, ever.
+/// nginx's upstream calls are linked to the request they proxy, however many its worker has
+/// open at once, by nginx's upstream record (src/bpf/ngxchain.h): all of them, no call under
+/// a request it was not made for, ever; the recording replays into the same chains.
 #[test]
 fn nginx_in_front_hops_into_the_app_and_never_links_a_wrong_request() {
     require_root();
