@@ -136,6 +136,13 @@ pub struct ChainStats {
     /// goroutines, started by whichever request opened it (grpc-go's loopyWriter), which
     /// would inherit that request for every other's.
     pub spawn_multiplexed: u64,
+    /// Of `linked`: nginx's upstream requests (src/bpf/ngxchain.h), linked under the
+    /// downstream request they proxy, whatever else the worker serves.
+    pub proxy_linked: u64,
+    /// nginx upstream requests whose downstream request is not proved: no HTTP/1 request
+    /// open on the downstream socket by that worker (an HTTP/2 downstream, a request read
+    /// before ebtop), or a record older than the upstream's last read (a record lost): no link.
+    pub proxy_unproved: u64,
     /// Times the connection or thread state was cleared at its cap.
     pub state_resets: u64,
     /// Server calls held now (counted in the aggregates, not yet written: they go out with
@@ -181,6 +188,15 @@ enum Parent {
     SpawnAfterRequest,
     /// A goroutine whose creation is not known, in a program whose creations are probed.
     SpawnUnknown,
+    /// An nginx upstream request, under the downstream request it proxies (connection
+    /// `conn`'s open request `id`).
+    Proxy {
+        conn: u64,
+        id: u64,
+        trace: Option<Arc<str>>,
+    },
+    /// An nginx upstream request whose downstream request is not proved.
+    ProxyUnproved,
 }
 
 /// What a goroutine's creation (src/bpf/gospawn.h) gave it.
@@ -256,6 +272,17 @@ struct ConnChain {
     starts: VecDeque<ReqStart>,
     /// Client side: (egress record start, the thread's parent then), pushed when it changes.
     parents: VecDeque<(u64, Parent)>,
+    /// End of the last read (an nginx upstream record older than it is not this request's).
+    last_in_ns: u64,
+}
+
+/// An nginx upstream write's record (src/bpf/ngxchain.h), waiting for its thread's next
+/// write: the upstream socket, the downstream socket, its time.
+#[derive(Debug, Clone, Copy)]
+struct NgxPending {
+    up: u64,
+    down: u64,
+    ns: u64,
 }
 
 #[derive(Debug)]
@@ -339,6 +366,8 @@ pub struct Chains<T> {
     spawned: Bounded<Spawned, Ctx>,
     /// Processes whose net/http client probes report (a record came).
     http_pids: HashSet<u32>,
+    /// nginx upstream records by (process, thread), taken by the thread's next write.
+    ngx_pending: HashMap<(u32, u32), NgxPending>,
     /// Stream connections by (local, peer, tls): the client socket of a server's peer.
     by_addr: HashMap<(SocketAddr, SocketAddr, bool), u64>,
     held: HashMap<HopKey, Held<T>>,
@@ -397,6 +426,7 @@ impl<T> Default for Chains<T> {
             spawn_pids: HashSet::default(),
             spawned: Bounded::default(),
             http_pids: HashSet::default(),
+            ngx_pending: HashMap::default(),
             by_addr: HashMap::default(),
             held: HashMap::default(),
             held_order: VecDeque::new(),
@@ -523,7 +553,15 @@ impl<T> Chains<T> {
                 return;
             }
             EventKind::GoHttp => {
-                if let Some(h) = ev.go_http() {
+                if let Some((up, down)) = ev.nginx_upstream() {
+                    if self.ngx_pending.len() >= MAX_THREADS {
+                        self.ngx_pending.clear();
+                        self.stats.state_resets += 1;
+                    }
+                    let ns = ev.start_ns;
+                    self.ngx_pending
+                        .insert((ev.pid, ev.tid), NgxPending { up, down, ns });
+                } else if let Some(h) = ev.go_http() {
                     self.on_go_http(ev.pid, ev.start_ns, h);
                 }
                 return;
@@ -546,6 +584,7 @@ impl<T> Chains<T> {
             prefix: None,
             starts: VecDeque::new(),
             parents: VecDeque::new(),
+            last_in_ns: 0,
         });
         let turned = conn.last_dir != Some(ev.dir);
         conn.last_dir = Some(ev.dir);
@@ -566,6 +605,7 @@ impl<T> Chains<T> {
         let unproved = ev.goroutine.is_none() && self.go_pids.contains(&ev.pid);
         match ev.dir {
             Direction::Ingress => {
+                conn.last_in_ns = conn.last_in_ns.max(ev.end_ns);
                 let pending = conn.prefix.take();
                 let (start_ns, end_ns, seq, trace) = if turned {
                     if is_request_line(ev.payload) {
@@ -634,6 +674,11 @@ impl<T> Chains<T> {
             }
             Direction::Egress => {
                 conn.prefix = None;
+                // An nginx upstream record is for its thread's next write, whichever.
+                let ngx = match ev.goroutine {
+                    None => self.ngx_pending.remove(&(ev.pid, ev.tid)),
+                    Some(_) => None,
+                };
                 if let Some(t) = conn.open_on.take() {
                     // The response starts: the request is no longer being served.
                     close_open(&mut self.threads, t, key);
@@ -642,24 +687,36 @@ impl<T> Chains<T> {
                 if !conn.starts.is_empty() {
                     return; // a server connection's later response writes
                 }
-                let parent = match self.writer_parent(thread, key, turned, ev.start_ns) {
-                    Some(Some(p)) => p,
-                    // A continuation of the request being written: its parent stands.
-                    Some(None) => return,
-                    None => match self.parent_of(thread, unproved, None) {
-                        // An HTTP/1 request a started goroutine writes itself, in a program
-                        // whose net/http client is probed: net/http's writeLoop (started by
-                        // a request, writing for any) whose write record was lost, as far
-                        // as ebtop can tell. Its requests link only through roundTrip.
-                        Parent::One { spawned: true, .. }
-                            if turned
-                                && self.http_pids.contains(&ev.pid)
-                                && is_request_line(ev.payload) =>
-                        {
-                            Parent::HttpUnproved
-                        }
-                        p => p,
-                    },
+                let ngx = ngx.filter(|p| p.up == ev.sock_id);
+                let parent = if let Some(p) = ngx {
+                    if !turned {
+                        return; // the request being written goes on: its parent stands
+                    }
+                    if p.ns < conn.last_in_ns {
+                        Parent::ProxyUnproved // a record older than the last response's read
+                    } else {
+                        self.proxy_parent((ev.pid, u64::from(ev.tid)), p.down)
+                    }
+                } else {
+                    match self.writer_parent(thread, key, turned, ev.start_ns) {
+                        Some(Some(p)) => p,
+                        // A continuation of the request being written: its parent stands.
+                        Some(None) => return,
+                        None => match self.parent_of(thread, unproved, None) {
+                            // An HTTP/1 request a started goroutine writes itself, in a program
+                            // whose net/http client is probed: net/http's writeLoop (started by
+                            // a request, writing for any) whose write record was lost, as far
+                            // as ebtop can tell. Its requests link only through roundTrip.
+                            Parent::One { spawned: true, .. }
+                                if turned
+                                    && self.http_pids.contains(&ev.pid)
+                                    && is_request_line(ev.payload) =>
+                            {
+                                Parent::HttpUnproved
+                            }
+                            p => p,
+                        },
+                    }
                 };
                 let Some(conn) = self.conns.get_mut(&key) else {
                     return;
@@ -671,6 +728,34 @@ impl<T> Chains<T> {
                     conn.parents.push_back((ev.start_ns, parent));
                 }
             }
+        }
+    }
+
+    /// The downstream request an nginx upstream request of worker `thread` proxies: the
+    /// HTTP/1 request open on downstream socket `down` (its TLS plaintext if ebtop sees
+    /// that), read by that worker. nginx handles a connection's requests one at a time (a
+    /// pipelined one waits in its buffer until the last is finalised), so the one open is
+    /// the one the record's request belongs to. None open: unproved.
+    fn proxy_parent(&self, thread: Ctx, down: u64) -> Parent {
+        let tls = down | crate::event::TLS_STREAM_BIT;
+        let key = if self.conns.contains_key(&tls) {
+            tls
+        } else {
+            down
+        };
+        let open = self
+            .conns
+            .get(&key)
+            .filter(|c| c.open_on == Some(thread))
+            .and_then(|c| c.starts.back())
+            .filter(|s| self.serves(thread, s.id));
+        match open {
+            Some(s) => Parent::Proxy {
+                conn: key,
+                id: s.id,
+                trace: s.trace.clone(),
+            },
+            None => Parent::ProxyUnproved,
         }
     }
 
@@ -1031,6 +1116,16 @@ impl<T> Chains<T> {
                         self.stats.spawn_linked += u64::from(spawned);
                         self.mark_parent(conn, id);
                         (Some(id), trace)
+                    }
+                    Some(Parent::Proxy { conn, id, trace }) => {
+                        self.stats.linked += 1;
+                        self.stats.proxy_linked += 1;
+                        self.mark_parent(conn, id);
+                        (Some(id), trace)
+                    }
+                    Some(Parent::ProxyUnproved) => {
+                        self.stats.proxy_unproved += 1;
+                        (None, None)
                     }
                     Some(Parent::Ambiguous) => {
                         self.stats.ambiguous += 1;

@@ -54,6 +54,10 @@ pub enum EventKind {
     GoHttp,
 }
 
+/// `total_len` of an [`EventKind::GoHttp`] record from nginx's upstream writer
+/// (`EBTOP_NGX_UPSTREAM_WRITE`, [`Event::nginx_upstream`]).
+pub const NGX_UPSTREAM_WRITE: u64 = 6;
+
 /// What an [`EventKind::GoHttp`] record says (`enum ebtop_go_http`): goroutine `g` of the
 /// record's process ...
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -454,6 +458,19 @@ impl<'a> Event<'a> {
         }
     }
 
+    /// An nginx upstream write's record (src/bpf/ngxchain.h: `ngx_chain_writer` began, on
+    /// the record's thread): (upstream socket, downstream socket) of the request being
+    /// proxied, both socket inodes as the data records' `sock_id`. None for any other record,
+    /// or one that names no socket.
+    pub fn nginx_upstream(&self) -> Option<(u64, u64)> {
+        if self.kind != EventKind::GoHttp || self.total_len != NGX_UPSTREAM_WRITE {
+            return None;
+        }
+        let down = u64::from_le_bytes(self.payload.get(..8)?.try_into().ok()?);
+        (self.seq != 0 && down != 0 && down != self.seq && self.goroutine.is_none())
+            .then_some((self.seq, down))
+    }
+
     /// Bytes the syscall moved that are not in `payload`.
     pub fn uncaptured(&self) -> u64 {
         self.total_len.saturating_sub(self.payload.len() as u64)
@@ -580,6 +597,15 @@ impl EventBuilder {
         b
     }
 
+    /// An nginx upstream write's record (src/bpf/ngxchain.h) at `ns`: upstream socket `up`;
+    /// `build(&down.to_le_bytes())` adds the downstream socket.
+    pub fn nginx_upstream(up: u64, ns: u64) -> EventBuilder {
+        let mut b = EventBuilder::lifecycle(EventKind::GoHttp, 0).times(ns, ns);
+        b.set_u64(24, up);
+        b.set_u64(32, NGX_UPSTREAM_WRITE);
+        b
+    }
+
     /// The goroutine after a header-only record ([`EventBuilder::go_http`]).
     pub fn build_go_http(self, g: u64) -> Vec<u8> {
         let mut v = self.build(b"");
@@ -614,6 +640,23 @@ impl EventBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nginx_upstream_records_name_both_sockets() {
+        let raw = EventBuilder::nginx_upstream(31, 500)
+            .process(42, 43, "nginx")
+            .build(&11u64.to_le_bytes());
+        let ev = Event::decode(&raw).unwrap();
+        assert_eq!(ev.nginx_upstream(), Some((31, 11)));
+        assert_eq!(ev.go_http(), None, "no goroutine: no Go record");
+        assert_eq!((ev.pid, ev.tid, ev.start_ns), (42, 43, 500));
+        let none = EventBuilder::nginx_upstream(31, 500).build(&0u64.to_le_bytes());
+        assert_eq!(Event::decode(&none).unwrap().nginx_upstream(), None);
+        let short = EventBuilder::nginx_upstream(31, 500).build(&[1, 2, 3]);
+        assert_eq!(Event::decode(&short).unwrap().nginx_upstream(), None);
+        let same = EventBuilder::nginx_upstream(31, 500).build(&31u64.to_le_bytes());
+        assert_eq!(Event::decode(&same).unwrap().nginx_upstream(), None);
+    }
 
     #[test]
     fn round_trip() {

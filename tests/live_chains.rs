@@ -11,7 +11,9 @@
 //! it starts (and one they start), and another HTTP service through net/http's client: every
 //! call made while the request is open under it (goroutines, not threads; the started ones
 //! by their creation), a started goroutine's call after the response unlinked and counted;
-//! over plain HTTP and over HTTPS (crypto/tls, driven by curl). Needs root.
+//! over plain HTTP and over HTTPS (crypto/tls, driven by curl). nginx in front: its upstream
+//! calls under the downstream requests they proxy (the request paths), over HTTP/1 and
+//! HTTPS downstreams; an HTTP/2 downstream links none and counts them. Needs root.
 
 mod common;
 
@@ -499,9 +501,9 @@ fn draw(
 /// request), concurrent keep-alive clients. Each
 /// app server call is a hop under nginx's upstream call for the same request; each nginx
 /// server call under this test's call; the app's calls under the app's request (its log).
-/// nginx's upstream calls are linked to the request they proxy only while its worker has
-/// that one request open and never served two at once; else none (`ambiguous`): no call
-/// under a request it was not made for, ever.
+/// nginx's upstream calls are linked to the request they proxy, however many its worker has
+/// open at once, by nginx's upstream record (src/bpf/ngxchain.h): all of them, no call under
+/// a request it was not made for, ever; the recording replays into the same chains.
 #[test]
 fn nginx_in_front_hops_into_the_app_and_never_links_a_wrong_request() {
     require_root();
@@ -541,8 +543,11 @@ fn nginx_in_front_hops_into_the_app_and_never_links_a_wrong_request() {
     wait_for_listener("127.0.0.1", app_port, "the app");
     wait_for_listener("127.0.0.1", nginx_port, "nginx");
 
+    let recording = dir.join("chains.ebtop");
     let ebtop = Ebtop::start(&[
         "--json",
+        "-w",
+        &recording.display().to_string(),
         "--port",
         &nginx_port.to_string(),
         "--port",
@@ -628,10 +633,222 @@ fn nginx_in_front_hops_into_the_app_and_never_links_a_wrong_request() {
     assert_eq!(chains["hops"], 6 * n, "{chains}");
     assert_eq!(chains["hop_unmatched"], 0, "{chains}");
     assert_eq!(chains["hop_disproved"], 0, "{chains}");
-    // The app's calls, and nginx's upstream calls where its worker had one request open.
-    assert_eq!(chains["linked"], 4 * n + proxied_linked, "{chains}");
-    assert_eq!(chains["ambiguous"], n - proxied_linked, "{chains}");
+    // The app's calls, and every nginx upstream call by its upstream record
+    // (src/bpf/ngxchain.h), however many requests its worker had open.
     eprintln!("nginx upstream calls linked to their request: {proxied_linked} of {n}");
+    assert_eq!(proxied_linked, n, "{chains}");
+    assert_eq!(chains["proxy_linked"], n, "{chains}");
+    assert_eq!(chains["proxy_unproved"], 0, "{chains}");
+    assert_eq!(chains["linked"], 5 * n, "{chains}");
+    assert_eq!(chains["ambiguous"], 0, "{chains}");
+
+    // The recording (with nginx's upstream records) replays into the same chains.
+    let chain_of = |c: &Value| {
+        (
+            str_of(c, "resource").to_owned(),
+            c["side"].clone(),
+            c["id"].clone(),
+            c["parent_id"].clone(),
+        )
+    };
+    let mut live: Vec<_> = calls.iter().map(|c| chain_of(c)).collect();
+    let replayed = replay_json(&recording, &[]);
+    let mut replay: Vec<_> = common::calls(&replayed).into_iter().map(chain_of).collect();
+    live.sort_by_key(|k| format!("{k:?}"));
+    replay.sort_by_key(|k| format!("{k:?}"));
+    assert!(
+        live == replay,
+        "the replay's chains differ from the live run's"
+    );
+    assert_eq!(replayed.last().unwrap()["chains"]["proxy_linked"], n);
+}
+
+/// nginx with an HTTPS downstream (its plaintext from the TLS probes) proxying to an HTTP/1
+/// backend, driven by concurrent curl processes (each a keep-alive connection of several
+/// requests): every upstream call under the downstream request it proxies — the plaintext
+/// stream of the downstream socket nginx's record names — none under another.
+#[test]
+fn nginx_over_https_links_each_upstream_call_under_its_downstream_request() {
+    require_root();
+    let dir = std::env::temp_dir().join(format!("ebtop-chains-nginx-tls-{}", std::process::id()));
+    let (script, log) = app_dir(&dir);
+    let (cert, key) = self_signed_cert(&dir);
+    let (backend_port, nginx_port) = (free_tcp_port(), free_tcp_port());
+    let args = vec![
+        "0".to_owned(),
+        "0".to_owned(),
+        backend_port.to_string(),
+        log.display().to_string(),
+        "backend".to_owned(),
+    ];
+    let _backend = python(&script, &args);
+    let proxy = format!(
+        "  upstream backend {{ server 127.0.0.1:{backend_port}; keepalive 16; }}
+  server {{
+    listen 127.0.0.1:{nginx_port} ssl;
+    ssl_certificate {};
+    ssl_certificate_key {};
+    location / {{
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Connection \"\";
+    }}
+  }}",
+        cert.display(),
+        key.display()
+    );
+    let _nginx = Peer(start_nginx_with(&dir, &proxy));
+    wait_for_listener("127.0.0.1", backend_port, "the backend");
+    wait_for_listener("127.0.0.1", nginx_port, "nginx");
+    let ebtop = Ebtop::start(&[
+        "--json",
+        "--port",
+        &nginx_port.to_string(),
+        "--port",
+        &backend_port.to_string(),
+    ]);
+    let (clients, per_client) = (4, 10);
+    let curls: Vec<Child> = (0..clients)
+        .map(|c| {
+            // Each URL with its own `-o` (one connection, kept alive across them).
+            let urls: Vec<String> = (0..per_client)
+                .flat_map(|i| {
+                    let url = format!("https://127.0.0.1:{nginx_port}/tls/{c}-{i}");
+                    ["-o".to_owned(), "/dev/null".to_owned(), url]
+                })
+                .collect();
+            Command::new("curl")
+                .args(["-sk", "-w", "%{http_code}\\n"])
+                .args(&urls)
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("curl runs")
+        })
+        .collect();
+    for c in curls {
+        let out = c.wait_with_output().unwrap();
+        let codes = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            codes.lines().filter(|l| *l == "200").count(),
+            per_client,
+            "curl: {codes}"
+        );
+    }
+    let lines = ebtop.stop();
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
+    let calls = calls(&lines);
+    let n = (clients * per_client) as u64;
+    let mut wrong = Vec::new();
+    let mut linked = 0;
+    for c in 0..clients {
+        for i in 0..per_client {
+            let path = format!("/tls/{c}-{i}");
+            let of = |side: &str, port: u16| -> Vec<&Value> {
+                calls
+                    .iter()
+                    .copied()
+                    .filter(|v| on_server_port(v, side, port) && str_of(v, "resource") == path)
+                    .collect()
+            };
+            let (front, upstream) = (of("server", nginx_port), of("client", backend_port));
+            assert_eq!((front.len(), upstream.len()), (1, 1), "{path}");
+            match upstream[0]["parent_id"].as_str() {
+                Some(p) if p == str_of(front[0], "id") => linked += 1,
+                Some(p) => wrong.push(format!("{path} under {p}")),
+                None => {}
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "upstream calls under another request: {wrong:?}"
+    );
+    let chains = &summary["chains"];
+    assert_eq!(linked, n, "{chains}");
+    assert_eq!(chains["proxy_linked"], n, "{chains}");
+    assert_eq!(chains["proxy_unproved"], 0, "{chains}");
+}
+
+/// nginx with an HTTP/2 downstream (h2c, driven by h2load: many streams open at once on one
+/// connection) proxying to an HTTP/1 backend: which stream an upstream request is for is not
+/// in the downstream connection's bytes as ebtop follows them (no HTTP/1 request open there),
+/// so nginx's upstream records link nothing (`proxy_unproved`, one per request), never a
+/// wrong request; the hop from nginx's upstream call into the backend stands.
+#[test]
+fn nginx_with_an_http2_downstream_links_no_upstream_call_and_counts_them() {
+    require_root();
+    let dir = std::env::temp_dir().join(format!("ebtop-chains-nginx-h2-{}", std::process::id()));
+    let (script, log) = app_dir(&dir);
+    let (backend_port, nginx_port) = (free_tcp_port(), free_tcp_port());
+    let args = vec![
+        "0".to_owned(),
+        "0".to_owned(),
+        backend_port.to_string(),
+        log.display().to_string(),
+        "backend".to_owned(),
+    ];
+    let _backend = python(&script, &args);
+    let proxy = format!(
+        "  upstream backend {{ server 127.0.0.1:{backend_port}; keepalive 16; }}
+  server {{
+    listen 127.0.0.1:{nginx_port} http2;
+    location / {{
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Connection \"\";
+    }}
+  }}"
+    );
+    let _nginx = Peer(start_nginx_with(&dir, &proxy));
+    wait_for_listener("127.0.0.1", backend_port, "the backend");
+    wait_for_listener("127.0.0.1", nginx_port, "nginx");
+    let ebtop = Ebtop::start(&[
+        "--json",
+        "--port",
+        &nginx_port.to_string(),
+        "--port",
+        &backend_port.to_string(),
+    ]);
+    let n: u64 = 60;
+    let out = Command::new("h2load")
+        .args(["-n", &n.to_string(), "-c", "2", "-m", "8"])
+        .arg(format!("http://127.0.0.1:{nginx_port}/h2"))
+        .output()
+        .expect("h2load runs (nghttp2-client)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("{n} succeeded")),
+        "h2load: every request succeeded: {text}"
+    );
+    let lines = ebtop.stop();
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["kernel"]["lost"], 0, "{summary}");
+    let upstream: Vec<&Value> = calls(&lines)
+        .into_iter()
+        .filter(|c| on_server_port(c, "client", backend_port))
+        .collect();
+    assert_eq!(upstream.len() as u64, n, "nginx's upstream calls");
+    let unlinked = upstream.iter().filter(|c| c["parent_id"].is_null()).count();
+    assert_eq!(
+        unlinked as u64, n,
+        "no upstream call under a downstream request"
+    );
+    let chains = &summary["chains"];
+    assert_eq!(chains["proxy_unproved"], n, "{chains}");
+    assert_eq!(chains["proxy_linked"], 0, "{chains}");
+    assert_eq!(chains["linked"], 0, "{chains}");
+    // Each backend server call under nginx's upstream call that reached it.
+    let backend_hops = calls(&lines)
+        .into_iter()
+        .filter(|c| on_server_port(c, "server", backend_port))
+        .filter(|c| {
+            upstream
+                .iter()
+                .any(|u| u["id"] == c["parent_id"] && !u["id"].is_null())
+        })
+        .count();
+    assert_eq!(backend_hops as u64, n, "{chains}");
 }
 
 /// The Go toolchain: `go` on PATH, else where Go's tarball or Debian puts it.

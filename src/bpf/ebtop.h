@@ -56,6 +56,10 @@ enum ebtop_go_http {
 			     * goroutine whose g is in seq (src/bpf/gospawn.h) */
 	EBTOP_GO_NEW_G = 5, /* the g in seq (and after the record) was made a new goroutine
 			     * whose creator is not known: it inherits nothing */
+	/* nginx's ngx_chain_writer began (ngxchain.h): no goroutine; `seq` the upstream socket's
+	 * inode, `fd` its fd, the 8 payload bytes the downstream socket's inode (of the request
+	 * being proxied) */
+	EBTOP_NGX_UPSTREAM_WRITE = 6,
 };
 
 enum ebtop_direction {

@@ -813,5 +813,6 @@ int tls_go_handshake_return(struct pt_regs *ctx)
 
 /* The Go net/http client probes (call chains) are attached with Go programs' TLS probes. */
 #include "gohttp.h"
+#include "ngxchain.h"
 
 #endif

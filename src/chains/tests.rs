@@ -108,6 +108,23 @@ impl Sim {
         self.chains.on_record(&ev);
     }
 
+    /// An nginx upstream write's record (src/bpf/ngxchain.h) of thread `tid` of `pid`:
+    /// upstream socket `up`, downstream socket `down`.
+    fn ngx(&mut self, pid: u32, tid: u32, up: u64, down: u64) {
+        self.now += 10_000;
+        let raw = crate::event::EventBuilder::nginx_upstream(up, self.now)
+            .process(pid, tid, "nginx")
+            .build(&down.to_le_bytes());
+        let ev = Event::decode(&raw).expect("decodes");
+        let mut calls = Vec::new();
+        assert_eq!(
+            self.tracker.handle(&ev, &mut calls),
+            crate::conntrack::Verdict::Selected
+        );
+        assert!(calls.is_empty());
+        self.chains.on_record(&ev);
+    }
+
     fn finish(&mut self) {
         let mut released = Vec::new();
         self.chains.release_all(&mut released);
@@ -1211,4 +1228,114 @@ fn h2_frame(ty: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     f.extend_from_slice(&stream.to_be_bytes());
     f.extend_from_slice(payload);
     f
+}
+
+const NGINX: u32 = 400;
+/// nginx's upstream sockets (to the app: its side of K1/K2 as seen from nginx).
+const U1: (u64, u16, u16) = (51, 40001, 8080);
+const U2: (u64, u16, u16) = (52, 40002, 8080);
+/// nginx's downstream sockets (clients → nginx on port 80).
+const D1: (u64, u16, u16) = (61, 80, 30001);
+const D2: (u64, u16, u16) = (62, 80, 30002);
+
+/// nginx's worker serves two downstream requests at once (an event loop: its thread says
+/// nothing) and proxies each: its upstream record says which downstream socket each upstream
+/// request is for, and each upstream call goes under its own downstream request, whatever
+/// the order; a later write of the same request keeps its parent.
+#[test]
+fn nginx_upstream_requests_go_under_the_downstream_request_they_proxy() {
+    let mut s = Sim::new();
+    s.io(NGINX, 5, D1, IN, &get("/one", ""));
+    s.io(NGINX, 5, D2, IN, &get("/two", ""));
+    s.ngx(NGINX, 5, U2.0, D2.0);
+    s.io(NGINX, 5, U2, OUT, &get("/two", ""));
+    s.ngx(NGINX, 5, U1.0, D1.0);
+    s.io(NGINX, 5, U1, OUT, b"GET /one HTTP/1.1\r\n");
+    // The rest of /one's head, in a write of its own (after an EAGAIN, say).
+    s.ngx(NGINX, 5, U1.0, D1.0);
+    s.io(NGINX, 5, U1, OUT, b"Host: app\r\n\r\n");
+    s.io(NGINX, 5, U2, IN, OK);
+    s.io(NGINX, 5, D2, OUT, OK);
+    s.io(NGINX, 5, U1, IN, OK);
+    s.io(NGINX, 5, D1, OUT, OK);
+    // Keep-alive: the next request on D1, proxied on U2 (an idle upstream connection).
+    s.io(NGINX, 5, D1, IN, &get("/three", ""));
+    s.ngx(NGINX, 5, U2.0, D1.0);
+    s.io(NGINX, 5, U2, OUT, &get("/three", ""));
+    s.io(NGINX, 5, U2, IN, OK);
+    s.io(NGINX, 5, D1, OUT, OK);
+    s.finish();
+    for path in ["/one", "/two", "/three"] {
+        let down = s.one(Side::Server, "GET", path);
+        let up = s.one(Side::Client, "GET", path);
+        assert_eq!(up.parent_id, Some(down.id), "{path}");
+    }
+    assert_eq!(s.chains.stats.proxy_linked, 3);
+    assert_eq!(s.chains.stats.linked, 3);
+    assert_eq!(s.chains.stats.ambiguous, 0);
+    assert_eq!(s.chains.stats.unconfirmed, 0);
+}
+
+/// Never a wrong link: a record whose downstream socket has no request open (its response
+/// began; an HTTP/2 downstream carries no HTTP/1 request line), a record another write took
+/// first, and a record older than the upstream's last read link nothing.
+#[test]
+fn nginx_upstream_requests_without_a_proved_downstream_request_link_nothing() {
+    let mut s = Sim::new();
+    // The downstream request's response began before the upstream write.
+    s.io(NGINX, 5, D1, IN, &get("/a", ""));
+    s.io(NGINX, 5, D1, OUT, OK);
+    s.ngx(NGINX, 5, U1.0, D1.0);
+    s.io(NGINX, 5, U1, OUT, &get("/a-late", ""));
+    s.io(NGINX, 5, U1, IN, OK);
+    // An HTTP/2 downstream: its preface and frames start no HTTP/1 request.
+    s.io(NGINX, 5, D2, IN, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+    s.ngx(NGINX, 5, U2.0, D2.0);
+    s.io(NGINX, 5, U2, OUT, &get("/h2", ""));
+    s.io(NGINX, 5, U2, IN, OK);
+    // A record whose write another write came before (its own record lost): the thread's
+    // next write takes it, and the write on the upstream after has none.
+    s.io(NGINX, 5, D1, IN, &get("/b", ""));
+    s.ngx(NGINX, 5, U1.0, D1.0);
+    s.io(NGINX, 5, D2, OUT, b"\x00\x00\x00\x04\x01\x00\x00\x00\x00");
+    s.io(NGINX, 5, U1, OUT, &get("/b-unrecorded", ""));
+    s.io(NGINX, 5, U1, IN, OK);
+    s.io(NGINX, 5, D1, OUT, OK);
+    s.finish();
+    assert_eq!(s.one(Side::Client, "GET", "/a-late").parent_id, None);
+    assert_eq!(s.one(Side::Client, "GET", "/h2").parent_id, None);
+    // The worker had one request open: its thread alone links it (as without the probe).
+    let b = s.one(Side::Server, "GET", "/b").id;
+    assert_eq!(
+        s.one(Side::Client, "GET", "/b-unrecorded").parent_id,
+        Some(b)
+    );
+    assert_eq!(s.chains.stats.proxy_unproved, 2);
+    assert_eq!(s.chains.stats.proxy_linked, 0);
+}
+
+/// A record older than the upstream connection's last read (the record of an earlier
+/// request whose write record was lost) is not the next request's.
+#[test]
+fn an_nginx_record_older_than_the_upstreams_last_read_is_unproved() {
+    let mut s = Sim::new();
+    s.io(NGINX, 5, D1, IN, &get("/x", ""));
+    s.io(NGINX, 5, D2, IN, &get("/y", ""));
+    s.ngx(NGINX, 5, U1.0, D1.0);
+    // /x's write record lost; its response read on U1; then /y on U1 with its record lost
+    // and the thread's pending record still /x's.
+    s.io(
+        NGINX,
+        6,
+        U1,
+        IN,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+    );
+    s.io(NGINX, 5, U1, OUT, &get("/y", ""));
+    s.io(NGINX, 5, U1, IN, OK);
+    s.io(NGINX, 5, D2, OUT, OK);
+    s.finish();
+    assert_eq!(s.one(Side::Client, "GET", "/y").parent_id, None);
+    assert_eq!(s.chains.stats.proxy_unproved, 1);
+    assert_eq!(s.chains.stats.linked, 0);
 }

@@ -55,7 +55,11 @@ pub const MAJOR: u16 = 1;
 /// 14: a kind 1 record of event kind 5 (`EBTOP_EV_GO_HTTP`) may say probe 4 (`EBTOP_GO_SPAWN`:
 /// a goroutine's creation, the child's g in `seq`) or 5 (`EBTOP_GO_NEW_G`) in `total_len`: an
 /// older reader ignores them (a probe it does not know) and links no started goroutine's call.
-pub const MINOR: u16 = 14;
+/// 15: a kind 1 record of event kind 5 may say probe 6 (`EBTOP_NGX_UPSTREAM_WRITE`: nginx's
+/// `ngx_chain_writer` began, src/bpf/ngxchain.h; no goroutine, `seq` the upstream socket, 8
+/// payload bytes the downstream socket): an older reader ignores it (a probe it does not
+/// know) and links nginx's upstream calls by thread alone, as before.
+pub const MINOR: u16 = 15;
 pub const FILE_HEADER_LEN: usize = 16;
 pub const FRAME_HEADER_LEN: usize = 16;
 /// Largest frame a reader accepts (a corrupt length must not allocate gigabytes).

@@ -415,7 +415,8 @@ pub fn system_libraries() -> Vec<Target> {
 const MAX_MAPS_BYTES: u64 = 16 << 20;
 
 /// What a process maps that may hold OpenSSL: its `libssl.so*` libraries, or else its
-/// executable (a program that links OpenSSL statically maps no libssl). The libraries are
+/// executable (a program that links OpenSSL statically maps no libssl); with nginx's
+/// upstream probe wanted (the call chains), the executable in any case. The libraries are
 /// found inside the process's root (a container's files are the container's) following no
 /// link ([`FoundFile::in_root`]); `skipped` gets those that could not be, with why.
 pub fn process_candidates(pid: u32, skipped: &mut Vec<(String, Skip)>) -> Vec<Target> {
@@ -455,6 +456,11 @@ pub fn process_candidates(pid: u32, skipped: &mut Vec<(String, Skip)>) -> Vec<Ta
                 Err(_) if p.ends_with(" (deleted)") => {}
                 Err(why) => skipped.push((format!("{p} (pid {pid})"), why)),
             }
+        }
+        // nginx maps libssl and exports its upstream writer (src/tls/nginx.rs): its
+        // executable too, for the call chains.
+        if super::nginx::wanted() {
+            out.extend(target_of(crate::procfs::pid_path(pid, "exe"), false));
         }
         return out;
     }

@@ -29,6 +29,8 @@ pub(super) enum Plan {
     Go(GoSites),
     /// A Go program whose crypto/tls could not be located: the reason.
     GoFailed(String),
+    /// No TLS library: only nginx's upstream writes ([`Found::nginx`]).
+    NginxOnly,
 }
 
 /// A file to probe, held open (its `target.path` is `/proc/self/fd/N` of `held`): a process
@@ -42,6 +44,8 @@ pub(super) struct Found {
     /// How the file is named in messages: its path (and the process).
     pub name: String,
     pub plan: Plan,
+    /// nginx's `ngx_chain_writer`, for the call chains (src/tls/nginx.rs).
+    pub nginx: Option<super::discover::FunctionSite>,
 }
 
 enum Job {
@@ -648,29 +652,44 @@ impl Scout {
         name: String,
         file: UntrustedFile,
     ) -> Opened {
+        let nginx;
         let plan = match Elf::parse(&file) {
             Ok(None) => return Opened::Nothing,
             Err(why) => {
                 self.skips.note(&name, &why);
                 return Opened::Nothing;
             }
-            Ok(Some(elf)) => match discover::ssl_sites_of(&elf, !self.public_only) {
-                Ok(Some(sites)) => Plan::Ssl(sites),
-                Err(why) => {
-                    self.skips.note(&name, &why);
-                    return Opened::Nothing;
-                }
-                Ok(None) if target.shared => return Opened::Nothing,
-                Ok(None) => match golang::sites_of_elf(&elf) {
-                    Ok(None) => return Opened::Nothing,
-                    Ok(Some(sites)) => Plan::Go(sites),
-                    Err(golang::GoError::Skipped(why)) => {
-                        self.skips.note(&name, &Skip(why));
+            Ok(Some(elf)) => {
+                // nginx's upstream writes (an executable's own, for the call chains).
+                nginx = match (!target.shared && super::nginx::wanted())
+                    .then(|| super::nginx::chain_writer_site(&elf))
+                {
+                    Some(Ok(site)) => site,
+                    Some(Err(why)) => {
+                        self.skips.note(&name, &why);
                         return Opened::Nothing;
                     }
-                    Err(e) => Plan::GoFailed(e.to_string()),
-                },
-            },
+                    None => None,
+                };
+                match discover::ssl_sites_of(&elf, !self.public_only) {
+                    Ok(Some(sites)) => Plan::Ssl(sites),
+                    Err(why) => {
+                        self.skips.note(&name, &why);
+                        return Opened::Nothing;
+                    }
+                    Ok(None) if target.shared => return Opened::Nothing,
+                    Ok(None) => match golang::sites_of_elf(&elf) {
+                        Ok(None) if nginx.is_some() => Plan::NginxOnly,
+                        Ok(None) => return Opened::Nothing,
+                        Ok(Some(sites)) => Plan::Go(sites),
+                        Err(golang::GoError::Skipped(why)) => {
+                            self.skips.note(&name, &Skip(why));
+                            return Opened::Nothing;
+                        }
+                        Err(e) => Plan::GoFailed(e.to_string()),
+                    },
+                }
+            }
         };
         let opened = Target {
             path: file.fd_path(),
@@ -685,6 +704,7 @@ impl Scout {
             pid: pid.map_or(-1, |p| p as i32),
             name,
             plan,
+            nginx,
         }))
     }
 }

@@ -19,6 +19,7 @@ pub mod elf;
 pub mod elf_fuzzing;
 pub mod golang;
 pub mod lookout;
+pub mod nginx;
 pub mod untrusted;
 
 use std::collections::BTreeMap;
@@ -383,6 +384,7 @@ fn attach_found(progs: &TlsPrograms, found: Found) -> Probed {
         pid,
         name,
         plan,
+        nginx,
     } = found;
     let result = match &plan {
         Plan::Ssl(sites) => attach(progs, &target, pid, sites).map(|(links, internal)| {
@@ -434,6 +436,27 @@ fn attach_found(progs: &TlsPrograms, found: Found) -> Probed {
             (links, label)
         }),
         Plan::GoFailed(e) => Err(anyhow::anyhow!("{e}")),
+        Plan::NginxOnly => Ok((Vec::new(), "nginx")),
+    };
+    // nginx's upstream writes, for the call chains: apart (their failure leaves TLS on).
+    let result = match (result, nginx) {
+        (Ok((mut links, label)), Some(site)) => match attach_nginx(progs, &target, pid, site) {
+            Ok(more) => {
+                links.extend(more);
+                let label = match label {
+                    "internal" => "internal+nginx",
+                    "public" => "public+nginx",
+                    other => other,
+                };
+                Ok((links, label))
+            }
+            Err(e) if label == "nginx" => Err(e),
+            Err(e) => {
+                crate::diag!("ebtop: nginx upstream probe not placed on {name}: {e:#}");
+                Ok((links, label))
+            }
+        },
+        (result, _) => result,
     };
     // The file stays open until its probes are placed (the path is its descriptor).
     drop(held);
@@ -531,6 +554,21 @@ fn attach_go(
     let mut links = returns.place(pid, &target.path)?;
     links.extend(entries.place(pid, &target.path)?);
     Ok(links)
+}
+
+/// The entry probe on nginx's `ngx_chain_writer` (src/bpf/ngxchain.h).
+fn attach_nginx(
+    progs: &TlsPrograms,
+    target: &Target,
+    pid: i32,
+    site: discover::FunctionSite,
+) -> anyhow::Result<Vec<libbpf_rs::Link>> {
+    use anyhow::Context;
+    let prog = program(progs, "ngx_chain_writer_enter")
+        .context("the nginx upstream program is missing")?;
+    let mut probes = Probes::default();
+    probes.add(prog, false, usize::try_from(site.offset)?, site.stepped);
+    probes.place(pid, &target.path)
 }
 
 /// Whether Go programs' net/http client is probed: for the call chains, when they are on;
