@@ -166,6 +166,13 @@ fn wrapped_call(addr: u64, code: &[u8]) -> Option<u64> {
     call_target(call_at, rel)
 }
 
+/// Whether nginx's upstream writes are probed (src/tls/nginx.rs): for the call chains, when
+/// they are on; `EBTOP_NGINX=0` leaves them out (for measuring what the probe costs:
+/// docs/performance.md).
+pub fn nginx_wanted() -> bool {
+    crate::pipeline::chains_enabled() && std::env::var_os("EBTOP_NGINX").is_none_or(|v| v != "0")
+}
+
 /// Whether x86-64 uprobes emulate the instruction `code` begins with (arch/x86/kernel/
 /// uprobes.c: push of a register, call and jmp with a displacement, conditional jumps, nop).
 pub fn first_instruction_emulated(code: &[u8]) -> bool {
@@ -459,7 +466,7 @@ pub fn process_candidates(pid: u32, skipped: &mut Vec<(String, Skip)>) -> Vec<Ta
         }
         // nginx maps libssl and exports its upstream writer (src/tls/nginx.rs): its
         // executable too, for the call chains.
-        if super::nginx::wanted() {
+        if nginx_wanted() {
             out.extend(target_of(crate::procfs::pid_path(pid, "exe"), false));
         }
         return out;

@@ -661,7 +661,7 @@ impl Scout {
             }
             Ok(Some(elf)) => {
                 // nginx's upstream writes (an executable's own, for the call chains).
-                nginx = match (!target.shared && super::nginx::wanted())
+                nginx = match (!target.shared && super::discover::nginx_wanted())
                     .then(|| super::nginx::chain_writer_site(&elf))
                 {
                     Some(Ok(site)) => site,

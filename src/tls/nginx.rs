@@ -12,12 +12,6 @@ pub const CHAIN_WRITER: &str = "ngx_chain_writer";
 /// Defined by nginx's HTTP upstream only: the file is an nginx with HTTP proxying.
 pub const UPSTREAM_INIT: &str = "ngx_http_upstream_init";
 
-/// Whether nginx's upstream writes are probed: for the call chains, when they are on;
-/// `EBTOP_NGINX=0` leaves them out (for measuring what the probe costs: docs/performance.md).
-pub fn wanted() -> bool {
-    crate::pipeline::chains_enabled() && std::env::var_os("EBTOP_NGINX").is_none_or(|v| v != "0")
-}
-
 /// `ngx_chain_writer`'s file offset and whether the kernel single-steps its first
 /// instruction; None unless the file defines both functions (or the site is outside the
 /// file). The probe reads LP64 offsets (x86-64, arm64); off x86-64 the site counts as
