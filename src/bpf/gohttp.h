@@ -20,38 +20,50 @@
 #ifndef EBTOP_GOHTTP_H
 #define EBTOP_GOHTTP_H
 
-struct go_http_rec {
+/* A probe's record (EBTOP_EV_GO_HTTP): the header and 8 bytes after it. */
+struct probe_note_rec {
 	struct ebtop_event ev;
-	__u64 g;
+	__u64 extra;
 };
 
-/* One header-only record: probe `what`, object `pc` (in seq), goroutine `g` after it. */
-static __always_inline void go_http_emit(__u64 id, __u64 what, __u64 pc, __u64 g)
+/*
+ * One probe record: probe `what` (in total_len), object `seq`, `fd`, and 8 bytes after the
+ * header — the goroutine (`flags` EBTOP_F_GOROUTINE, `cap_len` 0) or a payload (`cap_len` 8,
+ * ngxchain.h). On the first ring, in the records' clock.
+ */
+static __always_inline void probe_note_emit(__u64 id, __u64 what, __u64 seq, __s32 fd,
+					    __u16 flags, __u32 cap_len, __u64 extra)
 {
-	__u32 tgid = id >> 32;
-	struct go_http_rec r = {};
+	struct probe_note_rec r = {};
 	__u64 now = bpf_ktime_get_ns();
 	r.ev.start_ns = now;
 	r.ev.end_ns = now;
-	r.ev.seq = pc;
+	r.ev.seq = seq;
 	r.ev.total_len = what;
-	r.ev.pid = tgid;
+	r.ev.cap_len = cap_len;
+	r.ev.pid = id >> 32;
 	r.ev.tid = (__u32)id;
-	r.ev.fd = -1;
+	r.ev.fd = fd;
 	r.ev.kind = EBTOP_EV_GO_HTTP;
 	r.ev.syscall = EBTOP_SC_OTHER;
 	r.ev.family = AF_INET;
 	r.ev.sock_type = SOCK_STREAM;
-	r.ev.flags = EBTOP_F_GOROUTINE;
+	r.ev.flags = flags;
 	current_comm(r.ev.comm);
-	r.g = g;
+	r.extra = extra;
 	__u32 cpu = bpf_get_smp_processor_id();
 	struct scratch *s = bpf_map_lookup_elem(&scratch_buf, &cpu);
-	__u64 flags = s ? ring_flags_for(s, 0, sizeof(r)) : BPF_RB_NO_WAKEUP;
-	if (ring_output(0, &r, sizeof(r), flags))
+	__u64 wake = s ? ring_flags_for(s, 0, sizeof(r)) : BPF_RB_NO_WAKEUP;
+	if (ring_output(0, &r, sizeof(r), wake))
 		count(EBTOP_CNT_LOST, 1);
 	else
 		count(EBTOP_CNT_EVENTS, 1);
+}
+
+/* One header-only record: probe `what`, object `pc` (in seq), goroutine `g` after it. */
+static __always_inline void go_http_emit(__u64 id, __u64 what, __u64 pc, __u64 g)
+{
+	probe_note_emit(id, what, pc, -1, EBTOP_F_GOROUTINE, 0, g);
 }
 
 static __always_inline int go_http_note(struct pt_regs *ctx, __u64 what, __u64 pc)

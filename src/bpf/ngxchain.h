@@ -17,7 +17,8 @@
  * goes: the request's signature, both fds sockets of this process, inet, SOCK_STREAM. Else
  * no record. The record: header-only EBTOP_EV_GO_HTTP of `what` EBTOP_NGX_UPSTREAM_WRITE,
  * `seq` the upstream socket's inode, `fd` its fd, and 8 bytes of payload: the downstream
- * socket's inode (the sock_id of both sockets' data records). Include after tls.h.
+ * socket's inode (the sock_id of both sockets' data records): gohttp.h's probe_note_emit.
+ * Include after tls.h and gohttp.h.
  */
 #ifndef EBTOP_NGXCHAIN_H
 #define EBTOP_NGXCHAIN_H
@@ -45,11 +46,6 @@ struct ngx_req_head {
 };
 _Static_assert(__builtin_offsetof(struct ngx_req_head, connection) == NGX_REQUEST_CONNECTION,
 	       "connection");
-
-struct ngx_upstream_rec {
-	struct ebtop_event ev;
-	__u64 down;
-};
 
 /* The inode of the current task's `fd` if it is an inet stream socket, else 0. */
 static __always_inline __u64 ngx_tcp_socket(int fd)
@@ -105,29 +101,7 @@ int ngx_chain_writer_enter(struct pt_regs *ctx)
 	if (!down)
 		return 0;
 
-	struct ngx_upstream_rec r = {};
-	__u64 now = bpf_ktime_get_ns();
-	r.ev.start_ns = now;
-	r.ev.end_ns = now;
-	r.ev.seq = up;
-	r.ev.total_len = EBTOP_NGX_UPSTREAM_WRITE;
-	r.ev.cap_len = sizeof(r.down);
-	r.ev.pid = tgid;
-	r.ev.tid = (__u32)id;
-	r.ev.fd = up_fd;
-	r.ev.kind = EBTOP_EV_GO_HTTP;
-	r.ev.syscall = EBTOP_SC_OTHER;
-	r.ev.family = AF_INET;
-	r.ev.sock_type = SOCK_STREAM;
-	current_comm(r.ev.comm);
-	r.down = down;
-	__u32 cpu = bpf_get_smp_processor_id();
-	struct scratch *s = bpf_map_lookup_elem(&scratch_buf, &cpu);
-	__u64 flags = s ? ring_flags_for(s, 0, sizeof(r)) : BPF_RB_NO_WAKEUP;
-	if (ring_output(0, &r, sizeof(r), flags))
-		count(EBTOP_CNT_LOST, 1);
-	else
-		count(EBTOP_CNT_EVENTS, 1);
+	probe_note_emit(id, EBTOP_NGX_UPSTREAM_WRITE, up, up_fd, 0, sizeof(down), down);
 	return 0;
 }
 
