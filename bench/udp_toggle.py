@@ -8,8 +8,12 @@ Per cycle one window per mode in a rotating order, each paired with a window of 
 cycle without ebtop: examples/udp_flood (release) sends 64-byte datagrams on loopback from
 unconnected sockets as fast as it goes for the window. A mode is `on` (ebtop --json, the
 flow table and the capture loaded, as by default), `on@other` (the same with
---other-binary: an A/B of two builds in one run), `noflows` (`--only call`: no flow table)
-or `cut:STAGE` (a bench-cuts build's EBTOP_BENCH_CUT). Reports datagrams/s and the median
+--other-binary: an A/B of two builds in one run), `noflows` (`--only call`: no flow table),
+`cut:STAGE` (a bench-cuts build's EBTOP_BENCH_CUT) or `nopeerhooks` (a bench-cuts build
+without the flow table's cgroup hooks that stash unconnected UDP peers); parts join with `+`
+(`cut:hook+noflows`: the two length tracepoints' programs returning at entry, nothing else
+per datagram — the floor of tracing sends at all; `cut:unhooked+noflows`: ebtop running
+without them, the floor below that). Reports datagrams/s and the median
 of each mode's paired ratios; with --stats one more window per mode with BPF statistics on
 and `--overhead-programs`: each program's ns per run and runs per datagram. Writes
 bench/udp-toggle-results.json with the host's load average.
@@ -51,12 +55,15 @@ def start(mode, extra=()):
     binary, args, env = a.binary, ["--json"], dict(os.environ)
     if mode.endswith("@other"):
         binary, mode = a.other_binary, mode[: -len("@other")]
-    if mode == "noflows":
-        args += ["--only", "call"]
-    elif mode.startswith("cut:"):
-        env["EBTOP_BENCH_CUT"] = mode[4:]
-    elif mode != "on":
-        sys.exit(f"unknown mode {mode}")
+    for part in mode.split("+"):
+        if part == "noflows":
+            args += ["--only", "call"]
+        elif part.startswith("cut:"):
+            env["EBTOP_BENCH_CUT"] = part[4:]
+        elif part == "nopeerhooks":
+            env["EBTOP_BENCH_NO_PEER_HOOKS"] = "1"
+        elif part != "on":
+            sys.exit(f"unknown mode {mode}")
     out = open(f"/tmp/udp_toggle.{os.getpid()}.jsonl", "w+")
     p = subprocess.Popen([binary, *args, *extra], stdout=out, stderr=subprocess.DEVNULL, env=env)
     deadline = time.time() + 20

@@ -9,8 +9,12 @@
 /// payload and header are made (nothing reaches the ring), `read` after the ring (user space
 /// reads each record and drops it). `read-cpu` is `read` with each record in the ring of the CPU
 /// that made it rather than of its socket (with `--threads` > 1: what sharing rings between CPUs
-/// costs; order is not kept, so records can only be dropped).
-const CUTS: [&str; 6] = ["hook", "state", "select", "copy", "read", "read-cpu"];
+/// costs; order is not kept, so records can only be dropped). `unhooked` leaves the send and
+/// receive length programs unattached: ebtop's presence without them (its threads, its other
+/// probes), the floor below `hook`.
+const CUTS: [&str; 7] = [
+    "hook", "state", "select", "copy", "read", "read-cpu", "unhooked",
+];
 
 /// The stage named by `EBTOP_BENCH_CUT` (its index in [`CUTS`]), read and reported once.
 fn cut() -> Option<usize> {
@@ -42,5 +46,25 @@ pub fn kernel_cut() -> u32 {
 
 /// Whether user space drops each record as it is read (`read`, `read-cpu`).
 pub fn drops_records() -> bool {
-    cut().is_some_and(|i| i >= 4)
+    cut().is_some_and(|i| i == 4 || i == 5)
+}
+
+/// Whether the capture's send and receive length programs are left unattached (`unhooked`).
+pub fn length_hooks_left_out() -> bool {
+    cut() == Some(6)
+}
+
+/// Whether the flow table's cgroup sendmsg/recvmsg hooks are left unattached
+/// (`EBTOP_BENCH_NO_PEER_HOOKS` set): unconnected UDP peers are then unknown.
+pub fn no_peer_hooks() -> bool {
+    static NO: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *NO.get_or_init(|| {
+        let no = std::env::var_os("EBTOP_BENCH_NO_PEER_HOOKS").is_some();
+        if no {
+            eprintln!(
+                "ebtop: benchmark build: UDP peer hooks left out (EBTOP_BENCH_NO_PEER_HOOKS)"
+            );
+        }
+        no
+    })
 }

@@ -476,6 +476,9 @@ fn attach_capture(object: &mut libbpf_rs::Object) -> Result<Vec<libbpf_rs::Link>
             continue;
         }
         if section.starts_with("tp_btf/") {
+            if section.starts_with("tp_btf/sock_") && super::bench_length_hooks_left_out() {
+                continue;
+            }
             links.push(
                 prog.attach()
                     .map_err(|e| anyhow!("attaching probe {name} to {section} failed: {e}"))?,

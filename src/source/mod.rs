@@ -17,3 +17,22 @@ pub(crate) fn bench_drops_records() -> bool {
     #[cfg(not(feature = "bench-cuts"))]
     false
 }
+
+/// Whether a benchmark build leaves the capture's length programs unattached (the cut
+/// `unhooked`); never in a normal build.
+pub(crate) fn bench_length_hooks_left_out() -> bool {
+    #[cfg(feature = "bench-cuts")]
+    return bench_cuts::length_hooks_left_out();
+    #[cfg(not(feature = "bench-cuts"))]
+    false
+}
+
+/// Whether a benchmark build leaves out the flow table's cgroup hooks that stash an
+/// unconnected UDP socket's peer (`EBTOP_BENCH_NO_PEER_HOOKS`: bench/udp_toggle.py's
+/// `nopeerhooks`, what the kernel's socket lock around them costs); never in a normal build.
+pub(crate) fn bench_no_peer_hooks() -> bool {
+    #[cfg(feature = "bench-cuts")]
+    return bench_cuts::no_peer_hooks();
+    #[cfg(not(feature = "bench-cuts"))]
+    false
+}

@@ -587,7 +587,7 @@ impl FlowCollector {
                     prog.attach()
                         .map_err(|e| anyhow!("attaching {name} to {section} failed: {e}"))?,
                 );
-            } else if section.starts_with("cgroup/") {
+            } else if section.starts_with("cgroup/") && !crate::source::bench_no_peer_hooks() {
                 // Optional: without them, peers of unconnected UDP sockets are unknown.
                 if let Some(cg) = &cgroup {
                     use std::os::fd::AsRawFd;
