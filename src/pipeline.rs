@@ -2338,12 +2338,16 @@ mod tests {
                 .unwrap(),
         )
         .unwrap();
-        assert_eq!(end["l7"], "http", "the exchange was applied before the interval's end");
+        assert_eq!(
+            end["l7"], "http",
+            "the exchange was applied before the interval's end"
+        );
 
         let mut replayed = Vec::new();
         let mut reader = crate::record::reader::open(&path).unwrap();
         let mut p = json_pipeline(&mut replayed);
-        p.start(&crate::driver::replay::replay_meta(&reader)).unwrap();
+        p.start(&crate::driver::replay::replay_meta(&reader))
+            .unwrap();
         let stop = std::sync::atomic::AtomicBool::new(false);
         let end = crate::driver::replay::run(&mut reader, &mut p, &stop).unwrap();
         drop(p.finish(&end.kernel, end.duration_ns).unwrap());
