@@ -150,6 +150,14 @@ pub fn debug_interval_stall() -> std::time::Duration {
     debug_ms("EBTOP_DEBUG_INTERVAL_STALL_MS")
 }
 
+/// Debug builds only: `EBTOP_DEBUG_FEED_LAG_MS=<ms>` has each tracking thread that reads a
+/// ring of its own (live, `--threads` > 1) hold the records a read found that long before it
+/// sends them on: the lag of threads a busy host starves, under which an interval's flow
+/// report reaches the pipeline before the records of calls made before it.
+pub fn debug_feed_lag() -> std::time::Duration {
+    debug_ms("EBTOP_DEBUG_FEED_LAG_MS")
+}
+
 fn debug_ms(var: &str) -> std::time::Duration {
     if !cfg!(debug_assertions) {
         return std::time::Duration::ZERO;

@@ -225,6 +225,15 @@ pub fn chains_enabled() -> bool {
     std::env::var_os("EBTOP_CHAINS").is_none_or(|v| v != "0")
 }
 
+/// Names `flows` by the protocol of the calls seen on them (`l7_seen`), as they are recorded
+/// and handed to the sink; ended connections are forgotten.
+fn name_flows(l7_seen: &mut crate::flows::L7Seen, flows: &mut crate::flows::FlowReport) {
+    flows.tag_l7(l7_seen);
+    for f in &flows.ends {
+        l7_seen.remove(&(f.local, f.peer));
+    }
+}
+
 /// Whether a record passes the user-space filters (live: the kernel applied them already).
 fn passes(f: &Filters, ev: &Event) -> bool {
     // A Go net/http client probe's record has no socket: its process decides (the calls it
@@ -708,19 +717,17 @@ impl<S: Sink> Pipeline<S> {
     /// interval's end (`on_interval`) it is handed to the sink with the interval; a part of
     /// the same report that comes after it goes to the sink at once (`Sink::flow_part`), so a
     /// report of 200,000 flows is never held whole. (`finish` reports one still pending.)
-    /// Recorded as it is handed to the sink (after the filters), so a replay shows the same.
+    /// Recorded as it is handed to the sink (after the filters), and named (`l7`) by the
+    /// calls of the records recorded before it, so a replay shows the same.
     pub fn set_flows(&mut self, mut flows: crate::flows::FlowReport) -> io::Result<()> {
         // Recorded after every record delivered before it, as the serial pipeline does.
         self.apply_steps(Apply::All)?;
         if !self.down.filters.is_empty() {
             flows.retain_selected(&self.down.filters);
         }
-        flows.tag_l7(&self.down.l7_seen);
-        for f in &flows.ends {
-            self.down.l7_seen.remove(&(f.local, f.peer));
-        }
         if let Some(mono_ns) = self.down.flows_following {
             if flows.mono_ns == mono_ns {
+                name_flows(&mut self.down.l7_seen, &mut flows);
                 if let Some(rec) = &mut self.down.recorder {
                     rec.flows_later(&flows);
                 }
@@ -740,8 +747,15 @@ impl<S: Sink> Pipeline<S> {
             Some(earlier) if earlier.more && earlier.mono_ns == flows.mono_ns => {
                 earlier.append_part(flows)
             }
-            // Else an earlier report whose interval never came (a lost frame) is replaced.
-            _ => self.down.pending_flows = Some(flows),
+            // Else an earlier report whose interval never came (a lost frame) is replaced
+            // (its ended connections forgotten, as if it had been named).
+            _ => {
+                if let Some(lost) = self.down.pending_flows.replace(flows) {
+                    for f in &lost.ends {
+                        self.down.l7_seen.remove(&(f.local, f.peer));
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -1397,10 +1411,16 @@ impl<S: Sink> Downstream<S> {
         })
     }
 
-    /// The pending flow report to the recorder (before the interval's record: a replay
-    /// hands it on with that interval).
+    /// The pending flow report named and to the recorder (before the interval's record: a
+    /// replay hands it on with that interval). Named here, not when it was handed on: the
+    /// records applied since (live, the fed workers' until the interval's barrier) are
+    /// recorded before it, and a replay names it after them.
     fn record_pending_flows(&mut self) {
-        if let (Some(rec), Some(flows)) = (&mut self.recorder, &self.pending_flows) {
+        let Some(flows) = self.pending_flows.as_mut() else {
+            return;
+        };
+        name_flows(&mut self.l7_seen, flows);
+        if let Some(rec) = &mut self.recorder {
             rec.flows(flows);
         }
     }
@@ -1540,7 +1560,8 @@ impl<S: Sink> Downstream<S> {
         for e in &triggered {
             self.profile_trigger(now_ns, e)?;
         }
-        // The sink is the report's last user (the recorder got the flows in `set_flows`).
+        // The sink is the report's last user (the recorder got the flows, named, in
+        // `record_pending_flows`).
         self.sink.interval_owned(report)
     }
 
@@ -2267,6 +2288,70 @@ mod tests {
         let end = crate::driver::replay::run(&mut reader, &mut p, &stop).unwrap();
         drop(p.finish(&end.kernel, end.duration_ns).unwrap());
         assert_eq!(flow_lines(&replayed), streamed);
+    }
+
+    /// A flow report handed on before the interval's end, and records applied after it but
+    /// before the interval's end (live, the fed workers' records merged at the interval's
+    /// barrier): the report is named by the calls of every record recorded before it, so
+    /// its recording replays to the live lines. (The report was named when handed on and
+    /// recorded after those records: the replay named an ended flow `http` that the live
+    /// run had printed without a protocol.)
+    #[test]
+    fn a_flow_report_is_named_by_the_calls_recorded_before_it() {
+        use crate::flows::{test_flows, FlowReport};
+        let kernel = KernelCounters::default();
+        let at = 50_000_000;
+        // One HTTP exchange on 127.0.0.1:8080 ← 127.0.0.2:40000, and the flow of those
+        // addresses ended.
+        let records = keep_alive_traffic(1, 1);
+        let mut ended = test_flows::tcp(1, 60, 60, Some(2_000_000));
+        ended.local = "127.0.0.1:8080".parse().unwrap();
+        ended.peer = "127.0.0.2:40000".parse().unwrap();
+        let report = FlowReport {
+            mono_ns: at,
+            ends: vec![ended],
+            ..Default::default()
+        };
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("named.ebt");
+        let header = crate::record::RecordingHeader {
+            meta: test_meta(),
+            options: crate::record::RecordOptions::default(),
+            processes: vec![],
+            sockets: vec![],
+        };
+        let rec = crate::record::writer::Recorder::create(&path, &header, false).unwrap();
+        let mut live = Vec::new();
+        let mut p = json_pipeline(&mut live).with_recorder(rec);
+        p.start(&test_meta()).unwrap();
+        p.set_flows(report).unwrap();
+        for r in &records {
+            p.on_record(r).unwrap();
+        }
+        p.on_interval(at, &kernel, None).unwrap();
+        drop(p.finish(&kernel, at).unwrap());
+        let live = flow_lines(&live);
+        let end: serde_json::Value = serde_json::from_str(
+            live.iter()
+                .find(|l| l.contains(r#""type":"flow_end""#))
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            end["l7"], "http",
+            "the exchange was applied before the interval's end"
+        );
+
+        let mut replayed = Vec::new();
+        let mut reader = crate::record::reader::open(&path).unwrap();
+        let mut p = json_pipeline(&mut replayed);
+        p.start(&crate::driver::replay::replay_meta(&reader))
+            .unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let end = crate::driver::replay::run(&mut reader, &mut p, &stop).unwrap();
+        drop(p.finish(&end.kernel, end.duration_ns).unwrap());
+        assert_eq!(flow_lines(&replayed), live);
     }
 
     /// A report whose last part never comes (a recording cut short, a frame of it lost)

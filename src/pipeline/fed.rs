@@ -520,6 +520,7 @@ impl FedWorker {
         let mut more = false;
         // Records the last read found: the wait before the next is short while they come.
         let mut read_last = 0;
+        let lag = crate::diag::debug_feed_lag();
         loop {
             let _ = self.wake.clear();
             loop {
@@ -560,6 +561,9 @@ impl FedWorker {
             let want = BATCH_RECORDS.saturating_sub(self.batch.len()).max(1);
             match self.read(timeout, want) {
                 Ok(n) => {
+                    if n > 0 && !lag.is_zero() {
+                        std::thread::sleep(lag);
+                    }
                     read_last = n;
                     more = n == want;
                     let full =
