@@ -8,7 +8,7 @@ Per cycle one window per mode in a rotating order, each paired with a window of 
 cycle without ebtop: examples/udp_flood (release) sends 64-byte datagrams on loopback from
 unconnected sockets as fast as it goes for the window. A mode is `on` (ebtop --json, the
 flow table and the capture loaded, as by default), `on@other` (the same with
---other-binary: an A/B of two builds in one run), `noflows` (`--only call`: no flow table),
+--other-binary: an A/B of two builds in one run), `noflows` (`--only call,overhead`: no flow table),
 `cut:STAGE` (a bench-cuts build's EBTOP_BENCH_CUT) or `nopeerhooks` (a bench-cuts build
 without the flow table's cgroup hooks that stash unconnected UDP peers); parts join with `+`
 (`cut:hook+noflows`: the two length tracepoints' programs returning at entry, nothing else
@@ -19,6 +19,9 @@ and `--overhead-programs`: each program's ns per run and runs per datagram. Writ
 bench/udp-toggle-results.json with the host's load average.
 """
 import argparse, json, os, signal, statistics, subprocess, sys, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import wait_attached, wait_tls_scan  # noqa: E402
 
 # Figures are of every call captured: no CPU budget unless a mode asks for one (--max-cpu).
 os.environ.setdefault("EBTOP_MAX_CPU", "off")
@@ -57,11 +60,13 @@ def start(mode, extra=()):
         binary, mode = a.other_binary, mode[: -len("@other")]
     for part in mode.split("+"):
         if part == "noflows":
-            args += ["--only", "call"]
+            args += ["--only", "call,overhead"]
         elif part.startswith("cut:"):
             env["EBTOP_BENCH_CUT"] = part[4:]
         elif part == "nopeerhooks":
             env["EBTOP_BENCH_NO_PEER_HOOKS"] = "1"
+        elif part == "notls":
+            args += ["--tls", "off"]
         elif part != "on":
             sys.exit(f"unknown mode {mode}")
     out = open(f"/tmp/udp_toggle.{os.getpid()}.jsonl", "w+")
@@ -75,6 +80,12 @@ def start(mode, extra=()):
     else:
         p.kill()
         sys.exit(f"{mode}: no meta line in 20 s")
+    # The window starts once every probe is attached and the TLS lookout's first read of the
+    # installed programs (0.3-1 s of CPU on this VM, once per session) is over: the flood is
+    # measured traced, not ebtop's start (before 2026-11-30 it was not waited for, and the
+    # ratios of earlier sections include it).
+    wait_attached(p.pid)
+    wait_tls_scan(p.pid)
     return p, out
 
 

@@ -263,11 +263,20 @@ static __always_inline void flow_count_udp(struct sock *sk, __u16 family, int le
 		k.rport = stashed->port;
 		k.family = stashed->family;
 	} else {
-		__u16 dport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+		/* Plain loads, not probe reads (≈35 ns each): both callers run on tp_btf, which
+		 * hands them the socket as a BTF pointer (see sockcap.bpf.c, fill_tuple_btf). */
+		__u16 dport = bpf_ntohs(sk->__sk_common.skc_dport);
 		if (dport) { /* connected socket */
 			k.rport = dport;
 			k.family = family;
-			sock_remote_addr(sk, family, k.raddr);
+			__u32 *r = (__u32 *)k.raddr;
+			if (family == AF_INET) {
+				r[0] = sk->__sk_common.skc_daddr;
+			} else {
+#pragma unroll
+				for (int i = 0; i < 4; i++)
+					r[i] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[i];
+			}
 		}
 	}
 	struct ebtop_udp_flow *v = bpf_map_lookup_elem(&udp_flows, &k);
@@ -275,8 +284,15 @@ static __always_inline void flow_count_udp(struct sock *sk, __u16 family, int le
 		struct ebtop_udp_flow fresh = {};
 		fresh.first_ns = bpf_ktime_get_ns();
 		fresh.family = family;
-		fresh.lport = BPF_CORE_READ(sk, __sk_common.skc_num);
-		sock_local_addr(sk, family, fresh.laddr);
+		fresh.lport = sk->__sk_common.skc_num;
+		__u32 *l = (__u32 *)fresh.laddr;
+		if (family == AF_INET) {
+			l[0] = sk->__sk_common.skc_rcv_saddr;
+		} else {
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				l[i] = sk->__sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32[i];
+		}
 		bpf_map_update_elem(&udp_flows, &k, &fresh, BPF_NOEXIST);
 		v = bpf_map_lookup_elem(&udp_flows, &k);
 		if (!v) {
