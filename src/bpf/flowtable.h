@@ -269,14 +269,7 @@ static __always_inline void flow_count_udp(struct sock *sk, __u16 family, int le
 		if (dport) { /* connected socket */
 			k.rport = dport;
 			k.family = family;
-			__u32 *r = (__u32 *)k.raddr;
-			if (family == AF_INET) {
-				r[0] = sk->__sk_common.skc_daddr;
-			} else {
-#pragma unroll
-				for (int i = 0; i < 4; i++)
-					r[i] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[i];
-			}
+			sock_remote_addr_btf(sk, family, k.raddr);
 		}
 	}
 	struct ebtop_udp_flow *v = bpf_map_lookup_elem(&udp_flows, &k);
@@ -285,14 +278,7 @@ static __always_inline void flow_count_udp(struct sock *sk, __u16 family, int le
 		fresh.first_ns = bpf_ktime_get_ns();
 		fresh.family = family;
 		fresh.lport = sk->__sk_common.skc_num;
-		__u32 *l = (__u32 *)fresh.laddr;
-		if (family == AF_INET) {
-			l[0] = sk->__sk_common.skc_rcv_saddr;
-		} else {
-#pragma unroll
-			for (int i = 0; i < 4; i++)
-				l[i] = sk->__sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32[i];
-		}
+		sock_local_addr_btf(sk, family, fresh.laddr);
 		bpf_map_update_elem(&udp_flows, &k, &fresh, BPF_NOEXIST);
 		v = bpf_map_lookup_elem(&udp_flows, &k);
 		if (!v) {

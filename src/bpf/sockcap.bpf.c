@@ -125,9 +125,9 @@ struct call_args {
  * Plain loads, not probe reads: tp_btf hands this object BTF pointers (the socket; the task and
  * its saved user registers come from helpers that return them too), whose fields the verifier
  * lets a program load directly, fault-safe, at ≈1 ns each instead of ≈35 ns per
- * bpf_probe_read_kernel (BPF_CORE_READ) — about ten of those per record before. The helpers in
- * capture.h and sockaddr.h keep probe reads for the socket: the syscall path's comes from an
- * fd walk, which the verifier cannot follow.
+ * bpf_probe_read_kernel (BPF_CORE_READ) — about ten of those per record before (sockaddr.h's
+ * `_btf` helpers). capture.h's fill_tuple and sockaddr.h's other helpers keep probe reads for
+ * the socket: the syscall path's comes from an fd walk, which the verifier cannot follow.
  */
 /* The record's ports and addresses, from the socket (plain loads, see above). */
 static __always_inline void fill_tuple_btf(struct ebtop_event *ev, struct sock *sk, __u8 family)
@@ -136,17 +136,8 @@ static __always_inline void fill_tuple_btf(struct ebtop_event *ev, struct sock *
 	ev->rport = bpf_ntohs(sk->__sk_common.skc_dport);
 	__builtin_memset(ev->laddr, 0, sizeof(ev->laddr));
 	__builtin_memset(ev->raddr, 0, sizeof(ev->raddr));
-	__u32 *l = (__u32 *)ev->laddr, *r = (__u32 *)ev->raddr;
-	if (family == AF_INET) {
-		l[0] = sk->__sk_common.skc_rcv_saddr;
-		r[0] = sk->__sk_common.skc_daddr;
-	} else {
-#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			l[i] = sk->__sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32[i];
-			r[i] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[i];
-		}
-	}
+	sock_local_addr_btf(sk, family, ev->laddr);
+	sock_remote_addr_btf(sk, family, ev->raddr);
 }
 
 /*
