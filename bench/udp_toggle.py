@@ -10,7 +10,8 @@ unconnected sockets as fast as it goes for the window. A mode is `on` (ebtop --j
 flow table and the capture loaded, as by default), `on@other` (the same with
 --other-binary: an A/B of two builds in one run), `noflows` (`--only call,overhead`: no flow table),
 `cut:STAGE` (a bench-cuts build's EBTOP_BENCH_CUT) or `nopeerhooks` (a bench-cuts build
-without the flow table's cgroup hooks that stash unconnected UDP peers); parts join with `+`
+without the flow table's cgroup hooks that stash unconnected UDP peers) or `notls`
+(`--tls off`); parts join with `+`
 (`cut:hook+noflows`: the two length tracepoints' programs returning at entry, nothing else
 per datagram — the floor of tracing sends at all; `cut:unhooked+noflows`: ebtop running
 without them, the floor below that). Reports datagrams/s and the median
