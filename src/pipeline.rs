@@ -229,6 +229,11 @@ pub fn chains_enabled() -> bool {
 /// and handed to the sink; ended connections are forgotten.
 fn name_flows(l7_seen: &mut crate::flows::L7Seen, flows: &mut crate::flows::FlowReport) {
     flows.tag_l7(l7_seen);
+    forget_ended(l7_seen, flows);
+}
+
+/// Forgets the calls seen on the connections `flows` reports ended.
+fn forget_ended(l7_seen: &mut crate::flows::L7Seen, flows: &crate::flows::FlowReport) {
     for f in &flows.ends {
         l7_seen.remove(&(f.local, f.peer));
     }
@@ -751,9 +756,7 @@ impl<S: Sink> Pipeline<S> {
             // (its ended connections forgotten, as if it had been named).
             _ => {
                 if let Some(lost) = self.down.pending_flows.replace(flows) {
-                    for f in &lost.ends {
-                        self.down.l7_seen.remove(&(f.local, f.peer));
-                    }
+                    forget_ended(&mut self.down.l7_seen, &lost);
                 }
             }
         }

@@ -264,7 +264,7 @@ static __always_inline void flow_count_udp(struct sock *sk, __u16 family, int le
 		k.family = stashed->family;
 	} else {
 		/* Plain loads, not probe reads (≈35 ns each): both callers run on tp_btf, which
-		 * hands them the socket as a BTF pointer (see sockcap.bpf.c, fill_tuple_btf). */
+		 * hands them the socket as a BTF pointer (sockaddr.h's `_btf` helpers). */
 		__u16 dport = bpf_ntohs(sk->__sk_common.skc_dport);
 		if (dport) { /* connected socket */
 			k.rport = dport;
